@@ -1,0 +1,83 @@
+"""Kafka's error codes, and the record-format exceptions that map onto them.
+
+Wire errors are data (a code per partition); inside the process they are exceptions. Each
+exception class names the code it becomes, so the server's mapping table stays one line each.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class ErrorCode(enum.IntEnum):
+    """Kafka's numbers and names, as used by the wire protocol."""
+
+    #: An unexpected server-side failure; the broker logs the traceback.
+    UNKNOWN_SERVER_ERROR = -1
+    NONE = 0
+    #: The requested offset is below the log start offset or above the log end offset.
+    OFFSET_OUT_OF_RANGE = 1
+    #: A batch failed its CRC, size or structural checks.
+    CORRUPT_MESSAGE = 2
+    UNKNOWN_TOPIC_OR_PARTITION = 3
+    REQUEST_TIMED_OUT = 7
+    #: A batch is larger than max.message.bytes (or a record set larger than a segment).
+    MESSAGE_TOO_LARGE = 10
+    INVALID_TOPIC_EXCEPTION = 17
+    TOPIC_AUTHORIZATION_FAILED = 29
+    #: A record timestamp lies outside the allowed window, or the client set LogAppendTime.
+    INVALID_TIMESTAMP = 32
+    UNSUPPORTED_VERSION = 35
+    TOPIC_ALREADY_EXISTS = 36
+    INVALID_PARTITIONS = 37
+    INVALID_REPLICATION_FACTOR = 38
+    INVALID_CONFIG = 40
+    INVALID_REQUEST = 42
+    #: Magic < 2 on produce: triolog stores only RecordBatch v2.
+    UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
+    POLICY_VIOLATION = 44
+    #: The log directory failed an I/O operation and went offline.
+    KAFKA_STORAGE_ERROR = 56
+    SASL_AUTHENTICATION_FAILED = 58
+    #: A batch is well-formed but breaks a rule (bad offsets, keyless record on a compacted topic).
+    INVALID_RECORD = 87
+
+
+class TriologError(Exception):
+    """Base of every error that has a wire error code."""
+
+    code: ErrorCode = ErrorCode.UNKNOWN_SERVER_ERROR
+
+
+class CorruptRecordError(TriologError):
+    """Bytes that are not a valid record batch: bad CRC, impossible sizes, truncated records."""
+
+    code = ErrorCode.CORRUPT_MESSAGE
+
+
+class InvalidRecordError(TriologError):
+    """A structurally valid batch that breaks a rule of the log (offsets, keys, control flags)."""
+
+    code = ErrorCode.INVALID_RECORD
+
+
+class RecordTooLargeError(TriologError):
+    code = ErrorCode.MESSAGE_TOO_LARGE
+
+
+class InvalidTimestampError(TriologError):
+    code = ErrorCode.INVALID_TIMESTAMP
+
+
+class UnsupportedForMessageFormatError(TriologError):
+    code = ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT
+
+
+class OffsetOutOfRangeError(TriologError):
+    code = ErrorCode.OFFSET_OUT_OF_RANGE
+
+
+class StorageError(TriologError):
+    """A disk operation failed; the log directory is taken offline rather than serve half-written data."""
+
+    code = ErrorCode.KAFKA_STORAGE_ERROR
