@@ -1,0 +1,783 @@
+"""Kafka's per-segment offset index (``.index``) and time index (``.timeindex``), plus ``LazyIndex``.
+
+Byte layout (no header, no checksum, big-endian), see spec §2:
+
+* ``.index``     8-byte entries:  int32 offset relative to the segment base, int32 position in ``.log``
+* ``.timeindex`` 12-byte entries: int64 timestamp, int32 relative offset
+
+Lifecycle (Kafka's ``AbstractIndex``):
+
+* A file that does not exist yet is *created* and immediately extended (sparse, zero-filled) to
+  ``floor(max_index_size / ENTRY_SIZE) * ENTRY_SIZE`` bytes; it starts with 0 entries.
+* A file that already exists is *trusted to be trimmed*: ``entries = max_entries = length // ENTRY_SIZE``.
+  That includes a 0-byte file, which opens as an empty index with no free slot ("full"), exactly like
+  Kafka; it is not re-extended on open (see ``_AbstractIndex.__init__`` for why). The owner of the
+  active segment calls ``resize(max_index_size)`` after loading it, as Kafka's log loader does.
+* ``trim_to_valid_size()`` (roll, close, recovery) shrinks the file to ``entries * ENTRY_SIZE``;
+  ``close()`` trims, ``close_handler()`` does not (a crash is a ``close_handler()``).
+
+Threading contract:
+
+* ``lookup``/``entry``/``fetch_upper_bound_offset``/``last_entry``/``entries`` may be called from any
+  thread while another thread appends: an entry's bytes are written to the mapping before ``entries``
+  is advanced, so a reader never sees a half-written entry.
+* Appends serialise on an internal lock.
+* Everything that remaps or shortens the index (``resize``, ``trim_to_valid_size``, ``reset``,
+  ``truncate_to``, ``make_read_only``, ``close``, ``close_handler``, ``rename_to``,
+  ``delete_if_exists``) must run under the *caller's* (segment/log) lock, excluding readers. A reader
+  that races a remap anyway gets a ``ValueError`` ("mmap closed") rather than a crash: the old mapping
+  is closed before the file is shortened, so a stale mapping is never read past end of file (SIGBUS).
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+import threading
+from pathlib import Path
+from typing import Callable, Generic, NamedTuple, TypeVar
+
+from broker.storage.errors import CorruptIndexError, IndexFullError, InvalidOffsetError
+
+__all__ = [
+    "LazyIndex",
+    "OffsetIndex",
+    "OffsetPosition",
+    "ReadOnlyIndexError",
+    "TimeIndex",
+    "TimestampOffset",
+]
+
+INT32_MAX = 2**31 - 1
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+NO_TIMESTAMP = -1  # RecordBatch.NO_TIMESTAMP
+
+# Kafka keeps the last 8 KiB of an index "warm" (AbstractIndex.warmEntries).
+_WARM_BYTES = 8192
+
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+_OFFSET_ENTRY = struct.Struct(">ii")
+_TIME_ENTRY = struct.Struct(">qi")
+
+
+class OffsetPosition(NamedTuple):
+    offset: int
+    position: int
+
+
+class TimestampOffset(NamedTuple):
+    timestamp: int
+    offset: int
+
+
+class ReadOnlyIndexError(RuntimeError):
+    """A write to an index opened with ``writable=False`` or sealed by ``make_read_only()``."""
+
+
+class _AbstractIndex:
+    """Entry-format-agnostic part of an index: file, mapping, sizing and the warm-section search."""
+
+    ENTRY_SIZE: int = 0  # set by subclasses
+    _KIND = "index"
+
+    def __init__(
+        self,
+        path: os.PathLike | str,
+        base_offset: int,
+        max_index_size: int = -1,
+        writable: bool = True,
+    ) -> None:
+        es = self.ENTRY_SIZE
+        self._path = Path(path)
+        self._base_offset = int(base_offset)
+        self._max_index_size = int(max_index_size)
+        self._writable = bool(writable)  # may this object ever change the file?
+        self._read_only = not self._writable  # is the current mapping read-only?
+        self._warm_entries = _WARM_BYTES // es
+        self._lock = threading.RLock()  # serialises appends (Kafka's `lock`)
+        self._mmap: mmap.mmap | None = None
+        self._closed = False
+
+        # Kafka's rule: only a file this call creates is preallocated. An existing file, even a
+        # 0-byte one, is trusted as trimmed. (Extending an existing 0-byte file on open would turn
+        # every lazily opened *inactive* segment with an empty index into a 10 MiB zero-filled
+        # file; a crash before it is trimmed again leaves an untrimmed index whose zero slots read
+        # as real entries - KAFKA-10207's timestamp-0 "last entry" that makes retention delete
+        # data early.)
+        newly_created = False
+        if self._writable:
+            try:
+                fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+                newly_created = True
+            except FileExistsError:
+                fd = None
+            if newly_created:
+                try:
+                    if self._max_index_size < es:
+                        raise ValueError(
+                            f"Invalid max index size {self._max_index_size} for {self._path}: a new "
+                            f"{self._KIND} needs room for at least one {es}-byte entry"
+                        )
+                    os.ftruncate(fd, self._round_down(self._max_index_size))
+                except BaseException:
+                    os.close(fd)
+                    self._path.unlink(missing_ok=True)
+                    raise
+            else:
+                fd = os.open(self._path, os.O_RDWR)
+        else:
+            fd = os.open(self._path, os.O_RDONLY)  # FileNotFoundError if missing: nothing to read
+        try:
+            length = os.fstat(fd).st_size
+            self._map(fd, length, writable=not self._read_only)
+        finally:
+            os.close(fd)
+        self._length = length
+        self._max_entries = length // es
+        self._entries = 0 if newly_created else length // es
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    @property
+    def base_offset(self) -> int:
+        return self._base_offset
+
+    @property
+    def max_index_size(self) -> int:
+        return self._max_index_size
+
+    @property
+    def entries(self) -> int:
+        return self._entries
+
+    @property
+    def max_entries(self) -> int:
+        return self._max_entries
+
+    @property
+    def size_in_bytes(self) -> int:
+        """Bytes used by entries (``entries * ENTRY_SIZE``), not the (preallocated) file length."""
+        return self._entries * self.ENTRY_SIZE
+
+    @property
+    def file_length(self) -> int:
+        return self._length
+
+    @property
+    def writable(self) -> bool:
+        """True while appends are accepted (opened writable and not sealed by ``make_read_only``)."""
+        return not self._read_only
+
+    @property
+    def read_only(self) -> bool:
+        """True when appends are refused (``writable=False`` or after ``make_read_only()``)."""
+        return self._read_only
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def is_full(self) -> bool:
+        return self._entries >= self._max_entries
+
+    def __len__(self) -> int:
+        return self._entries
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}({str(self._path)!r}, base_offset={self._base_offset}, "
+            f"entries={self._entries}, max_entries={self._max_entries})"
+        )
+
+    # ------------------------------------------------------------------ offsets
+
+    def relative_offset(self, offset: int) -> int:
+        """``offset - base_offset``; ``ValueError`` unless it fits Kafka's int32 relative offset."""
+        rel = offset - self._base_offset
+        if rel < 0 or rel > INT32_MAX:
+            raise ValueError(
+                f"Offset {offset} does not fit {self._path}: relative to base offset "
+                f"{self._base_offset} it must be in [0, {INT32_MAX}]"
+            )
+        return rel
+
+    def can_append_offset(self, offset: int) -> bool:
+        return 0 <= offset - self._base_offset <= INT32_MAX
+
+    # ------------------------------------------------------------------ file lifecycle
+
+    def resize(self, new_size: int) -> bool:
+        """Set the file length to ``new_size`` rounded down to a multiple of ENTRY_SIZE and remap.
+
+        Entries are kept (``entries`` is clamped if the new size cannot hold them all). Growing the
+        file means the index is accepting appends again (recovery, or a truncation that made an old
+        segment active), so a ``make_read_only()`` index is remapped read-write; shrinking keeps the
+        current access mode. Returns False when the length is already right. Caller's lock.
+        """
+        if new_size < 0:
+            raise ValueError(f"Cannot resize {self._path} to a negative size ({new_size})")
+        self._check_file_writable("resize")
+        rounded = self._round_down(new_size)
+        with self._lock:
+            if self._closed:
+                raise ValueError(f"{self._path} is closed")
+            if rounded == self._length:
+                return False
+            read_only = self._read_only and rounded < self._length
+            fd = os.open(self._path, os.O_RDWR)
+            try:
+                self._unmap()  # before shortening: no mapping may outlive its bytes
+                os.ftruncate(fd, rounded)
+                self._length = rounded
+                self._map(fd, rounded, writable=not read_only)
+            finally:
+                os.close(fd)
+            self._read_only = read_only
+            self._max_entries = rounded // self.ENTRY_SIZE
+            if self._entries > self._max_entries:
+                self._entries = self._max_entries
+            self._reload_last_entry()
+            return True
+
+    def trim_to_valid_size(self) -> None:
+        """Shrink the file to exactly ``entries * ENTRY_SIZE`` bytes (0 bytes when empty)."""
+        with self._lock:
+            if self._length != self._entries * self.ENTRY_SIZE:
+                self.resize(self._entries * self.ENTRY_SIZE)
+
+    def reset(self) -> None:
+        """Drop every entry and grow back to ``max_index_size`` (used to rebuild during recovery)."""
+        with self._lock:
+            self._check_file_writable("reset")
+            if self._max_index_size < self.ENTRY_SIZE:
+                raise ValueError(
+                    f"Cannot reset {self._path}: max_index_size {self._max_index_size} holds no "
+                    f"{self.ENTRY_SIZE}-byte entry"
+                )
+            self._truncate_to_entries(0)
+            self.resize(self._max_index_size)
+
+    def make_read_only(self) -> None:
+        """Seal the index when its segment stops being active: trim, then map it read-only."""
+        if not self._writable:
+            return  # opened read-only: already sealed, and not ours to trim
+        with self._lock:
+            self.trim_to_valid_size()
+            if self._read_only:
+                return
+            if self._mmap is not None:
+                fd = os.open(self._path, os.O_RDONLY)
+                try:
+                    self._unmap()
+                    self._map(fd, self._length, writable=False)
+                finally:
+                    os.close(fd)
+            self._read_only = True
+
+    def flush(self) -> None:
+        """msync the mapping (no-op when read-only, empty or closed)."""
+        mm = self._mmap
+        if mm is not None and not self._read_only:
+            mm.flush()
+
+    def close(self) -> None:
+        """Trim to the valid size (Kafka trims on close), then release the mapping."""
+        with self._lock:
+            if self._closed:
+                return
+            if self._writable:
+                self.trim_to_valid_size()
+            self.close_handler()
+
+    def close_handler(self) -> None:
+        """Release the mapping without trimming (what a crash leaves behind)."""
+        with self._lock:
+            self._unmap()
+            self._closed = True
+
+    def rename_to(self, new_path: os.PathLike | str) -> None:
+        """Atomically rename the file; the mapping (if any) stays valid. Path updated even on error."""
+        new_path = Path(new_path)
+        try:
+            os.replace(self._path, new_path)
+        finally:
+            self._path = new_path
+
+    def update_parent_dir(self, parent_dir: os.PathLike | str) -> None:
+        self._path = Path(parent_dir) / self._path.name
+
+    def delete_if_exists(self) -> bool:
+        self.close_handler()
+        try:
+            self._path.unlink()
+        except FileNotFoundError:
+            return False
+        return True
+
+    # ------------------------------------------------------------------ internals
+
+    def _round_down(self, size: int) -> int:
+        return (size // self.ENTRY_SIZE) * self.ENTRY_SIZE
+
+    def _map(self, fd: int, length: int, *, writable: bool) -> None:
+        # A 0-byte file cannot be mmapped; an empty index simply has no mapping.
+        if length == 0:
+            self._mmap = None
+        else:
+            access = mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ
+            self._mmap = mmap.mmap(fd, length, access=access)
+
+    def _unmap(self) -> None:
+        mm, self._mmap = self._mmap, None
+        if mm is not None:
+            mm.close()
+
+    def _check_file_writable(self, what: str) -> None:
+        if not self._writable:
+            raise ReadOnlyIndexError(f"Cannot {what} {self._path}: it was opened read-only")
+
+    def _check_appendable(self) -> None:
+        if self._read_only:
+            raise ReadOnlyIndexError(f"Cannot append to {self._path}: it is read-only")
+        if self._closed:
+            raise ValueError(f"Cannot append to {self._path}: it is closed")
+
+    def _mapping(self) -> mmap.mmap:
+        mm = self._mmap
+        if mm is None:
+            raise ValueError(f"{self._path} is closed")
+        return mm
+
+    def _truncate_to_entries(self, entries: int) -> None:
+        self._entries = entries
+        self._reload_last_entry()
+
+    def _reload_last_entry(self) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def _first_slot_at_least(self, target: int, unpack_from, field: int) -> int:
+        """Smallest slot whose field is >= target, or ``entries`` if none (plain lower bound).
+
+        Used by ``truncate_to``: correct even if the searched column holds duplicates (a time index
+        may repeat an offset), where Kafka's exact-match binary search could keep one of them.
+        """
+        mm = self._mapping()
+        es = self.ENTRY_SIZE
+        lo, hi = 0, self._entries
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if unpack_from(mm, mid * es + field)[0] < target:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def _largest_lower_bound(self, mm, n: int, target: int, unpack_from, field: int) -> int:
+        """Kafka's warm-section search: slot of the largest key <= target, or -1.
+
+        ``n`` is the caller's snapshot of ``entries``. Identical results to a plain binary search;
+        it only changes which slots are touched, so that in-sync lookups stay in the last 8 KiB.
+        """
+        if n == 0:
+            return -1
+        es = self.ENTRY_SIZE
+        first_hot = n - 1 - self._warm_entries
+        if first_hot < 0:
+            first_hot = 0
+        if unpack_from(mm, first_hot * es + field)[0] < target:
+            lo, hi = first_hot, n - 1
+        elif unpack_from(mm, field)[0] > target:
+            return -1
+        else:
+            lo, hi = 0, first_hot
+        while lo < hi:
+            mid = (lo + hi + 1) >> 1
+            key = unpack_from(mm, mid * es + field)[0]
+            if key > target:
+                hi = mid - 1
+            elif key < target:
+                lo = mid
+            else:
+                return mid
+        return lo
+
+    def _smallest_upper_bound(self, mm, n: int, target: int, unpack_from, field: int) -> int:
+        """Slot of the smallest key >= target, or -1 (Kafka's SMALLEST_UPPER_BOUND search).
+
+        Kafka's version returns ``lo + 1`` without checking ``key(lo) == target`` when the search
+        range collapses onto its first slot (e.g. target == key(0)), i.e. one entry too far. That
+        is still a valid (looser) bound for its only caller; we return the exact smallest.
+        """
+        if n == 0:
+            return -1
+        slot = self._largest_lower_bound(mm, n, target, unpack_from, field)
+        if slot == -1:
+            return 0
+        if unpack_from(mm, slot * self.ENTRY_SIZE + field)[0] >= target:
+            return slot
+        return slot + 1 if slot + 1 < n else -1
+
+
+class OffsetIndex(_AbstractIndex):
+    """Sparse map from offset to byte position in the segment's ``.log`` (8-byte entries)."""
+
+    ENTRY_SIZE = 8
+    _KIND = "offset index"
+
+    def __init__(
+        self,
+        path: os.PathLike | str,
+        base_offset: int,
+        max_index_size: int = -1,
+        writable: bool = True,
+    ) -> None:
+        super().__init__(path, base_offset, max_index_size, writable)
+        self._last_offset = self._base_offset
+        self._reload_last_entry()
+
+    @property
+    def last_offset(self) -> int:
+        """Offset of the last entry, or ``base_offset`` when empty."""
+        return self._last_offset
+
+    def _reload_last_entry(self) -> None:
+        n = self._entries
+        if n == 0 or self._mmap is None:
+            self._last_offset = self._base_offset
+        else:
+            self._last_offset = self._base_offset + _I32.unpack_from(self._mmap, (n - 1) * 8)[0]
+
+    def append(self, offset: int, position: int) -> None:
+        """Append ``(offset, position)``; offsets must strictly increase.
+
+        Raises IndexFullError if no slot is free, InvalidOffsetError if ``offset`` is not larger
+        than ``last_offset`` (unless the index is empty), ValueError if ``offset`` does not fit a
+        relative int32 or ``position`` is not in [0, 2^31-1].
+        """
+        with self._lock:
+            self._check_appendable()
+            n = self._entries
+            if n >= self._max_entries:
+                raise IndexFullError(
+                    f"Attempt to append to a full offset index {self._path} (entries = {n})"
+                )
+            if n != 0 and offset <= self._last_offset:
+                raise InvalidOffsetError(
+                    f"Attempt to append offset {offset} to slot {n} of {self._path}, which is no "
+                    f"larger than the last offset appended ({self._last_offset})"
+                )
+            rel = self.relative_offset(offset)
+            if position < 0 or position > INT32_MAX:
+                raise ValueError(f"Position {position} does not fit an int32 in {self._path}")
+            _OFFSET_ENTRY.pack_into(self._mmap, n * 8, rel, position)
+            # Publish only after the bytes are in place: readers snapshot `entries` first.
+            self._last_offset = offset
+            self._entries = n + 1
+
+    def lookup(self, target_offset: int) -> OffsetPosition:
+        """Entry with the largest offset <= ``target_offset``, or ``(base_offset, 0)``."""
+        n = self._entries
+        if n == 0:
+            return OffsetPosition(self._base_offset, 0)
+        mm = self._mapping()
+        slot = self._largest_lower_bound(mm, n, target_offset - self._base_offset, _I32.unpack_from, 0)
+        if slot == -1:
+            return OffsetPosition(self._base_offset, 0)
+        rel, pos = _OFFSET_ENTRY.unpack_from(mm, slot * 8)
+        return OffsetPosition(self._base_offset + rel, pos)
+
+    def entry(self, n: int) -> OffsetPosition:
+        """The ``n``-th entry (0-based); IndexError if out of range."""
+        if n < 0 or n >= self._entries:
+            raise IndexError(
+                f"Attempt to fetch entry {n} from offset index {self._path}, which has {self._entries}"
+            )
+        rel, pos = _OFFSET_ENTRY.unpack_from(self._mapping(), n * 8)
+        return OffsetPosition(self._base_offset + rel, pos)
+
+    def entries_list(self) -> list[OffsetPosition]:
+        """All entries (for dump tools and tests)."""
+        return [self.entry(i) for i in range(self._entries)]
+
+    def fetch_upper_bound_offset(self, fetch_position: int, fetch_size: int) -> OffsetPosition | None:
+        """Smallest entry whose position is >= ``fetch_position + fetch_size``, or None.
+
+        Its offset is guaranteed to lie beyond the fetched byte range (bounds aborted-txn lookups).
+        """
+        n = self._entries
+        if n == 0:
+            return None
+        mm = self._mapping()
+        slot = self._smallest_upper_bound(mm, n, fetch_position + fetch_size, _I32.unpack_from, 4)
+        if slot == -1:
+            return None
+        rel, pos = _OFFSET_ENTRY.unpack_from(mm, slot * 8)
+        return OffsetPosition(self._base_offset + rel, pos)
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every entry whose offset is >= ``offset`` (no-op beyond the last). Caller's lock."""
+        with self._lock:
+            self._check_file_writable("truncate")
+            if self._entries == 0:
+                return
+            rel = offset - self._base_offset
+            self._truncate_to_entries(self._first_slot_at_least(rel, _I32.unpack_from, 0))
+
+    def sanity_check(self) -> None:
+        """CorruptIndexError if the last offset is below the base or the length is not a multiple of 8."""
+        if self._entries != 0 and self._last_offset < self._base_offset:
+            raise CorruptIndexError(
+                f"Corrupt index found, index file {self._path} has non-zero size but the last "
+                f"offset is {self._last_offset} which is less than the base offset {self._base_offset}"
+            )
+        if self._length % self.ENTRY_SIZE != 0:
+            raise CorruptIndexError(
+                f"Index file {self._path} is corrupt, found {self._length} bytes which is not a "
+                f"multiple of {self.ENTRY_SIZE}"
+            )
+
+
+class TimeIndex(_AbstractIndex):
+    """Sparse map from max-timestamp-so-far to offset (12-byte entries).
+
+    An entry ``(T, O)`` means every record with a timestamp > T comes after offset O. The last slot
+    is reserved for the entry written when the segment rolls or closes, hence ``is_full()`` is
+    ``entries >= max_entries - 1``.
+    """
+
+    ENTRY_SIZE = 12
+    _KIND = "time index"
+
+    def __init__(
+        self,
+        path: os.PathLike | str,
+        base_offset: int,
+        max_index_size: int = -1,
+        writable: bool = True,
+    ) -> None:
+        super().__init__(path, base_offset, max_index_size, writable)
+        self._last_entry = TimestampOffset(NO_TIMESTAMP, self._base_offset)
+        self._reload_last_entry()
+
+    def is_full(self) -> bool:
+        return self._entries >= self._max_entries - 1
+
+    @property
+    def last_entry(self) -> TimestampOffset:
+        """Last entry, cached; ``(-1, base_offset)`` when empty."""
+        return self._last_entry
+
+    def _reload_last_entry(self) -> None:
+        n = self._entries
+        if n == 0 or self._mmap is None:
+            self._last_entry = TimestampOffset(NO_TIMESTAMP, self._base_offset)
+        else:
+            ts, rel = _TIME_ENTRY.unpack_from(self._mmap, (n - 1) * 12)
+            self._last_entry = TimestampOffset(ts, self._base_offset + rel)
+
+    def maybe_append(self, timestamp: int, offset: int, skip_full_check: bool = False) -> None:
+        """Append ``(timestamp, offset)`` if ``timestamp`` is larger than the last entry's.
+
+        Kafka's rules: IndexFullError if full (unless ``skip_full_check``, used for the roll/close
+        entry that may take the reserved last slot); InvalidOffsetError if ``offset`` or
+        ``timestamp`` is smaller than the last entry's. An equal timestamp (e.g. the roll entry
+        repeating the last one) or a timestamp <= -1 on an empty index is silently skipped.
+        """
+        with self._lock:
+            self._check_appendable()
+            n = self._entries
+            if not skip_full_check and self.is_full():
+                raise IndexFullError(
+                    f"Attempt to append to a full time index {self._path} (entries = {n})"
+                )
+            last = self._last_entry
+            if n != 0 and offset < last.offset:
+                raise InvalidOffsetError(
+                    f"Attempt to append offset {offset} to slot {n} of {self._path}, which is smaller "
+                    f"than the last offset appended ({last.offset})"
+                )
+            if n != 0 and timestamp < last.timestamp:
+                raise InvalidOffsetError(
+                    f"Attempt to append timestamp {timestamp} to slot {n} of {self._path}, which is "
+                    f"smaller than the last timestamp appended ({last.timestamp})"
+                )
+            if timestamp <= last.timestamp:
+                return
+            if n >= self._max_entries:  # even the reserved slot is taken
+                raise IndexFullError(f"No slot left in time index {self._path} (entries = {n})")
+            rel = self.relative_offset(offset)
+            if timestamp > INT64_MAX:
+                raise ValueError(f"Timestamp {timestamp} does not fit an int64 in {self._path}")
+            _TIME_ENTRY.pack_into(self._mmap, n * 12, timestamp, rel)
+            self._last_entry = TimestampOffset(timestamp, offset)
+            self._entries = n + 1
+
+    def lookup(self, target_timestamp: int) -> TimestampOffset:
+        """Entry with the largest timestamp <= ``target_timestamp``, or ``(-1, base_offset)``."""
+        n = self._entries
+        if n == 0:
+            return TimestampOffset(NO_TIMESTAMP, self._base_offset)
+        mm = self._mapping()
+        slot = self._largest_lower_bound(mm, n, target_timestamp, _I64.unpack_from, 0)
+        if slot == -1:
+            return TimestampOffset(NO_TIMESTAMP, self._base_offset)
+        ts, rel = _TIME_ENTRY.unpack_from(mm, slot * 12)
+        return TimestampOffset(ts, self._base_offset + rel)
+
+    def entry(self, n: int) -> TimestampOffset:
+        """The ``n``-th entry (0-based); IndexError if out of range."""
+        if n < 0 or n >= self._entries:
+            raise IndexError(
+                f"Attempt to fetch entry {n} from time index {self._path}, which has {self._entries}"
+            )
+        ts, rel = _TIME_ENTRY.unpack_from(self._mapping(), n * 12)
+        return TimestampOffset(ts, self._base_offset + rel)
+
+    def entries_list(self) -> list[TimestampOffset]:
+        """All entries (for dump tools and tests)."""
+        return [self.entry(i) for i in range(self._entries)]
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every entry whose *offset* is >= ``offset``. Caller's lock."""
+        with self._lock:
+            self._check_file_writable("truncate")
+            if self._entries == 0:
+                return
+            rel = offset - self._base_offset
+            self._truncate_to_entries(self._first_slot_at_least(rel, _I32.unpack_from, 8))
+
+    def sanity_check(self) -> None:
+        """CorruptIndexError per Kafka: last ts < first ts, last offset < base, or a bad length.
+
+        An untrimmed, zero-padded file (crash before trim) has a zero last slot and fails the first
+        check whenever the real first timestamp is positive (KAFKA-10207).
+        """
+        last_ts, last_offset = self._last_entry
+        if self._entries != 0:
+            first_ts = _I64.unpack_from(self._mapping(), 0)[0]
+            if last_ts < first_ts:
+                raise CorruptIndexError(
+                    f"Corrupt time index found, time index file {self._path} has non-zero size but "
+                    f"the last timestamp is {last_ts} which is less than the first timestamp {first_ts}"
+                )
+            if last_offset < self._base_offset:
+                raise CorruptIndexError(
+                    f"Corrupt time index found, time index file {self._path} has non-zero size but "
+                    f"the last offset is {last_offset} which is less than the base offset "
+                    f"{self._base_offset}"
+                )
+        if self._length % self.ENTRY_SIZE != 0:
+            raise CorruptIndexError(
+                f"Time index file {self._path} is corrupt, found {self._length} bytes which is not a "
+                f"multiple of {self.ENTRY_SIZE}"
+            )
+
+
+T = TypeVar("T", bound=_AbstractIndex)
+
+
+class LazyIndex(Generic[T]):
+    """Defers opening/mmapping an index until ``get()`` (KAFKA-7283).
+
+    Opening a log with 10,000 segments must not map 20,000 files; most segments are never read.
+    Path management (``rename_to``, ``delete_if_exists``, ``update_parent_dir``, ``close``) works
+    without loading. ``get()`` materialises the index exactly once even when raced (KAFKA-9156:
+    two mappings of one file with independent positions corrupt appends).
+    """
+
+    def __init__(self, path: os.PathLike | str, loader: Callable[[Path], T]) -> None:
+        self._path = Path(path)
+        self._loader = loader
+        self._index: T | None = None
+        self._lock = threading.Lock()
+
+    @classmethod
+    def for_offset(
+        cls,
+        path: os.PathLike | str,
+        base_offset: int,
+        max_index_size: int = -1,
+        writable: bool = True,
+    ) -> LazyIndex[OffsetIndex]:
+        return cls(path, lambda p: OffsetIndex(p, base_offset, max_index_size, writable))
+
+    @classmethod
+    def for_time(
+        cls,
+        path: os.PathLike | str,
+        base_offset: int,
+        max_index_size: int = -1,
+        writable: bool = True,
+    ) -> LazyIndex[TimeIndex]:
+        return cls(path, lambda p: TimeIndex(p, base_offset, max_index_size, writable))
+
+    @property
+    def path(self) -> Path:
+        index = self._index
+        return index.path if index is not None else self._path
+
+    @property
+    def is_loaded(self) -> bool:
+        return self._index is not None
+
+    def get(self) -> T:
+        index = self._index
+        if index is not None:
+            return index
+        with self._lock:
+            if self._index is None:
+                self._index = self._loader(self._path)
+            return self._index
+
+    def update_parent_dir(self, parent_dir: os.PathLike | str) -> None:
+        with self._lock:
+            if self._index is not None:
+                self._index.update_parent_dir(parent_dir)
+            else:
+                self._path = Path(parent_dir) / self._path.name
+
+    def rename_to(self, new_path: os.PathLike | str) -> None:
+        """Rename the file. Unloaded and missing is fine (nothing to move); path updated regardless."""
+        new_path = Path(new_path)
+        with self._lock:
+            if self._index is not None:
+                self._index.rename_to(new_path)
+                return
+            try:
+                os.replace(self._path, new_path)
+            except FileNotFoundError:
+                if self._path.exists():  # the destination's directory is what is missing
+                    raise
+            finally:
+                self._path = new_path
+
+    def delete_if_exists(self) -> bool:
+        with self._lock:
+            if self._index is not None:
+                return self._index.delete_if_exists()
+            try:
+                self._path.unlink()
+            except FileNotFoundError:
+                return False
+            return True
+
+    def close(self) -> None:
+        with self._lock:
+            if self._index is not None:
+                self._index.close()
+
+    def close_handler(self) -> None:
+        with self._lock:
+            if self._index is not None:
+                self._index.close_handler()
+
+    def __repr__(self) -> str:
+        state = "loaded" if self._index is not None else "unloaded"
+        return f"LazyIndex({str(self.path)!r}, {state})"
