@@ -81,3 +81,9 @@ class StorageError(TriologError):
     """A disk operation failed; the log directory is taken offline rather than serve half-written data."""
 
     code = ErrorCode.KAFKA_STORAGE_ERROR
+
+
+class InvalidTopicError(TriologError):
+    """A topic name Kafka would refuse; it never reaches the file system."""
+
+    code = ErrorCode.INVALID_TOPIC_EXCEPTION

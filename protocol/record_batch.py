@@ -31,7 +31,7 @@ from typing import NamedTuple
 
 from crc32c import crc32c
 
-from .errors import CorruptRecordError
+from .errors import CorruptRecordError, UnsupportedForMessageFormatError
 
 HEADER = struct.Struct(">qiibIhiqqqhii")
 HEADER_SIZE = HEADER.size  # 61
@@ -203,6 +203,10 @@ def split_batches(buf) -> list[tuple[int, BatchHeader]]:
         if total - position < HEADER_PREFIX.size:
             raise CorruptRecordError(f"{total - position} trailing bytes at position {position} are not a record batch")
         _, batch_length, _, magic = HEADER_PREFIX.unpack_from(view, position)
+        if magic in (0, 1):
+            raise UnsupportedForMessageFormatError(
+                f"record batch at position {position} has legacy magic {magic}; triolog stores only magic 2"
+            )
         if magic != CURRENT_MAGIC:
             raise CorruptRecordError(f"record batch at position {position} has magic {magic}, expected {CURRENT_MAGIC}")
         if batch_length < MIN_BATCH_LENGTH:

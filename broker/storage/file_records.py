@@ -1,0 +1,229 @@
+"""A segment's ``.log`` file: append-only batch bytes with positional reads (Kafka's FileRecords).
+
+The file is opened lazily, so a log of 10,000 segments costs no file descriptors until a
+segment is read. Reads never go through a shared file position (os.pread), so several
+threads may read while one appends.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from typing import Iterator, NamedTuple
+
+from protocol.record_batch import (
+    CURRENT_MAGIC,
+    HEADER_PREFIX,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    MIN_BATCH_LENGTH,
+    MIN_LEGACY_SIZE,
+    BatchHeader,
+    read_header,
+)
+
+from .errors import CorruptRecordError
+
+#: Recovery reads the file in windows of this size instead of one pread per batch.
+RECOVERY_READ_BYTES = 1 << 20
+
+
+class FileRegion(NamedTuple):
+    """Whole batches of one segment file, to be copied to a socket with sendfile."""
+
+    records: "FileRecords"
+    position: int
+    length: int
+
+    def read_bytes(self) -> bytes:
+        return self.records.read(self.position, self.length)
+
+
+class FileRecords:
+    def __init__(self, path: Path, *, size: int | None = None, preallocate_bytes: int = 0):
+        self._path = Path(path)
+        self._fd: int | None = None
+        self._lock = threading.Lock()
+        if size is None:
+            if preallocate_bytes:
+                self._open()
+                os.ftruncate(self._fd, preallocate_bytes)
+                size = 0
+            elif self._path.exists():
+                size = self._path.stat().st_size
+            else:
+                self._open()
+                size = 0
+        self._size = size
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def _open(self) -> int:
+        if self._fd is None:
+            with self._lock:
+                if self._fd is None:
+                    self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
+        return self._fd
+
+    def fileno(self) -> int:
+        return self._open()
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    @property
+    def size(self) -> int:
+        """Logical size: bytes of batches written (a preallocated file is longer on disk)."""
+        return self._size
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+
+    def rename_to(self, new_path: Path) -> None:
+        os.replace(self._path, new_path)
+        self._path = Path(new_path)
+
+    def delete_if_exists(self) -> bool:
+        self.close()
+        try:
+            self._path.unlink()
+            return True
+        except FileNotFoundError:
+            return False
+
+    # -- writes ------------------------------------------------------------------------------
+
+    def append(self, data) -> int:
+        fd = self._open()
+        view = memoryview(data)
+        position = self._size
+        while view:
+            written = os.pwrite(fd, view, position)
+            view = view[written:]
+            position += written
+        appended = position - self._size
+        self._size = position
+        return appended
+
+    def flush(self) -> None:
+        if self._fd is not None:
+            os.fsync(self._fd)
+
+    def truncate_to(self, size: int) -> int:
+        """Cut the file to ``size`` bytes; returns how many bytes were removed."""
+        if size > self._size or size < 0:
+            raise ValueError(f"cannot truncate {self._path} of size {self._size} to {size}")
+        removed = self._size - size
+        self._truncate_file(size)
+        self._size = size
+        return removed
+
+    def trim(self) -> None:
+        """Drop preallocated space past the logical end (on roll and close)."""
+        on_disk = os.fstat(self._fd).st_size if self._fd is not None else self._path.stat().st_size
+        if on_disk > self._size:
+            self._truncate_file(self._size)
+
+    def _truncate_file(self, size: int) -> None:
+        if self._fd is None:
+            os.truncate(self._path, size)
+        else:
+            os.ftruncate(self._fd, size)
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def read(self, position: int, length: int) -> bytes:
+        return os.pread(self._open(), length, position)
+
+    def region(self, position: int, length: int) -> FileRegion:
+        return FileRegion(self, position, length)
+
+    def read_header_at(self, position: int) -> BatchHeader | None:
+        """The batch header at ``position``, or None when fewer than a header's bytes remain.
+
+        A legacy or nonsensical header raises CorruptRecordError: the broker never wrote one.
+        """
+        if position + HEADER_SIZE > self._size:
+            if position + HEADER_PREFIX.size <= self._size:
+                self._check_prefix(self.read(position, HEADER_PREFIX.size), position)
+            return None
+        raw = self.read(position, HEADER_SIZE)
+        if len(raw) < HEADER_SIZE:
+            return None
+        self._check_prefix(raw, position)
+        return read_header(raw)
+
+    def _check_prefix(self, raw: bytes, position: int) -> None:
+        _, batch_length, _, magic = HEADER_PREFIX.unpack_from(raw)
+        if batch_length + LOG_OVERHEAD < MIN_LEGACY_SIZE:
+            raise CorruptRecordError(
+                f"record size {batch_length} is smaller than the minimum record overhead "
+                f"({MIN_LEGACY_SIZE}) in file {self._path} at position {position}"
+            )
+        if magic != CURRENT_MAGIC:
+            raise CorruptRecordError(f"batch at position {position} of {self._path} has unsupported magic {magic}")
+        if batch_length < MIN_BATCH_LENGTH:
+            raise CorruptRecordError(
+                f"batch at position {position} of {self._path} declares length {batch_length}, below {MIN_BATCH_LENGTH}"
+            )
+
+    def batch_headers(self, start_position: int = 0, end_position: int | None = None) -> Iterator[tuple[int, BatchHeader]]:
+        """(position, header) of each complete batch from ``start_position``; stops at a partial batch."""
+        end = self._size if end_position is None else min(end_position, self._size)
+        position = start_position
+        while position < end:
+            header = self.read_header_at(position)
+            if header is None or position + header.size > end:
+                return
+            yield position, header
+            position += header.size
+
+    def search_for_offset_with_size(self, target_offset: int, starting_position: int) -> tuple[int, BatchHeader] | None:
+        """The first batch at or after ``starting_position`` whose last offset is >= target_offset."""
+        for position, header in self.batch_headers(starting_position):
+            if header.last_offset >= target_offset:
+                return position, header
+        return None
+
+    def batches_for_recovery(self, start_position: int = 0) -> Iterator[tuple[int, BatchHeader, memoryview]]:
+        """(position, header, bytes) of every complete batch, reading in large windows.
+
+        Stops without error at a batch that runs past the end of the file (a torn write);
+        raises CorruptRecordError for a header that cannot be a v2 batch. CRCs are the
+        caller's to check.
+        """
+        position = start_position
+        window = b""
+        window_start = position
+        while position < self._size:
+            offset = position - window_start
+            if len(window) - offset < HEADER_SIZE:
+                window = self.read(position, max(RECOVERY_READ_BYTES, HEADER_SIZE))
+                window_start = position
+                offset = 0
+                if len(window) < HEADER_SIZE:
+                    if len(window) >= HEADER_PREFIX.size:
+                        self._check_prefix(window, position)
+                    return
+            self._check_prefix(memoryview(window)[offset:offset + HEADER_PREFIX.size], position)
+            header = read_header(window, offset)
+            size = header.size
+            if position + size > self._size:
+                return
+            if len(window) - offset < size:
+                window = self.read(position, max(RECOVERY_READ_BYTES, size))
+                window_start = position
+                offset = 0
+            yield position, header, memoryview(window)[offset:offset + size]
+            position += size
+
+    def last_modified_ms(self) -> int:
+        return self._path.stat().st_mtime_ns // 1_000_000
+
+    def set_last_modified_ms(self, ms: int) -> None:
+        os.utime(self._path, ns=(ms * 1_000_000, ms * 1_000_000))

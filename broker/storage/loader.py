@@ -1,0 +1,260 @@
+"""LogLoader: turn a partition directory back into segments, recovering after a crash.
+
+Order matters and follows Kafka's loader:
+1. finish or undo interrupted cleaner swaps (.cleaned / .swap) and drop .deleted files;
+2. open every segment (lazily: nothing is read after a clean shutdown);
+3. without the clean-shutdown marker, re-validate every batch from the recovery point on,
+   truncate at the first torn or corrupt byte and delete every later segment, and rebuild
+   indexes that are missing or fail their sanity checks;
+4. make sure an active segment exists and its indexes have room to grow.
+Nothing before the first bad byte is ever lost.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from config.log_config import LogConfig
+
+from . import filenames
+from .clock import Clock
+from .errors import CorruptIndexError
+from .segment import LogSegment, rolling_jitter_ms
+from .segments import LogSegments
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class LoadedLogOffsets:
+    log_start_offset: int
+    recovery_point: int
+    next_offset: int
+    truncated_bytes: int = 0
+    recovered_segments: int = 0
+    rebuilt_indexes: int = 0
+
+
+class LogLoader:
+    def __init__(
+        self,
+        directory: Path,
+        config: LogConfig,
+        clock: Clock,
+        segments: LogSegments,
+        *,
+        log_start_offset_checkpoint: int,
+        recovery_point_checkpoint: int,
+        had_clean_shutdown: bool,
+        on_recovered_batch=None,
+    ):
+        self.directory = Path(directory)
+        self.config = config
+        self.clock = clock
+        self.segments = segments
+        self.log_start_offset_checkpoint = log_start_offset_checkpoint
+        self.recovery_point_checkpoint = recovery_point_checkpoint
+        self.had_clean_shutdown = had_clean_shutdown
+        self.on_recovered_batch = on_recovered_batch
+        self.rebuilt_indexes = 0
+        self.recovered_segments = 0
+
+    def load(self) -> LoadedLogOffsets:
+        swap_files = self._remove_temp_files_and_collect_swap_files()
+        self._complete_swaps(swap_files)
+        self._load_segment_files()
+        truncated = 0
+        if self.had_clean_shutdown and not self.segments.is_empty:
+            next_offset = self.segments.active_segment.read_next_offset()
+            recovery_point = next_offset
+        else:
+            next_offset, truncated = self._recover_log()
+            recovery_point = min(self.recovery_point_checkpoint, next_offset)
+
+        if not self.segments.is_empty and next_offset < self.log_start_offset_checkpoint:
+            logger.warning(
+                "log end offset %d of %s is below its log start offset %d: deleting all segments",
+                next_offset, self.directory, self.log_start_offset_checkpoint,
+            )
+            for segment in self.segments.clear():
+                segment.delete_if_exists()
+        if self.segments.is_empty:
+            start = max(self.log_start_offset_checkpoint, 0)
+            self.segments.add(self._open_segment(start, file_already_exists=False))
+            next_offset = start
+            recovery_point = start
+        active = self.segments.active_segment
+        active.resize_indexes(self.config.segment_index_bytes)
+        log_start_offset = max(self.log_start_offset_checkpoint, self.segments.first_segment().base_offset)
+        return LoadedLogOffsets(
+            log_start_offset=log_start_offset,
+            recovery_point=min(recovery_point, next_offset),
+            next_offset=next_offset,
+            truncated_bytes=truncated,
+            recovered_segments=self.recovered_segments,
+            rebuilt_indexes=self.rebuilt_indexes,
+        )
+
+    # -- step 1: interrupted swaps and leftovers -------------------------------------------------
+
+    def _remove_temp_files_and_collect_swap_files(self) -> list[Path]:
+        swap_files: list[Path] = []
+        cleaned_files: list[Path] = []
+        min_cleaned_offset = None
+        for entry in os.scandir(self.directory):
+            if not entry.is_file():
+                continue
+            path = Path(entry.path)
+            name = entry.name
+            if name.endswith(filenames.DELETED_FILE_SUFFIX):
+                logger.info("deleting stray temporary file %s", path)
+                path.unlink(missing_ok=True)
+            elif name.endswith(filenames.CLEANED_FILE_SUFFIX):
+                offset = _base_offset_or_none(name)
+                if offset is not None:
+                    min_cleaned_offset = offset if min_cleaned_offset is None else min(min_cleaned_offset, offset)
+                cleaned_files.append(path)
+            elif name.endswith(filenames.SWAP_FILE_SUFFIX):
+                swap_files.append(path)
+        kept_swaps = []
+        for path in swap_files:
+            offset = _base_offset_or_none(path.name)
+            if min_cleaned_offset is not None and offset is not None and offset >= min_cleaned_offset:
+                logger.info("deleting incomplete swap file %s", path)
+                path.unlink(missing_ok=True)
+            else:
+                kept_swaps.append(path)
+        for path in cleaned_files:
+            logger.info("deleting stray cleaner output %s", path)
+            path.unlink(missing_ok=True)
+        return kept_swaps
+
+    def _complete_swaps(self, swap_files: list[Path]) -> None:
+        """A .swap segment replaces every plain segment whose offsets it covers; then it becomes plain."""
+        log_swaps = [p for p in swap_files if p.name.endswith(filenames.LOG_FILE_SUFFIX + filenames.SWAP_FILE_SUFFIX)]
+        if log_swaps:
+            swap_bases = [filenames.offset_from_file_name(p.name) for p in log_swaps]
+            min_swap = min(swap_bases)
+            max_next = max(self._swap_next_offset(p, base) for p, base in zip(log_swaps, swap_bases))
+            for entry in os.scandir(self.directory):
+                name = entry.name
+                if name.endswith(filenames.SWAP_FILE_SUFFIX) or not entry.is_file():
+                    continue
+                offset = _base_offset_or_none(name)
+                if offset is not None and min_swap <= offset < max_next and _is_segment_file(name):
+                    logger.info("deleting %s, replaced by an interrupted swap", entry.path)
+                    Path(entry.path).unlink(missing_ok=True)
+        for path in swap_files:
+            target = path.with_name(path.name[: -len(filenames.SWAP_FILE_SUFFIX)])
+            os.replace(path, target)
+
+    def _swap_next_offset(self, log_path: Path, base_offset: int) -> int:
+        segment = LogSegment.open(
+            self.directory, base_offset,
+            index_interval_bytes=self.config.index_interval_bytes,
+            segment_index_bytes=self.config.segment_index_bytes,
+            clock=self.clock, file_already_exists=True, file_suffix=filenames.SWAP_FILE_SUFFIX,
+        )
+        try:
+            segment.recover(self.config.max_message_bytes)
+            return segment.read_next_offset()
+        finally:
+            segment.close_handlers()
+
+    # -- step 2: open segments -----------------------------------------------------------------
+
+    def _open_segment(self, base_offset: int, *, file_already_exists: bool) -> LogSegment:
+        config = self.config
+        return LogSegment.open(
+            self.directory, base_offset,
+            index_interval_bytes=config.index_interval_bytes,
+            segment_index_bytes=config.segment_index_bytes,
+            clock=self.clock,
+            rolling_jitter_ms=rolling_jitter_ms(config.segment_jitter_ms, config.segment_ms),
+            file_already_exists=file_already_exists,
+            preallocate_bytes=config.segment_bytes if config.preallocate else 0,
+        )
+
+    def _load_segment_files(self) -> None:
+        names = sorted(entry.name for entry in os.scandir(self.directory) if entry.is_file())
+        present = set(names)
+        for name in names:
+            offset = _base_offset_or_none(name)
+            if offset is None:
+                continue
+            prefix = filenames.filename_prefix_from_offset(offset)
+            if name in (prefix + filenames.INDEX_FILE_SUFFIX, prefix + filenames.TIME_INDEX_FILE_SUFFIX,
+                        prefix + filenames.TXN_INDEX_FILE_SUFFIX):
+                if prefix + filenames.LOG_FILE_SUFFIX not in present:
+                    logger.warning("deleting orphaned index file %s", self.directory / name)
+                    (self.directory / name).unlink(missing_ok=True)
+                continue
+            if name != prefix + filenames.LOG_FILE_SUFFIX:
+                continue
+            index_missing = prefix + filenames.INDEX_FILE_SUFFIX not in present
+            segment = self._open_segment(offset, file_already_exists=True)
+            if index_missing:
+                logger.info("rebuilding missing index of segment %s", segment.log.path)
+                self._recover_segment(segment)
+                self.rebuilt_indexes += 1
+            self.segments.add(segment)
+
+    # -- step 3: recovery ----------------------------------------------------------------------
+
+    def _recover_segment(self, segment: LogSegment) -> int:
+        self.recovered_segments += 1
+        return segment.recover(self.config.max_message_bytes, self.on_recovered_batch)
+
+    def _recover_log(self) -> tuple[int, int]:
+        """Recover from the recovery point to the end; returns (next offset, bytes truncated)."""
+        recovery_point = self.recovery_point_checkpoint
+        if self.segments.is_empty:
+            return max(self.log_start_offset_checkpoint, 0), 0
+        last = self.segments.last_segment()
+        unflushed = self.segments.values(recovery_point, 2**63 - 1) if recovery_point < 2**63 - 1 else []
+        if recovery_point > last.base_offset and not unflushed:
+            unflushed = [last]
+        unflushed_bases = {segment.base_offset for segment in unflushed}
+        # Segments below the recovery point were flushed: trust their data, but not an index
+        # that a crash left torn or inconsistent.
+        for segment in self.segments:
+            if segment.base_offset in unflushed_bases:
+                continue
+            try:
+                segment.sanity_check_indexes()
+            except CorruptIndexError as exc:
+                logger.warning("rebuilding index of %s: %s", segment.log.path, exc)
+                self._recover_segment(segment)
+                self.rebuilt_indexes += 1
+        truncated_total = 0
+        for i, segment in enumerate(unflushed):
+            truncated = self._recover_segment(segment)
+            if truncated > 0:
+                truncated_total += truncated
+                logger.warning(
+                    "truncated %d invalid bytes at the end of %s; deleting %d later segments",
+                    truncated, segment.log.path, len(unflushed) - i - 1,
+                )
+                for later in unflushed[i + 1:]:
+                    self.segments.remove(later.base_offset)
+                    later.delete_if_exists()
+                break
+        return self.segments.active_segment.read_next_offset(), truncated_total
+
+
+def _base_offset_or_none(name: str) -> int | None:
+    try:
+        return filenames.offset_from_file_name(name)
+    except ValueError:
+        return None
+
+
+def _is_segment_file(name: str) -> bool:
+    return any(
+        name.endswith(suffix)
+        for suffix in (filenames.LOG_FILE_SUFFIX, filenames.INDEX_FILE_SUFFIX, filenames.TIME_INDEX_FILE_SUFFIX,
+                       filenames.TXN_INDEX_FILE_SUFFIX, filenames.PRODUCER_SNAPSHOT_FILE_SUFFIX)
+    )

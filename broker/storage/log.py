@@ -1,0 +1,433 @@
+"""Log: one partition's append-only log of segments (Kafka's UnifiedLog + LocalLog, single replica).
+
+Offsets: log start offset (first readable), high watermark (what consumers may read) and log
+end offset (next to assign). On a single node the high watermark is the log end offset right
+after each append, as in Kafka with one in-sync replica. The recovery point is the offset below
+which everything is known to be fsynced; a crash re-validates only what lies above it.
+
+Threading: every method may be called from any thread. Mutations and read planning hold the
+log's lock for microseconds; fsync runs outside it on duplicated descriptors, so appends never
+wait for a flush they did not ask for.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import threading
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from config.log_config import LogConfig
+from protocol.record_batch import NO_TIMESTAMP
+
+from . import filenames
+from .checkpoints import LEADER_EPOCH_CHECKPOINT, LeaderEpochCheckpointFile, LeaderEpochFileCache, fsync_dir
+from .clock import SYSTEM_CLOCK, Clock
+from .errors import OffsetOutOfRangeError, StorageError
+from .loader import LoadedLogOffsets, LogLoader
+from .segment import (
+    FetchDataInfo,
+    LogOffsetMetadata,
+    LogSegment,
+    RollParams,
+    TimestampAndOffset,
+    rolling_jitter_ms,
+)
+from .segments import LogSegments
+from .validator import ValidatedBatch, validate_and_assign_offsets
+
+logger = logging.getLogger(__name__)
+
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+MAX_TIMESTAMP = -3
+
+
+@dataclass(frozen=True)
+class LogAppendInfo:
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    offset_of_max_timestamp: int
+    log_append_time_ms: int
+    log_start_offset: int
+    record_count: int
+    valid_bytes: int
+    roll_reason: str | None = None
+
+
+class Log:
+    def __init__(
+        self,
+        directory: Path,
+        config: LogConfig,
+        segments: LogSegments,
+        offsets: LoadedLogOffsets,
+        clock: Clock,
+        leader_epoch_cache: LeaderEpochFileCache,
+    ):
+        self.directory = Path(directory)
+        self.topic, self.partition = filenames.parse_topic_partition_name(self.directory.name)
+        self._config = config
+        self._segments = segments
+        self._clock = clock
+        self.leader_epoch_cache = leader_epoch_cache
+        self._lock = threading.RLock()
+        self._log_start_offset = offsets.log_start_offset
+        self._next_offset = offsets.next_offset
+        self._high_watermark = offsets.next_offset
+        self._recovery_point = offsets.recovery_point
+        self._pending_flush_offset = offsets.recovery_point
+        self._last_flush_ms = clock.milliseconds()
+        self.load_stats = offsets
+        self.roll_counts: Counter[str] = Counter()
+        self.offline = False
+        self._closed = False
+
+    # -- opening -----------------------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        directory: Path,
+        config: LogConfig,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+        recovery_point: int = 0,
+        log_start_offset: int = 0,
+        had_clean_shutdown: bool = False,
+    ) -> "Log":
+        """Open (creating if needed) the log in ``directory``, recovering it if it was not shut down cleanly."""
+        directory = Path(directory)
+        filenames.parse_topic_partition_name(directory.name)
+        directory.mkdir(parents=True, exist_ok=True)
+        cache = LeaderEpochFileCache(LeaderEpochCheckpointFile(directory / LEADER_EPOCH_CHECKPOINT))
+        segments = LogSegments()
+
+        def on_recovered_batch(header) -> None:
+            if header.partition_leader_epoch >= 0:
+                cache.assign(header.partition_leader_epoch, header.base_offset)
+
+        offsets = LogLoader(
+            directory, config, clock, segments,
+            log_start_offset_checkpoint=log_start_offset,
+            recovery_point_checkpoint=recovery_point,
+            had_clean_shutdown=had_clean_shutdown,
+            on_recovered_batch=on_recovered_batch,
+        ).load()
+        cache.truncate_from_end(offsets.next_offset)
+        cache.truncate_from_start(offsets.log_start_offset)
+        return cls(directory, config, segments, offsets, clock, cache)
+
+    # -- state -------------------------------------------------------------------------------
+
+    @property
+    def config(self) -> LogConfig:
+        return self._config
+
+    def update_config(self, config: LogConfig) -> None:
+        """Apply new topic-level settings; they take effect from the next append or roll."""
+        with self._lock:
+            self._config = config
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._next_offset
+
+    @property
+    def high_watermark(self) -> int:
+        return self._high_watermark
+
+    @property
+    def recovery_point(self) -> int:
+        return self._recovery_point
+
+    @property
+    def last_flush_ms(self) -> int:
+        return self._last_flush_ms
+
+    @property
+    def segments(self) -> LogSegments:
+        return self._segments
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments.active_segment
+
+    @property
+    def num_segments(self) -> int:
+        return len(self._segments)
+
+    @property
+    def size(self) -> int:
+        return self._segments.size_in_bytes()
+
+    def _check_open(self) -> None:
+        if self.offline:
+            raise StorageError(f"log {self.directory.name} is offline after an I/O error")
+        if self._closed:
+            raise StorageError(f"log {self.directory.name} is closed")
+
+    # -- append ------------------------------------------------------------------------------
+
+    def append_as_leader(self, records, leader_epoch: int = 0) -> LogAppendInfo:
+        """Validate a producer's batch, give it offsets and append it. Nothing is written on error."""
+        with self._lock:
+            self._check_open()
+            now_ms = self._clock.milliseconds()
+            validated = validate_and_assign_offsets(
+                records, offset=self._next_offset, config=self._config, now_ms=now_ms, leader_epoch=leader_epoch
+            )
+            try:
+                roll_reason = self._maybe_roll(validated, now_ms)
+                self.active_segment.append(
+                    validated.last_offset,
+                    validated.max_timestamp,
+                    validated.shallow_offset_of_max_timestamp,
+                    validated.records,
+                )
+                if leader_epoch >= 0:
+                    self.leader_epoch_cache.assign(leader_epoch, validated.first_offset)
+            except OSError as exc:
+                self._go_offline(exc)
+            self._next_offset = validated.last_offset + 1
+            self._high_watermark = self._next_offset
+            info = LogAppendInfo(
+                first_offset=validated.first_offset,
+                last_offset=validated.last_offset,
+                max_timestamp=validated.max_timestamp,
+                offset_of_max_timestamp=validated.shallow_offset_of_max_timestamp,
+                log_append_time_ms=validated.log_append_time_ms,
+                log_start_offset=self._log_start_offset,
+                record_count=validated.record_count,
+                valid_bytes=validated.size,
+                roll_reason=roll_reason,
+            )
+            flush_due = self._next_offset - self._recovery_point >= self._config.flush_messages
+        if flush_due:
+            self.flush()
+        return info
+
+    def _go_offline(self, exc: OSError) -> None:
+        self.offline = True
+        logger.error("I/O error on log %s: %s; taking it offline", self.directory, exc)
+        raise StorageError(f"I/O error on log {self.directory.name}: {exc}") from exc
+
+    def _maybe_roll(self, validated: ValidatedBatch, now_ms: int) -> str | None:
+        segment = self.active_segment
+        reason = segment.should_roll(
+            RollParams(
+                max_segment_ms=self._config.max_segment_ms,
+                max_segment_bytes=self._config.segment_bytes,
+                max_timestamp_in_messages=validated.max_timestamp,
+                max_offset_in_messages=validated.last_offset,
+                messages_size=validated.size,
+                now_ms=now_ms,
+            )
+        )
+        if reason is not None:
+            self.roll_counts[reason] += 1
+            self._roll_locked(validated.first_offset)
+            logger.debug("rolled %s (%s) at offset %d", self.directory.name, reason, self._next_offset)
+        return reason
+
+    def roll(self) -> LogSegment:
+        """Start a new active segment at the log end offset."""
+        with self._lock:
+            self._check_open()
+            try:
+                return self._roll_locked(self._next_offset)
+            except OSError as exc:
+                self._go_offline(exc)
+                raise  # unreachable: _go_offline raises
+
+    def _roll_locked(self, expected_next_offset: int) -> LogSegment:
+        new_offset = max(expected_next_offset, self._next_offset)
+        active = self.active_segment
+        if new_offset == active.base_offset and active.size == 0:
+            # KAFKA-6388: an empty active segment at the same base is replaced, never duplicated.
+            self._segments.remove(active.base_offset)
+            active.delete_if_exists()
+        elif new_offset in self._segments:
+            raise StorageError(
+                f"cannot roll {self.directory.name}: a segment with base offset {new_offset} already exists"
+            )
+        else:
+            active.on_becoming_inactive_segment()
+            for stale in (filenames.log_file(self.directory, new_offset),
+                          filenames.offset_index_file(self.directory, new_offset),
+                          filenames.time_index_file(self.directory, new_offset)):
+                if stale.exists():
+                    logger.warning("deleting stale file %s before rolling", stale)
+                    stale.unlink()
+        config = self._config
+        segment = LogSegment.open(
+            self.directory, new_offset,
+            index_interval_bytes=config.index_interval_bytes,
+            segment_index_bytes=config.segment_index_bytes,
+            clock=self._clock,
+            rolling_jitter_ms=rolling_jitter_ms(config.segment_jitter_ms, config.segment_ms),
+            preallocate_bytes=config.segment_bytes if config.preallocate else 0,
+        )
+        self._segments.add(segment)
+        # Kafka flushes everything below the new segment asynchronously; flush_pending() does it.
+        self._pending_flush_offset = max(self._pending_flush_offset, new_offset)
+        return segment
+
+    # -- flush -------------------------------------------------------------------------------
+
+    def flush(self, offset: int | None = None) -> None:
+        """fsync every segment holding offsets below ``offset`` (default: the log end offset).
+
+        Only this moves the recovery point. The fsyncs run outside the log's lock.
+        """
+        with self._lock:
+            self._check_open()
+            offset = self._next_offset if offset is None else min(offset, self._next_offset)
+            if offset <= self._recovery_point:
+                return
+            to_flush = self._segments.values(self._recovery_point, offset)
+            try:
+                fds = [os.dup(segment.log.fileno()) for segment in to_flush]
+                for segment in to_flush:
+                    segment.flush_indexes()
+            except OSError as exc:
+                self._go_offline(exc)
+        try:
+            for fd in fds:
+                os.fsync(fd)
+            fsync_dir(self.directory)
+        except OSError as exc:
+            with self._lock:
+                self._go_offline(exc)
+        finally:
+            for fd in fds:
+                os.close(fd)
+        with self._lock:
+            self._recovery_point = max(self._recovery_point, offset)
+            self._last_flush_ms = self._clock.milliseconds()
+
+    def flush_pending(self) -> bool:
+        """Run the flush that rolls and ``flush.ms`` scheduled; returns whether one was due."""
+        with self._lock:
+            target = None
+            if self._pending_flush_offset > self._recovery_point:
+                target = self._pending_flush_offset
+            if self._clock.milliseconds() - self._last_flush_ms >= self._config.flush_ms:
+                target = self._next_offset
+        if target is None or target <= self._recovery_point:
+            return False
+        self.flush(target)
+        return True
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def read(self, start_offset: int, max_length: int, *, min_one_message: bool = True) -> FetchDataInfo:
+        """Whole batches from ``start_offset`` below the high watermark, at most ``max_length`` bytes.
+
+        Raises OffsetOutOfRangeError below the log start offset or above the log end offset.
+        """
+        with self._lock:
+            self._check_open()
+            high_watermark = self._high_watermark
+            if start_offset < self._log_start_offset or start_offset > self._next_offset:
+                raise OffsetOutOfRangeError(
+                    f"offset {start_offset} is out of range for partition {self.directory.name}: "
+                    f"log start offset {self._log_start_offset}, log end offset {self._next_offset}"
+                )
+            empty = FetchDataInfo(LogOffsetMetadata(start_offset), None)
+            if start_offset >= high_watermark:
+                return empty
+            segment = self._segments.floor_segment(start_offset)
+            while segment is not None:
+                info = segment.read(start_offset, max_length, min_one_message=min_one_message)
+                if info is not None:
+                    return info
+                segment = self._segments.higher_segment(segment.base_offset)
+            return empty
+
+    def fetch_offset_by_timestamp(self, timestamp: int) -> TimestampAndOffset | None:
+        """Kafka's ListOffsets: -2 earliest, -1 latest, -3 max timestamp, or the first record at/after a time."""
+        with self._lock:
+            self._check_open()
+            if timestamp == EARLIEST_TIMESTAMP:
+                return TimestampAndOffset(NO_TIMESTAMP, self._log_start_offset)
+            if timestamp == LATEST_TIMESTAMP:
+                return TimestampAndOffset(NO_TIMESTAMP, self._high_watermark)
+            if timestamp == MAX_TIMESTAMP:
+                return self._max_timestamp_offset()
+            if timestamp < 0:
+                raise ValueError(f"invalid timestamp {timestamp}")
+            for segment in self._segments:
+                if segment.largest_timestamp < timestamp:
+                    continue
+                found = segment.find_offset_by_timestamp(timestamp, self._log_start_offset)
+                if found is not None:
+                    return found if found.offset < self._high_watermark else None
+            return None
+
+    def _max_timestamp_offset(self) -> TimestampAndOffset | None:
+        from protocol.records import decode_batch
+
+        best: LogSegment | None = None
+        for segment in self._segments:
+            if best is None or segment.max_timestamp_so_far > best.max_timestamp_so_far:
+                best = segment
+        if best is None or best.max_timestamp_so_far < 0:
+            return None
+        target = best.max_timestamp_so_far
+        position = best.offset_index.lookup(best.shallow_offset_of_max_timestamp_so_far).position
+        for batch_position, header in best.log.batch_headers(position):
+            if header.max_timestamp == target:
+                for record in decode_batch(best.log.read(batch_position, header.size)).records:
+                    if record.timestamp == target and record.offset >= self._log_start_offset:
+                        return TimestampAndOffset(record.timestamp, record.offset)
+        return None
+
+    # -- log start offset --------------------------------------------------------------------
+
+    def maybe_increment_log_start_offset(self, new_log_start_offset: int) -> int:
+        """Move the log start offset up (delete_records); retention later deletes whole segments below it."""
+        with self._lock:
+            self._check_open()
+            if new_log_start_offset > self._high_watermark:
+                raise OffsetOutOfRangeError(
+                    f"cannot move the log start offset of {self.directory.name} to {new_log_start_offset}: "
+                    f"above the high watermark {self._high_watermark}"
+                )
+            if new_log_start_offset > self._log_start_offset:
+                self._log_start_offset = new_log_start_offset
+                self.leader_epoch_cache.truncate_from_start(new_log_start_offset)
+            return self._log_start_offset
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Clean close: final index entries, trimmed indexes, files closed. Does not flush."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            for segment in self._segments:
+                segment.close()
+
+    def delete(self) -> None:
+        """Remove the whole partition directory (topic deletion)."""
+        with self._lock:
+            self._closed = True
+            for segment in self._segments.clear():
+                segment.close_handlers()
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+    def __repr__(self) -> str:
+        return (
+            f"Log({self.directory.name}, start={self._log_start_offset}, end={self._next_offset}, "
+            f"segments={len(self._segments)})"
+        )

@@ -1,0 +1,246 @@
+"""LogManager: every partition log of the broker, and the files at each log directory's root.
+
+It owns startup (clean-shutdown marker, checkpoints, loading every partition), placement of
+new partitions (the log dir holding the fewest), the periodic checkpoint writes and the clean
+shutdown sequence: flush, close, checkpoints, then the marker, in Kafka's order.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import shutil
+import threading
+import uuid
+from pathlib import Path
+from typing import Callable, Iterable
+
+from config.log_config import LogConfig
+
+from . import filenames
+from .checkpoints import (
+    CLEANER_OFFSET_CHECKPOINT,
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+    CleanShutdownFile,
+    MetaProperties,
+    OffsetCheckpointFile,
+    random_kafka_uuid,
+)
+from .clock import SYSTEM_CLOCK, Clock
+from .errors import CorruptCheckpointError, StorageError
+from .log import Log
+
+logger = logging.getLogger(__name__)
+
+LOCK_FILE = ".lock"
+TopicPartition = tuple[str, int]
+
+
+class LogDir:
+    """One entry of log.dirs: its lock, its checkpoints and whether it went offline."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.recovery_point_checkpoint = OffsetCheckpointFile(path / RECOVERY_POINT_CHECKPOINT)
+        self.log_start_offset_checkpoint = OffsetCheckpointFile(path / LOG_START_OFFSET_CHECKPOINT)
+        self.replication_offset_checkpoint = OffsetCheckpointFile(path / REPLICATION_OFFSET_CHECKPOINT)
+        self.cleaner_offset_checkpoint = OffsetCheckpointFile(path / CLEANER_OFFSET_CHECKPOINT)
+        self.clean_shutdown_file = CleanShutdownFile(path)
+        self.offline = False
+        self._lock_fd: int | None = None
+
+    def lock(self) -> None:
+        fd = os.open(self.path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise StorageError(f"log directory {self.path} is in use by another process") from None
+        self._lock_fd = fd
+
+    def unlock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def read_checkpoint(self, checkpoint: OffsetCheckpointFile) -> dict[TopicPartition, int]:
+        """Unreadable recovery/log-start checkpoints count as empty, as in Kafka: recovery then covers more."""
+        try:
+            return checkpoint.read()
+        except CorruptCheckpointError as exc:
+            logger.warning("ignoring unreadable checkpoint %s: %s", checkpoint.path, exc)
+            return {}
+
+
+class LogManager:
+    def __init__(
+        self,
+        log_dirs: Iterable[Path | str],
+        default_config: LogConfig,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+        topic_config: Callable[[str], LogConfig] | None = None,
+        node_id: int = 0,
+    ):
+        self.log_dirs = [LogDir(Path(d).resolve()) for d in log_dirs]
+        if not self.log_dirs:
+            raise ValueError("log.dirs must name at least one directory")
+        self.default_config = default_config
+        self.clock = clock
+        self._topic_config = topic_config or (lambda topic: default_config)
+        self.node_id = node_id
+        self.cluster_id: str | None = None
+        self._logs: dict[TopicPartition, Log] = {}
+        self._log_dir_of: dict[TopicPartition, LogDir] = {}
+        self._lock = threading.RLock()
+        self.had_clean_shutdown: dict[Path, bool] = {}
+
+    # -- startup -----------------------------------------------------------------------------
+
+    def startup(self) -> None:
+        for log_dir in self.log_dirs:
+            log_dir.path.mkdir(parents=True, exist_ok=True)
+            log_dir.lock()
+            self._ensure_meta_properties(log_dir)
+            clean = log_dir.clean_shutdown_file.exists()
+            # KAFKA-10471: delete the marker before loading, so a crash while loading is unclean.
+            log_dir.clean_shutdown_file.delete()
+            self.had_clean_shutdown[log_dir.path] = clean
+            recovery_points = log_dir.read_checkpoint(log_dir.recovery_point_checkpoint)
+            log_starts = log_dir.read_checkpoint(log_dir.log_start_offset_checkpoint)
+            for entry in sorted(os.scandir(log_dir.path), key=lambda e: e.name):
+                if not entry.is_dir():
+                    continue
+                if entry.name.endswith(filenames.DELETE_DIR_SUFFIX):
+                    logger.info("removing partition directory %s queued for deletion", entry.path)
+                    shutil.rmtree(entry.path, ignore_errors=True)
+                    continue
+                try:
+                    tp = filenames.parse_topic_partition_name(entry.name)
+                except Exception:
+                    logger.warning("ignoring directory %s: not a topic-partition", entry.path)
+                    continue
+                log = Log.open(
+                    Path(entry.path), self._topic_config(tp[0]), clock=self.clock,
+                    recovery_point=recovery_points.get(tp, 0),
+                    log_start_offset=log_starts.get(tp, 0),
+                    had_clean_shutdown=clean,
+                )
+                self._logs[tp] = log
+                self._log_dir_of[tp] = log_dir
+            logger.info("loaded %d logs from %s (clean shutdown: %s)",
+                        sum(1 for d in self._log_dir_of.values() if d is log_dir), log_dir.path, clean)
+
+    def _ensure_meta_properties(self, log_dir: LogDir) -> None:
+        meta = MetaProperties.read(log_dir.path)
+        if meta is None:
+            cluster_id = self.cluster_id or random_kafka_uuid()
+            meta = MetaProperties(cluster_id=cluster_id, node_id=self.node_id, directory_id=random_kafka_uuid())
+            meta.write(log_dir.path)
+        elif self.cluster_id is not None and meta.cluster_id != self.cluster_id:
+            raise StorageError(
+                f"log directory {log_dir.path} belongs to cluster {meta.cluster_id}, "
+                f"but another log directory belongs to {self.cluster_id}"
+            )
+        self.cluster_id = meta.cluster_id
+
+    # -- partitions --------------------------------------------------------------------------
+
+    def get_log(self, topic: str, partition: int) -> Log | None:
+        return self._logs.get((topic, partition))
+
+    def all_logs(self) -> dict[TopicPartition, Log]:
+        with self._lock:
+            return dict(self._logs)
+
+    def get_or_create_log(self, topic: str, partition: int, config: LogConfig | None = None) -> Log:
+        with self._lock:
+            existing = self._logs.get((topic, partition))
+            if existing is not None:
+                return existing
+            name = filenames.topic_partition_dir_name(topic, partition)
+            log_dir = self._next_log_dir()
+            log = Log.open(log_dir.path / name, config or self._topic_config(topic), clock=self.clock,
+                           had_clean_shutdown=True)
+            self._logs[(topic, partition)] = log
+            self._log_dir_of[(topic, partition)] = log_dir
+            logger.info("created log %s in %s", name, log_dir.path)
+            return log
+
+    def _next_log_dir(self) -> LogDir:
+        online = [d for d in self.log_dirs if not d.offline]
+        if not online:
+            raise StorageError("no log directory is online")
+        counts = {d.path: 0 for d in online}
+        for tp, d in self._log_dir_of.items():
+            if d.path in counts:
+                counts[d.path] += 1
+        return min(online, key=lambda d: counts[d.path])
+
+    def delete_log(self, topic: str, partition: int) -> bool:
+        """Remove a partition: out of the map at once, directory renamed ``-delete`` then removed."""
+        with self._lock:
+            log = self._logs.pop((topic, partition), None)
+            self._log_dir_of.pop((topic, partition), None)
+        if log is None:
+            return False
+        log.close()
+        doomed = log.directory.with_name(f"{log.directory.name}.{uuid.uuid4().hex}{filenames.DELETE_DIR_SUFFIX}")
+        os.replace(log.directory, doomed)
+        shutil.rmtree(doomed, ignore_errors=True)
+        return True
+
+    # -- checkpoints and flushing ------------------------------------------------------------
+
+    def _logs_by_dir(self) -> dict[Path, list[tuple[TopicPartition, Log]]]:
+        with self._lock:
+            grouped: dict[Path, list[tuple[TopicPartition, Log]]] = {d.path: [] for d in self.log_dirs}
+            for tp, log in self._logs.items():
+                grouped[self._log_dir_of[tp].path].append((tp, log))
+            return grouped
+
+    def checkpoint_recovery_points(self) -> None:
+        grouped = self._logs_by_dir()
+        for log_dir in self.log_dirs:
+            log_dir.recovery_point_checkpoint.write({tp: log.recovery_point for tp, log in grouped[log_dir.path]})
+
+    def checkpoint_log_start_offsets(self) -> None:
+        """Only partitions whose start moved past their first segment, as Kafka writes it."""
+        grouped = self._logs_by_dir()
+        for log_dir in self.log_dirs:
+            log_dir.log_start_offset_checkpoint.write({
+                tp: log.log_start_offset
+                for tp, log in grouped[log_dir.path]
+                if log.log_start_offset > log.segments.first_segment().base_offset
+            })
+
+    def checkpoint_high_watermarks(self) -> None:
+        grouped = self._logs_by_dir()
+        for log_dir in self.log_dirs:
+            log_dir.replication_offset_checkpoint.write({tp: log.high_watermark for tp, log in grouped[log_dir.path]})
+
+    def flush_pending(self) -> int:
+        """Run the flushes that rolls and flush.ms scheduled; returns how many logs were flushed."""
+        return sum(1 for log in self.all_logs().values() if not log.offline and log.flush_pending())
+
+    # -- shutdown ----------------------------------------------------------------------------
+
+    def shutdown(self) -> None:
+        """Kafka's clean shutdown: flush and close every log, write checkpoints, then the marker."""
+        logs = self.all_logs()
+        for log in logs.values():
+            if not log.offline:
+                log.flush()
+                log.close()
+        self.checkpoint_recovery_points()
+        self.checkpoint_log_start_offsets()
+        self.checkpoint_high_watermarks()
+        for log_dir in self.log_dirs:
+            if not log_dir.offline and not any(
+                log.offline for tp, log in logs.items() if self._log_dir_of.get(tp) is log_dir
+            ):
+                log_dir.clean_shutdown_file.write(0)
+            log_dir.unlock()

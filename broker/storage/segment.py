@@ -1,0 +1,445 @@
+"""LogSegment: one ``.log`` file with its sparse ``.index`` and ``.timeindex`` (Kafka's LogSegment).
+
+Invariants:
+- every batch in the file has offsets in [base_offset, base_offset + 2^31 - 1], so indexes can
+  store 32-bit relative offsets;
+- an index entry (offset, position) says the batch starting at ``position`` ends at ``offset``;
+  a time index entry (ts, offset) says every record with a timestamp up to ``ts`` is at or
+  before ``offset``. Indexes are derived data: rebuilt from the log, never checksummed;
+- only the active (last) segment is appended to; on roll it gets its final time index entry,
+  its indexes are trimmed and mapped read-only.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+from protocol.record_batch import NO_TIMESTAMP, BatchHeader, compute_crc
+
+from . import filenames
+from .clock import Clock
+from .errors import CorruptIndexError, CorruptRecordError, LogSegmentOffsetOverflowError
+from .file_records import FileRecords, FileRegion
+from .index import LazyIndex, OffsetIndex, TimeIndex, TimestampOffset
+
+MAX_RELATIVE_OFFSET = 2**31 - 1
+
+
+class LogOffsetMetadata(NamedTuple):
+    message_offset: int
+    segment_base_offset: int = -1
+    relative_position_in_segment: int = -1
+
+
+class FetchDataInfo(NamedTuple):
+    fetch_offset_metadata: LogOffsetMetadata
+    region: FileRegion | None  # None: nothing to return
+    first_batch: BatchHeader | None = None
+
+    @property
+    def size(self) -> int:
+        return self.region.length if self.region is not None else 0
+
+
+class TimestampAndOffset(NamedTuple):
+    timestamp: int
+    offset: int
+
+
+@dataclass(frozen=True)
+class RollParams:
+    """What decides a roll: the segment limits and the incoming record set (Kafka's RollParams)."""
+
+    max_segment_ms: int
+    max_segment_bytes: int
+    max_timestamp_in_messages: int
+    max_offset_in_messages: int
+    messages_size: int
+    now_ms: int
+
+
+ROLL_REASONS = ("size", "time", "index_full", "offset_overflow")
+
+
+class LogSegment:
+    def __init__(
+        self,
+        log: FileRecords,
+        offset_index: LazyIndex,
+        time_index: LazyIndex,
+        base_offset: int,
+        index_interval_bytes: int,
+        rolling_jitter_ms: int,
+        clock: Clock,
+    ):
+        self.log = log
+        self._offset_index = offset_index
+        self._time_index = time_index
+        self.base_offset = base_offset
+        self.index_interval_bytes = index_interval_bytes
+        self.rolling_jitter_ms = rolling_jitter_ms
+        self._clock = clock
+        self.created_ms = clock.milliseconds()
+        self._bytes_since_last_index_entry = 0
+        # Both loaded lazily from the files: a cleanly opened log reads nothing until asked.
+        self._max_timestamp_and_offset: TimestampOffset | None = None
+        self._rolling_based_timestamp: int | None = None
+
+    @classmethod
+    def open(
+        cls,
+        directory: Path,
+        base_offset: int,
+        *,
+        index_interval_bytes: int,
+        segment_index_bytes: int,
+        clock: Clock,
+        rolling_jitter_ms: int = 0,
+        file_already_exists: bool = False,
+        preallocate_bytes: int = 0,
+        file_suffix: str = "",
+    ) -> "LogSegment":
+        directory = Path(directory)
+        log = FileRecords(
+            filenames.log_file(directory, base_offset, file_suffix),
+            preallocate_bytes=0 if file_already_exists else preallocate_bytes,
+        )
+        offset_index = LazyIndex.for_offset(
+            filenames.offset_index_file(directory, base_offset, file_suffix), base_offset, segment_index_bytes
+        )
+        time_index = LazyIndex.for_time(
+            filenames.time_index_file(directory, base_offset, file_suffix), base_offset, segment_index_bytes
+        )
+        if not file_already_exists:
+            # A new segment has all three files from the start, its indexes preallocated.
+            offset_index.get()
+            time_index.get()
+        return cls(log, offset_index, time_index, base_offset, index_interval_bytes, rolling_jitter_ms, clock)
+
+    # -- accessors ---------------------------------------------------------------------------
+
+    @property
+    def offset_index(self) -> OffsetIndex:
+        return self._offset_index.get()
+
+    @property
+    def time_index(self) -> TimeIndex:
+        return self._time_index.get()
+
+    @property
+    def lazy_offset_index(self) -> LazyIndex:
+        return self._offset_index
+
+    @property
+    def lazy_time_index(self) -> LazyIndex:
+        return self._time_index
+
+    @property
+    def size(self) -> int:
+        return self.log.size
+
+    def _max_timestamp_so_far(self) -> TimestampOffset:
+        if self._max_timestamp_and_offset is None:
+            self._max_timestamp_and_offset = self.time_index.last_entry
+        return self._max_timestamp_and_offset
+
+    @property
+    def max_timestamp_so_far(self) -> int:
+        return self._max_timestamp_so_far().timestamp
+
+    @property
+    def shallow_offset_of_max_timestamp_so_far(self) -> int:
+        return self._max_timestamp_so_far().offset
+
+    @property
+    def largest_timestamp(self) -> int:
+        """Newest record timestamp, or the file's mtime when no record has one (Kafka's rule)."""
+        ts = self.max_timestamp_so_far
+        return ts if ts >= 0 else self.log.last_modified_ms()
+
+    @property
+    def last_modified_ms(self) -> int:
+        return self.log.last_modified_ms()
+
+    def set_last_modified_ms(self, ms: int) -> None:
+        for path in (self.log.path, self._offset_index.path, self._time_index.path):
+            if path.exists():
+                os.utime(path, ns=(ms * 1_000_000, ms * 1_000_000))
+
+    # -- append ------------------------------------------------------------------------------
+
+    def can_convert_to_relative_offset(self, offset: int) -> bool:
+        return 0 <= offset - self.base_offset <= MAX_RELATIVE_OFFSET
+
+    def append(self, largest_offset: int, largest_timestamp: int, shallow_offset_of_max_timestamp: int, records) -> None:
+        """Append already-validated batch bytes whose last offset is ``largest_offset``."""
+        size = len(records)
+        if size == 0:
+            return
+        physical_position = self.log.size
+        if physical_position == 0:
+            self._rolling_based_timestamp = largest_timestamp
+        if not self.can_convert_to_relative_offset(largest_offset):
+            raise LogSegmentOffsetOverflowError(
+                f"offset {largest_offset} does not fit segment {self.log.path} with base offset {self.base_offset}"
+            )
+        self.log.append(records)
+        current = self._max_timestamp_so_far()
+        if largest_timestamp > current.timestamp:
+            current = self._max_timestamp_and_offset = TimestampOffset(largest_timestamp, shallow_offset_of_max_timestamp)
+        if self._bytes_since_last_index_entry > self.index_interval_bytes:
+            self.offset_index.append(largest_offset, physical_position)
+            self.time_index.maybe_append(current.timestamp, current.offset)
+            self._bytes_since_last_index_entry = 0
+        self._bytes_since_last_index_entry += size
+
+    # -- roll --------------------------------------------------------------------------------
+
+    def _rolling_base(self) -> int:
+        if self._rolling_based_timestamp is None:
+            first = self.log.read_header_at(0) if self.log.size else None
+            self._rolling_based_timestamp = first.max_timestamp if first is not None else NO_TIMESTAMP
+        return self._rolling_based_timestamp
+
+    def time_waited_for_roll(self, now_ms: int, max_timestamp_in_messages: int) -> int:
+        base = self._rolling_base()
+        if base >= 0:
+            return max_timestamp_in_messages - base
+        return now_ms - self.created_ms
+
+    def should_roll(self, params: RollParams) -> str | None:
+        """The reason this segment must roll before ``params``' records are appended, or None."""
+        if self.size > params.max_segment_bytes - params.messages_size:
+            return "size"
+        if self.size > 0 and (
+            self.time_waited_for_roll(params.now_ms, params.max_timestamp_in_messages)
+            > params.max_segment_ms - self.rolling_jitter_ms
+        ):
+            return "time"
+        if self.offset_index.is_full() or self.time_index.is_full():
+            return "index_full"
+        if not self.can_convert_to_relative_offset(params.max_offset_in_messages):
+            return "offset_overflow"
+        return None
+
+    def on_becoming_inactive_segment(self) -> None:
+        """Final time index entry, trimmed files, and indexes mapped read-only."""
+        current = self._max_timestamp_so_far()
+        self.time_index.maybe_append(current.timestamp, current.offset, skip_full_check=True)
+        self.offset_index.trim_to_valid_size()
+        self.time_index.trim_to_valid_size()
+        self.log.trim()
+        self.offset_index.make_read_only()
+        self.time_index.make_read_only()
+
+    def resize_indexes(self, size: int) -> None:
+        self.offset_index.resize(size)
+        self.time_index.resize(size)
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def translate_offset(self, offset: int, starting_position: int = 0) -> tuple[int, BatchHeader] | None:
+        """Position and header of the first batch whose last offset is >= ``offset``."""
+        mapping = self.offset_index.lookup(offset)
+        return self.log.search_for_offset_with_size(offset, max(mapping.position, starting_position))
+
+    def read(
+        self, start_offset: int, max_size: int, max_position: int | None = None, min_one_message: bool = False
+    ) -> FetchDataInfo | None:
+        """Whole batches from the one holding ``start_offset``, at most ``max_size`` bytes.
+
+        With ``min_one_message`` the first batch is returned even when it exceeds ``max_size``
+        (Kafka's rule, so a consumer can always make progress). Returns None if no batch in
+        this segment reaches ``start_offset``.
+        """
+        if max_size < 0:
+            raise ValueError(f"invalid max size {max_size} for log read from segment {self.log.path}")
+        found = self.translate_offset(start_offset)
+        if found is None:
+            return None
+        start_position, first = found
+        metadata = LogOffsetMetadata(start_offset, self.base_offset, start_position)
+        limit = self.log.size if max_position is None else min(max_position, self.log.size)
+        if start_position >= limit:
+            return FetchDataInfo(metadata, None, first)
+        budget = min(limit - start_position, max(max_size, first.size) if min_one_message else max_size)
+        length = self._whole_batches_length(start_position, first, budget)
+        return FetchDataInfo(metadata, self.log.region(start_position, length) if length else None, first)
+
+    def _whole_batches_length(self, start_position: int, first: BatchHeader, budget: int) -> int:
+        """Bytes of the longest run of whole batches from ``start_position`` that fits ``budget``.
+
+        The offset index's positions are batch boundaries, so the walk over headers starts at
+        the last indexed boundary that fits and covers at most index.interval.bytes.
+        """
+        if first.size > budget:
+            return 0
+        end = start_position + budget
+        position = max(start_position, self._last_indexed_position_at_or_before(end))
+        for batch_position, header in self.log.batch_headers(position):
+            if batch_position + header.size > end:
+                return batch_position - start_position
+            position = batch_position + header.size
+        return position - start_position
+
+    def _last_indexed_position_at_or_before(self, position: int) -> int:
+        index = self.offset_index
+        lo, hi = 0, index.entries - 1
+        best = 0
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            entry_position = index.entry(mid).position
+            if entry_position <= position:
+                best = entry_position
+                lo = mid + 1
+            else:
+                hi = mid - 1
+        return best
+
+    def read_next_offset(self) -> int:
+        """The offset after the last batch: found from the last index entry, not a full scan."""
+        next_offset = self.base_offset
+        start = self.offset_index.lookup(2**63 - 1).position if self.offset_index.entries else 0
+        for _, header in self.log.batch_headers(start):
+            next_offset = header.next_offset
+        return next_offset
+
+    def find_offset_by_timestamp(self, timestamp: int, start_offset: int | None = None) -> TimestampAndOffset | None:
+        """First record at or after ``start_offset`` whose timestamp is >= ``timestamp``."""
+        from protocol.records import decode_batch  # records are decoded only here, never on produce/fetch
+
+        start_offset = self.base_offset if start_offset is None else start_offset
+        ts_offset = self.time_index.lookup(timestamp)
+        position = self.offset_index.lookup(max(ts_offset.offset, start_offset)).position
+        for batch_position, header in self.log.batch_headers(position):
+            if header.max_timestamp < timestamp or header.last_offset < start_offset:
+                continue
+            batch = decode_batch(self.log.read(batch_position, header.size))
+            for record in batch.records:
+                if record.timestamp >= timestamp and record.offset >= start_offset:
+                    return TimestampAndOffset(record.timestamp, record.offset)
+        return None
+
+    # -- recovery ----------------------------------------------------------------------------
+
+    def recover(self, max_message_size: int, on_batch=None) -> int:
+        """Rebuild both indexes from the log and cut it at the first invalid batch.
+
+        Returns the number of bytes truncated. ``on_batch(header)`` sees every valid batch
+        (the leader epoch cache uses it).
+        """
+        offset_index, time_index = self.offset_index, self.time_index
+        offset_index.reset()
+        time_index.reset()
+        valid_bytes = 0
+        last_index_entry = 0
+        max_ts = TimestampOffset(NO_TIMESTAMP, self.base_offset)
+        try:
+            for position, header, batch in self.log.batches_for_recovery():
+                if header.size > max_message_size:
+                    raise CorruptRecordError(
+                        f"batch at position {position} of {self.log.path} is {header.size} bytes, "
+                        f"larger than the maximum {max_message_size}"
+                    )
+                if compute_crc(batch) != header.crc:
+                    raise CorruptRecordError(f"batch at position {position} of {self.log.path} fails its CRC")
+                if header.base_offset < self.base_offset or not self.can_convert_to_relative_offset(header.last_offset):
+                    raise CorruptRecordError(
+                        f"batch at position {position} of {self.log.path} has offsets "
+                        f"{header.base_offset}..{header.last_offset} outside segment base {self.base_offset}"
+                    )
+                if header.max_timestamp > max_ts.timestamp:
+                    max_ts = TimestampOffset(header.max_timestamp, header.last_offset)
+                if valid_bytes - last_index_entry > self.index_interval_bytes:
+                    offset_index.append(header.last_offset, valid_bytes)
+                    time_index.maybe_append(max_ts.timestamp, max_ts.offset)
+                    last_index_entry = valid_bytes
+                valid_bytes += header.size
+                if on_batch is not None:
+                    on_batch(header)
+        except CorruptRecordError:
+            pass  # everything from the first invalid byte on is cut below
+        truncated = self.log.size - valid_bytes
+        if truncated > 0:
+            self.log.truncate_to(valid_bytes)
+        self._max_timestamp_and_offset = max_ts
+        self._rolling_based_timestamp = None
+        time_index.maybe_append(max_ts.timestamp, max_ts.offset, skip_full_check=True)
+        offset_index.trim_to_valid_size()
+        time_index.trim_to_valid_size()
+        self._bytes_since_last_index_entry = valid_bytes - last_index_entry
+        return truncated
+
+    def sanity_check_indexes(self) -> None:
+        """Kafka's index sanity checks, plus two it lacks: the last offset index entry must be the
+        greatest (a zero-padded, untrimmed file fails this) and must point inside the log."""
+        offset_index, time_index = self.offset_index, self.time_index
+        offset_index.sanity_check()
+        time_index.sanity_check()
+        entries = offset_index.entries
+        if entries:
+            first, last = offset_index.entry(0), offset_index.entry(entries - 1)
+            if entries > 1 and (last.offset <= first.offset or last.position <= first.position):
+                raise CorruptIndexError(f"index {offset_index.path} has entries out of order (zero padded?)")
+            if last.position >= self.log.size:
+                raise CorruptIndexError(f"index {offset_index.path} points past the end of {self.log.path}")
+
+    # -- files -------------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        self.log.flush()
+        self.flush_indexes()
+
+    def flush_indexes(self) -> None:
+        if self._offset_index.is_loaded:
+            self.offset_index.flush()
+        if self._time_index.is_loaded:
+            self.time_index.flush()
+
+    def change_file_suffixes(self, old_suffix: str, new_suffix: str) -> None:
+        def renamed(path: Path) -> Path:
+            name = path.name
+            if old_suffix and not name.endswith(old_suffix):
+                raise ValueError(f"{path} does not end with {old_suffix!r}")
+            stem = name[: len(name) - len(old_suffix)] if old_suffix else name
+            return path.with_name(stem + new_suffix)
+
+        self.log.rename_to(renamed(self.log.path))
+        self._offset_index.rename_to(renamed(self._offset_index.path))
+        self._time_index.rename_to(renamed(self._time_index.path))
+
+    def close(self) -> None:
+        """Clean close: final time index entry, trimmed indexes, files closed."""
+        if self._time_index.is_loaded and self._offset_index.is_loaded:
+            current = self._max_timestamp_so_far()
+            if not self.time_index.read_only:
+                self.time_index.maybe_append(current.timestamp, current.offset, skip_full_check=True)
+        self._offset_index.close()
+        self._time_index.close()
+        self.log.trim()
+        self.log.close()
+
+    def close_handlers(self) -> None:
+        self._offset_index.close_handler()
+        self._time_index.close_handler()
+        self.log.close()
+
+    def delete_if_exists(self) -> None:
+        self.close_handlers()
+        self.log.delete_if_exists()
+        self._offset_index.delete_if_exists()
+        self._time_index.delete_if_exists()
+
+    def __repr__(self) -> str:
+        return f"LogSegment(base_offset={self.base_offset}, size={self.size}, path={self.log.path})"
+
+
+def rolling_jitter_ms(segment_jitter_ms: int, segment_ms: int) -> int:
+    """Chosen once per segment: abs(random int) % min(jitter, segment.ms), or 0 (Kafka's rule)."""
+    if segment_jitter_ms == 0:
+        return 0
+    return random.randrange(2**31) % min(segment_jitter_ms, segment_ms)

@@ -1,0 +1,1 @@
+"""Typed, immutable configuration with Kafka's key names, defaults and precedence."""
