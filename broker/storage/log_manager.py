@@ -44,15 +44,13 @@ class LogDir:
 
     def __init__(self, path: Path):
         self.path = path
-        self.recovery_point_checkpoint = OffsetCheckpointFile(path / RECOVERY_POINT_CHECKPOINT)
-        self.log_start_offset_checkpoint = OffsetCheckpointFile(path / LOG_START_OFFSET_CHECKPOINT)
-        self.replication_offset_checkpoint = OffsetCheckpointFile(path / REPLICATION_OFFSET_CHECKPOINT)
-        self.cleaner_offset_checkpoint = OffsetCheckpointFile(path / CLEANER_OFFSET_CHECKPOINT)
         self.clean_shutdown_file = CleanShutdownFile(path)
         self.offline = False
         self._lock_fd: int | None = None
 
-    def lock(self) -> None:
+    def open(self) -> None:
+        """Create the directory if needed, take its lock, and open (creating) its checkpoint files."""
+        self.path.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -60,6 +58,10 @@ class LogDir:
             os.close(fd)
             raise StorageError(f"log directory {self.path} is in use by another process") from None
         self._lock_fd = fd
+        self.recovery_point_checkpoint = OffsetCheckpointFile(self.path / RECOVERY_POINT_CHECKPOINT)
+        self.log_start_offset_checkpoint = OffsetCheckpointFile(self.path / LOG_START_OFFSET_CHECKPOINT)
+        self.replication_offset_checkpoint = OffsetCheckpointFile(self.path / REPLICATION_OFFSET_CHECKPOINT)
+        self.cleaner_offset_checkpoint = OffsetCheckpointFile(self.path / CLEANER_OFFSET_CHECKPOINT)
 
     def unlock(self) -> None:
         if self._lock_fd is not None:
@@ -102,8 +104,7 @@ class LogManager:
 
     def startup(self) -> None:
         for log_dir in self.log_dirs:
-            log_dir.path.mkdir(parents=True, exist_ok=True)
-            log_dir.lock()
+            log_dir.open()
             self._ensure_meta_properties(log_dir)
             clean = log_dir.clean_shutdown_file.exists()
             # KAFKA-10471: delete the marker before loading, so a crash while loading is unclean.

@@ -338,6 +338,7 @@ class LogSegment:
         valid_bytes = 0
         last_index_entry = 0
         max_ts = TimestampOffset(NO_TIMESTAMP, self.base_offset)
+        expected_offset = self.base_offset
         try:
             for position, header, batch in self.log.batches_for_recovery():
                 if header.size > max_message_size:
@@ -347,11 +348,15 @@ class LogSegment:
                     )
                 if compute_crc(batch) != header.crc:
                     raise CorruptRecordError(f"batch at position {position} of {self.log.path} fails its CRC")
-                if header.base_offset < self.base_offset or not self.can_convert_to_relative_offset(header.last_offset):
+                # The base offset is outside the CRC: offsets must still rise and fit the segment.
+                if (header.base_offset < expected_offset or header.last_offset_delta < 0
+                        or not self.can_convert_to_relative_offset(header.last_offset)):
                     raise CorruptRecordError(
                         f"batch at position {position} of {self.log.path} has offsets "
-                        f"{header.base_offset}..{header.last_offset} outside segment base {self.base_offset}"
+                        f"{header.base_offset}..{header.last_offset}, expected a batch from offset "
+                        f"{expected_offset} within segment base {self.base_offset}"
                     )
+                expected_offset = header.next_offset
                 if header.max_timestamp > max_ts.timestamp:
                     max_ts = TimestampOffset(header.max_timestamp, header.last_offset)
                 if valid_bytes - last_index_entry > self.index_interval_bytes:
