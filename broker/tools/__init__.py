@@ -1,0 +1,1 @@
+"""Offline command-line tools that read the broker's files (no running broker needed)."""
