@@ -1,0 +1,617 @@
+"""Broker-level configuration (Kafka's KafkaConfig): one frozen object for the whole broker.
+
+Every key is declared once in ``BROKER_CONFIGS`` with Kafka's name, type, default, what it allows
+and what it means; parsing, validation and the generated README reference all read that table.
+The broker-level synonyms of topic keys (``log.segment.bytes`` for ``segment.bytes``...) are
+generated from ``TOPIC_CONFIGS`` so the two tables cannot drift, and together they yield
+``BrokerConfig.log_config``: the ``LogConfig`` of every topic without overrides.
+
+Synonym precedence is Kafka's and is resolved once, in ``from_properties``, by following each
+key's ``fallback`` while a key is unset:
+
+- ``log.retention.ms`` > ``log.retention.minutes`` > ``log.retention.hours`` (negative ⇒ -1)
+- ``log.roll.ms`` > ``log.roll.hours``; ``log.roll.jitter.ms`` > ``log.roll.jitter.hours``
+- ``log.flush.interval.ms`` > ``log.flush.scheduler.interval.ms``
+- ``log.dirs`` > ``log.dir``
+
+Keys triolog adds to Kafka's set: ``metrics.listener``, ``logger.format``, ``logger.level``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import ipaddress
+import math
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Mapping
+
+from .log_config import INT_MAX, LONG_MAX, TOPIC_CONFIGS, ConfigError, LogConfig
+
+#: Java's Double.MAX_VALUE, Kafka's "no limit" for log.cleaner.io.max.bytes.per.second.
+DOUBLE_MAX = sys.float_info.max
+
+LOGGER_FORMATS = ("console", "json")
+LOGGER_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+MS_PER_MINUTE = 60 * 1000
+MS_PER_HOUR = 60 * MS_PER_MINUTE
+
+__all__ = [
+    "BROKER_CONFIGS",
+    "BrokerConfig",
+    "BrokerConfigKey",
+    "ConfigError",
+    "DOUBLE_MAX",
+    "Endpoint",
+    "LOGGER_FORMATS",
+    "LOGGER_LEVELS",
+    "parse_endpoint",
+    "parse_listeners",
+    "parse_metrics_listener",
+]
+
+
+# -- endpoints ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where a server listens, Kafka's ``EndPoint``: ``SCHEME://host:port``.
+
+    ``host`` is stored without brackets; an empty host means every interface.
+    """
+
+    scheme: str
+    host: str
+    port: int
+
+    @property
+    def bind_host(self) -> str | None:
+        """The host to bind, or None for every interface (what ``trio.serve_tcp`` expects)."""
+        return self.host or None
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.scheme}://{host}:{self.port}"
+
+
+# Kafka's listener regex, made strict: an IPv6 host must be bracketed, nothing may follow the port.
+_ENDPOINT = re.compile(
+    r"(?P<scheme>[A-Za-z][A-Za-z0-9_+.-]*)://"
+    r"(?:\[(?P<ipv6>[^\]]*)\]|(?P<host>[^:/\[\]\s]*))"
+    r":(?P<port>[0-9]+)"
+)
+_HOSTNAME = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_.-]*[A-Za-z0-9_])?")
+
+
+def parse_endpoint(text: str, scheme: str) -> Endpoint:
+    """Parse ``scheme://host:port`` (scheme case-insensitive), or raise ValueError saying why."""
+    text = text.strip()
+    match = _ENDPOINT.fullmatch(text)
+    if match is None:
+        raise ValueError(f"not of the form {scheme}://host:port")
+    if match["scheme"].upper() != scheme.upper():
+        raise ValueError(f"scheme {match['scheme']!r} is not supported, only {scheme}")
+    if match["ipv6"] is not None:
+        host = match["ipv6"]
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise ValueError(f"[{host}] is not an IPv6 address") from None
+    else:
+        host = match["host"]
+        if host and not _HOSTNAME.fullmatch(host):
+            raise ValueError(f"{host!r} is not a host name or IPv4 address")
+    port = int(match["port"])
+    if port > 65535:
+        raise ValueError(f"port {port} is not in 0..65535")
+    return Endpoint(scheme, host, port)
+
+
+def parse_listeners(text: str) -> Endpoint:
+    """Kafka's ``listeners`` syntax, restricted to what triolog serves: one PLAINTEXT listener."""
+    parts = [part.strip() for part in text.split(",") if part.strip()]
+    if not parts:
+        raise ValueError("names no listener")
+    if len(parts) > 1:
+        raise ValueError(f"names {len(parts)} listeners; triolog serves exactly one")
+    return parse_endpoint(parts[0], "PLAINTEXT")
+
+
+def parse_metrics_listener(text: str) -> Endpoint | None:
+    """``http://host:port`` for the Prometheus endpoint; an empty value turns it off (None)."""
+    if not text.strip():
+        return None
+    return parse_endpoint(text, "http")
+
+
+def _parse_dirs(text: str) -> tuple[str, ...]:
+    """A comma-separated list of directories, kept as written (relative to the working directory)."""
+    dirs = tuple(part.strip() for part in text.split(",") if part.strip())
+    if not dirs:
+        raise ValueError("names no directory")
+    seen: set[str] = set()
+    for path in dirs:
+        normal = os.path.normpath(path)
+        if normal in seen:
+            raise ValueError(f"names {path!r} twice")
+        seen.add(normal)
+    return dirs
+
+
+def _parse_logger_level(text: str) -> str:
+    """Python's level names, case-insensitive; log4j's WARN is accepted for Kafka habits."""
+    level = text.strip().upper()
+    level = {"WARN": "WARNING"}.get(level, level)
+    if level not in LOGGER_LEVELS:
+        raise ValueError(f"not one of {', '.join(LOGGER_LEVELS)}")
+    return level
+
+
+def _parse_logger_format(text: str) -> str:
+    value = text.strip().lower()
+    if value not in LOGGER_FORMATS:
+        raise ValueError(f"not one of {', '.join(LOGGER_FORMATS)}")
+    return value
+
+
+def _parse_rate(text: str) -> float:
+    """A positive rate in bytes per second; Double.MAX (the default) or ``inf`` mean no limit."""
+    value = _convert("double", text)
+    if not value > 0:
+        raise ValueError("must be greater than 0")
+    return value
+
+
+def _parse_load_factor(text: str) -> float:
+    value = _convert("double", text)
+    if not 0 < value <= 1:
+        raise ValueError("must be in (0, 1]")
+    return value
+
+
+# -- key declarations --------------------------------------------------------------------------
+
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+
+
+def _convert(type_: str, raw: Any) -> Any:
+    """Turn a property string (or an already typed value) into ``type_``, with a readable error."""
+    if type_ in ("int", "long"):
+        if isinstance(raw, bool):
+            raise ValueError("not an integer")
+        if isinstance(raw, int):
+            value = raw
+        else:
+            text = str(raw).strip()
+            if not _INTEGER.fullmatch(text):
+                raise ValueError("not an integer")
+            value = int(text)
+        limit = INT_MAX if type_ == "int" else LONG_MAX
+        if not -limit - 1 <= value <= limit:
+            raise ValueError(f"out of range for {'an int' if type_ == 'int' else 'a long'}")
+        return value
+    if type_ == "double":
+        if isinstance(raw, bool):
+            raise ValueError("not a number")
+        try:
+            value = float(raw.strip() if isinstance(raw, str) else raw)
+        except (TypeError, ValueError):
+            raise ValueError("not a number") from None
+        if math.isnan(value):
+            raise ValueError("not a number")
+        return value
+    if type_ == "boolean":
+        if isinstance(raw, bool):
+            return raw
+        lowered = str(raw).strip().lower()
+        if lowered not in ("true", "false"):
+            raise ValueError("not true or false")
+        return lowered == "true"
+    if type_ == "list":
+        items = raw.split(",") if isinstance(raw, str) else raw
+        return tuple(str(item).strip().lower() for item in items if str(item).strip())
+    return str(raw).strip()
+
+
+def _fmt(number: float) -> str:
+    return str(int(number)) if float(number).is_integer() else str(number)
+
+
+@dataclass(frozen=True)
+class BrokerConfigKey:
+    """How one broker key is named, parsed, defaulted, checked and documented.
+
+    ``attr`` names the ``BrokerConfig`` field the key fills, ``topic_name`` the topic key it
+    supplies the default for; a key with neither is only ever consulted as another key's
+    ``fallback``. ``unit_ms`` scales hour/minute synonyms to milliseconds.
+    """
+
+    name: str
+    type: str  # "int", "long", "double", "boolean", "string", "list", "listener", "url"
+    default: Any  # typed; None = unset, resolved through ``fallback``
+    doc: str
+    group: str
+    attr: str | None = None
+    topic_name: str | None = None
+    fallback: str | None = None
+    unit_ms: int = 1
+    minimum: float | None = None
+    maximum: float | None = None
+    choices: tuple[str, ...] | None = None
+    #: Replaces type conversion and the minimum/maximum/choices checks for non-trivial syntaxes.
+    parser: Callable[[str], Any] | None = field(default=None, compare=False, repr=False)
+    #: What ``describe_allowed`` says when ``parser`` decides what is valid.
+    allowed: str | None = None
+
+    def parse(self, raw: Any) -> Any:
+        """Turn a property value into this key's type, or raise ValueError saying what is wrong."""
+        if self.parser is not None:
+            return self.parser(str(raw))
+        value = _convert(self.type, raw)
+        if self.minimum is not None and value < self.minimum:
+            raise ValueError(f"must be at least {_fmt(self.minimum)}")
+        if self.maximum is not None and value > self.maximum:
+            raise ValueError(f"must be at most {_fmt(self.maximum)}")
+        if self.choices is not None:
+            items = value if isinstance(value, tuple) else (value,)
+            for item in items:
+                if item not in self.choices:
+                    raise ValueError(f"{item!r} is not one of {', '.join(self.choices)}")
+            if not items:
+                raise ValueError(f"must list at least one of {', '.join(self.choices)}")
+        return value
+
+    def describe_allowed(self) -> str:
+        if self.allowed is not None:
+            return self.allowed
+        parts = [self.type]
+        if self.choices:
+            joined = ", ".join(self.choices)
+            if self.type == "list":
+                parts = [f"comma-separated list of {joined}"]
+            else:
+                parts.append(f"one of {joined}")
+        if self.minimum is not None:
+            parts.append(f">= {_fmt(self.minimum)}")
+        if self.maximum is not None:
+            parts.append(f"<= {_fmt(self.maximum)}")
+        return ", ".join(parts)
+
+    @property
+    def default_text(self) -> str:
+        """The default as the README shows it, naming Java's MAX constants."""
+        value = self.default
+        if value is None:
+            return f"unset (falls back to {self.fallback})" if self.fallback else "unset"
+        if isinstance(value, bool):
+            return str(value).lower()
+        if isinstance(value, tuple):
+            return ",".join(value)
+        if self.type == "long" and value == LONG_MAX:
+            return f"{value} (Long.MAX)"
+        if self.type == "int" and value == INT_MAX:
+            return f"{value} (Int.MAX)"
+        if self.type == "double" and value == DOUBLE_MAX:
+            return f"{value!r} (Double.MAX)"
+        return str(value)
+
+
+def _server_keys() -> Iterator[BrokerConfigKey]:
+    group = "server"
+    yield BrokerConfigKey(
+        "listeners", "listener", Endpoint("PLAINTEXT", "127.0.0.1", 9092),
+        "Address the broker accepts client connections on, in Kafka's listener syntax. "
+        "triolog serves one PLAINTEXT listener and, unlike Kafka (PLAINTEXT://:9092), "
+        "defaults to loopback so that a bare start is not reachable from the network.",
+        group, attr="listener", parser=parse_listeners,
+        allowed="one PLAINTEXT://host:port (empty host = every interface, IPv6 in brackets "
+                "as PLAINTEXT://[::1]:9092, port 0..65535 with 0 = any free port)")
+    yield BrokerConfigKey(
+        "node.id", "int", 0,
+        "Id of this broker, written to meta.properties. Kafka's default is -1 (must be set); "
+        "a single-node triolog defaults to 0.",
+        group, attr="node_id", minimum=0)
+    yield BrokerConfigKey(
+        "log.dirs", "list", None,
+        "Comma-separated directories holding the partition logs; new partitions go to the one "
+        "holding the fewest. Relative paths are relative to the working directory.",
+        group, attr="log_dirs", fallback="log.dir", parser=_parse_dirs,
+        allowed="comma-separated directories, none twice")
+    yield BrokerConfigKey(
+        "log.dir", "list", ("/tmp/kafka-logs",),
+        "Used when log.dirs is unset. The embedded server.properties sets ./data.",
+        group, parser=_parse_dirs, allowed="comma-separated directories, none twice")
+    yield BrokerConfigKey(
+        "num.partitions", "int", 1,
+        "Partition count of automatically created topics.",
+        group, attr="num_partitions", minimum=1)
+    yield BrokerConfigKey(
+        "auto.create.topics.enable", "boolean", True,
+        "Create a topic on its first produce or metadata request.",
+        group, attr="auto_create_topics_enable")
+    yield BrokerConfigKey(
+        "socket.request.max.bytes", "int", 104857600,
+        "Largest request frame accepted; a longer one is refused and the connection closed.",
+        group, attr="socket_request_max_bytes", minimum=1)
+    yield BrokerConfigKey(
+        "max.connections", "int", INT_MAX,
+        "Connections the broker holds open at once; further ones wait to be accepted.",
+        group, attr="max_connections", minimum=0)
+    yield BrokerConfigKey(
+        "max.connections.per.ip", "int", INT_MAX,
+        "Connections accepted from one client address; further ones are closed at once.",
+        group, attr="max_connections_per_ip", minimum=0)
+    yield BrokerConfigKey(
+        "connections.max.idle.ms", "long", 600000,
+        "Close a connection with no request for this long; -1 never closes idle connections.",
+        group, attr="connections_max_idle_ms", minimum=-1)
+    yield BrokerConfigKey(
+        "metrics.listener", "url", Endpoint("http", "127.0.0.1", 9404),
+        "triolog key: where Prometheus scrapes /metrics over HTTP. Same host rules as "
+        "listeners; an empty value turns the endpoint off.",
+        group, attr="metrics_listener", parser=parse_metrics_listener,
+        allowed="http://host:port (empty host = every interface, IPv6 in brackets), "
+                "or empty to disable")
+    yield BrokerConfigKey(
+        "logger.format", "string", "console",
+        "triolog key: console writes human-readable lines, json one JSON object per line.",
+        group, attr="logger_format", parser=_parse_logger_format,
+        allowed="one of " + ", ".join(LOGGER_FORMATS))
+    yield BrokerConfigKey(
+        "logger.level", "string", "INFO",
+        "triolog key: least severe level logged (case-insensitive; WARN means WARNING).",
+        group, attr="logger_level", parser=_parse_logger_level,
+        allowed="one of " + ", ".join(LOGGER_LEVELS))
+
+
+def _log_manager_keys() -> Iterator[BrokerConfigKey]:
+    group = "log manager"
+    yield BrokerConfigKey(
+        "log.retention.check.interval.ms", "long", 300000,
+        "How often the retention task deletes segments past retention.ms or retention.bytes.",
+        group, attr="log_retention_check_interval_ms", minimum=1)
+    yield BrokerConfigKey(
+        "log.flush.offset.checkpoint.interval.ms", "int", 60000,
+        "How often each log dir's recovery-point-offset-checkpoint is written; recovery after a "
+        "crash starts from there.",
+        group, attr="log_flush_offset_checkpoint_interval_ms", minimum=0)
+    yield BrokerConfigKey(
+        "log.flush.start.offset.checkpoint.interval.ms", "int", 60000,
+        "How often each log dir's log-start-offset-checkpoint is written.",
+        group, attr="log_flush_start_offset_checkpoint_interval_ms", minimum=0)
+    yield BrokerConfigKey(
+        "replica.high.watermark.checkpoint.interval.ms", "long", 5000,
+        "How often each log dir's replication-offset-checkpoint (high watermarks) is written.",
+        group, attr="replica_high_watermark_checkpoint_interval_ms", minimum=1)
+    yield BrokerConfigKey(
+        "log.flush.scheduler.interval.ms", "long", LONG_MAX,
+        "How often the flusher looks for logs whose last flush is older than flush.ms; also the "
+        "default of log.flush.interval.ms. The default never runs it.",
+        group, attr="log_flush_scheduler_interval_ms", minimum=1)
+    yield BrokerConfigKey(
+        "log.initial.task.delay.ms", "long", 30000,
+        "Delay after startup before the retention, flush and checkpoint tasks first run.",
+        group, attr="log_initial_task_delay_ms", minimum=0)
+    yield BrokerConfigKey(
+        "num.recovery.threads.per.data.dir", "int", 1,
+        "Threads per log dir that load and recover logs at startup and flush them at shutdown.",
+        group, attr="num_recovery_threads_per_data_dir", minimum=1)
+
+
+def _cleaner_keys() -> Iterator[BrokerConfigKey]:
+    group = "log cleaner"
+    yield BrokerConfigKey(
+        "log.cleaner.enable", "boolean", True,
+        "Run the log cleaner, which compacts topics whose cleanup.policy includes compact.",
+        group, attr="log_cleaner_enable")
+    yield BrokerConfigKey(
+        "log.cleaner.threads", "int", 1,
+        "Cleaner threads; each cleans one log at a time.",
+        group, attr="log_cleaner_threads", minimum=0)
+    yield BrokerConfigKey(
+        "log.cleaner.dedupe.buffer.size", "long", 134217728,
+        "Memory for the key-to-offset maps of all cleaner threads together; bounds how much of "
+        "the dirty section one pass can clean.",
+        group, attr="log_cleaner_dedupe_buffer_size", minimum=1)
+    yield BrokerConfigKey(
+        "log.cleaner.io.buffer.size", "int", 524288,
+        "Read and write buffer memory of all cleaner threads together.",
+        group, attr="log_cleaner_io_buffer_size", minimum=0)
+    yield BrokerConfigKey(
+        "log.cleaner.io.buffer.load.factor", "double", 0.9,
+        "Fill ratio of the dedupe offset map, despite the name (Kafka's).",
+        group, attr="log_cleaner_io_buffer_load_factor", parser=_parse_load_factor,
+        allowed="double, > 0 and <= 1")
+    yield BrokerConfigKey(
+        "log.cleaner.io.max.bytes.per.second", "double", DOUBLE_MAX,
+        "Throttle on the cleaner's reads plus writes. The default, Java's Double.MAX (also "
+        "written inf), means no limit.",
+        group, attr="log_cleaner_io_max_bytes_per_second", parser=_parse_rate,
+        allowed="double, > 0 (inf or Double.MAX = unlimited)")
+    yield BrokerConfigKey(
+        "log.cleaner.backoff.ms", "long", 15000,
+        "Sleep of a cleaner thread that found no log to clean.",
+        group, attr="log_cleaner_backoff_ms", minimum=0)
+
+
+# Chain heads: unset by default, falling back to a coarser key (Kafka's precedence).
+_SYNONYM_HEADS: dict[str, dict[str, Any]] = {
+    "retention.ms": dict(
+        fallback="log.retention.minutes", minimum=None,
+        doc_extra="Takes precedence over log.retention.minutes and log.retention.hours; "
+                  "any negative value means -1 (unlimited)."),
+    "segment.ms": dict(fallback="log.roll.hours",
+                       doc_extra="Takes precedence over log.roll.hours."),
+    "segment.jitter.ms": dict(fallback="log.roll.jitter.hours",
+                              doc_extra="Takes precedence over log.roll.jitter.hours."),
+    "flush.ms": dict(fallback="log.flush.scheduler.interval.ms",
+                     doc_extra="Takes precedence over log.flush.scheduler.interval.ms."),
+}
+
+# Coarser keys consulted when a chain head is unset, emitted right after it.
+_SYNONYM_FALLBACKS: dict[str, tuple[BrokerConfigKey, ...]] = {
+    "retention.ms": (
+        BrokerConfigKey(
+            "log.retention.minutes", "int", None,
+            "Retention in minutes, used when log.retention.ms is unset; negative = unlimited.",
+            "topic defaults", fallback="log.retention.hours", unit_ms=MS_PER_MINUTE),
+        BrokerConfigKey(
+            "log.retention.hours", "int", 168,
+            "Retention in hours, used when log.retention.ms and log.retention.minutes are "
+            "unset; negative = unlimited.",
+            "topic defaults", unit_ms=MS_PER_HOUR),
+    ),
+    "segment.ms": (
+        BrokerConfigKey(
+            "log.roll.hours", "int", 168, "Segment roll time in hours, used when log.roll.ms is unset.",
+            "topic defaults", unit_ms=MS_PER_HOUR, minimum=1),
+    ),
+    "segment.jitter.ms": (
+        BrokerConfigKey(
+            "log.roll.jitter.hours", "int", 0,
+            "Roll jitter in hours, used when log.roll.jitter.ms is unset.",
+            "topic defaults", unit_ms=MS_PER_HOUR, minimum=0),
+    ),
+}
+
+
+def _topic_default_keys() -> Iterator[BrokerConfigKey]:
+    """The broker synonym of every topic key: same type and limits, documented from the topic key."""
+    for topic in TOPIC_CONFIGS.values():
+        if topic.broker_name is None:
+            continue
+        head = dict(_SYNONYM_HEADS.get(topic.name, {}))
+        extra = head.pop("doc_extra", "")
+        settings: dict[str, Any] = dict(minimum=topic.minimum, maximum=topic.maximum, choices=topic.choices)
+        if head:
+            settings["default"] = None
+        else:
+            settings["default"] = topic.default
+        settings.update(head)
+        doc = f"{topic.doc} Default of topic key {topic.name}." + (f" {extra}" if extra else "")
+        yield BrokerConfigKey(topic.broker_name, topic.type, doc=doc, group="topic defaults",
+                              topic_name=topic.name, **settings)
+        yield from _SYNONYM_FALLBACKS.get(topic.name, ())
+
+
+BROKER_CONFIGS: dict[str, BrokerConfigKey] = {
+    key.name: key
+    for keys in (_server_keys(), _log_manager_keys(), _cleaner_keys(), _topic_default_keys())
+    for key in keys
+}
+
+
+# -- the configuration object ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    """The effective broker configuration: synonyms resolved, every value typed and checked.
+
+    Build it with ``from_properties`` (or ``config.loader.load_config``); the field defaults
+    equal ``from_properties({})``. ``dataclasses.replace`` makes variants for tests, but does not
+    re-resolve synonyms: change ``log_config`` itself, or re-parse ``originals`` with changes.
+    """
+
+    listener: Endpoint = Endpoint("PLAINTEXT", "127.0.0.1", 9092)
+    node_id: int = 0
+    log_dirs: tuple[str, ...] = ("/tmp/kafka-logs",)
+    num_partitions: int = 1
+    auto_create_topics_enable: bool = True
+    socket_request_max_bytes: int = 104857600
+    max_connections: int = INT_MAX
+    max_connections_per_ip: int = INT_MAX
+    connections_max_idle_ms: int = 600000
+    metrics_listener: Endpoint | None = Endpoint("http", "127.0.0.1", 9404)
+    logger_format: str = "console"
+    logger_level: str = "INFO"
+
+    log_retention_check_interval_ms: int = 300000
+    log_flush_offset_checkpoint_interval_ms: int = 60000
+    log_flush_start_offset_checkpoint_interval_ms: int = 60000
+    replica_high_watermark_checkpoint_interval_ms: int = 5000
+    log_flush_scheduler_interval_ms: int = LONG_MAX
+    log_initial_task_delay_ms: int = 30000
+    num_recovery_threads_per_data_dir: int = 1
+
+    log_cleaner_enable: bool = True
+    log_cleaner_threads: int = 1
+    log_cleaner_dedupe_buffer_size: int = 134217728
+    log_cleaner_io_buffer_size: int = 524288
+    log_cleaner_io_buffer_load_factor: float = 0.9
+    log_cleaner_io_max_bytes_per_second: float = DOUBLE_MAX
+    log_cleaner_backoff_ms: int = 15000
+
+    #: The LogConfig of every topic without overrides, from the broker synonyms of topic keys.
+    log_config: LogConfig = field(default_factory=LogConfig)
+    #: The known keys that were set explicitly, as given (Kafka's ``originals()``).
+    originals: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def from_properties(
+        cls, props: Mapping[str, Any], *, sources: Mapping[str, str] | None = None
+    ) -> tuple["BrokerConfig", list[str]]:
+        """Parse broker properties into a config plus warnings (one per unknown key, which is ignored).
+
+        Raises ConfigError naming every invalid key at once, each with its value and what is
+        allowed. ``sources`` maps keys to where they came from, quoted in messages.
+        """
+        sources = sources or {}
+        problems: list[str] = []
+        warnings: list[str] = []
+        parsed: dict[str, Any] = {}
+        originals: dict[str, Any] = {}
+        for name, raw in props.items():
+            origin = f" (from {sources[name]})" if name in sources else ""
+            key = BROKER_CONFIGS.get(name)
+            if key is None:
+                warnings.append(_unknown_key_warning(name, origin))
+                continue
+            originals[name] = raw
+            try:
+                parsed[name] = key.parse(raw)
+            except (TypeError, ValueError) as exc:
+                problems.append(f"invalid value {raw!r} for {name}{origin}: {exc} "
+                                f"(allowed: {key.describe_allowed()})")
+
+        fields = {key.attr: _resolve(key.name, parsed) for key in BROKER_CONFIGS.values() if key.attr}
+        topic_values = {TOPIC_CONFIGS[key.topic_name].attr: _resolve(key.name, parsed)
+                        for key in BROKER_CONFIGS.values() if key.topic_name}
+        if topic_values["retention_ms"] < 0:
+            topic_values["retention_ms"] = -1  # Kafka: any negative retention means unlimited
+        log_config = dataclasses.replace(LogConfig(), **topic_values)
+        if log_config.min_compaction_lag_ms > log_config.max_compaction_lag_ms:
+            problems.append(
+                f"log.cleaner.min.compaction.lag.ms ({log_config.min_compaction_lag_ms}) must not "
+                f"exceed log.cleaner.max.compaction.lag.ms ({log_config.max_compaction_lag_ms})")
+        if problems:
+            raise ConfigError(problems)
+        return cls(**fields, log_config=log_config, originals=originals), warnings
+
+
+def _resolve(name: str, parsed: Mapping[str, Any]) -> Any:
+    """The value of ``name``: set explicitly, else its fallback's (recursively), else its default."""
+    key = BROKER_CONFIGS[name]
+    if name in parsed:
+        value = parsed[name]
+    elif key.fallback is not None:
+        return _resolve(key.fallback, parsed)
+    else:
+        value = key.default
+    return value * key.unit_ms if key.unit_ms != 1 else value
+
+
+def _unknown_key_warning(name: str, origin: str) -> str:
+    """Unknown keys are only warned about (Kafka logs them too), with a hint at the likely key."""
+    topic = TOPIC_CONFIGS.get(name)
+    if topic is not None and topic.broker_name is not None:
+        hint = f"; {name} is a topic-level key, the broker sets its default with {topic.broker_name}"
+    else:
+        close = difflib.get_close_matches(name, list(BROKER_CONFIGS), n=1)
+        hint = f"; did you mean {close[0]}?" if close else ""
+    return f"unknown config {name!r}{origin} ignored{hint}"

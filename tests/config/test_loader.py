@@ -1,0 +1,299 @@
+"""Loading the broker configuration: .properties syntax, the embedded default, the precedence of
+file < environment < --override, and how errors and warnings name their source."""
+
+from __future__ import annotations
+
+import importlib.resources
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from config.broker_config import BROKER_CONFIGS, BrokerConfig, Endpoint
+from config.loader import (
+    ENV_KEYS,
+    embedded_properties,
+    env_var_name,
+    format_properties,
+    load_config,
+    parse_properties,
+)
+from config.log_config import ConfigError
+
+
+@pytest.fixture
+def write_config(tmp_path: Path):
+    def write(text: str) -> str:
+        path = tmp_path / "server.properties"
+        path.write_text(text, encoding="utf-8")
+        return str(path)
+
+    return write
+
+
+# -- .properties syntax ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("a=1", {"a": "1"}),
+        ("a:1", {"a": "1"}),
+        ("a 1", {"a": "1"}),
+        ("a\t1", {"a": "1"}),
+        ("  a  =  1  ", {"a": "1"}),
+        ("a = b = c", {"a": "b = c"}),
+        ("a:=1", {"a": "=1"}),
+        ("a =:1", {"a": ":1"}),
+        ("a", {"a": ""}),
+        ("a=", {"a": ""}),
+        ("=1", {"": "1"}),
+        ("# comment\n! also a comment\n   # indented comment\na=1", {"a": "1"}),
+        ("a=1 # not a comment", {"a": "1 # not a comment"}),
+        ("\n\n   \na=1\n\n", {"a": "1"}),
+        ("a=1\r\nb=2\rc=3\n", {"a": "1", "b": "2", "c": "3"}),
+        ("a=1\na=2", {"a": "2"}),
+        ("a=x,\\\n    y,\\\n\ty", {"a": "x,y,y"}),
+        ("a=1\\\n", {"a": "1"}),
+        ("a=1\\", {"a": "1"}),
+        ("a=1\\\\\nb=2", {"a": "1\\", "b": "2"}),
+        ("a=1\\\\\\\n2", {"a": "1\\2"}),
+        ("# comment \\\na=1", {"a": "1"}),
+        ("a=1\\\n# continued, not a comment", {"a": "1# continued, not a comment"}),
+        ("a=1\\\n\nb=2", {"a": "1", "b": "2"}),
+        ("key\\ with\\ spaces = v", {"key with spaces": "v"}),
+        ("k\\=e\\:y=v", {"k=e:y": "v"}),
+        ("a=tab\\there\\nline\\r\\f", {"a": "tab\there\nline\r\f"}),
+        ("a=\\u0041\\u00e9\\u20AC", {"a": "Aé€"}),
+        ("a=\\q\\#", {"a": "q#"}),
+        ("a=trailing\\ ", {"a": "trailing "}),
+        ("a=\\ leading", {"a": " leading"}),
+        ("a=é€ unicode", {"a": "é€ unicode"}),
+        ("a=1\x0b", {"a": "1\x0b"}),
+        ("a=1\u2028b=2", {"a": "1\u2028b=2"}),
+        ("\fa=1", {"a": "1"}),
+        ("", {}),
+    ],
+)
+def test_parse_properties_follows_java_syntax(text, expected):
+    assert parse_properties(text) == expected
+
+
+@pytest.mark.parametrize("text", ["a=\\u12", "a=\\u12zz", "a=\\uXYZW"])
+def test_parse_properties_rejects_malformed_unicode_escape(text):
+    with pytest.raises(ValueError, match=r"line 1: malformed \\uXXXX escape"):
+        parse_properties(text)
+
+
+def test_parse_properties_reports_the_line_of_a_bad_escape():
+    with pytest.raises(ValueError, match="line 3"):
+        parse_properties("# c\na=1\nb=\\u1")
+
+
+_WORD = st.text("abcdefghijklmnopqrstuvwxyz0123456789", min_size=1, max_size=8)
+_SIMPLE_KEY = st.lists(_WORD, min_size=1, max_size=4).map(".".join)
+_SIMPLE_VALUE = st.text("abcXYZ0189/.,_+-:= ", max_size=20).map(str.strip)
+
+
+@given(st.dictionaries(_SIMPLE_KEY, _SIMPLE_VALUE))
+def test_parse_properties_reads_simple_key_value_lines(props):
+    text = "".join(f"# {key}\n{key} = {value}  \n\n" for key, value in props.items())
+    assert parse_properties(text) == props
+
+
+_ANY_TEXT = st.text(st.characters(blacklist_categories=("Cs",)))
+
+
+@given(st.dictionaries(_ANY_TEXT, _ANY_TEXT))
+def test_format_properties_round_trips_through_parse(props):
+    assert parse_properties(format_properties(props)) == props
+
+
+def test_format_properties_writes_readable_lines():
+    assert format_properties({"log.dirs": "/data", "a b": " x=y "}) == "log.dirs=/data\na\\ b=\\ x\\=y\\ \n"
+
+
+# -- environment names -------------------------------------------------------------------------
+
+
+def test_env_var_name_upper_cases_and_replaces_dots():
+    assert env_var_name("log.retention.ms") == "TRIOLOG_LOG_RETENTION_MS"
+
+
+def test_env_keys_map_every_key_back_unambiguously():
+    assert len(ENV_KEYS) == len(BROKER_CONFIGS)
+    assert all(ENV_KEYS[env_var_name(key)] == key for key in BROKER_CONFIGS)
+    assert not any("_" in key for key in BROKER_CONFIGS)
+
+
+# -- the embedded default ----------------------------------------------------------------------
+
+
+def test_embedded_config_is_package_data():
+    resource = importlib.resources.files("config").joinpath("server.properties")
+    assert resource.is_file()
+    assert embedded_properties() == resource.read_text(encoding="utf-8")
+
+
+def test_load_config_embedded_loads_without_warnings():
+    config, warnings = load_config(None, environ={})
+    assert warnings == []
+    assert config.log_dirs == ("./data",)
+
+
+def test_load_config_embedded_equals_kafka_defaults_but_data_dir():
+    config, _ = load_config(None, environ={})
+    assert config == BrokerConfig(log_dirs=("./data",))
+
+
+def test_embedded_config_sets_only_known_lowest_precedence_keys():
+    props = parse_properties(embedded_properties())
+    assert set(props) <= set(BROKER_CONFIGS)
+    heads = {key.name for key in BROKER_CONFIGS.values() if key.fallback is not None}
+    assert not set(props) & heads, "a chain head in the embedded file would beat a user's synonym"
+
+
+# -- layers ------------------------------------------------------------------------------------
+
+
+def test_load_config_file_beats_embedded(write_config):
+    path = write_config("num.partitions=3\nlog.retention.hours=1\n")
+    config, warnings = load_config(path, environ={})
+    assert warnings == []
+    assert config.num_partitions == 3
+    assert config.log_config.retention_ms == 3600000
+    assert config.log_dirs == ("./data",)  # keys the file leaves out come from the embedded file
+
+
+def test_load_config_accepts_a_path_object(write_config):
+    config, _ = load_config(Path(write_config("node.id=7")), environ={})
+    assert config.node_id == 7
+
+
+@pytest.mark.parametrize("text, log_dirs", [("log.dir=/x", ("/x",)), ("log.dirs=/y,/z", ("/y", "/z"))])
+def test_load_config_file_log_dir_synonyms_beat_embedded_log_dir(write_config, text, log_dirs):
+    assert load_config(write_config(text), environ={})[0].log_dirs == log_dirs
+
+
+def test_load_config_file_retention_synonyms_beat_embedded_hours(write_config):
+    config, _ = load_config(write_config("log.retention.minutes=10"), environ={})
+    assert config.log_config.retention_ms == 600000
+
+
+def test_load_config_environment_beats_file(write_config):
+    path = write_config("num.partitions=3\nnode.id=1")
+    config, _ = load_config(path, environ={"TRIOLOG_NUM_PARTITIONS": "5"})
+    assert (config.num_partitions, config.node_id) == (5, 1)
+
+
+def test_load_config_override_beats_environment(write_config):
+    config, _ = load_config(write_config("num.partitions=3"), ["num.partitions=9"],
+                            environ={"TRIOLOG_NUM_PARTITIONS": "5"})
+    assert config.num_partitions == 9
+
+
+def test_load_config_later_override_wins():
+    config, _ = load_config(None, ["node.id=1", "node.id=2"], environ={})
+    assert config.node_id == 2
+
+
+def test_load_config_synonym_precedence_applies_after_layers_merge(write_config):
+    """Kafka's rule: a finer synonym from a lower layer still beats a coarser one from a higher layer."""
+    config, _ = load_config(write_config("log.retention.ms=1000"), ["log.retention.hours=5"],
+                            environ={"TRIOLOG_LOG_RETENTION_MINUTES": "7"})
+    assert config.log_config.retention_ms == 1000
+
+
+def test_load_config_environment_maps_every_key():
+    config, warnings = load_config(None, environ={
+        "TRIOLOG_LOG_RETENTION_MS": "1234",
+        "TRIOLOG_LISTENERS": "PLAINTEXT://[::1]:0",
+        "TRIOLOG_METRICS_LISTENER": "",
+        "TRIOLOG_LOG_CLEANER_IO_BUFFER_LOAD_FACTOR": "0.5",
+        "TRIOLOG_COMPRESSION_TYPE": "lz4",
+        "PATH": "/usr/bin",
+    })
+    assert warnings == []
+    assert config.log_config.retention_ms == 1234
+    assert config.listener == Endpoint("PLAINTEXT", "::1", 0)
+    assert config.metrics_listener is None
+    assert config.log_cleaner_io_buffer_load_factor == 0.5
+    assert config.log_config.compression_type == "lz4"
+
+
+def test_load_config_defaults_to_the_process_environment(monkeypatch):
+    monkeypatch.setenv("TRIOLOG_NODE_ID", "42")
+    assert load_config(None)[0].node_id == 42
+
+
+def test_load_config_unknown_environment_variable_is_warned():
+    config, warnings = load_config(None, environ={"TRIOLOG_NUM_PARTITION": "4", "triolog_node_id": "3"})
+    assert config.num_partitions == 1 and config.node_id == 0
+    assert warnings == ["environment variable TRIOLOG_NUM_PARTITION matches no config key, ignored; "
+                        "did you mean TRIOLOG_NUM_PARTITIONS?"]
+
+
+@pytest.mark.parametrize("override, key, value", [
+    ("metrics.listener=", "metrics_listener", None),
+    (" node.id = 3", "node_id", 3),
+    ("listeners=PLAINTEXT://h:1", "listener", Endpoint("PLAINTEXT", "h", 1)),
+])
+def test_load_config_override_splits_at_the_first_equals(override, key, value):
+    assert getattr(load_config(None, [override], environ={})[0], key) == value
+
+
+def test_load_config_malformed_overrides_are_all_reported_with_bad_values():
+    with pytest.raises(ConfigError) as info:
+        load_config(None, ["node.id", "=3", "num.partitions=x"], environ={"TRIOLOG_NODE_ID": "y"})
+    assert info.value.problems == [
+        "malformed --override 'node.id': expected key=value",
+        "malformed --override '=3': expected key=value",
+        "invalid value 'y' for node.id (from environment variable TRIOLOG_NODE_ID): not an integer "
+        "(allowed: int, >= 0)",
+        "invalid value 'x' for num.partitions (from --override): not an integer (allowed: int, >= 1)",
+    ]
+
+
+def test_load_config_malformed_override_alone_is_an_error():
+    with pytest.raises(ConfigError, match="malformed --override 'nope'"):
+        load_config(None, ["nope"], environ={})
+
+
+def test_load_config_unknown_keys_are_warned_with_their_source(write_config):
+    path = write_config("offsets.topic.replication.factor=1\nnum.partitions=2")
+    config, warnings = load_config(path, ["nonsense.key=1"], environ={})
+    assert config.num_partitions == 2
+    assert warnings == [
+        f"unknown config 'offsets.topic.replication.factor' (from {path}) ignored",
+        "unknown config 'nonsense.key' (from --override) ignored",
+    ]
+
+
+def test_load_config_invalid_file_value_names_the_file(write_config):
+    path = write_config("log.segment.bytes=tiny\nlisteners=PLAINTEXT://a:1,PLAINTEXT://b:2")
+    with pytest.raises(ConfigError) as info:
+        load_config(path, environ={})
+    assert sorted(p.split("): ")[0] for p in info.value.problems) == [
+        f"invalid value 'PLAINTEXT://a:1,PLAINTEXT://b:2' for listeners (from {path}",
+        f"invalid value 'tiny' for log.segment.bytes (from {path}",
+    ]
+
+
+def test_load_config_missing_file_is_a_config_error(tmp_path):
+    missing = tmp_path / "absent.properties"
+    with pytest.raises(ConfigError, match=f"cannot read config file {missing}: No such file"):
+        load_config(str(missing), environ={})
+
+
+def test_load_config_bad_escape_in_file_names_file_and_line(write_config):
+    path = write_config("a=1\nb=\\u00")
+    with pytest.raises(ConfigError, match=f"config file {path}: line 2: malformed"):
+        load_config(path, environ={})
+
+
+def test_load_config_non_utf8_file_is_a_config_error(tmp_path):
+    path = tmp_path / "latin1.properties"
+    path.write_bytes(b"a=\xe9\n")
+    with pytest.raises(ConfigError, match="is not UTF-8"):
+        load_config(str(path), environ={})
