@@ -215,24 +215,22 @@ class LogConfig:
     #: The topic-level keys set explicitly for this log (the rest come from broker defaults).
     overrides: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
-    @property
-    def compact(self) -> bool:
-        return "compact" in self.cleanup_policy
+    # Derived once per config (the append path reads them for every batch).
+    compact: bool = field(init=False, repr=False, compare=False)
+    delete: bool = field(init=False, repr=False, compare=False)
+    log_append_time: bool = field(init=False, repr=False, compare=False)
+    #: segment.ms, capped by max.compaction.lag.ms for compacted topics (Kafka's rule).
+    max_segment_ms: int = field(init=False, repr=False, compare=False)
 
-    @property
-    def delete(self) -> bool:
-        return "delete" in self.cleanup_policy
-
-    @property
-    def log_append_time(self) -> bool:
-        return self.message_timestamp_type == "LogAppendTime"
-
-    @property
-    def max_segment_ms(self) -> int:
-        """segment.ms, capped by max.compaction.lag.ms for compacted topics (Kafka's rule)."""
-        if self.compact and self.max_compaction_lag_ms > 0:
-            return min(self.segment_ms, self.max_compaction_lag_ms)
-        return self.segment_ms
+    def __post_init__(self) -> None:
+        compact = "compact" in self.cleanup_policy
+        object.__setattr__(self, "compact", compact)
+        object.__setattr__(self, "delete", "delete" in self.cleanup_policy)
+        object.__setattr__(self, "log_append_time", self.message_timestamp_type == "LogAppendTime")
+        max_segment_ms = self.segment_ms
+        if compact and self.max_compaction_lag_ms > 0:
+            max_segment_ms = min(self.segment_ms, self.max_compaction_lag_ms)
+        object.__setattr__(self, "max_segment_ms", max_segment_ms)
 
     def with_overrides(self, props: Mapping[str, Any]) -> "LogConfig":
         """A new config with topic-level ``props`` applied on top of this one (which holds the defaults).

@@ -62,6 +62,7 @@ from .record_batch import (
     TimestampType,
     check_batch,
     compute_crc,
+    read_header,
 )
 
 __all__ = [
@@ -735,3 +736,62 @@ def encode_end_txn_marker(
         is_transactional=True,
         is_control=True,
     )
+
+
+def first_record_at_or_after(buf, timestamp: int, min_offset: int) -> tuple[int, int] | None:
+    """(timestamp, offset) of the first record of one batch with timestamp >= ``timestamp`` and
+    offset >= ``min_offset``, or None.
+
+    Lookups by time need only these two fields of each record, so keys, values and headers are
+    skipped by their lengths instead of decoded (~20x cheaper than decode_batch). The batch is
+    one the broker already validated on append, so its CRC is not checked again (Kafka's
+    lookups do not either); structural damage still raises CorruptRecordError.
+    """
+    view = memoryview(buf)
+    header = read_header(view)
+    codec = header.attributes & COMPRESSION_MASK
+    if codec > CompressionType.ZSTD:
+        raise CorruptRecordError(
+            f"record batch at base offset {header.base_offset} has unknown compression codec id {codec}"
+        )
+    if header.records_count <= 0:
+        return None
+    payload = view[HEADER_SIZE:header.batch_length + LOG_OVERHEAD]
+    data = payload if codec == CompressionType.NONE else decompress(CompressionType(codec), payload)
+    base_offset = header.base_offset
+    if header.attributes & TIMESTAMP_TYPE_MASK:  # LogAppendTime: every record has the batch's time
+        if header.max_timestamp < timestamp:
+            return None
+        fixed_timestamp = header.max_timestamp
+    else:
+        fixed_timestamp = None
+    base_timestamp = header.base_timestamp
+    zz = _ZIGZAG_ONE
+    position = 0
+    try:
+        for _ in range(header.records_count):
+            b = data[position]
+            if b < 0x80:
+                length, position = zz[b], position + 1
+            elif data[position + 1] < 0x80:  # 64..8191-byte records: two-byte length
+                u = (b & 0x7F) | (data[position + 1] << 7)
+                length, position = (u >> 1) ^ -(u & 1), position + 2
+            else:
+                length, position = _varint32(data, position)
+            record_end = position + length
+            b = data[position + 1]  # skip the attributes byte
+            if b < 0x80:
+                timestamp_delta, position = zz[b], position + 2
+            else:
+                timestamp_delta, position = _varint64(data, position + 1)
+            b = data[position]
+            offset_delta = zz[b] if b < 0x80 else _varint32(data, position)[0]
+            record_timestamp = fixed_timestamp if fixed_timestamp is not None else base_timestamp + timestamp_delta
+            if record_timestamp >= timestamp and base_offset + offset_delta >= min_offset:
+                return record_timestamp, base_offset + offset_delta
+            position = record_end
+    except IndexError:
+        raise CorruptRecordError(
+            f"record batch at base offset {base_offset}: premature EOF while reading record timestamps"
+        ) from None
+    return None

@@ -41,21 +41,17 @@ class FileRegion(NamedTuple):
 
 
 class FileRecords:
-    def __init__(self, path: Path, *, size: int | None = None, preallocate_bytes: int = 0):
+    def __init__(self, path: Path, *, create: bool = False, size: int | None = None, preallocate_bytes: int = 0):
         self._path = Path(path)
         self._fd: int | None = None
         self._lock = threading.Lock()
-        if size is None:
+        if create:
+            self._open()
             if preallocate_bytes:
-                self._open()
                 os.ftruncate(self._fd, preallocate_bytes)
-                size = 0
-            elif self._path.exists():
-                size = self._path.stat().st_size
-            else:
-                self._open()
-                size = 0
-        self._size = size
+            size = 0
+        if size is not None:
+            self.size = size  # else read lazily, see __getattr__
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -73,10 +69,18 @@ class FileRecords:
     def path(self) -> Path:
         return self._path
 
-    @property
-    def size(self) -> int:
-        """Logical size: bytes of batches written (a preallocated file is longer on disk)."""
-        return self._size
+    def __getattr__(self, name: str):
+        # ``size`` of an existing file is read on first use (a plain attribute from then on):
+        # opening 10,000 segments stats nothing, and the append path pays no property call.
+        if name != "size":
+            raise AttributeError(name)
+        try:
+            size = self._path.stat().st_size
+        except FileNotFoundError:
+            self._open()
+            size = 0
+        self.size = size
+        return size
 
     def close(self) -> None:
         with self._lock:
@@ -99,16 +103,26 @@ class FileRecords:
     # -- writes ------------------------------------------------------------------------------
 
     def append(self, data) -> int:
-        fd = self._open()
-        view = memoryview(data)
-        position = self._size
+        """Write ``data`` (one buffer, or a list of buffers written in one pwritev) at the end."""
+        fd = self._fd if self._fd is not None else self._open()
+        position = self.size
+        if isinstance(data, list):
+            total = sum(len(part) for part in data)
+            written = os.pwritev(fd, data, position)
+            if written == total:
+                self.size = position + total
+                return total
+            view = memoryview(b"".join(data))[written:]  # a short write: finish the rest plainly
+            position += written
+        else:
+            total = len(data)
+            view = memoryview(data)
         while view:
             written = os.pwrite(fd, view, position)
             view = view[written:]
             position += written
-        appended = position - self._size
-        self._size = position
-        return appended
+        self.size = position
+        return total
 
     def flush(self) -> None:
         if self._fd is not None:
@@ -116,18 +130,18 @@ class FileRecords:
 
     def truncate_to(self, size: int) -> int:
         """Cut the file to ``size`` bytes; returns how many bytes were removed."""
-        if size > self._size or size < 0:
-            raise ValueError(f"cannot truncate {self._path} of size {self._size} to {size}")
-        removed = self._size - size
+        if size > self.size or size < 0:
+            raise ValueError(f"cannot truncate {self._path} of size {self.size} to {size}")
+        removed = self.size - size
         self._truncate_file(size)
-        self._size = size
+        self.size = size
         return removed
 
     def trim(self) -> None:
         """Drop preallocated space past the logical end (on roll and close)."""
         on_disk = os.fstat(self._fd).st_size if self._fd is not None else self._path.stat().st_size
-        if on_disk > self._size:
-            self._truncate_file(self._size)
+        if on_disk > self.size:
+            self._truncate_file(self.size)
 
     def _truncate_file(self, size: int) -> None:
         if self._fd is None:
@@ -148,8 +162,8 @@ class FileRecords:
 
         A legacy or nonsensical header raises CorruptRecordError: the broker never wrote one.
         """
-        if position + HEADER_SIZE > self._size:
-            if position + HEADER_PREFIX.size <= self._size:
+        if position + HEADER_SIZE > self.size:
+            if position + HEADER_PREFIX.size <= self.size:
                 self._check_prefix(self.read(position, HEADER_PREFIX.size), position)
             return None
         raw = self.read(position, HEADER_SIZE)
@@ -174,7 +188,7 @@ class FileRecords:
 
     def batch_headers(self, start_position: int = 0, end_position: int | None = None) -> Iterator[tuple[int, BatchHeader]]:
         """(position, header) of each complete batch from ``start_position``; stops at a partial batch."""
-        end = self._size if end_position is None else min(end_position, self._size)
+        end = self.size if end_position is None else min(end_position, self.size)
         position = start_position
         while position < end:
             header = self.read_header_at(position)
@@ -200,7 +214,7 @@ class FileRecords:
         position = start_position
         window = b""
         window_start = position
-        while position < self._size:
+        while position < self.size:
             offset = position - window_start
             if len(window) - offset < HEADER_SIZE:
                 window = self.read(position, max(RECOVERY_READ_BYTES, HEADER_SIZE))
@@ -213,7 +227,7 @@ class FileRecords:
             self._check_prefix(memoryview(window)[offset:offset + HEADER_PREFIX.size], position)
             header = read_header(window, offset)
             size = header.size
-            if position + size > self._size:
+            if position + size > self.size:
                 return
             if len(window) - offset < size:
                 window = self.read(position, max(RECOVERY_READ_BYTES, size))

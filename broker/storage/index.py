@@ -63,6 +63,9 @@ _OFFSET_ENTRY = struct.Struct(">ii")
 _TIME_ENTRY = struct.Struct(">qi")
 
 
+_MADV_RANDOM = getattr(mmap, "MADV_RANDOM", None)
+
+
 class OffsetPosition(NamedTuple):
     offset: int
     position: int
@@ -333,6 +336,10 @@ class _AbstractIndex:
         else:
             access = mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ
             self._mmap = mmap.mmap(fd, length, access=access)
+            if _MADV_RANDOM is not None:
+                # Lookups touch a few pages; without this hint the first fault on a fresh 10 MiB
+                # sparse index reads ahead megabytes of zeros (milliseconds on every roll).
+                self._mmap.madvise(_MADV_RANDOM)
 
     def _unmap(self) -> None:
         mm, self._mmap = self._mmap, None
@@ -692,9 +699,10 @@ class LazyIndex(Generic[T]):
     two mappings of one file with independent positions corrupt appends).
     """
 
-    def __init__(self, path: os.PathLike | str, loader: Callable[[Path], T]) -> None:
+    def __init__(self, path: os.PathLike | str, loader: Callable[[Path, bool], T], writable: bool = True) -> None:
         self._path = Path(path)
         self._loader = loader
+        self._writable = writable
         self._index: T | None = None
         self._lock = threading.Lock()
 
@@ -706,7 +714,7 @@ class LazyIndex(Generic[T]):
         max_index_size: int = -1,
         writable: bool = True,
     ) -> LazyIndex[OffsetIndex]:
-        return cls(path, lambda p: OffsetIndex(p, base_offset, max_index_size, writable))
+        return cls(path, lambda p, w: OffsetIndex(p, base_offset, max_index_size, w), writable)
 
     @classmethod
     def for_time(
@@ -716,7 +724,7 @@ class LazyIndex(Generic[T]):
         max_index_size: int = -1,
         writable: bool = True,
     ) -> LazyIndex[TimeIndex]:
-        return cls(path, lambda p: TimeIndex(p, base_offset, max_index_size, writable))
+        return cls(path, lambda p, w: TimeIndex(p, base_offset, max_index_size, w), writable)
 
     @property
     def path(self) -> Path:
@@ -733,8 +741,25 @@ class LazyIndex(Generic[T]):
             return index
         with self._lock:
             if self._index is None:
-                self._index = self._loader(self._path)
+                self._index = self._loader(self._path, self._writable)
             return self._index
+
+    def seal(self) -> None:
+        """The segment stopped being active: trim the file, drop the mapping and its file
+        descriptor, and map it read-only if it is ever used again.
+
+        Inactive segments then cost no descriptors until read, however many a log rolls.
+        Caller holds the log's lock (no lookup may be running on this index).
+        """
+        with self._lock:
+            index = self._index
+            if index is not None:
+                if not index.read_only:
+                    index.trim_to_valid_size()
+                index.close_handler()
+                self._path = index.path
+                self._index = None
+            self._writable = False
 
     def update_parent_dir(self, parent_dir: os.PathLike | str) -> None:
         with self._lock:

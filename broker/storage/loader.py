@@ -87,6 +87,10 @@ class LogLoader:
             next_offset = start
             recovery_point = start
         active = self.segments.active_segment
+        for segment in self.segments:
+            if segment is not active:  # recovery and sanity checks mapped some; free them again
+                segment.lazy_offset_index.seal()
+                segment.lazy_time_index.seal()
         active.resize_indexes(self.config.segment_index_bytes)
         log_start_offset = max(self.log_start_offset_checkpoint, self.segments.first_segment().base_offset)
         return LoadedLogOffsets(
@@ -105,10 +109,10 @@ class LogLoader:
         cleaned_files: list[Path] = []
         min_cleaned_offset = None
         for entry in os.scandir(self.directory):
-            if not entry.is_file():
+            name = entry.name
+            if not name.endswith(_TRANSIENT_SUFFIXES) or not entry.is_file():
                 continue
             path = Path(entry.path)
-            name = entry.name
             if name.endswith(filenames.DELETED_FILE_SUFFIX):
                 logger.info("deleting stray temporary file %s", path)
                 path.unlink(missing_ok=True)
@@ -243,6 +247,9 @@ class LogLoader:
                     later.delete_if_exists()
                 break
         return self.segments.active_segment.read_next_offset(), truncated_total
+
+
+_TRANSIENT_SUFFIXES = (filenames.DELETED_FILE_SUFFIX, filenames.CLEANED_FILE_SUFFIX, filenames.SWAP_FILE_SUFFIX)
 
 
 def _base_offset_or_none(name: str) -> int | None:

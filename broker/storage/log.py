@@ -12,12 +12,13 @@ wait for a flush they did not ask for.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import os
 import shutil
 import threading
 from collections import Counter
-from dataclasses import dataclass
+from typing import NamedTuple
 from pathlib import Path
 
 from config.log_config import LogConfig
@@ -46,8 +47,7 @@ LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
 
 
-@dataclass(frozen=True)
-class LogAppendInfo:
+class LogAppendInfo(NamedTuple):
     first_offset: int
     last_offset: int
     max_timestamp: int
@@ -73,8 +73,10 @@ class Log:
         self.topic, self.partition = filenames.parse_topic_partition_name(self.directory.name)
         self._config = config
         self._segments = segments
+        self._active = segments.active_segment  # cached: the append path reads it every time
         self._clock = clock
         self.leader_epoch_cache = leader_epoch_cache
+        self._latest_epoch = leader_epoch_cache.latest_epoch
         self._lock = threading.RLock()
         self._log_start_offset = offsets.log_start_offset
         self._next_offset = offsets.next_offset
@@ -86,6 +88,8 @@ class Log:
         self.roll_counts: Counter[str] = Counter()
         self.offline = False
         self._closed = False
+        self._timestamp_prefix: list[int] = []
+        self._timestamp_prefix_key: tuple[int, int, int] | None = None
 
     # -- opening -----------------------------------------------------------------------------
 
@@ -159,7 +163,7 @@ class Log:
 
     @property
     def active_segment(self) -> LogSegment:
-        return self._segments.active_segment
+        return self._active
 
     @property
     def num_segments(self) -> int:
@@ -185,32 +189,24 @@ class Log:
             validated = validate_and_assign_offsets(
                 records, offset=self._next_offset, config=self._config, now_ms=now_ms, leader_epoch=leader_epoch
             )
+            last_offset = validated.last_offset
             try:
                 roll_reason = self._maybe_roll(validated, now_ms)
-                self.active_segment.append(
-                    validated.last_offset,
-                    validated.max_timestamp,
-                    validated.shallow_offset_of_max_timestamp,
-                    validated.records,
+                self._active.append(
+                    last_offset, validated.max_timestamp, validated.shallow_offset_of_max_timestamp, validated.records
                 )
-                if leader_epoch >= 0:
+                if leader_epoch != self._latest_epoch and leader_epoch >= 0:
                     self.leader_epoch_cache.assign(leader_epoch, validated.first_offset)
+                    self._latest_epoch = leader_epoch
             except OSError as exc:
                 self._go_offline(exc)
-            self._next_offset = validated.last_offset + 1
-            self._high_watermark = self._next_offset
+            self._next_offset = self._high_watermark = last_offset + 1
             info = LogAppendInfo(
-                first_offset=validated.first_offset,
-                last_offset=validated.last_offset,
-                max_timestamp=validated.max_timestamp,
-                offset_of_max_timestamp=validated.shallow_offset_of_max_timestamp,
-                log_append_time_ms=validated.log_append_time_ms,
-                log_start_offset=self._log_start_offset,
-                record_count=validated.record_count,
-                valid_bytes=validated.size,
-                roll_reason=roll_reason,
+                validated.first_offset, last_offset, validated.max_timestamp,
+                validated.shallow_offset_of_max_timestamp, validated.log_append_time_ms, self._log_start_offset,
+                validated.record_count, validated.size, roll_reason,
             )
-            flush_due = self._next_offset - self._recovery_point >= self._config.flush_messages
+            flush_due = last_offset + 1 - self._recovery_point >= self._config.flush_messages
         if flush_due:
             self.flush()
         return info
@@ -221,16 +217,10 @@ class Log:
         raise StorageError(f"I/O error on log {self.directory.name}: {exc}") from exc
 
     def _maybe_roll(self, validated: ValidatedBatch, now_ms: int) -> str | None:
-        segment = self.active_segment
-        reason = segment.should_roll(
-            RollParams(
-                max_segment_ms=self._config.max_segment_ms,
-                max_segment_bytes=self._config.segment_bytes,
-                max_timestamp_in_messages=validated.max_timestamp,
-                max_offset_in_messages=validated.last_offset,
-                messages_size=validated.size,
-                now_ms=now_ms,
-            )
+        config = self._config
+        reason = self._active.should_roll(
+            RollParams(config.max_segment_ms, config.segment_bytes, validated.max_timestamp,
+                       validated.last_offset, validated.size, now_ms)
         )
         if reason is not None:
             self.roll_counts[reason] += 1
@@ -277,6 +267,7 @@ class Log:
             preallocate_bytes=config.segment_bytes if config.preallocate else 0,
         )
         self._segments.add(segment)
+        self._active = segment
         # Kafka flushes everything below the new segment asynchronously; flush_pending() does it.
         self._pending_flush_offset = max(self._pending_flush_offset, new_offset)
         return segment
@@ -365,13 +356,30 @@ class Log:
                 return self._max_timestamp_offset()
             if timestamp < 0:
                 raise ValueError(f"invalid timestamp {timestamp}")
-            for segment in self._segments:
+            for segment in self._segments.from_index(self._first_segment_index_reaching(timestamp)):
                 if segment.largest_timestamp < timestamp:
                     continue
                 found = segment.find_offset_by_timestamp(timestamp, self._log_start_offset)
                 if found is not None:
                     return found if found.offset < self._high_watermark else None
             return None
+
+    def _first_segment_index_reaching(self, timestamp: int) -> int:
+        """Index of the first segment whose largest timestamp is >= ``timestamp`` (Kafka's rule).
+
+        A running maximum of the inactive segments' largest timestamps is non-decreasing, so a
+        bisection finds it; only the active segment's value changes between rolls, and it is
+        always scanned. The cache is rebuilt when the segment list changes.
+        """
+        segments = self._segments
+        key = (len(segments), segments.first_segment().base_offset, self._active.base_offset)
+        if self._timestamp_prefix_key != key:
+            running, prefix = -(2**63), []
+            for segment in list(segments)[:-1]:
+                running = max(running, segment.largest_timestamp)
+                prefix.append(running)
+            self._timestamp_prefix, self._timestamp_prefix_key = prefix, key
+        return bisect.bisect_left(self._timestamp_prefix, timestamp)
 
     def _max_timestamp_offset(self) -> TimestampAndOffset | None:
         from protocol.records import decode_batch
@@ -405,6 +413,7 @@ class Log:
             if new_log_start_offset > self._log_start_offset:
                 self._log_start_offset = new_log_start_offset
                 self.leader_epoch_cache.truncate_from_start(new_log_start_offset)
+                self._latest_epoch = self.leader_epoch_cache.latest_epoch
             return self._log_start_offset
 
     # -- lifecycle ---------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import random
-from dataclasses import dataclass
+import struct
 from pathlib import Path
 from typing import NamedTuple
 
@@ -50,8 +50,7 @@ class TimestampAndOffset(NamedTuple):
     offset: int
 
 
-@dataclass(frozen=True)
-class RollParams:
+class RollParams(NamedTuple):
     """What decides a roll: the segment limits and the incoming record set (Kafka's RollParams)."""
 
     max_segment_ms: int
@@ -106,7 +105,8 @@ class LogSegment:
         directory = Path(directory)
         log = FileRecords(
             filenames.log_file(directory, base_offset, file_suffix),
-            preallocate_bytes=0 if file_already_exists else preallocate_bytes,
+            create=not file_already_exists,
+            preallocate_bytes=preallocate_bytes,
         )
         offset_index = LazyIndex.for_offset(
             filenames.offset_index_file(directory, base_offset, file_suffix), base_offset, segment_index_bytes
@@ -144,7 +144,10 @@ class LogSegment:
 
     def _max_timestamp_so_far(self) -> TimestampOffset:
         if self._max_timestamp_and_offset is None:
-            self._max_timestamp_and_offset = self.time_index.last_entry
+            if self._time_index.is_loaded:
+                self._max_timestamp_and_offset = self.time_index.last_entry
+            else:  # one pread instead of mapping the whole index
+                self._max_timestamp_and_offset = read_last_time_index_entry(self._time_index.path, self.base_offset)
         return self._max_timestamp_and_offset
 
     @property
@@ -176,24 +179,23 @@ class LogSegment:
         return 0 <= offset - self.base_offset <= MAX_RELATIVE_OFFSET
 
     def append(self, largest_offset: int, largest_timestamp: int, shallow_offset_of_max_timestamp: int, records) -> None:
-        """Append already-validated batch bytes whose last offset is ``largest_offset``."""
-        size = len(records)
-        if size == 0:
-            return
+        """Append already-validated batch bytes (a buffer or a list of buffers) ending at ``largest_offset``."""
         physical_position = self.log.size
         if physical_position == 0:
             self._rolling_based_timestamp = largest_timestamp
-        if not self.can_convert_to_relative_offset(largest_offset):
+        if not 0 <= largest_offset - self.base_offset <= MAX_RELATIVE_OFFSET:
             raise LogSegmentOffsetOverflowError(
                 f"offset {largest_offset} does not fit segment {self.log.path} with base offset {self.base_offset}"
             )
-        self.log.append(records)
-        current = self._max_timestamp_so_far()
+        size = self.log.append(records)
+        if size == 0:
+            return
+        current = self._max_timestamp_and_offset or self._max_timestamp_so_far()
         if largest_timestamp > current.timestamp:
             current = self._max_timestamp_and_offset = TimestampOffset(largest_timestamp, shallow_offset_of_max_timestamp)
         if self._bytes_since_last_index_entry > self.index_interval_bytes:
-            self.offset_index.append(largest_offset, physical_position)
-            self.time_index.maybe_append(current.timestamp, current.offset)
+            self._offset_index.get().append(largest_offset, physical_position)
+            self._time_index.get().maybe_append(current.timestamp, current.offset)
             self._bytes_since_last_index_entry = 0
         self._bytes_since_last_index_entry += size
 
@@ -206,35 +208,36 @@ class LogSegment:
         return self._rolling_based_timestamp
 
     def time_waited_for_roll(self, now_ms: int, max_timestamp_in_messages: int) -> int:
-        base = self._rolling_base()
+        base = self._rolling_based_timestamp
+        if base is None:
+            base = self._rolling_base()
         if base >= 0:
             return max_timestamp_in_messages - base
         return now_ms - self.created_ms
 
     def should_roll(self, params: RollParams) -> str | None:
         """The reason this segment must roll before ``params``' records are appended, or None."""
-        if self.size > params.max_segment_bytes - params.messages_size:
+        size = self.log.size
+        if size > params.max_segment_bytes - params.messages_size:
             return "size"
-        if self.size > 0 and (
+        if size > 0 and (
             self.time_waited_for_roll(params.now_ms, params.max_timestamp_in_messages)
             > params.max_segment_ms - self.rolling_jitter_ms
         ):
             return "time"
-        if self.offset_index.is_full() or self.time_index.is_full():
+        if self._offset_index.get().is_full() or self._time_index.get().is_full():
             return "index_full"
-        if not self.can_convert_to_relative_offset(params.max_offset_in_messages):
+        if not 0 <= params.max_offset_in_messages - self.base_offset <= MAX_RELATIVE_OFFSET:
             return "offset_overflow"
         return None
 
     def on_becoming_inactive_segment(self) -> None:
-        """Final time index entry, trimmed files, and indexes mapped read-only."""
+        """Final time index entry, trimmed files; indexes unmapped and read-only from now on."""
         current = self._max_timestamp_so_far()
         self.time_index.maybe_append(current.timestamp, current.offset, skip_full_check=True)
-        self.offset_index.trim_to_valid_size()
-        self.time_index.trim_to_valid_size()
+        self._offset_index.seal()
+        self._time_index.seal()
         self.log.trim()
-        self.offset_index.make_read_only()
-        self.time_index.make_read_only()
 
     def resize_indexes(self, size: int) -> None:
         self.offset_index.resize(size)
@@ -310,7 +313,7 @@ class LogSegment:
 
     def find_offset_by_timestamp(self, timestamp: int, start_offset: int | None = None) -> TimestampAndOffset | None:
         """First record at or after ``start_offset`` whose timestamp is >= ``timestamp``."""
-        from protocol.records import decode_batch  # records are decoded only here, never on produce/fetch
+        from protocol.records import first_record_at_or_after  # never used on produce/fetch
 
         start_offset = self.base_offset if start_offset is None else start_offset
         ts_offset = self.time_index.lookup(timestamp)
@@ -318,10 +321,9 @@ class LogSegment:
         for batch_position, header in self.log.batch_headers(position):
             if header.max_timestamp < timestamp or header.last_offset < start_offset:
                 continue
-            batch = decode_batch(self.log.read(batch_position, header.size))
-            for record in batch.records:
-                if record.timestamp >= timestamp and record.offset >= start_offset:
-                    return TimestampAndOffset(record.timestamp, record.offset)
+            found = first_record_at_or_after(self.log.read(batch_position, header.size), timestamp, start_offset)
+            if found is not None:
+                return TimestampAndOffset(*found)
         return None
 
     # -- recovery ----------------------------------------------------------------------------
@@ -441,6 +443,24 @@ class LogSegment:
 
     def __repr__(self) -> str:
         return f"LogSegment(base_offset={self.base_offset}, size={self.size}, path={self.log.path})"
+
+
+def read_last_time_index_entry(path: Path, base_offset: int) -> TimestampOffset:
+    """The last entry of a trimmed time index file, or (-1, base_offset) when it has none."""
+    try:
+        with open(path, "rb") as f:
+            length = os.fstat(f.fileno()).st_size
+            entries = length // TimeIndex.ENTRY_SIZE
+            if entries == 0:
+                return TimestampOffset(NO_TIMESTAMP, base_offset)
+            raw = os.pread(f.fileno(), TimeIndex.ENTRY_SIZE, (entries - 1) * TimeIndex.ENTRY_SIZE)
+    except FileNotFoundError:
+        return TimestampOffset(NO_TIMESTAMP, base_offset)
+    timestamp, relative = _TIME_INDEX_ENTRY.unpack(raw)
+    return TimestampOffset(timestamp, base_offset + relative)
+
+
+_TIME_INDEX_ENTRY = struct.Struct(">qi")
 
 
 def rolling_jitter_ms(segment_jitter_ms: int, segment_ms: int) -> int:

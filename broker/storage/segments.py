@@ -80,5 +80,11 @@ class LogSegments:
         end = self._segments.bisect_left(to_offset)
         return [self._segments.peekitem(i)[1] for i in range(start, end)]
 
+    def from_index(self, index: int) -> Iterator[LogSegment]:
+        """Segments from the ``index``-th (0-based, by base offset) on, fetched one at a time."""
+        values = self._segments.values()
+        for i in range(index, len(values)):
+            yield values[i]
+
     def size_in_bytes(self) -> int:
         return sum(segment.size for segment in self._segments.values())

@@ -15,21 +15,29 @@ is checked by its first and newest record only.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from typing import NamedTuple
+
+from crc32c import crc32c
 
 from config.log_config import LogConfig
 from protocol.record_batch import (
     ATTRIBUTES_OFFSET,
+    COMPRESSION_MASK,
+    CONTROL_FLAG,
     CRC_OFFSET,
+    CRC_START,
+    CURRENT_MAGIC,
+    HEADER,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
     MAX_TIMESTAMP_OFFSET,
     NO_TIMESTAMP,
-    PARTITION_LEADER_EPOCH_OFFSET,
     TIMESTAMP_TYPE_MASK,
     BatchHeader,
     CompressionType,
     TimestampType,
-    check_batch,
     compute_crc,
+    read_header,
     split_batches,
 )
 
@@ -41,7 +49,7 @@ from .errors import (
 )
 
 _INT64 = struct.Struct(">q")
-_INT32 = struct.Struct(">i")
+_OFFSET_LENGTH_EPOCH = struct.Struct(">qii")
 _UINT32 = struct.Struct(">I")
 _INT16 = struct.Struct(">h")
 
@@ -54,11 +62,16 @@ _TOPIC_CODECS = {
 }
 
 
-@dataclass(frozen=True)
-class ValidatedBatch:
-    """A batch ready to append: its bytes with offsets assigned, and what the indexes need."""
+class ValidatedBatch(NamedTuple):
+    """A batch ready to append: its bytes with offsets assigned, and what the indexes need.
 
-    records: bytes
+    ``records`` is a list of buffers written with one pwritev: on the common path a patched
+    copy of the 61-byte header followed by a view of the producer's record bytes, so the
+    payload is never copied in Python.
+    """
+
+    records: list
+    size: int
     first_offset: int
     last_offset: int
     max_timestamp: int
@@ -66,12 +79,8 @@ class ValidatedBatch:
     log_append_time_ms: int  # -1 unless the topic uses LogAppendTime
     record_count: int
 
-    @property
-    def size(self) -> int:
-        return len(self.records)
 
-
-def target_codec(config: LogConfig, source: CompressionType) -> CompressionType:
+def target_codec(config: LogConfig, source: int) -> int:
     return source if config.compression_type == "producer" else _TOPIC_CODECS[config.compression_type]
 
 
@@ -80,60 +89,96 @@ def validate_and_assign_offsets(
 ) -> ValidatedBatch:
     """Check one producer batch against Kafka's leader-side rules and give it offsets from ``offset``.
 
-    Raises CorruptRecordError, InvalidRecordError, RecordTooLargeError or InvalidTimestampError
-    (UnsupportedForMessageFormatError for legacy magic); nothing is written on error.
+    Checks run in Kafka's order (framing and magic, one batch, base offset, offset delta vs
+    count, control flag, producer fields, size, CRC, timestamps). Raises CorruptRecordError,
+    InvalidRecordError, RecordTooLargeError, InvalidTimestampError or
+    UnsupportedForMessageFormatError; nothing is written on error.
     """
-    batches = split_batches(records)
+    size = len(records)
+    if size < HEADER_SIZE:
+        _raise_framing_error(records)
+    (base_offset, batch_length, _, magic, crc, attributes, last_offset_delta, base_timestamp,
+     max_timestamp, producer_id, _, base_sequence, count) = HEADER.unpack_from(records, 0)
+    if magic != CURRENT_MAGIC or batch_length + LOG_OVERHEAD != size:
+        _raise_framing_error(records)
+    if base_offset != 0 or last_offset_delta + 1 != count or count <= 0 or attributes & CONTROL_FLAG \
+            or (producer_id >= 0 and base_sequence < 0) or attributes & COMPRESSION_MASK > CompressionType.ZSTD:
+        _check_header(read_header(records))
+    if size > config.max_message_bytes or size > config.segment_bytes:
+        _check_size(size, config)
+    view = memoryview(records)
+    if crc32c(view[CRC_START:]) != crc:
+        raise CorruptRecordError(
+            f"record batch is corrupt (stored crc = {crc}, computed crc = {crc32c(view[CRC_START:])})"
+        )
+    if attributes & TIMESTAMP_TYPE_MASK:
+        raise InvalidTimestampError("a producer may not set the LogAppendTime timestamp type")
+    log_append_time = config.log_append_time
+    if not log_append_time and (
+        max_timestamp > now_ms + config.message_timestamp_after_max_ms
+        or (base_timestamp < now_ms - config.message_timestamp_before_max_ms and base_timestamp != NO_TIMESTAMP)
+        or (max_timestamp < now_ms - config.message_timestamp_before_max_ms and max_timestamp != NO_TIMESTAMP)
+        or base_timestamp > now_ms + config.message_timestamp_after_max_ms
+    ):
+        _check_timestamps((base_timestamp, max_timestamp), config, now_ms)
+    codec = attributes & COMPRESSION_MASK
+    if config.compression_type != "producer" or config.compact:
+        target = target_codec(config, codec)
+        if target != codec or config.compact:
+            return _rebuild_or_check_keys(records, read_header(records), target, offset=offset, config=config,
+                                          now_ms=now_ms, leader_epoch=leader_epoch)
+
+    # The in-place path: patch a copy of the header, keep the records as they are.
+    head = bytearray(view[:HEADER_SIZE])
+    _OFFSET_LENGTH_EPOCH.pack_into(head, 0, offset, batch_length, leader_epoch)
+    last_offset = offset + last_offset_delta
+    if log_append_time:
+        _INT16.pack_into(head, ATTRIBUTES_OFFSET, attributes | TIMESTAMP_TYPE_MASK)
+        _INT64.pack_into(head, MAX_TIMESTAMP_OFFSET, now_ms)
+        body = view[HEADER_SIZE:]
+        _UINT32.pack_into(head, CRC_OFFSET, crc32c(body, crc32c(memoryview(head)[CRC_START:])))
+        return ValidatedBatch([head, body], size, offset, last_offset, now_ms, last_offset, now_ms, count)
+    return ValidatedBatch([head, view[HEADER_SIZE:]], size, offset, last_offset, max_timestamp, last_offset, -1,
+                          count)
+
+
+def _raise_framing_error(records) -> None:
+    """The slow path for anything but exactly one well-framed v2 batch: name what is wrong."""
+    batches = split_batches(records)  # raises for truncation, legacy or unknown magic, bad lengths
     if not batches:
         raise InvalidRecordError("produce request holds no record batch")
-    if len(batches) != 1:
-        raise InvalidRecordError(
-            f"produce request holds {len(batches)} record batches for one partition; magic 2 allows exactly one"
-        )
-    _, header = batches[0]
-    _check_header(header, config)
-    check_batch(records, header)
-    if header.records_count <= 0:
-        raise InvalidRecordError("record batch holds no records")
-    if header.timestamp_type is TimestampType.LOG_APPEND_TIME:
-        raise InvalidTimestampError("a producer may not set the LogAppendTime timestamp type")
-    if not config.log_append_time:
-        _check_timestamps(header, config, now_ms)
-
-    codec = target_codec(config, header.compression)
-    if codec != header.compression or config.compact:
-        return _rebuild_or_check_keys(records, header, codec, offset=offset, config=config, now_ms=now_ms,
-                                      leader_epoch=leader_epoch)
-    return _assign_in_place(records, header, offset=offset, config=config, now_ms=now_ms, leader_epoch=leader_epoch)
+    raise InvalidRecordError(
+        f"produce request holds {len(batches)} record batches for one partition; magic 2 allows exactly one"
+    )
 
 
-def _check_header(header: BatchHeader, config: LogConfig) -> None:
+def _check_header(header: BatchHeader) -> None:
+    """Name the first header rule the batch breaks (only called when one is broken)."""
     if header.base_offset != 0:
         raise InvalidRecordError(f"record batch has base offset {header.base_offset}; producers must send 0")
     if header.last_offset_delta + 1 != header.records_count:
         raise InvalidRecordError(
             f"record batch has last offset delta {header.last_offset_delta} but {header.records_count} records"
         )
+    if header.records_count <= 0:
+        raise InvalidRecordError("record batch holds no records")
     if header.is_control:
         raise InvalidRecordError("producers may not send control batches")
     if header.producer_id >= 0 and header.base_sequence < 0:
-        raise InvalidRecordError(
-            f"idempotent batch from producer {header.producer_id} has no base sequence"
-        )
-    if header.attributes & 0x07 > 4:
-        raise CorruptRecordError(f"record batch uses unknown compression codec id {header.attributes & 0x07}")
-    if header.size > config.max_message_bytes:
-        raise RecordTooLargeError(
-            f"record batch of {header.size} bytes exceeds max.message.bytes ({config.max_message_bytes})"
-        )
-    if header.size > config.segment_bytes:
-        raise RecordTooLargeError(
-            f"record batch of {header.size} bytes is larger than segment.bytes ({config.segment_bytes})"
-        )
+        raise InvalidRecordError(f"idempotent batch from producer {header.producer_id} has no base sequence")
+    raise CorruptRecordError(f"record batch uses unknown compression codec id {header.attributes & COMPRESSION_MASK}")
 
 
-def _check_timestamps(header: BatchHeader, config: LogConfig, now_ms: int) -> None:
-    for ts in (header.base_timestamp, header.max_timestamp):
+def _check_size(size: int, config: LogConfig) -> None:
+    if size > config.max_message_bytes:
+        raise RecordTooLargeError(
+            f"record batch of {size} bytes exceeds max.message.bytes ({config.max_message_bytes})"
+        )
+    raise RecordTooLargeError(f"record batch of {size} bytes is larger than segment.bytes ({config.segment_bytes})")
+
+
+def _check_timestamps(timestamps: tuple[int, int], config: LogConfig, now_ms: int) -> None:
+    for ts in timestamps:
         if ts == NO_TIMESTAMP:
             continue
         if ts < now_ms - config.message_timestamp_before_max_ms:
@@ -148,20 +193,6 @@ def _check_timestamps(header: BatchHeader, config: LogConfig, now_ms: int) -> No
             )
 
 
-def _assign_in_place(records, header: BatchHeader, *, offset: int, config: LogConfig, now_ms: int,
-                     leader_epoch: int) -> ValidatedBatch:
-    buf = bytearray(records)
-    _INT64.pack_into(buf, 0, offset)
-    _INT32.pack_into(buf, PARTITION_LEADER_EPOCH_OFFSET, leader_epoch)
-    last_offset = offset + header.last_offset_delta
-    if config.log_append_time:
-        _INT16.pack_into(buf, ATTRIBUTES_OFFSET, header.attributes | TIMESTAMP_TYPE_MASK)
-        _INT64.pack_into(buf, MAX_TIMESTAMP_OFFSET, now_ms)
-        _UINT32.pack_into(buf, CRC_OFFSET, compute_crc(buf))
-        return ValidatedBatch(bytes(buf), offset, last_offset, now_ms, last_offset, now_ms, header.records_count)
-    return ValidatedBatch(bytes(buf), offset, last_offset, header.max_timestamp, last_offset, -1, header.records_count)
-
-
 def _rebuild_or_check_keys(records, header: BatchHeader, codec: CompressionType, *, offset: int,
                            config: LogConfig, now_ms: int, leader_epoch: int) -> ValidatedBatch:
     """The decoding path: keys of compacted topics must be present; a topic codec forces a rebuild."""
@@ -174,13 +205,14 @@ def _rebuild_or_check_keys(records, header: BatchHeader, codec: CompressionType,
                 raise InvalidRecordError(
                     f"compacted topic cannot accept a record without a key (offset delta {record.offset})"
                 )
-    if codec == header.compression:
+    if codec == header.attributes & COMPRESSION_MASK:
         return _assign_in_place(records, header, offset=offset, config=config, now_ms=now_ms, leader_epoch=leader_epoch)
     level = {
         CompressionType.GZIP: config.compression_gzip_level if config.compression_gzip_level >= 0 else None,
         CompressionType.LZ4: config.compression_lz4_level,
         CompressionType.ZSTD: config.compression_zstd_level,
     }.get(codec)
+    codec = CompressionType(codec)
     rebased = [
         Record(offset + r.offset - header.base_offset, r.timestamp, r.key, r.value, r.headers) for r in batch.records
     ]
@@ -204,5 +236,20 @@ def _rebuild_or_check_keys(records, header: BatchHeader, codec: CompressionType,
         )
     last_offset = offset + header.last_offset_delta
     max_ts = now_ms if append_time else max((r.timestamp for r in batch.records), default=NO_TIMESTAMP)
-    return ValidatedBatch(built, offset, last_offset, max_ts, last_offset, now_ms if append_time else -1,
+    return ValidatedBatch([built], len(built), offset, last_offset, max_ts, last_offset, now_ms if append_time else -1,
+                          header.records_count)
+
+
+def _assign_in_place(records, header: BatchHeader, *, offset: int, config: LogConfig, now_ms: int,
+                     leader_epoch: int) -> ValidatedBatch:
+    """Offsets for a batch whose records were decoded only to check them (compacted topics)."""
+    buf = bytearray(records)
+    _OFFSET_LENGTH_EPOCH.pack_into(buf, 0, offset, header.batch_length, leader_epoch)
+    last_offset = offset + header.last_offset_delta
+    if config.log_append_time:
+        _INT16.pack_into(buf, ATTRIBUTES_OFFSET, header.attributes | TIMESTAMP_TYPE_MASK)
+        _INT64.pack_into(buf, MAX_TIMESTAMP_OFFSET, now_ms)
+        _UINT32.pack_into(buf, CRC_OFFSET, compute_crc(buf))
+        return ValidatedBatch([buf], len(buf), offset, last_offset, now_ms, last_offset, now_ms, header.records_count)
+    return ValidatedBatch([buf], len(buf), offset, last_offset, header.max_timestamp, last_offset, -1,
                           header.records_count)

@@ -608,3 +608,32 @@ def test_parse_end_txn_marker_value_rejects_corruption():
 def test_control_type_of_an_empty_control_batch_is_none():
     batch = decode_batch(encode_batch([], is_control=True, is_transactional=True))
     assert batch.is_control and batch.control_type is None
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    timestamps=st.lists(st.integers(0, 10_000), min_size=1, max_size=30),
+    target=st.integers(-5, 10_005),
+    min_offset_delta=st.integers(0, 35),
+    codec=st.sampled_from(list(CompressionType)),
+    log_append_time=st.booleans(),
+    big_values=st.booleans(),
+)
+def test_first_record_at_or_after_matches_a_full_decode(timestamps, target, min_offset_delta, codec,
+                                                        log_append_time, big_values):
+    from protocol.records import first_record_at_or_after
+
+    base = 1_000
+    value = b"v" * (300 if big_values else 3)  # multi-byte varint lengths too
+    records = [Record(base + i * 2, ts, b"k%d" % i, value, (("h", b"x"),)) for i, ts in enumerate(timestamps)]
+    batch = encode_batch(
+        records, base_offset=base, compression=codec,
+        timestamp_type=TimestampType.LOG_APPEND_TIME if log_append_time else TimestampType.CREATE_TIME,
+        max_timestamp=7_777 if log_append_time else None,
+    )
+    min_offset = base + min_offset_delta
+    expected = next(
+        ((r.timestamp, r.offset) for r in decode_batch(batch).records if r.timestamp >= target and r.offset >= min_offset),
+        None,
+    )
+    assert first_record_at_or_after(batch, target, min_offset) == expected

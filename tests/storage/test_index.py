@@ -737,7 +737,7 @@ def test_lazy_index_get_materialises_once_under_concurrent_calls(tmp_path):
     # KAFKA-9156: two racing loads created two mmaps with independent write positions.
     loads = []
 
-    def loader(path: Path) -> OffsetIndex:
+    def loader(path: Path, writable: bool) -> OffsetIndex:
         loads.append(path)
         time.sleep(0.05)
         return OffsetIndex(path, BASE, MIB10)
@@ -805,4 +805,19 @@ def test_lazy_index_update_parent_dir_changes_the_path_only(tmp_path):
     assert lazy.path == tmp_path / "future" / "0.index"
     lazy.get()
     assert (tmp_path / "future" / "0.index").exists()
+    lazy.close()
+
+
+def test_lazy_index_seal_trims_unmaps_and_reloads_read_only(tmp_path):
+    lazy = LazyIndex.for_offset(tmp_path / "0.index", BASE, MIB10)
+    index = lazy.get()
+    index.append(BASE + 1, 10)
+    index.append(BASE + 5, 70)
+    lazy.seal()
+    assert not lazy.is_loaded
+    assert (tmp_path / "0.index").stat().st_size == 2 * OffsetIndex.ENTRY_SIZE
+    reloaded = lazy.get()
+    assert reloaded.read_only and reloaded.entries_list() == [(BASE + 1, 10), (BASE + 5, 70)]
+    with pytest.raises(ReadOnlyIndexError):
+        reloaded.append(BASE + 9, 100)
     lazy.close()
