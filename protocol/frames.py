@@ -1,0 +1,140 @@
+"""Framing: every request and response is a 4-byte big-endian unsigned length, then that many bytes.
+
+Sans-IO, in the shape of h11: the connection feeds whatever it read to
+:meth:`FrameDecoder.receive_data` and pulls whole frames with :meth:`FrameDecoder.next_frame`
+until it returns :data:`NEED_DATA`. The decoder never touches a socket, so the trio server, the
+client and the tests drive the same object.
+
+Also home of the protocol exceptions shared with :mod:`protocol.messages`:
+:class:`LocalProtocolError` (we tried to send something the protocol forbids: a bug here) and
+:class:`RemoteProtocolError` (the peer sent bytes the protocol forbids), each carrying the wire
+error code to answer with.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from typing import Final, Literal
+
+from .errors import ErrorCode
+
+#: ``socket.request.max.bytes``'s default: the largest frame body a broker accepts.
+DEFAULT_MAX_FRAME_BYTES: Final = 104_857_600
+
+_PREFIX = struct.Struct(">I")
+PREFIX_SIZE: Final = _PREFIX.size  # 4
+MAX_FRAME_LENGTH: Final = 2**32 - 1
+
+# Compact the receive buffer once this many consumed bytes sit in front of it (and they are at
+# least half of it), so pipelined frames in one big chunk cost O(n), not O(n^2) in memmoves.
+_COMPACT_AFTER_BYTES = 65536
+
+
+class _NeedData(enum.Enum):
+    NEED_DATA = "NEED_DATA"
+
+    def __repr__(self) -> str:
+        return self.value
+
+
+#: Returned by :meth:`FrameDecoder.next_frame` when no whole frame is buffered yet.
+NEED_DATA: Final = _NeedData.NEED_DATA
+
+
+class ProtocolError(Exception):
+    """A violation of the wire protocol; ``code`` is the error code a response should carry."""
+
+    code: ErrorCode = ErrorCode.INVALID_REQUEST
+
+
+class LocalProtocolError(ProtocolError):
+    """We were asked to send something the protocol forbids: a bug in the caller, not the peer."""
+
+
+class RemoteProtocolError(ProtocolError):
+    """The peer sent bytes the protocol forbids."""
+
+
+class FrameTooLargeError(RemoteProtocolError):
+    """A length prefix above ``max_frame_bytes``.
+
+    Raised as soon as the prefix is read, before any of the body is buffered: the broker answers
+    ``INVALID_REQUEST`` (with ``id`` nil: the body holding it is never read) and closes.
+    """
+
+    def __init__(self, length: int, max_frame_bytes: int) -> None:
+        super().__init__(
+            f"frame of {length} bytes exceeds the limit of {max_frame_bytes} bytes"
+            " (socket.request.max.bytes)"
+        )
+        self.length = length
+        self.max_frame_bytes = max_frame_bytes
+
+
+def frame_prefix(length: int) -> bytes:
+    """The 4-byte prefix announcing a body of ``length`` bytes (for bodies sent in parts)."""
+    if not 0 <= length <= MAX_FRAME_LENGTH:
+        raise LocalProtocolError(f"frame length {length} is outside [0, {MAX_FRAME_LENGTH}]")
+    return _PREFIX.pack(length)
+
+
+def encode_frame(payload: bytes) -> bytes:
+    """One frame: prefix then payload."""
+    return frame_prefix(len(payload)) + payload
+
+
+class FrameDecoder:
+    """Splits a byte stream into frame payloads.
+
+    Memory is bounded as long as the caller drains with :meth:`next_frame` until
+    :data:`NEED_DATA` after each :meth:`receive_data`: what stays buffered is then at most one
+    incomplete frame, itself at most ``4 + max_frame_bytes`` bytes, because an oversized length
+    prefix is refused before its body arrives. After a :class:`FrameTooLargeError` the stream
+    cannot be resynchronised: every later :meth:`next_frame` raises it again and received data
+    is dropped.
+    """
+
+    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+        if not 0 <= max_frame_bytes <= MAX_FRAME_LENGTH:
+            raise ValueError(f"max_frame_bytes must be in [0, {MAX_FRAME_LENGTH}], got {max_frame_bytes}")
+        self.max_frame_bytes = max_frame_bytes
+        self._buffer = bytearray()
+        self._start = 0  # bytes of _buffer already handed out as frames
+        self._error: FrameTooLargeError | None = None
+
+    @property
+    def pending_bytes(self) -> int:
+        """Bytes received but not yet returned as a frame: non-zero at EOF means a truncated frame."""
+        return len(self._buffer) - self._start
+
+    def receive_data(self, data: bytes) -> None:
+        if self._error is None:
+            self._buffer += data
+
+    def next_frame(self) -> bytes | Literal[_NeedData.NEED_DATA]:
+        """The next whole frame's payload, or :data:`NEED_DATA`."""
+        if self._error is not None:
+            raise self._error
+        if self.pending_bytes < PREFIX_SIZE:
+            return NEED_DATA
+        (length,) = _PREFIX.unpack_from(self._buffer, self._start)
+        if length > self.max_frame_bytes:
+            self._error = FrameTooLargeError(length, self.max_frame_bytes)
+            self._buffer = bytearray()
+            self._start = 0
+            raise self._error
+        body_start = self._start + PREFIX_SIZE
+        body_end = body_start + length
+        if len(self._buffer) < body_end:
+            return NEED_DATA
+        with memoryview(self._buffer) as view, view[body_start:body_end] as body:
+            frame = bytes(body)
+        self._start = body_end
+        if self._start == len(self._buffer):
+            self._buffer.clear()
+            self._start = 0
+        elif self._start >= _COMPACT_AFTER_BYTES and 2 * self._start >= len(self._buffer):
+            del self._buffer[: self._start]
+            self._start = 0
+        return frame

@@ -1,0 +1,926 @@
+"""The message layer of wire protocol v1: one frozen dataclass per request and response, for both sides.
+
+The dataclasses are the schema. Each field's annotation says its wire type and range
+(``Int32``, ``Acks``, ``tuple[ProduceTopic, ...]``...), and a field with a default is optional.
+The same compiled schema validates what the server decodes (:func:`decode_request`, raising
+:class:`RequestError`), what either side encodes (raising :class:`LocalProtocolError`: a bug on our
+side, caught before it reaches the wire) and what the client decodes (:func:`decode_response`,
+raising :class:`RemoteProtocolError`). Each field name is spelled once, here.
+
+Rules of the decoder:
+
+* msgpack types are strict: ``bin`` is not ``str`` and ``str`` is not ``bin``; a bool is not an
+  int; an int must fit the Kafka wire width of its field (int16/int32/int64).
+* ``nil`` means absent: an optional field that is nil takes its default; a required field that is
+  missing or nil is an error.
+* Unknown keys are ignored, at every level, for forward compatibility (a later minor revision may
+  add optional fields, as Kafka's tagged fields do). Only the known fields are ever walked, so an
+  unknown key's value is never inspected, however deep.
+* Sizes are bounded by the frame limit (msgpack never announces more elements than there are
+  bytes) and nesting by msgpack's own stack limit; both surface as "not a valid msgpack document".
+
+Which problems fail the whole request and which are reported per topic or partition follows
+Kafka: the request parser refuses what it cannot parse, the broker judges values one topic or
+partition at a time so that one bad entry does not fail the others.
+
+Request level, raised here as :class:`RequestError` (``INVALID_REQUEST`` unless noted):
+  not msgpack, not a map, an empty frame; ``id`` missing, mistyped or outside [0, 2^31);
+  ``api`` missing, mistyped or unknown; ``v`` missing or mistyped; ``v`` not supported
+  (``UNSUPPORTED_VERSION``); any required field missing or nil; any field of the wrong type; an
+  int outside its wire width; a value with no per-entry meaning: ``acks`` not in {0, 1, -1},
+  ``isolation_level`` not in {0, 1}, a negative ``timeout_ms``, ``max_wait_ms``, ``min_bytes``,
+  ``max_bytes`` or ``partition_max_bytes``, a list_offsets ``timestamp`` below -3; the same
+  topic twice in one request or the same partition twice in one topic (the response could not
+  say which entry a result belongs to, and Kafka would silently keep only one).
+
+Per topic or partition, decoded here and reported by the server in that entry's ``error_code``:
+  topic names (``INVALID_TOPIC_EXCEPTION``), unknown topics and partitions, negative partition
+  numbers included (``UNKNOWN_TOPIC_OR_PARTITION``; servers: never index a list with one),
+  ``num_partitions`` (``INVALID_PARTITIONS``; -1 = the broker default), ``replication_factor``
+  other than 1 or -1 (``INVALID_REPLICATION_FACTOR``), config keys and values
+  (``INVALID_CONFIG``), ``fetch_offset`` outside the log and delete_records ``offset`` below -1
+  or above the high watermark (``OFFSET_OUT_OF_RANGE``), and the ``records`` bytes themselves
+  (``CORRUPT_MESSAGE``, ``INVALID_RECORD``...).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import functools
+import types
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Annotated, Any, ClassVar, Union, get_args, get_origin, get_type_hints
+
+import msgpack
+
+from .errors import ErrorCode
+from .frames import LocalProtocolError, RemoteProtocolError
+
+#: API name -> (min_version, max_version) this implementation speaks.
+SUPPORTED_APIS: dict[str, tuple[int, int]] = {
+    name: (1, 1)
+    for name in (
+        "api_versions",
+        "metadata",
+        "create_topics",
+        "delete_topics",
+        "describe_configs",
+        "alter_configs",
+        "produce",
+        "fetch",
+        "list_offsets",
+        "delete_records",
+    )
+}
+
+
+class RequestError(RemoteProtocolError):
+    """A request refused as a whole; answer with :func:`error_response`, the connection stays usable.
+
+    ``request_id`` is the request's ``id`` when it could be read (else None, echoed as nil) and
+    ``api`` its API name when known, so the response can carry that API's (empty) fields.
+    """
+
+    def __init__(self, code: ErrorCode, message: str, request_id: int | None = None, api: str | None = None):
+        super().__init__(message)
+        self.code = ErrorCode(code)
+        self.message = message
+        self.request_id = request_id
+        self.api = api
+
+
+class _FieldError(Exception):
+    """A schema violation; each entry point re-raises it as its side's protocol error."""
+
+
+# --- the schema vocabulary -------------------------------------------------------------------
+
+_WIRE_TYPE_NAMES: tuple[tuple[type, str], ...] = (
+    (type(None), "nil"),
+    (bool, "bool"),  # before int: bool is a subclass of int in Python, not in msgpack
+    (int, "int"),
+    (float, "float"),
+    (str, "str"),
+    (bytes, "bin"),
+    ((list, tuple), "array"),
+    (dict, "map"),
+    ((msgpack.ExtType, msgpack.Timestamp), "ext"),
+)
+
+
+def _brief(value: object, limit: int = 60) -> str:
+    """repr() cut short: messages quote what the peer sent, and the peer may send megabytes."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _wire_name(value: object) -> str:
+    for cls, name in _WIRE_TYPE_NAMES:
+        if isinstance(value, cls):
+            return name
+    return type(value).__name__
+
+
+class IntRange:
+    """Annotation: the int lies in [lo, hi]; ``meaning`` replaces the bounds in messages."""
+
+    def __init__(self, lo: int, hi: int, meaning: str | None = None) -> None:
+        self.lo, self.hi = lo, hi
+        self.meaning = meaning or f"in [{lo}, {hi}]"
+
+    def __call__(self, value: int, path: str) -> None:
+        if not self.lo <= value <= self.hi:
+            raise _FieldError(f"field '{path}' must be {self.meaning}, got {value}")
+
+
+class OneOf:
+    """Annotation: the value is one of a fixed set."""
+
+    def __init__(self, *values: object) -> None:
+        self.values = values
+
+    def __call__(self, value: object, path: str) -> None:
+        if value not in self.values:
+            allowed = ", ".join(repr(v) for v in self.values)
+            raise _FieldError(f"field '{path}' must be one of {allowed}, got {value!r}")
+
+
+class Unique:
+    """Annotation on an array: no two items (or items' ``key`` attribute) are equal."""
+
+    def __init__(self, key: str | None = None) -> None:
+        self.key = key
+
+    def __call__(self, items: tuple[Any, ...], path: str) -> None:
+        seen: dict[object, int] = {}
+        suffix = f".{self.key}" if self.key else ""
+        for index, item in enumerate(items):
+            key = getattr(item, self.key) if self.key else item
+            if key in seen:
+                raise _FieldError(
+                    f"field '{path}[{index}]{suffix}' repeats {_brief(key)}, already given in {path}[{seen[key]}]"
+                )
+            seen[key] = index
+
+
+Int16 = Annotated[int, IntRange(-(2**15), 2**15 - 1)]
+Int32 = Annotated[int, IntRange(-(2**31), 2**31 - 1)]
+Int64 = Annotated[int, IntRange(-(2**63), 2**63 - 1)]
+#: Sizes, waits and timeouts: an int32 that cannot be negative.
+NonNegativeInt32 = Annotated[int, IntRange(0, 2**31 - 1)]
+CorrelationId = Annotated[int, IntRange(0, 2**31 - 1)]
+Acks = Annotated[int, OneOf(0, 1, -1)]
+#: 0 read_uncommitted, 1 read_committed: the same data on a broker without transactions.
+IsolationLevel = Annotated[int, OneOf(0, 1)]
+OffsetQueryTimestamp = Annotated[
+    int, IntRange(-3, 2**63 - 1, "-1 (latest), -2 (earliest), -3 (max timestamp) or a time in ms")
+]
+ErrorCodeValue = Int16
+Port = Annotated[int, IntRange(0, 65535)]
+ConfigSource = Annotated[str, OneOf("topic", "broker", "default")]
+TopicNames = Annotated[tuple[str, ...], Unique()]
+
+
+@dataclass(frozen=True)
+class ExternalBin:
+    """A bin value whose bytes stay outside the message: the caller sends ``length`` bytes of ``ref``.
+
+    The fetch path uses it for records it copies from segment files with sendfile; see
+    :func:`pack_parts`.
+    """
+
+    length: int
+    ref: object
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.length <= 2**32 - 1:
+            raise LocalProtocolError(f"ExternalBin length {self.length} is outside [0, 2^32)")
+
+
+# --- requests --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class Request:
+    """The envelope every request carries; subclasses add their API's fields."""
+
+    api: ClassVar[str]
+    id: CorrelationId
+    client_id: str | None = None
+    #: Required on the wire (decode_request checks it first); the default is for constructors.
+    v: int = 1
+
+    @property
+    def expects_response(self) -> bool:
+        """False only for produce with acks=0, which the broker never answers."""
+        return True
+
+
+@dataclass(frozen=True, kw_only=True)
+class ApiVersionsRequest(Request):
+    api: ClassVar[str] = "api_versions"
+
+
+@dataclass(frozen=True, kw_only=True)
+class MetadataRequest(Request):
+    api: ClassVar[str] = "metadata"
+    #: nil = every topic; an empty list = none (brokers only).
+    topics: TopicNames | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class NewTopic:
+    name: str
+    #: -1 = the broker's num.partitions; other values below 1 are INVALID_PARTITIONS per topic.
+    num_partitions: Int32
+    #: 1 or -1; anything else is INVALID_REPLICATION_FACTOR per topic.
+    replication_factor: Int16
+    configs: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CreateTopicsRequest(Request):
+    api: ClassVar[str] = "create_topics"
+    topics: Annotated[tuple[NewTopic, ...], Unique("name")]
+    validate_only: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeleteTopicsRequest(Request):
+    api: ClassVar[str] = "delete_topics"
+    topics: TopicNames
+
+
+@dataclass(frozen=True, kw_only=True)
+class DescribeConfigsRequest(Request):
+    api: ClassVar[str] = "describe_configs"
+    topics: TopicNames
+
+
+@dataclass(frozen=True, kw_only=True)
+class AlterConfigsTopic:
+    name: str
+    configs: dict[str, str]
+    delete: Annotated[tuple[str, ...], Unique()] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class AlterConfigsRequest(Request):
+    api: ClassVar[str] = "alter_configs"
+    topics: Annotated[tuple[AlterConfigsTopic, ...], Unique("name")]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProducePartition:
+    partition: Int32
+    #: RecordBatch v2 bytes, one or more batches; validated by the broker, per partition.
+    records: bytes
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProduceTopic:
+    name: str
+    partitions: Annotated[tuple[ProducePartition, ...], Unique("partition")]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProduceRequest(Request):
+    api: ClassVar[str] = "produce"
+    acks: Acks
+    timeout_ms: NonNegativeInt32
+    topics: Annotated[tuple[ProduceTopic, ...], Unique("name")]
+
+    @property
+    def expects_response(self) -> bool:
+        return self.acks != 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class FetchPartition:
+    partition: Int32
+    fetch_offset: Int64
+    partition_max_bytes: NonNegativeInt32
+
+
+@dataclass(frozen=True, kw_only=True)
+class FetchTopic:
+    name: str
+    partitions: Annotated[tuple[FetchPartition, ...], Unique("partition")]
+
+
+@dataclass(frozen=True, kw_only=True)
+class FetchRequest(Request):
+    api: ClassVar[str] = "fetch"
+    max_wait_ms: NonNegativeInt32
+    min_bytes: NonNegativeInt32
+    max_bytes: NonNegativeInt32
+    isolation_level: IsolationLevel = 0
+    topics: Annotated[tuple[FetchTopic, ...], Unique("name")]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ListOffsetsPartition:
+    partition: Int32
+    timestamp: OffsetQueryTimestamp
+
+
+@dataclass(frozen=True, kw_only=True)
+class ListOffsetsTopic:
+    name: str
+    partitions: Annotated[tuple[ListOffsetsPartition, ...], Unique("partition")]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ListOffsetsRequest(Request):
+    api: ClassVar[str] = "list_offsets"
+    isolation_level: IsolationLevel = 0
+    topics: Annotated[tuple[ListOffsetsTopic, ...], Unique("name")]
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeleteRecordsPartition:
+    partition: Int32
+    #: -1 = the high watermark; other negatives are OFFSET_OUT_OF_RANGE per partition.
+    offset: Int64
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeleteRecordsTopic:
+    name: str
+    partitions: Annotated[tuple[DeleteRecordsPartition, ...], Unique("partition")]
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeleteRecordsRequest(Request):
+    api: ClassVar[str] = "delete_records"
+    topics: Annotated[tuple[DeleteRecordsTopic, ...], Unique("name")]
+
+
+# --- responses -------------------------------------------------------------------------------
+# Every level with an error_code also has an error_message; encoding refuses a non-zero code
+# without a message ("error_message always says, in words, what was wrong").
+
+
+@dataclass(frozen=True, kw_only=True)
+class Response:
+    """The envelope every response carries; API fields default to empty so error responses are whole."""
+
+    api: ClassVar[str]
+    #: nil only when the request's id could not be read.
+    id: CorrelationId | None
+    error_code: ErrorCodeValue = ErrorCode.NONE
+    error_message: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ApiVersion:
+    name: str
+    min_version: Int16
+    max_version: Int16
+
+
+def _supported_api_versions() -> tuple[ApiVersion, ...]:
+    return tuple(ApiVersion(name=n, min_version=lo, max_version=hi) for n, (lo, hi) in SUPPORTED_APIS.items())
+
+
+@dataclass(frozen=True, kw_only=True)
+class ApiVersionsResponse(Response):
+    api: ClassVar[str] = "api_versions"
+    apis: tuple[ApiVersion, ...] = field(default_factory=_supported_api_versions)
+    broker_version: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class BrokerMetadata:
+    node_id: Int32
+    host: str
+    port: Port
+
+
+@dataclass(frozen=True, kw_only=True)
+class PartitionMetadata:
+    partition: Int32
+    leader: Int32
+    error_code: ErrorCodeValue = ErrorCode.NONE
+    error_message: str | None = None
+    log_start_offset: Int64 = -1
+    high_watermark: Int64 = -1
+
+
+@dataclass(frozen=True, kw_only=True)
+class TopicMetadata:
+    name: str
+    error_code: ErrorCodeValue = ErrorCode.NONE
+    error_message: str | None = None
+    internal: bool = False
+    partitions: tuple[PartitionMetadata, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class MetadataResponse(Response):
+    api: ClassVar[str] = "metadata"
+    brokers: tuple[BrokerMetadata, ...] = ()
+    controller_id: Int32 = -1
+    topics: tuple[TopicMetadata, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class CreateTopicResult:
+    name: str
+    error_code: ErrorCodeValue = ErrorCode.NONE
+    error_message: str | None = None
+    num_partitions: Int32 = -1
+    configs: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CreateTopicsResponse(Response):
+    api: ClassVar[str] = "create_topics"
+    topics: tuple[CreateTopicResult, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class TopicResult:
+    """One topic's outcome where there is nothing else to say: delete_topics, alter_configs."""
+
+    name: str
+    error_code: ErrorCodeValue = ErrorCode.NONE
+    error_message: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeleteTopicsResponse(Response):
+    api: ClassVar[str] = "delete_topics"
+    topics: tuple[TopicResult, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConfigEntry:
+    value: str | None
+    source: ConfigSource
+
+
+@dataclass(frozen=True, kw_only=True)
+class DescribeConfigsResult:
+    name: str
+    error_code: ErrorCodeValue = ErrorCode.NONE
+    error_message: str | None = None
+    configs: dict[str, ConfigEntry] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DescribeConfigsResponse(Response):
+    api: ClassVar[str] = "describe_configs"
+    topics: tuple[DescribeConfigsResult, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class AlterConfigsResponse(Response):
+    api: ClassVar[str] = "alter_configs"
+    topics: tuple[TopicResult, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProducePartitionResult:
+    partition: Int32
+    error_code: ErrorCodeValue = ErrorCode.NONE
+    error_message: str | None = None
+    base_offset: Int64 = -1
+    #: -1 unless the topic uses LogAppendTime.
+    log_append_time: Int64 = -1
+    log_start_offset: Int64 = -1
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProduceTopicResult:
+    name: str
+    partitions: tuple[ProducePartitionResult, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProduceResponse(Response):
+    api: ClassVar[str] = "produce"
+    topics: tuple[ProduceTopicResult, ...] = ()
+    throttle_ms: NonNegativeInt32 = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class FetchPartitionResult:
+    partition: Int32
+    error_code: ErrorCodeValue = ErrorCode.NONE
+    error_message: str | None = None
+    high_watermark: Int64 = -1
+    last_stable_offset: Int64 = -1
+    log_start_offset: Int64 = -1
+    #: Whole batches; an ExternalBin when the server sends them from a file (pack_parts).
+    records: bytes | ExternalBin = b""
+
+
+@dataclass(frozen=True, kw_only=True)
+class FetchTopicResult:
+    name: str
+    partitions: tuple[FetchPartitionResult, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class FetchResponse(Response):
+    api: ClassVar[str] = "fetch"
+    throttle_ms: NonNegativeInt32 = 0
+    topics: tuple[FetchTopicResult, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class ListOffsetsPartitionResult:
+    partition: Int32
+    error_code: ErrorCodeValue = ErrorCode.NONE
+    error_message: str | None = None
+    timestamp: Int64 = -1
+    offset: Int64 = -1
+
+
+@dataclass(frozen=True, kw_only=True)
+class ListOffsetsTopicResult:
+    name: str
+    partitions: tuple[ListOffsetsPartitionResult, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ListOffsetsResponse(Response):
+    api: ClassVar[str] = "list_offsets"
+    topics: tuple[ListOffsetsTopicResult, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeleteRecordsPartitionResult:
+    partition: Int32
+    error_code: ErrorCodeValue = ErrorCode.NONE
+    error_message: str | None = None
+    low_watermark: Int64 = -1
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeleteRecordsTopicResult:
+    name: str
+    partitions: tuple[DeleteRecordsPartitionResult, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeleteRecordsResponse(Response):
+    api: ClassVar[str] = "delete_records"
+    topics: tuple[DeleteRecordsTopicResult, ...] = ()
+
+
+REQUEST_TYPES: dict[str, type[Request]] = {
+    cls.api: cls
+    for cls in (
+        ApiVersionsRequest,
+        MetadataRequest,
+        CreateTopicsRequest,
+        DeleteTopicsRequest,
+        DescribeConfigsRequest,
+        AlterConfigsRequest,
+        ProduceRequest,
+        FetchRequest,
+        ListOffsetsRequest,
+        DeleteRecordsRequest,
+    )
+}
+RESPONSE_TYPES: dict[str, type[Response]] = {
+    cls.api: cls
+    for cls in (
+        ApiVersionsResponse,
+        MetadataResponse,
+        CreateTopicsResponse,
+        DeleteTopicsResponse,
+        DescribeConfigsResponse,
+        AlterConfigsResponse,
+        ProduceResponse,
+        FetchResponse,
+        ListOffsetsResponse,
+        DeleteRecordsResponse,
+    )
+}
+assert REQUEST_TYPES.keys() == RESPONSE_TYPES.keys() == SUPPORTED_APIS.keys()
+
+
+# --- the schema compiler ---------------------------------------------------------------------
+
+_Check = Callable[[Any, str], Any]
+_SCALARS: dict[type, str] = {int: "an int", bool: "a bool", str: "a str", bytes: "a bin"}
+
+
+def _mistyped(path: str, expected: str, value: object) -> _FieldError:
+    return _FieldError(f"field '{path}' must be {expected}, got {_wire_name(value)}")
+
+
+@functools.cache
+def _checker(tp: Any, strict: bool = False) -> _Check:
+    """Compile an annotation into ``check(value, path) -> python value``, raising _FieldError.
+
+    ``strict`` makes every field of every map required, defaults or not: the client's reading of
+    responses, where a missing ``error_code`` must not pass for success.
+    """
+    origin, args = get_origin(tp), get_args(tp)
+    if origin is Annotated:
+        inner, constraints = _checker(args[0], strict), args[1:]
+
+        def check_annotated(value: Any, path: str) -> Any:
+            value = inner(value, path)
+            for constraint in constraints:
+                constraint(value, path)
+            return value
+
+        return check_annotated
+    if origin in (Union, types.UnionType):
+        options = tuple(a for a in args if a is not type(None))
+        if len(options) == 1:  # X | None
+            inner_optional = _checker(options[0], strict)
+            return lambda value, path: None if value is None else inner_optional(value, path)
+        expected = " or ".join(_SCALARS[o] for o in options if o in _SCALARS)
+
+        def check_union(value: Any, path: str) -> Any:
+            if isinstance(value, options):
+                return value
+            raise _mistyped(path, expected, value)
+
+        return check_union
+    if origin is tuple:
+        item = _checker(args[0], strict)
+
+        def check_array(value: Any, path: str) -> tuple[Any, ...]:
+            if not isinstance(value, (list, tuple)):
+                raise _mistyped(path, "an array", value)
+            return tuple(item(v, f"{path}[{i}]") for i, v in enumerate(value))
+
+        return check_array
+    if origin is dict:
+        item = _checker(args[1], strict)
+
+        def check_map(value: Any, path: str) -> dict[str, Any]:
+            if not isinstance(value, dict):
+                raise _mistyped(path, "a map", value)
+            for key in value:
+                if not isinstance(key, str):
+                    raise _FieldError(f"field '{path}' must have str keys, got {_wire_name(key)}")
+            return {k: item(v, f"{path}[{_brief(k)}]") for k, v in value.items()}
+
+        return check_map
+    if dataclasses.is_dataclass(tp):
+        return functools.partial(_decode_map, tp, strict=strict)
+    if tp in _SCALARS:
+        expected_scalar = _SCALARS[tp]
+
+        def check_scalar(value: Any, path: str) -> Any:
+            if isinstance(value, tp) and (tp is bool or not isinstance(value, bool)):
+                return value
+            raise _mistyped(path, expected_scalar, value)
+
+        return check_scalar
+    raise TypeError(f"no wire type for annotation {tp!r}")
+
+
+@functools.cache
+def _schema(cls: type, strict: bool) -> tuple[tuple[str, _Check, bool, bool], ...]:
+    """(name, check, has_default, nullable) for each field of a message dataclass."""
+    hints = get_type_hints(cls, include_extras=True)
+    schema = []
+    for f in dataclasses.fields(cls):
+        tp = hints[f.name]
+        has_default = not strict and (
+            f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+        )
+        nullable = get_origin(tp) in (Union, types.UnionType) and type(None) in get_args(tp)
+        schema.append((f.name, _checker(tp, strict), has_default, nullable))
+    return tuple(schema)
+
+
+def _decode_map(cls: type, value: Any, path: str, strict: bool = False) -> Any:
+    """Build ``cls`` from a decoded msgpack map, checking every known field and ignoring the rest."""
+    if not isinstance(value, dict):
+        raise _mistyped(path, "a map", value)
+    kwargs = {}
+    for name, check, has_default, nullable in _schema(cls, strict):
+        field_path = f"{path}.{name}" if path else name
+        raw = value.get(name)
+        if raw is None:  # nil means absent
+            if has_default:
+                continue
+            if name not in value:
+                raise _FieldError(f"field '{field_path}' is missing")
+            if not nullable:
+                raise _FieldError(f"field '{field_path}' is required, got nil")
+        kwargs[name] = check(raw, field_path)
+    return cls(**kwargs)
+
+
+def _to_wire(value: Any) -> Any:
+    """Message dataclasses to plain maps and arrays, leaving bytes and ExternalBin as they are."""
+    if isinstance(value, ExternalBin):
+        return value
+    if dataclasses.is_dataclass(value):
+        return {f.name: _to_wire(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, (list, tuple)):
+        return [_to_wire(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _to_wire(v) for k, v in value.items()}
+    if isinstance(value, enum.Enum):
+        return value.value
+    return value
+
+
+def _require_error_messages(value: Any, path: str) -> None:
+    if isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            _require_error_messages(item, f"{path}[{index}]")
+    elif dataclasses.is_dataclass(value) and not isinstance(value, ExternalBin):
+        code = getattr(value, "error_code", ErrorCode.NONE)
+        if code != ErrorCode.NONE and not getattr(value, "error_message", None):
+            where = f"{path}.error_message" if path else "error_message"
+            raise LocalProtocolError(f"field '{where}' must say what went wrong when error_code is {code}")
+        for f in dataclasses.fields(value):
+            _require_error_messages(getattr(value, f.name), f"{path}.{f.name}" if path else f.name)
+
+
+def _validated_wire(message: Request | Response) -> dict[str, Any]:
+    """The wire map of one of our messages, refusing (LocalProtocolError) what a peer would refuse."""
+    wire = _to_wire(message)
+    try:
+        _decode_map(type(message), wire, "")
+    except _FieldError as exc:
+        raise LocalProtocolError(f"{type(message).__name__}: {exc}") from None
+    if isinstance(message, Request):
+        return {"api": message.api, **wire}
+    _require_error_messages(message, "")
+    return wire
+
+
+# --- entry points ----------------------------------------------------------------------------
+
+# What msgpack.unpackb raises on hostile bytes: ExtraData, FormatError, StackError, truncated input
+# and invalid UTF-8 are ValueErrors; unhashable map keys (a map used as a key) are TypeErrors.
+_UNPACK_ERRORS = (ValueError, TypeError, msgpack.UnpackException)
+
+
+def _unpack_error_text(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+@dataclass(frozen=True, kw_only=True)
+class _RequestId:
+    """Read first and alone, so every later error can echo it."""
+
+    id: CorrelationId
+
+
+def decode_request(payload: bytes) -> Request:
+    """A frame's payload as a validated request, or RequestError naming the first problem found."""
+    if not payload:
+        raise RequestError(ErrorCode.INVALID_REQUEST, "request must be a map, got an empty frame")
+    try:
+        # use_list=False: arrays as tuples, so even an array used as a map key cannot fail here.
+        doc = msgpack.unpackb(payload, raw=False, use_list=False, strict_map_key=False)
+    except _UNPACK_ERRORS as exc:
+        message = f"request is not a valid msgpack document ({_unpack_error_text(exc)})"
+        raise RequestError(ErrorCode.INVALID_REQUEST, message) from None
+    if not isinstance(doc, dict):
+        raise RequestError(ErrorCode.INVALID_REQUEST, f"request must be a map, got {_wire_name(doc)}")
+    request_id: int | None = None
+    api: str | None = None
+    try:
+        request_id = _decode_map(_RequestId, doc, "").id
+        name = doc.get("api")
+        if name is None:
+            raise _FieldError("field 'api' is missing")
+        if not isinstance(name, str):
+            raise _mistyped("api", "a str", name)
+        if name not in REQUEST_TYPES:
+            known = ", ".join(SUPPORTED_APIS)
+            raise _FieldError(f"field 'api' names no known API: {_brief(name)} (known: {known})")
+        api = name
+        version = doc.get("v")
+        if version is None:
+            raise _FieldError("field 'v' is missing")
+        if not isinstance(version, int) or isinstance(version, bool):
+            raise _mistyped("v", "an int", version)
+        low, high = SUPPORTED_APIS[api]
+        if not low <= version <= high:
+            message = f"api {api!r} does not support v {version}: supported versions are {low} to {high}"
+            raise RequestError(ErrorCode.UNSUPPORTED_VERSION, message, request_id, api)
+        return _decode_map(REQUEST_TYPES[api], doc, "")
+    except _FieldError as exc:
+        raise RequestError(ErrorCode.INVALID_REQUEST, str(exc), request_id, api) from None
+
+
+def encode_request(request: Request) -> bytes:
+    """The msgpack payload of ``request``; LocalProtocolError if a broker would refuse its shape."""
+    return msgpack.packb(_validated_wire(request), use_bin_type=True)
+
+
+def encode_response(response: Response | dict[str, Any]) -> bytes:
+    """The msgpack payload of a response object, or of a map from :func:`error_response`."""
+    wire = _validated_wire(response) if isinstance(response, Response) else response
+    try:
+        return msgpack.packb(wire, use_bin_type=True)
+    except TypeError as exc:  # an ExternalBin, or anything else msgpack cannot hold
+        raise LocalProtocolError(f"response cannot be packed whole ({exc}); use pack_parts") from None
+
+
+def error_response(
+    request_id: int | None, code: ErrorCode, message: str, api: str | None = None
+) -> dict[str, Any]:
+    """The map answering a request refused as a whole; the connection stays usable.
+
+    ``id``, ``error_code`` and ``error_message``, plus, for a known ``api``, that API's fields left
+    empty, so clients that read them unconditionally still work. api_versions still lists the
+    supported versions, as Kafka does, so a client that sent an unsupported version can pick another.
+    """
+    cls = RESPONSE_TYPES.get(api or "", Response)
+    return _validated_wire(cls(id=request_id, error_code=code, error_message=message))
+
+
+def decode_response(payload: bytes, expected_api: str) -> dict[str, Any]:
+    """A response payload as a plain dict, after checking it against the ``expected_api`` schema.
+
+    The envelope (``id``, ``error_code``, ``error_message``) is always checked; the API's fields
+    only when ``error_code`` is 0, since a request-level error may leave them out. Every field the
+    spec lists must be present (nil where it allows nil): the defaults of the response classes
+    are for building responses, not for guessing what a peer left out.
+    """
+    cls = RESPONSE_TYPES.get(expected_api)
+    if cls is None:
+        raise LocalProtocolError(f"no such api {expected_api!r}")
+    try:
+        doc = msgpack.unpackb(payload, raw=False, strict_map_key=False)
+    except _UNPACK_ERRORS as exc:
+        message = f"response is not a valid msgpack document ({_unpack_error_text(exc)})"
+        raise RemoteProtocolError(message) from None
+    if not isinstance(doc, dict):
+        raise RemoteProtocolError(f"response must be a map, got {_wire_name(doc)}")
+    try:
+        if _decode_map(Response, doc, "", strict=True).error_code == ErrorCode.NONE:
+            _decode_map(cls, doc, "", strict=True)
+    except _FieldError as exc:
+        raise RemoteProtocolError(f"{expected_api} response: {exc}") from None
+    return doc
+
+
+# --- zero-copy fetch -------------------------------------------------------------------------
+
+
+def _bin_header(length: int) -> bytes:
+    """The header msgpack itself would write for a bin of ``length`` bytes."""
+    if length < 2**8:
+        return b"\xc4" + length.to_bytes(1, "big")
+    if length < 2**16:
+        return b"\xc5" + length.to_bytes(2, "big")
+    return b"\xc6" + length.to_bytes(4, "big")
+
+
+def pack_parts(obj: Any) -> list[bytes | ExternalBin]:
+    """msgpack-encode ``obj``, leaving each ExternalBin's bytes for the caller to send.
+
+    Each ExternalBin becomes its bin header (at the end of the preceding bytes part) followed by
+    the ExternalBin itself, standing for its ``length`` bytes. Bytes parts are merged, so parts
+    alternate bytes, ExternalBin, bytes... Sending ``frame_prefix(parts_length(parts))`` then the
+    parts in order, with each ExternalBin replaced by its bytes, is byte for byte what
+    ``encode_frame(msgpack.packb(obj_with_real_bytes, use_bin_type=True))`` would send.
+    ``obj`` is a Request or Response (validated as for encoding) or plain msgpack values.
+    """
+    if isinstance(obj, (Request, Response)):
+        obj = _validated_wire(obj)
+    packer = msgpack.Packer(use_bin_type=True)
+    parts: list[bytes | ExternalBin] = []
+    pending = bytearray()
+
+    def emit(value: Any) -> None:
+        if isinstance(value, ExternalBin):
+            pending.extend(_bin_header(value.length))
+            parts.append(bytes(pending))
+            pending.clear()
+            parts.append(value)
+        elif isinstance(value, dict):
+            pending.extend(packer.pack_map_header(len(value)))
+            for key, item in value.items():
+                emit(key)
+                emit(item)
+        elif isinstance(value, (list, tuple)):
+            pending.extend(packer.pack_array_header(len(value)))
+            for item in value:
+                emit(item)
+        else:
+            try:
+                pending.extend(packer.pack(value))
+            except TypeError as exc:
+                raise LocalProtocolError(f"cannot pack {type(value).__name__}: {exc}") from None
+
+    emit(obj)
+    if pending:
+        parts.append(bytes(pending))
+    return parts
+
+
+def parts_length(parts: list[bytes | ExternalBin]) -> int:
+    """The frame length of ``parts``: for :func:`protocol.frames.frame_prefix`."""
+    return sum(part.length if isinstance(part, ExternalBin) else len(part) for part in parts)

@@ -1,0 +1,1224 @@
+"""The message layer: every API's request and response through a client and a broker end wired
+together with no network (as h11's tests do), every validation message, fuzzing, zero-copy parts."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import types
+from typing import Annotated, Any, Union, get_args, get_origin, get_type_hints
+
+import msgpack
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from protocol.errors import ErrorCode
+from protocol.frames import (
+    NEED_DATA,
+    FrameDecoder,
+    LocalProtocolError,
+    RemoteProtocolError,
+    encode_frame,
+    frame_prefix,
+)
+from protocol.messages import (
+    REQUEST_TYPES,
+    RESPONSE_TYPES,
+    SUPPORTED_APIS,
+    AlterConfigsRequest,
+    AlterConfigsResponse,
+    AlterConfigsTopic,
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    BrokerMetadata,
+    ConfigEntry,
+    CreateTopicResult,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteRecordsPartition,
+    DeleteRecordsPartitionResult,
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
+    DeleteRecordsTopic,
+    DeleteRecordsTopicResult,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
+    DescribeConfigsResult,
+    ExternalBin,
+    FetchPartition,
+    FetchPartitionResult,
+    FetchRequest,
+    FetchResponse,
+    FetchTopic,
+    FetchTopicResult,
+    IntRange,
+    ListOffsetsPartition,
+    ListOffsetsPartitionResult,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    ListOffsetsTopic,
+    ListOffsetsTopicResult,
+    MetadataRequest,
+    MetadataResponse,
+    NewTopic,
+    OneOf,
+    PartitionMetadata,
+    ProducePartition,
+    ProducePartitionResult,
+    ProduceRequest,
+    ProduceResponse,
+    ProduceTopic,
+    ProduceTopicResult,
+    Request,
+    RequestError,
+    Response,
+    TopicMetadata,
+    TopicResult,
+    Unique,
+    decode_request,
+    decode_response,
+    encode_request,
+    encode_response,
+    error_response,
+    pack_parts,
+    parts_length,
+)
+
+INVALID = ErrorCode.INVALID_REQUEST
+
+EXAMPLE_REQUESTS: dict[str, Request] = {
+    "api_versions": ApiVersionsRequest(id=1, client_id="tests"),
+    "metadata": MetadataRequest(id=2, topics=("orders", "payments")),
+    "create_topics": CreateTopicsRequest(
+        id=3,
+        topics=(
+            NewTopic(name="orders", num_partitions=3, replication_factor=1, configs={"cleanup.policy": "compact"}),
+        ),
+        validate_only=True,
+    ),
+    "delete_topics": DeleteTopicsRequest(id=4, topics=("orders",)),
+    "describe_configs": DescribeConfigsRequest(id=5, topics=("orders",)),
+    "alter_configs": AlterConfigsRequest(
+        id=6,
+        topics=(AlterConfigsTopic(name="orders", configs={"retention.ms": "60000"}, delete=("segment.bytes",)),),
+    ),
+    "produce": ProduceRequest(
+        id=7,
+        acks=-1,
+        timeout_ms=30000,
+        topics=(
+            ProduceTopic(
+                name="orders",
+                partitions=(
+                    ProducePartition(partition=0, records=b"\x00" * 70),
+                    ProducePartition(partition=1, records=b"\x01" * 70),
+                ),
+            ),
+        ),
+    ),
+    "fetch": FetchRequest(
+        id=8,
+        max_wait_ms=500,
+        min_bytes=1,
+        max_bytes=52428800,
+        isolation_level=1,
+        topics=(
+            FetchTopic(
+                name="orders",
+                partitions=(
+                    FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1048576),
+                    FetchPartition(partition=1, fetch_offset=42, partition_max_bytes=1048576),
+                ),
+            ),
+        ),
+    ),
+    "list_offsets": ListOffsetsRequest(
+        id=9,
+        topics=(
+            ListOffsetsTopic(
+                name="orders",
+                partitions=(
+                    ListOffsetsPartition(partition=0, timestamp=-2),
+                    ListOffsetsPartition(partition=1, timestamp=1_700_000_000_000),
+                ),
+            ),
+        ),
+    ),
+    "delete_records": DeleteRecordsRequest(
+        id=10,
+        topics=(DeleteRecordsTopic(name="orders", partitions=(DeleteRecordsPartition(partition=0, offset=-1),)),),
+    ),
+}
+
+EXAMPLE_RESPONSES: dict[str, Response] = {
+    "api_versions": ApiVersionsResponse(id=1, broker_version="0.1.0"),
+    "metadata": MetadataResponse(
+        id=2,
+        brokers=(BrokerMetadata(node_id=0, host="127.0.0.1", port=9092),),
+        controller_id=0,
+        topics=(
+            TopicMetadata(
+                name="orders",
+                partitions=(PartitionMetadata(partition=0, leader=0, log_start_offset=0, high_watermark=17),),
+            ),
+            TopicMetadata(
+                name="payments",
+                error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                error_message="topic 'payments' does not exist",
+            ),
+        ),
+    ),
+    "create_topics": CreateTopicsResponse(
+        id=3, topics=(CreateTopicResult(name="orders", num_partitions=3, configs={"cleanup.policy": "compact"}),)
+    ),
+    "delete_topics": DeleteTopicsResponse(id=4, topics=(TopicResult(name="orders"),)),
+    "describe_configs": DescribeConfigsResponse(
+        id=5,
+        topics=(
+            DescribeConfigsResult(
+                name="orders",
+                configs={
+                    "cleanup.policy": ConfigEntry(value="compact", source="topic"),
+                    "retention.ms": ConfigEntry(value="604800000", source="default"),
+                },
+            ),
+        ),
+    ),
+    "alter_configs": AlterConfigsResponse(
+        id=6,
+        topics=(
+            TopicResult(
+                name="orders", error_code=ErrorCode.INVALID_CONFIG, error_message="retention.ms must be a long"
+            ),
+        ),
+    ),
+    "produce": ProduceResponse(
+        id=7,
+        topics=(
+            ProduceTopicResult(
+                name="orders",
+                partitions=(
+                    ProducePartitionResult(partition=0, base_offset=100, log_start_offset=0),
+                    ProducePartitionResult(
+                        partition=1, error_code=ErrorCode.CORRUPT_MESSAGE, error_message="batch CRC mismatch"
+                    ),
+                ),
+            ),
+        ),
+    ),
+    "fetch": FetchResponse(
+        id=8,
+        topics=(
+            FetchTopicResult(
+                name="orders",
+                partitions=(
+                    FetchPartitionResult(
+                        partition=0, high_watermark=5, last_stable_offset=5, log_start_offset=0, records=b"\x00" * 80
+                    ),
+                ),
+            ),
+        ),
+    ),
+    "list_offsets": ListOffsetsResponse(
+        id=9,
+        topics=(
+            ListOffsetsTopicResult(
+                name="orders", partitions=(ListOffsetsPartitionResult(partition=0, timestamp=-1, offset=0),)
+            ),
+        ),
+    ),
+    "delete_records": DeleteRecordsResponse(
+        id=10,
+        topics=(
+            DeleteRecordsTopicResult(
+                name="orders", partitions=(DeleteRecordsPartitionResult(partition=0, low_watermark=5),)
+            ),
+        ),
+    ),
+}
+
+
+# --- helpers ---------------------------------------------------------------------------------
+
+
+def carry(data: bytes, decoder: FrameDecoder, chunk: int) -> list[bytes]:
+    """What the other end reads when ``data`` arrives ``chunk`` bytes at a time."""
+    frames = []
+    for start in range(0, len(data), chunk):
+        decoder.receive_data(data[start : start + chunk])
+        while (frame := decoder.next_frame()) is not NEED_DATA:
+            frames.append(frame)
+    return frames
+
+
+def wire(request: Request) -> dict[str, Any]:
+    """The request as the broker's msgpack decoder sees it, to be broken on purpose."""
+    return msgpack.unpackb(encode_request(request), raw=False)
+
+
+def refuse(doc: Any) -> RequestError:
+    with pytest.raises(RequestError) as info:
+        decode_request(msgpack.packb(doc, use_bin_type=True))
+    return info.value
+
+
+_PATH_TOKEN = re.compile(r"\.?([a-z_]+)|\[(\d+)\]|\['([^']*)'\]")
+
+
+def path_keys(path: str) -> list[str | int]:
+    """'topics[0].configs['a.b']' -> ['topics', 0, 'configs', 'a.b']"""
+    keys: list[str | int] = []
+    for name, index, key in _PATH_TOKEN.findall(path):
+        keys.append(int(index) if index else name or key)
+    assert "".join(m.group(0) for m in _PATH_TOKEN.finditer(path)) == path
+    return keys
+
+
+def replace(doc: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
+    *parents, last = path_keys(path)
+    node: Any = doc
+    for key in parents:
+        node = node[key]
+    node[last] = value
+    return doc
+
+
+def delete(doc: dict[str, Any], path: str) -> dict[str, Any]:
+    *parents, last = path_keys(path)
+    node: Any = doc
+    for key in parents:
+        node = node[key]
+    del node[last]
+    return doc
+
+
+def field_paths(doc: Any, path: str = "") -> set[str]:
+    """Every map key and array element below the envelope, indices normalised to []."""
+    paths = set()
+    items = doc.items() if isinstance(doc, dict) else enumerate(doc) if isinstance(doc, list) else ()
+    for key, value in items:
+        if path == "" and key in ("api", "v", "id", "client_id"):
+            continue
+        if isinstance(key, int):
+            child = f"{path}[]"
+        elif path.endswith("configs"):
+            child = f"{path}['{key}']"
+        else:
+            child = f"{path}.{key}" if path else key
+        paths.add(child)
+        paths |= field_paths(value, child)
+    return paths
+
+
+# --- strategies derived from the schema: every API, every field ------------------------------
+
+_SCALAR_STRATEGIES = {
+    int: st.integers(),
+    bool: st.booleans(),
+    str: st.text(max_size=12),
+    bytes: st.binary(max_size=40),
+}
+
+
+def strategy_for(tp: Any) -> st.SearchStrategy[Any]:
+    origin, args = get_origin(tp), get_args(tp)
+    if origin is Annotated:
+        base, *constraints = args
+        for constraint in constraints:
+            if isinstance(constraint, IntRange):
+                return st.integers(constraint.lo, constraint.hi)
+            if isinstance(constraint, OneOf):
+                return st.sampled_from(constraint.values)
+            if isinstance(constraint, Unique):
+                key = (lambda x: getattr(x, constraint.key)) if constraint.key else (lambda x: x)
+                return st.lists(strategy_for(get_args(base)[0]), max_size=3, unique_by=key).map(tuple)
+        return strategy_for(base)
+    if origin in (Union, types.UnionType):
+        options = [strategy_for(a) for a in args if a not in (type(None), ExternalBin)]
+        return st.one_of(options + [st.none()] if type(None) in args else options)
+    if origin is tuple:
+        return st.lists(strategy_for(args[0]), max_size=3).map(tuple)
+    if origin is dict:
+        return st.dictionaries(st.text(max_size=12), strategy_for(args[1]), max_size=3)
+    if dataclasses.is_dataclass(tp):
+        hints = get_type_hints(tp, include_extras=True)
+        fields = {}
+        for f in dataclasses.fields(tp):
+            if f.name == "v":
+                fields[f.name] = st.just(1)
+            elif f.name == "error_code":
+                fields[f.name] = st.sampled_from(ErrorCode)
+            elif f.name == "error_message":
+                fields[f.name] = st.text(min_size=1, max_size=20)
+            else:
+                fields[f.name] = strategy_for(hints[f.name])
+        return st.builds(tp, **fields)
+    return _SCALAR_STRATEGIES[tp]
+
+
+any_request = st.one_of([strategy_for(cls) for cls in REQUEST_TYPES.values()])
+any_response = st.one_of([strategy_for(cls) for cls in RESPONSE_TYPES.values()])
+
+msgpack_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**64 - 1)
+    | st.floats()
+    | st.text(max_size=12)
+    | st.binary(max_size=12),
+    lambda children: st.lists(children, max_size=4)
+    | st.dictionaries(st.text(max_size=12) | st.integers(-5, 5), children, max_size=4),
+    max_leaves=20,
+)
+
+_ALL_FIELD_NAMES = sorted(
+    {f.name for cls in list(REQUEST_TYPES.values()) for f in dataclasses.fields(cls)} - {"id", "v"}
+    | {"topics", "partitions", "name", "partition", "records", "fetch_offset", "configs", "timestamp", "offset"}
+)
+# Request-shaped maps with random values under known names: reaches every field's checks.
+request_shaped_maps = st.fixed_dictionaries(
+    {"api": st.sampled_from(list(SUPPORTED_APIS)), "v": st.just(1), "id": st.integers(0, 3)},
+    optional={name: msgpack_values for name in _ALL_FIELD_NAMES},
+)
+
+
+# --- the envelope and the APIs ---------------------------------------------------------------
+
+
+def test_supported_apis_lists_every_api_at_version_1():
+    assert SUPPORTED_APIS == {
+        name: (1, 1)
+        for name in (
+            "api_versions", "metadata", "create_topics", "delete_topics", "describe_configs",
+            "alter_configs", "produce", "fetch", "list_offsets", "delete_records",
+        )
+    }
+    assert REQUEST_TYPES.keys() == RESPONSE_TYPES.keys() == SUPPORTED_APIS.keys()
+    assert EXAMPLE_REQUESTS.keys() == EXAMPLE_RESPONSES.keys() == SUPPORTED_APIS.keys()
+
+
+def test_encode_request_writes_the_envelope_and_the_spec_field_names():
+    doc = wire(EXAMPLE_REQUESTS["fetch"])
+    assert doc == {
+        "api": "fetch", "v": 1, "id": 8, "client_id": None,
+        "max_wait_ms": 500, "min_bytes": 1, "max_bytes": 52428800, "isolation_level": 1,
+        "topics": [{"name": "orders", "partitions": [
+            {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1048576},
+            {"partition": 1, "fetch_offset": 42, "partition_max_bytes": 1048576},
+        ]}],
+    }  # fmt: skip
+
+
+def test_encode_request_writes_records_as_bin_and_names_as_str():
+    payload = encode_request(EXAMPLE_REQUESTS["produce"])
+    raw = msgpack.unpackb(payload, raw=True)
+    assert raw[b"topics"][0][b"name"] == b"orders"
+    assert b"\xa6orders" in payload  # fixstr
+    assert b"\xc4\x46" + b"\x00" * 70 in payload  # bin8 of 70 bytes
+
+
+@pytest.mark.parametrize("api", list(SUPPORTED_APIS))
+def test_client_and_broker_exchange_every_api_over_frames(api):
+    to_broker, to_client = FrameDecoder(), FrameDecoder()
+    request = EXAMPLE_REQUESTS[api]
+    (frame,) = carry(encode_frame(encode_request(request)), to_broker, chunk=3)
+    received = decode_request(frame)
+    assert received == request
+    assert type(received).api == api
+
+    response = EXAMPLE_RESPONSES[api]
+    assert response.id == received.id
+    (frame,) = carry(encode_frame(encode_response(response)), to_client, chunk=5)
+    answer = decode_response(frame, api)
+    assert answer["id"] == request.id
+    assert answer == msgpack.unpackb(encode_response(response), raw=False)
+
+
+@settings(max_examples=300)
+@given(request=any_request)
+def test_decode_request_round_trips_any_valid_request(request):
+    assert decode_request(encode_request(request)) == request
+
+
+@settings(max_examples=300)
+@given(response=any_response)
+def test_decode_response_accepts_any_response_the_broker_can_encode(response):
+    payload = encode_response(response)
+    answer = decode_response(payload, type(response).api)
+    assert answer["id"] == response.id
+    assert answer["error_code"] == response.error_code
+
+
+def test_decode_request_pipelined_frames_come_out_in_order_and_survive_a_bad_one():
+    requests = list(EXAMPLE_REQUESTS.values())
+    stream = b"".join(encode_frame(encode_request(r)) for r in requests[:5])
+    stream += encode_frame(msgpack.packb([1, 2, 3]))
+    stream += b"".join(encode_frame(encode_request(r)) for r in requests[5:])
+    results: list[Any] = []
+    for frame in carry(stream, FrameDecoder(), chunk=len(stream)):
+        try:
+            results.append(decode_request(frame))
+        except RequestError as exc:
+            results.append(exc.code)
+    assert results == requests[:5] + [INVALID] + requests[5:]
+
+
+def test_decode_request_fills_the_spec_defaults_of_optional_fields():
+    assert decode_request(msgpack.packb({"api": "metadata", "v": 1, "id": 1})) == MetadataRequest(id=1)
+    create = decode_request(msgpack.packb({
+        "api": "create_topics", "v": 1, "id": 1,
+        "topics": [{"name": "t", "num_partitions": 1, "replication_factor": -1}],
+    }))  # fmt: skip
+    assert create.client_id is None
+    assert create.validate_only is False
+    assert create.topics[0].configs == {}
+    alter = decode_request(
+        msgpack.packb({"api": "alter_configs", "v": 1, "id": 1, "topics": [{"name": "t", "configs": {}}]})
+    )
+    assert alter.topics[0].delete == ()
+    fetch = decode_request(msgpack.packb(
+        {"api": "fetch", "v": 1, "id": 1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 0, "topics": []}
+    ))  # fmt: skip
+    assert fetch.isolation_level == 0
+    offsets = decode_request(msgpack.packb({"api": "list_offsets", "v": 1, "id": 1, "topics": []}))
+    assert offsets.isolation_level == 0
+
+
+def test_decode_request_nil_means_absent_for_optional_fields():
+    doc = wire(EXAMPLE_REQUESTS["create_topics"])
+    doc["validate_only"] = None
+    doc["client_id"] = None
+    doc["topics"][0]["configs"] = None
+    request = decode_request(msgpack.packb(doc, use_bin_type=True))
+    assert request.validate_only is False
+    assert request.client_id is None
+    assert request.topics[0].configs == {}
+
+
+def test_decode_request_metadata_nil_topics_means_all_and_empty_means_none():
+    assert decode_request(msgpack.packb({"api": "metadata", "v": 1, "id": 1, "topics": None})).topics is None
+    assert decode_request(msgpack.packb({"api": "metadata", "v": 1, "id": 1, "topics": []})).topics == ()
+
+
+def test_decode_request_ignores_unknown_keys_at_every_level():
+    doc = wire(EXAMPLE_REQUESTS["produce"])
+    doc["future_flag"] = {"anything": [1, 2, {3: 4}]}
+    doc[7] = "non-str keys too"
+    doc["topics"][0]["partitions"][0]["producer_hint"] = b"x"
+    assert decode_request(msgpack.packb(doc, use_bin_type=True)) == EXAMPLE_REQUESTS["produce"]
+
+
+def test_request_expects_response_except_produce_with_acks_0():
+    assert EXAMPLE_REQUESTS["produce"].expects_response
+    assert EXAMPLE_REQUESTS["fetch"].expects_response
+    assert not dataclasses.replace(EXAMPLE_REQUESTS["produce"], acks=0).expects_response
+
+
+# --- request-level errors: the envelope ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("payload", "message"),
+    [
+        (b"", "request must be a map, got an empty frame"),
+        (msgpack.packb([1, 2]), "request must be a map, got array"),
+        (msgpack.packb(5), "request must be a map, got int"),
+        (msgpack.packb(None), "request must be a map, got nil"),
+        (msgpack.packb(b"x", use_bin_type=True), "request must be a map, got bin"),
+    ],
+)
+def test_decode_request_refuses_a_document_that_is_not_a_map(payload, message):
+    with pytest.raises(RequestError) as info:
+        decode_request(payload)
+    assert (info.value.code, info.value.message, info.value.request_id) == (INVALID, message, None)
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        b"\xc1",  # never used
+        b"\x81\xa2id",  # truncated map
+        msgpack.packb({"id": 1}) + b"\x00",  # trailing bytes
+        b"\x81\xa2id\xa1\xff",  # invalid UTF-8 in a str
+        b"\x91" * 100_000 + b"\x00",  # nested too deeply
+        b"\x81\x80\x01",  # a map used as a map key
+        b"\xd6\xff\x00",  # truncated ext
+    ],
+)
+def test_decode_request_refuses_bytes_that_are_not_msgpack(payload):
+    with pytest.raises(RequestError) as info:
+        decode_request(payload)
+    assert info.value.code == INVALID
+    assert info.value.request_id is None
+    assert info.value.message.startswith("request is not a valid msgpack document")
+
+
+@pytest.mark.parametrize(
+    ("id_value", "message"),
+    [
+        ("missing", "field 'id' is missing"),
+        (None, "field 'id' is required, got nil"),
+        (-1, "field 'id' must be in [0, 2147483647], got -1"),
+        (2**31, "field 'id' must be in [0, 2147483647], got 2147483648"),
+        (True, "field 'id' must be an int, got bool"),
+        ("7", "field 'id' must be an int, got str"),
+        (1.0, "field 'id' must be an int, got float"),
+    ],
+)
+def test_decode_request_refuses_a_bad_id_without_echoing_it(id_value, message):
+    doc = wire(EXAMPLE_REQUESTS["api_versions"])
+    if id_value == "missing":
+        del doc["id"]
+    else:
+        doc["id"] = id_value
+    error = refuse(doc)
+    assert (error.code, error.message, error.request_id, error.api) == (INVALID, message, None, None)
+
+
+def test_decode_request_accepts_the_largest_id():
+    assert decode_request(encode_request(ApiVersionsRequest(id=2**31 - 1))).id == 2**31 - 1
+
+
+@pytest.mark.parametrize(
+    ("api", "message"),
+    [
+        ("missing", "field 'api' is missing"),
+        (b"produce", "field 'api' must be a str, got bin"),
+        (3, "field 'api' must be a str, got int"),
+        ("consume", "field 'api' names no known API: 'consume' (known: " + ", ".join(SUPPORTED_APIS) + ")"),
+    ],
+)
+def test_decode_request_refuses_a_bad_api_and_echoes_the_id(api, message):
+    doc = {"v": 1, "id": 77}
+    if api != "missing":
+        doc["api"] = api
+    error = refuse(doc)
+    assert (error.code, error.message, error.request_id, error.api) == (INVALID, message, 77, None)
+
+
+@pytest.mark.parametrize("version", [0, 2, -1, 2**40])
+def test_decode_request_refuses_an_unsupported_version_with_its_own_code(version):
+    doc = wire(EXAMPLE_REQUESTS["fetch"]) | {"v": version}
+    error = refuse(doc)
+    assert (error.code, error.request_id, error.api) == (ErrorCode.UNSUPPORTED_VERSION, 8, "fetch")
+    assert error.message == f"api 'fetch' does not support v {version}: supported versions are 1 to 1"
+
+
+@pytest.mark.parametrize(
+    ("version", "message"),
+    [
+        ("missing", "field 'v' is missing"),
+        ("1", "field 'v' must be an int, got str"),
+        (True, "field 'v' must be an int, got bool"),
+    ],
+)
+def test_decode_request_refuses_a_mistyped_version_as_invalid(version, message):
+    doc = wire(EXAMPLE_REQUESTS["fetch"])
+    if version == "missing":
+        del doc["v"]
+    else:
+        doc["v"] = version
+    error = refuse(doc)
+    assert (error.code, error.message, error.request_id, error.api) == (INVALID, message, 8, "fetch")
+
+
+def test_decode_request_refuses_a_client_id_that_is_not_a_str():
+    error = refuse(wire(EXAMPLE_REQUESTS["api_versions"]) | {"client_id": b"bin"})
+    assert error.message == "field 'client_id' must be a str, got bin"
+    assert (error.request_id, error.api) == (1, "api_versions")
+
+
+# --- request-level errors: every field of every API ------------------------------------------
+
+#: Each API's fields as they appear in EXAMPLE_REQUESTS, with the msgpack type the spec requires.
+FIELD_TYPES: dict[str, dict[str, str]] = {
+    "api_versions": {},
+    "metadata": {"topics": "an array", "topics[1]": "a str"},
+    "create_topics": {
+        "topics": "an array",
+        "topics[0]": "a map",
+        "topics[0].name": "a str",
+        "topics[0].num_partitions": "an int",
+        "topics[0].replication_factor": "an int",
+        "topics[0].configs": "a map",
+        "topics[0].configs['cleanup.policy']": "a str",
+        "validate_only": "a bool",
+    },
+    "delete_topics": {"topics": "an array", "topics[0]": "a str"},
+    "describe_configs": {"topics": "an array", "topics[0]": "a str"},
+    "alter_configs": {
+        "topics": "an array",
+        "topics[0]": "a map",
+        "topics[0].name": "a str",
+        "topics[0].configs": "a map",
+        "topics[0].configs['retention.ms']": "a str",
+        "topics[0].delete": "an array",
+        "topics[0].delete[0]": "a str",
+    },
+    "produce": {
+        "acks": "an int",
+        "timeout_ms": "an int",
+        "topics": "an array",
+        "topics[0]": "a map",
+        "topics[0].name": "a str",
+        "topics[0].partitions": "an array",
+        "topics[0].partitions[1]": "a map",
+        "topics[0].partitions[1].partition": "an int",
+        "topics[0].partitions[1].records": "a bin",
+    },
+    "fetch": {
+        "max_wait_ms": "an int",
+        "min_bytes": "an int",
+        "max_bytes": "an int",
+        "isolation_level": "an int",
+        "topics": "an array",
+        "topics[0]": "a map",
+        "topics[0].name": "a str",
+        "topics[0].partitions": "an array",
+        "topics[0].partitions[1]": "a map",
+        "topics[0].partitions[1].partition": "an int",
+        "topics[0].partitions[1].fetch_offset": "an int",
+        "topics[0].partitions[1].partition_max_bytes": "an int",
+    },
+    "list_offsets": {
+        "isolation_level": "an int",
+        "topics": "an array",
+        "topics[0]": "a map",
+        "topics[0].name": "a str",
+        "topics[0].partitions": "an array",
+        "topics[0].partitions[1]": "a map",
+        "topics[0].partitions[1].partition": "an int",
+        "topics[0].partitions[1].timestamp": "an int",
+    },
+    "delete_records": {
+        "topics": "an array",
+        "topics[0]": "a map",
+        "topics[0].name": "a str",
+        "topics[0].partitions": "an array",
+        "topics[0].partitions[0]": "a map",
+        "topics[0].partitions[0].partition": "an int",
+        "topics[0].partitions[0].offset": "an int",
+    },
+}
+#: Fields a request may leave out (or send as nil), with the value the broker then uses.
+OPTIONAL_FIELDS: dict[tuple[str, str], Any] = {
+    ("metadata", "topics"): None,
+    ("create_topics", "validate_only"): False,
+    ("create_topics", "topics[0].configs"): {},
+    ("alter_configs", "topics[0].delete"): (),
+    ("fetch", "isolation_level"): 0,
+    ("list_offsets", "isolation_level"): 0,
+}
+# A value of another msgpack type for each expected type: str for bin and bin for str, an int
+# for a bool, a map for an array.
+WRONG_VALUE = {"an int": ("7", "str"), "a str": (b"x", "bin"), "a bin": ("x", "str"), "a bool": (1, "int"),
+               "an array": ({"a": 1}, "map"), "a map": ([1], "array")}  # fmt: skip
+
+TYPED_FIELDS = [(api, path, expected) for api, paths in FIELD_TYPES.items() for path, expected in paths.items()]
+#: Fields proper (map keys of the schema), as opposed to array elements and config entries.
+NAMED_FIELDS = [(api, path) for api, path, _ in TYPED_FIELDS if not path.endswith("]")]
+
+
+@pytest.mark.parametrize("api", list(SUPPORTED_APIS))
+def test_field_types_table_covers_every_field_of_the_examples(api):
+    normalise = lambda path: re.sub(r"\[\d+\]", "[]", path)  # noqa: E731
+    assert field_paths(wire(EXAMPLE_REQUESTS[api])) == {normalise(p) for p in FIELD_TYPES[api]}
+
+
+@pytest.mark.parametrize(("api", "path", "expected"), TYPED_FIELDS)
+def test_decode_request_names_the_field_and_both_types_when_mistyped(api, path, expected):
+    value, got = WRONG_VALUE[expected]
+    error = refuse(replace(wire(EXAMPLE_REQUESTS[api]), path, value))
+    assert error.message == f"field '{path}' must be {expected}, got {got}"
+    assert (error.code, error.request_id, error.api) == (INVALID, EXAMPLE_REQUESTS[api].id, api)
+
+
+@pytest.mark.parametrize(("api", "path"), [(a, p) for a, p, e in TYPED_FIELDS if e == "an int"])
+def test_decode_request_does_not_take_a_bool_for_an_int(api, path):
+    error = refuse(replace(wire(EXAMPLE_REQUESTS[api]), path, True))
+    assert error.message == f"field '{path}' must be an int, got bool"
+
+
+@pytest.mark.parametrize(("api", "path"), [f for f in NAMED_FIELDS if f not in OPTIONAL_FIELDS])
+def test_decode_request_refuses_a_missing_or_nil_required_field(api, path):
+    assert refuse(delete(wire(EXAMPLE_REQUESTS[api]), path)).message == f"field '{path}' is missing"
+    assert refuse(replace(wire(EXAMPLE_REQUESTS[api]), path, None)).message == f"field '{path}' is required, got nil"
+
+
+@pytest.mark.parametrize(("api", "path"), list(OPTIONAL_FIELDS))
+def test_decode_request_uses_the_default_for_a_missing_or_nil_optional_field(api, path):
+    for doc in (delete(wire(EXAMPLE_REQUESTS[api]), path), replace(wire(EXAMPLE_REQUESTS[api]), path, None)):
+        request = decode_request(msgpack.packb(doc, use_bin_type=True))
+        node: Any = request
+        for key in path_keys(path):
+            node = node[key] if isinstance(key, int) else getattr(node, key)
+        assert node == OPTIONAL_FIELDS[api, path]
+
+
+INT32 = "in [-2147483648, 2147483647]"
+INT64 = "in [-9223372036854775808, 9223372036854775807]"
+NON_NEGATIVE = "in [0, 2147483647]"
+
+
+@pytest.mark.parametrize(
+    ("api", "path", "value", "message"),
+    [
+        ("produce", "acks", 2, "must be one of 0, 1, -1, got 2"),
+        ("produce", "acks", -2, "must be one of 0, 1, -1, got -2"),
+        ("produce", "timeout_ms", -1, f"must be {NON_NEGATIVE}, got -1"),
+        ("produce", "topics[0].partitions[1].partition", 2**31, f"must be {INT32}, got 2147483648"),
+        ("fetch", "max_wait_ms", -1, f"must be {NON_NEGATIVE}, got -1"),
+        ("fetch", "min_bytes", -1, f"must be {NON_NEGATIVE}, got -1"),
+        ("fetch", "max_bytes", 2**31, f"must be {NON_NEGATIVE}, got 2147483648"),
+        ("fetch", "isolation_level", 2, "must be one of 0, 1, got 2"),
+        ("fetch", "topics[0].partitions[1].fetch_offset", 2**63, f"must be {INT64}, got 9223372036854775808"),
+        ("fetch", "topics[0].partitions[1].partition_max_bytes", -1, f"must be {NON_NEGATIVE}, got -1"),
+        ("fetch", "topics[0].partitions[1].partition", -(2**31) - 1, f"must be {INT32}, got -2147483649"),
+        ("list_offsets", "isolation_level", -1, "must be one of 0, 1, got -1"),
+        ("list_offsets", "topics[0].partitions[1].timestamp", -4,
+         "must be -1 (latest), -2 (earliest), -3 (max timestamp) or a time in ms, got -4"),
+        ("create_topics", "topics[0].num_partitions", 2**31, f"must be {INT32}, got 2147483648"),
+        ("create_topics", "topics[0].replication_factor", 2**15, "must be in [-32768, 32767], got 32768"),
+        ("delete_records", "topics[0].partitions[0].offset", 2**64 - 1, f"must be {INT64}, got 18446744073709551615"),
+    ],
+)  # fmt: skip
+def test_decode_request_refuses_values_outside_their_range(api, path, value, message):
+    error = refuse(replace(wire(EXAMPLE_REQUESTS[api]), path, value))
+    assert error.message == f"field '{path}' {message}"
+    assert (error.code, error.request_id) == (INVALID, EXAMPLE_REQUESTS[api].id)
+
+
+@pytest.mark.parametrize(
+    ("api", "path", "value", "message"),
+    [
+        ("metadata", "topics", ["a", "b", "a"], "field 'topics[2]' repeats 'a', already given in topics[0]"),
+        ("delete_topics", "topics", ["a", "a"], "field 'topics[1]' repeats 'a', already given in topics[0]"),
+        ("describe_configs", "topics", ["x", "a", "a"], "field 'topics[2]' repeats 'a', already given in topics[1]"),
+        ("alter_configs", "topics[0].delete", ["k", "k"],
+         "field 'topics[0].delete[1]' repeats 'k', already given in topics[0].delete[0]"),
+        ("produce", "topics[0].partitions[1].partition", 0,
+         "field 'topics[0].partitions[1].partition' repeats 0, already given in topics[0].partitions[0]"),
+        ("fetch", "topics[0].partitions[1].partition", 0,
+         "field 'topics[0].partitions[1].partition' repeats 0, already given in topics[0].partitions[0]"),
+        ("list_offsets", "topics[0].partitions[1].partition", 0,
+         "field 'topics[0].partitions[1].partition' repeats 0, already given in topics[0].partitions[0]"),
+    ],
+)  # fmt: skip
+def test_decode_request_refuses_a_topic_or_partition_given_twice(api, path, value, message):
+    error = refuse(replace(wire(EXAMPLE_REQUESTS[api]), path, value))
+    assert (error.code, error.message) == (INVALID, message)
+
+
+@pytest.mark.parametrize(
+    "api", ["create_topics", "alter_configs", "produce", "fetch", "list_offsets", "delete_records"]
+)
+def test_decode_request_refuses_the_same_topic_entry_twice(api):
+    doc = wire(EXAMPLE_REQUESTS[api])
+    doc["topics"].append(doc["topics"][0])
+    assert refuse(doc).message == "field 'topics[1].name' repeats 'orders', already given in topics[0]"
+
+
+def test_decode_request_refuses_config_maps_with_non_str_keys():
+    doc = replace(wire(EXAMPLE_REQUESTS["create_topics"]), "topics[0].configs", {1: "x"})
+    assert refuse(doc).message == "field 'topics[0].configs' must have str keys, got int"
+
+
+def test_decode_request_quotes_long_values_briefly():
+    error = refuse({"api": "x" * 10_000, "v": 1, "id": 1})
+    assert len(error.message) < 300
+
+
+@pytest.mark.parametrize(
+    ("api", "path", "value"),
+    [
+        ("create_topics", "topics[0].name", "bad/name"),  # INVALID_TOPIC_EXCEPTION
+        ("create_topics", "topics[0].name", ""),
+        ("create_topics", "topics[0].num_partitions", 0),  # INVALID_PARTITIONS
+        ("create_topics", "topics[0].num_partitions", -1),  # the broker default
+        ("create_topics", "topics[0].replication_factor", 3),  # INVALID_REPLICATION_FACTOR
+        ("create_topics", "topics[0].configs", {"no.such.key": "?"}),  # INVALID_CONFIG
+        ("produce", "topics[0].partitions[1].partition", -1),  # UNKNOWN_TOPIC_OR_PARTITION
+        ("produce", "topics[0].partitions[1].records", b""),  # CORRUPT_MESSAGE
+        ("fetch", "topics[0].partitions[1].fetch_offset", -5),  # OFFSET_OUT_OF_RANGE
+        ("list_offsets", "topics[0].partitions[1].timestamp", -3),
+        ("delete_records", "topics[0].partitions[0].offset", -2),  # OFFSET_OUT_OF_RANGE
+        ("metadata", "topics", ["..", "x" * 300]),  # INVALID_TOPIC_EXCEPTION per topic
+    ],
+)
+def test_decode_request_leaves_per_topic_and_partition_judgements_to_the_broker(api, path, value):
+    request = decode_request(msgpack.packb(replace(wire(EXAMPLE_REQUESTS[api]), path, value), use_bin_type=True))
+    node: Any = request
+    for key in path_keys(path):
+        node = node[key] if isinstance(key, int) else getattr(node, key)
+    assert node == (tuple(value) if isinstance(value, list) else value)
+
+
+# --- fuzzing: nothing but RequestError, ever ------------------------------------------------
+
+
+def decode_or_error(payload: bytes) -> Request | RequestError:
+    try:
+        return decode_request(payload)
+    except RequestError as exc:
+        assert exc.code in (INVALID, ErrorCode.UNSUPPORTED_VERSION)
+        assert exc.message
+        return exc
+
+
+@settings(max_examples=500)
+@given(payload=st.binary(max_size=200))
+def test_decode_request_random_bytes_raise_only_request_error(payload):
+    decode_or_error(payload)
+
+
+@settings(max_examples=300)
+@given(doc=msgpack_values)
+def test_decode_request_random_documents_raise_only_request_error(doc):
+    decode_or_error(msgpack.packb(doc, use_bin_type=True))
+
+
+@settings(max_examples=200)
+@given(doc=request_shaped_maps)
+def test_decode_request_random_fields_raise_only_request_error_and_echo_the_id(doc):
+    result = decode_or_error(msgpack.packb(doc, use_bin_type=True))
+    if isinstance(result, RequestError):
+        assert result.request_id == doc["id"]
+        assert result.api == doc["api"]
+
+
+@settings(max_examples=300)
+@given(request=any_request, data=st.data())
+def test_decode_request_any_mutation_of_a_valid_request_raises_only_request_error(request, data):
+    doc = wire(request)
+    node: Any = doc
+    while True:
+        keys = list(node) if isinstance(node, dict) else list(range(len(node)))
+        if not keys:
+            break
+        key = data.draw(st.sampled_from(keys))
+        if not isinstance(node[key], (dict, list)) or data.draw(st.booleans()):
+            if data.draw(st.booleans()):
+                node[key] = data.draw(msgpack_values)
+            elif isinstance(node, dict):
+                del node[key]
+            else:
+                node.pop(key)
+            break
+        node = node[key]
+    result = decode_or_error(msgpack.packb(doc, use_bin_type=True))
+    if isinstance(result, RequestError) and type(doc.get("id")) is int and doc["id"] == request.id:
+        assert result.request_id == request.id
+
+
+@settings(max_examples=300)
+@given(payload=st.binary(max_size=200) | msgpack_values.map(lambda v: msgpack.packb(v, use_bin_type=True)))
+def test_decode_response_random_input_raises_only_remote_protocol_error(payload):
+    for api in ("produce", "fetch", "metadata"):
+        try:
+            decode_response(payload, api)
+        except RemoteProtocolError:
+            pass
+
+
+# --- the client side: encoding refuses what the broker would refuse ---------------------------
+
+
+def produce_records(records: Any) -> ProduceRequest:
+    partition = ProducePartition(partition=0, records=records)
+    return ProduceRequest(id=1, acks=1, timeout_ms=0, topics=(ProduceTopic(name="t", partitions=(partition,)),))
+
+
+@pytest.mark.parametrize(
+    ("request_", "message"),
+    [
+        (dataclasses.replace(EXAMPLE_REQUESTS["produce"], acks=2), "field 'acks' must be one of 0, 1, -1, got 2"),
+        (produce_records("text"), "field 'topics[0].partitions[0].records' must be a bin, got str"),
+        (ApiVersionsRequest(id=-1), "field 'id' must be in [0, 2147483647], got -1"),
+        (produce_records(bytearray(b"x")), "field 'topics[0].partitions[0].records' must be a bin, got bytearray"),
+        (MetadataRequest(id=1, topics=("a", "a")), "field 'topics[1]' repeats 'a', already given in topics[0]"),
+    ],
+)  # fmt: skip
+def test_encode_request_refuses_what_a_broker_would_refuse(request_, message):
+    with pytest.raises(LocalProtocolError) as info:
+        encode_request(request_)
+    assert message in str(info.value)
+
+
+def test_encode_request_can_send_an_unsupported_version_on_purpose():
+    error = refuse(wire(dataclasses.replace(EXAMPLE_REQUESTS["metadata"], v=2)))
+    assert error.code == ErrorCode.UNSUPPORTED_VERSION
+
+
+# --- responses -------------------------------------------------------------------------------
+
+SPEC_RESPONSE_KEYS: dict[str, dict[str, set[str]]] = {
+    "api_versions": {"": {"apis", "broker_version"}, "apis[]": {"name", "min_version", "max_version"}},
+    "metadata": {
+        "": {"brokers", "controller_id", "topics"},
+        "brokers[]": {"node_id", "host", "port"},
+        "topics[]": {"name", "error_code", "error_message", "internal", "partitions"},
+        "topics[].partitions[]": {"partition", "leader", "error_code", "error_message", "log_start_offset",
+                                  "high_watermark"},
+    },
+    "create_topics": {
+        "": {"topics"},
+        "topics[]": {"name", "error_code", "error_message", "num_partitions", "configs"},
+    },
+    "delete_topics": {"": {"topics"}, "topics[]": {"name", "error_code", "error_message"}},
+    "describe_configs": {
+        "": {"topics"},
+        "topics[]": {"name", "error_code", "error_message", "configs"},
+        "topics[].configs[]": {"value", "source"},
+    },
+    "alter_configs": {"": {"topics"}, "topics[]": {"name", "error_code", "error_message"}},
+    "produce": {
+        "": {"topics", "throttle_ms"},
+        "topics[]": {"name", "partitions"},
+        "topics[].partitions[]": {"partition", "error_code", "error_message", "base_offset", "log_append_time",
+                                  "log_start_offset"},
+    },
+    "fetch": {
+        "": {"throttle_ms", "topics"},
+        "topics[]": {"name", "partitions"},
+        "topics[].partitions[]": {"partition", "error_code", "error_message", "high_watermark", "last_stable_offset",
+                                  "log_start_offset", "records"},
+    },
+    "list_offsets": {
+        "": {"topics"},
+        "topics[]": {"name", "partitions"},
+        "topics[].partitions[]": {"partition", "error_code", "error_message", "timestamp", "offset"},
+    },
+    "delete_records": {
+        "": {"topics"},
+        "topics[]": {"name", "partitions"},
+        "topics[].partitions[]": {"partition", "error_code", "error_message", "low_watermark"},
+    },
+}  # fmt: skip
+
+
+def key_sets(doc: Any, path: str = "") -> dict[str, set[str]]:
+    """The keys of every map in a response, by path; config maps are data, so their entries are []."""
+    found: dict[str, set[str]] = {}
+    if isinstance(doc, dict):
+        data_map = path.endswith("configs")
+        if not data_map:
+            found[path] = set(doc)
+        for key, value in doc.items():
+            child = f"{path}[]" if data_map else (f"{path}.{key}" if path else key)
+            for sub, keys in key_sets(value, child).items():
+                found.setdefault(sub, set()).update(keys)
+    elif isinstance(doc, list):
+        for item in doc:
+            for sub, keys in key_sets(item, f"{path}[]").items():
+                found.setdefault(sub, set()).update(keys)
+    return found
+
+
+@pytest.mark.parametrize("api", list(SUPPORTED_APIS))
+def test_encode_response_writes_exactly_the_spec_fields(api):
+    doc = msgpack.unpackb(encode_response(EXAMPLE_RESPONSES[api]), raw=False)
+    expected = dict(SPEC_RESPONSE_KEYS[api])
+    expected[""] = expected[""] | {"id", "error_code", "error_message"}
+    assert key_sets(doc) == expected
+
+
+def test_encode_response_writes_error_codes_as_plain_ints_and_records_as_bin():
+    payload = encode_response(EXAMPLE_RESPONSES["produce"])
+    doc = msgpack.unpackb(payload, raw=False)
+    assert doc["topics"][0]["partitions"][1]["error_code"] == 2
+    assert type(doc["topics"][0]["partitions"][1]["error_code"]) is int
+    fetch = msgpack.unpackb(encode_response(EXAMPLE_RESPONSES["fetch"]), raw=False)
+    assert fetch["topics"][0]["partitions"][0]["records"] == b"\x00" * 80
+
+
+def test_api_versions_response_lists_every_supported_api_by_default():
+    doc = msgpack.unpackb(encode_response(ApiVersionsResponse(id=1, broker_version="0.1.0")), raw=False)
+    assert {a["name"]: (a["min_version"], a["max_version"]) for a in doc["apis"]} == SUPPORTED_APIS
+
+
+@pytest.mark.parametrize(
+    "response",
+    [
+        ProduceResponse(id=1, error_code=ErrorCode.INVALID_REQUEST),
+        ProduceResponse(id=1, topics=(ProduceTopicResult(name="t", partitions=(ProducePartitionResult(
+            partition=0, error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, error_message=""),)),)),
+        MetadataResponse(id=1, topics=(TopicMetadata(name="t", error_code=ErrorCode.INVALID_TOPIC_EXCEPTION),)),
+    ],
+)  # fmt: skip
+def test_encode_response_refuses_an_error_code_without_a_message(response):
+    with pytest.raises(LocalProtocolError, match="must say what went wrong"):
+        encode_response(response)
+
+
+@pytest.mark.parametrize(
+    ("response", "message"),
+    [
+        (MetadataResponse(id=1, brokers=(BrokerMetadata(node_id=0, host="h", port=70000),)),
+         "field 'brokers[0].port' must be in [0, 65535], got 70000"),
+        (ProduceResponse(id=-5), "field 'id' must be in [0, 2147483647], got -5"),
+        (DescribeConfigsResponse(id=1, topics=(DescribeConfigsResult(
+            name="t", configs={"a": ConfigEntry(value="1", source="env")}),)),
+         "field 'topics[0].configs['a'].source' must be one of 'topic', 'broker', 'default', got 'env'"),
+    ],
+)  # fmt: skip
+def test_encode_response_refuses_values_outside_the_spec(response, message):
+    with pytest.raises(LocalProtocolError) as info:
+        encode_response(response)
+    assert message in str(info.value)
+
+
+def test_error_response_echoes_the_id_and_leaves_the_api_fields_empty():
+    doc = error_response(7, ErrorCode.INVALID_REQUEST, "field 'acks' must be one of 0, 1, -1, got 2", "produce")
+    assert doc == {
+        "id": 7,
+        "error_code": 42,
+        "error_message": "field 'acks' must be one of 0, 1, -1, got 2",
+        "topics": [],
+        "throttle_ms": 0,
+    }
+    assert decode_response(encode_response(doc), "produce")["error_code"] == ErrorCode.INVALID_REQUEST
+
+
+def test_error_response_without_a_readable_id_or_api_has_only_the_envelope():
+    doc = error_response(None, ErrorCode.INVALID_REQUEST, "request must be a map, got array")
+    assert doc == {"id": None, "error_code": 42, "error_message": "request must be a map, got array"}
+
+
+def test_error_response_for_api_versions_still_lists_the_supported_versions():
+    error = refuse(wire(dataclasses.replace(EXAMPLE_REQUESTS["api_versions"], v=3)))
+    doc = error_response(error.request_id, error.code, error.message, error.api)
+    assert doc["error_code"] == ErrorCode.UNSUPPORTED_VERSION
+    assert {a["name"] for a in doc["apis"]} == set(SUPPORTED_APIS)
+
+
+def test_error_response_refuses_an_empty_message():
+    with pytest.raises(LocalProtocolError):
+        error_response(1, ErrorCode.INVALID_REQUEST, "")
+
+
+@pytest.mark.parametrize(
+    ("doc", "message"),
+    [
+        ([1], "response must be a map, got array"),
+        ({"error_code": 0, "error_message": None}, "field 'id' is missing"),
+        ({"id": 1, "error_message": None}, "field 'error_code' is missing"),
+        ({"id": 1, "error_code": "0", "error_message": None}, "field 'error_code' must be an int, got str"),
+        ({"id": 1, "error_code": 0, "error_message": None, "throttle_ms": 0}, "field 'topics' is missing"),
+        ({"id": 1, "error_code": 0, "error_message": None, "throttle_ms": 0, "topics": [{"name": "t", "partitions": [
+            {"partition": 0, "error_message": None, "base_offset": 0, "log_append_time": -1,
+             "log_start_offset": 0}]}]},
+         "field 'topics[0].partitions[0].error_code' is missing"),
+    ],
+)  # fmt: skip
+def test_decode_response_refuses_a_malformed_response(doc, message):
+    with pytest.raises(RemoteProtocolError) as info:
+        decode_response(msgpack.packb(doc), "produce")
+    assert message in str(info.value)
+
+
+def test_decode_response_refuses_fetched_records_that_are_not_bin():
+    doc = msgpack.unpackb(encode_response(EXAMPLE_RESPONSES["fetch"]), raw=False)
+    doc["topics"][0]["partitions"][0]["records"] = "text"
+    with pytest.raises(RemoteProtocolError) as info:
+        decode_response(msgpack.packb(doc), "fetch")
+    assert "field 'topics[0].partitions[0].records' must be a bin, got str" in str(info.value)
+
+
+def test_decode_response_refuses_bytes_that_are_not_msgpack():
+    with pytest.raises(RemoteProtocolError, match="not a valid msgpack document"):
+        decode_response(b"\xc1", "fetch")
+
+
+def test_decode_response_accepts_an_error_response_without_api_fields():
+    doc = decode_response(msgpack.packb({"id": None, "error_code": 42, "error_message": "bad"}), "fetch")
+    assert doc == {"id": None, "error_code": 42, "error_message": "bad"}
+
+
+def test_decode_response_refuses_an_unknown_api_as_our_own_mistake():
+    with pytest.raises(LocalProtocolError):
+        decode_response(encode_response(EXAMPLE_RESPONSES["fetch"]), "consume")
+
+
+# --- zero-copy fetch: ExternalBin parts --------------------------------------------------------
+
+
+def fetch_response(records: list[bytes | ExternalBin]) -> FetchResponse:
+    return FetchResponse(
+        id=3,
+        topics=(
+            FetchTopicResult(
+                name="orders",
+                partitions=tuple(
+                    FetchPartitionResult(
+                        partition=i, high_watermark=9, last_stable_offset=9, log_start_offset=0, records=r
+                    )
+                    for i, r in enumerate(records)
+                ),
+            ),
+        ),
+    )
+
+
+def send(parts: list[bytes | ExternalBin], files: dict[object, bytes]) -> bytes:
+    """What a server writes: the prefix, then each part, file regions copied from ``files``."""
+    out = [frame_prefix(parts_length(parts))]
+    for part in parts:
+        out.append(files[part.ref] if isinstance(part, ExternalBin) else part)
+    return b"".join(out)
+
+
+@pytest.mark.parametrize("size", [0, 1, 255, 256, 65535, 65536, 100_000])
+def test_pack_parts_sends_the_same_bytes_as_packing_the_records(size):
+    data = bytes(range(256)) * (size // 256) + bytes(size % 256)
+    parts = pack_parts(fetch_response([ExternalBin(size, "segment-0")]))
+    assert send(parts, {"segment-0": data}) == encode_frame(encode_response(fetch_response([data])))
+
+
+@settings(max_examples=200)
+@given(st.lists(st.tuples(st.booleans(), st.integers(0, 70_000)), max_size=5))
+def test_pack_parts_decodes_like_a_plain_response_for_any_mix_of_parts(layout):
+    files = {i: bytes([i]) * size for i, (_, size) in enumerate(layout)}
+    records = [ExternalBin(len(files[i]), i) if external else files[i] for i, (external, _) in enumerate(layout)]
+    parts = pack_parts(fetch_response(records))
+    assert sum(isinstance(p, ExternalBin) for p in parts) == sum(external for external, _ in layout)
+    assert all(type(a) is not type(b) for a, b in zip(parts, parts[1:]))  # bytes parts merged
+    (frame,) = carry(send(parts, files), FrameDecoder(), chunk=4096)
+    plain = encode_response(fetch_response(list(files.values())))
+    assert msgpack.unpackb(frame, raw=False) == msgpack.unpackb(plain, raw=False)
+    assert decode_response(frame, "fetch") == decode_response(plain, "fetch")
+
+
+def test_parts_length_counts_external_bytes_without_reading_them():
+    parts = pack_parts({"records": ExternalBin(1_000_000, "file"), "after": 1})
+    assert [type(p) for p in parts] == [bytes, ExternalBin, bytes]
+    assert parts_length(parts) == len(parts[0]) + 1_000_000 + len(parts[2])
+    assert parts[0].endswith(b"\xc6\x00\x0f\x42\x40")  # bin32 header for 1,000,000
+
+
+def test_pack_parts_refuses_values_msgpack_cannot_hold():
+    with pytest.raises(LocalProtocolError, match="cannot pack"):
+        pack_parts({"records": ExternalBin(1, "f"), "oops": object()})
+
+
+def test_pack_parts_without_external_bins_is_one_msgpack_document():
+    response = EXAMPLE_RESPONSES["fetch"]
+    assert pack_parts(response) == [encode_response(response)]
+
+
+def test_pack_parts_validates_responses_like_encode_response():
+    with pytest.raises(LocalProtocolError, match="must say what went wrong"):
+        pack_parts(FetchResponse(id=1, error_code=ErrorCode.UNKNOWN_SERVER_ERROR))
+
+
+def test_encode_response_points_to_pack_parts_for_external_bins():
+    with pytest.raises(LocalProtocolError, match="pack_parts"):
+        encode_response(fetch_response([ExternalBin(10, "f")]))
+
+
+@pytest.mark.parametrize("length", [-1, 2**32])
+def test_external_bin_refuses_a_length_a_bin_cannot_hold(length):
+    with pytest.raises(LocalProtocolError):
+        ExternalBin(length, "f")
