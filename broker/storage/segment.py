@@ -109,10 +109,12 @@ class LogSegment:
             preallocate_bytes=preallocate_bytes,
         )
         offset_index = LazyIndex.for_offset(
-            filenames.offset_index_file(directory, base_offset, file_suffix), base_offset, segment_index_bytes
+            filenames.offset_index_file(directory, base_offset, file_suffix), base_offset,
+            _at_least_one_entry(segment_index_bytes, OffsetIndex.ENTRY_SIZE),
         )
         time_index = LazyIndex.for_time(
-            filenames.time_index_file(directory, base_offset, file_suffix), base_offset, segment_index_bytes
+            filenames.time_index_file(directory, base_offset, file_suffix), base_offset,
+            _at_least_one_entry(segment_index_bytes, TimeIndex.ENTRY_SIZE),
         )
         if not file_already_exists:
             # A new segment has all three files from the start, its indexes preallocated.
@@ -225,7 +227,9 @@ class LogSegment:
             > params.max_segment_ms - self.rolling_jitter_ms
         ):
             return "time"
-        if self._offset_index.get().is_full() or self._time_index.get().is_full():
+        # (An empty segment's index can only be "full" when it has a single slot; rolling it
+        # would just recreate it, so it takes its first batch instead.)
+        if size > 0 and (self._offset_index.get().is_full() or self._time_index.get().is_full()):
             return "index_full"
         if not 0 <= params.max_offset_in_messages - self.base_offset <= MAX_RELATIVE_OFFSET:
             return "offset_overflow"
@@ -240,8 +244,8 @@ class LogSegment:
         self.log.trim()
 
     def resize_indexes(self, size: int) -> None:
-        self.offset_index.resize(size)
-        self.time_index.resize(size)
+        self.offset_index.resize(_at_least_one_entry(size, OffsetIndex.ENTRY_SIZE))
+        self.time_index.resize(_at_least_one_entry(size, TimeIndex.ENTRY_SIZE))
 
     # -- reads -------------------------------------------------------------------------------
 
@@ -443,6 +447,12 @@ class LogSegment:
 
     def __repr__(self) -> str:
         return f"LogSegment(base_offset={self.base_offset}, size={self.size}, path={self.log.path})"
+
+
+def _at_least_one_entry(segment_index_bytes: int, entry_size: int) -> int:
+    """Kafka 3.x accepts segment.index.bytes down to 4 but then cannot create an index smaller
+    than one entry; we give such an index one slot, so the log rolls on every batch instead."""
+    return max(segment_index_bytes, entry_size)
 
 
 def read_last_time_index_entry(path: Path, base_offset: int) -> TimestampOffset:

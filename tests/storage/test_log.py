@@ -5,6 +5,8 @@ from __future__ import annotations
 import struct
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from broker.storage.errors import (
     CorruptRecordError,
@@ -379,3 +381,52 @@ def test_log_reopened_after_clean_close_continues_offsets(tmp_path, clock):
 def test_log_refuses_a_directory_that_is_not_topic_partition(tmp_path, clock):
     with pytest.raises(Exception, match="topic-partition"):
         Log.open(tmp_path / "nodash", LogConfig(), clock=clock)
+
+
+@pytest.mark.parametrize("segment_index_bytes", ["4", "8", "12"])
+def test_log_accepts_index_sizes_below_one_entry_and_rolls_every_batch(tmp_path, clock, segment_index_bytes):
+    log = open_log(tmp_path, clock, **{"segment.index.bytes": segment_index_bytes, "index.interval.bytes": "0"})
+    for i in range(4):
+        log.append_as_leader(producer_batch(1, timestamp=clock.milliseconds() + i))
+    assert log.segments.base_offsets() == [0, 1, 2, 3]
+    assert log.roll_counts["index_full"] == 3
+    log.close()
+    reopened = Log.open(tmp_path / "topic-0", log.config, clock=clock, recovery_point=4, had_clean_shutdown=True)
+    assert [r.offset for r in read_all_records(reopened)] == [0, 1, 2, 3]
+    assert [s.max_timestamp_so_far for s in reopened.segments] == [clock.milliseconds() + i for i in range(4)]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    batches=st.lists(st.tuples(st.integers(1, 5), st.integers(1, 120)), min_size=1, max_size=25),
+    segment_bytes=st.integers(150, 1500),
+    index_interval=st.sampled_from([0, 1, 100, 4096]),
+)
+def test_log_roll_invariants_hold_for_any_append_sequence(tmp_path_factory, clock, batches, segment_bytes,
+                                                          index_interval):
+    """Whatever the batch sizes: segments respect segment.bytes, are named after their first
+    offset, index entries point at batch starts, and every record reads back in order."""
+    directory = tmp_path_factory.mktemp("rolls")
+    log = open_log(directory, clock, **{"segment.bytes": str(segment_bytes),
+                                        "index.interval.bytes": str(index_interval)})
+    expected_values = []
+    for i, (count, value_size) in enumerate(batches):
+        batch = producer_batch(count, timestamp=clock.milliseconds() + i, value_size=value_size, tag=f"{i}.")
+        if len(batch) > segment_bytes:
+            with pytest.raises(RecordTooLargeError):
+                log.append_as_leader(batch)
+            continue
+        log.append_as_leader(batch)
+        expected_values.extend(r.value for r in decode_batch(batch).records)
+    records = read_all_records(log)
+    assert [r.value for r in records] == expected_values
+    assert [r.offset for r in records] == list(range(len(expected_values)))
+    for segment in log.segments:
+        headers = list(segment.log.batch_headers())
+        assert segment.size <= segment_bytes
+        if headers:
+            assert headers[0][1].base_offset == segment.base_offset
+        starts = {position: header.last_offset for position, header in headers}
+        for entry in segment.offset_index.entries_list():
+            assert starts[entry.position] == entry.offset
+        assert segment.log.path.name == f"{segment.base_offset:020d}.log"
