@@ -25,8 +25,45 @@ def _add_dump_log(subparsers) -> None:
     parser.set_defaults(run=dump_log.run)
 
 
+def _add_serve(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "serve",
+        help="run the broker (default: the embedded config/server.properties)",
+        description="Run the triolog broker until SIGTERM or SIGINT, then shut down cleanly. "
+        "Configuration layers, lowest first: the embedded server.properties, --config FILE, "
+        "TRIOLOG_<KEY> environment variables (log.retention.ms -> TRIOLOG_LOG_RETENTION_MS), --override.",
+    )
+    parser.add_argument("--config", metavar="FILE", help="a server.properties file")
+    parser.add_argument("--override", metavar="KEY=VALUE", action="append", default=[],
+                        help="set one config key (repeatable), e.g. --override log.segment.bytes=1048576")
+    parser.set_defaults(run=_run_serve)
+
+
+def _run_serve(args) -> int:
+    import trio
+
+    from broker.logger import configure_logging
+    from broker.server.app import serve
+    from config.loader import load_config
+    from config.log_config import ConfigError
+
+    try:
+        config, warnings = load_config(args.config, args.override)
+    except ConfigError as exc:
+        print(f"triolog: invalid configuration: {exc}", file=sys.stderr)
+        return 2
+    configure_logging(config.logger_format, config.logger_level)
+    import structlog
+
+    log = structlog.get_logger("triolog.config")
+    for warning in warnings:
+        log.warning("config_warning", message=warning)
+    trio.run(serve, config)
+    return 0
+
+
 #: Subcommand registrars, in the order ``triolog --help`` lists them.
-SUBCOMMANDS = (_add_dump_log,)
+SUBCOMMANDS = (_add_serve, _add_dump_log)
 
 
 def build_parser() -> argparse.ArgumentParser:

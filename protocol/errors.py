@@ -87,3 +87,35 @@ class InvalidTopicError(TriologError):
     """A topic name Kafka would refuse; it never reaches the file system."""
 
     code = ErrorCode.INVALID_TOPIC_EXCEPTION
+
+
+class UnknownTopicOrPartitionError(TriologError):
+    code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+class TopicAlreadyExistsError(TriologError):
+    code = ErrorCode.TOPIC_ALREADY_EXISTS
+
+
+class InvalidPartitionsError(TriologError):
+    code = ErrorCode.INVALID_PARTITIONS
+
+
+class InvalidReplicationFactorError(TriologError):
+    code = ErrorCode.INVALID_REPLICATION_FACTOR
+
+
+class InvalidConfigError(TriologError):
+    code = ErrorCode.INVALID_CONFIG
+
+
+class InvalidRequestError(TriologError):
+    code = ErrorCode.INVALID_REQUEST
+
+
+class RequestTimedOutError(TriologError):
+    code = ErrorCode.REQUEST_TIMED_OUT
+
+
+class PolicyViolationError(TriologError):
+    code = ErrorCode.POLICY_VIOLATION

@@ -92,7 +92,8 @@ class LogManager:
             raise ValueError("log.dirs must name at least one directory")
         self.default_config = default_config
         self.clock = clock
-        self._topic_config = topic_config or (lambda topic: default_config)
+        #: topic name -> its LogConfig; the TopicManager installs its own after construction.
+        self.topic_config: Callable[[str], LogConfig] = topic_config or (lambda topic: default_config)
         self.node_id = node_id
         self.cluster_id: str | None = None
         self._logs: dict[TopicPartition, Log] = {}
@@ -125,7 +126,7 @@ class LogManager:
                     logger.warning("ignoring directory %s: not a topic-partition", entry.path)
                     continue
                 log = Log.open(
-                    Path(entry.path), self._topic_config(tp[0]), clock=self.clock,
+                    Path(entry.path), self.topic_config(tp[0]), clock=self.clock,
                     recovery_point=recovery_points.get(tp, 0),
                     log_start_offset=log_starts.get(tp, 0),
                     had_clean_shutdown=clean,
@@ -164,7 +165,7 @@ class LogManager:
                 return existing
             name = filenames.topic_partition_dir_name(topic, partition)
             log_dir = self._next_log_dir()
-            log = Log.open(log_dir.path / name, config or self._topic_config(topic), clock=self.clock,
+            log = Log.open(log_dir.path / name, config or self.topic_config(topic), clock=self.clock,
                            had_clean_shutdown=True)
             self._logs[(topic, partition)] = log
             self._log_dir_of[(topic, partition)] = log_dir

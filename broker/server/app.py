@@ -1,0 +1,183 @@
+"""The broker process: storage startup, the TCP listener, background tasks, graceful shutdown.
+
+Startup loads every log (recovering after a crash) before the listener opens. Shutdown (SIGTERM,
+SIGINT, or ``BrokerServer.shutdown()``) stops accepting, lets in-flight requests finish (up to
+a grace period), then flushes, closes every log, writes the checkpoints and the clean-shutdown
+marker, in Kafka's order.
+"""
+
+from __future__ import annotations
+
+import signal
+from dataclasses import dataclass
+from functools import partial
+
+import structlog
+import trio
+
+from broker.storage.clock import SYSTEM_CLOCK, Clock
+from broker.storage.log import Log
+from broker.storage.log_manager import LogManager
+from broker.storage.topics import TopicManager
+from config.broker_config import BrokerConfig
+
+from .connection import ClientConnection
+from .group_commit import GroupCommitter
+from .handlers import RequestHandler
+from .notifier import AppendNotifier
+
+logger = structlog.get_logger("triolog.server")
+
+#: How long in-flight requests may take to finish once shutdown begins.
+SHUTDOWN_GRACE_S = 30.0
+#: How often due flushes (flush.ms, and rolls missed by the roll hook) are looked for.
+FLUSH_CHECK_INTERVAL_MS = 1000
+
+
+@dataclass(frozen=True)
+class BrokerAddress:
+    host: str
+    port: int
+
+
+class BrokerServer:
+    def __init__(self, config: BrokerConfig, *, clock: Clock = SYSTEM_CLOCK, storage_threads: int = 16):
+        self.config = config
+        self.clock = clock
+        self.log_manager = LogManager(config.log_dirs, config.log_config, clock=clock, node_id=config.node_id)
+        self.topics = TopicManager(self.log_manager, config.log_config)
+        self.log_manager.topic_config = self.topics.config_for
+        self.limiter = trio.CapacityLimiter(storage_threads)
+        self.committer = GroupCommitter(self.limiter)
+        self.notifier = AppendNotifier()
+        self.handler: RequestHandler | None = None
+        self._shutdown = trio.Event()
+        self._connections: dict[ClientConnection, trio.CancelScope] = {}
+        self._per_ip: dict[str, int] = {}
+        self._nursery: trio.Nursery | None = None
+
+    def shutdown(self) -> None:
+        self._shutdown.set()
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        await trio.to_thread.run_sync(self._start_storage)
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                self.handler = RequestHandler(self.config, self.log_manager, self.topics, self.committer,
+                                              self.notifier, self.limiter, on_roll=self._on_roll)
+                await nursery.start(self.committer.run)
+                async with trio.open_nursery() as connections:
+                    listen = self.config.listener
+                    listeners = await connections.start(
+                        partial(trio.serve_tcp, partial(self._serve_connection, connections),
+                                listen.port, host=listen.bind_host)
+                    )
+                    port = listeners[0].socket.getsockname()[1]
+                    self.handler.advertised_port = port
+                    for coro in self._periodic_tasks():
+                        nursery.start_soon(coro)
+                    address = BrokerAddress(listen.host or "0.0.0.0", port)
+                    logger.info("broker_started", host=address.host, port=port,
+                                log_dirs=list(self.config.log_dirs))
+                    task_status.started(address)
+                    await self._shutdown.wait()
+                    logger.info("broker_stopping", open_connections=len(self._connections))
+                    for listener in listeners:
+                        await listener.aclose()
+                    await self._drain_connections()
+                    connections.cancel_scope.cancel()
+                nursery.cancel_scope.cancel()
+        finally:
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(self.log_manager.shutdown)
+                logger.info("broker_stopped")
+
+    def _start_storage(self) -> None:
+        self.topics.load()
+        self.log_manager.startup()
+        self.topics.adopt_loaded_partitions()
+
+    async def _drain_connections(self) -> None:
+        """Idle connections close now; those in the middle of a request finish it first."""
+        for connection, scope in list(self._connections.items()):
+            if not connection.busy:
+                scope.cancel()
+        with trio.move_on_after(SHUTDOWN_GRACE_S):
+            while self._connections:
+                await trio.sleep(0.01)
+
+    async def _serve_connection(self, connections: trio.Nursery, stream: trio.SocketStream) -> None:
+        host, port = stream.socket.getpeername()[:2]
+        peer = f"{host}:{port}"
+        config = self.config
+        if len(self._connections) >= config.max_connections or self._per_ip.get(host, 0) >= config.max_connections_per_ip:
+            limit = ("max.connections", config.max_connections) if len(self._connections) >= config.max_connections \
+                else ("max.connections.per.ip", config.max_connections_per_ip)
+            logger.warning("connection_refused", peer=peer, limit=limit[0], value=limit[1])
+            await stream.aclose()
+            return
+        connection = ClientConnection(stream, self.handler, max_frame_bytes=config.socket_request_max_bytes,
+                                      idle_timeout_s=config.connections_max_idle_ms / 1000, peer=peer)
+        self._per_ip[host] = self._per_ip.get(host, 0) + 1
+        logger.info("connection_opened", peer=peer)
+        try:
+            with trio.CancelScope() as scope:
+                self._connections[connection] = scope
+                await connection.serve(self._shutdown)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError) as exc:
+            logger.info("connection_broken", peer=peer, error=str(exc))
+        except Exception:
+            logger.exception("connection_failed", peer=peer)
+        finally:
+            self._connections.pop(connection, None)
+            self._per_ip[host] -= 1
+            if not self._per_ip[host]:
+                del self._per_ip[host]
+            with trio.CancelScope(shield=True):
+                await stream.aclose()
+            logger.info("connection_closed", peer=peer)
+
+    # -- background work ---------------------------------------------------------------------
+
+    def _on_roll(self, log: Log, reason: str) -> None:
+        """Kafka flushes a rolled segment asynchronously: do it now, off the event loop."""
+        logger.info("segment_rolled", topic=log.topic, partition=log.partition, reason=reason,
+                    base_offset=log.active_segment.base_offset)
+        if self._nursery is not None:
+            self._nursery.start_soon(partial(trio.to_thread.run_sync, log.flush_pending, limiter=self.limiter))
+
+    def _periodic_tasks(self):
+        config = self.config
+        lm = self.log_manager
+        return [
+            partial(self._every, min(config.log_flush_scheduler_interval_ms, FLUSH_CHECK_INTERVAL_MS), lm.flush_pending),
+            partial(self._every, config.log_flush_offset_checkpoint_interval_ms, lm.checkpoint_recovery_points),
+            partial(self._every, config.log_flush_start_offset_checkpoint_interval_ms, lm.checkpoint_log_start_offsets),
+            partial(self._every, config.replica_high_watermark_checkpoint_interval_ms, lm.checkpoint_high_watermarks),
+        ]
+
+    async def _every(self, interval_ms: int, work) -> None:
+        while True:
+            await trio.sleep(interval_ms / 1000)
+            try:
+                await trio.to_thread.run_sync(work, limiter=self.limiter)
+            except Exception:
+                logger.exception("background_task_failed", task=getattr(work, "__name__", str(work)))
+
+
+async def serve(config: BrokerConfig) -> None:
+    """Run the broker until SIGTERM or SIGINT, then shut down gracefully."""
+    server = BrokerServer(config)
+    async with trio.open_nursery() as nursery:
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            nursery.start_soon(server.run)
+
+            async def watch() -> None:
+                async for signum in signals:
+                    logger.info("signal_received", signal=signal.Signals(signum).name)
+                    server.shutdown()
+                    return
+
+            nursery.start_soon(watch)
+            await server._shutdown.wait()

@@ -1,0 +1,434 @@
+"""One handler per API: decoded request in, response out. The one place where storage errors
+become wire error codes (``TriologError.code``); anything unexpected becomes
+UNKNOWN_SERVER_ERROR, logged with its traceback, and the connection stays up.
+
+Storage work (appends, reads, fsync, topic changes) runs in worker threads, one thread hop per
+request, so a slow disk never stalls the event loop for other connections.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import structlog
+import trio
+
+from broker.storage.filenames import validate_topic_name
+from broker.storage.log import Log
+from broker.storage.log_manager import LogManager
+from broker.storage.topics import TopicManager
+from config.broker_config import BrokerConfig
+from config.log_config import TOPIC_CONFIGS, LogConfig
+from protocol import messages as m
+from protocol.errors import (
+    ErrorCode,
+    OffsetOutOfRangeError,
+    RequestTimedOutError,
+    TriologError,
+    UnknownTopicOrPartitionError,
+)
+
+from .group_commit import GroupCommitter
+from .notifier import AppendNotifier
+
+logger = structlog.get_logger("triolog.server")
+
+BROKER_VERSION = "triolog 0.1.0"
+
+
+def error_of(exc: BaseException, **context: Any) -> tuple[ErrorCode, str]:
+    """(code, message) for an exception raised while serving one topic or partition."""
+    if isinstance(exc, TriologError):
+        return exc.code, str(exc) or exc.code.name
+    if isinstance(exc, OSError):
+        logger.error("storage_error", error=str(exc), **context)
+        return ErrorCode.KAFKA_STORAGE_ERROR, f"I/O error: {exc}"
+    logger.exception("unexpected_error", **context)
+    return ErrorCode.UNKNOWN_SERVER_ERROR, f"unexpected server error: {type(exc).__name__}: {exc}"
+
+
+def config_value_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, tuple):
+        return ",".join(value)
+    return str(value)
+
+
+@dataclass
+class FetchRegion:
+    """A region of a segment file to sendfile, with its own descriptor (closed after sending)."""
+
+    fd: int
+    position: int
+    length: int
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+class FetchResult:
+    """A fetch response whose record bytes stay in files: the connection sends it with sendfile."""
+
+    def __init__(self, parts: list, regions: list[FetchRegion]):
+        self.parts = parts
+        self.regions = regions
+
+    def close(self) -> None:
+        for region in self.regions:
+            region.close()
+        self.regions = []
+
+
+class RequestHandler:
+    def __init__(self, config: BrokerConfig, log_manager: LogManager, topics: TopicManager,
+                 committer: GroupCommitter, notifier: AppendNotifier, limiter: trio.CapacityLimiter,
+                 on_roll: Callable[[Log, str], None] | None = None):
+        self.config = config
+        self.log_manager = log_manager
+        self.topics = topics
+        self.committer = committer
+        self.notifier = notifier
+        self.limiter = limiter
+        self.on_roll = on_roll
+        self.advertised_host = config.listener.host or "localhost"
+        self.advertised_port = config.listener.port
+
+    async def _in_thread(self, fn, *args):
+        return await trio.to_thread.run_sync(fn, *args, limiter=self.limiter)
+
+    async def handle(self, request: m.Request) -> m.Response | FetchResult | None:
+        handler = getattr(self, "_" + request.api)
+        return await handler(request)
+
+    # -- topics ------------------------------------------------------------------------------
+
+    def _existing_or_auto_created(self, topic: str) -> None:
+        """UnknownTopicOrPartitionError unless ``topic`` exists or auto-creation made it (Kafka's rule)."""
+        validate_topic_name(topic)
+        if self.topics.get(topic) is not None:
+            return
+        if not self.config.auto_create_topics_enable:
+            raise UnknownTopicOrPartitionError(f"topic {topic!r} does not exist")
+        try:
+            self.topics.create(topic, -1, 1, {}, default_partitions=self.config.num_partitions)
+            logger.info("topic_auto_created", topic=topic, partitions=self.config.num_partitions)
+        except TriologError as exc:
+            if self.topics.get(topic) is None:  # lost a race with another creator: that is fine
+                raise exc
+
+    async def _api_versions(self, request: m.ApiVersionsRequest) -> m.Response:
+        return m.ApiVersionsResponse(id=request.id, broker_version=BROKER_VERSION)
+
+    async def _metadata(self, request: m.MetadataRequest) -> m.Response:
+        def work() -> list[m.TopicMetadata]:
+            names = sorted(self.topics.all()) if request.topics is None else list(request.topics)
+            out = []
+            for name in names:
+                try:
+                    if request.topics is not None:
+                        self._existing_or_auto_created(name)
+                    topic = self.topics.get(name)
+                    if topic is None:
+                        raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+                    partitions = []
+                    for p in range(topic.num_partitions):
+                        log = self.topics.log(name, p)
+                        partitions.append(m.PartitionMetadata(
+                            partition=p, leader=self.config.node_id,
+                            log_start_offset=log.log_start_offset, high_watermark=log.high_watermark,
+                        ))
+                    out.append(m.TopicMetadata(name=name, partitions=tuple(partitions)))
+                except Exception as exc:
+                    code, message = error_of(exc, topic=name)
+                    out.append(m.TopicMetadata(name=name, error_code=code, error_message=message))
+            return out
+
+        topics = await self._in_thread(work)
+        broker = m.BrokerMetadata(node_id=self.config.node_id, host=self.advertised_host, port=self.advertised_port)
+        return m.MetadataResponse(id=request.id, brokers=(broker,), controller_id=self.config.node_id,
+                                  topics=tuple(topics))
+
+    async def _create_topics(self, request: m.CreateTopicsRequest) -> m.Response:
+        def work() -> list[m.CreateTopicResult]:
+            out = []
+            for new in request.topics:
+                try:
+                    if request.validate_only:
+                        count, config = self.topics.validate_new_topic(
+                            new.name, new.num_partitions, new.replication_factor, new.configs,
+                            self.config.num_partitions)
+                    else:
+                        topic = self.topics.create(new.name, new.num_partitions, new.replication_factor,
+                                                   new.configs, default_partitions=self.config.num_partitions)
+                        count, config = topic.num_partitions, self.topics.config_for(new.name)
+                        logger.info("topic_created", topic=new.name, partitions=count, configs=dict(new.configs))
+                    out.append(m.CreateTopicResult(
+                        name=new.name, num_partitions=count,
+                        configs={k: config_value_text(config.value_of(k)) for k in TOPIC_CONFIGS},
+                    ))
+                except Exception as exc:
+                    code, message = error_of(exc, topic=new.name)
+                    out.append(m.CreateTopicResult(name=new.name, error_code=code, error_message=message))
+            return out
+
+        return m.CreateTopicsResponse(id=request.id, topics=tuple(await self._in_thread(work)))
+
+    async def _delete_topics(self, request: m.DeleteTopicsRequest) -> m.Response:
+        def work() -> list[m.TopicResult]:
+            out = []
+            for name in request.topics:
+                try:
+                    validate_topic_name(name)
+                    self.topics.delete(name)
+                    logger.info("topic_deleted", topic=name)
+                    out.append(m.TopicResult(name=name))
+                except Exception as exc:
+                    code, message = error_of(exc, topic=name)
+                    out.append(m.TopicResult(name=name, error_code=code, error_message=message))
+            return out
+
+        return m.DeleteTopicsResponse(id=request.id, topics=tuple(await self._in_thread(work)))
+
+    def _config_source(self, topic_overrides, name: str) -> str:
+        if name in topic_overrides:
+            return "topic"
+        key = TOPIC_CONFIGS[name]
+        from config.broker_config import BROKER_CONFIGS
+
+        synonyms = {k for k, b in BROKER_CONFIGS.items() if b.topic_name == name}
+        if key.broker_name:
+            synonyms.add(key.broker_name)
+        if synonyms & set(self.config.originals):
+            return "broker"
+        return "default"
+
+    async def _describe_configs(self, request: m.DescribeConfigsRequest) -> m.Response:
+        def work() -> list[m.DescribeConfigsResult]:
+            out = []
+            for name in request.topics:
+                try:
+                    validate_topic_name(name)
+                    topic = self.topics.get(name)
+                    if topic is None:
+                        raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+                    config: LogConfig = self.topics.config_for(name)
+                    entries = {
+                        key: m.ConfigEntry(value=config_value_text(config.value_of(key)),
+                                           source=self._config_source(topic.overrides, key))
+                        for key in TOPIC_CONFIGS
+                    }
+                    out.append(m.DescribeConfigsResult(name=name, configs=entries))
+                except Exception as exc:
+                    code, message = error_of(exc, topic=name)
+                    out.append(m.DescribeConfigsResult(name=name, error_code=code, error_message=message))
+            return out
+
+        return m.DescribeConfigsResponse(id=request.id, topics=tuple(await self._in_thread(work)))
+
+    async def _alter_configs(self, request: m.AlterConfigsRequest) -> m.Response:
+        def work() -> list[m.TopicResult]:
+            out = []
+            for entry in request.topics:
+                try:
+                    validate_topic_name(entry.name)
+                    self.topics.alter_configs(entry.name, entry.configs, tuple(entry.delete))
+                    logger.info("topic_configs_altered", topic=entry.name, set=dict(entry.configs),
+                                deleted=list(entry.delete))
+                    out.append(m.TopicResult(name=entry.name))
+                except Exception as exc:
+                    code, message = error_of(exc, topic=entry.name)
+                    out.append(m.TopicResult(name=entry.name, error_code=code, error_message=message))
+            return out
+
+        return m.AlterConfigsResponse(id=request.id, topics=tuple(await self._in_thread(work)))
+
+    # -- produce -----------------------------------------------------------------------------
+
+    async def _produce(self, request: m.ProduceRequest) -> m.Response | None:
+        def work():
+            results = []  # (topic, [(partition, info | (code, message), log)])
+            for topic in request.topics:
+                rows = []
+                try:
+                    self._existing_or_auto_created(topic.name)
+                    topic_error = None
+                except Exception as exc:
+                    topic_error = error_of(exc, topic=topic.name)
+                for part in topic.partitions:
+                    if topic_error is not None:
+                        rows.append((part.partition, topic_error, None))
+                        continue
+                    try:
+                        log = self.topics.log(topic.name, part.partition)
+                        rows.append((part.partition, log.append_as_leader(part.records), log))
+                    except Exception as exc:
+                        rows.append((part.partition, error_of(exc, topic=topic.name, partition=part.partition), None))
+                results.append((topic.name, rows))
+            return results
+
+        results = await self._in_thread(work)
+        for name, rows in results:
+            for partition, info, log in rows:
+                if log is not None:
+                    self.notifier.notify((name, partition))
+                    if info.roll_reason is not None and self.on_roll is not None:
+                        self.on_roll(log, info.roll_reason)
+        if request.acks == -1:
+            results = await self._wait_flushed(results, request.timeout_ms)
+        if request.acks == 0:
+            return None
+        topics = []
+        for name, rows in results:
+            partitions = []
+            for partition, info, log in rows:
+                if log is None:
+                    code, message = info
+                    partitions.append(m.ProducePartitionResult(partition=partition, error_code=code,
+                                                               error_message=message))
+                else:
+                    partitions.append(m.ProducePartitionResult(
+                        partition=partition, base_offset=info.first_offset,
+                        log_append_time=info.log_append_time_ms, log_start_offset=info.log_start_offset,
+                    ))
+            topics.append(m.ProduceTopicResult(name=name, partitions=tuple(partitions)))
+        return m.ProduceResponse(id=request.id, topics=tuple(topics))
+
+    async def _wait_flushed(self, results, timeout_ms: int):
+        """acks=all: every appended partition fsynced (group commit) within timeout_ms, else
+        REQUEST_TIMED_OUT (the data is in the log, but not yet known to be on disk)."""
+        out = []
+        for name, rows in results:
+            new_rows = []
+            for partition, info, log in rows:
+                if log is None:
+                    new_rows.append((partition, info, log))
+                    continue
+                try:
+                    with trio.fail_after(max(timeout_ms, 1) / 1000):
+                        await self.committer.wait_flushed(log, info.last_offset + 1)
+                    new_rows.append((partition, info, log))
+                except trio.TooSlowError:
+                    exc = RequestTimedOutError(
+                        f"records were appended at offset {info.first_offset} but not fsynced within "
+                        f"timeout_ms={timeout_ms}")
+                    new_rows.append((partition, error_of(exc), None))
+                except Exception as exc:
+                    new_rows.append((partition, error_of(exc, topic=name, partition=partition), None))
+            out.append((name, new_rows))
+        return out
+
+    # -- fetch -------------------------------------------------------------------------------
+
+    async def _fetch(self, request: m.FetchRequest) -> FetchResult:
+        tps = [(t.name, p.partition) for t in request.topics for p in t.partitions]
+        deadline = trio.current_time() + request.max_wait_ms / 1000
+        while True:
+            event = self.notifier.register(tps)
+            try:
+                result, total, errors = await self._in_thread(self._read_fetch, request)
+                if total >= request.min_bytes or errors or trio.current_time() >= deadline:
+                    return result
+                result.close()
+                with trio.move_on_at(deadline):
+                    await event.wait()
+            finally:
+                self.notifier.unregister(tps, event)
+
+    def _read_fetch(self, request: m.FetchRequest) -> tuple[FetchResult, int, bool]:
+        remaining = request.max_bytes
+        regions: list[FetchRegion] = []
+        topics = []
+        total = 0
+        errors = False
+        try:
+            for topic in request.topics:
+                partitions = []
+                for part in topic.partitions:
+                    try:
+                        validate_topic_name(topic.name)
+                        log = self.topics.log(topic.name, part.partition)
+                        budget = max(0, min(part.partition_max_bytes, remaining))
+                        info = log.read(part.fetch_offset, budget, min_one_message=True)
+                        records: bytes | m.ExternalBin = b""
+                        if info.region is not None:
+                            region = FetchRegion(os.dup(info.region.records.fileno()), info.region.position,
+                                                 info.region.length)
+                            regions.append(region)
+                            records = m.ExternalBin(region.length, region)
+                            total += region.length
+                            remaining -= region.length
+                        partitions.append(m.FetchPartitionResult(
+                            partition=part.partition, high_watermark=log.high_watermark,
+                            last_stable_offset=log.high_watermark, log_start_offset=log.log_start_offset,
+                            records=records,
+                        ))
+                    except Exception as exc:
+                        errors = True
+                        code, message = error_of(exc, topic=topic.name, partition=part.partition)
+                        extra = {}
+                        if isinstance(exc, OffsetOutOfRangeError):
+                            log = self.log_manager.get_log(topic.name, part.partition)
+                            if log is not None:
+                                extra = dict(high_watermark=log.high_watermark,
+                                             last_stable_offset=log.high_watermark,
+                                             log_start_offset=log.log_start_offset)
+                        partitions.append(m.FetchPartitionResult(partition=part.partition, error_code=code,
+                                                                 error_message=message, **extra))
+                topics.append(m.FetchTopicResult(name=topic.name, partitions=tuple(partitions)))
+            response = m.FetchResponse(id=request.id, topics=tuple(topics))
+            return FetchResult(m.pack_parts(response), regions), total, errors
+        except BaseException:
+            for region in regions:
+                region.close()
+            raise
+
+    # -- offsets -----------------------------------------------------------------------------
+
+    async def _list_offsets(self, request: m.ListOffsetsRequest) -> m.Response:
+        def work():
+            topics = []
+            for topic in request.topics:
+                partitions = []
+                for part in topic.partitions:
+                    try:
+                        validate_topic_name(topic.name)
+                        found = self.topics.log(topic.name, part.partition).fetch_offset_by_timestamp(part.timestamp)
+                        timestamp, offset = (found.timestamp, found.offset) if found is not None else (-1, -1)
+                        partitions.append(m.ListOffsetsPartitionResult(partition=part.partition, timestamp=timestamp,
+                                                                       offset=offset))
+                    except Exception as exc:
+                        code, message = error_of(exc, topic=topic.name, partition=part.partition)
+                        partitions.append(m.ListOffsetsPartitionResult(partition=part.partition, error_code=code,
+                                                                       error_message=message))
+                topics.append(m.ListOffsetsTopicResult(name=topic.name, partitions=tuple(partitions)))
+            return topics
+
+        return m.ListOffsetsResponse(id=request.id, topics=tuple(await self._in_thread(work)))
+
+    async def _delete_records(self, request: m.DeleteRecordsRequest) -> m.Response:
+        def work():
+            topics = []
+            for topic in request.topics:
+                partitions = []
+                for part in topic.partitions:
+                    try:
+                        validate_topic_name(topic.name)
+                        log = self.topics.log(topic.name, part.partition)
+                        if part.offset < -1:
+                            raise OffsetOutOfRangeError(f"offset {part.offset} is not an offset (use -1 for the high watermark)")
+                        target = log.high_watermark if part.offset == -1 else part.offset
+                        low = log.maybe_increment_log_start_offset(target)
+                        partitions.append(m.DeleteRecordsPartitionResult(partition=part.partition, low_watermark=low))
+                    except Exception as exc:
+                        code, message = error_of(exc, topic=topic.name, partition=part.partition)
+                        partitions.append(m.DeleteRecordsPartitionResult(partition=part.partition, error_code=code,
+                                                                         error_message=message))
+                topics.append(m.DeleteRecordsTopicResult(name=topic.name, partitions=tuple(partitions)))
+            return topics
+
+        return m.DeleteRecordsResponse(id=request.id, topics=tuple(await self._in_thread(work)))
+
+

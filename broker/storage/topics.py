@@ -1,0 +1,214 @@
+"""Topics: which exist, how many partitions each has, and their topic-level config overrides.
+
+Kafka keeps this in its metadata log; a single-node triolog keeps it in ``triolog-topics.json``
+at the root of the first log directory, replaced atomically on every change, so topics and
+their overrides survive restarts. Partition directories are the truth for data: a partition
+directory with no entry (left by an older version or copied in) is adopted with no overrides.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from config.log_config import TOPIC_CONFIGS, ConfigError, LogConfig
+from protocol.errors import (
+    InvalidConfigError,
+    InvalidPartitionsError,
+    InvalidReplicationFactorError,
+    InvalidTopicError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
+
+from . import filenames
+from .checkpoints import atomic_write
+from .log import Log
+from .log_manager import LogManager
+
+logger = logging.getLogger(__name__)
+
+TOPICS_FILE = "triolog-topics.json"
+#: Kafka's cap on partitions per create request is far higher; this bounds the directories one
+#: request can create on a single node.
+MAX_PARTITIONS = 10_000
+
+
+@dataclass(frozen=True)
+class Topic:
+    name: str
+    num_partitions: int
+    #: Topic-level overrides as given (strings), e.g. {"cleanup.policy": "compact"}.
+    overrides: Mapping[str, str] = field(default_factory=dict)
+
+
+class TopicManager:
+    """Creates, alters and deletes topics over a LogManager; safe to call from several threads."""
+
+    def __init__(self, log_manager: LogManager, default_config: LogConfig):
+        self.log_manager = log_manager
+        self.default_config = default_config
+        self._path = log_manager.log_dirs[0].path / TOPICS_FILE
+        self._topics: dict[str, Topic] = {}
+        self._lock = threading.RLock()
+
+    # -- startup -----------------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Read the topics file; adopt partition directories it does not list. Call before LogManager.startup()."""
+        stored: dict[str, Topic] = {}
+        if self._path.exists():
+            doc = json.loads(self._path.read_text())
+            for name, entry in doc.get("topics", {}).items():
+                stored[name] = Topic(name, int(entry["num_partitions"]), dict(entry.get("configs", {})))
+        self._topics = stored
+
+    def config_for(self, topic: str) -> LogConfig:
+        """The effective LogConfig of ``topic`` (broker defaults plus its overrides)."""
+        entry = self._topics.get(topic)
+        if entry is None or not entry.overrides:
+            return self.default_config
+        return self.default_config.with_overrides(entry.overrides)
+
+    def adopt_loaded_partitions(self) -> None:
+        """After LogManager.startup(): make sure every partition on disk belongs to a known topic."""
+        with self._lock:
+            changed = False
+            for topic, partition in self.log_manager.all_logs():
+                entry = self._topics.get(topic)
+                if entry is None or partition >= entry.num_partitions:
+                    count = max(partition + 1, entry.num_partitions if entry else 0)
+                    self._topics[topic] = Topic(topic, count, dict(entry.overrides) if entry else {})
+                    changed = True
+            if changed:
+                self._save()
+
+    # -- queries -----------------------------------------------------------------------------
+
+    def get(self, name: str) -> Topic | None:
+        return self._topics.get(name)
+
+    def all(self) -> dict[str, Topic]:
+        with self._lock:
+            return dict(self._topics)
+
+    def log(self, topic: str, partition: int) -> Log:
+        """The log of an existing partition, or UnknownTopicOrPartitionError."""
+        entry = self._topics.get(topic)
+        if entry is None:
+            raise UnknownTopicOrPartitionError(f"topic {topic!r} does not exist")
+        if not 0 <= partition < entry.num_partitions:
+            raise UnknownTopicOrPartitionError(
+                f"partition {partition} does not exist: topic {topic!r} has partitions 0..{entry.num_partitions - 1}"
+            )
+        log = self.log_manager.get_log(topic, partition)
+        if log is None:  # the directory went missing: recreate the partition rather than fail forever
+            log = self.log_manager.get_or_create_log(topic, partition, self.config_for(topic))
+        return log
+
+    # -- changes -----------------------------------------------------------------------------
+
+    def validate_new_topic(self, name: str, num_partitions: int, replication_factor: int,
+                           configs: Mapping[str, str], default_partitions: int) -> tuple[int, LogConfig]:
+        """Every check create_topics makes, without touching any file."""
+        filenames.validate_topic_name(name)
+        if replication_factor not in (1, -1):
+            raise InvalidReplicationFactorError(
+                f"replication factor {replication_factor} is not possible on a single broker: use 1 or -1"
+            )
+        count = default_partitions if num_partitions == -1 else num_partitions
+        if not 1 <= count <= MAX_PARTITIONS:
+            raise InvalidPartitionsError(
+                f"number of partitions must be between 1 and {MAX_PARTITIONS} (or -1 for the broker default), "
+                f"got {num_partitions}"
+            )
+        config = self._config_with(configs)
+        with self._lock:
+            if name in self._topics:
+                raise TopicAlreadyExistsError(f"topic {name!r} already exists")
+            collision = next(
+                (t for t in self._topics if t.replace(".", "_") == name.replace(".", "_")), None
+            )
+            if collision is not None:
+                raise InvalidTopicCollision(
+                    f"topic {name!r} collides with existing topic {collision!r}: '.' and '_' name the same metrics"
+                )
+        return count, config
+
+    def create(self, name: str, num_partitions: int, replication_factor: int = 1,
+               configs: Mapping[str, str] | None = None, *, default_partitions: int = 1) -> Topic:
+        configs = dict(configs or {})
+        with self._lock:
+            count, config = self.validate_new_topic(name, num_partitions, replication_factor, configs,
+                                                    default_partitions)
+            topic = Topic(name, count, configs)
+            self._topics[name] = topic
+            self._save()
+            for partition in range(count):
+                self.log_manager.get_or_create_log(name, partition, config)
+            logger.info("created topic %s with %d partitions and configs %s", name, count, configs)
+            return topic
+
+    def delete(self, name: str) -> None:
+        with self._lock:
+            entry = self._topics.get(name)
+            if entry is None:
+                raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+            del self._topics[name]
+            self._save()
+            for partition in range(entry.num_partitions):
+                self.log_manager.delete_log(name, partition)
+            logger.info("deleted topic %s", name)
+
+    def alter_configs(self, name: str, set_configs: Mapping[str, str], delete_keys: list[str] | tuple[str, ...],
+                      *, validate_only: bool = False) -> Topic:
+        """Set and remove topic-level overrides; they apply to the topic's logs at once."""
+        with self._lock:
+            entry = self._topics.get(name)
+            if entry is None:
+                raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+            unknown = [key for key in delete_keys if key not in TOPIC_CONFIGS]
+            if unknown:
+                raise InvalidConfigError(f"unknown topic config {', '.join(repr(k) for k in unknown)}")
+            overrides = {k: v for k, v in entry.overrides.items() if k not in delete_keys}
+            overrides.update(set_configs)
+            config = self._config_with(overrides)
+            if validate_only:
+                return entry
+            topic = Topic(name, entry.num_partitions, overrides)
+            self._topics[name] = topic
+            self._save()
+            for partition in range(entry.num_partitions):
+                log = self.log_manager.get_log(name, partition)
+                if log is not None:
+                    log.update_config(config)
+            logger.info("altered configs of topic %s: %s", name, overrides)
+            return topic
+
+    def _config_with(self, overrides: Mapping[str, str]) -> LogConfig:
+        bad_types = [k for k, v in overrides.items() if not isinstance(v, str)]
+        if bad_types:
+            raise InvalidConfigError(f"config values must be strings: {', '.join(bad_types)}")
+        try:
+            return self.default_config.with_overrides(overrides)
+        except ConfigError as exc:
+            raise InvalidConfigError(str(exc)) from None
+
+    def _save(self) -> None:
+        doc = {
+            "version": 1,
+            "topics": {
+                t.name: {"num_partitions": t.num_partitions, "configs": dict(t.overrides)}
+                for t in sorted(self._topics.values(), key=lambda t: t.name)
+            },
+        }
+        atomic_write(self._path, (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode())
+
+
+class InvalidTopicCollision(InvalidTopicError):
+    """Kafka refuses topics whose names differ only by '.' vs '_' (they share metric names)."""
+
+

@@ -1,0 +1,120 @@
+"""The real broker process, driven over TCP: produce, fetch, long polls, restarts and shutdown."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from protocol import messages as m
+from protocol.records import build_batch, iter_batches
+
+
+def _produce(client, topic, partition, values, acks=1, timeout_ms=5000):
+    now = int(time.time() * 1000)
+    batch = build_batch([(b"k", v, now, ()) for v in values])
+    response = client.call(m.ProduceRequest(
+        id=client.next_id(), acks=acks, timeout_ms=timeout_ms,
+        topics=(m.ProduceTopic(name=topic, partitions=(m.ProducePartition(partition=partition, records=batch),)),),
+    ))
+    return response["topics"][0]["partitions"][0]
+
+
+def _fetch(client, topic, partition, offset, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20):
+    response = client.call(m.FetchRequest(
+        id=client.next_id(), max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=max_bytes,
+        topics=(m.FetchTopic(name=topic, partitions=(
+            m.FetchPartition(partition=partition, fetch_offset=offset, partition_max_bytes=max_bytes),)),),
+    ))
+    return response["topics"][0]["partitions"][0]
+
+
+def _values(partition_result, start=0):
+    return [r.value for b in iter_batches(partition_result["records"]) for r in b.records if r.offset >= start]
+
+
+def _fetch_all(client, topic, partition):
+    """Every value from offset 0, fetching until a fetch returns nothing new."""
+    seen, offset = [], 0
+    while True:
+        values = _values(_fetch(client, topic, partition, offset), offset)
+        if not values:
+            return seen
+        seen.extend(values)
+        offset += len(values)
+
+
+def _create(client, name, partitions=1, configs=None):
+    response = client.call(m.CreateTopicsRequest(id=client.next_id(), topics=(
+        m.NewTopic(name=name, num_partitions=partitions, replication_factor=1, configs=configs or {}),)))
+    return response["topics"][0]
+
+
+def test_broker_produce_then_fetch_returns_the_records_with_offsets(broker):
+    client = broker.client()
+    assert _create(client, "orders", 2)["error_code"] == 0
+    assert _produce(client, "orders", 1, [b"a", b"b"])["base_offset"] == 0
+    assert _produce(client, "orders", 1, [b"c"], acks=-1)["base_offset"] == 2
+    result = _fetch(client, "orders", 1, 1)
+    assert result["error_code"] == 0 and result["high_watermark"] == 3
+    assert _values(result, 1) == [b"b", b"c"]
+
+
+def test_broker_auto_creates_topics_on_produce(broker):
+    client = broker.client()
+    assert _produce(client, "fresh", 0, [b"x"])["error_code"] == 0
+    meta = client.call(m.MetadataRequest(id=client.next_id(), topics=("fresh",)))
+    assert [p["partition"] for p in meta["topics"][0]["partitions"]] == [0]
+
+
+def test_broker_long_poll_is_woken_by_an_append(broker):
+    client, producer = broker.client(), broker.client()
+    _create(client, "poll")
+    threading.Timer(0.3, lambda: _produce(producer, "poll", 0, [b"late"])).start()
+    start = time.monotonic()
+    result = _fetch(client, "poll", 0, 0, max_wait_ms=10_000)
+    waited = time.monotonic() - start
+    assert _values(result) == [b"late"]
+    assert 0.2 < waited < 5
+
+
+def test_broker_long_poll_returns_empty_after_max_wait(broker):
+    client = broker.client()
+    _create(client, "quiet")
+    start = time.monotonic()
+    result = _fetch(client, "quiet", 0, 0, max_wait_ms=300)
+    assert result["records"] == b"" and result["error_code"] == 0
+    assert 0.25 < time.monotonic() - start < 3
+
+
+def test_broker_restart_keeps_acknowledged_data_and_topic_configs(broker_factory, tmp_path):
+    broker = broker_factory()
+    client = broker.client()
+    _create(client, "durable", 1, {"segment.bytes": "200", "retention.ms": "123456"})
+    for i in range(10):
+        _produce(client, "durable", 0, [b"v%d" % i])
+    client.close()
+    assert broker.stop() == 0
+    assert (tmp_path / "data" / ".kafka_cleanshutdown").exists()
+
+    again = broker_factory(data_dir=tmp_path / "data")
+    client = again.client()
+    assert _fetch_all(client, "durable", 0) == [b"v%d" % i for i in range(10)]
+    configs = client.call(m.DescribeConfigsRequest(id=client.next_id(), topics=("durable",)))["topics"][0]["configs"]
+    assert configs["segment.bytes"] == {"value": "200", "source": "topic"}
+    assert configs["retention.ms"] == {"value": "123456", "source": "topic"}
+
+
+def test_broker_kill_9_loses_nothing_acknowledged(broker_factory, tmp_path):
+    broker = broker_factory()
+    client = broker.client()
+    _create(client, "crash", 1, {"segment.bytes": "300"})
+    acked = []
+    for i in range(30):
+        result = _produce(client, "crash", 0, [b"r%d" % i], acks=-1 if i % 2 else 1)
+        assert result["error_code"] == 0
+        acked.append(b"r%d" % i)
+    broker.kill()
+    again = broker_factory(data_dir=tmp_path / "data")
+    client = again.client()
+    assert _fetch_all(client, "crash", 0) == acked
+    assert any(e.get("event") == "broker_started" for e in again.events())
