@@ -46,7 +46,7 @@ class FileRecords:
         self._fd: int | None = None
         self._lock = threading.Lock()
         if create:
-            self._open()
+            self._open(create=True)
             if preallocate_bytes:
                 os.ftruncate(self._fd, preallocate_bytes)
             size = 0
@@ -55,15 +55,25 @@ class FileRecords:
 
     # -- lifecycle ---------------------------------------------------------------------------
 
-    def _open(self) -> int:
+    def _open(self, create: bool = False) -> int:
+        """The descriptor, opened on first use; never recreates a file that went away."""
         if self._fd is None:
             with self._lock:
                 if self._fd is None:
-                    self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
+                    flags = os.O_RDWR | (os.O_CREAT if create else 0)
+                    self._fd = os.open(self._path, flags, 0o644)
         return self._fd
 
     def fileno(self) -> int:
         return self._open()
+
+    def dup_fd(self) -> int:
+        """A descriptor of this file owned by the caller (close it), safe against a concurrent close:
+        a fetch sends from it after the log's lock is released, while retention may close ours."""
+        with self._lock:
+            if self._fd is None:
+                self._fd = os.open(self._path, os.O_RDWR)
+            return os.dup(self._fd)
 
     @property
     def path(self) -> Path:
@@ -74,11 +84,7 @@ class FileRecords:
         # opening 10,000 segments stats nothing, and the append path pays no property call.
         if name != "size":
             raise AttributeError(name)
-        try:
-            size = self._path.stat().st_size
-        except FileNotFoundError:
-            self._open()
-            size = 0
+        size = self._path.stat().st_size
         self.size = size
         return size
 

@@ -163,7 +163,7 @@ class LogLoader:
             clock=self.clock, file_already_exists=True, file_suffix=filenames.SWAP_FILE_SUFFIX,
         )
         try:
-            segment.recover(self.config.max_message_bytes)
+            segment.recover()
             return segment.read_next_offset()
         finally:
             segment.close_handlers()
@@ -199,6 +199,9 @@ class LogLoader:
             if name != prefix + filenames.LOG_FILE_SUFFIX:
                 continue
             index_missing = prefix + filenames.INDEX_FILE_SUFFIX not in present
+            if prefix + filenames.TIME_INDEX_FILE_SUFFIX not in present:
+                # Kafka's rule: a missing time index is replaced by an empty one, not rebuilt.
+                (self.directory / (prefix + filenames.TIME_INDEX_FILE_SUFFIX)).touch()
             segment = self._open_segment(offset, file_already_exists=True)
             if index_missing:
                 logger.info("rebuilding missing index of segment %s", segment.log.path)
@@ -210,7 +213,7 @@ class LogLoader:
 
     def _recover_segment(self, segment: LogSegment) -> int:
         self.recovered_segments += 1
-        return segment.recover(self.config.max_message_bytes, self.on_recovered_batch)
+        return segment.recover(self.on_recovered_batch)
 
     def _recover_log(self) -> tuple[int, int]:
         """Recover from the recovery point to the end; returns (next offset, bytes truncated)."""

@@ -284,12 +284,13 @@ class Log:
             offset = self._next_offset if offset is None else min(offset, self._next_offset)
             if offset <= self._recovery_point:
                 return
-            to_flush = self._segments.values(self._recovery_point, offset)
+            fds: list[int] = []
             try:
-                fds = [os.dup(segment.log.fileno()) for segment in to_flush]
-                for segment in to_flush:
-                    segment.flush_indexes()
+                for segment in self._segments.values(self._recovery_point, offset):
+                    fds.extend(segment.descriptors_to_flush())
             except OSError as exc:
+                for fd in fds:
+                    os.close(fd)
                 self._go_offline(exc)
         try:
             for fd in fds:

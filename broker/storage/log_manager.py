@@ -172,7 +172,21 @@ class LogManager:
             logger.info("created log %s in %s", name, log_dir.path)
             return log
 
+    def _refresh_offline_dirs(self) -> None:
+        """A log that hit an I/O error takes its whole directory offline (Kafka's rule)."""
+        for tp, log in self.all_logs().items():
+            if log.offline:
+                log_dir = self._log_dir_of.get(tp)
+                if log_dir is not None and not log_dir.offline:
+                    logger.error("log directory %s is offline after an I/O error on %s", log_dir.path, tp)
+                    log_dir.offline = True
+
+    def offline_dirs(self) -> list[Path]:
+        self._refresh_offline_dirs()
+        return [d.path for d in self.log_dirs if d.offline]
+
     def _next_log_dir(self) -> LogDir:
+        self._refresh_offline_dirs()
         online = [d for d in self.log_dirs if not d.offline]
         if not online:
             raise StorageError("no log directory is online")
@@ -233,16 +247,26 @@ class LogManager:
     def shutdown(self) -> None:
         """Kafka's clean shutdown: flush and close every log, write checkpoints, then the marker."""
         logs = self.all_logs()
-        for log in logs.values():
-            if not log.offline:
+        for tp, log in logs.items():
+            if log.offline:
+                continue
+            try:
                 log.flush()
                 log.close()
-        self.checkpoint_recovery_points()
-        self.checkpoint_log_start_offsets()
-        self.checkpoint_high_watermarks()
+            except Exception:  # one bad log must not stop the others from closing cleanly
+                logger.exception("failed to flush and close log %s during shutdown", tp)
+                log.offline = True
+        self._refresh_offline_dirs()
+        for write in (self.checkpoint_recovery_points, self.checkpoint_log_start_offsets,
+                      self.checkpoint_high_watermarks):
+            try:
+                write()
+            except OSError:
+                logger.exception("failed to write checkpoints during shutdown")
+                for log_dir in self.log_dirs:
+                    log_dir.offline = True
         for log_dir in self.log_dirs:
-            if not log_dir.offline and not any(
-                log.offline for tp, log in logs.items() if self._log_dir_of.get(tp) is log_dir
-            ):
+            # Only a directory whose every log closed cleanly may skip recovery next time.
+            if not log_dir.offline:
                 log_dir.clean_shutdown_file.write(0)
             log_dir.unlock()

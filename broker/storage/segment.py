@@ -236,12 +236,14 @@ class LogSegment:
         return None
 
     def on_becoming_inactive_segment(self) -> None:
-        """Final time index entry, trimmed files; indexes unmapped and read-only from now on."""
+        """Final time index entry and trimmed files; then the indexes are unmapped (read-only from
+        now on) and the .log descriptor closed, so inactive segments hold no descriptors."""
         current = self._max_timestamp_so_far()
         self.time_index.maybe_append(current.timestamp, current.offset, skip_full_check=True)
         self._offset_index.seal()
         self._time_index.seal()
         self.log.trim()
+        self.log.close()
 
     def resize_indexes(self, size: int) -> None:
         self.offset_index.resize(_at_least_one_entry(size, OffsetIndex.ENTRY_SIZE))
@@ -332,11 +334,14 @@ class LogSegment:
 
     # -- recovery ----------------------------------------------------------------------------
 
-    def recover(self, max_message_size: int, on_batch=None) -> int:
+    def recover(self, on_batch=None) -> int:
         """Rebuild both indexes from the log and cut it at the first invalid batch.
 
-        Returns the number of bytes truncated. ``on_batch(header)`` sees every valid batch
-        (the leader epoch cache uses it).
+        A batch is invalid when its header cannot be a v2 batch, its CRC fails, or its offsets do
+        not follow the previous batch within this segment. Sizes are not checked against the
+        topic's max.message.bytes: a limit lowered after the data was written must not cut it
+        (Kafka's recovery does not check it either). Returns the number of bytes truncated.
+        ``on_batch(header)`` sees every valid batch (the leader epoch cache uses it).
         """
         offset_index, time_index = self.offset_index, self.time_index
         offset_index.reset()
@@ -347,11 +352,6 @@ class LogSegment:
         expected_offset = self.base_offset
         try:
             for position, header, batch in self.log.batches_for_recovery():
-                if header.size > max_message_size:
-                    raise CorruptRecordError(
-                        f"batch at position {position} of {self.log.path} is {header.size} bytes, "
-                        f"larger than the maximum {max_message_size}"
-                    )
                 if compute_crc(batch) != header.crc:
                     raise CorruptRecordError(f"batch at position {position} of {self.log.path} fails its CRC")
                 # The base offset is outside the CRC: offsets must still rise and fit the segment.
@@ -365,7 +365,10 @@ class LogSegment:
                 expected_offset = header.next_offset
                 if header.max_timestamp > max_ts.timestamp:
                     max_ts = TimestampOffset(header.max_timestamp, header.last_offset)
-                if valid_bytes - last_index_entry > self.index_interval_bytes:
+                # (An index shrunk by a config change since the data was written just stops
+                # taking entries: lookups then scan a little further, nothing is lost.)
+                if (valid_bytes - last_index_entry > self.index_interval_bytes
+                        and not offset_index.is_full() and not time_index.is_full()):
                     offset_index.append(header.last_offset, valid_bytes)
                     time_index.maybe_append(max_ts.timestamp, max_ts.offset)
                     last_index_entry = valid_bytes
@@ -386,30 +389,67 @@ class LogSegment:
         return truncated
 
     def sanity_check_indexes(self) -> None:
-        """Kafka's index sanity checks, plus two it lacks: the last offset index entry must be the
-        greatest (a zero-padded, untrimmed file fails this) and must point inside the log."""
+        """Kafka's index sanity checks, plus checks against the log itself, for segments that
+        recovery would otherwise trust: the last offset index entry must point at a batch
+        ending at its offset, and the last time index entry must name a batch whose max
+        timestamp is its timestamp. A zeroed or zero-padded index left by a power cut fails
+        them (KAFKA-10207), where Kafka's own checks let some through."""
         offset_index, time_index = self.offset_index, self.time_index
         offset_index.sanity_check()
         time_index.sanity_check()
         entries = offset_index.entries
-        if entries:
+        if entries > 1:
             first, last = offset_index.entry(0), offset_index.entry(entries - 1)
-            if entries > 1 and (last.offset <= first.offset or last.position <= first.position):
+            if last.offset <= first.offset or last.position <= first.position:
                 raise CorruptIndexError(f"index {offset_index.path} has entries out of order (zero padded?)")
-            if last.position >= self.log.size:
-                raise CorruptIndexError(f"index {offset_index.path} points past the end of {self.log.path}")
+        if time_index.entries > 1 and time_index.last_entry.timestamp <= time_index.entry(0).timestamp:
+            raise CorruptIndexError(f"time index {time_index.path} has entries out of order (zero padded?)")
+        if entries:
+            last = offset_index.entry(entries - 1)
+            header = self.log.read_header_at(last.position) if last.position < self.log.size else None
+            if header is None or header.last_offset != last.offset:
+                raise CorruptIndexError(
+                    f"index {offset_index.path}: last entry ({last.offset}, {last.position}) does not match "
+                    f"the batch at that position of {self.log.path}"
+                )
+        if time_index.entries:
+            entry = time_index.last_entry
+            found = self.log.search_for_offset_with_size(entry.offset, offset_index.lookup(entry.offset).position)
+            if found is None or found[1].last_offset != entry.offset or found[1].max_timestamp != entry.timestamp:
+                raise CorruptIndexError(
+                    f"time index {time_index.path}: last entry ({entry.timestamp}, {entry.offset}) does not match "
+                    f"a batch of {self.log.path}"
+                )
 
     # -- files -------------------------------------------------------------------------------
 
     def flush(self) -> None:
-        self.log.flush()
-        self.flush_indexes()
+        fds = self.descriptors_to_flush()
+        try:
+            for fd in fds:
+                os.fsync(fd)
+        finally:
+            for fd in fds:
+                os.close(fd)
 
-    def flush_indexes(self) -> None:
-        if self._offset_index.is_loaded:
-            self.offset_index.flush()
-        if self._time_index.is_loaded:
-            self.time_index.flush()
+    def descriptors_to_flush(self) -> list[int]:
+        """Caller-owned descriptors of the .log and both index files, for fsync outside any lock.
+
+        fsync on an index descriptor also writes pages dirtied through its mmap, so this covers
+        loaded and sealed (unmapped) indexes alike.
+        """
+        fds = [self.log.dup_fd()]
+        try:
+            for path in (self._offset_index.path, self._time_index.path):
+                try:
+                    fds.append(os.open(path, os.O_RDONLY))
+                except FileNotFoundError:
+                    pass  # renamed away by a concurrent swap or deletion: nothing left to sync
+        except BaseException:
+            for fd in fds:
+                os.close(fd)
+            raise
+        return fds
 
     def change_file_suffixes(self, old_suffix: str, new_suffix: str) -> None:
         def renamed(path: Path) -> Path:

@@ -25,6 +25,7 @@ from protocol.record_batch import (
     COMPRESSION_MASK,
     CONTROL_FLAG,
     CRC_OFFSET,
+    DELETE_HORIZON_FLAG,
     CRC_START,
     CURRENT_MAGIC,
     HEADER,
@@ -113,6 +114,10 @@ def validate_and_assign_offsets(
         )
     if attributes & TIMESTAMP_TYPE_MASK:
         raise InvalidTimestampError("a producer may not set the LogAppendTime timestamp type")
+    if max_timestamp < base_timestamp and not attributes & DELETE_HORIZON_FLAG:
+        raise InvalidTimestampError(
+            f"record batch claims max timestamp {max_timestamp} below its first record's timestamp {base_timestamp}"
+        )
     log_append_time = config.log_append_time
     if not log_append_time and (
         max_timestamp > now_ms + config.message_timestamp_after_max_ms

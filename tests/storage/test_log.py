@@ -430,3 +430,48 @@ def test_log_roll_invariants_hold_for_any_append_sequence(tmp_path_factory, cloc
         for entry in segment.offset_index.entries_list():
             assert starts[entry.position] == entry.offset
         assert segment.log.path.name == f"{segment.base_offset:020d}.log"
+
+
+def _open_fds() -> int:
+    import os
+
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_log_inactive_segments_hold_no_file_descriptors(tmp_path, clock):
+    log = open_log(tmp_path, clock, **{"segment.bytes": "200"})
+    log.append_as_leader(producer_batch(1, timestamp=clock.milliseconds(), value_size=80))
+    before = _open_fds()
+    for _ in range(30):
+        log.append_as_leader(producer_batch(1, timestamp=clock.milliseconds(), value_size=80))
+    assert log.num_segments == 31
+    assert _open_fds() - before <= 3  # the new active segment's .log and two index maps
+
+
+def test_log_flush_fsyncs_log_and_index_files_of_rolled_segments(tmp_path, clock, monkeypatch):
+    import os
+
+    log = open_log(tmp_path, clock, **{"segment.bytes": "200", "index.interval.bytes": "1"})
+    for _ in range(3):
+        log.append_as_leader(producer_batch(1, timestamp=clock.milliseconds(), value_size=80))
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def spy(fd):
+        synced.append(os.readlink(f"/proc/self/fd/{fd}").rsplit("/", 1)[-1])
+        return real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", spy)
+    log.flush()
+    for base in log.segments.base_offsets():
+        for suffix in (".log", ".index", ".timeindex"):
+            assert f"{base:020d}{suffix}" in synced
+    assert "topic-0" in synced  # the directory, for the new file names
+
+
+def test_log_rejects_a_max_timestamp_below_the_first_record(tmp_path, clock):
+    now = clock.milliseconds()
+    batch = encode_batch([Record(0, now, b"k", b"v"), Record(1, now + 5, b"k", b"v")], max_timestamp=now - 1)
+    log = open_log(tmp_path, clock)
+    with pytest.raises(InvalidTimestampError, match="max timestamp"):
+        log.append_as_leader(batch)

@@ -83,8 +83,10 @@ def test_recovery_truncating_a_segment_anywhere_keeps_every_batch_before_the_cut
     log_file = path / f"{victim:020d}.log"
     cut = data.draw(st.integers(0, log_file.stat().st_size - 1), label="cut")
     os.truncate(log_file, cut)
+    # a crash only damages what was not yet flushed: the recovery point is at or below the damage
+    recovery_point = data.draw(st.sampled_from([b for b in bases if b <= victim]), label="recovery point")
 
-    recovered = _reopen(path, clock)
+    recovered = _reopen(path, clock, recovery_point=recovery_point)
     next_offset = _expected_next_offset(layout, victim, cut)
     torn = any(base == victim and position < cut < position + size for base, position, size, _ in layout)
     if torn or victim == bases[-1]:
@@ -120,8 +122,10 @@ def test_recovery_corrupting_any_byte_keeps_every_batch_before_it(tmp_path_facto
     raw = bytearray(log_file.read_bytes())
     raw[position + offset_in_batch] ^= flip
     log_file.write_bytes(bytes(raw))
+    bases = sorted({b for b, *_ in layout})
+    recovery_point = data.draw(st.sampled_from([b for b in bases if b <= base]), label="recovery point")
 
-    recovered = _reopen(path, clock)
+    recovered = _reopen(path, clock, recovery_point=recovery_point)
     next_offset = _expected_next_offset(layout, base, position + 1)
     if offset_in_batch < 8:
         # The base offset is outside the CRC too: a batch whose offsets moved is caught only
@@ -350,3 +354,56 @@ def test_log_manager_rejects_invalid_topic_names_before_touching_files(tmp_path,
     manager.shutdown()
 
 
+
+
+def test_recovery_keeps_batches_larger_than_a_since_lowered_max_message_bytes(tmp_path, clock):
+    path = tmp_path / "topic-0"
+    log = Log.open(path, CONFIG, clock=clock)
+    log.append_as_leader(producer_batch(1, timestamp=clock.milliseconds(), value_size=500))
+    log.append_as_leader(producer_batch(1, timestamp=clock.milliseconds()))
+    expected = read_all_records(log)
+    _crash(log)
+    lowered = CONFIG.with_overrides({"max.message.bytes": "100"})
+    recovered = Log.open(path, lowered, clock=clock, recovery_point=0, had_clean_shutdown=False)
+    assert read_all_records(recovered) == expected
+
+
+def test_recovery_rebuilds_a_zeroed_time_index_below_the_recovery_point(tmp_path, clock):
+    """A power cut can leave a flushed segment's index pages zeroed; Kafka's own sanity check
+    passes a single zero entry, which would make retention think the data is from 1970."""
+    path = tmp_path / "topic-0"
+    log, _ = _write_log(path, clock)
+    log.flush()
+    first = log.segments.first_segment()
+    written = first.time_index.entries_list()
+    assert len(written) >= 1
+    _crash(log)
+    time_index = path / f"{0:020d}.timeindex"
+    time_index.write_bytes(b"\x00" * len(time_index.read_bytes()))
+    recovered = _reopen(path, clock, recovery_point=log.log_end_offset)
+    assert recovered.segments.first_segment().time_index.entries_list() == written
+    assert recovered.segments.first_segment().largest_timestamp == written[-1].timestamp
+
+
+def test_recovery_with_an_index_shrunk_by_config_keeps_every_batch(tmp_path, clock):
+    path = tmp_path / "topic-0"
+    big = LogConfig().with_overrides({"index.interval.bytes": "1"})
+    log = Log.open(path, big, clock=clock)
+    for i in range(8):
+        log.append_as_leader(producer_batch(1, timestamp=clock.milliseconds() + i))
+    expected = read_all_records(log)
+    _crash(log)
+    small = big.with_overrides({"segment.index.bytes": "24"})
+    recovered = Log.open(path, small, clock=clock, recovery_point=0, had_clean_shutdown=False)
+    assert read_all_records(recovered) == expected
+
+
+def test_log_reopened_cleanly_without_a_time_index_gets_an_empty_one(tmp_path, clock):
+    path = tmp_path / "topic-0"
+    log, _ = _write_log(path, clock)
+    log.close()
+    (path / f"{0:020d}.timeindex").unlink()
+    reopened = Log.open(path, CONFIG, clock=clock, recovery_point=log.log_end_offset, had_clean_shutdown=True)
+    assert (path / f"{0:020d}.timeindex").stat().st_size == 0
+    first_ts = read_all_records(reopened)[0].timestamp
+    assert reopened.fetch_offset_by_timestamp(first_ts) == (first_ts, 0)
