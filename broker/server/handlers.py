@@ -354,7 +354,7 @@ class RequestHandler:
                         info = log.read(part.fetch_offset, budget, min_one_message=True)
                         records: bytes | m.ExternalBin = b""
                         if info.region is not None:
-                            region = FetchRegion(os.dup(info.region.records.fileno()), info.region.position,
+                            region = FetchRegion(info.region.records.dup_fd(), info.region.position,
                                                  info.region.length)
                             regions.append(region)
                             records = m.ExternalBin(region.length, region)
