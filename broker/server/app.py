@@ -1,9 +1,10 @@
 """The broker process: storage startup, the TCP listener, background tasks, graceful shutdown.
 
-Startup loads every log (recovering after a crash) before the listener opens. Shutdown (SIGTERM,
-SIGINT, or ``BrokerServer.shutdown()``) stops accepting, lets in-flight requests finish (up to
-a grace period), then flushes, closes every log, writes the checkpoints and the clean-shutdown
-marker, in Kafka's order.
+Startup loads every log (recovering after a crash) before the listener opens, then starts the
+Prometheus endpoint (``metrics.listener``, see broker/metrics.py). Shutdown (SIGTERM, SIGINT, or
+``BrokerServer.shutdown()``) stops accepting, lets in-flight requests finish (up to a grace
+period), stops the metrics endpoint, then flushes, closes every log, writes the checkpoints and
+the clean-shutdown marker, in Kafka's order.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from functools import partial
 import structlog
 import trio
 
+from broker.metrics import BrokerMetrics
 from broker.storage.clock import SYSTEM_CLOCK, Clock
 from broker.storage.log import Log
 from broker.storage.log_manager import LogManager
@@ -38,6 +40,8 @@ FLUSH_CHECK_INTERVAL_MS = 1000
 class BrokerAddress:
     host: str
     port: int
+    #: The Prometheus endpoint's bound port, None when ``metrics.listener`` is empty.
+    metrics_port: int | None = None
 
 
 class BrokerServer:
@@ -50,6 +54,8 @@ class BrokerServer:
         self.limiter = trio.CapacityLimiter(storage_threads)
         self.committer = GroupCommitter(self.limiter)
         self.notifier = AppendNotifier()
+        #: This broker's own metrics registry; served over HTTP only if ``metrics.listener`` is set.
+        self.metrics = BrokerMetrics(self.log_manager)
         self.handler: RequestHandler | None = None
         self._shutdown = trio.Event()
         self._connections: dict[ClientConnection, trio.CancelScope] = {}
@@ -62,6 +68,7 @@ class BrokerServer:
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         await trio.to_thread.run_sync(self._start_storage)
         try:
+            metrics_port = await self._start_metrics_endpoint()
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 self.handler = RequestHandler(self.config, self.log_manager, self.topics, self.committer,
@@ -69,29 +76,50 @@ class BrokerServer:
                 await nursery.start(self.committer.run)
                 async with trio.open_nursery() as connections:
                     listen = self.config.listener
-                    listeners = await connections.start(
-                        partial(trio.serve_tcp, partial(self._serve_connection, connections),
-                                listen.port, host=listen.bind_host)
-                    )
+                    accepting = trio.CancelScope()
+
+                    async def accept(task_status=trio.TASK_STATUS_IGNORED) -> None:
+                        with accepting:
+                            await trio.serve_tcp(partial(self._serve_connection, connections), listen.port,
+                                                 host=listen.bind_host, handler_nursery=connections,
+                                                 task_status=task_status)
+
+                    listeners = await connections.start(accept)
                     port = listeners[0].socket.getsockname()[1]
                     self.handler.advertised_port = port
                     for coro in self._periodic_tasks():
                         nursery.start_soon(coro)
-                    address = BrokerAddress(listen.host or "0.0.0.0", port)
-                    logger.info("broker_started", host=address.host, port=port,
+                    address = BrokerAddress(listen.host or "0.0.0.0", port, metrics_port)
+                    logger.info("broker_started", host=address.host, port=port, metrics_port=metrics_port,
                                 log_dirs=list(self.config.log_dirs))
                     task_status.started(address)
                     await self._shutdown.wait()
                     logger.info("broker_stopping", open_connections=len(self._connections))
-                    for listener in listeners:
-                        await listener.aclose()
+                    # Stop accepting by cancelling the accept loops, which close their listeners
+                    # (closing a listener under a pending accept raises out of serve_tcp instead).
+                    # The connections live in their own nursery and go on.
+                    accepting.cancel()
                     await self._drain_connections()
                     connections.cancel_scope.cancel()
                 nursery.cancel_scope.cancel()
         finally:
             with trio.CancelScope(shield=True):
+                # The endpoint goes first: no scrape reads a log while it is being closed.
+                await trio.to_thread.run_sync(self.metrics.stop_endpoint)
                 await trio.to_thread.run_sync(self.log_manager.shutdown)
                 logger.info("broker_stopped")
+
+    async def _start_metrics_endpoint(self) -> int | None:
+        """Serve /metrics on ``metrics.listener`` (its own threads, off the event loop); its port, or None."""
+        listen = self.config.metrics_listener
+        if listen is None:
+            return None
+        try:
+            endpoint = await trio.to_thread.run_sync(self.metrics.start_endpoint, listen.host, listen.port)
+        except OSError as exc:
+            logger.error("metrics_endpoint_failed", listener=str(listen), error=str(exc))
+            raise
+        return endpoint.port
 
     def _start_storage(self) -> None:
         self.topics.load()
@@ -115,11 +143,14 @@ class BrokerServer:
             limit = ("max.connections", config.max_connections) if len(self._connections) >= config.max_connections \
                 else ("max.connections.per.ip", config.max_connections_per_ip)
             logger.warning("connection_refused", peer=peer, limit=limit[0], value=limit[1])
+            self.metrics.server.connection_refused(limit[0])
             await stream.aclose()
             return
         connection = ClientConnection(stream, self.handler, max_frame_bytes=config.socket_request_max_bytes,
-                                      idle_timeout_s=config.connections_max_idle_ms / 1000, peer=peer)
+                                      idle_timeout_s=config.connections_max_idle_ms / 1000, peer=peer,
+                                      stats=self.metrics.server)
         self._per_ip[host] = self._per_ip.get(host, 0) + 1
+        self.metrics.server.connection_opened()
         logger.info("connection_opened", peer=peer)
         try:
             with trio.CancelScope() as scope:
@@ -131,6 +162,7 @@ class BrokerServer:
             logger.exception("connection_failed", peer=peer)
         finally:
             self._connections.pop(connection, None)
+            self.metrics.server.connection_closed()
             self._per_ip[host] -= 1
             if not self._per_ip[host]:
                 del self._per_ip[host]

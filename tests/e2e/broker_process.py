@@ -25,6 +25,9 @@ class BrokerProcess:
     overrides: tuple[str, ...] = ()
     process: subprocess.Popen | None = None
     port: int = 0
+    #: Serve Prometheus metrics on a free port (read back into ``metrics_port``); off by default.
+    metrics: bool = False
+    metrics_port: int | None = None
     log_path: Path = field(init=False)
 
     def __post_init__(self) -> None:
@@ -35,27 +38,32 @@ class BrokerProcess:
             sys.executable, "-m", "broker.cli", "serve",
             "--override", f"log.dirs={self.data_dir}",
             "--override", f"listeners=PLAINTEXT://127.0.0.1:{self.port}",
-            "--override", "metrics.listener=",
+            "--override", "metrics.listener=" + ("http://127.0.0.1:0" if self.metrics else ""),
             "--override", "logger.format=json",
         ]
         for item in self.overrides:
             args += ["--override", item]
+        earlier_starts = len(self._started_events())  # the log file is appended to across restarts
         log = open(self.log_path, "ab")
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         self.process = subprocess.Popen(args, stdout=log, stderr=log, cwd=ROOT, env=env)
         log.close()
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            for event in self.events():
-                if event.get("event") == "broker_started":
-                    self.port = event["port"]
-            if self.port and self._listening():
+            started = self._started_events()[earlier_starts:]
+            if started:
+                self.port = started[-1]["port"]
+                self.metrics_port = started[-1].get("metrics_port")
+            if started and self._listening():
                 return self
             if self.process.poll() is not None:
                 raise RuntimeError(f"broker exited with {self.process.returncode}:\n{self.log_text()}")
             time.sleep(0.05)
         self.kill()
         raise RuntimeError(f"broker did not start within {timeout_s} s:\n{self.log_text()}")
+
+    def _started_events(self) -> list[dict]:
+        return [event for event in self.events() if event.get("event") == "broker_started"]
 
     def _listening(self) -> bool:
         try:
@@ -92,6 +100,16 @@ class BrokerProcess:
         if self.process is not None and self.process.poll() is None:
             self.process.kill()
             self.process.wait(10)
+
+    def scrape(self, timeout_s: float = 10.0) -> str:
+        """GET /metrics: the Prometheus text exposition."""
+        import urllib.request
+
+        if self.metrics_port is None:
+            raise RuntimeError("this broker was started without metrics")
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+            return response.read().decode()
 
     def client(self) -> "WireClient":
         return WireClient("127.0.0.1", self.port)

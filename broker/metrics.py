@@ -1,0 +1,303 @@
+"""Prometheus metrics: the only module that imports prometheus_client.
+
+Two kinds of series, in one :class:`CollectorRegistry` per broker (never the global one, so that
+several brokers in one process, as in tests, do not collide):
+
+* **Storage**, per partition (labels ``topic``, ``partition``), read at scrape time from each
+  :class:`~broker.storage.log.Log`'s in-memory state by :class:`LogCollector`: nothing walks the
+  log directories and the append path pays nothing. Offsets and segment counts are plain
+  attributes; ``Log.size`` sums the segments' cached file sizes (a segment loaded at startup is
+  stat'ed once, on its first scrape, and cached from then on).
+
+  ============================== ======= ====================================================
+  triolog_log_size_bytes         gauge   bytes in the partition's segment files
+  triolog_log_segments           gauge   number of segments
+  triolog_log_start_offset       gauge   first offset still in the log
+  triolog_log_end_offset         gauge   offset the next appended record gets
+  triolog_log_high_watermark     gauge   offset up to which records are acknowledged/visible
+  triolog_log_recovery_point     gauge   offset up to which the log is flushed to disk
+  triolog_log_rolls_total        counter rolls since startup, by ``reason`` (size, time,
+                                         index_full, offset_overflow)
+  ============================== ======= ====================================================
+
+* **Server**, updated by each :class:`~broker.server.connection.ClientConnection` through
+  :class:`ServerMetrics` (its ``stats`` object) as requests complete. ``api`` is one of the
+  protocol's API names or ``unknown`` (a frame that is not a readable request); ``error`` is
+  the name of the response's top-level :class:`~protocol.errors.ErrorCode` (``NONE`` = success;
+  per-partition error codes inside a successful response are not counted here).
+
+  ========================================= ========= =========================================
+  triolog_server_requests_total             counter   by ``api``, ``error``
+  triolog_server_request_latency_seconds    histogram by ``api``: frame read to response written
+  triolog_server_bytes_in_total             counter   by ``api``: request frames, prefix included
+  triolog_server_bytes_out_total            counter   by ``api``: response frames, prefix included
+  triolog_server_connections                gauge     open client connections
+  triolog_server_connections_opened_total   counter   connections accepted
+  triolog_server_connections_refused_total  counter   by ``limit`` (max.connections, ...)
+  ========================================= ========= =========================================
+
+  (A counter of opened connections cannot be named ``triolog_server_connections_total``: the
+  exposition format would give it the same family name as the open-connections gauge.)
+
+Plus prometheus_client's process, platform and GC collectors (``process_*``, ``python_*``).
+
+The HTTP endpoint (:class:`MetricsEndpoint`) is prometheus_client's own threaded WSGI server: it
+serves ``/metrics`` from its own threads, so a scrape never runs on the trio event loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    GCCollector,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+    start_http_server,
+)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from broker.storage.log import Log
+from broker.storage.log_manager import LogManager
+from broker.storage.segment import ROLL_REASONS
+from protocol.errors import ErrorCode
+from protocol.messages import SUPPORTED_APIS
+
+__all__ = ["API_LABELS", "BrokerMetrics", "LogCollector", "MetricsEndpoint", "ServerMetrics"]
+
+logger = logging.getLogger(__name__)
+
+#: The ``api`` label's values: every API of the protocol, and ``unknown`` for unreadable frames.
+UNKNOWN_API = "unknown"
+API_LABELS: tuple[str, ...] = (*SUPPORTED_APIS, UNKNOWN_API)
+
+#: Request latency buckets, 0.5 ms to 30 s: produce with acks=1 is sub-millisecond, acks=all
+#: waits for a group-commit fsync, a long-poll fetch waits up to its max_wait_ms.
+LATENCY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+#: How often a partition that changed under a scrape is re-read before it is left out of it.
+_READ_ATTEMPTS = 3
+
+
+def _api_label(api: str | None) -> str:
+    return api if api in SUPPORTED_APIS else UNKNOWN_API
+
+
+def _error_label(code: int) -> str:
+    try:
+        return ErrorCode(code).name
+    except ValueError:  # a code outside the enum: a bug, but the label set stays bounded
+        return "UNRECOGNIZED"
+
+
+# -- server ------------------------------------------------------------------------------------
+
+
+class ServerMetrics:
+    """The ``stats`` object of every client connection; called from the trio thread only.
+
+    Label children are created once and cached, so counting a request is a dict lookup and two
+    locked increments. Every API's series exist (at zero) from the first scrape.
+    """
+
+    def __init__(self, registry: CollectorRegistry):
+        self._requests = Counter(
+            "triolog_server_requests_total",
+            "Requests answered, by API and the name of the response's top-level error code (NONE = success).",
+            ("api", "error"), registry=registry,
+        )
+        latency = Histogram(
+            "triolog_server_request_latency_seconds",
+            "Time from a request frame being read to its response being written, by API.",
+            ("api",), buckets=LATENCY_BUCKETS_S, registry=registry,
+        )
+        bytes_in = Counter(
+            "triolog_server_bytes_in_total",
+            "Bytes of request frames received (length prefix included), by API; bytes that never "
+            "formed a whole frame count as api=unknown.",
+            ("api",), registry=registry,
+        )
+        bytes_out = Counter(
+            "triolog_server_bytes_out_total",
+            "Bytes of response frames sent (length prefix included), by API.",
+            ("api",), registry=registry,
+        )
+        self._connections = Gauge("triolog_server_connections", "Open client connections.", registry=registry)
+        self._opened = Counter(
+            "triolog_server_connections_opened_total", "Client connections accepted.", registry=registry)
+        self._refused = Counter(
+            "triolog_server_connections_refused_total",
+            "Client connections closed at once because a limit was reached, by the limit's config key.",
+            ("limit",), registry=registry,
+        )
+        self._latency = {api: latency.labels(api) for api in API_LABELS}
+        self._bytes_in = {api: bytes_in.labels(api) for api in API_LABELS}
+        self._bytes_out = {api: bytes_out.labels(api) for api in API_LABELS}
+        self._request_counters: dict[tuple[str, int], Counter] = {}
+        for api in API_LABELS:
+            self._request_counter(api, ErrorCode.NONE)
+
+    def _request_counter(self, api: str, code: int) -> Counter:
+        key = (api, int(code))
+        counter = self._request_counters.get(key)
+        if counter is None:
+            counter = self._request_counters[key] = self._requests.labels(api, _error_label(code))
+        return counter
+
+    # -- the interface ClientConnection and BrokerServer call --------------------------------
+
+    def request_done(self, api: str | None, code: int, latency_s: float | None = None) -> None:
+        label = _api_label(api)
+        self._request_counter(label, code).inc()
+        if latency_s is not None:
+            self._latency[label].observe(latency_s)
+
+    def bytes_in(self, api: str | None, n: int) -> None:
+        self._bytes_in[_api_label(api)].inc(n)
+
+    def bytes_out(self, api: str | None, n: int) -> None:
+        self._bytes_out[_api_label(api)].inc(n)
+
+    def connection_opened(self) -> None:
+        self._opened.inc()
+        self._connections.inc()
+
+    def connection_closed(self) -> None:
+        self._connections.dec()
+
+    def connection_refused(self, limit: str) -> None:
+        self._refused.labels(limit).inc()
+
+
+# -- storage -----------------------------------------------------------------------------------
+
+
+class LogCollector(Collector):
+    """Per-partition gauges and roll counters, read from the logs' in-memory state at scrape time.
+
+    Runs on the HTTP server's thread while appends run on worker threads. The values read are
+    each atomic under the GIL, but not a consistent snapshot of one another (the end offset may
+    be one batch ahead of the size); a partition whose segment map changes in the middle of the
+    read (a roll, a deletion) is re-read, and left out of this one scrape if it keeps failing.
+    """
+
+    _GAUGES = (
+        ("triolog_log_size_bytes", "Bytes in the partition's segment files."),
+        ("triolog_log_segments", "Number of segments of the partition."),
+        ("triolog_log_start_offset", "First offset still in the partition's log."),
+        ("triolog_log_end_offset", "Offset the next record appended to the partition gets."),
+        ("triolog_log_high_watermark", "Offset up to which the partition's records are visible to consumers."),
+        ("triolog_log_recovery_point", "Offset up to which the partition's log is flushed to disk."),
+    )
+
+    def __init__(self, log_manager: LogManager):
+        self.log_manager = log_manager
+
+    def describe(self) -> Iterable[Metric]:
+        # The families without samples: lets the registry check names without reading any log.
+        return self._families()
+
+    def collect(self) -> Iterable[Metric]:
+        families = self._families()
+        gauges, rolls = families[:-1], families[-1]
+        for (topic, partition), log in sorted(self.log_manager.all_logs().items()):
+            row = self._read(topic, partition, log)
+            if row is None:
+                continue
+            values, roll_counts = row
+            labels = [topic, str(partition)]
+            for family, value in zip(gauges, values):
+                family.add_metric(labels, value)
+            for reason, count in zip(ROLL_REASONS, roll_counts):
+                rolls.add_metric([*labels, reason], count)
+        return families
+
+    def _families(self) -> list[Metric]:
+        labels = ["topic", "partition"]
+        families: list[Metric] = [GaugeMetricFamily(name, doc, labels=labels) for name, doc in self._GAUGES]
+        families.append(CounterMetricFamily(
+            "triolog_log_rolls", "Segment rolls of the partition since startup, by reason.",
+            labels=[*labels, "reason"],
+        ))
+        return families
+
+    @staticmethod
+    def _read(topic: str, partition: int, log: Log) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+        error: Exception | None = None
+        for _ in range(_READ_ATTEMPTS):
+            try:
+                values = (log.size, log.num_segments, log.log_start_offset, log.log_end_offset,
+                          log.high_watermark, log.recovery_point)
+                # .get per known reason: iterating the Counter could meet a key added concurrently.
+                rolls = tuple(log.roll_counts.get(reason, 0) for reason in ROLL_REASONS)
+                return values, rolls
+            except Exception as exc:  # the segment map changed under us, or the log was deleted
+                error = exc
+        logger.warning("partition %s-%d left out of this scrape: %r", topic, partition, error)
+        return None
+
+
+# -- the registry and the endpoint -------------------------------------------------------------
+
+
+class MetricsEndpoint:
+    """prometheus_client's HTTP server for one registry, on its own daemon threads.
+
+    ``host`` empty means every IPv4 interface. ``port`` 0 picks a free port; :attr:`port` is the
+    one bound. :meth:`close` blocks for up to the server's poll interval (0.5 s): call it from a
+    worker thread, not the event loop.
+    """
+
+    def __init__(self, registry: CollectorRegistry, host: str, port: int):
+        self.host = host or "0.0.0.0"
+        self._server, self._thread = start_http_server(port, addr=self.host, registry=registry)
+        self.port: int = self._server.server_port
+        self._closed = threading.Event()
+
+    def close(self) -> None:
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        self._server.shutdown()  # returns once serve_forever has returned
+        self._server.server_close()
+        self._thread.join()
+
+
+class BrokerMetrics:
+    """One broker's registry: server metrics, the storage collector, the process collectors."""
+
+    def __init__(self, log_manager: LogManager, *, process_collectors: bool = True):
+        self.registry = CollectorRegistry()
+        self.server = ServerMetrics(self.registry)
+        self.registry.register(LogCollector(log_manager))
+        if process_collectors:
+            ProcessCollector(registry=self.registry)
+            PlatformCollector(registry=self.registry)
+            GCCollector(registry=self.registry)
+        self.endpoint: MetricsEndpoint | None = None
+
+    def render(self) -> bytes:
+        """The registry in Prometheus text format, as a scrape would see it."""
+        return generate_latest(self.registry)
+
+    def start_endpoint(self, host: str, port: int) -> MetricsEndpoint:
+        """Serve ``/metrics`` on ``host:port`` (blocking only to bind); raises OSError if it cannot bind."""
+        if self.endpoint is not None:
+            raise RuntimeError(f"metrics endpoint already serving on port {self.endpoint.port}")
+        self.endpoint = MetricsEndpoint(self.registry, host, port)
+        return self.endpoint
+
+    def stop_endpoint(self) -> None:
+        """Stop serving (blocks up to 0.5 s: call it from a worker thread)."""
+        endpoint, self.endpoint = self.endpoint, None
+        if endpoint is not None:
+            endpoint.close()
+

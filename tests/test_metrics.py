@@ -1,0 +1,410 @@
+"""Prometheus metrics: the storage collector, the server counters, the endpoint of the real broker.
+
+Every scrape is parsed with prometheus_client's own parser, which proves the output is valid
+text exposition format before any value is looked at.
+"""
+
+from __future__ import annotations
+
+import ast
+import socket
+import struct
+import time
+import urllib.request
+from pathlib import Path
+
+import msgpack
+import pytest
+import trio
+from prometheus_client import REGISTRY, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from broker.metrics import API_LABELS, LATENCY_BUCKETS_S, BrokerMetrics
+from broker.server.app import BrokerServer
+from broker.storage.log_manager import LogManager
+from broker.storage.segment import ROLL_REASONS
+from config.broker_config import BrokerConfig
+from config.log_config import LogConfig
+from protocol import messages as m
+from protocol.errors import ErrorCode
+from protocol.records import build_batch
+
+from .e2e.broker_process import BrokerProcess, WireClient
+from .storage.helpers import producer_batch
+
+ROOT = Path(__file__).resolve().parent.parent
+
+Samples = dict[tuple[str, frozenset], float]
+
+
+def parse(text: str) -> Samples:
+    """Every sample of a scrape, keyed by (sample name, labels); raises if the text is not valid."""
+    samples: Samples = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            key = (sample.name, frozenset(sample.labels.items()))
+            assert key not in samples, f"duplicate series {key}"
+            samples[key] = sample.value
+    return samples
+
+
+def value(samples: Samples, name: str, **labels) -> float:
+    key = (name, frozenset((k, str(v)) for k, v in labels.items()))
+    if key not in samples:
+        near = sorted(str(dict(k[1])) for k in samples if k[0] == name)
+        raise AssertionError(f"no series {name}{labels}; {name} has: {near}")
+    return samples[key]
+
+
+def family_names(text: str) -> set[str]:
+    return {family.name for family in text_string_to_metric_families(text)}
+
+
+# -- the module boundary -----------------------------------------------------------------------
+
+
+def test_metrics_module_is_the_only_one_importing_prometheus_client():
+    importers = []
+    for package in ("protocol", "config", "broker", "client", "pipeline"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            tree = ast.parse(path.read_text(), filename=str(path))
+            for node in ast.walk(tree):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                    [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
+                if any(n == "prometheus_client" or n.startswith("prometheus_client.") for n in names):
+                    importers.append(str(path.relative_to(ROOT)))
+    assert sorted(set(importers)) == ["broker/metrics.py"]
+
+
+# -- the storage collector ---------------------------------------------------------------------
+
+
+def _manager(tmp_path, clock, **overrides) -> LogManager:
+    config = LogConfig().with_overrides(overrides) if overrides else LogConfig()
+    manager = LogManager([tmp_path / "logs"], config, clock=clock)
+    manager.startup()
+    return manager
+
+
+def test_metrics_log_collector_reports_each_partition_from_the_log_state(tmp_path, clock):
+    manager = _manager(tmp_path, clock, **{"segment.bytes": "400"})
+    metrics = BrokerMetrics(manager, process_collectors=False)
+    try:
+        busy = manager.get_or_create_log("orders", 0)
+        idle = manager.get_or_create_log("orders", 1)
+        other = manager.get_or_create_log("audit.log-v2", 7)
+        for _ in range(10):
+            busy.append_as_leader(producer_batch(2, timestamp=clock.milliseconds(), value_size=60))
+        other.append_as_leader(producer_batch(3, timestamp=clock.milliseconds()))
+        busy.maybe_increment_log_start_offset(5)
+
+        samples = parse(metrics.render().decode())
+
+        assert busy.roll_counts["size"] >= 2
+        for log in (busy, idle, other):
+            labels = {"topic": log.topic, "partition": log.partition}
+            assert value(samples, "triolog_log_size_bytes", **labels) == log.size
+            assert value(samples, "triolog_log_segments", **labels) == log.num_segments
+            assert value(samples, "triolog_log_start_offset", **labels) == log.log_start_offset
+            assert value(samples, "triolog_log_end_offset", **labels) == log.log_end_offset
+            assert value(samples, "triolog_log_high_watermark", **labels) == log.high_watermark
+            assert value(samples, "triolog_log_recovery_point", **labels) == log.recovery_point
+            for reason in ROLL_REASONS:
+                assert value(samples, "triolog_log_rolls_total", reason=reason, **labels) == log.roll_counts[reason]
+        busy_labels = {"topic": "orders", "partition": 0}
+        assert value(samples, "triolog_log_end_offset", **busy_labels) == 20
+        assert value(samples, "triolog_log_start_offset", **busy_labels) == 5
+        assert value(samples, "triolog_log_segments", **busy_labels) == busy.roll_counts["size"] + 1
+        on_disk = sum(p.stat().st_size for p in busy.directory.glob("*.log"))
+        assert value(samples, "triolog_log_size_bytes", **busy_labels) == on_disk
+        assert value(samples, "triolog_log_size_bytes", topic="orders", partition=1) == 0
+
+        # Values are read at scrape time: the next scrape sees the next append.
+        idle.append_as_leader(producer_batch(4, timestamp=clock.milliseconds()))
+        again = parse(metrics.render().decode())
+        assert value(again, "triolog_log_end_offset", topic="orders", partition=1) == 4
+        assert value(again, "triolog_log_size_bytes", topic="orders", partition=1) == idle.size > 0
+    finally:
+        manager.shutdown()
+
+
+def test_metrics_log_collector_forgets_deleted_partitions(tmp_path, clock):
+    manager = _manager(tmp_path, clock)
+    metrics = BrokerMetrics(manager, process_collectors=False)
+    try:
+        manager.get_or_create_log("gone", 0)
+        assert ("triolog_log_segments", frozenset({("topic", "gone"), ("partition", "0")})) in parse(
+            metrics.render().decode())
+        assert manager.delete_log("gone", 0)
+        assert not any(dict(k[1]).get("topic") == "gone" for k in parse(metrics.render().decode()))
+    finally:
+        manager.shutdown()
+
+
+# -- the server metrics ------------------------------------------------------------------------
+
+
+def test_metrics_of_two_brokers_in_one_process_do_not_collide(tmp_path, clock):
+    first = BrokerMetrics(_manager(tmp_path / "a", clock))
+    second = BrokerMetrics(_manager(tmp_path / "b", clock))
+    first.server.request_done("produce", ErrorCode.NONE, 0.002)
+    first.server.connection_opened()
+    a, b = parse(first.render().decode()), parse(second.render().decode())
+    assert value(a, "triolog_server_requests_total", api="produce", error="NONE") == 1
+    assert value(b, "triolog_server_requests_total", api="produce", error="NONE") == 0
+    assert value(a, "triolog_server_connections") == 1
+    assert value(b, "triolog_server_connections") == 0
+    assert not any(name.startswith("triolog_") for name in family_names(generate_latest(REGISTRY).decode()))
+
+
+def test_metrics_server_labels_come_from_bounded_sets(tmp_path, clock):
+    metrics = BrokerMetrics(_manager(tmp_path, clock), process_collectors=False)
+    server = metrics.server
+    server.request_done(None, ErrorCode.INVALID_REQUEST, 0.001)
+    server.request_done("no-such-api", ErrorCode.INVALID_REQUEST)
+    server.request_done("fetch", 12345, 0.3)  # not an ErrorCode: a bug, but no new label value
+    server.bytes_in(None, 7)
+    server.bytes_out("fetch", 100)
+    server.connection_refused("max.connections.per.ip")
+    samples = parse(metrics.render().decode())
+    assert value(samples, "triolog_server_requests_total", api="unknown", error="INVALID_REQUEST") == 2
+    assert value(samples, "triolog_server_requests_total", api="fetch", error="UNRECOGNIZED") == 1
+    assert value(samples, "triolog_server_request_latency_seconds_count", api="unknown") == 1
+    assert value(samples, "triolog_server_request_latency_seconds_bucket", api="fetch", le="0.5") == 1
+    assert value(samples, "triolog_server_request_latency_seconds_bucket", api="fetch", le="0.25") == 0
+    assert value(samples, "triolog_server_bytes_in_total", api="unknown") == 7
+    assert value(samples, "triolog_server_bytes_out_total", api="fetch") == 100
+    assert value(samples, "triolog_server_connections_refused_total", limit="max.connections.per.ip") == 1
+    apis = {dict(labels)["api"] for name, labels in samples if name == "triolog_server_requests_total"}
+    assert apis == set(API_LABELS)  # every API's series exists from the start, nothing else
+    for name, labels in samples:
+        if name.startswith("triolog_"):
+            assert set(dict(labels)) <= {"api", "error", "le", "limit", "topic", "partition", "reason"}, name
+
+
+# -- the endpoint, in process ------------------------------------------------------------------
+
+
+def _config(tmp_path: Path, *extra: tuple[str, str]) -> BrokerConfig:
+    props = {"log.dirs": str(tmp_path), "listeners": "PLAINTEXT://127.0.0.1:0",
+             "metrics.listener": "http://127.0.0.1:0", **dict(extra)}
+    return BrokerConfig.from_properties(props)[0]
+
+
+def _get(port: int, path: str = "/metrics") -> tuple[str, str]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as response:
+        return response.headers["Content-Type"], response.read().decode()
+
+
+def _refuses(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+        return False
+    except ConnectionRefusedError:
+        return True
+
+
+async def test_metrics_endpoint_per_server_in_one_process_and_stopped_on_shutdown(tmp_path):
+    servers = [BrokerServer(_config(tmp_path / name)) for name in ("one", "two")]
+    async with trio.open_nursery() as nursery:
+        addresses = [await nursery.start(server.run) for server in servers]
+        assert all(a.metrics_port for a in addresses)
+        assert addresses[0].metrics_port != addresses[1].metrics_port
+
+        stream = await trio.open_tcp_stream("127.0.0.1", addresses[0].port)
+        payload = m.encode_request(m.ApiVersionsRequest(id=1))
+        await stream.send_all(struct.pack(">I", len(payload)) + payload)
+        (length,) = struct.unpack(">I", await stream.receive_some(4))
+        received = 0
+        while received < length:
+            received += len(await stream.receive_some(length - received))
+
+        async def scrape_until_counted(port: int) -> Samples:
+            with trio.fail_after(5):
+                while True:
+                    content_type, text = await trio.to_thread.run_sync(_get, port)
+                    samples = parse(text)
+                    if value(samples, "triolog_server_requests_total", api="api_versions", error="NONE"):
+                        return samples
+                    await trio.sleep(0.01)
+
+        content_type, _ = await trio.to_thread.run_sync(_get, addresses[0].metrics_port)
+        assert content_type.startswith("text/plain")
+        one = await scrape_until_counted(addresses[0].metrics_port)
+        assert value(one, "triolog_server_bytes_in_total", api="api_versions") == len(payload) + 4
+        assert value(one, "triolog_server_bytes_out_total", api="api_versions") == length + 4
+        assert value(one, "triolog_server_connections") == 1
+        _, text = await trio.to_thread.run_sync(_get, addresses[1].metrics_port)
+        two = parse(text)
+        assert value(two, "triolog_server_requests_total", api="api_versions", error="NONE") == 0
+        assert value(two, "triolog_server_connections") == 0
+        assert "process_cpu_seconds" in family_names(text) or "python_info" in family_names(text)
+
+        await stream.aclose()
+        for server in servers:
+            server.shutdown()
+    for address in addresses:
+        assert await trio.to_thread.run_sync(_refuses, address.metrics_port)
+
+
+async def test_metrics_endpoint_off_when_metrics_listener_is_empty(tmp_path):
+    server = BrokerServer(_config(tmp_path, ("metrics.listener", "")))
+    async with trio.open_nursery() as nursery:
+        address = await nursery.start(server.run)
+        assert address.metrics_port is None
+        assert server.metrics.endpoint is None
+        server.shutdown()
+
+
+async def test_metrics_endpoint_port_in_use_fails_startup_cleanly(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        server = BrokerServer(_config(tmp_path, ("metrics.listener", f"http://127.0.0.1:{port}")))
+        with pytest.raises(OSError):
+            await server.run()
+    assert (tmp_path / ".kafka_cleanshutdown").exists()  # storage still shut down in order
+
+
+# -- the real broker process -------------------------------------------------------------------
+
+
+class _MeteredClient(WireClient):
+    """Counts the bytes of every frame it sends and receives, to check bytes_in/out exactly."""
+
+    def __init__(self, port: int):
+        super().__init__("127.0.0.1", port)
+        self.sent: dict[str, int] = {}
+        self.received: dict[str, int] = {}
+
+    def exchange(self, api: str, payload: bytes) -> dict:
+        self.send_frame(payload)
+        self.sent[api] = self.sent.get(api, 0) + len(payload) + 4
+        frame = self.recv_frame()
+        self.received[api] = self.received.get(api, 0) + len(frame) + 4
+        return msgpack.unpackb(frame, raw=False, strict_map_key=False)
+
+    def request(self, request: m.Request) -> dict:
+        return self.exchange(request.api, m.encode_request(request))
+
+    def produce(self, topic: str, partition: int, value: bytes) -> dict:
+        now = int(time.time() * 1000)
+        response = self.request(m.ProduceRequest(id=self.next_id(), acks=1, timeout_ms=5000, topics=(
+            m.ProduceTopic(name=topic, partitions=(
+                m.ProducePartition(partition=partition, records=build_batch([(b"k", value, now, ())])),)),)))
+        return response["topics"][0]["partitions"][0]
+
+
+def _scrape_until(broker: BrokerProcess, check, timeout_s: float = 5.0) -> Samples:
+    """Requests are counted once their response is written: poll until ``check`` stops failing."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        samples = parse(broker.scrape())
+        try:
+            check(samples)
+            return samples
+        except AssertionError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
+
+
+@pytest.fixture
+def metered_broker(tmp_path):
+    broker = BrokerProcess(tmp_path / "data", ("log.segment.bytes=1024",), metrics=True)
+    try:
+        yield broker.start()
+    finally:
+        broker.kill()
+
+
+def test_metrics_endpoint_of_the_real_broker_reports_storage_and_requests(metered_broker, tmp_path):
+    broker = metered_broker
+    assert broker.metrics_port
+    baseline = parse(broker.scrape())
+    assert value(baseline, "triolog_server_requests_total", api="produce", error="NONE") == 0
+    assert not any(name.startswith("triolog_log_") for name, _ in baseline)  # no partitions yet
+
+    client = _MeteredClient(broker.port)
+    created = client.request(m.CreateTopicsRequest(id=client.next_id(), topics=(
+        m.NewTopic(name="metered", num_partitions=2, replication_factor=1),)))
+    assert created["topics"][0]["error_code"] == 0
+    produced = 12
+    for i in range(produced):
+        assert client.produce("metered", 0, b"v%03d" % i + b"x" * 150)["error_code"] == 0
+    fetched = client.request(m.FetchRequest(id=client.next_id(), max_wait_ms=0, min_bytes=1, max_bytes=1 << 20,
+                                            topics=(m.FetchTopic(name="metered", partitions=(
+                                                m.FetchPartition(partition=0, fetch_offset=0,
+                                                                 partition_max_bytes=1 << 20),)),)))
+    assert fetched["topics"][0]["partitions"][0]["error_code"] == 0
+    # Request-level errors: an unsupported version (api known) and a frame that is no request.
+    refused = client.exchange("metadata", msgpack.packb({"id": 7, "api": "metadata", "v": 99}))
+    assert refused["error_code"] == ErrorCode.UNSUPPORTED_VERSION
+    garbage = client.exchange("unknown", b"\xc1")
+    assert garbage["error_code"] == ErrorCode.INVALID_REQUEST
+    second = WireClient("127.0.0.1", broker.port)  # a second open connection
+
+    def counted(samples: Samples) -> None:
+        assert value(samples, "triolog_server_requests_total", api="produce", error="NONE") == produced
+        assert value(samples, "triolog_server_requests_total", api="create_topics", error="NONE") == 1
+        assert value(samples, "triolog_server_requests_total", api="fetch", error="NONE") == 1
+        assert value(samples, "triolog_server_requests_total", api="metadata", error="UNSUPPORTED_VERSION") == 1
+        assert value(samples, "triolog_server_requests_total", api="unknown", error="INVALID_REQUEST") == 1
+        assert value(samples, "triolog_server_connections") == 2
+
+    samples = _scrape_until(broker, counted)
+
+    # Storage, per partition: read from the logs, equal to what the client saw.
+    p0, p1 = {"topic": "metered", "partition": 0}, {"topic": "metered", "partition": 1}
+    assert value(samples, "triolog_log_end_offset", **p0) == produced
+    assert value(samples, "triolog_log_high_watermark", **p0) == produced
+    assert value(samples, "triolog_log_start_offset", **p0) == 0
+    rolls = value(samples, "triolog_log_rolls_total", reason="size", **p0)
+    assert rolls >= 2  # 12 batches of ~230 bytes in 1 KiB segments
+    assert value(samples, "triolog_log_segments", **p0) == rolls + 1
+    for reason in ("time", "index_full", "offset_overflow"):
+        assert value(samples, "triolog_log_rolls_total", reason=reason, **p0) == 0
+    on_disk = sum(p.stat().st_size for p in (tmp_path / "data" / "metered-0").glob("*.log"))
+    assert value(samples, "triolog_log_size_bytes", **p0) == on_disk > 0
+    assert value(samples, "triolog_log_end_offset", **p1) == 0
+    assert value(samples, "triolog_log_segments", **p1) == 1
+    assert value(samples, "triolog_log_size_bytes", **p1) == 0
+
+    # Per API: latency observed once per request, bytes exactly as framed on the wire.
+    assert value(samples, "triolog_server_request_latency_seconds_count", api="produce") == produced
+    assert value(samples, "triolog_server_request_latency_seconds_bucket", api="produce", le="+Inf") == produced
+    assert 0 < value(samples, "triolog_server_request_latency_seconds_sum", api="produce") < produced * 5
+    assert value(samples, "triolog_server_request_latency_seconds_count", api="metadata") == 1
+    buckets = [value(samples, "triolog_server_request_latency_seconds_bucket", api="produce", le=str(le))
+               for le in LATENCY_BUCKETS_S]
+    assert buckets == sorted(buckets)
+    for api in ("create_topics", "produce", "fetch", "metadata", "unknown"):
+        assert value(samples, "triolog_server_bytes_in_total", api=api) == client.sent[api], api
+        assert value(samples, "triolog_server_bytes_out_total", api=api) == client.received[api], api
+    assert value(samples, "triolog_server_connections_opened_total") >= 3  # start-up probe + 2 clients
+
+    # Values that change: more appends, delete_records, a closed connection.
+    for i in range(3):
+        client.produce("metered", 1, b"late%d" % i)
+    deleted = client.request(m.DeleteRecordsRequest(id=client.next_id(), topics=(
+        m.DeleteRecordsTopic(name="metered", partitions=(m.DeleteRecordsPartition(partition=0, offset=5),)),)))
+    assert deleted["topics"][0]["partitions"][0]["error_code"] == 0
+    second.close()
+
+    def changed(samples: Samples) -> None:
+        assert value(samples, "triolog_server_requests_total", api="produce", error="NONE") == produced + 3
+        assert value(samples, "triolog_server_requests_total", api="delete_records", error="NONE") == 1
+        assert value(samples, "triolog_server_connections") == 1
+
+    later = _scrape_until(broker, changed)
+    assert value(later, "triolog_log_end_offset", **p1) == 3
+    assert value(later, "triolog_log_start_offset", **p0) == 5
+    assert value(later, "triolog_log_end_offset", **p0) == produced
+    assert value(later, "triolog_log_size_bytes", **p1) > 0
+
+    # The endpoint goes away with the broker, which shuts down cleanly (an idle client still connected).
+    metrics_port = broker.metrics_port
+    assert broker.stop() == 0
+    assert _refuses(metrics_port)
+    client.close()
