@@ -272,10 +272,25 @@ class RecordBatch:
 # --- encode ----------------------------------------------------------------------------------
 
 
+#: Zig-zag varints of -8192..8191 (what record lengths, deltas and key/value sizes nearly always
+#: are), precomputed: encoding is the producer's hot loop.
+_SMALL_VARINT_LIMIT = 8192
+_SMALL_VARINTS = [_encode_unsigned(((v << 1) ^ (v >> 63)) & 0xFFFFFFFFFFFFFFFF)
+                  for v in range(-_SMALL_VARINT_LIMIT, _SMALL_VARINT_LIMIT)]
+
+
+def _varint_bytes(value: int) -> bytes:
+    if -_SMALL_VARINT_LIMIT <= value < _SMALL_VARINT_LIMIT:
+        return _SMALL_VARINTS[value + _SMALL_VARINT_LIMIT]
+    return encode_varlong(value)
+
+
 def _encode_records(records: Sequence[Record], base_offset: int, base_timestamp: int) -> tuple[bytearray, int]:
     """Serialise records; returns (bytes, last offset delta). Offsets must strictly increase."""
     out = bytearray()
-    append = out.extend
+    extend = out.extend
+    small = _SMALL_VARINTS
+    limit = _SMALL_VARINT_LIMIT
     previous = -1
     for record in records:
         offset_delta = record.offset - base_offset
@@ -288,34 +303,39 @@ def _encode_records(records: Sequence[Record], base_offset: int, base_timestamp:
         if offset_delta > INT32_MAX:
             raise ValueError(f"record offset {record.offset} is more than 2^31-1 past base offset {base_offset}")
         previous = offset_delta
-        body = bytearray(b"\x00")  # attributes
-        body += encode_varlong(record.timestamp - base_timestamp)
-        body += _encode_unsigned(offset_delta << 1)
-        key = record.key
+        timestamp_delta = record.timestamp - base_timestamp
+        key, value, headers = record.key, record.value, record.headers
+        parts = [
+            b"\x00",  # attributes
+            small[timestamp_delta + limit] if -limit <= timestamp_delta < limit else encode_varlong(timestamp_delta),
+            small[offset_delta + limit] if offset_delta < limit else encode_varint(offset_delta),
+        ]
         if key is None:
-            body += b"\x01"
+            parts.append(b"\x01")
         else:
-            body += encode_varint(len(key))
-            body += key
-        value = record.value
+            parts.append(_varint_bytes(len(key)))
+            parts.append(key)
         if value is None:
-            body += b"\x01"
+            parts.append(b"\x01")
         else:
-            body += encode_varint(len(value))
-            body += value
-        headers = record.headers
-        body += encode_varint(len(headers))
-        for header_key, header_value in headers:
-            encoded_key = header_key.encode("utf-8")
-            body += encode_varint(len(encoded_key))
-            body += encoded_key
-            if header_value is None:
-                body += b"\x01"
-            else:
-                body += encode_varint(len(header_value))
-                body += header_value
-        append(encode_varint(len(body)))
-        append(body)
+            parts.append(_varint_bytes(len(value)))
+            parts.append(value)
+        if not headers:
+            parts.append(b"\x00")
+        else:
+            parts.append(encode_varint(len(headers)))
+            for header_key, header_value in headers:
+                encoded_key = header_key.encode("utf-8")
+                parts.append(_varint_bytes(len(encoded_key)))
+                parts.append(encoded_key)
+                if header_value is None:
+                    parts.append(b"\x01")
+                else:
+                    parts.append(_varint_bytes(len(header_value)))
+                    parts.append(header_value)
+        body = b"".join(parts)
+        extend(_varint_bytes(len(body)))
+        extend(body)
     return out, previous
 
 
