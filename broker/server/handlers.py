@@ -8,6 +8,7 @@ request, so a slow disk never stalls the event loop for other connections.
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -19,13 +20,14 @@ from broker.storage.filenames import validate_topic_name
 from broker.storage.log import Log
 from broker.storage.log_manager import LogManager
 from broker.storage.topics import TopicManager
-from config.broker_config import BrokerConfig
+from config.broker_config import BROKER_CONFIGS, BrokerConfig
 from config.log_config import TOPIC_CONFIGS, LogConfig
 from protocol import messages as m
 from protocol.errors import (
     ErrorCode,
     OffsetOutOfRangeError,
     RequestTimedOutError,
+    StorageError,
     TriologError,
     UnknownTopicOrPartitionError,
 )
@@ -47,6 +49,25 @@ def error_of(exc: BaseException, **context: Any) -> tuple[ErrorCode, str]:
         return ErrorCode.KAFKA_STORAGE_ERROR, f"I/O error: {exc}"
     logger.exception("unexpected_error", **context)
     return ErrorCode.UNKNOWN_SERVER_ERROR, f"unexpected server error: {type(exc).__name__}: {exc}"
+
+
+@functools.cache
+def broker_synonyms(topic_key: str) -> frozenset[str]:
+    """Every broker key that can supply ``topic_key``'s default: its broker synonym and the coarser
+    keys that synonym falls back to (retention.ms <- log.retention.ms <- log.retention.minutes <-
+    log.retention.hours). Kafka reports a topic key as STATIC_BROKER_CONFIG when any of them is set."""
+    names: set[str] = set()
+    heads = [k for k in BROKER_CONFIGS.values() if k.topic_name == topic_key]
+    broker_name = TOPIC_CONFIGS[topic_key].broker_name
+    if broker_name in BROKER_CONFIGS:
+        heads.append(BROKER_CONFIGS[broker_name])
+    for key in heads:
+        while key is not None and key.name not in names:
+            names.add(key.name)
+            key = BROKER_CONFIGS.get(key.fallback) if key.fallback else None
+    if broker_name:
+        names.add(broker_name)
+    return frozenset(names)
 
 
 def config_value_text(value: Any) -> str:
@@ -119,6 +140,17 @@ class RequestHandler:
             if self.topics.get(topic) is None:  # lost a race with another creator: that is fine
                 raise exc
 
+    def _partition_error(self, exc: BaseException, topic: str, partition: int) -> tuple[ErrorCode, str]:
+        """(code, message) for one partition. A partition deleted while the request held its log
+        (the log closed, its directory renamed away) is UNKNOWN_TOPIC_OR_PARTITION, as in Kafka, not a
+        disk failure."""
+        if isinstance(exc, (StorageError, OSError)):
+            entry = self.topics.get(topic)
+            if entry is None or not 0 <= partition < entry.num_partitions:
+                exc = UnknownTopicOrPartitionError(
+                    f"topic {topic!r} partition {partition} was deleted while the request was served")
+        return error_of(exc, topic=topic, partition=partition)
+
     async def _api_versions(self, request: m.ApiVersionsRequest) -> m.Response:
         return m.ApiVersionsResponse(id=request.id, broker_version=BROKER_VERSION)
 
@@ -177,11 +209,16 @@ class RequestHandler:
         return m.CreateTopicsResponse(id=request.id, topics=tuple(await self._in_thread(work)))
 
     async def _delete_topics(self, request: m.DeleteTopicsRequest) -> m.Response:
+        gone: list[tuple[str, int]] = []
+
         def work() -> list[m.TopicResult]:
             out = []
             for name in request.topics:
                 try:
                     validate_topic_name(name)
+                    topic = self.topics.get(name)
+                    if topic is not None:
+                        gone.extend((name, p) for p in range(topic.num_partitions))
                     self.topics.delete(name)
                     logger.info("topic_deleted", topic=name)
                     out.append(m.TopicResult(name=name))
@@ -190,18 +227,19 @@ class RequestHandler:
                     out.append(m.TopicResult(name=name, error_code=code, error_message=message))
             return out
 
-        return m.DeleteTopicsResponse(id=request.id, topics=tuple(await self._in_thread(work)))
+        try:
+            results = await self._in_thread(work)
+        finally:
+            # Long polls on a deleted partition end now with UNKNOWN_TOPIC_OR_PARTITION, as Kafka
+            # completes a delayed fetch whose partition is gone, instead of sleeping out max_wait_ms.
+            for tp in gone:
+                self.notifier.notify(tp)
+        return m.DeleteTopicsResponse(id=request.id, topics=tuple(results))
 
     def _config_source(self, topic_overrides, name: str) -> str:
         if name in topic_overrides:
             return "topic"
-        key = TOPIC_CONFIGS[name]
-        from config.broker_config import BROKER_CONFIGS
-
-        synonyms = {k for k, b in BROKER_CONFIGS.items() if b.topic_name == name}
-        if key.broker_name:
-            synonyms.add(key.broker_name)
-        if synonyms & set(self.config.originals):
+        if broker_synonyms(name) & set(self.config.originals):
             return "broker"
         return "default"
 
@@ -265,7 +303,7 @@ class RequestHandler:
                         log = self.topics.log(topic.name, part.partition)
                         rows.append((part.partition, log.append_as_leader(part.records), log))
                     except Exception as exc:
-                        rows.append((part.partition, error_of(exc, topic=topic.name, partition=part.partition), None))
+                        rows.append((part.partition, self._partition_error(exc, topic.name, part.partition), None))
                 results.append((topic.name, rows))
             return results
 
@@ -316,7 +354,7 @@ class RequestHandler:
                         f"timeout_ms={timeout_ms}")
                     new_rows.append((partition, error_of(exc), None))
                 except Exception as exc:
-                    new_rows.append((partition, error_of(exc, topic=name, partition=partition), None))
+                    new_rows.append((partition, self._partition_error(exc, name, partition), None))
             out.append((name, new_rows))
         return out
 
@@ -329,7 +367,9 @@ class RequestHandler:
             event = self.notifier.register(tps)
             try:
                 result, total, errors = await self._in_thread(self._read_fetch, request)
-                if total >= request.min_bytes or errors or trio.current_time() >= deadline:
+                # Kafka's rule: answer at once when min_bytes are there, a partition has an error,
+                # there is nothing to fetch (an empty request has nothing to wait for), or time is up.
+                if total >= request.min_bytes or errors or not tps or trio.current_time() >= deadline:
                     return result
                 result.close()
                 with trio.move_on_at(deadline):
@@ -367,7 +407,7 @@ class RequestHandler:
                         ))
                     except Exception as exc:
                         errors = True
-                        code, message = error_of(exc, topic=topic.name, partition=part.partition)
+                        code, message = self._partition_error(exc, topic.name, part.partition)
                         extra = {}
                         if isinstance(exc, OffsetOutOfRangeError):
                             log = self.log_manager.get_log(topic.name, part.partition)
@@ -400,7 +440,7 @@ class RequestHandler:
                         partitions.append(m.ListOffsetsPartitionResult(partition=part.partition, timestamp=timestamp,
                                                                        offset=offset))
                     except Exception as exc:
-                        code, message = error_of(exc, topic=topic.name, partition=part.partition)
+                        code, message = self._partition_error(exc, topic.name, part.partition)
                         partitions.append(m.ListOffsetsPartitionResult(partition=part.partition, error_code=code,
                                                                        error_message=message))
                 topics.append(m.ListOffsetsTopicResult(name=topic.name, partitions=tuple(partitions)))
@@ -423,7 +463,7 @@ class RequestHandler:
                         low = log.maybe_increment_log_start_offset(target)
                         partitions.append(m.DeleteRecordsPartitionResult(partition=part.partition, low_watermark=low))
                     except Exception as exc:
-                        code, message = error_of(exc, topic=topic.name, partition=part.partition)
+                        code, message = self._partition_error(exc, topic.name, part.partition)
                         partitions.append(m.DeleteRecordsPartitionResult(partition=part.partition, error_code=code,
                                                                          error_message=message))
                 topics.append(m.DeleteRecordsTopicResult(name=topic.name, partitions=tuple(partitions)))

@@ -20,6 +20,7 @@ from protocol.errors import (
     InvalidPartitionsError,
     InvalidReplicationFactorError,
     InvalidTopicError,
+    StorageError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
@@ -105,8 +106,16 @@ class TopicManager:
                 f"partition {partition} does not exist: topic {topic!r} has partitions 0..{entry.num_partitions - 1}"
             )
         log = self.log_manager.get_log(topic, partition)
-        if log is None:  # the directory went missing: recreate the partition rather than fail forever
-            log = self.log_manager.get_or_create_log(topic, partition, self.config_for(topic))
+        if log is None:
+            # Either the topic is being deleted right now (its entry was checked above, just before
+            # delete() removed it and its logs) or the directory went missing. Decide under the
+            # lock delete() holds: recreating a partition of a deleted topic would leave a
+            # directory that the next startup adopts, bringing the topic back.
+            with self._lock:
+                entry = self._topics.get(topic)
+                if entry is None or not 0 <= partition < entry.num_partitions:
+                    raise UnknownTopicOrPartitionError(f"topic {topic!r} does not exist")
+                log = self.log_manager.get_or_create_log(topic, partition, self.config_for(topic))
         return log
 
     # -- changes -----------------------------------------------------------------------------
@@ -159,8 +168,18 @@ class TopicManager:
                 raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
             del self._topics[name]
             self._save()
+            # Every partition, even after one fails: a partition skipped here would stay open in
+            # the LogManager and be handed, old data and all, to a topic re-created under this name.
+            failures = []
             for partition in range(entry.num_partitions):
-                self.log_manager.delete_log(name, partition)
+                try:
+                    self.log_manager.delete_log(name, partition)
+                except OSError as exc:
+                    logger.error("could not delete partition %s-%d: %s", name, partition, exc)
+                    failures.append(f"{name}-{partition}: {exc}")
+            if failures:
+                raise StorageError(f"topic {name!r} was deleted but some partition directories could not be "
+                                   f"removed: {'; '.join(failures)}")
             logger.info("deleted topic %s", name)
 
     def alter_configs(self, name: str, set_configs: Mapping[str, str], delete_keys: list[str] | tuple[str, ...],
