@@ -9,6 +9,7 @@ the clean-shutdown marker, in Kafka's order.
 
 from __future__ import annotations
 
+import math
 import signal
 from dataclasses import dataclass
 from functools import partial
@@ -60,6 +61,7 @@ class BrokerServer:
         self._shutdown = trio.Event()
         self._connections: dict[ClientConnection, trio.CancelScope] = {}
         self._per_ip: dict[str, int] = {}
+        self._connection_slots = trio.Semaphore(config.max_connections)
         self._nursery: trio.Nursery | None = None
 
     def shutdown(self) -> None:
@@ -139,30 +141,40 @@ class BrokerServer:
         host, port = stream.socket.getpeername()[:2]
         peer = f"{host}:{port}"
         config = self.config
-        if len(self._connections) >= config.max_connections or self._per_ip.get(host, 0) >= config.max_connections_per_ip:
-            limit = ("max.connections", config.max_connections) if len(self._connections) >= config.max_connections \
-                else ("max.connections.per.ip", config.max_connections_per_ip)
-            logger.warning("connection_refused", peer=peer, limit=limit[0], value=limit[1])
-            self.metrics.server.connection_refused(limit[0])
+        if self._per_ip.get(host, 0) >= config.max_connections_per_ip:
+            # Kafka closes connections over the per-IP limit at once...
+            logger.warning("connection_refused", peer=peer, limit="max.connections.per.ip",
+                           value=config.max_connections_per_ip)
+            self.metrics.server.connection_refused("max.connections.per.ip")
             await stream.aclose()
             return
+        idle_ms = config.connections_max_idle_ms
         connection = ClientConnection(stream, self.handler, max_frame_bytes=config.socket_request_max_bytes,
-                                      idle_timeout_s=config.connections_max_idle_ms / 1000, peer=peer,
+                                      idle_timeout_s=idle_ms / 1000 if idle_ms >= 0 else math.inf, peer=peer,
                                       stats=self.metrics.server)
         self._per_ip[host] = self._per_ip.get(host, 0) + 1
-        self.metrics.server.connection_opened()
-        logger.info("connection_opened", peer=peer)
+        opened = False
         try:
             with trio.CancelScope() as scope:
                 self._connections[connection] = scope
-                await connection.serve(self._shutdown)
+                if self._connection_slots.value == 0:
+                    # ...but over max.connections they wait, unserved, for a free slot (KIP-402).
+                    logger.warning("connection_waiting", peer=peer, limit="max.connections",
+                                   value=config.max_connections)
+                    self.metrics.server.connection_refused("max.connections")
+                async with self._connection_slots:
+                    opened = True
+                    self.metrics.server.connection_opened()
+                    logger.info("connection_opened", peer=peer)
+                    await connection.serve(self._shutdown)
         except (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError) as exc:
             logger.info("connection_broken", peer=peer, error=str(exc))
         except Exception:
             logger.exception("connection_failed", peer=peer)
         finally:
             self._connections.pop(connection, None)
-            self.metrics.server.connection_closed()
+            if opened:
+                self.metrics.server.connection_closed()
             self._per_ip[host] -= 1
             if not self._per_ip[host]:
                 del self._per_ip[host]

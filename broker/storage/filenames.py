@@ -81,6 +81,13 @@ def topic_partition_dir_name(topic: str, partition: int) -> str:
     return f"{topic}-{partition}"
 
 
+def delete_dir_name(topic: str, partition: int, unique_hex: str) -> str:
+    """``<topic>-<partition>.<uuid>-delete``, the topic part cut so the name fits 255 bytes
+    (Kafka's LocalLog.logDeleteDirName): a 249-character topic must still be deletable."""
+    suffix = f"-{partition}.{unique_hex}{DELETE_DIR_SUFFIX}"
+    return topic[: 255 - len(suffix)] + suffix
+
+
 def parse_topic_partition_name(name: str) -> tuple[str, int]:
     """Split a partition directory name at its last '-' (topic names may contain '-')."""
     topic, sep, partition = name.rpartition("-")

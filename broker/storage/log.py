@@ -383,22 +383,44 @@ class Log:
         return bisect.bisect_left(self._timestamp_prefix, timestamp)
 
     def _max_timestamp_offset(self) -> TimestampAndOffset | None:
-        from protocol.records import decode_batch
+        """-3: the first record with the largest timestamp, at or above the log start offset.
 
+        Kafka reads the segment with the largest max timestamp; when delete_records moved the
+        log start past that record, the remaining records are scanned instead (rare, bounded
+        by the log's batch headers).
+        """
+        from protocol.records import decode_batch, first_record_at_or_after
+
+        start = self._log_start_offset
         best: LogSegment | None = None
         for segment in self._segments:
             if best is None or segment.max_timestamp_so_far > best.max_timestamp_so_far:
                 best = segment
         if best is None or best.max_timestamp_so_far < 0:
             return None
-        target = best.max_timestamp_so_far
-        position = best.offset_index.lookup(best.shallow_offset_of_max_timestamp_so_far).position
-        for batch_position, header in best.log.batch_headers(position):
-            if header.max_timestamp == target:
-                for record in decode_batch(best.log.read(batch_position, header.size)).records:
-                    if record.timestamp == target and record.offset >= self._log_start_offset:
-                        return TimestampAndOffset(record.timestamp, record.offset)
-        return None
+        if best.shallow_offset_of_max_timestamp_so_far >= start:
+            target = best.max_timestamp_so_far
+            position = best.offset_index.lookup(best.shallow_offset_of_max_timestamp_so_far).position
+            for batch_position, header in best.log.batch_headers(position):
+                if header.max_timestamp == target:
+                    found = first_record_at_or_after(best.log.read(batch_position, header.size), target, start)
+                    if found is not None:
+                        return TimestampAndOffset(*found)
+        # The record holding the maximum is below the log start: find the maximum of what remains.
+        winner: tuple[int, int] | None = None  # (timestamp, offset); earlier offsets win ties
+        for segment in self._segments.from_index(self._segments.floor_index(start)):
+            for batch_position, header in segment.log.batch_headers():
+                if header.last_offset < start or header.max_timestamp <= (winner[0] if winner else -1):
+                    continue
+                batch = segment.log.read(batch_position, header.size)
+                if header.base_offset >= start:
+                    found = first_record_at_or_after(batch, header.max_timestamp, start)
+                else:  # straddles the log start: only its records at or above it count
+                    remaining = [(r.timestamp, r.offset) for r in decode_batch(batch).records if r.offset >= start]
+                    found = max(remaining, key=lambda r: (r[0], -r[1]), default=None)
+                if found is not None and (winner is None or found[0] > winner[0]):
+                    winner = found
+        return TimestampAndOffset(*winner) if winner is not None else None
 
     # -- log start offset --------------------------------------------------------------------
 

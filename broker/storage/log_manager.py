@@ -204,7 +204,7 @@ class LogManager:
         if log is None:
             return False
         log.close()
-        doomed = log.directory.with_name(f"{log.directory.name}.{uuid.uuid4().hex}{filenames.DELETE_DIR_SUFFIX}")
+        doomed = log.directory.with_name(filenames.delete_dir_name(topic, partition, uuid.uuid4().hex))
         os.replace(log.directory, doomed)
         shutil.rmtree(doomed, ignore_errors=True)
         return True

@@ -80,6 +80,10 @@ class LogSegments:
         end = self._segments.bisect_left(to_offset)
         return [self._segments.peekitem(i)[1] for i in range(start, end)]
 
+    def floor_index(self, offset: int) -> int:
+        """Index (by base offset) of the floor segment of ``offset``, or 0."""
+        return max(self._segments.bisect_right(offset) - 1, 0)
+
     def from_index(self, index: int) -> Iterator[LogSegment]:
         """Segments from the ``index``-th (0-based, by base offset) on, fetched one at a time."""
         values = self._segments.values()

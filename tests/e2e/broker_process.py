@@ -54,8 +54,8 @@ class BrokerProcess:
             if started:
                 self.port = started[-1]["port"]
                 self.metrics_port = started[-1].get("metrics_port")
-            if started and self._listening():
-                return self
+            if started:  # logged once the listener is bound: no probe connection (it would count
+                return self  # against max.connections.per.ip in the limit tests)
             if self.process.poll() is not None:
                 raise RuntimeError(f"broker exited with {self.process.returncode}:\n{self.log_text()}")
             time.sleep(0.05)
@@ -64,13 +64,6 @@ class BrokerProcess:
 
     def _started_events(self) -> list[dict]:
         return [event for event in self.events() if event.get("event") == "broker_started"]
-
-    def _listening(self) -> bool:
-        try:
-            socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-            return True
-        except OSError:
-            return False
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""

@@ -568,8 +568,6 @@ def test_delete_topics_racing_fetches_and_list_offsets_leave_no_partition_behind
     assert seen <= {NONE, UNKNOWN_TOPIC_OR_PARTITION}, seen
 
 
-@pytest.mark.xfail(strict=True, reason="log_manager.delete_log renames to <dir>.<32 hex>-delete, which exceeds "
-                   "NAME_MAX for long topic names (Kafka caps the topic part); outside this engineer's files")
 def test_delete_topics_longest_legal_name_is_deleted(server):
     client = server.client()
     name = "D" * 249
@@ -991,9 +989,6 @@ def test_list_offsets_latest_earliest_max_timestamp_and_time(client):
     assert list_offsets(client, "lo-all", (0, -2))[0]["offset"] == 2
 
 
-@pytest.mark.xfail(strict=True, reason="Log._max_timestamp_offset only looks at the record holding the segment's "
-                   "max timestamp and gives up (-1/-1) when delete_records moved the log start past it; outside "
-                   "this engineer's files")
 def test_list_offsets_max_timestamp_after_delete_records_still_finds_a_record(client):
     create_ok(client, "lo-max-deleted")
     base = now_ms() - 10_000
