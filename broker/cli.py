@@ -62,8 +62,27 @@ def _run_serve(args) -> int:
     return 0
 
 
+def _client_tool(name: str, module_name: str, help_text: str):
+    """A registrar for one of the client tools in :mod:`client.cli` (same shape as dump-log)."""
+
+    def register(subparsers) -> None:
+        import importlib
+
+        module = importlib.import_module(f"client.cli.{module_name}")
+        parser = subparsers.add_parser(name, help=help_text, description=module.DESCRIPTION)
+        module.add_arguments(parser)
+        parser.set_defaults(run=module.run)
+
+    return register
+
+
+_add_topics = _client_tool("topics", "topics", "create, list, describe, delete topics; alter topic configs")
+_add_produce = _client_tool("produce", "produce", "produce lines from stdin as records")
+_add_consume = _client_tool("consume", "consume", "print the records of a topic")
+_add_offsets = _client_tool("offsets", "offsets", "print partition offsets for a time (latest, earliest, ms)")
+
 #: Subcommand registrars, in the order ``triolog --help`` lists them.
-SUBCOMMANDS = (_add_serve, _add_dump_log)
+SUBCOMMANDS = (_add_serve, _add_topics, _add_produce, _add_consume, _add_offsets, _add_dump_log)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,117 @@
+"""Admin operations (topics, configs, records, offsets), shared by both admin clients.
+
+Each takes many topics at once, as the wire APIs do; a per-topic or per-partition error raises
+the first failing entry's typed exception after the whole response is read (the other entries
+were still applied by the broker, as in Kafka).
+
+Admin requests are not retried: creating or deleting twice is not harmless, so a connection error
+reaches the caller (RequestNotSentError: nothing happened; ResponseLostError: it may have).
+"""
+
+from __future__ import annotations
+
+from protocol import messages as m
+
+from .consumer_core import list_offsets_op
+from .errors import TriologClientError, UnknownTopicOrPartitionError, error_for
+from .metadata import MetadataCache
+from .ops import Call, Op, check_response
+from .types import ConfigEntry, NewTopic, OffsetAndTimestamp, TopicDescription, TopicPartition
+
+__all__ = ["AdminCore"]
+
+
+def _raise_first(errors: list[TriologClientError]) -> None:
+    if errors:
+        raise errors[0]
+
+
+class AdminCore:
+    def __init__(self, request_timeout_ms: int = 30_000) -> None:
+        self.timeout_s = request_timeout_ms / 1000
+        self.metadata = MetadataCache(max_age_s=0, request_timeout_s=self.timeout_s)
+
+    def create_topics_op(self, topics, validate_only: bool = False) -> Op[dict[str, dict[str, str]]]:
+        """Create ``NewTopic``s (or names); returns name -> the topic's effective configs."""
+        new = [NewTopic(t) if isinstance(t, str) else NewTopic(*t) for t in topics]
+        request = m.CreateTopicsRequest(id=0, validate_only=validate_only, topics=tuple(
+            m.NewTopic(name=t.name, num_partitions=t.num_partitions, replication_factor=t.replication_factor,
+                       configs={str(k): str(v) for k, v in dict(t.configs or {}).items()}) for t in new))
+        doc = check_response((yield Call(request, self.timeout_s)))
+        errors, out = [], {}
+        for topic in doc["topics"]:
+            if topic["error_code"]:
+                errors.append(error_for(topic["error_code"], topic.get("error_message"), topic=topic["name"]))
+            else:
+                out[topic["name"]] = topic["configs"]
+        _raise_first(errors)
+        return out
+
+    def delete_topics_op(self, names) -> Op[None]:
+        doc = check_response((yield Call(m.DeleteTopicsRequest(id=0, topics=tuple(names)), self.timeout_s)))
+        _raise_first([error_for(t["error_code"], t.get("error_message"), topic=t["name"])
+                      for t in doc["topics"] if t["error_code"]])
+
+    def list_topics_op(self) -> Op[list[str]]:
+        return sorted((yield from self.metadata.all_topics_op()))
+
+    def describe_topics_op(self, names=None) -> Op[dict[str, TopicDescription]]:
+        """Descriptions from a metadata request for *all* topics, which never auto-creates one
+        (the wire protocol has no allow_auto_topic_creation flag); absent names raise."""
+        described = yield from self.metadata.all_topics_op()
+        if names is None:
+            return described
+        missing = [name for name in names if name not in described]
+        if missing:
+            raise UnknownTopicOrPartitionError(f"topic {missing[0]!r} does not exist", topic=missing[0])
+        return {name: described[name] for name in names}
+
+    def describe_configs_op(self, names) -> Op[dict[str, dict[str, ConfigEntry]]]:
+        doc = check_response((yield Call(m.DescribeConfigsRequest(id=0, topics=tuple(names)), self.timeout_s)))
+        errors, out = [], {}
+        for topic in doc["topics"]:
+            if topic["error_code"]:
+                errors.append(error_for(topic["error_code"], topic.get("error_message"), topic=topic["name"]))
+            else:
+                out[topic["name"]] = {k: ConfigEntry(v["value"], v["source"]) for k, v in topic["configs"].items()}
+        _raise_first(errors)
+        return out
+
+    def alter_configs_op(self, configs: dict[str, dict[str, str]], delete: dict[str, list[str]] | None = None) -> Op[None]:
+        """Set ``configs[topic]`` and remove the overrides named in ``delete[topic]``."""
+        delete = delete or {}
+        names = list(dict.fromkeys([*configs, *delete]))
+        request = m.AlterConfigsRequest(id=0, topics=tuple(
+            m.AlterConfigsTopic(name=name, configs={str(k): str(v) for k, v in configs.get(name, {}).items()},
+                                delete=tuple(delete.get(name, ()))) for name in names))
+        doc = check_response((yield Call(request, self.timeout_s)))
+        _raise_first([error_for(t["error_code"], t.get("error_message"), topic=t["name"])
+                      for t in doc["topics"] if t["error_code"]])
+
+    def delete_records_op(self, offsets: dict) -> Op[dict[TopicPartition, int]]:
+        """Move each partition's log start to the offset (-1: the high watermark); returns the
+        new low watermarks."""
+        by_topic: dict[str, list[m.DeleteRecordsPartition]] = {}
+        for (topic, partition), offset in offsets.items():
+            by_topic.setdefault(topic, []).append(m.DeleteRecordsPartition(partition=partition, offset=offset))
+        request = m.DeleteRecordsRequest(id=0, topics=tuple(
+            m.DeleteRecordsTopic(name=name, partitions=tuple(parts)) for name, parts in by_topic.items()))
+        doc = check_response((yield Call(request, self.timeout_s)))
+        errors, out = [], {}
+        for topic in doc["topics"]:
+            for part in topic["partitions"]:
+                tp = TopicPartition(topic["name"], part["partition"])
+                if part["error_code"]:
+                    errors.append(error_for(part["error_code"], part.get("error_message"), topic=tp.topic,
+                                            partition=tp.partition))
+                else:
+                    out[tp] = part["low_watermark"]
+        _raise_first(errors)
+        return out
+
+    def list_offsets_op(self, queries: dict) -> Op[dict[TopicPartition, OffsetAndTimestamp]]:
+        """``{(topic, partition): -1 | -2 | -3 | time_ms}`` -> (offset, timestamp); -1/-1 = none."""
+        return (yield from list_offsets_op({TopicPartition(*tp): ts for tp, ts in queries.items()}, self.timeout_s))
+
+    def api_versions_op(self) -> Op[dict]:
+        return check_response((yield Call(m.ApiVersionsRequest(id=0), self.timeout_s)))

@@ -1,0 +1,427 @@
+"""The trio API: the same operations as the sync clients, driven by trio tasks.
+
+Every client is an async context manager owning a nursery (the connection's reader task, and
+the producer's sender task)::
+
+    async with AsyncProducer("127.0.0.1:9092", linger_ms=5) as producer:
+        future = await producer.send("orders", b"value", key=b"k")
+        metadata = await future
+
+    async with AsyncConsumer("127.0.0.1:9092", auto_offset_reset="earliest") as consumer:
+        consumer.subscribe("orders")
+        async for record in consumer:
+            ...
+
+Requests on one connection are pipelined: a reader task takes the responses in order and hands
+each to the request it answers (checked by correlation id).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import trio
+
+from protocol.frames import NEED_DATA, FrameDecoder, ProtocolError
+
+from .accumulator import RecordFuture
+from .admin_core import AdminCore
+from .connection import DEFAULT_BOOTSTRAP, CorrelationIds, decode_answer, parse_bootstrap, prepare
+from .consumer_core import ConsumerConfig, ConsumerCore
+from .errors import (ClientTimeoutError, InvalidResponseError, ProducerClosedError, RequestNotSentError,
+                     ResponseLostError, TriologClientError)
+from .ops import Call, Op, T, now
+from .producer_core import ProducerConfig, ProducerCore
+from .types import EARLIEST, LATEST, ConfigEntry, ConsumerRecord, OffsetAndTimestamp, RecordMetadata, TopicDescription, TopicPartition
+
+__all__ = ["AsyncAdminClient", "AsyncConnection", "AsyncConsumer", "AsyncProducer", "AsyncRecordFuture", "run_async"]
+
+_RECV_SIZE = 256 * 1024
+
+
+async def run_async(op: Op[T], conn: AsyncConnection) -> T:
+    """Drive ``op`` to completion on trio: the async twin of :func:`client.ops.run_sync`."""
+    value = None
+    error: BaseException | None = None
+    try:
+        while True:
+            try:
+                effect = op.throw(error) if error is not None else op.send(value)
+            except StopIteration as stop:
+                return stop.value
+            value = error = None
+            try:
+                if isinstance(effect, Call):
+                    value = await conn.call(effect.request, effect.timeout_s)
+                else:
+                    await trio.sleep(max(0.0, effect.seconds))
+            except Exception as exc:
+                error = exc
+    finally:
+        op.close()  # cancelled: let the operation clean up now
+
+
+class _Slot:
+    __slots__ = ("doc", "error", "event", "request")
+
+    def __init__(self, request) -> None:
+        self.request = request
+        self.event = trio.Event()
+        self.doc: dict | None = None
+        self.error: BaseException | None = None
+
+
+class _Link:
+    """One TCP connection and the requests awaiting its responses, oldest first."""
+
+    def __init__(self, stream: trio.SocketStream) -> None:
+        self.stream = stream
+        self.pending: deque[_Slot] = deque()
+        self.broken: BaseException | None = None
+        self.cancel_scope = trio.CancelScope()
+
+
+class AsyncConnection:
+    """A trio connection to one broker; concurrent calls are pipelined on it."""
+
+    def __init__(self, bootstrap: str, nursery: trio.Nursery, *, client_id: str | None = None,
+                 connect_timeout_s: float = 10.0) -> None:
+        self.host, self.port = parse_bootstrap(bootstrap)
+        self.client_id = client_id
+        self.connect_timeout_s = connect_timeout_s
+        self._nursery = nursery
+        self._ids = CorrelationIds()
+        self._connect_lock = trio.Lock()
+        self._send_lock = trio.Lock()
+        self._link: _Link | None = None
+        self._closed = False
+
+    async def _get_link(self) -> _Link:
+        async with self._connect_lock:
+            if self._closed:
+                raise RequestNotSentError("connection closed by the client")
+            if self._link is None or self._link.broken is not None:
+                try:
+                    with trio.fail_after(self.connect_timeout_s):
+                        stream = await trio.open_tcp_stream(self.host, self.port)
+                except (OSError, trio.TooSlowError) as exc:
+                    raise RequestNotSentError(f"cannot connect to {self.host}:{self.port}: {exc!r}") from None
+                self._link = _Link(stream)
+                self._nursery.start_soon(self._reader, self._link)
+            return self._link
+
+    async def call(self, request, timeout_s: float) -> dict | None:
+        link = await self._get_link()
+        request, frame = prepare(request, self._ids.next(), self.client_id)
+        slot = _Slot(request) if request.expects_response else None
+        async with self._send_lock:  # frames must not interleave
+            if link.broken is not None:
+                raise RequestNotSentError(f"connection to {self.host}:{self.port} failed: {link.broken}")
+            if slot is not None:
+                link.pending.append(slot)
+            try:
+                await link.stream.send_all(frame)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                error = RequestNotSentError(f"sending {request.api} to {self.host}:{self.port} failed: {exc!r}")
+                self._break(link, error)
+                raise error from None
+            except BaseException:  # cancelled mid-frame: the stream is unusable
+                self._break(link, RequestNotSentError(f"{request.api} request was cancelled while being sent"))
+                raise
+        if slot is None:
+            return None
+        with trio.move_on_after(timeout_s):
+            await slot.event.wait()
+        if not slot.event.is_set():
+            error = ResponseLostError(f"no {request.api} response from {self.host}:{self.port} within {timeout_s:.3g} s")
+            self._break(link, error)
+            raise error
+        if slot.error is not None:
+            raise slot.error
+        return slot.doc
+
+    def _break(self, link: _Link, error: BaseException) -> None:
+        if link.broken is not None:
+            return
+        link.broken = error
+        while link.pending:
+            slot = link.pending.popleft()
+            slot.error = error
+            slot.event.set()
+        link.cancel_scope.cancel()
+
+    async def _reader(self, link: _Link) -> None:
+        decoder = FrameDecoder()
+        try:
+            with link.cancel_scope:
+                while True:
+                    try:
+                        data = await link.stream.receive_some(_RECV_SIZE)
+                    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                        raise ResponseLostError(f"connection to {self.host}:{self.port} lost: {exc!r}") from None
+                    if not data:
+                        raise ResponseLostError("connection closed by the broker")
+                    decoder.receive_data(data)
+                    while True:
+                        try:
+                            frame = decoder.next_frame()
+                        except ProtocolError as exc:
+                            raise InvalidResponseError(str(exc)) from None
+                        if frame is NEED_DATA:
+                            break
+                        if not link.pending:
+                            raise InvalidResponseError("the broker sent a response to no request")
+                        slot = link.pending.popleft()
+                        try:
+                            slot.doc = decode_answer(frame, slot.request)
+                        except TriologClientError as exc:
+                            slot.error = exc
+                            raise
+                        finally:
+                            slot.event.set()
+        except TriologClientError as exc:
+            self._break(link, exc)
+        finally:
+            self._break(link, ResponseLostError("connection closed"))
+            with trio.CancelScope(shield=True):
+                await link.stream.aclose()
+
+    async def aclose(self) -> None:
+        self._closed = True
+        if self._link is not None:
+            self._break(self._link, RequestNotSentError("connection closed by the client"))
+
+
+class _AsyncClient:
+    """Owns the nursery and the connection; subclasses hook start and stop."""
+
+    _client_id = "triolog"
+
+    def __init__(self, bootstrap_servers: str) -> None:
+        parse_bootstrap(bootstrap_servers)  # fail early on a bad address
+        self._bootstrap = bootstrap_servers
+        self._conn: AsyncConnection | None = None
+        self._cm = None
+
+    async def __aenter__(self):
+        self._cm = self._lifecycle()
+        return await self._cm.__aenter__()
+
+    async def __aexit__(self, *exc_info):
+        return await self._cm.__aexit__(*exc_info)
+
+    @asynccontextmanager
+    async def _lifecycle(self):
+        async with trio.open_nursery() as nursery:
+            self._conn = AsyncConnection(self._bootstrap, nursery, client_id=self._client_id)
+            try:
+                self._start(nursery)
+                yield self
+                await self._finish()
+            finally:
+                self._stop()
+                await self._conn.aclose()
+                nursery.cancel_scope.cancel()
+
+    def _start(self, nursery: trio.Nursery) -> None:
+        pass
+
+    async def _finish(self) -> None:
+        pass
+
+    def _stop(self) -> None:
+        pass
+
+    async def _run(self, op: Op[T]) -> T:
+        if self._conn is None:
+            raise RuntimeError(f"use `async with {type(self).__name__}(...)`")
+        return await run_async(op, self._conn)
+
+
+class AsyncRecordFuture(RecordFuture):
+    """What :meth:`AsyncProducer.send` returns: ``await future`` gives the RecordMetadata."""
+
+    __slots__ = ("_event",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._event = trio.Event()
+
+    def _wake(self) -> None:
+        self._event.set()
+
+    async def wait(self) -> None:
+        await self._event.wait()
+
+    async def get(self) -> RecordMetadata:
+        await self._event.wait()
+        return self.result()
+
+    def __await__(self):
+        return self.get().__await__()
+
+
+class AsyncProducer(_AsyncClient):
+    """Keyword arguments are :class:`~client.producer_core.ProducerConfig` fields. Leaving the
+    ``async with`` block normally flushes; leaving it with an exception fails unsent records."""
+
+    def __init__(self, bootstrap_servers: str = DEFAULT_BOOTSTRAP, **config) -> None:
+        super().__init__(bootstrap_servers)
+        self.config = ProducerConfig(**config)
+        self._client_id = self.config.client_id
+        self._core = ProducerCore(self.config)
+        self._wakeup = trio.Event()
+        self._space = trio.Event()
+        self._closed = False
+        self._stopping = False
+
+    def _start(self, nursery: trio.Nursery) -> None:
+        nursery.start_soon(self._sender)
+
+    async def _finish(self) -> None:
+        await self.flush()
+
+    def _stop(self) -> None:
+        self._closed = self._stopping = True
+        self._wakeup.set()
+        self._core.abort_queued("the producer was closed before the record was sent")
+
+    async def send(self, topic: str, value=None, key=None, headers=(), partition: int | None = None,
+                   timestamp_ms: int | None = None) -> AsyncRecordFuture:
+        """Queue one record (see :meth:`client.Producer.send`); ``await`` the result for its metadata."""
+        if self._closed:
+            raise ProducerClosedError("send() after close()", topic=topic)
+        await trio.lowlevel.checkpoint()  # a tight send loop must still let the sender task run
+        record = await self._run(self._core.prepare_op(topic, value, key, headers, partition, timestamp_ms))
+        if not self._core.has_space(record):
+            with trio.move_on_after(self.config.max_block_ms / 1000):
+                while not self._core.has_space(record):
+                    await self._space.wait()
+            if not self._core.has_space(record):
+                raise ClientTimeoutError(
+                    f"buffer_memory ({self.config.buffer_memory} bytes) still full after {self.config.max_block_ms} ms",
+                    topic=topic)
+        future = AsyncRecordFuture()
+        if self._core.append(record, future):
+            self._wakeup.set()
+        return future
+
+    async def flush(self) -> None:
+        """Send everything buffered now and wait until each record is acknowledged or failed."""
+        futures = self._core.accumulator.begin_flush()
+        self._wakeup.set()
+        try:
+            for future in futures:
+                await future.wait()
+        finally:
+            self._core.accumulator.end_flush()
+
+    async def _sender(self) -> None:
+        accumulator = self._core.accumulator
+        while not self._stopping:
+            self._wakeup = trio.Event()
+            batches = accumulator.drain(now())
+            if batches:
+                await run_async(self._core.send_op(batches), self._conn)
+                self._space.set()
+                self._space = trio.Event()
+                continue
+            deadline = accumulator.next_deadline()
+            with trio.move_on_after(float("inf") if deadline is None else max(0.0, deadline - now())):
+                await self._wakeup.wait()
+
+
+class AsyncConsumer(_AsyncClient):
+    """Keyword arguments are :class:`~client.consumer_core.ConsumerConfig` fields."""
+
+    def __init__(self, bootstrap_servers: str = DEFAULT_BOOTSTRAP, **config) -> None:
+        super().__init__(bootstrap_servers)
+        self.config = ConsumerConfig(**config)
+        self._client_id = self.config.client_id
+        self._core = ConsumerCore(self.config)
+
+    def assign(self, partitions) -> None:
+        self._core.assign(partitions)
+
+    def subscribe(self, topics) -> None:
+        self._core.subscribe(topics)
+
+    def assignment(self) -> set[TopicPartition]:
+        return self._core.assignment()
+
+    def seek(self, tp, offset: int) -> None:
+        self._core.seek(tp, offset)
+
+    def seek_to_beginning(self, *tps) -> None:
+        self._core.seek_to_beginning(tps or None)
+
+    def seek_to_end(self, *tps) -> None:
+        self._core.seek_to_end(tps or None)
+
+    def seek_to_timestamp(self, timestamp_ms: int, *tps) -> None:
+        self._core.seek_to_timestamp(timestamp_ms, tps or None)
+
+    async def position(self, tp) -> int:
+        return await self._run(self._core.position_op(tp))
+
+    async def offsets_for_times(self, timestamps: dict) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+        return await self._run(self._core.offsets_for_times_op(timestamps))
+
+    async def beginning_offsets(self, tps) -> dict[TopicPartition, int]:
+        return await self._run(self._core.offsets_op(tps, EARLIEST))
+
+    async def end_offsets(self, tps) -> dict[TopicPartition, int]:
+        return await self._run(self._core.offsets_op(tps, LATEST))
+
+    async def poll(self, timeout_ms: float = 0) -> list[ConsumerRecord]:
+        return await self._run(self._core.poll_op(timeout_ms))
+
+    async def __aiter__(self) -> AsyncIterator[ConsumerRecord]:
+        """Records forever, or until ``consumer_timeout_ms`` passes without one."""
+        idle_limit = self.config.consumer_timeout_ms
+        last = now()
+        while True:
+            wait_ms = self.config.fetch_max_wait_ms
+            if idle_limit is not None:
+                wait_ms = max(0.0, min(wait_ms, idle_limit - (now() - last) * 1000))
+            records = await self.poll(wait_ms)
+            for record in records:
+                yield record
+            if records:
+                last = now()
+            elif idle_limit is not None and (now() - last) * 1000 >= idle_limit:
+                return
+
+
+class AsyncAdminClient(_AsyncClient):
+    _client_id = "triolog-admin"
+
+    def __init__(self, bootstrap_servers: str = DEFAULT_BOOTSTRAP, *, request_timeout_ms: int = 30_000) -> None:
+        super().__init__(bootstrap_servers)
+        self._core = AdminCore(request_timeout_ms)
+
+    async def create_topics(self, topics, validate_only: bool = False) -> dict[str, dict[str, str]]:
+        return await self._run(self._core.create_topics_op(topics, validate_only))
+
+    async def delete_topics(self, names) -> None:
+        await self._run(self._core.delete_topics_op(names))
+
+    async def list_topics(self) -> list[str]:
+        return await self._run(self._core.list_topics_op())
+
+    async def describe_topics(self, names=None) -> dict[str, TopicDescription]:
+        return await self._run(self._core.describe_topics_op(names))
+
+    async def describe_configs(self, names) -> dict[str, dict[str, ConfigEntry]]:
+        return await self._run(self._core.describe_configs_op(names))
+
+    async def alter_configs(self, configs, delete=None) -> None:
+        await self._run(self._core.alter_configs_op(configs, delete))
+
+    async def delete_records(self, offsets: dict) -> dict[TopicPartition, int]:
+        return await self._run(self._core.delete_records_op(offsets))
+
+    async def list_offsets(self, queries: dict) -> dict[TopicPartition, OffsetAndTimestamp]:
+        return await self._run(self._core.list_offsets_op(queries))

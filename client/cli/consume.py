@@ -1,0 +1,106 @@
+"""``triolog consume``: Kafka's ``kafka-console-consumer.sh``.
+
+Starts at the log end by default (Kafka's ``auto.offset.reset=latest``), or at the beginning,
+an offset, or the first record at/after a timestamp. Prints each record's value (raw bytes) on
+its own line, preceded by the fields asked for with ``--print-*``, in Kafka's order and format
+(``CreateTime:ms``, ``Partition:p``, ``Offset:o``, headers ``k:v,...``, key), separated by
+``--separator`` (a tab). ``Processed a total of N messages`` goes to stderr at the end.
+
+An ``--offset`` outside the log is an error (exit 1), not a silent reset.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from .common import EXIT_OK, add_bootstrap, reports_errors
+
+DESCRIPTION = "Print records of a topic to stdout, like Kafka's kafka-console-consumer.sh."
+
+
+def _non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_bootstrap(parser)
+    parser.add_argument("--topic", required=True, metavar="NAME", help="the topic to consume")
+    parser.add_argument("--partition", type=_non_negative, metavar="N", help="consume only this partition")
+    start = parser.add_mutually_exclusive_group()
+    start.add_argument("--from-beginning", action="store_true", help="start at the earliest offset")
+    start.add_argument("--offset", type=_non_negative, metavar="N",
+                       help="start at offset N (of --partition, or of every partition)")
+    start.add_argument("--timestamp", type=_non_negative, metavar="MS",
+                       help="start at the first record with timestamp >= MS (epoch milliseconds)")
+    parser.add_argument("--max-messages", type=_non_negative, metavar="N", help="exit after N records")
+    parser.add_argument("--timeout-ms", type=_non_negative, metavar="MS",
+                        help="exit when no record arrives for MS milliseconds (default: wait forever)")
+    parser.add_argument("--separator", default="\t", metavar="S", help="between printed fields (default tab)")
+    for field in ("timestamp", "partition", "offset", "headers", "key"):
+        parser.add_argument(f"--print-{field}", action="store_true", help=f"print each record's {field}")
+
+
+def _line(record, args) -> bytes:
+    fields = []
+    if args.print_timestamp:
+        fields.append(f"{record.timestamp_type}:{record.timestamp}".encode())
+    if args.print_partition:
+        fields.append(f"Partition:{record.partition}".encode())
+    if args.print_offset:
+        fields.append(f"Offset:{record.offset}".encode())
+    if args.print_headers:
+        fields.append(b",".join(k.encode() + b":" + (b"null" if v is None else v) for k, v in record.headers)
+                      or b"NO_HEADERS")
+    if args.print_key:
+        fields.append(b"null" if record.key is None else record.key)
+    fields.append(b"null" if record.value is None else record.value)
+    return args.separator.encode().join(fields) + b"\n"
+
+
+@reports_errors
+def run(args: argparse.Namespace) -> int:
+    from client.admin import AdminClient
+    from client.consumer import Consumer
+    from client.errors import UnknownTopicOrPartitionError
+    from client.types import TopicPartition
+
+    with AdminClient(args.bootstrap_server) as admin:
+        partitions = [p.partition for p in admin.describe_topics([args.topic])[args.topic].partitions]
+    if args.partition is not None:
+        if args.partition not in partitions:
+            raise UnknownTopicOrPartitionError(f"topic {args.topic!r} has no partition {args.partition}",
+                                               topic=args.topic, partition=args.partition)
+        partitions = [args.partition]
+    tps = [TopicPartition(args.topic, p) for p in partitions]
+    reset = "none" if args.offset is not None else ("earliest" if args.from_beginning else "latest")
+    out = sys.stdout.buffer
+    count = 0
+    try:
+        with Consumer(args.bootstrap_server, auto_offset_reset=reset,
+                      consumer_timeout_ms=args.timeout_ms) as consumer:
+            consumer.assign(tps)
+            if args.offset is not None:
+                for tp in tps:
+                    consumer.seek(tp, args.offset)
+            elif args.timestamp is not None:
+                consumer.seek_to_timestamp(args.timestamp)
+            if args.max_messages != 0:
+                for record in consumer:
+                    out.write(_line(record, args))
+                    out.flush()
+                    count += 1
+                    if args.max_messages is not None and count >= args.max_messages:
+                        break
+    except KeyboardInterrupt:
+        pass
+    except BrokenPipeError:  # stdout closed early (| head): stop quietly, as Kafka's tool does
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so that the interpreter's final flush cannot fail
+    finally:
+        print(f"Processed a total of {count} messages", file=sys.stderr)
+    return EXIT_OK

@@ -1,0 +1,293 @@
+"""The consumer's logic, shared by :class:`client.Consumer` and :class:`client.aio.AsyncConsumer`.
+
+Positions are tracked per assigned partition. A partition without a position gets one lazily (at
+the next poll or position() call) from list_offsets: after seek_to_beginning/seek_to_end/
+seek_to_timestamp, or, for a partition never positioned, from ``auto_offset_reset``.
+
+``auto_offset_reset`` follows Kafka: ``"latest"`` (Kafka's default) or ``"earliest"`` is used both
+for a partition with no position and when a fetch answers OFFSET_OUT_OF_RANGE (the position fell
+below the log start after retention/delete_records, or was seeked past the end); ``"none"``
+raises NoOffsetForPartitionError / :class:`~client.errors.OffsetOutOfRangeError` instead.
+
+Fetches are long polls (``fetch_max_wait_ms``, cut to what is left of poll's timeout). The broker
+returns whole batches, possibly starting before the position; records below it are skipped, and
+the position then moves to the end of the last batch (so compaction gaps are stepped over).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from protocol import messages as m
+from protocol.errors import ErrorCode
+from protocol.record_batch import TimestampType
+from protocol.records import iter_batches
+
+from .errors import BrokerConnectionError, CorruptMessageError, NoOffsetForPartitionError, TriologClientError, error_for
+from .metadata import MetadataCache
+from .ops import Call, Op, Sleep, check_response, now
+from .types import EARLIEST, LATEST, ConsumerRecord, OffsetAndTimestamp, TopicPartition
+
+__all__ = ["ConsumerConfig", "ConsumerCore", "list_offsets_op"]
+
+_RESETS = {"earliest": EARLIEST, "latest": LATEST, "none": None}
+
+
+@dataclass(frozen=True)
+class ConsumerConfig:
+    """Kafka's consumer settings, with Kafka's defaults."""
+
+    auto_offset_reset: str = "latest"
+    fetch_max_wait_ms: int = 500
+    fetch_min_bytes: int = 1
+    fetch_max_bytes: int = 52_428_800
+    max_partition_fetch_bytes: int = 1_048_576
+    max_poll_records: int = 500
+    request_timeout_ms: int = 30_000
+    retry_backoff_ms: int = 100
+    metadata_max_age_ms: int = 300_000
+    #: Iteration stops after this long without a record (None: iterate forever), as kafka-python's.
+    consumer_timeout_ms: float | None = None
+    client_id: str = "triolog-consumer"
+
+    def __post_init__(self) -> None:
+        if self.auto_offset_reset not in _RESETS:
+            raise ValueError(f"auto_offset_reset must be earliest, latest or none, got {self.auto_offset_reset!r}")
+
+
+@dataclass
+class _PartitionState:
+    position: int | None = None
+    #: -2 earliest, -1 latest, or a timestamp to seek to; None: use auto_offset_reset.
+    pending_reset: int | None = None
+    buffer: deque = field(default_factory=deque)
+    #: Where fetching resumes once the buffer is consumed: the end of the last fetched batch.
+    next_fetch_offset: int | None = None
+
+
+def list_offsets_op(queries: dict[TopicPartition, int], timeout_s: float) -> Op[dict[TopicPartition, OffsetAndTimestamp]]:
+    """One list_offsets request; raises the first partition error, typed."""
+    by_topic: dict[str, list[m.ListOffsetsPartition]] = {}
+    for (topic, partition), timestamp in queries.items():
+        by_topic.setdefault(topic, []).append(m.ListOffsetsPartition(partition=partition, timestamp=timestamp))
+    request = m.ListOffsetsRequest(id=0, topics=tuple(
+        m.ListOffsetsTopic(name=name, partitions=tuple(parts)) for name, parts in by_topic.items()))
+    doc = check_response((yield Call(request, timeout_s)))
+    out = {}
+    for topic in doc["topics"]:
+        for part in topic["partitions"]:
+            if part["error_code"]:
+                raise error_for(part["error_code"], part.get("error_message"), topic=topic["name"],
+                                partition=part["partition"])
+            out[TopicPartition(topic["name"], part["partition"])] = OffsetAndTimestamp(part["offset"], part["timestamp"])
+    return out
+
+
+class ConsumerCore:
+    def __init__(self, config: ConsumerConfig) -> None:
+        self.config = config
+        self.metadata = MetadataCache(max_age_s=config.metadata_max_age_ms / 1000,
+                                      request_timeout_s=config.request_timeout_ms / 1000,
+                                      retry_backoff_s=config.retry_backoff_ms / 1000)
+        self._states: dict[TopicPartition, _PartitionState] = {}
+        self._subscription: tuple[str, ...] = ()
+        self._timeout_s = config.request_timeout_ms / 1000
+
+    # -- assignment and seeks (local, no I/O) --------------------------------------------------
+
+    def assign(self, partitions) -> None:
+        """Consume exactly these (topic, partition) pairs; replaces any subscription."""
+        tps = [TopicPartition(*tp) for tp in partitions]
+        self._subscription = ()
+        self._states = {tp: self._states.get(tp, _PartitionState()) for tp in tps}
+
+    def subscribe(self, topics) -> None:
+        """Consume every partition of ``topics`` (resolved from metadata at the next poll)."""
+        self._subscription = (topics,) if isinstance(topics, str) else tuple(topics)
+        self._states = {}
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self._states)
+
+    def _state(self, tp) -> _PartitionState:
+        tp = TopicPartition(*tp)
+        state = self._states.get(tp)
+        if state is None:
+            raise ValueError(f"partition {tp.topic}-{tp.partition} is not assigned to this consumer")
+        return state
+
+    def seek(self, tp, offset: int) -> None:
+        """Fetch from ``offset`` next (checked by the broker: out of range applies auto_offset_reset)."""
+        if offset < 0:
+            raise ValueError(f"offset must be >= 0, got {offset}")
+        state = self._state(tp)
+        state.position, state.pending_reset, state.next_fetch_offset = offset, None, None
+        state.buffer.clear()
+
+    def _seek_lazily(self, tps, target: int) -> None:
+        for tp in (self._states if tps is None else tps):
+            state = self._state(tp)
+            state.position, state.pending_reset, state.next_fetch_offset = None, target, None
+            state.buffer.clear()
+
+    def seek_to_beginning(self, tps=None) -> None:
+        self._seek_lazily(tps, EARLIEST)
+
+    def seek_to_end(self, tps=None) -> None:
+        self._seek_lazily(tps, LATEST)
+
+    def seek_to_timestamp(self, timestamp_ms: int, tps=None) -> None:
+        """Position at the first record with timestamp >= ``timestamp_ms``; at the log end if none."""
+        if timestamp_ms < 0:
+            raise ValueError(f"timestamp must be >= 0 ms, got {timestamp_ms}")
+        self._seek_lazily(tps, timestamp_ms)
+
+    # -- operations ----------------------------------------------------------------------------
+
+    def _ensure_assignment_op(self) -> Op[None]:
+        if self._subscription and not self._states:
+            states = {}
+            for topic in self._subscription:
+                description = yield from self.metadata.topic_op(topic, self._timeout_s)
+                for info in description.partitions:
+                    states[TopicPartition(topic, info.partition)] = _PartitionState()
+            self._states = states
+
+    def _resolve_positions_op(self) -> Op[None]:
+        queries: dict[TopicPartition, int] = {}
+        for tp, state in self._states.items():
+            if state.position is not None:
+                continue
+            target = state.pending_reset
+            if target is None:
+                target = _RESETS[self.config.auto_offset_reset]
+                if target is None:
+                    raise NoOffsetForPartitionError(
+                        "no position and auto_offset_reset is 'none': seek first", topic=tp.topic, partition=tp.partition)
+            queries[tp] = target
+        if not queries:
+            return
+        found = yield from list_offsets_op(queries, self._timeout_s)
+        missing = {tp: LATEST for tp, answer in found.items() if answer.offset < 0}  # no record that late
+        if missing:
+            found.update((yield from list_offsets_op(missing, self._timeout_s)))
+        for tp, answer in found.items():
+            state = self._states.get(tp)
+            if state is not None and state.position is None:
+                state.position, state.pending_reset = answer.offset, None
+
+    def position_op(self, tp) -> Op[int]:
+        """The offset of the next record poll will return for ``tp``."""
+        self._state(tp)
+        yield from self._resolve_positions_op()
+        return self._state(tp).position
+
+    def offsets_for_times_op(self, timestamps: dict) -> Op[dict[TopicPartition, OffsetAndTimestamp | None]]:
+        """Per partition, the first (offset, timestamp) with timestamp >= the given one; None if none."""
+        found = yield from list_offsets_op({TopicPartition(*tp): ts for tp, ts in timestamps.items()}, self._timeout_s)
+        return {tp: (None if answer.offset < 0 else answer) for tp, answer in found.items()}
+
+    def offsets_op(self, tps, target: int) -> Op[dict[TopicPartition, int]]:
+        found = yield from list_offsets_op({TopicPartition(*tp): target for tp in tps}, self._timeout_s)
+        return {tp: answer.offset for tp, answer in found.items()}
+
+    def poll_op(self, timeout_ms: float) -> Op[list[ConsumerRecord]]:
+        """Records from the assigned partitions, waiting up to ``timeout_ms`` for the first ones."""
+        deadline = now() + max(0.0, timeout_ms) / 1000
+        backoff_s = self.config.retry_backoff_ms / 1000
+        while True:
+            records = self._drain(self.config.max_poll_records)
+            if records:
+                return records
+            try:
+                yield from self._ensure_assignment_op()
+                yield from self._resolve_positions_op()
+                records = self._drain(self.config.max_poll_records)
+                if records:
+                    return records
+                remaining_ms = max(0, int((deadline - now()) * 1000))
+                fetchable = [tp for tp, state in self._states.items() if state.position is not None]
+                if not fetchable:
+                    if remaining_ms:
+                        yield Sleep(remaining_ms / 1000)
+                    return []
+                yield from self._fetch_op(fetchable, min(self.config.fetch_max_wait_ms, remaining_ms))
+            except BrokerConnectionError:
+                # Reads change nothing, so they are retried while the poll has time left; a broker
+                # still unreachable when it runs out is reported, not hidden behind an empty poll.
+                if now() + backoff_s >= deadline:
+                    raise
+                yield Sleep(backoff_s)
+                continue
+            records = self._drain(self.config.max_poll_records)
+            if records or now() >= deadline:
+                return records
+
+    def _fetch_op(self, tps: list[TopicPartition], max_wait_ms: int) -> Op[None]:
+        config = self.config
+        by_topic: dict[str, list[m.FetchPartition]] = {}
+        for tp in tps:
+            by_topic.setdefault(tp.topic, []).append(m.FetchPartition(
+                partition=tp.partition, fetch_offset=self._states[tp].position,
+                partition_max_bytes=config.max_partition_fetch_bytes))
+        request = m.FetchRequest(
+            id=0, max_wait_ms=max_wait_ms, min_bytes=config.fetch_min_bytes, max_bytes=config.fetch_max_bytes,
+            topics=tuple(m.FetchTopic(name=name, partitions=tuple(parts)) for name, parts in by_topic.items()))
+        doc = check_response((yield Call(request, self._timeout_s + max_wait_ms / 1000)))
+        requested = {tp: self._states[tp].position for tp in tps}
+        errors: list[TriologClientError] = []
+        for topic in doc["topics"]:
+            for part in topic["partitions"]:
+                tp = TopicPartition(topic["name"], part["partition"])
+                state = self._states.get(tp)
+                if state is None or state.position != requested.get(tp):
+                    continue  # unassigned or seeked meanwhile: this answer is stale
+                code = part["error_code"]
+                if code == ErrorCode.OFFSET_OUT_OF_RANGE and self.config.auto_offset_reset != "none":
+                    state.position, state.pending_reset = None, _RESETS[self.config.auto_offset_reset]
+                elif code:
+                    errors.append(error_for(code, part.get("error_message"), topic=tp.topic, partition=tp.partition))
+                else:
+                    try:
+                        self._buffer(tp, state, part["records"])
+                    except TriologClientError as exc:
+                        errors.append(exc)
+        if errors:
+            raise errors[0]
+
+    def _buffer(self, tp: TopicPartition, state: _PartitionState, data: bytes) -> None:
+        position = state.position
+        records = []
+        next_offset = None
+        try:
+            for batch in iter_batches(data):
+                next_offset = batch.next_offset
+                if batch.next_offset <= position or batch.is_control:
+                    continue
+                timestamp_type = TimestampType(batch.timestamp_type).kafka_name
+                for record in batch.records:
+                    if record.offset >= position:
+                        records.append(ConsumerRecord(tp.topic, tp.partition, record.offset, record.timestamp,
+                                                      record.key, record.value, record.headers, timestamp_type))
+        except Exception as exc:  # protocol.errors.CorruptRecordError & co: the broker sent bad bytes
+            raise CorruptMessageError(f"fetched data does not decode: {exc}", topic=tp.topic,
+                                      partition=tp.partition) from None
+        state.buffer.extend(records)
+        if next_offset is not None and next_offset > position:
+            state.next_fetch_offset = next_offset
+            if not state.buffer:
+                state.position = next_offset
+
+    def _drain(self, limit: int) -> list[ConsumerRecord]:
+        out: list[ConsumerRecord] = []
+        for state in self._states.values():
+            buffer = state.buffer
+            while buffer and len(out) < limit:
+                record = buffer.popleft()
+                out.append(record)
+                state.position = record.offset + 1
+            if not buffer and state.next_fetch_offset is not None and state.position is not None:
+                state.position = max(state.position, state.next_fetch_offset)
+                state.next_fetch_offset = None
+        return out

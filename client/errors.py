@@ -1,0 +1,235 @@
+"""Typed exceptions: one class per wire error code, plus the few errors only a client can have.
+
+Every class derives from :class:`TriologClientError`, which carries ``code`` (the wire
+:class:`~protocol.errors.ErrorCode`, or None for client-side errors) and ``error_message`` (the
+broker's words, or ours). :func:`error_for` turns a (code, message) pair from a response into the
+right exception, so callers can ``except OffsetOutOfRangeError`` instead of comparing numbers.
+
+``retriable`` is True only where a retry is known to be *safe*: the broker guarantees that nothing
+was appended (see :mod:`client.producer_core` for the full retry rule).
+"""
+
+from __future__ import annotations
+
+from protocol.errors import ErrorCode
+
+__all__ = [
+    "BrokerConnectionError",
+    "ClientTimeoutError",
+    "CorruptMessageError",
+    "InvalidConfigError",
+    "InvalidPartitionsError",
+    "InvalidRecordError",
+    "InvalidReplicationFactorError",
+    "InvalidRequestError",
+    "InvalidResponseError",
+    "InvalidTimestampError",
+    "InvalidTopicError",
+    "KafkaStorageError",
+    "MessageTooLargeError",
+    "NoOffsetForPartitionError",
+    "OffsetOutOfRangeError",
+    "PolicyViolationError",
+    "ProducerClosedError",
+    "RequestNotSentError",
+    "RequestTimedOutError",
+    "ResponseLostError",
+    "SaslAuthenticationFailedError",
+    "TopicAlreadyExistsError",
+    "TopicAuthorizationFailedError",
+    "TriologClientError",
+    "UnknownServerError",
+    "UnknownTopicOrPartitionError",
+    "UnsupportedForMessageFormatError",
+    "UnsupportedVersionError",
+    "error_class",
+    "error_for",
+]
+
+
+class TriologClientError(Exception):
+    """Base of every error this client raises.
+
+    ``topic``/``partition`` name the entry a per-topic or per-partition error belongs to, when
+    there is one, so a caller handling many partitions knows which one failed.
+    """
+
+    code: ErrorCode | int | None = None
+    retriable: bool = False
+
+    def __init__(self, error_message: str | None = None, *, code: ErrorCode | int | None = None,
+                 topic: str | None = None, partition: int | None = None) -> None:
+        if code is not None:
+            self.code = code
+        self.error_message = error_message or (self.code.name if isinstance(self.code, ErrorCode) else None)
+        self.topic = topic
+        self.partition = partition
+        super().__init__(self._text())
+
+    def _text(self) -> str:
+        where = ""
+        if self.topic is not None:
+            where = f" [{self.topic}" + (f"-{self.partition}" if self.partition is not None else "") + "]"
+        name = self.code.name if isinstance(self.code, ErrorCode) else self.code
+        prefix = f"{name}{where}: " if name is not None else (where.strip() + " " if where else "")
+        return f"{prefix}{self.error_message or ''}".strip()
+
+
+# --- one class per wire error code ------------------------------------------------------------
+
+
+class UnknownServerError(TriologClientError):
+    code = ErrorCode.UNKNOWN_SERVER_ERROR
+
+
+class OffsetOutOfRangeError(TriologClientError):
+    code = ErrorCode.OFFSET_OUT_OF_RANGE
+
+
+class CorruptMessageError(TriologClientError):
+    code = ErrorCode.CORRUPT_MESSAGE
+
+
+class UnknownTopicOrPartitionError(TriologClientError):
+    """Safe to retry: the broker refused the request before appending anything."""
+
+    code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    retriable = True
+
+
+class RequestTimedOutError(TriologClientError):
+    """For produce with acks=-1: the records *are* in the log, only the fsync was not confirmed.
+
+    Never retried: a retry would append them a second time.
+    """
+
+    code = ErrorCode.REQUEST_TIMED_OUT
+
+
+class MessageTooLargeError(TriologClientError):
+    code = ErrorCode.MESSAGE_TOO_LARGE
+
+
+class InvalidTopicError(TriologClientError):
+    code = ErrorCode.INVALID_TOPIC_EXCEPTION
+
+
+class TopicAuthorizationFailedError(TriologClientError):
+    code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+
+
+class InvalidTimestampError(TriologClientError):
+    code = ErrorCode.INVALID_TIMESTAMP
+
+
+class UnsupportedVersionError(TriologClientError):
+    code = ErrorCode.UNSUPPORTED_VERSION
+
+
+class TopicAlreadyExistsError(TriologClientError):
+    code = ErrorCode.TOPIC_ALREADY_EXISTS
+
+
+class InvalidPartitionsError(TriologClientError):
+    code = ErrorCode.INVALID_PARTITIONS
+
+
+class InvalidReplicationFactorError(TriologClientError):
+    code = ErrorCode.INVALID_REPLICATION_FACTOR
+
+
+class InvalidConfigError(TriologClientError):
+    code = ErrorCode.INVALID_CONFIG
+
+
+class InvalidRequestError(TriologClientError):
+    code = ErrorCode.INVALID_REQUEST
+
+
+class UnsupportedForMessageFormatError(TriologClientError):
+    code = ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT
+
+
+class PolicyViolationError(TriologClientError):
+    code = ErrorCode.POLICY_VIOLATION
+
+
+class KafkaStorageError(TriologClientError):
+    code = ErrorCode.KAFKA_STORAGE_ERROR
+
+
+class SaslAuthenticationFailedError(TriologClientError):
+    code = ErrorCode.SASL_AUTHENTICATION_FAILED
+
+
+class InvalidRecordError(TriologClientError):
+    code = ErrorCode.INVALID_RECORD
+
+
+_BY_CODE: dict[int, type[TriologClientError]] = {
+    cls.code: cls
+    for cls in (
+        UnknownServerError, OffsetOutOfRangeError, CorruptMessageError, UnknownTopicOrPartitionError,
+        RequestTimedOutError, MessageTooLargeError, InvalidTopicError, TopicAuthorizationFailedError,
+        InvalidTimestampError, UnsupportedVersionError, TopicAlreadyExistsError, InvalidPartitionsError,
+        InvalidReplicationFactorError, InvalidConfigError, InvalidRequestError,
+        UnsupportedForMessageFormatError, PolicyViolationError, KafkaStorageError,
+        SaslAuthenticationFailedError, InvalidRecordError,
+    )
+}
+
+
+def error_class(code: int) -> type[TriologClientError]:
+    """The exception class for a wire error code; unknown codes get the base class."""
+    return _BY_CODE.get(code, TriologClientError)
+
+
+def error_for(code: int, error_message: str | None = None, *, topic: str | None = None,
+              partition: int | None = None) -> TriologClientError:
+    """The exception for a non-zero wire error code, carrying the broker's message."""
+    if code == ErrorCode.NONE:
+        raise ValueError("error code 0 (NONE) is not an error")
+    try:
+        code = ErrorCode(code)
+    except ValueError:
+        pass  # a code this client does not know: keep the number
+    return error_class(code)(error_message, code=code, topic=topic, partition=partition)
+
+
+# --- client-side errors (no wire code) --------------------------------------------------------
+
+
+class BrokerConnectionError(TriologClientError):
+    """The connection to the broker failed."""
+
+
+class RequestNotSentError(BrokerConnectionError):
+    """The connection failed before the whole request frame was written.
+
+    The broker only acts on whole frames, so the request had no effect: safe to retry.
+    """
+
+    retriable = True
+
+
+class ResponseLostError(BrokerConnectionError):
+    """The request was written but no response came (connection lost, or request timeout).
+
+    The broker may or may not have acted on it. Never retried for produce: that could duplicate.
+    """
+
+
+class InvalidResponseError(ResponseLostError):
+    """The broker answered with bytes the protocol forbids; the connection is dropped."""
+
+
+class ClientTimeoutError(TriologClientError):
+    """A client-side wait (metadata, ``future.get(timeout)``, buffer space) ran out of time."""
+
+
+class ProducerClosedError(TriologClientError):
+    """send() after close(), or a record still buffered when close() gave up waiting."""
+
+
+class NoOffsetForPartitionError(TriologClientError):
+    """The consumer has no position for a partition and ``auto_offset_reset`` is ``"none"``."""

@@ -1,0 +1,82 @@
+"""Operations as generators, so the sync and the trio APIs share every line of client logic.
+
+An operation (metadata lookup, fetch, produce round trip, admin call...) is a generator that
+yields *effects*, :class:`Call` (send this request, give me the response) or :class:`Sleep`, and
+gets the outcome sent back (or the exception thrown in). It never touches a socket or a clock
+API of its own flavour. :func:`run_sync` drives one over a blocking connection;
+:func:`client.aio.run_async` drives the same generator over a trio connection.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Generator
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+from protocol import messages as m
+
+from .errors import error_for
+
+__all__ = ["Call", "Op", "Sleep", "check_response", "run_sync"]
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """Send ``request`` (its ``id`` is assigned by the connection) and return the response dict.
+
+    Returns None at once for a request that gets no response (produce with acks=0).
+    ``timeout_s`` bounds the wait for the response; past it the connection is dropped.
+    """
+
+    request: m.Request
+    timeout_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class Sleep:
+    seconds: float
+
+
+Effect = Call | Sleep
+Op = Generator[Effect, Any, T]
+
+
+class SyncCaller(Protocol):
+    def call(self, request: m.Request, timeout_s: float) -> dict | None: ...
+
+
+def run_sync(op: Op[T], conn: SyncCaller) -> T:
+    """Drive ``op`` to completion with blocking I/O; returns its value or raises its exception."""
+    value: Any = None
+    error: BaseException | None = None
+    try:
+        while True:
+            try:
+                effect = op.throw(error) if error is not None else op.send(value)
+            except StopIteration as stop:
+                return stop.value
+            value = error = None
+            try:
+                if isinstance(effect, Call):
+                    value = conn.call(effect.request, effect.timeout_s)
+                else:
+                    time.sleep(max(0.0, effect.seconds))
+            except Exception as exc:  # handed to the operation, which decides (retry, or re-raise)
+                error = exc
+    finally:
+        op.close()  # interrupted (KeyboardInterrupt...): let the operation clean up now
+
+
+def check_response(doc: dict) -> dict:
+    """Raise the typed exception of a request-level error; return ``doc`` otherwise."""
+    if doc["error_code"]:
+        raise error_for(doc["error_code"], doc.get("error_message"))
+    return doc
+
+
+def now() -> float:
+    """The monotonic clock every operation uses for deadlines (trio's default clock agrees)."""
+    return time.monotonic()

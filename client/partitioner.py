@@ -1,0 +1,82 @@
+"""Kafka's default partitioning, so records written by Kafka clients and by ours land alike.
+
+Keyed records: ``toPositive(murmur2(key)) % numPartitions``, exactly Java's
+``BuiltInPartitioner.partitionForKey`` (murmur2 with seed 0x9747b28c, ``toPositive`` = clear the
+sign bit). Keyless records: the sticky partitioner (KIP-480): every record goes to one partition
+until a new batch would have to be started there, then a different partition is picked at random.
+"""
+
+from __future__ import annotations
+
+import random
+
+__all__ = ["StickyPartitioner", "murmur2", "partition_for_key", "to_positive"]
+
+_SEED = 0x9747B28C
+_M = 0x5BD1E995
+_MASK = 0xFFFFFFFF
+
+
+def murmur2(data: bytes) -> int:
+    """Java's ``Utils.murmur2``: a *signed* 32-bit hash, as the Java client computes it."""
+    length = len(data)
+    h = (_SEED ^ length) & _MASK
+    tail = length & ~3
+    for i in range(0, tail, 4):
+        k = data[i] | (data[i + 1] << 8) | (data[i + 2] << 16) | (data[i + 3] << 24)
+        k = (k * _M) & _MASK
+        k ^= k >> 24
+        k = (k * _M) & _MASK
+        h = ((h * _M) & _MASK) ^ k
+    remaining = length & 3
+    if remaining == 3:
+        h ^= data[tail + 2] << 16
+    if remaining >= 2:
+        h ^= data[tail + 1] << 8
+    if remaining >= 1:
+        h ^= data[tail]
+        h = (h * _M) & _MASK
+    h ^= h >> 13
+    h = (h * _M) & _MASK
+    h ^= h >> 15
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def to_positive(number: int) -> int:
+    """Java's ``Utils.toPositive``: ``number & 0x7fffffff`` (not abs(), which overflows)."""
+    return number & 0x7FFFFFFF
+
+
+def partition_for_key(key: bytes, num_partitions: int) -> int:
+    if num_partitions <= 0:
+        raise ValueError(f"a topic has at least one partition, got {num_partitions}")
+    return to_positive(murmur2(key)) % num_partitions
+
+
+class StickyPartitioner:
+    """The current sticky partition per topic, switched when a new batch would be needed.
+
+    Not thread-safe: the accumulator calls it under its lock.
+    """
+
+    def __init__(self, rng: random.Random | None = None) -> None:
+        self._current: dict[str, int] = {}
+        self._rng = rng or random.Random()
+
+    def current(self, topic: str, num_partitions: int) -> int:
+        partition = self._current.get(topic)
+        if partition is None or partition >= num_partitions:
+            partition = self._current[topic] = self._rng.randrange(num_partitions)
+        return partition
+
+    def next(self, topic: str, num_partitions: int) -> int:
+        """Move ``topic`` to another partition (a different one whenever there are two or more)."""
+        previous = self._current.get(topic)
+        if num_partitions == 1 or previous is None or previous >= num_partitions:
+            partition = self._rng.randrange(num_partitions)
+        else:
+            partition = self._rng.randrange(num_partitions - 1)
+            if partition >= previous:
+                partition += 1
+        self._current[topic] = partition
+        return partition

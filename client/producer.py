@@ -1,0 +1,131 @@
+"""The blocking producer: send() from any thread, a background sender thread for linger and I/O.
+
+All decisions (partitioning, batching, retries) live in :mod:`client.producer_core`; this module
+only adds threads and waiting.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from .accumulator import RecordFuture
+from .connection import DEFAULT_BOOTSTRAP, SyncConnection
+from .errors import ClientTimeoutError, ProducerClosedError
+from .ops import run_sync
+from .producer_core import ProducerConfig, ProducerCore
+from .types import RecordMetadata
+
+__all__ = ["FutureRecordMetadata", "Producer"]
+
+
+class FutureRecordMetadata(RecordFuture):
+    """What :meth:`Producer.send` returns; ``.get(timeout)`` blocks for the RecordMetadata."""
+
+    __slots__ = ("_event",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._event = threading.Event()
+
+    def _wake(self) -> None:
+        self._event.set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self._event.wait(timeout)
+
+    def get(self, timeout: float | None = None) -> RecordMetadata:
+        """The record's (topic, partition, offset, timestamp); raises its typed error if it failed."""
+        if not self._event.wait(timeout):
+            raise ClientTimeoutError(f"record not acknowledged within {timeout} s")
+        return self.result()
+
+
+class Producer:
+    """``Producer("host:port", linger_ms=5, batch_size=16384, compression="zstd", acks=-1)``.
+
+    Keyword arguments are :class:`~client.producer_core.ProducerConfig` fields. Use as a context
+    manager, or call :meth:`close`, so that buffered records are sent.
+    """
+
+    def __init__(self, bootstrap_servers: str = DEFAULT_BOOTSTRAP, **config) -> None:
+        self.config = ProducerConfig(**config)
+        self._conn = SyncConnection(bootstrap_servers, client_id=self.config.client_id)
+        self._core = ProducerCore(self.config)
+        self._wakeup = threading.Event()
+        self._space = threading.Condition()
+        self._closed = False
+        self._stopping = False
+        self._sender = threading.Thread(target=self._run, name="triolog-producer-sender", daemon=True)
+        self._sender.start()
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def send(self, topic: str, value=None, key=None, headers=(), partition: int | None = None,
+             timestamp_ms: int | None = None) -> FutureRecordMetadata:
+        """Queue one record; returns at once (after metadata, if the topic is new to us).
+
+        ``key``/``value``: bytes, str (UTF-8) or None. ``headers``: (str, bytes|None) pairs.
+        ``partition`` None: murmur2 of the key, or the sticky partition for a keyless record.
+        """
+        if self._closed:
+            raise ProducerClosedError("send() after close()", topic=topic)
+        record = run_sync(self._core.prepare_op(topic, value, key, headers, partition, timestamp_ms), self._conn)
+        if not self._core.has_space(record):
+            with self._space:
+                if not self._space.wait_for(lambda: self._core.has_space(record), self.config.max_block_ms / 1000):
+                    raise ClientTimeoutError(
+                        f"buffer_memory ({self.config.buffer_memory} bytes) still full after {self.config.max_block_ms} ms",
+                        topic=topic)
+        future = FutureRecordMetadata()
+        if self._core.append(record, future):
+            self._wakeup.set()
+        return future
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Send everything buffered now, without waiting for linger; wait until each is acknowledged
+        (or failed: flush does not raise record errors, the futures hold them)."""
+        futures = self._core.accumulator.begin_flush()
+        self._wakeup.set()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            for future in futures:
+                remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+                if not future.wait(remaining):
+                    raise ClientTimeoutError(f"flush did not complete within {timeout} s")
+        finally:
+            self._core.accumulator.end_flush()
+
+    def close(self, timeout: float | None = None) -> None:
+        """Flush, stop the sender and disconnect. Records still unsent after ``timeout`` seconds
+        fail with ProducerClosedError."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.flush(timeout)
+        except ClientTimeoutError:
+            pass
+        finally:
+            self._stopping = True
+            self._wakeup.set()
+            self._sender.join(timeout)
+            self._core.abort_queued("the producer was closed before the record was sent")
+            self._conn.close()
+
+    def _run(self) -> None:
+        accumulator = self._core.accumulator
+        while not self._stopping:
+            self._wakeup.clear()
+            batches = accumulator.drain(time.monotonic())
+            if batches:
+                run_sync(self._core.send_op(batches), self._conn)
+                with self._space:
+                    self._space.notify_all()
+                continue
+            deadline = accumulator.next_deadline()
+            self._wakeup.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))

@@ -1,0 +1,241 @@
+"""The producer's logic, shared by :class:`client.Producer` and :class:`client.aio.AsyncProducer`.
+
+The flavours only decide *when* to run these operations (a sender thread, or a trio task).
+
+Retry rule
+----------
+A batch is sent again only when the broker cannot have appended it:
+
+* :class:`~client.errors.RequestNotSentError`: the connection failed (or could not be opened)
+  before the whole request frame was written. The broker acts on whole frames only.
+* ``UNKNOWN_TOPIC_OR_PARTITION`` for the partition: the broker refused it before appending. The
+  metadata is refreshed first (which also asks the broker to auto-create the topic, as Kafka's
+  producer does); if the topic exists but has no such partition the batch fails at once, since
+  waiting cannot make the partition appear.
+
+Retries wait ``retry_backoff_ms`` and stop after ``retries`` attempts or once the batch is older
+than ``delivery_timeout_ms``; the batch then fails with the last error. A retried batch goes back
+to the head of its partition's queue and only one produce request is in flight at a time, so
+retries never reorder records. Everything else fails the batch's futures without a retry, in
+particular a connection lost after the request was written (:class:`ResponseLostError`) and
+``REQUEST_TIMED_OUT`` (appended, fsync unconfirmed): the records may be in the log, and sending
+them again could store them twice. Records are never silently duplicated.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from protocol import messages as m
+from protocol.errors import ErrorCode
+from protocol.record_batch import CompressionType
+
+from .accumulator import Headers, ProducerBatch, RecordAccumulator, RecordFuture, normalize_headers, to_bytes
+from .errors import InvalidResponseError, ProducerClosedError, TriologClientError, error_for
+from .metadata import MetadataCache
+from .ops import Call, Op, check_response, now
+from .partitioner import partition_for_key
+
+__all__ = ["ProducerConfig", "ProducerCore", "parse_compression"]
+
+
+def parse_compression(value: str | int | CompressionType | None) -> CompressionType:
+    """``none``/``gzip``/``snappy``/``lz4``/``zstd`` (Kafka's ``compression.type`` names)."""
+    if value is None:
+        return CompressionType.NONE
+    if isinstance(value, str):
+        try:
+            return CompressionType[value.strip().upper()]
+        except KeyError:
+            names = ", ".join(c.kafka_name for c in CompressionType)
+            raise ValueError(f"compression must be one of {names}, got {value!r}") from None
+    return CompressionType(value)
+
+
+@dataclass(frozen=True)
+class ProducerConfig:
+    """Kafka's producer settings, with Kafka's defaults (``linger_ms`` as in Kafka 4.0)."""
+
+    acks: int = -1
+    linger_ms: float = 5
+    batch_size: int = 16384
+    compression: CompressionType | str = CompressionType.NONE
+    compression_level: int | None = None
+    retries: int = 2**31 - 1
+    retry_backoff_ms: int = 100
+    delivery_timeout_ms: int = 120_000
+    request_timeout_ms: int = 30_000
+    #: How long send() may wait for metadata or buffer space before raising.
+    max_block_ms: int = 60_000
+    buffer_memory: int = 32 * 1024 * 1024
+    metadata_max_age_ms: int = 300_000
+    client_id: str = "triolog-producer"
+
+    def __post_init__(self) -> None:
+        acks = {"all": -1, "-1": -1, "1": 1, "0": 0}.get(self.acks, self.acks) if isinstance(self.acks, str) else self.acks
+        if acks not in (0, 1, -1):
+            raise ValueError(f"acks must be 0, 1 or -1 ('all'), got {self.acks!r}")
+        object.__setattr__(self, "acks", acks)
+        object.__setattr__(self, "compression", parse_compression(self.compression))
+        if self.batch_size < 0 or self.linger_ms < 0:
+            raise ValueError("batch_size and linger_ms cannot be negative")
+
+
+class PreparedRecord(NamedTuple):
+    """A record checked and partition-resolved by prepare_op, ready for the accumulator."""
+
+    topic: str
+    partition: int | None  # None: keyless, the accumulator picks the sticky partition
+    num_partitions: int | None
+    key: bytes | None
+    value: bytes | None
+    timestamp: int
+    headers: Headers
+    size: int
+
+
+class ProducerCore:
+    def __init__(self, config: ProducerConfig) -> None:
+        self.config = config
+        self.metadata = MetadataCache(max_age_s=config.metadata_max_age_ms / 1000,
+                                      request_timeout_s=config.request_timeout_ms / 1000,
+                                      retry_backoff_s=config.retry_backoff_ms / 1000)
+        self.accumulator = RecordAccumulator(batch_size=config.batch_size, linger_s=config.linger_ms / 1000)
+
+    # -- send() ------------------------------------------------------------------------------
+
+    def prepare_op(self, topic: str, value, key=None, headers=(), partition: int | None = None,
+                   timestamp_ms: int | None = None) -> Op[PreparedRecord]:
+        """Check and encode one record and resolve its partition (metadata only when needed)."""
+        if not isinstance(topic, str) or not topic:
+            raise TypeError(f"topic must be a non-empty str, got {topic!r}")
+        key, value = to_bytes(key, "key"), to_bytes(value, "value")
+        headers = normalize_headers(headers)
+        timestamp = int(time.time() * 1000) if timestamp_ms is None else int(timestamp_ms)
+        num_partitions = None
+        if partition is not None:
+            if isinstance(partition, bool) or not isinstance(partition, int) or partition < 0:
+                raise ValueError(f"partition must be an int >= 0, got {partition!r}")
+        else:
+            description = yield from self.metadata.topic_op(topic, self.config.max_block_ms / 1000)
+            num_partitions = len(description.partitions)
+            if key is not None:
+                partition = partition_for_key(key, num_partitions)
+        size = 80 + len(key or b"") + len(value or b"") + sum(len(k) + len(v or b"") for k, v in headers)
+        return PreparedRecord(topic, partition, num_partitions, key, value, timestamp, headers, size)
+
+    def append(self, record: PreparedRecord, future: RecordFuture) -> bool:
+        """Accumulate; True when the sender should wake up."""
+        return self.accumulator.append(record.topic, record.partition, record.num_partitions, record.key,
+                                       record.value, record.timestamp, record.headers, future, now())
+
+    def has_space(self, record: PreparedRecord) -> bool:
+        held = self.accumulator.buffered_bytes
+        return held == 0 or held + record.size <= self.config.buffer_memory
+
+    # -- the sender ----------------------------------------------------------------------------
+
+    def produce_request(self, batches: list[ProducerBatch]) -> m.ProduceRequest:
+        by_topic: dict[str, list[m.ProducePartition]] = {}
+        config = self.config
+        for batch in batches:
+            records = batch.encode(config.compression, config.compression_level)
+            by_topic.setdefault(batch.tp.topic, []).append(m.ProducePartition(partition=batch.tp.partition, records=records))
+        topics = tuple(m.ProduceTopic(name=name, partitions=tuple(parts)) for name, parts in by_topic.items())
+        return m.ProduceRequest(id=0, acks=config.acks, timeout_ms=config.request_timeout_ms, topics=topics)
+
+    def send_op(self, batches: list[ProducerBatch]) -> Op[None]:
+        """One produce round trip for ``batches`` (one per partition): every batch ends completed,
+        failed, or put back for a retry. Never raises: errors go to the records' futures."""
+        try:
+            yield from self._send_op(batches)
+        except GeneratorExit:  # the driver was cancelled mid-request: the outcome is unknown
+            self.fail_unfinished(batches, ProducerClosedError(
+                "the producer stopped before the broker answered; the records may or may not be in the log"))
+            raise
+        except BaseException as exc:
+            self.fail_unfinished(batches, exc)
+            if not isinstance(exc, Exception):
+                raise
+
+    def _send_op(self, batches: list[ProducerBatch]) -> Op[None]:
+        request = self.produce_request(batches)
+        timeout_s = self.config.request_timeout_ms / 1000 + 5.0  # the broker's own wait, plus slack
+        try:
+            doc = yield Call(request, timeout_s)
+        except TriologClientError as exc:  # RequestNotSentError is retriable; ResponseLostError is not
+            for batch in batches:
+                self._retry_or_fail(batch, exc)
+            return
+        if doc is None:  # acks=0: no response, no offsets (Kafka reports -1)
+            for batch in batches:
+                self._complete(batch, -1, -1)
+            return
+        try:
+            check_response(doc)
+        except TriologClientError as exc:
+            self.fail_unfinished(batches, exc)
+            return
+        results = {(t["name"], p["partition"]): p for t in doc["topics"] for p in t["partitions"]}
+        unknown: list[tuple[ProducerBatch, TriologClientError]] = []
+        for batch in batches:
+            result = results.get(batch.tp)
+            if result is None:
+                self._fail(batch, InvalidResponseError("the produce response has no result for this partition",
+                                                       topic=batch.tp.topic, partition=batch.tp.partition))
+            elif result["error_code"] == ErrorCode.NONE:
+                self._complete(batch, result["base_offset"], result["log_append_time"])
+            else:
+                error = error_for(result["error_code"], result.get("error_message"),
+                                  topic=batch.tp.topic, partition=batch.tp.partition)
+                if result["error_code"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                    unknown.append((batch, error))
+                else:
+                    self._fail(batch, error)
+        if unknown:
+            yield from self._handle_unknown_op(unknown)
+
+    def _handle_unknown_op(self, unknown: list[tuple[ProducerBatch, TriologClientError]]) -> Op[None]:
+        topics = sorted({batch.tp.topic for batch, _ in unknown})
+        for topic in topics:
+            self.metadata.invalidate(topic)
+        try:
+            entries = yield from self.metadata.fetch_op(topics)
+        except TriologClientError:
+            entries = {}
+        for batch, error in unknown:
+            entry = entries.get(batch.tp.topic)
+            if entry is not None and entry["error_code"] == ErrorCode.NONE:
+                if batch.tp.partition not in {p["partition"] for p in entry["partitions"]}:
+                    self._fail(batch, error)  # the topic exists without this partition: waiting cannot help
+                    continue
+            self._retry_or_fail(batch, error)
+
+    def _retry_or_fail(self, batch: ProducerBatch, error: TriologClientError) -> None:
+        config = self.config
+        retry_at = now() + config.retry_backoff_ms / 1000
+        if (error.retriable and batch.attempts < config.retries
+                and retry_at < batch.created + config.delivery_timeout_ms / 1000):
+            self.accumulator.requeue(batch, retry_at)
+        else:
+            self._fail(batch, error)
+
+    def _complete(self, batch: ProducerBatch, base_offset: int, log_append_time: int) -> None:
+        if self.accumulator.finish(batch):
+            batch.complete(base_offset, log_append_time)
+
+    def _fail(self, batch: ProducerBatch, error: BaseException) -> None:
+        if self.accumulator.finish(batch):
+            batch.fail(error)
+
+    def fail_unfinished(self, batches: list[ProducerBatch], error: BaseException) -> None:
+        for batch in batches:
+            self._fail(batch, error)
+
+    def abort_queued(self, reason: str) -> None:
+        """Fail every batch not yet sent (close() gave up waiting)."""
+        for batch in self.accumulator.take_all():
+            self._fail(batch, ProducerClosedError(reason, topic=batch.tp.topic, partition=batch.tp.partition))
+

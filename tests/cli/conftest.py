@@ -1,0 +1,58 @@
+"""Fixtures: the REAL broker as a subprocess, and the CLI run as a subprocess against it."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+
+import pytest
+
+from tests.e2e.broker_process import ROOT, BrokerProcess
+
+_names = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def broker(tmp_path_factory) -> BrokerProcess:
+    process = BrokerProcess(tmp_path_factory.mktemp("cli-broker") / "data").start()
+    yield process
+    process.kill()
+
+
+@pytest.fixture
+def topic(request) -> str:
+    return re.sub(r"[^a-zA-Z0-9._-]", "_", request.node.name)[:180] + f"-{next(_names)}"
+
+
+@dataclass
+class Result:
+    code: int
+    stdout: bytes
+    stderr: str
+
+    @property
+    def out(self) -> str:
+        return self.stdout.decode()
+
+
+@pytest.fixture
+def triolog():
+    """``triolog(*args, stdin=b"")``: ``python -m broker.cli ARGS`` as a subprocess."""
+
+    def run(*args: str, stdin: bytes = b"", timeout: float = 20) -> Result:
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        done = subprocess.run([sys.executable, "-m", "broker.cli", *args], input=stdin, capture_output=True,
+                              cwd=ROOT, env=env, timeout=timeout)
+        return Result(done.returncode, done.stdout, done.stderr.decode(errors="replace"))
+
+    return run
+
+
+@pytest.fixture
+def server(broker) -> list[str]:
+    """The ``--bootstrap-server`` option for the session broker."""
+    return ["--bootstrap-server", f"127.0.0.1:{broker.port}"]

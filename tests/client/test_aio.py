@@ -1,0 +1,96 @@
+"""The trio API against the real broker (pytest-trio, trio_mode): same behaviour as the sync one."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+from client import NewTopic, OffsetOutOfRangeError, TopicAlreadyExistsError, TopicPartition
+from client.aio import AsyncAdminClient, AsyncConsumer, AsyncProducer
+from client.partitioner import partition_for_key
+
+
+async def test_aio_producer_and_consumer_round_trip(bootstrap, topic):
+    async with AsyncAdminClient(bootstrap) as admin:
+        await admin.create_topics([NewTopic(topic, 3)])
+    async with AsyncProducer(bootstrap, linger_ms=20, compression="lz4") as producer:
+        futures = [await producer.send(topic, b"v%d" % i, key=b"k%d" % i, headers=[("i", b"%d" % i)])
+                   for i in range(30)]
+        metadata = [await f for f in futures]
+    assert [md.partition for md in metadata] == [partition_for_key(b"k%d" % i, 3) for i in range(30)]
+    async with AsyncConsumer(bootstrap, auto_offset_reset="earliest", consumer_timeout_ms=300) as consumer:
+        consumer.subscribe(topic)
+        records = [record async for record in consumer]
+    assert sorted(r.value for r in records) == sorted(b"v%d" % i for i in range(30))
+    assert all(r.headers == (("i", r.value[1:]),) for r in records)
+    assert {(r.partition, r.offset) for r in records} == {(md.partition, md.offset) for md in metadata}
+
+
+async def test_aio_concurrent_requests_are_pipelined_and_matched_by_id(bootstrap, topic):
+    names = [f"{topic}-{i}" for i in range(20)]
+    results = {}
+    async with AsyncAdminClient(bootstrap) as admin:
+        await admin.create_topics([NewTopic(name, 1 + i % 3) for i, name in enumerate(names)])
+
+        async def describe(name):
+            results[name] = (await admin.describe_configs([name]), await admin.list_offsets({(name, 0): -1}))
+
+        async with trio.open_nursery() as nursery:  # 20 tasks share the admin's one connection
+            for name in names:
+                nursery.start_soon(describe, name)
+        described = await admin.describe_topics(names)
+    assert sorted(results) == sorted(names)
+    assert all(list(results[name][0]) == [name] for name in names)  # each got the answer to its own request
+    assert {name: len(d.partitions) for name, d in described.items()} == {n: 1 + i % 3 for i, n in enumerate(names)}
+
+
+async def test_aio_linger_and_flush(bootstrap, topic):
+    async with AsyncProducer(bootstrap, linger_ms=60_000) as producer:
+        future = await producer.send(topic, b"held", partition=0)
+        await trio.sleep(0.1)
+        assert not future.done()
+        with trio.fail_after(5):
+            await producer.flush()
+        assert (await future).offset == 0
+
+
+async def test_aio_consumer_seeks_and_typed_errors(bootstrap, topic):
+    tp = TopicPartition(topic, 0)
+    async with AsyncProducer(bootstrap) as producer:
+        for i in range(5):
+            await producer.send(topic, b"%d" % i, partition=0, timestamp_ms=1000 * (i + 1))
+    async with AsyncConsumer(bootstrap, auto_offset_reset="none") as consumer:
+        consumer.assign([tp])
+        consumer.seek_to_timestamp(3000)
+        assert await consumer.position(tp) == 2
+        assert [r.value for r in await consumer.poll(2000)] == [b"2", b"3", b"4"]
+        consumer.seek_to_beginning()
+        assert [r.offset for r in await consumer.poll(2000)] == [0, 1, 2, 3, 4]
+        consumer.seek(tp, 42)
+        with pytest.raises(OffsetOutOfRangeError):
+            await consumer.poll(500)
+    async with AsyncAdminClient(bootstrap) as admin:
+        with pytest.raises(TopicAlreadyExistsError):
+            await admin.create_topics([topic])
+
+
+async def test_aio_long_poll_is_woken_by_a_concurrent_producer(bootstrap, topic):
+    tp = TopicPartition(topic, 0)
+    async with AsyncAdminClient(bootstrap) as admin:
+        await admin.create_topics([NewTopic(topic, 1)])
+    async with AsyncConsumer(bootstrap, fetch_max_wait_ms=10_000) as consumer, \
+            AsyncProducer(bootstrap) as producer:
+        consumer.assign([tp])
+        await consumer.position(tp)
+
+        async def produce_later():
+            await trio.sleep(0.3)
+            await producer.send(topic, b"wake", partition=0)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(produce_later)
+            start = trio.current_time()
+            with trio.fail_after(5):
+                records = await consumer.poll(10_000)
+        assert [r.value for r in records] == [b"wake"]
+        assert 0.2 < trio.current_time() - start < 5

@@ -1,0 +1,198 @@
+"""The sync consumer against the real broker: positions, seeks, long polls, resets, typed errors."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from client import (Consumer, NewTopic, NoOffsetForPartitionError, OffsetAndTimestamp, OffsetOutOfRangeError,
+                    Producer, TopicPartition, UnknownTopicOrPartitionError)
+
+
+def _produce(bootstrap, topic, values, partition=0, timestamps=None, linger_ms=0):
+    with Producer(bootstrap, linger_ms=linger_ms) as producer:
+        futures = [producer.send(topic, v, partition=partition,
+                                 timestamp_ms=None if timestamps is None else timestamps[i])
+                   for i, v in enumerate(values)]
+    return [f.get(5) for f in futures]
+
+
+@pytest.fixture
+def filled(bootstrap, admin, topic):
+    """``topic`` with one partition holding v0..v9 in ONE batch, timestamps 1000, 2000, ... 10000."""
+    admin.create_topics([NewTopic(topic, 1)])
+    _produce(bootstrap, topic, [b"v%d" % i for i in range(10)], timestamps=[1000 * (i + 1) for i in range(10)],
+             linger_ms=60_000)
+    return TopicPartition(topic, 0)
+
+
+def _values(records):
+    return [r.value for r in records]
+
+
+def test_consumer_seek_to_beginning_end_and_offset(bootstrap, filled):
+    with Consumer(bootstrap) as consumer:
+        consumer.assign([filled])
+        consumer.seek_to_beginning()
+        assert consumer.position(filled) == 0
+        assert _values(consumer.poll(2000)) == [b"v%d" % i for i in range(10)]
+        assert consumer.position(filled) == 10
+        consumer.seek(filled, 7)
+        assert [(r.offset, r.value) for r in consumer.poll(2000)] == [(7, b"v7"), (8, b"v8"), (9, b"v9")]
+        consumer.seek_to_end(filled)
+        assert consumer.position(filled) == 10
+        assert consumer.poll(0) == []
+
+
+def test_consumer_skips_records_below_the_position_inside_a_batch(bootstrap, filled):
+    with Consumer(bootstrap) as consumer:
+        consumer.assign([filled])
+        consumer.seek(filled, 4)  # the broker returns the whole batch starting at offset 0
+        records = consumer.poll(2000)
+    assert [r.offset for r in records] == [4, 5, 6, 7, 8, 9]
+
+
+def test_consumer_seek_to_timestamp_and_offsets_for_times(bootstrap, filled):
+    with Consumer(bootstrap) as consumer:
+        consumer.assign([filled])
+        assert consumer.offsets_for_times({filled: 3500}) == {filled: OffsetAndTimestamp(3, 4000)}
+        assert consumer.offsets_for_times({filled: 99_000}) == {filled: None}
+        consumer.seek_to_timestamp(5000)
+        records = consumer.poll(2000)
+        assert [(r.offset, r.timestamp) for r in records][:2] == [(4, 5000), (5, 6000)]
+        consumer.seek_to_timestamp(99_000)  # later than every record: the log end
+        assert consumer.position(filled) == 10
+
+
+def test_consumer_starts_at_the_log_end_by_default_like_kafka(bootstrap, filled):
+    with Consumer(bootstrap) as consumer:
+        consumer.assign([filled])
+        assert consumer.poll(200) == []
+        _produce(bootstrap, filled.topic, [b"late"])
+        assert _values(consumer.poll(2000)) == [b"late"]
+
+
+def test_consumer_long_poll_returns_as_soon_as_a_record_arrives(bootstrap, filled):
+    with Consumer(bootstrap, fetch_max_wait_ms=10_000) as consumer:
+        consumer.assign([filled])
+        consumer.seek_to_end()
+        consumer.position(filled)
+        producer = threading.Timer(0.3, _produce, (bootstrap, filled.topic, [b"wake"]))
+        producer.start()
+        start = time.monotonic()
+        records = consumer.poll(10_000)
+        waited = time.monotonic() - start
+        producer.join(10)
+    assert _values(records) == [b"wake"]
+    assert 0.2 < waited < 5
+
+
+def test_consumer_poll_waits_its_timeout_when_nothing_comes(bootstrap, filled):
+    with Consumer(bootstrap) as consumer:
+        consumer.assign([filled])
+        consumer.seek_to_end()
+        start = time.monotonic()
+        assert consumer.poll(400) == []
+        assert 0.35 < time.monotonic() - start < 3
+
+
+def test_consumer_offset_out_of_range_raises_a_typed_error_when_reset_is_none(bootstrap, filled):
+    with Consumer(bootstrap, auto_offset_reset="none") as consumer:
+        consumer.assign([filled])
+        consumer.seek(filled, 50)
+        with pytest.raises(OffsetOutOfRangeError) as info:
+            consumer.poll(1000)
+    assert (info.value.topic, info.value.partition) == (filled.topic, 0)
+    assert info.value.error_message
+
+
+def test_consumer_without_a_position_and_reset_none_raises(bootstrap, filled):
+    with Consumer(bootstrap, auto_offset_reset="none") as consumer:
+        consumer.assign([filled])
+        with pytest.raises(NoOffsetForPartitionError):
+            consumer.poll(0)
+
+
+def test_consumer_out_of_range_position_resets_to_earliest(bootstrap, admin, filled):
+    with Consumer(bootstrap, auto_offset_reset="earliest") as consumer:
+        consumer.assign([filled])
+        consumer.seek(filled, 2)
+        admin.delete_records({filled: 6})  # the position now lies below the log start
+        records = consumer.poll(2000)
+    assert [r.offset for r in records] == [6, 7, 8, 9]
+
+
+def test_consumer_unknown_partition_raises_a_typed_error(bootstrap, filled):
+    with Consumer(bootstrap) as consumer:
+        consumer.assign([(filled.topic, 9)])
+        with pytest.raises(UnknownTopicOrPartitionError):
+            consumer.poll(0)  # resolving the start position (list_offsets) fails
+        consumer.seek((filled.topic, 9), 0)
+        with pytest.raises(UnknownTopicOrPartitionError) as info:
+            consumer.poll(0)  # and so does the fetch
+    assert info.value.partition == 9
+
+
+def test_consumer_subscribe_reads_every_partition(bootstrap, admin, topic):
+    admin.create_topics([NewTopic(topic, 3)])
+    for partition in range(3):
+        _produce(bootstrap, topic, [b"p%d" % partition], partition=partition)
+    with Consumer(bootstrap, auto_offset_reset="earliest") as consumer:
+        consumer.subscribe(topic)
+        records = []
+        deadline = time.monotonic() + 5
+        while len(records) < 3 and time.monotonic() < deadline:
+            records += consumer.poll(500)
+        assert consumer.assignment() == {TopicPartition(topic, p) for p in range(3)}
+    assert sorted((r.partition, r.value) for r in records) == [(0, b"p0"), (1, b"p1"), (2, b"p2")]
+
+
+def test_consumer_max_poll_records_limits_each_poll_and_keeps_the_position(bootstrap, filled):
+    with Consumer(bootstrap, auto_offset_reset="earliest", max_poll_records=4) as consumer:
+        consumer.assign([filled])
+        polls = [[r.offset for r in consumer.poll(2000)] for _ in range(3)]
+        assert consumer.position(filled) == 10
+    assert polls == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+
+
+def test_consumer_iteration_stops_after_consumer_timeout(bootstrap, filled):
+    with Consumer(bootstrap, auto_offset_reset="earliest", consumer_timeout_ms=300) as consumer:
+        consumer.assign([filled])
+        start = time.monotonic()
+        values = _values(list(consumer))
+    assert values == [b"v%d" % i for i in range(10)]
+    assert time.monotonic() - start < 3
+
+
+def test_consumer_beginning_and_end_offsets(bootstrap, admin, filled):
+    admin.delete_records({filled: 3})
+    with Consumer(bootstrap) as consumer:
+        assert consumer.beginning_offsets([filled]) == {filled: 3}
+        assert consumer.end_offsets([filled]) == {filled: 10}
+
+
+def test_consumer_poll_rides_out_a_broker_restart(broker_factory_port, topic):
+    start_broker, port = broker_factory_port
+    bootstrap = f"127.0.0.1:{port}"
+    first = start_broker()
+    tp = TopicPartition(topic, 0)
+    _produce(bootstrap, topic, [b"before"])
+    with Consumer(bootstrap, auto_offset_reset="earliest", retry_backoff_ms=50) as consumer:
+        consumer.assign([tp])
+        assert _values(consumer.poll(2000)) == [b"before"]
+        first.kill()
+
+        produced = []
+
+        def restart_and_produce():
+            start_broker()
+            produced.extend(_produce(bootstrap, topic, [b"after"]))
+
+        restarter = threading.Timer(0.2, restart_and_produce)
+        restarter.start()
+        records = consumer.poll(15_000)  # the fetch fails while the broker is down, then resumes
+        restarter.join(10)
+    assert [(r.offset, r.value) for r in records] == [(1, b"after")]
+    assert [md.offset for md in produced] == [1]

@@ -1,0 +1,253 @@
+"""The sync producer against the real broker: codecs, partitioning, batching, acks, errors, retries."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import pytest
+from kafka.partitioner.default import murmur2 as kafka_python_murmur2
+
+from client import (AdminClient, Consumer, InvalidTopicError, MessageTooLargeError, NewTopic, Producer, ResponseLostError,
+                    TopicPartition, UnknownTopicOrPartitionError)
+from protocol.record_batch import CompressionType
+
+
+def _consume_all(bootstrap, topic, partitions=(0,), expected=None, timeout_s=5.0):
+    """Every record of the partitions from the beginning (until ``expected`` are read, or idle)."""
+    with Consumer(bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=100) as consumer:
+        consumer.assign([(topic, p) for p in partitions])
+        records, deadline = [], time.monotonic() + timeout_s
+        while time.monotonic() < deadline and (expected is None or len(records) < expected):
+            batch = consumer.poll(200)
+            if not batch and expected is None:
+                break
+            records += batch
+        return records
+
+
+@pytest.mark.parametrize("codec", list(CompressionType), ids=lambda c: c.kafka_name)
+def test_producer_round_trip_for_every_codec(bootstrap, admin, topic, raw_batches, codec):
+    admin.create_topics([NewTopic(topic, 1)])
+    values = [(b"key-%d" % i, b"value %d " % i * 20, (("h", b"%d" % i),)) for i in range(50)]
+    with Producer(bootstrap, compression=codec.kafka_name, linger_ms=1000) as producer:
+        futures = [producer.send(topic, v, key=k, headers=h) for k, v, h in values]
+        producer.flush()
+        offsets = [f.get(5).offset for f in futures]
+    assert offsets == list(range(50))
+    assert {b.compression for b in raw_batches(topic)} == {codec}
+    records = _consume_all(bootstrap, topic, expected=50)
+    assert [(r.key, r.value, r.headers) for r in records] == values
+    assert [r.offset for r in records] == list(range(50))
+
+
+def test_producer_keyed_records_land_where_kafka_python_puts_them(bootstrap, admin, topic):
+    admin.create_topics([NewTopic(topic, 5)])
+    keys = [b"user-%d" % i for i in range(40)]
+    with Producer(bootstrap) as producer:
+        futures = {key: producer.send(topic, b"v", key=key) for key in keys}
+        placed = {key: f.get(5).partition for key, f in futures.items()}
+    assert placed == {key: (kafka_python_murmur2(key) & 0x7FFFFFFF) % 5 for key in keys}
+    stored = {r.key: r.partition for r in _consume_all(bootstrap, topic, range(5), expected=40)}
+    assert stored == placed
+    assert len(set(placed.values())) > 1
+
+
+def test_producer_keyless_records_stick_to_one_partition_per_batch(bootstrap, admin, topic, raw_batches):
+    admin.create_topics([NewTopic(topic, 4)])
+    with Producer(bootstrap, linger_ms=10_000) as producer:
+        first = [producer.send(topic, b"a%d" % i) for i in range(20)]
+        producer.flush()
+        second = [producer.send(topic, b"b%d" % i) for i in range(20)]
+        producer.flush()
+    first_partitions = {f.get(1).partition for f in first}
+    second_partitions = {f.get(1).partition for f in second}
+    assert len(first_partitions) == 1 and len(second_partitions) == 1
+    assert first_partitions != second_partitions  # a new batch moved to another partition
+    for partition in first_partitions | second_partitions:
+        assert [len(b) for b in raw_batches(topic, partition)] == [20]
+
+
+def test_producer_linger_holds_a_batch_until_it_expires(bootstrap, admin, topic, raw_batches):
+    admin.create_topics([NewTopic(topic, 1)])
+    with Producer(bootstrap, linger_ms=400) as producer:
+        start = time.monotonic()
+        futures = [producer.send(topic, b"r%d" % i) for i in range(5)]
+        time.sleep(0.15)
+        assert not any(f.done() for f in futures)  # still lingering
+        futures[-1].get(5)
+        elapsed = time.monotonic() - start
+    assert 0.35 <= elapsed < 3
+    assert [len(b) for b in raw_batches(topic)] == [5]  # one batch, sent when linger expired
+
+
+def test_producer_flush_sends_without_waiting_for_linger(bootstrap, admin, topic):
+    admin.create_topics([NewTopic(topic, 1)])
+    with Producer(bootstrap, linger_ms=60_000) as producer:
+        future = producer.send(topic, b"now")
+        start = time.monotonic()
+        producer.flush()
+        assert future.done() and time.monotonic() - start < 3
+        assert future.get(0).offset == 0
+
+
+def test_producer_batch_size_caps_each_batch(bootstrap, admin, topic, raw_batches):
+    admin.create_topics([NewTopic(topic, 1)])
+    with Producer(bootstrap, linger_ms=60_000, batch_size=400) as producer:
+        futures = [producer.send(topic, b"%02d" % i + b"." * 28) for i in range(40)]
+        producer.flush()
+    assert [f.get(1).offset for f in futures] == list(range(40))
+    batches = raw_batches(topic)
+    assert len(batches) > 3
+    assert all(b.size <= 400 for b in batches)
+    assert all(b.size + 40 > 400 for b in batches[:-1])  # each full batch had no room for one more
+    assert [r.value[:2] for b in batches for r in b] == [b"%02d" % i for i in range(40)]
+
+
+@pytest.mark.parametrize("acks", [0, 1, -1])
+def test_producer_acks_modes_all_store_the_records(bootstrap, admin, topic, acks):
+    admin.create_topics([NewTopic(topic, 1)])
+    with Producer(bootstrap, acks=acks) as producer:
+        results = [producer.send(topic, b"m%d" % i, partition=0).get(5) for i in range(3)]
+    # acks=0 gets no response, so no offsets (Kafka reports -1); the others report them
+    assert [r.offset for r in results] == ([-1, -1, -1] if acks == 0 else [0, 1, 2])
+    assert [r.value for r in _consume_all(bootstrap, topic, expected=3)] == [b"m0", b"m1", b"m2"]
+
+
+def test_producer_acks_all_is_the_default():
+    from client.producer_core import ProducerConfig
+
+    assert ProducerConfig().acks == -1 and ProducerConfig(acks="all").acks == -1
+
+
+def test_producer_null_key_tombstone_and_headers_round_trip(bootstrap, admin, topic):
+    admin.create_topics([NewTopic(topic, 1)])
+    headers = [("trace", b"abc"), ("trace", b"def"), ("empty", None), ("text", "é")]
+    with Producer(bootstrap) as producer:
+        producer.send(topic, None, key=b"gone", headers=headers, partition=0)
+        producer.send(topic, "unicode ✓", partition=0, timestamp_ms=1_600_000_000_000)
+    first, second = _consume_all(bootstrap, topic, expected=2)
+    assert (first.key, first.value) == (b"gone", None)
+    assert first.headers == (("trace", b"abc"), ("trace", b"def"), ("empty", None), ("text", "é".encode()))
+    assert (second.key, second.value, second.timestamp) == (None, "unicode ✓".encode(), 1_600_000_000_000)
+
+
+def test_producer_reports_the_broker_timestamp_on_log_append_time_topics(bootstrap, admin, topic):
+    admin.create_topics([NewTopic(topic, 1, configs={"message.timestamp.type": "LogAppendTime"})])
+    before = int(time.time() * 1000)
+    with Producer(bootstrap) as producer:
+        metadata = producer.send(topic, b"x", timestamp_ms=1_000).get(5)
+    assert metadata.timestamp >= before - 1000
+    (record,) = _consume_all(bootstrap, topic, expected=1)
+    assert record.timestamp == metadata.timestamp and record.timestamp_type == "LogAppendTime"
+
+
+def test_producer_unknown_partition_fails_at_once_with_a_typed_error(bootstrap, admin, topic):
+    admin.create_topics([NewTopic(topic, 2)])
+    with Producer(bootstrap, delivery_timeout_ms=60_000) as producer:
+        start = time.monotonic()
+        future = producer.send(topic, b"x", partition=7)
+        with pytest.raises(UnknownTopicOrPartitionError) as info:
+            future.get(10)
+    assert time.monotonic() - start < 5  # not retried: the topic exists, partition 7 never will
+    assert info.value.partition == 7 and info.value.error_message
+
+
+def test_producer_invalid_topic_name_raises_invalid_topic_error(bootstrap):
+    with Producer(bootstrap) as producer:
+        with pytest.raises(InvalidTopicError):
+            producer.send("no spaces allowed", b"x")  # metadata lookup refuses the name
+        future = producer.send("no/slashes", b"x", partition=0)  # no lookup: the produce is refused
+        with pytest.raises(InvalidTopicError):
+            future.get(5)
+
+
+def test_producer_batch_above_max_message_bytes_raises_message_too_large(bootstrap, admin, topic):
+    admin.create_topics([NewTopic(topic, 1, configs={"max.message.bytes": "1000"})])
+    with Producer(bootstrap) as producer:
+        big = producer.send(topic, b"x" * 5000)
+        with pytest.raises(MessageTooLargeError):
+            big.get(5)
+        assert producer.send(topic, b"small").get(5).offset == 0  # nothing of the big batch was written
+
+
+def test_producer_retries_a_request_that_could_not_be_sent(broker_factory_port, topic):
+    """The broker is not up yet: the connection fails before the request is written, so the
+    producer retries, and each record is stored exactly once when the broker appears."""
+    start_broker, port = broker_factory_port
+    bootstrap = f"127.0.0.1:{port}"
+    with Producer(bootstrap, retry_backoff_ms=50, delivery_timeout_ms=20_000) as producer:
+        early = producer.send(topic, b"early", partition=0)  # explicit partition: no metadata needed
+        time.sleep(0.3)
+        assert not early.done()
+        starter = threading.Timer(0.2, start_broker)
+        starter.start()
+        keyless = producer.send(topic, b"keyless")  # blocks on metadata until the broker is up
+        starter.join(15)
+        assert early.get(15).offset == 0
+        assert keyless.get(15).offset == 1
+    assert [r.value for r in _consume_all(bootstrap, topic, expected=2)] == [b"early", b"keyless"]
+
+
+def test_producer_never_resends_when_the_response_is_lost():
+    """A connection that dies after the request was written: the outcome is unknown, so the
+    record fails with ResponseLostError instead of being sent again (no duplicates)."""
+    server = socket.create_server(("127.0.0.1", 0))
+    requests = []
+
+    def swallow_and_hang_up():
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            requests.append(conn.recv(1 << 20))
+            conn.close()
+
+    threading.Thread(target=swallow_and_hang_up, daemon=True).start()
+    try:
+        with Producer(f"127.0.0.1:{server.getsockname()[1]}", retry_backoff_ms=10) as producer:
+            future = producer.send("t", b"x", partition=0)
+            with pytest.raises(ResponseLostError):
+                future.get(10)
+        assert len(requests) == 1
+    finally:
+        server.close()
+
+
+def test_producer_results_are_in_send_order_across_partitions(bootstrap, admin, topic):
+    admin.create_topics([NewTopic(topic, 3)])
+    with Producer(bootstrap, linger_ms=2) as producer:
+        futures = [producer.send(topic, b"%d" % i, key=b"k%d" % (i % 7)) for i in range(300)]
+    by_partition: dict[int, list[int]] = {}
+    for f in futures:
+        md = f.get(5)
+        by_partition.setdefault(md.partition, []).append(md.offset)
+    assert all(offsets == list(range(len(offsets))) for offsets in by_partition.values())
+    records = _consume_all(bootstrap, topic, range(3), expected=300)
+    assert sorted(int(r.value) for r in records) == list(range(300))
+    assert {TopicPartition(topic, p) for p in by_partition} <= {TopicPartition(r.topic, r.partition) for r in records}
+
+
+def test_producer_retries_unknown_topic_until_it_is_created(no_autocreate_broker, topic):
+    """UNKNOWN_TOPIC_OR_PARTITION means nothing was appended: retried (after a metadata refresh)
+    until the topic exists, then stored once."""
+    bootstrap = f"127.0.0.1:{no_autocreate_broker.port}"
+    with Producer(bootstrap, retry_backoff_ms=50, delivery_timeout_ms=20_000) as producer:
+        future = producer.send(topic, b"patient", partition=0)
+        time.sleep(0.3)
+        assert not future.done()
+        with AdminClient(bootstrap) as admin:
+            admin.create_topics([NewTopic(topic, 1)])
+        assert future.get(10).offset == 0
+    assert [r.value for r in _consume_all(bootstrap, topic, expected=1)] == [b"patient"]
+
+
+def test_producer_send_gives_up_on_a_topic_that_never_appears(no_autocreate_broker, topic):
+    with Producer(f"127.0.0.1:{no_autocreate_broker.port}", max_block_ms=300, retry_backoff_ms=50) as producer:
+        start = time.monotonic()
+        with pytest.raises(UnknownTopicOrPartitionError) as info:
+            producer.send(topic, b"x")
+        assert 0.25 <= time.monotonic() - start < 3
+    assert info.value.topic == topic
