@@ -18,6 +18,14 @@ several brokers in one process, as in tests, do not collide):
   triolog_log_recovery_point     gauge   offset up to which the log is flushed to disk
   triolog_log_rolls_total        counter rolls since startup, by ``reason`` (size, time,
                                          index_full, offset_overflow)
+  triolog_log_segments_deleted_total
+                                 counter segments deleted by retention since startup, by
+                                         ``reason`` (retention_ms, retention_bytes,
+                                         log_start_offset)
+  triolog_log_deleted_bytes_total
+                                 counter bytes of those segments, by ``reason``
+  triolog_log_dir_offline        gauge   1 when the log dir (label ``log_dir``) went offline
+                                         after an I/O error, else 0
   ============================== ======= ====================================================
 
 * **Server**, updated by each :class:`~broker.server.connection.ClientConnection` through
@@ -65,7 +73,7 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from broker.storage.log import Log
+from broker.storage.log import DELETION_REASONS, Log
 from broker.storage.log_manager import LogManager
 from broker.storage.segment import ROLL_REASONS
 from protocol.errors import ErrorCode
@@ -207,17 +215,24 @@ class LogCollector(Collector):
 
     def collect(self) -> Iterable[Metric]:
         families = self._families()
-        gauges, rolls = families[:-1], families[-1]
+        gauges = families[:len(self._GAUGES)]
+        rolls, deleted_segments, deleted_bytes, dir_offline = families[len(self._GAUGES):]
         for (topic, partition), log in sorted(self.log_manager.all_logs().items()):
             row = self._read(topic, partition, log)
             if row is None:
                 continue
-            values, roll_counts = row
+            values, roll_counts, deletions = row
             labels = [topic, str(partition)]
             for family, value in zip(gauges, values):
                 family.add_metric(labels, value)
             for reason, count in zip(ROLL_REASONS, roll_counts):
                 rolls.add_metric([*labels, reason], count)
+            for reason, (segments, size) in zip(DELETION_REASONS, deletions):
+                deleted_segments.add_metric([*labels, reason], segments)
+                deleted_bytes.add_metric([*labels, reason], size)
+        offline = set(self.log_manager.offline_dirs())
+        for log_dir in self.log_manager.log_dirs:
+            dir_offline.add_metric([str(log_dir.path)], 1 if log_dir.path in offline else 0)
         return families
 
     def _families(self) -> list[Metric]:
@@ -227,10 +242,22 @@ class LogCollector(Collector):
             "triolog_log_rolls", "Segment rolls of the partition since startup, by reason.",
             labels=[*labels, "reason"],
         ))
+        families.append(CounterMetricFamily(
+            "triolog_log_segments_deleted", "Segments deleted by retention since startup, by reason.",
+            labels=[*labels, "reason"],
+        ))
+        families.append(CounterMetricFamily(
+            "triolog_log_deleted_bytes", "Bytes of the segments deleted by retention since startup, by reason.",
+            labels=[*labels, "reason"],
+        ))
+        families.append(GaugeMetricFamily(
+            "triolog_log_dir_offline", "1 when the log directory went offline after an I/O error.",
+            labels=["log_dir"],
+        ))
         return families
 
     @staticmethod
-    def _read(topic: str, partition: int, log: Log) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    def _read(topic: str, partition: int, log: Log) -> tuple[tuple[int, ...], tuple[int, ...], tuple] | None:
         error: Exception | None = None
         for _ in range(_READ_ATTEMPTS):
             try:
@@ -238,7 +265,9 @@ class LogCollector(Collector):
                           log.high_watermark, log.recovery_point)
                 # .get per known reason: iterating the Counter could meet a key added concurrently.
                 rolls = tuple(log.roll_counts.get(reason, 0) for reason in ROLL_REASONS)
-                return values, rolls
+                deletions = tuple((log.deleted_segment_counts.get(reason, 0), log.deleted_bytes.get(reason, 0))
+                                  for reason in DELETION_REASONS)
+                return values, rolls, deletions
             except Exception as exc:  # the segment map changed under us, or the log was deleted
                 error = exc
         logger.warning("partition %s-%d left out of this scrape: %r", topic, partition, error)

@@ -141,6 +141,34 @@ def test_metrics_log_collector_forgets_deleted_partitions(tmp_path, clock):
         manager.shutdown()
 
 
+def test_metrics_count_retention_deletions_by_reason_and_report_log_dirs(tmp_path, clock):
+    manager = _manager(tmp_path, clock, **{"retention.ms": "1000"})
+    metrics = BrokerMetrics(manager, process_collectors=False)
+    try:
+        log = manager.get_or_create_log("events", 0)
+        for _ in range(3):
+            log.append_as_leader(producer_batch(2, timestamp=clock.milliseconds()))
+            log.roll()
+        labels = {"topic": "events", "partition": 0}
+        before = parse(metrics.render().decode())
+        assert value(before, "triolog_log_segments_deleted_total", reason="retention_ms", **labels) == 0
+        first_segment_size = log.segments.first_segment().size
+        log.maybe_increment_log_start_offset(2)
+        assert manager.cleanup_logs() == 1
+        clock.advance(1001)
+        assert manager.cleanup_logs() == 2
+        samples = parse(metrics.render().decode())
+        assert value(samples, "triolog_log_segments_deleted_total", reason="log_start_offset", **labels) == 1
+        assert value(samples, "triolog_log_deleted_bytes_total", reason="log_start_offset", **labels) == \
+            first_segment_size
+        assert value(samples, "triolog_log_segments_deleted_total", reason="retention_ms", **labels) == 2
+        assert value(samples, "triolog_log_segments_deleted_total", reason="retention_bytes", **labels) == 0
+        assert value(samples, "triolog_log_start_offset", **labels) == 6
+        assert value(samples, "triolog_log_dir_offline", log_dir=str(manager.log_dirs[0].path)) == 0
+    finally:
+        manager.shutdown()
+
+
 # -- the server metrics ------------------------------------------------------------------------
 
 
@@ -179,7 +207,7 @@ def test_metrics_server_labels_come_from_bounded_sets(tmp_path, clock):
     assert apis == set(API_LABELS)  # every API's series exists from the start, nothing else
     for name, labels in samples:
         if name.startswith("triolog_"):
-            assert set(dict(labels)) <= {"api", "error", "le", "limit", "topic", "partition", "reason"}, name
+            assert set(dict(labels)) <= {"api", "error", "le", "limit", "topic", "partition", "reason", "log_dir"}, name
 
 
 # -- the endpoint, in process ------------------------------------------------------------------
@@ -324,7 +352,8 @@ def test_metrics_endpoint_of_the_real_broker_reports_storage_and_requests(metere
     assert broker.metrics_port
     baseline = parse(broker.scrape())
     assert value(baseline, "triolog_server_requests_total", api="produce", error="NONE") == 0
-    assert not any(name.startswith("triolog_log_") for name, _ in baseline)  # no partitions yet
+    # No partitions yet: only the per-log-dir series.
+    assert {name for name, _ in baseline if name.startswith("triolog_log_")} == {"triolog_log_dir_offline"}
 
     client = _MeteredClient(broker.port)
     created = client.request(m.CreateTopicsRequest(id=client.next_id(), topics=(

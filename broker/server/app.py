@@ -35,6 +35,8 @@ logger = structlog.get_logger("triolog.server")
 SHUTDOWN_GRACE_S = 30.0
 #: How often due flushes (flush.ms, and rolls missed by the roll hook) are looked for.
 FLUSH_CHECK_INTERVAL_MS = 1000
+#: How often the files of deleted segments whose file.delete.delay.ms passed are removed.
+SEGMENT_DELETE_CHECK_INTERVAL_MS = 500
 
 
 @dataclass(frozen=True)
@@ -195,15 +197,26 @@ class BrokerServer:
         config = self.config
         lm = self.log_manager
         return [
+            # Kafka's kafka-log-retention task: first run after log.initial.task.delay.ms.
+            partial(self._every, config.log_retention_check_interval_ms, self._retention,
+                    initial_delay_ms=config.log_initial_task_delay_ms),
+            partial(self._every, SEGMENT_DELETE_CHECK_INTERVAL_MS, lm.segment_deleter.run_due),
             partial(self._every, min(config.log_flush_scheduler_interval_ms, FLUSH_CHECK_INTERVAL_MS), lm.flush_pending),
             partial(self._every, config.log_flush_offset_checkpoint_interval_ms, lm.checkpoint_recovery_points),
             partial(self._every, config.log_flush_start_offset_checkpoint_interval_ms, lm.checkpoint_log_start_offsets),
             partial(self._every, config.replica_high_watermark_checkpoint_interval_ms, lm.checkpoint_high_watermarks),
         ]
 
-    async def _every(self, interval_ms: int, work) -> None:
+    def _retention(self) -> None:
+        deleted = self.log_manager.cleanup_logs()
+        if deleted:
+            logger.info("retention_deleted_segments", task="kafka-log-retention", segments=deleted)
+
+    async def _every(self, interval_ms: int, work, *, initial_delay_ms: int | None = None) -> None:
+        delay_ms = interval_ms if initial_delay_ms is None else initial_delay_ms
         while True:
-            await trio.sleep(interval_ms / 1000)
+            await trio.sleep(delay_ms / 1000)
+            delay_ms = interval_ms
             try:
                 await trio.to_thread.run_sync(work, limiter=self.limiter)
             except Exception:

@@ -391,11 +391,10 @@ class RequestHandler:
                         validate_topic_name(topic.name)
                         log = self.topics.log(topic.name, part.partition)
                         budget = max(0, min(part.partition_max_bytes, remaining))
-                        info = log.read(part.fetch_offset, budget, min_one_message=True)
+                        info, fd = _read_with_descriptor(log, part.fetch_offset, budget)
                         records: bytes | m.ExternalBin = b""
                         if info.region is not None:
-                            region = FetchRegion(info.region.records.dup_fd(), info.region.position,
-                                                 info.region.length)
+                            region = FetchRegion(fd, info.region.position, info.region.length)
                             regions.append(region)
                             records = m.ExternalBin(region.length, region)
                             total += region.length
@@ -472,3 +471,19 @@ class RequestHandler:
         return m.DeleteRecordsResponse(id=request.id, topics=tuple(await self._in_thread(work)))
 
 
+def _read_with_descriptor(log, offset: int, budget: int):
+    """Plan a fetch and take a descriptor of its segment, ours to send from and close.
+
+    If retention removes the segment and its files between the two steps (possible only with
+    ``file.delete.delay.ms=0``), the read is planned again against the segments that are left.
+    """
+    for attempt in range(3):
+        info = log.read(offset, budget, min_one_message=True)
+        if info.region is None:
+            return info, None
+        try:
+            return info, info.region.records.dup_fd()
+        except FileNotFoundError:
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")

@@ -37,6 +37,7 @@ from .segment import (
     TimestampAndOffset,
     rolling_jitter_ms,
 )
+from .segment_deleter import SegmentDeleter
 from .segments import LogSegments
 from .validator import ValidatedBatch, validate_and_assign_offsets
 
@@ -45,6 +46,12 @@ logger = logging.getLogger(__name__)
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
+
+#: Why retention deleted a segment (Kafka's SegmentDeletionReason), a metric label.
+RETENTION_MS_BREACH = "retention_ms"
+RETENTION_BYTES_BREACH = "retention_bytes"
+LOG_START_OFFSET_BREACH = "log_start_offset"
+DELETION_REASONS = (RETENTION_MS_BREACH, RETENTION_BYTES_BREACH, LOG_START_OFFSET_BREACH)
 
 
 class LogAppendInfo(NamedTuple):
@@ -68,6 +75,7 @@ class Log:
         offsets: LoadedLogOffsets,
         clock: Clock,
         leader_epoch_cache: LeaderEpochFileCache,
+        segment_deleter: SegmentDeleter | None = None,
     ):
         self.directory = Path(directory)
         self.topic, self.partition = filenames.parse_topic_partition_name(self.directory.name)
@@ -86,6 +94,11 @@ class Log:
         self._last_flush_ms = clock.milliseconds()
         self.load_stats = offsets
         self.roll_counts: Counter[str] = Counter()
+        #: Files of removed segments go through this, ``file.delete.delay.ms`` after their removal.
+        self.segment_deleter = segment_deleter if segment_deleter is not None else SegmentDeleter(clock)
+        #: Segments and bytes removed by retention since startup, by reason (a metric).
+        self.deleted_segment_counts: Counter[str] = Counter()
+        self.deleted_bytes: Counter[str] = Counter()
         self.offline = False
         self._closed = False
         self._timestamp_prefix: list[int] = []
@@ -103,6 +116,7 @@ class Log:
         recovery_point: int = 0,
         log_start_offset: int = 0,
         had_clean_shutdown: bool = False,
+        segment_deleter: SegmentDeleter | None = None,
     ) -> "Log":
         """Open (creating if needed) the log in ``directory``, recovering it if it was not shut down cleanly."""
         directory = Path(directory)
@@ -124,7 +138,7 @@ class Log:
         ).load()
         cache.truncate_from_end(offsets.next_offset)
         cache.truncate_from_start(offsets.log_start_offset)
-        return cls(directory, config, segments, offsets, clock, cache)
+        return cls(directory, config, segments, offsets, clock, cache, segment_deleter)
 
     # -- state -------------------------------------------------------------------------------
 
@@ -438,6 +452,107 @@ class Log:
                 self.leader_epoch_cache.truncate_from_start(new_log_start_offset)
                 self._latest_epoch = self.leader_epoch_cache.latest_epoch
             return self._log_start_offset
+
+    # -- retention ---------------------------------------------------------------------------
+
+    def delete_old_segments(self) -> int:
+        """Kafka's retention: segments wholly below the log start offset and, for ``delete`` logs,
+        those past ``retention.bytes`` and ``retention.ms``. Returns how many were deleted."""
+        deleted = self._delete_segments_matching(self._below_log_start_offset, LOG_START_OFFSET_BREACH)
+        if self._config.delete:
+            deleted += self._delete_retention_size_breached_segments()
+            deleted += self._delete_segments_matching(self._past_retention_ms(), RETENTION_MS_BREACH)
+        return deleted
+
+    def _below_log_start_offset(self, segment: LogSegment, next_segment: LogSegment | None) -> bool:
+        return next_segment is not None and next_segment.base_offset <= self._log_start_offset
+
+    def _past_retention_ms(self):
+        retention_ms = self._config.retention_ms
+        now_ms = self._clock.milliseconds()
+
+        def expired(segment: LogSegment, next_segment: LogSegment | None) -> bool:
+            # Judged on the newest record's timestamp, or the file's mtime when none has one.
+            return retention_ms >= 0 and now_ms - segment.largest_timestamp > retention_ms
+
+        return expired
+
+    def _delete_retention_size_breached_segments(self) -> int:
+        retention_bytes = self._config.retention_bytes
+        if retention_bytes < 0:
+            return 0
+        with self._lock:
+            excess = self.size - retention_bytes
+            if excess <= 0:
+                return 0
+
+            def too_big(segment: LogSegment, next_segment: LogSegment | None) -> bool:
+                # Oldest first, and only while a whole segment fits in the excess.
+                nonlocal excess
+                if excess - segment.size >= 0:
+                    excess -= segment.size
+                    return True
+                return False
+
+            return self._delete_segments_matching(too_big, RETENTION_BYTES_BREACH)
+
+    def _delete_segments_matching(self, predicate, reason: str) -> int:
+        """Delete the longest prefix of segments that ``predicate`` accepts and that lies wholly
+        below the high watermark (Kafka's ``deletableSegments`` + ``deleteSegments``)."""
+        with self._lock:
+            if self._closed or self.offline:
+                return 0
+            deletable: list[LogSegment] = []
+            segments = list(self._segments)
+            for i, segment in enumerate(segments):
+                next_segment = segments[i + 1] if i + 1 < len(segments) else None
+                upper_bound = next_segment.base_offset if next_segment is not None else self._next_offset
+                if self._high_watermark < upper_bound:
+                    break
+                if next_segment is None and segment.size == 0:
+                    break  # an empty active segment is never deleted: there would be nothing to roll to
+                if not predicate(segment, next_segment):
+                    break
+                deletable.append(segment)
+            if not deletable:
+                return 0
+            if len(deletable) == len(segments):
+                # Every segment expired: the log needs one segment, so roll a new one first.
+                try:
+                    new_segment = self._roll_locked(self._next_offset)
+                except OSError as exc:
+                    self._go_offline(exc)
+                if deletable[-1].base_offset == new_segment.base_offset:
+                    deletable.pop()  # the "expired" active segment was empty and was replaced in place
+            if not deletable:
+                return 0
+            self._remove_and_delete_segments(deletable, reason)
+            self._log_start_offset = max(self._log_start_offset, self._segments.first_segment().base_offset)
+            self.leader_epoch_cache.truncate_from_start(self._log_start_offset)
+            self._latest_epoch = self.leader_epoch_cache.latest_epoch
+            return len(deletable)
+
+    def _remove_and_delete_segments(self, segments: list[LogSegment], reason: str) -> None:
+        """Take ``segments`` out of the map at once (readers never see a half-deleted segment),
+        rename their files ``.deleted`` and remove them after ``file.delete.delay.ms``."""
+        with self._lock:
+            removed = []
+            for segment in segments:
+                if self._segments.get(segment.base_offset) is segment:
+                    self._segments.remove(segment.base_offset)
+                size = segment.size
+                try:
+                    segment.change_file_suffixes("", filenames.DELETED_FILE_SUFFIX)
+                except FileNotFoundError:
+                    pass  # already gone (e.g. an index that was never created)
+                except OSError as exc:
+                    self._go_offline(exc)
+                removed.append(segment)
+                self.deleted_segment_counts[reason] += 1
+                self.deleted_bytes[reason] += size
+                logger.info("deleting segment %s of %s (%s)", segment.base_offset, self.directory.name, reason)
+            self._timestamp_prefix_key = None
+        self.segment_deleter.schedule(removed, self._config.file_delete_delay_ms)
 
     # -- lifecycle ---------------------------------------------------------------------------
 

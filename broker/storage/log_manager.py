@@ -32,6 +32,7 @@ from .checkpoints import (
 from .clock import SYSTEM_CLOCK, Clock
 from .errors import CorruptCheckpointError, StorageError
 from .log import Log
+from .segment_deleter import SegmentDeleter
 
 logger = logging.getLogger(__name__)
 
@@ -100,6 +101,8 @@ class LogManager:
         self._log_dir_of: dict[TopicPartition, LogDir] = {}
         self._lock = threading.RLock()
         self.had_clean_shutdown: dict[Path, bool] = {}
+        #: One queue of ``.deleted`` segment files for all logs; the server runs it.
+        self.segment_deleter = SegmentDeleter(clock)
 
     # -- startup -----------------------------------------------------------------------------
 
@@ -130,6 +133,7 @@ class LogManager:
                     recovery_point=recovery_points.get(tp, 0),
                     log_start_offset=log_starts.get(tp, 0),
                     had_clean_shutdown=clean,
+                    segment_deleter=self.segment_deleter,
                 )
                 self._logs[tp] = log
                 self._log_dir_of[tp] = log_dir
@@ -166,7 +170,7 @@ class LogManager:
             name = filenames.topic_partition_dir_name(topic, partition)
             log_dir = self._next_log_dir()
             log = Log.open(log_dir.path / name, config or self.topic_config(topic), clock=self.clock,
-                           had_clean_shutdown=True)
+                           had_clean_shutdown=True, segment_deleter=self.segment_deleter)
             self._logs[(topic, partition)] = log
             self._log_dir_of[(topic, partition)] = log_dir
             logger.info("created log %s in %s", name, log_dir.path)
@@ -208,6 +212,22 @@ class LogManager:
         os.replace(log.directory, doomed)
         shutil.rmtree(doomed, ignore_errors=True)
         return True
+
+    # -- retention ---------------------------------------------------------------------------
+
+    def cleanup_logs(self) -> int:
+        """One run of Kafka's ``kafka-log-retention`` task over every non-compacted log; returns
+        how many segments were deleted. Compacted logs are left to the cleaner, which applies
+        retention to ``compact,delete`` logs itself so the two never work on one log at once."""
+        total = 0
+        for tp, log in self.all_logs().items():
+            if log.config.compact or log.offline:
+                continue
+            try:
+                total += log.delete_old_segments()
+            except Exception:  # one failing log must not stop retention for the others
+                logger.exception("retention failed for %s-%d", *tp)
+        return total
 
     # -- checkpoints and flushing ------------------------------------------------------------
 

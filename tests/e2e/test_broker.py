@@ -6,6 +6,7 @@ import threading
 import time
 
 from protocol import messages as m
+from protocol.errors import ErrorCode
 from protocol.records import build_batch, iter_batches
 
 
@@ -118,3 +119,42 @@ def test_broker_kill_9_loses_nothing_acknowledged(broker_factory, tmp_path):
     client = again.client()
     assert _fetch_all(client, "crash", 0) == acked
     assert any(e.get("event") == "broker_started" for e in again.events())
+
+
+def _list_offset(client, topic, partition, timestamp):
+    response = client.call(m.ListOffsetsRequest(id=client.next_id(), topics=(
+        m.ListOffsetsTopic(name=topic, partitions=(m.ListOffsetsPartition(partition=partition, timestamp=timestamp),)),)))
+    return response["topics"][0]["partitions"][0]
+
+
+def _wait_for(condition, timeout_s=15.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        result = condition()
+        if result:
+            return result
+        time.sleep(0.05)
+    raise AssertionError(f"condition not met within {timeout_s} s")
+
+
+def test_broker_retention_task_deletes_expired_segments_and_fetch_below_start_is_out_of_range(broker_factory, tmp_path):
+    broker = broker_factory("log.retention.check.interval.ms=100", "log.initial.task.delay.ms=0",
+                            "log.segment.delete.delay.ms=300")
+    client = broker.client()
+    assert _create(client, "expiring", configs={"segment.bytes": "200", "retention.ms": "1500"})["error_code"] == 0
+    for i in range(10):
+        assert _produce(client, "expiring", 0, [b"v%d" % i + b"x" * 100])["error_code"] == 0
+    directory = tmp_path / "data" / "expiring-0"
+    assert len(list(directory.glob("*.log"))) >= 5
+    assert _fetch(client, "expiring", 0, 0)["error_code"] == 0
+    # Every record expires 1.5 s after it was written; retention rolls, deletes, then the files go.
+    start = _wait_for(lambda: _list_offset(client, "expiring", 0, -2)["offset"] == 10 or None)
+    assert start
+    result = _fetch(client, "expiring", 0, 0)
+    assert result["error_code"] == ErrorCode.OFFSET_OUT_OF_RANGE
+    assert result["log_start_offset"] == 10
+    _wait_for(lambda: not list(directory.glob("*.deleted")))
+    assert [p.name for p in directory.glob("*.log")] == ["00000000000000000010.log"]
+    # The log goes on from where it was.
+    assert _produce(client, "expiring", 0, [b"after"])["base_offset"] == 10
+    assert _values(_fetch(client, "expiring", 0, 10)) == [b"after"]
