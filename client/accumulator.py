@@ -28,21 +28,16 @@ __all__ = ["ProducerBatch", "RecordAccumulator", "RecordFuture"]
 Headers = tuple[tuple[str, bytes | None], ...]
 
 
-def _unsigned_varint_size(u: int) -> int:
-    size = 1
-    while u >= 0x80:
-        u >>= 7
-        size += 1
-    return size
-
-
 def varint_size(value: int) -> int:
     """Bytes of the zig-zag varint/varlong of ``value``."""
-    return _unsigned_varint_size((value << 1) ^ (value >> 63))
+    return ((((value << 1) ^ (value >> 63)).bit_length() + 6) // 7) or 1
 
 
 def _bytes_size(data: bytes | None) -> int:
-    return 1 if data is None else varint_size(len(data)) + len(data)
+    if data is None:
+        return 1
+    n = len(data)
+    return n + (((n << 1).bit_length() + 6) // 7 or 1)
 
 
 class RecordFuture:
@@ -165,12 +160,15 @@ class RecordAccumulator:
         """Add one record; ``partition`` None means keyless (sticky). True when the sender
         should wake up: a batch was created (a new linger deadline) or became full."""
         with self._lock:
+            batch = size = None
             if partition is None:
                 partition = self._sticky.current(topic, num_partitions)
-                if self._open_batch_for(TopicPartition(topic, partition), key, value, timestamp, headers) is None:
+                batch, size = self._open_batch_for(TopicPartition(topic, partition), key, value, timestamp, headers)
+                if batch is None:
                     partition = self._sticky.next(topic, num_partitions)
             tp = TopicPartition(topic, partition)
-            batch = self._open_batch_for(tp, key, value, timestamp, headers)
+            if batch is None:
+                batch, size = self._open_batch_for(tp, key, value, timestamp, headers)
             wake = False
             if batch is None:
                 queue = self._queues.setdefault(tp, deque())
@@ -180,7 +178,7 @@ class RecordAccumulator:
                 queue.append(batch)
                 self._incomplete.add(batch)
                 wake = True
-            size = batch.record_size(key, value, timestamp, headers)
+                size = batch.record_size(key, value, timestamp, headers)
             batch.add(key, value, timestamp, headers, future, size)
             self.buffered_bytes += size + (HEADER_SIZE if len(batch.records) == 1 else 0)
             if batch.size >= self.batch_size:
@@ -188,15 +186,17 @@ class RecordAccumulator:
                 wake = True
             return wake
 
-    def _open_batch_for(self, tp, key, value, timestamp, headers) -> ProducerBatch | None:
-        """The partition's open batch if the record fits in it, else None (a new batch is needed)."""
+    def _open_batch_for(self, tp, key, value, timestamp, headers) -> tuple[ProducerBatch | None, int | None]:
+        """The partition's open batch and the record's size in it if the record fits, else
+        (None, None): a new batch is needed."""
         queue = self._queues.get(tp)
         if not queue or queue[-1].closed:
-            return None
+            return None, None
         batch = queue[-1]
-        if batch.size + batch.record_size(key, value, timestamp, headers) > self.batch_size:
-            return None
-        return batch
+        size = batch.record_size(key, value, timestamp, headers)
+        if batch.size + size > self.batch_size:
+            return None, None
+        return batch, size
 
     def _ready(self, queue: deque[ProducerBatch], now: float) -> bool:
         head = queue[0]
@@ -275,6 +275,8 @@ class RecordAccumulator:
 
 def normalize_headers(headers) -> Headers:
     """Headers as Kafka allows them: ordered (str, bytes|None) pairs, duplicates kept."""
+    if not headers:
+        return ()
     items: Sequence = list(headers.items()) if hasattr(headers, "items") else list(headers)
     out = []
     for item in items:

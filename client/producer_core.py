@@ -106,9 +106,28 @@ class ProducerCore:
 
     # -- send() ------------------------------------------------------------------------------
 
+    def prepare_cached(self, topic: str, value, key=None, headers=(), partition: int | None = None,
+                       timestamp_ms: int | None = None) -> PreparedRecord | None:
+        """prepare_op without I/O (send()'s fast path): the record, or None when the topic's
+        metadata must be fetched first."""
+        description = None
+        if partition is None:
+            description = self.metadata.get(topic)
+            if description is None:
+                return None
+        return self._prepare(topic, value, key, headers, partition, timestamp_ms, description)
+
     def prepare_op(self, topic: str, value, key=None, headers=(), partition: int | None = None,
                    timestamp_ms: int | None = None) -> Op[PreparedRecord]:
         """Check and encode one record and resolve its partition (metadata only when needed)."""
+        description = None
+        if partition is None:
+            if not isinstance(topic, str) or not topic:
+                raise TypeError(f"topic must be a non-empty str, got {topic!r}")
+            description = yield from self.metadata.topic_op(topic, self.config.max_block_ms / 1000)
+        return self._prepare(topic, value, key, headers, partition, timestamp_ms, description)
+
+    def _prepare(self, topic, value, key, headers, partition, timestamp_ms, description) -> PreparedRecord:
         if not isinstance(topic, str) or not topic:
             raise TypeError(f"topic must be a non-empty str, got {topic!r}")
         key, value = to_bytes(key, "key"), to_bytes(value, "value")
@@ -119,11 +138,12 @@ class ProducerCore:
             if isinstance(partition, bool) or not isinstance(partition, int) or partition < 0:
                 raise ValueError(f"partition must be an int >= 0, got {partition!r}")
         else:
-            description = yield from self.metadata.topic_op(topic, self.config.max_block_ms / 1000)
             num_partitions = len(description.partitions)
             if key is not None:
                 partition = partition_for_key(key, num_partitions)
-        size = 80 + len(key or b"") + len(value or b"") + sum(len(k) + len(v or b"") for k, v in headers)
+        size = 80 + len(key or b"") + len(value or b"")
+        if headers:
+            size += sum(len(k) + len(v or b"") for k, v in headers)
         return PreparedRecord(topic, partition, num_partitions, key, value, timestamp, headers, size)
 
     def append(self, record: PreparedRecord, future: RecordFuture) -> bool:
