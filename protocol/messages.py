@@ -715,12 +715,26 @@ def _decode_map(cls: type, value: Any, path: str, strict: bool = False) -> Any:
     return cls(**kwargs)
 
 
+@functools.cache
+def _field_names(cls: type) -> tuple[str, ...] | None:
+    """A message dataclass's field names (None for anything else), looked up once per class."""
+    if cls is ExternalBin or not dataclasses.is_dataclass(cls):
+        return None
+    return tuple(f.name for f in dataclasses.fields(cls))
+
+
+_PLAIN = (bytes, str, int, float, bool, type(None))
+
+
 def _to_wire(value: Any) -> Any:
     """Message dataclasses to plain maps and arrays, leaving bytes and ExternalBin as they are."""
+    if isinstance(value, _PLAIN) and not isinstance(value, enum.Enum):
+        return value
+    names = _field_names(type(value))
+    if names is not None:
+        return {name: _to_wire(getattr(value, name)) for name in names}
     if isinstance(value, ExternalBin):
         return value
-    if dataclasses.is_dataclass(value):
-        return {f.name: _to_wire(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, (list, tuple)):
         return [_to_wire(v) for v in value]
     if isinstance(value, dict):
@@ -734,22 +748,30 @@ def _require_error_messages(value: Any, path: str) -> None:
     if isinstance(value, (list, tuple)):
         for index, item in enumerate(value):
             _require_error_messages(item, f"{path}[{index}]")
-    elif dataclasses.is_dataclass(value) and not isinstance(value, ExternalBin):
+    elif (names := _field_names(type(value))) is not None:
         code = getattr(value, "error_code", ErrorCode.NONE)
         if code != ErrorCode.NONE and not getattr(value, "error_message", None):
             where = f"{path}.error_message" if path else "error_message"
             raise LocalProtocolError(f"field '{where}' must say what went wrong when error_code is {code}")
-        for f in dataclasses.fields(value):
-            _require_error_messages(getattr(value, f.name), f"{path}.{f.name}" if path else f.name)
+        for name in names:
+            child = getattr(value, name)
+            if isinstance(child, (list, tuple)) or _field_names(type(child)) is not None:
+                _require_error_messages(child, f"{path}.{name}" if path else name)
 
 
-def _validated_wire(message: Request | Response) -> dict[str, Any]:
-    """The wire map of one of our messages, refusing (LocalProtocolError) what a peer would refuse."""
+def _validated_wire(message: Request | Response, check_schema: bool = True) -> dict[str, Any]:
+    """The wire map of one of our messages, refusing (LocalProtocolError) what a peer would refuse.
+
+    ``check_schema=False`` skips re-reading the map against the schema (the costly part) but
+    still refuses an error code without a message: for the broker's produce and fetch answers,
+    built from typed values on the hot path and schema-checked by the conformance tests.
+    """
     wire = _to_wire(message)
-    try:
-        _decode_map(type(message), wire, "")
-    except _FieldError as exc:
-        raise LocalProtocolError(f"{type(message).__name__}: {exc}") from None
+    if check_schema:
+        try:
+            _decode_map(type(message), wire, "")
+        except _FieldError as exc:
+            raise LocalProtocolError(f"{type(message).__name__}: {exc}") from None
     if isinstance(message, Request):
         return {"api": message.api, **wire}
     _require_error_messages(message, "")
@@ -818,9 +840,9 @@ def encode_request(request: Request) -> bytes:
     return msgpack.packb(_validated_wire(request), use_bin_type=True)
 
 
-def encode_response(response: Response | dict[str, Any]) -> bytes:
+def encode_response(response: Response | dict[str, Any], *, check_schema: bool = True) -> bytes:
     """The msgpack payload of a response object, or of a map from :func:`error_response`."""
-    wire = _validated_wire(response) if isinstance(response, Response) else response
+    wire = _validated_wire(response, check_schema) if isinstance(response, Response) else response
     try:
         return msgpack.packb(wire, use_bin_type=True)
     except TypeError as exc:  # an ExternalBin, or anything else msgpack cannot hold
@@ -878,7 +900,7 @@ def _bin_header(length: int) -> bytes:
     return b"\xc6" + length.to_bytes(4, "big")
 
 
-def pack_parts(obj: Any) -> list[bytes | ExternalBin]:
+def pack_parts(obj: Any, *, check_schema: bool = True) -> list[bytes | ExternalBin]:
     """msgpack-encode ``obj``, leaving each ExternalBin's bytes for the caller to send.
 
     Each ExternalBin becomes its bin header (at the end of the preceding bytes part) followed by
@@ -889,7 +911,7 @@ def pack_parts(obj: Any) -> list[bytes | ExternalBin]:
     ``obj`` is a Request or Response (validated as for encoding) or plain msgpack values.
     """
     if isinstance(obj, (Request, Response)):
-        obj = _validated_wire(obj)
+        obj = _validated_wire(obj, check_schema)
     packer = msgpack.Packer(use_bin_type=True)
     parts: list[bytes | ExternalBin] = []
     pending = bytearray()

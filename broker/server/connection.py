@@ -24,6 +24,8 @@ from .handlers import FetchResult, RequestHandler
 logger = structlog.get_logger("triolog.server")
 
 RECEIVE_BYTES = 256 * 1024
+#: APIs whose responses are encoded without re-checking them against the schema.
+_HOT_APIS = frozenset({"produce", "fetch"})
 
 
 class ConnectionStats(Protocol):
@@ -124,7 +126,8 @@ class ClientConnection:
                     response.close()
                 return
             try:
-                payload = m.encode_response(response)
+                # The hot paths skip the schema re-check (still refusing an error without a message).
+                payload = m.encode_response(response, check_schema=api not in _HOT_APIS)
             except Exception:
                 code = ErrorCode.UNKNOWN_SERVER_ERROR  # a bug on our side; the connection closes
                 raise

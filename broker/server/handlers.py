@@ -418,7 +418,7 @@ class RequestHandler:
                                                                  error_message=message, **extra))
                 topics.append(m.FetchTopicResult(name=topic.name, partitions=tuple(partitions)))
             response = m.FetchResponse(id=request.id, topics=tuple(topics))
-            return FetchResult(m.pack_parts(response), regions), total, errors
+            return FetchResult(m.pack_parts(response, check_schema=False), regions), total, errors
         except BaseException:
             for region in regions:
                 region.close()
