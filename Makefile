@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test bench install
+.PHONY: run test bench install system-deps
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -15,8 +15,17 @@ install: $(BIN)/python
 run: install
 	$(BIN)/triolog serve
 
-test: install
+test: install system-deps
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+# Debian packages the tests/ops tests run: prometheus (its server and promtool) and tini (the
+# image's PID 1). Installed only when missing; sudo is used when not root. The package's postinst
+# may start a prometheus daemon on :9090; the tests run their own instance on a free port.
+system-deps:
+	@command -v promtool >/dev/null && command -v prometheus >/dev/null && command -v tini >/dev/null || { \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && \
+		$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus tini >/dev/null; }
 
 bench: install
 	$(BIN)/python bench/storage.py

@@ -80,9 +80,10 @@ _add_topics = _client_tool("topics", "topics", "create, list, describe, delete t
 _add_produce = _client_tool("produce", "produce", "produce lines from stdin as records")
 _add_consume = _client_tool("consume", "consume", "print the records of a topic")
 _add_offsets = _client_tool("offsets", "offsets", "print partition offsets for a time (latest, earliest, ms)")
+_add_health = _client_tool("health", "health", "check that the broker answers (api_versions); exit 0 or 1")
 
 #: Subcommand registrars, in the order ``triolog --help`` lists them.
-SUBCOMMANDS = (_add_serve, _add_topics, _add_produce, _add_consume, _add_offsets, _add_dump_log)
+SUBCOMMANDS = (_add_serve, _add_topics, _add_produce, _add_consume, _add_offsets, _add_dump_log, _add_health)
 
 
 def build_parser() -> argparse.ArgumentParser:

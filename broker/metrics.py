@@ -28,6 +28,27 @@ several brokers in one process, as in tests, do not collide):
                                          after an I/O error, else 0
   ============================== ======= ====================================================
 
+* **Log cleaner**, read from the :class:`~broker.storage.cleaner.LogCleaner`'s own counters
+  at scrape time by :class:`CleanerCollector` (absent when ``log.cleaner.enable=false``):
+
+  ============================================== ======= ==========================================
+  triolog_cleaner_runs_total                     counter cleaning runs completed
+  triolog_cleaner_bytes_read_total               counter bytes of segments read
+  triolog_cleaner_bytes_written_total            counter bytes of cleaned segments written
+  triolog_cleaner_records_kept_total             counter records copied into cleaned segments
+  triolog_cleaner_records_removed_total          counter records dropped (superseded, tombstones)
+  triolog_cleaner_errors_total                   counter runs that failed (partition uncleanable)
+  triolog_cleaner_last_run_duration_seconds      gauge   duration of the last run
+  triolog_cleaner_buffer_utilization_ratio       gauge   offset map fill in the last run, 0..1
+  triolog_cleaner_recopy_ratio                   gauge   written / read in the last run, 0..1
+  triolog_cleaner_max_dirty_ratio                gauge   largest dirty ratio of compacted logs
+  triolog_cleaner_seconds_since_last_run         gauge   since a cleaner thread last finished
+  triolog_cleaner_uncleanable_partitions         gauge   partitions given up on after an error
+  triolog_cleaner_uncleanable_bytes              gauge   dirty bytes of those partitions
+  triolog_cleaner_dead_threads                   gauge   cleaner threads that died
+  triolog_cleaner_max_compaction_delay_seconds   gauge   most overdue log past max.compaction.lag.ms
+  ============================================== ======= ==========================================
+
 * **Server**, updated by each :class:`~broker.server.connection.ClientConnection` through
   :class:`ServerMetrics` (its ``stats`` object) as requests complete. ``api`` is one of the
   protocol's API names or ``unknown`` (a frame that is not a readable request); ``error`` is
@@ -274,6 +295,65 @@ class LogCollector(Collector):
         return None
 
 
+# -- the log cleaner ---------------------------------------------------------------------------
+
+
+class CleanerCollector(Collector):
+    """The log cleaner's figures, from :meth:`LogCleaner.metrics` at scrape time (Kafka's
+    ``kafka.log:type=LogCleaner`` and ``LogCleanerManager`` metrics). Nothing when the cleaner
+    is disabled (``log.cleaner.enable=false``)."""
+
+    #: (metric name, CleanerMetrics field, help); counters get ``_total`` from the exposition.
+    _COUNTERS = (
+        ("triolog_cleaner_runs", "runs", "Cleaning runs completed since startup."),
+        ("triolog_cleaner_bytes_read", "bytes_read", "Bytes of segments read by the cleaner since startup."),
+        ("triolog_cleaner_bytes_written", "bytes_written", "Bytes of cleaned segments written since startup."),
+        ("triolog_cleaner_records_kept", "records_kept", "Records copied into cleaned segments since startup."),
+        ("triolog_cleaner_records_removed", "records_removed",
+         "Records dropped by compaction (superseded keys, expired tombstones) since startup."),
+        ("triolog_cleaner_errors", "errors", "Cleaning runs that failed and marked their partition uncleanable."),
+    )
+    _GAUGES = (
+        ("triolog_cleaner_last_run_duration_seconds", "last_run_duration_s", "Duration of the last cleaning run."),
+        ("triolog_cleaner_buffer_utilization_ratio", "max_buffer_utilization",
+         "Fill of the offset map in the last run (0..1); Kafka's max-buffer-utilization-percent / 100."),
+        ("triolog_cleaner_recopy_ratio", "max_recopy_ratio",
+         "Bytes written / bytes read in the last run (0..1); Kafka's cleaner-recopy-percent / 100."),
+        ("triolog_cleaner_max_dirty_ratio", "max_dirty_ratio",
+         "Largest dirty ratio among the compacted logs now (Kafka's max-dirty-percent / 100)."),
+        ("triolog_cleaner_seconds_since_last_run", "seconds_since_last_run",
+         "Seconds since a cleaner thread last finished a run (or since startup)."),
+        ("triolog_cleaner_uncleanable_partitions", "uncleanable_partitions",
+         "Partitions the cleaner gave up on after an error (Kafka's uncleanable-partitions-count)."),
+        ("triolog_cleaner_uncleanable_bytes", "uncleanable_bytes", "Dirty bytes of the uncleanable partitions."),
+        ("triolog_cleaner_dead_threads", "dead_threads", "Cleaner threads that died (Kafka's DeadThreadCount)."),
+        ("triolog_cleaner_max_compaction_delay_seconds", "max_compaction_delay_s",
+         "How far past max.compaction.lag.ms the most overdue log is (Kafka's max-compaction-delay-secs)."),
+    )
+
+    def __init__(self, log_manager: LogManager):
+        self.log_manager = log_manager
+
+    def describe(self) -> Iterable[Metric]:
+        return self._families()[0] + self._families()[1]
+
+    def collect(self) -> Iterable[Metric]:
+        counters, gauges = self._families()
+        cleaner = getattr(self.log_manager, "cleaner", None)
+        if cleaner is None:
+            return []
+        snapshot = cleaner.metrics()
+        for family, (_, field, _) in zip(counters, self._COUNTERS):
+            family.add_metric([], getattr(snapshot, field))
+        for family, (_, field, _) in zip(gauges, self._GAUGES):
+            family.add_metric([], getattr(snapshot, field))
+        return counters + gauges
+
+    def _families(self) -> tuple[list[Metric], list[Metric]]:
+        return ([CounterMetricFamily(name, doc) for name, _, doc in self._COUNTERS],
+                [GaugeMetricFamily(name, doc) for name, _, doc in self._GAUGES])
+
+
 # -- the registry and the endpoint -------------------------------------------------------------
 
 
@@ -307,6 +387,7 @@ class BrokerMetrics:
         self.registry = CollectorRegistry()
         self.server = ServerMetrics(self.registry)
         self.registry.register(LogCollector(log_manager))
+        self.registry.register(CleanerCollector(log_manager))
         if process_collectors:
             ProcessCollector(registry=self.registry)
             PlatformCollector(registry=self.registry)

@@ -395,7 +395,8 @@ def _log_manager_keys() -> Iterator[BrokerConfigKey]:
         group, attr="log_flush_scheduler_interval_ms", minimum=1)
     yield BrokerConfigKey(
         "log.initial.task.delay.ms", "long", 30000,
-        "Delay after startup before the retention, flush and checkpoint tasks first run.",
+        "Delay after startup before the kafka-log-retention task first runs (the flush and "
+        "checkpoint tasks start at once: delaying them would only widen what a crash re-validates).",
         group, attr="log_initial_task_delay_ms", minimum=0)
     yield BrokerConfigKey(
         "num.recovery.threads.per.data.dir", "int", 1,
