@@ -1,0 +1,1 @@
+"""Runnable examples of the triolog data source (see windowed_totals.py)."""
