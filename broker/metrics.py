@@ -42,7 +42,7 @@ several brokers in one process, as in tests, do not collide):
   triolog_cleaner_buffer_utilization_ratio       gauge   offset map fill in the last run, 0..1
   triolog_cleaner_recopy_ratio                   gauge   written / read in the last run, 0..1
   triolog_cleaner_max_dirty_ratio                gauge   largest dirty ratio of compacted logs
-  triolog_cleaner_seconds_since_last_run         gauge   since a cleaner thread last finished
+  triolog_cleaner_seconds_since_last_run         gauge   since a cleaner last looked for a log
   triolog_cleaner_uncleanable_partitions         gauge   partitions given up on after an error
   triolog_cleaner_uncleanable_bytes              gauge   dirty bytes of those partitions
   triolog_cleaner_dead_threads                   gauge   cleaner threads that died
@@ -322,7 +322,7 @@ class CleanerCollector(Collector):
         ("triolog_cleaner_max_dirty_ratio", "max_dirty_ratio",
          "Largest dirty ratio among the compacted logs now (Kafka's max-dirty-percent / 100)."),
         ("triolog_cleaner_seconds_since_last_run", "seconds_since_last_run",
-         "Seconds since a cleaner thread last finished a run (or since startup)."),
+         "Seconds since a cleaner thread last looked for a log to clean (Kafka's time-since-last-run-ms / 1000)."),
         ("triolog_cleaner_uncleanable_partitions", "uncleanable_partitions",
          "Partitions the cleaner gave up on after an error (Kafka's uncleanable-partitions-count)."),
         ("triolog_cleaner_uncleanable_bytes", "uncleanable_bytes", "Dirty bytes of the uncleanable partitions."),

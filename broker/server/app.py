@@ -18,6 +18,7 @@ import structlog
 import trio
 
 from broker.metrics import BrokerMetrics
+from broker.storage.cleaner.log_cleaner import CleanerConfig
 from broker.storage.clock import SYSTEM_CLOCK, Clock
 from broker.storage.log import Log
 from broker.storage.log_manager import LogManager
@@ -51,7 +52,8 @@ class BrokerServer:
     def __init__(self, config: BrokerConfig, *, clock: Clock = SYSTEM_CLOCK, storage_threads: int = 16):
         self.config = config
         self.clock = clock
-        self.log_manager = LogManager(config.log_dirs, config.log_config, clock=clock, node_id=config.node_id)
+        self.log_manager = LogManager(config.log_dirs, config.log_config, clock=clock, node_id=config.node_id,
+                                      cleaner_config=CleanerConfig.from_broker_config(config))
         self.topics = TopicManager(self.log_manager, config.log_config)
         self.log_manager.topic_config = self.topics.config_for
         self.limiter = trio.CapacityLimiter(storage_threads)

@@ -578,3 +578,69 @@ class Log:
             f"Log({self.directory.name}, start={self._log_start_offset}, end={self._next_offset}, "
             f"segments={len(self._segments)})"
         )
+
+    # -- compaction support (cleaner) --------------------------------------------------------
+
+    #: Test hook: called with a step name after every file operation of replace_segments, so
+    #: crash tests can capture the directory in each intermediate state. None in production.
+    replace_segments_hook = None
+    #: The reason old segments are passed to _remove_and_delete_segments with (not a retention
+    #: reason, so the per-reason deletion metric leaves them out).
+    CLEANER_REPLACED = "cleaner"
+
+    def segments_snapshot(self) -> list[LogSegment]:
+        """The segments, oldest first, as one consistent list (the cleaner plans from it)."""
+        with self._lock:
+            self._check_open()
+            return list(self._segments)
+
+    def replace_segments(self, new_segments: list[LogSegment], old_segments: list[LogSegment]) -> None:
+        """Swap the cleaner's ``.cleaned`` ``new_segments`` in for ``old_segments`` (Kafka's
+        LocalLog.replaceSegments), under the log's lock so readers see either set whole.
+
+        Crash-safe at every step because of the order: (1) .cleaned -> .swap for every new
+        segment (newest first); a crash before the last rename leaves a .cleaned file, so the
+        loader drops every .swap at or above it and the old segments stand; (2) the new
+        segments enter the map; (3) each old segment leaves the map and its files become
+        .deleted; from a crash here the loader completes the swap (a .swap replaces every file
+        in its offset range); (4) .swap -> plain names, then the directory is synced.
+        Raises StorageError, with nothing renamed, if an old segment left the log meanwhile.
+        """
+        new_sorted = sorted(new_segments, key=lambda s: s.base_offset)
+        old_sorted = sorted(old_segments, key=lambda s: s.base_offset)
+        hook = self.replace_segments_hook
+        with self._lock:
+            self._check_open()
+            if any(self._segments.get(s.base_offset) is not s for s in old_sorted):
+                raise StorageError(f"segments of {self.directory.name} changed while they were being cleaned")
+            if any(s.base_offset >= self._active.base_offset for s in old_sorted):
+                raise StorageError(f"the cleaner may not replace the active segment of {self.directory.name}")
+            if hook is not None:
+                hook("cleaned")
+            try:
+                for segment in reversed(new_sorted):
+                    self._rename_segment_files(segment, filenames.CLEANED_FILE_SUFFIX, filenames.SWAP_FILE_SUFFIX,
+                                               hook)
+                for segment in reversed(new_sorted):
+                    self._segments.add(segment)
+                for segment in old_sorted:
+                    self._remove_and_delete_segments([segment], self.CLEANER_REPLACED)
+                    if hook is not None:
+                        hook(f"deleted {segment.base_offset}")
+                for segment in new_sorted:
+                    self._rename_segment_files(segment, filenames.SWAP_FILE_SUFFIX, "", hook)
+                fsync_dir(self.directory)
+            except OSError as exc:
+                self._go_offline(exc)
+            self._timestamp_prefix_key = None
+
+    @staticmethod
+    def _rename_segment_files(segment: LogSegment, old_suffix: str, new_suffix: str, hook) -> None:
+        """LogSegment.change_file_suffixes one file at a time, so a crash test sees each state."""
+        for holder in (segment.log, segment.lazy_offset_index, segment.lazy_time_index):
+            name = holder.path.name
+            if not name.endswith(old_suffix):
+                raise ValueError(f"{holder.path} does not end with {old_suffix!r}")
+            holder.rename_to(holder.path.with_name(name[: len(name) - len(old_suffix)] + new_suffix))
+            if hook is not None:
+                hook(f"renamed {holder.path.name}")

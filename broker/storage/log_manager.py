@@ -33,6 +33,7 @@ from .clock import SYSTEM_CLOCK, Clock
 from .errors import CorruptCheckpointError, StorageError
 from .log import Log
 from .segment_deleter import SegmentDeleter
+from .cleaner.log_cleaner import CleanerConfig, LogCleaner
 
 logger = logging.getLogger(__name__)
 
@@ -87,6 +88,7 @@ class LogManager:
         clock: Clock = SYSTEM_CLOCK,
         topic_config: Callable[[str], LogConfig] | None = None,
         node_id: int = 0,
+        cleaner_config: CleanerConfig | None = None,
     ):
         self.log_dirs = [LogDir(Path(d).resolve()) for d in log_dirs]
         if not self.log_dirs:
@@ -103,6 +105,16 @@ class LogManager:
         self.had_clean_shutdown: dict[Path, bool] = {}
         #: One queue of ``.deleted`` segment files for all logs; the server runs it.
         self.segment_deleter = SegmentDeleter(clock)
+        #: Kafka's LogManager owns the log cleaner: None without a config or with log.cleaner.enable=false.
+        self.cleaner: LogCleaner | None = None
+        if cleaner_config is not None and cleaner_config.enable_cleaner:
+            self.cleaner = LogCleaner(
+                cleaner_config, [d.path for d in self.log_dirs], self.all_logs,
+                lambda tp: self._log_dir_of[tp].path if tp in self._log_dir_of else None,
+                clock=clock,
+                checkpoints=lambda: {d.path: d.cleaner_offset_checkpoint for d in self.log_dirs
+                                     if not d.offline and hasattr(d, "cleaner_offset_checkpoint")},
+            )
 
     # -- startup -----------------------------------------------------------------------------
 
@@ -139,6 +151,8 @@ class LogManager:
                 self._log_dir_of[tp] = log_dir
             logger.info("loaded %d logs from %s (clean shutdown: %s)",
                         sum(1 for d in self._log_dir_of.values() if d is log_dir), log_dir.path, clean)
+        if self.cleaner is not None:
+            self.cleaner.startup()
 
     def _ensure_meta_properties(self, log_dir: LogDir) -> None:
         meta = MetaProperties.read(log_dir.path)
@@ -204,9 +218,14 @@ class LogManager:
         """Remove a partition: out of the map at once, directory renamed ``-delete`` then removed."""
         with self._lock:
             log = self._logs.pop((topic, partition), None)
-            self._log_dir_of.pop((topic, partition), None)
+            log_dir = self._log_dir_of.pop((topic, partition), None)
         if log is None:
             return False
+        if self.cleaner is not None:  # stop any cleaning of it first, then forget its checkpoint
+            self.cleaner.abort_cleaning((topic, partition))
+            self.cleaner.manager.remove_partition((topic, partition))
+            if log_dir is not None and not log_dir.offline:
+                self.cleaner.update_checkpoints(log_dir.path, remove=(topic, partition))
         log.close()
         doomed = log.directory.with_name(filenames.delete_dir_name(topic, partition, uuid.uuid4().hex))
         os.replace(log.directory, doomed)
@@ -266,6 +285,8 @@ class LogManager:
 
     def shutdown(self) -> None:
         """Kafka's clean shutdown: flush and close every log, write checkpoints, then the marker."""
+        if self.cleaner is not None:  # first, so no swap runs while the logs close
+            self.cleaner.shutdown()
         logs = self.all_logs()
         for tp, log in logs.items():
             if log.offline:

@@ -1,0 +1,669 @@
+"""Cleaner: the two passes of one cleaning round over one log (Kafka's ``Cleaner.doClean``).
+
+Pass 1 maps the dirty section [first dirty, first uncleanable) into the SkimpyOffsetMap (MD5 of
+each key -> its latest offset) until the map holds ``slots x load factor`` keys; the covered end
+(``latest_offset + 1``) becomes the next cleaner checkpoint. Pass 2 regroups every segment below
+that end (clean and dirty part) by size, index size and relative-offset span, and copies each
+group into one ``.cleaned`` segment, keeping a record iff its offset is past the mapped range or
+is the map's offset for its key, and tombstones only until their batch's delete horizon.
+
+Everything here works on plain data (:class:`CleanJob`: paths, sizes, offsets) and writes only
+new ``.cleaned`` files, so the same code runs in a cleaner thread or in a worker process; the
+swap into the live log (``Log.replace_segments``) is always the broker process's job.
+
+Batches are copied as bytes when every record survives and no delete horizon has to be stamped;
+otherwise they are rebuilt from the surviving records' own bytes (only the timestamp delta is
+re-encoded when the base timestamp moves), with the original base and last offset, producer
+fields, leader epoch, codec and timestamp type, as Kafka's ``buildRetainedRecordsInto`` does.
+
+Pass 1 also remembers which mapped offset is the latest of its key (a bitmap over the dirty
+offsets, bounded to 1/8 of the map's memory); pass 2 answers "offset >= map[key]" for those
+records from the bitmap instead of hashing the key a second time. Same answer, half the MD5s.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from protocol.compression import compress, decompress
+from protocol.record_batch import (
+    COMPRESSION_MASK,
+    CONTROL_FLAG,
+    CURRENT_MAGIC,
+    DELETE_HORIZON_FLAG,
+    HEADER,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    MIN_BATCH_LENGTH,
+    NO_TIMESTAMP,
+    TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_FLAG,
+    CompressionType,
+    compute_crc,
+)
+from protocol.records import ControlRecordType, _varint32, _varint64, _varint_bytes, parse_control_record_key
+
+from .. import filenames
+from ..clock import Clock, SYSTEM_CLOCK
+from ..errors import CorruptRecordError
+from ..segment import LogSegment
+from .offset_map import _INT_MIN, _WORDS, SkimpyOffsetMap, _md5
+from .throttler import Throttler
+
+logger = logging.getLogger(__name__)
+
+INT32_MAX = 2**31 - 1
+_U32 = struct.Struct(">I")
+_ZZ = [(u >> 1) ^ -(u & 1) for u in range(128)]
+#: Two-byte varints: index (b0 & 0x7F) | (b1 << 7).
+_ZZ2 = [(u >> 1) ^ -(u & 1) for u in range(1 << 14)]
+
+
+class LogCleaningAbortedError(Exception):
+    """The round was aborted (partition deleted, cleaner stopping); nothing was swapped in."""
+
+
+@dataclass(frozen=True)
+class SegmentSource:
+    """What the passes need to know about one segment, captured under the log's lock."""
+
+    base_offset: int
+    path: str
+    size: int
+    offset_index_bytes: int
+    time_index_bytes: int
+    last_modified_ms: int
+    #: Where pass 1 starts reading (the index position of the first dirty offset, else 0).
+    start_position: int = 0
+
+
+@dataclass(frozen=True)
+class CleanJob:
+    """One cleaning round of one log, as plain picklable data."""
+
+    directory: str
+    name: str
+    first_dirty_offset: int
+    first_uncleanable_offset: int
+    #: Every segment with base offset below the first uncleanable offset, oldest first.
+    segments: tuple[SegmentSource, ...]
+    #: The segments from the first uncleanable offset on (the active one last), headers only:
+    #: the producer scan needs the last batch of every producer in the whole log.
+    tail_segments: tuple[SegmentSource, ...]
+    segment_bytes: int
+    max_index_bytes: int
+    index_interval_bytes: int
+    delete_retention_ms: int
+    max_message_bytes: int
+    now_ms: int
+    read_buffer_bytes: int = 256 * 1024
+
+
+@dataclass(frozen=True)
+class GroupResult:
+    """One ``.cleaned`` segment written for a group of old segments."""
+
+    cleaned_base_offset: int
+    old_base_offsets: tuple[int, ...]
+    size: int
+
+
+@dataclass
+class CleanerStats:
+    """Kafka's CleanerStats for one round."""
+
+    map_records_read: int = 0
+    map_bytes_read: int = 0
+    records_read: int = 0
+    bytes_read: int = 0
+    records_kept: int = 0
+    bytes_written: int = 0
+    invalid_records: int = 0
+    buffer_utilization: float = 0.0
+    start_s: float = field(default_factory=time.monotonic)
+    map_done_s: float = 0.0
+    end_s: float = 0.0
+
+    @property
+    def records_removed(self) -> int:
+        return self.records_read - self.records_kept
+
+    @property
+    def elapsed_s(self) -> float:
+        return (self.end_s or time.monotonic()) - self.start_s
+
+
+class _ProducerInfo:
+    """Last data batch and epoch of every producer id in the log (Kafka's active producers).
+
+    Batches may be observed out of offset order (pass 1, then a header scan of the rest), so
+    the highest offset wins rather than the last call.
+    """
+
+    __slots__ = ("last_data_offset", "last_entry")
+
+    def __init__(self) -> None:
+        self.last_data_offset: dict[int, int] = {}
+        self.last_entry: dict[int, tuple[int, int]] = {}  # producer id -> (last offset, epoch)
+
+    def observe(self, producer_id: int, epoch: int, last_offset: int, is_control: bool) -> None:
+        if not is_control and last_offset > self.last_data_offset.get(producer_id, -1):
+            self.last_data_offset[producer_id] = last_offset
+        if last_offset > self.last_entry.get(producer_id, (-1, 0))[0]:
+            self.last_entry[producer_id] = (last_offset, epoch)
+
+    def is_last_batch(self, producer_id: int, epoch: int, last_offset: int, is_control: bool) -> bool:
+        entry = self.last_entry.get(producer_id)
+        if entry is None:
+            return False
+        last_data = self.last_data_offset.get(producer_id)
+        if last_data is not None:
+            return last_offset == last_data
+        return is_control and epoch == entry[1]
+
+
+def group_segments_by_size(segments: list[SegmentSource], max_size: int, max_index_size: int,
+                           first_uncleanable_offset: int) -> list[list[SegmentSource]]:
+    """Kafka's groupSegmentsBySize: consecutive segments while the group's log bytes stay within
+    segment.bytes, each index within segment.index.bytes, and every offset fits 2^31-1 past the
+    group's base (estimated by the next segment's base - 1, or first uncleanable - 1)."""
+    groups: list[list[SegmentSource]] = []
+    i = 0
+    while i < len(segments):
+        group = [segments[i]]
+        log_size = segments[i].size
+        index_size = segments[i].offset_index_bytes
+        time_index_size = segments[i].time_index_bytes
+        i += 1
+        while i < len(segments):
+            candidate = segments[i]
+            last_offset = segments[i + 1].base_offset - 1 if i + 1 < len(segments) else first_uncleanable_offset - 1
+            if not (log_size + candidate.size <= max_size
+                    and index_size + candidate.offset_index_bytes <= max_index_size
+                    and time_index_size + candidate.time_index_bytes <= max_index_size
+                    and (candidate.size == 0 or last_offset - group[0].base_offset <= INT32_MAX)):
+                break
+            group.append(candidate)
+            log_size += candidate.size
+            index_size += candidate.offset_index_bytes
+            time_index_size += candidate.time_index_bytes
+            i += 1
+        groups.append(group)
+    return groups
+
+
+def _iter_batches(path: str, start: int, end: int, buffer_bytes: int, throttler: Throttler | None, check_done: Callable[[], None]):
+    """(position, header tuple, batch memoryview) of each batch in [start, end) of a .log file,
+    read in windows of ``buffer_bytes`` (grown to fit one batch, as Kafka's growBuffersOrFail)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        position = start
+        unpack = HEADER.unpack_from
+        while position < end:
+            check_done()
+            window = os.pread(fd, min(buffer_bytes, end - position), position)
+            if not window:
+                return
+            if throttler is not None:
+                throttler.maybe_throttle(len(window))
+            view = memoryview(window)
+            off = 0
+            total = len(window)
+            while total - off >= HEADER_SIZE:
+                fields = unpack(window, off)
+                if fields[3] != CURRENT_MAGIC or fields[1] < MIN_BATCH_LENGTH:
+                    raise CorruptRecordError(f"invalid batch header at position {position + off} of {path}")
+                size = fields[1] + LOG_OVERHEAD
+                if off + size > total:
+                    break
+                yield position + off, fields, view[off:off + size]
+                off += size
+            if off == 0:  # not even one batch fits the window: grow it
+                if total >= 12:
+                    size = struct.unpack_from(">i", window, 8)[0] + LOG_OVERHEAD
+                    if position + size > end:
+                        raise CorruptRecordError(
+                            f"batch at position {position} of {path} declares {size} bytes but only "
+                            f"{end - position} remain")
+                    buffer_bytes = max(buffer_bytes * 2, size)
+                    continue
+                raise CorruptRecordError(f"truncated batch at position {position} of {path}")
+            position += off
+    finally:
+        os.close(fd)
+
+
+def _records_data(fields, batch) -> bytes | memoryview:
+    codec = fields[5] & COMPRESSION_MASK
+    payload = batch[HEADER_SIZE:]
+    if codec == 0:
+        return bytes(payload)  # indexing bytes is cheaper than indexing a memoryview
+    if codec > CompressionType.ZSTD:
+        raise CorruptRecordError(f"batch at offset {fields[0]} has unknown compression codec id {codec}")
+    return decompress(CompressionType(codec), payload)
+
+
+class Cleaner:
+    """Runs cleaning rounds with one offset map (one per cleaner thread or worker)."""
+
+    def __init__(self, map_memory: int, load_factor: float, *, throttler: Throttler | None = None,
+                 clock: Clock = SYSTEM_CLOCK, check_done: Callable[[], None] | None = None):
+        self.offset_map = SkimpyOffsetMap(map_memory)
+        self.load_factor = load_factor
+        self.throttler = throttler
+        self.clock = clock
+        self.check_done = check_done or (lambda: None)
+        self._bitmap = bytearray()
+        self._bitmap_base = 0
+        self._bitmap_bits = 0
+
+    # -- the round ---------------------------------------------------------------------------
+
+    def clean(self, job: CleanJob, on_group: Callable[[GroupResult], None]) -> tuple[int, CleanerStats]:
+        """Map the dirty section, then clean every group below the mapped end, calling
+        ``on_group`` after each ``.cleaned`` segment is complete (the caller swaps it in).
+        Returns (end offset = the new checkpoint, stats)."""
+        stats = CleanerStats()
+        producers = _ProducerInfo()
+        self.build_offset_map(job, stats, producers)
+        end_offset = max(self.offset_map.latest_offset + 1, job.first_dirty_offset)  # never backwards
+        stats.map_done_s = time.monotonic()
+        self._scan_producers(job, producers)
+        to_clean = [s for s in job.segments if s.base_offset < end_offset]
+        for group in group_segments_by_size(to_clean, job.segment_bytes, job.max_index_bytes,
+                                            job.first_uncleanable_offset):
+            on_group(self.clean_segments(job, group, stats, producers))
+        stats.buffer_utilization = self.offset_map.utilization
+        stats.end_s = time.monotonic()
+        return end_offset, stats
+
+    # -- pass 1 ------------------------------------------------------------------------------
+
+    def build_offset_map(self, job: CleanJob, stats: CleanerStats, producers: _ProducerInfo) -> None:
+        offset_map = self.offset_map
+        offset_map.clear()
+        start, end = job.first_dirty_offset, job.first_uncleanable_offset
+        dirty = [(s, job.segments[i + 1].base_offset if i + 1 < len(job.segments) else end)
+                 for i, s in enumerate(job.segments)]
+        dirty = [(s, nxt) for s, nxt in dirty if nxt > start and s.base_offset < end]
+        self._bitmap_base = start
+        self._bitmap_bits = min(max(end - start, 0), offset_map.memory)  # <= memory/8 bytes
+        self._bitmap = bytearray((self._bitmap_bits + 7) // 8)
+        max_entries = int(offset_map.slots * self.load_factor)
+        for segment, next_start in dirty:
+            if self._map_segment(job, segment, start, next_start, max_entries, stats, producers):
+                logger.debug("offset map of %s is full at segment %d", job.name, segment.base_offset)
+                break
+
+    def _map_segment(self, job, segment: SegmentSource, start: int, next_start: int, max_entries: int,
+                     stats: CleanerStats, producers: _ProducerInfo) -> bool:
+        """Map one segment; returns True when the map filled up before its end."""
+        offset_map = self.offset_map
+        put_probing = offset_map._put_probing
+        words = offset_map._words
+        slots = offset_map.slots
+        unpack_words = _WORDS.unpack
+        md5 = _md5
+        zz = _ZZ
+        zz2 = _ZZ2
+        map_records = 0
+        bitmap = self._bitmap
+        bit_base = self._bitmap_base
+        bit_limit = self._bitmap_bits
+        entries_limit = max_entries
+        for _, fields, batch in _iter_batches(segment.path, segment.start_position, segment.size,
+                                              job.read_buffer_bytes, self.throttler, self.check_done):
+            base = fields[0]
+            last_offset = base + fields[6]
+            attributes = fields[5]
+            stats.map_bytes_read += len(batch)
+            if fields[9] >= 0:
+                producers.observe(fields[9], fields[10], last_offset, bool(attributes & CONTROL_FLAG))
+            if attributes & CONTROL_FLAG:
+                stats.map_records_read += 1
+            elif fields[12] > 0:
+                data = _records_data(fields, batch)
+                pos = 0
+                last_put = -1
+                try:
+                    for _ in range(fields[12]):
+                        # Varints inline: one byte through zz, two through zz2 (lengths of
+                        # ~100-byte records and offset deltas past 63 take two).
+                        b = data[pos]
+                        if b < 0x80:
+                            p = pos + 1
+                            record_end = p + zz[b]
+                        elif data[pos + 1] < 0x80:
+                            p = pos + 2
+                            record_end = p + zz2[(b & 0x7F) | (data[pos + 1] << 7)]
+                        else:
+                            length, p = _varint32(data, pos)
+                            record_end = p + length
+                        p += 1  # attributes
+                        while data[p] & 0x80:  # timestamp delta: skipped
+                            p += 1
+                        b = data[p + 1]
+                        if b < 0x80:
+                            offset = base + zz[b]
+                            p += 2
+                        elif data[p + 2] < 0x80:
+                            offset = base + zz2[(b & 0x7F) | (data[p + 2] << 7)]
+                            p += 3
+                        else:
+                            delta, p = _varint32(data, p + 1)
+                            offset = base + delta
+                        b = data[p]
+                        if b < 0x80:
+                            key_length = zz[b]
+                            p += 1
+                        else:
+                            key_length, p = _varint32(data, p)
+                        if key_length >= 0 and offset >= start:
+                            if offset_map.entries >= entries_limit:
+                                if last_put >= 0:
+                                    offset_map.update_latest_offset(last_put)
+                                return True
+                            digest = md5(data[p:p + key_length]).digest()
+                            # SkimpyOffsetMap.put_digest's first probe, inline (the hot path)
+                            h0, h1 = unpack_words(digest)
+                            probe = h0 >> 32
+                            i = (probe if probe >= 0 else -probe if probe != _INT_MIN else 0) % slots * 3
+                            w0 = words[i]
+                            if w0 == h0 and words[i + 1] == h1:
+                                previous = words[i + 2]
+                                words[i + 2] = offset
+                            elif w0 == 0 and words[i + 1] == 0 and words[i + 2] == 0:
+                                words[i] = h0
+                                words[i + 1] = h1
+                                words[i + 2] = offset
+                                offset_map.entries += 1
+                                previous = -1
+                            else:
+                                previous = put_probing(digest, h0, h1, offset)
+                            last_put = offset
+                            rel = previous - bit_base
+                            if 0 <= rel < bit_limit:
+                                bitmap[rel >> 3] &= ~(1 << (rel & 7)) & 0xFF
+                            rel = offset - bit_base
+                            if rel < bit_limit:
+                                bitmap[rel >> 3] |= 1 << (rel & 7)
+                        map_records += 1
+                        pos = record_end
+                except IndexError:
+                    raise CorruptRecordError(f"truncated record in batch at offset {base} of {segment.path}") from None
+                finally:
+                    stats.map_records_read += map_records
+                    map_records = 0
+            if last_offset >= start:
+                offset_map.update_latest_offset(last_offset)
+        offset_map.update_latest_offset(next_start - 1)
+        return False
+
+    def _scan_producers(self, job: CleanJob, producers: _ProducerInfo) -> None:
+        """The last batch of every producer id outside what pass 1 read: headers only."""
+        mapped_upto = self.offset_map.latest_offset
+        for segment in (*job.segments, *job.tail_segments):
+            for _, fields, _ in _iter_batches(segment.path, 0, segment.size, job.read_buffer_bytes,
+                                              None, self.check_done):
+                base = fields[0]
+                last_offset = base + fields[6]
+                if job.first_dirty_offset <= base and last_offset <= mapped_upto:
+                    continue  # pass 1 saw it
+                if fields[9] >= 0:
+                    producers.observe(fields[9], fields[10], last_offset, bool(fields[5] & CONTROL_FLAG))
+
+    # -- pass 2 ------------------------------------------------------------------------------
+
+    def clean_segments(self, job: CleanJob, group: list[SegmentSource], stats: CleanerStats,
+                       producers: _ProducerInfo) -> GroupResult:
+        """Copy what survives of ``group`` into one new ``.cleaned`` segment, synced and trimmed."""
+        directory = Path(job.directory)
+        base = group[0].base_offset
+        for path in (filenames.log_file(directory, base, filenames.CLEANED_FILE_SUFFIX),
+                     filenames.offset_index_file(directory, base, filenames.CLEANED_FILE_SUFFIX),
+                     filenames.time_index_file(directory, base, filenames.CLEANED_FILE_SUFFIX)):
+            path.unlink(missing_ok=True)
+        # Room for every index entry the copy can need (at most one per index interval or per
+        # batch): with a tiny segment.index.bytes the old segments rolled on a full index, but
+        # their group must still fit one cleaned segment. The files are trimmed when sealed.
+        group_bytes = sum(s.size for s in group)
+        entries_bound = group_bytes // max(job.index_interval_bytes + 1, HEADER_SIZE) + 2
+        cleaned = LogSegment.open(directory, base, index_interval_bytes=job.index_interval_bytes,
+                                  segment_index_bytes=max(job.max_index_bytes, entries_bound * 12),
+                                  clock=self.clock, file_suffix=filenames.CLEANED_FILE_SUFFIX)
+        try:
+            for segment in group:
+                self._clean_into(job, segment, cleaned, stats, producers)
+            cleaned.on_becoming_inactive_segment()
+            cleaned.flush()
+            cleaned.set_last_modified_ms(group[-1].last_modified_ms)
+            size = cleaned.size
+        except BaseException:
+            cleaned.delete_if_exists()
+            raise
+        finally:
+            cleaned.close_handlers()
+        return GroupResult(base, tuple(s.base_offset for s in group), size)
+
+    def _clean_into(self, job: CleanJob, segment: SegmentSource, dest: LogSegment, stats: CleanerStats,
+                    producers: _ProducerInfo) -> None:
+        now = job.now_ms
+        ongoing_txns: set[int] = set()
+        for _, fields, batch in _iter_batches(segment.path, 0, segment.size, job.read_buffer_bytes,
+                                              self.throttler, self.check_done):
+            stats.bytes_read += len(batch)
+            if fields[5] & CONTROL_FLAG:
+                out, read, kept = self._filter_control_batch(fields, batch, now, job, producers, ongoing_txns)
+            else:
+                if fields[5] & TRANSACTIONAL_FLAG:
+                    ongoing_txns.add(fields[9])
+                out, read, kept = self._filter_data_batch(fields, batch, now, job, producers, stats)
+            stats.records_read += read
+            stats.records_kept += kept
+            if out is not None:
+                last_offset = fields[0] + fields[6]
+                max_timestamp = struct.unpack_from(">q", out, 35)[0]
+                dest.append(last_offset, max_timestamp, last_offset, out)
+                stats.bytes_written += len(out)
+                if self.throttler is not None:
+                    self.throttler.maybe_throttle(len(out))
+
+    def _retain_empty(self, fields, producers: _ProducerInfo, job: CleanJob) -> bool:
+        last_offset = fields[0] + fields[6]
+        if fields[9] >= 0 and producers.is_last_batch(fields[9], fields[10], last_offset,
+                                                      bool(fields[5] & CONTROL_FLAG)):
+            return True  # keeps the producer's last sequence / epoch
+        return last_offset + 1 == job.first_uncleanable_offset  # KAFKA-17076
+
+    def _filter_data_batch(self, fields, batch, now: int, job: CleanJob, producers: _ProducerInfo,
+                           stats: CleanerStats):
+        """(bytes to write or None, records read, records kept) for one data batch."""
+        count = fields[12]
+        attributes = fields[5]
+        base = fields[0]
+        if count <= 0:
+            return (_empty_header(fields) if self._retain_empty(fields, producers, job) else None), 0, 0
+        has_horizon = bool(attributes & DELETE_HORIZON_FLAG)
+        retain_deletes = not has_horizon or now < fields[7]
+        latest = self.offset_map.latest_offset
+        get = self.offset_map.get_digest
+        md5 = _md5
+        zz = _ZZ
+        zz2 = _ZZ2
+        bitmap = self._bitmap
+        bit_base = self._bitmap_base
+        bit_limit = self._bitmap_bits
+        data = _records_data(fields, batch)
+        kept: list[tuple[int, int, int, int]] = []  # (record start, ts delta, ts delta end, record end)
+        all_kept = True
+        has_tombstone = False
+        pos = 0
+        try:
+            for _ in range(count):
+                record_start = pos
+                b = data[pos]
+                if b < 0x80:
+                    pos += 1
+                    record_end = pos + zz[b]
+                elif data[pos + 1] < 0x80:
+                    record_end = pos + 2 + zz2[(b & 0x7F) | (data[pos + 1] << 7)]
+                    pos += 2
+                else:
+                    length, pos = _varint32(data, pos)
+                    record_end = pos + length
+                b = data[pos + 1]
+                if b < 0x80:
+                    ts_delta = zz[b]
+                    p = pos + 2
+                else:
+                    ts_delta, p = _varint64(data, pos + 1)
+                ts_end = p
+                b = data[p]
+                if b < 0x80:
+                    offset = base + zz[b]
+                    p += 1
+                elif data[p + 1] < 0x80:
+                    offset = base + zz2[(b & 0x7F) | (data[p + 1] << 7)]
+                    p += 2
+                else:
+                    delta, p = _varint32(data, p)
+                    offset = base + delta
+                b = data[p]
+                if b < 0x80:
+                    key_length = zz[b]
+                    p += 1
+                else:
+                    key_length, p = _varint32(data, p)
+                key_start = p
+                if key_length > 0:
+                    p += key_length
+                b = data[p]
+                value_null = b == 1  # zig-zag -1
+                if offset > latest:
+                    keep = True
+                elif key_length < 0:
+                    keep = False
+                    stats.invalid_records += 1
+                else:
+                    rel = offset - bit_base
+                    if 0 <= rel < bit_limit:
+                        keep = bool(bitmap[rel >> 3] & (1 << (rel & 7)))
+                    else:
+                        keep = offset >= get(md5(data[key_start:key_start + key_length]).digest())
+                    if keep and value_null and not retain_deletes:
+                        keep = False
+                if keep:
+                    kept.append((record_start, ts_delta, ts_end, record_end))
+                    if value_null:
+                        has_tombstone = True
+                else:
+                    all_kept = False
+                pos = record_end
+        except IndexError:
+            raise CorruptRecordError(f"truncated record in batch at offset {base}") from None
+        if not kept:
+            return (_empty_header(fields) if self._retain_empty(fields, producers, job) else None), count, 0
+        need_horizon = has_tombstone and not has_horizon
+        if all_kept and not need_horizon:
+            return batch, count, count
+        horizon = now + job.delete_retention_ms if need_horizon else (fields[7] if has_horizon else None)
+        return _rebuild(fields, data, kept, horizon), count, len(kept)
+
+    def _filter_control_batch(self, fields, batch, now: int, job: CleanJob, producers: _ProducerInfo,
+                              ongoing_txns: set[int]):
+        """Markers: kept unless discardable (an empty control batch, or a COMMIT whose
+        transaction left no data in this pass) and past their delete horizon."""
+        count = fields[12]
+        producer_id = fields[9]
+        if count <= 0:
+            discardable = True
+        else:
+            data = _records_data(fields, batch)
+            discardable = False
+            try:
+                _, p = _varint32(data, 0)
+                p += 1
+                _, p = _varint64(data, p)
+                _, p = _varint32(data, p)
+                key_length, p = _varint32(data, p)
+                key = bytes(data[p:p + key_length]) if key_length >= 0 else None
+                control_type = parse_control_record_key(key)[1]
+            except (IndexError, ValueError):
+                raise CorruptRecordError(f"invalid control record in batch at offset {fields[0]}") from None
+            if control_type == ControlRecordType.COMMIT:
+                discardable = producer_id not in ongoing_txns
+                ongoing_txns.discard(producer_id)
+            # ABORT markers stay: triolog keeps no .txnindex to prove their data is gone.
+        has_horizon = bool(fields[5] & DELETE_HORIZON_FLAG)
+        discard_records = discardable and has_horizon and fields[7] <= now
+        if discard_records or count <= 0:
+            if self._retain_empty(fields, producers, job):
+                return _empty_header(fields), count, 0
+            return None, count, 0
+        if discardable and not has_horizon:  # stamp the horizon; removed once it has passed
+            data = _records_data(fields, batch)
+            spans = []
+            pos = 0
+            for _ in range(count):
+                length, start = _varint32(data, pos)
+                ts_delta, ts_end = _varint64(data, start + 1)
+                spans.append((pos, ts_delta, ts_end, start + length))
+                pos = start + length
+            return _rebuild(fields, data, spans, now + job.delete_retention_ms), count, count
+        return batch, count, count
+
+
+def _rebuild(fields, data, kept, horizon: int | None) -> bytes:
+    """A batch of the kept records (spans of ``data``) with the original header fields; the base
+    timestamp becomes the first kept record's timestamp or the delete horizon (deltas re-based)."""
+    (base_offset, _, leader_epoch, _, _, attributes, last_offset_delta, old_base_ts, max_ts,
+     producer_id, producer_epoch, base_sequence, _) = fields
+    log_append_time = attributes & TIMESTAMP_TYPE_MASK
+    if log_append_time:
+        timestamps = [max_ts] * len(kept)
+        new_max = max_ts
+    else:
+        timestamps = [old_base_ts + ts_delta for _, ts_delta, _, _ in kept]
+        new_max = max(NO_TIMESTAMP, max(timestamps))
+    new_base_ts = horizon if horizon is not None else timestamps[0]
+    parts = []
+    if new_base_ts == old_base_ts and not log_append_time:
+        for start, _, _, end in kept:  # deltas unchanged: the records' bytes as they are
+            parts.append(data[start:end])
+    else:
+        for (start, _, ts_end, end), ts in zip(kept, timestamps):
+            length, body_start = _varint32(data, start)
+            body = b"".join((data[body_start:body_start + 1], _varint_bytes(ts - new_base_ts), data[ts_end:end]))
+            parts.append(_varint_bytes(len(body)))
+            parts.append(body)
+    body = b"".join(parts)
+    codec = attributes & COMPRESSION_MASK
+    if codec:
+        body = compress(CompressionType(codec), body)
+    attributes &= ~DELETE_HORIZON_FLAG
+    if horizon is not None:
+        attributes |= DELETE_HORIZON_FLAG
+    out = bytearray(HEADER_SIZE + len(body))
+    HEADER.pack_into(out, 0, base_offset, len(out) - LOG_OVERHEAD, leader_epoch, CURRENT_MAGIC, 0, attributes,
+                     last_offset_delta, new_base_ts, new_max, producer_id, producer_epoch, base_sequence, len(kept))
+    out[HEADER_SIZE:] = body
+    _U32.pack_into(out, 17, compute_crc(out))
+    return bytes(out)
+
+
+def _empty_header(fields) -> bytes:
+    """Kafka's writeEmptyHeader: count 0, codec none, base timestamp -1, old max timestamp."""
+    (base_offset, _, leader_epoch, _, _, attributes, last_offset_delta, _, max_ts,
+     producer_id, producer_epoch, base_sequence, _) = fields
+    attributes = attributes & (TIMESTAMP_TYPE_MASK | TRANSACTIONAL_FLAG | CONTROL_FLAG)
+    out = bytearray(HEADER_SIZE)
+    HEADER.pack_into(out, 0, base_offset, HEADER_SIZE - LOG_OVERHEAD, leader_epoch, CURRENT_MAGIC, 0, attributes,
+                     last_offset_delta, NO_TIMESTAMP, max_ts, producer_id, producer_epoch, base_sequence, 0)
+    _U32.pack_into(out, 17, compute_crc(out))
+    return bytes(out)

@@ -1,0 +1,284 @@
+"""The cleaner's worker process: the two passes away from the broker's GIL.
+
+One worker per cleaner thread, a fresh interpreter (``python -c``, so no copy of the broker's
+threads, locks or sockets, and no re-import of whatever ``__main__`` started the broker, which
+multiprocessing's spawn would do) started on first use and kept for the next rounds, so its
+offset map is allocated once. Messages are pickled over two pipes
+(multiprocessing.connection framing).
+The protocol over the pipe, one round at a time:
+
+    parent -> ("clean", CleanJob)
+    worker -> ("group", GroupResult)     a finished .cleaned segment; waits for the reply
+    parent -> ("ok",) | ("abort",)       after swapping it in (or failing to)
+    worker -> ("done", end_offset, CleanerStats) | ("aborted",) | ("error", exc, traceback)
+
+The worker only reads segment files and writes ``.cleaned`` files; the swap into the live log
+and the checkpoint stay in the broker process. An abort (partition deleted, cleaner stopping)
+is sent as ("abort",), checked by the worker between reads; a worker that does not answer in
+time is killed, and its ``.cleaned`` files are removed by the parent (or the next load).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Callable
+
+from ..errors import StorageError
+from .cleaner import Cleaner, CleanerStats, CleanJob, GroupResult, LogCleaningAbortedError
+from .throttler import Throttler
+
+logger = logging.getLogger(__name__)
+
+POLL_INTERVAL_S = 0.05
+#: The worker's nice increment. With as many busy processes as CPUs (the broker, its clients and
+#: the worker on 2 cores), an equal-priority worker took a core from the request path and
+#: produce p99 rose 11x (bench/cleaner.py); at 19 the scheduler runs it in the gaps.
+WORKER_NICENESS = 19
+ABORT_TIMEOUT_S = 10.0
+
+
+class _Duplex:
+    """send/recv/poll over a pipe pair."""
+
+    def __init__(self, read_fd: int, write_fd: int):
+        self._reader = Connection(read_fd, readable=True, writable=False)
+        self._writer = Connection(write_fd, readable=False, writable=True)
+
+    def send(self, message) -> None:
+        self._writer.send(message)
+
+    def recv(self):
+        return self._reader.recv()
+
+    def poll(self, timeout: float = 0.0) -> bool:
+        return self._reader.poll(timeout)
+
+    def close(self) -> None:
+        self._reader.close()
+        self._writer.close()
+
+
+def _entry() -> None:
+    """``python -c`` entry point: argv = read fd, write fd, map memory, load factor, rate, check ms."""
+    read_fd, write_fd = int(sys.argv[1]), int(sys.argv[2])
+    _worker_main(_Duplex(read_fd, write_fd), int(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5]),
+                 int(sys.argv[6]))
+
+
+def _worker_main(conn, map_memory: int, load_factor: float, throttle_rate: float, throttle_check_ms: int = 300) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group; the broker decides
+    try:  # background work: the broker's own threads come first when CPUs are short
+        os.nice(WORKER_NICENESS)
+    except OSError:
+        pass
+    cleaner = Cleaner(map_memory, load_factor, throttler=Throttler(throttle_rate, check_interval_ms=throttle_check_ms))
+    pending: list[tuple] = []
+
+    def check() -> None:
+        while conn.poll():
+            try:
+                message = conn.recv()
+            except EOFError:
+                raise LogCleaningAbortedError("the broker went away") from None
+            if message[0] in ("abort", "exit"):
+                pending.append(message)
+                raise LogCleaningAbortedError("aborted by the broker")
+
+    def on_group(result: GroupResult) -> None:
+        conn.send(("group", result))
+        reply = conn.recv()
+        if reply[0] != "ok":
+            pending.append(reply)
+            raise LogCleaningAbortedError("the broker did not swap the group in")
+
+    cleaner.check_done = check
+    while True:
+        if pending:
+            message = pending.pop(0)
+        else:
+            try:
+                message = conn.recv()
+            except EOFError:
+                return
+        if message[0] == "exit":
+            return
+        if message[0] != "clean":
+            continue  # a late abort for a round that already ended
+        try:
+            end_offset, stats = cleaner.clean(message[1], on_group)
+            conn.send(("done", end_offset, stats))
+        except LogCleaningAbortedError:
+            conn.send(("aborted",))
+            pending = [m for m in pending if m[0] == "exit"]
+        except BaseException as exc:  # reported to the broker, which marks the partition uncleanable
+            try:
+                pickle.dumps(exc)
+            except Exception:
+                exc = RuntimeError(f"{type(exc).__name__}: {exc}")
+            conn.send(("error", exc, traceback.format_exc()))
+
+
+class WorkerProcessExecutor:
+    """Runs the passes in a worker process; ``on_group`` (the swap) runs in the calling thread."""
+
+    def __init__(self, map_memory: int, load_factor: float, throttle_rate: float, throttle_check_ms: int = 300):
+        self._args = (map_memory, load_factor, throttle_rate, throttle_check_ms)
+        self._process: subprocess.Popen | None = None
+        self._conn = None
+        self._cancelled = threading.Event()
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    def _ensure_started(self) -> None:
+        if self._process is not None and self._process.poll() is None:
+            return
+        self._discard_process()
+        to_child_r, to_child_w = os.pipe()
+        to_parent_r, to_parent_w = os.pipe()
+        root = str(Path(__file__).resolve().parents[3])
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+        map_memory, load_factor, rate, check_ms = self._args
+        try:
+            process = subprocess.Popen(
+                [sys.executable, "-c", "from broker.storage.cleaner.worker import _entry; _entry()",
+                 str(to_child_r), str(to_parent_w), str(map_memory), repr(load_factor), repr(rate), str(check_ms)],
+                pass_fds=(to_child_r, to_parent_w), env=env, stdin=subprocess.DEVNULL,
+            )
+        except BaseException:
+            for fd in (to_child_r, to_child_w, to_parent_r, to_parent_w):
+                os.close(fd)
+            raise
+        os.close(to_child_r)
+        os.close(to_parent_w)
+        self._process, self._conn = process, _Duplex(to_parent_r, to_child_w)
+        logger.info("started cleaner worker process %d", process.pid)
+
+    def _alive(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def run(self, job: CleanJob, on_group: Callable[[GroupResult], None],
+            check_done: Callable[[], None]) -> tuple[int, CleanerStats]:
+        if self._cancelled.is_set():
+            raise LogCleaningAbortedError("cancelled")
+        self._ensure_started()
+        conn = self._conn
+        try:
+            conn.send(("clean", job))
+        except (OSError, EOFError) as exc:
+            self._discard_process()
+            raise StorageError(f"cleaner worker process is gone: {exc}") from exc
+        while True:
+            if not conn.poll(POLL_INTERVAL_S):
+                if not self._alive():
+                    code = self._process.returncode
+                    self._discard_process()
+                    _remove_cleaned_files(job)
+                    raise StorageError(f"cleaner worker process exited with {code} while cleaning {job.name}")
+                try:
+                    if self._cancelled.is_set():
+                        raise LogCleaningAbortedError("cancelled")
+                    check_done()
+                except LogCleaningAbortedError:
+                    self._abort_round(job)
+                    raise
+                continue
+            try:
+                message = conn.recv()
+            except EOFError:
+                self._discard_process()
+                _remove_cleaned_files(job)
+                raise StorageError(f"cleaner worker process died while cleaning {job.name}") from None
+            kind = message[0]
+            if kind == "group":
+                try:
+                    on_group(message[1])
+                except BaseException:
+                    conn.send(("abort",))
+                    self._wait_for_end_of_round(job)
+                    raise
+                conn.send(("ok",))
+            elif kind == "done":
+                return message[1], message[2]
+            elif kind == "aborted":
+                raise LogCleaningAbortedError(f"cleaning of {job.name} aborted")
+            elif kind == "error":
+                exc, text = message[1], message[2]
+                logger.debug("cleaner worker failed:\n%s", text)
+                raise exc
+
+    def _abort_round(self, job: CleanJob) -> None:
+        try:
+            self._conn.send(("abort",))
+        except (OSError, EOFError):
+            self._discard_process()
+            return
+        self._wait_for_end_of_round(job)
+
+    def _wait_for_end_of_round(self, job: CleanJob) -> None:
+        """Wait for the worker to acknowledge the abort (it deletes its .cleaned files); kill it
+        if it does not answer in time."""
+        deadline = time.monotonic() + ABORT_TIMEOUT_S
+        conn = self._conn
+        while time.monotonic() < deadline:
+            try:
+                if conn.poll(POLL_INTERVAL_S):
+                    message = conn.recv()
+                    if message[0] in ("aborted", "done", "error"):
+                        return
+                    if message[0] == "group":  # finished just before the abort arrived
+                        conn.send(("abort",))
+                        _remove_cleaned_files(job)
+                elif not self._alive():
+                    break
+            except (OSError, EOFError):
+                break
+        self._discard_process()
+        _remove_cleaned_files(job)
+
+    def cancel(self) -> None:
+        """From another thread: make the running round (and any later one) abort."""
+        self._cancelled.set()
+
+    def close(self) -> None:
+        if self._process is None:
+            return
+        try:
+            self._conn.send(("exit",))
+        except (OSError, EOFError):
+            pass
+        try:
+            self._process.wait(5.0)
+        except subprocess.TimeoutExpired:
+            pass
+        self._discard_process()
+
+    def _discard_process(self) -> None:
+        process, conn = self._process, self._conn
+        self._process = self._conn = None
+        if process is not None and process.poll() is None:
+            process.kill()
+            process.wait(5.0)
+        if conn is not None:
+            conn.close()
+
+
+def _remove_cleaned_files(job: CleanJob) -> None:
+    """Drop leftover .cleaned output of a round that was killed (the loader would too)."""
+    directory = Path(job.directory)
+    try:
+        for path in directory.glob("*.cleaned"):
+            path.unlink(missing_ok=True)
+    except OSError:
+        pass
