@@ -19,16 +19,17 @@ test: install system-deps
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 # Debian packages the tests run: prometheus (its server and promtool) and tini (the image's
-# PID 1) for tests/ops, a Java runtime for PySpark in tests/pipeline. Installed only when
+# PID 1) for tests/ops, a Java 17+ runtime for PySpark 4 in tests/pipeline. Installed only when
 # missing; sudo is used when not root. The prometheus package's postinst may start a daemon
 # on :9090; the tests run their own instance on a free port.
 system-deps:
-	@command -v promtool >/dev/null && command -v prometheus >/dev/null && command -v tini >/dev/null \
-		&& command -v java >/dev/null || { \
+	@JAVA_OK=$$(java -version 2>&1 | grep -qE 'version "(1[7-9]|[2-9][0-9])' && echo yes); \
+	command -v promtool >/dev/null && command -v prometheus >/dev/null && command -v tini >/dev/null \
+		&& [ -n "$$JAVA_OK" ] || { \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 		$$SUDO apt-get update -qq && \
 		$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus tini \
-			$$(command -v java >/dev/null || echo openjdk-17-jre-headless) >/dev/null; }
+			$$([ -n "$$JAVA_OK" ] || echo openjdk-17-jre-headless) >/dev/null; }
 
 bench: install
 	$(BIN)/python bench/storage.py

@@ -127,6 +127,18 @@ class Producer:
             self._conn.close()
 
     def _run(self) -> None:
+        try:
+            self._send_until_stopped()
+        finally:
+            if not self._stopping:
+                # The sender died of a bug (send_op itself never raises): fail what it would have
+                # sent, so no get(), flush() or close() waits forever, and refuse new records.
+                self._closed = True
+                self._core.abort_queued("the producer's sender thread stopped unexpectedly")
+            with self._space:
+                self._space.notify_all()
+
+    def _send_until_stopped(self) -> None:
         accumulator = self._core.accumulator
         while not self._stopping:
             self._wakeup.clear()

@@ -239,13 +239,20 @@ class LogManager:
         how many segments were deleted. Compacted logs are left to the cleaner, which applies
         retention to ``compact,delete`` logs itself so the two never work on one log at once."""
         total = 0
-        for tp, log in self.all_logs().items():
-            if log.config.compact or log.offline:
-                continue
-            try:
-                total += log.delete_old_segments()
-            except Exception:  # one failing log must not stop retention for the others
-                logger.exception("retention failed for %s-%d", *tp)
+        if self.cleaner is not None:
+            deletable = self.cleaner.manager.pause_cleaning_for_non_compacted_partitions()
+        else:
+            deletable = [(tp, log) for tp, log in self.all_logs().items()
+                         if not log.config.compact and not log.offline]
+        try:
+            for tp, log in deletable:
+                try:
+                    total += log.delete_old_segments()
+                except Exception:  # one failing log must not stop retention for the others
+                    logger.exception("retention failed for %s-%d", *tp)
+        finally:
+            if self.cleaner is not None:
+                self.cleaner.manager.resume_cleaning([tp for tp, _ in deletable])
         return total
 
     # -- checkpoints and flushing ------------------------------------------------------------

@@ -22,7 +22,7 @@ def _read_all(bootstrap: str, topic: str) -> list:
         return records
 
 
-def _wait_for(condition, timeout_s: float = 30.0):
+def _wait_for(condition, timeout_s: float = 90.0):
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         result = condition()
@@ -56,10 +56,17 @@ def test_compacted_topic_keeps_the_latest_value_per_key_with_increasing_offsets(
     directory = tmp_path / "data" / "latest-0"
     assert len(list(directory.glob("*.log"))) > 10
 
-    def compacted():
-        records = _read_all(bootstrap, "latest")
-        return records if len(records) < produced // 5 else None
+    def active_base() -> int:
+        return max(int(p.stem) for p in directory.glob("*.log"))
 
+    def compacted():
+        # Done when everything below the active segment holds one record per key (the cleaner
+        # may need more than one round while the last segments roll).
+        records = _read_all(bootstrap, "latest")
+        below_active = [r.key for r in records if r.offset < active_base()]
+        return records if len(below_active) == len(set(below_active)) and len(records) < produced // 5 else None
+
+    # The cleaner's worker runs at nice 19: on a busy CI core it may take a while.
     records = _wait_for(compacted)
     offsets = [r.offset for r in records]
     assert offsets == sorted(set(offsets))  # strictly increasing: offsets are never rewritten
@@ -70,10 +77,8 @@ def test_compacted_topic_keeps_the_latest_value_per_key_with_increasing_offsets(
     # (delete.retention.ms=0), or at most still a tombstone in the active segment.
     live = {k: v for k, v in expected.items() if v is not None}
     assert {k: v for k, v in latest.items() if v is not None} == live
-    # The active segment is never cleaned, but everything before it has one record per key.
-    active_base = max(int(p.stem) for p in directory.glob("*.log"))
-    cleaned_keys = [r.key for r in records if r.offset < active_base]
-    assert len(cleaned_keys) == len(set(cleaned_keys))
+    # The active segment is never cleaned, but everything before it ended with one record per key.
+    assert active_base() > 0
     # The log end offset did not move: compaction removes records, never renumbers them.
     tp = TopicPartition("latest", 0)
     with Consumer(bootstrap) as consumer:

@@ -194,3 +194,29 @@ def test_log_manager_retention_task_skips_compacted_logs(tmp_path, clock):
         assert manager.get_log("both", 0).log_start_offset == 0  # the cleaner applies it
     finally:
         manager.shutdown()
+
+
+def test_retention_leaves_a_log_the_cleaner_holds_until_the_cleaner_lets_go(tmp_path, clock):
+    from broker.storage.cleaner.log_cleaner import CleanerConfig
+
+    compacted = LogConfig().with_overrides({"retention.ms": "1000", "cleanup.policy": "compact"})
+    configs = {"switched": compacted}
+    manager = LogManager([tmp_path / "data"], LogConfig(), clock=clock, topic_config=configs.__getitem__,
+                         cleaner_config=CleanerConfig(num_threads=0, use_worker_process=False))
+    manager.startup()
+    try:
+        log = manager.get_or_create_log("switched", 0)
+        log.append_as_leader(producer_batch(1, timestamp=clock.milliseconds()))
+        log.roll()
+        cleaner = manager.cleaner.manager
+        held = cleaner.deletable_logs()  # the cleaner thread's own pass over compacted logs
+        assert [tp for tp, _ in held] == [("switched", 0)]
+        # The topic becomes delete-only while the cleaner still works on it.
+        log.update_config(log.config.with_overrides({"cleanup.policy": "delete"}))
+        clock.advance(1001)
+        assert manager.cleanup_logs() == 0
+        cleaner.done_deleting([("switched", 0)])
+        assert manager.cleanup_logs() == 1
+        assert cleaner.state_of(("switched", 0)) is None  # retention's pause was lifted again
+    finally:
+        manager.shutdown()

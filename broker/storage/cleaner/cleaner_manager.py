@@ -227,6 +227,26 @@ class LogCleanerManager:
                 self._in_progress[tp] = IN_PROGRESS
             return out
 
+    def pause_cleaning_for_non_compacted_partitions(self) -> list[tuple[TopicPartition, Log]]:
+        """The non-compacted logs for the retention task, each paused for cleaning until
+        :meth:`resume_cleaning` (Kafka's pauseCleaningForNonCompactedPartitions): a topic switched
+        from compact to delete while a round runs is left to the next retention run instead of
+        having its segments deleted under the cleaner."""
+        with self._lock:
+            out = []
+            for tp, log in self._logs().items():
+                if log.config.compact or log.offline:
+                    continue
+                state = self._in_progress.get(tp)
+                if state is None:
+                    self._in_progress[tp] = Paused(1)
+                elif isinstance(state, Paused):
+                    self._in_progress[tp] = Paused(state.count + 1)
+                else:
+                    continue  # being cleaned (or aborted) right now
+                out.append((tp, log))
+            return out
+
     def done_deleting(self, partitions) -> None:
         with self._lock:
             for tp in partitions:
