@@ -19,11 +19,9 @@ In one run:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import shutil
-import subprocess
 import sys
 import tempfile
 import threading
@@ -40,6 +38,7 @@ from broker.storage.log_manager import LogManager  # noqa: E402
 from broker.storage.topics import TopicManager  # noqa: E402
 from config.log_config import LogConfig  # noqa: E402
 from protocol.records import Record, encode_batch  # noqa: E402
+from tests.e2e.broker_process import BrokerProcess  # noqa: E402
 
 MB = 1_000_000
 TOPIC = "compacted"
@@ -175,31 +174,6 @@ def small_source(work: Path, mb: int) -> Path:
 # -- 3. live broker --------------------------------------------------------------------------
 
 
-def start_broker(data_dir: Path, *overrides: str) -> tuple[subprocess.Popen, int, Path]:
-    log_path = data_dir.parent / f"broker-{time.monotonic_ns()}.log"
-    args = [sys.executable, "-m", "broker.cli", "serve", "--override", f"log.dirs={data_dir}",
-            "--override", "listeners=PLAINTEXT://127.0.0.1:0", "--override", "metrics.listener=",
-            "--override", "logger.format=json"]
-    for item in overrides:
-        args += ["--override", item]
-    with open(log_path, "ab") as out:
-        process = subprocess.Popen(args, stdout=out, stderr=out, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        for line in log_path.read_text(errors="replace").splitlines():
-            try:
-                event = json.loads(line)
-            except ValueError:
-                continue
-            if event.get("event") == "broker_started":
-                return process, event["port"], log_path
-        if process.poll() is not None:
-            break
-        time.sleep(0.05)
-    process.kill()
-    raise RuntimeError("broker did not start:\n" + log_path.read_text(errors="replace"))
-
-
 def produce_at_rate(port: int, rate: int, until, max_seconds: float) -> list[float]:
     """send->ack latencies of 100-byte records at ``rate``/s until ``until()`` or the time limit."""
     from client import Producer
@@ -229,14 +203,13 @@ def live_broker(work: Path, data_dir: Path, rate: int, idle_seconds: float) -> N
     from client import AdminClient
     from client.types import NewTopic
 
-    process, port, _ = start_broker(data_dir, "log.cleaner.enable=false")
+    broker = BrokerProcess(data_dir, ("log.cleaner.enable=false",)).start(timeout_s=120)
     try:
-        with AdminClient(f"127.0.0.1:{port}") as admin:
+        with AdminClient(f"127.0.0.1:{broker.port}") as admin:
             admin.create_topics([NewTopic("latency", num_partitions=1)])
-        idle = produce_at_rate(port, rate, lambda: False, idle_seconds)
+        idle = produce_at_rate(broker.port, rate, lambda: False, idle_seconds)
     finally:
-        process.terminate()
-        process.wait(60)
+        broker.stop(timeout_s=60)
     checkpoint_path = data_dir / CLEANER_OFFSET_CHECKPOINT
 
     def cleaned() -> bool:
@@ -245,15 +218,14 @@ def live_broker(work: Path, data_dir: Path, rate: int, idle_seconds: float) -> N
         except Exception:
             return False
 
-    process, port, log_path = start_broker(data_dir, "log.cleaner.enable=true", "log.cleaner.backoff.ms=200")
+    broker = BrokerProcess(data_dir, ("log.cleaner.enable=true", "log.cleaner.backoff.ms=200")).start(timeout_s=120)
     try:
         started = time.perf_counter()
-        during = produce_at_rate(port, rate, cleaned, 900)
+        during = produce_at_rate(broker.port, rate, cleaned, 900)
         elapsed = time.perf_counter() - started
         finished = cleaned()
     finally:
-        process.terminate()
-        process.wait(60)
+        broker.stop(timeout_s=60)
     idle_p99, during_p99 = percentile(idle, .99), percentile(during, .99)
     print(f"   idle            : p50 {percentile(idle, .5) * 1e3:.2f} ms, p99 {idle_p99 * 1e3:.2f} ms "
           f"({len(idle):,} records)")
@@ -261,14 +233,11 @@ def live_broker(work: Path, data_dir: Path, rate: int, idle_seconds: float) -> N
         print(f"   while cleaning  : the broker's cleaner did not finish within {elapsed:.0f} s "
               f"(is log.cleaner.enable wired into the server's LogManager?); p99 {during_p99 * 1e3:.2f} ms")
         return
-    cleaned_lines = [line for line in log_path.read_text(errors="replace").splitlines() if "cleaned " in line]
+    cleaned_events = [e["event"] for e in broker.events() if "cleaned " in str(e.get("event"))]
     print(f"   while cleaning  : p50 {percentile(during, .5) * 1e3:.2f} ms, p99 {during_p99 * 1e3:.2f} ms "
           f"({len(during):,} records over the {elapsed:.0f} s the clean took)")
-    if cleaned_lines:
-        try:
-            print(f"   broker log: {json.loads(cleaned_lines[-1]).get('event')}")
-        except ValueError:
-            pass
+    if cleaned_events:
+        print(f"   broker log: {cleaned_events[-1]}")
     ratio = during_p99 / idle_p99
     print(f"   p99 cleaning / idle = {ratio:.2f}   goal <= 2: {'PASS' if ratio <= 2 else 'MISS'}")
 

@@ -23,14 +23,11 @@ acks=1; p99 <= 5 ms at the fixed rate.
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing as mp
 import os
 import shutil
 import socket
-import statistics
 import struct
-import subprocess
 import sys
 import tempfile
 import time
@@ -39,37 +36,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from tests.e2e.broker_process import BrokerProcess  # noqa: E402
+
 MB = 1_000_000
 BATCH_BYTES = 256 * 1024
 
 
-# -- the broker ----------------------------------------------------------------------------------
-
-
-def start_broker(data_dir: Path) -> tuple[subprocess.Popen, int]:
-    log_path = data_dir.parent / "broker.log"
-    args = [sys.executable, "-m", "broker.cli", "serve",
-            "--override", f"log.dirs={data_dir}",
-            "--override", "listeners=PLAINTEXT://127.0.0.1:0",
-            "--override", "metrics.listener=",
-            "--override", "logger.format=json"]
-    with open(log_path, "ab") as log:
-        process = subprocess.Popen(args, stdout=log, stderr=log, cwd=ROOT,
-                                   env={**os.environ, "PYTHONPATH": str(ROOT)})
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        for line in log_path.read_text(errors="replace").splitlines():
-            try:
-                event = json.loads(line)
-            except ValueError:
-                continue
-            if event.get("event") == "broker_started":
-                return process, event["port"]
-        if process.poll() is not None:
-            break
-        time.sleep(0.05)
-    process.kill()
-    raise RuntimeError("broker did not start:\n" + log_path.read_text(errors="replace"))
+# -- topics --------------------------------------------------------------------------------------
 
 
 def create_topic(port: int, name: str) -> None:
@@ -198,7 +171,6 @@ def produce_at_fixed_rate(port: int, topic: str, rate: int, seconds: float, out)
     with Producer(f"127.0.0.1:{port}", acks=1, linger_ms=0, batch_size=BATCH_BYTES) as producer:
         producer.send(topic, value).get(30)
         tick = 0.001
-        per_tick = rate * tick
         start = time.perf_counter()
         sent = 0
         while True:
@@ -215,7 +187,6 @@ def produce_at_fixed_rate(port: int, topic: str, rate: int, seconds: float, out)
             if pause > 0:
                 time.sleep(min(pause, tick))
         producer.flush()
-        del per_tick
     out.put((sent, sorted(latencies)))
 
 
@@ -266,8 +237,9 @@ def main() -> int:
     counts = {100: int(400_000 * scale), 1024: int(100_000 * scale)}
 
     workdir = Path(tempfile.mkdtemp(prefix="triolog-bench-e2e-"))
-    process, port = start_broker(workdir / "data")
-    print(f"triolog e2e benchmark: broker pid {process.pid} on 127.0.0.1:{port}, Python {sys.version.split()[0]}, "
+    broker = BrokerProcess(workdir / "data").start()
+    port = broker.port
+    print(f"triolog e2e benchmark: broker pid {broker.process.pid} on 127.0.0.1:{port}, Python {sys.version.split()[0]}, "
           f"{os.cpu_count()} CPUs")
     try:
         print("\n1. produce with Producer.send() (linger 5 ms, 256 KiB batches, one partition)")
@@ -320,8 +292,7 @@ def main() -> int:
               f"{'PASS' if send_rate_100_acks1 >= 500_000 else 'MISS'}")
         print(f"   fetch / plain socket: {ratio:.2f}   p99 at 20k/s: {p99:.2f} ms")
     finally:
-        process.terminate()
-        process.wait(30)
+        broker.stop()
         shutil.rmtree(workdir, ignore_errors=True)
     return 0
 

@@ -335,13 +335,14 @@ class CleanerCollector(Collector):
         self.log_manager = log_manager
 
     def describe(self) -> Iterable[Metric]:
-        return self._families()[0] + self._families()[1]
+        counters, gauges = self._families()
+        return counters + gauges
 
     def collect(self) -> Iterable[Metric]:
-        counters, gauges = self._families()
-        cleaner = getattr(self.log_manager, "cleaner", None)
+        cleaner = self.log_manager.cleaner
         if cleaner is None:
             return []
+        counters, gauges = self._families()
         snapshot = cleaner.metrics()
         for family, (_, field, _) in zip(counters, self._COUNTERS):
             family.add_metric([], getattr(snapshot, field))

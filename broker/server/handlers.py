@@ -477,13 +477,14 @@ def _read_with_descriptor(log, offset: int, budget: int):
     If retention removes the segment and its files between the two steps (possible only with
     ``file.delete.delay.ms=0``), the read is planned again against the segments that are left.
     """
-    for attempt in range(3):
+    attempts_left = 3
+    while True:
         info = log.read(offset, budget, min_one_message=True)
         if info.region is None:
             return info, None
         try:
             return info, info.region.records.dup_fd()
         except FileNotFoundError:
-            if attempt == 2:
+            attempts_left -= 1
+            if not attempts_left:
                 raise
-    raise AssertionError("unreachable")

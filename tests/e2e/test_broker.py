@@ -9,6 +9,8 @@ from protocol import messages as m
 from protocol.errors import ErrorCode
 from protocol.records import build_batch, iter_batches
 
+from tests.waiting import wait_for
+
 
 def _produce(client, topic, partition, values, acks=1, timeout_ms=5000):
     now = int(time.time() * 1000)
@@ -127,16 +129,6 @@ def _list_offset(client, topic, partition, timestamp):
     return response["topics"][0]["partitions"][0]
 
 
-def _wait_for(condition, timeout_s=15.0):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        result = condition()
-        if result:
-            return result
-        time.sleep(0.05)
-    raise AssertionError(f"condition not met within {timeout_s} s")
-
-
 def test_broker_retention_task_deletes_expired_segments_and_fetch_below_start_is_out_of_range(broker_factory, tmp_path):
     broker = broker_factory("log.retention.check.interval.ms=100", "log.initial.task.delay.ms=0",
                             "log.segment.delete.delay.ms=300")
@@ -148,12 +140,11 @@ def test_broker_retention_task_deletes_expired_segments_and_fetch_below_start_is
     assert len(list(directory.glob("*.log"))) >= 5
     assert _fetch(client, "expiring", 0, 0)["error_code"] == 0
     # Every record expires 1.5 s after it was written; retention rolls, deletes, then the files go.
-    start = _wait_for(lambda: _list_offset(client, "expiring", 0, -2)["offset"] == 10 or None)
-    assert start
+    wait_for(lambda: _list_offset(client, "expiring", 0, -2)["offset"] == 10, 15, "log start offset 10")
     result = _fetch(client, "expiring", 0, 0)
     assert result["error_code"] == ErrorCode.OFFSET_OUT_OF_RANGE
     assert result["log_start_offset"] == 10
-    _wait_for(lambda: not list(directory.glob("*.deleted")))
+    wait_for(lambda: not list(directory.glob("*.deleted")), 15, "the .deleted files removed")
     assert [p.name for p in directory.glob("*.log")] == ["00000000000000000010.log"]
     # The log goes on from where it was.
     assert _produce(client, "expiring", 0, [b"after"])["base_offset"] == 10

@@ -5,9 +5,10 @@ delete.retention.ms."""
 from __future__ import annotations
 
 import random
-import time
 
 from client import AdminClient, Consumer, NewTopic, Producer, TopicPartition
+
+from tests.waiting import wait_for
 
 
 def _read_all(bootstrap: str, topic: str) -> list:
@@ -20,16 +21,6 @@ def _read_all(bootstrap: str, topic: str) -> list:
         while consumer.position(tp) < end:
             records.extend(consumer.poll(1000))
         return records
-
-
-def _wait_for(condition, timeout_s: float = 90.0):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        result = condition()
-        if result:
-            return result
-        time.sleep(0.2)
-    raise AssertionError(f"not reached within {timeout_s} s")
 
 
 def test_compacted_topic_keeps_the_latest_value_per_key_with_increasing_offsets(broker_factory, tmp_path):
@@ -67,7 +58,7 @@ def test_compacted_topic_keeps_the_latest_value_per_key_with_increasing_offsets(
         return records if len(below_active) == len(set(below_active)) and len(records) < produced // 5 else None
 
     # The cleaner's worker runs at nice 19: on a busy CI core it may take a while.
-    records = _wait_for(compacted)
+    records = wait_for(compacted, 90, "one record per key below the active segment", interval_s=0.2)
     offsets = [r.offset for r in records]
     assert offsets == sorted(set(offsets))  # strictly increasing: offsets are never rewritten
     latest = {}

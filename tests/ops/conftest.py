@@ -5,7 +5,6 @@ from __future__ import annotations
 import shutil
 import socket
 import subprocess
-import time
 
 import pytest
 
@@ -33,13 +32,3 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def wait_for(condition, timeout_s: float, what: str, interval_s: float = 0.25):
-    """Poll ``condition()`` until it returns something truthy; that value, or AssertionError."""
-    deadline = time.monotonic() + timeout_s
-    last = None
-    while time.monotonic() < deadline:
-        last = condition()
-        if last:
-            return last
-        time.sleep(interval_s)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}; last value: {last!r}")

@@ -21,7 +21,8 @@ import urllib.request
 from pathlib import Path
 
 from tests.ops import dockerfile as df
-from tests.ops.conftest import free_port, wait_for
+from tests.ops.conftest import free_port
+from tests.waiting import wait_for
 
 ARGS, STAGES = df.stages(df.DOCKERFILE.read_text())
 BUILDER, RUNTIME = STAGES[0], STAGES[-1]

@@ -24,7 +24,8 @@ import pytest
 
 from client import AdminClient, NewTopic, Producer, TopicPartition
 from tests.e2e.broker_process import BrokerProcess
-from tests.ops.conftest import free_port, wait_for
+from tests.ops.conftest import free_port
+from tests.waiting import wait_for
 from tests.ops.dockerfile import ROOT
 
 DEPLOY = ROOT / "deploy"

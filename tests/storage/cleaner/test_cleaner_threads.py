@@ -3,7 +3,6 @@ partition deletion, shutdown order and dead-thread accounting."""
 
 from __future__ import annotations
 
-import time
 
 import pytest
 
@@ -15,16 +14,8 @@ from broker.storage.log_manager import LogManager
 from protocol.errors import ErrorCode, InvalidRecordError
 from protocol.records import Record, encode_batch
 
+from tests.waiting import wait_for
 from .helpers import Driver, append, check_against_model, compact_config, read_all_records
-
-
-def _wait_for(condition, timeout_s: float = 30.0):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"not reached within {timeout_s} s")
 
 
 def _fill(log, clock, rounds=50, keys=10):
@@ -64,8 +55,9 @@ def test_log_manager_runs_the_cleaner_and_aborts_it_for_a_deleted_partition(tmp_
         appended = _fill(log, ManualClock(), 300, 40)
         _fill(other, ManualClock(), 100, 5)
         checkpoint = OffsetCheckpointFile(tmp_path / "d" / CLEANER_OFFSET_CHECKPOINT)
-        _wait_for(lambda: checkpoint.read().get(("t", 0)) == log.active_segment.base_offset
-                  and checkpoint.read().get(("u", 0)) == other.active_segment.base_offset)
+        wait_for(lambda: checkpoint.read().get(("t", 0)) == log.active_segment.base_offset
+                 and checkpoint.read().get(("u", 0)) == other.active_segment.base_offset,
+                 30, "both checkpoints at their active segments")
         check_against_model(read_all_records(log), appended)
         assert manager.cleaner.metrics().runs >= 2
         # Deleting a partition stops its cleaning and drops its checkpoint entry.
@@ -100,7 +92,7 @@ def test_abort_during_a_worker_round_leaves_the_log_untouched(tmp_path):
 
     done = threading.Event()
     threading.Thread(target=lambda: (driver.run_once(), done.set()), daemon=True).start()
-    _wait_for(lambda: driver.cleaner.manager.state_of(("t", 0)) == "in_progress")
+    wait_for(lambda: driver.cleaner.manager.state_of(("t", 0)) == "in_progress", 30, "a round in progress")
     driver.cleaner.abort_and_pause_cleaning(("t", 0))
     assert done.wait(30)
     assert [(s.base_offset, s.size) for s in log.segments] == before
@@ -118,7 +110,7 @@ def test_a_thread_that_dies_is_logged_and_counted(tmp_path, caplog):
     cleaner = LogCleaner(CleanerConfig(use_worker_process=False, backoff_ms=10), [tmp_path], broken_logs,
                          lambda tp: tmp_path)
     cleaner.startup()
-    _wait_for(lambda: cleaner.metrics().dead_threads == 1)
+    wait_for(lambda: cleaner.metrics().dead_threads == 1, 30, "one dead cleaner thread")
     cleaner.shutdown()
     assert "died" in caplog.text and "log map unavailable" in caplog.text
 
