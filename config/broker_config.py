@@ -14,7 +14,8 @@ key's ``fallback`` while a key is unset:
 - ``log.flush.interval.ms`` > ``log.flush.scheduler.interval.ms``
 - ``log.dirs`` > ``log.dir``
 
-Keys triolog adds to Kafka's set: ``metrics.listener``, ``logger.format``, ``logger.level``.
+Keys triolog adds to Kafka's set: ``metrics.listener``, ``logger.format``, ``logger.level``,
+``request.receive.timeout.ms``; ``max.broker.partitions`` is KIP-578's (not in Kafka yet).
 """
 
 from __future__ import annotations
@@ -351,6 +352,23 @@ def _server_keys() -> Iterator[BrokerConfigKey]:
         "Close a connection with no request for this long; -1 never closes idle connections.",
         group, attr="connections_max_idle_ms", minimum=-1)
     yield BrokerConfigKey(
+        "queued.max.request.bytes", "long", 268435456,
+        "Request bytes all connections together may hold in memory, from a frame's length prefix "
+        "until its request is answered; a connection whose next frame does not fit waits before "
+        "reading it. Kafka's default is -1 (unbounded); -1 turns the cap off.",
+        group, attr="queued_max_request_bytes", minimum=-1)
+    yield BrokerConfigKey(
+        "request.receive.timeout.ms", "long", 30000,
+        "triolog key: a request frame must arrive in full within this long of its first byte, "
+        "or the connection is closed (a slow sender cannot hold a buffer indefinitely); "
+        "-1 waits forever.",
+        group, attr="request_receive_timeout_ms", minimum=-1)
+    yield BrokerConfigKey(
+        "max.broker.partitions", "int", 10000,
+        "Partitions this broker holds at most (KIP-578's name); a create or partition increase "
+        "that would exceed it is refused before anything is created.",
+        group, attr="max_broker_partitions", minimum=1)
+    yield BrokerConfigKey(
         "metrics.listener", "url", Endpoint("http", "127.0.0.1", 9404),
         "triolog key: where Prometheus scrapes /metrics over HTTP. Same host rules as "
         "listeners; an empty value turns the endpoint off.",
@@ -528,6 +546,9 @@ class BrokerConfig:
     max_connections: int = INT_MAX
     max_connections_per_ip: int = INT_MAX
     connections_max_idle_ms: int = 600000
+    queued_max_request_bytes: int = 268435456
+    request_receive_timeout_ms: int = 30000
+    max_broker_partitions: int = 10000
     metrics_listener: Endpoint | None = Endpoint("http", "127.0.0.1", 9404)
     logger_format: str = "console"
     logger_level: str = "INFO"

@@ -19,7 +19,8 @@ from config.broker_config import (
 from config.log_config import INT_MAX, LONG_MAX, TOPIC_CONFIGS, ConfigError, LogConfig
 
 # Kafka 3.9's KafkaConfig defaults (spec §11), except where the brief sets triolog's own:
-# node.id (Kafka -1), listeners (Kafka PLAINTEXT://:9092) and the triolog-only keys.
+# node.id (Kafka -1), listeners (Kafka PLAINTEXT://:9092), queued.max.request.bytes (Kafka -1:
+# unbounded; triolog bounds the request bytes one broker buffers) and the triolog-only keys.
 KAFKA_DEFAULTS = {
     "listeners": Endpoint("PLAINTEXT", "127.0.0.1", 9092),
     "node.id": 0,
@@ -31,6 +32,9 @@ KAFKA_DEFAULTS = {
     "max.connections": INT_MAX,
     "max.connections.per.ip": INT_MAX,
     "connections.max.idle.ms": 600000,
+    "queued.max.request.bytes": 268435456,
+    "request.receive.timeout.ms": 30000,
+    "max.broker.partitions": 10000,
     "metrics.listener": Endpoint("http", "127.0.0.1", 9404),
     "logger.format": "console",
     "logger.level": "INFO",
