@@ -93,6 +93,8 @@ _ZSTD_CONTENT_SIZE_BYTES = (0, 2, 4, 8)
 MAX_DECOMPRESSED_BYTES = 256 * 1024 * 1024
 #: Bytes of output asked for per call when a codec's output is read incrementally.
 _CHUNK = 1024 * 1024
+#: Compressed bytes handed to zlib per call.
+_GZIP_INPUT = 64 * 1024
 
 
 class DecompressionLimitError(CorruptRecordError):
@@ -162,23 +164,35 @@ def _gzip_compress(data, level: int | None) -> bytes:
 def _gzip_decompress(data, limit: int) -> bytes:
     # zlib parses the member header (any flags) and checks the CRC32/ISIZE trailer. Like Java's
     # GZIPInputStream, bytes after a member that do not start a new member are ignored.
-    data = bytes(data)
-    if data[:2] != _GZIP_MAGIC:
+    view = memoryview(data)
+    total = len(view)
+    if view[:2] != _GZIP_MAGIC:
         raise CorruptRecordError("gzip: stream does not start with the gzip magic 1f 8b")
     parts = []
     produced = 0
+    position = 0
     while True:
+        # Input goes in in slices and output comes out in chunks (max_length): zlib copies the
+        # unconsumed input and joins a call's output into a new object, so this keeps both small.
         inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        # max_length stops inflating one byte past the limit: less output means the input ran out.
-        part = inflater.decompress(data, limit - produced + 1)
-        produced += len(part)
-        if produced > limit:
-            raise DecompressionLimitError(CompressionType.GZIP, limit)
-        parts.append(part)
-        if not inflater.eof:
-            raise CorruptRecordError("gzip: stream ended before the end of the gzip member")
-        data = inflater.unused_data
-        if data[:2] != _GZIP_MAGIC:
+        pending = view[position : position + _GZIP_INPUT]
+        position += len(pending)
+        while True:
+            part = inflater.decompress(pending, min(_CHUNK, limit - produced + 1))
+            produced += len(part)
+            if produced > limit:
+                raise DecompressionLimitError(CompressionType.GZIP, limit)
+            parts.append(part)
+            if inflater.eof:
+                break
+            pending = inflater.unconsumed_tail
+            if not pending:
+                if position >= total:
+                    raise CorruptRecordError("gzip: stream ended before the end of the gzip member")
+                pending = view[position : position + _GZIP_INPUT]
+                position += len(pending)
+        position -= len(inflater.unused_data)  # the next member (or trailing bytes) starts here
+        if view[position : position + 2] != _GZIP_MAGIC:
             return b"".join(parts)
 
 
@@ -195,10 +209,10 @@ def _snappy_compress(data) -> bytes:
     return b"".join(out)
 
 
-def _snappy_block(block, limit: int) -> bytes:
-    """One raw snappy block; its declared length (a varint preamble) is checked before decoding,
-    and the decoder checks the output matches it."""
-    if cramjam.snappy.decompress_raw_len(block) > limit:
+def _snappy_block(block, room: int, limit: int) -> bytes:
+    """One raw snappy block of at most ``room`` bytes; its declared length (a varint preamble) is
+    checked before decoding, and the decoder checks the output matches it."""
+    if cramjam.snappy.decompress_raw_len(block) > room:
         raise DecompressionLimitError(CompressionType.SNAPPY, limit)
     return bytes(cramjam.snappy.decompress_raw(block))
 
@@ -210,7 +224,7 @@ def _snappy_decompress(data, limit: int) -> bytes:
         return b""
     # SnappyInputStream decides on the 8-byte magic prefix; anything else is one raw block.
     if total < _XERIAL_HEADER_SIZE or view[:8] != _XERIAL_MAGIC:
-        return _snappy_block(view, limit)
+        return _snappy_block(view, limit, limit)
     position = _XERIAL_HEADER_SIZE
     parts = []
     produced = 0
@@ -230,7 +244,7 @@ def _snappy_decompress(data, limit: int) -> bytes:
                 f"snappy: xerial chunk at position {position - 4} declares {length} bytes "
                 f"but only {total - position} remain"
             )
-        part = _snappy_block(view[position : position + length], limit - produced)
+        part = _snappy_block(view[position : position + length], limit - produced, limit)
         produced += len(part)
         parts.append(part)
         position += length
