@@ -289,7 +289,8 @@ def bench_validation(root: Path, sc: dict, prof: Profiler) -> dict:
     ]
     out = {}
     for name, batch, count in kinds:
-        log(f"validation cost: {count:,} batches of {len(batch):,} B ({name}), {sc['validation_reps']} interleaved reps")
+        log(f"validation cost: {count:,} batches of {len(batch):,} B ({name}), "
+            f"{sc['validation_reps']} interleaved reps")
         walked, header_only = [], []
         for rep in range(sc["validation_reps"]):
             order = ("walk", "header") if rep % 2 == 0 else ("header", "walk")

@@ -16,13 +16,13 @@ InvalidRecordError (Kafka's INVALID_RECORD) for anything DefaultRecord would ref
 
 and, as the walk goes, the record-level rules LogValidator applies: a timestamp outside
 [``min_timestamp``, ``max_timestamp``] raises InvalidTimestampError (INVALID_TIMESTAMP; Kafka
-exempts NO_TIMESTAMP, -1; the error's ``timestamp`` attribute is the offending one), and with ``keys_required`` (compacted topics) a null key raises
-InvalidRecordError. It returns what the broker computes instead of trusting the header: the
-largest record timestamp, the index of the first record carrying it, and whether the offset
-deltas are exactly 0..count-1.
+exempts NO_TIMESTAMP, -1; the error's ``timestamp`` attribute is the offending one), and with
+``keys_required`` (compacted topics) a null key raises InvalidRecordError. It returns what the
+broker computes instead of trusting the header: the largest record timestamp, the index of the
+first record carrying it, and whether the offset deltas are exactly 0..count-1.
 
-It is one pure function over a buffer, allocation-free per record (varints of one byte, nearly
-all of them, are decoded inline through a table), so a compiled core can take it over whole.
+It is one pure function over a buffer, allocation-free per record (varints of one and two bytes,
+nearly all of them, are decoded inline through tables), so a compiled core can take it over whole.
 The consumer's decoder (records._parse_records) is its building counterpart.
 """
 

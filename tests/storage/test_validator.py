@@ -146,7 +146,8 @@ def test_garbage_records_with_a_valid_crc_are_invalid_record(codec, garbage):
         (record(0, length_adjust=-1) + b"\x00", "Invalid record size"),  # fields longer than the length
         (record(0, length_adjust=+1) + b"\x00", "Invalid record size"),  # fields shorter than the length
         (record(0, length_adjust=-100), "Invalid record size"),  # negative length
-        (b"\x14\x00\x00\x00\x02k\x02v\x81\x81\x81\x81\x81\x01" + b"\x00" * 6, "invalid record structure"),  # 6-byte varint
+        # a 6-byte varint as the header count
+        (b"\x14\x00\x00\x00\x02k\x02v\x81\x81\x81\x81\x81\x01" + b"\x00" * 6, "invalid record structure"),
         (b"\x0c\x00\x00\x00\x02k\x02v\x01\x00\x00\x00\x00", "invalid number of record headers -1"),
         (b"\x14\x00\x00\x00\x02k\x02v\x02\x01\x00", "negative header key size"),
         (b"\x10\x00\x00\x00\x02k\x02v\x7e\x00\x00\x00\x00", "invalid number of record headers"),  # 63 headers
