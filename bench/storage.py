@@ -17,7 +17,11 @@ Figures:
 3. Log.fetch_offset_by_timestamp(random target) latency on the same log;
 4. Log.open of a cleanly shut down 10,000-segment log, and recovery throughput of a log opened
    with had_clean_shutdown=False, recovery_point=0 (every batch's CRC checked, indexes rebuilt);
-5. (info) the latency of an append that rolls, with 10 MiB (default) and 4 KiB preallocated indexes.
+5. (info) the latency of an append that rolls, with 10 MiB (default) and 4 KiB preallocated indexes;
+6. the cost of full batch validation (every record walked, compressed batches decompressed):
+   Log.append_as_leader throughput with the real validator next to the same validator with the
+   record walk and decompression stubbed out (what the header-only validator before it did),
+   interleaved in the same run, for 1-record, 16 KiB and 16 KiB zstd producer batches.
 
 Logs are built through Log itself; producer batches are built once with encode_batch and, where
 timestamps must increase, re-stamped (header timestamps + CRC: byte-identical to encode_batch).
@@ -49,11 +53,13 @@ from broker.storage.log import Log  # noqa: E402
 from config.log_config import LogConfig  # noqa: E402
 from protocol.record_batch import (  # noqa: E402
     BASE_TIMESTAMP_OFFSET,
+    CompressionType,
     CRC_OFFSET,
     compute_crc,
     read_header,
 )
 from protocol.records import Record, encode_batch  # noqa: E402
+import broker.storage.validator as validator_module  # noqa: E402
 
 KiB = 1024
 MiB = 1024 * 1024
@@ -74,13 +80,15 @@ _CRC = struct.Struct(">I")
 def scales(quick: bool) -> dict:
     if quick:
         return dict(
-            append_total=128 * MiB, append_reps=3,
+            append_total=128 * MiB, append_reps=3, validation_total=8 * MiB, validation_small=20_000,
+            validation_reps=3,
             read_segments=1000, reads=5000, ts_lookups=1000,
             open_segments=10_000, open_reps=3, rolls=40,
             recovery_total=64 * MiB, recovery_reps=2,
         )
     return dict(
-        append_total=512 * MiB, append_reps=3,
+        append_total=512 * MiB, append_reps=3, validation_total=32 * MiB, validation_small=100_000,
+        validation_reps=5,
         read_segments=1000, reads=20_000, ts_lookups=5000,
         open_segments=10_000, open_reps=5, rolls=100,
         recovery_total=256 * MiB, recovery_reps=3,
@@ -237,6 +245,78 @@ def bench_append(root: Path, sc: dict, prof: Profiler) -> dict:
         plain_all=[total / MB / (x / 1e9) for x in plain_ns], log_all=[total / MB / (x / 1e9) for x in log_ns],
         per_batch_log_ns=logm / count, per_batch_plain_ns=plain / count,
     )
+
+
+# -- 6. the cost of full batch validation ------------------------------------------------------
+
+
+@contextmanager
+def header_only_validation(batch: bytes):
+    """The validator as it was before every record was walked: the walk returns what the header
+    claims and compressed records are not decompressed. Everything else (header rules, CRC,
+    offsets, the one-pwritev append) stays, so the difference is the walk's cost alone."""
+    header = read_header(batch)
+    claimed = (header.max_timestamp, header.records_count - 1, True)
+    walk, decompress = validator_module.walk_records, validator_module._decompress
+    validator_module.walk_records = lambda *args, **kwargs: claimed
+    validator_module._decompress = lambda codec, payload, cfg: b""
+    try:
+        yield
+    finally:
+        validator_module.walk_records, validator_module._decompress = walk, decompress
+
+
+def bench_validation(root: Path, sc: dict, prof: Profiler) -> dict:
+    base_ts = now_ms() - 60_000
+    small, _ = producer_batch(RECORD_BYTES + 70, RECORD_BYTES, base_ts)  # one ~100-byte record
+    big, n_big = producer_batch(BATCH_BYTES, RECORD_BYTES, base_ts)
+    # Records that compress about 4x, like text: 16 KiB of zstd holds ~64 KiB of records.
+    words = [b"alpha ", b"beta ", b"gamma ", b"delta ", b"epsilon ", b"kafka ", b"record ", b"batch "]
+    rng = random.Random(7)
+    values = [b"".join(rng.choice(words) for _ in range(14))[:RECORD_BYTES - 7] for _ in range(4096)]
+    zstd, n_zstd, n = b"", 0, 64
+    while True:  # the largest multiple of 64 records under 16 KiB
+        candidate = encode_batch([Record(i, base_ts + i, None, values[i % len(values)]) for i in range(n)],
+                                 compression=CompressionType.ZSTD)
+        if len(candidate) > BATCH_BYTES:
+            break
+        zstd, n_zstd, n = candidate, n, n + 64
+    cfg = config(**{"segment.bytes": 64 * MiB})
+    kinds = [
+        ("1 record", small, sc["validation_small"]),
+        (f"16 KiB, {n_big} records", big, sc["validation_total"] // len(big)),
+        (f"16 KiB zstd, {n_zstd} records", zstd, sc["validation_total"] // len(zstd)),
+    ]
+    out = {}
+    for name, batch, count in kinds:
+        log(f"validation cost: {count:,} batches of {len(batch):,} B ({name}), "
+            f"{sc['validation_reps']} interleaved reps")
+        walked, header_only = [], []
+        for rep in range(sc["validation_reps"]):
+            order = ("walk", "header") if rep % 2 == 0 else ("header", "walk")
+            for side in order:
+                work = root / f"validation-{rep}-{side}"
+                work.mkdir()
+                gc.collect()
+                if side == "walk":
+                    elapsed, lg = run_log_append(work / PARTITION_DIR, batch, count, cfg)
+                    walked.append(elapsed)
+                else:
+                    with header_only_validation(batch):
+                        elapsed, lg = run_log_append(work / PARTITION_DIR, batch, count, cfg)
+                    header_only.append(elapsed)
+                lg.close()
+                shutil.rmtree(work)
+        if prof.enabled:
+            work = root / "validation-profile"
+            with prof.section(f"append_as_leader, full validation, {name}"):
+                _, lg = run_log_append(work / PARTITION_DIR, batch, min(count, 4096), cfg)
+            lg.close()
+            shutil.rmtree(work)
+        w, h = statistics.median(walked), statistics.median(header_only)
+        out[name] = dict(size=len(batch), count=count, walk_bps=count / (w / 1e9), header_bps=count / (h / 1e9),
+                         walk_us=w / count / 1000, header_us=h / count / 1000, ratio=h / w)
+    return out
 
 
 # -- 2 + 3. reads and timestamp lookups over 1,000 segments ------------------------------------
@@ -499,6 +579,7 @@ def main() -> int:
         op = bench_open(root, sc, prof)
         rl = bench_roll(root, sc, prof)
         rc = bench_recovery(root, sc, prof)
+        va = bench_validation(root, sc, prof)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     wall = (perf_ns() - started) / 1e9
@@ -527,6 +608,9 @@ def main() -> int:
         (f"recovery, {rc['size'] / MiB:,.0f} MiB from offset 0",
          f"{rc['mbs']:,.0f} MB/s  ({rc['seconds'] * 1000:,.0f} ms)", "(none set)", ""),
     ]
+    for name, v in va.items():
+        rows.append((f"append, full validation / header-only: {name}",
+                     f"{v['ratio']:.2f}  ({v['walk_us']:,.1f} vs {v['header_us']:,.1f} µs)", "(info)", ""))
 
     print()
     print(f"details: producer batch {ap['batch_size']:,} B = {ap['n_records']} records of ~{RECORD_BYTES} B; "

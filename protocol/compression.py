@@ -15,6 +15,14 @@ that Kafka and its clients read what we write and we read what they write:
 * zstd   - zstd frame(s) without a content-size field, like zstd-jni's streaming output.
 
 Every decoding failure is a CorruptRecordError naming the codec, since it means the batch is bad.
+
+Decompression is bounded: ``decompress`` never holds more than ``limit`` decoded bytes (default
+MAX_DECOMPRESSED_BYTES) plus one read chunk, whatever the input claims, and raises
+DecompressionLimitError (a CorruptRecordError) as soon as the stream would produce more. Each
+codec's own incremental API enforces it while decoding: zlib's ``max_length``, LZ4's frame
+decompressor ``max_length``, the declared length of each snappy block before it is decoded, and
+for zstd a walk of the frame and block headers (exact frame extents, so truncation is caught,
+and an upper bound of the output) followed by bounded reads.
 """
 
 from __future__ import annotations
@@ -32,6 +40,8 @@ from .record_batch import CompressionType
 __all__ = [
     "GZIP_HEADER",
     "LZ4_DEFAULT_LEVEL",
+    "MAX_DECOMPRESSED_BYTES",
+    "DecompressionLimitError",
     "SNAPPY_BLOCK_SIZE",
     "XERIAL_HEADER",
     "ZSTD_DEFAULT_LEVEL",
@@ -67,6 +77,32 @@ LZ4_LEVELS = range(1, 18)
 
 ZSTD_DEFAULT_LEVEL = 3
 ZSTD_LEVELS = range(-131072, 23)
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+_ZSTD_SKIPPABLE_SUFFIX = b"\x2a\x4d\x18"  # skippable magics are 0x184D2A50..0x184D2A5F
+#: A zstd block never decodes to more than 128 KiB (Block_Maximum_Size, RFC 8878 3.1.1.2.3).
+_ZSTD_BLOCK_MAX = 128 * 1024
+_ZSTD_DICT_ID_BYTES = (0, 1, 2, 4)
+_ZSTD_CONTENT_SIZE_BYTES = (0, 2, 4, 8)
+
+# --- bounds ---------------------------------------------------------------------------------
+
+#: Default ceiling on what one batch's record stream may decompress to, for readers that have no
+#: topic configuration at hand (consumers, the cleaner, dump tools). The broker's validator uses
+#: a tighter, topic-derived limit that never exceeds this one, so whatever the broker stored is
+#: always readable.
+MAX_DECOMPRESSED_BYTES = 256 * 1024 * 1024
+#: Bytes of output asked for per call when a codec's output is read incrementally.
+_CHUNK = 1024 * 1024
+#: Compressed bytes handed to zlib per call.
+_GZIP_INPUT = 64 * 1024
+
+
+class DecompressionLimitError(CorruptRecordError):
+    """A record stream that would decompress to more than the allowed number of bytes."""
+
+    def __init__(self, codec: CompressionType, limit: int):
+        super().__init__(f"{codec.kafka_name}: record batch decompresses to more than {limit} bytes")
+        self.limit = limit
 
 
 def compress(codec: CompressionType, data: bytes, level: int | None = None) -> bytes:
@@ -86,19 +122,23 @@ def compress(codec: CompressionType, data: bytes, level: int | None = None) -> b
     return _zstd_compress(data, level)
 
 
-def decompress(codec: CompressionType, data) -> bytes:
-    """Decompress one batch's record stream; any malformed stream raises CorruptRecordError."""
+def decompress(codec: CompressionType, data, limit: int | None = None) -> bytes:
+    """Decompress one batch's record stream of at most ``limit`` bytes (MAX_DECOMPRESSED_BYTES
+    when None): a longer stream raises DecompressionLimitError before more than ``limit`` bytes
+    (plus one chunk) are held; any malformed stream raises CorruptRecordError."""
     codec = CompressionType(codec)
     if codec is CompressionType.NONE:
         return bytes(data)
+    if limit is None:
+        limit = MAX_DECOMPRESSED_BYTES
     try:
         if codec is CompressionType.GZIP:
-            return _gzip_decompress(data)
+            return _gzip_decompress(data, limit)
         if codec is CompressionType.SNAPPY:
-            return _snappy_decompress(data)
+            return _snappy_decompress(data, limit)
         if codec is CompressionType.LZ4:
-            return _lz4_decompress(data)
-        return _zstd_decompress(data)
+            return _lz4_decompress(data, limit)
+        return _zstd_decompress(data, limit)
     except CorruptRecordError:
         raise
     except Exception as exc:  # each binding has its own error types; all mean "corrupt stream"
@@ -121,20 +161,38 @@ def _gzip_compress(data, level: int | None) -> bytes:
     return GZIP_HEADER + body + trailer
 
 
-def _gzip_decompress(data) -> bytes:
+def _gzip_decompress(data, limit: int) -> bytes:
     # zlib parses the member header (any flags) and checks the CRC32/ISIZE trailer. Like Java's
     # GZIPInputStream, bytes after a member that do not start a new member are ignored.
-    data = bytes(data)
-    if data[:2] != _GZIP_MAGIC:
+    view = memoryview(data)
+    total = len(view)
+    if view[:2] != _GZIP_MAGIC:
         raise CorruptRecordError("gzip: stream does not start with the gzip magic 1f 8b")
     parts = []
+    produced = 0
+    position = 0
     while True:
+        # Input goes in in slices and output comes out in chunks (max_length): zlib copies the
+        # unconsumed input and joins a call's output into a new object, so this keeps both small.
         inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        parts.append(inflater.decompress(data))
-        if not inflater.eof:
-            raise CorruptRecordError("gzip: stream ended before the end of the gzip member")
-        data = inflater.unused_data
-        if data[:2] != _GZIP_MAGIC:
+        pending = view[position : position + _GZIP_INPUT]
+        position += len(pending)
+        while True:
+            part = inflater.decompress(pending, min(_CHUNK, limit - produced + 1))
+            produced += len(part)
+            if produced > limit:
+                raise DecompressionLimitError(CompressionType.GZIP, limit)
+            parts.append(part)
+            if inflater.eof:
+                break
+            pending = inflater.unconsumed_tail
+            if not pending:
+                if position >= total:
+                    raise CorruptRecordError("gzip: stream ended before the end of the gzip member")
+                pending = view[position : position + _GZIP_INPUT]
+                position += len(pending)
+        position -= len(inflater.unused_data)  # the next member (or trailing bytes) starts here
+        if view[position : position + 2] != _GZIP_MAGIC:
             return b"".join(parts)
 
 
@@ -151,16 +209,25 @@ def _snappy_compress(data) -> bytes:
     return b"".join(out)
 
 
-def _snappy_decompress(data) -> bytes:
+def _snappy_block(block, room: int, limit: int) -> bytes:
+    """One raw snappy block of at most ``room`` bytes; its declared length (a varint preamble) is
+    checked before decoding, and the decoder checks the output matches it."""
+    if cramjam.snappy.decompress_raw_len(block) > room:
+        raise DecompressionLimitError(CompressionType.SNAPPY, limit)
+    return bytes(cramjam.snappy.decompress_raw(block))
+
+
+def _snappy_decompress(data, limit: int) -> bytes:
     view = memoryview(data)
     total = len(view)
     if total == 0:
         return b""
     # SnappyInputStream decides on the 8-byte magic prefix; anything else is one raw block.
     if total < _XERIAL_HEADER_SIZE or view[:8] != _XERIAL_MAGIC:
-        return bytes(cramjam.snappy.decompress_raw(view))
+        return _snappy_block(view, limit, limit)
     position = _XERIAL_HEADER_SIZE
     parts = []
+    produced = 0
     while total - position >= 4:  # like SnappyInputStream, < 4 trailing bytes end the stream
         (length,) = _INT32.unpack_from(view, position)
         position += 4
@@ -177,7 +244,9 @@ def _snappy_decompress(data) -> bytes:
                 f"snappy: xerial chunk at position {position - 4} declares {length} bytes "
                 f"but only {total - position} remain"
             )
-        parts.append(bytes(cramjam.snappy.decompress_raw(view[position : position + length])))
+        part = _snappy_block(view[position : position + length], limit - produced, limit)
+        produced += len(part)
+        parts.append(part)
         position += length
     return b"".join(parts)
 
@@ -209,7 +278,7 @@ def _lz4_compress(data, level: int | None) -> bytes:
     )
 
 
-def _lz4_decompress(data) -> bytes:
+def _lz4_decompress(data, limit: int) -> bytes:
     view = memoryview(data)
     if len(view) < 7:
         raise CorruptRecordError("lz4: stream ended prematurely (no complete frame header)")
@@ -226,9 +295,22 @@ def _lz4_decompress(data) -> bytes:
     if bd & 0x8F or not 4 <= (bd >> 4) & 7 <= 7:
         raise CorruptRecordError(f"lz4: invalid block descriptor 0x{bd:02x} (block size code must be 4..7)")
     # liblz4 checks the header checksum, block sizes and checksums and the content checksum.
-    # Kafka reads only the first frame; bytes after it are ignored.
-    decoded, _consumed = lz4.frame.decompress(view, return_bytes_read=True)
-    return decoded
+    # Kafka reads only the first frame; bytes after it are ignored. max_length bounds each call
+    # (the binding allocates it up front, hence chunks rather than the whole limit).
+    decompressor = lz4.frame.LZ4FrameDecompressor()
+    parts = []
+    produced = 0
+    part = decompressor.decompress(view, max_length=min(_CHUNK, limit + 1))
+    while True:
+        produced += len(part)
+        if produced > limit:
+            raise DecompressionLimitError(CompressionType.LZ4, limit)
+        parts.append(part)
+        if decompressor.eof:
+            return b"".join(parts)
+        if decompressor.needs_input:
+            raise CorruptRecordError("lz4: stream ended in the middle of a frame")
+        part = decompressor.decompress(b"", max_length=min(_CHUNK, limit + 1 - produced))
 
 
 # --- zstd -----------------------------------------------------------------------------------
@@ -242,17 +324,88 @@ def _zstd_compress(data, level: int | None) -> bytes:
     return zstandard.ZstdCompressor(level=level, write_content_size=False).compress(data)
 
 
-def _zstd_decompress(data) -> bytes:
-    # One decompressobj per frame so a truncated last frame is detected (read_across_frames
-    # would silently return what it had); skippable frames decode to nothing.
+def _zstd_frames(view) -> list[tuple[int, int, int]]:
+    """(start, end, most bytes it can decode to) of each zstd frame in ``view``, skippable
+    frames left out, from the frame and block headers alone (RFC 8878).
+
+    The zstandard binding's readers return short output for a truncated frame without an error,
+    and its one-shot decoder stops after one frame, so the framing is checked here.
+    """
+    frames = []
+    total = len(view)
+    position = 0
+    while position < total:
+        start = position
+        if total - position < 5:
+            raise CorruptRecordError("zstd: stream ended in the middle of a frame")
+        magic = bytes(view[position : position + 4])
+        if magic[1:] == _ZSTD_SKIPPABLE_SUFFIX and magic[0] & 0xF0 == 0x50:
+            if total - position < 8:
+                raise CorruptRecordError("zstd: stream ended in the middle of a frame")
+            position += 8 + int.from_bytes(view[position + 4 : position + 8], "little")
+            if position > total:
+                raise CorruptRecordError("zstd: stream ended in the middle of a frame")
+            continue
+        if magic != _ZSTD_MAGIC:
+            raise CorruptRecordError(f"zstd: unknown frame magic {magic.hex()} at position {position}")
+        descriptor = view[position + 4]
+        if descriptor & 0x08:
+            raise CorruptRecordError("zstd: reserved bit set in the frame header descriptor")
+        single_segment = (descriptor >> 5) & 1
+        position += (5 + (1 - single_segment) + _ZSTD_DICT_ID_BYTES[descriptor & 3]
+                     + (_ZSTD_CONTENT_SIZE_BYTES[descriptor >> 6] or single_segment))
+        most = 0
+        last = 0
+        while not last:
+            if total - position < 3:
+                raise CorruptRecordError("zstd: stream ended in the middle of a frame")
+            block_header = view[position] | (view[position + 1] << 8) | (view[position + 2] << 16)
+            position += 3
+            last = block_header & 1
+            block_type = (block_header >> 1) & 3
+            block_size = block_header >> 3
+            if block_type == 0:  # raw
+                position += block_size
+                most += block_size
+            elif block_type == 1:  # RLE: one byte repeated block_size times
+                position += 1
+                most += block_size
+            elif block_type == 2:  # compressed
+                position += block_size
+                most += _ZSTD_BLOCK_MAX
+            else:
+                raise CorruptRecordError("zstd: reserved block type")
+        if descriptor & 0x04:  # content checksum
+            position += 4
+        if position > total:
+            raise CorruptRecordError("zstd: stream ended in the middle of a frame")
+        frames.append((start, position, most))
+    return frames
+
+
+def _zstd_decompress(data, limit: int) -> bytes:
     # A decompressor is not safe to share between threads, hence one per call.
     decompressor = zstandard.ZstdDecompressor()
-    data = bytes(data)
+    view = memoryview(data)
     parts = []
-    while data:
-        dobj = decompressor.decompressobj()
-        parts.append(dobj.decompress(data))
-        if not dobj.eof:
-            raise CorruptRecordError("zstd: stream ended in the middle of a frame")
-        data = dobj.unused_data
+    produced = 0
+    for start, end, most in _zstd_frames(view):
+        frame = view[start:end]
+        if produced + most <= limit:  # cannot exceed the limit: decode in one call
+            dobj = decompressor.decompressobj()
+            part = dobj.decompress(frame)
+            if not dobj.eof:
+                raise CorruptRecordError("zstd: stream ended in the middle of a frame")
+            produced += len(part)
+            parts.append(part)
+            continue
+        reader = decompressor.stream_reader(frame, read_across_frames=False)
+        while True:
+            part = reader.read(min(_CHUNK, limit + 1 - produced))
+            if not part:
+                break
+            produced += len(part)
+            if produced > limit:
+                raise DecompressionLimitError(CompressionType.ZSTD, limit)
+            parts.append(part)
     return b"".join(parts)

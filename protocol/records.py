@@ -1,7 +1,8 @@
 """Record-level codec for RecordBatch v2: what producers, consumers and the log cleaner need.
 
-The broker's produce and fetch paths never come here: they move batches as opaque bytes and only
-look at the 61-byte header (record_batch.py). This module decodes and builds the records inside.
+The broker's fetch path never comes here, and its produce path only walks the records without
+building them (record_walk.py). This module decodes and builds the records inside, for clients,
+the cleaner and tools; decompression is bounded by compression.MAX_DECOMPRESSED_BYTES.
 
 Record layout (Kafka's DefaultRecord), repeated ``records_count`` times after the header, the
 whole sequence compressed as one stream when the batch codec is not none::

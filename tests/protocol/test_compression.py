@@ -407,3 +407,108 @@ def test_decompress_of_damaged_streams_raises_only_corrupt_record_error(codec, d
 def test_decompress_of_none_copies_the_bytes():
     assert decompress(CompressionType.NONE, memoryview(b"raw")) == b"raw"
     assert compress(CompressionType.NONE, bytearray(b"raw")) == b"raw"
+
+
+# --- bounded decompression ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("codec", COMPRESSED, ids=lambda c: c.kafka_name)
+@pytest.mark.parametrize("size", [1, 70_000, 300_000])
+def test_decompress_allows_exactly_the_limit_and_refuses_one_byte_more(codec, size):
+    from protocol.compression import DecompressionLimitError
+
+    data = (MIXED * 5)[:size]
+    stream = compress(codec, data)
+    assert decompress(codec, stream, size) == data
+    with pytest.raises(DecompressionLimitError, match=f"^{codec.kafka_name}: record batch decompresses to more "
+                                                      f"than {size - 1} bytes") as error:
+        decompress(codec, stream, size - 1)
+    assert isinstance(error.value, CorruptRecordError) and error.value.limit == size - 1
+
+
+@pytest.mark.parametrize("codec", COMPRESSED, ids=lambda c: c.kafka_name)
+def test_decompress_limit_counts_every_member_frame_and_chunk(codec):
+    from protocol.compression import DecompressionLimitError
+
+    first, second = MIXED[:40_000], MIXED[40_000:90_000]
+    if codec is CompressionType.LZ4:  # Kafka reads one LZ4 frame only; its blocks are the chunks
+        stream = compress(codec, first + second)
+    else:
+        stream = compress(codec, first) + compress(codec, second)
+    assert decompress(codec, stream, 90_000) == first + second
+    with pytest.raises(DecompressionLimitError):
+        decompress(codec, stream, 89_999)
+
+
+def test_zstd_frame_larger_than_its_one_call_bound_is_read_in_bounded_chunks():
+    # 300 KB in a few compressed blocks: the header walk bounds it at 128 KiB a block, above the
+    # limit given, so it is decoded through the bounded reader, with the same result.
+    data = (MIXED * 5)[:300_000]
+    stream = compress(CompressionType.ZSTD, data)
+    assert decompress(CompressionType.ZSTD, stream, 300_000) == data == decompress(CompressionType.ZSTD, stream)
+
+
+def _zstd_rle_frame(blocks: int, last_size: int = 128 * 1024) -> bytes:
+    """A zstd frame of RLE blocks (4 input bytes per 128 KiB of output): the cheapest bomb."""
+    frame = bytearray(b"\x28\xb5\x2f\xfd\x00\x58")  # magic, no size or checksum, 2 MiB window
+    for i in range(blocks):
+        size = last_size if i == blocks - 1 else 128 * 1024
+        frame += ((size << 3) | 2 | (i == blocks - 1)).to_bytes(3, "little") + b"\x61"
+    return bytes(frame)
+
+
+def test_zstd_bomb_of_a_gib_in_32_kib_is_refused_within_the_limit():
+    import tracemalloc
+
+    from protocol.compression import DecompressionLimitError
+
+    bomb = _zstd_rle_frame(8192)
+    assert len(bomb) < 33 * 1024
+    assert decompress(CompressionType.ZSTD, _zstd_rle_frame(3, 10)) == b"a" * (2 * 128 * 1024 + 10)
+    tracemalloc.start()
+    try:
+        with pytest.raises(DecompressionLimitError):
+            decompress(CompressionType.ZSTD, bomb, 4 << 20)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < (4 << 20) + (2 << 20)
+
+
+def test_zstd_header_walk_refuses_reserved_block_types_and_unknown_magics():
+    frame = bytearray(_zstd_rle_frame(1))
+    frame[6] |= 0x06  # block type 3, reserved
+    with pytest.raises(CorruptRecordError, match="zstd: reserved block type"):
+        decompress(CompressionType.ZSTD, frame)
+    with pytest.raises(CorruptRecordError, match="zstd: unknown frame magic"):
+        decompress(CompressionType.ZSTD, compress(CompressionType.ZSTD, b"x") + b"\x00\x01\x02\x03\x04\x05")
+
+
+def test_snappy_block_declaring_a_huge_length_is_refused_before_decoding():
+    from protocol.compression import DecompressionLimitError
+
+    block = b"\xff\xff\xff\xff\x0f" + b"\x00" * 10  # varint preamble: 4 GiB - 1
+    with pytest.raises(DecompressionLimitError):
+        decompress(CompressionType.SNAPPY, block)
+    with pytest.raises(DecompressionLimitError):
+        decompress(CompressionType.SNAPPY, XERIAL_HEADER + struct.pack(">i", len(block)) + block)
+
+
+def test_gzip_bomb_is_refused_while_inflating():
+    import tracemalloc
+
+    from protocol.compression import DecompressionLimitError
+
+    deflater = zlib.compressobj(9, zlib.DEFLATED, -zlib.MAX_WBITS)
+    zeros = bytes(1 << 20)
+    first = deflater.compress(zeros) + deflater.flush(zlib.Z_FULL_FLUSH)
+    again = deflater.compress(zeros) + deflater.flush(zlib.Z_FULL_FLUSH)
+    bomb = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x00" + first + again * 1023 + deflater.flush() + bytes(8)
+    tracemalloc.start()
+    try:
+        with pytest.raises(DecompressionLimitError):
+            decompress(CompressionType.GZIP, bomb, 8 << 20)  # 1 GiB of zeros in ~1 MB
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < (8 << 20) + (2 << 20) + len(bomb)

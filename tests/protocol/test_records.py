@@ -637,3 +637,106 @@ def test_first_record_at_or_after_matches_a_full_decode(timestamps, target, min_
         None,
     )
     assert first_record_at_or_after(batch, target, min_offset) == expected
+
+
+# --- the validation walk (protocol.record_walk) ------------------------------------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(generated=record_lists(), big=st.booleans())
+def test_walk_records_agrees_with_a_full_decode_on_valid_records(generated, big):
+    from protocol.record_walk import walk_records
+
+    base_offset, records = generated
+    if big:  # values and deltas past the one- and two-byte varint fast paths
+        records = [Record(r.offset, r.timestamp, r.key, (r.value or b"") * 200, r.headers) for r in records]
+    batch = encode_batch(records, base_offset=base_offset)
+    decoded = decode_batch(batch).records
+    max_ts, max_index, in_sequence = walk_records(batch, 61, len(records), read_header(batch).base_timestamp)
+    if not records:
+        assert (max_ts, max_index, in_sequence) == (-1, -1, True)
+        return
+    expected_max = max(r.timestamp for r in decoded)
+    assert max_ts == expected_max
+    assert max_index == next(i for i, r in enumerate(decoded) if r.timestamp == expected_max)
+    assert in_sequence == ([r.offset - base_offset for r in decoded] == list(range(len(records))))
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_walk_records_refuses_exactly_what_decoding_cannot_read(data):
+    """The walk (broker) and the decoder (consumers) are separate loops: they must agree, or the
+    broker would store batches that break consumers."""
+    from protocol.errors import InvalidRecordError
+    from protocol.record_walk import walk_records
+
+    good = encode_batch([Record(0, 5, b"key", b"value", (("h", b"v"),)), Record(1, 3, None, b"x" * 200),
+                         Record(2, 9, b"", None, (("a", None), ("b", b"")))])
+    payload = bytearray(good[61:])
+    for _ in range(data.draw(st.integers(1, 3), label="edits")):
+        position = data.draw(st.integers(0, len(payload) - 1), label="position")
+        if data.draw(st.booleans(), label="flip"):
+            payload[position] ^= data.draw(st.integers(1, 255), label="xor")
+        else:
+            del payload[position:position + data.draw(st.integers(1, 3), label="length")]
+    count = data.draw(st.integers(1, 4), label="count")
+    batch = _raw_batch(bytes(payload), count, base_timestamp=5)
+    try:
+        decode_batch(batch)
+        decodes = True
+    except CorruptRecordError:
+        decodes = False
+    try:
+        walk_records(batch, 61, count, 5)
+        walks = True
+    except InvalidRecordError:
+        walks = False
+    assert walks == decodes
+
+
+def test_walk_records_checks_timestamps_and_keys_when_asked():
+    from protocol.errors import InvalidRecordError, InvalidTimestampError
+    from protocol.record_walk import walk_records
+
+    batch = encode_batch([Record(0, 100, b"k", b"v"), Record(1, 250, None, b"v"), Record(2, -1, b"k", b"v")])
+    base = read_header(batch).base_timestamp
+    assert walk_records(batch, 61, 3, base, min_timestamp=100, max_timestamp=250) == (250, 1, True)
+    with pytest.raises(InvalidTimestampError, match="Timestamp 250 of record 1") as error:
+        walk_records(batch, 61, 3, base, max_timestamp=249)
+    assert error.value.timestamp == 250
+    with pytest.raises(InvalidTimestampError, match="Timestamp 100 of record 0"):
+        walk_records(batch, 61, 3, base, min_timestamp=101)  # -1 (NO_TIMESTAMP) is exempt, 100 is not
+    with pytest.raises(InvalidRecordError, match="without a key .record 1"):
+        walk_records(batch, 61, 3, base, keys_required=True)
+
+
+@settings(max_examples=100, deadline=None)
+@given(generated=record_lists(max_size=10), big=st.booleans())
+def test_renumber_records_rewrites_only_the_offset_deltas(generated, big):
+    from protocol.record_walk import renumber_records, walk_records
+
+    base_offset, records = generated
+    if big:
+        records = [Record(base_offset + (r.offset - base_offset) * 1000, r.timestamp, r.key, r.value, r.headers)
+                   for r in records]
+    batch = encode_batch(records, base_offset=base_offset)
+    body = bytes(renumber_records(batch, 61, len(records)))
+    rebuilt = _raw_batch(body, len(records), base_timestamp=read_header(batch).base_timestamp,
+                         last_offset_delta=max(len(records) - 1, 0))
+    assert walk_records(body, 0, len(records), read_header(batch).base_timestamp)[2] is True
+    assert [(r.offset, r.timestamp, r.key, r.value, r.headers) for r in decode_batch(rebuilt).records] == [
+        (i, r.timestamp, r.key, r.value, r.headers) for i, r in enumerate(decode_batch(batch).records)]
+
+
+def test_decode_batch_bounds_decompression_for_readers(monkeypatch):
+    import protocol.compression as compression
+    from protocol.compression import DecompressionLimitError
+
+    records = [Record(i, 0, None, bytes(10_000)) for i in range(50)]  # ~500 KB of zeros
+    batch = encode_batch(records, compression=CompressionType.ZSTD)
+    assert len(decode_batch(batch).records) == 50
+    monkeypatch.setattr(compression, "MAX_DECOMPRESSED_BYTES", 100_000)  # the default readers get
+    with pytest.raises(DecompressionLimitError, match="zstd: record batch decompresses to more than 100000 bytes"):
+        decode_batch(batch)
+    with pytest.raises(CorruptRecordError):
+        list(iter_batches(batch))

@@ -469,9 +469,12 @@ def test_log_flush_fsyncs_log_and_index_files_of_rolled_segments(tmp_path, clock
     assert "topic-0" in synced  # the directory, for the new file names
 
 
-def test_log_rejects_a_max_timestamp_below_the_first_record(tmp_path, clock):
+def test_log_rewrites_a_max_timestamp_below_the_records(tmp_path, clock):
+    # Like Kafka, the broker computes the max timestamp from the records, not the producer's header.
     now = clock.milliseconds()
     batch = encode_batch([Record(0, now, b"k", b"v"), Record(1, now + 5, b"k", b"v")], max_timestamp=now - 1)
     log = open_log(tmp_path, clock)
-    with pytest.raises(InvalidTimestampError, match="max timestamp"):
-        log.append_as_leader(batch)
+    assert log.append_as_leader(batch).max_timestamp == now + 5
+    stored = decode_batch(log.read(0, 1 << 20).region.read_bytes())  # checks the recomputed CRC
+    assert stored.header.max_timestamp == now + 5
+    assert log.fetch_offset_by_timestamp(now + 3) == (now + 5, 1)
