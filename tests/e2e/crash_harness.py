@@ -1,0 +1,699 @@
+"""The kill -9 loop: the real broker killed with SIGKILL at chosen moments under a checked workload.
+
+Used by ``tests/e2e/test_crash_loop.py`` (a short run in CI) and ``bench/crash_loop.py`` (a long
+one). Producers (our client, in threads of this process) write numbered, checksummed records to
+plain, compacted and retention-limited topics with small segments, with acks=-1 and acks=1 and
+every codec, for the whole run: they simply retry or fail while the broker is down, as a real
+producer would. Each cycle starts the broker on the same port and data directory and kills it:
+
+* ``random``: after a random time serving;
+* ``roll``: as soon as a new segment file appears in any partition directory (mid-roll);
+* ``clean``: as soon as the cleaner's ``.cleaned``/``.swap`` files appear (mid-clean/mid-swap);
+* ``retention``: as soon as retention renames a segment to ``.deleted``;
+* ``startup``: at a random moment between exec and ``broker_started``, i.e. during imports, log
+  loading and crash recovery (every start here follows a kill -9, so every start recovers).
+
+A waiting mode that sees nothing within its window kills anyway and is counted as not
+triggered. At the end the broker is started once more, the producers drain, and the checker
+reads every partition back over the wire and counts (see :class:`Counts`).
+
+Every record's value is ``magic, producer, seq, payload length, payload, crc32c`` so a record
+is identified by (producer, seq) and its bytes are checked independently of the batch CRC. The
+ledger keeps, per record, where it was sent and what the producer learned: acknowledged (with
+offset), outcome unknown (the connection died after the request left: the broker may or may not
+have appended it; our client never resends those) or definitely not appended (the client never
+got the request out whole). A duplicate is therefore always a broker bug, and so is a record
+found that was definitely not appended.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import struct
+import threading
+import time
+from array import array
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from crc32c import crc32c
+
+from protocol import messages as m
+from protocol.errors import CorruptRecordError, ErrorCode
+from protocol.record_batch import LOG_OVERHEAD, read_header
+from protocol.records import decode_batch
+
+from .broker_process import BrokerProcess
+
+# -- the workload ------------------------------------------------------------------------------
+
+#: (name, partitions, configs). Segments are small so that rolls happen every few batches.
+TOPICS: tuple[tuple[str, int, dict[str, str]], ...] = (
+    ("plain", 3, {"segment.bytes": "16384", "retention.ms": "-1"}),
+    ("compacted", 2, {"cleanup.policy": "compact", "segment.bytes": "8192", "min.cleanable.dirty.ratio": "0.01",
+                      "min.compaction.lag.ms": "0", "retention.ms": "-1"}),
+    ("retained", 1, {"segment.bytes": "8192", "retention.bytes": "40000", "retention.ms": "-1"}),
+)
+COMPACTED = {"compacted"}
+#: Keys of the compacted topic: few enough that the cleaner has plenty to remove.
+COMPACTED_KEYS = 150
+
+BROKER_OVERRIDES: tuple[str, ...] = (
+    "auto.create.topics.enable=false",
+    "log.cleaner.backoff.ms=100",
+    "log.retention.check.interval.ms=200",
+    "log.initial.task.delay.ms=0",
+    "log.segment.delete.delay.ms=100",
+    "log.flush.offset.checkpoint.interval.ms=500",
+    "log.flush.start.offset.checkpoint.interval.ms=500",
+)
+
+
+@dataclass(frozen=True)
+class ProducerSpec:
+    acks: int
+    compression: str
+    topics: tuple[str, ...]
+
+
+PRODUCERS: tuple[ProducerSpec, ...] = (
+    ProducerSpec(-1, "none", ("plain", "retained")),
+    ProducerSpec(-1, "zstd", ("plain", "compacted")),
+    ProducerSpec(-1, "lz4", ("compacted", "retained", "plain")),
+    ProducerSpec(-1, "gzip", ("plain",)),
+    ProducerSpec(1, "snappy", ("plain", "compacted", "retained")),
+)
+
+_MAGIC = b"TLCK"
+_VALUE_HEAD = struct.Struct(">4sBIH")  # magic, producer, seq, payload length
+_CRC = struct.Struct(">I")
+
+PENDING, ACKED, UNKNOWN, NOT_APPENDED = 0, 1, 2, 3
+
+
+def encode_value(producer: int, seq: int, payload: bytes) -> bytes:
+    head = _VALUE_HEAD.pack(_MAGIC, producer, seq, len(payload)) + payload
+    return head + _CRC.pack(crc32c(head))
+
+
+def decode_value(value: bytes | None) -> tuple[int, int] | None:
+    """(producer, seq) of an intact value, None for anything else."""
+    if value is None or len(value) < _VALUE_HEAD.size + _CRC.size:
+        return None
+    magic, producer, seq, length = _VALUE_HEAD.unpack_from(value)
+    if magic != _MAGIC or len(value) != _VALUE_HEAD.size + length + _CRC.size:
+        return None
+    (crc,) = _CRC.unpack_from(value, len(value) - _CRC.size)
+    if crc32c(value[: -_CRC.size]) != crc:
+        return None
+    return producer, seq
+
+
+def compacted_key(number: int) -> bytes:
+    return b"key-%04d" % number
+
+
+def all_partitions() -> list[tuple[str, int]]:
+    return [(name, p) for name, count, _ in TOPICS for p in range(count)]
+
+
+class ProducerLedger:
+    """What one producer sent and learned, indexed by seq (arrays: a long run sends millions)."""
+
+    def __init__(self, index: int, spec: ProducerSpec):
+        self.index = index
+        self.spec = spec
+        self.target = array("H")  # index into all_partitions()
+        self.key = array("i")  # compacted key number, -1 for none
+        self.status = bytearray()
+        self.offset = array("q")
+        self.errors: Counter[str] = Counter()
+
+    def __len__(self) -> int:
+        return len(self.status)
+
+
+class WorkloadProducer(threading.Thread):
+    """Sends bursts of records with our client and waits for each burst's outcome, until stopped."""
+
+    def __init__(self, index: int, spec: ProducerSpec, bootstrap: str, seed: int, stop: threading.Event):
+        super().__init__(name=f"crash-producer-{index}", daemon=True)
+        self.ledger = ProducerLedger(index, spec)
+        self.bootstrap = bootstrap
+        self.rng = random.Random(seed * 1000 + index)
+        self.stop = stop
+        self.failure: BaseException | None = None
+        self.targets = [(i, tp) for i, tp in enumerate(all_partitions()) if tp[0] in spec.topics]
+
+    def run(self) -> None:
+        from client import Producer
+        from client.errors import RequestNotSentError
+
+        spec, rng, ledger = self.ledger.spec, self.rng, self.ledger
+        try:
+            with Producer(self.bootstrap, acks=spec.acks, compression=spec.compression, linger_ms=rng.choice([0, 2, 5]),
+                          batch_size=4096, retry_backoff_ms=50, request_timeout_ms=15_000,
+                          delivery_timeout_ms=90_000, client_id=f"crash-producer-{ledger.index}") as producer:
+                while not self.stop.is_set():
+                    burst = []
+                    for _ in range(rng.randint(1, 60)):
+                        target, (topic, partition) = rng.choice(self.targets)
+                        seq = len(ledger)
+                        key_number = rng.randrange(COMPACTED_KEYS) if topic in COMPACTED else -1
+                        size = rng.choice((0, 10, 50, 200, 400))
+                        payload = rng.randbytes(size) if rng.random() < 0.5 else bytes([seq % 251]) * size
+                        value = encode_value(ledger.index, seq, payload)
+                        key = compacted_key(key_number) if key_number >= 0 else None
+                        ledger.target.append(target)
+                        ledger.key.append(key_number)
+                        ledger.status.append(PENDING)
+                        ledger.offset.append(-1)
+                        burst.append((seq, producer.send(topic, value, key=key, partition=partition)))
+                    for seq, future in burst:
+                        if not future.wait(120):
+                            raise AssertionError(f"record {ledger.index}/{seq} neither acknowledged nor failed in 120 s")
+                        error = future.exception()
+                        if error is None:
+                            ledger.status[seq] = ACKED
+                            ledger.offset[seq] = future.result().offset
+                        else:
+                            # Only a request that never left whole is known not to be in the log.
+                            ledger.status[seq] = NOT_APPENDED if isinstance(error, RequestNotSentError) else UNKNOWN
+                            ledger.errors[type(error).__name__] += 1
+        except BaseException as exc:  # reported by the loop: a producer must not die silently
+            self.failure = exc
+
+
+# -- observing the broker process ---------------------------------------------------------------
+
+
+def read_status(pid: int) -> dict[str, int]:
+    """VmHWM/VmRSS (KiB) from /proc/<pid>/status; empty once the process is gone."""
+    out = {}
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith(("VmHWM:", "VmRSS:")):
+                    name, value = line.split(":", 1)
+                    out[name] = int(value.split()[0])
+    except (FileNotFoundError, ProcessLookupError):
+        pass
+    return out
+
+
+def count_fds(pid: int) -> int:
+    try:
+        return len(os.listdir(f"/proc/{pid}/fd"))
+    except (FileNotFoundError, ProcessLookupError):
+        return 0
+
+
+def children_of(pid: int) -> list[int]:
+    """Direct children (the cleaner's worker process), via /proc/<pid>/task/*/children."""
+    out: list[int] = []
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                out.extend(int(c) for c in f.read().split())
+    except (FileNotFoundError, ProcessLookupError):
+        pass
+    return out
+
+
+def is_running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+        return state not in ("Z", "X")
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+
+
+class ResourceSampler(threading.Thread):
+    """Polls a process's VmHWM and open descriptors until it exits; keeps the peaks."""
+
+    def __init__(self, pid: int, interval_s: float = 0.05):
+        super().__init__(name=f"sampler-{pid}", daemon=True)
+        self.pid = pid
+        self.interval_s = interval_s
+        self.peak_hwm_kib = 0
+        self.peak_fds = 0
+        self.children: set[int] = set()
+        self._halted = threading.Event()
+
+    def sample(self) -> None:
+        hwm = read_status(self.pid).get("VmHWM", 0)
+        self.peak_hwm_kib = max(self.peak_hwm_kib, hwm)
+        self.peak_fds = max(self.peak_fds, count_fds(self.pid))
+        self.children.update(children_of(self.pid))
+
+    def run(self) -> None:
+        while not self._halted.is_set() and is_running(self.pid):
+            self.sample()
+            self._halted.wait(self.interval_s)
+
+    def halt(self) -> None:
+        self._halted.set()
+        self.join(5)
+
+
+# -- kill moments --------------------------------------------------------------------------------
+
+KILL_MODES = ("random", "roll", "startup", "clean", "random", "roll", "retention")
+
+
+def _files(data_dir: Path, suffixes: tuple[str, ...]) -> set[str]:
+    found = set()
+    try:
+        partitions = list(os.scandir(data_dir))
+    except FileNotFoundError:
+        return found
+    for partition in partitions:
+        if not partition.is_dir():
+            continue
+        try:
+            for entry in os.scandir(partition.path):
+                if entry.name.endswith(suffixes):
+                    found.add(f"{partition.name}/{entry.name}")
+        except FileNotFoundError:
+            continue
+    return found
+
+
+def wait_for_new_file(data_dir: Path, suffixes: tuple[str, ...], timeout_s: float,
+                      alive: Callable[[], bool]) -> bool:
+    """True as soon as a file with one of ``suffixes`` appears that was not there at the call."""
+    before = _files(data_dir, suffixes)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and alive():
+        if _files(data_dir, suffixes) - before:
+            return True
+        time.sleep(0.002)
+    return False
+
+
+# -- the checker ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Counts:
+    """What the checker found; every field but the first four must be 0."""
+
+    acknowledged: int = 0  # acknowledged records (acks=-1 and acks=1)
+    acknowledged_acks_all: int = 0
+    unknown_outcome: int = 0  # the connection died after the request left: either way is fine
+    unknown_present: int = 0  # ... of which the log holds this many
+    expired: int = 0  # acknowledged, below the final log start offset of a retention topic: not lost
+    superseded: int = 0  # acknowledged, removed by compaction after a later record of the key
+    lost: int = 0  # acknowledged acks=-1 records missing
+    lost_acks_1: int = 0  # acknowledged acks=1 records missing (a kill -9 keeps the page cache: 0 too)
+    duplicated: int = 0  # a record id found more than once
+    misplaced: int = 0  # an acknowledged record found at another offset, or in another partition
+    not_appended_present: int = 0  # found although the client never sent its request whole
+    corrupted: int = 0  # batches failing their CRC or decoding, values failing their checksum
+    gaps: int = 0  # missing offsets between batches of non-compacted partitions
+    disorder: int = 0  # offsets not increasing within a partition
+    unreadable: list[str] = field(default_factory=list)  # partitions the checker could not read to the end
+
+    def violations(self) -> dict[str, int]:
+        bad = {name: getattr(self, name) for name in ("lost", "lost_acks_1", "duplicated", "misplaced",
+                                                        "not_appended_present", "corrupted", "gaps", "disorder")}
+        bad["unreadable"] = len(self.unreadable)
+        return {k: v for k, v in bad.items() if v}
+
+
+@dataclass
+class FoundRecord:
+    offset: int
+    producer: int
+    seq: int
+    key: bytes | None
+
+
+@dataclass
+class PartitionContents:
+    records: list[FoundRecord] = field(default_factory=list)
+    log_start_offset: int = 0
+    high_watermark: int = 0
+    corrupted: int = 0
+    gaps: int = 0
+    disorder: int = 0
+    complete: bool = True
+    problem: str = ""
+
+
+def _fetch(client, topic: str, partition: int, offset: int) -> dict:
+    request = m.FetchRequest(id=client.next_id(), max_wait_ms=0, min_bytes=0, max_bytes=4 << 20, topics=(
+        m.FetchTopic(name=topic, partitions=(
+            m.FetchPartition(partition=partition, fetch_offset=offset, partition_max_bytes=4 << 20),)),))
+    return client.call(request)["topics"][0]["partitions"][0]
+
+
+def read_partition(client, topic: str, partition: int, compacted: bool) -> PartitionContents:
+    """Every record of one partition over the wire, checking batches, offsets and values."""
+    out = PartitionContents()
+    first = _fetch(client, topic, partition, 0)
+    if first["error_code"] not in (ErrorCode.NONE, ErrorCode.OFFSET_OUT_OF_RANGE):
+        return PartitionContents(complete=False, problem=f"fetch error {first['error_code']}: {first['error_message']}")
+    out.log_start_offset, out.high_watermark = first["log_start_offset"], first["high_watermark"]
+    offset = out.log_start_offset
+    expected_next: int | None = None
+    while offset < out.high_watermark:
+        result = _fetch(client, topic, partition, offset)
+        if result["error_code"] != ErrorCode.NONE:
+            out.complete, out.problem = False, f"fetch at {offset}: {result['error_code']} {result['error_message']}"
+            return out
+        data = memoryview(result["records"])
+        position, progressed = 0, False
+        while len(data) - position >= LOG_OVERHEAD + 49:
+            header = read_header(data, position)
+            size = header.batch_length + LOG_OVERHEAD
+            if size <= LOG_OVERHEAD or position + size > len(data):
+                break  # a partial batch at the end of the response
+            batch_bytes = data[position: position + size]
+            position += size
+            if header.next_offset <= offset:
+                continue
+            progressed = True
+            if expected_next is not None and not compacted and header.base_offset > expected_next:
+                out.gaps += header.base_offset - expected_next
+            if expected_next is not None and header.base_offset < expected_next:
+                out.disorder += 1
+            expected_next = header.next_offset
+            offset = header.next_offset
+            try:
+                batch = decode_batch(batch_bytes)
+            except CorruptRecordError:
+                out.corrupted += 1
+                continue
+            previous = None
+            for index, record in enumerate(batch.records):
+                if not compacted and record.offset != header.base_offset + index:
+                    out.disorder += 1
+                if previous is not None and record.offset <= previous:
+                    out.disorder += 1
+                previous = record.offset
+                if record.offset < out.log_start_offset:
+                    continue
+                ident = decode_value(record.value)
+                if ident is None:
+                    out.corrupted += 1
+                    continue
+                out.records.append(FoundRecord(record.offset, ident[0], ident[1], record.key))
+        if not progressed:
+            out.complete, out.problem = False, f"no progress at offset {offset} (high watermark {out.high_watermark})"
+            return out
+    return out
+
+
+def check(ledgers: list[ProducerLedger], contents: dict[tuple[str, int], PartitionContents]) -> Counts:
+    counts = Counts()
+    partitions = all_partitions()
+    where: dict[tuple[int, int], list[tuple[int, int]]] = {}  # (producer, seq) -> [(target, offset)]
+    for target, tp in enumerate(partitions):
+        part = contents[tp]
+        counts.corrupted += part.corrupted
+        counts.gaps += part.gaps
+        counts.disorder += part.disorder
+        if not part.complete:
+            counts.unreadable.append(f"{tp[0]}-{tp[1]}: {part.problem}")
+        for found in part.records:
+            if found.producer >= len(ledgers) or found.seq >= len(ledgers[found.producer]):
+                counts.corrupted += 1  # an intact value we never sent
+                continue
+            where.setdefault((found.producer, found.seq), []).append((target, found.offset))
+    # Compacted partitions: the highest acknowledged offset per key, and the highest offset present.
+    latest_acked: dict[tuple[int, int], int] = {}
+    latest_present: dict[tuple[int, int], int] = {}
+    for ledger in ledgers:
+        for seq in range(len(ledger)):
+            target = ledger.target[seq]
+            if partitions[target][0] in COMPACTED and ledger.status[seq] == ACKED:
+                k = (target, ledger.key[seq])
+                latest_acked[k] = max(latest_acked.get(k, -1), ledger.offset[seq])
+    for (producer, seq), places in where.items():
+        ledger = ledgers[producer]
+        for target, offset in places:
+            if partitions[target][0] in COMPACTED:
+                k = (target, ledger.key[seq])
+                latest_present[k] = max(latest_present.get(k, -1), offset)
+    for ledger in ledgers:
+        for seq in range(len(ledger)):
+            status = ledger.status[seq]
+            places = where.get((ledger.index, seq), ())
+            if len(places) > 1:
+                counts.duplicated += len(places) - 1
+            target = ledger.target[seq]
+            if any(t != target for t, _ in places):
+                counts.misplaced += 1
+            if status == UNKNOWN:
+                counts.unknown_outcome += 1
+                counts.unknown_present += bool(places)
+            elif status == NOT_APPENDED:
+                counts.not_appended_present += bool(places)
+            elif status == ACKED:
+                counts.acknowledged += 1
+                counts.acknowledged_acks_all += ledger.spec.acks == -1
+                offset = ledger.offset[seq]
+                if places:
+                    if places[0][1] != offset:
+                        counts.misplaced += 1
+                    continue
+                topic, partition = partitions[target]
+                part = contents[(topic, partition)]
+                if offset < part.log_start_offset:
+                    counts.expired += 1
+                elif topic in COMPACTED and latest_present.get((target, ledger.key[seq]), -1) > offset:
+                    counts.superseded += 1
+                elif ledger.spec.acks == -1:
+                    counts.lost += 1
+                else:
+                    counts.lost_acks_1 += 1
+    return counts
+
+
+def read_everything(broker: BrokerProcess) -> dict[tuple[str, int], PartitionContents]:
+    client = broker.client()
+    try:
+        return {(topic, p): read_partition(client, topic, p, topic in COMPACTED) for topic, p in all_partitions()}
+    finally:
+        client.close()
+
+
+# -- the loop ------------------------------------------------------------------------------------
+
+
+@dataclass
+class CycleRecord:
+    cycle: int
+    mode: str
+    triggered: bool
+    served_s: float
+    hwm_kib: int
+    fds: int
+
+
+@dataclass
+class LoopResult:
+    cycles: int = 0
+    counts: Counts = field(default_factory=Counts)
+    modes: Counter = field(default_factory=Counter)
+    triggered: Counter = field(default_factory=Counter)
+    peak_hwm_kib: int = 0
+    peak_fds: int = 0
+    orphans: int = 0  # broker children (the cleaner worker) still running 0.5 s after their broker was killed
+    tracebacks: int = 0  # "Traceback" lines in the broker's log (all incarnations, and their children)
+    sent: int = 0
+    producer_errors: Counter = field(default_factory=Counter)
+    elapsed_s: float = 0.0
+    history: list[CycleRecord] = field(default_factory=list)
+
+
+def create_topics(bootstrap: str) -> None:
+    from client import AdminClient, NewTopic
+
+    with AdminClient(bootstrap) as admin:
+        admin.create_topics([NewTopic(name, count, 1, configs) for name, count, configs in TOPICS])
+
+
+def _reap_orphans(children: set[int], grace_s: float = 0.5) -> int:
+    """Children of a killed broker (the cleaner's worker) still running ``grace_s`` after it died:
+    counted, then killed (ours to end: started by the broker we started). A child that dies with
+    its parent is gone at once."""
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and any(is_running(pid) for pid in children):
+        time.sleep(0.01)
+    orphans = 0
+    for pid in children:
+        if is_running(pid):
+            orphans += 1
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    return orphans
+
+
+def run_crash_loop(data_dir: Path, *, cycles: int, seed: int = 1, max_serve_s: float = 1.0,
+                   producers: tuple[ProducerSpec, ...] = PRODUCERS, extra_overrides: tuple[str, ...] = (),
+                   progress: Callable[[str], None] | None = None,
+                   after_kill: Callable[[int, Path], None] | None = None) -> LoopResult:
+    """Run ``cycles`` start/kill cycles under the workload, restart once more, drain and check.
+
+    ``after_kill(cycle, data_dir)`` runs while the broker is down after each kill (the checker's
+    own test uses it to damage the log as a broken broker would)."""
+    rng = random.Random(seed)
+    result = LoopResult()
+    began = time.monotonic()
+    broker = BrokerProcess(data_dir, BROKER_OVERRIDES + tuple(extra_overrides))
+    stop = threading.Event()
+    threads: list[WorkloadProducer] = []
+    startup_s = 1.0  # refined from each observed start
+
+    def observe_and_kill(sampler: ResourceSampler) -> None:
+        sampler.sample()
+        pid = broker.process.pid
+        broker.kill()
+        sampler.halt()
+        result.peak_hwm_kib = max(result.peak_hwm_kib, sampler.peak_hwm_kib)
+        result.peak_fds = max(result.peak_fds, sampler.peak_fds)
+        result.orphans += _reap_orphans(sampler.children - {pid})
+        if after_kill is not None and not stop.is_set():
+            after_kill(len(result.history), data_dir)
+
+    try:
+        began_start = time.monotonic()
+        broker.start()
+        startup_s = time.monotonic() - began_start
+        bootstrap = f"127.0.0.1:{broker.port}"
+        create_topics(bootstrap)
+        for index, spec in enumerate(producers):
+            thread = WorkloadProducer(index, spec, bootstrap, seed, stop)
+            threads.append(thread)
+            thread.start()
+        for cycle in range(cycles):
+            mode = KILL_MODES[cycle % len(KILL_MODES)]
+            result.modes[mode] += 1
+            if cycle:
+                if mode == "startup":
+                    served, triggered, sampler = _kill_during_startup(broker, rng.uniform(0.0, startup_s))
+                    result.triggered[mode] += triggered
+                    observe_and_kill(sampler)
+                    result.history.append(CycleRecord(cycle, mode, triggered, served, sampler.peak_hwm_kib,
+                                                      sampler.peak_fds))
+                    if progress:
+                        progress(f"cycle {cycle + 1}/{cycles} {mode:9} {'hit ' if triggered else 'miss'}")
+                    continue
+                began_start = time.monotonic()
+                broker.start(timeout_s=60)
+                startup_s = 0.7 * startup_s + 0.3 * (time.monotonic() - began_start)
+            sampler = ResourceSampler(broker.process.pid)
+            sampler.start()
+            served_from = time.monotonic()
+            alive = lambda: broker.process.poll() is None  # noqa: E731
+            if mode == "random":
+                time.sleep(rng.uniform(0.05, max_serve_s))
+                triggered = True
+            elif mode == "roll":
+                triggered = wait_for_new_file(data_dir, (".log",), max_serve_s * 2, alive)
+            elif mode == "clean":
+                triggered = wait_for_new_file(data_dir, (".cleaned", ".swap"), max_serve_s * 3, alive)
+            else:  # retention
+                triggered = wait_for_new_file(data_dir, (".deleted",), max_serve_s * 3, alive)
+            if broker.process.poll() is not None:
+                raise RuntimeError(f"the broker died by itself in cycle {cycle}:\n{broker.log_text()[-5000:]}")
+            served = time.monotonic() - served_from
+            result.triggered[mode] += triggered
+            observe_and_kill(sampler)
+            result.history.append(CycleRecord(cycle, mode, triggered, served, sampler.peak_hwm_kib, sampler.peak_fds))
+            if progress:
+                acked = sum(t.ledger.status.count(ACKED) for t in threads)
+                progress(f"cycle {cycle + 1}/{cycles} {mode:9} {'hit ' if triggered else 'miss'} served {served:.2f} s,"
+                         f" acknowledged so far {acked}, VmHWM {sampler.peak_hwm_kib} KiB, fds {sampler.peak_fds}")
+            for thread in threads:
+                if thread.failure is not None:
+                    raise RuntimeError(f"{thread.name} failed") from thread.failure
+        result.cycles = cycles
+        # The last start recovers from the last kill; then the producers drain and stop.
+        broker.start(timeout_s=60)
+        sampler = ResourceSampler(broker.process.pid)
+        sampler.start()
+        stop.set()
+        for thread in threads:
+            thread.join(180)
+            if thread.is_alive():
+                raise RuntimeError(f"{thread.name} did not finish")
+            if thread.failure is not None:
+                raise RuntimeError(f"{thread.name} failed") from thread.failure
+        contents = read_everything(broker)
+        result.counts = check([t.ledger for t in threads], contents)
+        result.sent = sum(len(t.ledger) for t in threads)
+        for thread in threads:
+            result.producer_errors.update(thread.ledger.errors)
+        stop.set()
+        observe_and_kill(sampler)
+        result.tracebacks = broker.log_text().count("Traceback (most recent call last)")
+    finally:
+        stop.set()
+        broker.kill()
+    result.elapsed_s = time.monotonic() - began
+    return result
+
+
+def _kill_during_startup(broker: BrokerProcess, delay_s: float) -> tuple[float, bool, ResourceSampler]:
+    """Start the broker and SIGKILL it ``delay_s`` after exec; True if it had not yet started."""
+    broker.process = None
+    outcome: list[BaseException | None] = []
+
+    def start() -> None:
+        try:
+            broker.start(timeout_s=60)
+            outcome.append(None)
+        except BaseException as exc:  # the kill makes start() raise "broker exited with -9"
+            outcome.append(exc)
+
+    starter = threading.Thread(target=start, daemon=True)
+    starter.start()
+    deadline = time.monotonic() + 30
+    while broker.process is None:
+        if time.monotonic() > deadline:
+            raise RuntimeError("the broker process was not spawned")
+        time.sleep(0.001)
+    sampler = ResourceSampler(broker.process.pid, interval_s=0.01)
+    sampler.start()
+    time.sleep(delay_s)
+    started = bool(outcome) and outcome[0] is None
+    broker.kill()
+    starter.join(30)
+    return delay_s, not started, sampler
+
+
+def format_result(result: LoopResult) -> str:
+    c = result.counts
+    lines = [
+        f"cycles:                    {result.cycles} ({', '.join(f'{m} {n}' for m, n in sorted(result.modes.items()))})",
+        f"kill moments hit:          {', '.join(f'{m} {result.triggered[m]}/{n}' for m, n in sorted(result.modes.items()))}",
+        f"records sent:              {result.sent}",
+        f"acknowledged records:      {c.acknowledged} (acks=-1: {c.acknowledged_acks_all})",
+        f"unknown outcome:           {c.unknown_outcome} (present in the log: {c.unknown_present})",
+        f"expired by retention:      {c.expired}   superseded by compaction: {c.superseded}",
+        f"lost (acks=-1):            {c.lost}",
+        f"lost (acks=1):             {c.lost_acks_1}",
+        f"duplicated:                {c.duplicated}",
+        f"corrupted:                 {c.corrupted}",
+        f"gaps:                      {c.gaps}",
+        f"misplaced / disorder:      {c.misplaced} / {c.disorder}",
+        f"present, never sent whole: {c.not_appended_present}",
+        f"unreadable partitions:     {len(c.unreadable)} {c.unreadable if c.unreadable else ''}",
+        f"peak RSS (VmHWM):          {result.peak_hwm_kib / 1024:.1f} MiB",
+        f"fds at peak:               {result.peak_fds}",
+        f"orphaned children:         {result.orphans} (broker children alive 0.5 s after the broker was killed)",
+        f"tracebacks in broker log:  {result.tracebacks}",
+        f"producer errors:           {dict(result.producer_errors)}",
+        f"elapsed:                   {result.elapsed_s:.1f} s",
+    ]
+    return "\n".join(lines)
