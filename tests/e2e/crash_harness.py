@@ -379,9 +379,12 @@ def read_partition(client, topic: str, partition: int, compacted: bool) -> Parti
             if header.next_offset <= offset:
                 continue
             progressed = True
-            if expected_next is not None and not compacted and header.base_offset > expected_next:
-                out.gaps += header.base_offset - expected_next
+            previous_end = out.log_start_offset if expected_next is None else expected_next
+            if not compacted and header.base_offset > previous_end:
+                out.gaps += header.base_offset - previous_end
             if expected_next is not None and header.base_offset < expected_next:
+                out.disorder += 1
+            if header.next_offset > out.high_watermark:  # served past the high watermark
                 out.disorder += 1
             expected_next = header.next_offset
             offset = header.next_offset
@@ -667,6 +670,10 @@ def _kill_during_startup(broker: BrokerProcess, delay_s: float) -> tuple[float, 
     sampler.start()
     time.sleep(delay_s)
     started = bool(outcome) and outcome[0] is None
+    if broker.process.poll() is not None:  # it exited before our kill: a failed recovery
+        starter.join(30)
+        raise RuntimeError(f"the broker exited by itself during startup ({broker.process.returncode}):\n"
+                           f"{broker.log_text()[-5000:]}")
     broker.kill()
     starter.join(30)
     return delay_s, not started, sampler

@@ -84,6 +84,13 @@ def validator_seeds() -> dict[str, bytes]:
     seeds["nasty-zstd-flag-over-plain-bytes-compact"] = validator_input(_patch(two, ">h", 21, 4), COMPACT)
     gappy = encode_batch([Record(0, NOW_MS, b"a", b"1"), Record(5, NOW_MS, b"b", b"2"), Record(6, NOW_MS, b"c", b"3")])
     seeds["nasty-offset-deltas-0-5-6-header-says-2"] = validator_input(_patch(gappy, ">i", 23, 2), PLAIN)
+    # Inner offset deltas the recompression path (topic codec != producer codec) cannot rebuild:
+    # record 0's delta byte (at 64: length, attributes, timestamp delta 0 come first) set to -1 or 1.
+    for delta, name in ((1, "negative"), (2, "repeated")):
+        batch = bytearray(encode_batch([Record(0, NOW_MS, b"a", b"1"), Record(1, NOW_MS, b"b", b"2")]))
+        assert batch[64] == 0
+        batch[64] = delta  # zig-zag: 1 is -1, 2 is +1
+        seeds[f"nasty-offset-delta-{name}-recompressed"] = validator_input(_fix_crc(batch), TOPIC_ZSTD)
     seeds["nasty-max-timestamp-below-records"] = validator_input(
         encode_batch(_records(4), max_timestamp=NOW_MS - 1000), PLAIN)
     seeds["nasty-max-timestamp-below-records-strict"] = validator_input(
