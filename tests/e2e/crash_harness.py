@@ -45,7 +45,7 @@ from crc32c import crc32c
 from protocol import messages as m
 from protocol.errors import CorruptRecordError, ErrorCode
 from protocol.record_batch import LOG_OVERHEAD, read_header
-from protocol.records import decode_batch
+from protocol.records import Record, decode_batch, encode_batch
 
 from .broker_process import BrokerProcess
 
@@ -264,6 +264,9 @@ class ResourceSampler(threading.Thread):
 # -- kill moments --------------------------------------------------------------------------------
 
 KILL_MODES = ("random", "roll", "startup", "clean", "random", "roll", "retention")
+#: With the churn topic: "recreate" kills right after a re-created topic acknowledged its first
+#: records, its previous generation having moved its log start offset and checkpointed it.
+CHURN_KILL_MODES = ("random", "roll", "startup", "clean", "recreate", "roll", "retention")
 
 
 def _files(data_dir: Path, suffixes: tuple[str, ...]) -> set[str]:
@@ -318,10 +321,18 @@ class Counts:
     gaps: int = 0  # missing offsets between batches of non-compacted partitions
     disorder: int = 0  # offsets not increasing within a partition
     unreadable: list[str] = field(default_factory=list)  # partitions the checker could not read to the end
+    # The topic deleted and re-created again and again (ChurnActor), each generation checked
+    # before it is deleted: acknowledged (acks=-1), lost, and records of an earlier generation.
+    churn_generations: int = 0
+    churn_acknowledged: int = 0
+    churn_lost: int = 0
+    churn_resurrected: int = 0
+    churn_unexpected: int = 0  # answers the churn actor's requests must not get (storage errors...)
 
     def violations(self) -> dict[str, int]:
         bad = {name: getattr(self, name) for name in ("lost", "lost_acks_1", "duplicated", "misplaced",
-                                                        "not_appended_present", "corrupted", "gaps", "disorder")}
+                                                        "not_appended_present", "corrupted", "gaps", "disorder",
+                                                        "churn_lost", "churn_resurrected", "churn_unexpected")}
         bad["unreadable"] = len(self.unreadable)
         return {k: v for k, v in bad.items() if v}
 
@@ -487,6 +498,165 @@ def read_everything(broker: BrokerProcess) -> dict[tuple[str, int], PartitionCon
         client.close()
 
 
+# -- topic churn -----------------------------------------------------------------------------------
+
+CHURN_TOPIC = "churn"
+CHURN_PRODUCER = 255  # the producer number in the churn actor's values
+CHURN_CONFIGS = {"segment.bytes": "4096", "retention.ms": "-1"}
+
+
+class ChurnActor(threading.Thread):
+    """Deletes and re-creates one topic again and again, over raw frames, while the loop kills.
+
+    Each generation lives 1.2-2.5 s of serving time (across kills: a kill does not end it): it is
+    created, takes acks=-1 batches, has its log start moved by delete_records after 30% of its
+    life, and before it is deleted it is read back and checked: every acknowledged record at or
+    above the log start it set is there, nothing of an earlier generation is (issue 10, item 1:
+    a re-created topic must not inherit its predecessor's checkpointed log start offset).
+    """
+
+    def __init__(self, port: int, seed: int, stop: threading.Event):
+        super().__init__(name="crash-churn", daemon=True)
+        self.port, self.stop = port, stop
+        self.rng = random.Random(seed * 7919)
+        self.seq_generation = array("I")  # seq -> generation
+        self.generation = 0
+        self.acked: list[tuple[int, int]] = []  # (offset, seq) of this generation
+        self.log_starts: list[int] = []  # acknowledged delete_records low watermarks of this generation
+        self.maybe_log_starts: list[int] = []  # delete_records whose answer was lost
+        self.counts = Counts()
+        self.failure: BaseException | None = None
+        self.unexpected: Counter[str] = Counter()
+        #: Set when a kill now tests the re-creation: see CHURN_KILL_MODES.
+        self.ready_to_kill = threading.Event()
+        self._client = None
+        self._phase = "create"
+        self._served_s = 0.0  # serving time of this generation so far
+        self._lifetime_s = 0.0
+        self._moved_at: float | None = None  # serving time when delete_records was acknowledged
+        self._previous_checkpointed = False
+
+    def _call(self, request: m.Request) -> dict:
+        if self._client is None:
+            from .broker_process import WireClient
+
+            self._client = WireClient("127.0.0.1", self.port, timeout_s=15)
+        return self._client.call(request)
+
+    def _drop(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def _expect(self, what: str, code: int, allowed: tuple[int, ...]) -> None:
+        if code not in allowed:
+            self.unexpected[f"{what}: error {code}"] += 1
+
+    def run(self) -> None:
+        try:
+            while True:
+                began = time.monotonic()
+                try:
+                    if self._step():
+                        return
+                except (OSError, ConnectionError):  # killed: the request's outcome is unknown
+                    self._drop()
+                    self.stop.wait(0.05)
+                    continue
+                self._served_s += time.monotonic() - began
+        except BaseException as exc:
+            self.failure = exc
+        finally:
+            self._drop()
+
+    def _step(self) -> bool:
+        """One request of the lifecycle; True when stopped and the last generation is checked."""
+        if self._phase == "create":
+            self.generation += 1
+            self.acked, self.log_starts, self.maybe_log_starts = [], [], []
+            self._served_s, self._moved_at = 0.0, None
+            self._lifetime_s = self.rng.uniform(1.2, 2.5)
+            self._phase = "creating"
+        if self._phase == "creating":
+            doc = self._call(m.CreateTopicsRequest(id=1, topics=(
+                m.NewTopic(name=CHURN_TOPIC, num_partitions=1, replication_factor=1, configs=CHURN_CONFIGS),)))
+            # Already there: an earlier attempt whose answer was lost did create it.
+            self._expect("create", doc["topics"][0]["error_code"], (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS))
+            self._phase = "produce"
+            return False
+        if self._phase == "produce":
+            if self.stop.is_set() or self._served_s >= self._lifetime_s:
+                self._phase = "check"
+                return False
+            if self._moved_at is None and self._served_s >= 0.3 * self._lifetime_s and self.acked:
+                target = self.rng.choice(self.acked)[0]
+                self.maybe_log_starts.append(target)
+                doc = self._call(m.DeleteRecordsRequest(id=1, topics=(m.DeleteRecordsTopic(
+                    name=CHURN_TOPIC, partitions=(m.DeleteRecordsPartition(partition=0, offset=target),)),)))
+                result = doc["topics"][0]["partitions"][0]
+                self._expect("delete_records", result["error_code"], (ErrorCode.NONE,))
+                if result["error_code"] == ErrorCode.NONE:
+                    self.log_starts.append(result["low_watermark"])
+                    self._moved_at = self._served_s
+                return False
+            seqs, records = [], []
+            now = int(time.time() * 1000)
+            for i in range(self.rng.randint(1, 20)):
+                seq = len(self.seq_generation)
+                self.seq_generation.append(self.generation)
+                seqs.append(seq)
+                payload = struct.pack(">I", self.generation) + self.rng.randbytes(self.rng.choice((0, 20, 200)))
+                records.append(Record(i, now, None, encode_value(CHURN_PRODUCER, seq, payload)))
+            doc = self._call(m.ProduceRequest(id=1, acks=-1, timeout_ms=15_000, topics=(m.ProduceTopic(
+                name=CHURN_TOPIC, partitions=(m.ProducePartition(partition=0, records=encode_batch(records)),)),)))
+            result = doc["topics"][0]["partitions"][0]
+            self._expect("produce", result["error_code"], (ErrorCode.NONE,))
+            if result["error_code"] == ErrorCode.NONE:
+                first = not self.acked
+                self.acked += [(result["base_offset"] + i, seq) for i, seq in enumerate(seqs)]
+                self.counts.churn_acknowledged += len(seqs)
+                if first and self._previous_checkpointed:
+                    self.ready_to_kill.set()
+            return False
+        if self._phase == "check":
+            self._check()
+            if self.stop.is_set():
+                return True
+            self._phase = "delete"
+            return False
+        # delete: then the next generation is created
+        self.ready_to_kill.clear()
+        # The predecessor's moved log start is in the checkpoint (written every 500 ms) once it
+        # has served that long since: what a re-created topic must not inherit.
+        self._previous_checkpointed = self._moved_at is not None and self._served_s - self._moved_at > 0.7
+        doc = self._call(m.DeleteTopicsRequest(id=1, topics=(CHURN_TOPIC,)))
+        self._expect("delete", doc["topics"][0]["error_code"], (ErrorCode.NONE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+        self._phase = "create"
+        return False
+
+    def _check(self) -> None:
+        """Read the generation back (raises on a connection error: checked again after reconnecting)."""
+        if self._client is None:
+            self._call(m.ApiVersionsRequest(id=1))
+        contents = read_partition(self._client, CHURN_TOPIC, 0, compacted=False)
+        if not contents.complete:
+            self.unexpected[f"check: {contents.problem}"] += 1
+        # The log start this generation may have: what we set, or a later request whose answer was lost.
+        highest_allowed = max([0, *self.log_starts, *self.maybe_log_starts])
+        present = {(r.offset, r.seq) for r in contents.records}
+        for record in contents.records:
+            if record.producer != CHURN_PRODUCER or record.seq >= len(self.seq_generation) \
+                    or self.seq_generation[record.seq] != self.generation:
+                self.counts.churn_resurrected += 1
+        for offset, seq in self.acked:
+            if offset >= highest_allowed and (offset, seq) not in present:
+                self.counts.churn_lost += 1
+        self.counts.churn_generations += 1
+        self.counts.corrupted += contents.corrupted
+        self.counts.gaps += contents.gaps
+        self.counts.disorder += contents.disorder
+
+
 # -- the loop ------------------------------------------------------------------------------------
 
 
@@ -510,6 +680,7 @@ class LoopResult:
     peak_fds: int = 0
     orphans: int = 0  # broker children (the cleaner worker) still running 0.5 s after their broker was killed
     tracebacks: int = 0  # "Traceback" lines in the broker's log (all incarnations, and their children)
+    churn_unexpected: dict = field(default_factory=dict)
     sent: int = 0
     producer_errors: Counter = field(default_factory=Counter)
     elapsed_s: float = 0.0
@@ -544,11 +715,12 @@ def _reap_orphans(children: set[int], grace_s: float = 0.5) -> int:
 def run_crash_loop(data_dir: Path, *, cycles: int, seed: int = 1, max_serve_s: float = 1.0,
                    producers: tuple[ProducerSpec, ...] = PRODUCERS, extra_overrides: tuple[str, ...] = (),
                    progress: Callable[[str], None] | None = None,
-                   after_kill: Callable[[int, Path], None] | None = None) -> LoopResult:
+                   after_kill: Callable[[int, Path], None] | None = None, churn: bool = False) -> LoopResult:
     """Run ``cycles`` start/kill cycles under the workload, restart once more, drain and check.
 
-    ``after_kill(cycle, data_dir)`` runs while the broker is down after each kill (the checker's
-    own test uses it to damage the log as a broken broker would)."""
+    ``churn`` adds the topic deleted and re-created again and again (:class:`ChurnActor`) and the
+    ``recreate`` kill moment. ``after_kill(cycle, data_dir)`` runs while the broker is down after
+    each kill (the checker's own test uses it to damage the log as a broken broker would)."""
     rng = random.Random(seed)
     result = LoopResult()
     began = time.monotonic()
@@ -578,8 +750,12 @@ def run_crash_loop(data_dir: Path, *, cycles: int, seed: int = 1, max_serve_s: f
             thread = WorkloadProducer(index, spec, bootstrap, seed, stop)
             threads.append(thread)
             thread.start()
+        churner = ChurnActor(broker.port, seed, stop) if churn else None
+        if churner is not None:
+            churner.start()
+        modes = CHURN_KILL_MODES if churn else KILL_MODES
         for cycle in range(cycles):
-            mode = KILL_MODES[cycle % len(KILL_MODES)]
+            mode = modes[cycle % len(modes)]
             result.modes[mode] += 1
             if cycle:
                 if mode == "startup":
@@ -605,6 +781,9 @@ def run_crash_loop(data_dir: Path, *, cycles: int, seed: int = 1, max_serve_s: f
                 triggered = wait_for_new_file(data_dir, (".log",), max_serve_s * 2, alive)
             elif mode == "clean":
                 triggered = wait_for_new_file(data_dir, (".cleaned", ".swap"), max_serve_s * 3, alive)
+            elif mode == "recreate":
+                churner.ready_to_kill.clear()
+                triggered = churner.ready_to_kill.wait(max_serve_s * 5)
             else:  # retention
                 triggered = wait_for_new_file(data_dir, (".deleted",), max_serve_s * 3, alive)
             if broker.process.poll() is not None:
@@ -617,7 +796,7 @@ def run_crash_loop(data_dir: Path, *, cycles: int, seed: int = 1, max_serve_s: f
                 acked = sum(t.ledger.status.count(ACKED) for t in threads)
                 progress(f"cycle {cycle + 1}/{cycles} {mode:9} {'hit ' if triggered else 'miss'} served {served:.2f} s,"
                          f" acknowledged so far {acked}, VmHWM {sampler.peak_hwm_kib} KiB, fds {sampler.peak_fds}")
-            for thread in threads:
+            for thread in threads + ([churner] if churner else []):
                 if thread.failure is not None:
                     raise RuntimeError(f"{thread.name} failed") from thread.failure
         result.cycles = cycles
@@ -632,8 +811,19 @@ def run_crash_loop(data_dir: Path, *, cycles: int, seed: int = 1, max_serve_s: f
                 raise RuntimeError(f"{thread.name} did not finish")
             if thread.failure is not None:
                 raise RuntimeError(f"{thread.name} failed") from thread.failure
+        if churner is not None:
+            churner.join(120)
+            if churner.is_alive() or churner.failure is not None:
+                raise RuntimeError("the churn actor did not finish") from churner.failure
         contents = read_everything(broker)
         result.counts = check([t.ledger for t in threads], contents)
+        if churner is not None:
+            c, o = result.counts, churner.counts
+            c.churn_generations, c.churn_acknowledged = o.churn_generations, o.churn_acknowledged
+            c.churn_lost, c.churn_resurrected = o.churn_lost, o.churn_resurrected
+            c.churn_unexpected = sum(churner.unexpected.values())
+            c.corrupted, c.gaps, c.disorder = c.corrupted + o.corrupted, c.gaps + o.gaps, c.disorder + o.disorder
+            result.churn_unexpected = dict(churner.unexpected)
         result.sent = sum(len(t.ledger) for t in threads)
         for thread in threads:
             result.producer_errors.update(thread.ledger.errors)
@@ -695,6 +885,9 @@ def format_result(result: LoopResult) -> str:
         f"gaps:                      {c.gaps}",
         f"misplaced / disorder:      {c.misplaced} / {c.disorder}",
         f"present, never sent whole: {c.not_appended_present}",
+        f"churned topic:             {c.churn_generations} generations checked, {c.churn_acknowledged} acknowledged,"
+        f" {c.churn_lost} lost, {c.churn_resurrected} from an earlier generation,"
+        f" {c.churn_unexpected} unexpected answers {result.churn_unexpected or ''}",
         f"unreadable partitions:     {len(c.unreadable)} {c.unreadable if c.unreadable else ''}",
         f"peak RSS (VmHWM):          {result.peak_hwm_kib / 1024:.1f} MiB",
         f"fds at peak:               {result.peak_fds}",
