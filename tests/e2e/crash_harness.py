@@ -328,11 +328,13 @@ class Counts:
     churn_lost: int = 0
     churn_resurrected: int = 0
     churn_unexpected: int = 0  # answers the churn actor's requests must not get (storage errors...)
+    churn_log_start_jumps: int = 0  # produce answers with a log start offset nobody asked for
 
     def violations(self) -> dict[str, int]:
         bad = {name: getattr(self, name) for name in ("lost", "lost_acks_1", "duplicated", "misplaced",
                                                         "not_appended_present", "corrupted", "gaps", "disorder",
-                                                        "churn_lost", "churn_resurrected", "churn_unexpected")}
+                                                        "churn_lost", "churn_resurrected", "churn_unexpected",
+                                                        "churn_log_start_jumps")}
         bad["unreadable"] = len(self.unreadable)
         return {k: v for k, v in bad.items() if v}
 
@@ -510,8 +512,9 @@ class ChurnActor(threading.Thread):
 
     Each generation lives 1.2-2.5 s of serving time (across kills: a kill does not end it): it is
     created, takes acks=-1 batches, has its log start moved by delete_records after 30% of its
-    life, and before it is deleted it is read back and checked: every acknowledged record at or
-    above the log start it set is there, nothing of an earlier generation is (issue 10, item 1:
+    life, and is read back and checked before that move and before it is deleted: every
+    acknowledged record at or above the log start it set is there, nothing of an earlier
+    generation is, and no produce answer shows a log start it did not ask for (issue 10, item 1:
     a re-created topic must not inherit its predecessor's checkpointed log start offset).
     """
 
@@ -534,6 +537,7 @@ class ChurnActor(threading.Thread):
         self._served_s = 0.0  # serving time of this generation so far
         self._lifetime_s = 0.0
         self._moved_at: float | None = None  # serving time when delete_records was acknowledged
+        self._prechecked = False  # read back before the log start moves
         self._previous_checkpointed = False
 
     def _call(self, request: m.Request) -> dict:
@@ -574,7 +578,7 @@ class ChurnActor(threading.Thread):
         if self._phase == "create":
             self.generation += 1
             self.acked, self.log_starts, self.maybe_log_starts = [], [], []
-            self._served_s, self._moved_at = 0.0, None
+            self._served_s, self._moved_at, self._prechecked = 0.0, None, False
             self._lifetime_s = self.rng.uniform(1.2, 2.5)
             self._phase = "creating"
         if self._phase == "creating":
@@ -589,6 +593,10 @@ class ChurnActor(threading.Thread):
                 self._phase = "check"
                 return False
             if self._moved_at is None and self._served_s >= 0.3 * self._lifetime_s and self.acked:
+                if not self._prechecked:  # a loss before the move would hide below the new log start
+                    self._check(count_generation=False)
+                    self._prechecked = True
+                    return False
                 target = self.rng.choice(self.acked)[0]
                 self.maybe_log_starts.append(target)
                 doc = self._call(m.DeleteRecordsRequest(id=1, topics=(m.DeleteRecordsTopic(
@@ -612,6 +620,8 @@ class ChurnActor(threading.Thread):
             result = doc["topics"][0]["partitions"][0]
             self._expect("produce", result["error_code"], (ErrorCode.NONE,))
             if result["error_code"] == ErrorCode.NONE:
+                if result["log_start_offset"] > max([0, *self.log_starts, *self.maybe_log_starts]):
+                    self.counts.churn_log_start_jumps += 1  # a log start this generation never asked for
                 first = not self.acked
                 self.acked += [(result["base_offset"] + i, seq) for i, seq in enumerate(seqs)]
                 self.counts.churn_acknowledged += len(seqs)
@@ -634,8 +644,10 @@ class ChurnActor(threading.Thread):
         self._phase = "create"
         return False
 
-    def _check(self) -> None:
-        """Read the generation back (raises on a connection error: checked again after reconnecting)."""
+    def _check(self, count_generation: bool = True) -> None:
+        """Read the generation back (raises on a connection error: checked again after reconnecting).
+
+        A record lost is counted once: it is dropped from ``acked`` when found missing."""
         if self._client is None:
             self._call(m.ApiVersionsRequest(id=1))
         contents = read_partition(self._client, CHURN_TOPIC, 0, compacted=False)
@@ -647,11 +659,15 @@ class ChurnActor(threading.Thread):
         for record in contents.records:
             if record.producer != CHURN_PRODUCER or record.seq >= len(self.seq_generation) \
                     or self.seq_generation[record.seq] != self.generation:
-                self.counts.churn_resurrected += 1
+                self.counts.churn_resurrected += 1  # counted at each read: the precheck and the check
+        kept = []
         for offset, seq in self.acked:
             if offset >= highest_allowed and (offset, seq) not in present:
                 self.counts.churn_lost += 1
-        self.counts.churn_generations += 1
+            else:
+                kept.append((offset, seq))
+        self.acked = kept
+        self.counts.churn_generations += count_generation
         self.counts.corrupted += contents.corrupted
         self.counts.gaps += contents.gaps
         self.counts.disorder += contents.disorder
@@ -822,6 +838,7 @@ def run_crash_loop(data_dir: Path, *, cycles: int, seed: int = 1, max_serve_s: f
             c.churn_generations, c.churn_acknowledged = o.churn_generations, o.churn_acknowledged
             c.churn_lost, c.churn_resurrected = o.churn_lost, o.churn_resurrected
             c.churn_unexpected = sum(churner.unexpected.values())
+            c.churn_log_start_jumps = o.churn_log_start_jumps
             c.corrupted, c.gaps, c.disorder = c.corrupted + o.corrupted, c.gaps + o.gaps, c.disorder + o.disorder
             result.churn_unexpected = dict(churner.unexpected)
         result.sent = sum(len(t.ledger) for t in threads)
@@ -887,6 +904,7 @@ def format_result(result: LoopResult) -> str:
         f"present, never sent whole: {c.not_appended_present}",
         f"churned topic:             {c.churn_generations} generations checked, {c.churn_acknowledged} acknowledged,"
         f" {c.churn_lost} lost, {c.churn_resurrected} from an earlier generation,"
+        f" {c.churn_log_start_jumps} log start jumps,"
         f" {c.churn_unexpected} unexpected answers {result.churn_unexpected or ''}",
         f"unreadable partitions:     {len(c.unreadable)} {c.unreadable if c.unreadable else ''}",
         f"peak RSS (VmHWM):          {result.peak_hwm_kib / 1024:.1f} MiB",
