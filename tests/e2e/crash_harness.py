@@ -507,6 +507,15 @@ CHURN_PRODUCER = 255  # the producer number in the churn actor's values
 CHURN_CONFIGS = {"segment.bytes": "4096", "retention.ms": "-1"}
 
 
+def checkpoint_stamp(data_dir: Path) -> tuple | None:
+    """Identity of the log-start-offset-checkpoint file: it changes whenever it is rewritten."""
+    try:
+        st = os.stat(data_dir / "log-start-offset-checkpoint")
+    except FileNotFoundError:
+        return None
+    return st.st_ino, st.st_mtime_ns, st.st_size
+
+
 class ChurnActor(threading.Thread):
     """Deletes and re-creates one topic again and again, over raw frames, while the loop kills.
 
@@ -518,9 +527,10 @@ class ChurnActor(threading.Thread):
     a re-created topic must not inherit its predecessor's checkpointed log start offset).
     """
 
-    def __init__(self, port: int, seed: int, stop: threading.Event):
+    def __init__(self, port: int, seed: int, stop: threading.Event, data_dir: Path,
+                 lifetime_s: tuple[float, float] = (1.2, 2.5)):
         super().__init__(name="crash-churn", daemon=True)
-        self.port, self.stop = port, stop
+        self.port, self.stop, self.data_dir, self.lifetime_range_s = port, stop, data_dir, lifetime_s
         self.rng = random.Random(seed * 7919)
         self.seq_generation = array("I")  # seq -> generation
         self.generation = 0
@@ -539,6 +549,10 @@ class ChurnActor(threading.Thread):
         self._moved_at: float | None = None  # serving time when delete_records was acknowledged
         self._prechecked = False  # read back before the log start moves
         self._previous_checkpointed = False
+        self._stamp_at_move: tuple | None = None
+        #: The log start checkpoint file's identity when this generation's create was answered:
+        #: unchanged at a kill means no periodic checkpoint ran between the re-creation and the kill.
+        self.stamp_at_create: tuple | None = None
 
     def _call(self, request: m.Request) -> dict:
         if self._client is None:
@@ -579,13 +593,14 @@ class ChurnActor(threading.Thread):
             self.generation += 1
             self.acked, self.log_starts, self.maybe_log_starts = [], [], []
             self._served_s, self._moved_at, self._prechecked = 0.0, None, False
-            self._lifetime_s = self.rng.uniform(1.2, 2.5)
+            self._lifetime_s = self.rng.uniform(*self.lifetime_range_s)
             self._phase = "creating"
         if self._phase == "creating":
             doc = self._call(m.CreateTopicsRequest(id=1, topics=(
                 m.NewTopic(name=CHURN_TOPIC, num_partitions=1, replication_factor=1, configs=CHURN_CONFIGS),)))
             # Already there: an earlier attempt whose answer was lost did create it.
             self._expect("create", doc["topics"][0]["error_code"], (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS))
+            self.stamp_at_create = checkpoint_stamp(self.data_dir)
             self._phase = "produce"
             return False
         if self._phase == "produce":
@@ -606,6 +621,7 @@ class ChurnActor(threading.Thread):
                 if result["error_code"] == ErrorCode.NONE:
                     self.log_starts.append(result["low_watermark"])
                     self._moved_at = self._served_s
+                    self._stamp_at_move = checkpoint_stamp(self.data_dir)
                 return False
             seqs, records = [], []
             now = int(time.time() * 1000)
@@ -636,9 +652,10 @@ class ChurnActor(threading.Thread):
             return False
         # delete: then the next generation is created
         self.ready_to_kill.clear()
-        # The predecessor's moved log start is in the checkpoint (written every 500 ms) once it
-        # has served that long since: what a re-created topic must not inherit.
-        self._previous_checkpointed = self._moved_at is not None and self._served_s - self._moved_at > 0.7
+        # The predecessor's moved log start is in the checkpoint once the file was rewritten after
+        # the move: what a re-created topic must not inherit.
+        self._previous_checkpointed = self._moved_at is not None and \
+            checkpoint_stamp(self.data_dir) != self._stamp_at_move
         doc = self._call(m.DeleteTopicsRequest(id=1, topics=(CHURN_TOPIC,)))
         self._expect("delete", doc["topics"][0]["error_code"], (ErrorCode.NONE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
         self._phase = "create"
@@ -731,11 +748,14 @@ def _reap_orphans(children: set[int], grace_s: float = 0.5) -> int:
 def run_crash_loop(data_dir: Path, *, cycles: int, seed: int = 1, max_serve_s: float = 1.0,
                    producers: tuple[ProducerSpec, ...] = PRODUCERS, extra_overrides: tuple[str, ...] = (),
                    progress: Callable[[str], None] | None = None,
-                   after_kill: Callable[[int, Path], None] | None = None, churn: bool = False) -> LoopResult:
+                   after_kill: Callable[[int, Path], None] | None = None, churn: bool = False,
+                   churn_lifetime_s: tuple[float, float] = (1.2, 2.5),
+                   modes: tuple[str, ...] | None = None) -> LoopResult:
     """Run ``cycles`` start/kill cycles under the workload, restart once more, drain and check.
 
-    ``churn`` adds the topic deleted and re-created again and again (:class:`ChurnActor`) and the
-    ``recreate`` kill moment. ``after_kill(cycle, data_dir)`` runs while the broker is down after
+    ``churn`` adds the topic deleted and re-created again and again (:class:`ChurnActor`, each
+    generation living ``churn_lifetime_s``) and the ``recreate`` kill moment. ``modes`` replaces
+    the cycle of kill moments. ``after_kill(cycle, data_dir)`` runs while the broker is down after
     each kill (the checker's own test uses it to damage the log as a broken broker would)."""
     rng = random.Random(seed)
     result = LoopResult()
@@ -766,10 +786,10 @@ def run_crash_loop(data_dir: Path, *, cycles: int, seed: int = 1, max_serve_s: f
             thread = WorkloadProducer(index, spec, bootstrap, seed, stop)
             threads.append(thread)
             thread.start()
-        churner = ChurnActor(broker.port, seed, stop) if churn else None
+        churner = ChurnActor(broker.port, seed, stop, data_dir, churn_lifetime_s) if churn else None
         if churner is not None:
             churner.start()
-        modes = CHURN_KILL_MODES if churn else KILL_MODES
+        modes = modes or (CHURN_KILL_MODES if churn else KILL_MODES)
         for cycle in range(cycles):
             mode = modes[cycle % len(modes)]
             result.modes[mode] += 1
@@ -799,14 +819,16 @@ def run_crash_loop(data_dir: Path, *, cycles: int, seed: int = 1, max_serve_s: f
                 triggered = wait_for_new_file(data_dir, (".cleaned", ".swap"), max_serve_s * 3, alive)
             elif mode == "recreate":
                 churner.ready_to_kill.clear()
-                triggered = churner.ready_to_kill.wait(max_serve_s * 5)
+                triggered = churner.ready_to_kill.wait(max(max_serve_s * 5, churn_lifetime_s[1] * 3))
             else:  # retention
                 triggered = wait_for_new_file(data_dir, (".deleted",), max_serve_s * 3, alive)
             if broker.process.poll() is not None:
                 raise RuntimeError(f"the broker died by itself in cycle {cycle}:\n{broker.log_text()[-5000:]}")
             served = time.monotonic() - served_from
-            result.triggered[mode] += triggered
             observe_and_kill(sampler)
+            if mode == "recreate" and triggered:  # a hit only if no checkpoint ran since the re-creation
+                triggered = checkpoint_stamp(data_dir) == churner.stamp_at_create
+            result.triggered[mode] += triggered
             result.history.append(CycleRecord(cycle, mode, triggered, served, sampler.peak_hwm_kib, sampler.peak_fds))
             if progress:
                 acked = sum(t.ledger.status.count(ACKED) for t in threads)

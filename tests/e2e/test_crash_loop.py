@@ -31,10 +31,15 @@ def test_kill_9_loop_loses_duplicates_and_corrupts_nothing(tmp_path):
 @pytest.mark.xfail(strict=True, reason="issue 10 item 1: a re-created topic inherits its predecessor's checkpointed "
                                         "log start offset after a kill -9, and its acknowledged records are gone")
 def test_kill_9_right_after_a_topic_is_recreated_loses_nothing(tmp_path):
-    """The same loop with a topic deleted and re-created again and again, each generation read
-    back before it is deleted, and kills right after a re-created topic acknowledged its first
-    records (its predecessor having moved its log start offset and checkpointed it)."""
-    result = run_crash_loop(tmp_path / "data", cycles=12, seed=11, max_serve_s=0.8, churn=True)
+    """A topic deleted and re-created again and again, each generation read back before its log
+    start moves and before it is deleted; every kill lands right after a re-created topic
+    acknowledged its first records, its predecessor having moved its log start offset and
+    checkpointed it. Checkpoints every 2 s so that most kills land before the next one (a kill
+    after it is counted as a miss)."""
+    result = run_crash_loop(tmp_path / "data", cycles=3, seed=11, max_serve_s=0.8, churn=True,
+                            churn_lifetime_s=(3.0, 4.0), modes=("recreate",),
+                            extra_overrides=("log.flush.offset.checkpoint.interval.ms=2000",
+                                             "log.flush.start.offset.checkpoint.interval.ms=2000"))
     report = format_result(result)
     assert result.triggered["recreate"] >= 1, report
     assert result.counts.churn_generations >= 2 and result.counts.churn_acknowledged > 0, report
