@@ -1,0 +1,110 @@
+"""The fuzz targets in CI: the seed corpus replayed in-process, and each target under atheris for a
+bounded number of inputs (a subprocess: libFuzzer owns the process). bench/fuzz.py runs 1M each.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from . import make_corpus
+from .targets import TARGETS
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+CORPUS = HERE / "corpus"
+
+#: Seeds the header-only batch validator accepts although a consumer cannot read them as stored
+#: (issue 10, item 2: it does not walk the records). Expected to pass once the validator walks
+#: every record; strict, so these marks must then be removed.
+KNOWN_VALIDATOR_BUGS = {
+    "nasty-count-claims-3-holds-2",
+    "nasty-count-claims-8-holds-5",
+    "nasty-garbage-records",
+    "nasty-gzip-flag-over-plain-bytes",
+    "nasty-max-timestamp-below-records",
+    "nasty-max-timestamp-below-records-strict",
+    "nasty-offset-deltas-0-5-6-header-says-2",
+    "nasty-record-timestamp-far-future",
+    "nasty-varint-overflow",
+}
+VALIDATOR_BUG = "issue 10 item 2: the header-only validator stores batches whose records do not decode"
+#: Found by the fuzzer: inner offset deltas that are negative or repeated reach encode_batch on the
+#: recompression path (topic codec differs from the producer's), whose ValueError escapes the
+#: validator (the broker answers UNKNOWN_SERVER_ERROR and logs a traceback).
+KNOWN_RECOMPRESSION_BUGS = {
+    "nasty-offset-delta-negative-recompressed",
+    "nasty-offset-delta-repeated-recompressed",
+}
+RECOMPRESSION_BUG = "ValueError from encode_batch escapes the validator's recompression path"
+
+
+def _corpus_params(target: str):
+    for path in sorted((CORPUS / target).iterdir()):
+        marks = []
+        if target == "validator" and path.name in KNOWN_VALIDATOR_BUGS:
+            marks.append(pytest.mark.xfail(strict=True, reason=VALIDATOR_BUG))
+        if target == "validator" and path.name in KNOWN_RECOMPRESSION_BUGS:
+            marks.append(pytest.mark.xfail(strict=True, raises=ValueError, reason=RECOMPRESSION_BUG))
+        yield pytest.param(path, id=path.name, marks=marks)
+
+
+def test_seed_corpus_is_what_make_corpus_writes():
+    """The corpus in the repository is reproducible from make_corpus.py: the same files, byte for
+    byte except where a compression library's output may differ between its versions."""
+    expected = {"requests": make_corpus.requests_seeds(), "validator": make_corpus.validator_seeds()}
+    codecs = ("gzip", "snappy", "lz4", "zstd")
+    for target, seeds in expected.items():
+        stored = {p.name: p.read_bytes() for p in (CORPUS / target).iterdir()}
+        hint = f"run python -m tests.fuzz.make_corpus to refresh corpus/{target}"
+        assert sorted(stored) == sorted(seeds), hint
+        for name, data in seeds.items():
+            assert stored[name] == data or any(codec in name for codec in codecs), f"{name}: {hint}"
+    assert (HERE / "requests.dict").read_text() == make_corpus.request_dictionary()
+    total = sum(p.stat().st_size for p in CORPUS.rglob("*") if p.is_file())
+    assert total < 300_000  # small enough to keep in the repository
+
+
+@pytest.mark.parametrize("path", list(_corpus_params("requests")))
+def test_requests_seed(path):
+    TARGETS["requests"](path.read_bytes())
+
+
+@pytest.mark.parametrize("path", list(_corpus_params("validator")))
+def test_validator_seed(path):
+    TARGETS["validator"](path.read_bytes())
+
+
+def run_atheris(target: str, runs: int, scratch: Path, *, max_total_time: int = 90, seed: int = 1,
+                env: dict | None = None) -> subprocess.CompletedProcess:
+    """``python -m tests.fuzz.run TARGET`` with the repository's seeds; new inputs go to scratch."""
+    scratch.mkdir(parents=True, exist_ok=True)
+    args = [sys.executable, "-m", "tests.fuzz.run", target, f"-runs={runs}", f"-seed={seed}",
+            f"-max_total_time={max_total_time}", "-max_len=16384", "-timeout=20", "-rss_limit_mb=2048",
+            "-print_final_stats=1", f"-artifact_prefix={scratch}/", str(scratch), str(CORPUS / target)]
+    if target == "requests":
+        args.insert(4, f"-dict={HERE / 'requests.dict'}")
+    return subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=max_total_time + 120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
+
+
+def executed_units(output: str) -> int:
+    found = re.search(r"stat::number_of_executed_units:\s*(\d+)", output)
+    return int(found.group(1)) if found else 0
+
+
+@pytest.mark.parametrize("target", [
+    "requests",
+    pytest.param("validator", marks=pytest.mark.xfail(strict=True, reason=VALIDATOR_BUG)),
+])
+def test_target_under_atheris(target, tmp_path):
+    runs = 40_000
+    result = run_atheris(target, runs, tmp_path / "scratch")
+    crashes = sorted(p.name for p in (tmp_path / "scratch").glob("crash-*"))
+    assert result.returncode == 0, f"{crashes}\n{result.stderr[-6000:]}"
+    assert executed_units(result.stderr) >= runs, result.stderr[-3000:]
