@@ -19,39 +19,11 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 CORPUS = HERE / "corpus"
 
-#: Seeds the header-only batch validator accepts although a consumer cannot read them as stored
-#: (issue 10, item 2: it does not walk the records). Expected to pass once the validator walks
-#: every record; strict, so these marks must then be removed.
-KNOWN_VALIDATOR_BUGS = {
-    "nasty-count-claims-3-holds-2",
-    "nasty-count-claims-8-holds-5",
-    "nasty-garbage-records",
-    "nasty-gzip-flag-over-plain-bytes",
-    "nasty-max-timestamp-below-records",
-    "nasty-max-timestamp-below-records-strict",
-    "nasty-offset-deltas-0-5-6-header-says-2",
-    "nasty-record-timestamp-far-future",
-    "nasty-varint-overflow",
-}
-VALIDATOR_BUG = "issue 10 item 2: the header-only validator stores batches whose records do not decode"
-#: Found by the fuzzer: inner offset deltas that are negative or repeated reach encode_batch on the
-#: recompression path (topic codec differs from the producer's), whose ValueError escapes the
-#: validator (the broker answers UNKNOWN_SERVER_ERROR and logs a traceback).
-KNOWN_RECOMPRESSION_BUGS = {
-    "nasty-offset-delta-negative-recompressed",
-    "nasty-offset-delta-repeated-recompressed",
-}
-RECOMPRESSION_BUG = "ValueError from encode_batch escapes the validator's recompression path"
 
 
 def _corpus_params(target: str):
     for path in sorted((CORPUS / target).iterdir()):
-        marks = []
-        if target == "validator" and path.name in KNOWN_VALIDATOR_BUGS:
-            marks.append(pytest.mark.xfail(strict=True, reason=VALIDATOR_BUG))
-        if target == "validator" and path.name in KNOWN_RECOMPRESSION_BUGS:
-            marks.append(pytest.mark.xfail(strict=True, raises=ValueError, reason=RECOMPRESSION_BUG))
-        yield pytest.param(path, id=path.name, marks=marks)
+        yield pytest.param(path, id=path.name)
 
 
 def test_seed_corpus_is_what_make_corpus_writes():
@@ -100,7 +72,7 @@ def executed_units(output: str) -> int:
 
 @pytest.mark.parametrize("target", [
     "requests",
-    pytest.param("validator", marks=pytest.mark.xfail(strict=True, reason=VALIDATOR_BUG)),
+    "validator",
 ])
 def test_target_under_atheris(target, tmp_path):
     runs = 40_000
