@@ -27,6 +27,7 @@ from .checkpoints import (
     CleanShutdownFile,
     MetaProperties,
     OffsetCheckpointFile,
+    fsync_dir,
     random_kafka_uuid,
 )
 from .clock import SYSTEM_CLOCK, Clock
@@ -49,6 +50,10 @@ class LogDir:
         self.clean_shutdown_file = CleanShutdownFile(path)
         self.offline = False
         self._lock_fd: int | None = None
+        #: Serialises the rewrites of this directory's offset checkpoints: the periodic tasks and a
+        #: partition deletion must not interleave (a snapshot taken before a deletion and written
+        #: after its rewrite would bring the deleted partition's entries back).
+        self.checkpoint_lock = threading.Lock()
 
     def open(self) -> None:
         """Create the directory if needed, take its lock, and open (creating) its checkpoint files."""
@@ -151,6 +156,10 @@ class LogManager:
                 self._log_dir_of[tp] = log_dir
             logger.info("loaded %d logs from %s (clean shutdown: %s)",
                         sum(1 for d in self._log_dir_of.values() if d is log_dir), log_dir.path, clean)
+            # Entries of partitions that are no longer on disk (a deletion interrupted between its
+            # rename and its checkpoint rewrite) must be gone before a topic of that name can be
+            # created again, or they would be applied to the new log after the next crash.
+            self._write_offset_checkpoints(log_dir)
         if self.cleaner is not None:
             self.cleaner.startup()
 
@@ -177,18 +186,37 @@ class LogManager:
             return dict(self._logs)
 
     def get_or_create_log(self, topic: str, partition: int, config: LogConfig | None = None) -> Log:
+        """The partition's log, created (durably: its directory entry fsynced) if it is new."""
+        return self.create_logs(topic, [partition], config)[0]
+
+    def create_logs(self, topic: str, partitions: Iterable[int], config: LogConfig | None = None) -> list[Log]:
+        """The logs of ``partitions``, creating those that do not exist yet.
+
+        A new partition directory is made durable (its log dir fsynced) before this returns, so an
+        acknowledged create survives a power cut; one fsync per log dir covers all of them.
+        """
+        logs: list[Log] = []
+        created_in: dict[Path, LogDir] = {}
         with self._lock:
-            existing = self._logs.get((topic, partition))
-            if existing is not None:
-                return existing
-            name = filenames.topic_partition_dir_name(topic, partition)
-            log_dir = self._next_log_dir()
-            log = Log.open(log_dir.path / name, config or self.topic_config(topic), clock=self.clock,
-                           had_clean_shutdown=True, segment_deleter=self.segment_deleter)
-            self._logs[(topic, partition)] = log
-            self._log_dir_of[(topic, partition)] = log_dir
-            logger.info("created log %s in %s", name, log_dir.path)
-            return log
+            try:
+                for partition in partitions:
+                    existing = self._logs.get((topic, partition))
+                    if existing is not None:
+                        logs.append(existing)
+                        continue
+                    name = filenames.topic_partition_dir_name(topic, partition)
+                    log_dir = self._next_log_dir()
+                    log = Log.open(log_dir.path / name, config or self.topic_config(topic), clock=self.clock,
+                                   had_clean_shutdown=True, segment_deleter=self.segment_deleter)
+                    self._logs[(topic, partition)] = log
+                    self._log_dir_of[(topic, partition)] = log_dir
+                    created_in[log_dir.path] = log_dir
+                    logs.append(log)
+                    logger.info("created log %s in %s", name, log_dir.path)
+            finally:
+                for log_dir in created_in.values():
+                    fsync_dir(log_dir.path)
+        return logs
 
     def _refresh_offline_dirs(self) -> None:
         """A log that hit an I/O error takes its whole directory offline (Kafka's rule)."""
@@ -229,6 +257,14 @@ class LogManager:
         log.close()
         doomed = log.directory.with_name(filenames.delete_dir_name(topic, partition, uuid.uuid4().hex))
         os.replace(log.directory, doomed)
+        # The rename is what deletes the partition: durable before the deletion is acknowledged,
+        # or a power cut brings the partition (and its topic) back.
+        fsync_dir(doomed.parent)
+        if log_dir is not None and not log_dir.offline:
+            # Kafka's LogManager rewrites the directory's checkpoints right after a deletion: an
+            # entry left behind would be applied to a partition of the same name created later
+            # (its log start offset above the new log's end: every record deleted at recovery).
+            self._write_offset_checkpoints(log_dir)
         shutil.rmtree(doomed, ignore_errors=True)
         return True
 
@@ -257,32 +293,48 @@ class LogManager:
 
     # -- checkpoints and flushing ------------------------------------------------------------
 
-    def _logs_by_dir(self) -> dict[Path, list[tuple[TopicPartition, Log]]]:
+    def _logs_in(self, log_dir: LogDir) -> list[tuple[TopicPartition, Log]]:
         with self._lock:
-            grouped: dict[Path, list[tuple[TopicPartition, Log]]] = {d.path: [] for d in self.log_dirs}
-            for tp, log in self._logs.items():
-                grouped[self._log_dir_of[tp].path].append((tp, log))
-            return grouped
+            return [(tp, log) for tp, log in self._logs.items() if self._log_dir_of[tp] is log_dir]
+
+    def _write_checkpoint(self, log_dir: LogDir, checkpoint_of, entries) -> None:
+        """Rewrite one checkpoint of ``log_dir`` from a snapshot of its logs taken under the
+        directory's checkpoint lock (see LogDir.checkpoint_lock)."""
+        with log_dir.checkpoint_lock:
+            if log_dir.offline:
+                return
+            checkpoint_of(log_dir).write(entries(self._logs_in(log_dir)))
+
+    @staticmethod
+    def _recovery_points(logs) -> dict[TopicPartition, int]:
+        return {tp: log.recovery_point for tp, log in logs}
+
+    @staticmethod
+    def _log_start_offsets(logs) -> dict[TopicPartition, int]:
+        """Only partitions whose start moved past their first segment, as Kafka writes it."""
+        return {tp: log.log_start_offset for tp, log in logs
+                if log.log_start_offset > log.segments.first_segment().base_offset}
+
+    @staticmethod
+    def _high_watermarks(logs) -> dict[TopicPartition, int]:
+        return {tp: log.high_watermark for tp, log in logs}
+
+    def _write_offset_checkpoints(self, log_dir: LogDir) -> None:
+        self._write_checkpoint(log_dir, lambda d: d.recovery_point_checkpoint, self._recovery_points)
+        self._write_checkpoint(log_dir, lambda d: d.log_start_offset_checkpoint, self._log_start_offsets)
+        self._write_checkpoint(log_dir, lambda d: d.replication_offset_checkpoint, self._high_watermarks)
 
     def checkpoint_recovery_points(self) -> None:
-        grouped = self._logs_by_dir()
         for log_dir in self.log_dirs:
-            log_dir.recovery_point_checkpoint.write({tp: log.recovery_point for tp, log in grouped[log_dir.path]})
+            self._write_checkpoint(log_dir, lambda d: d.recovery_point_checkpoint, self._recovery_points)
 
     def checkpoint_log_start_offsets(self) -> None:
-        """Only partitions whose start moved past their first segment, as Kafka writes it."""
-        grouped = self._logs_by_dir()
         for log_dir in self.log_dirs:
-            log_dir.log_start_offset_checkpoint.write({
-                tp: log.log_start_offset
-                for tp, log in grouped[log_dir.path]
-                if log.log_start_offset > log.segments.first_segment().base_offset
-            })
+            self._write_checkpoint(log_dir, lambda d: d.log_start_offset_checkpoint, self._log_start_offsets)
 
     def checkpoint_high_watermarks(self) -> None:
-        grouped = self._logs_by_dir()
         for log_dir in self.log_dirs:
-            log_dir.replication_offset_checkpoint.write({tp: log.high_watermark for tp, log in grouped[log_dir.path]})
+            self._write_checkpoint(log_dir, lambda d: d.replication_offset_checkpoint, self._high_watermarks)
 
     def flush_pending(self) -> int:
         """Run the flushes that rolls and flush.ms scheduled; returns how many logs were flushed."""

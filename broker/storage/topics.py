@@ -156,8 +156,7 @@ class TopicManager:
             topic = Topic(name, count, configs)
             self._topics[name] = topic
             self._save()
-            for partition in range(count):
-                self.log_manager.get_or_create_log(name, partition, config)
+            self.log_manager.create_logs(name, range(count), config)
             logger.info("created topic %s with %d partitions and configs %s", name, count, configs)
             return topic
 
