@@ -24,6 +24,7 @@ from protocol.record_batch import (
 )
 
 from .errors import CorruptRecordError
+from .fs import OS_FS, FileSystem
 
 #: Recovery reads the file in windows of this size instead of one pread per batch.
 RECOVERY_READ_BYTES = 1 << 20
@@ -41,14 +42,16 @@ class FileRegion(NamedTuple):
 
 
 class FileRecords:
-    def __init__(self, path: Path, *, create: bool = False, size: int | None = None, preallocate_bytes: int = 0):
+    def __init__(self, path: Path, *, create: bool = False, size: int | None = None, preallocate_bytes: int = 0,
+                 fs: FileSystem = OS_FS):
         self._path = Path(path)
+        self._fs = fs
         self._fd: int | None = None
         self._lock = threading.Lock()
         if create:
             self._open(create=True)
             if preallocate_bytes:
-                os.ftruncate(self._fd, preallocate_bytes)
+                fs.ftruncate(self._fd, preallocate_bytes)
             size = 0
         if size is not None:
             self.size = size  # else read lazily, see __getattr__
@@ -61,7 +64,7 @@ class FileRecords:
             with self._lock:
                 if self._fd is None:
                     flags = os.O_RDWR | (os.O_CREAT if create else 0)
-                    self._fd = os.open(self._path, flags, 0o644)
+                    self._fd = self._fs.open(self._path, flags, 0o644)
         return self._fd
 
     def fileno(self) -> int:
@@ -72,8 +75,8 @@ class FileRecords:
         a fetch sends from it after the log's lock is released, while retention may close ours."""
         with self._lock:
             if self._fd is None:
-                self._fd = os.open(self._path, os.O_RDWR)
-            return os.dup(self._fd)
+                self._fd = self._fs.open(self._path, os.O_RDWR)
+            return self._fs.dup(self._fd)
 
     @property
     def path(self) -> Path:
@@ -84,24 +87,24 @@ class FileRecords:
         # opening 10,000 segments stats nothing, and the append path pays no property call.
         if name != "size":
             raise AttributeError(name)
-        size = self._path.stat().st_size
+        size = self._fs.stat(self._path).st_size
         self.size = size
         return size
 
     def close(self) -> None:
         with self._lock:
             if self._fd is not None:
-                os.close(self._fd)
+                self._fs.close(self._fd)
                 self._fd = None
 
     def rename_to(self, new_path: Path) -> None:
-        os.replace(self._path, new_path)
+        self._fs.replace(self._path, new_path)
         self._path = Path(new_path)
 
     def delete_if_exists(self) -> bool:
         self.close()
         try:
-            self._path.unlink()
+            self._fs.unlink(self._path)
             return True
         except FileNotFoundError:
             return False
@@ -114,7 +117,7 @@ class FileRecords:
         position = self.size
         if isinstance(data, list):
             total = sum(len(part) for part in data)
-            written = os.pwritev(fd, data, position)
+            written = self._fs.pwritev(fd, data, position)
             if written == total:
                 self.size = position + total
                 return total
@@ -124,7 +127,7 @@ class FileRecords:
             total = len(data)
             view = memoryview(data)
         while view:
-            written = os.pwrite(fd, view, position)
+            written = self._fs.pwrite(fd, view, position)
             view = view[written:]
             position += written
         self.size = position
@@ -132,7 +135,7 @@ class FileRecords:
 
     def flush(self) -> None:
         if self._fd is not None:
-            os.fsync(self._fd)
+            self._fs.fsync(self._fd)
 
     def truncate_to(self, size: int) -> int:
         """Cut the file to ``size`` bytes; returns how many bytes were removed."""
@@ -145,20 +148,18 @@ class FileRecords:
 
     def trim(self) -> None:
         """Drop preallocated space past the logical end (on roll and close)."""
-        on_disk = os.fstat(self._fd).st_size if self._fd is not None else self._path.stat().st_size
+        on_disk = self._fs.fstat(self._fd).st_size if self._fd is not None else self._fs.stat(self._path).st_size
         if on_disk > self.size:
             self._truncate_file(self.size)
 
     def _truncate_file(self, size: int) -> None:
-        if self._fd is None:
-            os.truncate(self._path, size)
-        else:
-            os.ftruncate(self._fd, size)
+        fd = self._open()
+        self._fs.ftruncate(fd, size)
 
     # -- reads -------------------------------------------------------------------------------
 
     def read(self, position: int, length: int) -> bytes:
-        return os.pread(self._open(), length, position)
+        return self._fs.pread(self._open(), length, position)
 
     def region(self, position: int, length: int) -> FileRegion:
         return FileRegion(self, position, length)
@@ -243,7 +244,7 @@ class FileRecords:
             position += size
 
     def last_modified_ms(self) -> int:
-        return self._path.stat().st_mtime_ns // 1_000_000
+        return self._fs.stat(self._path).st_mtime_ns // 1_000_000
 
     def set_last_modified_ms(self, ms: int) -> None:
-        os.utime(self._path, ns=(ms * 1_000_000, ms * 1_000_000))
+        self._fs.utime(self._path, ms * 1_000_000)

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Callable, Generic, NamedTuple, TypeVar
 
 from broker.storage.errors import CorruptIndexError, IndexFullError, InvalidOffsetError
+from broker.storage.fs import OS_FS, FileSystem
 
 __all__ = [
     "LazyIndex",
@@ -92,8 +93,10 @@ class _AbstractIndex:
         base_offset: int,
         max_index_size: int = -1,
         writable: bool = True,
+        fs: FileSystem = OS_FS,
     ) -> None:
         es = self.ENTRY_SIZE
+        self._fs = fs
         self._path = Path(path)
         self._base_offset = int(base_offset)
         self._max_index_size = int(max_index_size)
@@ -113,7 +116,7 @@ class _AbstractIndex:
         newly_created = False
         if self._writable:
             try:
-                fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+                fd = fs.open(self._path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
                 newly_created = True
             except FileExistsError:
                 fd = None
@@ -124,20 +127,23 @@ class _AbstractIndex:
                             f"Invalid max index size {self._max_index_size} for {self._path}: a new "
                             f"{self._KIND} needs room for at least one {es}-byte entry"
                         )
-                    os.ftruncate(fd, self._round_down(self._max_index_size))
+                    fs.ftruncate(fd, self._round_down(self._max_index_size))
                 except BaseException:
-                    os.close(fd)
-                    self._path.unlink(missing_ok=True)
+                    fs.close(fd)
+                    try:
+                        fs.unlink(self._path)
+                    except FileNotFoundError:
+                        pass
                     raise
             else:
-                fd = os.open(self._path, os.O_RDWR)
+                fd = fs.open(self._path, os.O_RDWR)
         else:
-            fd = os.open(self._path, os.O_RDONLY)  # FileNotFoundError if missing: nothing to read
+            fd = fs.open(self._path, os.O_RDONLY)  # FileNotFoundError if missing: nothing to read
         try:
-            length = os.fstat(fd).st_size
+            length = fs.fstat(fd).st_size
             self._map(fd, length, writable=not self._read_only)
         finally:
-            os.close(fd)
+            fs.close(fd)
         self._length = length
         self._max_entries = length // es
         self._entries = 0 if newly_created else length // es
@@ -234,14 +240,15 @@ class _AbstractIndex:
             if rounded == self._length:
                 return False
             read_only = self._read_only and rounded < self._length
-            fd = os.open(self._path, os.O_RDWR)
+            fs = self._fs
+            fd = fs.open(self._path, os.O_RDWR)
             try:
                 self._unmap()  # before shortening: no mapping may outlive its bytes
-                os.ftruncate(fd, rounded)
+                fs.ftruncate(fd, rounded)
                 self._length = rounded
                 self._map(fd, rounded, writable=not read_only)
             finally:
-                os.close(fd)
+                fs.close(fd)
             self._read_only = read_only
             self._max_entries = rounded // self.ENTRY_SIZE
             if self._entries > self._max_entries:
@@ -276,12 +283,12 @@ class _AbstractIndex:
             if self._read_only:
                 return
             if self._mmap is not None:
-                fd = os.open(self._path, os.O_RDONLY)
+                fd = self._fs.open(self._path, os.O_RDONLY)
                 try:
                     self._unmap()
                     self._map(fd, self._length, writable=False)
                 finally:
-                    os.close(fd)
+                    self._fs.close(fd)
             self._read_only = True
 
     def flush(self) -> None:
@@ -309,7 +316,7 @@ class _AbstractIndex:
         """Atomically rename the file; the mapping (if any) stays valid. Path updated even on error."""
         new_path = Path(new_path)
         try:
-            os.replace(self._path, new_path)
+            self._fs.replace(self._path, new_path)
         finally:
             self._path = new_path
 
@@ -319,7 +326,7 @@ class _AbstractIndex:
     def delete_if_exists(self) -> bool:
         self.close_handler()
         try:
-            self._path.unlink()
+            self._fs.unlink(self._path)
         except FileNotFoundError:
             return False
         return True
@@ -334,9 +341,8 @@ class _AbstractIndex:
         if length == 0:
             self._mmap = None
         else:
-            access = mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ
-            self._mmap = mmap.mmap(fd, length, access=access)
-            if _MADV_RANDOM is not None:
+            self._mmap = self._fs.mmap(fd, length, writable)
+            if _MADV_RANDOM is not None and isinstance(self._mmap, mmap.mmap):
                 # Lookups touch a few pages; without this hint the first fault on a fresh 10 MiB
                 # sparse index reads ahead megabytes of zeros (milliseconds on every roll).
                 self._mmap.madvise(_MADV_RANDOM)
@@ -444,8 +450,9 @@ class OffsetIndex(_AbstractIndex):
         base_offset: int,
         max_index_size: int = -1,
         writable: bool = True,
+        fs: FileSystem = OS_FS,
     ) -> None:
-        super().__init__(path, base_offset, max_index_size, writable)
+        super().__init__(path, base_offset, max_index_size, writable, fs)
         self._last_offset = self._base_offset
         self._reload_last_entry()
 
@@ -568,8 +575,9 @@ class TimeIndex(_AbstractIndex):
         base_offset: int,
         max_index_size: int = -1,
         writable: bool = True,
+        fs: FileSystem = OS_FS,
     ) -> None:
-        super().__init__(path, base_offset, max_index_size, writable)
+        super().__init__(path, base_offset, max_index_size, writable, fs)
         self._last_entry = TimestampOffset(NO_TIMESTAMP, self._base_offset)
         self._reload_last_entry()
 
@@ -699,8 +707,10 @@ class LazyIndex(Generic[T]):
     two mappings of one file with independent positions corrupt appends).
     """
 
-    def __init__(self, path: os.PathLike | str, loader: Callable[[Path, bool], T], writable: bool = True) -> None:
+    def __init__(self, path: os.PathLike | str, loader: Callable[[Path, bool], T], writable: bool = True,
+                 fs: FileSystem = OS_FS) -> None:
         self._path = Path(path)
+        self._fs = fs
         self._loader = loader
         self._writable = writable
         self._index: T | None = None
@@ -713,8 +723,9 @@ class LazyIndex(Generic[T]):
         base_offset: int,
         max_index_size: int = -1,
         writable: bool = True,
+        fs: FileSystem = OS_FS,
     ) -> LazyIndex[OffsetIndex]:
-        return cls(path, lambda p, w: OffsetIndex(p, base_offset, max_index_size, w), writable)
+        return cls(path, lambda p, w: OffsetIndex(p, base_offset, max_index_size, w, fs), writable, fs)
 
     @classmethod
     def for_time(
@@ -723,8 +734,9 @@ class LazyIndex(Generic[T]):
         base_offset: int,
         max_index_size: int = -1,
         writable: bool = True,
+        fs: FileSystem = OS_FS,
     ) -> LazyIndex[TimeIndex]:
-        return cls(path, lambda p, w: TimeIndex(p, base_offset, max_index_size, w), writable)
+        return cls(path, lambda p, w: TimeIndex(p, base_offset, max_index_size, w, fs), writable, fs)
 
     @property
     def path(self) -> Path:
@@ -776,9 +788,9 @@ class LazyIndex(Generic[T]):
                 self._index.rename_to(new_path)
                 return
             try:
-                os.replace(self._path, new_path)
+                self._fs.replace(self._path, new_path)
             except FileNotFoundError:
-                if self._path.exists():  # the destination's directory is what is missing
+                if self._fs.exists(self._path):  # the destination's directory is what is missing
                     raise
             finally:
                 self._path = new_path
@@ -788,7 +800,7 @@ class LazyIndex(Generic[T]):
             if self._index is not None:
                 return self._index.delete_if_exists()
             try:
-                self._path.unlink()
+                self._fs.unlink(self._path)
             except FileNotFoundError:
                 return False
             return True

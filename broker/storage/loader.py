@@ -13,7 +13,6 @@ Nothing before the first bad byte is ever lost.
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from config.log_config import LogConfig
 from . import filenames
 from .clock import Clock
 from .errors import CorruptIndexError
+from .fs import OS_FS, FileSystem, touch
 from .segment import LogSegment, rolling_jitter_ms
 from .segments import LogSegments
 
@@ -50,7 +50,9 @@ class LogLoader:
         recovery_point_checkpoint: int,
         had_clean_shutdown: bool,
         on_recovered_batch=None,
+        fs: FileSystem = OS_FS,
     ):
+        self.fs = fs
         self.directory = Path(directory)
         self.config = config
         self.clock = clock
@@ -108,14 +110,14 @@ class LogLoader:
         swap_files: list[Path] = []
         cleaned_files: list[Path] = []
         min_cleaned_offset = None
-        for entry in os.scandir(self.directory):
+        for entry in self.fs.scandir(self.directory):
             name = entry.name
             if not name.endswith(_TRANSIENT_SUFFIXES) or not entry.is_file():
                 continue
             path = Path(entry.path)
             if name.endswith(filenames.DELETED_FILE_SUFFIX):
                 logger.info("deleting stray temporary file %s", path)
-                path.unlink(missing_ok=True)
+                self._unlink(path)
             elif name.endswith(filenames.CLEANED_FILE_SUFFIX):
                 offset = _base_offset_or_none(name)
                 if offset is not None:
@@ -128,13 +130,19 @@ class LogLoader:
             offset = _base_offset_or_none(path.name)
             if min_cleaned_offset is not None and offset is not None and offset >= min_cleaned_offset:
                 logger.info("deleting incomplete swap file %s", path)
-                path.unlink(missing_ok=True)
+                self._unlink(path)
             else:
                 kept_swaps.append(path)
         for path in cleaned_files:
             logger.info("deleting stray cleaner output %s", path)
-            path.unlink(missing_ok=True)
+            self._unlink(path)
         return kept_swaps
+
+    def _unlink(self, path: Path) -> None:
+        try:
+            self.fs.unlink(path)
+        except FileNotFoundError:
+            pass
 
     def _complete_swaps(self, swap_files: list[Path]) -> None:
         """A .swap segment replaces every plain segment whose offsets it covers; then it becomes plain."""
@@ -143,24 +151,24 @@ class LogLoader:
             swap_bases = [filenames.offset_from_file_name(p.name) for p in log_swaps]
             min_swap = min(swap_bases)
             max_next = max(self._swap_next_offset(p, base) for p, base in zip(log_swaps, swap_bases))
-            for entry in os.scandir(self.directory):
+            for entry in self.fs.scandir(self.directory):
                 name = entry.name
                 if name.endswith(filenames.SWAP_FILE_SUFFIX) or not entry.is_file():
                     continue
                 offset = _base_offset_or_none(name)
                 if offset is not None and min_swap <= offset < max_next and _is_segment_file(name):
                     logger.info("deleting %s, replaced by an interrupted swap", entry.path)
-                    Path(entry.path).unlink(missing_ok=True)
+                    self._unlink(Path(entry.path))
         for path in swap_files:
             target = path.with_name(path.name[: -len(filenames.SWAP_FILE_SUFFIX)])
-            os.replace(path, target)
+            self.fs.replace(path, target)
 
     def _swap_next_offset(self, log_path: Path, base_offset: int) -> int:
         segment = LogSegment.open(
             self.directory, base_offset,
             index_interval_bytes=self.config.index_interval_bytes,
             segment_index_bytes=self.config.segment_index_bytes,
-            clock=self.clock, file_already_exists=True, file_suffix=filenames.SWAP_FILE_SUFFIX,
+            clock=self.clock, file_already_exists=True, file_suffix=filenames.SWAP_FILE_SUFFIX, fs=self.fs,
         )
         try:
             segment.recover()
@@ -180,10 +188,11 @@ class LogLoader:
             rolling_jitter_ms=rolling_jitter_ms(config.segment_jitter_ms, config.segment_ms),
             file_already_exists=file_already_exists,
             preallocate_bytes=config.segment_bytes if config.preallocate else 0,
+            fs=self.fs,
         )
 
     def _load_segment_files(self) -> None:
-        names = sorted(entry.name for entry in os.scandir(self.directory) if entry.is_file())
+        names = sorted(entry.name for entry in self.fs.scandir(self.directory) if entry.is_file())
         present = set(names)
         for name in names:
             offset = _base_offset_or_none(name)
@@ -194,14 +203,14 @@ class LogLoader:
                         prefix + filenames.TXN_INDEX_FILE_SUFFIX):
                 if prefix + filenames.LOG_FILE_SUFFIX not in present:
                     logger.warning("deleting orphaned index file %s", self.directory / name)
-                    (self.directory / name).unlink(missing_ok=True)
+                    self._unlink(self.directory / name)
                 continue
             if name != prefix + filenames.LOG_FILE_SUFFIX:
                 continue
             index_missing = prefix + filenames.INDEX_FILE_SUFFIX not in present
             if prefix + filenames.TIME_INDEX_FILE_SUFFIX not in present:
                 # Kafka's rule: a missing time index is replaced by an empty one, not rebuilt.
-                (self.directory / (prefix + filenames.TIME_INDEX_FILE_SUFFIX)).touch()
+                touch(self.fs, self.directory / (prefix + filenames.TIME_INDEX_FILE_SUFFIX))
             segment = self._open_segment(offset, file_already_exists=True)
             if index_missing:
                 logger.info("rebuilding missing index of segment %s", segment.log.path)

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import bisect
 import logging
-import os
-import shutil
 import threading
 from collections import Counter
 from typing import NamedTuple
@@ -25,9 +23,10 @@ from config.log_config import LogConfig
 from protocol.record_batch import NO_TIMESTAMP
 
 from . import filenames
-from .checkpoints import LEADER_EPOCH_CHECKPOINT, LeaderEpochCheckpointFile, LeaderEpochFileCache, fsync_dir
+from .checkpoints import LEADER_EPOCH_CHECKPOINT, LeaderEpochCheckpointFile, LeaderEpochFileCache
 from .clock import SYSTEM_CLOCK, Clock
 from .errors import OffsetOutOfRangeError, StorageError
+from .fs import OS_FS, FileSystem
 from .loader import LoadedLogOffsets, LogLoader
 from .segment import (
     FetchDataInfo,
@@ -76,8 +75,10 @@ class Log:
         clock: Clock,
         leader_epoch_cache: LeaderEpochFileCache,
         segment_deleter: SegmentDeleter | None = None,
+        fs: FileSystem = OS_FS,
     ):
         self.directory = Path(directory)
+        self.fs = fs
         self.topic, self.partition = filenames.parse_topic_partition_name(self.directory.name)
         self._config = config
         self._segments = segments
@@ -117,12 +118,17 @@ class Log:
         log_start_offset: int = 0,
         had_clean_shutdown: bool = False,
         segment_deleter: SegmentDeleter | None = None,
+        fs: FileSystem = OS_FS,
     ) -> "Log":
-        """Open (creating if needed) the log in ``directory``, recovering it if it was not shut down cleanly."""
+        """Open (creating if needed) the log in ``directory``, recovering it if it was not shut down cleanly.
+
+        A directory this creates is not yet durable in its parent: the LogManager fsyncs the
+        log dir before the creation is acknowledged.
+        """
         directory = Path(directory)
         filenames.parse_topic_partition_name(directory.name)
-        directory.mkdir(parents=True, exist_ok=True)
-        cache = LeaderEpochFileCache(LeaderEpochCheckpointFile(directory / LEADER_EPOCH_CHECKPOINT))
+        fs.mkdir(directory)
+        cache = LeaderEpochFileCache(LeaderEpochCheckpointFile(directory / LEADER_EPOCH_CHECKPOINT, fs))
         segments = LogSegments()
 
         def on_recovered_batch(header) -> None:
@@ -135,10 +141,11 @@ class Log:
             recovery_point_checkpoint=recovery_point,
             had_clean_shutdown=had_clean_shutdown,
             on_recovered_batch=on_recovered_batch,
+            fs=fs,
         ).load()
         cache.truncate_from_end(offsets.next_offset)
         cache.truncate_from_start(offsets.log_start_offset)
-        return cls(directory, config, segments, offsets, clock, cache, segment_deleter)
+        return cls(directory, config, segments, offsets, clock, cache, segment_deleter, fs)
 
     # -- state -------------------------------------------------------------------------------
 
@@ -268,9 +275,9 @@ class Log:
             for stale in (filenames.log_file(self.directory, new_offset),
                           filenames.offset_index_file(self.directory, new_offset),
                           filenames.time_index_file(self.directory, new_offset)):
-                if stale.exists():
+                if self.fs.exists(stale):
                     logger.warning("deleting stale file %s before rolling", stale)
-                    stale.unlink()
+                    self.fs.unlink(stale)
         config = self._config
         segment = LogSegment.open(
             self.directory, new_offset,
@@ -279,6 +286,7 @@ class Log:
             clock=self._clock,
             rolling_jitter_ms=rolling_jitter_ms(config.segment_jitter_ms, config.segment_ms),
             preallocate_bytes=config.segment_bytes if config.preallocate else 0,
+            fs=self.fs,
         )
         self._segments.add(segment)
         self._active = segment
@@ -304,18 +312,19 @@ class Log:
                     fds.extend(segment.descriptors_to_flush())
             except OSError as exc:
                 for fd in fds:
-                    os.close(fd)
+                    self.fs.close(fd)
                 self._go_offline(exc)
+        fs = self.fs
         try:
             for fd in fds:
-                os.fsync(fd)
-            fsync_dir(self.directory)
+                fs.fsync(fd)
+            fs.fsync_dir(self.directory)
         except OSError as exc:
             with self._lock:
                 self._go_offline(exc)
         finally:
             for fd in fds:
-                os.close(fd)
+                fs.close(fd)
         with self._lock:
             self._recovery_point = max(self._recovery_point, offset)
             self._last_flush_ms = self._clock.milliseconds()
@@ -571,7 +580,7 @@ class Log:
             self._closed = True
             for segment in self._segments.clear():
                 segment.close_handlers()
-            shutil.rmtree(self.directory, ignore_errors=True)
+            self.fs.rmtree(self.directory)
 
     def __repr__(self) -> str:
         return (
@@ -629,7 +638,7 @@ class Log:
                         hook(f"deleted {segment.base_offset}")
                 for segment in new_sorted:
                     self._rename_segment_files(segment, filenames.SWAP_FILE_SUFFIX, "", hook)
-                fsync_dir(self.directory)
+                self.fs.fsync_dir(self.directory)
             except OSError as exc:
                 self._go_offline(exc)
             self._timestamp_prefix_key = None

@@ -7,10 +7,7 @@ shutdown sequence: flush, close, checkpoints, then the marker, in Kafka's order.
 
 from __future__ import annotations
 
-import fcntl
 import logging
-import os
-import shutil
 import threading
 import uuid
 from pathlib import Path
@@ -27,11 +24,11 @@ from .checkpoints import (
     CleanShutdownFile,
     MetaProperties,
     OffsetCheckpointFile,
-    fsync_dir,
     random_kafka_uuid,
 )
 from .clock import SYSTEM_CLOCK, Clock
 from .errors import CorruptCheckpointError, StorageError
+from .fs import OS_FS, FileSystem
 from .log import Log
 from .segment_deleter import SegmentDeleter
 from .cleaner.log_cleaner import CleanerConfig, LogCleaner
@@ -45,9 +42,10 @@ TopicPartition = tuple[str, int]
 class LogDir:
     """One entry of log.dirs: its lock, its checkpoints and whether it went offline."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, fs: FileSystem = OS_FS):
         self.path = path
-        self.clean_shutdown_file = CleanShutdownFile(path)
+        self.fs = fs
+        self.clean_shutdown_file = CleanShutdownFile(path, fs)
         self.offline = False
         self._lock_fd: int | None = None
         #: Serialises the rewrites of this directory's offset checkpoints: the periodic tasks and a
@@ -57,22 +55,22 @@ class LogDir:
 
     def open(self) -> None:
         """Create the directory if needed, take its lock, and open (creating) its checkpoint files."""
-        self.path.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        fs = self.fs
+        if fs.mkdir(self.path):
+            fs.fsync_dir(self.path.parent)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fd = fs.lock(self.path / LOCK_FILE)
         except BlockingIOError:
-            os.close(fd)
             raise StorageError(f"log directory {self.path} is in use by another process") from None
         self._lock_fd = fd
-        self.recovery_point_checkpoint = OffsetCheckpointFile(self.path / RECOVERY_POINT_CHECKPOINT)
-        self.log_start_offset_checkpoint = OffsetCheckpointFile(self.path / LOG_START_OFFSET_CHECKPOINT)
-        self.replication_offset_checkpoint = OffsetCheckpointFile(self.path / REPLICATION_OFFSET_CHECKPOINT)
-        self.cleaner_offset_checkpoint = OffsetCheckpointFile(self.path / CLEANER_OFFSET_CHECKPOINT)
+        self.recovery_point_checkpoint = OffsetCheckpointFile(self.path / RECOVERY_POINT_CHECKPOINT, fs)
+        self.log_start_offset_checkpoint = OffsetCheckpointFile(self.path / LOG_START_OFFSET_CHECKPOINT, fs)
+        self.replication_offset_checkpoint = OffsetCheckpointFile(self.path / REPLICATION_OFFSET_CHECKPOINT, fs)
+        self.cleaner_offset_checkpoint = OffsetCheckpointFile(self.path / CLEANER_OFFSET_CHECKPOINT, fs)
 
     def unlock(self) -> None:
         if self._lock_fd is not None:
-            os.close(self._lock_fd)
+            self.fs.close(self._lock_fd)
             self._lock_fd = None
 
     def read_checkpoint(self, checkpoint: OffsetCheckpointFile) -> dict[TopicPartition, int]:
@@ -94,8 +92,11 @@ class LogManager:
         topic_config: Callable[[str], LogConfig] | None = None,
         node_id: int = 0,
         cleaner_config: CleanerConfig | None = None,
+        fs: FileSystem = OS_FS,
     ):
-        self.log_dirs = [LogDir(Path(d).resolve()) for d in log_dirs]
+        #: Every file operation of the logs goes through this (see broker/storage/fs.py).
+        self.fs = fs
+        self.log_dirs = [LogDir(Path(d) if fs is not OS_FS else Path(d).resolve(), fs) for d in log_dirs]
         if not self.log_dirs:
             raise ValueError("log.dirs must name at least one directory")
         self.default_config = default_config
@@ -133,12 +134,12 @@ class LogManager:
             self.had_clean_shutdown[log_dir.path] = clean
             recovery_points = log_dir.read_checkpoint(log_dir.recovery_point_checkpoint)
             log_starts = log_dir.read_checkpoint(log_dir.log_start_offset_checkpoint)
-            for entry in sorted(os.scandir(log_dir.path), key=lambda e: e.name):
+            for entry in sorted(self.fs.scandir(log_dir.path), key=lambda e: e.name):
                 if not entry.is_dir():
                     continue
                 if entry.name.endswith(filenames.DELETE_DIR_SUFFIX):
                     logger.info("removing partition directory %s queued for deletion", entry.path)
-                    shutil.rmtree(entry.path, ignore_errors=True)
+                    self.fs.rmtree(entry.path)
                     continue
                 try:
                     tp = filenames.parse_topic_partition_name(entry.name)
@@ -151,6 +152,7 @@ class LogManager:
                     log_start_offset=log_starts.get(tp, 0),
                     had_clean_shutdown=clean,
                     segment_deleter=self.segment_deleter,
+                    fs=self.fs,
                 )
                 self._logs[tp] = log
                 self._log_dir_of[tp] = log_dir
@@ -164,11 +166,11 @@ class LogManager:
             self.cleaner.startup()
 
     def _ensure_meta_properties(self, log_dir: LogDir) -> None:
-        meta = MetaProperties.read(log_dir.path)
+        meta = MetaProperties.read(log_dir.path, self.fs)
         if meta is None:
             cluster_id = self.cluster_id or random_kafka_uuid()
             meta = MetaProperties(cluster_id=cluster_id, node_id=self.node_id, directory_id=random_kafka_uuid())
-            meta.write(log_dir.path)
+            meta.write(log_dir.path, self.fs)
         elif self.cluster_id is not None and meta.cluster_id != self.cluster_id:
             raise StorageError(
                 f"log directory {log_dir.path} belongs to cluster {meta.cluster_id}, "
@@ -207,7 +209,7 @@ class LogManager:
                     name = filenames.topic_partition_dir_name(topic, partition)
                     log_dir = self._next_log_dir()
                     log = Log.open(log_dir.path / name, config or self.topic_config(topic), clock=self.clock,
-                                   had_clean_shutdown=True, segment_deleter=self.segment_deleter)
+                                   had_clean_shutdown=True, segment_deleter=self.segment_deleter, fs=self.fs)
                     self._logs[(topic, partition)] = log
                     self._log_dir_of[(topic, partition)] = log_dir
                     created_in[log_dir.path] = log_dir
@@ -215,7 +217,7 @@ class LogManager:
                     logger.info("created log %s in %s", name, log_dir.path)
             finally:
                 for log_dir in created_in.values():
-                    fsync_dir(log_dir.path)
+                    self.fs.fsync_dir(log_dir.path)
         return logs
 
     def _refresh_offline_dirs(self) -> None:
@@ -256,16 +258,16 @@ class LogManager:
                 self.cleaner.update_checkpoints(log_dir.path, remove=(topic, partition))
         log.close()
         doomed = log.directory.with_name(filenames.delete_dir_name(topic, partition, uuid.uuid4().hex))
-        os.replace(log.directory, doomed)
+        self.fs.replace(log.directory, doomed)
         # The rename is what deletes the partition: durable before the deletion is acknowledged,
         # or a power cut brings the partition (and its topic) back.
-        fsync_dir(doomed.parent)
+        self.fs.fsync_dir(doomed.parent)
         if log_dir is not None and not log_dir.offline:
             # Kafka's LogManager rewrites the directory's checkpoints right after a deletion: an
             # entry left behind would be applied to a partition of the same name created later
             # (its log start offset above the new log's end: every record deleted at recovery).
             self._write_offset_checkpoints(log_dir)
-        shutil.rmtree(doomed, ignore_errors=True)
+        self.fs.rmtree(doomed)
         return True
 
     # -- retention ---------------------------------------------------------------------------

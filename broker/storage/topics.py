@@ -27,6 +27,7 @@ from protocol.errors import (
 
 from . import filenames
 from .checkpoints import atomic_write
+from .fs import read_file
 from .log import Log
 from .log_manager import LogManager
 
@@ -61,8 +62,9 @@ class TopicManager:
     def load(self) -> None:
         """Read the topics file; adopt partition directories it does not list. Call before LogManager.startup()."""
         stored: dict[str, Topic] = {}
-        if self._path.exists():
-            doc = json.loads(self._path.read_text())
+        fs = self.log_manager.fs
+        if fs.exists(self._path):
+            doc = json.loads(read_file(fs, self._path).decode())
             for name, entry in doc.get("topics", {}).items():
                 stored[name] = Topic(name, int(entry["num_partitions"]), dict(entry.get("configs", {})))
         self._topics = stored
@@ -223,7 +225,7 @@ class TopicManager:
                 for t in sorted(self._topics.values(), key=lambda t: t.name)
             },
         }
-        atomic_write(self._path, (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode())
+        atomic_write(self._path, (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode(), self.log_manager.fs)
 
 
 class InvalidTopicCollision(InvalidTopicError):

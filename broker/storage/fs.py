@@ -1,0 +1,229 @@
+"""The file-system seam: every segment, index and checkpoint I/O of the log layer goes through one
+:class:`FileSystem` object, handed down from the LogManager to logs, segments, indexes and
+checkpoint files.
+
+Production uses :data:`OS_FS`, whose methods are the ``os`` functions themselves (no wrapper
+frame on the append path) and whose descriptors are real ones, so fetch can ``sendfile`` from a
+duplicate. Tests pass an implementation that remembers what was fsynced and loses the rest at a
+simulated power cut, or fails a chosen call with EIO, ENOSPC or EMFILE (tests/storage/faultfs.py).
+
+The interface is descriptor-based, as POSIX is: what is durable is decided by ``fsync`` of a
+file and ``fsync_dir`` of the directory holding its name, and the log layer calls both
+explicitly wherever a crash must not undo what it did.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import mmap as _mmap
+import os
+import shutil
+from pathlib import Path
+from typing import Iterable, Protocol
+
+__all__ = [
+    "FileSystem",
+    "OS_FS",
+    "OsFileSystem",
+    "is_disk_full",
+    "is_out_of_descriptors",
+    "read_file",
+    "touch",
+]
+
+
+class StatResult(Protocol):
+    st_size: int
+    st_mtime_ns: int
+
+
+class DirEntry(Protocol):
+    name: str
+    path: str
+
+    def is_file(self) -> bool: ...
+
+    def is_dir(self) -> bool: ...
+
+
+class Mapping(Protocol):
+    """What :meth:`FileSystem.mmap` returns: a writable buffer (``struct.pack_into``), ``flush``
+    (msync) and ``close``, as ``mmap.mmap``."""
+
+    def flush(self) -> None: ...
+
+    def close(self) -> None: ...
+
+    def __len__(self) -> int: ...
+
+
+class FileSystem(Protocol):
+    # -- descriptors -------------------------------------------------------------------------
+    def open(self, path: str | os.PathLike, flags: int, mode: int = 0o644) -> int: ...
+
+    def close(self, fd: int) -> None: ...
+
+    def dup(self, fd: int) -> int: ...
+
+    def pread(self, fd: int, length: int, offset: int) -> bytes: ...
+
+    def pwrite(self, fd: int, data, offset: int) -> int: ...
+
+    def pwritev(self, fd: int, buffers: Iterable, offset: int) -> int: ...
+
+    def fsync(self, fd: int) -> None: ...
+
+    def ftruncate(self, fd: int, length: int) -> None: ...
+
+    def fallocate(self, fd: int, offset: int, length: int) -> None:
+        """Reserve real blocks for [offset, offset + length) (posix_fallocate): ENOSPC now, not
+        SIGBUS later when a page of a sparse mapping is first written."""
+
+    def fstat(self, fd: int) -> StatResult: ...
+
+    def mmap(self, fd: int, length: int, writable: bool) -> Mapping: ...
+
+    # -- names -------------------------------------------------------------------------------
+    def stat(self, path: str | os.PathLike) -> StatResult: ...
+
+    def exists(self, path: str | os.PathLike) -> bool: ...
+
+    def replace(self, src: str | os.PathLike, dst: str | os.PathLike) -> None: ...
+
+    def unlink(self, path: str | os.PathLike) -> None: ...
+
+    def mkdir(self, path: str | os.PathLike) -> bool:
+        """Create the directory (and missing parents); True if it did not exist."""
+
+    def rmtree(self, path: str | os.PathLike) -> None: ...
+
+    def scandir(self, path: str | os.PathLike) -> list[DirEntry]: ...
+
+    def fsync_dir(self, path: str | os.PathLike) -> None:
+        """Make the directory's entries (creates, renames, unlinks) durable."""
+
+    def utime(self, path: str | os.PathLike, mtime_ns: int) -> None: ...
+
+    def lock(self, path: str | os.PathLike) -> int:
+        """An exclusive lock on ``path`` (created if needed), released by ``close``;
+        BlockingIOError when another process holds it."""
+
+
+def _fsync_dir(path) -> None:
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _mkdir(path) -> bool:
+    path = Path(path)
+    if path.is_dir():
+        return False
+    path.mkdir(parents=True, exist_ok=True)
+    return True
+
+
+def _mmap_file(fd: int, length: int, writable: bool):
+    return _mmap.mmap(fd, length, access=_mmap.ACCESS_WRITE if writable else _mmap.ACCESS_READ)
+
+
+def _exists(path) -> bool:
+    return os.path.exists(path)
+
+
+def _scandir(path) -> list:
+    with os.scandir(path) as entries:
+        return list(entries)
+
+
+def _rmtree(path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _utime(path, mtime_ns: int) -> None:
+    os.utime(path, ns=(mtime_ns, mtime_ns))
+
+
+def _lock(path) -> int:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+class OsFileSystem:
+    """The real file system. Every method is the ``os`` (or a two-line) function itself."""
+
+    open = staticmethod(os.open)
+    close = staticmethod(os.close)
+    dup = staticmethod(os.dup)
+    pread = staticmethod(os.pread)
+    pwrite = staticmethod(os.pwrite)
+    pwritev = staticmethod(os.pwritev)
+    fsync = staticmethod(os.fsync)
+    ftruncate = staticmethod(os.ftruncate)
+    fallocate = staticmethod(os.posix_fallocate)
+    fstat = staticmethod(os.fstat)
+    mmap = staticmethod(_mmap_file)
+    stat = staticmethod(os.stat)
+    exists = staticmethod(_exists)
+    replace = staticmethod(os.replace)
+    unlink = staticmethod(os.unlink)
+    mkdir = staticmethod(_mkdir)
+    rmtree = staticmethod(_rmtree)
+    scandir = staticmethod(_scandir)
+    fsync_dir = staticmethod(_fsync_dir)
+    utime = staticmethod(_utime)
+    lock = staticmethod(_lock)
+
+    def __repr__(self) -> str:
+        return "OS_FS"
+
+
+OS_FS: FileSystem = OsFileSystem()
+
+
+# -- helpers over any FileSystem ---------------------------------------------------------------
+
+
+def read_file(fs: FileSystem, path: str | os.PathLike) -> bytes:
+    """The whole content of a (small) file."""
+    fd = fs.open(path, os.O_RDONLY)
+    try:
+        size = fs.fstat(fd).st_size
+        parts = []
+        position = 0
+        while True:
+            chunk = fs.pread(fd, max(size - position, 1 << 16), position)
+            if not chunk:
+                break
+            parts.append(chunk)
+            position += len(chunk)
+        return b"".join(parts)
+    finally:
+        fs.close(fd)
+
+
+def touch(fs: FileSystem, path: str | os.PathLike) -> None:
+    """Create an empty file if there is none (its directory entry is not synced)."""
+    fs.close(fs.open(path, os.O_WRONLY | os.O_CREAT, 0o644))
+
+
+#: Errors that say the disk is full: a write fails, nothing is broken, it may work later.
+_DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
+#: Errors that say the process or system ran out of descriptors: a resource limit, not a disk fault.
+_OUT_OF_DESCRIPTORS = frozenset({errno.EMFILE, errno.ENFILE})
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in _DISK_FULL
+
+
+def is_out_of_descriptors(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in _OUT_OF_DESCRIPTORS
