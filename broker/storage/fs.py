@@ -28,6 +28,7 @@ __all__ = [
     "OsFileSystem",
     "is_disk_full",
     "is_out_of_descriptors",
+    "make_dirs",
     "read_file",
     "touch",
 ]
@@ -208,6 +209,24 @@ def read_file(fs: FileSystem, path: str | os.PathLike) -> bytes:
         return b"".join(parts)
     finally:
         fs.close(fd)
+
+
+def make_dirs(fs: FileSystem, path: Path) -> bool:
+    """``mkdir -p`` whose result survives a power cut: each directory it creates is fsynced into
+    its parent. Returns whether anything was created."""
+    missing = []
+    probe = Path(path)
+    while not fs.exists(probe):
+        missing.append(probe)
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if not missing:
+        return False
+    fs.mkdir(path)
+    for created in reversed(missing):
+        fs.fsync_dir(created.parent)
+    return True
 
 
 def touch(fs: FileSystem, path: str | os.PathLike) -> None:

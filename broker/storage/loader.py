@@ -63,6 +63,8 @@ class LogLoader:
         self.on_recovered_batch = on_recovered_batch
         self.rebuilt_indexes = 0
         self.recovered_segments = 0
+        #: Set when loading removed, renamed or cut files: they are synced before the log is used.
+        self.changed_files = False
 
     def load(self) -> LoadedLogOffsets:
         swap_files = self._remove_temp_files_and_collect_swap_files()
@@ -83,6 +85,7 @@ class LogLoader:
             )
             for segment in self.segments.clear():
                 segment.delete_if_exists()
+            self.changed_files = True
         if self.segments.is_empty:
             start = max(self.log_start_offset_checkpoint, 0)
             self.segments.add(self._open_segment(start, file_already_exists=False))
@@ -94,6 +97,12 @@ class LogLoader:
                 segment.lazy_offset_index.seal()
                 segment.lazy_time_index.seal()
         active.resize_indexes(self.config.segment_index_bytes)
+        if self.changed_files:
+            # What recovery cut and removed must stay cut and removed before new appends land
+            # where it was: a power cut undoing it would bring back segments or bytes that
+            # overlap the new data.
+            active.flush()
+            self.fs.fsync_dir(self.directory)
         log_start_offset = max(self.log_start_offset_checkpoint, self.segments.first_segment().base_offset)
         return LoadedLogOffsets(
             log_start_offset=log_start_offset,
@@ -139,6 +148,7 @@ class LogLoader:
         return kept_swaps
 
     def _unlink(self, path: Path) -> None:
+        self.changed_files = True
         try:
             self.fs.unlink(path)
         except FileNotFoundError:
@@ -162,6 +172,7 @@ class LogLoader:
         for path in swap_files:
             target = path.with_name(path.name[: -len(filenames.SWAP_FILE_SUFFIX)])
             self.fs.replace(path, target)
+            self.changed_files = True
 
     def _swap_next_offset(self, log_path: Path, base_offset: int) -> int:
         segment = LogSegment.open(
@@ -246,18 +257,35 @@ class LogLoader:
                 self._recover_segment(segment)
                 self.rebuilt_indexes += 1
         truncated_total = 0
+        tolerate_gaps = self.config.compact  # the cleaner leaves offset gaps between segments
         for i, segment in enumerate(unflushed):
             truncated = self._recover_segment(segment)
-            if truncated > 0:
-                truncated_total += truncated
-                logger.warning(
-                    "truncated %d invalid bytes at the end of %s; deleting %d later segments",
-                    truncated, segment.log.path, len(unflushed) - i - 1,
-                )
-                for later in unflushed[i + 1:]:
-                    self.segments.remove(later.base_offset)
-                    later.delete_if_exists()
+            truncated_total += truncated
+            later = unflushed[i + 1:]
+            if not later:
                 break
+            reason = None
+            if truncated > 0:
+                reason = f"truncated {truncated} invalid bytes at the end of {segment.log.path}"
+            else:
+                # A power cut keeps unsynced writes in any order: the next segment's creation can
+                # survive while the tail of this one (never acknowledged: a flush syncs every
+                # segment below its offset before it returns) is lost without a torn byte. What
+                # follows such a gap, or overlaps this segment, is not part of the log.
+                next_offset = segment.read_next_offset()
+                following = later[0].base_offset
+                if next_offset > following or (next_offset < following and not tolerate_gaps):
+                    reason = (f"{segment.log.path} ends at offset {next_offset} but the next segment "
+                              f"starts at {following}")
+            if reason is not None:
+                logger.warning("%s; deleting %d later segments", reason, len(later))
+                for segment_after in later:
+                    self.segments.remove(segment_after.base_offset)
+                    segment_after.delete_if_exists()
+                self.changed_files = True
+                break
+        if truncated_total:
+            self.changed_files = True
         return self.segments.active_segment.read_next_offset(), truncated_total
 
 

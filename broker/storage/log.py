@@ -92,6 +92,9 @@ class Log:
         self._high_watermark = offsets.next_offset
         self._recovery_point = offsets.recovery_point
         self._pending_flush_offset = offsets.recovery_point
+        #: Segments a roll sealed (final time index entry, trimmed files) that no fsync has covered
+        #: since, by base offset: the recovery point may not pass them until one does.
+        self._unsynced_sealed: dict[int, LogSegment] = {}
         self._last_flush_ms = clock.milliseconds()
         self.load_stats = offsets
         self.roll_counts: Counter[str] = Counter()
@@ -172,6 +175,10 @@ class Log:
 
     @property
     def recovery_point(self) -> int:
+        """Everything below is durable: what recovery may trust after a crash (checkpointed)."""
+        unsynced = self._unsynced_sealed
+        if unsynced:
+            return min(self._recovery_point, min(unsynced))
         return self._recovery_point
 
     @property
@@ -272,6 +279,7 @@ class Log:
             )
         else:
             active.on_becoming_inactive_segment()
+            self._unsynced_sealed[active.base_offset] = active
             for stale in (filenames.log_file(self.directory, new_offset),
                           filenames.offset_index_file(self.directory, new_offset),
                           filenames.time_index_file(self.directory, new_offset)):
@@ -304,11 +312,15 @@ class Log:
         with self._lock:
             self._check_open()
             offset = self._next_offset if offset is None else min(offset, self._next_offset)
-            if offset <= self._recovery_point:
+            sealed = list(self._unsynced_sealed.items())
+            if offset <= self._recovery_point and not sealed:
                 return
             fds: list[int] = []
             try:
-                for segment in self._segments.values(self._recovery_point, offset):
+                segments = self._segments.values(self._recovery_point, offset) if offset > self._recovery_point else []
+                covered = {segment.base_offset for segment in segments}
+                segments.extend(segment for base, segment in sealed if base not in covered)
+                for segment in segments:
                     fds.extend(segment.descriptors_to_flush())
             except OSError as exc:
                 for fd in fds:
@@ -327,6 +339,9 @@ class Log:
                 fs.close(fd)
         with self._lock:
             self._recovery_point = max(self._recovery_point, offset)
+            for base, segment in sealed:
+                if self._unsynced_sealed.get(base) is segment:
+                    del self._unsynced_sealed[base]
             self._last_flush_ms = self._clock.milliseconds()
 
     def flush_pending(self) -> bool:
@@ -337,7 +352,11 @@ class Log:
                 target = self._pending_flush_offset
             if self._clock.milliseconds() - self._last_flush_ms >= self._config.flush_ms:
                 target = self._next_offset
-        if target is None or target <= self._recovery_point:
+            if self._unsynced_sealed:
+                target = max(target or 0, self._recovery_point)
+            elif target is not None and target <= self._recovery_point:
+                target = None
+        if target is None:
             return False
         self.flush(target)
         return True
@@ -549,6 +568,8 @@ class Log:
             for segment in segments:
                 if self._segments.get(segment.base_offset) is segment:
                     self._segments.remove(segment.base_offset)
+                if self._unsynced_sealed.get(segment.base_offset) is segment:
+                    del self._unsynced_sealed[segment.base_offset]
                 size = segment.size
                 try:
                     segment.change_file_suffixes("", filenames.DELETED_FILE_SUFFIX)
@@ -565,14 +586,21 @@ class Log:
 
     # -- lifecycle ---------------------------------------------------------------------------
 
-    def close(self) -> None:
-        """Clean close: final index entries, trimmed indexes, files closed. Does not flush."""
+    def close(self, *, sync: bool = True) -> None:
+        """Clean close: final index entries, trimmed indexes, files closed. Does not flush data,
+        but with ``sync`` makes the trims durable (fsync of the files it changed and of the
+        directory): after a clean shutdown the loader trusts them, and an index whose trim a
+        power cut undid reads its zero padding as entries (KAFKA-10207)."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
+            changed = set(self._unsynced_sealed) | {self._active.base_offset}
             for segment in self._segments:
-                segment.close()
+                segment.close(sync=sync and segment.base_offset in changed)
+            self._unsynced_sealed.clear()
+            if sync:
+                self.fs.fsync_dir(self.directory)
 
     def delete(self) -> None:
         """Remove the whole partition directory (topic deletion)."""

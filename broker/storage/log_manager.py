@@ -28,7 +28,7 @@ from .checkpoints import (
 )
 from .clock import SYSTEM_CLOCK, Clock
 from .errors import CorruptCheckpointError, StorageError
-from .fs import OS_FS, FileSystem
+from .fs import OS_FS, FileSystem, make_dirs
 from .log import Log
 from .segment_deleter import SegmentDeleter
 from .cleaner.log_cleaner import CleanerConfig, LogCleaner
@@ -56,8 +56,7 @@ class LogDir:
     def open(self) -> None:
         """Create the directory if needed, take its lock, and open (creating) its checkpoint files."""
         fs = self.fs
-        if fs.mkdir(self.path):
-            fs.fsync_dir(self.path.parent)
+        make_dirs(fs, self.path)
         try:
             fd = fs.lock(self.path / LOCK_FILE)
         except BlockingIOError:
@@ -256,7 +255,7 @@ class LogManager:
             self.cleaner.manager.remove_partition((topic, partition))
             if log_dir is not None and not log_dir.offline:
                 self.cleaner.update_checkpoints(log_dir.path, remove=(topic, partition))
-        log.close()
+        log.close(sync=False)
         doomed = log.directory.with_name(filenames.delete_dir_name(topic, partition, uuid.uuid4().hex))
         self.fs.replace(log.directory, doomed)
         # The rename is what deletes the partition: durable before the deletion is acknowledged,

@@ -477,8 +477,9 @@ class LogSegment:
         self._offset_index.rename_to(renamed(self._offset_index.path))
         self._time_index.rename_to(renamed(self._time_index.path))
 
-    def close(self) -> None:
-        """Clean close: final time index entry, trimmed indexes, files closed."""
+    def close(self, sync: bool = False) -> None:
+        """Clean close: final time index entry, trimmed indexes, files closed; with ``sync`` the
+        files are fsynced first, so what the close wrote survives a power cut."""
         if self._time_index.is_loaded and self._offset_index.is_loaded:
             current = self._max_timestamp_so_far()
             if not self.time_index.read_only:
@@ -486,6 +487,8 @@ class LogSegment:
         self._offset_index.close()
         self._time_index.close()
         self.log.trim()
+        if sync:
+            self.flush()
         self.log.close()
 
     def close_handlers(self) -> None:
