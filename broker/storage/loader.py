@@ -65,6 +65,8 @@ class LogLoader:
         self.recovered_segments = 0
         #: Set when loading removed, renamed or cut files: they are synced before the log is used.
         self.changed_files = False
+        #: Segments whose files recovery rewrote (indexes rebuilt, a tail cut), synced at the end.
+        self._rewritten: dict[int, LogSegment] = {}
 
     def load(self) -> LoadedLogOffsets:
         swap_files = self._remove_temp_files_and_collect_swap_files()
@@ -97,11 +99,16 @@ class LogLoader:
                 segment.lazy_offset_index.seal()
                 segment.lazy_time_index.seal()
         active.resize_indexes(self.config.segment_index_bytes)
-        if self.changed_files:
-            # What recovery cut and removed must stay cut and removed before new appends land
-            # where it was: a power cut undoing it would bring back segments or bytes that
-            # overlap the new data.
-            active.flush()
+        rewritten = [s for base, s in sorted(self._rewritten.items()) if self.segments.get(base) is s]
+        if self.changed_files or rewritten:
+            # What recovery cut, removed and rebuilt must be durable before new appends land
+            # where it was, and before a recovery point covering it is checkpointed: a power cut
+            # undoing it would bring back bytes or segments that overlap the new data, or
+            # indexes that recovery would then trust.
+            for segment in rewritten if active in rewritten or not self.changed_files else rewritten + [active]:
+                segment.flush()
+                if segment is not active:
+                    segment.log.close()  # inactive segments hold no descriptors
             self.fs.fsync_dir(self.directory)
         log_start_offset = max(self.log_start_offset_checkpoint, self.segments.first_segment().base_offset)
         return LoadedLogOffsets(
@@ -233,6 +240,7 @@ class LogLoader:
 
     def _recover_segment(self, segment: LogSegment) -> int:
         self.recovered_segments += 1
+        self._rewritten[segment.base_offset] = segment
         return segment.recover(self.on_recovered_batch)
 
     def _recover_log(self) -> tuple[int, int]:
@@ -241,7 +249,12 @@ class LogLoader:
         if self.segments.is_empty:
             return max(self.log_start_offset_checkpoint, 0), 0
         last = self.segments.last_segment()
-        unflushed = self.segments.values(recovery_point, 2**63 - 1) if recovery_point < 2**63 - 1 else []
+        # From the segment holding the offset before the recovery point: when the recovery point
+        # is a segment's base offset, the segment below it was active when the checkpoint was
+        # written, and the roll that sealed it afterwards (final time index entry, trimmed
+        # files) may not have reached the disk.
+        from_offset = max(recovery_point - 1, 0)
+        unflushed = self.segments.values(from_offset, 2**63 - 1) if from_offset < 2**63 - 1 else []
         if recovery_point > last.base_offset and not unflushed:
             unflushed = [last]
         unflushed_bases = {segment.base_offset for segment in unflushed}

@@ -438,10 +438,17 @@ class FaultFS:
 
     def fsync(self, fd: int) -> None:
         entry = self._fd(fd)
-        self._mutate("fsync", entry.path)
-        self.fsync_calls += 1
         inode = entry.inode
+        self.fsync_calls += 1
         inode.fsyncs += 1
+        try:
+            self._mutate("fsync", entry.path)
+        except OSError:
+            if not inode.is_dir:  # a failed writeback: Linux marks the dirty pages clean, unwritten
+                for mapping in inode.mappings:
+                    mapping.absorb()
+                self._drop_dirty(inode)
+            raise
         if inode.is_dir:
             self._sync_dir(inode)
             return
@@ -455,15 +462,17 @@ class FaultFS:
             new = bytearray(inode.data)
             for sector in inode.dropped:
                 start = sector * SECTOR
-                old = inode.durable[start:start + SECTOR]
-                new[start:start + len(old)] = old
+                end = min(start + SECTOR, len(new))
+                if start < end:
+                    new[start:end] = bytes(inode.durable[start:end]).ljust(end - start, b"\0")
             inode.durable = bytes(new)
         else:
             inode.durable = bytes(inode.data)
 
-    def fail_fsync_dropping_dirty_pages(self, fd: int) -> None:
-        """What Linux does on a failed writeback: the dirty pages are marked clean, unwritten."""
-        inode = self._fd(fd).inode
+    @staticmethod
+    def _drop_dirty(inode: _Inode) -> None:
+        """What Linux does on a failed writeback (fsyncgate): the dirty pages are marked clean
+        though never written, so a retried fsync succeeds and the data is lost anyway."""
         cur, dur = inode.data, inode.durable
         for sector in range((max(len(cur), len(dur)) + SECTOR - 1) // SECTOR):
             if cur[sector * SECTOR:(sector + 1) * SECTOR] != dur[sector * SECTOR:(sector + 1) * SECTOR]:

@@ -146,7 +146,8 @@ class Life:
             self.start()
             self.create("a")
             for self.epoch in range(epochs):
-                self.fs.crash_after = self.rng.randint(0, 40 * self.actions // 10)
+                # ~6 disk mutations per action: the power goes anywhere in the epoch, or after it
+                self.fs.crash_after = self.rng.randint(0, 8 * self.actions)
                 try:
                     for _ in range(self.actions):
                         self.step()
@@ -166,27 +167,28 @@ class Life:
         rng = self.rng
         self.clock.advance(rng.randint(0, 500))
         roll = rng.random()
-        if roll < 0.45:
+        if roll < 0.40:
             self.produce(acks_all=False)
-        elif roll < 0.65:
+        elif roll < 0.60:
             self.produce(acks_all=True)
-        elif roll < 0.70:
+        elif roll < 0.64:
             self.manager.flush_pending()
-        elif roll < 0.76:
-            getattr(self.manager, rng.choice(
-                ["checkpoint_recovery_points", "checkpoint_log_start_offsets", "checkpoint_high_watermarks"]))()
-        elif roll < 0.79:
+        elif roll < 0.72:
+            tasks = ["checkpoint_recovery_points", "checkpoint_log_start_offsets", "checkpoint_high_watermarks"]
+            for task in rng.sample(tasks, rng.randint(1, 3)):
+                getattr(self.manager, task)()
+        elif roll < 0.77:
             self.delete_records()
-        elif roll < 0.82:
+        elif roll < 0.80:
             self.retention()
-        elif roll < 0.85:
+        elif roll < 0.83:
             self.clock.advance(2500)
             self.manager.segment_deleter.run_due()
-        elif roll < 0.89:
+        elif roll < 0.87:
             self.roll()
-        elif roll < 0.92:
+        elif roll < 0.93:
             self.delete_or_create("b")
-        elif roll < 0.94:
+        elif roll < 0.95:
             self.restart()
         else:
             self.produce(acks_all=rng.random() < 0.5)
@@ -266,6 +268,8 @@ class Life:
             self.create(name)
         else:
             self.delete(name)
+            if self.rng.random() < 0.5:
+                self.create(name)  # re-created at once, as in issue 10's data-loss report
 
     def restart(self) -> None:
         """A clean shutdown and start (the power may go during either)."""
