@@ -353,9 +353,10 @@ class LeaderEpochFileCache:
         """
         if epoch < 0 or start_offset < 0:
             raise ValueError(f"invalid leader epoch entry ({epoch}, {start_offset})")
-        changed = self._assign(EpochEntry(epoch, start_offset))
-        if changed:
-            self._persist()
+        with self._changing():
+            changed = self._assign(EpochEntry(epoch, start_offset))
+            if changed:
+                self._persist()
         return changed
 
     def _assign(self, entry: EpochEntry) -> bool:
@@ -374,39 +375,59 @@ class LeaderEpochFileCache:
         if end_offset < 0:
             return False
         removed = False
-        while self._entries and self._entries[-1].start_offset >= end_offset:
-            self._entries.pop()
-            removed = True
-        if removed:
-            self._persist()
+        with self._changing():
+            while self._entries and self._entries[-1].start_offset >= end_offset:
+                self._entries.pop()
+                removed = True
+            if removed:
+                self._persist()
         return removed
 
     def truncate_from_start(self, start_offset: int) -> bool:
         """Log start advanced to ``start_offset``: drop entries wholly before it; the entry that
         covers ``start_offset`` stays, its start moved up to ``start_offset``."""
         before = list(self._entries)
-        covering: EpochEntry | None = None
-        while self._entries and self._entries[0].start_offset <= start_offset:
-            covering = self._entries.pop(0)
-        if covering is not None:
-            self._entries.insert(0, EpochEntry(covering.epoch, start_offset))
-        # Kafka flushes whenever it popped an entry, even one it re-adds unchanged; we write only
-        # when the content differs.
-        if self._entries == before:
-            return False
-        self._persist()
+        with self._changing():
+            covering: EpochEntry | None = None
+            while self._entries and self._entries[0].start_offset <= start_offset:
+                covering = self._entries.pop(0)
+            if covering is not None:
+                self._entries.insert(0, EpochEntry(covering.epoch, start_offset))
+            # Kafka flushes whenever it popped an entry, even one it re-adds unchanged; we write
+            # only when the content differs.
+            if self._entries == before:
+                return False
+            self._persist()
         return True
 
     def clear(self) -> bool:
         """Forget every epoch (an append of a pre-v2 batch does this)."""
         if not self._entries:
             return False
-        self._entries.clear()
-        self._persist()
+        with self._changing():
+            self._entries.clear()
+            self._persist()
         return True
 
     def _persist(self) -> None:
         self.checkpoint.write(self._entries)
+
+    def _changing(self):
+        """Undo the in-memory change when the file cannot be written (a full disk): the cache
+        never says more than its checkpoint."""
+        return _Rollback(self)
+
+
+class _Rollback:
+    def __init__(self, cache: LeaderEpochFileCache) -> None:
+        self.cache = cache
+
+    def __enter__(self) -> None:
+        self.saved = list(self.cache._entries)
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None:
+            self.cache._entries[:] = self.saved
 
 
 # --------------------------------------------------------------------------------------------

@@ -112,24 +112,35 @@ class FileRecords:
     # -- writes ------------------------------------------------------------------------------
 
     def append(self, data) -> int:
-        """Write ``data`` (one buffer, or a list of buffers written in one pwritev) at the end."""
+        """Write ``data`` (one buffer, or a list of buffers written in one pwritev) at the end.
+
+        All or nothing: a write that fails part-way (a full disk) is cut off again, and the
+        logical size only moves once every byte is written.
+        """
         fd = self._fd if self._fd is not None else self._open()
-        position = self.size
-        if isinstance(data, list):
-            total = sum(len(part) for part in data)
-            written = self._fs.pwritev(fd, data, position)
-            if written == total:
-                self.size = position + total
-                return total
-            view = memoryview(b"".join(data))[written:]  # a short write: finish the rest plainly
-            position += written
-        else:
-            total = len(data)
-            view = memoryview(data)
-        while view:
-            written = self._fs.pwrite(fd, view, position)
-            view = view[written:]
-            position += written
+        start = position = self.size
+        try:
+            if isinstance(data, list):
+                total = sum(len(part) for part in data)
+                written = self._fs.pwritev(fd, data, position)
+                if written == total:
+                    self.size = position + total
+                    return total
+                view = memoryview(b"".join(data))[written:]  # a short write: finish the rest plainly
+                position += written
+            else:
+                total = len(data)
+                view = memoryview(data)
+            while view:
+                written = self._fs.pwrite(fd, view, position)
+                view = view[written:]
+                position += written
+        except OSError:
+            try:
+                self._fs.ftruncate(fd, start)
+            except OSError:
+                pass  # the next append overwrites the torn bytes; recovery would cut them
+            raise
         self.size = position
         return total
 

@@ -77,6 +77,9 @@ class FileSystem(Protocol):
 
     def ftruncate(self, fd: int, length: int) -> None: ...
 
+    def truncate(self, path: str | os.PathLike, length: int) -> None:
+        """Cut (or extend) a file by name: needs no descriptor."""
+
     def fallocate(self, fd: int, offset: int, length: int) -> None:
         """Reserve real blocks for [offset, offset + length) (posix_fallocate): ENOSPC now, not
         SIGBUS later when a page of a sparse mapping is first written."""
@@ -169,6 +172,7 @@ class OsFileSystem:
     pwritev = staticmethod(os.pwritev)
     fsync = staticmethod(os.fsync)
     ftruncate = staticmethod(os.ftruncate)
+    truncate = staticmethod(os.truncate)
     fallocate = staticmethod(os.posix_fallocate)
     fstat = staticmethod(os.fstat)
     mmap = staticmethod(_mmap_file)

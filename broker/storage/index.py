@@ -31,6 +31,7 @@ Threading contract:
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import struct
@@ -65,6 +66,18 @@ _TIME_ENTRY = struct.Struct(">qi")
 
 
 _MADV_RANDOM = getattr(mmap, "MADV_RANDOM", None)
+
+#: Index pages get real blocks (posix_fallocate) this many bytes at a time, as entries come.
+#: An index is created sparse at segment.index.bytes (10 MiB by default, as in Kafka), and the
+#: first write through the mapping to a page the file system cannot back (a full disk, a full
+#: tmpfs) kills the process with SIGBUS. Allocating whole files would cost 20 MiB of real disk
+#: per partition (two indexes) for entries that mostly never come (a 1 GiB segment at the
+#: default index.interval.bytes needs ~2 MiB of offset index). In 64 KiB steps, a fallocate
+#: comes once per 8,192 offset entries (~32 MiB of log), at most 128 KiB per partition is
+#: reserved ahead of use, and a full disk is an ENOSPC on the append that needs the space.
+ALLOCATION_CHUNK = 64 * 1024
+#: File systems without fallocate (the emulation in libc covers most): appends go on sparse.
+_NO_FALLOCATE = frozenset({errno.EOPNOTSUPP, errno.ENOTSUP, errno.EINVAL, errno.ENOSYS})
 
 
 class OffsetPosition(NamedTuple):
@@ -106,6 +119,10 @@ class _AbstractIndex:
         self._lock = threading.RLock()  # serialises appends (Kafka's `lock`)
         self._mmap: mmap.mmap | None = None
         self._closed = False
+        #: Bytes from the start of the file known to have real blocks under them (see
+        #: ALLOCATION_CHUNK); appends reserve more before they write past it.
+        self._allocated = 0
+        self._length = 0
 
         # Kafka's rule: only a file this call creates is preallocated. An existing file, even a
         # 0-byte one, is trusted as trimmed. (Extending an existing 0-byte file on open would turn
@@ -127,7 +144,11 @@ class _AbstractIndex:
                             f"Invalid max index size {self._max_index_size} for {self._path}: a new "
                             f"{self._KIND} needs room for at least one {es}-byte entry"
                         )
-                    fs.ftruncate(fd, self._round_down(self._max_index_size))
+                    self._length = self._round_down(self._max_index_size)
+                    fs.ftruncate(fd, self._length)
+                    # Room for the first entries (and the time index's roll entry) now: a
+                    # segment that cannot get it is not created, rather than half-usable.
+                    self._reserve_on(fd, min(ALLOCATION_CHUNK, self._length))
                 except BaseException:
                     fs.close(fd)
                     try:
@@ -240,6 +261,7 @@ class _AbstractIndex:
             if rounded == self._length:
                 return False
             read_only = self._read_only and rounded < self._length
+            self._allocated = min(self._allocated, rounded)
             fs = self._fs
             fd = fs.open(self._path, os.O_RDWR)
             try:
@@ -298,13 +320,19 @@ class _AbstractIndex:
             mm.flush()
 
     def close(self) -> None:
-        """Trim to the valid size (Kafka trims on close), then release the mapping."""
+        """Release the mapping, then trim the file to the valid size (Kafka trims on close).
+
+        The trim goes by path (truncate, not ftruncate) once the mapping is gone: no descriptor
+        is needed, so a process out of descriptors can still seal a segment on roll."""
         with self._lock:
             if self._closed:
                 return
-            if self._writable:
-                self.trim_to_valid_size()
-            self.close_handler()
+            self._unmap()
+            self._closed = True
+            valid = self._entries * self.ENTRY_SIZE
+            if self._writable and self._length != valid:
+                self._fs.truncate(self._path, valid)
+                self._length = valid
 
     def close_handler(self) -> None:
         """Release the mapping without trimming (what a crash leaves behind)."""
@@ -335,6 +363,29 @@ class _AbstractIndex:
 
     def _round_down(self, size: int) -> int:
         return (size // self.ENTRY_SIZE) * self.ENTRY_SIZE
+
+    def _reserve(self, end: int) -> None:
+        """Give the bytes below ``end`` real blocks before an entry is written through the
+        mapping; OSError (ENOSPC, EMFILE) if that is not possible now. Caller's lock."""
+        target = min(self._length, -(-end // ALLOCATION_CHUNK) * ALLOCATION_CHUNK)
+        if target <= self._allocated:
+            return
+        fd = self._fs.open(self._path, os.O_RDWR)
+        try:
+            self._reserve_on(fd, target)
+        finally:
+            self._fs.close(fd)
+
+    def _reserve_on(self, fd: int, target: int) -> None:
+        if target <= self._allocated:
+            return
+        try:
+            self._fs.fallocate(fd, self._allocated, target - self._allocated)
+        except OSError as exc:
+            if exc.errno not in _NO_FALLOCATE:
+                raise
+            target = self._length  # nothing to reserve with: behave as a sparse index always did
+        self._allocated = target
 
     def _map(self, fd: int, length: int, *, writable: bool) -> None:
         # A 0-byte file cannot be mmapped; an empty index simply has no mapping.
@@ -490,6 +541,8 @@ class OffsetIndex(_AbstractIndex):
             rel = self.relative_offset(offset)
             if position < 0 or position > INT32_MAX:
                 raise ValueError(f"Position {position} does not fit an int32 in {self._path}")
+            if (n + 1) * 8 > self._allocated:
+                self._reserve((n + 1) * 8)
             _OFFSET_ENTRY.pack_into(self._mmap, n * 8, rel, position)
             # Publish only after the bytes are in place: readers snapshot `entries` first.
             self._last_offset = offset
@@ -630,6 +683,8 @@ class TimeIndex(_AbstractIndex):
             rel = self.relative_offset(offset)
             if timestamp > INT64_MAX:
                 raise ValueError(f"Timestamp {timestamp} does not fit an int64 in {self._path}")
+            if (n + 2) * 12 > self._allocated:  # this entry and the slot kept for the roll entry
+                self._reserve((n + 2) * 12)
             _TIME_ENTRY.pack_into(self._mmap, n * 12, timestamp, rel)
             self._last_entry = TimestampOffset(timestamp, offset)
             self._entries = n + 1
@@ -766,9 +821,7 @@ class LazyIndex(Generic[T]):
         with self._lock:
             index = self._index
             if index is not None:
-                if not index.read_only:
-                    index.trim_to_valid_size()
-                index.close_handler()
+                index.close()
                 self._path = index.path
                 self._index = None
             self._writable = False

@@ -16,7 +16,7 @@ import bisect
 import logging
 import threading
 from collections import Counter
-from typing import NamedTuple
+from typing import Callable, NamedTuple, NoReturn
 from pathlib import Path
 
 from config.log_config import LogConfig
@@ -26,7 +26,7 @@ from . import filenames
 from .checkpoints import LEADER_EPOCH_CHECKPOINT, LeaderEpochCheckpointFile, LeaderEpochFileCache
 from .clock import SYSTEM_CLOCK, Clock
 from .errors import OffsetOutOfRangeError, StorageError
-from .fs import OS_FS, FileSystem
+from .fs import OS_FS, FileSystem, is_disk_full, is_out_of_descriptors
 from .loader import LoadedLogOffsets, LogLoader
 from .segment import (
     FetchDataInfo,
@@ -104,6 +104,9 @@ class Log:
         self.deleted_segment_counts: Counter[str] = Counter()
         self.deleted_bytes: Counter[str] = Counter()
         self.offline = False
+        #: Called with (log, error) when an I/O error takes the log offline (the LogManager
+        #: takes the whole log directory offline then, as Kafka's LogDirFailureChannel does).
+        self.on_offline: Callable[["Log", OSError], None] | None = None
         self._closed = False
         self._timestamp_prefix: list[int] = []
         self._timestamp_prefix_key: tuple[int, int, int] | None = None
@@ -220,14 +223,16 @@ class Log:
             last_offset = validated.last_offset
             try:
                 roll_reason = self._maybe_roll(validated, now_ms)
+                if leader_epoch != self._latest_epoch and leader_epoch >= 0:
+                    # Before the batch, as Kafka does: an epoch that cannot be recorded (a full
+                    # disk) fails the append with nothing written.
+                    self.leader_epoch_cache.assign(leader_epoch, validated.first_offset)
+                    self._latest_epoch = leader_epoch
                 self._active.append(
                     last_offset, validated.max_timestamp, validated.shallow_offset_of_max_timestamp, validated.records
                 )
-                if leader_epoch != self._latest_epoch and leader_epoch >= 0:
-                    self.leader_epoch_cache.assign(leader_epoch, validated.first_offset)
-                    self._latest_epoch = leader_epoch
             except OSError as exc:
-                self._go_offline(exc)
+                self._io_failure(exc, "append")
             self._next_offset = self._high_watermark = last_offset + 1
             info = LogAppendInfo(
                 validated.first_offset, last_offset, validated.max_timestamp,
@@ -239,9 +244,26 @@ class Log:
             self.flush()
         return info
 
-    def _go_offline(self, exc: OSError) -> None:
-        self.offline = True
-        logger.error("I/O error on log %s: %s; taking it offline", self.directory, exc)
+    def _io_failure(self, exc: OSError, what: str) -> NoReturn:
+        """A write that failed. A full disk or a process out of descriptors fails only this
+        request (KAFKA_STORAGE_ERROR): nothing was changed, reads go on, and the next write
+        tries again, so writing resumes by itself once space or descriptors are back. Any
+        other error is a disk failure and takes the log offline."""
+        if is_disk_full(exc) or is_out_of_descriptors(exc):
+            logger.warning("%s on log %s failed: %s", what, self.directory.name, exc)
+            raise StorageError(f"{what} on log {self.directory.name} failed: {exc}") from exc
+        self._go_offline(exc)
+
+    def _go_offline(self, exc: OSError) -> NoReturn:
+        """Take the log offline for good (until a restart): reads and writes are refused, and a
+        failed fsync is never retried, since Linux may have dropped the unwritten pages
+        (fsyncgate). The LogManager takes the whole log directory offline with it."""
+        if not self.offline:
+            self.offline = True
+            logger.error("I/O error on log %s: %s; taking it offline", self.directory, exc)
+            callback = self.on_offline
+            if callback is not None:
+                callback(self, exc)
         raise StorageError(f"I/O error on log {self.directory.name}: {exc}") from exc
 
     def _maybe_roll(self, validated: ValidatedBatch, now_ms: int) -> str | None:
@@ -263,29 +285,29 @@ class Log:
             try:
                 return self._roll_locked(self._next_offset)
             except OSError as exc:
-                self._go_offline(exc)
-                raise  # unreachable: _go_offline raises
+                self._io_failure(exc, "roll")
 
     def _roll_locked(self, expected_next_offset: int) -> LogSegment:
+        """Make a new active segment; an OSError (no space, no descriptor) leaves the log as it
+        was: the new segment's files are created first and removed again if that fails, and
+        sealing the old one fails, if at all, before it changes anything."""
         new_offset = max(expected_next_offset, self._next_offset)
         active = self.active_segment
         if new_offset == active.base_offset and active.size == 0:
-            # KAFKA-6388: an empty active segment at the same base is replaced, never duplicated.
-            self._segments.remove(active.base_offset)
-            active.delete_if_exists()
-        elif new_offset in self._segments:
+            # KAFKA-6388: never two segments with one base offset. An empty active segment at the
+            # same base just starts over (its roll timer), with no file touched.
+            active.created_ms = self._clock.milliseconds()
+            return active
+        if new_offset in self._segments:
             raise StorageError(
                 f"cannot roll {self.directory.name}: a segment with base offset {new_offset} already exists"
             )
-        else:
-            active.on_becoming_inactive_segment()
-            self._unsynced_sealed[active.base_offset] = active
-            for stale in (filenames.log_file(self.directory, new_offset),
-                          filenames.offset_index_file(self.directory, new_offset),
-                          filenames.time_index_file(self.directory, new_offset)):
-                if self.fs.exists(stale):
-                    logger.warning("deleting stale file %s before rolling", stale)
-                    self.fs.unlink(stale)
+        for stale in (filenames.log_file(self.directory, new_offset),
+                      filenames.offset_index_file(self.directory, new_offset),
+                      filenames.time_index_file(self.directory, new_offset)):
+            if self.fs.exists(stale):
+                logger.warning("deleting stale file %s before rolling", stale)
+                self.fs.unlink(stale)
         config = self._config
         segment = LogSegment.open(
             self.directory, new_offset,
@@ -296,6 +318,12 @@ class Log:
             preallocate_bytes=config.segment_bytes if config.preallocate else 0,
             fs=self.fs,
         )
+        try:
+            active.on_becoming_inactive_segment()
+        except BaseException:
+            segment.delete_if_exists()
+            raise
+        self._unsynced_sealed[active.base_offset] = active
         self._segments.add(segment)
         self._active = segment
         # Kafka flushes everything below the new segment asynchronously; flush_pending() does it.
@@ -549,7 +577,7 @@ class Log:
                 try:
                     new_segment = self._roll_locked(self._next_offset)
                 except OSError as exc:
-                    self._go_offline(exc)
+                    self._io_failure(exc, "roll for retention")
                 if deletable[-1].base_offset == new_segment.base_offset:
                     deletable.pop()  # the "expired" active segment was empty and was replaced in place
             if not deletable:
@@ -576,7 +604,7 @@ class Log:
                 except FileNotFoundError:
                     pass  # already gone (e.g. an index that was never created)
                 except OSError as exc:
-                    self._go_offline(exc)
+                    self._io_failure(exc, "segment deletion")
                 removed.append(segment)
                 self.deleted_segment_counts[reason] += 1
                 self.deleted_bytes[reason] += size

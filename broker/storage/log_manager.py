@@ -153,6 +153,7 @@ class LogManager:
                     segment_deleter=self.segment_deleter,
                     fs=self.fs,
                 )
+                log.on_offline = self._on_log_offline
                 self._logs[tp] = log
                 self._log_dir_of[tp] = log_dir
             logger.info("loaded %d logs from %s (clean shutdown: %s)",
@@ -209,6 +210,7 @@ class LogManager:
                     log_dir = self._next_log_dir()
                     log = Log.open(log_dir.path / name, config or self.topic_config(topic), clock=self.clock,
                                    had_clean_shutdown=True, segment_deleter=self.segment_deleter, fs=self.fs)
+                    log.on_offline = self._on_log_offline
                     self._logs[(topic, partition)] = log
                     self._log_dir_of[(topic, partition)] = log_dir
                     created_in[log_dir.path] = log_dir
@@ -218,6 +220,26 @@ class LogManager:
                 for log_dir in created_in.values():
                     self.fs.fsync_dir(log_dir.path)
         return logs
+
+    def _on_log_offline(self, log: Log, exc: OSError) -> None:
+        """An I/O error took ``log`` offline: its whole directory goes with it (Kafka's rule)."""
+        with self._lock:
+            log_dir = self._log_dir_of.get((log.topic, log.partition))
+        if log_dir is not None:
+            self.take_dir_offline(log_dir, f"{exc} (on {log.directory.name})")
+
+    def take_dir_offline(self, log_dir: LogDir, cause: str) -> None:
+        """Every partition of ``log_dir`` refuses reads and writes (KAFKA_STORAGE_ERROR) until a
+        restart; its checkpoints are no longer written; new partitions go to other dirs."""
+        with self._lock:
+            if log_dir.offline:
+                return
+            log_dir.offline = True
+            logs = [log for tp, log in self._logs.items() if self._log_dir_of[tp] is log_dir]
+        for log in logs:
+            log.offline = True
+        logger.critical("log directory %s is offline after an I/O error: %s; its %d partitions refuse "
+                        "reads and writes until the broker restarts", log_dir.path, cause, len(logs))
 
     def _refresh_offline_dirs(self) -> None:
         """A log that hit an I/O error takes its whole directory offline (Kafka's rule)."""

@@ -24,7 +24,7 @@ from . import filenames
 from .clock import Clock
 from .errors import CorruptIndexError, CorruptRecordError, LogSegmentOffsetOverflowError
 from .file_records import FileRecords, FileRegion
-from .fs import OS_FS, FileSystem
+from .fs import OS_FS, FileSystem, is_disk_full, is_out_of_descriptors
 from .index import LazyIndex, OffsetIndex, TimeIndex, TimestampOffset
 
 MAX_RELATIVE_OFFSET = 2**31 - 1
@@ -208,9 +208,15 @@ class LogSegment:
         if largest_timestamp > current.timestamp:
             current = self._max_timestamp_and_offset = TimestampOffset(largest_timestamp, shallow_offset_of_max_timestamp)
         if self._bytes_since_last_index_entry > self.index_interval_bytes:
-            self._offset_index.get().append(largest_offset, physical_position)
-            self._time_index.get().maybe_append(current.timestamp, current.offset)
-            self._bytes_since_last_index_entry = 0
+            try:
+                self._offset_index.get().append(largest_offset, physical_position)
+                self._time_index.get().maybe_append(current.timestamp, current.offset)
+                self._bytes_since_last_index_entry = 0
+            except OSError as exc:
+                # The batch is written; indexes are sparse, so an entry that found no space (or
+                # no descriptor) is left out and the next append tries again.
+                if not (is_disk_full(exc) or is_out_of_descriptors(exc)):
+                    raise
         self._bytes_since_last_index_entry += size
 
     # -- roll --------------------------------------------------------------------------------
@@ -249,7 +255,10 @@ class LogSegment:
 
     def on_becoming_inactive_segment(self) -> None:
         """Final time index entry and trimmed files; then the indexes are unmapped (read-only from
-        now on) and the .log descriptor closed, so inactive segments hold no descriptors."""
+        now on) and the .log descriptor closed, so inactive segments hold no descriptors.
+
+        The final entry goes first: it is the one step that can fail for want of space (its slot
+        is reserved with the previous entry, see TimeIndex), and nothing has changed if it does."""
         current = self._max_timestamp_so_far()
         self.time_index.maybe_append(current.timestamp, current.offset, skip_full_check=True)
         self._offset_index.seal()
@@ -360,6 +369,7 @@ class LogSegment:
         time_index.reset()
         valid_bytes = 0
         last_index_entry = 0
+        indexing = True
         max_ts = TimestampOffset(NO_TIMESTAMP, self.base_offset)
         expected_offset = self.base_offset
         try:
@@ -379,10 +389,15 @@ class LogSegment:
                     max_ts = TimestampOffset(header.max_timestamp, header.last_offset)
                 # (An index shrunk by a config change since the data was written just stops
                 # taking entries: lookups then scan a little further, nothing is lost.)
-                if (valid_bytes - last_index_entry > self.index_interval_bytes
+                if (indexing and valid_bytes - last_index_entry > self.index_interval_bytes
                         and not offset_index.is_full() and not time_index.is_full()):
-                    offset_index.append(header.last_offset, valid_bytes)
-                    time_index.maybe_append(max_ts.timestamp, max_ts.offset)
+                    try:
+                        offset_index.append(header.last_offset, valid_bytes)
+                        time_index.maybe_append(max_ts.timestamp, max_ts.offset)
+                    except OSError as exc:
+                        if not is_disk_full(exc):
+                            raise
+                        indexing = False  # a full disk: the log is recovered with a sparser index
                     last_index_entry = valid_bytes
                 valid_bytes += header.size
                 if on_batch is not None:

@@ -482,14 +482,21 @@ class FaultFS:
         entry = self._fd(fd)
         if not entry.writable:
             raise OSError(errno.EINVAL, "Invalid argument (read-only descriptor)", entry.path)
-        self._mutate("ftruncate", entry.path)
-        inode = entry.inode
+        self._truncate_inode(entry.inode, entry.path, length)
+
+    def _truncate_inode(self, inode: _Inode, path: str, length: int) -> None:
+        self._mutate("ftruncate", path)
         for mapping in inode.mappings:
             mapping.absorb()
             if length < len(mapping) and not mapping.closed:
-                raise SimulatedSigbus(f"{entry.path} shortened to {length} under a live {len(mapping)}-byte mapping")
+                raise SimulatedSigbus(f"{path} shortened to {length} under a live {len(mapping)}-byte mapping")
         self._resize(inode, length)
         inode.mtime_ns = self._now_ns()
+
+    def truncate(self, path, length: int) -> None:
+        path = os.fspath(path)
+        self._check_alive("truncate", path)
+        self._truncate_inode(self._lookup(path), path, length)
 
     def _resize(self, inode: _Inode, length: int) -> None:
         if length < len(inode.data):
