@@ -14,13 +14,17 @@ explicitly wherever a crash must not undo what it did.
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import fcntl
+import functools
 import mmap as _mmap
 import os
 import shutil
 from pathlib import Path
 from typing import Iterable, Protocol
+
+from .descriptors import DescriptorCache
 
 __all__ = [
     "FileSystem",
@@ -60,6 +64,9 @@ class Mapping(Protocol):
 
 
 class FileSystem(Protocol):
+    #: The budget of segment descriptors held open on this file system (broker/storage/descriptors.py).
+    open_files: DescriptorCache
+
     # -- descriptors -------------------------------------------------------------------------
     def open(self, path: str | os.PathLike, flags: int, mode: int = 0o644) -> int: ...
 
@@ -130,8 +137,76 @@ def _mkdir(path) -> bool:
     return True
 
 
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long)
+_libc.munmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
+_libc.msync.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+_libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+_MAP_FAILED = ctypes.c_void_p(-1).value
+_MS_SYNC = getattr(_mmap, "MS_SYNC", 4)
+
+
+def _check(result: int) -> None:
+    if result != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+
+
+class _MappingBase(ctypes.Array):
+    """A shared file mapping that holds no descriptor.
+
+    CPython's ``mmap.mmap`` keeps a duplicate of the file's descriptor for as long as the mapping
+    lives (``trackfd`` came in 3.13): two per partition for its indexes, which is how partitions
+    used to cost three descriptors each. This maps with mmap(2) directly, and the object is the
+    buffer itself (``struct.pack_into`` writes through it). ``close`` only drops the index's
+    reference: the pages are unmapped when the last reference goes, so a reader that raced a
+    close still reads valid memory instead of faulting.
+    """
+
+    _type_ = ctypes.c_char
+    _length_ = 0
+
+    def flush(self) -> None:  # msync(MS_SYNC)
+        _check(_libc.msync(ctypes.addressof(self), len(self), _MS_SYNC))
+
+    def madvise(self, advice: int) -> None:
+        _check(_libc.madvise(ctypes.addressof(self), len(self), advice))
+
+    def close(self) -> None:
+        pass  # see the class docstring: unmapped in __del__
+
+    def __del__(self) -> None:
+        try:
+            _libc.munmap(ctypes.addressof(self), len(self))
+        except Exception:  # interpreter shutdown: the process unmaps everything anyway
+            pass
+
+
+class _ReadOnlyMappingBase(_MappingBase):
+    """A PROT_READ mapping: item writes are refused here, as ``mmap.ACCESS_READ`` does (a write
+    through the buffer would fault; the indexes check ``read_only`` before appending)."""
+
+    _type_ = ctypes.c_char
+    _length_ = 0
+
+    def __setitem__(self, key, value) -> None:
+        raise TypeError("the mapping is read-only")
+
+
+@functools.lru_cache(maxsize=1024)
+def _mapping_type(length: int, writable: bool) -> type:
+    base = _MappingBase if writable else _ReadOnlyMappingBase
+    return type("Mapping", (base,), {"_type_": ctypes.c_char, "_length_": length})
+
+
 def _mmap_file(fd: int, length: int, writable: bool):
-    return _mmap.mmap(fd, length, access=_mmap.ACCESS_WRITE if writable else _mmap.ACCESS_READ)
+    prot = _mmap.PROT_READ | (_mmap.PROT_WRITE if writable else 0)
+    address = _libc.mmap(None, length, prot, _mmap.MAP_SHARED, fd, 0)
+    if address is None or address == _MAP_FAILED:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+    return _mapping_type(length, writable).from_address(address)
 
 
 def _exists(path) -> bool:
@@ -163,6 +238,10 @@ def _lock(path) -> int:
 
 class OsFileSystem:
     """The real file system. Every method is the ``os`` (or a two-line) function itself."""
+
+    def __init__(self, open_files: DescriptorCache | None = None):
+        #: One budget for the whole process: every log of the broker shares it.
+        self.open_files = open_files if open_files is not None else DescriptorCache()
 
     open = staticmethod(os.open)
     close = staticmethod(os.close)

@@ -393,7 +393,7 @@ class _AbstractIndex:
             self._mmap = None
         else:
             self._mmap = self._fs.mmap(fd, length, writable)
-            if _MADV_RANDOM is not None and isinstance(self._mmap, mmap.mmap):
+            if _MADV_RANDOM is not None and hasattr(self._mmap, "madvise"):
                 # Lookups touch a few pages; without this hint the first fault on a fresh 10 MiB
                 # sparse index reads ahead megabytes of zeros (milliseconds on every roll).
                 self._mmap.madvise(_MADV_RANDOM)

@@ -350,16 +350,18 @@ class Log:
                 segments.extend(segment for base, segment in sealed if base not in covered)
                 for segment in segments:
                     fds.extend(segment.descriptors_to_flush())
-            except OSError as exc:
+            except OSError as exc:  # no descriptor to sync with: nothing was synced, nothing failed
                 for fd in fds:
                     self.fs.close(fd)
-                self._go_offline(exc)
+                self._io_failure(exc, "flush")
         fs = self.fs
         try:
             for fd in fds:
                 fs.fsync(fd)
             fs.fsync_dir(self.directory)
         except OSError as exc:
+            # Whatever the errno: the kernel may have dropped the pages it could not write, so a
+            # retry that succeeded would prove nothing (fsyncgate). The log goes offline.
             with self._lock:
                 self._go_offline(exc)
         finally:

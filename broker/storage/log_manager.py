@@ -194,12 +194,15 @@ class LogManager:
     def create_logs(self, topic: str, partitions: Iterable[int], config: LogConfig | None = None) -> list[Log]:
         """The logs of ``partitions``, creating those that do not exist yet.
 
+        All or nothing: if one cannot be created (out of descriptors, a full disk), those this
+        call created are removed again and StorageError is raised; no log goes offline for it.
         A new partition directory is made durable (its log dir fsynced) before this returns, so an
         acknowledged create survives a power cut; one fsync per log dir covers all of them.
         """
         logs: list[Log] = []
-        created_in: dict[Path, LogDir] = {}
+        created: list[tuple[TopicPartition, Log]] = []
         with self._lock:
+            directory = None
             try:
                 for partition in partitions:
                     existing = self._logs.get((topic, partition))
@@ -208,17 +211,32 @@ class LogManager:
                         continue
                     name = filenames.topic_partition_dir_name(topic, partition)
                     log_dir = self._next_log_dir()
-                    log = Log.open(log_dir.path / name, config or self.topic_config(topic), clock=self.clock,
+                    directory = log_dir.path / name
+                    log = Log.open(directory, config or self.topic_config(topic), clock=self.clock,
                                    had_clean_shutdown=True, segment_deleter=self.segment_deleter, fs=self.fs)
+                    directory = None
                     log.on_offline = self._on_log_offline
                     self._logs[(topic, partition)] = log
                     self._log_dir_of[(topic, partition)] = log_dir
-                    created_in[log_dir.path] = log_dir
+                    created.append(((topic, partition), log))
                     logs.append(log)
                     logger.info("created log %s in %s", name, log_dir.path)
-            finally:
-                for log_dir in created_in.values():
-                    self.fs.fsync_dir(log_dir.path)
+                for path in {self._log_dir_of[tp].path for tp, _ in created}:
+                    self.fs.fsync_dir(path)
+            except OSError as exc:
+                logger.error("could not create partitions of %s (%s): removing the %d created", topic, exc,
+                             len(created))
+                for tp, log in created:
+                    self._logs.pop(tp, None)
+                    self._log_dir_of.pop(tp, None)
+                    try:
+                        log.close(sync=False)
+                    except OSError:
+                        pass
+                    self.fs.rmtree(log.directory)
+                if directory is not None:  # the one that failed half-way
+                    self.fs.rmtree(directory)
+                raise StorageError(f"could not create the partitions of {topic}: {exc}") from exc
         return logs
 
     def _on_log_offline(self, log: Log, exc: OSError) -> None:

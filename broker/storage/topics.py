@@ -158,7 +158,17 @@ class TopicManager:
             topic = Topic(name, count, configs)
             self._topics[name] = topic
             self._save()
-            self.log_manager.create_logs(name, range(count), config)
+            try:
+                self.log_manager.create_logs(name, range(count), config)
+            except BaseException:
+                # create_logs removed what it made: the topic does not half-exist, now or after a
+                # restart (a partition directory left behind would be adopted).
+                del self._topics[name]
+                try:
+                    self._save()
+                except OSError:
+                    logger.exception("could not remove the failed topic %s from %s", name, self._path)
+                raise
             logger.info("created topic %s with %d partitions and configs %s", name, count, configs)
             return topic
 

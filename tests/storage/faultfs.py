@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Callable
 
+from broker.storage.descriptors import DescriptorCache
+
 SECTOR = 512
 BLOCK = 4096
 
@@ -178,7 +180,7 @@ class FaultFS:
     """In-memory file system that can lose power; see the module docstring."""
 
     def __init__(self, *, seed: int = 0, capacity: int | None = None, max_fds: int | None = None,
-                 clock=None):
+                 open_files: int = 64, clock=None):
         self.rng = random.Random(seed)
         self.root = _Inode(True)
         self.capacity = capacity
@@ -195,6 +197,8 @@ class FaultFS:
         self._locks: dict[str, int] = {}
         self._used = 0
         self._mappings: list[FaultMapping] = []
+        #: the budget of segment descriptors the storage layer may keep open on this file system
+        self.open_files = DescriptorCache(limit=open_files)
 
     # -- power ---------------------------------------------------------------------------------
 
@@ -212,6 +216,7 @@ class FaultFS:
         self.crash_after = None
         self._fds.clear()
         self._locks.clear()
+        self.open_files = DescriptorCache(limit=self.open_files._fixed_limit)  # a new process
         seen: dict[int, _Inode] = {}
         self.root = self._survivor(self.root, rng, seen)
         self._used = sum(len(i.blocks) * BLOCK for i in seen.values() if not i.is_dir)
