@@ -8,7 +8,9 @@ Byte layout (no header, no checksum, big-endian), see spec §2:
 Lifecycle (Kafka's ``AbstractIndex``):
 
 * A file that does not exist yet is *created* and immediately extended (sparse, zero-filled) to
-  ``floor(max_index_size / ENTRY_SIZE) * ENTRY_SIZE`` bytes; it starts with 0 entries.
+  ``floor(max_index_size / ENTRY_SIZE) * ENTRY_SIZE`` bytes; it starts with 0 entries. Real blocks
+  are reserved ahead of the entries with posix_fallocate (see ALLOCATION_CHUNK), never written
+  sparse through the mapping.
 * A file that already exists is *trusted to be trimmed*: ``entries = max_entries = length // ENTRY_SIZE``.
   That includes a 0-byte file, which opens as an empty index with no free slot ("full"), exactly like
   Kafka; it is not re-extended on open (see ``_AbstractIndex.__init__`` for why). The owner of the
