@@ -16,6 +16,7 @@ largest timestamp. Seeded: a reported seed replays with ``--lives 1 --seed N``.
 from __future__ import annotations
 
 import argparse
+import resource
 import sys
 import time
 from pathlib import Path
@@ -51,6 +52,8 @@ def main() -> int:
     print(f"corrupted batches served       {total.corrupted:,}")
     print(f"acks=1 records lost (suffixes) {total.lost_unacknowledged:,}")
     print(f"violations                     {len(total.violations):,}")
+    peak_rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"peak RSS of this process       {peak_rss_mib:.0f} MiB")
     print(f"time                           {elapsed:.1f} s ({elapsed / max(total.power_losses, 1) * 1000:.1f} ms per power loss)")
     for violation in total.violations[:20]:
         print("\n" + violation)
