@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from broker.storage.errors import CorruptCheckpointError
+from broker.storage.fs import OS_FS, FileSystem, read_file
 
 __all__ = [
     "CLEANER_OFFSET_CHECKPOINT",
@@ -66,36 +67,38 @@ _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 # Durable whole-file replacement
 
 
-def fsync_dir(path: str | os.PathLike[str]) -> None:
+def fsync_dir(path: str | os.PathLike[str], fs: FileSystem = OS_FS) -> None:
     """Make a directory's entries (a rename, a create, an unlink) durable."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fs.fsync_dir(path)
 
 
-def atomic_write(path: str | os.PathLike[str], data: bytes) -> None:
+def atomic_write(path: str | os.PathLike[str], data: bytes, fs: FileSystem = OS_FS) -> None:
     """Replace ``path`` with ``data`` so that a crash leaves the old or the new file, whole.
 
     Kafka's protocol: write ``<path>.tmp``, flush and fsync it, rename it over the target, then
-    fsync the parent directory so the rename itself survives a power loss.
+    fsync the parent directory so the rename itself survives a power loss. A failure (a full
+    disk) leaves the old file as it was and removes the temporary one.
     """
     target = Path(path)
     tmp = target.with_name(target.name + ".tmp")
     try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
+        fd = fs.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            view = memoryview(data)
+            position = 0
+            while position < len(view):
+                position += fs.pwrite(fd, view[position:], position)
+            fs.fsync(fd)
+        finally:
+            fs.close(fd)
+        fs.replace(tmp, target)
     except BaseException:
         try:
-            tmp.unlink()
+            fs.unlink(tmp)
         except OSError:
             pass
         raise
-    fsync_dir(target.absolute().parent)
+    fs.fsync_dir(target.absolute().parent)
 
 
 # --------------------------------------------------------------------------------------------
@@ -130,12 +133,12 @@ class _CheckpointFile:
 
     VERSION = 0
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], fs: FileSystem = OS_FS) -> None:
         self.path = Path(path)
+        self.fs = fs
         # As Kafka's CheckpointFile: the file exists (empty) from the moment it is opened.
         try:
-            with open(self.path, "xb"):
-                pass
+            fs.close(fs.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
         except FileExistsError:
             pass
 
@@ -153,7 +156,7 @@ class _CheckpointFile:
     def _write_entries(self, entries: Sequence[object]) -> None:
         parts = [f"{self.VERSION}\n{len(entries)}\n"]
         parts.extend(self._format_entry(e) + "\n" for e in entries)
-        atomic_write(self.path, "".join(parts).encode("utf-8"))
+        atomic_write(self.path, "".join(parts).encode("utf-8"), self.fs)
 
     def _corrupt(self, lineno: int, what: str) -> CorruptCheckpointError:
         return CorruptCheckpointError(f"checkpoint file {self.path}, line {lineno}: {what}")
@@ -161,7 +164,7 @@ class _CheckpointFile:
     def _read_entries(self) -> list[object]:
         """Parse the file. OSError (e.g. the file vanished) propagates: that is an I/O failure of
         the log dir, not a corrupt checkpoint."""
-        raw = self.path.read_bytes()
+        raw = read_file(self.fs, self.path)
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as e:
@@ -350,9 +353,10 @@ class LeaderEpochFileCache:
         """
         if epoch < 0 or start_offset < 0:
             raise ValueError(f"invalid leader epoch entry ({epoch}, {start_offset})")
-        changed = self._assign(EpochEntry(epoch, start_offset))
-        if changed:
-            self._persist()
+        with self._changing():
+            changed = self._assign(EpochEntry(epoch, start_offset))
+            if changed:
+                self._persist()
         return changed
 
     def _assign(self, entry: EpochEntry) -> bool:
@@ -371,39 +375,59 @@ class LeaderEpochFileCache:
         if end_offset < 0:
             return False
         removed = False
-        while self._entries and self._entries[-1].start_offset >= end_offset:
-            self._entries.pop()
-            removed = True
-        if removed:
-            self._persist()
+        with self._changing():
+            while self._entries and self._entries[-1].start_offset >= end_offset:
+                self._entries.pop()
+                removed = True
+            if removed:
+                self._persist()
         return removed
 
     def truncate_from_start(self, start_offset: int) -> bool:
         """Log start advanced to ``start_offset``: drop entries wholly before it; the entry that
         covers ``start_offset`` stays, its start moved up to ``start_offset``."""
         before = list(self._entries)
-        covering: EpochEntry | None = None
-        while self._entries and self._entries[0].start_offset <= start_offset:
-            covering = self._entries.pop(0)
-        if covering is not None:
-            self._entries.insert(0, EpochEntry(covering.epoch, start_offset))
-        # Kafka flushes whenever it popped an entry, even one it re-adds unchanged; we write only
-        # when the content differs.
-        if self._entries == before:
-            return False
-        self._persist()
+        with self._changing():
+            covering: EpochEntry | None = None
+            while self._entries and self._entries[0].start_offset <= start_offset:
+                covering = self._entries.pop(0)
+            if covering is not None:
+                self._entries.insert(0, EpochEntry(covering.epoch, start_offset))
+            # Kafka flushes whenever it popped an entry, even one it re-adds unchanged; we write
+            # only when the content differs.
+            if self._entries == before:
+                return False
+            self._persist()
         return True
 
     def clear(self) -> bool:
         """Forget every epoch (an append of a pre-v2 batch does this)."""
         if not self._entries:
             return False
-        self._entries.clear()
-        self._persist()
+        with self._changing():
+            self._entries.clear()
+            self._persist()
         return True
 
     def _persist(self) -> None:
         self.checkpoint.write(self._entries)
+
+    def _changing(self):
+        """Undo the in-memory change when the file cannot be written (a full disk): the cache
+        never says more than its checkpoint."""
+        return _Rollback(self)
+
+
+class _Rollback:
+    def __init__(self, cache: LeaderEpochFileCache) -> None:
+        self.cache = cache
+
+    def __enter__(self) -> None:
+        self.saved = list(self.cache._entries)
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None:
+            self.cache._entries[:] = self.saved
 
 
 # --------------------------------------------------------------------------------------------
@@ -582,15 +606,15 @@ class MetaProperties:
             props["directory.id"] = self.directory_id
         return props
 
-    def write(self, log_dir: str | os.PathLike[str]) -> None:
+    def write(self, log_dir: str | os.PathLike[str], fs: FileSystem = OS_FS) -> None:
         """Write ``<log_dir>/meta.properties`` atomically, keys sorted (as Java 18+ stores)."""
         lines = ["#", "#" + _java_date_now()]
         for key, value in sorted(self.to_properties().items()):
             lines.append(f"{_properties_escape(key, is_key=True)}={_properties_escape(value, is_key=False)}")
-        atomic_write(Path(log_dir) / META_PROPERTIES, ("\n".join(lines) + "\n").encode("ascii"))
+        atomic_write(Path(log_dir) / META_PROPERTIES, ("\n".join(lines) + "\n").encode("ascii"), fs)
 
     @classmethod
-    def read(cls, log_dir: str | os.PathLike[str]) -> MetaProperties | None:
+    def read(cls, log_dir: str | os.PathLike[str], fs: FileSystem = OS_FS) -> MetaProperties | None:
         """The dir's identity; None if there is no ``meta.properties``.
 
         CorruptCheckpointError if it does not parse or is not a version-1 (KRaft) file: a
@@ -598,7 +622,7 @@ class MetaProperties:
         """
         path = Path(log_dir) / META_PROPERTIES
         try:
-            raw = path.read_bytes()
+            raw = read_file(fs, path)
         except FileNotFoundError:
             return None
 
@@ -650,28 +674,29 @@ class CleanShutdownFile:
 
     VERSION = 0
 
-    def __init__(self, log_dir: str | os.PathLike[str]) -> None:
+    def __init__(self, log_dir: str | os.PathLike[str], fs: FileSystem = OS_FS) -> None:
         self.log_dir = Path(log_dir)
         self.path = self.log_dir / CLEAN_SHUTDOWN_FILE
+        self.fs = fs
 
     def __repr__(self) -> str:
         return f"CleanShutdownFile({str(self.path)!r})"
 
     def exists(self) -> bool:
-        return self.path.exists()
+        return self.fs.exists(self.path)
 
     def write(self, broker_epoch: int = 0) -> None:
         if isinstance(broker_epoch, bool) or not _INT64_MIN <= int(broker_epoch) <= _INT64_MAX:
             raise ValueError(f"broker epoch {broker_epoch!r} does not fit a Java long")
         body = '{"broker_epoch":"%d","version":"%d"}' % (int(broker_epoch), self.VERSION)
-        atomic_write(self.path, body.encode("utf-8"))
+        atomic_write(self.path, body.encode("utf-8"), self.fs)
 
     def read_broker_epoch(self) -> int:
         """The broker epoch stored at shutdown; -1 when unknown (legacy empty file, no epoch,
         unreadable content or no file). Like Kafka this never raises: the epoch is a hint for
         broker registration, while the file's existence is what decides recovery."""
         try:
-            text = self.path.read_bytes().decode("utf-8")
+            text = read_file(self.fs, self.path).decode("utf-8")
             content = json.loads(text) if text.strip() else {}
         except (OSError, ValueError):
             return -1
@@ -692,7 +717,7 @@ class CleanShutdownFile:
         """Remove the marker durably (directory fsynced): if the unlink were lost in a power cut
         during log loading, the next start would wrongly skip recovery."""
         try:
-            self.path.unlink()
+            self.fs.unlink(self.path)
         except FileNotFoundError:
             return
-        fsync_dir(self.log_dir)
+        self.fs.fsync_dir(self.log_dir)

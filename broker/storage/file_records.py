@@ -24,6 +24,7 @@ from protocol.record_batch import (
 )
 
 from .errors import CorruptRecordError
+from .fs import OS_FS, FileSystem, is_out_of_descriptors
 
 #: Recovery reads the file in windows of this size instead of one pread per batch.
 RECOVERY_READ_BYTES = 1 << 20
@@ -41,67 +42,94 @@ class FileRegion(NamedTuple):
 
 
 class FileRecords:
-    def __init__(self, path: Path, *, create: bool = False, size: int | None = None, preallocate_bytes: int = 0):
+    """Descriptor handling: the descriptor is opened on first use, registered with the file
+    system's DescriptorCache (which may close it again when it is idle and too many are open),
+    and only ever used under ``_lock``, so a close can never race a read or a write."""
+
+    def __init__(self, path: Path, *, create: bool = False, size: int | None = None, preallocate_bytes: int = 0,
+                 fs: FileSystem = OS_FS):
         self._path = Path(path)
+        self._fs = fs
+        self._cache = fs.open_files
         self._fd: int | None = None
+        self._used = False
         self._lock = threading.Lock()
         if create:
-            self._open(create=True)
-            if preallocate_bytes:
-                os.ftruncate(self._fd, preallocate_bytes)
+            with self._lock:
+                fd = self._descriptor(create=True)
+                if preallocate_bytes:
+                    fs.ftruncate(fd, preallocate_bytes)
             size = 0
         if size is not None:
             self.size = size  # else read lazily, see __getattr__
 
     # -- lifecycle ---------------------------------------------------------------------------
 
-    def _open(self, create: bool = False) -> int:
-        """The descriptor, opened on first use; never recreates a file that went away."""
-        if self._fd is None:
-            with self._lock:
-                if self._fd is None:
-                    flags = os.O_RDWR | (os.O_CREAT if create else 0)
-                    self._fd = os.open(self._path, flags, 0o644)
-        return self._fd
+    def _descriptor(self, create: bool = False) -> int:
+        """The descriptor, opened if needed; never recreates a file that went away. Caller holds
+        ``_lock``. Out of descriptors, idle ones of other segments are closed and it tries again."""
+        self._used = True
+        fd = self._fd
+        if fd is not None:
+            return fd
+        flags = os.O_RDWR | (os.O_CREAT if create else 0)
+        try:
+            fd = self._fs.open(self._path, flags, 0o644)
+        except OSError as exc:
+            if not is_out_of_descriptors(exc) or not self._cache.shed(max(len(self._cache) // 4, 1), keep=self):
+                raise
+            fd = self._fs.open(self._path, flags, 0o644)
+        self._fd = fd
+        self._cache.opened(self)
+        return fd
 
-    def fileno(self) -> int:
-        return self._open()
+    def _close_idle_descriptor(self) -> bool:
+        """The DescriptorCache closes an idle descriptor (``_lock`` held by it)."""
+        fd, self._fd = self._fd, None
+        if fd is None:
+            return False
+        self._fs.close(fd)
+        return True
 
     def dup_fd(self) -> int:
         """A descriptor of this file owned by the caller (close it), safe against a concurrent close:
         a fetch sends from it after the log's lock is released, while retention may close ours."""
         with self._lock:
-            if self._fd is None:
-                self._fd = os.open(self._path, os.O_RDWR)
-            return os.dup(self._fd)
+            return self._fs.dup(self._descriptor())
 
     @property
     def path(self) -> Path:
         return self._path
+
+    @property
+    def is_open(self) -> bool:
+        return self._fd is not None
 
     def __getattr__(self, name: str):
         # ``size`` of an existing file is read on first use (a plain attribute from then on):
         # opening 10,000 segments stats nothing, and the append path pays no property call.
         if name != "size":
             raise AttributeError(name)
-        size = self._path.stat().st_size
+        size = self._fs.stat(self._path).st_size
         self.size = size
         return size
 
     def close(self) -> None:
         with self._lock:
-            if self._fd is not None:
-                os.close(self._fd)
-                self._fd = None
+            fd, self._fd = self._fd, None
+            if fd is not None:
+                self._fs.close(fd)
+        if fd is not None:
+            self._cache.closed(self)
 
     def rename_to(self, new_path: Path) -> None:
-        os.replace(self._path, new_path)
+        self._fs.replace(self._path, new_path)
         self._path = Path(new_path)
 
     def delete_if_exists(self) -> bool:
         self.close()
         try:
-            self._path.unlink()
+            self._fs.unlink(self._path)
             return True
         except FileNotFoundError:
             return False
@@ -109,30 +137,43 @@ class FileRecords:
     # -- writes ------------------------------------------------------------------------------
 
     def append(self, data) -> int:
-        """Write ``data`` (one buffer, or a list of buffers written in one pwritev) at the end."""
-        fd = self._fd if self._fd is not None else self._open()
-        position = self.size
-        if isinstance(data, list):
-            total = sum(len(part) for part in data)
-            written = os.pwritev(fd, data, position)
-            if written == total:
-                self.size = position + total
-                return total
-            view = memoryview(b"".join(data))[written:]  # a short write: finish the rest plainly
-            position += written
-        else:
-            total = len(data)
-            view = memoryview(data)
-        while view:
-            written = os.pwrite(fd, view, position)
-            view = view[written:]
-            position += written
-        self.size = position
-        return total
+        """Write ``data`` (one buffer, or a list of buffers written in one pwritev) at the end.
+
+        All or nothing: a write that fails part-way (a full disk) is cut off again, and the
+        logical size only moves once every byte is written.
+        """
+        with self._lock:
+            fd = self._descriptor()
+            start = position = self.size
+            try:
+                if isinstance(data, list):
+                    total = sum(len(part) for part in data)
+                    written = self._fs.pwritev(fd, data, position)
+                    if written == total:
+                        self.size = position + total
+                        return total
+                    view = memoryview(b"".join(data))[written:]  # a short write: finish the rest plainly
+                    position += written
+                else:
+                    total = len(data)
+                    view = memoryview(data)
+                while view:
+                    written = self._fs.pwrite(fd, view, position)
+                    view = view[written:]
+                    position += written
+            except OSError:
+                try:
+                    self._fs.ftruncate(fd, start)
+                except OSError:
+                    pass  # the next append overwrites the torn bytes; recovery would cut them
+                raise
+            self.size = position
+            return total
 
     def flush(self) -> None:
-        if self._fd is not None:
-            os.fsync(self._fd)
+        with self._lock:
+            if self._fd is not None:
+                self._fs.fsync(self._fd)
 
     def truncate_to(self, size: int) -> int:
         """Cut the file to ``size`` bytes; returns how many bytes were removed."""
@@ -145,20 +186,23 @@ class FileRecords:
 
     def trim(self) -> None:
         """Drop preallocated space past the logical end (on roll and close)."""
-        on_disk = os.fstat(self._fd).st_size if self._fd is not None else self._path.stat().st_size
+        with self._lock:
+            on_disk = self._fs.fstat(self._fd).st_size if self._fd is not None else self._fs.stat(self._path).st_size
         if on_disk > self.size:
             self._truncate_file(self.size)
 
     def _truncate_file(self, size: int) -> None:
-        if self._fd is None:
-            os.truncate(self._path, size)
-        else:
-            os.ftruncate(self._fd, size)
+        with self._lock:
+            if self._fd is not None:
+                self._fs.ftruncate(self._fd, size)
+            else:
+                self._fs.truncate(self._path, size)
 
     # -- reads -------------------------------------------------------------------------------
 
     def read(self, position: int, length: int) -> bytes:
-        return os.pread(self._open(), length, position)
+        with self._lock:
+            return self._fs.pread(self._descriptor(), length, position)
 
     def region(self, position: int, length: int) -> FileRegion:
         return FileRegion(self, position, length)
@@ -243,7 +287,7 @@ class FileRecords:
             position += size
 
     def last_modified_ms(self) -> int:
-        return self._path.stat().st_mtime_ns // 1_000_000
+        return self._fs.stat(self._path).st_mtime_ns // 1_000_000
 
     def set_last_modified_ms(self, ms: int) -> None:
-        os.utime(self._path, ns=(ms * 1_000_000, ms * 1_000_000))
+        self._fs.utime(self._path, ms * 1_000_000)

@@ -8,7 +8,9 @@ Byte layout (no header, no checksum, big-endian), see spec §2:
 Lifecycle (Kafka's ``AbstractIndex``):
 
 * A file that does not exist yet is *created* and immediately extended (sparse, zero-filled) to
-  ``floor(max_index_size / ENTRY_SIZE) * ENTRY_SIZE`` bytes; it starts with 0 entries.
+  ``floor(max_index_size / ENTRY_SIZE) * ENTRY_SIZE`` bytes; it starts with 0 entries. Real blocks
+  are reserved ahead of the entries with posix_fallocate (see ALLOCATION_CHUNK), never written
+  sparse through the mapping.
 * A file that already exists is *trusted to be trimmed*: ``entries = max_entries = length // ENTRY_SIZE``.
   That includes a 0-byte file, which opens as an empty index with no free slot ("full"), exactly like
   Kafka; it is not re-extended on open (see ``_AbstractIndex.__init__`` for why). The owner of the
@@ -31,6 +33,7 @@ Threading contract:
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import struct
@@ -39,6 +42,7 @@ from pathlib import Path
 from typing import Callable, Generic, NamedTuple, TypeVar
 
 from broker.storage.errors import CorruptIndexError, IndexFullError, InvalidOffsetError
+from broker.storage.fs import OS_FS, FileSystem
 
 __all__ = [
     "LazyIndex",
@@ -64,6 +68,18 @@ _TIME_ENTRY = struct.Struct(">qi")
 
 
 _MADV_RANDOM = getattr(mmap, "MADV_RANDOM", None)
+
+#: Index pages get real blocks (posix_fallocate) this many bytes at a time, as entries come.
+#: An index is created sparse at segment.index.bytes (10 MiB by default, as in Kafka), and the
+#: first write through the mapping to a page the file system cannot back (a full disk, a full
+#: tmpfs) kills the process with SIGBUS. Allocating whole files would cost 20 MiB of real disk
+#: per partition (two indexes) for entries that mostly never come (a 1 GiB segment at the
+#: default index.interval.bytes needs ~2 MiB of offset index). In 64 KiB steps, a fallocate
+#: comes once per 8,192 offset entries (~32 MiB of log), at most 128 KiB per partition is
+#: reserved ahead of use, and a full disk is an ENOSPC on the append that needs the space.
+ALLOCATION_CHUNK = 64 * 1024
+#: File systems without fallocate (the emulation in libc covers most): appends go on sparse.
+_NO_FALLOCATE = frozenset({errno.EOPNOTSUPP, errno.ENOTSUP, errno.EINVAL, errno.ENOSYS})
 
 
 class OffsetPosition(NamedTuple):
@@ -92,8 +108,10 @@ class _AbstractIndex:
         base_offset: int,
         max_index_size: int = -1,
         writable: bool = True,
+        fs: FileSystem = OS_FS,
     ) -> None:
         es = self.ENTRY_SIZE
+        self._fs = fs
         self._path = Path(path)
         self._base_offset = int(base_offset)
         self._max_index_size = int(max_index_size)
@@ -103,6 +121,10 @@ class _AbstractIndex:
         self._lock = threading.RLock()  # serialises appends (Kafka's `lock`)
         self._mmap: mmap.mmap | None = None
         self._closed = False
+        #: Bytes from the start of the file known to have real blocks under them (see
+        #: ALLOCATION_CHUNK); appends reserve more before they write past it.
+        self._allocated = 0
+        self._length = 0
 
         # Kafka's rule: only a file this call creates is preallocated. An existing file, even a
         # 0-byte one, is trusted as trimmed. (Extending an existing 0-byte file on open would turn
@@ -113,7 +135,7 @@ class _AbstractIndex:
         newly_created = False
         if self._writable:
             try:
-                fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+                fd = fs.open(self._path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
                 newly_created = True
             except FileExistsError:
                 fd = None
@@ -124,20 +146,27 @@ class _AbstractIndex:
                             f"Invalid max index size {self._max_index_size} for {self._path}: a new "
                             f"{self._KIND} needs room for at least one {es}-byte entry"
                         )
-                    os.ftruncate(fd, self._round_down(self._max_index_size))
+                    self._length = self._round_down(self._max_index_size)
+                    fs.ftruncate(fd, self._length)
+                    # Room for the first entries (and the time index's roll entry) now: a
+                    # segment that cannot get it is not created, rather than half-usable.
+                    self._reserve_on(fd, min(ALLOCATION_CHUNK, self._length))
                 except BaseException:
-                    os.close(fd)
-                    self._path.unlink(missing_ok=True)
+                    fs.close(fd)
+                    try:
+                        fs.unlink(self._path)
+                    except FileNotFoundError:
+                        pass
                     raise
             else:
-                fd = os.open(self._path, os.O_RDWR)
+                fd = fs.open(self._path, os.O_RDWR)
         else:
-            fd = os.open(self._path, os.O_RDONLY)  # FileNotFoundError if missing: nothing to read
+            fd = fs.open(self._path, os.O_RDONLY)  # FileNotFoundError if missing: nothing to read
         try:
-            length = os.fstat(fd).st_size
+            length = fs.fstat(fd).st_size
             self._map(fd, length, writable=not self._read_only)
         finally:
-            os.close(fd)
+            fs.close(fd)
         self._length = length
         self._max_entries = length // es
         self._entries = 0 if newly_created else length // es
@@ -234,14 +263,16 @@ class _AbstractIndex:
             if rounded == self._length:
                 return False
             read_only = self._read_only and rounded < self._length
-            fd = os.open(self._path, os.O_RDWR)
+            self._allocated = min(self._allocated, rounded)
+            fs = self._fs
+            fd = fs.open(self._path, os.O_RDWR)
             try:
                 self._unmap()  # before shortening: no mapping may outlive its bytes
-                os.ftruncate(fd, rounded)
+                fs.ftruncate(fd, rounded)
                 self._length = rounded
                 self._map(fd, rounded, writable=not read_only)
             finally:
-                os.close(fd)
+                fs.close(fd)
             self._read_only = read_only
             self._max_entries = rounded // self.ENTRY_SIZE
             if self._entries > self._max_entries:
@@ -276,12 +307,12 @@ class _AbstractIndex:
             if self._read_only:
                 return
             if self._mmap is not None:
-                fd = os.open(self._path, os.O_RDONLY)
+                fd = self._fs.open(self._path, os.O_RDONLY)
                 try:
                     self._unmap()
                     self._map(fd, self._length, writable=False)
                 finally:
-                    os.close(fd)
+                    self._fs.close(fd)
             self._read_only = True
 
     def flush(self) -> None:
@@ -291,13 +322,19 @@ class _AbstractIndex:
             mm.flush()
 
     def close(self) -> None:
-        """Trim to the valid size (Kafka trims on close), then release the mapping."""
+        """Release the mapping, then trim the file to the valid size (Kafka trims on close).
+
+        The trim goes by path (truncate, not ftruncate) once the mapping is gone: no descriptor
+        is needed, so a process out of descriptors can still seal a segment on roll."""
         with self._lock:
             if self._closed:
                 return
-            if self._writable:
-                self.trim_to_valid_size()
-            self.close_handler()
+            self._unmap()
+            self._closed = True
+            valid = self._entries * self.ENTRY_SIZE
+            if self._writable and self._length != valid:
+                self._fs.truncate(self._path, valid)
+                self._length = valid
 
     def close_handler(self) -> None:
         """Release the mapping without trimming (what a crash leaves behind)."""
@@ -309,7 +346,7 @@ class _AbstractIndex:
         """Atomically rename the file; the mapping (if any) stays valid. Path updated even on error."""
         new_path = Path(new_path)
         try:
-            os.replace(self._path, new_path)
+            self._fs.replace(self._path, new_path)
         finally:
             self._path = new_path
 
@@ -319,7 +356,7 @@ class _AbstractIndex:
     def delete_if_exists(self) -> bool:
         self.close_handler()
         try:
-            self._path.unlink()
+            self._fs.unlink(self._path)
         except FileNotFoundError:
             return False
         return True
@@ -329,14 +366,36 @@ class _AbstractIndex:
     def _round_down(self, size: int) -> int:
         return (size // self.ENTRY_SIZE) * self.ENTRY_SIZE
 
+    def _reserve(self, end: int) -> None:
+        """Give the bytes below ``end`` real blocks before an entry is written through the
+        mapping; OSError (ENOSPC, EMFILE) if that is not possible now. Caller's lock."""
+        target = min(self._length, -(-end // ALLOCATION_CHUNK) * ALLOCATION_CHUNK)
+        if target <= self._allocated:
+            return
+        fd = self._fs.open(self._path, os.O_RDWR)
+        try:
+            self._reserve_on(fd, target)
+        finally:
+            self._fs.close(fd)
+
+    def _reserve_on(self, fd: int, target: int) -> None:
+        if target <= self._allocated:
+            return
+        try:
+            self._fs.fallocate(fd, self._allocated, target - self._allocated)
+        except OSError as exc:
+            if exc.errno not in _NO_FALLOCATE:
+                raise
+            target = self._length  # nothing to reserve with: behave as a sparse index always did
+        self._allocated = target
+
     def _map(self, fd: int, length: int, *, writable: bool) -> None:
         # A 0-byte file cannot be mmapped; an empty index simply has no mapping.
         if length == 0:
             self._mmap = None
         else:
-            access = mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ
-            self._mmap = mmap.mmap(fd, length, access=access)
-            if _MADV_RANDOM is not None:
+            self._mmap = self._fs.mmap(fd, length, writable)
+            if _MADV_RANDOM is not None and hasattr(self._mmap, "madvise"):
                 # Lookups touch a few pages; without this hint the first fault on a fresh 10 MiB
                 # sparse index reads ahead megabytes of zeros (milliseconds on every roll).
                 self._mmap.madvise(_MADV_RANDOM)
@@ -444,8 +503,9 @@ class OffsetIndex(_AbstractIndex):
         base_offset: int,
         max_index_size: int = -1,
         writable: bool = True,
+        fs: FileSystem = OS_FS,
     ) -> None:
-        super().__init__(path, base_offset, max_index_size, writable)
+        super().__init__(path, base_offset, max_index_size, writable, fs)
         self._last_offset = self._base_offset
         self._reload_last_entry()
 
@@ -483,6 +543,8 @@ class OffsetIndex(_AbstractIndex):
             rel = self.relative_offset(offset)
             if position < 0 or position > INT32_MAX:
                 raise ValueError(f"Position {position} does not fit an int32 in {self._path}")
+            if (n + 1) * 8 > self._allocated:
+                self._reserve((n + 1) * 8)
             _OFFSET_ENTRY.pack_into(self._mmap, n * 8, rel, position)
             # Publish only after the bytes are in place: readers snapshot `entries` first.
             self._last_offset = offset
@@ -568,8 +630,9 @@ class TimeIndex(_AbstractIndex):
         base_offset: int,
         max_index_size: int = -1,
         writable: bool = True,
+        fs: FileSystem = OS_FS,
     ) -> None:
-        super().__init__(path, base_offset, max_index_size, writable)
+        super().__init__(path, base_offset, max_index_size, writable, fs)
         self._last_entry = TimestampOffset(NO_TIMESTAMP, self._base_offset)
         self._reload_last_entry()
 
@@ -622,6 +685,8 @@ class TimeIndex(_AbstractIndex):
             rel = self.relative_offset(offset)
             if timestamp > INT64_MAX:
                 raise ValueError(f"Timestamp {timestamp} does not fit an int64 in {self._path}")
+            if (n + 2) * 12 > self._allocated:  # this entry and the slot kept for the roll entry
+                self._reserve((n + 2) * 12)
             _TIME_ENTRY.pack_into(self._mmap, n * 12, timestamp, rel)
             self._last_entry = TimestampOffset(timestamp, offset)
             self._entries = n + 1
@@ -699,8 +764,10 @@ class LazyIndex(Generic[T]):
     two mappings of one file with independent positions corrupt appends).
     """
 
-    def __init__(self, path: os.PathLike | str, loader: Callable[[Path, bool], T], writable: bool = True) -> None:
+    def __init__(self, path: os.PathLike | str, loader: Callable[[Path, bool], T], writable: bool = True,
+                 fs: FileSystem = OS_FS) -> None:
         self._path = Path(path)
+        self._fs = fs
         self._loader = loader
         self._writable = writable
         self._index: T | None = None
@@ -713,8 +780,9 @@ class LazyIndex(Generic[T]):
         base_offset: int,
         max_index_size: int = -1,
         writable: bool = True,
+        fs: FileSystem = OS_FS,
     ) -> LazyIndex[OffsetIndex]:
-        return cls(path, lambda p, w: OffsetIndex(p, base_offset, max_index_size, w), writable)
+        return cls(path, lambda p, w: OffsetIndex(p, base_offset, max_index_size, w, fs), writable, fs)
 
     @classmethod
     def for_time(
@@ -723,8 +791,9 @@ class LazyIndex(Generic[T]):
         base_offset: int,
         max_index_size: int = -1,
         writable: bool = True,
+        fs: FileSystem = OS_FS,
     ) -> LazyIndex[TimeIndex]:
-        return cls(path, lambda p, w: TimeIndex(p, base_offset, max_index_size, w), writable)
+        return cls(path, lambda p, w: TimeIndex(p, base_offset, max_index_size, w, fs), writable, fs)
 
     @property
     def path(self) -> Path:
@@ -754,9 +823,7 @@ class LazyIndex(Generic[T]):
         with self._lock:
             index = self._index
             if index is not None:
-                if not index.read_only:
-                    index.trim_to_valid_size()
-                index.close_handler()
+                index.close()
                 self._path = index.path
                 self._index = None
             self._writable = False
@@ -776,9 +843,9 @@ class LazyIndex(Generic[T]):
                 self._index.rename_to(new_path)
                 return
             try:
-                os.replace(self._path, new_path)
+                self._fs.replace(self._path, new_path)
             except FileNotFoundError:
-                if self._path.exists():  # the destination's directory is what is missing
+                if self._fs.exists(self._path):  # the destination's directory is what is missing
                     raise
             finally:
                 self._path = new_path
@@ -788,7 +855,7 @@ class LazyIndex(Generic[T]):
             if self._index is not None:
                 return self._index.delete_if_exists()
             try:
-                self._path.unlink()
+                self._fs.unlink(self._path)
             except FileNotFoundError:
                 return False
             return True

@@ -13,7 +13,6 @@ Nothing before the first bad byte is ever lost.
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from config.log_config import LogConfig
 from . import filenames
 from .clock import Clock
 from .errors import CorruptIndexError
+from .fs import OS_FS, FileSystem, touch
 from .segment import LogSegment, rolling_jitter_ms
 from .segments import LogSegments
 
@@ -50,7 +50,9 @@ class LogLoader:
         recovery_point_checkpoint: int,
         had_clean_shutdown: bool,
         on_recovered_batch=None,
+        fs: FileSystem = OS_FS,
     ):
+        self.fs = fs
         self.directory = Path(directory)
         self.config = config
         self.clock = clock
@@ -61,6 +63,10 @@ class LogLoader:
         self.on_recovered_batch = on_recovered_batch
         self.rebuilt_indexes = 0
         self.recovered_segments = 0
+        #: Set when loading removed, renamed or cut files: they are synced before the log is used.
+        self.changed_files = False
+        #: Segments whose files recovery rewrote (indexes rebuilt, a tail cut), synced at the end.
+        self._rewritten: dict[int, LogSegment] = {}
 
     def load(self) -> LoadedLogOffsets:
         swap_files = self._remove_temp_files_and_collect_swap_files()
@@ -81,6 +87,7 @@ class LogLoader:
             )
             for segment in self.segments.clear():
                 segment.delete_if_exists()
+            self.changed_files = True
         if self.segments.is_empty:
             start = max(self.log_start_offset_checkpoint, 0)
             self.segments.add(self._open_segment(start, file_already_exists=False))
@@ -92,6 +99,17 @@ class LogLoader:
                 segment.lazy_offset_index.seal()
                 segment.lazy_time_index.seal()
         active.resize_indexes(self.config.segment_index_bytes)
+        rewritten = [s for base, s in sorted(self._rewritten.items()) if self.segments.get(base) is s]
+        if self.changed_files or rewritten:
+            # What recovery cut, removed and rebuilt must be durable before new appends land
+            # where it was, and before a recovery point covering it is checkpointed: a power cut
+            # undoing it would bring back bytes or segments that overlap the new data, or
+            # indexes that recovery would then trust.
+            for segment in rewritten if active in rewritten or not self.changed_files else rewritten + [active]:
+                segment.flush()
+                if segment is not active:
+                    segment.log.close()  # inactive segments hold no descriptors
+            self.fs.fsync_dir(self.directory)
         log_start_offset = max(self.log_start_offset_checkpoint, self.segments.first_segment().base_offset)
         return LoadedLogOffsets(
             log_start_offset=log_start_offset,
@@ -108,14 +126,14 @@ class LogLoader:
         swap_files: list[Path] = []
         cleaned_files: list[Path] = []
         min_cleaned_offset = None
-        for entry in os.scandir(self.directory):
+        for entry in self.fs.scandir(self.directory):
             name = entry.name
             if not name.endswith(_TRANSIENT_SUFFIXES) or not entry.is_file():
                 continue
             path = Path(entry.path)
             if name.endswith(filenames.DELETED_FILE_SUFFIX):
                 logger.info("deleting stray temporary file %s", path)
-                path.unlink(missing_ok=True)
+                self._unlink(path)
             elif name.endswith(filenames.CLEANED_FILE_SUFFIX):
                 offset = _base_offset_or_none(name)
                 if offset is not None:
@@ -128,13 +146,20 @@ class LogLoader:
             offset = _base_offset_or_none(path.name)
             if min_cleaned_offset is not None and offset is not None and offset >= min_cleaned_offset:
                 logger.info("deleting incomplete swap file %s", path)
-                path.unlink(missing_ok=True)
+                self._unlink(path)
             else:
                 kept_swaps.append(path)
         for path in cleaned_files:
             logger.info("deleting stray cleaner output %s", path)
-            path.unlink(missing_ok=True)
+            self._unlink(path)
         return kept_swaps
+
+    def _unlink(self, path: Path) -> None:
+        self.changed_files = True
+        try:
+            self.fs.unlink(path)
+        except FileNotFoundError:
+            pass
 
     def _complete_swaps(self, swap_files: list[Path]) -> None:
         """A .swap segment replaces every plain segment whose offsets it covers; then it becomes plain."""
@@ -143,24 +168,25 @@ class LogLoader:
             swap_bases = [filenames.offset_from_file_name(p.name) for p in log_swaps]
             min_swap = min(swap_bases)
             max_next = max(self._swap_next_offset(p, base) for p, base in zip(log_swaps, swap_bases))
-            for entry in os.scandir(self.directory):
+            for entry in self.fs.scandir(self.directory):
                 name = entry.name
                 if name.endswith(filenames.SWAP_FILE_SUFFIX) or not entry.is_file():
                     continue
                 offset = _base_offset_or_none(name)
                 if offset is not None and min_swap <= offset < max_next and _is_segment_file(name):
                     logger.info("deleting %s, replaced by an interrupted swap", entry.path)
-                    Path(entry.path).unlink(missing_ok=True)
+                    self._unlink(Path(entry.path))
         for path in swap_files:
             target = path.with_name(path.name[: -len(filenames.SWAP_FILE_SUFFIX)])
-            os.replace(path, target)
+            self.fs.replace(path, target)
+            self.changed_files = True
 
     def _swap_next_offset(self, log_path: Path, base_offset: int) -> int:
         segment = LogSegment.open(
             self.directory, base_offset,
             index_interval_bytes=self.config.index_interval_bytes,
             segment_index_bytes=self.config.segment_index_bytes,
-            clock=self.clock, file_already_exists=True, file_suffix=filenames.SWAP_FILE_SUFFIX,
+            clock=self.clock, file_already_exists=True, file_suffix=filenames.SWAP_FILE_SUFFIX, fs=self.fs,
         )
         try:
             segment.recover()
@@ -180,10 +206,11 @@ class LogLoader:
             rolling_jitter_ms=rolling_jitter_ms(config.segment_jitter_ms, config.segment_ms),
             file_already_exists=file_already_exists,
             preallocate_bytes=config.segment_bytes if config.preallocate else 0,
+            fs=self.fs,
         )
 
     def _load_segment_files(self) -> None:
-        names = sorted(entry.name for entry in os.scandir(self.directory) if entry.is_file())
+        names = sorted(entry.name for entry in self.fs.scandir(self.directory) if entry.is_file())
         present = set(names)
         for name in names:
             offset = _base_offset_or_none(name)
@@ -194,14 +221,14 @@ class LogLoader:
                         prefix + filenames.TXN_INDEX_FILE_SUFFIX):
                 if prefix + filenames.LOG_FILE_SUFFIX not in present:
                     logger.warning("deleting orphaned index file %s", self.directory / name)
-                    (self.directory / name).unlink(missing_ok=True)
+                    self._unlink(self.directory / name)
                 continue
             if name != prefix + filenames.LOG_FILE_SUFFIX:
                 continue
             index_missing = prefix + filenames.INDEX_FILE_SUFFIX not in present
             if prefix + filenames.TIME_INDEX_FILE_SUFFIX not in present:
                 # Kafka's rule: a missing time index is replaced by an empty one, not rebuilt.
-                (self.directory / (prefix + filenames.TIME_INDEX_FILE_SUFFIX)).touch()
+                touch(self.fs, self.directory / (prefix + filenames.TIME_INDEX_FILE_SUFFIX))
             segment = self._open_segment(offset, file_already_exists=True)
             if index_missing:
                 logger.info("rebuilding missing index of segment %s", segment.log.path)
@@ -213,6 +240,7 @@ class LogLoader:
 
     def _recover_segment(self, segment: LogSegment) -> int:
         self.recovered_segments += 1
+        self._rewritten[segment.base_offset] = segment
         return segment.recover(self.on_recovered_batch)
 
     def _recover_log(self) -> tuple[int, int]:
@@ -221,7 +249,12 @@ class LogLoader:
         if self.segments.is_empty:
             return max(self.log_start_offset_checkpoint, 0), 0
         last = self.segments.last_segment()
-        unflushed = self.segments.values(recovery_point, 2**63 - 1) if recovery_point < 2**63 - 1 else []
+        # From the segment holding the offset before the recovery point: when the recovery point
+        # is a segment's base offset, the segment below it was active when the checkpoint was
+        # written, and the roll that sealed it afterwards (final time index entry, trimmed
+        # files) may not have reached the disk.
+        from_offset = max(recovery_point - 1, 0)
+        unflushed = self.segments.values(from_offset, 2**63 - 1) if from_offset < 2**63 - 1 else []
         if recovery_point > last.base_offset and not unflushed:
             unflushed = [last]
         unflushed_bases = {segment.base_offset for segment in unflushed}
@@ -237,18 +270,35 @@ class LogLoader:
                 self._recover_segment(segment)
                 self.rebuilt_indexes += 1
         truncated_total = 0
+        tolerate_gaps = self.config.compact  # the cleaner leaves offset gaps between segments
         for i, segment in enumerate(unflushed):
             truncated = self._recover_segment(segment)
-            if truncated > 0:
-                truncated_total += truncated
-                logger.warning(
-                    "truncated %d invalid bytes at the end of %s; deleting %d later segments",
-                    truncated, segment.log.path, len(unflushed) - i - 1,
-                )
-                for later in unflushed[i + 1:]:
-                    self.segments.remove(later.base_offset)
-                    later.delete_if_exists()
+            truncated_total += truncated
+            later = unflushed[i + 1:]
+            if not later:
                 break
+            reason = None
+            if truncated > 0:
+                reason = f"truncated {truncated} invalid bytes at the end of {segment.log.path}"
+            else:
+                # A power cut keeps unsynced writes in any order: the next segment's creation can
+                # survive while the tail of this one (never acknowledged: a flush syncs every
+                # segment below its offset before it returns) is lost without a torn byte. What
+                # follows such a gap, or overlaps this segment, is not part of the log.
+                next_offset = segment.read_next_offset()
+                following = later[0].base_offset
+                if next_offset > following or (next_offset < following and not tolerate_gaps):
+                    reason = (f"{segment.log.path} ends at offset {next_offset} but the next segment "
+                              f"starts at {following}")
+            if reason is not None:
+                logger.warning("%s; deleting %d later segments", reason, len(later))
+                for segment_after in later:
+                    self.segments.remove(segment_after.base_offset)
+                    segment_after.delete_if_exists()
+                self.changed_files = True
+                break
+        if truncated_total:
+            self.changed_files = True
         return self.segments.active_segment.read_next_offset(), truncated_total
 
 

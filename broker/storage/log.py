@@ -14,20 +14,19 @@ from __future__ import annotations
 
 import bisect
 import logging
-import os
-import shutil
 import threading
 from collections import Counter
-from typing import NamedTuple
+from typing import Callable, NamedTuple, NoReturn
 from pathlib import Path
 
 from config.log_config import LogConfig
 from protocol.record_batch import NO_TIMESTAMP
 
 from . import filenames
-from .checkpoints import LEADER_EPOCH_CHECKPOINT, LeaderEpochCheckpointFile, LeaderEpochFileCache, fsync_dir
+from .checkpoints import LEADER_EPOCH_CHECKPOINT, LeaderEpochCheckpointFile, LeaderEpochFileCache
 from .clock import SYSTEM_CLOCK, Clock
 from .errors import OffsetOutOfRangeError, StorageError
+from .fs import OS_FS, FileSystem, is_disk_full, is_out_of_descriptors
 from .loader import LoadedLogOffsets, LogLoader
 from .segment import (
     FetchDataInfo,
@@ -76,8 +75,10 @@ class Log:
         clock: Clock,
         leader_epoch_cache: LeaderEpochFileCache,
         segment_deleter: SegmentDeleter | None = None,
+        fs: FileSystem = OS_FS,
     ):
         self.directory = Path(directory)
+        self.fs = fs
         self.topic, self.partition = filenames.parse_topic_partition_name(self.directory.name)
         self._config = config
         self._segments = segments
@@ -91,6 +92,9 @@ class Log:
         self._high_watermark = offsets.next_offset
         self._recovery_point = offsets.recovery_point
         self._pending_flush_offset = offsets.recovery_point
+        #: Segments a roll sealed (final time index entry, trimmed files) that no fsync has covered
+        #: since, by base offset: the recovery point may not pass them until one does.
+        self._unsynced_sealed: dict[int, LogSegment] = {}
         self._last_flush_ms = clock.milliseconds()
         self.load_stats = offsets
         self.roll_counts: Counter[str] = Counter()
@@ -100,6 +104,9 @@ class Log:
         self.deleted_segment_counts: Counter[str] = Counter()
         self.deleted_bytes: Counter[str] = Counter()
         self.offline = False
+        #: Called with (log, error) when an I/O error takes the log offline (the LogManager
+        #: takes the whole log directory offline then, as Kafka's LogDirFailureChannel does).
+        self.on_offline: Callable[["Log", OSError], None] | None = None
         self._closed = False
         self._timestamp_prefix: list[int] = []
         self._timestamp_prefix_key: tuple[int, int, int] | None = None
@@ -117,12 +124,17 @@ class Log:
         log_start_offset: int = 0,
         had_clean_shutdown: bool = False,
         segment_deleter: SegmentDeleter | None = None,
+        fs: FileSystem = OS_FS,
     ) -> "Log":
-        """Open (creating if needed) the log in ``directory``, recovering it if it was not shut down cleanly."""
+        """Open (creating if needed) the log in ``directory``, recovering it if it was not shut down cleanly.
+
+        A directory this creates is not yet durable in its parent: the LogManager fsyncs the
+        log dir before the creation is acknowledged.
+        """
         directory = Path(directory)
         filenames.parse_topic_partition_name(directory.name)
-        directory.mkdir(parents=True, exist_ok=True)
-        cache = LeaderEpochFileCache(LeaderEpochCheckpointFile(directory / LEADER_EPOCH_CHECKPOINT))
+        fs.mkdir(directory)
+        cache = LeaderEpochFileCache(LeaderEpochCheckpointFile(directory / LEADER_EPOCH_CHECKPOINT, fs))
         segments = LogSegments()
 
         def on_recovered_batch(header) -> None:
@@ -135,10 +147,11 @@ class Log:
             recovery_point_checkpoint=recovery_point,
             had_clean_shutdown=had_clean_shutdown,
             on_recovered_batch=on_recovered_batch,
+            fs=fs,
         ).load()
         cache.truncate_from_end(offsets.next_offset)
         cache.truncate_from_start(offsets.log_start_offset)
-        return cls(directory, config, segments, offsets, clock, cache, segment_deleter)
+        return cls(directory, config, segments, offsets, clock, cache, segment_deleter, fs)
 
     # -- state -------------------------------------------------------------------------------
 
@@ -165,6 +178,10 @@ class Log:
 
     @property
     def recovery_point(self) -> int:
+        """Everything below is durable: what recovery may trust after a crash (checkpointed)."""
+        unsynced = self._unsynced_sealed
+        if unsynced:
+            return min(self._recovery_point, min(unsynced))
         return self._recovery_point
 
     @property
@@ -206,14 +223,16 @@ class Log:
             last_offset = validated.last_offset
             try:
                 roll_reason = self._maybe_roll(validated, now_ms)
+                if leader_epoch != self._latest_epoch and leader_epoch >= 0:
+                    # Before the batch, as Kafka does: an epoch that cannot be recorded (a full
+                    # disk) fails the append with nothing written.
+                    self.leader_epoch_cache.assign(leader_epoch, validated.first_offset)
+                    self._latest_epoch = leader_epoch
                 self._active.append(
                     last_offset, validated.max_timestamp, validated.shallow_offset_of_max_timestamp, validated.records
                 )
-                if leader_epoch != self._latest_epoch and leader_epoch >= 0:
-                    self.leader_epoch_cache.assign(leader_epoch, validated.first_offset)
-                    self._latest_epoch = leader_epoch
             except OSError as exc:
-                self._go_offline(exc)
+                self._io_failure(exc, "append")
             self._next_offset = self._high_watermark = last_offset + 1
             info = LogAppendInfo(
                 validated.first_offset, last_offset, validated.max_timestamp,
@@ -225,9 +244,26 @@ class Log:
             self.flush()
         return info
 
-    def _go_offline(self, exc: OSError) -> None:
-        self.offline = True
-        logger.error("I/O error on log %s: %s; taking it offline", self.directory, exc)
+    def _io_failure(self, exc: OSError, what: str) -> NoReturn:
+        """A write that failed. A full disk or a process out of descriptors fails only this
+        request (KAFKA_STORAGE_ERROR): nothing was changed, reads go on, and the next write
+        tries again, so writing resumes by itself once space or descriptors are back. Any
+        other error is a disk failure and takes the log offline."""
+        if is_disk_full(exc) or is_out_of_descriptors(exc):
+            logger.warning("%s on log %s failed: %s", what, self.directory.name, exc)
+            raise StorageError(f"{what} on log {self.directory.name} failed: {exc}") from exc
+        self._go_offline(exc)
+
+    def _go_offline(self, exc: OSError) -> NoReturn:
+        """Take the log offline for good (until a restart): reads and writes are refused, and a
+        failed fsync is never retried, since Linux may have dropped the unwritten pages
+        (fsyncgate). The LogManager takes the whole log directory offline with it."""
+        if not self.offline:
+            self.offline = True
+            logger.error("I/O error on log %s: %s; taking it offline", self.directory, exc)
+            callback = self.on_offline
+            if callback is not None:
+                callback(self, exc)
         raise StorageError(f"I/O error on log {self.directory.name}: {exc}") from exc
 
     def _maybe_roll(self, validated: ValidatedBatch, now_ms: int) -> str | None:
@@ -249,28 +285,29 @@ class Log:
             try:
                 return self._roll_locked(self._next_offset)
             except OSError as exc:
-                self._go_offline(exc)
-                raise  # unreachable: _go_offline raises
+                self._io_failure(exc, "roll")
 
     def _roll_locked(self, expected_next_offset: int) -> LogSegment:
+        """Make a new active segment; an OSError (no space, no descriptor) leaves the log as it
+        was: the new segment's files are created first and removed again if that fails, and
+        sealing the old one fails, if at all, before it changes anything."""
         new_offset = max(expected_next_offset, self._next_offset)
         active = self.active_segment
         if new_offset == active.base_offset and active.size == 0:
-            # KAFKA-6388: an empty active segment at the same base is replaced, never duplicated.
-            self._segments.remove(active.base_offset)
-            active.delete_if_exists()
-        elif new_offset in self._segments:
+            # KAFKA-6388: never two segments with one base offset. An empty active segment at the
+            # same base just starts over (its roll timer), with no file touched.
+            active.created_ms = self._clock.milliseconds()
+            return active
+        if new_offset in self._segments:
             raise StorageError(
                 f"cannot roll {self.directory.name}: a segment with base offset {new_offset} already exists"
             )
-        else:
-            active.on_becoming_inactive_segment()
-            for stale in (filenames.log_file(self.directory, new_offset),
-                          filenames.offset_index_file(self.directory, new_offset),
-                          filenames.time_index_file(self.directory, new_offset)):
-                if stale.exists():
-                    logger.warning("deleting stale file %s before rolling", stale)
-                    stale.unlink()
+        for stale in (filenames.log_file(self.directory, new_offset),
+                      filenames.offset_index_file(self.directory, new_offset),
+                      filenames.time_index_file(self.directory, new_offset)):
+            if self.fs.exists(stale):
+                logger.warning("deleting stale file %s before rolling", stale)
+                self.fs.unlink(stale)
         config = self._config
         segment = LogSegment.open(
             self.directory, new_offset,
@@ -279,7 +316,14 @@ class Log:
             clock=self._clock,
             rolling_jitter_ms=rolling_jitter_ms(config.segment_jitter_ms, config.segment_ms),
             preallocate_bytes=config.segment_bytes if config.preallocate else 0,
+            fs=self.fs,
         )
+        try:
+            active.on_becoming_inactive_segment()
+        except BaseException:
+            segment.delete_if_exists()
+            raise
+        self._unsynced_sealed[active.base_offset] = active
         self._segments.add(segment)
         self._active = segment
         # Kafka flushes everything below the new segment asynchronously; flush_pending() does it.
@@ -296,28 +340,38 @@ class Log:
         with self._lock:
             self._check_open()
             offset = self._next_offset if offset is None else min(offset, self._next_offset)
-            if offset <= self._recovery_point:
+            sealed = list(self._unsynced_sealed.items())
+            if offset <= self._recovery_point and not sealed:
                 return
             fds: list[int] = []
             try:
-                for segment in self._segments.values(self._recovery_point, offset):
+                segments = self._segments.values(self._recovery_point, offset) if offset > self._recovery_point else []
+                covered = {segment.base_offset for segment in segments}
+                segments.extend(segment for base, segment in sealed if base not in covered)
+                for segment in segments:
                     fds.extend(segment.descriptors_to_flush())
-            except OSError as exc:
+            except OSError as exc:  # no descriptor to sync with: nothing was synced, nothing failed
                 for fd in fds:
-                    os.close(fd)
-                self._go_offline(exc)
+                    self.fs.close(fd)
+                self._io_failure(exc, "flush")
+        fs = self.fs
         try:
             for fd in fds:
-                os.fsync(fd)
-            fsync_dir(self.directory)
+                fs.fsync(fd)
+            fs.fsync_dir(self.directory)
         except OSError as exc:
+            # Whatever the errno: the kernel may have dropped the pages it could not write, so a
+            # retry that succeeded would prove nothing (fsyncgate). The log goes offline.
             with self._lock:
                 self._go_offline(exc)
         finally:
             for fd in fds:
-                os.close(fd)
+                fs.close(fd)
         with self._lock:
             self._recovery_point = max(self._recovery_point, offset)
+            for base, segment in sealed:
+                if self._unsynced_sealed.get(base) is segment:
+                    del self._unsynced_sealed[base]
             self._last_flush_ms = self._clock.milliseconds()
 
     def flush_pending(self) -> bool:
@@ -328,7 +382,11 @@ class Log:
                 target = self._pending_flush_offset
             if self._clock.milliseconds() - self._last_flush_ms >= self._config.flush_ms:
                 target = self._next_offset
-        if target is None or target <= self._recovery_point:
+            if self._unsynced_sealed:
+                target = max(target or 0, self._recovery_point)
+            elif target is not None and target <= self._recovery_point:
+                target = None
+        if target is None:
             return False
         self.flush(target)
         return True
@@ -521,7 +579,7 @@ class Log:
                 try:
                     new_segment = self._roll_locked(self._next_offset)
                 except OSError as exc:
-                    self._go_offline(exc)
+                    self._io_failure(exc, "roll for retention")
                 if deletable[-1].base_offset == new_segment.base_offset:
                     deletable.pop()  # the "expired" active segment was empty and was replaced in place
             if not deletable:
@@ -540,13 +598,15 @@ class Log:
             for segment in segments:
                 if self._segments.get(segment.base_offset) is segment:
                     self._segments.remove(segment.base_offset)
+                if self._unsynced_sealed.get(segment.base_offset) is segment:
+                    del self._unsynced_sealed[segment.base_offset]
                 size = segment.size
                 try:
                     segment.change_file_suffixes("", filenames.DELETED_FILE_SUFFIX)
                 except FileNotFoundError:
                     pass  # already gone (e.g. an index that was never created)
                 except OSError as exc:
-                    self._go_offline(exc)
+                    self._io_failure(exc, "segment deletion")
                 removed.append(segment)
                 self.deleted_segment_counts[reason] += 1
                 self.deleted_bytes[reason] += size
@@ -556,14 +616,21 @@ class Log:
 
     # -- lifecycle ---------------------------------------------------------------------------
 
-    def close(self) -> None:
-        """Clean close: final index entries, trimmed indexes, files closed. Does not flush."""
+    def close(self, *, sync: bool = True) -> None:
+        """Clean close: final index entries, trimmed indexes, files closed. Does not flush data,
+        but with ``sync`` makes the trims durable (fsync of the files it changed and of the
+        directory): after a clean shutdown the loader trusts them, and an index whose trim a
+        power cut undid reads its zero padding as entries (KAFKA-10207)."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
+            changed = set(self._unsynced_sealed) | {self._active.base_offset}
             for segment in self._segments:
-                segment.close()
+                segment.close(sync=sync and segment.base_offset in changed)
+            self._unsynced_sealed.clear()
+            if sync:
+                self.fs.fsync_dir(self.directory)
 
     def delete(self) -> None:
         """Remove the whole partition directory (topic deletion)."""
@@ -571,7 +638,7 @@ class Log:
             self._closed = True
             for segment in self._segments.clear():
                 segment.close_handlers()
-            shutil.rmtree(self.directory, ignore_errors=True)
+            self.fs.rmtree(self.directory)
 
     def __repr__(self) -> str:
         return (
@@ -629,7 +696,7 @@ class Log:
                         hook(f"deleted {segment.base_offset}")
                 for segment in new_sorted:
                     self._rename_segment_files(segment, filenames.SWAP_FILE_SUFFIX, "", hook)
-                fsync_dir(self.directory)
+                self.fs.fsync_dir(self.directory)
             except OSError as exc:
                 self._go_offline(exc)
             self._timestamp_prefix_key = None

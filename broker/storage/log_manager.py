@@ -7,10 +7,7 @@ shutdown sequence: flush, close, checkpoints, then the marker, in Kafka's order.
 
 from __future__ import annotations
 
-import fcntl
 import logging
-import os
-import shutil
 import threading
 import uuid
 from pathlib import Path
@@ -31,6 +28,7 @@ from .checkpoints import (
 )
 from .clock import SYSTEM_CLOCK, Clock
 from .errors import CorruptCheckpointError, StorageError
+from .fs import OS_FS, FileSystem, make_dirs
 from .log import Log
 from .segment_deleter import SegmentDeleter
 from .cleaner.log_cleaner import CleanerConfig, LogCleaner
@@ -44,30 +42,34 @@ TopicPartition = tuple[str, int]
 class LogDir:
     """One entry of log.dirs: its lock, its checkpoints and whether it went offline."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, fs: FileSystem = OS_FS):
         self.path = path
-        self.clean_shutdown_file = CleanShutdownFile(path)
+        self.fs = fs
+        self.clean_shutdown_file = CleanShutdownFile(path, fs)
         self.offline = False
         self._lock_fd: int | None = None
+        #: Serialises the rewrites of this directory's offset checkpoints: the periodic tasks and a
+        #: partition deletion must not interleave (a snapshot taken before a deletion and written
+        #: after its rewrite would bring the deleted partition's entries back).
+        self.checkpoint_lock = threading.Lock()
 
     def open(self) -> None:
         """Create the directory if needed, take its lock, and open (creating) its checkpoint files."""
-        self.path.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        fs = self.fs
+        make_dirs(fs, self.path)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fd = fs.lock(self.path / LOCK_FILE)
         except BlockingIOError:
-            os.close(fd)
             raise StorageError(f"log directory {self.path} is in use by another process") from None
         self._lock_fd = fd
-        self.recovery_point_checkpoint = OffsetCheckpointFile(self.path / RECOVERY_POINT_CHECKPOINT)
-        self.log_start_offset_checkpoint = OffsetCheckpointFile(self.path / LOG_START_OFFSET_CHECKPOINT)
-        self.replication_offset_checkpoint = OffsetCheckpointFile(self.path / REPLICATION_OFFSET_CHECKPOINT)
-        self.cleaner_offset_checkpoint = OffsetCheckpointFile(self.path / CLEANER_OFFSET_CHECKPOINT)
+        self.recovery_point_checkpoint = OffsetCheckpointFile(self.path / RECOVERY_POINT_CHECKPOINT, fs)
+        self.log_start_offset_checkpoint = OffsetCheckpointFile(self.path / LOG_START_OFFSET_CHECKPOINT, fs)
+        self.replication_offset_checkpoint = OffsetCheckpointFile(self.path / REPLICATION_OFFSET_CHECKPOINT, fs)
+        self.cleaner_offset_checkpoint = OffsetCheckpointFile(self.path / CLEANER_OFFSET_CHECKPOINT, fs)
 
     def unlock(self) -> None:
         if self._lock_fd is not None:
-            os.close(self._lock_fd)
+            self.fs.close(self._lock_fd)
             self._lock_fd = None
 
     def read_checkpoint(self, checkpoint: OffsetCheckpointFile) -> dict[TopicPartition, int]:
@@ -89,8 +91,11 @@ class LogManager:
         topic_config: Callable[[str], LogConfig] | None = None,
         node_id: int = 0,
         cleaner_config: CleanerConfig | None = None,
+        fs: FileSystem = OS_FS,
     ):
-        self.log_dirs = [LogDir(Path(d).resolve()) for d in log_dirs]
+        #: Every file operation of the logs goes through this (see broker/storage/fs.py).
+        self.fs = fs
+        self.log_dirs = [LogDir(Path(d) if fs is not OS_FS else Path(d).resolve(), fs) for d in log_dirs]
         if not self.log_dirs:
             raise ValueError("log.dirs must name at least one directory")
         self.default_config = default_config
@@ -128,12 +133,12 @@ class LogManager:
             self.had_clean_shutdown[log_dir.path] = clean
             recovery_points = log_dir.read_checkpoint(log_dir.recovery_point_checkpoint)
             log_starts = log_dir.read_checkpoint(log_dir.log_start_offset_checkpoint)
-            for entry in sorted(os.scandir(log_dir.path), key=lambda e: e.name):
+            for entry in sorted(self.fs.scandir(log_dir.path), key=lambda e: e.name):
                 if not entry.is_dir():
                     continue
                 if entry.name.endswith(filenames.DELETE_DIR_SUFFIX):
                     logger.info("removing partition directory %s queued for deletion", entry.path)
-                    shutil.rmtree(entry.path, ignore_errors=True)
+                    self.fs.rmtree(entry.path)
                     continue
                 try:
                     tp = filenames.parse_topic_partition_name(entry.name)
@@ -146,20 +151,26 @@ class LogManager:
                     log_start_offset=log_starts.get(tp, 0),
                     had_clean_shutdown=clean,
                     segment_deleter=self.segment_deleter,
+                    fs=self.fs,
                 )
+                log.on_offline = self._on_log_offline
                 self._logs[tp] = log
                 self._log_dir_of[tp] = log_dir
             logger.info("loaded %d logs from %s (clean shutdown: %s)",
                         sum(1 for d in self._log_dir_of.values() if d is log_dir), log_dir.path, clean)
+            # Entries of partitions that are no longer on disk (a deletion interrupted between its
+            # rename and its checkpoint rewrite) must be gone before a topic of that name can be
+            # created again, or they would be applied to the new log after the next crash.
+            self._write_offset_checkpoints(log_dir)
         if self.cleaner is not None:
             self.cleaner.startup()
 
     def _ensure_meta_properties(self, log_dir: LogDir) -> None:
-        meta = MetaProperties.read(log_dir.path)
+        meta = MetaProperties.read(log_dir.path, self.fs)
         if meta is None:
             cluster_id = self.cluster_id or random_kafka_uuid()
             meta = MetaProperties(cluster_id=cluster_id, node_id=self.node_id, directory_id=random_kafka_uuid())
-            meta.write(log_dir.path)
+            meta.write(log_dir.path, self.fs)
         elif self.cluster_id is not None and meta.cluster_id != self.cluster_id:
             raise StorageError(
                 f"log directory {log_dir.path} belongs to cluster {meta.cluster_id}, "
@@ -177,18 +188,76 @@ class LogManager:
             return dict(self._logs)
 
     def get_or_create_log(self, topic: str, partition: int, config: LogConfig | None = None) -> Log:
+        """The partition's log, created (durably: its directory entry fsynced) if it is new."""
+        return self.create_logs(topic, [partition], config)[0]
+
+    def create_logs(self, topic: str, partitions: Iterable[int], config: LogConfig | None = None) -> list[Log]:
+        """The logs of ``partitions``, creating those that do not exist yet.
+
+        All or nothing: if one cannot be created (out of descriptors, a full disk), those this
+        call created are removed again and StorageError is raised; no log goes offline for it.
+        A new partition directory is made durable (its log dir fsynced) before this returns, so an
+        acknowledged create survives a power cut; one fsync per log dir covers all of them.
+        """
+        logs: list[Log] = []
+        created: list[tuple[TopicPartition, Log]] = []
         with self._lock:
-            existing = self._logs.get((topic, partition))
-            if existing is not None:
-                return existing
-            name = filenames.topic_partition_dir_name(topic, partition)
-            log_dir = self._next_log_dir()
-            log = Log.open(log_dir.path / name, config or self.topic_config(topic), clock=self.clock,
-                           had_clean_shutdown=True, segment_deleter=self.segment_deleter)
-            self._logs[(topic, partition)] = log
-            self._log_dir_of[(topic, partition)] = log_dir
-            logger.info("created log %s in %s", name, log_dir.path)
-            return log
+            directory = None
+            try:
+                for partition in partitions:
+                    existing = self._logs.get((topic, partition))
+                    if existing is not None:
+                        logs.append(existing)
+                        continue
+                    name = filenames.topic_partition_dir_name(topic, partition)
+                    log_dir = self._next_log_dir()
+                    directory = log_dir.path / name
+                    log = Log.open(directory, config or self.topic_config(topic), clock=self.clock,
+                                   had_clean_shutdown=True, segment_deleter=self.segment_deleter, fs=self.fs)
+                    directory = None
+                    log.on_offline = self._on_log_offline
+                    self._logs[(topic, partition)] = log
+                    self._log_dir_of[(topic, partition)] = log_dir
+                    created.append(((topic, partition), log))
+                    logs.append(log)
+                    logger.info("created log %s in %s", name, log_dir.path)
+                for path in {self._log_dir_of[tp].path for tp, _ in created}:
+                    self.fs.fsync_dir(path)
+            except OSError as exc:
+                logger.error("could not create partitions of %s (%s): removing the %d created", topic, exc,
+                             len(created))
+                for tp, log in created:
+                    self._logs.pop(tp, None)
+                    self._log_dir_of.pop(tp, None)
+                    try:
+                        log.close(sync=False)
+                    except OSError:
+                        pass
+                    self.fs.rmtree(log.directory)
+                if directory is not None:  # the one that failed half-way
+                    self.fs.rmtree(directory)
+                raise StorageError(f"could not create the partitions of {topic}: {exc}") from exc
+        return logs
+
+    def _on_log_offline(self, log: Log, exc: OSError) -> None:
+        """An I/O error took ``log`` offline: its whole directory goes with it (Kafka's rule)."""
+        with self._lock:
+            log_dir = self._log_dir_of.get((log.topic, log.partition))
+        if log_dir is not None:
+            self.take_dir_offline(log_dir, f"{exc} (on {log.directory.name})")
+
+    def take_dir_offline(self, log_dir: LogDir, cause: str) -> None:
+        """Every partition of ``log_dir`` refuses reads and writes (KAFKA_STORAGE_ERROR) until a
+        restart; its checkpoints are no longer written; new partitions go to other dirs."""
+        with self._lock:
+            if log_dir.offline:
+                return
+            log_dir.offline = True
+            logs = [log for tp, log in self._logs.items() if self._log_dir_of[tp] is log_dir]
+        for log in logs:
+            log.offline = True
+        logger.critical("log directory %s is offline after an I/O error: %s; its %d partitions refuse "
+                        "reads and writes until the broker restarts", log_dir.path, cause, len(logs))
 
     def _refresh_offline_dirs(self) -> None:
         """A log that hit an I/O error takes its whole directory offline (Kafka's rule)."""
@@ -226,10 +295,18 @@ class LogManager:
             self.cleaner.manager.remove_partition((topic, partition))
             if log_dir is not None and not log_dir.offline:
                 self.cleaner.update_checkpoints(log_dir.path, remove=(topic, partition))
-        log.close()
+        log.close(sync=False)
         doomed = log.directory.with_name(filenames.delete_dir_name(topic, partition, uuid.uuid4().hex))
-        os.replace(log.directory, doomed)
-        shutil.rmtree(doomed, ignore_errors=True)
+        self.fs.replace(log.directory, doomed)
+        # The rename is what deletes the partition: durable before the deletion is acknowledged,
+        # or a power cut brings the partition (and its topic) back.
+        self.fs.fsync_dir(doomed.parent)
+        if log_dir is not None and not log_dir.offline:
+            # Kafka's LogManager rewrites the directory's checkpoints right after a deletion: an
+            # entry left behind would be applied to a partition of the same name created later
+            # (its log start offset above the new log's end: every record deleted at recovery).
+            self._write_offset_checkpoints(log_dir)
+        self.fs.rmtree(doomed)
         return True
 
     # -- retention ---------------------------------------------------------------------------
@@ -257,32 +334,48 @@ class LogManager:
 
     # -- checkpoints and flushing ------------------------------------------------------------
 
-    def _logs_by_dir(self) -> dict[Path, list[tuple[TopicPartition, Log]]]:
+    def _logs_in(self, log_dir: LogDir) -> list[tuple[TopicPartition, Log]]:
         with self._lock:
-            grouped: dict[Path, list[tuple[TopicPartition, Log]]] = {d.path: [] for d in self.log_dirs}
-            for tp, log in self._logs.items():
-                grouped[self._log_dir_of[tp].path].append((tp, log))
-            return grouped
+            return [(tp, log) for tp, log in self._logs.items() if self._log_dir_of[tp] is log_dir]
+
+    def _write_checkpoint(self, log_dir: LogDir, checkpoint_of, entries) -> None:
+        """Rewrite one checkpoint of ``log_dir`` from a snapshot of its logs taken under the
+        directory's checkpoint lock (see LogDir.checkpoint_lock)."""
+        with log_dir.checkpoint_lock:
+            if log_dir.offline:
+                return
+            checkpoint_of(log_dir).write(entries(self._logs_in(log_dir)))
+
+    @staticmethod
+    def _recovery_points(logs) -> dict[TopicPartition, int]:
+        return {tp: log.recovery_point for tp, log in logs}
+
+    @staticmethod
+    def _log_start_offsets(logs) -> dict[TopicPartition, int]:
+        """Only partitions whose start moved past their first segment, as Kafka writes it."""
+        return {tp: log.log_start_offset for tp, log in logs
+                if log.log_start_offset > log.segments.first_segment().base_offset}
+
+    @staticmethod
+    def _high_watermarks(logs) -> dict[TopicPartition, int]:
+        return {tp: log.high_watermark for tp, log in logs}
+
+    def _write_offset_checkpoints(self, log_dir: LogDir) -> None:
+        self._write_checkpoint(log_dir, lambda d: d.recovery_point_checkpoint, self._recovery_points)
+        self._write_checkpoint(log_dir, lambda d: d.log_start_offset_checkpoint, self._log_start_offsets)
+        self._write_checkpoint(log_dir, lambda d: d.replication_offset_checkpoint, self._high_watermarks)
 
     def checkpoint_recovery_points(self) -> None:
-        grouped = self._logs_by_dir()
         for log_dir in self.log_dirs:
-            log_dir.recovery_point_checkpoint.write({tp: log.recovery_point for tp, log in grouped[log_dir.path]})
+            self._write_checkpoint(log_dir, lambda d: d.recovery_point_checkpoint, self._recovery_points)
 
     def checkpoint_log_start_offsets(self) -> None:
-        """Only partitions whose start moved past their first segment, as Kafka writes it."""
-        grouped = self._logs_by_dir()
         for log_dir in self.log_dirs:
-            log_dir.log_start_offset_checkpoint.write({
-                tp: log.log_start_offset
-                for tp, log in grouped[log_dir.path]
-                if log.log_start_offset > log.segments.first_segment().base_offset
-            })
+            self._write_checkpoint(log_dir, lambda d: d.log_start_offset_checkpoint, self._log_start_offsets)
 
     def checkpoint_high_watermarks(self) -> None:
-        grouped = self._logs_by_dir()
         for log_dir in self.log_dirs:
-            log_dir.replication_offset_checkpoint.write({tp: log.high_watermark for tp, log in grouped[log_dir.path]})
+            self._write_checkpoint(log_dir, lambda d: d.replication_offset_checkpoint, self._high_watermarks)
 
     def flush_pending(self) -> int:
         """Run the flushes that rolls and flush.ms scheduled; returns how many logs were flushed."""

@@ -24,6 +24,7 @@ from . import filenames
 from .clock import Clock
 from .errors import CorruptIndexError, CorruptRecordError, LogSegmentOffsetOverflowError
 from .file_records import FileRecords, FileRegion
+from .fs import OS_FS, FileSystem, is_disk_full, is_out_of_descriptors
 from .index import LazyIndex, OffsetIndex, TimeIndex, TimestampOffset
 
 MAX_RELATIVE_OFFSET = 2**31 - 1
@@ -74,7 +75,9 @@ class LogSegment:
         index_interval_bytes: int,
         rolling_jitter_ms: int,
         clock: Clock,
+        fs: FileSystem = OS_FS,
     ):
+        self.fs = fs
         self.log = log
         self._offset_index = offset_index
         self._time_index = time_index
@@ -101,26 +104,34 @@ class LogSegment:
         file_already_exists: bool = False,
         preallocate_bytes: int = 0,
         file_suffix: str = "",
+        fs: FileSystem = OS_FS,
     ) -> "LogSegment":
         directory = Path(directory)
         log = FileRecords(
             filenames.log_file(directory, base_offset, file_suffix),
             create=not file_already_exists,
             preallocate_bytes=preallocate_bytes,
+            fs=fs,
         )
         offset_index = LazyIndex.for_offset(
             filenames.offset_index_file(directory, base_offset, file_suffix), base_offset,
-            _at_least_one_entry(segment_index_bytes, OffsetIndex.ENTRY_SIZE),
+            _at_least_one_entry(segment_index_bytes, OffsetIndex.ENTRY_SIZE), fs=fs,
         )
         time_index = LazyIndex.for_time(
             filenames.time_index_file(directory, base_offset, file_suffix), base_offset,
-            _at_least_one_entry(segment_index_bytes, TimeIndex.ENTRY_SIZE),
+            _at_least_one_entry(segment_index_bytes, TimeIndex.ENTRY_SIZE), fs=fs,
         )
         if not file_already_exists:
             # A new segment has all three files from the start, its indexes preallocated.
-            offset_index.get()
-            time_index.get()
-        return cls(log, offset_index, time_index, base_offset, index_interval_bytes, rolling_jitter_ms, clock)
+            try:
+                offset_index.get()
+                time_index.get()
+            except BaseException:
+                log.delete_if_exists()
+                offset_index.delete_if_exists()
+                time_index.delete_if_exists()
+                raise
+        return cls(log, offset_index, time_index, base_offset, index_interval_bytes, rolling_jitter_ms, clock, fs)
 
     # -- accessors ---------------------------------------------------------------------------
 
@@ -149,7 +160,8 @@ class LogSegment:
             if self._time_index.is_loaded:
                 self._max_timestamp_and_offset = self.time_index.last_entry
             else:  # one pread instead of mapping the whole index
-                self._max_timestamp_and_offset = read_last_time_index_entry(self._time_index.path, self.base_offset)
+                self._max_timestamp_and_offset = read_last_time_index_entry(
+                    self._time_index.path, self.base_offset, self.fs)
         return self._max_timestamp_and_offset
 
     @property
@@ -172,8 +184,8 @@ class LogSegment:
 
     def set_last_modified_ms(self, ms: int) -> None:
         for path in (self.log.path, self._offset_index.path, self._time_index.path):
-            if path.exists():
-                os.utime(path, ns=(ms * 1_000_000, ms * 1_000_000))
+            if self.fs.exists(path):
+                self.fs.utime(path, ms * 1_000_000)
 
     # -- append ------------------------------------------------------------------------------
 
@@ -196,9 +208,15 @@ class LogSegment:
         if largest_timestamp > current.timestamp:
             current = self._max_timestamp_and_offset = TimestampOffset(largest_timestamp, shallow_offset_of_max_timestamp)
         if self._bytes_since_last_index_entry > self.index_interval_bytes:
-            self._offset_index.get().append(largest_offset, physical_position)
-            self._time_index.get().maybe_append(current.timestamp, current.offset)
-            self._bytes_since_last_index_entry = 0
+            try:
+                self._offset_index.get().append(largest_offset, physical_position)
+                self._time_index.get().maybe_append(current.timestamp, current.offset)
+                self._bytes_since_last_index_entry = 0
+            except OSError as exc:
+                # The batch is written; indexes are sparse, so an entry that found no space (or
+                # no descriptor) is left out and the next append tries again.
+                if not (is_disk_full(exc) or is_out_of_descriptors(exc)):
+                    raise
         self._bytes_since_last_index_entry += size
 
     # -- roll --------------------------------------------------------------------------------
@@ -237,7 +255,10 @@ class LogSegment:
 
     def on_becoming_inactive_segment(self) -> None:
         """Final time index entry and trimmed files; then the indexes are unmapped (read-only from
-        now on) and the .log descriptor closed, so inactive segments hold no descriptors."""
+        now on) and the .log descriptor closed, so inactive segments hold no descriptors.
+
+        The final entry goes first: it is the one step that can fail for want of space (its slot
+        is reserved with the previous entry, see TimeIndex), and nothing has changed if it does."""
         current = self._max_timestamp_so_far()
         self.time_index.maybe_append(current.timestamp, current.offset, skip_full_check=True)
         self._offset_index.seal()
@@ -348,6 +369,7 @@ class LogSegment:
         time_index.reset()
         valid_bytes = 0
         last_index_entry = 0
+        indexing = True
         max_ts = TimestampOffset(NO_TIMESTAMP, self.base_offset)
         expected_offset = self.base_offset
         try:
@@ -367,10 +389,15 @@ class LogSegment:
                     max_ts = TimestampOffset(header.max_timestamp, header.last_offset)
                 # (An index shrunk by a config change since the data was written just stops
                 # taking entries: lookups then scan a little further, nothing is lost.)
-                if (valid_bytes - last_index_entry > self.index_interval_bytes
+                if (indexing and valid_bytes - last_index_entry > self.index_interval_bytes
                         and not offset_index.is_full() and not time_index.is_full()):
-                    offset_index.append(header.last_offset, valid_bytes)
-                    time_index.maybe_append(max_ts.timestamp, max_ts.offset)
+                    try:
+                        offset_index.append(header.last_offset, valid_bytes)
+                        time_index.maybe_append(max_ts.timestamp, max_ts.offset)
+                    except OSError as exc:
+                        if not is_disk_full(exc):
+                            raise
+                        indexing = False  # a full disk: the log is recovered with a sparser index
                     last_index_entry = valid_bytes
                 valid_bytes += header.size
                 if on_batch is not None:
@@ -424,13 +451,14 @@ class LogSegment:
     # -- files -------------------------------------------------------------------------------
 
     def flush(self) -> None:
+        fs = self.fs
         fds = self.descriptors_to_flush()
         try:
             for fd in fds:
-                os.fsync(fd)
+                fs.fsync(fd)
         finally:
             for fd in fds:
-                os.close(fd)
+                fs.close(fd)
 
     def descriptors_to_flush(self) -> list[int]:
         """Caller-owned descriptors of the .log and both index files, for fsync outside any lock.
@@ -438,16 +466,17 @@ class LogSegment:
         fsync on an index descriptor also writes pages dirtied through its mmap, so this covers
         loaded and sealed (unmapped) indexes alike.
         """
+        fs = self.fs
         fds = [self.log.dup_fd()]
         try:
             for path in (self._offset_index.path, self._time_index.path):
                 try:
-                    fds.append(os.open(path, os.O_RDONLY))
+                    fds.append(fs.open(path, os.O_RDONLY))
                 except FileNotFoundError:
                     pass  # renamed away by a concurrent swap or deletion: nothing left to sync
         except BaseException:
             for fd in fds:
-                os.close(fd)
+                fs.close(fd)
             raise
         return fds
 
@@ -463,8 +492,9 @@ class LogSegment:
         self._offset_index.rename_to(renamed(self._offset_index.path))
         self._time_index.rename_to(renamed(self._time_index.path))
 
-    def close(self) -> None:
-        """Clean close: final time index entry, trimmed indexes, files closed."""
+    def close(self, sync: bool = False) -> None:
+        """Clean close: final time index entry, trimmed indexes, files closed; with ``sync`` the
+        files are fsynced first, so what the close wrote survives a power cut."""
         if self._time_index.is_loaded and self._offset_index.is_loaded:
             current = self._max_timestamp_so_far()
             if not self.time_index.read_only:
@@ -472,6 +502,8 @@ class LogSegment:
         self._offset_index.close()
         self._time_index.close()
         self.log.trim()
+        if sync:
+            self.flush()
         self.log.close()
 
     def close_handlers(self) -> None:
@@ -495,17 +527,19 @@ def _at_least_one_entry(segment_index_bytes: int, entry_size: int) -> int:
     return max(segment_index_bytes, entry_size)
 
 
-def read_last_time_index_entry(path: Path, base_offset: int) -> TimestampOffset:
+def read_last_time_index_entry(path: Path, base_offset: int, fs: FileSystem = OS_FS) -> TimestampOffset:
     """The last entry of a trimmed time index file, or (-1, base_offset) when it has none."""
     try:
-        with open(path, "rb") as f:
-            length = os.fstat(f.fileno()).st_size
-            entries = length // TimeIndex.ENTRY_SIZE
-            if entries == 0:
-                return TimestampOffset(NO_TIMESTAMP, base_offset)
-            raw = os.pread(f.fileno(), TimeIndex.ENTRY_SIZE, (entries - 1) * TimeIndex.ENTRY_SIZE)
+        fd = fs.open(path, os.O_RDONLY)
     except FileNotFoundError:
         return TimestampOffset(NO_TIMESTAMP, base_offset)
+    try:
+        entries = fs.fstat(fd).st_size // TimeIndex.ENTRY_SIZE
+        if entries == 0:
+            return TimestampOffset(NO_TIMESTAMP, base_offset)
+        raw = fs.pread(fd, TimeIndex.ENTRY_SIZE, (entries - 1) * TimeIndex.ENTRY_SIZE)
+    finally:
+        fs.close(fd)
     timestamp, relative = _TIME_INDEX_ENTRY.unpack(raw)
     return TimestampOffset(timestamp, base_offset + relative)
 

@@ -27,6 +27,7 @@ from protocol.errors import (
 
 from . import filenames
 from .checkpoints import atomic_write
+from .fs import read_file
 from .log import Log
 from .log_manager import LogManager
 
@@ -61,8 +62,9 @@ class TopicManager:
     def load(self) -> None:
         """Read the topics file; adopt partition directories it does not list. Call before LogManager.startup()."""
         stored: dict[str, Topic] = {}
-        if self._path.exists():
-            doc = json.loads(self._path.read_text())
+        fs = self.log_manager.fs
+        if fs.exists(self._path):
+            doc = json.loads(read_file(fs, self._path).decode())
             for name, entry in doc.get("topics", {}).items():
                 stored[name] = Topic(name, int(entry["num_partitions"]), dict(entry.get("configs", {})))
         self._topics = stored
@@ -156,8 +158,17 @@ class TopicManager:
             topic = Topic(name, count, configs)
             self._topics[name] = topic
             self._save()
-            for partition in range(count):
-                self.log_manager.get_or_create_log(name, partition, config)
+            try:
+                self.log_manager.create_logs(name, range(count), config)
+            except BaseException:
+                # create_logs removed what it made: the topic does not half-exist, now or after a
+                # restart (a partition directory left behind would be adopted).
+                del self._topics[name]
+                try:
+                    self._save()
+                except OSError:
+                    logger.exception("could not remove the failed topic %s from %s", name, self._path)
+                raise
             logger.info("created topic %s with %d partitions and configs %s", name, count, configs)
             return topic
 
@@ -224,7 +235,7 @@ class TopicManager:
                 for t in sorted(self._topics.values(), key=lambda t: t.name)
             },
         }
-        atomic_write(self._path, (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode())
+        atomic_write(self._path, (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode(), self.log_manager.fs)
 
 
 class InvalidTopicCollision(InvalidTopicError):

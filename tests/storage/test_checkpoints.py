@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker.storage import checkpoints
+from broker.storage.fs import OsFileSystem
 from broker.storage.checkpoints import (
     CLEAN_SHUTDOWN_FILE,
     CLEANER_OFFSET_CHECKPOINT,
@@ -90,34 +91,39 @@ def test_atomic_write_replaces_content_and_leaves_no_tmp(tmp_path):
     assert _no_tmp_files(tmp_path)
 
 
-def test_atomic_write_fsyncs_file_then_renames_then_fsyncs_dir(tmp_path, monkeypatch):
-    events = []
-    real_fsync, real_replace = os.fsync, os.replace
+class _RecordingFs(OsFileSystem):
+    """The real file system, noting the calls that decide durability (or failing a rename)."""
 
-    def fsync(fd):
-        events.append("fsync-dir" if stat.S_ISDIR(os.fstat(fd).st_mode) else "fsync-file")
-        real_fsync(fd)
+    def __init__(self, fail_replace: str | None = None):
+        self.events: list[str] = []
+        self.fail_replace = fail_replace
 
-    def replace(src, dst):
-        events.append("rename")
-        real_replace(src, dst)
+    def fsync(self, fd):
+        self.events.append("fsync-dir" if stat.S_ISDIR(os.fstat(fd).st_mode) else "fsync-file")
+        os.fsync(fd)
 
-    monkeypatch.setattr(checkpoints.os, "fsync", fsync)
-    monkeypatch.setattr(checkpoints.os, "replace", replace)
-    atomic_write(tmp_path / "f", b"data")
-    assert events == ["fsync-file", "rename", "fsync-dir"]
+    def fsync_dir(self, path):
+        self.events.append("fsync-dir")
+        super().fsync_dir(path)
+
+    def replace(self, src, dst):
+        if self.fail_replace:
+            raise OSError(self.fail_replace)
+        self.events.append("rename")
+        os.replace(src, dst)
 
 
-def test_atomic_write_failed_rename_keeps_old_content_and_removes_tmp(tmp_path, monkeypatch):
+def test_atomic_write_fsyncs_file_then_renames_then_fsyncs_dir(tmp_path):
+    fs = _RecordingFs()
+    atomic_write(tmp_path / "f", b"data", fs)
+    assert fs.events == ["fsync-file", "rename", "fsync-dir"]
+
+
+def test_atomic_write_failed_rename_keeps_old_content_and_removes_tmp(tmp_path):
     target = tmp_path / "f"
     atomic_write(target, b"old")
-
-    def crash(src, dst):
-        raise OSError("disk gone")
-
-    monkeypatch.setattr(checkpoints.os, "replace", crash)
     with pytest.raises(OSError, match="disk gone"):
-        atomic_write(target, b"new")
+        atomic_write(target, b"new", _RecordingFs(fail_replace="disk gone"))
     assert target.read_bytes() == b"old"
     assert _no_tmp_files(tmp_path)
 
@@ -239,18 +245,12 @@ def test_offset_checkpoint_read_ignores_leftover_tmp_from_crash(tmp_path):
     assert _no_tmp_files(tmp_path)
 
 
-def test_offset_checkpoint_crash_before_rename_keeps_old_offsets(tmp_path, monkeypatch):
-    cp = OffsetCheckpointFile(tmp_path / RECOVERY_POINT_CHECKPOINT)
-    cp.write({("t", 0): 100})
-
-    def crash(src, dst):
-        raise OSError("power cut")
-
-    monkeypatch.setattr(checkpoints.os, "replace", crash)
+def test_offset_checkpoint_crash_before_rename_keeps_old_offsets(tmp_path):
+    OffsetCheckpointFile(tmp_path / RECOVERY_POINT_CHECKPOINT).write({("t", 0): 100})
+    failing = OffsetCheckpointFile(tmp_path / RECOVERY_POINT_CHECKPOINT, _RecordingFs(fail_replace="power cut"))
     with pytest.raises(OSError):
-        cp.write({("t", 0): 999})
-    monkeypatch.undo()
-    assert cp.read() == {("t", 0): 100}
+        failing.write({("t", 0): 999})
+    assert OffsetCheckpointFile(tmp_path / RECOVERY_POINT_CHECKPOINT).read() == {("t", 0): 100}
 
 
 @pytest.mark.parametrize("topic", ["", "has space", "tab\there", "new\nline"])
@@ -695,10 +695,10 @@ def test_clean_shutdown_file_read_broker_epoch_tolerates_variants(tmp_path, cont
     assert CleanShutdownFile(tmp_path).read_broker_epoch() == epoch
 
 
-def test_clean_shutdown_file_delete_fsyncs_log_dir(tmp_path, monkeypatch):
-    marker = CleanShutdownFile(tmp_path)
+def test_clean_shutdown_file_delete_fsyncs_log_dir(tmp_path):
+    fs = _RecordingFs()
+    marker = CleanShutdownFile(tmp_path, fs)
     marker.write(1)
-    synced = []
-    monkeypatch.setattr(checkpoints, "fsync_dir", lambda p: synced.append(Path(p)))
+    fs.events.clear()
     marker.delete()
-    assert synced == [tmp_path]
+    assert fs.events == ["fsync-dir"] and not marker.exists()

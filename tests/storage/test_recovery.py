@@ -88,19 +88,12 @@ def test_recovery_truncating_a_segment_anywhere_keeps_every_batch_before_the_cut
 
     recovered = _reopen(path, clock, recovery_point=recovery_point)
     next_offset = _expected_next_offset(layout, victim, cut)
-    torn = any(base == victim and position < cut < position + size for base, position, size, _ in layout)
-    if torn or victim == bases[-1]:
-        # bytes of a partial batch were cut: the log ends at the last whole batch before them
-        assert recovered.log_end_offset == next_offset
-        assert read_all_records(recovered) == [r for r in expected if r.offset < next_offset]
-        assert all(s.base_offset <= victim for s in recovered.segments)  # later segments deleted
-    else:
-        # a cut on a batch boundary leaves no invalid byte: later segments are intact and kept
-        lost_end = bases[bases.index(victim) + 1]
-        assert read_all_records(recovered) == [
-            r for r in expected if r.offset < next_offset or r.offset >= lost_end
-        ]
-        next_offset = recovered.log_end_offset
+    # Whether the cut tore a batch or fell on a batch boundary (a tail that never reached the
+    # disk), the log ends at the last whole batch before it: what follows a gap was never
+    # acknowledged (a flush syncs every segment below its offset first), so later segments go.
+    assert recovered.log_end_offset == next_offset
+    assert read_all_records(recovered) == [r for r in expected if r.offset < next_offset]
+    assert all(s.base_offset <= max(victim, next_offset) for s in recovered.segments)
     # and the log is usable: appends continue right after the last valid batch
     info = recovered.append_as_leader(producer_batch(2, timestamp=clock.milliseconds()))
     assert info.first_offset == next_offset
@@ -407,3 +400,38 @@ def test_log_reopened_cleanly_without_a_time_index_gets_an_empty_one(tmp_path, c
     assert (path / f"{0:020d}.timeindex").stat().st_size == 0
     first_ts = read_all_records(reopened)[0].timestamp
     assert reopened.fetch_offset_by_timestamp(first_ts) == (first_ts, 0)
+
+
+def test_recovery_of_a_compacted_log_keeps_the_offset_gaps_the_cleaner_left(tmp_path, clock):
+    """Between unflushed segments a gap ends a delete-policy log (it can only be a lost tail),
+    but compaction leaves gaps on purpose: a compacted log keeps the segments after one."""
+    path = tmp_path / "topic-0"
+    compacted = CONFIG.with_overrides({"cleanup.policy": "compact"})
+    log, _ = _write_log(path, clock, config=compacted)
+    expected = read_all_records(log)
+    layout = _batch_layout(log)
+    _crash(log)
+    first = [entry for entry in layout if entry[0] == 0]
+    assert len(first) >= 2
+    gap_start, gap_end = first[-2][3], first[-1][3]  # offsets of the first segment's last batch
+    # that batch removed, as the cleaner does with superseded keys
+    os.truncate(path / f"{0:020d}.log", first[-1][1])
+    recovered = Log.open(path, compacted, clock=clock, recovery_point=0, had_clean_shutdown=False)
+    assert recovered.segments.base_offsets() == sorted({base for base, *_ in layout})
+    assert read_all_records(recovered) == [r for r in expected if not gap_start <= r.offset < gap_end]
+
+
+def test_recovery_of_a_delete_policy_log_ends_it_at_a_gap(tmp_path, clock):
+    path = tmp_path / "topic-0"
+    log, _ = _write_log(path, clock)
+    expected = read_all_records(log)
+    layout = _batch_layout(log)
+    _crash(log)
+    first = [entry for entry in layout if entry[0] == 0]
+    os.truncate(path / f"{0:020d}.log", first[-1][1])  # a tail that never reached the disk
+    recovered = _reopen(path, clock)
+    assert recovered.segments.base_offsets() == [0]
+    assert recovered.log_end_offset == first[-2][3]
+    assert read_all_records(recovered) == [r for r in expected if r.offset < first[-2][3]]
+    # and the cut is durable: the files after the gap are gone, not just forgotten
+    assert sorted(p.name for p in path.iterdir() if p.suffix == ".log") == [f"{0:020d}.log"]
