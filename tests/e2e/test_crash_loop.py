@@ -28,8 +28,6 @@ def test_kill_9_loop_loses_duplicates_and_corrupts_nothing(tmp_path):
     assert result.triggered["clean"] + result.triggered["retention"] >= 1, report
 
 
-@pytest.mark.xfail(strict=True, reason="issue 10 item 1: a re-created topic inherits its predecessor's checkpointed "
-                                        "log start offset after a kill -9, and its acknowledged records are gone")
 def test_kill_9_right_after_a_topic_is_recreated_loses_nothing(tmp_path):
     """A topic deleted and re-created again and again, each generation read back before its log
     start moves and before it is deleted; every kill lands right after a re-created topic
