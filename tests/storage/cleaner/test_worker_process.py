@@ -112,6 +112,10 @@ def _compacted_topic(bootstrap: str, topic: str, records: int, value_size: int) 
         admin.create_topics([NewTopic(topic, 1, configs={
             "cleanup.policy": "compact", "segment.bytes": str(64 * 1024), "min.cleanable.dirty.ratio": "0.01",
             "min.compaction.lag.ms": "0"})])
+    _produce(bootstrap, topic, records, value_size)
+
+
+def _produce(bootstrap: str, topic: str, records: int, value_size: int) -> None:
     with Producer(bootstrap, linger_ms=5, batch_size=16 * 1024) as producer:
         for i in range(records):
             producer.send(topic, b"%06d" % i + b"." * value_size, key=b"key-%d" % (i % 50), partition=0)
@@ -120,8 +124,8 @@ def _compacted_topic(bootstrap: str, topic: str, records: int, value_size: int) 
 
 @pytest.mark.parametrize("state", ["idle", "cleaning"])
 def test_the_worker_dies_with_a_killed_broker_and_writes_nothing_to_the_next_log(tmp_path, state):
-    # At 5 kB/s the worker sleeps ~50 s after each read: only the kernel's signal ends it sooner
-    # (the portable checks run between reads; they are tested below).
+    # At 5 kB/s the worker, once it has read for 300 ms, sleeps minutes after each read: only the
+    # kernel's signal ends it sooner (the portable checks run between reads; tested below).
     throttle = ["log.cleaner.io.max.bytes.per.second=5000"] if state == "cleaning" else []
     overrides = ("log.cleaner.backoff.ms=100", "log.cleaner.dedupe.buffer.size=1048576", *throttle)
     broker = BrokerProcess(tmp_path / "data", overrides).start()
@@ -131,17 +135,31 @@ def test_the_worker_dies_with_a_killed_broker_and_writes_nothing_to_the_next_log
         # ~1 MB in 64 KiB segments.
         _compacted_topic(bootstrap, "compacted", 2000, 500)
         worker, started = _worker_of(broker.process.pid)
-        if state == "idle":  # everything cleaned up to the active segment: the worker waits
-            checkpoint = tmp_path / "data" / "cleaner-offset-checkpoint"
+        checkpoint = tmp_path / "data" / "cleaner-offset-checkpoint"
 
-            def all_clean() -> bool:
-                active = max(int(p.stem) for p in directory.glob("*.log"))
-                lines = checkpoint.read_text().split("\n") if checkpoint.exists() else []
-                return f"compacted 0 {active}" in lines and not _open_segment_files(worker, directory)
+        def all_clean() -> bool:  # cleaned up to the active segment, no file open: the worker waits
+            active = max(int(p.stem) for p in directory.glob("*.log"))
+            lines = checkpoint.read_text().split("\n") if checkpoint.exists() else []
+            return f"compacted 0 {active}" in lines and not _open_segment_files(worker, directory)
 
+        if state == "idle":
             wait_for(all_clean, 60, "the log cleaned up to its active segment")
         else:  # in the middle of a round: the worker has a segment of the log open
-            wait_for(_waiting_in_a_round(worker, directory), 60, "the worker asleep in a round", interval_s=0.3)
+            asleep = _waiting_in_a_round(worker, directory)
+
+            def asleep_in_a_round() -> bool:
+                if asleep():
+                    return True
+                if all_clean():  # a round ran before the throttle's first check (300 ms): once the
+                    _produce(bootstrap, "compacted", 300, 500)  # worker has read, the next one sleeps
+                return False
+
+            try:
+                wait_for(asleep_in_a_round, 60, "the worker asleep in a round", interval_s=0.3)
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}\nworker {worker}: {_cmdline(worker)!r}, children of the broker: "
+                                     f"{_children(broker.process.pid)}, open: {_open_segment_files(worker, directory)}"
+                                     f"\nbroker log:\n{broker.log_text()[-4000:]}") from None
         broker.kill()
         wait_for(lambda: _gone(worker, started), 10, f"worker {worker} to exit with its parent")
         log_of_first = broker.log_text()
