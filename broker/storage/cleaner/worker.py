@@ -22,7 +22,8 @@ on writing ``.cleaned`` files next to the next broker's (same names: two writers
 or writes a traceback into its log. On Linux the kernel kills it (``PR_SET_PDEATHSIG``; the
 signal follows the thread that started the worker, which is the cleaner thread, and that thread
 closes its worker before it ends). Everywhere, the worker also exits, at once and silently, when
-its pipe from the broker reaches EOF or its parent pid changes (checked between reads).
+its pipe from the broker reaches EOF or its parent pid changes (checked between reads and every
+quarter second of a throttle's sleep).
 """
 
 from __future__ import annotations
@@ -54,6 +55,8 @@ POLL_INTERVAL_S = 0.05
 #: produce p99 rose 11x (bench/cleaner.py); at 19 the scheduler runs it in the gaps.
 WORKER_NICENESS = 19
 ABORT_TIMEOUT_S = 10.0
+#: How often a throttled worker looks for its parent while it sleeps.
+NAP_SLICE_S = 0.25
 
 
 #: linux/prctl.h
@@ -148,9 +151,18 @@ def _worker_main(conn, map_memory: int, load_factor: float, throttle_rate: float
         os.nice(WORKER_NICENESS)
     except OSError:
         pass
-    cleaner = Cleaner(map_memory, load_factor, throttler=Throttler(throttle_rate, check_interval_ms=throttle_check_ms))
-    pending: list[tuple] = []
     check_parent = getattr(conn, "check_parent", lambda: None)
+
+    def nap(seconds: float) -> None:
+        """The throttle's sleep (minutes at a low rate), in slices that look for the parent."""
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            check_parent()
+            time.sleep(min(left, NAP_SLICE_S))
+
+    throttler = Throttler(throttle_rate, check_interval_ms=throttle_check_ms, sleep=nap)
+    cleaner = Cleaner(map_memory, load_factor, throttler=throttler)
+    pending: list[tuple] = []
 
     def check() -> None:
         check_parent()

@@ -56,6 +56,12 @@ def _gone(pid: int, started: str) -> bool:
     return _start_time(pid) != started  # exited, reaped, a zombie, or the pid reused
 
 
+def _kill_if_alive(pid: int | None, started: str | None) -> None:
+    """A failing test leaves no worker behind (one asleep in a throttle would linger for minutes)."""
+    if pid is not None and started is not None and _start_time(pid) == started:
+        os.kill(pid, signal.SIGKILL)
+
+
 def _worker_of(parent: int, timeout_s: float = 60) -> tuple[int, str]:
     def find():
         for child in _children(parent):
@@ -124,11 +130,11 @@ def _produce(bootstrap: str, topic: str, records: int, value_size: int) -> None:
 
 @pytest.mark.parametrize("state", ["idle", "cleaning"])
 def test_the_worker_dies_with_a_killed_broker_and_writes_nothing_to_the_next_log(tmp_path, state):
-    # At 5 kB/s the worker, once it has read for 300 ms, sleeps minutes after each read: only the
-    # kernel's signal ends it sooner (the portable checks run between reads; tested below).
+    # At 5 kB/s the worker, once it has read for 300 ms, sleeps minutes after each read.
     throttle = ["log.cleaner.io.max.bytes.per.second=5000"] if state == "cleaning" else []
     overrides = ("log.cleaner.backoff.ms=100", "log.cleaner.dedupe.buffer.size=1048576", *throttle)
     broker = BrokerProcess(tmp_path / "data", overrides).start()
+    worker = started = None
     try:
         bootstrap = f"127.0.0.1:{broker.port}"
         directory = tmp_path / "data" / "compacted-0"
@@ -174,6 +180,20 @@ def test_the_worker_dies_with_a_killed_broker_and_writes_nothing_to_the_next_log
         assert not list(directory.glob("*.cleaned")) and not list(directory.glob("*.swap"))
     finally:
         broker.kill()
+        _kill_if_alive(worker, started)
+
+
+def test_the_worker_asks_the_kernel_for_sigkill_when_its_parent_dies():
+    script = textwrap.dedent("""
+        import ctypes
+        from broker.storage.cleaner.worker import _set_parent_death_signal
+        _set_parent_death_signal()
+        signal = ctypes.c_int(-1)
+        assert ctypes.CDLL(None, use_errno=True).prctl(2, ctypes.byref(signal), 0, 0, 0) == 0  # PR_GET_PDEATHSIG
+        print(signal.value)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert int(out.stdout) == signal.SIGKILL
 
 
 _PARENT = textwrap.dedent("""
@@ -207,14 +227,15 @@ _PARENT = textwrap.dedent("""
 @pytest.mark.parametrize("state", ["idle", "cleaning"])
 def test_without_the_kernel_signal_the_worker_notices_its_parent_is_gone(tmp_path, state):
     """The portable path (no PR_SET_PDEATHSIG): an idle worker sees its pipe reach EOF; one in a
-    round (throttled to 100 kB/s: a 64 KiB read, then ~0.6 s of sleep) sees its parent pid change
-    at its next check, and exits at once and silently, writing nothing more."""
+    round, throttled to 1 kB/s (a 64 KiB read, then a minute of sleep), sees its parent pid
+    change within its sleep, and exits at once and silently, writing nothing more."""
     directory = tmp_path / "t-0"
     stderr = tmp_path / "stderr"
-    script = _PARENT.format(root=str(ROOT), directory=str(directory), rate=100_000.0 if state == "cleaning" else 1e300,
+    script = _PARENT.format(root=str(ROOT), directory=str(directory), rate=1000.0 if state == "cleaning" else 1e300,
                             clean=state == "cleaning")
     with open(stderr, "wb") as err:
         parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=err, cwd=ROOT)
+    worker = started = None
     try:
         worker = int(parent.stdout.readline())
         started = _start_time(worker)
@@ -223,9 +244,10 @@ def test_without_the_kernel_signal_the_worker_notices_its_parent_is_gone(tmp_pat
             wait_for(lambda: _open_segment_files(worker, directory), 60, "the worker reading the log")
         parent.send_signal(signal.SIGKILL)
         parent.wait(10)
-        wait_for(lambda: _gone(worker, started), 20, f"worker {worker} to exit after its parent")
+        wait_for(lambda: _gone(worker, started), 10, f"worker {worker} to exit after its parent")
         assert stderr.read_text() == ""
     finally:
         if parent.poll() is None:
             parent.kill()
             parent.wait()
+        _kill_if_alive(worker, started)
