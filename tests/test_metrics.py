@@ -21,13 +21,14 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from broker.metrics import API_LABELS, LATENCY_BUCKETS_S, BrokerMetrics
 from broker.server.app import BrokerServer
+from broker.storage.cleaner.log_cleaner import CleanerConfig, CleanerThread
 from broker.storage.log_manager import LogManager
 from broker.storage.segment import ROLL_REASONS
 from config.broker_config import BrokerConfig
 from config.log_config import LogConfig
 from protocol import messages as m
 from protocol.errors import ErrorCode
-from protocol.records import build_batch
+from protocol.records import Record, build_batch, encode_batch, iter_batches
 
 from .e2e.broker_process import BrokerProcess, WireClient
 from .storage.helpers import producer_batch
@@ -167,6 +168,86 @@ def test_metrics_count_retention_deletions_by_reason_and_report_log_dirs(tmp_pat
         assert value(samples, "triolog_log_dir_offline", log_dir=str(manager.log_dirs[0].path)) == 0
     finally:
         manager.shutdown()
+
+
+# -- the cleaner collector ---------------------------------------------------------------------
+
+
+def _segment_bytes(log) -> list[int]:
+    return [s.size for s in log.segments]
+
+
+def test_metrics_cleaner_collector_reports_real_cleans_of_known_data(tmp_path, clock):
+    """Each cleaner series against numbers known without the cleaner: records written and keys
+    (kept, removed), segment file sizes before and after (read, written), the map's slots
+    (utilization), the manual clock (seconds since the last run), a wall clock around the run
+    (its duration). Every value differs from the others, so swapped series fail."""
+    config = LogConfig().with_overrides({"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01"})
+    manager = LogManager([tmp_path / "logs"], config, clock=clock,
+                         cleaner_config=CleanerConfig(num_threads=0, dedupe_buffer_size=24 * 100))
+    manager.startup()  # no cleaner threads: the test runs each round itself, in this thread
+    metrics = BrokerMetrics(manager, process_collectors=False)
+    thread = CleanerThread(manager.cleaner, 0)
+
+    def write(log, keys) -> None:
+        for i, key in enumerate(keys):
+            log.append_as_leader(encode_batch([Record(0, clock.milliseconds(), key, b"value-%d" % i)]))
+        log.roll()
+
+    def clean() -> float:
+        started = time.monotonic()
+        assert manager.cleaner.try_clean_filthiest_log(thread)
+        return time.monotonic() - started
+
+    try:
+        log = manager.get_or_create_log("compacted", 0)
+        # Round 1: 12 records of 3 keys in one segment -> 3 kept, 9 removed.
+        write(log, [b"k%d" % (i % 3) for i in range(12)])
+        read_1 = sum(_segment_bytes(log)[:-1])
+        clean()
+        written_1 = sum(_segment_bytes(log)[:-1])
+        # Round 2: 5 more (k0 again, k3 twice, k4, k5): of the 3 + 5 records read, k0's old value
+        # and k3's first go -> 6 kept, 2 removed; the map holds the 4 dirty keys.
+        write(log, [b"k0", b"k3", b"k3", b"k4", b"k5"])
+        read_2 = sum(_segment_bytes(log)[:-1])
+        duration_bound = clean()
+        written_2 = sum(_segment_bytes(log)[:-1])
+        assert sorted(r.key for s in log.segments for r in _records(s)) == [b"k0", b"k1", b"k2", b"k3", b"k4", b"k5"]
+        # Round 3 fails: a batch claiming more records than its bytes hold.
+        broken = manager.get_or_create_log("broken", 0)
+        write(broken, [b"a", b"b", b"a"])
+        with open(broken.segments.first_segment().log.path, "r+b") as f:
+            f.seek(57)
+            f.write((5).to_bytes(4, "big"))
+        broken_dirty_bytes = sum(_segment_bytes(broken)[:-1])
+        clean()
+        clock.advance(42_500)
+
+        samples = parse(metrics.render().decode())
+        assert value(samples, "triolog_cleaner_runs_total") == 2
+        assert value(samples, "triolog_cleaner_errors_total") == 1
+        assert value(samples, "triolog_cleaner_records_kept_total") == 3 + 6
+        assert value(samples, "triolog_cleaner_records_removed_total") == 9 + 2
+        assert value(samples, "triolog_cleaner_bytes_read_total") == read_1 + read_2
+        assert value(samples, "triolog_cleaner_bytes_written_total") == written_1 + written_2
+        assert read_1 + read_2 > written_1 + written_2 > 0
+        # Gauges of the last completed run (round 2) and of the cleaner now.
+        assert value(samples, "triolog_cleaner_recopy_ratio") == pytest.approx(written_2 / read_2)
+        assert value(samples, "triolog_cleaner_buffer_utilization_ratio") == pytest.approx(4 / 100)
+        assert 0 < value(samples, "triolog_cleaner_last_run_duration_seconds") <= duration_bound
+        assert value(samples, "triolog_cleaner_seconds_since_last_run") == 42.5
+        assert value(samples, "triolog_cleaner_max_dirty_ratio") == 1.0  # the broken log, all dirty
+        assert value(samples, "triolog_cleaner_uncleanable_partitions") == 1
+        assert value(samples, "triolog_cleaner_uncleanable_bytes") == broken_dirty_bytes
+        assert value(samples, "triolog_cleaner_dead_threads") == 0
+        assert value(samples, "triolog_cleaner_max_compaction_delay_seconds") == 0
+    finally:
+        thread.close_executor()
+        manager.shutdown()
+
+
+def _records(segment) -> list[Record]:
+    return [r for b in iter_batches(segment.log.read(0, segment.size)) for r in b.records]
 
 
 # -- the server metrics ------------------------------------------------------------------------

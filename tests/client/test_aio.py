@@ -45,13 +45,17 @@ async def test_aio_concurrent_requests_are_pipelined_and_matched_by_id(bootstrap
 
 
 async def test_aio_linger_and_flush(bootstrap, topic):
+    async with AsyncProducer(bootstrap, linger_ms=400) as producer:
+        start = trio.current_time()
+        future = await producer.send(topic, b"lingered", partition=0)
+        with trio.fail_after(10):
+            assert (await future).offset == 0  # no flush: sent when the linger expired...
+        assert trio.current_time() - start >= 0.4  # ...and never sooner
     async with AsyncProducer(bootstrap, linger_ms=60_000) as producer:
         future = await producer.send(topic, b"held", partition=0)
-        await trio.sleep(0.1)
-        assert not future.done()
         with trio.fail_after(5):
-            await producer.flush()
-        assert (await future).offset == 0
+            await producer.flush()  # a 60 s linger cut short
+        assert (await future).offset == 1
 
 
 async def test_aio_consumer_seeks_and_typed_errors(bootstrap, topic):
@@ -83,14 +87,20 @@ async def test_aio_long_poll_is_woken_by_a_concurrent_producer(bootstrap, topic)
         consumer.assign([tp])
         await consumer.position(tp)
 
+        producing_at = []
+
         async def produce_later():
             await trio.sleep(0.3)
+            producing_at.append(trio.current_time())
             await producer.send(topic, b"wake", partition=0)
 
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(produce_later)
             start = trio.current_time()
-            with trio.fail_after(5):
+            nursery.start_soon(produce_later)
+            with trio.fail_after(20):
                 records = await consumer.poll(10_000)
+            returned = trio.current_time()
         assert [r.value for r in records] == [b"wake"]
-        assert 0.2 < trio.current_time() - start < 5
+        # Answered when the record came (it cannot be sooner), not at the 10 s fetch.max.wait.
+        assert returned - start >= 0.3
+        assert returned - producing_at[0] < 5

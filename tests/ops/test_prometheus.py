@@ -13,6 +13,7 @@ metrics and the log cleaner).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import urllib.parse
@@ -92,9 +93,9 @@ def _prometheus_config(tmp: Path, metrics_port: int) -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory, system_tools):
-    tmp = tmp_path_factory.mktemp("prometheus")
+@contextlib.contextmanager
+def _stack(tmp: Path, prometheus_binary: str):
+    """A broker and a Prometheus scraping it with the shipped config, both stopped on exit."""
     broker = BrokerProcess(tmp / "data", (
         "log.retention.check.interval.ms=500", "log.initial.task.delay.ms=0", "log.cleaner.backoff.ms=500",
     ), metrics=True).start()
@@ -102,7 +103,7 @@ def stack(tmp_path_factory, system_tools):
     log = tmp / "prometheus.log"
     with open(log, "wb") as out:
         prometheus = subprocess.Popen([
-            system_tools["prometheus"], f"--config.file={_prometheus_config(tmp, broker.metrics_port)}",
+            prometheus_binary, f"--config.file={_prometheus_config(tmp, broker.metrics_port)}",
             f"--storage.tsdb.path={tmp / 'tsdb'}", f"--web.listen-address=127.0.0.1:{port}",
         ], stdout=out, stderr=subprocess.STDOUT)
     stack = Stack(broker, prometheus, f"http://127.0.0.1:{port}", log)
@@ -126,6 +127,20 @@ def stack(tmp_path_factory, system_tools):
             prometheus.kill()
             prometheus.wait()
         broker.kill()
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory, system_tools):
+    """Shared by the tests that leave the broker running; each uses its own topics."""
+    with _stack(tmp_path_factory.mktemp("prometheus"), system_tools["prometheus"]) as shared:
+        yield shared
+
+
+@pytest.fixture
+def own_stack(tmp_path, system_tools):
+    """For a test that stops its broker: the shared one must stay up for the others."""
+    with _stack(tmp_path, system_tools["prometheus"]) as stack:
+        yield stack
 
 
 def _produce(stack: Stack, topic: str, count: int, size: int = 200, keys: int | None = None) -> None:
@@ -265,8 +280,10 @@ def test_prometheus_sees_retention_deletions_and_compaction(stack):
           f"retention_bytes {by_size:.0f}; cleaner runs {runs:.0f}, records removed {removed:.0f}")
 
 
-def test_prometheus_broker_down_alert_when_the_broker_stops(stack):
-    """Runs last in this module: it stops the broker, as `docker stop` would."""
+def test_prometheus_broker_down_alert_when_the_broker_stops(own_stack):
+    """Stops its own broker, as `docker stop` would."""
+    stack = own_stack
+    stack.eventually('up{job="triolog"}', lambda v: v == 1, what="up == 1")  # scraped while it was up
     assert stack.broker.stop() == 0
     stack.eventually('up{job="triolog"}', lambda v: v == 0, what="up == 0")
 

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import time
-
 from client import Producer
+from tests.waiting import wait_for
 
 #: Record timestamps the tests choose (ms): well in the past, one second apart per record.
 BASE_TS = 1_600_000_000_000
@@ -66,10 +65,6 @@ def delete_segments(admin, broker, topic: str, partition: int, after: int, timeo
     boundary = min(b for b in bases if b > after)
     cut = boundary + 1
     assert admin.delete_records({(topic, partition): cut}) == {(topic, partition): cut}
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if segment_bases(broker, topic, partition)[0] == boundary:
-            return cut
-        time.sleep(0.1)
-    raise AssertionError(f"segments of {topic}-{partition} below offset {boundary} were not deleted: "
-                         f"{segment_bases(broker, topic, partition)}")
+    wait_for(lambda: segment_bases(broker, topic, partition)[0] == boundary, timeout_s,
+             f"segments of {topic}-{partition} below offset {boundary} to be deleted")
+    return cut

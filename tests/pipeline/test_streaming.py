@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 import re
 import threading
-import time
 
 import pytest
 
 from client import NewTopic
+from tests.waiting import wait_for
 
 from .helpers import delete_segments, expected, keyed, produce
 
@@ -84,9 +84,8 @@ def test_stream_available_now_then_more_data_then_restart_from_checkpoint(spark,
         .option("checkpointLocation", str(checkpoint)).trigger(processingTime="300 milliseconds").start()
     try:
         latest = produce(bootstrap, second, 1, 4, start=7)
-        deadline = time.monotonic() + 60
-        while len(live.rows) < 4 and time.monotonic() < deadline and query.isActive:
-            time.sleep(0.2)
+        wait_for(lambda: len(live.rows) >= 4 or not query.isActive, 60, "the live query to deliver 4 rows",
+                 interval_s=0.2)
     finally:
         query.stop()
     assert query.exception() is None

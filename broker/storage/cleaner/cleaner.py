@@ -16,6 +16,17 @@ otherwise they are rebuilt from the surviving records' own bytes (only the times
 re-encoded when the base timestamp moves), with the original base and last offset, producer
 fields, leader epoch, codec and timestamp type, as Kafka's ``buildRetainedRecordsInto`` does.
 
+Transactions (Kafka's CleanedTransactionMetadata): the batches of an aborted transaction are
+not mapped in pass 1 and are removed in pass 2; a COMMIT or ABORT marker stays while any batch
+of its transaction is still in the log (the state is carried across every segment and group of
+the round, as a transaction's data and its marker often lie in different segments), then gets a
+delete horizon and goes after ``delete.retention.ms``. Kafka finds the aborted transactions in
+its ``.txnindex`` files and rebuilds them from the batches when they are missing; triolog keeps
+none and always rebuilds the list the same way: a header scan of the whole log before pass 1,
+which also finds every producer's last batch. A transaction without a marker yet is compacted
+as committed data: triolog has no transaction coordinator, hence no last stable offset, and
+serves such batches to every consumer.
+
 Pass 1 also remembers which mapped offset is the latest of its key (a bitmap over the dirty
 offsets, bounded to 1/8 of the map's memory); pass 2 answers "offset >= map[key]" for those
 records from the bitmap instead of hashing the key a second time. Same answer, half the MD5s.
@@ -29,7 +40,7 @@ import struct
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from protocol.compression import compress, decompress
 from protocol.record_batch import (
@@ -140,11 +151,8 @@ class CleanerStats:
 
 
 class _ProducerInfo:
-    """Last data batch and epoch of every producer id in the log (Kafka's active producers).
-
-    Batches may be observed out of offset order (pass 1, then a header scan of the rest), so
-    the highest offset wins rather than the last call.
-    """
+    """Last data batch and epoch of every producer id in the log (Kafka's active producers);
+    the highest offset observed wins."""
 
     __slots__ = ("last_data_offset", "last_entry")
 
@@ -166,6 +174,68 @@ class _ProducerInfo:
         if last_data is not None:
             return last_offset == last_data
         return is_control and epoch == entry[1]
+
+
+class AbortedTxn(NamedTuple):
+    """An aborted transaction: its producer, first data offset and marker offset (Kafka's AbortedTxn)."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+
+
+class CleanedTransactionMetadata:
+    """Transaction state while the cleaner walks the log in offset order (Kafka's class of the
+    same name): which data batches belong to an aborted transaction (discarded), and whether a
+    marker may go (no batch of its transaction was met on the way to it).
+
+    One instance spans a whole pass: a transaction's batches and its marker may lie in different
+    segments or groups. ``aborted`` is sorted by first offset; an entry becomes ongoing once the
+    walk reaches its first offset.
+    """
+
+    __slots__ = ("_aborted", "_next", "_ongoing_aborted", "_ongoing_committed")
+
+    def __init__(self, aborted: list[AbortedTxn]):
+        self._aborted = aborted
+        self._next = 0
+        self._ongoing_committed: set[int] = set()
+        #: producer id -> [its aborted transaction, whether one of its batches was met]
+        self._ongoing_aborted: dict[int, list] = {}
+
+    def _consume_up_to(self, offset: int) -> None:
+        aborted = self._aborted
+        while self._next < len(aborted) and aborted[self._next].first_offset <= offset:
+            txn = aborted[self._next]
+            self._next += 1
+            self._ongoing_aborted.setdefault(txn.producer_id, [txn, False])
+
+    def on_control_batch_read(self, producer_id: int, last_offset: int,
+                              control_type: ControlRecordType | None) -> bool:
+        """Whether the marker may be discarded (``control_type`` None: an empty control batch,
+        cleaned before, which may always go)."""
+        self._consume_up_to(last_offset)
+        if control_type is None:
+            return True
+        if control_type == ControlRecordType.ABORT:
+            entry = self._ongoing_aborted.pop(producer_id, None)
+            return not (entry is not None and entry[1])  # kept until its batches are all gone
+        if control_type == ControlRecordType.COMMIT:
+            if producer_id in self._ongoing_committed:
+                self._ongoing_committed.discard(producer_id)
+                return False
+            return True
+        return False
+
+    def on_batch_read(self, producer_id: int, last_offset: int) -> bool:
+        """For a transactional data batch: whether it belongs to an aborted transaction."""
+        self._consume_up_to(last_offset)
+        entry = self._ongoing_aborted.get(producer_id)
+        if entry is not None:
+            entry[1] = True
+            return True
+        self._ongoing_committed.add(producer_id)
+        return False
 
 
 def group_segments_by_size(segments: list[SegmentSource], max_size: int, max_index_size: int,
@@ -270,22 +340,56 @@ class Cleaner:
         ``on_group`` after each ``.cleaned`` segment is complete (the caller swaps it in).
         Returns (end offset = the new checkpoint, stats)."""
         stats = CleanerStats()
-        producers = _ProducerInfo()
-        self.build_offset_map(job, stats, producers)
+        producers, aborted = self.scan_log(job)
+        start, end = job.first_dirty_offset, job.first_uncleanable_offset
+        self.build_offset_map(job, stats, CleanedTransactionMetadata(
+            [t for t in aborted if t.last_offset >= start and t.first_offset < end]))
         end_offset = max(self.offset_map.latest_offset + 1, job.first_dirty_offset)  # never backwards
         stats.map_done_s = time.monotonic()
-        self._scan_producers(job, producers)
         to_clean = [s for s in job.segments if s.base_offset < end_offset]
+        transactions = CleanedTransactionMetadata(aborted)  # one for the whole round
         for group in group_segments_by_size(to_clean, job.segment_bytes, job.max_index_bytes,
                                             job.first_uncleanable_offset):
-            on_group(self.clean_segments(job, group, stats, producers))
+            on_group(self.clean_segments(job, group, stats, producers, transactions))
         stats.buffer_utilization = self.offset_map.utilization
         stats.end_s = time.monotonic()
         return end_offset, stats
 
+    # -- the header scan ---------------------------------------------------------------------
+
+    def scan_log(self, job: CleanJob) -> tuple[_ProducerInfo, list[AbortedTxn]]:
+        """One walk over the headers of the whole log, in offset order: every producer's last
+        batch, and the aborted transactions (Kafka rebuilds its .txnindex the same way): a
+        producer's transaction runs from its first transactional data batch to its next marker."""
+        producers = _ProducerInfo()
+        open_txns: dict[int, int] = {}  # producer id -> first offset of its open transaction
+        aborted: list[AbortedTxn] = []
+        for segment in (*job.segments, *job.tail_segments):
+            for _, fields, batch in _iter_batches(segment.path, 0, segment.size, job.read_buffer_bytes,
+                                                  None, self.check_done):
+                producer_id = fields[9]
+                if producer_id < 0:
+                    continue
+                attributes = fields[5]
+                last_offset = fields[0] + fields[6]
+                is_control = bool(attributes & CONTROL_FLAG)
+                producers.observe(producer_id, fields[10], last_offset, is_control)
+                if is_control:
+                    first = open_txns.pop(producer_id, None)
+                    if first is not None and _control_type(fields, batch) == ControlRecordType.ABORT:
+                        aborted.append(AbortedTxn(producer_id, first, last_offset))
+                elif attributes & TRANSACTIONAL_FLAG and producer_id not in open_txns:
+                    open_txns[producer_id] = fields[0]
+        aborted.sort(key=lambda t: t.first_offset)
+        return producers, aborted
+
     # -- pass 1 ------------------------------------------------------------------------------
 
-    def build_offset_map(self, job: CleanJob, stats: CleanerStats, producers: _ProducerInfo) -> None:
+    def build_offset_map(self, job: CleanJob, stats: CleanerStats,
+                         transactions: CleanedTransactionMetadata | None = None) -> None:
+        """Map [first dirty, first uncleanable) until the map is full; batches of aborted
+        transactions are not mapped (their keys must not hide committed values)."""
+        transactions = transactions or CleanedTransactionMetadata([])
         offset_map = self.offset_map
         offset_map.clear()
         start, end = job.first_dirty_offset, job.first_uncleanable_offset
@@ -297,12 +401,12 @@ class Cleaner:
         self._bitmap = bytearray((self._bitmap_bits + 7) // 8)
         max_entries = int(offset_map.slots * self.load_factor)
         for segment, next_start in dirty:
-            if self._map_segment(job, segment, start, next_start, max_entries, stats, producers):
+            if self._map_segment(job, segment, start, next_start, max_entries, stats, transactions):
                 logger.debug("offset map of %s is full at segment %d", job.name, segment.base_offset)
                 break
 
     def _map_segment(self, job, segment: SegmentSource, start: int, next_start: int, max_entries: int,
-                     stats: CleanerStats, producers: _ProducerInfo) -> bool:
+                     stats: CleanerStats, transactions: CleanedTransactionMetadata) -> bool:
         """Map one segment; returns True when the map filled up before its end."""
         offset_map = self.offset_map
         put_probing = offset_map._put_probing
@@ -323,10 +427,11 @@ class Cleaner:
             last_offset = base + fields[6]
             attributes = fields[5]
             stats.map_bytes_read += len(batch)
-            if fields[9] >= 0:
-                producers.observe(fields[9], fields[10], last_offset, bool(attributes & CONTROL_FLAG))
             if attributes & CONTROL_FLAG:
                 stats.map_records_read += 1
+                transactions.on_control_batch_read(fields[9], last_offset, _control_type(fields, batch))
+            elif attributes & TRANSACTIONAL_FLAG and transactions.on_batch_read(fields[9], last_offset):
+                stats.map_records_read += max(fields[12], 0)  # aborted: not mapped
             elif fields[12] > 0:
                 data = _records_data(fields, batch)
                 pos = 0
@@ -405,23 +510,10 @@ class Cleaner:
         offset_map.update_latest_offset(next_start - 1)
         return False
 
-    def _scan_producers(self, job: CleanJob, producers: _ProducerInfo) -> None:
-        """The last batch of every producer id outside what pass 1 read: headers only."""
-        mapped_upto = self.offset_map.latest_offset
-        for segment in (*job.segments, *job.tail_segments):
-            for _, fields, _ in _iter_batches(segment.path, 0, segment.size, job.read_buffer_bytes,
-                                              None, self.check_done):
-                base = fields[0]
-                last_offset = base + fields[6]
-                if job.first_dirty_offset <= base and last_offset <= mapped_upto:
-                    continue  # pass 1 saw it
-                if fields[9] >= 0:
-                    producers.observe(fields[9], fields[10], last_offset, bool(fields[5] & CONTROL_FLAG))
-
     # -- pass 2 ------------------------------------------------------------------------------
 
     def clean_segments(self, job: CleanJob, group: list[SegmentSource], stats: CleanerStats,
-                       producers: _ProducerInfo) -> GroupResult:
+                       producers: _ProducerInfo, transactions: CleanedTransactionMetadata) -> GroupResult:
         """Copy what survives of ``group`` into one new ``.cleaned`` segment, synced and trimmed."""
         directory = Path(job.directory)
         base = group[0].base_offset
@@ -439,7 +531,7 @@ class Cleaner:
                                   clock=self.clock, file_suffix=filenames.CLEANED_FILE_SUFFIX)
         try:
             for segment in group:
-                self._clean_into(job, segment, cleaned, stats, producers)
+                self._clean_into(job, segment, cleaned, stats, producers, transactions)
             cleaned.on_becoming_inactive_segment()
             cleaned.flush()
             cleaned.set_last_modified_ms(group[-1].last_modified_ms)
@@ -452,17 +544,21 @@ class Cleaner:
         return GroupResult(base, tuple(s.base_offset for s in group), size)
 
     def _clean_into(self, job: CleanJob, segment: SegmentSource, dest: LogSegment, stats: CleanerStats,
-                    producers: _ProducerInfo) -> None:
+                    producers: _ProducerInfo, transactions: CleanedTransactionMetadata) -> None:
         now = job.now_ms
-        ongoing_txns: set[int] = set()
         for _, fields, batch in _iter_batches(segment.path, 0, segment.size, job.read_buffer_bytes,
                                               self.throttler, self.check_done):
             stats.bytes_read += len(batch)
-            if fields[5] & CONTROL_FLAG:
-                out, read, kept = self._filter_control_batch(fields, batch, now, job, producers, ongoing_txns)
+            attributes = fields[5]
+            if attributes & CONTROL_FLAG:
+                can_discard = transactions.on_control_batch_read(fields[9], fields[0] + fields[6],
+                                                                 _control_type(fields, batch))
+                out, read, kept = self._filter_control_batch(fields, batch, now, job, producers, can_discard)
+            elif attributes & TRANSACTIONAL_FLAG and transactions.on_batch_read(fields[9], fields[0] + fields[6]):
+                # Aborted: every record goes; the header stays only where Kafka keeps an empty batch.
+                read = max(fields[12], 0)
+                out, kept = (_empty_header(fields) if self._retain_empty(fields, producers, job) else None), 0
             else:
-                if fields[5] & TRANSACTIONAL_FLAG:
-                    ongoing_txns.add(fields[9])
                 out, read, kept = self._filter_data_batch(fields, batch, now, job, producers, stats)
             stats.records_read += read
             stats.records_kept += kept
@@ -576,37 +672,15 @@ class Cleaner:
         return _rebuild(fields, data, kept, horizon), count, len(kept)
 
     def _filter_control_batch(self, fields, batch, now: int, job: CleanJob, producers: _ProducerInfo,
-                              ongoing_txns: set[int]):
-        """Markers: kept unless discardable (an empty control batch, or a COMMIT whose
-        transaction left no data in this pass) and past their delete horizon."""
+                              can_discard: bool):
+        """A marker is kept while its transaction has batches in the log; once it may go, it
+        gets a delete horizon (now + delete.retention.ms) and goes in the first round after it,
+        so consumers that were reading below it still see it (Kafka's rule for tombstones)."""
         count = fields[12]
-        producer_id = fields[9]
-        if count <= 0:
-            discardable = True
-        else:
-            data = _records_data(fields, batch)
-            discardable = False
-            try:
-                _, p = _varint32(data, 0)
-                p += 1
-                _, p = _varint64(data, p)
-                _, p = _varint32(data, p)
-                key_length, p = _varint32(data, p)
-                key = bytes(data[p:p + key_length]) if key_length >= 0 else None
-                control_type = parse_control_record_key(key)[1]
-            except (IndexError, ValueError):
-                raise CorruptRecordError(f"invalid control record in batch at offset {fields[0]}") from None
-            if control_type == ControlRecordType.COMMIT:
-                discardable = producer_id not in ongoing_txns
-                ongoing_txns.discard(producer_id)
-            # ABORT markers stay: triolog keeps no .txnindex to prove their data is gone.
         has_horizon = bool(fields[5] & DELETE_HORIZON_FLAG)
-        discard_records = discardable and has_horizon and fields[7] <= now
-        if discard_records or count <= 0:
-            if self._retain_empty(fields, producers, job):
-                return _empty_header(fields), count, 0
-            return None, count, 0
-        if discardable and not has_horizon:  # stamp the horizon; removed once it has passed
+        if count <= 0 or (can_discard and has_horizon and fields[7] <= now):
+            return (_empty_header(fields) if self._retain_empty(fields, producers, job) else None), max(count, 0), 0
+        if can_discard and not has_horizon:
             data = _records_data(fields, batch)
             spans = []
             pos = 0
@@ -617,6 +691,23 @@ class Cleaner:
                 pos = start + length
             return _rebuild(fields, data, spans, now + job.delete_retention_ms), count, count
         return batch, count, count
+
+
+def _control_type(fields, batch) -> ControlRecordType | None:
+    """The type in the key of a control batch's first record; None for an empty batch."""
+    if fields[12] <= 0:
+        return None
+    data = _records_data(fields, batch)
+    try:
+        _, p = _varint32(data, 0)
+        p += 1  # attributes
+        _, p = _varint64(data, p)  # timestamp delta
+        _, p = _varint32(data, p)  # offset delta
+        key_length, p = _varint32(data, p)
+        key = bytes(data[p:p + key_length]) if key_length >= 0 else None
+        return parse_control_record_key(key)[1]
+    except (IndexError, ValueError):
+        raise CorruptRecordError(f"invalid control record in batch at offset {fields[0]}") from None
 
 
 def _rebuild(fields, data, kept, horizon: int | None) -> bytes:

@@ -16,10 +16,20 @@ The worker only reads segment files and writes ``.cleaned`` files; the swap into
 and the checkpoint stay in the broker process. An abort (partition deleted, cleaner stopping)
 is sent as ("abort",), checked by the worker between reads; a worker that does not answer in
 time is killed, and its ``.cleaned`` files are removed by the parent (or the next load).
+
+The worker dies with the broker. A broker killed with kill -9 must not leave a worker that goes
+on writing ``.cleaned`` files next to the next broker's (same names: two writers of one file)
+or writes a traceback into its log. On Linux the kernel kills it (``PR_SET_PDEATHSIG``; the
+signal follows the thread that started the worker, which is the cleaner thread, and that thread
+closes its worker before it ends). Everywhere, the worker also exits, at once and silently, when
+its pipe from the broker reaches EOF or its parent pid changes (checked between reads and every
+quarter second of a throttle's sleep).
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import logging
 import os
 import pickle
@@ -45,6 +55,12 @@ POLL_INTERVAL_S = 0.05
 #: produce p99 rose 11x (bench/cleaner.py); at 19 the scheduler runs it in the gaps.
 WORKER_NICENESS = 19
 ABORT_TIMEOUT_S = 10.0
+#: How often a throttled worker looks for its parent while it sleeps.
+NAP_SLICE_S = 0.25
+
+
+#: linux/prctl.h
+PR_SET_PDEATHSIG = 1
 
 
 class _Duplex:
@@ -69,10 +85,64 @@ class _Duplex:
 
 
 def _entry() -> None:
-    """``python -c`` entry point: argv = read fd, write fd, map memory, load factor, rate, check ms."""
-    read_fd, write_fd = int(sys.argv[1]), int(sys.argv[2])
-    _worker_main(_Duplex(read_fd, write_fd), int(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5]),
-                 int(sys.argv[6]))
+    """``python -c`` entry point: argv = read fd, write fd, parent pid, 1 to ask the kernel for a
+    signal when the parent dies (0: the portable checks only), map memory, load factor, rate,
+    throttle check ms."""
+    read_fd, write_fd, parent_pid, kernel_signal = (int(a) for a in sys.argv[1:5])
+    if kernel_signal:
+        _set_parent_death_signal()
+    if os.getppid() != parent_pid:  # the parent died before the signal was armed
+        os._exit(0)
+    _worker_main(_WorkerPipe(read_fd, write_fd, parent_pid), int(sys.argv[5]), float(sys.argv[6]),
+                 float(sys.argv[7]), int(sys.argv[8]))
+
+
+def _set_parent_death_signal() -> None:
+    """SIGKILL when the parent goes (Linux only; elsewhere the portable checks remain)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+class _WorkerPipe(_Duplex):
+    """The worker's end: the broker gone (EOF, a broken pipe, another parent pid) ends the
+    process at once, without a word: nothing of it may reach the next broker's log or files."""
+
+    def __init__(self, read_fd: int, write_fd: int, parent_pid: int):
+        super().__init__(read_fd, write_fd)
+        self.parent_pid = parent_pid
+
+    def check_parent(self) -> None:
+        if os.getppid() != self.parent_pid:
+            _exit_quietly()
+
+    def send(self, message) -> None:
+        try:
+            super().send(message)
+        except OSError:
+            _exit_quietly()
+
+    def recv(self):
+        try:
+            return super().recv()
+        except (EOFError, OSError):
+            _exit_quietly()
+
+    def poll(self, timeout: float = 0.0) -> bool:
+        try:
+            return super().poll(timeout)
+        except (EOFError, OSError):
+            _exit_quietly()
+
+
+def _exit_quietly() -> None:
+    """Leave without unwinding: no cleanup that could touch the next broker's files (the
+    ``.cleaned`` file left behind is removed by the next load or round), no traceback."""
+    os._exit(0)
 
 
 def _worker_main(conn, map_memory: int, load_factor: float, throttle_rate: float, throttle_check_ms: int = 300) -> None:
@@ -81,15 +151,23 @@ def _worker_main(conn, map_memory: int, load_factor: float, throttle_rate: float
         os.nice(WORKER_NICENESS)
     except OSError:
         pass
-    cleaner = Cleaner(map_memory, load_factor, throttler=Throttler(throttle_rate, check_interval_ms=throttle_check_ms))
+    check_parent = getattr(conn, "check_parent", lambda: None)
+
+    def nap(seconds: float) -> None:
+        """The throttle's sleep (minutes at a low rate), in slices that look for the parent."""
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            check_parent()
+            time.sleep(min(left, NAP_SLICE_S))
+
+    throttler = Throttler(throttle_rate, check_interval_ms=throttle_check_ms, sleep=nap)
+    cleaner = Cleaner(map_memory, load_factor, throttler=throttler)
     pending: list[tuple] = []
 
     def check() -> None:
+        check_parent()
         while conn.poll():
-            try:
-                message = conn.recv()
-            except EOFError:
-                raise LogCleaningAbortedError("the broker went away") from None
+            message = conn.recv()
             if message[0] in ("abort", "exit"):
                 pending.append(message)
                 raise LogCleaningAbortedError("aborted by the broker")
@@ -103,13 +181,7 @@ def _worker_main(conn, map_memory: int, load_factor: float, throttle_rate: float
 
     cleaner.check_done = check
     while True:
-        if pending:
-            message = pending.pop(0)
-        else:
-            try:
-                message = conn.recv()
-            except EOFError:
-                return
+        message = pending.pop(0) if pending else conn.recv()
         if message[0] == "exit":
             return
         if message[0] != "clean":
@@ -131,8 +203,11 @@ def _worker_main(conn, map_memory: int, load_factor: float, throttle_rate: float
 class WorkerProcessExecutor:
     """Runs the passes in a worker process; ``on_group`` (the swap) runs in the calling thread."""
 
-    def __init__(self, map_memory: int, load_factor: float, throttle_rate: float, throttle_check_ms: int = 300):
+    def __init__(self, map_memory: int, load_factor: float, throttle_rate: float, throttle_check_ms: int = 300, *,
+                 die_with_parent_signal: bool = True):
+        """``die_with_parent_signal=False`` leaves the worker only the portable checks (tests)."""
         self._args = (map_memory, load_factor, throttle_rate, throttle_check_ms)
+        self._kernel_signal = die_with_parent_signal
         self._process: subprocess.Popen | None = None
         self._conn = None
         self._cancelled = threading.Event()
@@ -153,7 +228,8 @@ class WorkerProcessExecutor:
         try:
             process = subprocess.Popen(
                 [sys.executable, "-c", "from broker.storage.cleaner.worker import _entry; _entry()",
-                 str(to_child_r), str(to_parent_w), str(map_memory), repr(load_factor), repr(rate), str(check_ms)],
+                 str(to_child_r), str(to_parent_w), str(os.getpid()), str(int(self._kernel_signal)),
+                 str(map_memory), repr(load_factor), repr(rate), str(check_ms)],
                 pass_fds=(to_child_r, to_parent_w), env=env, stdin=subprocess.DEVNULL,
             )
         except BaseException:
