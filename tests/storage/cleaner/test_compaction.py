@@ -279,12 +279,15 @@ def test_cleaning_with_a_throttle_sleeps(tmp_path):
     clock = ManualClock()
     log = Log.open(tmp_path / "t-0", compact_config(), clock=clock)
     value = os.urandom(1000)
-    for i in range(600):
+    for i in range(300):
         append(log, [(b"k%d-%d" % (i % 5, j), value) for j in range(10)], clock.milliseconds())
     log.roll()
-    size = log.size  # ~6 MB
-    rate = 8_000_000.0
-    driver = Driver(tmp_path, {("t", 0): log}, clock, max_io_bytes_per_second=rate, throttle_check_interval_ms=20)
+    size = log.size  # ~3 MB
+    # Far below what the cleaner manages even on a loaded CI core (~10 MB/s), checked every
+    # millisecond: the first check after a read already finds the rate too high, whatever the
+    # machine's speed (with a longer interval a fast clean could finish before the first check).
+    rate = 2_500_000.0
+    driver = Driver(tmp_path, {("t", 0): log}, clock, max_io_bytes_per_second=rate, throttle_check_interval_ms=1)
     started = time.monotonic()
     assert driver.run_once()
     elapsed = time.monotonic() - started
