@@ -108,6 +108,27 @@ class FrameDecoder:
         """Bytes received but not yet returned as a frame: non-zero at EOF means a truncated frame."""
         return len(self._buffer) - self._start
 
+    @property
+    def frame_length(self) -> int | None:
+        """The body length announced by the prefix of the frame being received, once that prefix
+        is whole (None before): what a server reserves before it reads the body."""
+        if self.pending_bytes < PREFIX_SIZE:
+            return None
+        return _PREFIX.unpack_from(self._buffer, self._start)[0]
+
+    def read_size(self, max_bytes: int) -> int:
+        """How many bytes to read next without reading past the frame being received: the rest
+        of its prefix, then the rest of its body (at most ``max_bytes``, at least 1).
+
+        A reader that asks for no more than this never buffers a byte of the next frame, so
+        everything it holds belongs to the frame whose length it has accounted for.
+        """
+        pending = self.pending_bytes
+        if pending < PREFIX_SIZE:
+            return PREFIX_SIZE - pending
+        (length,) = _PREFIX.unpack_from(self._buffer, self._start)
+        return max(1, min(max_bytes, PREFIX_SIZE + length - pending))
+
     def receive_data(self, data: bytes) -> None:
         if self._error is None:
             self._buffer += data
