@@ -93,7 +93,15 @@ class FrameDecoder:
     prefix is refused before its body arrives. After a :class:`FrameTooLargeError` the stream
     cannot be resynchronised: every later :meth:`next_frame` raises it again and received data
     is dropped.
+
+    A large frame (``OWN_BODY_BYTES`` or more) whose body is still arriving is received into a
+    buffer of its exact size, which :meth:`next_frame` hands over as it is (a ``bytearray``;
+    smaller frames come out as ``bytes``): such a frame costs its length once, not once while it
+    arrives and again when it is copied out.
     """
+
+    #: Frames at least this long are received into a buffer of their own (see above).
+    OWN_BODY_BYTES: Final = 65536
 
     def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
         if not 0 <= max_frame_bytes <= MAX_FRAME_LENGTH:
@@ -102,17 +110,24 @@ class FrameDecoder:
         self._buffer = bytearray()
         self._start = 0  # bytes of _buffer already handed out as frames
         self._error: FrameTooLargeError | None = None
+        self._body: bytearray | None = None  # the large frame being received, once its body starts
+        self._body_filled = 0
 
     @property
     def pending_bytes(self) -> int:
         """Bytes received but not yet returned as a frame: non-zero at EOF means a truncated frame."""
-        return len(self._buffer) - self._start
+        pending = len(self._buffer) - self._start
+        if self._body is not None:
+            pending += PREFIX_SIZE + self._body_filled
+        return pending
 
     @property
     def frame_length(self) -> int | None:
         """The body length announced by the prefix of the frame being received, once that prefix
         is whole (None before): what a server reserves before it reads the body."""
-        if self.pending_bytes < PREFIX_SIZE:
+        if self._body is not None:
+            return len(self._body)
+        if len(self._buffer) - self._start < PREFIX_SIZE:
             return None
         return _PREFIX.unpack_from(self._buffer, self._start)[0]
 
@@ -123,20 +138,37 @@ class FrameDecoder:
         A reader that asks for no more than this never buffers a byte of the next frame, so
         everything it holds belongs to the frame whose length it has accounted for.
         """
-        pending = self.pending_bytes
+        if self._body is not None:
+            return max(1, min(max_bytes, len(self._body) - self._body_filled))
+        pending = len(self._buffer) - self._start
         if pending < PREFIX_SIZE:
             return PREFIX_SIZE - pending
         (length,) = _PREFIX.unpack_from(self._buffer, self._start)
         return max(1, min(max_bytes, PREFIX_SIZE + length - pending))
 
     def receive_data(self, data: bytes) -> None:
-        if self._error is None:
-            self._buffer += data
+        if self._error is not None:
+            return
+        body = self._body
+        if body is not None:
+            n = min(len(data), len(body) - self._body_filled)
+            with memoryview(data) as view:
+                body[self._body_filled:self._body_filled + n] = view[:n]
+                self._body_filled += n
+                if n < len(data):  # the start of the next frame
+                    self._buffer += view[n:]
+            return
+        self._buffer += data
 
-    def next_frame(self) -> bytes | Literal[_NeedData.NEED_DATA]:
+    def next_frame(self) -> bytes | bytearray | Literal[_NeedData.NEED_DATA]:
         """The next whole frame's payload, or :data:`NEED_DATA`."""
         if self._error is not None:
             raise self._error
+        if self._body is not None:
+            if self._body_filled < len(self._body):
+                return NEED_DATA
+            frame, self._body, self._body_filled = self._body, None, 0
+            return frame
         if self.pending_bytes < PREFIX_SIZE:
             return NEED_DATA
         (length,) = _PREFIX.unpack_from(self._buffer, self._start)
@@ -148,6 +180,17 @@ class FrameDecoder:
         body_start = self._start + PREFIX_SIZE
         body_end = body_start + length
         if len(self._buffer) < body_end:
+            if length >= self.OWN_BODY_BYTES and len(self._buffer) > body_start:
+                # Everything buffered belongs to this frame (it is not whole): move it into a
+                # buffer of the frame's size, where the rest of the body will be received. Not
+                # before its first byte arrived: a reader that reserves memory for the frame
+                # once the prefix is read does so before the frame's buffer exists.
+                self._body = bytearray(length)
+                self._body_filled = len(self._buffer) - body_start
+                with memoryview(self._buffer) as view:
+                    self._body[:self._body_filled] = view[body_start:]
+                self._buffer = bytearray()
+                self._start = 0
             return NEED_DATA
         with memoryview(self._buffer) as view, view[body_start:body_end] as body:
             frame = bytes(body)

@@ -91,6 +91,8 @@ class ClientConnection:
         self._framed_bytes = 0
         #: Bytes of the pool this connection holds for the frame it is receiving or handling.
         self._reserved = 0
+        #: The frame received and not yet decoded.
+        self._frame: bytes | bytearray | None = None
 
     async def serve(self, shutdown: trio.Event) -> None:
         try:
@@ -116,21 +118,20 @@ class ClientConnection:
 
     async def _serve(self, shutdown: trio.Event) -> None:
         while not shutdown.is_set():
-            frame = await self._receive_frame()
-            if frame is None:
+            if not await self._receive_frame():
                 return
             self.busy = True
             try:
-                keep_open = await self._handle_frame(frame)
+                keep_open = await self._handle_frame()
             finally:
                 self.busy = False
                 self._release()  # answered: its bytes go back to the pool
             if not keep_open:
                 return
 
-    async def _receive_frame(self) -> bytes | None:
-        """The next whole frame, or None when the connection is to close (EOF, a timeout, a frame
-        refused for its length). Never reads a byte past the frame being received."""
+    async def _receive_frame(self) -> bool:
+        """Receive the next whole frame into ``_frame``; False when the connection is to close
+        (EOF, a timeout, a frame refused for its length). Never reads a byte past the frame."""
         decoder = self.decoder
         deadline = math.inf  # request.receive.timeout.ms after the frame's first byte
         reserved = False
@@ -142,10 +143,11 @@ class ClientConnection:
                                limit="socket.request.max.bytes")
                 self._closed_by("socket.request.max.bytes")
                 await self._refuse_frame(str(exc))
-                return None
+                return False
             if frame is not NEED_DATA:
                 self._framed_bytes += len(frame) + PREFIX_SIZE
-                return frame
+                self._frame = frame
+                return True
             length = decoder.frame_length
             if length is not None and not reserved:
                 if not self.pool.fits(length):
@@ -155,7 +157,7 @@ class ClientConnection:
                     await self._refuse_frame(
                         f"frame of {length} bytes exceeds the limit of {self.pool.capacity} bytes the "
                         f"broker holds for all requests together (queued.max.request.bytes)")
-                    return None
+                    return False
                 paused_at = trio.current_time()
                 await self.pool.acquire(length)  # backpressure: no byte more is read until it fits
                 self._reserved = length
@@ -174,9 +176,9 @@ class ClientConnection:
                 else:
                     logger.info("connection_idle_closed", peer=self.peer, idle_s=self.idle_timeout_s)
                     self._closed_by("connections.max.idle.ms")
-                return None
+                return False
             if not data:
-                return None
+                return False
             if not started:
                 deadline = trio.current_time() + self.receive_timeout_s
             self._received_bytes += len(data)
@@ -187,13 +189,14 @@ class ClientConnection:
         await self._send_bytes(None, m.encode_response(
             m.error_response(None, ErrorCode.INVALID_REQUEST, message)))
 
-    async def _decode(self, frame: bytes) -> m.Request:
+    async def _decode(self, frame: bytes | bytearray) -> m.Request | m.RequestError:
         if count_objects(frame, INLINE_DECODE_OBJECTS) <= INLINE_DECODE_OBJECTS:
-            return m.decode_request(frame, self.limits)
-        return await trio.to_thread.run_sync(m.decode_request, frame, self.limits, limiter=self.decode_limiter)
+            return _decode_request(frame, self.limits)
+        return await trio.to_thread.run_sync(_decode_request, frame, self.limits, limiter=self.decode_limiter)
 
-    async def _handle_frame(self, frame: bytes) -> bool:
-        """Answer one request; False if the connection is to close (the client left a long poll).
+    async def _handle_frame(self) -> bool:
+        """Answer the request in ``_frame``; False if the connection is to close (the client left
+        a long poll). The frame is dropped once decoded: a request holds its decoded form only.
 
         A request is counted once its outcome is known, with the time from here to its response
         written (or the write failing); a request cancelled before it has an outcome (shutdown
@@ -201,13 +204,15 @@ class ClientConnection:
         start = trio.current_time()
         api: str | None = None
         code: int | None = None
+        frame, self._frame = self._frame, None
+        frame_bytes = len(frame) + PREFIX_SIZE
         try:
-            try:
-                request = await self._decode(frame)
-            except m.RequestError as exc:
-                api, code = exc.api, exc.code
+            request = await self._decode(frame)
+            del frame
+            if isinstance(request, m.RequestError):
+                api, code = request.api, request.code
                 await self._send_bytes(api, m.encode_response(
-                    m.error_response(exc.request_id, exc.code, str(exc), exc.api)))
+                    m.error_response(request.request_id, request.code, str(request), request.api)))
                 return True
             api = request.api
             try:
@@ -247,7 +252,7 @@ class ClientConnection:
             return True
         finally:
             if self.stats is not None:
-                self.stats.bytes_in(api, len(frame) + PREFIX_SIZE)
+                self.stats.bytes_in(api, frame_bytes)
                 if code is not None:
                     self.stats.request_done(api, int(code), trio.current_time() - start)
 
@@ -318,6 +323,18 @@ class ClientConnection:
             await self._send_all(bytes(pending))
         if self.stats is not None:
             self.stats.bytes_out(api, total + PREFIX_SIZE)
+
+
+def _decode_request(frame: bytes | bytearray, limits: RequestLimits) -> m.Request | m.RequestError:
+    """The request, or the error refusing it, returned rather than raised: a raised error's
+    traceback holds the decoder's frames, and with them the frame's bytes, in a reference cycle
+    (through the worker thread's outcome) that lives until the garbage collector's next full
+    pass, far beyond the frame's reservation in the pool. The returned error has none."""
+    try:
+        return m.decode_request(frame, limits)
+    except m.RequestError as exc:
+        exc.__traceback__ = exc.__context__ = exc.__cause__ = None
+        return exc
 
 
 async def _sendfile(sock, fd: int, position: int, count: int, stall_s: float = math.inf) -> None:
