@@ -219,6 +219,7 @@ def scan_request(data, limits: RequestLimits) -> RequestScan:
     request_id: int | None = None
     api: str | None = None
     budget = limits.max_objects(None)
+    count = 0  # objects of the top-level items walked so far
     try:
         if not end:
             return RequestScan(0, None, None)
@@ -232,9 +233,9 @@ def scan_request(data, limits: RequestLimits) -> RequestScan:
             pairs, pos = int.from_bytes(data[1:1 + width], "big"), 1 + width
         else:  # not a map: counted whole, refused by the decoder if it fits the budget
             return RequestScan(_walk(data, 0, end, budget)[1], None, None)
-        count = 1
         if 1 + 2 * pairs > budget:
             raise _OverBudget(1 + 2 * pairs)
+        count = 1
         for left in range(pairs - 1, -1, -1):
             key_start = pos
             pos, objects = _walk(data, pos, end, budget - count)
@@ -253,7 +254,7 @@ def scan_request(data, limits: RequestLimits) -> RequestScan:
                 if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**31:
                     request_id = value
             if count + 2 * left > budget:  # the api's budget may be lower than the one walked with
-                raise _OverBudget(count + 2 * left)
+                raise _OverBudget(2 * left)
         return RequestScan(count, request_id, api)
     except _Malformed:
         return RequestScan(0, request_id, api)
@@ -265,7 +266,7 @@ def scan_request(data, limits: RequestLimits) -> RequestScan:
         per_entry = OBJECTS_PER_ENTRY[api] if api else max(OBJECTS_PER_ENTRY.values())
         what = f"a {api} request" if api else "any request"
         raise RequestBudgetError(
-            f"request holds at least {exc.objects} msgpack objects; {what} may hold at most {budget} "
+            f"request holds at least {count + exc.objects} msgpack objects; {what} may hold at most {budget} "
             f"({ENVELOPE_OBJECTS} + {per_entry} per topic or partition named, "
             f"for max.broker.partitions={limits.max_partitions})",
             request_id, api) from None
