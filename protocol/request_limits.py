@@ -264,9 +264,9 @@ def scan_request(data, limits: RequestLimits) -> RequestScan:
             request_id, api) from None
     except _OverBudget as exc:
         per_entry = OBJECTS_PER_ENTRY[api] if api else max(OBJECTS_PER_ENTRY.values())
-        what = f"a {api} request" if api else "any request"
+        what = f"{api} requests" if api else "requests"
+        why = (f"{ENVELOPE_OBJECTS} + {per_entry} per topic or partition named, "
+               f"for max.broker.partitions={limits.max_partitions}") if per_entry else "they name no topic"
         raise RequestBudgetError(
-            f"request holds at least {count + exc.objects} msgpack objects; {what} may hold at most {budget} "
-            f"({ENVELOPE_OBJECTS} + {per_entry} per topic or partition named, "
-            f"for max.broker.partitions={limits.max_partitions})",
-            request_id, api) from None
+            f"request holds at least {count + exc.objects} msgpack objects; {what} may hold at most "
+            f"{budget} ({why})", request_id, api) from None

@@ -1316,7 +1316,7 @@ def test_decode_request_refuses_a_16_mib_bomb_before_building_it():
     budget = ENVELOPE_OBJECTS + OBJECTS_PER_ENTRY["produce"] * 10_000
     assert (error.code, error.request_id, error.api) == (INVALID, 42, "produce")
     assert f"at least {(16 << 20) + 9} msgpack objects" in error.message
-    assert f"a produce request may hold at most {budget}" in error.message
+    assert f"produce requests may hold at most {budget}" in error.message
     assert "max.broker.partitions=10000" in error.message
 
 
@@ -1328,7 +1328,7 @@ def test_decode_request_refuses_nested_bombs_that_announce_little_at_each_level(
     payload = bytes([payload[0] + 1]) + payload[1:] + b"\xa1x\xdd" + count.to_bytes(4, "big") + inner * count
     error = refuse_payload(payload)
     assert (error.code, error.request_id, error.api) == (INVALID, 9, "metadata")
-    assert "a metadata request may hold at most 20256" in error.message
+    assert "metadata requests may hold at most 20256" in error.message
 
 
 def test_decode_request_budget_follows_the_api_and_max_broker_partitions():
