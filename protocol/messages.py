@@ -59,7 +59,7 @@ import msgpack
 
 from .errors import ErrorCode
 from .frames import LocalProtocolError, RemoteProtocolError
-from .request_limits import RequestBudgetError, RequestLimits, scan_request
+from .request_limits import ENVELOPE_OBJECTS, RequestBudgetError, RequestLimits, count_objects, scan_request
 
 #: The limits of a broker with the default ``max.broker.partitions``.
 DEFAULT_REQUEST_LIMITS = RequestLimits()
@@ -812,14 +812,16 @@ def decode_request(payload: bytes, limits: RequestLimits = DEFAULT_REQUEST_LIMIT
     """
     if not payload:
         raise RequestError(ErrorCode.INVALID_REQUEST, "request must be a map, got an empty frame")
-    try:
-        scan = scan_request(payload, limits)
-    except RequestBudgetError as exc:
-        raise RequestError(exc.code, exc.message, exc.request_id, exc.api) from None
+    api = None
+    if count_objects(payload, ENVELOPE_OBJECTS) > ENVELOPE_OBJECTS:  # within every API's budget
+        try:
+            api = scan_request(payload, limits).api
+        except RequestBudgetError as exc:
+            raise RequestError(exc.code, exc.message, exc.request_id, exc.api) from None
     try:
         # use_list=False: arrays as tuples, so even an array used as a map key cannot fail here.
         doc = msgpack.unpackb(payload, raw=False, use_list=False, strict_map_key=False,
-                              **limits.unpack_options(len(payload), scan.api))
+                              **limits.unpack_options(len(payload), api))
     except _UNPACK_ERRORS as exc:
         message = f"request is not a valid msgpack document ({_unpack_error_text(exc)})"
         raise RequestError(ErrorCode.INVALID_REQUEST, message) from None

@@ -8,9 +8,10 @@ UNKNOWN_SERVER_ERROR and stays up; only unreadable framing closes it.
 
 What one client can hold is bounded:
 
-* memory: the connection never reads past the frame it is receiving, and reserves that frame's
-  length from the broker's :class:`~broker.server.memory_pool.RequestMemoryPool`
-  (``queued.max.request.bytes``) before reading its body, until the request is answered;
+* memory: the connection reserves each frame's length from the broker's
+  :class:`~broker.server.memory_pool.RequestMemoryPool` (``queued.max.request.bytes``) as soon as
+  its length prefix is read, before reading its body, until the request is answered; it reads at
+  most ``READ_AHEAD_BYTES`` past the frame it is receiving, so that is all it holds unreserved;
   decoding is bounded by :mod:`protocol.request_limits`, and a frame that holds more than a few
   hundred msgpack objects is decoded in a worker thread, not on the event loop;
 * time: between requests a connection may stay silent ``connections.max.idle.ms``; once a
@@ -43,6 +44,11 @@ from .memory_pool import RequestMemoryPool
 logger = structlog.get_logger("triolog.server")
 
 RECEIVE_BYTES = 256 * 1024
+#: Bytes a read may take past the frame being received: the next frames' first bytes (often
+#: whole small requests, or the next prefix) come with the current one instead of costing a read
+#: each. They are held outside the request pool until their frame's length is reserved, so each
+#: connection may hold this much beyond the pool, like its socket's own buffers.
+READ_AHEAD_BYTES = 16 * 1024
 #: APIs whose responses are encoded without re-checking them against the schema.
 _HOT_APIS = frozenset({"produce", "fetch"})
 #: Requests holding at most this many msgpack objects are decoded on the event loop (tens of
@@ -130,10 +136,13 @@ class ClientConnection:
                 return
 
     async def _receive_frame(self) -> bool:
-        """Receive the next whole frame into ``_frame``; False when the connection is to close
-        (EOF, a timeout, a frame refused for its length). Never reads a byte past the frame."""
+        """Receive the next whole frame into ``_frame``, its length reserved from the pool; False
+        when the connection is to close (EOF, a timeout, a frame refused for its length). Reads
+        at most READ_AHEAD_BYTES past the frame being received."""
         decoder = self.decoder
-        deadline = math.inf  # request.receive.timeout.ms after the frame's first byte
+        # request.receive.timeout.ms runs from the frame's first byte (for bytes read ahead with the
+        # previous frame: from now), not counting time spent waiting for the pool.
+        deadline = trio.current_time() + self.receive_timeout_s if decoder.pending_bytes else math.inf
         reserved = False
         while True:
             try:
@@ -144,11 +153,7 @@ class ClientConnection:
                 self._closed_by("socket.request.max.bytes")
                 await self._refuse_frame(str(exc))
                 return False
-            if frame is not NEED_DATA:
-                self._framed_bytes += len(frame) + PREFIX_SIZE
-                self._frame = frame
-                return True
-            length = decoder.frame_length
+            length = decoder.frame_length if frame is NEED_DATA else len(frame)
             if length is not None and not reserved:
                 if not self.pool.fits(length):
                     logger.warning("frame_too_large", peer=self.peer, length=length,
@@ -159,14 +164,18 @@ class ClientConnection:
                         f"broker holds for all requests together (queued.max.request.bytes)")
                     return False
                 paused_at = trio.current_time()
-                await self.pool.acquire(length)  # backpressure: no byte more is read until it fits
+                await self.pool.acquire(length)  # backpressure: nothing more is read until it fits
                 self._reserved = length
                 reserved = True
                 deadline += trio.current_time() - paused_at
+            if frame is not NEED_DATA:
+                self._framed_bytes += len(frame) + PREFIX_SIZE
+                self._frame = frame
+                return True
             started = decoder.pending_bytes > 0
             timeout_at = deadline if started else trio.current_time() + self.idle_timeout_s
             with trio.move_on_at(timeout_at) as timer:
-                data = await self.stream.receive_some(decoder.read_size(RECEIVE_BYTES))
+                data = await self.stream.receive_some(decoder.read_size(RECEIVE_BYTES, READ_AHEAD_BYTES))
             if timer.cancelled_caught:
                 if started:
                     logger.warning("connection_receive_timeout", peer=self.peer,
@@ -284,20 +293,24 @@ class ClientConnection:
             scope.cancel()
 
     async def _send_all(self, data: bytes) -> None:
-        """``data`` to the client; _SendStalled if it takes none of it for ``send_stall_s``."""
-        if self.send_stall_s == math.inf:
-            await self.stream.send_all(data)
-            return
-        sock = self.stream.socket
+        """``data`` to the client; _SendStalled if it takes none of it for ``send_stall_s``.
+
+        Written straight to the non-blocking socket; only when the socket is full does it wait
+        (for writability, under the stall limit), so a response that fits costs one write."""
+        await trio.lowlevel.checkpoint()
+        fd = self.stream.socket.fileno()
         view = memoryview(data)
         sent = 0
         while sent < len(view):
+            try:
+                sent += os.write(fd, view[sent:])
+                continue
+            except BlockingIOError:
+                pass
             with trio.move_on_after(self.send_stall_s) as timer:
-                sent += await sock.send(view[sent:])
+                await trio.lowlevel.wait_writable(self.stream.socket)
             if timer.cancelled_caught:
                 raise _SendStalled
-        if not view:
-            await trio.lowlevel.checkpoint()
 
     async def _send_bytes(self, api: str | None, payload: bytes) -> None:
         await self._send_all(frame_prefix(len(payload)) + payload)
