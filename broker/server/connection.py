@@ -100,6 +100,11 @@ class ClientConnection:
         #: The frame received and not yet decoded.
         self._frame: bytes | bytearray | None = None
 
+    @property
+    def reserved_bytes(self) -> int:
+        """Bytes of the request pool this connection holds."""
+        return self._reserved
+
     async def serve(self, shutdown: trio.Event) -> None:
         try:
             await self._serve(shutdown)

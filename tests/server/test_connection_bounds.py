@@ -12,6 +12,7 @@ import msgpack
 import trio
 import trio.testing
 
+from broker.server.connection import READ_AHEAD_BYTES
 from protocol.errors import ErrorCode
 
 from .inprocess import Client, metric, running_broker, values_of, wait_until
@@ -37,7 +38,9 @@ async def test_request_bytes_beyond_the_pool_wait_unread_until_earlier_requests_
         # does not fit beside it (sent from a task: unread, it fills the socket buffers and blocks)
         senders.start_soon(waiter.stream.send_all, api_versions_frame(2, pad=200_000))
         await wait_until(lambda: pool.waiting == 1, what="the second connection to wait for the pool")
-        assert pool.used == len(big) - 4  # the waiting frame's body is not read: nothing held for it
+        assert pool.used == len(big) - 4  # nothing is reserved for the waiting frame...
+        unreserved = [c.decoder.pending_bytes for c in server._connections if not c.reserved_bytes]
+        assert 0 < max(unreserved) <= 4 + READ_AHEAD_BYTES  # ...and of its body at most the read-ahead
         assert metric(server, "triolog_server_queued_request_waiters") == 1
 
         small = await Client.connect(port)  # a small request behind the waiter waits its turn too...
@@ -203,8 +206,9 @@ async def test_at_max_connections_new_connections_wait_in_the_backlog_holding_no
         for i, client in enumerate(waiting):
             await client.send_frame(msgpack.packb({"api": "api_versions", "v": 1, "id": 100 + i}))
         await trio.testing.wait_all_tasks_blocked(0.2)
-        # 10 descriptors more in this process: the clients' own. The broker accepted none of them.
-        assert _open_descriptors() == before + 10
+        # 10 descriptors more in this process at most: the clients' own. The broker accepted none
+        # of them (accepting them would have added 10 more).
+        assert _open_descriptors() <= before + 10
         assert metric(server, "triolog_server_connections") == 2
         assert metric(server, "triolog_server_connections_opened_total") == 2
 
