@@ -664,7 +664,7 @@ def test_connections_max_connections_bounds_open_connections(broker_factory):
     descriptors = broker.open_descriptors()
     third = broker.client()  # connected by the kernel, never accepted while two are open
     assert not _served(third, 0.5)
-    assert broker.open_descriptors() == descriptors
+    assert broker.open_descriptors() <= descriptors
     third.close()
     first.close()
     wait_for(lambda: _served(broker.client()), 10, "a freed slot to be reused")

@@ -163,7 +163,7 @@ def test_waiting_connections_at_max_connections_hold_no_broker_descriptor(start_
     for client in waiting:
         client.send_frame(msgpack.packb({"api": "api_versions", "v": 1, "id": 1}))
     assert all(not client.is_closed(0.05) for client in waiting)  # connected, unanswered, open
-    assert broker.open_descriptors() == before
+    assert broker.open_descriptors() <= before  # none accepted
     open_[0].close()  # a slot frees: exactly one waiting connection is accepted and answered
     answered: list[WireClient] = []
 
