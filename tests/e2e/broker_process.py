@@ -48,16 +48,15 @@ class BrokerProcess:
         earlier_starts = len(self._started_events())  # the log file is appended to across restarts
         log = open(self.log_path, "ab")
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        preexec = None
-        if self.rlimit_nofile is not None:
-            limits = self.rlimit_nofile
+        limits = self.rlimit_nofile
 
-            def preexec() -> None:
-                import resource
+        def preexec() -> None:
+            import resource
 
-                resource.setrlimit(resource.RLIMIT_NOFILE, limits)
+            resource.setrlimit(resource.RLIMIT_NOFILE, limits)
 
-        self.process = subprocess.Popen(args, stdout=log, stderr=log, cwd=ROOT, env=env, preexec_fn=preexec)
+        self.process = subprocess.Popen(args, stdout=log, stderr=log, cwd=ROOT, env=env,
+                                        preexec_fn=preexec if limits is not None else None)
         log.close()
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:

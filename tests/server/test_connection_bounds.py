@@ -15,7 +15,7 @@ import trio.testing
 from broker.server.connection import READ_AHEAD_BYTES
 from protocol.errors import ErrorCode
 
-from .inprocess import Client, metric, running_broker, values_of, wait_until
+from .inprocess import Client, metric, running_broker, wait_until
 
 
 def api_versions_frame(request_id: int, pad: int = 0) -> bytes:
