@@ -62,7 +62,18 @@ several brokers in one process, as in tests, do not collide):
   triolog_server_bytes_out_total            counter   by ``api``: response frames, prefix included
   triolog_server_connections                gauge     open client connections
   triolog_server_connections_opened_total   counter   connections accepted
-  triolog_server_connections_refused_total  counter   by ``limit`` (max.connections, ...)
+  triolog_server_connections_refused_total  counter   by ``limit`` (max.connections.per.ip)
+  triolog_server_connections_closed_total   counter   closed by the broker, by ``limit``
+                                                      (connections.max.idle.ms,
+                                                      request.receive.timeout.ms,
+                                                      socket.request.max.bytes,
+                                                      queued.max.request.bytes)
+  triolog_server_accept_paused              gauge     1 while accepting waits at max.connections
+  triolog_server_accept_errors_total        counter   accept() failures retried, by ``error``
+                                                      (EMFILE, ENFILE, ENOMEM, ENOBUFS)
+  triolog_server_queued_request_bytes       gauge     request bytes held (queued.max.request.bytes)
+  triolog_server_queued_request_waiters     gauge     connections waiting for those bytes
+  triolog_server_delayed_fetches            gauge     long polls waiting for data
   ========================================= ========= =========================================
 
   (A counter of opened connections cannot be named ``triolog_server_connections_total``: the
@@ -107,6 +118,12 @@ logger = logging.getLogger(__name__)
 #: The ``api`` label's values: every API of the protocol, and ``unknown`` for unreadable frames.
 UNKNOWN_API = "unknown"
 API_LABELS: tuple[str, ...] = (*SUPPORTED_APIS, UNKNOWN_API)
+
+#: The ``limit`` label's values of triolog_server_connections_closed_total.
+CLOSE_LIMITS = ("connections.max.idle.ms", "request.receive.timeout.ms", "socket.request.max.bytes",
+                "queued.max.request.bytes")
+#: The ``error`` label's values of triolog_server_accept_errors_total (the errnos accept retries).
+ACCEPT_ERRORS = ("EMFILE", "ENFILE", "ENOMEM", "ENOBUFS")
 
 #: Request latency buckets, 0.5 ms to 30 s: produce with acks=1 is sub-millisecond, acks=all
 #: waits for a group-commit fsync, a long-poll fetch waits up to its max_wait_ms.
@@ -167,6 +184,35 @@ class ServerMetrics:
             "Client connections closed at once because a limit was reached, by the limit's config key.",
             ("limit",), registry=registry,
         )
+        self._closed = Counter(
+            "triolog_server_connections_closed_total",
+            "Client connections the broker closed because a limit was reached, by the limit's config key.",
+            ("limit",), registry=registry,
+        )
+        for limit in CLOSE_LIMITS:
+            self._closed.labels(limit)
+        self._accept_errors = Counter(
+            "triolog_server_accept_errors_total",
+            "accept() failures for lack of descriptors or memory (retried), by errno name.",
+            ("error",), registry=registry,
+        )
+        for error in ACCEPT_ERRORS:
+            self._accept_errors.labels(error)
+        self._accept_paused = Gauge(
+            "triolog_server_accept_paused",
+            "1 while the broker accepts no connection because max.connections are open, else 0.",
+            registry=registry)
+        self._queued_bytes = Gauge(
+            "triolog_server_queued_request_bytes",
+            "Request bytes held in memory by all connections (bounded by queued.max.request.bytes).",
+            registry=registry)
+        self._queued_waiters = Gauge(
+            "triolog_server_queued_request_waiters",
+            "Connections that stopped reading until queued.max.request.bytes has room for their frame.",
+            registry=registry)
+        self._delayed_fetches = Gauge(
+            "triolog_server_delayed_fetches",
+            "Fetches waiting for data (long polls) right now.", registry=registry)
         self._latency = {api: latency.labels(api) for api in API_LABELS}
         self._bytes_in = {api: bytes_in.labels(api) for api in API_LABELS}
         self._bytes_out = {api: bytes_out.labels(api) for api in API_LABELS}
@@ -204,6 +250,21 @@ class ServerMetrics:
 
     def connection_refused(self, limit: str) -> None:
         self._refused.labels(limit).inc()
+
+    def connection_closed_by_limit(self, limit: str) -> None:
+        self._closed.labels(limit).inc()
+
+    def accept_error(self, error: str) -> None:
+        self._accept_errors.labels(error).inc()
+
+    def watch(self, server) -> None:
+        """Read the gauges of a running ``BrokerServer`` (its pool, long polls, accept state) at
+        scrape time, from the scrape thread: each is one attribute read."""
+        self._accept_paused.set_function(lambda: 1 if server.accept_paused else 0)
+        self._queued_bytes.set_function(lambda: server.request_pool.used)
+        self._queued_waiters.set_function(lambda: server.request_pool.waiting)
+        self._delayed_fetches.set_function(
+            lambda: server.handler.delayed_fetches if server.handler is not None else 0)
 
 
 # -- storage -----------------------------------------------------------------------------------

@@ -354,19 +354,20 @@ def _server_keys() -> Iterator[BrokerConfigKey]:
     yield BrokerConfigKey(
         "queued.max.request.bytes", "long", 268435456,
         "Request bytes all connections together may hold in memory, from a frame's length prefix "
-        "until its request is answered; a connection whose next frame does not fit waits before "
-        "reading it. Kafka's default is -1 (unbounded); -1 turns the cap off.",
+        "until its request is answered; a connection whose next frame does not fit stops reading "
+        "until earlier requests give their bytes back, and a frame longer than the cap is refused. "
+        "Kafka's default is -1 (unbounded); -1 turns the cap off.",
         group, attr="queued_max_request_bytes", minimum=-1)
     yield BrokerConfigKey(
         "request.receive.timeout.ms", "long", 30000,
         "triolog key: a request frame must arrive in full within this long of its first byte, "
-        "or the connection is closed (a slow sender cannot hold a buffer indefinitely); "
-        "-1 waits forever.",
+        "or the connection is closed (a slow sender cannot hold a buffer indefinitely); time spent "
+        "waiting for queued.max.request.bytes does not count. -1 waits forever.",
         group, attr="request_receive_timeout_ms", minimum=-1)
     yield BrokerConfigKey(
         "max.broker.partitions", "int", 10000,
-        "Partitions this broker holds at most (KIP-578's name); a create or partition increase "
-        "that would exceed it is refused before anything is created.",
+        "Partitions this broker holds at most (KIP-578's name); a create_topics or auto-creation "
+        "that would exceed it is refused with POLICY_VIOLATION before anything is created.",
         group, attr="max_broker_partitions", minimum=1)
     yield BrokerConfigKey(
         "metrics.listener", "url", Endpoint("http", "127.0.0.1", 9404),

@@ -93,7 +93,14 @@ class FrameDecoder:
     prefix is refused before its body arrives. After a :class:`FrameTooLargeError` the stream
     cannot be resynchronised: every later :meth:`next_frame` raises it again and received data
     is dropped.
+
+    A large frame (``OWN_BODY_BYTES`` or more) whose body is still arriving is kept as the chunks
+    received, joined once when whole: while it arrives it costs its length, not the length of a
+    receive buffer that grows by reallocation, and nothing is copied but by the final join.
     """
+
+    #: Frames at least this long are received as chunks (see above).
+    OWN_BODY_BYTES: Final = 65536
 
     def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
         if not 0 <= max_frame_bytes <= MAX_FRAME_LENGTH:
@@ -102,20 +109,82 @@ class FrameDecoder:
         self._buffer = bytearray()
         self._start = 0  # bytes of _buffer already handed out as frames
         self._error: FrameTooLargeError | None = None
+        # The large frame being received, once its body starts: its length and the chunks so far.
+        self._body_length: int | None = None
+        self._body_chunks: list[bytes | memoryview] = []
+        self._body_filled = 0
 
     @property
     def pending_bytes(self) -> int:
         """Bytes received but not yet returned as a frame: non-zero at EOF means a truncated frame."""
-        return len(self._buffer) - self._start
+        pending = len(self._buffer) - self._start
+        if self._body_length is not None:
+            pending += PREFIX_SIZE + self._body_filled
+        return pending
+
+    @property
+    def frame_length(self) -> int | None:
+        """The body length announced by the prefix of the frame being received, once that prefix
+        is whole (None before): what a server reserves before it reads the body."""
+        if self._body_length is not None:
+            return self._body_length
+        if len(self._buffer) - self._start < PREFIX_SIZE:
+            return None
+        return _PREFIX.unpack_from(self._buffer, self._start)[0]
+
+    def read_size(self, max_bytes: int, read_ahead: int = 0) -> int:
+        """How many bytes to read next: the rest of the prefix, then the rest of the body, of the
+        frame being received, plus at most ``read_ahead`` bytes past it (the next frames' first
+        bytes); at most ``max_bytes``, at least 1.
+
+        A reader that asks for no more than this holds at most ``read_ahead`` bytes beyond the
+        frame whose length it has accounted for.
+        """
+        if self._body_length is not None:
+            rest = self._body_length - self._body_filled
+        else:
+            pending = len(self._buffer) - self._start
+            if pending < PREFIX_SIZE:
+                rest = PREFIX_SIZE - pending
+            else:
+                rest = PREFIX_SIZE + _PREFIX.unpack_from(self._buffer, self._start)[0] - pending
+        return max(1, min(max_bytes, rest + read_ahead))
 
     def receive_data(self, data: bytes) -> None:
-        if self._error is None:
-            self._buffer += data
+        if self._error is not None:
+            return
+        if self._body_length is None and len(self._buffer) - self._start == PREFIX_SIZE and data:
+            # Only a prefix is buffered (a reader that reads by read_size): a large body starts
+            # here and is kept as the chunks received, without passing through the buffer.
+            (length,) = _PREFIX.unpack_from(self._buffer, self._start)
+            if self.OWN_BODY_BYTES <= length <= self.max_frame_bytes:
+                self._buffer = bytearray()
+                self._start = 0
+                self._body_length = length
+        if self._body_length is not None:
+            n = min(len(data), self._body_length - self._body_filled)
+            if n == len(data):
+                self._body_chunks.append(bytes(data))  # no copy of a bytes object
+            else:  # the end of the body, then the start of the next frame
+                view = memoryview(bytes(data))
+                self._body_chunks.append(view[:n])  # a view, copied only by the final join
+                self._buffer += view[n:]
+            self._body_filled += n
+            return
+        self._buffer += data
 
     def next_frame(self) -> bytes | Literal[_NeedData.NEED_DATA]:
         """The next whole frame's payload, or :data:`NEED_DATA`."""
         if self._error is not None:
             raise self._error
+        if self._body_length is not None:
+            if self._body_filled < self._body_length:
+                return NEED_DATA
+            chunks, self._body_chunks = self._body_chunks, []
+            self._body_length, self._body_filled = None, 0
+            if len(chunks) == 1 and isinstance(chunks[0], bytes):
+                return chunks[0]
+            return b"".join(chunks)
         if self.pending_bytes < PREFIX_SIZE:
             return NEED_DATA
         (length,) = _PREFIX.unpack_from(self._buffer, self._start)
@@ -127,6 +196,16 @@ class FrameDecoder:
         body_start = self._start + PREFIX_SIZE
         body_end = body_start + length
         if len(self._buffer) < body_end:
+            if length >= self.OWN_BODY_BYTES and len(self._buffer) > body_start:
+                # Everything buffered belongs to this frame (it is not whole): it becomes the
+                # body's first chunk. Not before its first byte arrived, so a reader that reserves
+                # memory once the prefix is read does so before the frame costs anything.
+                with memoryview(self._buffer) as view, view[body_start:] as first:
+                    self._body_chunks = [bytes(first)]
+                self._body_length = length
+                self._body_filled = len(self._body_chunks[0])
+                self._buffer = bytearray()
+                self._start = 0
             return NEED_DATA
         with memoryview(self._buffer) as view, view[body_start:body_end] as body:
             frame = bytes(body)

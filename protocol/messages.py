@@ -18,6 +18,8 @@ Rules of the decoder:
   unknown key's value is never inspected, however deep.
 * Sizes are bounded by the frame limit (msgpack never announces more elements than there are
   bytes) and nesting by msgpack's own stack limit; both surface as "not a valid msgpack document".
+  What a frame may decode to is bounded before decoding (:mod:`protocol.request_limits`): no
+  more msgpack objects than its API's budget, no string longer than Kafka's 32767 bytes.
 
 Which problems fail the whole request and which are reported per topic or partition follows
 Kafka: the request parser refuses what it cannot parse, the broker judges values one topic or
@@ -57,6 +59,10 @@ import msgpack
 
 from .errors import ErrorCode
 from .frames import LocalProtocolError, RemoteProtocolError
+from .request_limits import ENVELOPE_OBJECTS, RequestBudgetError, RequestLimits, count_objects, scan_request
+
+#: The limits of a broker with the default ``max.broker.partitions``.
+DEFAULT_REQUEST_LIMITS = RequestLimits()
 
 #: API name -> (min_version, max_version) this implementation speaks.
 SUPPORTED_APIS: dict[str, tuple[int, int]] = {
@@ -796,13 +802,26 @@ class _RequestId:
     id: CorrelationId
 
 
-def decode_request(payload: bytes) -> Request:
-    """A frame's payload as a validated request, or RequestError naming the first problem found."""
+def decode_request(payload: bytes, limits: RequestLimits = DEFAULT_REQUEST_LIMITS) -> Request:
+    """A frame's payload as a validated request, or RequestError naming the first problem found.
+
+    Before msgpack builds anything, :func:`~protocol.request_limits.scan_request` checks that
+    the payload holds no more objects than a request of its API may (``limits``), and the
+    unpacker runs with caps sized from the payload and that budget: what a frame decodes to is
+    bounded by its length plus the budget, however the bytes are arranged.
+    """
     if not payload:
         raise RequestError(ErrorCode.INVALID_REQUEST, "request must be a map, got an empty frame")
+    api = None
+    if count_objects(payload, ENVELOPE_OBJECTS) > ENVELOPE_OBJECTS:  # within every API's budget
+        try:
+            api = scan_request(payload, limits).api
+        except RequestBudgetError as exc:
+            raise RequestError(exc.code, exc.message, exc.request_id, exc.api) from None
     try:
         # use_list=False: arrays as tuples, so even an array used as a map key cannot fail here.
-        doc = msgpack.unpackb(payload, raw=False, use_list=False, strict_map_key=False)
+        doc = msgpack.unpackb(payload, raw=False, use_list=False, strict_map_key=False,
+                              **limits.unpack_options(len(payload), api))
     except _UNPACK_ERRORS as exc:
         message = f"request is not a valid msgpack document ({_unpack_error_text(exc)})"
         raise RequestError(ErrorCode.INVALID_REQUEST, message) from None

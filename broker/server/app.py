@@ -9,7 +9,9 @@ the clean-shutdown marker, in Kafka's order.
 
 from __future__ import annotations
 
+import errno
 import math
+import os
 import signal
 from dataclasses import dataclass
 from functools import partial
@@ -25,9 +27,12 @@ from broker.storage.log_manager import LogManager
 from broker.storage.topics import TopicManager
 from config.broker_config import BrokerConfig
 
+from protocol.request_limits import RequestLimits
+
 from .connection import ClientConnection
 from .group_commit import GroupCommitter
 from .handlers import RequestHandler
+from .memory_pool import RequestMemoryPool
 from .notifier import AppendNotifier
 
 logger = structlog.get_logger("triolog.server")
@@ -38,6 +43,12 @@ SHUTDOWN_GRACE_S = 30.0
 FLUSH_CHECK_INTERVAL_MS = 1000
 #: How often the files of deleted segments whose file.delete.delay.ms passed are removed.
 SEGMENT_DELETE_CHECK_INTERVAL_MS = 500
+#: Errors of accept(2) that mean "no descriptor or memory for now", not a broken listener
+#: (trio's serve_listeners list): the listener waits this long and accepts again.
+ACCEPT_CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
+ACCEPT_RETRY_S = 0.1
+#: Worker threads decoding large requests (each holds at most one request's object budget).
+DECODE_THREADS = 2
 
 
 @dataclass(frozen=True)
@@ -57,15 +68,23 @@ class BrokerServer:
         self.topics = TopicManager(self.log_manager, config.log_config)
         self.log_manager.topic_config = self.topics.config_for
         self.limiter = trio.CapacityLimiter(storage_threads)
-        self.committer = GroupCommitter(self.limiter)
+        self.committer = GroupCommitter()
         self.notifier = AppendNotifier()
+        queued = config.queued_max_request_bytes
+        #: queued.max.request.bytes: request bytes all connections together may hold.
+        self.request_pool = RequestMemoryPool(None if queued < 0 else queued)
+        self.request_limits = RequestLimits(max_partitions=config.max_broker_partitions)
+        self.decode_limiter = trio.CapacityLimiter(DECODE_THREADS)
         #: This broker's own metrics registry; served over HTTP only if ``metrics.listener`` is set.
         self.metrics = BrokerMetrics(self.log_manager)
         self.handler: RequestHandler | None = None
         self._shutdown = trio.Event()
         self._connections: dict[ClientConnection, trio.CancelScope] = {}
         self._per_ip: dict[str, int] = {}
+        #: One per open connection; accepting waits for one (max.connections).
         self._connection_slots = trio.Semaphore(config.max_connections)
+        #: True while accepting is paused at max.connections.
+        self.accept_paused = False
         self._nursery: trio.Nursery | None = None
 
     def shutdown(self) -> None:
@@ -80,17 +99,19 @@ class BrokerServer:
                 self.handler = RequestHandler(self.config, self.log_manager, self.topics, self.committer,
                                               self.notifier, self.limiter, on_roll=self._on_roll)
                 await nursery.start(self.committer.run)
+                self.metrics.server.watch(self)
                 async with trio.open_nursery() as connections:
                     listen = self.config.listener
+                    listeners = await trio.open_tcp_listeners(listen.port, host=listen.bind_host)
                     accepting = trio.CancelScope()
 
-                    async def accept(task_status=trio.TASK_STATUS_IGNORED) -> None:
+                    async def accept_all() -> None:
                         with accepting:
-                            await trio.serve_tcp(partial(self._serve_connection, connections), listen.port,
-                                                 host=listen.bind_host, handler_nursery=connections,
-                                                 task_status=task_status)
+                            async with trio.open_nursery() as accept_loops:
+                                for listener in listeners:
+                                    accept_loops.start_soon(self._accept_loop, listener, connections)
 
-                    listeners = await connections.start(accept)
+                    connections.start_soon(accept_all)
                     port = listeners[0].socket.getsockname()[1]
                     self.handler.advertised_port = port
                     for coro in self._periodic_tasks():
@@ -100,11 +121,13 @@ class BrokerServer:
                                 log_dirs=list(self.config.log_dirs))
                     task_status.started(address)
                     await self._shutdown.wait()
-                    logger.info("broker_stopping", open_connections=len(self._connections))
-                    # Stop accepting by cancelling the accept loops, which close their listeners
-                    # (closing a listener under a pending accept raises out of serve_tcp instead).
-                    # The connections live in their own nursery and go on.
+                    logger.info("broker_stopping", open_connections=len(self._connections),
+                                delayed_fetches=self.handler.delayed_fetches)
+                    # Stop accepting by cancelling the accept loops, which close their listeners.
+                    # The connections live in their own nursery and go on; long polls answer
+                    # what they have now instead of waiting out their max_wait_ms.
                     accepting.cancel()
+                    self.notifier.close()
                     await self._drain_connections()
                     connections.cancel_scope.cancel()
                 nursery.cancel_scope.cancel()
@@ -141,44 +164,84 @@ class BrokerServer:
             while self._connections:
                 await trio.sleep(0.01)
 
-    async def _serve_connection(self, connections: trio.Nursery, stream: trio.SocketStream) -> None:
-        host, port = stream.socket.getpeername()[:2]
+    async def _accept_loop(self, listener: trio.SocketListener, connections: trio.Nursery) -> None:
+        """Accept while fewer than max.connections are open. At the limit nothing is accepted:
+        new connections wait in the kernel's listen backlog, holding no descriptor of ours, until
+        one closes (Kafka's acceptor blocks the same way). Out of descriptors (EMFILE) or memory,
+        accept waits a little and tries again: the listener is never lost to it."""
+        slots = self._connection_slots
+        async with listener:
+            while True:
+                if slots.value == 0 and not self.accept_paused:
+                    self.accept_paused = True
+                    logger.warning("accept_paused", limit="max.connections", value=self.config.max_connections,
+                                   open_connections=len(self._connections))
+                await slots.acquire()
+                if self.accept_paused:
+                    self.accept_paused = False
+                    logger.info("accept_resumed", open_connections=len(self._connections))
+                try:
+                    stream = await listener.accept()
+                except OSError as exc:
+                    slots.release()
+                    if exc.errno not in ACCEPT_CAPACITY_ERRNOS:
+                        raise
+                    logger.error("accept_failed", error=errno.errorcode.get(exc.errno, str(exc.errno)),
+                                 message=os.strerror(exc.errno), retry_s=ACCEPT_RETRY_S)
+                    self.metrics.server.accept_error(errno.errorcode.get(exc.errno, str(exc.errno)))
+                    await trio.sleep(ACCEPT_RETRY_S)
+                    continue
+                except BaseException:
+                    slots.release()
+                    raise
+                connections.start_soon(self._serve_connection, stream)
+
+    async def _serve_connection(self, stream: trio.SocketStream) -> None:
+        """Serve one accepted connection; it holds one of the max.connections slots until closed."""
+        try:
+            await self._serve_accepted(stream)
+        finally:
+            self._connection_slots.release()
+
+    async def _serve_accepted(self, stream: trio.SocketStream) -> None:
+        try:
+            host, port = stream.socket.getpeername()[:2]
+        except OSError:  # reset before we looked
+            with trio.CancelScope(shield=True):
+                await stream.aclose()
+            return
         peer = f"{host}:{port}"
         config = self.config
         if self._per_ip.get(host, 0) >= config.max_connections_per_ip:
-            # Kafka closes connections over the per-IP limit at once...
+            # Kafka closes connections over the per-IP limit at once.
             logger.warning("connection_refused", peer=peer, limit="max.connections.per.ip",
                            value=config.max_connections_per_ip)
             self.metrics.server.connection_refused("max.connections.per.ip")
-            await stream.aclose()
+            with trio.CancelScope(shield=True):
+                await stream.aclose()
             return
         idle_ms = config.connections_max_idle_ms
-        connection = ClientConnection(stream, self.handler, max_frame_bytes=config.socket_request_max_bytes,
-                                      idle_timeout_s=idle_ms / 1000 if idle_ms >= 0 else math.inf, peer=peer,
-                                      stats=self.metrics.server)
+        receive_ms = config.request_receive_timeout_ms
+        connection = ClientConnection(
+            stream, self.handler, max_frame_bytes=config.socket_request_max_bytes,
+            idle_timeout_s=idle_ms / 1000 if idle_ms >= 0 else math.inf,
+            receive_timeout_s=receive_ms / 1000 if receive_ms >= 0 else math.inf,
+            peer=peer, stats=self.metrics.server, pool=self.request_pool, limits=self.request_limits,
+            decode_limiter=self.decode_limiter)
         self._per_ip[host] = self._per_ip.get(host, 0) + 1
-        opened = False
+        self.metrics.server.connection_opened()
+        logger.info("connection_opened", peer=peer)
         try:
             with trio.CancelScope() as scope:
                 self._connections[connection] = scope
-                if self._connection_slots.value == 0:
-                    # ...but over max.connections they wait, unserved, for a free slot (KIP-402).
-                    logger.warning("connection_waiting", peer=peer, limit="max.connections",
-                                   value=config.max_connections)
-                    self.metrics.server.connection_refused("max.connections")
-                async with self._connection_slots:
-                    opened = True
-                    self.metrics.server.connection_opened()
-                    logger.info("connection_opened", peer=peer)
-                    await connection.serve(self._shutdown)
+                await connection.serve(self._shutdown)
         except (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError) as exc:
             logger.info("connection_broken", peer=peer, error=str(exc))
         except Exception:
             logger.exception("connection_failed", peer=peer)
         finally:
             self._connections.pop(connection, None)
-            if opened:
-                self.metrics.server.connection_closed()
+            self.metrics.server.connection_closed()
             self._per_ip[host] -= 1
             if not self._per_ip[host]:
                 del self._per_ip[host]
@@ -225,8 +288,36 @@ class BrokerServer:
                 logger.exception("background_task_failed", task=getattr(work, "__name__", str(work)))
 
 
+def raise_open_file_limit() -> tuple[int, int, int]:
+    """Raise the soft RLIMIT_NOFILE to the hard limit: (soft before, soft now, hard).
+
+    Each partition holds three descriptors (log, index, time index), each connection one, each
+    fetch in flight one per partition it sends from; the usual soft default of 1024 runs out
+    long before the hard limit does. An unlimited hard limit is capped at the kernel's nr_open.
+    """
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard
+    if target == resource.RLIM_INFINITY:
+        try:
+            with open("/proc/sys/fs/nr_open") as f:
+                target = int(f.read())
+        except (OSError, ValueError):
+            target = 1 << 20
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (ValueError, OSError) as exc:
+            logger.warning("open_file_limit_not_raised", soft=soft, hard=hard, error=str(exc))
+    now = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    logger.info("open_file_limit", soft_before=soft, soft=now, hard=hard)
+    return soft, now, hard
+
+
 async def serve(config: BrokerConfig) -> None:
     """Run the broker until SIGTERM or SIGINT, then shut down gracefully."""
+    raise_open_file_limit()
     server = BrokerServer(config)
     async with trio.open_nursery() as nursery:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:

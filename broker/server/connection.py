@@ -5,27 +5,55 @@ mutes a channel while it has a request in flight), so pipelined responses come b
 Fetch responses go out as msgpack parts with the record bytes copied from the segment files by
 sendfile. Every error a handler does not map is contained here: the connection answers
 UNKNOWN_SERVER_ERROR and stays up; only unreadable framing closes it.
+
+What one client can hold is bounded:
+
+* memory: the connection reserves each frame's length from the broker's
+  :class:`~broker.server.memory_pool.RequestMemoryPool` (``queued.max.request.bytes``) as soon as
+  its length prefix is read, before reading its body, until the request is answered; it reads at
+  most ``READ_AHEAD_BYTES`` past the frame it is receiving, so that is all it holds unreserved;
+  decoding is bounded by :mod:`protocol.request_limits`, and a frame that holds more than a few
+  hundred msgpack objects is decoded in a worker thread, not on the event loop;
+* time: between requests a connection may stay silent ``connections.max.idle.ms``; once a
+  frame's first byte is in, the whole frame must arrive within ``request.receive.timeout.ms``
+  (time spent waiting for the pool not counted); a response that makes no progress for
+  ``connections.max.idle.ms`` (a client that does not read) closes the connection, and with it
+  the sendfile descriptors of a fetch;
+* long polls: a fetch waiting for data watches its socket and ends when the client hangs up.
 """
 
 from __future__ import annotations
 
+import math
 import os
+import socket
 from typing import Protocol
 
+import outcome
 import structlog
 import trio
 
 from protocol import messages as m
 from protocol.errors import ErrorCode
 from protocol.frames import NEED_DATA, PREFIX_SIZE, FrameDecoder, FrameTooLargeError, frame_prefix
+from protocol.request_limits import RequestLimits, count_objects
 
 from .handlers import FetchResult, RequestHandler
+from .memory_pool import RequestMemoryPool
 
 logger = structlog.get_logger("triolog.server")
 
 RECEIVE_BYTES = 256 * 1024
+#: Bytes a read may take past the frame being received: the next frames' first bytes (often
+#: whole small requests, or the next prefix) come with the current one instead of costing a read
+#: each. They are held outside the request pool until their frame's length is reserved, so each
+#: connection may hold this much beyond the pool, like its socket's own buffers.
+READ_AHEAD_BYTES = 16 * 1024
 #: APIs whose responses are encoded without re-checking them against the schema.
 _HOT_APIS = frozenset({"produce", "fetch"})
+#: Requests holding at most this many msgpack objects are decoded on the event loop (tens of
+#: microseconds); larger ones in a worker thread, so a decoding bomb never stalls the others.
+INLINE_DECODE_OBJECTS = 1024
 
 
 class ConnectionStats(Protocol):
@@ -37,94 +65,196 @@ class ConnectionStats(Protocol):
 
     def bytes_out(self, api: str | None, n: int) -> None: ...
 
+    def connection_closed_by_limit(self, limit: str) -> None: ...
+
+
+class _SendStalled(Exception):
+    """The client did not take any of a response for the stall limit."""
+
 
 class ClientConnection:
     def __init__(self, stream: trio.SocketStream, handler: RequestHandler, *, max_frame_bytes: int,
-                 idle_timeout_s: float, peer: str, stats: ConnectionStats | None = None):
+                 idle_timeout_s: float, peer: str, stats: ConnectionStats | None = None,
+                 receive_timeout_s: float = math.inf, pool: RequestMemoryPool | None = None,
+                 limits: RequestLimits = m.DEFAULT_REQUEST_LIMITS,
+                 decode_limiter: trio.CapacityLimiter | None = None):
         self.stream = stream
         self.handler = handler
         self.decoder = FrameDecoder(max_frame_bytes)
         self.idle_timeout_s = idle_timeout_s
+        self.receive_timeout_s = receive_timeout_s
+        #: A response that makes no progress this long is abandoned (Kafka's idle expiry).
+        self.send_stall_s = idle_timeout_s
         self.peer = peer
         self.stats = stats
+        self.pool = pool if pool is not None else RequestMemoryPool(None)
+        self.limits = limits
+        self.decode_limiter = decode_limiter
         #: True while a request is being handled: shutdown lets it finish, and cancels idle ones.
         self.busy = False
         #: Bytes read from the socket, and those of them that formed whole frames (for stats).
         self._received_bytes = 0
         self._framed_bytes = 0
+        #: Bytes of the pool this connection holds for the frame it is receiving or handling.
+        self._reserved = 0
+        #: The frame received and not yet decoded.
+        self._frame: bytes | bytearray | None = None
+
+    @property
+    def reserved_bytes(self) -> int:
+        """Bytes of the request pool this connection holds."""
+        return self._reserved
 
     async def serve(self, shutdown: trio.Event) -> None:
         try:
             await self._serve(shutdown)
+        except _SendStalled:
+            logger.warning("connection_send_stalled", peer=self.peer, stalled_s=self.send_stall_s,
+                           limit="connections.max.idle.ms")
+            self._closed_by("connections.max.idle.ms")
         finally:
+            self._release()
             # Bytes that never formed a whole frame (cut off, or over the frame limit) still came in.
             if self.stats is not None and self._received_bytes > self._framed_bytes:
                 self.stats.bytes_in(None, self._received_bytes - self._framed_bytes)
 
+    def _release(self) -> None:
+        if self._reserved:
+            self.pool.release(self._reserved)
+            self._reserved = 0
+
+    def _closed_by(self, limit: str) -> None:
+        if self.stats is not None:
+            self.stats.connection_closed_by_limit(limit)
+
     async def _serve(self, shutdown: trio.Event) -> None:
         while not shutdown.is_set():
-            with trio.move_on_after(self.idle_timeout_s) as idle:
-                data = await self.stream.receive_some(RECEIVE_BYTES)
-            if idle.cancelled_caught:
-                logger.info("connection_idle_closed", peer=self.peer, idle_s=self.idle_timeout_s)
+            if not await self._receive_frame():
                 return
-            if not data:
+            self.busy = True
+            try:
+                keep_open = await self._handle_frame()
+            finally:
+                self.busy = False
+                self._release()  # answered: its bytes go back to the pool
+            if not keep_open:
                 return
-            self._received_bytes += len(data)
-            self.decoder.receive_data(data)
-            while True:
-                try:
-                    frame = self.decoder.next_frame()
-                except FrameTooLargeError as exc:
-                    logger.warning("frame_too_large", peer=self.peer, length=exc.length)
-                    await self._send_bytes(None, m.encode_response(
-                        m.error_response(None, ErrorCode.INVALID_REQUEST, str(exc))))
-                    return
-                if frame is NEED_DATA:
-                    break
-                self.busy = True
-                try:
-                    await self._handle_frame(frame)
-                finally:
-                    self.busy = False
-                if shutdown.is_set():
-                    return
 
-    async def _handle_frame(self, frame: bytes) -> None:
-        """Answer one request. It is counted once its outcome is known, with the time from here
-        to its response written (or the write failing); a request cancelled before it has an
-        outcome (shutdown grace expired) is not counted."""
+    async def _receive_frame(self) -> bool:
+        """Receive the next whole frame into ``_frame``, its length reserved from the pool; False
+        when the connection is to close (EOF, a timeout, a frame refused for its length). Reads
+        at most READ_AHEAD_BYTES past the frame being received."""
+        decoder = self.decoder
+        # request.receive.timeout.ms runs from the frame's first byte (for bytes read ahead with the
+        # previous frame: from now), not counting time spent waiting for the pool.
+        deadline = trio.current_time() + self.receive_timeout_s if decoder.pending_bytes else math.inf
+        reserved = False
+        while True:
+            try:
+                frame = decoder.next_frame()
+            except FrameTooLargeError as exc:
+                logger.warning("frame_too_large", peer=self.peer, length=exc.length,
+                               limit="socket.request.max.bytes")
+                self._closed_by("socket.request.max.bytes")
+                await self._refuse_frame(str(exc))
+                return False
+            length = decoder.frame_length if frame is NEED_DATA else len(frame)
+            if length is not None and not reserved:
+                if not self.pool.fits(length):
+                    logger.warning("frame_too_large", peer=self.peer, length=length,
+                                   limit="queued.max.request.bytes")
+                    self._closed_by("queued.max.request.bytes")
+                    await self._refuse_frame(
+                        f"frame of {length} bytes exceeds the limit of {self.pool.capacity} bytes the "
+                        f"broker holds for all requests together (queued.max.request.bytes)")
+                    return False
+                paused_at = trio.current_time()
+                await self.pool.acquire(length)  # backpressure: nothing more is read until it fits
+                self._reserved = length
+                reserved = True
+                deadline += trio.current_time() - paused_at
+            if frame is not NEED_DATA:
+                self._framed_bytes += len(frame) + PREFIX_SIZE
+                self._frame = frame
+                return True
+            started = decoder.pending_bytes > 0
+            timeout_at = deadline if started else trio.current_time() + self.idle_timeout_s
+            with trio.move_on_at(timeout_at) as timer:
+                data = await self.stream.receive_some(decoder.read_size(RECEIVE_BYTES, READ_AHEAD_BYTES))
+            if timer.cancelled_caught:
+                if started:
+                    logger.warning("connection_receive_timeout", peer=self.peer,
+                                   received=decoder.pending_bytes, frame_length=decoder.frame_length,
+                                   timeout_s=self.receive_timeout_s, limit="request.receive.timeout.ms")
+                    self._closed_by("request.receive.timeout.ms")
+                else:
+                    logger.info("connection_idle_closed", peer=self.peer, idle_s=self.idle_timeout_s)
+                    self._closed_by("connections.max.idle.ms")
+                return False
+            if not data:
+                return False
+            if not started:
+                deadline = trio.current_time() + self.receive_timeout_s
+            self._received_bytes += len(data)
+            decoder.receive_data(data)
+
+    async def _refuse_frame(self, message: str) -> None:
+        """Answer a frame refused for its length (its id unread, so nil); the caller closes."""
+        await self._send_bytes(None, m.encode_response(
+            m.error_response(None, ErrorCode.INVALID_REQUEST, message)))
+
+    async def _decode(self, frame: bytes | bytearray) -> m.Request | m.RequestError:
+        if count_objects(frame, INLINE_DECODE_OBJECTS) <= INLINE_DECODE_OBJECTS:
+            return _decode_request(frame, self.limits)
+        return await trio.to_thread.run_sync(_decode_request, frame, self.limits, limiter=self.decode_limiter)
+
+    async def _handle_frame(self) -> bool:
+        """Answer the request in ``_frame``; False if the connection is to close (the client left
+        a long poll). The frame is dropped once decoded: a request holds its decoded form only.
+
+        A request is counted once its outcome is known, with the time from here to its response
+        written (or the write failing); a request cancelled before it has an outcome (shutdown
+        grace expired, client gone) is not counted."""
         start = trio.current_time()
         api: str | None = None
         code: int | None = None
+        frame, self._frame = self._frame, None
+        frame_bytes = len(frame) + PREFIX_SIZE
         try:
-            try:
-                request = m.decode_request(frame)
-            except m.RequestError as exc:
-                api, code = exc.api, exc.code
+            request = await self._decode(frame)
+            del frame
+            if isinstance(request, m.RequestError):
+                api, code = request.api, request.code
                 await self._send_bytes(api, m.encode_response(
-                    m.error_response(exc.request_id, exc.code, str(exc), exc.api)))
-                return
+                    m.error_response(request.request_id, request.code, str(request), request.api)))
+                return True
             api = request.api
             try:
-                response = await self.handler.handle(request)
+                if isinstance(request, m.FetchRequest) and request.max_wait_ms > 0:
+                    result = await self._handle_watching_for_hangup(request)
+                    if result is None:
+                        logger.info("long_poll_abandoned", peer=self.peer, id=request.id)
+                        return False
+                    response = result.unwrap()
+                else:
+                    response = await self.handler.handle(request)
             except Exception as exc:
                 logger.exception("request_failed", peer=self.peer, api=request.api, id=request.id)
                 code = ErrorCode.UNKNOWN_SERVER_ERROR
                 await self._send_bytes(api, m.encode_response(m.error_response(
                     request.id, ErrorCode.UNKNOWN_SERVER_ERROR,
                     f"unexpected server error: {type(exc).__name__}: {exc}", request.api)))
-                return
+                return True
             if response is None:  # produce with acks=0
                 code = ErrorCode.NONE
-                return
+                return True
             if isinstance(response, FetchResult):
                 code = ErrorCode.NONE
                 try:
                     await self._send_parts(api, response)
                 finally:
                     response.close()
-                return
+                return True
             try:
                 # The hot paths skip the schema re-check (still refusing an error without a message).
                 payload = m.encode_response(response, check_schema=api not in _HOT_APIS)
@@ -133,15 +263,62 @@ class ClientConnection:
                 raise
             code = response.error_code
             await self._send_bytes(api, payload)
+            return True
         finally:
-            self._framed_bytes += len(frame) + PREFIX_SIZE
             if self.stats is not None:
-                self.stats.bytes_in(api, len(frame) + PREFIX_SIZE)
+                self.stats.bytes_in(api, frame_bytes)
                 if code is not None:
                     self.stats.request_done(api, int(code), trio.current_time() - start)
 
+    async def _handle_watching_for_hangup(self, request: m.Request) -> outcome.Outcome | None:
+        """The handler's outcome, or None if the client hung up (EOF or reset) first.
+
+        A long poll may wait up to max_wait_ms (days, if the client says so); a client that
+        goes away must not keep its task, its notifier registration and the broker's shutdown
+        waiting that long. While the request is handled nothing else is read from the socket,
+        so readability means either the client's next request (it is alive) or its hang-up.
+        """
+        result: outcome.Outcome | None = None
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._cancel_on_hangup, nursery.cancel_scope)
+            try:
+                result = outcome.Value(await self.handler.handle(request))
+            except Exception as exc:
+                result = outcome.Error(exc)
+            nursery.cancel_scope.cancel()
+        return result  # None when the hang-up cancelled the handler (Cancelled is no Exception)
+
+    async def _cancel_on_hangup(self, scope: trio.CancelScope) -> None:
+        sock = self.stream.socket
+        try:
+            data = await sock.recv(1, socket.MSG_PEEK)
+        except OSError:  # reset
+            data = b""
+        if not data:
+            scope.cancel()
+
+    async def _send_all(self, data: bytes) -> None:
+        """``data`` to the client; _SendStalled if it takes none of it for ``send_stall_s``.
+
+        Written straight to the non-blocking socket; only when the socket is full does it wait
+        (for writability, under the stall limit), so a response that fits costs one write."""
+        await trio.lowlevel.checkpoint()
+        fd = self.stream.socket.fileno()
+        view = memoryview(data)
+        sent = 0
+        while sent < len(view):
+            try:
+                sent += os.write(fd, view[sent:])
+                continue
+            except BlockingIOError:
+                pass
+            with trio.move_on_after(self.send_stall_s) as timer:
+                await trio.lowlevel.wait_writable(self.stream.socket)
+            if timer.cancelled_caught:
+                raise _SendStalled
+
     async def _send_bytes(self, api: str | None, payload: bytes) -> None:
-        await self.stream.send_all(frame_prefix(len(payload)) + payload)
+        await self._send_all(frame_prefix(len(payload)) + payload)
         if self.stats is not None:
             self.stats.bytes_out(api, len(payload) + PREFIX_SIZE)
 
@@ -154,22 +331,38 @@ class ClientConnection:
         for part in parts:
             if isinstance(part, m.ExternalBin):
                 if pending:
-                    await self.stream.send_all(bytes(pending))
+                    await self._send_all(bytes(pending))
                     pending.clear()
                 region = part.ref
-                await _sendfile(sock, region.fd, region.position, region.length)
+                await _sendfile(sock, region.fd, region.position, region.length, self.send_stall_s)
             else:
                 pending.extend(part)
         if pending:
-            await self.stream.send_all(bytes(pending))
+            await self._send_all(bytes(pending))
         if self.stats is not None:
             self.stats.bytes_out(api, total + PREFIX_SIZE)
 
 
-async def _sendfile(sock, fd: int, position: int, count: int) -> None:
-    """Zero-copy file-to-socket copy on trio's non-blocking socket."""
+def _decode_request(frame: bytes | bytearray, limits: RequestLimits) -> m.Request | m.RequestError:
+    """The request, or the error refusing it, returned rather than raised: a raised error's
+    traceback holds the decoder's frames, and with them the frame's bytes, in a reference cycle
+    (through the worker thread's outcome) that lives until the garbage collector's next full
+    pass, far beyond the frame's reservation in the pool. The returned error has none."""
+    try:
+        return m.decode_request(frame, limits)
+    except m.RequestError as exc:
+        exc.__traceback__ = exc.__context__ = exc.__cause__ = None
+        return exc
+
+
+async def _sendfile(sock, fd: int, position: int, count: int, stall_s: float = math.inf) -> None:
+    """Zero-copy file-to-socket copy on trio's non-blocking socket; _SendStalled if the socket
+    accepts nothing for ``stall_s``."""
     while count > 0:
-        await trio.lowlevel.wait_writable(sock)
+        with trio.move_on_after(stall_s) as timer:
+            await trio.lowlevel.wait_writable(sock)
+        if timer.cancelled_caught:
+            raise _SendStalled
         try:
             sent = os.sendfile(sock.fileno(), fd, position, count)
         except BlockingIOError:

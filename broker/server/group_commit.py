@@ -3,6 +3,9 @@
 Waiters register (log, offset) and sleep; a single flusher task takes everything pending,
 fsyncs each log once in a worker thread, and wakes all whose offset is now below the recovery
 point. Requests that arrive during an fsync ride the next one.
+
+The flusher runs one round at a time, so it needs one thread; it has its own limiter (by
+default), so a queue of appends and reads on the storage threads never delays a group commit.
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ class GroupCommitter:
         self._pending: dict[Log, int] = {}
         self._waiters: list[tuple[Log, int, trio.Event]] = []
         self._wakeup = trio.Event()
-        self._limiter = limiter
+        #: The thread slot the flushes run in.
+        self.limiter = limiter if limiter is not None else trio.CapacityLimiter(1)
+        #: Rounds run: each fsyncs every log with waiters once.
         self.flushes = 0
         self._failure: dict[Log, BaseException] = {}
 
@@ -43,7 +48,7 @@ class GroupCommitter:
             waiters, self._waiters = self._waiters, []
             for log, offset in pending.items():
                 try:
-                    await trio.to_thread.run_sync(log.flush, offset, limiter=self._limiter)
+                    await trio.to_thread.run_sync(log.flush, offset, limiter=self.limiter)
                     self._failure.pop(log, None)
                 except Exception as exc:  # the log went offline; its waiters get the error
                     self._failure[log] = exc

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import os
+import threading
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -26,6 +27,7 @@ from protocol import messages as m
 from protocol.errors import (
     ErrorCode,
     OffsetOutOfRangeError,
+    PolicyViolationError,
     RequestTimedOutError,
     StorageError,
     TriologError,
@@ -116,6 +118,11 @@ class RequestHandler:
         self.on_roll = on_roll
         self.advertised_host = config.listener.host or "localhost"
         self.advertised_port = config.listener.port
+        #: Long polls waiting for data right now (Kafka's delayed fetch purgatory size).
+        self.delayed_fetches = 0
+        # Checking max.broker.partitions and creating must be one step, or two creates could each
+        # see room for themselves and together pass the cap.
+        self._create_lock = threading.Lock()
 
     async def _in_thread(self, fn, *args):
         return await trio.to_thread.run_sync(fn, *args, limiter=self.limiter)
@@ -134,11 +141,30 @@ class RequestHandler:
         if not self.config.auto_create_topics_enable:
             raise UnknownTopicOrPartitionError(f"topic {topic!r} does not exist")
         try:
-            self.topics.create(topic, -1, 1, {}, default_partitions=self.config.num_partitions)
+            with self._create_lock:
+                self._check_partition_cap(topic, self.config.num_partitions)
+                self.topics.create(topic, -1, 1, {}, default_partitions=self.config.num_partitions)
             logger.info("topic_auto_created", topic=topic, partitions=self.config.num_partitions)
         except TriologError as exc:
             if self.topics.get(topic) is None:  # lost a race with another creator: that is fine
                 raise exc
+
+    def _check_partition_cap(self, topic: str, new_partitions: int) -> None:
+        """PolicyViolationError unless ``new_partitions`` more fit under max.broker.partitions.
+
+        Checked before anything of the topic is created, so a create too large is refused whole
+        (Kafka's controller refuses an excessive partition count with POLICY_VIOLATION) instead of
+        running out of descriptors or disk halfway through and leaving a broken topic behind.
+        """
+        if self.topics.get(topic) is not None:
+            return  # TOPIC_ALREADY_EXISTS says it better
+        held = sum(t.num_partitions for t in self.topics.all().values())
+        cap = self.config.max_broker_partitions
+        if held + new_partitions > cap:
+            raise PolicyViolationError(
+                f"creating topic {topic!r} with {new_partitions} partitions would bring this broker to "
+                f"{held + new_partitions} partitions, over max.broker.partitions={cap} "
+                f"({held} held now); nothing was created")
 
     def _partition_error(self, exc: BaseException, topic: str, partition: int) -> tuple[ErrorCode, str]:
         """(code, message) for one partition. A partition deleted while the request held its log
@@ -188,14 +214,16 @@ class RequestHandler:
             out = []
             for new in request.topics:
                 try:
-                    if request.validate_only:
+                    with self._create_lock:
                         count, config = self.topics.validate_new_topic(
                             new.name, new.num_partitions, new.replication_factor, new.configs,
                             self.config.num_partitions)
-                    else:
-                        topic = self.topics.create(new.name, new.num_partitions, new.replication_factor,
-                                                   new.configs, default_partitions=self.config.num_partitions)
-                        count, config = topic.num_partitions, self.topics.config_for(new.name)
+                        self._check_partition_cap(new.name, count)
+                        if not request.validate_only:
+                            topic = self.topics.create(new.name, new.num_partitions, new.replication_factor,
+                                                       new.configs, default_partitions=self.config.num_partitions)
+                            count, config = topic.num_partitions, self.topics.config_for(new.name)
+                    if not request.validate_only:
                         logger.info("topic_created", topic=new.name, partitions=count, configs=dict(new.configs))
                     out.append(m.CreateTopicResult(
                         name=new.name, num_partitions=count,
@@ -364,16 +392,23 @@ class RequestHandler:
         tps = [(t.name, p.partition) for t in request.topics for p in t.partitions]
         deadline = trio.current_time() + request.max_wait_ms / 1000
         while True:
+            # Registered before the read: an append landing between the read and the wait still wakes us.
             event = self.notifier.register(tps)
             try:
                 result, total, errors = await self._in_thread(self._read_fetch, request)
                 # Kafka's rule: answer at once when min_bytes are there, a partition has an error,
-                # there is nothing to fetch (an empty request has nothing to wait for), or time is up.
-                if total >= request.min_bytes or errors or not tps or trio.current_time() >= deadline:
+                # there is nothing to fetch (an empty request has nothing to wait for), or time is
+                # up; and, as Kafka completes its delayed operations on shutdown, when the broker stops.
+                if (total >= request.min_bytes or errors or not tps or trio.current_time() >= deadline
+                        or self.notifier.closed):
                     return result
                 result.close()
-                with trio.move_on_at(deadline):
-                    await event.wait()
+                self.delayed_fetches += 1
+                try:
+                    with trio.move_on_at(deadline):
+                        await event.wait()
+                finally:
+                    self.delayed_fetches -= 1
             finally:
                 self.notifier.unregister(tps, event)
 

@@ -28,6 +28,8 @@ class BrokerProcess:
     #: Serve Prometheus metrics on a free port (read back into ``metrics_port``); off by default.
     metrics: bool = False
     metrics_port: int | None = None
+    #: (soft, hard) RLIMIT_NOFILE to start the process with; None keeps the test runner's.
+    rlimit_nofile: tuple[int, int] | None = None
     log_path: Path = field(init=False)
 
     def __post_init__(self) -> None:
@@ -46,7 +48,15 @@ class BrokerProcess:
         earlier_starts = len(self._started_events())  # the log file is appended to across restarts
         log = open(self.log_path, "ab")
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        self.process = subprocess.Popen(args, stdout=log, stderr=log, cwd=ROOT, env=env)
+        limits = self.rlimit_nofile
+
+        def preexec() -> None:
+            import resource
+
+            resource.setrlimit(resource.RLIMIT_NOFILE, limits)
+
+        self.process = subprocess.Popen(args, stdout=log, stderr=log, cwd=ROOT, env=env,
+                                        preexec_fn=preexec if limits is not None else None)
         log.close()
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -103,6 +113,26 @@ class BrokerProcess:
         url = f"http://127.0.0.1:{self.metrics_port}/metrics"
         with urllib.request.urlopen(url, timeout=timeout_s) as response:
             return response.read().decode()
+
+    def status(self, key: str) -> int:
+        """A /proc/<pid>/status value in kB (VmRSS, VmHWM...)."""
+        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+        raise KeyError(key)
+
+    def open_descriptors(self) -> int:
+        return len(os.listdir(f"/proc/{self.process.pid}/fd"))
+
+    def sample(self, name: str, **labels: str) -> float:
+        """One sample of a scrape (the broker must be started with ``metrics=True``)."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        for family in text_string_to_metric_families(self.scrape()):
+            for s in family.samples:
+                if s.name == name and s.labels == labels:
+                    return s.value
+        raise KeyError(f"no sample {name}{labels}")
 
     def client(self) -> "WireClient":
         return WireClient("127.0.0.1", self.port)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from protocol.errors import ErrorCode
@@ -176,3 +176,71 @@ def test_frame_decoder_random_bytes_give_frames_or_frame_too_large_only(chunks):
     except FrameTooLargeError as exc:
         assert exc.length > 64
     assert decoder.pending_bytes < 4 + 64
+
+
+# -- reading no further than the current frame (what a server reserves memory for) ------------
+
+
+def test_read_size_asks_for_the_prefix_then_exactly_the_rest_of_the_body():
+    decoder = FrameDecoder()
+    assert decoder.frame_length is None
+    assert decoder.read_size(1000) == 4
+    decoder.receive_data(b"\x00\x00")
+    assert decoder.read_size(1000) == 2 and decoder.frame_length is None
+    decoder.receive_data(b"\x00\x0a")
+    assert decoder.frame_length == 10
+    assert decoder.read_size(1000) == 10
+    assert decoder.read_size(3) == 3  # never more than the reader's chunk
+    assert decoder.read_size(1000, read_ahead=5) == 15  # the body, then 5 bytes of what follows
+    decoder.receive_data(b"abcd")
+    assert decoder.read_size(1000) == 6
+    decoder.receive_data(b"efghij")
+    assert decoder.next_frame() == b"abcdefghij"
+    assert decoder.read_size(1000) == 4 and decoder.frame_length is None
+
+
+@given(st.lists(st.integers(0, 200) | st.integers(65536, 200_000), max_size=6), st.integers(1, 100_000),
+       st.sampled_from([0, 1, 100, 16384]))
+@settings(deadline=None)
+def test_reading_by_read_size_buffers_at_most_read_ahead_bytes_past_the_frame(lengths, chunk, read_ahead):
+    payloads = [bytes([i % 256]) * n for i, n in enumerate(lengths)]
+    chunk = chunk if sum(lengths) < 10 * chunk else max(chunk, 4096)  # keep byte-at-a-time runs short
+    stream = b"".join(encode_frame(p) for p in payloads)
+    decoder = FrameDecoder()
+    position, frames = 0, []
+    while position < len(stream):
+        want = decoder.read_size(chunk, read_ahead)
+        assert 1 <= want <= chunk
+        length = decoder.frame_length
+        data = stream[position:position + want]
+        position += len(data)
+        decoder.receive_data(data)
+        if length is not None:  # beyond the frame whose length was known: at most read_ahead
+            assert decoder.pending_bytes <= 4 + length + read_ahead
+        frames += drain(decoder)
+    assert frames == payloads
+    assert decoder.pending_bytes == 0
+
+
+def test_a_large_frame_is_received_as_its_chunks_and_joined_once_whole():
+    payload = bytes(range(256)) * 1024  # 256 KiB, over OWN_BODY_BYTES
+    data = encode_frame(payload) + encode_frame(b"next")
+    decoder = FrameDecoder()
+    decoder.receive_data(data[:4])  # the prefix alone: the frame's buffer does not exist yet
+    assert decoder.frame_length == len(payload) and decoder.pending_bytes == 4
+    assert decoder.next_frame() is NEED_DATA
+    for i in range(4, 4 + len(payload), 70_000):  # as a server reads: next_frame after each read
+        assert decoder.next_frame() is NEED_DATA
+        decoder.receive_data(data[i:min(i + 70_000, 4 + len(payload))])
+    decoder.receive_data(data[4 + len(payload):])
+    frame = decoder.next_frame()
+    assert isinstance(frame, bytes) and frame == payload
+    assert decoder.next_frame() == b"next"
+    assert decoder.next_frame() is NEED_DATA and decoder.pending_bytes == 0
+
+
+def test_a_large_frame_cut_short_stays_pending():
+    decoder = FrameDecoder()
+    decoder.receive_data(frame_prefix(100_000) + b"x" * 50_000)
+    assert decoder.next_frame() is NEED_DATA
+    assert decoder.pending_bytes == 50_004 and decoder.read_size(1 << 20) == 50_000

@@ -1222,3 +1222,171 @@ def test_encode_response_points_to_pack_parts_for_external_bins():
 def test_external_bin_refuses_a_length_a_bin_cannot_hold(length):
     with pytest.raises(LocalProtocolError):
         ExternalBin(length, "f")
+
+
+# --- what a request frame may decode to (protocol.request_limits) ----------------------------
+
+from protocol.request_limits import (  # noqa: E402
+    ENVELOPE_OBJECTS,
+    MAX_STR_BYTES,
+    OBJECTS_PER_ENTRY,
+    RequestBudgetError,
+    RequestLimits,
+    count_objects,
+    scan_request,
+)
+
+_scalars = (
+    st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.floats(allow_nan=False)
+    | st.text(max_size=40) | st.binary(max_size=300)
+    | st.builds(msgpack.ExtType, st.integers(0, 127), st.binary(max_size=20))
+)
+_documents = st.recursive(
+    _scalars,
+    lambda children: st.lists(children, max_size=20)
+    | st.dictionaries(st.text(max_size=8) | st.integers(-5, 300), children, max_size=20),
+    max_leaves=200,
+)
+
+
+def _objects_in(value) -> int:
+    """Objects in the decoded form of a document: each scalar, container and map key counts one."""
+    if isinstance(value, msgpack.ExtType):  # a namedtuple, but one msgpack object
+        return 1
+    if isinstance(value, dict):
+        return 1 + sum(_objects_in(k) + _objects_in(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return 1 + sum(_objects_in(v) for v in value)
+    return 1
+
+
+@given(_documents, st.booleans())
+@settings(max_examples=300)
+def test_count_objects_counts_what_msgpack_builds(document, as_bytearray):
+    packed = msgpack.packb(document, use_bin_type=True)
+    data = bytearray(packed) if as_bytearray else packed
+    expected = _objects_in(msgpack.unpackb(packed, raw=False, strict_map_key=False))
+    assert count_objects(data, 10**6) == expected
+    assert count_objects(data, expected) == expected
+    assert count_objects(data, expected - 1) == expected  # "more than the limit": limit + 1
+
+
+@given(_documents, st.integers(0, 50))
+@settings(max_examples=200)
+def test_scan_request_counts_a_request_map_exactly_and_reads_its_id_and_api(document, request_id):
+    doc = {"api": "fetch", "id": request_id, "v": 1, "extra": document}
+    packed = msgpack.packb(doc, use_bin_type=True)
+    scan = scan_request(packed, RequestLimits())
+    assert scan.objects == _objects_in(doc)
+    assert (scan.request_id, scan.api) == (request_id, "fetch")
+
+
+@given(st.binary(max_size=200))
+@settings(max_examples=300)
+def test_scan_request_never_raises_on_arbitrary_bytes_but_budget_errors(data):
+    try:
+        scan_request(data, RequestLimits(max_partitions=1))
+    except RequestBudgetError:
+        pass
+    # and decode_request turns whatever these bytes are into a RequestError or a request
+    try:
+        decode_request(data, RequestLimits(max_partitions=1))
+    except RequestError:
+        pass
+
+
+def _empty_maps_bomb(n: int, **envelope) -> bytes:
+    """{**envelope, "x": [{}, {}, ...]}: n bytes of empty maps, ~70 bytes each once decoded."""
+    head = msgpack.packb(envelope, use_bin_type=True)
+    body = b"\xa1x\xdd" + n.to_bytes(4, "big") + b"\x80" * n
+    return bytes([head[0] + 1]) + head[1:] + body  # one more pair in the fixmap
+
+
+def test_decode_request_refuses_a_16_mib_bomb_before_building_it():
+    import tracemalloc
+
+    payload = _empty_maps_bomb(16 << 20, api="produce", id=42, v=1)
+    tracemalloc.start()
+    try:
+        error = refuse_payload(payload)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20  # before the walk, 16 MiB of empty maps decoded to ~1.4 GiB
+    budget = ENVELOPE_OBJECTS + OBJECTS_PER_ENTRY["produce"] * 10_000
+    assert (error.code, error.request_id, error.api) == (INVALID, 42, "produce")
+    assert f"at least {(16 << 20) + 9} msgpack objects" in error.message
+    assert f"produce requests may hold at most {budget}" in error.message
+    assert "max.broker.partitions=10000" in error.message
+
+
+def test_decode_request_refuses_nested_bombs_that_announce_little_at_each_level():
+    # fixmaps of 15 empty maps: no single container is large, the total is
+    inner = b"\x8f" + b"".join(msgpack.packb(i) + b"\x80" for i in range(15))
+    count = 200_000 // 31
+    payload = msgpack.packb({"api": "metadata", "id": 9, "v": 1}) + b""
+    payload = bytes([payload[0] + 1]) + payload[1:] + b"\xa1x\xdd" + count.to_bytes(4, "big") + inner * count
+    error = refuse_payload(payload)
+    assert (error.code, error.request_id, error.api) == (INVALID, 9, "metadata")
+    assert "metadata requests may hold at most 20256" in error.message
+
+
+def test_decode_request_budget_follows_the_api_and_max_broker_partitions():
+    limits = RequestLimits(max_partitions=100)
+    assert limits.max_objects("api_versions") == ENVELOPE_OBJECTS
+    assert limits.max_objects("fetch") == ENVELOPE_OBJECTS + 16 * 100
+    # api_versions holds no list: a few hundred objects of padding are refused...
+    padded = {"api": "api_versions", "v": 1, "id": 3, "pad": [0] * ENVELOPE_OBJECTS}
+    error = refuse_payload(msgpack.packb(padded), limits)
+    assert (error.request_id, error.api) == (3, "api_versions")
+    # ...while a fetch naming 100 partitions (the broker's whole cap) is fine
+    fetch = FetchRequest(id=4, max_wait_ms=0, min_bytes=1, max_bytes=1, topics=tuple(
+        FetchTopic(name=f"t{i}", partitions=(FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1),))
+        for i in range(100)))
+    assert decode_request(encode_request(fetch), limits) == fetch
+    # and naming more than the broker can hold is refused
+    bigger = dataclasses.replace(fetch, topics=fetch.topics + tuple(
+        FetchTopic(name=f"u{i}", partitions=(FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1),))
+        for i in range(60)))
+    assert refuse_payload(encode_request(bigger), limits).api == "fetch"
+
+
+def test_decode_request_budget_applies_when_the_api_comes_after_the_bulk():
+    limits = RequestLimits(max_partitions=10)
+    doc = {"pad": [0] * 300, "api": "api_versions", "v": 1, "id": 5}
+    error = refuse_payload(msgpack.packb(doc), limits)
+    assert error.api == "api_versions"  # read after the padding, then judged by its budget
+    # 200 top-level pairs fit the budget of a request of unknown API, not api_versions': refused
+    # as soon as "api" is read, before the "id" that follows it
+    many_pairs = {f"k{i}": i for i in range(200)} | {"api": "api_versions", "v": 1, "id": 6}
+    error = refuse_payload(msgpack.packb(many_pairs), limits)
+    assert (error.api, error.request_id) == ("api_versions", None)
+    assert "at least 407 msgpack objects" in error.message
+
+
+def test_decode_request_refuses_a_string_longer_than_kafka_allows():
+    doc = {"api": "metadata", "v": 1, "id": 11, "client_id": "c" * (MAX_STR_BYTES + 1)}
+    error = refuse_payload(msgpack.packb(doc))
+    assert (error.code, error.request_id) == (INVALID, 11)
+    assert f"str of {MAX_STR_BYTES + 1} bytes" in error.message
+    ok = {"api": "metadata", "v": 1, "id": 12, "client_id": "c" * MAX_STR_BYTES}
+    assert decode_request(msgpack.packb(ok)).client_id == "c" * MAX_STR_BYTES
+
+
+def test_decode_request_caps_msgpack_itself_to_the_frame_and_the_budget():
+    limits = RequestLimits(max_partitions=1)
+    options = limits.unpack_options(1000, "fetch")
+    assert options == {"max_str_len": 1000, "max_bin_len": 1000, "max_ext_len": 1000,
+                       "max_array_len": ENVELOPE_OBJECTS + 16, "max_map_len": ENVELOPE_OBJECTS + 16}
+    assert limits.unpack_options(10**6, None)["max_str_len"] == MAX_STR_BYTES
+
+
+def test_decode_request_accepts_a_bytearray_frame():
+    request = EXAMPLE_REQUESTS["produce"]
+    assert decode_request(bytearray(encode_request(request))) == request
+
+
+def refuse_payload(payload: bytes, limits: RequestLimits | None = None) -> RequestError:
+    with pytest.raises(RequestError) as info:
+        decode_request(payload, limits or RequestLimits())
+    return info.value
