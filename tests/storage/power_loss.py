@@ -1,12 +1,15 @@
 """A seeded power-loss workload over FaultFS: the engine of test_power_loss.py and bench/power_loss.py.
 
-One *life* is a fresh FaultFS with a log dir holding topic ``a`` (two partitions, never deleted)
-and topic ``b`` (two partitions, deleted and re-created now and then). Each *epoch* of a life
-runs random actions as a broker would run them (appends, acks=-1 flushes, rolls, the roll and
-flush.ms flushes, the three checkpoint tasks, delete_records, retention, the delete-file task,
-topic deletion and creation, clean restarts), cuts the power after a random number of disk
-mutations (possibly in the middle of a call, or during the next startup's recovery), boots, and
-checks the recovered broker against a model of what was written:
+One *life* is a fresh FaultFS with a log dir holding topic ``a`` (two partitions, never deleted),
+topic ``b`` (two partitions, deleted and re-created now and then) and, with ``compacted=True``,
+topic ``c`` (two partitions, cleanup.policy=compact, four keys and some tombstones) that the log
+cleaner compacts in this thread, through the same FaultFS. Each *epoch* of a life runs random
+actions as a broker would run them (appends, acks=-1 flushes, rolls, the roll and flush.ms
+flushes, the three checkpoint tasks, delete_records, retention, the delete-file task, topic
+deletion and creation, cleaning rounds with their swaps, clean restarts), cuts the power after a
+random number of disk mutations (possibly in the middle of a call, in a cleaning round or a swap,
+or during the next startup's recovery), boots, and checks the recovered broker against a model
+of what was written:
 
 * no acknowledged record is lost: an append is acknowledged once a ``flush`` covering it
   returned (acks=-1); the topic creations and deletions that returned are acknowledged too;
@@ -14,7 +17,12 @@ checks the recovered broker against a model of what was written:
   offset by offset from the log start to the log end, and every record holds the value that
   was appended at its offset: unacknowledged (acks=1) records are lost only as a suffix;
 * the log start offset never passes what delete_records or retention asked for;
-* every segment's time index ends with the segment's largest timestamp (retention reads it).
+* every segment's time index ends with the segment's largest timestamp (retention reads it);
+* on the compacted topic: every batch served passes its CRC, offsets strictly increase, every
+  record served is the one appended at its offset (key and value), and for every key the
+  latest acknowledged record is served, or a newer record of that key is, or it was a tombstone
+  and no older record of the key is served (the cleaner may remove a tombstone, never resurrect
+  what it deleted).
 
 The next epoch continues from the recovered state, so recovery output is itself crashed.
 """
@@ -27,6 +35,7 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from broker.storage.cleaner.log_cleaner import CleanerConfig, CleanerThread
 from broker.storage.clock import ManualClock
 from broker.storage.errors import StorageError
 from broker.storage.log_manager import LogManager
@@ -44,8 +53,17 @@ BASE_CONFIG = LogConfig().with_overrides({
     "segment.index.bytes": "120",  # 15 offset / 10 time entries: index-full rolls happen too
     "file.delete.delay.ms": "2000",
 })
-TOPIC_CONFIGS = {"a": {}, "b": {"retention.bytes": "3000"}}
+TOPIC_CONFIGS = {
+    "a": {},
+    "b": {"retention.bytes": "3000"},
+    "c": {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01", "delete.retention.ms": "3000",
+          "segment.bytes": "700"},
+}
 PARTITIONS = 2
+COMPACTED = "c"
+#: The production default (a worker process per cleaner thread): a log on FaultFS must still be
+#: cleaned in this thread, through its own file system (CleanerThread.executor).
+CLEANER_CONFIG = CleanerConfig(dedupe_buffer_size=24 * 4096, use_worker_process=True)
 
 
 @dataclass
@@ -53,6 +71,7 @@ class Incarnation:
     """What was appended to one partition between its creation and its deletion."""
 
     values: list = field(default_factory=list)  # offset -> value bytes (None: no record there)
+    keys: list = field(default_factory=list)  # offset -> key bytes (the compacted topic)
     acked: int = 0  # offsets below this were acknowledged (a flush covering them returned)
     max_start: int = 0  # the highest log start offset delete_records or retention produced
 
@@ -76,12 +95,18 @@ class Stats:
     lost_acknowledged: int = 0
     lost_unacknowledged: int = 0  # acks=1 records a power cut took (allowed: a suffix)
     corrupted: int = 0
+    cleaning_rounds: int = 0  # cleaning rounds that completed (each swapped in >= 1 group)
+    swaps: int = 0  # groups swapped in by completed replace_segments calls
+    losses_in_cleaning: int = 0  # power cuts during a cleaning round (its passes or a swap)
+    losses_in_swap: int = 0  # ... of them, inside Log.replace_segments
+    keys_checked: int = 0  # (key, power loss) pairs whose latest acknowledged record was checked
     violations: list[str] = field(default_factory=list)
 
     def add(self, other: "Stats") -> None:
         for name in ("lives", "power_losses", "recovery_crashes", "acknowledged_records", "acknowledged_checks",
                      "appended_records",
-                     "lost_acknowledged", "lost_unacknowledged", "corrupted"):
+                     "lost_acknowledged", "lost_unacknowledged", "corrupted", "cleaning_rounds", "swaps",
+                     "losses_in_cleaning", "losses_in_swap", "keys_checked"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.violations.extend(other.violations)
 
@@ -91,13 +116,18 @@ class Violation(AssertionError):
 
 
 class Life:
-    def __init__(self, seed: int, *, actions: int = 30):
+    def __init__(self, seed: int, *, actions: int = 30, compacted: bool = False):
         self.seed = seed
         self.rng = random.Random(seed)
         self.actions = actions
+        self.compacted = compacted
         self.clock = ManualClock(1_700_000_000_000 + seed)
         self.fs = FaultFS(seed=seed, clock=self.clock)
         self.model = {"a": TopicModel(None), "b": TopicModel(None)}
+        if compacted:
+            self.model[COMPACTED] = TopicModel(None)
+        self.cleaner_thread: CleanerThread | None = None
+        self.in_cleaning = False
         self.stats = Stats(lives=1)
         self.sequence = 0
         self.epoch = 0
@@ -107,7 +137,12 @@ class Life:
     # -- broker lifecycle ------------------------------------------------------------------------
 
     def start(self) -> None:
-        manager = LogManager([LOG_DIR], BASE_CONFIG, clock=self.clock, fs=self.fs)
+        manager = LogManager([LOG_DIR], BASE_CONFIG, clock=self.clock, fs=self.fs,
+                             cleaner_config=CLEANER_CONFIG if self.compacted else None)
+        if manager.cleaner is not None:
+            # no background threads: clean() runs the cleaner's iterations in this thread
+            manager.cleaner.startup = lambda: None
+            self.cleaner_thread = CleanerThread(manager.cleaner, 0)
         topics = TopicManager(manager, BASE_CONFIG)
         manager.topic_config = topics.config_for
         topics.load()
@@ -145,6 +180,8 @@ class Life:
         try:
             self.start()
             self.create("a")
+            if self.compacted:
+                self.create(COMPACTED)
             for self.epoch in range(epochs):
                 # ~6 disk mutations per action: the power goes anywhere in the epoch, or after it
                 self.fs.crash_after = self.rng.randint(0, 8 * self.actions)
@@ -152,7 +189,9 @@ class Life:
                     for _ in range(self.actions):
                         self.step()
                 except PowerLoss:
-                    pass
+                    if self.in_cleaning:
+                        self.stats.losses_in_cleaning += 1
+                self.in_cleaning = False
                 self.fs.crash_after = None
                 self.boot_after_power_loss()
                 self.check()
@@ -166,6 +205,9 @@ class Life:
     def step(self) -> None:
         rng = self.rng
         self.clock.advance(rng.randint(0, 500))
+        if self.compacted and rng.random() < 0.12:
+            self.clean()
+            return
         roll = rng.random()
         if roll < 0.40:
             self.produce(acks_all=False)
@@ -197,8 +239,8 @@ class Life:
         return [(name, p, inc) for name, topic in self.model.items() if topic.partitions is not None
                 for p, inc in enumerate(topic.partitions)]
 
-    def pick(self):
-        choices = self.live_partitions()
+    def pick(self, *, compacted: bool = True):
+        choices = [c for c in self.live_partitions() if compacted or c[0] != COMPACTED]
         return self.rng.choice(choices) if choices else None
 
     def produce(self, *, acks_all: bool) -> None:
@@ -214,9 +256,14 @@ class Life:
         for i in range(count):
             self.sequence += 1
             values.append(f"{self.seed}:{self.epoch}:{name}{p}:{self.sequence}".encode() + b"x" * self.rng.randint(0, 60))
-        records = [Record(i, now + self.rng.randint(-5, 5), b"k%d" % i, v) for i, v in enumerate(values)]
+        keys = [b"k%d" % i for i in range(count)]
+        if name == COMPACTED:  # four keys in any order, one record in eight a tombstone
+            keys = [b"k%d" % self.rng.randrange(4) for _ in range(count)]
+            values = [None if self.rng.random() < 0.125 else v for v in values]
+        records = [Record(i, now + self.rng.randint(-5, 5), k, v) for i, (k, v) in enumerate(zip(keys, values))]
         batch = encode_batch(records)
         _put(inc.values, base, values)  # before the call: a cut during it may or may not keep them
+        _put(inc.keys, base, keys)
         self.stats.appended_records += count
         info = log.append_as_leader(batch)
         if info.first_offset != base:
@@ -228,7 +275,7 @@ class Life:
             inc.acked = max(inc.acked, info.last_offset + 1)
 
     def delete_records(self) -> None:
-        picked = self.pick()
+        picked = self.pick(compacted=False)
         if picked is None:
             return
         name, p, inc = picked
@@ -244,6 +291,36 @@ class Life:
                 # what retention may delete: up to the segment holding the high watermark
                 inc.max_start = max(inc.max_start, log.active_segment.base_offset)
         self.manager.cleanup_logs()
+
+    def clean(self) -> None:
+        """Cleaning rounds, as a cleaner thread runs them, until no compacted log is dirty enough;
+        every swap is counted and a power cut inside one is told apart."""
+        self.clock.advance(self.rng.randint(0, 1500))  # tombstone horizons pass now and then
+        cleaner = self.manager.cleaner
+        for p in range(PARTITIONS):
+            log = self.manager.get_log(COMPACTED, p)
+            if log is not None and "replace_segments" not in vars(log):
+                log.replace_segments = self._counted_swap(log.replace_segments)
+        self.in_cleaning = True
+        for _ in range(4):
+            errors = cleaner.metrics().errors
+            cleaned = cleaner.try_clean_filthiest_log(self.cleaner_thread)
+            if cleaner.metrics().errors != errors:
+                raise Violation("the cleaner failed a round (see the broker.storage.cleaner log)")
+            if not cleaned:
+                break
+            self.stats.cleaning_rounds += 1
+        self.in_cleaning = False
+
+    def _counted_swap(self, replace_segments):
+        def swap(new_segments, old_segments):
+            try:
+                replace_segments(new_segments, old_segments)
+            except PowerLoss:
+                self.stats.losses_in_swap += 1
+                raise
+            self.stats.swaps += 1
+        return swap
 
     def roll(self) -> None:
         picked = self.pick()
@@ -298,7 +375,8 @@ class Life:
                     expected = Incarnation()  # an interrupted create or delete may leave a new empty partition
                 if expected is None:
                     raise Violation(f"{name}-{p} exists but was never created")
-                survivors.append(self.check_partition(name, p, log, expected))
+                check = self.check_compacted_partition if name == COMPACTED else self.check_partition
+                survivors.append(check(name, p, log, expected))
             topic.partitions, topic.previous, topic.uncertain = survivors, None, None
 
     def check_partition(self, name: str, p: int, log, inc: Incarnation) -> Incarnation:
@@ -350,6 +428,83 @@ class Life:
         _put(inc.values, end, [])
         return inc
 
+    def check_compacted_partition(self, name: str, p: int, log, inc: Incarnation) -> Incarnation:
+        where = f"{name}-{p}"
+        start, end = log.log_start_offset, log.log_end_offset
+        if start != 0:
+            raise Violation(f"{where}: log start {start} moved on a compacted log nothing deleted from")
+        if end < inc.acked:
+            self.stats.lost_acknowledged += inc.acked - end
+            raise Violation(f"{where}: log end {end} is below the acknowledged {inc.acked}: records lost")
+        served: dict[int, tuple] = {}  # offset -> (key, value) of every record served
+        offset = start
+        while offset < end:
+            info = log.read(offset, 1 << 20)
+            if info.region is None:
+                break  # the rest was compacted away (the key checks below say if that was right)
+            data = info.region.read_bytes()
+            position = 0
+            next_offset = offset
+            while position < len(data):
+                if len(data) - position < HEADER_SIZE:
+                    self.stats.corrupted += 1
+                    raise Violation(f"{where}: a partial batch served at offset {offset}")
+                header = read_header(data, position)
+                try:
+                    batch = decode_batch(memoryview(data)[position:position + header.size])
+                except Exception as exc:
+                    self.stats.corrupted += 1
+                    raise Violation(f"{where}: corrupt batch served at offset {offset}: {exc}") from None
+                if header.next_offset <= next_offset:
+                    raise Violation(f"{where}: batch {header.base_offset}..{header.last_offset} served "
+                                    f"after offset {next_offset - 1}: offsets go backwards")
+                for record in batch.records:
+                    if record.offset < offset:
+                        continue
+                    if (served and record.offset <= max(served)) or not header.base_offset <= record.offset <= header.last_offset:
+                        raise Violation(f"{where}: record {record.offset} out of order in batch "
+                                        f"{header.base_offset}..{header.last_offset}")
+                    if record.offset >= end:
+                        raise Violation(f"{where}: record {record.offset} served at or past the log end {end}")
+                    appended = ((inc.keys[record.offset], inc.values[record.offset])
+                                if record.offset < len(inc.values) else None)
+                    if (record.key, record.value) != appended:
+                        self.stats.corrupted += 1
+                        raise Violation(f"{where}: offset {record.offset} holds {(record.key, record.value)!r}, "
+                                        f"appended {appended!r}")
+                    served[record.offset] = (record.key, record.value)
+                next_offset = header.next_offset
+                position += header.size
+            if next_offset <= offset:
+                raise Violation(f"{where}: a read at offset {offset} made no progress")
+            offset = next_offset
+        self.check_indexes(where, log)
+        latest_acked: dict[bytes, int] = {}
+        for o in range(min(inc.acked, len(inc.values))):
+            if inc.keys[o] is not None:
+                latest_acked[inc.keys[o]] = o
+        for key, o in latest_acked.items():
+            self.stats.keys_checked += 1
+            if o in served or any(s > o and k == key for s, (k, _) in served.items()):
+                continue
+            if inc.values[o] is None and not any(s < o and k == key for s, (k, _) in served.items()):
+                continue  # a tombstone the cleaner removed together with every older record of its key
+            self.stats.lost_acknowledged += 1
+            raise Violation(f"{where}: the latest acknowledged record of key {key!r} (offset {o}, "
+                            f"{inc.values[o]!r}) is gone and no newer record of that key is served")
+        self.stats.acknowledged_checks += len(latest_acked)
+        # What is not served below the log end is gone for good: compacted away, or an unsynced
+        # tail (never acknowledged) lost in front of a new segment whose creation survived (the
+        # loader keeps offset gaps in compacted logs, as the cleaner makes them).
+        for o in range(min(end, len(inc.values))):
+            if o not in served:
+                inc.values[o] = inc.keys[o] = None
+        self.stats.lost_unacknowledged += sum(1 for k in inc.keys[end:] if k is not None)
+        del inc.values[end:], inc.keys[end:]
+        _put(inc.values, end, [])
+        _put(inc.keys, end, [])
+        return inc
+
     def check_indexes(self, where: str, log) -> None:
         for segment in log.segments:
             largest = -1
@@ -371,10 +526,10 @@ def _put(values: list, offset: int, new: list) -> None:
     values[offset:offset + len(new)] = new
 
 
-def run(seeds, *, epochs: int = 5, actions: int = 30) -> Stats:
+def run(seeds, *, epochs: int = 5, actions: int = 30, compacted: bool = False) -> Stats:
     total = Stats()
     for seed in seeds:
-        total.add(Life(seed, actions=actions).run(epochs))
+        total.add(Life(seed, actions=actions, compacted=compacted).run(epochs))
     return total
 
 

@@ -9,7 +9,9 @@ is the map's offset for its key, and tombstones only until their batch's delete 
 
 Everything here works on plain data (:class:`CleanJob`: paths, sizes, offsets) and writes only
 new ``.cleaned`` files, so the same code runs in a cleaner thread or in a worker process; the
-swap into the live log (``Log.replace_segments``) is always the broker process's job.
+swap into the live log (``Log.replace_segments``) is always the broker process's job. Every file
+operation goes through the :class:`~broker.storage.fs.FileSystem` the round is given (the log's
+own in a thread, so power-loss tests cover cleaning too; a worker process has only ``OS_FS``).
 
 Batches are copied as bytes when every record survives and no delete horizon has to be stamped;
 otherwise they are rebuilt from the surviving records' own bytes (only the timestamp delta is
@@ -63,6 +65,7 @@ from protocol.records import ControlRecordType, _varint32, _varint64, _varint_by
 from .. import filenames
 from ..clock import Clock, SYSTEM_CLOCK
 from ..errors import CorruptRecordError
+from ..fs import OS_FS, FileSystem
 from ..segment import LogSegment
 from .offset_map import _INT_MIN, _WORDS, SkimpyOffsetMap, _md5
 from .throttler import Throttler
@@ -268,16 +271,17 @@ def group_segments_by_size(segments: list[SegmentSource], max_size: int, max_ind
     return groups
 
 
-def _iter_batches(path: str, start: int, end: int, buffer_bytes: int, throttler: Throttler | None, check_done: Callable[[], None]):
+def _iter_batches(fs: FileSystem, path: str, start: int, end: int, buffer_bytes: int, throttler: Throttler | None,
+                  check_done: Callable[[], None]):
     """(position, header tuple, batch memoryview) of each batch in [start, end) of a .log file,
     read in windows of ``buffer_bytes`` (grown to fit one batch, as Kafka's growBuffersOrFail)."""
-    fd = os.open(path, os.O_RDONLY)
+    fd = fs.open(path, os.O_RDONLY)
     try:
         position = start
         unpack = HEADER.unpack_from
         while position < end:
             check_done()
-            window = os.pread(fd, min(buffer_bytes, end - position), position)
+            window = fs.pread(fd, min(buffer_bytes, end - position), position)
             if not window:
                 return
             if throttler is not None:
@@ -306,7 +310,7 @@ def _iter_batches(path: str, start: int, end: int, buffer_bytes: int, throttler:
                 raise CorruptRecordError(f"truncated batch at position {position} of {path}")
             position += off
     finally:
-        os.close(fd)
+        fs.close(fd)
 
 
 def _records_data(fields, batch) -> bytes | memoryview:
@@ -323,8 +327,11 @@ class Cleaner:
     """Runs cleaning rounds with one offset map (one per cleaner thread or worker)."""
 
     def __init__(self, map_memory: int, load_factor: float, *, throttler: Throttler | None = None,
-                 clock: Clock = SYSTEM_CLOCK, check_done: Callable[[], None] | None = None):
+                 clock: Clock = SYSTEM_CLOCK, check_done: Callable[[], None] | None = None,
+                 fs: FileSystem = OS_FS):
         self.offset_map = SkimpyOffsetMap(map_memory)
+        #: Where the round reads and writes: the cleaned log's own file system.
+        self.fs = fs
         self.load_factor = load_factor
         self.throttler = throttler
         self.clock = clock
@@ -365,7 +372,7 @@ class Cleaner:
         open_txns: dict[int, int] = {}  # producer id -> first offset of its open transaction
         aborted: list[AbortedTxn] = []
         for segment in (*job.segments, *job.tail_segments):
-            for _, fields, batch in _iter_batches(segment.path, 0, segment.size, job.read_buffer_bytes,
+            for _, fields, batch in _iter_batches(self.fs, segment.path, 0, segment.size, job.read_buffer_bytes,
                                                   None, self.check_done):
                 producer_id = fields[9]
                 if producer_id < 0:
@@ -421,7 +428,7 @@ class Cleaner:
         bit_base = self._bitmap_base
         bit_limit = self._bitmap_bits
         entries_limit = max_entries
-        for _, fields, batch in _iter_batches(segment.path, segment.start_position, segment.size,
+        for _, fields, batch in _iter_batches(self.fs, segment.path, segment.start_position, segment.size,
                                               job.read_buffer_bytes, self.throttler, self.check_done):
             base = fields[0]
             last_offset = base + fields[6]
@@ -520,7 +527,10 @@ class Cleaner:
         for path in (filenames.log_file(directory, base, filenames.CLEANED_FILE_SUFFIX),
                      filenames.offset_index_file(directory, base, filenames.CLEANED_FILE_SUFFIX),
                      filenames.time_index_file(directory, base, filenames.CLEANED_FILE_SUFFIX)):
-            path.unlink(missing_ok=True)
+            try:
+                self.fs.unlink(path)
+            except FileNotFoundError:
+                pass
         # Room for every index entry the copy can need (at most one per index interval or per
         # batch): with a tiny segment.index.bytes the old segments rolled on a full index, but
         # their group must still fit one cleaned segment. The files are trimmed when sealed.
@@ -528,7 +538,7 @@ class Cleaner:
         entries_bound = group_bytes // max(job.index_interval_bytes + 1, HEADER_SIZE) + 2
         cleaned = LogSegment.open(directory, base, index_interval_bytes=job.index_interval_bytes,
                                   segment_index_bytes=max(job.max_index_bytes, entries_bound * 12),
-                                  clock=self.clock, file_suffix=filenames.CLEANED_FILE_SUFFIX)
+                                  clock=self.clock, file_suffix=filenames.CLEANED_FILE_SUFFIX, fs=self.fs)
         try:
             for segment in group:
                 self._clean_into(job, segment, cleaned, stats, producers, transactions)
@@ -546,7 +556,7 @@ class Cleaner:
     def _clean_into(self, job: CleanJob, segment: SegmentSource, dest: LogSegment, stats: CleanerStats,
                     producers: _ProducerInfo, transactions: CleanedTransactionMetadata) -> None:
         now = job.now_ms
-        for _, fields, batch in _iter_batches(segment.path, 0, segment.size, job.read_buffer_bytes,
+        for _, fields, batch in _iter_batches(self.fs, segment.path, 0, segment.size, job.read_buffer_bytes,
                                               self.throttler, self.check_done):
             stats.bytes_read += len(batch)
             attributes = fields[5]

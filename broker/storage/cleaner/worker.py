@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import StorageError
+from ..fs import FileSystem, OsFileSystem
 from .cleaner import Cleaner, CleanerStats, CleanJob, GroupResult, LogCleaningAbortedError
 from .throttler import Throttler
 
@@ -245,7 +246,11 @@ class WorkerProcessExecutor:
         return self._process is not None and self._process.poll() is None
 
     def run(self, job: CleanJob, on_group: Callable[[GroupResult], None],
-            check_done: Callable[[], None]) -> tuple[int, CleanerStats]:
+            check_done: Callable[[], None], fs: FileSystem | None = None) -> tuple[int, CleanerStats]:
+        """One round in the worker process, which reads and writes the real file system (OS_FS):
+        a log on any other ``fs`` is cleaned in-thread instead (CleanerThread.executor)."""
+        if fs is not None and not isinstance(fs, OsFileSystem):
+            raise ValueError(f"a cleaner worker process cannot clean a log on {fs!r}")
         if self._cancelled.is_set():
             raise LogCleaningAbortedError("cancelled")
         self._ensure_started()
