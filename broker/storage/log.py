@@ -360,7 +360,12 @@ class Log:
                 fs.fsync(fd)
             fs.fsync_dir(self.directory)
         except OSError as exc:
-            # Whatever the errno: the kernel may have dropped the pages it could not write, so a
+            if is_out_of_descriptors(exc):
+                # Only opening the directory to sync it fails so (fsync itself never does):
+                # nothing failed to reach the disk, the recovery point stays, and the next flush
+                # syncs again. Only this request fails.
+                self._io_failure(exc, "flush")
+            # Any other errno: the kernel may have dropped the pages it could not write, so a
             # retry that succeeded would prove nothing (fsyncgate). The log goes offline.
             with self._lock:
                 self._go_offline(exc)
@@ -698,7 +703,12 @@ class Log:
                     self._rename_segment_files(segment, filenames.SWAP_FILE_SUFFIX, "", hook)
                 self.fs.fsync_dir(self.directory)
             except OSError as exc:
-                self._go_offline(exc)
+                if not is_out_of_descriptors(exc):
+                    self._go_offline(exc)
+                # Only the directory sync could not open its descriptor: every rename is done,
+                # and if a power cut undoes some of them the loader finishes the swap (the
+                # renames' order makes every prefix recoverable). The next flush syncs the dir.
+                logger.warning("could not sync directory %s after a cleaner swap: %s", self.directory, exc)
             self._timestamp_prefix_key = None
 
     @staticmethod

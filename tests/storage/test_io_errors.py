@@ -94,6 +94,31 @@ def test_a_failed_fsync_takes_the_log_dir_offline_loudly_and_is_never_retried(cl
     assert read_all_records(manager.get_log("t", 0))[:len(acknowledged)] == acknowledged
 
 
+def test_no_descriptor_to_sync_the_directory_fails_only_that_flush(clock):
+    """Opening the directory for its fsync can hit EMFILE (the real OS_FS opens it; fsync itself
+    never fails so): that is no disk failure. The flush fails, the recovery point stays, the log
+    and its directory stay online, and the next flush syncs everything."""
+    fs = FaultFS(seed=2, clock=clock)
+    manager = _manager(fs, clock)
+    log = manager.get_or_create_log("t", 0)
+    log.append_as_leader(_batch(clock, tag="first-"))
+    log.flush()
+    before = log.recovery_point
+    log.append_as_leader(_batch(clock, tag="second-"))
+    fs.faults.append(Fault("fsync_dir", errno.EMFILE, match=lambda path: path == str(log.directory)))
+    with pytest.raises(StorageError) as failed:
+        log.flush()
+    assert failed.value.code == ErrorCode.KAFKA_STORAGE_ERROR
+    assert "Too many open files" in str(failed.value)
+    assert log.recovery_point == before and not log.offline and manager.offline_dirs() == []
+    log.append_as_leader(_batch(clock, tag="third-"))
+    log.flush()
+    assert log.recovery_point == log.log_end_offset == 9
+    fs.power_loss()
+    manager = _manager(fs, clock)
+    assert len(read_all_records(manager.get_log("t", 0))) == 9
+
+
 # -- a full disk ----------------------------------------------------------------------------------
 
 
