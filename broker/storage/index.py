@@ -26,9 +26,10 @@ Threading contract:
 * Appends serialise on an internal lock.
 * Everything that remaps or shortens the index (``resize``, ``trim_to_valid_size``, ``reset``,
   ``truncate_to``, ``make_read_only``, ``close``, ``close_handler``, ``rename_to``,
-  ``delete_if_exists``) must run under the *caller's* (segment/log) lock, excluding readers. A reader
-  that races a remap anyway gets a ``ValueError`` ("mmap closed") rather than a crash: the old mapping
-  is closed before the file is shortened, so a stale mapping is never read past end of file (SIGBUS).
+  ``delete_if_exists``) must run under the *caller's* (segment/log) lock, excluding readers. This is
+  a hard rule: the mapping (``broker.storage.fs``) stays valid memory until its last reference goes,
+  so a reader that raced a shrink would read a stale mapping past the file's new end and fault
+  (SIGBUS) instead of getting an error.
 """
 
 from __future__ import annotations
