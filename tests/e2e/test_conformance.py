@@ -101,6 +101,12 @@ SHAPES = {
 }
 
 
+
+#: "Answers at once" tests ask for a long poll of a minute and require the answer well before it:
+#: a broker that waited would take 60 s, and a loaded CI machine never takes 30 s to answer.
+LONG_WAIT_MS = 60_000
+AT_ONCE_S = 30
+
 def check_shape(value, shape, path="response"):
     if isinstance(shape, dict):
         assert isinstance(value, dict), f"{path} must be a map, got {type(value).__name__}"
@@ -853,8 +859,8 @@ def test_fetch_answers_at_once_when_min_bytes_are_available(client):
     create_ok(client, "fe-ready")
     produce(client, "fe-ready", 0, batch(b"ready"))
     start = time.monotonic()
-    assert values(fetch(client, "fe-ready", 0, 0, max_wait_ms=5000)["records"]) == [b"ready"]
-    assert time.monotonic() - start < 2.5  # max_wait_ms was 5 s
+    assert values(fetch(client, "fe-ready", 0, 0, max_wait_ms=LONG_WAIT_MS)["records"]) == [b"ready"]
+    assert time.monotonic() - start < AT_ONCE_S
 
 
 def test_fetch_long_poll_waits_max_wait_ms_then_returns_what_there_is(client):
@@ -905,23 +911,23 @@ def test_fetch_max_wait_zero_answers_at_once_with_nothing(client):
     create_ok(client, "fe-nowait")
     start = time.monotonic()
     result = fetch(client, "fe-nowait", 0, 0, max_wait_ms=0)
-    assert time.monotonic() - start < 2.5
+    assert time.monotonic() - start < AT_ONCE_S
     assert result["error_code"] == NONE and result["records"] == b""
 
 
 def test_fetch_min_bytes_zero_answers_at_once(client):
     create_ok(client, "fe-minzero")
     start = time.monotonic()
-    result = fetch(client, "fe-minzero", 0, 0, max_wait_ms=5000, min_bytes=0)
-    assert time.monotonic() - start < 2.5  # max_wait_ms was 5 s
+    result = fetch(client, "fe-minzero", 0, 0, max_wait_ms=LONG_WAIT_MS, min_bytes=0)
+    assert time.monotonic() - start < AT_ONCE_S
     assert result["error_code"] == NONE and result["records"] == b""
 
 
 def test_fetch_of_no_partitions_answers_at_once(client):
     """Kafka answers a fetch with nothing to fetch at once, whatever max_wait_ms says."""
     start = time.monotonic()
-    doc = fetch_doc(client, {}, max_wait_ms=5000)
-    assert time.monotonic() - start < 2.5  # max_wait_ms was 5 s
+    doc = fetch_doc(client, {}, max_wait_ms=LONG_WAIT_MS)
+    assert time.monotonic() - start < AT_ONCE_S
     assert doc["error_code"] == NONE and doc["topics"] == []
 
 
@@ -987,8 +993,8 @@ def test_fetch_unknown_topic_or_partition_answers_at_once_and_creates_nothing(cl
     create_ok(client, "fe-known")
     start = time.monotonic()
     doc = fetch_doc(client, {"fe-known": [(0, 0, 1000), (5, 0, 1000), (-1, 0, 1000)],
-                             "fe-unknown": [(0, 0, 1000)], "../fe": [(0, 0, 1000)]}, max_wait_ms=5000)
-    assert time.monotonic() - start < 2
+                             "fe-unknown": [(0, 0, 1000)], "../fe": [(0, 0, 1000)]}, max_wait_ms=LONG_WAIT_MS)
+    assert time.monotonic() - start < AT_ONCE_S
     codes = {(t["name"], p["partition"]): p["error_code"] for t in doc["topics"] for p in t["partitions"]}
     assert codes == {("fe-known", 0): NONE, ("fe-known", 5): UNKNOWN_TOPIC_OR_PARTITION,
                      ("fe-known", -1): UNKNOWN_TOPIC_OR_PARTITION, ("fe-unknown", 0): UNKNOWN_TOPIC_OR_PARTITION,
