@@ -101,11 +101,11 @@ SHAPES = {
 }
 
 
-
 #: "Answers at once" tests ask for a long poll of a minute and require the answer well before it:
 #: a broker that waited would take 60 s, and a loaded CI machine never takes 30 s to answer.
 LONG_WAIT_MS = 60_000
 AT_ONCE_S = 30
+
 
 def check_shape(value, shape, path="response"):
     if isinstance(shape, dict):
