@@ -38,7 +38,7 @@ from .segment import (
 )
 from .segment_deleter import SegmentDeleter
 from .segments import LogSegments
-from .validator import ValidatedBatch, validate_and_assign_offsets
+from .validator import ValidatedBatch, validate_and_assign_offsets, with_base_offset
 
 logger = logging.getLogger(__name__)
 
@@ -213,13 +213,18 @@ class Log:
     # -- append ------------------------------------------------------------------------------
 
     def append_as_leader(self, records, leader_epoch: int = 0) -> LogAppendInfo:
-        """Validate a producer's batch, give it offsets and append it. Nothing is written on error."""
+        """Validate a producer's batch, give it offsets and append it. Nothing is written on error.
+
+        Validation walks every record, so it runs before the log's lock is taken (as Kafka's
+        analyzeAndValidateRecords does); under the lock the batch only gets its base offset.
+        """
+        now_ms = self._clock.milliseconds()
+        validated = validate_and_assign_offsets(
+            records, offset=0, config=self._config, now_ms=now_ms, leader_epoch=leader_epoch
+        )
         with self._lock:
             self._check_open()
-            now_ms = self._clock.milliseconds()
-            validated = validate_and_assign_offsets(
-                records, offset=self._next_offset, config=self._config, now_ms=now_ms, leader_epoch=leader_epoch
-            )
+            validated = with_base_offset(validated, self._next_offset)
             last_offset = validated.last_offset
             try:
                 roll_reason = self._maybe_roll(validated, now_ms)

@@ -102,6 +102,25 @@ class ValidatedBatch(NamedTuple):
     offset_of_max_timestamp: int = -1
 
 
+def with_base_offset(batch: ValidatedBatch, offset: int) -> ValidatedBatch:
+    """The same batch placed at ``offset``.
+
+    The base offset lies outside the CRC, so a batch is validated before its offsets are known,
+    outside the log's lock (the record walk and any decompression cost the batch's size, and
+    fetches of the partition must not wait for them), and placed under the lock by patching the
+    first 8 bytes of its first buffer, which every path builds as a bytearray.
+    """
+    shift = offset - batch.first_offset
+    if not shift:
+        return batch
+    _INT64.pack_into(batch.records[0], 0, offset)
+    return batch._replace(
+        first_offset=offset, last_offset=batch.last_offset + shift,
+        shallow_offset_of_max_timestamp=batch.shallow_offset_of_max_timestamp + shift,
+        offset_of_max_timestamp=batch.offset_of_max_timestamp + shift if batch.offset_of_max_timestamp >= 0 else -1,
+    )
+
+
 def target_codec(config: LogConfig, source: int) -> int:
     return source if config.compression_type == "producer" else _TOPIC_CODECS[config.compression_type]
 

@@ -13,7 +13,12 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from broker.storage.validator import DECOMPRESSION_FACTOR, decompression_limit, validate_and_assign_offsets
+from broker.storage.validator import (
+    DECOMPRESSION_FACTOR,
+    decompression_limit,
+    validate_and_assign_offsets,
+    with_base_offset,
+)
 from config.log_config import LogConfig
 from protocol.compression import GZIP_HEADER, XERIAL_HEADER, compress
 from protocol.errors import (
@@ -518,3 +523,20 @@ def _decompressed(batch: bytes) -> bytes:
     from protocol.compression import decompress
 
     return decompress(check_batch(batch).compression, memoryview(batch)[HEADER_SIZE:])
+
+
+@pytest.mark.parametrize("topic", [{}, {"compression.type": "zstd"}, {"message.timestamp.type": "LogAppendTime"}],
+                         ids=["in-place", "rebuilt", "log-append-time"])
+def test_a_batch_validated_at_offset_zero_is_placed_by_its_base_offset_alone(topic):
+    """The log validates outside its lock at offset 0 and places the batch under it: the result
+    must be the very bytes and fields that validating at the final offset gives."""
+    config = LogConfig().with_overrides(topic)
+    records = [Record(i, NOW - 10 + (i * 7) % 5, b"k%d" % i, b"v%d" % i) for i in range(6)]
+    batch = encode_batch(records, compression=CompressionType.LZ4)
+    direct = validate_and_assign_offsets(batch, offset=1234, config=config, now_ms=NOW, leader_epoch=3)
+    placed = with_base_offset(validate_and_assign_offsets(batch, offset=0, config=config, now_ms=NOW,
+                                                          leader_epoch=3), 1234)
+    assert b"".join(bytes(b) for b in placed.records) == b"".join(bytes(b) for b in direct.records)
+    assert placed == direct._replace(records=placed.records)
+    check_batch(b"".join(bytes(b) for b in placed.records))  # the CRC does not cover the base offset
+    assert placed.first_offset == 1234 and placed.last_offset == 1239
