@@ -58,6 +58,9 @@ def _run_serve(args) -> int:
     log = structlog.get_logger("triolog.config")
     for warning in warnings:
         log.warning("config_warning", message=warning)
+    from broker.allocator import MMAP_THRESHOLD_BYTES, fix_mmap_threshold
+
+    log.info("malloc_mmap_threshold", bytes=MMAP_THRESHOLD_BYTES, fixed=fix_mmap_threshold())
     trio.run(serve, config)
     return 0
 

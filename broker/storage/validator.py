@@ -28,7 +28,9 @@ records, bench/storage.py); the walk is one function so a compiled core can repl
 
 from __future__ import annotations
 
+import contextlib
 import struct
+import threading
 from typing import NamedTuple
 
 from crc32c import crc32c
@@ -75,6 +77,14 @@ _TOPIC_CODECS = {
     "lz4": CompressionType.LZ4,
     "zstd": CompressionType.ZSTD,
 }
+
+#: Compressed batches being validated at once, in the whole process. Each holds up to its
+#: decompression limit (and the codec's window) until it is placed; storage threads are many (16
+#: by default) and a flood of decompression bombs at 16 MiB each would otherwise multiply that.
+#: Validation is mostly single-threaded Python (the GIL), so two slots cost no throughput.
+DECOMPRESSION_SLOTS = 2
+_DECOMPRESSION_SLOTS = threading.BoundedSemaphore(DECOMPRESSION_SLOTS)
+_NO_SLOT = contextlib.nullcontext()
 
 #: A compressed batch may decode to at most this many times max.message.bytes (16 MiB at the
 #: default 1 MiB), and never more than protocol.compression.MAX_DECOMPRESSED_BYTES (256 MiB).
@@ -171,53 +181,55 @@ def validate_and_assign_offsets(
         raise InvalidTimestampError("a producer may not set the LogAppendTime timestamp type")
 
     codec = attributes & COMPRESSION_MASK
-    if codec == CompressionType.NONE:
-        data = records if type(records) in (bytes, bytearray) else bytes(view)
-        start = HEADER_SIZE
-    else:
-        data = _decompress(codec, view[HEADER_SIZE:], config)
-        start = 0
-    log_append_time = config.log_append_time
-    try:
-        if log_append_time:  # record timestamps are replaced by the broker's: not checked (Kafka)
-            walked_max, max_index, in_sequence = walk_records(data, start, count, base_timestamp,
-                                                              keys_required=config.compact)
+    # Decompressed records live until validation returns: a process-wide bound on how many do.
+    with _DECOMPRESSION_SLOTS if codec != CompressionType.NONE else _NO_SLOT:
+        if codec == CompressionType.NONE:
+            data = records if type(records) in (bytes, bytearray) else bytes(view)
+            start = HEADER_SIZE
         else:
-            walked_max, max_index, in_sequence = walk_records(
-                data, start, count, base_timestamp,
-                min_timestamp=now_ms - config.message_timestamp_before_max_ms,
-                max_timestamp=now_ms + config.message_timestamp_after_max_ms,
-                keys_required=config.compact,
-            )
-    except InvalidTimestampError as exc:
-        raise InvalidTimestampError(f"{exc}: {_timestamp_rule(exc.timestamp, config, now_ms)}") from None
+            data = _decompress(codec, view[HEADER_SIZE:], config)
+            start = 0
+        log_append_time = config.log_append_time
+        try:
+            if log_append_time:  # record timestamps are replaced by the broker's: not checked (Kafka)
+                walked_max, max_index, in_sequence = walk_records(data, start, count, base_timestamp,
+                                                                  keys_required=config.compact)
+            else:
+                walked_max, max_index, in_sequence = walk_records(
+                    data, start, count, base_timestamp,
+                    min_timestamp=now_ms - config.message_timestamp_before_max_ms,
+                    max_timestamp=now_ms + config.message_timestamp_after_max_ms,
+                    keys_required=config.compact,
+                )
+        except InvalidTimestampError as exc:
+            raise InvalidTimestampError(f"{exc}: {_timestamp_rule(exc.timestamp, config, now_ms)}") from None
 
-    last_offset = offset + last_offset_delta
-    if log_append_time:
-        new_max, offset_of_max = now_ms, offset
-    else:
-        new_max = max(walked_max, NO_TIMESTAMP)  # Kafka's running max starts at NO_TIMESTAMP
-        offset_of_max = offset + max_index
-    target = target_codec(config, codec)
-    if target != codec or not in_sequence:
-        return _rebuild(data, start, read_header(records), target, offset=offset, config=config, now_ms=now_ms,
-                        leader_epoch=leader_epoch, max_timestamp=new_max, offset_of_max=offset_of_max,
-                        renumber=not in_sequence)
+        last_offset = offset + last_offset_delta
+        if log_append_time:
+            new_max, offset_of_max = now_ms, offset
+        else:
+            new_max = max(walked_max, NO_TIMESTAMP)  # Kafka's running max starts at NO_TIMESTAMP
+            offset_of_max = offset + max_index
+        target = target_codec(config, codec)
+        if target != codec or not in_sequence:
+            return _rebuild(data, start, read_header(records), target, offset=offset, config=config, now_ms=now_ms,
+                            leader_epoch=leader_epoch, max_timestamp=new_max, offset_of_max=offset_of_max,
+                            renumber=not in_sequence)
 
-    # In place: patch a copy of the header, keep the records as they are.
-    head = bytearray(view[:HEADER_SIZE])
-    _OFFSET_LENGTH_EPOCH.pack_into(head, 0, offset, batch_length, leader_epoch)
-    body = view[HEADER_SIZE:]
-    if log_append_time:
-        _INT16.pack_into(head, ATTRIBUTES_OFFSET, attributes | TIMESTAMP_TYPE_MASK)
-        _INT64.pack_into(head, MAX_TIMESTAMP_OFFSET, now_ms)
-        _UINT32.pack_into(head, CRC_OFFSET, crc32c(body, crc32c(memoryview(head)[CRC_START:])))
-        return ValidatedBatch([head, body], size, offset, last_offset, now_ms, last_offset, now_ms, count,
-                              offset_of_max)
-    if new_max != max_timestamp:
-        _INT64.pack_into(head, MAX_TIMESTAMP_OFFSET, new_max)
-        _UINT32.pack_into(head, CRC_OFFSET, crc32c(body, crc32c(memoryview(head)[CRC_START:])))
-    return ValidatedBatch([head, body], size, offset, last_offset, new_max, last_offset, -1, count, offset_of_max)
+        # In place: patch a copy of the header, keep the records as they are.
+        head = bytearray(view[:HEADER_SIZE])
+        _OFFSET_LENGTH_EPOCH.pack_into(head, 0, offset, batch_length, leader_epoch)
+        body = view[HEADER_SIZE:]
+        if log_append_time:
+            _INT16.pack_into(head, ATTRIBUTES_OFFSET, attributes | TIMESTAMP_TYPE_MASK)
+            _INT64.pack_into(head, MAX_TIMESTAMP_OFFSET, now_ms)
+            _UINT32.pack_into(head, CRC_OFFSET, crc32c(body, crc32c(memoryview(head)[CRC_START:])))
+            return ValidatedBatch([head, body], size, offset, last_offset, now_ms, last_offset, now_ms, count,
+                                  offset_of_max)
+        if new_max != max_timestamp:
+            _INT64.pack_into(head, MAX_TIMESTAMP_OFFSET, new_max)
+            _UINT32.pack_into(head, CRC_OFFSET, crc32c(body, crc32c(memoryview(head)[CRC_START:])))
+        return ValidatedBatch([head, body], size, offset, last_offset, new_max, last_offset, -1, count, offset_of_max)
 
 
 def _raise_framing_error(records) -> None:

@@ -181,3 +181,40 @@ def test_zstd_bomb_for_a_compacted_topic_is_refused_without_inflating_the_broker
     assert fetch_all(client, "bv-bomb") == (0, [])
     produce(client, "bv-bomb", batch(record(0), 1, codec=CompressionType.ZSTD, base_timestamp=now_ms()))
     assert fetch_all(client, "bv-bomb")[0] == 1
+
+
+def test_a_flood_of_zstd_bombs_from_many_connections_stays_bounded(server):
+    """Sixteen connections send decompression bombs at once (the storage threads are sixteen):
+    at most two batches are decompressed at a time and glibc returns their buffers, so the
+    broker's peak RSS grows by a bound independent of the flood."""
+    import threading
+
+    setup = server.client()
+    create(setup, "bv-flood", **{"cleanup.policy": "compact"})
+    setup.close()
+    # One keyed record of 64 MiB of zeros, zstd-compressed by the library (a few KiB): the shape
+    # that made glibc's arenas keep the decompression buffers.
+    bomb = batch(record(0, value=bytes(64 * MiB)), 1, codec=CompressionType.ZSTD, base_timestamp=now_ms())
+    assert len(bomb) < 64 * 1024
+    before = peak_rss(server)
+    codes: list[int] = []
+
+    def flood() -> None:
+        client = server.client()
+        try:
+            for _ in range(4):
+                doc = call(client, "produce", acks=1, timeout_ms=30_000, topics=[
+                    {"name": "bv-flood", "partitions": [{"partition": 0, "records": bomb}]}])
+                codes.append(doc["topics"][0]["partitions"][0]["error_code"])
+        finally:
+            client.close()
+
+    threads = [threading.Thread(target=flood) for _ in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert codes == [MESSAGE_TOO_LARGE] * 64
+    # Two slots of a 16 MiB limit each, the codec's buffers and allocator slack (measured: +37 MiB;
+    # bench/bombs.py's longer zstd flood shows what unbounded retention looked like: 1.3 GiB).
+    assert peak_rss(server) - before < 200 * MiB, (before, peak_rss(server))
