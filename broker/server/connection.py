@@ -11,7 +11,10 @@ What one client can hold is bounded:
 * memory: the connection reserves each frame's length from the broker's
   :class:`~broker.server.memory_pool.RequestMemoryPool` (``queued.max.request.bytes``) as soon as
   its length prefix is read, before reading its body, until the request is answered; it reads at
-  most ``READ_AHEAD_BYTES`` past the frame it is receiving, so that is all it holds unreserved;
+  most ``READ_AHEAD_BYTES`` past the frame it is receiving, so that is all it holds unreserved.
+  A frame no longer than ``READ_AHEAD_BYTES`` is not reserved at all (one connection holds at
+  most one such frame plus its read-ahead, and ``max.connections`` bounds the connections), so
+  a small request is never queued behind large frames whose senders parked them in the pool;
   decoding is bounded by :mod:`protocol.request_limits`, and a frame that holds more than a few
   hundred msgpack objects is decoded in a worker thread, not on the event loop;
 * time: between requests a connection may stay silent ``connections.max.idle.ms``; once a
@@ -159,6 +162,10 @@ class ClientConnection:
                 await self._refuse_frame(str(exc))
                 return False
             length = decoder.frame_length if frame is NEED_DATA else len(frame)
+            if length is not None and not reserved and length <= READ_AHEAD_BYTES:
+                # A small frame takes nothing from the pool: it is bounded per connection like the
+                # read-ahead, so it never queues behind large frames parked in the pool.
+                reserved = True
             if length is not None and not reserved:
                 if not self.pool.fits(length):
                     logger.warning("frame_too_large", peer=self.peer, length=length,
