@@ -22,6 +22,9 @@ What one client can hold is bounded:
   (time spent waiting for the pool not counted); a response that makes no progress for
   ``connections.max.idle.ms`` (a client that does not read) closes the connection, and with it
   the sendfile descriptors of a fetch;
+* descriptors: a fetch response takes its segments' descriptors a few at a time as it sends
+  (:class:`~broker.server.handlers.FetchResult`), each closed after its sendfile, so a client
+  that does not read pins a bounded number, not one per partition it named;
 * long polls: a fetch waiting for data watches its socket and ends when the client hangs up.
 """
 
@@ -341,7 +344,13 @@ class ClientConnection:
                     await self._send_all(bytes(pending))
                     pending.clear()
                 region = part.ref
+                if region.fd is None:  # a few descriptors at a time, however many partitions
+                    try:
+                        await trio.to_thread.run_sync(result.open_descriptors, limiter=self.handler.limiter)
+                    except FileNotFoundError as exc:  # retention removed the segment meanwhile
+                        raise trio.BrokenResourceError(f"segment removed before it was sent: {exc}") from exc
                 await _sendfile(sock, region.fd, region.position, region.length, self.send_stall_s)
+                result.close_region(region)
             else:
                 pending.extend(part)
         if pending:
