@@ -11,7 +11,10 @@ What one client can hold is bounded:
 * memory: the connection reserves each frame's length from the broker's
   :class:`~broker.server.memory_pool.RequestMemoryPool` (``queued.max.request.bytes``) as soon as
   its length prefix is read, before reading its body, until the request is answered; it reads at
-  most ``READ_AHEAD_BYTES`` past the frame it is receiving, so that is all it holds unreserved;
+  most ``READ_AHEAD_BYTES`` past the frame it is receiving, so that is all it holds unreserved.
+  A frame no longer than ``READ_AHEAD_BYTES`` is not reserved at all (one connection holds at
+  most one such frame plus its read-ahead, and ``max.connections`` bounds the connections), so
+  a small request is never queued behind large frames whose senders parked them in the pool;
   decoding is bounded by :mod:`protocol.request_limits`, and a frame that holds more than a few
   hundred msgpack objects is decoded in a worker thread, not on the event loop;
 * time: between requests a connection may stay silent ``connections.max.idle.ms``; once a
@@ -19,6 +22,9 @@ What one client can hold is bounded:
   (time spent waiting for the pool not counted); a response that makes no progress for
   ``connections.max.idle.ms`` (a client that does not read) closes the connection, and with it
   the sendfile descriptors of a fetch;
+* descriptors: a fetch response takes its segments' descriptors a few at a time as it sends
+  (:class:`~broker.server.handlers.FetchResult`), each closed after its sendfile, so a client
+  that does not read pins a bounded number, not one per partition it named;
 * long polls: a fetch waiting for data watches its socket and ends when the client hangs up.
 """
 
@@ -159,6 +165,10 @@ class ClientConnection:
                 await self._refuse_frame(str(exc))
                 return False
             length = decoder.frame_length if frame is NEED_DATA else len(frame)
+            if length is not None and not reserved and length <= READ_AHEAD_BYTES:
+                # A small frame takes nothing from the pool: it is bounded per connection like the
+                # read-ahead, so it never queues behind large frames parked in the pool.
+                reserved = True
             if length is not None and not reserved:
                 if not self.pool.fits(length):
                     logger.warning("frame_too_large", peer=self.peer, length=length,
@@ -334,7 +344,13 @@ class ClientConnection:
                     await self._send_all(bytes(pending))
                     pending.clear()
                 region = part.ref
+                if region.fd is None:  # a few descriptors at a time, however many partitions
+                    try:
+                        await trio.to_thread.run_sync(result.open_descriptors, limiter=self.handler.limiter)
+                    except FileNotFoundError as exc:  # retention removed the segment meanwhile
+                        raise trio.BrokenResourceError(f"segment removed before it was sent: {exc}") from exc
                 await _sendfile(sock, region.fd, region.position, region.length, self.send_stall_s)
+                result.close_region(region)
             else:
                 pending.extend(part)
         if pending:

@@ -80,28 +80,104 @@ def config_value_text(value: Any) -> str:
     return str(value)
 
 
+#: Descriptors one fetch response holds at most at once: a fetch naming thousands of partitions
+#: opens them a few at a time as it sends, each closed right after its sendfile.
+DESCRIPTORS_PER_RESPONSE = 8
+#: Descriptors all fetch responses in flight hold together beyond the one each may always hold
+#: (as its connection holds its socket): clients that do not read cannot pin more than this.
+SPARE_FETCH_DESCRIPTORS = 256
+
+
+class DescriptorBudget:
+    """A broker-wide count of descriptors taken by fetch responses; thread-safe (taken in workers)."""
+
+    def __init__(self, capacity: int):
+        self.capacity = capacity
+        self.held = 0
+        self._lock = threading.Lock()
+
+    def take(self) -> bool:
+        with self._lock:
+            if self.held >= self.capacity:
+                return False
+            self.held += 1
+            return True
+
+    def give(self) -> None:
+        with self._lock:
+            self.held -= 1
+
+
 @dataclass
 class FetchRegion:
-    """A region of a segment file to sendfile, with its own descriptor (closed after sending)."""
+    """A region of a segment file to sendfile; its descriptor is taken shortly before it is sent
+    (``fd`` None until then) and closed right after."""
 
-    fd: int
+    records: Any  # the segment's FileRecords: reopened by the object, so a rename does not lose it
     position: int
     length: int
-
-    def close(self) -> None:
-        os.close(self.fd)
+    fd: int | None = None
 
 
 class FetchResult:
-    """A fetch response whose record bytes stay in files: the connection sends it with sendfile."""
+    """A fetch response whose record bytes stay in files: the connection sends it with sendfile.
 
-    def __init__(self, parts: list, regions: list[FetchRegion]):
+    It holds at most DESCRIPTORS_PER_RESPONSE descriptors at once, and beyond its first only
+    what the broker-wide budget allows, however many partitions the fetch names: a client that
+    does not read pins a bounded number of descriptors until its connection is dropped."""
+
+    def __init__(self, parts: list, regions: list[FetchRegion], budget: DescriptorBudget):
         self.parts = parts
         self.regions = regions
+        self._budget = budget
+        #: Regions before this one have had their descriptor (and may have been sent).
+        self._next = 0
+        self._held = 0
+
+    def _may_open(self) -> bool:
+        """Whether one more descriptor may be taken now (taking a budget unit if beyond the first)."""
+        if self._held == 0:
+            return True
+        return self._held < DESCRIPTORS_PER_RESPONSE and self._budget.take()
+
+    def _opened(self, region: FetchRegion, fd: int) -> None:
+        region.fd = fd
+        self._held += 1
+
+    def _return_unit(self) -> None:
+        """Give back what _may_open took for a descriptor that was not opened after all."""
+        if self._held:
+            self._budget.give()
+
+    def open_descriptors(self) -> None:
+        """Take descriptors for the next regions (run in a worker thread: taking one may wait for
+        the segment's lock, held during an fsync). FileNotFoundError if a segment's files were
+        removed meanwhile (retention with file.delete.delay.ms=0): the response cannot be completed."""
+        while self._next < len(self.regions):
+            region = self.regions[self._next]
+            if region.fd is None:
+                if not self._may_open():
+                    return
+                try:
+                    fd = region.records.dup_fd()
+                except BaseException:
+                    self._return_unit()
+                    raise
+                self._opened(region, fd)
+            self._next += 1
+
+    def close_region(self, region: FetchRegion) -> None:
+        if region.fd is None:
+            return
+        fd, region.fd = region.fd, None
+        self._held -= 1
+        if self._held:
+            self._budget.give()
+        os.close(fd)
 
     def close(self) -> None:
         for region in self.regions:
-            region.close()
+            self.close_region(region)
         self.regions = []
 
 
@@ -123,6 +199,7 @@ class RequestHandler:
         # Checking max.broker.partitions and creating must be one step, or two creates could each
         # see room for themselves and together pass the cap.
         self._create_lock = threading.Lock()
+        self.fetch_descriptors = DescriptorBudget(SPARE_FETCH_DESCRIPTORS)
 
     async def _in_thread(self, fn, *args):
         return await trio.to_thread.run_sync(fn, *args, limiter=self.limiter)
@@ -415,6 +492,7 @@ class RequestHandler:
     def _read_fetch(self, request: m.FetchRequest) -> tuple[FetchResult, int, bool]:
         remaining = request.max_bytes
         regions: list[FetchRegion] = []
+        result = FetchResult([], regions, self.fetch_descriptors)
         topics = []
         total = 0
         errors = False
@@ -426,11 +504,24 @@ class RequestHandler:
                         validate_topic_name(topic.name)
                         log = self.topics.log(topic.name, part.partition)
                         budget = max(0, min(part.partition_max_bytes, remaining))
-                        info, fd = _read_with_descriptor(log, part.fetch_offset, budget)
+                        # The first regions take their descriptors now (no thread hop later for
+                        # a small fetch); the rest as the response is sent.
+                        take = len(regions) == result._next and result._may_open()
+                        try:
+                            info, fd = _read_with_descriptor(log, part.fetch_offset, budget, take)
+                        except BaseException:
+                            if take:
+                                result._return_unit()
+                            raise
                         records: bytes | m.ExternalBin = b""
+                        if take and fd is None:
+                            result._return_unit()
                         if info.region is not None:
-                            region = FetchRegion(fd, info.region.position, info.region.length)
+                            region = FetchRegion(info.region.records, info.region.position, info.region.length)
                             regions.append(region)
+                            if fd is not None:
+                                result._opened(region, fd)
+                                result._next = len(regions)
                             records = m.ExternalBin(region.length, region)
                             total += region.length
                             remaining -= region.length
@@ -453,10 +544,10 @@ class RequestHandler:
                                                                  error_message=message, **extra))
                 topics.append(m.FetchTopicResult(name=topic.name, partitions=tuple(partitions)))
             response = m.FetchResponse(id=request.id, topics=tuple(topics))
-            return FetchResult(m.pack_parts(response, check_schema=False), regions), total, errors
+            result.parts = m.pack_parts(response, check_schema=False)
+            return result, total, errors
         except BaseException:
-            for region in regions:
-                region.close()
+            result.close()
             raise
 
     # -- offsets -----------------------------------------------------------------------------
@@ -506,8 +597,8 @@ class RequestHandler:
         return m.DeleteRecordsResponse(id=request.id, topics=tuple(await self._in_thread(work)))
 
 
-def _read_with_descriptor(log, offset: int, budget: int):
-    """Plan a fetch and take a descriptor of its segment, ours to send from and close.
+def _read_with_descriptor(log, offset: int, budget: int, take: bool = True):
+    """Plan a fetch and (if ``take``) take a descriptor of its segment, ours to send from and close.
 
     If retention removes the segment and its files between the two steps (possible only with
     ``file.delete.delay.ms=0``), the read is planned again against the segments that are left.
@@ -515,7 +606,7 @@ def _read_with_descriptor(log, offset: int, budget: int):
     attempts_left = 3
     while True:
         info = log.read(offset, budget, min_one_message=True)
-        if info.region is None:
+        if info.region is None or not take:
             return info, None
         try:
             return info, info.region.records.dup_fd()

@@ -7,7 +7,8 @@ back, as Kafka mutes a channel whose receive the memory pool cannot allocate: a 
 or slow requests holds at most the pool's capacity, whatever the number of connections.
 
 Waiters are served first come, first served, so a large frame is not starved by a stream of
-small ones. A frame longer than the whole pool can never fit and is refused by the caller.
+smaller ones that use the pool (frames within a connection's read-ahead do not: the caller lets
+them bypass it, so they never wait behind large frames parked here). A frame longer than the whole pool can never fit and is refused by the caller.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import struct
+import time
 
 import msgpack
 import trio
@@ -43,19 +44,50 @@ async def test_request_bytes_beyond_the_pool_wait_unread_until_earlier_requests_
         assert 0 < max(unreserved) <= 4 + READ_AHEAD_BYTES  # ...and of its body at most the read-ahead
         assert metric(server, "triolog_server_queued_request_waiters") == 1
 
-        small = await Client.connect(port)  # a small request behind the waiter waits its turn too...
-        await small.stream.send_all(api_versions_frame(3))
-        await wait_until(lambda: pool.waiting == 2, what="the small request to queue behind")
+        # a request larger than the read-ahead queues behind the waiter (first come, first served)...
+        medium = await Client.connect(port)
+        await medium.stream.send_all(api_versions_frame(3, pad=READ_AHEAD_BYTES))
+        await wait_until(lambda: pool.waiting == 2, what="the medium request to queue behind")
 
         await holder.stream.send_all(big[100_000:])  # ...until the first is answered and gives back
         with trio.fail_after(10):
             assert (await holder.receive_doc())["id"] == 1
             assert (await waiter.receive_doc())["id"] == 2
-            assert (await small.receive_doc())["id"] == 3
+            assert (await medium.receive_doc())["id"] == 3
             assert (await other.api_versions())["error_code"] == 0
         await wait_until(lambda: pool.used == 0, what="every reservation to be given back")
-        for client in (holder, waiter, other, small):
+        for client in (holder, waiter, other, medium):
             await client.aclose()
+
+
+async def test_small_requests_are_answered_promptly_while_large_frames_park_in_a_full_pool(tmp_path):
+    """Senders that announce large frames and send nothing more fill the pool; a request no larger
+    than the read-ahead takes nothing from it and is answered at once (the receive timeout is set
+    far beyond the assertion, so waiting it out cannot pass)."""
+    async with running_broker(tmp_path, queued_max_request_bytes="300000",
+                              request_receive_timeout_ms="60000") as (server, port):
+        pool = server.request_pool
+        parked = [await Client.connect(port) for _ in range(3)]
+        for client in parked:
+            await client.stream.send_all(struct.pack(">I", 120_000))  # the body never comes
+        await wait_until(lambda: pool.used == 240_000 and pool.waiting == 1, what="the pool to fill")
+
+        start = time.monotonic()
+        for request_id in range(3):  # each on a fresh connection, and pipelined on one
+            fresh = await Client.connect(port)
+            with trio.fail_after(5):
+                assert (await fresh.api_versions())["error_code"] == 0
+            await fresh.aclose()
+        pipelined = await Client.connect(port)
+        await pipelined.stream.send_all(b"".join(
+            api_versions_frame(i, pad=READ_AHEAD_BYTES - 100) for i in range(5)))
+        with trio.fail_after(5):
+            assert [(await pipelined.receive_doc())["id"] for _ in range(5)] == list(range(5))
+        assert time.monotonic() - start < 5  # far under the 60 s receive timeout
+        assert pool.used == 240_000 and pool.waiting == 1  # the parked frames are still parked
+        for client in (*parked, pipelined):
+            await client.aclose()
+        await wait_until(lambda: pool.used == 0 and pool.waiting == 0, what="the pool to be given back")
 
 
 async def test_a_frame_longer_than_the_whole_pool_is_refused_at_its_prefix(tmp_path):
