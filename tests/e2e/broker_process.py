@@ -178,6 +178,16 @@ class WireClient:
         self.send_frame(m.encode_request(request))
         return m.decode_response(self.recv_frame(), request.api)
 
+    def call_map(self, api: str, **fields) -> dict:
+        """One request spelled as a plain msgpack map (no schema of ours in between), answered in turn."""
+        import msgpack
+
+        rid = self.next_id()
+        self.send_frame(msgpack.packb({"api": api, "v": 1, "id": rid, **fields}, use_bin_type=True))
+        doc = self.recv_doc()
+        assert doc["id"] == rid
+        return doc
+
     def is_closed(self, timeout_s: float = 5.0) -> bool:
         self.sock.settimeout(timeout_s)
         try:

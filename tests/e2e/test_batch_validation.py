@@ -8,7 +8,6 @@ from __future__ import annotations
 import struct
 import time
 
-import msgpack
 import pytest
 
 from protocol.compression import compress
@@ -25,23 +24,15 @@ INVALID_RECORD = 87
 MiB = 1 << 20
 
 
-def call(client: WireClient, api: str, **fields) -> dict:
-    rid = client.next_id()
-    client.send_frame(msgpack.packb({"api": api, "v": 1, "id": rid, **fields}, use_bin_type=True))
-    doc = client.recv_doc()
-    assert doc["id"] == rid
-    return doc
-
-
 def produce(client: WireClient, topic: str, records: bytes) -> dict:
-    doc = call(client, "produce", acks=-1, timeout_ms=10_000,
+    doc = client.call_map("produce", acks=-1, timeout_ms=10_000,
                topics=[{"name": topic, "partitions": [{"partition": 0, "records": records}]}])
     assert doc["error_code"] == NONE, doc
     return doc["topics"][0]["partitions"][0]
 
 
 def fetch_all(client: WireClient, topic: str):
-    doc = call(client, "fetch", max_wait_ms=0, min_bytes=1, max_bytes=8 * MiB, topics=[
+    doc = client.call_map("fetch", max_wait_ms=0, min_bytes=1, max_bytes=8 * MiB, topics=[
         {"name": topic, "partitions": [{"partition": 0, "fetch_offset": 0, "partition_max_bytes": 8 * MiB}]}])
     assert doc["error_code"] == NONE, doc
     part = doc["topics"][0]["partitions"][0]
@@ -98,7 +89,7 @@ def client(server):
 
 
 def create(client: WireClient, name: str, **configs: str) -> None:
-    doc = call(client, "create_topics", topics=[
+    doc = client.call_map("create_topics", topics=[
         {"name": name, "num_partitions": 1, "replication_factor": 1, "configs": configs}])
     assert doc["topics"][0]["error_code"] == NONE, doc
 
@@ -124,7 +115,7 @@ def test_broken_batches_are_refused_and_consumers_never_see_them(client):
     create(client, "bv-broken")
     ts = now_ms()
     for name, records, code, mention in broken_batches(ts):
-        doc = call(client, "produce", acks=-1, timeout_ms=10_000,
+        doc = client.call_map("produce", acks=-1, timeout_ms=10_000,
                    topics=[{"name": "bv-broken", "partitions": [{"partition": 0, "records": records}]}])
         entry = doc["topics"][0]["partitions"][0]
         assert (entry["error_code"], entry["base_offset"]) == (code, -1), (name, entry)
@@ -139,7 +130,7 @@ def test_broken_batches_are_refused_and_consumers_never_see_them(client):
 def test_compacted_topic_refuses_a_null_key_in_the_middle_of_a_batch(client):
     create(client, "bv-compact", **{"cleanup.policy": "compact"})
     ts = now_ms()
-    doc = call(client, "produce", acks=1, timeout_ms=10_000, topics=[{"name": "bv-compact", "partitions": [
+    doc = client.call_map("produce", acks=1, timeout_ms=10_000, topics=[{"name": "bv-compact", "partitions": [
         {"partition": 0, "records": batch(record(0) + record(1, key=None) + record(2), 3,
                                           codec=CompressionType.SNAPPY, base_timestamp=ts)}]}])
     entry = doc["topics"][0]["partitions"][0]
@@ -157,7 +148,7 @@ def test_inner_offsets_are_rebuilt_and_the_max_timestamp_recomputed(client):
     assert [(r.offset, r.timestamp, r.value) for r in read] == [(0, ts, b"a"), (1, ts + 30_000, b"b"),
                                                                  (2, ts + 10, b"c")]
     # The header's max timestamp is the broker's: a lookup by time finds the record the producer hid.
-    doc = call(client, "list_offsets", topics=[{"name": "bv-rewrite", "partitions": [
+    doc = client.call_map("list_offsets", topics=[{"name": "bv-rewrite", "partitions": [
         {"partition": 0, "timestamp": ts + 20_000}]}])
     entry = doc["topics"][0]["partitions"][0]
     assert (entry["error_code"], entry["offset"], entry["timestamp"]) == (NONE, 1, ts + 30_000)
@@ -172,7 +163,7 @@ def test_zstd_bomb_for_a_compacted_topic_is_refused_without_inflating_the_broker
     assert len(bomb) < 33 * 1024
     before = peak_rss(server)
     for _ in range(3):
-        doc = call(client, "produce", acks=1, timeout_ms=10_000, topics=[{"name": "bv-bomb", "partitions": [
+        doc = client.call_map("produce", acks=1, timeout_ms=10_000, topics=[{"name": "bv-bomb", "partitions": [
             {"partition": 0, "records": bomb}]}])
         entry = doc["topics"][0]["partitions"][0]
         assert entry["error_code"] == MESSAGE_TOO_LARGE and "decompresses to more than" in entry["error_message"]
@@ -203,7 +194,7 @@ def test_a_flood_of_zstd_bombs_from_many_connections_stays_bounded(server):
         client = server.client()
         try:
             for _ in range(4):
-                doc = call(client, "produce", acks=1, timeout_ms=30_000, topics=[
+                doc = client.call_map("produce", acks=1, timeout_ms=30_000, topics=[
                     {"name": "bv-flood", "partitions": [{"partition": 0, "records": bomb}]}])
                 codes.append(doc["topics"][0]["partitions"][0]["error_code"])
         finally:

@@ -13,19 +13,11 @@ from broker.server.handlers import DESCRIPTORS_PER_RESPONSE
 from protocol.records import build_batch, iter_batches
 from tests.waiting import wait_for
 
-from .broker_process import BrokerProcess, WireClient
+from .broker_process import BrokerProcess
 
 PARTITIONS = 300
 VALUE = b"v" * (48 * 1024)  # 300 x 48 KiB: far more than the sockets' buffers hold
 MIB = 1 << 20
-
-
-def call(client: WireClient, api: str, **fields) -> dict:
-    rid = client.next_id()
-    client.send_frame(msgpack.packb({"api": api, "v": 1, "id": rid, **fields}, use_bin_type=True))
-    doc = client.recv_doc()
-    assert doc["id"] == rid
-    return doc
 
 
 def fetch_frame(request_id: int, partitions: range) -> bytes:
@@ -40,11 +32,11 @@ def test_a_wide_fetch_nobody_reads_pins_few_descriptors_and_others_are_served(tm
     broker = BrokerProcess(tmp_path / "data", (), rlimit_nofile=(600, 600)).start()
     try:
         client = broker.client()
-        created = call(client, "create_topics", topics=[
+        created = client.call_map("create_topics", topics=[
             {"name": "wide", "num_partitions": PARTITIONS, "replication_factor": 1, "configs": {}}])
         assert created["topics"][0]["error_code"] == 0
         now = int(time.time() * 1000)
-        produced = call(client, "produce", acks=1, timeout_ms=10_000, topics=[{"name": "wide", "partitions": [
+        produced = client.call_map("produce", acks=1, timeout_ms=10_000, topics=[{"name": "wide", "partitions": [
             {"partition": p, "records": build_batch([(b"k", VALUE, now, ())])} for p in range(PARTITIONS)]}])
         assert all(p["error_code"] == 0 for p in produced["topics"][0]["partitions"])
         baseline = broker.open_descriptors()  # one per active partition, the listener, this client...
@@ -63,10 +55,10 @@ def test_a_wide_fetch_nobody_reads_pins_few_descriptors_and_others_are_served(tm
 
         for attempt in range(3):  # others still connect, produce and fetch
             other = broker.client()
-            done = call(other, "produce", acks=1, timeout_ms=10_000, topics=[{"name": "wide", "partitions": [
+            done = other.call_map("produce", acks=1, timeout_ms=10_000, topics=[{"name": "wide", "partitions": [
                 {"partition": attempt, "records": build_batch([(b"k", b"after", now, ())])}]}])
             assert done["topics"][0]["partitions"][0]["error_code"] == 0
-            fetched = call(other, "fetch", max_wait_ms=0, min_bytes=1, max_bytes=MIB, topics=[
+            fetched = other.call_map("fetch", max_wait_ms=0, min_bytes=1, max_bytes=MIB, topics=[
                 {"name": "wide", "partitions": [{"partition": attempt, "fetch_offset": 1, "partition_max_bytes": MIB}]}])
             records = fetched["topics"][0]["partitions"][0]["records"]
             assert [r.value for b in iter_batches(records) for r in b.records] == [b"after"]

@@ -38,14 +38,6 @@ def start_broker(tmp_path):
         broker.kill()
 
 
-def call(client: WireClient, api: str, **fields) -> dict:
-    rid = client.next_id()
-    client.send_frame(msgpack.packb({"api": api, "v": 1, "id": rid, **fields}, use_bin_type=True))
-    doc = client.recv_doc()
-    assert doc["id"] == rid
-    return doc
-
-
 def events(broker: BrokerProcess, name: str) -> list[dict]:
     return [e for e in broker.events() if e.get("event") == name]
 
@@ -69,7 +61,7 @@ def test_a_flood_of_msgpack_bombs_stays_within_the_request_pool_and_others_are_s
     pool, frame_limit = 32 * MIB, 8 * MIB
     broker = start_broker(f"queued.max.request.bytes={pool}", f"socket.request.max.bytes={frame_limit}")
     victim = broker.client()
-    assert call(victim, "api_versions")["error_code"] == NONE
+    assert victim.call_map("api_versions")["error_code"] == NONE
     baseline_kb = broker.status("VmRSS")
     answers, errors, victim_answers = [], [], []
     stop = threading.Event()
@@ -88,7 +80,7 @@ def test_a_flood_of_msgpack_bombs_stays_within_the_request_pool_and_others_are_s
 
     def keep_asking() -> None:
         while not stop.is_set():
-            victim_answers.append(call(victim, "api_versions")["error_code"])
+            victim_answers.append(victim.call_map("api_versions")["error_code"])
 
     attackers = [threading.Thread(target=attack, args=(i,)) for i in range(8)]
     asker = threading.Thread(target=keep_asking)
@@ -127,14 +119,14 @@ def test_startup_raises_the_soft_open_file_limit_to_the_hard_one(start_broker):
 def test_running_out_of_descriptors_on_accept_keeps_the_listener(start_broker):
     broker = start_broker(rlimit_nofile=(64, 64))
     first = broker.client()
-    assert call(first, "api_versions")["error_code"] == NONE
+    assert first.call_map("api_versions")["error_code"] == NONE
     free = 64 - broker.open_descriptors()
     crowd = []
     for _ in range(free + 10):  # more than the broker has descriptors for; the kernel queues them
         crowd.append(socket.create_connection(("127.0.0.1", broker.port), timeout=10))
     wait_for(lambda: events(broker, "accept_failed"), 10, "accept to fail with EMFILE")
     assert events(broker, "accept_failed")[0]["error"] == "EMFILE"
-    assert call(first, "api_versions")["error_code"] == NONE  # connections already open are served
+    assert first.call_map("api_versions")["error_code"] == NONE  # connections already open are served
     for sock in crowd:
         sock.close()
 
@@ -142,7 +134,7 @@ def test_running_out_of_descriptors_on_accept_keeps_the_listener(start_broker):
         try:
             client = WireClient("127.0.0.1", broker.port, timeout_s=2)
             try:
-                return call(client, "api_versions")["error_code"] == NONE
+                return client.call_map("api_versions")["error_code"] == NONE
             finally:
                 client.close()
         except OSError:
@@ -156,7 +148,7 @@ def test_waiting_connections_at_max_connections_hold_no_broker_descriptor(start_
     broker = start_broker("max.connections=2")
     open_ = [broker.client(), broker.client()]
     for client in open_:
-        assert call(client, "api_versions")["error_code"] == NONE
+        assert client.call_map("api_versions")["error_code"] == NONE
     before = broker.open_descriptors()
     waiting = [WireClient("127.0.0.1", broker.port) for _ in range(20)]
     for client in waiting:
@@ -172,7 +164,7 @@ def test_waiting_connections_at_max_connections_hold_no_broker_descriptor(start_
 
     wait_for(poll, 10, "a waiting connection to be served")
     assert len(poll()) == 1
-    assert call(open_[1], "api_versions")["error_code"] == NONE
+    assert open_[1].call_map("api_versions")["error_code"] == NONE
 
 
 def _answered(client: WireClient) -> bool:
@@ -191,7 +183,7 @@ def _answered(client: WireClient) -> bool:
 def test_sigterm_answers_waiting_long_polls_and_exits_without_waiting_them_out(start_broker):
     broker = start_broker(metrics=True)
     client = broker.client()
-    assert call(client, "create_topics", topics=[
+    assert client.call_map("create_topics", topics=[
         {"name": "stopping", "num_partitions": 1, "replication_factor": 1, "configs": {}}])["topics"][0]["error_code"] == 0
     poller = broker.client()
     poller.send_frame(msgpack.packb({"api": "fetch", "v": 1, "id": 5, "max_wait_ms": 3_600_000, "min_bytes": 1,
@@ -210,7 +202,7 @@ def test_sigterm_answers_waiting_long_polls_and_exits_without_waiting_them_out(s
 
 
 def _create(client, name, partitions, validate_only=False) -> dict:
-    return call(client, "create_topics", validate_only=validate_only, topics=[
+    return client.call_map("create_topics", validate_only=validate_only, topics=[
         {"name": name, "num_partitions": partitions, "replication_factor": 1, "configs": {}}])["topics"][0]
 
 
@@ -226,26 +218,26 @@ def test_max_broker_partitions_refuses_a_create_whole_before_it_starts(start_bro
     assert not any(p.name.startswith("huge-") for p in (tmp_path / "data").iterdir())
     # auto-creation counts too: num.partitions=6 no longer fits
     now = int(time.time() * 1000)
-    produced = call(client, "produce", acks=1, timeout_ms=5000, topics=[{"name": "auto", "partitions": [
+    produced = client.call_map("produce", acks=1, timeout_ms=5000, topics=[{"name": "auto", "partitions": [
         {"partition": 0, "records": build_batch([(b"k", b"v", now, ())])}]}])
     assert produced["topics"][0]["partitions"][0]["error_code"] == POLICY_VIOLATION
-    meta = call(client, "metadata", topics=["auto"])
+    meta = client.call_map("metadata", topics=["auto"])
     assert meta["topics"][0]["error_code"] == POLICY_VIOLATION
     assert _create(client, "fits", 5)["error_code"] == NONE  # exactly up to the cap
     assert _create(client, "one-more", 1)["error_code"] == POLICY_VIOLATION
-    names = [t["name"] for t in call(client, "metadata", topics=None)["topics"]]
+    names = [t["name"] for t in client.call_map("metadata", topics=None)["topics"]]
     assert sorted(names) == ["big", "fits"]
     client.close()
 
     assert broker.stop() == 0
     broker = start_broker("max.broker.partitions=20", "num.partitions=6")  # same data dir
     client = broker.client()
-    meta = call(client, "metadata", topics=None)
+    meta = client.call_map("metadata", topics=None)
     assert sorted((t["name"], len(t["partitions"])) for t in meta["topics"]) == [("big", 15), ("fits", 5)]
-    produced = call(client, "produce", acks=-1, timeout_ms=5000, topics=[{"name": "big", "partitions": [
+    produced = client.call_map("produce", acks=-1, timeout_ms=5000, topics=[{"name": "big", "partitions": [
         {"partition": 14, "records": build_batch([(b"k", b"after", int(time.time() * 1000), ())])}]}])
     assert produced["topics"][0]["partitions"][0]["error_code"] == NONE
-    fetched = call(client, "fetch", max_wait_ms=0, min_bytes=1, max_bytes=MIB, topics=[{"name": "big", "partitions": [
+    fetched = client.call_map("fetch", max_wait_ms=0, min_bytes=1, max_bytes=MIB, topics=[{"name": "big", "partitions": [
         {"partition": 14, "fetch_offset": 0, "partition_max_bytes": MIB}]}])
     records = fetched["topics"][0]["partitions"][0]["records"]
     assert [r.value for b in iter_batches(records) for r in b.records] == [b"after"]

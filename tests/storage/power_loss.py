@@ -392,18 +392,7 @@ class Life:
             info = log.read(offset, 1 << 20)
             if info.region is None:
                 raise Violation(f"{where}: nothing served at offset {offset} below the log end {end}")
-            data = info.region.read_bytes()
-            position = 0
-            while position < len(data):
-                if len(data) - position < HEADER_SIZE:
-                    self.stats.corrupted += 1
-                    raise Violation(f"{where}: a partial batch served at offset {offset}")
-                header = read_header(data, position)
-                try:
-                    batch = decode_batch(memoryview(data)[position:position + header.size])
-                except Exception as exc:
-                    self.stats.corrupted += 1
-                    raise Violation(f"{where}: corrupt batch served at offset {offset}: {exc}") from None
+            for header, batch in self._served_batches(where, info.region.read_bytes(), offset):
                 if header.base_offset > offset or header.next_offset <= offset:
                     raise Violation(f"{where}: batch {header.base_offset}..{header.last_offset} served "
                                     f"for offset {offset} (a gap or an overlap)")
@@ -417,7 +406,6 @@ class Life:
                         self.stats.corrupted += 1
                         raise Violation(f"{where}: offset {offset} holds {record.value!r}, appended {expected!r}")
                     offset += 1
-                position += header.size
         self.check_indexes(where, log)
         for offset in range(min(start, len(inc.values)), min(end, len(inc.values))):
             if offset < inc.acked:
@@ -427,6 +415,23 @@ class Life:
         del inc.values[end:]
         _put(inc.values, end, [])
         return inc
+
+    def _served_batches(self, where: str, data: bytes, offset: int):
+        """(header, decoded batch) of each whole batch in what a read at ``offset`` served; a
+        partial or undecodable batch is a corrupt one served."""
+        position = 0
+        while position < len(data):
+            if len(data) - position < HEADER_SIZE:
+                self.stats.corrupted += 1
+                raise Violation(f"{where}: a partial batch served at offset {offset}")
+            header = read_header(data, position)
+            try:
+                batch = decode_batch(memoryview(data)[position:position + header.size])
+            except Exception as exc:
+                self.stats.corrupted += 1
+                raise Violation(f"{where}: corrupt batch served at offset {offset}: {exc}") from None
+            yield header, batch
+            position += header.size
 
     def check_compacted_partition(self, name: str, p: int, log, inc: Incarnation) -> Incarnation:
         where = f"{name}-{p}"
@@ -442,19 +447,8 @@ class Life:
             info = log.read(offset, 1 << 20)
             if info.region is None:
                 break  # the rest was compacted away (the key checks below say if that was right)
-            data = info.region.read_bytes()
-            position = 0
             next_offset = offset
-            while position < len(data):
-                if len(data) - position < HEADER_SIZE:
-                    self.stats.corrupted += 1
-                    raise Violation(f"{where}: a partial batch served at offset {offset}")
-                header = read_header(data, position)
-                try:
-                    batch = decode_batch(memoryview(data)[position:position + header.size])
-                except Exception as exc:
-                    self.stats.corrupted += 1
-                    raise Violation(f"{where}: corrupt batch served at offset {offset}: {exc}") from None
+            for header, batch in self._served_batches(where, info.region.read_bytes(), offset):
                 if header.next_offset <= next_offset:
                     raise Violation(f"{where}: batch {header.base_offset}..{header.last_offset} served "
                                     f"after offset {next_offset - 1}: offsets go backwards")
@@ -474,7 +468,6 @@ class Life:
                                         f"appended {appended!r}")
                     served[record.offset] = (record.key, record.value)
                 next_offset = header.next_offset
-                position += header.size
             if next_offset <= offset:
                 raise Violation(f"{where}: a read at offset {offset} made no progress")
             offset = next_offset
