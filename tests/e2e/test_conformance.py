@@ -1,8 +1,8 @@
 """Wire-protocol conformance of the real broker process, one API at a time.
 
-Every request here is a plain msgpack map spelled from /work/shared/spec/wire-protocol.md, and
-every response is checked against the spec's field lists with our own shape table, not with
-``protocol.messages`` (a field misspelled there would otherwise pass on both sides). One broker
+Every request here is a plain msgpack map spelled from the wire protocol's written specification,
+and every response is checked against that specification's field lists with our own shape table,
+not with ``protocol.messages`` (a field misspelled there would otherwise pass on both sides). One broker
 serves the whole module; each test uses its own topic names.
 """
 
