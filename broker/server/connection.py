@@ -15,8 +15,9 @@ What one client can hold is bounded:
   A frame no longer than ``READ_AHEAD_BYTES`` is not reserved at all (one connection holds at
   most one such frame plus its read-ahead, and ``max.connections`` bounds the connections), so
   a small request is never queued behind large frames whose senders parked them in the pool;
-  decoding is bounded by :mod:`protocol.request_limits`, and a frame that holds more than a few
-  hundred msgpack objects is decoded in a worker thread, not on the event loop;
+  decoding is bounded by :mod:`protocol.request_limits`, and a frame that holds more than
+  ``INLINE_DECODE_OBJECTS`` msgpack objects is walked and decoded in a worker thread, not on the
+  event loop;
 * time: between requests a connection may stay silent ``connections.max.idle.ms``; once a
   frame's first byte is in, the whole frame must arrive within ``request.receive.timeout.ms``
   (time spent waiting for the pool not counted); a response that makes no progress for
