@@ -5,17 +5,30 @@ BIN := $(VENV)/bin
 
 .PHONY: run test bench install system-deps
 
+# pip runs only when pyproject.toml changed since the last install (the stamp files), so both
+# commands work offline once installed. `make run` installs the broker's runtime dependencies
+# only; `make test` adds the test tools and PySpark.
+RUNTIME_STAMP := $(VENV)/.triolog-runtime
+TEST_STAMP := $(VENV)/.triolog-test
+PIP := $(BIN)/pip install --quiet --disable-pip-version-check
+
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
 
-install: $(BIN)/python
-	$(BIN)/pip install --quiet -e '.[test,spark]'
+$(RUNTIME_STAMP): pyproject.toml | $(BIN)/python
+	$(PIP) -e .
+	touch $@
 
-run: install
+$(TEST_STAMP): pyproject.toml | $(BIN)/python
+	$(PIP) -e '.[test,spark]'
+	touch $@ $(RUNTIME_STAMP)
+
+install: $(RUNTIME_STAMP)
+
+run: $(RUNTIME_STAMP)
 	$(BIN)/triolog serve
 
-test: install system-deps
+test: $(TEST_STAMP) system-deps
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 # Debian packages the tests run: prometheus (its server and promtool) and tini (the image's
@@ -31,5 +44,5 @@ system-deps:
 		$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus tini \
 			$$([ -n "$$JAVA_OK" ] || echo openjdk-17-jre-headless) >/dev/null; }
 
-bench: install
+bench: $(TEST_STAMP)
 	$(BIN)/python bench/storage.py

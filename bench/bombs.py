@@ -43,9 +43,9 @@ import zstandard
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from protocol import messages as m  # noqa: E402
-from protocol.record_batch import CRC_OFFSET, CRC_START, CompressionType  # noqa: E402
-from protocol.records import Record, encode_batch  # noqa: E402
+from triolog.protocol import messages as m  # noqa: E402
+from triolog.protocol.record_batch import CRC_OFFSET, CRC_START, CompressionType  # noqa: E402
+from triolog.protocol.records import Record, encode_batch  # noqa: E402
 from tests.e2e.broker_process import BrokerProcess  # noqa: E402
 from tests.e2e.crash_harness import count_fds, read_status  # noqa: E402
 

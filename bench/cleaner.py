@@ -31,13 +31,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from broker.storage.checkpoints import CLEANER_OFFSET_CHECKPOINT, OffsetCheckpointFile  # noqa: E402
-from broker.storage.cleaner.log_cleaner import CleanerConfig, CleanerThread, LogCleaner  # noqa: E402
-from broker.storage.log import Log  # noqa: E402
-from broker.storage.log_manager import LogManager  # noqa: E402
-from broker.storage.topics import TopicManager  # noqa: E402
-from config.log_config import LogConfig  # noqa: E402
-from protocol.records import Record, encode_batch  # noqa: E402
+from triolog.broker.storage.checkpoints import CLEANER_OFFSET_CHECKPOINT, OffsetCheckpointFile  # noqa: E402
+from triolog.broker.storage.cleaner.log_cleaner import CleanerConfig, CleanerThread, LogCleaner  # noqa: E402
+from triolog.broker.storage.log import Log  # noqa: E402
+from triolog.broker.storage.log_manager import LogManager  # noqa: E402
+from triolog.broker.storage.topics import TopicManager  # noqa: E402
+from triolog.config.log_config import LogConfig  # noqa: E402
+from triolog.protocol.records import Record, encode_batch  # noqa: E402
 from tests.e2e.broker_process import BrokerProcess  # noqa: E402
 
 MB = 1_000_000
@@ -176,7 +176,7 @@ def small_source(work: Path, mb: int) -> Path:
 
 def produce_at_rate(port: int, rate: int, until, max_seconds: float) -> list[float]:
     """send->ack latencies of 100-byte records at ``rate``/s until ``until()`` or the time limit."""
-    from client import Producer
+    from triolog.client import Producer
 
     value = b"v" * 100
     latencies: list[float] = []
@@ -200,8 +200,8 @@ def produce_at_rate(port: int, rate: int, until, max_seconds: float) -> list[flo
 
 def live_broker(work: Path, data_dir: Path, rate: int, idle_seconds: float) -> None:
     print(f"\n3. produce latency on the live broker, {rate:,} records/s of 100 B, acks=1, linger 0")
-    from client import AdminClient
-    from client.types import NewTopic
+    from triolog.client import AdminClient
+    from triolog.client.types import NewTopic
 
     broker = BrokerProcess(data_dir, ("log.cleaner.enable=false",)).start(timeout_s=120)
     try:

@@ -46,8 +46,8 @@ BATCH_BYTES = 256 * 1024
 
 
 def create_topic(port: int, name: str) -> None:
-    from client import AdminClient
-    from client.types import NewTopic
+    from triolog.client import AdminClient
+    from triolog.client.types import NewTopic
 
     with AdminClient(f"127.0.0.1:{port}") as admin:
         admin.create_topics([NewTopic(name, num_partitions=1)])
@@ -57,7 +57,7 @@ def create_topic(port: int, name: str) -> None:
 
 
 def produce_with_client(port: int, topic: str, value_size: int, acks: int, count: int, out) -> None:
-    from client import Producer
+    from triolog.client import Producer
 
     value = b"v" * value_size
     with Producer(f"127.0.0.1:{port}", acks=acks, linger_ms=5, batch_size=BATCH_BYTES) as producer:
@@ -72,9 +72,9 @@ def produce_with_client(port: int, topic: str, value_size: int, acks: int, count
 
 def produce_prebuilt_batches(port: int, topic: str, value_size: int, acks: int, count: int, out) -> None:
     """One encoded batch sent ``count / records_per_batch`` times, 8 requests in flight."""
-    from protocol import messages as m
-    from protocol.frames import encode_frame
-    from protocol.records import build_batch
+    from triolog.protocol import messages as m
+    from triolog.protocol.frames import encode_frame
+    from triolog.protocol.records import build_batch
 
     now = int(time.time() * 1000)
     per_batch = max(1, BATCH_BYTES // (value_size + 10))
@@ -112,9 +112,9 @@ def produce_prebuilt_batches(port: int, topic: str, value_size: int, acks: int, 
 
 def fetch_raw(port: int, topic: str, end_offset: int, out) -> None:
     """Fetch everything from offset 0 with 8 MiB fetches; count the record bytes delivered."""
-    from protocol import messages as m
-    from protocol.frames import encode_frame
-    from protocol.record_batch import read_header
+    from triolog.protocol import messages as m
+    from triolog.protocol.frames import encode_frame
+    from triolog.protocol.record_batch import read_header
 
     sock = socket.create_connection(("127.0.0.1", port))
     reader = sock.makefile("rb", buffering=1 << 20)
@@ -142,7 +142,7 @@ def fetch_raw(port: int, topic: str, end_offset: int, out) -> None:
 
 
 def consume_with_client(port: int, topic: str, end_offset: int, out) -> None:
-    from client import Consumer, TopicPartition
+    from triolog.client import Consumer, TopicPartition
 
     tp = TopicPartition(topic, 0)
     with Consumer(f"127.0.0.1:{port}", max_poll_records=1_000_000, max_partition_fetch_bytes=8 << 20) as consumer:
@@ -164,7 +164,7 @@ def socket_sender(port: int, total: int, chunk: int) -> None:
 
 
 def produce_at_fixed_rate(port: int, topic: str, rate: int, seconds: float, out) -> None:
-    from client import Producer
+    from triolog.client import Producer
 
     value = b"v" * 100
     latencies: list[float] = []
@@ -298,7 +298,7 @@ def main() -> int:
 
 
 def _end_offset(port: int, topic: str) -> int:
-    from client import Consumer, TopicPartition
+    from triolog.client import Consumer, TopicPartition
 
     with Consumer(f"127.0.0.1:{port}") as consumer:
         tp = TopicPartition(topic, 0)

@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from client import AdminClient, Consumer, NewTopic, Producer  # noqa: E402
+from triolog.client import AdminClient, Consumer, NewTopic, Producer  # noqa: E402
 from tests.e2e.broker_process import BrokerProcess  # noqa: E402
 
 PARTITIONS = 4
@@ -56,8 +56,8 @@ def client_alone(bootstrap: str, topic: str, records: int) -> float:
 
 
 def task_code_alone(bootstrap: str, topic: str, records: int) -> float:
-    from client.consumer_core import ConsumerConfig
-    from pipeline.fetch import read_range
+    from triolog.client.consumer_core import ConsumerConfig
+    from triolog.pipeline.fetch import read_range
 
     per_partition = records // PARTITIONS
     start = time.perf_counter()

@@ -48,18 +48,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from broker.storage.clock import SYSTEM_CLOCK  # noqa: E402
-from broker.storage.log import Log  # noqa: E402
-from config.log_config import LogConfig  # noqa: E402
-from protocol.record_batch import (  # noqa: E402
+from triolog.broker.storage.clock import SYSTEM_CLOCK  # noqa: E402
+from triolog.broker.storage.log import Log  # noqa: E402
+from triolog.config.log_config import LogConfig  # noqa: E402
+from triolog.protocol.record_batch import (  # noqa: E402
     BASE_TIMESTAMP_OFFSET,
     CompressionType,
     CRC_OFFSET,
     compute_crc,
     read_header,
 )
-from protocol.records import Record, encode_batch  # noqa: E402
-import broker.storage.validator as validator_module  # noqa: E402
+from triolog.protocol.records import Record, encode_batch  # noqa: E402
+import triolog.broker.storage.validator as validator_module  # noqa: E402
 
 KiB = 1024
 MiB = 1024 * 1024

@@ -1,4 +1,4 @@
-"""The ``triolog`` command: one argparse subcommand per tool (``python -m broker.cli`` works too).
+"""The ``triolog`` command: one argparse subcommand per tool (``python -m triolog.broker.cli`` works too).
 
 Adding a subcommand (``serve``, ``topics``, ``produce``, ``consume``) is one function appended to
 SUBCOMMANDS: it adds its parser to ``subparsers`` and sets ``run`` to a callable taking the parsed
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 
 def _add_dump_log(subparsers) -> None:
-    from broker.tools import dump_log
+    from triolog.broker.tools import dump_log
 
     parser = subparsers.add_parser(
         "dump-log",
@@ -42,10 +42,10 @@ def _add_serve(subparsers) -> None:
 def _run_serve(args) -> int:
     import trio
 
-    from broker.logger import configure_logging
-    from broker.server.app import serve
-    from config.loader import load_config
-    from config.log_config import ConfigError
+    from triolog.broker.logger import configure_logging
+    from triolog.broker.server.app import serve
+    from triolog.config.loader import load_config
+    from triolog.config.log_config import ConfigError
 
     try:
         config, warnings = load_config(args.config, args.override)
@@ -58,7 +58,7 @@ def _run_serve(args) -> int:
     log = structlog.get_logger("triolog.config")
     for warning in warnings:
         log.warning("config_warning", message=warning)
-    from broker.allocator import MMAP_THRESHOLD_BYTES, fix_mmap_threshold
+    from triolog.broker.allocator import MMAP_THRESHOLD_BYTES, fix_mmap_threshold
 
     log.info("malloc_mmap_threshold", bytes=MMAP_THRESHOLD_BYTES, fixed=fix_mmap_threshold())
     trio.run(serve, config)
@@ -66,12 +66,12 @@ def _run_serve(args) -> int:
 
 
 def _client_tool(name: str, module_name: str, help_text: str):
-    """A registrar for one of the client tools in :mod:`client.cli` (same shape as dump-log)."""
+    """A registrar for one of the client tools in :mod:`triolog.client.cli` (same shape as dump-log)."""
 
     def register(subparsers) -> None:
         import importlib
 
-        module = importlib.import_module(f"client.cli.{module_name}")
+        module = importlib.import_module(f"triolog.client.cli.{module_name}")
         parser = subparsers.add_parser(name, help=help_text, description=module.DESCRIPTION)
         module.add_arguments(parser)
         parser.set_defaults(run=module.run)

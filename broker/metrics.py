@@ -4,7 +4,7 @@ Two kinds of series, in one :class:`CollectorRegistry` per broker (never the glo
 several brokers in one process, as in tests, do not collide):
 
 * **Storage**, per partition (labels ``topic``, ``partition``), read at scrape time from each
-  :class:`~broker.storage.log.Log`'s in-memory state by :class:`LogCollector`: nothing walks the
+  :class:`triolog.broker.storage.log.Log`'s in-memory state by :class:`LogCollector`: nothing walks the
   log directories and the append path pays nothing. Offsets and segment counts are plain
   attributes; ``Log.size`` sums the segments' cached file sizes (a segment loaded at startup is
   stat'ed once, on its first scrape, and cached from then on).
@@ -28,7 +28,7 @@ several brokers in one process, as in tests, do not collide):
                                          after an I/O error, else 0
   ============================== ======= ====================================================
 
-* **Log cleaner**, read from the :class:`~broker.storage.cleaner.LogCleaner`'s own counters
+* **Log cleaner**, read from the :class:`triolog.broker.storage.cleaner.LogCleaner`'s own counters
   at scrape time by :class:`CleanerCollector` (absent when ``log.cleaner.enable=false``):
 
   ============================================== ======= ==========================================
@@ -49,10 +49,10 @@ several brokers in one process, as in tests, do not collide):
   triolog_cleaner_max_compaction_delay_seconds   gauge   most overdue log past max.compaction.lag.ms
   ============================================== ======= ==========================================
 
-* **Server**, updated by each :class:`~broker.server.connection.ClientConnection` through
+* **Server**, updated by each :class:`triolog.broker.server.connection.ClientConnection` through
   :class:`ServerMetrics` (its ``stats`` object) as requests complete. ``api`` is one of the
   protocol's API names or ``unknown`` (a frame that is not a readable request); ``error`` is
-  the name of the response's top-level :class:`~protocol.errors.ErrorCode` (``NONE`` = success;
+  the name of the response's top-level :class:`triolog.protocol.errors.ErrorCode` (``NONE`` = success;
   per-partition error codes inside a successful response are not counted here).
 
   ========================================= ========= =========================================
@@ -105,11 +105,11 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from broker.storage.log import DELETION_REASONS, Log
-from broker.storage.log_manager import LogManager
-from broker.storage.segment import ROLL_REASONS
-from protocol.errors import ErrorCode
-from protocol.messages import SUPPORTED_APIS
+from triolog.broker.storage.log import DELETION_REASONS, Log
+from triolog.broker.storage.log_manager import LogManager
+from triolog.broker.storage.segment import ROLL_REASONS
+from triolog.protocol.errors import ErrorCode
+from triolog.protocol.messages import SUPPORTED_APIS
 
 __all__ = ["API_LABELS", "BrokerMetrics", "LogCollector", "MetricsEndpoint", "ServerMetrics"]
 

@@ -1,8 +1,8 @@
-"""triolog's Python client: producer, consumer and admin, blocking (here) or trio (:mod:`client.aio`).
+"""triolog's Python client: producer, consumer and admin, blocking (here) or trio (:mod:`triolog.client.aio`).
 
 Quick start::
 
-    from client import Producer, Consumer, AdminClient
+    from triolog.client import Producer, Consumer, AdminClient
 
     with AdminClient("127.0.0.1:9092") as admin:
         admin.create_topics([NewTopic("orders", num_partitions=3, configs={"retention.ms": "60000"})])
@@ -14,9 +14,9 @@ Quick start::
             print(record.offset, record.key, record.value)
 
 Layering: this package speaks the wire protocol through :mod:`protocol` only. All logic lives in
-generator *operations* (:mod:`client.ops`) and pure state (accumulator, partitioner, consumer
+generator *operations* (:mod:`triolog.client.ops`) and pure state (accumulator, partitioner, consumer
 positions); the sync and trio classes only drive them. The producer's retry rule is documented
-in :mod:`client.producer_core`; the consumer's offset-reset rule in :mod:`client.consumer_core`.
+in :mod:`triolog.client.producer_core`; the consumer's offset-reset rule in :mod:`triolog.client.consumer_core`.
 """
 
 import importlib
@@ -43,7 +43,7 @@ __all__ = [*sorted(_LAZY), *_errors_all]
 def __getattr__(name: str):
     module = _LAZY.get(name)
     if module is None:
-        raise AttributeError(f"module 'client' has no attribute {name!r}")
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
     globals()[name] = value
     return value

@@ -17,8 +17,8 @@ import threading
 from collections import deque
 from collections.abc import Callable, Sequence
 
-from protocol.record_batch import HEADER_SIZE, CompressionType
-from protocol.records import build_batch
+from triolog.protocol.record_batch import HEADER_SIZE, CompressionType
+from triolog.protocol.records import build_batch
 
 from .partitioner import StickyPartitioner
 from .types import RecordMetadata, TopicPartition
@@ -43,8 +43,8 @@ def _bytes_size(data: bytes | None) -> int:
 class RecordFuture:
     """The outcome of one send(): a RecordMetadata or an exception.
 
-    The flavours add how to wait (:class:`client.producer.FutureRecordMetadata`: ``.get(timeout)``;
-    :class:`client.aio.AsyncRecordFuture`: ``await``); completion is shared.
+    The flavours add how to wait (:class:`triolog.client.producer.FutureRecordMetadata`: ``.get(timeout)``;
+    :class:`triolog.client.aio.AsyncRecordFuture`: ``await``); completion is shared.
     """
 
     __slots__ = ("_callbacks", "_done", "_exception", "_value")

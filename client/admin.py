@@ -1,4 +1,4 @@
-"""The blocking admin client: each method is one :mod:`client.admin_core` operation on a socket."""
+"""The blocking admin client: each method is one :mod:`triolog.client.admin_core` operation on a socket."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ reaches the caller (RequestNotSentError: nothing happened; ResponseLostError: it
 
 from __future__ import annotations
 
-from protocol import messages as m
+from triolog.protocol import messages as m
 
 from .consumer_core import list_offsets_op
 from .errors import TriologClientError, UnknownTopicOrPartitionError, error_for

@@ -24,7 +24,7 @@ from contextlib import asynccontextmanager
 
 import trio
 
-from protocol.frames import NEED_DATA, FrameDecoder, ProtocolError
+from triolog.protocol.frames import NEED_DATA, FrameDecoder, ProtocolError
 
 from .accumulator import RecordFuture
 from .admin_core import AdminCore
@@ -42,7 +42,7 @@ _RECV_SIZE = 256 * 1024
 
 
 async def run_async(op: Op[T], conn: AsyncConnection) -> T:
-    """Drive ``op`` to completion on trio: the async twin of :func:`client.ops.run_sync`."""
+    """Drive ``op`` to completion on trio: the async twin of :func:`triolog.client.ops.run_sync`."""
     value = None
     error: BaseException | None = None
     try:
@@ -264,7 +264,7 @@ class AsyncRecordFuture(RecordFuture):
 
 
 class AsyncProducer(_AsyncClient):
-    """Keyword arguments are :class:`~client.producer_core.ProducerConfig` fields. Leaving the
+    """Keyword arguments are :class:`triolog.client.producer_core.ProducerConfig` fields. Leaving the
     ``async with`` block normally flushes; leaving it with an exception fails unsent records."""
 
     def __init__(self, bootstrap_servers: str = DEFAULT_BOOTSTRAP, **config) -> None:
@@ -290,7 +290,7 @@ class AsyncProducer(_AsyncClient):
 
     async def send(self, topic: str, value=None, key=None, headers=(), partition: int | None = None,
                    timestamp_ms: int | None = None) -> AsyncRecordFuture:
-        """Queue one record (see :meth:`client.Producer.send`); ``await`` the result for its metadata."""
+        """Queue one record (see :meth:`triolog.client.Producer.send`); ``await`` the result for its metadata."""
         if self._closed:
             raise ProducerClosedError("send() after close()", topic=topic)
         await trio.lowlevel.checkpoint()  # a tight send loop must still let the sender task run
@@ -334,7 +334,7 @@ class AsyncProducer(_AsyncClient):
 
 
 class AsyncConsumer(_AsyncClient):
-    """Keyword arguments are :class:`~client.consumer_core.ConsumerConfig` fields."""
+    """Keyword arguments are :class:`triolog.client.consumer_core.ConsumerConfig` fields."""
 
     def __init__(self, bootstrap_servers: str = DEFAULT_BOOTSTRAP, **config) -> None:
         super().__init__(bootstrap_servers)

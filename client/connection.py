@@ -17,8 +17,8 @@ import itertools
 import socket
 import threading
 
-from protocol import messages as m
-from protocol.frames import NEED_DATA, FrameDecoder, ProtocolError, encode_frame
+from triolog.protocol import messages as m
+from triolog.protocol.frames import NEED_DATA, FrameDecoder, ProtocolError, encode_frame
 
 from .address import DEFAULT_BOOTSTRAP, parse_bootstrap
 from .errors import InvalidResponseError, RequestNotSentError, ResponseLostError

@@ -1,4 +1,4 @@
-"""The blocking consumer: a thin shell running :mod:`client.consumer_core` operations on a socket."""
+"""The blocking consumer: a thin shell running :mod:`triolog.client.consumer_core` operations on a socket."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ __all__ = ["Consumer"]
 class Consumer:
     """``Consumer("host:port", auto_offset_reset="earliest")``, then assign() or subscribe().
 
-    Keyword arguments are :class:`~client.consumer_core.ConsumerConfig` fields. Not thread-safe
+    Keyword arguments are :class:`triolog.client.consumer_core.ConsumerConfig` fields. Not thread-safe
     (like Kafka's consumer): use it from one thread.
     """
 

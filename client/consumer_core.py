@@ -1,4 +1,4 @@
-"""The consumer's logic, shared by :class:`client.Consumer` and :class:`client.aio.AsyncConsumer`.
+"""The consumer's logic, shared by :class:`triolog.client.Consumer` and :class:`triolog.client.aio.AsyncConsumer`.
 
 Positions are tracked per assigned partition. A partition without a position gets one lazily (at
 the next poll or position() call) from list_offsets: after seek_to_beginning/seek_to_end/
@@ -7,7 +7,7 @@ seek_to_timestamp, or, for a partition never positioned, from ``auto_offset_rese
 ``auto_offset_reset`` follows Kafka: ``"latest"`` (Kafka's default) or ``"earliest"`` is used both
 for a partition with no position and when a fetch answers OFFSET_OUT_OF_RANGE (the position fell
 below the log start after retention/delete_records, or was seeked past the end); ``"none"``
-raises NoOffsetForPartitionError / :class:`~client.errors.OffsetOutOfRangeError` instead.
+raises NoOffsetForPartitionError / :class:`triolog.client.errors.OffsetOutOfRangeError` instead.
 
 Fetches are long polls (``fetch_max_wait_ms``, cut to what is left of poll's timeout). The broker
 returns whole batches, possibly starting before the position; records below it are skipped, and
@@ -19,10 +19,10 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from protocol import messages as m
-from protocol.errors import ErrorCode
-from protocol.record_batch import TimestampType
-from protocol.records import iter_batches
+from triolog.protocol import messages as m
+from triolog.protocol.errors import ErrorCode
+from triolog.protocol.record_batch import TimestampType
+from triolog.protocol.records import iter_batches
 
 from .errors import BrokerConnectionError, CorruptMessageError, NoOffsetForPartitionError, TriologClientError, error_for
 from .metadata import MetadataCache

@@ -1,17 +1,17 @@
 """Typed exceptions: one class per wire error code, plus the few errors only a client can have.
 
 Every class derives from :class:`TriologClientError`, which carries ``code`` (the wire
-:class:`~protocol.errors.ErrorCode`, or None for client-side errors) and ``error_message`` (the
+:class:`triolog.protocol.errors.ErrorCode`, or None for client-side errors) and ``error_message`` (the
 broker's words, or ours). :func:`error_for` turns a (code, message) pair from a response into the
 right exception, so callers can ``except OffsetOutOfRangeError`` instead of comparing numbers.
 
 ``retriable`` is True only where a retry is known to be *safe*: the broker guarantees that nothing
-was appended (see :mod:`client.producer_core` for the full retry rule).
+was appended (see :mod:`triolog.client.producer_core` for the full retry rule).
 """
 
 from __future__ import annotations
 
-from protocol.errors import ErrorCode
+from triolog.protocol.errors import ErrorCode
 
 __all__ = [
     "BrokerConnectionError",

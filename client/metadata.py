@@ -10,8 +10,8 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from protocol import messages as m
-from protocol.errors import ErrorCode
+from triolog.protocol import messages as m
+from triolog.protocol.errors import ErrorCode
 
 from .errors import BrokerConnectionError, error_for
 from .ops import Call, Op, Sleep, check_response, now

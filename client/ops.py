@@ -4,7 +4,7 @@ An operation (metadata lookup, fetch, produce round trip, admin call...) is a ge
 yields *effects*, :class:`Call` (send this request, give me the response) or :class:`Sleep`, and
 gets the outcome sent back (or the exception thrown in). It never touches a socket or a clock
 API of its own flavour. :func:`run_sync` drives one over a blocking connection;
-:func:`client.aio.run_async` drives the same generator over a trio connection.
+:func:`triolog.client.aio.run_async` drives the same generator over a trio connection.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from protocol import messages as m
+from triolog.protocol import messages as m
 
 from .errors import error_for
 

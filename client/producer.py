@@ -1,6 +1,6 @@
 """The blocking producer: send() from any thread, a background sender thread for linger and I/O.
 
-All decisions (partitioning, batching, retries) live in :mod:`client.producer_core`; this module
+All decisions (partitioning, batching, retries) live in :mod:`triolog.client.producer_core`; this module
 only adds threads and waiting.
 """
 
@@ -48,7 +48,7 @@ class FutureRecordMetadata(RecordFuture):
 class Producer:
     """``Producer("host:port", linger_ms=5, batch_size=16384, compression="zstd", acks=-1)``.
 
-    Keyword arguments are :class:`~client.producer_core.ProducerConfig` fields. Use as a context
+    Keyword arguments are :class:`triolog.client.producer_core.ProducerConfig` fields. Use as a context
     manager, or call :meth:`close`, so that buffered records are sent.
     """
 

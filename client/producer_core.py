@@ -1,4 +1,4 @@
-"""The producer's logic, shared by :class:`client.Producer` and :class:`client.aio.AsyncProducer`.
+"""The producer's logic, shared by :class:`triolog.client.Producer` and :class:`triolog.client.aio.AsyncProducer`.
 
 The flavours only decide *when* to run these operations (a sender thread, or a trio task).
 
@@ -6,7 +6,7 @@ Retry rule
 ----------
 A batch is sent again only when the broker cannot have appended it:
 
-* :class:`~client.errors.RequestNotSentError`: the connection failed (or could not be opened)
+* :class:`triolog.client.errors.RequestNotSentError`: the connection failed (or could not be opened)
   before the whole request frame was written. The broker acts on whole frames only.
 * ``UNKNOWN_TOPIC_OR_PARTITION`` for the partition: the broker refused it before appending. The
   metadata is refreshed first (which also asks the broker to auto-create the topic, as Kafka's
@@ -28,9 +28,9 @@ import time
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from protocol import messages as m
-from protocol.errors import ErrorCode
-from protocol.record_batch import CompressionType
+from triolog.protocol import messages as m
+from triolog.protocol.errors import ErrorCode
+from triolog.protocol.record_batch import CompressionType
 
 from .accumulator import Headers, ProducerBatch, RecordAccumulator, RecordFuture, normalize_headers, to_bytes
 from .errors import InvalidResponseError, ProducerClosedError, TriologClientError, error_for

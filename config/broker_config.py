@@ -533,7 +533,7 @@ BROKER_CONFIGS: dict[str, BrokerConfigKey] = {
 class BrokerConfig:
     """The effective broker configuration: synonyms resolved, every value typed and checked.
 
-    Build it with ``from_properties`` (or ``config.loader.load_config``); the field defaults
+    Build it with ``from_properties`` (or ``triolog.config.loader.load_config``); the field defaults
     equal ``from_properties({})``. ``dataclasses.replace`` makes variants for tests, but does not
     re-resolve synonyms: change ``log_config`` itself, or re-parse ``originals`` with changes.
     """

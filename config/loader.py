@@ -166,7 +166,7 @@ def format_properties(props: Mapping[str, str]) -> str:
 
 def embedded_properties() -> str:
     """The text of the embedded server.properties, read as package data so it works from a wheel."""
-    return importlib.resources.files("config").joinpath(EMBEDDED_CONFIG).read_text(encoding="utf-8")
+    return importlib.resources.files("triolog.config").joinpath(EMBEDDED_CONFIG).read_text(encoding="utf-8")
 
 
 def _read_config_file(path: str) -> dict[str, str]:

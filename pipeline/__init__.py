@@ -2,7 +2,7 @@
 
 ::
 
-    from pipeline import register
+    from triolog.pipeline import register
     register(spark)                     # or nothing: PySpark finds pyspark_triolog by itself
     df = (spark.read.format("triolog")
           .option("triolog.bootstrap.servers", "127.0.0.1:9092")
@@ -29,4 +29,4 @@ def __getattr__(name: str):
         from .source import TriologDataSource
 
         return TriologDataSource
-    raise AttributeError(f"module 'pipeline' has no attribute {name!r}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

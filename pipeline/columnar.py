@@ -1,11 +1,11 @@
 """Fetched record batches decoded straight into column lists, for Arrow.
 
-:func:`protocol.records.iter_batches` builds one ``Record`` object per record and decodes every
+:func:`triolog.protocol.records.iter_batches` builds one ``Record`` object per record and decodes every
 multi-byte varint through a function call; for 100-byte records (whose lengths and offset deltas
 take two bytes) that is ~70% of a Spark task's time. This decoder reads the same RecordBatch v2
-layout (documented in :mod:`protocol.records`) with one- and two-byte varints inline and appends
+layout (documented in :mod:`triolog.protocol.records`) with one- and two-byte varints inline and appends
 each field to its column, ~2.5x faster. Framing, magic and CRC checks are protocol's own
-(:func:`~protocol.record_batch.check_batch`), and a record that contradicts its batch raises
+(:func:`triolog.protocol.record_batch.check_batch`), and a record that contradicts its batch raises
 CorruptRecordError as the protocol decoder does; ``tests/pipeline/test_columnar.py`` checks both
 decoders agree.
 """
@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import struct
 
-from protocol.compression import decompress
-from protocol.errors import CorruptRecordError, UnsupportedForMessageFormatError
-from protocol.record_batch import (
+from triolog.protocol.compression import decompress
+from triolog.protocol.errors import CorruptRecordError, UnsupportedForMessageFormatError
+from triolog.protocol.record_batch import (
     COMPRESSION_MASK,
     CONTROL_FLAG,
     CURRENT_MAGIC,
@@ -28,7 +28,7 @@ from protocol.record_batch import (
     check_batch,
     read_header,
 )
-from protocol.records import decode_varint, decode_varlong
+from triolog.protocol.records import decode_varint, decode_varlong
 
 __all__ = ["Columns", "decode_into"]
 

@@ -21,19 +21,19 @@ from collections.abc import Iterator
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from client.connection import SyncConnection
-from client.consumer_core import ConsumerConfig, list_offsets_op
-from client.errors import CorruptMessageError, TriologClientError, error_for
-from client.ops import check_response, run_sync
-from client.types import EARLIEST, LATEST, TopicPartition
-from protocol import messages as m
-from protocol.errors import ErrorCode
+from triolog.client.connection import SyncConnection
+from triolog.client.consumer_core import ConsumerConfig, list_offsets_op
+from triolog.client.errors import CorruptMessageError, TriologClientError, error_for
+from triolog.client.ops import check_response, run_sync
+from triolog.client.types import EARLIEST, LATEST, TopicPartition
+from triolog.protocol import messages as m
+from triolog.protocol.errors import ErrorCode
 
 from .columnar import Columns, decode_into
 
 __all__ = ["ARROW_SCHEMA", "ARROW_SCHEMA_WITH_HEADERS", "DataLossError", "read_range"]
 
-log = logging.getLogger("pipeline")
+log = logging.getLogger(__name__)
 
 _HEADER = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
 _HEADERS = pa.list_(pa.field("element", _HEADER))

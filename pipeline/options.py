@@ -18,9 +18,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from client.consumer_core import ConsumerConfig
-from client.producer_core import ProducerConfig
-from client.types import EARLIEST, LATEST, TopicPartition
+from triolog.client.consumer_core import ConsumerConfig
+from triolog.client.producer_core import ProducerConfig
+from triolog.client.types import EARLIEST, LATEST, TopicPartition
 
 __all__ = [
     "OffsetSpec",
@@ -186,7 +186,7 @@ def _bootstrap(options: Mapping[str, str]) -> str:
     value = options.get("triolog.bootstrap.servers", "").strip()
     if not value:
         raise OptionError("triolog.bootstrap.servers", "required (host:port of the broker)")
-    from client.address import parse_bootstrap
+    from triolog.client.address import parse_bootstrap
 
     try:
         parse_bootstrap(value)

@@ -11,11 +11,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from client.connection import SyncConnection
-from client.consumer_core import ConsumerConfig, list_offsets_op
-from client.metadata import MetadataCache
-from client.ops import run_sync
-from client.types import EARLIEST, LATEST, TopicPartition
+from triolog.client.connection import SyncConnection
+from triolog.client.consumer_core import ConsumerConfig, list_offsets_op
+from triolog.client.metadata import MetadataCache
+from triolog.client.ops import run_sync
+from triolog.client.types import EARLIEST, LATEST, TopicPartition
 
 from .options import OffsetSpec, OptionError, Subscription
 

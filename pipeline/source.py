@@ -27,7 +27,7 @@ except ImportError as exc:
                       "pip install '.[spark]'") from exc
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructType
 
-from client.types import TopicPartition
+from triolog.client.types import TopicPartition
 
 from .fetch import data_loss, read_range
 from .options import OptionError, ReadOptions, WriteOptions, parse_read_options, parse_write_options
@@ -45,7 +45,7 @@ SCHEMA_WITH_HEADERS = SCHEMA + ", headers array<struct<key string, value binary>
 class TriologDataSource(DataSource):
     """``spark.read.format("triolog")`` / ``readStream`` / ``write`` / ``writeStream``.
 
-    Options are those of Spark's Kafka connector (see :mod:`pipeline.options`), with
+    Options are those of Spark's Kafka connector (see :mod:`triolog.pipeline.options`), with
     ``triolog.`` in place of ``kafka.``.
     """
 

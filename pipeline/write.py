@@ -13,8 +13,8 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 
-from client.errors import TriologClientError
-from client.producer import Producer
+from triolog.client.errors import TriologClientError
+from triolog.client.producer import Producer
 
 from .options import WriteOptions
 

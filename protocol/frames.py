@@ -5,7 +5,7 @@ Sans-IO, in the shape of h11: the connection feeds whatever it read to
 until it returns :data:`NEED_DATA`. The decoder never touches a socket, so the trio server, the
 client and the tests drive the same object.
 
-Also home of the protocol exceptions shared with :mod:`protocol.messages`:
+Also home of the protocol exceptions shared with :mod:`triolog.protocol.messages`:
 :class:`LocalProtocolError` (we tried to send something the protocol forbids: a bug here) and
 :class:`RemoteProtocolError` (the peer sent bytes the protocol forbids), each carrying the wire
 error code to answer with.

@@ -18,7 +18,7 @@ Rules of the decoder:
   unknown key's value is never inspected, however deep.
 * Sizes are bounded by the frame limit (msgpack never announces more elements than there are
   bytes) and nesting by msgpack's own stack limit; both surface as "not a valid msgpack document".
-  What a frame may decode to is bounded before decoding (:mod:`protocol.request_limits`): no
+  What a frame may decode to is bounded before decoding (:mod:`triolog.protocol.request_limits`): no
   more msgpack objects than its API's budget, no string longer than Kafka's 32767 bytes.
 
 Which problems fail the whole request and which are reported per topic or partition follows
@@ -805,7 +805,7 @@ class _RequestId:
 def decode_request(payload: bytes, limits: RequestLimits = DEFAULT_REQUEST_LIMITS) -> Request:
     """A frame's payload as a validated request, or RequestError naming the first problem found.
 
-    Before msgpack builds anything, :func:`~protocol.request_limits.scan_request` checks that
+    Before msgpack builds anything, :func:`triolog.protocol.request_limits.scan_request` checks that
     the payload holds no more objects than a request of its API may (``limits``), and the
     unpacker runs with caps sized from the payload and that budget: what a frame decodes to is
     bounded by its length plus the budget, however the bytes are arranged.
@@ -963,5 +963,5 @@ def pack_parts(obj: Any, *, check_schema: bool = True) -> list[bytes | ExternalB
 
 
 def parts_length(parts: list[bytes | ExternalBin]) -> int:
-    """The frame length of ``parts``: for :func:`protocol.frames.frame_prefix`."""
+    """The frame length of ``parts``: for :func:`triolog.protocol.frames.frame_prefix`."""
     return sum(part.length if isinstance(part, ExternalBin) else len(part) for part in parts)

@@ -1,6 +1,6 @@
 import pytest
 
-from broker.storage.clock import ManualClock
+from triolog.broker.storage.clock import ManualClock
 
 
 @pytest.fixture

@@ -9,22 +9,27 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# package -> top-level modules it must never import
+# package folder -> modules it must never import
 FORBIDDEN = {
-    "protocol": {"broker", "config", "client", "pipeline", "trio", "prometheus_client", "structlog", "socket"},
-    "config": {"broker", "client", "pipeline", "trio", "prometheus_client"},
-    "broker/storage": {"trio", "socket", "prometheus_client", "broker.server", "broker.tasks", "client"},
+    "protocol": {"triolog.broker", "triolog.config", "triolog.client", "triolog.pipeline",
+                 "trio", "prometheus_client", "structlog", "socket"},
+    "config": {"triolog.broker", "triolog.client", "triolog.pipeline", "trio", "prometheus_client"},
+    "broker/storage": {"trio", "socket", "prometheus_client", "triolog.broker.server", "triolog.client"},
 }
+# The repository's folders are installed as subpackages of ``triolog``; importing them by their
+# bare folder names works nowhere but a source checkout and collides with other distributions.
+FOLDERS = ("broker", "protocol", "config", "client", "pipeline")
 
 
 def _imports(path: Path, root: Path = ROOT) -> set[str]:
     """Every module ``path`` imports, relative imports resolved to absolute names.
 
-    ``from ..server import x`` in broker/storage/log.py is ``broker.server`` (and
-    ``broker.server.x``, which may be a module), so a relative import cannot slip past the check.
+    ``from ..server import x`` in broker/storage/log.py is ``triolog.broker.server`` (and
+    ``triolog.broker.server.x``, which may be a module), so a relative import cannot slip past the
+    check.
     """
     tree = ast.parse(path.read_text(), filename=str(path))
-    package = list(path.relative_to(root).parts[:-1])  # what a relative import is relative to
+    package = ["triolog", *path.relative_to(root).parts[:-1]]  # what a relative import is relative to
     names: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -55,11 +60,22 @@ def test_architecture_imports_point_one_way(package):
 
 
 def test_relative_imports_are_resolved(tmp_path):
-    """The checker itself: a relative import from storage into the server is seen as broker.server."""
+    """The checker itself: a relative import from storage into the server is seen as triolog.broker.server."""
     module = tmp_path / "broker" / "storage" / "log.py"
     module.parent.mkdir(parents=True)
     module.write_text("from ..server import handlers\nfrom . import index\nfrom .segment import LogSegment\n")
     names = _imports(module, tmp_path)
-    assert "broker.server" in names and "broker.server.handlers" in names
-    assert "broker.storage.index" in names and "broker.storage.segment" in names
-    assert any(n.startswith("broker.server") for n in names if n.startswith(tuple(FORBIDDEN["broker/storage"])))
+    assert "triolog.broker.server" in names and "triolog.broker.server.handlers" in names
+    assert "triolog.broker.storage.index" in names and "triolog.broker.storage.segment" in names
+    assert any(n.startswith("triolog.broker.server") for n in names
+               if n.startswith(tuple(FORBIDDEN["broker/storage"])))
+
+
+def test_nothing_imports_the_bare_folder_names():
+    """Every module, test and bench script imports ``triolog.broker``, never ``broker``."""
+    files = [path for path in ROOT.rglob("*.py")
+             if not {".venv", "build", ".git"} & set(path.relative_to(ROOT).parts)]
+    assert len(files) > 100
+    violations = [f"{path.relative_to(ROOT)} imports {name}" for path in files for name in _imports(path)
+                  if name.split(".")[0] in FOLDERS]
+    assert violations == []

@@ -19,16 +19,16 @@ import trio
 from prometheus_client import REGISTRY, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from broker.metrics import API_LABELS, LATENCY_BUCKETS_S, BrokerMetrics
-from broker.server.app import BrokerServer
-from broker.storage.cleaner.log_cleaner import CleanerConfig, CleanerThread
-from broker.storage.log_manager import LogManager
-from broker.storage.segment import ROLL_REASONS
-from config.broker_config import BrokerConfig
-from config.log_config import LogConfig
-from protocol import messages as m
-from protocol.errors import ErrorCode
-from protocol.records import Record, build_batch, encode_batch, iter_batches
+from triolog.broker.metrics import API_LABELS, LATENCY_BUCKETS_S, BrokerMetrics
+from triolog.broker.server.app import BrokerServer
+from triolog.broker.storage.cleaner.log_cleaner import CleanerConfig, CleanerThread
+from triolog.broker.storage.log_manager import LogManager
+from triolog.broker.storage.segment import ROLL_REASONS
+from triolog.config.broker_config import BrokerConfig
+from triolog.config.log_config import LogConfig
+from triolog.protocol import messages as m
+from triolog.protocol.errors import ErrorCode
+from triolog.protocol.records import Record, build_batch, encode_batch, iter_batches
 
 from .e2e.broker_process import BrokerProcess, WireClient
 from .storage.helpers import producer_batch

@@ -19,15 +19,15 @@ from functools import partial
 import structlog
 import trio
 
-from broker.metrics import BrokerMetrics
-from broker.storage.cleaner.log_cleaner import CleanerConfig
-from broker.storage.clock import SYSTEM_CLOCK, Clock
-from broker.storage.log import Log
-from broker.storage.log_manager import LogManager
-from broker.storage.topics import TopicManager
-from config.broker_config import BrokerConfig
+from triolog.broker.metrics import BrokerMetrics
+from triolog.broker.storage.cleaner.log_cleaner import CleanerConfig
+from triolog.broker.storage.clock import SYSTEM_CLOCK, Clock
+from triolog.broker.storage.log import Log
+from triolog.broker.storage.log_manager import LogManager
+from triolog.broker.storage.topics import TopicManager
+from triolog.config.broker_config import BrokerConfig
 
-from protocol.request_limits import RequestLimits
+from triolog.protocol.request_limits import RequestLimits
 
 from .connection import ClientConnection
 from .group_commit import GroupCommitter

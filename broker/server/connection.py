@@ -9,13 +9,13 @@ UNKNOWN_SERVER_ERROR and stays up; only unreadable framing closes it.
 What one client can hold is bounded:
 
 * memory: the connection reserves each frame's length from the broker's
-  :class:`~broker.server.memory_pool.RequestMemoryPool` (``queued.max.request.bytes``) as soon as
+  :class:`triolog.broker.server.memory_pool.RequestMemoryPool` (``queued.max.request.bytes``) as soon as
   its length prefix is read, before reading its body, until the request is answered; it reads at
   most ``READ_AHEAD_BYTES`` past the frame it is receiving, so that is all it holds unreserved.
   A frame no longer than ``READ_AHEAD_BYTES`` is not reserved at all (one connection holds at
   most one such frame plus its read-ahead, and ``max.connections`` bounds the connections), so
   a small request is never queued behind large frames whose senders parked them in the pool;
-  decoding is bounded by :mod:`protocol.request_limits`, and a frame that holds more than
+  decoding is bounded by :mod:`triolog.protocol.request_limits`, and a frame that holds more than
   ``INLINE_DECODE_OBJECTS`` msgpack objects is walked and decoded in a worker thread, not on the
   event loop;
 * time: between requests a connection may stay silent ``connections.max.idle.ms``; once a
@@ -24,7 +24,7 @@ What one client can hold is bounded:
   ``connections.max.idle.ms`` (a client that does not read) closes the connection, and with it
   the sendfile descriptors of a fetch;
 * descriptors: a fetch response takes its segments' descriptors a few at a time as it sends
-  (:class:`~broker.server.handlers.FetchResult`), each closed after its sendfile, so a client
+  (:class:`triolog.broker.server.handlers.FetchResult`), each closed after its sendfile, so a client
   that does not read pins a bounded number, not one per partition it named;
 * long polls: a fetch waiting for data watches its socket and ends when the client hangs up.
 """
@@ -40,10 +40,10 @@ import outcome
 import structlog
 import trio
 
-from protocol import messages as m
-from protocol.errors import ErrorCode
-from protocol.frames import NEED_DATA, PREFIX_SIZE, FrameDecoder, FrameTooLargeError, frame_prefix
-from protocol.request_limits import RequestLimits, count_objects
+from triolog.protocol import messages as m
+from triolog.protocol.errors import ErrorCode
+from triolog.protocol.frames import NEED_DATA, PREFIX_SIZE, FrameDecoder, FrameTooLargeError, frame_prefix
+from triolog.protocol.request_limits import RequestLimits, count_objects
 
 from .handlers import FetchResult, RequestHandler
 from .memory_pool import RequestMemoryPool
@@ -64,7 +64,7 @@ INLINE_DECODE_OBJECTS = 1024
 
 
 class ConnectionStats(Protocol):
-    """What a connection reports (``broker.metrics.ServerMetrics``); ``api`` None = not a readable request."""
+    """What a connection reports (``triolog.broker.metrics.ServerMetrics``); ``api`` None = not a readable request."""
 
     def request_done(self, api: str | None, code: int, latency_s: float | None = None) -> None: ...
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import trio
 
-from broker.storage.log import Log
+from triolog.broker.storage.log import Log
 
 
 class GroupCommitter:

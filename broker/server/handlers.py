@@ -17,14 +17,14 @@ from typing import Any, Callable
 import structlog
 import trio
 
-from broker.storage.filenames import validate_topic_name
-from broker.storage.log import Log
-from broker.storage.log_manager import LogManager
-from broker.storage.topics import TopicManager
-from config.broker_config import BROKER_CONFIGS, BrokerConfig
-from config.log_config import TOPIC_CONFIGS, LogConfig
-from protocol import messages as m
-from protocol.errors import (
+from triolog.broker.storage.filenames import validate_topic_name
+from triolog.broker.storage.log import Log
+from triolog.broker.storage.log_manager import LogManager
+from triolog.broker.storage.topics import TopicManager
+from triolog.config.broker_config import BROKER_CONFIGS, BrokerConfig
+from triolog.config.log_config import TOPIC_CONFIGS, LogConfig
+from triolog.protocol import messages as m
+from triolog.protocol.errors import (
     ErrorCode,
     OffsetOutOfRangeError,
     PolicyViolationError,

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from broker.storage.errors import CorruptCheckpointError
-from broker.storage.fs import OS_FS, FileSystem, read_file
+from triolog.broker.storage.errors import CorruptCheckpointError
+from triolog.broker.storage.fs import OS_FS, FileSystem, read_file
 
 __all__ = [
     "CLEANER_OFFSET_CHECKPOINT",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from protocol.errors import (  # noqa: F401  (re-exported: storage callers import from here)
+from triolog.protocol.errors import (  # noqa: F401  (re-exported: storage callers import from here)
     CorruptRecordError,
     InvalidRecordError,
     InvalidTimestampError,

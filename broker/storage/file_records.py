@@ -12,7 +12,7 @@ import threading
 from pathlib import Path
 from typing import Iterator, NamedTuple
 
-from protocol.record_batch import (
+from triolog.protocol.record_batch import (
     CURRENT_MAGIC,
     HEADER_PREFIX,
     HEADER_SIZE,

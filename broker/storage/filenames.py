@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from protocol.errors import InvalidTopicError
+from triolog.protocol.errors import InvalidTopicError
 
 LOG_FILE_SUFFIX = ".log"
 INDEX_FILE_SUFFIX = ".index"

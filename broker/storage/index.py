@@ -27,7 +27,7 @@ Threading contract:
 * Everything that remaps or shortens the index (``resize``, ``trim_to_valid_size``, ``reset``,
   ``truncate_to``, ``make_read_only``, ``close``, ``close_handler``, ``rename_to``,
   ``delete_if_exists``) must run under the *caller's* (segment/log) lock, excluding readers. This is
-  a hard rule: the mapping (``broker.storage.fs``) stays valid memory until its last reference goes,
+  a hard rule: the mapping (``triolog.broker.storage.fs``) stays valid memory until its last reference goes,
   so a reader that raced a shrink would read a stale mapping past the file's new end and fault
   (SIGBUS) instead of getting an error.
 """
@@ -42,8 +42,8 @@ import threading
 from pathlib import Path
 from typing import Callable, Generic, NamedTuple, TypeVar
 
-from broker.storage.errors import CorruptIndexError, IndexFullError, InvalidOffsetError
-from broker.storage.fs import OS_FS, FileSystem
+from triolog.broker.storage.errors import CorruptIndexError, IndexFullError, InvalidOffsetError
+from triolog.broker.storage.fs import OS_FS, FileSystem
 
 __all__ = [
     "LazyIndex",

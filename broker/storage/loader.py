@@ -16,7 +16,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from config.log_config import LogConfig
+from triolog.config.log_config import LogConfig
 
 from . import filenames
 from .clock import Clock

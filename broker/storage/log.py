@@ -19,8 +19,8 @@ from collections import Counter
 from typing import Callable, NamedTuple, NoReturn
 from pathlib import Path
 
-from config.log_config import LogConfig
-from protocol.record_batch import NO_TIMESTAMP
+from triolog.config.log_config import LogConfig
+from triolog.protocol.record_batch import NO_TIMESTAMP
 
 from . import filenames
 from .checkpoints import LEADER_EPOCH_CHECKPOINT, LeaderEpochCheckpointFile, LeaderEpochFileCache
@@ -471,7 +471,7 @@ class Log:
         log start past that record, the remaining records are scanned instead (rare, bounded
         by the log's batch headers).
         """
-        from protocol.records import decode_batch, first_record_at_or_after
+        from triolog.protocol.records import decode_batch, first_record_at_or_after
 
         start = self._log_start_offset
         best: LogSegment | None = None

@@ -13,7 +13,7 @@ import uuid
 from pathlib import Path
 from typing import Callable, Iterable
 
-from config.log_config import LogConfig
+from triolog.config.log_config import LogConfig
 
 from . import filenames
 from .checkpoints import (

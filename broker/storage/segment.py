@@ -18,7 +18,7 @@ import struct
 from pathlib import Path
 from typing import NamedTuple
 
-from protocol.record_batch import NO_TIMESTAMP, BatchHeader, compute_crc
+from triolog.protocol.record_batch import NO_TIMESTAMP, BatchHeader, compute_crc
 
 from . import filenames
 from .clock import Clock
@@ -340,7 +340,7 @@ class LogSegment:
 
     def find_offset_by_timestamp(self, timestamp: int, start_offset: int | None = None) -> TimestampAndOffset | None:
         """First record at or after ``start_offset`` whose timestamp is >= ``timestamp``."""
-        from protocol.records import first_record_at_or_after  # never used on produce/fetch
+        from triolog.protocol.records import first_record_at_or_after  # never used on produce/fetch
 
         start_offset = self.base_offset if start_offset is None else start_offset
         ts_offset = self.time_index.lookup(timestamp)

@@ -14,8 +14,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from config.log_config import TOPIC_CONFIGS, ConfigError, LogConfig
-from protocol.errors import (
+from triolog.config.log_config import TOPIC_CONFIGS, ConfigError, LogConfig
+from triolog.protocol.errors import (
     InvalidConfigError,
     InvalidPartitionsError,
     InvalidReplicationFactorError,

@@ -35,9 +35,9 @@ from typing import NamedTuple
 
 from crc32c import crc32c
 
-from config.log_config import LogConfig
-from protocol.compression import MAX_DECOMPRESSED_BYTES, DecompressionLimitError, compress, decompress
-from protocol.record_batch import (
+from triolog.config.log_config import LogConfig
+from triolog.protocol.compression import MAX_DECOMPRESSED_BYTES, DecompressionLimitError, compress, decompress
+from triolog.protocol.record_batch import (
     ATTRIBUTES_OFFSET,
     COMPRESSION_MASK,
     CONTROL_FLAG,
@@ -56,7 +56,7 @@ from protocol.record_batch import (
     read_header,
     split_batches,
 )
-from protocol.record_walk import renumber_records, walk_records
+from triolog.protocol.record_walk import renumber_records, walk_records
 
 from .errors import (
     CorruptRecordError,

@@ -42,10 +42,10 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TextIO
 
-from broker.storage.errors import CorruptIndexError
-from broker.storage.index import OffsetIndex, TimeIndex
-from protocol.errors import CorruptRecordError
-from protocol.record_batch import (
+from triolog.broker.storage.errors import CorruptIndexError
+from triolog.broker.storage.index import OffsetIndex, TimeIndex
+from triolog.protocol.errors import CorruptRecordError
+from triolog.protocol.record_batch import (
     COMPRESSION_MASK,
     CRC_OFFSET,
     HEADER_PREFIX,
@@ -58,7 +58,7 @@ from protocol.record_batch import (
     compute_crc,
     read_header,
 )
-from protocol.records import (
+from triolog.protocol.records import (
     ControlRecordType,
     Record,
     decode_batch,

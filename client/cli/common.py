@@ -6,8 +6,8 @@ import argparse
 import functools
 import sys
 
-from client.address import DEFAULT_BOOTSTRAP, parse_bootstrap
-from client.errors import TriologClientError
+from triolog.client.address import DEFAULT_BOOTSTRAP, parse_bootstrap
+from triolog.client.errors import TriologClientError
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 

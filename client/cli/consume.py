@@ -64,10 +64,10 @@ def _line(record, args) -> bytes:
 
 @reports_errors
 def run(args: argparse.Namespace) -> int:
-    from client.admin import AdminClient
-    from client.consumer import Consumer
-    from client.errors import UnknownTopicOrPartitionError
-    from client.types import TopicPartition
+    from triolog.client.admin import AdminClient
+    from triolog.client.consumer import Consumer
+    from triolog.client.errors import UnknownTopicOrPartitionError
+    from triolog.client.types import TopicPartition
 
     with AdminClient(args.bootstrap_server) as admin:
         partitions = [p.partition for p in admin.describe_topics([args.topic])[args.topic].partitions]

@@ -33,10 +33,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from client.admin_core import AdminCore
-    from client.connection import SyncConnection
-    from client.errors import TriologClientError
-    from client.ops import run_sync
+    from triolog.client.admin_core import AdminCore
+    from triolog.client.connection import SyncConnection
+    from triolog.client.errors import TriologClientError
+    from triolog.client.ops import run_sync
 
     start = time.monotonic()
     conn = SyncConnection(args.bootstrap_server, client_id="triolog-health", connect_timeout_s=args.timeout)

@@ -47,8 +47,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 @reports_errors
 def run(args: argparse.Namespace) -> int:
-    from client.admin import AdminClient
-    from client.types import TopicPartition
+    from triolog.client.admin import AdminClient
+    from triolog.client.types import TopicPartition
 
     with AdminClient(args.bootstrap_server) as admin:
         partitions = args.partitions

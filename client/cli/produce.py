@@ -17,7 +17,7 @@ DESCRIPTION = "Read lines from stdin and produce one record per line, like Kafka
 
 
 def _compression(text: str):
-    from client.producer_core import parse_compression
+    from triolog.client.producer_core import parse_compression
 
     try:
         return parse_compression(text)
@@ -41,7 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 @reports_errors
 def run(args: argparse.Namespace) -> int:
-    from client.producer import Producer
+    from triolog.client.producer import Producer
 
     separator = args.key_separator.encode() if args.key_separator else None
     failures: list[BaseException] = []

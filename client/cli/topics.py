@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     if args.alter and not (args.config or args.delete_config):
         error("--alter needs --config KEY=VALUE or --delete-config KEY")
         return EXIT_USAGE
-    from client.admin import AdminClient
+    from triolog.client.admin import AdminClient
 
     with AdminClient(args.bootstrap_server) as admin:
         if args.create:
@@ -68,8 +68,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _create(admin, args) -> int:
-    from client.errors import TopicAlreadyExistsError
-    from client.types import NewTopic
+    from triolog.client.errors import TopicAlreadyExistsError
+    from triolog.client.types import NewTopic
 
     new = NewTopic(args.topic, -1 if args.partitions is None else args.partitions, args.replication_factor,
                    dict(args.config))
@@ -84,7 +84,7 @@ def _create(admin, args) -> int:
 
 
 def _if_exists(args, action, done_message: str) -> int:
-    from client.errors import UnknownTopicOrPartitionError
+    from triolog.client.errors import UnknownTopicOrPartitionError
 
     try:
         action()

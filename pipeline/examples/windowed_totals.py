@@ -2,8 +2,8 @@
 
 With a broker running (``make run``, 127.0.0.1:9092)::
 
-    .venv/bin/python -m pipeline.examples.windowed_totals run     # produce + stream (~30 s)
-    .venv/bin/python -m pipeline.examples.windowed_totals show    # the compacted topic as a table
+    .venv/bin/python -m triolog.pipeline.examples.windowed_totals run     # produce + stream (~30 s)
+    .venv/bin/python -m triolog.pipeline.examples.windowed_totals show    # the compacted topic as a table
 
 ``run`` creates two topics, ``example-events`` (3 partitions) and ``example-totals``
 (``cleanup.policy=compact``), then at the same time
@@ -31,8 +31,8 @@ import threading
 import time
 from pathlib import Path
 
-from client import AdminClient, NewTopic, Producer
-from client.errors import TopicAlreadyExistsError
+from triolog.client import AdminClient, NewTopic, Producer
+from triolog.client.errors import TopicAlreadyExistsError
 
 EVENTS, TOTALS = "example-events", "example-totals"
 USERS = [f"user-{i}" for i in range(8)]
@@ -62,7 +62,7 @@ def spark_session():
     log4j.write_text(_LOG4J)
     from pyspark.sql import SparkSession
 
-    import pipeline
+    from triolog import pipeline
 
     spark = (SparkSession.builder.master("local[2]").appName("triolog-windowed-totals")
              .config("spark.ui.enabled", "false")
@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> None:
             checkpoint = args.checkpoint or tempfile.mkdtemp(prefix="windowed-totals-checkpoint-")
             sent = run(spark, args.bootstrap, seconds=args.seconds, rate=args.rate, checkpoint=checkpoint)
             print(f"done: {len(sent)} events aggregated into {TOTALS!r}. See the table with:\n"
-                  f"  python -m pipeline.examples.windowed_totals show --bootstrap {args.bootstrap}")
+                  f"  python -m triolog.pipeline.examples.windowed_totals show --bootstrap {args.bootstrap}")
         else:
             totals_table(spark, args.bootstrap).show(500, truncate=False)
     finally:

@@ -41,11 +41,11 @@ class Result:
 
 @pytest.fixture
 def triolog():
-    """``triolog(*args, stdin=b"")``: ``python -m broker.cli ARGS`` as a subprocess."""
+    """``triolog(*args, stdin=b"")``: ``python -m triolog.broker.cli ARGS`` as a subprocess."""
 
     def run(*args: str, stdin: bytes = b"", timeout: float = 20) -> Result:
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        done = subprocess.run([sys.executable, "-m", "broker.cli", *args], input=stdin, capture_output=True,
+        done = subprocess.run([sys.executable, "-m", "triolog.broker.cli", *args], input=stdin, capture_output=True,
                               cwd=ROOT, env=env, timeout=timeout)
         return Result(done.returncode, done.stdout, done.stderr.decode(errors="replace"))
 

@@ -1,4 +1,4 @@
-"""The client subcommands run as subprocesses (``python -m broker.cli ...``) against the real broker."""
+"""The client subcommands run as subprocesses (``python -m triolog.broker.cli ...``) against the real broker."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import socket
 
 import pytest
 
-from client import Producer
+from triolog.client import Producer
 
 
 @pytest.mark.parametrize("command", ["topics", "produce", "consume", "offsets"])

@@ -12,8 +12,8 @@ import socket
 
 import pytest
 
-from protocol import messages as m
-from protocol.records import iter_batches
+from triolog.protocol import messages as m
+from triolog.protocol.records import iter_batches
 from tests.e2e.broker_process import BrokerProcess
 
 _names = itertools.count()
@@ -66,7 +66,7 @@ def topic(request) -> str:
 
 @pytest.fixture
 def admin(bootstrap):
-    from client import AdminClient
+    from triolog.client import AdminClient
 
     with AdminClient(bootstrap) as client:
         yield client

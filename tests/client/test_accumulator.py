@@ -5,9 +5,9 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from client.accumulator import ProducerBatch, RecordAccumulator, RecordFuture
-from client.types import TopicPartition
-from protocol.records import build_batch
+from triolog.client.accumulator import ProducerBatch, RecordAccumulator, RecordFuture
+from triolog.client.types import TopicPartition
+from triolog.protocol.records import build_batch
 
 TP = TopicPartition("t", 0)
 

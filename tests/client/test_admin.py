@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from client import (ConfigEntry, InvalidConfigError, InvalidPartitionsError, InvalidReplicationFactorError,
+from triolog.client import (ConfigEntry, InvalidConfigError, InvalidPartitionsError, InvalidReplicationFactorError,
                     InvalidTopicError, NewTopic, OffsetAndTimestamp, OffsetOutOfRangeError, Producer,
                     TopicAlreadyExistsError, TopicPartition, UnknownTopicOrPartitionError)
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import trio
 
-from client import NewTopic, OffsetOutOfRangeError, TopicAlreadyExistsError, TopicPartition
-from client.aio import AsyncAdminClient, AsyncConsumer, AsyncProducer
-from client.partitioner import partition_for_key
+from triolog.client import NewTopic, OffsetOutOfRangeError, TopicAlreadyExistsError, TopicPartition
+from triolog.client.aio import AsyncAdminClient, AsyncConsumer, AsyncProducer
+from triolog.client.partitioner import partition_for_key
 
 
 async def test_aio_producer_and_consumer_round_trip(bootstrap, topic):

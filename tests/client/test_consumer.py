@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from client import (Consumer, NewTopic, NoOffsetForPartitionError, OffsetAndTimestamp, OffsetOutOfRangeError,
+from triolog.client import (Consumer, NewTopic, NoOffsetForPartitionError, OffsetAndTimestamp, OffsetOutOfRangeError,
                     Producer, TopicPartition, UnknownTopicOrPartitionError)
 
 

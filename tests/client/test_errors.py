@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-import client
-from client.errors import (OffsetOutOfRangeError, RequestNotSentError, ResponseLostError, TriologClientError,
+from triolog import client
+from triolog.client.errors import (OffsetOutOfRangeError, RequestNotSentError, ResponseLostError, TriologClientError,
                            UnknownTopicOrPartitionError, error_class, error_for)
-from protocol.errors import ErrorCode
+from triolog.protocol.errors import ErrorCode
 
 
 def _expected_name(code: ErrorCode) -> str:

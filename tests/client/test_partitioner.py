@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 
-from client.partitioner import StickyPartitioner, murmur2, partition_for_key, to_positive
+from triolog.client.partitioner import StickyPartitioner, murmur2, partition_for_key, to_positive
 
 # org.apache.kafka.common.utils.UtilsTest.testMurmur2
 JAVA_VECTORS = {

@@ -9,9 +9,9 @@ import time
 import pytest
 from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 
-from client import (AdminClient, Consumer, InvalidTopicError, MessageTooLargeError, NewTopic, Producer, ResponseLostError,
+from triolog.client import (AdminClient, Consumer, InvalidTopicError, MessageTooLargeError, NewTopic, Producer, ResponseLostError,
                     TopicPartition, UnknownTopicOrPartitionError)
-from protocol.record_batch import CompressionType
+from triolog.protocol.record_batch import CompressionType
 
 
 def _consume_all(bootstrap, topic, partitions=(0,), expected=None, timeout_s=5.0):
@@ -116,7 +116,7 @@ def test_producer_acks_modes_all_store_the_records(bootstrap, admin, topic, acks
 
 
 def test_producer_acks_all_is_the_default():
-    from client.producer_core import ProducerConfig
+    from triolog.client.producer_core import ProducerConfig
 
     assert ProducerConfig().acks == -1 and ProducerConfig(acks="all").acks == -1
 

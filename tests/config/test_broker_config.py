@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from config.broker_config import (
+from triolog.config.broker_config import (
     BROKER_CONFIGS,
     DOUBLE_MAX,
     BrokerConfig,
@@ -16,7 +16,7 @@ from config.broker_config import (
     parse_listeners,
     parse_metrics_listener,
 )
-from config.log_config import INT_MAX, LONG_MAX, TOPIC_CONFIGS, ConfigError, LogConfig
+from triolog.config.log_config import INT_MAX, LONG_MAX, TOPIC_CONFIGS, ConfigError, LogConfig
 
 # Kafka 3.9's KafkaConfig defaults (spec §11), except where the brief sets triolog's own:
 # node.id (Kafka -1), listeners (Kafka PLAINTEXT://:9092), queued.max.request.bytes (Kafka -1:

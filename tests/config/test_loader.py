@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from config.broker_config import BROKER_CONFIGS, BrokerConfig, Endpoint
-from config.loader import (
+from triolog.config.broker_config import BROKER_CONFIGS, BrokerConfig, Endpoint
+from triolog.config.loader import (
     ENV_KEYS,
     embedded_properties,
     env_var_name,
@@ -19,7 +19,7 @@ from config.loader import (
     load_config,
     parse_properties,
 )
-from config.log_config import ConfigError
+from triolog.config.log_config import ConfigError
 
 
 @pytest.fixture
@@ -131,7 +131,7 @@ def test_env_keys_map_every_key_back_unambiguously():
 
 
 def test_embedded_config_is_package_data():
-    resource = importlib.resources.files("config").joinpath("server.properties")
+    resource = importlib.resources.files("triolog.config").joinpath("server.properties")
     assert resource.is_file()
     assert embedded_properties() == resource.read_text(encoding="utf-8")
 

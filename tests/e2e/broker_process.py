@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from protocol import messages as m
+from triolog.protocol import messages as m
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -37,7 +37,7 @@ class BrokerProcess:
 
     def start(self, timeout_s: float = 30.0) -> "BrokerProcess":
         args = [
-            sys.executable, "-m", "broker.cli", "serve",
+            sys.executable, "-m", "triolog.broker.cli", "serve",
             "--override", f"log.dirs={self.data_dir}",
             "--override", f"listeners=PLAINTEXT://127.0.0.1:{self.port}",
             "--override", "metrics.listener=" + ("http://127.0.0.1:0" if self.metrics else ""),

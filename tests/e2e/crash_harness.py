@@ -42,10 +42,10 @@ from typing import Callable
 
 from crc32c import crc32c
 
-from protocol import messages as m
-from protocol.errors import CorruptRecordError, ErrorCode
-from protocol.record_batch import LOG_OVERHEAD, read_header
-from protocol.records import Record, decode_batch, encode_batch
+from triolog.protocol import messages as m
+from triolog.protocol.errors import CorruptRecordError, ErrorCode
+from triolog.protocol.record_batch import LOG_OVERHEAD, read_header
+from triolog.protocol.records import Record, decode_batch, encode_batch
 
 from .broker_process import BrokerProcess
 
@@ -150,8 +150,8 @@ class WorkloadProducer(threading.Thread):
         self.targets = [(i, tp) for i, tp in enumerate(all_partitions()) if tp[0] in spec.topics]
 
     def run(self) -> None:
-        from client import Producer
-        from client.errors import RequestNotSentError
+        from triolog.client import Producer
+        from triolog.client.errors import RequestNotSentError
 
         spec, rng, ledger = self.ledger.spec, self.rng, self.ledger
         try:
@@ -721,7 +721,7 @@ class LoopResult:
 
 
 def create_topics(bootstrap: str) -> None:
-    from client import AdminClient, NewTopic
+    from triolog.client import AdminClient, NewTopic
 
     with AdminClient(bootstrap) as admin:
         admin.create_topics([NewTopic(name, count, 1, configs) for name, count, configs in TOPICS])

@@ -17,8 +17,8 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from protocol.record_batch import compute_crc
-from protocol.records import build_batch, iter_batches
+from triolog.protocol.record_batch import compute_crc
+from triolog.protocol.records import build_batch, iter_batches
 
 from tests.waiting import wait_for
 

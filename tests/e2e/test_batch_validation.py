@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from protocol.compression import compress
-from protocol.record_batch import HEADER, HEADER_SIZE, CompressionType, compute_crc
-from protocol.records import encode_varint, encode_varlong, iter_batches
+from triolog.protocol.compression import compress
+from triolog.protocol.record_batch import HEADER, HEADER_SIZE, CompressionType, compute_crc
+from triolog.protocol.records import encode_varint, encode_varlong, iter_batches
 
 from .broker_process import BrokerProcess, WireClient
 

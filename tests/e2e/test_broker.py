@@ -5,9 +5,9 @@ from __future__ import annotations
 import threading
 import time
 
-from protocol import messages as m
-from protocol.errors import ErrorCode
-from protocol.records import build_batch, iter_batches
+from triolog.protocol import messages as m
+from triolog.protocol.errors import ErrorCode
+from triolog.protocol.records import build_batch, iter_batches
 
 from tests.waiting import wait_for
 

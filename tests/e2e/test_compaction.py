@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import random
 
-from client import AdminClient, Consumer, NewTopic, Producer, TopicPartition
+from triolog.client import AdminClient, Consumer, NewTopic, Producer, TopicPartition
 
 from tests.waiting import wait_for
 

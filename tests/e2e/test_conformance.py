@@ -2,7 +2,7 @@
 
 Every request here is a plain msgpack map spelled from the wire protocol's written specification,
 and every response is checked against that specification's field lists with our own shape table,
-not with ``protocol.messages`` (a field misspelled there would otherwise pass on both sides). One broker
+not with ``triolog.protocol.messages`` (a field misspelled there would otherwise pass on both sides). One broker
 serves the whole module; each test uses its own topic names.
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from protocol.records import build_batch, iter_batches
+from triolog.protocol.records import build_batch, iter_batches
 
 from tests.waiting import wait_for
 

@@ -24,9 +24,9 @@ from pathlib import Path
 
 import pytest
 
-from protocol import messages as m
-from protocol.errors import ErrorCode
-from protocol.records import build_batch, iter_batches
+from triolog.protocol import messages as m
+from triolog.protocol.errors import ErrorCode
+from triolog.protocol.records import build_batch, iter_batches
 
 from .broker_process import ROOT, BrokerProcess
 
@@ -41,7 +41,7 @@ class TmpfsBrokerProcess(BrokerProcess):
         args = [
             "unshare", "-m", "--propagation", "private", "sh", "-c",
             'mount -t tmpfs -o size="$1" tmpfs "$2" && shift 2 && exec "$@"', "sh", TMPFS_SIZE, str(self.data_dir),
-            sys.executable, "-m", "broker.cli", "serve",
+            sys.executable, "-m", "triolog.broker.cli", "serve",
             "--override", f"log.dirs={self.data_dir}",
             "--override", "listeners=PLAINTEXT://127.0.0.1:0",
             "--override", "metrics.listener=",

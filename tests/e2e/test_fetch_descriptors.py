@@ -9,8 +9,8 @@ import time
 
 import msgpack
 
-from broker.server.handlers import DESCRIPTORS_PER_RESPONSE
-from protocol.records import build_batch, iter_batches
+from triolog.broker.server.handlers import DESCRIPTORS_PER_RESPONSE
+from triolog.protocol.records import build_batch, iter_batches
 from tests.waiting import wait_for
 
 from .broker_process import BrokerProcess

@@ -13,7 +13,7 @@ import time
 import msgpack
 import pytest
 
-from protocol.records import build_batch, iter_batches
+from triolog.protocol.records import build_batch, iter_batches
 from tests.waiting import wait_for
 
 from .broker_process import BrokerProcess, WireClient

@@ -14,10 +14,10 @@ from pathlib import Path
 import msgpack
 import zstandard
 
-from protocol import messages as m
-from protocol.frames import encode_frame
-from protocol.record_batch import CRC_OFFSET, CRC_START, CompressionType
-from protocol.records import Record, encode_batch
+from triolog.protocol import messages as m
+from triolog.protocol.frames import encode_frame
+from triolog.protocol.record_batch import CRC_OFFSET, CRC_START, CompressionType
+from triolog.protocol.records import Record, encode_batch
 
 from .targets import CONFIGS, NOW_MS, validator_input
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import atheris
 
-with atheris.instrument_imports(include=["protocol", "broker", "config"]):
+with atheris.instrument_imports(include=["triolog"]):
     from tests.fuzz.targets import TARGETS
 
 

@@ -6,20 +6,20 @@ does not expect, or an invariant broken. The same functions run under atheris
 (``python -m tests.fuzz.run``), over the seed corpus in the tests, and in ``bench/fuzz.py``.
 
 ``requests``: the broker's request path without a socket. The input's first byte seeds how the
-rest is cut into chunks; the chunks go through :class:`protocol.frames.FrameDecoder` and every
-frame through :func:`protocol.messages.decode_request`, as ``broker/server/connection.py`` does.
-Only :class:`~protocol.frames.RemoteProtocolError` (``FrameTooLargeError``, ``RequestError``) may
+rest is cut into chunks; the chunks go through :class:`triolog.protocol.frames.FrameDecoder` and every
+frame through :func:`triolog.protocol.messages.decode_request`, as ``broker/server/connection.py`` does.
+Only :class:`triolog.protocol.frames.RemoteProtocolError` (``FrameTooLargeError``, ``RequestError``) may
 escape. Also checked: the frames are the ones a plain reading of the length prefixes gives,
 whatever the chunking; a refused request's error response encodes (the server sends it); an
 accepted request encodes again and decodes to the same request.
 
-``validator``: :func:`broker.storage.validator.validate_and_assign_offsets` on one batch. Byte 0
+``validator``: :func:`triolog.broker.storage.validator.validate_and_assign_offsets` on one batch. Byte 0
 picks a topic config (low 5 bits) and whether to repair the CRC (bit 7) and the batch length
 (bit 6) after mutation, so mutations get past the CRC into the records; byte 1 picks the offset
 to assign; the rest is the batch. Only the storage errors a client can cause may escape
 (``broker/storage/errors.py``: CorruptRecordError, InvalidRecordError, InvalidTimestampError,
 RecordTooLargeError, UnsupportedForMessageFormatError). A batch it accepts must be what a
-consumer can read: one batch that :func:`protocol.records.decode_batch` decodes, with the
+consumer can read: one batch that :func:`triolog.protocol.records.decode_batch` decodes, with the
 offsets, count, size and max timestamp the validator reported, offsets contiguous from the base,
 every CreateTime record's timestamp within message.timestamp.before/after.max.ms of the broker's
 time, and keys on every record of a compacted topic.
@@ -33,20 +33,20 @@ import struct
 
 from crc32c import crc32c
 
-from broker.storage.errors import (
+from triolog.broker.storage.errors import (
     CorruptRecordError,
     InvalidRecordError,
     InvalidTimestampError,
     RecordTooLargeError,
     UnsupportedForMessageFormatError,
 )
-from broker.storage.validator import validate_and_assign_offsets
-from config.log_config import LogConfig
-from protocol import messages as m
-from protocol.errors import ErrorCode
-from protocol.frames import NEED_DATA, FrameDecoder, FrameTooLargeError, RemoteProtocolError
-from protocol.record_batch import CRC_OFFSET, CRC_START, HEADER_SIZE, LOG_OVERHEAD, NO_TIMESTAMP, TimestampType
-from protocol.records import decode_batch
+from triolog.broker.storage.validator import validate_and_assign_offsets
+from triolog.config.log_config import LogConfig
+from triolog.protocol import messages as m
+from triolog.protocol.errors import ErrorCode
+from triolog.protocol.frames import NEED_DATA, FrameDecoder, FrameTooLargeError, RemoteProtocolError
+from triolog.protocol.record_batch import CRC_OFFSET, CRC_START, HEADER_SIZE, LOG_OVERHEAD, NO_TIMESTAMP, TimestampType
+from triolog.protocol.records import decode_batch
 
 
 class InvariantError(AssertionError):

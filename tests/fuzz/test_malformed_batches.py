@@ -14,10 +14,10 @@ import time
 import pytest
 from crc32c import crc32c
 
-from protocol import messages as m
-from protocol.errors import ErrorCode
-from protocol.record_batch import CRC_OFFSET, CRC_START
-from protocol.records import Record, encode_batch, iter_batches
+from triolog.protocol import messages as m
+from triolog.protocol.errors import ErrorCode
+from triolog.protocol.record_batch import CRC_OFFSET, CRC_START
+from triolog.protocol.records import Record, encode_batch, iter_batches
 
 _topics = itertools.count()
 

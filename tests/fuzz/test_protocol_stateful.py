@@ -23,10 +23,10 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 
-from protocol import messages as m
-from protocol.errors import ErrorCode
-from protocol.record_batch import CompressionType
-from protocol.records import Record, encode_batch, iter_batches
+from triolog.protocol import messages as m
+from triolog.protocol.errors import ErrorCode
+from triolog.protocol.record_batch import CompressionType
+from triolog.protocol.records import Record, encode_batch, iter_batches
 
 from tests.e2e.broker_process import BrokerProcess
 

@@ -200,12 +200,15 @@ def copy_context(source: Path, target: Path) -> list[str]:
         base = "" if base == "." else base + "/"
         dirs[:] = sorted(d for d in dirs if included(base + d, rules)
                          or any(e.startswith(base + d + "/") for e in exceptions))
+        for name in [d for d in dirs if os.path.islink(os.path.join(directory, d))]:
+            dirs.remove(name)  # Docker copies a symlink as a symlink (triolog/broker -> ../broker)
+            files.append(name)
         for name in sorted(files):
             relative = base + name
             if not included(relative, rules):
                 continue
             destination = target / relative
             destination.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(Path(directory) / name, destination)
+            shutil.copy2(Path(directory) / name, destination, follow_symlinks=False)
             copied.append(relative)
     return copied

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import re
 
-from config.reference import metrics_reference
+from triolog.config.reference import metrics_reference
 from tests.ops import dockerfile as df
 
 DEPLOY = df.ROOT / "deploy"

@@ -67,7 +67,8 @@ def test_dockerfile_is_multi_stage_pinned_and_runs_as_a_user_on_a_volume():
 def test_dockerignore_sends_only_what_the_build_reads(tmp_path):
     copied = df.copy_context(df.ROOT, tmp_path)
     tops = {path.split("/")[0] for path in copied}
-    assert tops == {"pyproject.toml", "README.md", "protocol", "broker", "config", "client", "deploy"}
+    assert tops == {"pyproject.toml", "README.md", "triolog", "pyspark_triolog.py", "protocol", "broker", "config",
+                    "client", "pipeline", "deploy"}
     assert "deploy/server.properties" in copied
     assert not [p for p in copied if "__pycache__" in p or p.endswith(".pyc")]
     # Every COPY source of the Dockerfile is in the context.
@@ -156,10 +157,19 @@ def test_image_steps_install_and_run_the_broker(tmp_path, system_tools):
     assert any(name.startswith("triolog-") for name in wheels)
 
     # The broker runs from the fresh environment, not from the source tree.
-    located = subprocess.run([str(box.venv / "bin" / "python"), "-c", "import broker, config; print(broker.__file__)"],
+    located = subprocess.run([str(box.venv / "bin" / "python"), "-c",
+                              "import triolog.broker, triolog.config; print(triolog.broker.__file__)"],
                              cwd=tmp_path, env=box.environ(), capture_output=True, text=True, check=True)
     assert str(box.venv) in located.stdout
+    # One namespace: the wheel claims `triolog` and `pyspark_triolog`, never `broker` or `config`.
     site = next((box.venv / "lib").glob("python3*/site-packages"))
+    ours = {entry.name for entry in site.iterdir() if not BASE_IMAGE_PACKAGES.match(entry.name)
+            and entry.name.startswith(("triolog", "pyspark_triolog", "broker", "protocol", "config", "client",
+                                       "pipeline"))}
+    assert {name for name in ours if not name.endswith(".dist-info")} == {"triolog", "pyspark_triolog.py"}, ours
+    bare = subprocess.run([str(box.venv / "bin" / "python"), "-c", "import broker"],
+                          cwd=tmp_path, env=box.environ(), capture_output=True, text=True)
+    assert "ModuleNotFoundError" in bare.stderr
     added = sum(f.stat().st_size for entry in site.iterdir() if not BASE_IMAGE_PACKAGES.match(entry.name)
                 for f in ([entry] if entry.is_file() else entry.rglob("*")) if f.is_file())
     print(f"\nimage steps: venv {timings['venv']:.1f} s, wheels {timings['wheels']:.1f} s, "
@@ -190,7 +200,7 @@ def test_image_steps_install_and_run_the_broker(tmp_path, system_tools):
         assert checked.returncode == 0, checked.stdout + checked.stderr
         assert checked.stdout.startswith(f"OK: broker at 127.0.0.1:{broker_port} ")
 
-        from client import Producer
+        from triolog.client import Producer
 
         with Producer(f"127.0.0.1:{broker_port}") as producer:
             for i in range(10):

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from client import AdminClient, NewTopic, Producer, TopicPartition
+from triolog.client import AdminClient, NewTopic, Producer, TopicPartition
 from tests.e2e.broker_process import BrokerProcess
 from tests.ops.conftest import free_port
 from tests.waiting import wait_for

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import subprocess
 
-from client import AdminClient, NewTopic, Producer
+from triolog.client import AdminClient, NewTopic, Producer
 from tests.e2e.broker_process import BrokerProcess
 from tests.ops.dockerfile import ROOT
 

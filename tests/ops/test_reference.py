@@ -2,7 +2,7 @@
 
 ``test_readme_references_are_up_to_date`` fails until README.md has the markers
 ``<!-- config-reference:begin/end -->`` and ``<!-- metrics-reference:begin/end -->`` and
-``python -m config.reference --write README.md`` has been run.
+``python -m triolog.config.reference --write README.md`` has been run.
 """
 
 from __future__ import annotations
@@ -11,15 +11,15 @@ import re
 import subprocess
 import sys
 
-from config.broker_config import BROKER_CONFIGS
-from config.loader import env_var_name
-from config.log_config import TOPIC_CONFIGS
-from config.reference import METRICS_SOURCE, check, config_reference, metrics_reference
+from triolog.config.broker_config import BROKER_CONFIGS
+from triolog.config.loader import env_var_name
+from triolog.config.log_config import TOPIC_CONFIGS
+from triolog.config.reference import METRICS_SOURCE, check, config_reference, metrics_reference
 from tests.ops.dockerfile import ROOT
 
 
 def _reference(*args: str, cwd=ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "config.reference", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "triolog.config.reference", *args], capture_output=True, text=True,
                           cwd=cwd, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, timeout=60)
 
 

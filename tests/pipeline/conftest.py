@@ -83,7 +83,7 @@ def topic(request) -> str:
 
 @pytest.fixture
 def admin(bootstrap):
-    from client import AdminClient
+    from triolog.client import AdminClient
 
     with AdminClient(bootstrap) as client:
         yield client

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from client import Producer
+from triolog.client import Producer
 from tests.waiting import wait_for
 
 #: Record timestamps the tests choose (ms): well in the past, one second apart per record.

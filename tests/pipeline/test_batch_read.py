@@ -10,7 +10,7 @@ import re
 import pyarrow as pa
 import pytest
 
-from client import NewTopic
+from triolog.client import NewTopic
 
 from .helpers import BASE_TS, delete_segments, expected, keyed, produce, reader
 
@@ -39,7 +39,7 @@ def test_read_yields_arrow_batches_in_sparks_exact_arrow_schema(spark, bootstrap
     """Spark only accepts batches whose Arrow schema equals its own form of the declared one."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    from pipeline.source import TriologDataSource
+    from triolog.pipeline.source import TriologDataSource
 
     admin.create_topics([NewTopic(topic, 1)])
     produce(bootstrap, topic, 1, 5, headers=True)

@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.columnar import Columns, decode_into
-from protocol.errors import CorruptRecordError
-from protocol.record_batch import CompressionType, TimestampType
-from protocol.records import ControlRecordType, Record, encode_batch, encode_end_txn_marker, iter_batches
+from triolog.pipeline.columnar import Columns, decode_into
+from triolog.protocol.errors import CorruptRecordError
+from triolog.protocol.record_batch import CompressionType, TimestampType
+from triolog.protocol.records import ControlRecordType, Record, encode_batch, encode_end_txn_marker, iter_batches
 
 
 def reference(buf, lo: int, hi: int):

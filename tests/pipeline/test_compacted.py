@@ -13,8 +13,8 @@ import json
 
 import pytest
 
-from client import AdminClient, Consumer, NewTopic, Producer, TopicPartition
-from protocol.records import ControlRecordType, encode_end_txn_marker, iter_batches
+from triolog.client import AdminClient, Consumer, NewTopic, Producer, TopicPartition
+from triolog.protocol.records import ControlRecordType, encode_end_txn_marker, iter_batches
 from tests.e2e.broker_process import BrokerProcess
 from tests.waiting import wait_for
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from collections import defaultdict
 
-from pipeline.examples import windowed_totals as example
+from triolog.pipeline.examples import windowed_totals as example
 
 
 def test_example_pipeline_writes_the_latest_window_totals_to_a_compacted_topic(spark, bootstrap, admin, topic,
@@ -27,9 +27,9 @@ def test_example_pipeline_writes_the_latest_window_totals_to_a_compacted_topic(s
 
 
 def test_register_helper_registers_the_triolog_format(spark, bootstrap, admin, topic):
-    """``pipeline.register(spark)``; every other test relies on PySpark finding pyspark_triolog."""
-    import pipeline
-    from client import NewTopic
+    """``triolog.pipeline.register(spark)``; every other test relies on PySpark finding pyspark_triolog."""
+    from triolog import pipeline
+    from triolog.client import NewTopic
 
     from .helpers import produce, reader
 

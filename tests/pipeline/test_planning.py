@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from client.types import TopicPartition
-from pipeline.plan import PartitionRange, rate_limit, split_ranges
+from triolog.client.types import TopicPartition
+from triolog.pipeline.plan import PartitionRange, rate_limit, split_ranges
 
 A, B, C = TopicPartition("t", 0), TopicPartition("t", 1), TopicPartition("t", 2)
 

@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from client import NewTopic
+from triolog.client import NewTopic
 from tests.waiting import wait_for
 
 from .helpers import delete_segments, expected, keyed, produce

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from client import Consumer, NewTopic, partition_for_key
+from triolog.client import Consumer, NewTopic, partition_for_key
 
 from .helpers import expected, keyed, produce, reader
 from .test_streaming import stream

@@ -16,9 +16,9 @@ import zstandard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from protocol.compression import SNAPPY_BLOCK_SIZE, XERIAL_HEADER, compress, decompress
-from protocol.errors import CorruptRecordError
-from protocol.record_batch import CompressionType
+from triolog.protocol.compression import SNAPPY_BLOCK_SIZE, XERIAL_HEADER, compress, decompress
+from triolog.protocol.errors import CorruptRecordError
+from triolog.protocol.record_batch import CompressionType
 
 CODECS = list(CompressionType)
 COMPRESSED = [c for c in CompressionType if c is not CompressionType.NONE]
@@ -415,7 +415,7 @@ def test_decompress_of_none_copies_the_bytes():
 @pytest.mark.parametrize("codec", COMPRESSED, ids=lambda c: c.kafka_name)
 @pytest.mark.parametrize("size", [1, 70_000, 300_000])
 def test_decompress_allows_exactly_the_limit_and_refuses_one_byte_more(codec, size):
-    from protocol.compression import DecompressionLimitError
+    from triolog.protocol.compression import DecompressionLimitError
 
     data = (MIXED * 5)[:size]
     stream = compress(codec, data)
@@ -428,7 +428,7 @@ def test_decompress_allows_exactly_the_limit_and_refuses_one_byte_more(codec, si
 
 @pytest.mark.parametrize("codec", COMPRESSED, ids=lambda c: c.kafka_name)
 def test_decompress_limit_counts_every_member_frame_and_chunk(codec):
-    from protocol.compression import DecompressionLimitError
+    from triolog.protocol.compression import DecompressionLimitError
 
     first, second = MIXED[:40_000], MIXED[40_000:90_000]
     if codec is CompressionType.LZ4:  # Kafka reads one LZ4 frame only; its blocks are the chunks
@@ -460,7 +460,7 @@ def _zstd_rle_frame(blocks: int, last_size: int = 128 * 1024) -> bytes:
 def test_zstd_bomb_of_a_gib_in_32_kib_is_refused_within_the_limit():
     import tracemalloc
 
-    from protocol.compression import DecompressionLimitError
+    from triolog.protocol.compression import DecompressionLimitError
 
     bomb = _zstd_rle_frame(8192)
     assert len(bomb) < 33 * 1024
@@ -485,7 +485,7 @@ def test_zstd_header_walk_refuses_reserved_block_types_and_unknown_magics():
 
 
 def test_snappy_block_declaring_a_huge_length_is_refused_before_decoding():
-    from protocol.compression import DecompressionLimitError
+    from triolog.protocol.compression import DecompressionLimitError
 
     block = b"\xff\xff\xff\xff\x0f" + b"\x00" * 10  # varint preamble: 4 GiB - 1
     with pytest.raises(DecompressionLimitError):
@@ -497,7 +497,7 @@ def test_snappy_block_declaring_a_huge_length_is_refused_before_decoding():
 def test_gzip_bomb_is_refused_while_inflating():
     import tracemalloc
 
-    from protocol.compression import DecompressionLimitError
+    from triolog.protocol.compression import DecompressionLimitError
 
     deflater = zlib.compressobj(9, zlib.DEFLATED, -zlib.MAX_WBITS)
     zeros = bytes(1 << 20)

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocol.errors import ErrorCode
-from protocol.frames import (
+from triolog.protocol.errors import ErrorCode
+from triolog.protocol.frames import (
     DEFAULT_MAX_FRAME_BYTES,
     NEED_DATA,
     FrameDecoder,

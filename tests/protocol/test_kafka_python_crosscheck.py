@@ -33,8 +33,8 @@ with warnings.catch_warnings():
     from kafka.record.util import decode_varint as kp_decode_varint
     from kafka.record.util import encode_varint as kp_encode_varint
 
-from protocol.record_batch import CompressionType, TimestampType, check_batch
-from protocol.records import (
+from triolog.protocol.record_batch import CompressionType, TimestampType, check_batch
+from triolog.protocol.records import (
     ControlRecordType,
     Record,
     decode_batch,
@@ -254,8 +254,8 @@ def test_varlong_matches_kafka_pythons_encoding(value):
 def test_broker_validator_accepts_kafka_python_producer_batches_and_it_reads_them_back(codec, values, compact):
     """A real client's batches (its own serializer and codec framing) pass the full record walk,
     are stored as sent but for the header fields the broker owns, and read back in kafka-python."""
-    from broker.storage.validator import validate_and_assign_offsets
-    from config.log_config import LogConfig
+    from triolog.broker.storage.validator import validate_and_assign_offsets
+    from triolog.config.log_config import LogConfig
 
     now = 1_700_000_000_000
     records = [(i, now + skew, key, value, list(headers)) for i, (key, value, skew, headers) in enumerate(values)]

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocol.errors import ErrorCode
-from protocol.frames import (
+from triolog.protocol.errors import ErrorCode
+from triolog.protocol.frames import (
     NEED_DATA,
     FrameDecoder,
     LocalProtocolError,
@@ -22,7 +22,7 @@ from protocol.frames import (
     encode_frame,
     frame_prefix,
 )
-from protocol.messages import (
+from triolog.protocol.messages import (
     REQUEST_TYPES,
     RESPONSE_TYPES,
     SUPPORTED_APIS,
@@ -1226,7 +1226,7 @@ def test_external_bin_refuses_a_length_a_bin_cannot_hold(length):
 
 # --- what a request frame may decode to (protocol.request_limits) ----------------------------
 
-from protocol.request_limits import (  # noqa: E402
+from triolog.protocol.request_limits import (  # noqa: E402
     ENVELOPE_OBJECTS,
     MAX_STR_BYTES,
     OBJECTS_PER_ENTRY,

@@ -9,8 +9,8 @@ from crc32c import crc32c
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocol.errors import CorruptRecordError, UnsupportedForMessageFormatError
-from protocol.record_batch import (
+from triolog.protocol.errors import CorruptRecordError, UnsupportedForMessageFormatError
+from triolog.protocol.record_batch import (
     HEADER_SIZE,
     BatchHeader,
     CompressionType,
@@ -20,7 +20,7 @@ from protocol.record_batch import (
     read_header,
     split_batches,
 )
-from protocol.records import Record, encode_batch
+from triolog.protocol.records import Record, encode_batch
 
 
 def _raw_batch(

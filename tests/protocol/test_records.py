@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocol.compression import compress, decompress
-from protocol.errors import CorruptRecordError, UnsupportedForMessageFormatError
-from protocol.record_batch import (
+from triolog.protocol.compression import compress, decompress
+from triolog.protocol.errors import CorruptRecordError, UnsupportedForMessageFormatError
+from triolog.protocol.record_batch import (
     HEADER,
     CompressionType,
     TimestampType,
@@ -18,7 +18,7 @@ from protocol.record_batch import (
     compute_crc,
     read_header,
 )
-from protocol.records import (
+from triolog.protocol.records import (
     END_TXN_MARKER_BATCH_SIZE,
     ControlRecordType,
     Record,
@@ -621,7 +621,7 @@ def test_control_type_of_an_empty_control_batch_is_none():
 )
 def test_first_record_at_or_after_matches_a_full_decode(timestamps, target, min_offset_delta, codec,
                                                         log_append_time, big_values):
-    from protocol.records import first_record_at_or_after
+    from triolog.protocol.records import first_record_at_or_after
 
     base = 1_000
     value = b"v" * (300 if big_values else 3)  # multi-byte varint lengths too
@@ -645,7 +645,7 @@ def test_first_record_at_or_after_matches_a_full_decode(timestamps, target, min_
 @settings(max_examples=200, deadline=None)
 @given(generated=record_lists(), big=st.booleans())
 def test_walk_records_agrees_with_a_full_decode_on_valid_records(generated, big):
-    from protocol.record_walk import walk_records
+    from triolog.protocol.record_walk import walk_records
 
     base_offset, records = generated
     if big:  # values and deltas past the one- and two-byte varint fast paths
@@ -667,8 +667,8 @@ def test_walk_records_agrees_with_a_full_decode_on_valid_records(generated, big)
 def test_walk_records_refuses_exactly_what_decoding_cannot_read(data):
     """The walk (broker) and the decoder (consumers) are separate loops: they must agree, or the
     broker would store batches that break consumers."""
-    from protocol.errors import InvalidRecordError
-    from protocol.record_walk import walk_records
+    from triolog.protocol.errors import InvalidRecordError
+    from triolog.protocol.record_walk import walk_records
 
     good = encode_batch([Record(0, 5, b"key", b"value", (("h", b"v"),)), Record(1, 3, None, b"x" * 200),
                          Record(2, 9, b"", None, (("a", None), ("b", b"")))])
@@ -695,8 +695,8 @@ def test_walk_records_refuses_exactly_what_decoding_cannot_read(data):
 
 
 def test_walk_records_checks_timestamps_and_keys_when_asked():
-    from protocol.errors import InvalidRecordError, InvalidTimestampError
-    from protocol.record_walk import walk_records
+    from triolog.protocol.errors import InvalidRecordError, InvalidTimestampError
+    from triolog.protocol.record_walk import walk_records
 
     batch = encode_batch([Record(0, 100, b"k", b"v"), Record(1, 250, None, b"v"), Record(2, -1, b"k", b"v")])
     base = read_header(batch).base_timestamp
@@ -713,7 +713,7 @@ def test_walk_records_checks_timestamps_and_keys_when_asked():
 @settings(max_examples=100, deadline=None)
 @given(generated=record_lists(max_size=10), big=st.booleans())
 def test_renumber_records_rewrites_only_the_offset_deltas(generated, big):
-    from protocol.record_walk import renumber_records, walk_records
+    from triolog.protocol.record_walk import renumber_records, walk_records
 
     base_offset, records = generated
     if big:
@@ -729,8 +729,8 @@ def test_renumber_records_rewrites_only_the_offset_deltas(generated, big):
 
 
 def test_decode_batch_bounds_decompression_for_readers(monkeypatch):
-    import protocol.compression as compression
-    from protocol.compression import DecompressionLimitError
+    import triolog.protocol.compression as compression
+    from triolog.protocol.compression import DecompressionLimitError
 
     records = [Record(i, 0, None, bytes(10_000)) for i in range(50)]  # ~500 KB of zeros
     batch = encode_batch(records, compression=CompressionType.ZSTD)

@@ -13,10 +13,10 @@ from pathlib import Path
 import msgpack
 import trio
 
-from broker.server.app import BrokerServer
-from config.broker_config import BrokerConfig
-from protocol import messages as m
-from protocol.records import build_batch, iter_batches
+from triolog.broker.server.app import BrokerServer
+from triolog.config.broker_config import BrokerConfig
+from triolog.protocol import messages as m
+from triolog.protocol.records import build_batch, iter_batches
 
 
 def broker_config(data_dir: Path, **props: str) -> BrokerConfig:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import trio
 
-from protocol.errors import ErrorCode
+from triolog.protocol.errors import ErrorCode
 
 from .inprocess import Client, running_broker, values_of
 

@@ -13,8 +13,8 @@ import msgpack
 import trio
 import trio.testing
 
-from broker.server.connection import READ_AHEAD_BYTES
-from protocol.errors import ErrorCode
+from triolog.broker.server.connection import READ_AHEAD_BYTES
+from triolog.protocol.errors import ErrorCode
 
 from .inprocess import Client, metric, running_broker, wait_until
 

@@ -9,14 +9,14 @@ import os
 
 import pytest
 
-from broker.server.handlers import (
+from triolog.broker.server.handlers import (
     DESCRIPTORS_PER_RESPONSE,
     DescriptorBudget,
     FetchRegion,
     FetchResult,
     _read_with_descriptor,
 )
-from broker.storage.errors import OffsetOutOfRangeError
+from triolog.broker.storage.errors import OffsetOutOfRangeError
 
 from ..storage.helpers import open_log, producer_batch
 

@@ -9,8 +9,8 @@ import struct
 
 import trio
 
-from broker.server.handlers import DESCRIPTORS_PER_RESPONSE
-from protocol import messages as m
+from triolog.broker.server.handlers import DESCRIPTORS_PER_RESPONSE
+from triolog.protocol import messages as m
 
 from .inprocess import Client, running_broker, wait_until
 

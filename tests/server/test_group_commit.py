@@ -10,8 +10,8 @@ import pytest
 import trio
 import trio.testing
 
-from broker.server.group_commit import GroupCommitter
-from broker.storage.errors import StorageError
+from triolog.broker.server.group_commit import GroupCommitter
+from triolog.broker.storage.errors import StorageError
 
 from ..storage.helpers import open_log, producer_batch
 

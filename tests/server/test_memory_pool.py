@@ -7,7 +7,7 @@ import pytest
 import trio
 import trio.testing
 
-from broker.server.memory_pool import RequestMemoryPool
+from triolog.broker.server.memory_pool import RequestMemoryPool
 
 
 async def test_reservations_up_to_the_capacity_do_not_wait():

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Callable
 
-from broker.storage.descriptors import DescriptorCache
+from triolog.broker.storage.descriptors import DescriptorCache
 
 SECTOR = 512
 BLOCK = 4096

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from config.log_config import LogConfig
-from protocol.record_batch import CompressionType
-from protocol.records import Record, decode_batch, encode_batch, iter_batches
-from broker.storage.log import Log
+from triolog.config.log_config import LogConfig
+from triolog.protocol.record_batch import CompressionType
+from triolog.protocol.records import Record, decode_batch, encode_batch, iter_batches
+from triolog.broker.storage.log import Log
 
 
 def producer_batch(count: int = 1, *, timestamp: int, value_size: int = 10, keyed: bool = True,

@@ -35,14 +35,14 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from broker.storage.cleaner.log_cleaner import CleanerConfig, CleanerThread
-from broker.storage.clock import ManualClock
-from broker.storage.errors import StorageError
-from broker.storage.log_manager import LogManager
-from broker.storage.topics import TopicManager
-from config.log_config import LogConfig
-from protocol.record_batch import HEADER_SIZE, read_header
-from protocol.records import Record, decode_batch, encode_batch
+from triolog.broker.storage.cleaner.log_cleaner import CleanerConfig, CleanerThread
+from triolog.broker.storage.clock import ManualClock
+from triolog.broker.storage.errors import StorageError
+from triolog.broker.storage.log_manager import LogManager
+from triolog.broker.storage.topics import TopicManager
+from triolog.config.log_config import LogConfig
+from triolog.protocol.record_batch import HEADER_SIZE, read_header
+from triolog.protocol.records import Record, decode_batch, encode_batch
 
 from .faultfs import FaultFS, PowerLoss
 
@@ -168,7 +168,7 @@ class Life:
     # -- the workload ----------------------------------------------------------------------------
 
     def run(self, epochs: int) -> Stats:
-        storage_logger = logging.getLogger("broker.storage")
+        storage_logger = logging.getLogger("triolog.broker.storage")
         level = storage_logger.level
         storage_logger.setLevel(logging.CRITICAL)  # recovery warnings are expected by the thousand
         try:

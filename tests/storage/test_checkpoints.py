@@ -15,9 +15,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.storage import checkpoints
-from broker.storage.fs import OsFileSystem
-from broker.storage.checkpoints import (
+from triolog.broker.storage import checkpoints
+from triolog.broker.storage.fs import OsFileSystem
+from triolog.broker.storage.checkpoints import (
     CLEAN_SHUTDOWN_FILE,
     CLEANER_OFFSET_CHECKPOINT,
     LEADER_EPOCH_CHECKPOINT,
@@ -36,7 +36,7 @@ from broker.storage.checkpoints import (
     atomic_write,
     random_kafka_uuid,
 )
-from broker.storage.errors import CorruptCheckpointError
+from triolog.broker.storage.errors import CorruptCheckpointError
 
 E = EpochEntry
 

@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from broker.storage.descriptors import DescriptorCache
-from broker.storage.errors import StorageError
-from broker.storage.fs import OsFileSystem
-from broker.storage.log import Log
-from broker.storage.log_manager import LogManager
-from broker.storage.topics import TopicManager
-from config.log_config import LogConfig
-from protocol.records import Record, encode_batch
+from triolog.broker.storage.descriptors import DescriptorCache
+from triolog.broker.storage.errors import StorageError
+from triolog.broker.storage.fs import OsFileSystem
+from triolog.broker.storage.log import Log
+from triolog.broker.storage.log_manager import LogManager
+from triolog.broker.storage.topics import TopicManager
+from triolog.config.log_config import LogConfig
+from triolog.protocol.records import Record, encode_batch
 
 from .faultfs import FaultFS
 from .helpers import read_all_records

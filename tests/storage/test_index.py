@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.storage.errors import CorruptIndexError, IndexFullError, InvalidOffsetError
-from broker.storage.index import (
+from triolog.broker.storage.errors import CorruptIndexError, IndexFullError, InvalidOffsetError
+from triolog.broker.storage.index import (
     LazyIndex,
     OffsetIndex,
     OffsetPosition,

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from broker.storage.checkpoints import RECOVERY_POINT_CHECKPOINT, OffsetCheckpointFile
-from broker.storage.errors import StorageError
-from broker.storage.log_manager import LogManager
-from config.log_config import LogConfig
-from protocol.errors import ErrorCode
-from protocol.records import Record, encode_batch
+from triolog.broker.storage.checkpoints import RECOVERY_POINT_CHECKPOINT, OffsetCheckpointFile
+from triolog.broker.storage.errors import StorageError
+from triolog.broker.storage.log_manager import LogManager
+from triolog.config.log_config import LogConfig
+from triolog.protocol.errors import ErrorCode
+from triolog.protocol.records import Record, encode_batch
 
 from .faultfs import Fault, FaultFS
 from .helpers import read_all_records
@@ -62,7 +62,7 @@ def test_a_failed_fsync_takes_the_log_dir_offline_loudly_and_is_never_retried(cl
     log_file = str(failing.active_segment.log.path)
     fs.faults.append(Fault("fsync", errno.EIO, match=lambda path: path == log_file))
     failing.append_as_leader(_batch(clock, tag="never-acked-"))
-    with caplog.at_level(logging.ERROR, logger="broker.storage"), pytest.raises(StorageError) as failed:
+    with caplog.at_level(logging.ERROR, logger="triolog.broker.storage"), pytest.raises(StorageError) as failed:
         failing.flush()
     assert failed.value.code == ErrorCode.KAFKA_STORAGE_ERROR
     assert any(r.levelno >= logging.CRITICAL and str(D1) in r.getMessage() and "offline" in r.getMessage()

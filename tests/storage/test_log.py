@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from broker.storage.errors import (
+from triolog.broker.storage.errors import (
     CorruptRecordError,
     InvalidRecordError,
     InvalidTimestampError,
@@ -16,12 +16,12 @@ from broker.storage.errors import (
     RecordTooLargeError,
     UnsupportedForMessageFormatError,
 )
-from broker.storage.fs import OsFileSystem
-from broker.storage.index import OffsetIndex, TimeIndex
-from broker.storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP, Log
-from config.log_config import LogConfig
-from protocol.record_batch import CompressionType, TimestampType, check_batch, read_header
-from protocol.records import Record, decode_batch, encode_batch, iter_batches
+from triolog.broker.storage.fs import OsFileSystem
+from triolog.broker.storage.index import OffsetIndex, TimeIndex
+from triolog.broker.storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP, Log
+from triolog.config.log_config import LogConfig
+from triolog.protocol.record_batch import CompressionType, TimestampType, check_batch, read_header
+from triolog.protocol.records import Record, decode_batch, encode_batch, iter_batches
 
 from .helpers import open_log, producer_batch, read_all_records
 
@@ -175,7 +175,7 @@ def test_log_rolls_when_the_index_is_full(tmp_path, clock):
 
 
 def test_segment_rolls_on_offset_overflow(tmp_path, clock):
-    from broker.storage.segment import RollParams
+    from triolog.broker.storage.segment import RollParams
 
     log = open_log(tmp_path, clock)
     log.append_as_leader(producer_batch(1, timestamp=clock.milliseconds()))

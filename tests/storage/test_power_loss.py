@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from broker.storage.fs import OsFileSystem
+from triolog.broker.storage.fs import OsFileSystem
 
 from .faultfs import Fault, FaultFS
 from .power_loss import Life, Stats, run
@@ -54,7 +54,7 @@ def test_power_losses_while_the_cleaner_cleans_and_swaps_lose_no_acknowledged_re
 def test_the_compacted_workload_catches_a_cleaner_that_cleans_past_what_is_durable(monkeypatch):
     """The compacted checks can fail: a round that does not flush what it compacts against first
     removes acknowledged records for newer ones a power cut then takes as well."""
-    monkeypatch.setattr("broker.storage.cleaner.log_cleaner.make_durable", lambda log, offset: None)
+    monkeypatch.setattr("triolog.broker.storage.cleaner.log_cleaner.make_durable", lambda log, offset: None)
     stats = run(range(200), epochs=5, compacted=True)
     assert stats.lost_acknowledged > 0
     assert any("latest acknowledged record of key" in v for v in stats.violations)

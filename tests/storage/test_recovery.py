@@ -14,16 +14,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from broker.storage.checkpoints import (
+from triolog.broker.storage.checkpoints import (
     CLEAN_SHUTDOWN_FILE,
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT,
     OffsetCheckpointFile,
 )
-from broker.storage.log import Log
-from broker.storage.log_manager import LogManager
-from config.log_config import LogConfig
+from triolog.broker.storage.log import Log
+from triolog.broker.storage.log_manager import LogManager
+from triolog.config.log_config import LogConfig
 
 from .helpers import producer_batch, read_all_records
 

@@ -9,11 +9,11 @@ import os
 
 import pytest
 
-from broker.storage.errors import OffsetOutOfRangeError
-from broker.storage.log import Log
-from broker.storage.log_manager import LogManager
-from config.log_config import LogConfig
-from protocol.records import Record, encode_batch
+from triolog.broker.storage.errors import OffsetOutOfRangeError
+from triolog.broker.storage.log import Log
+from triolog.broker.storage.log_manager import LogManager
+from triolog.config.log_config import LogConfig
+from triolog.protocol.records import Record, encode_batch
 
 from .helpers import open_log, producer_batch, read_all_records
 
@@ -197,7 +197,7 @@ def test_log_manager_retention_task_skips_compacted_logs(tmp_path, clock):
 
 
 def test_retention_leaves_a_log_the_cleaner_holds_until_the_cleaner_lets_go(tmp_path, clock):
-    from broker.storage.cleaner.log_cleaner import CleanerConfig
+    from triolog.broker.storage.cleaner.log_cleaner import CleanerConfig
 
     compacted = LogConfig().with_overrides({"retention.ms": "1000", "cleanup.policy": "compact"})
     configs = {"switched": compacted}

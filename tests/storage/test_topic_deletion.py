@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import pytest
 
-from broker.storage.checkpoints import (
+from triolog.broker.storage.checkpoints import (
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT,
     OffsetCheckpointFile,
 )
-from broker.storage.log_manager import LogManager
-from broker.storage.topics import TopicManager
-from config.log_config import LogConfig
+from triolog.broker.storage.log_manager import LogManager
+from triolog.broker.storage.topics import TopicManager
+from triolog.config.log_config import LogConfig
 
 from .helpers import producer_batch, read_all_records
 

@@ -13,15 +13,15 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from broker.storage.validator import (
+from triolog.broker.storage.validator import (
     DECOMPRESSION_FACTOR,
     decompression_limit,
     validate_and_assign_offsets,
     with_base_offset,
 )
-from config.log_config import LogConfig
-from protocol.compression import GZIP_HEADER, XERIAL_HEADER, compress
-from protocol.errors import (
+from triolog.config.log_config import LogConfig
+from triolog.protocol.compression import GZIP_HEADER, XERIAL_HEADER, compress
+from triolog.protocol.errors import (
     CorruptRecordError,
     ErrorCode,
     InvalidRecordError,
@@ -29,8 +29,8 @@ from protocol.errors import (
     RecordTooLargeError,
     TriologError,
 )
-from protocol.record_batch import HEADER, HEADER_SIZE, CompressionType, TimestampType, check_batch, compute_crc
-from protocol.records import Record, decode_batch, encode_batch, encode_varint, encode_varlong
+from triolog.protocol.record_batch import HEADER, HEADER_SIZE, CompressionType, TimestampType, check_batch, compute_crc
+from triolog.protocol.records import Record, decode_batch, encode_batch, encode_varint, encode_varlong
 
 NOW = 1_700_000_000_000
 CODECS = list(CompressionType)
@@ -520,7 +520,7 @@ def test_mutated_batches_with_a_recomputed_crc_pass_only_if_they_still_decode_co
 
 
 def _decompressed(batch: bytes) -> bytes:
-    from protocol.compression import decompress
+    from triolog.protocol.compression import decompress
 
     return decompress(check_batch(batch).compression, memoryview(batch)[HEADER_SIZE:])
 

@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 from kafka.record import MemoryRecords
 
-from broker import cli
-from broker.storage.index import OffsetIndex, TimeIndex
-from broker.tools import dump_log
-from protocol.record_batch import CompressionType, read_header
-from protocol.records import ControlRecordType, Record, encode_batch, encode_end_txn_marker
+from triolog.broker import cli
+from triolog.broker.storage.index import OffsetIndex, TimeIndex
+from triolog.broker.tools import dump_log
+from triolog.protocol.record_batch import CompressionType, read_header
+from triolog.protocol.records import ControlRecordType, Record, encode_batch, encode_end_txn_marker
 
 from tests.storage.helpers import open_log
 
@@ -38,10 +38,10 @@ SMALL_SEGMENTS = {"segment.bytes": 600, "index.interval.bytes": 100}
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    """The real command line: `python -m broker.cli dump-log ...` in a fresh interpreter."""
+    """The real command line: `python -m triolog.broker.cli dump-log ...` in a fresh interpreter."""
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), PYTHONIOENCODING="utf-8")
     return subprocess.run(
-        [sys.executable, "-m", "broker.cli", "dump-log", *args],
+        [sys.executable, "-m", "triolog.broker.cli", "dump-log", *args],
         cwd=REPO_ROOT, env=env, capture_output=True, text=True, encoding="utf-8", timeout=60,
     )
 

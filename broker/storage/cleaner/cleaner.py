@@ -10,7 +10,7 @@ is the map's offset for its key, and tombstones only until their batch's delete 
 Everything here works on plain data (:class:`CleanJob`: paths, sizes, offsets) and writes only
 new ``.cleaned`` files, so the same code runs in a cleaner thread or in a worker process; the
 swap into the live log (``Log.replace_segments``) is always the broker process's job. Every file
-operation goes through the :class:`~broker.storage.fs.FileSystem` the round is given (the log's
+operation goes through the :class:`triolog.broker.storage.fs.FileSystem` the round is given (the log's
 own in a thread, so power-loss tests cover cleaning too; a worker process has only ``OS_FS``).
 
 Batches are copied as bytes when every record survives and no delete horizon has to be stamped;
@@ -44,8 +44,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, NamedTuple
 
-from protocol.compression import compress, decompress
-from protocol.record_batch import (
+from triolog.protocol.compression import compress, decompress
+from triolog.protocol.record_batch import (
     COMPRESSION_MASK,
     CONTROL_FLAG,
     CURRENT_MAGIC,
@@ -60,7 +60,7 @@ from protocol.record_batch import (
     CompressionType,
     compute_crc,
 )
-from protocol.records import ControlRecordType, _varint32, _varint64, _varint_bytes, parse_control_record_key
+from triolog.protocol.records import ControlRecordType, _varint32, _varint64, _varint_bytes, parse_control_record_key
 
 from .. import filenames
 from ..clock import Clock, SYSTEM_CLOCK

@@ -43,6 +43,8 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Callable
 
+import triolog
+
 from ..errors import StorageError
 from ..fs import FileSystem, OsFileSystem
 from .cleaner import Cleaner, CleanerStats, CleanJob, GroupResult, LogCleaningAbortedError
@@ -223,12 +225,12 @@ class WorkerProcessExecutor:
         self._discard_process()
         to_child_r, to_child_w = os.pipe()
         to_parent_r, to_parent_w = os.pipe()
-        root = str(Path(__file__).resolve().parents[3])
+        root = str(Path(triolog.__file__).parent.parent)  # where `import triolog` found it
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
         map_memory, load_factor, rate, check_ms = self._args
         try:
             process = subprocess.Popen(
-                [sys.executable, "-c", "from broker.storage.cleaner.worker import _entry; _entry()",
+                [sys.executable, "-c", "from triolog.broker.storage.cleaner.worker import _entry; _entry()",
                  str(to_child_r), str(to_parent_w), str(os.getpid()), str(int(self._kernel_signal)),
                  str(map_memory), repr(load_factor), repr(rate), str(check_ms)],
                 pass_fds=(to_child_r, to_parent_w), env=env, stdin=subprocess.DEVNULL,

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from broker.storage.checkpoints import CLEANER_OFFSET_CHECKPOINT, OffsetCheckpointFile
-from broker.storage.cleaner.log_cleaner import CleanerConfig, CleanerThread, LogCleaner
-from broker.storage.log import Log
-from config.log_config import LogConfig
-from protocol.record_batch import CompressionType
-from protocol.records import Record, encode_batch
+from triolog.broker.storage.checkpoints import CLEANER_OFFSET_CHECKPOINT, OffsetCheckpointFile
+from triolog.broker.storage.cleaner.log_cleaner import CleanerConfig, CleanerThread, LogCleaner
+from triolog.broker.storage.log import Log
+from triolog.config.log_config import LogConfig
+from triolog.protocol.record_batch import CompressionType
+from triolog.protocol.records import Record, encode_batch
 
 from tests.storage.helpers import read_all_records
 

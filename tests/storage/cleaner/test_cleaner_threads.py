@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from broker.storage.checkpoints import CLEANER_OFFSET_CHECKPOINT, OffsetCheckpointFile
-from broker.storage.clock import ManualClock
-from broker.storage.cleaner.log_cleaner import CleanerConfig, LogCleaner
-from broker.storage.log import Log
-from broker.storage.log_manager import LogManager
-from protocol.errors import ErrorCode, InvalidRecordError
-from protocol.records import Record, encode_batch
+from triolog.broker.storage.checkpoints import CLEANER_OFFSET_CHECKPOINT, OffsetCheckpointFile
+from triolog.broker.storage.clock import ManualClock
+from triolog.broker.storage.cleaner.log_cleaner import CleanerConfig, LogCleaner
+from triolog.broker.storage.log import Log
+from triolog.broker.storage.log_manager import LogManager
+from triolog.protocol.errors import ErrorCode, InvalidRecordError
+from triolog.protocol.records import Record, encode_batch
 
 from tests.waiting import wait_for
 from .helpers import Driver, append, check_against_model, compact_config, read_all_records
@@ -124,7 +124,7 @@ def test_compacted_topics_reject_null_keys_with_invalid_record(tmp_path):
         log.append_as_leader(encode_batch([keyed, keyless]))
     assert info.value.code == ErrorCode.INVALID_RECORD == 87
     assert log.log_end_offset == 0
-    from protocol.record_batch import CompressionType
+    from triolog.protocol.record_batch import CompressionType
     alone = Record(0, clock.milliseconds(), None, b"v")
     with pytest.raises(InvalidRecordError):
         log.append_as_leader(encode_batch([alone], compression=CompressionType.GZIP))

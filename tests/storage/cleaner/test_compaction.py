@@ -11,12 +11,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from broker.storage.clock import ManualClock
-from broker.storage.cleaner.cleaner import group_segments_by_size, SegmentSource
-from broker.storage.cleaner.throttler import Throttler
-from broker.storage.log import Log
-from protocol.record_batch import CompressionType, read_header
-from protocol.records import Record, encode_batch, iter_batches
+from triolog.broker.storage.clock import ManualClock
+from triolog.broker.storage.cleaner.cleaner import group_segments_by_size, SegmentSource
+from triolog.broker.storage.cleaner.throttler import Throttler
+from triolog.broker.storage.log import Log
+from triolog.protocol.record_batch import CompressionType, read_header
+from triolog.protocol.records import Record, encode_batch, iter_batches
 
 from .helpers import Driver, append, check_against_model, compact_config, read_all_records
 

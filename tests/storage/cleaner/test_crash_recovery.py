@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import shutil
 
-from broker.storage.clock import ManualClock
-from broker.storage.log import Log
-from protocol.records import Record
+from triolog.broker.storage.clock import ManualClock
+from triolog.broker.storage.log import Log
+from triolog.protocol.records import Record
 
 from .helpers import Driver, append, check_against_model, compact_config, read_all_records
 

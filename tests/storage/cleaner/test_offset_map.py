@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.storage.cleaner.offset_map import BYTES_PER_ENTRY, SkimpyOffsetMap, key_digest
+from triolog.broker.storage.cleaner.offset_map import BYTES_PER_ENTRY, SkimpyOffsetMap, key_digest
 
 
 def kafka_probe_slot(digest: bytes, attempt: int, slots: int) -> int:

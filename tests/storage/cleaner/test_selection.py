@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from broker.storage.clock import ManualClock
-from broker.storage.cleaner.cleaner_manager import cleanable_offsets
-from broker.storage.log import Log
+from triolog.broker.storage.clock import ManualClock
+from triolog.broker.storage.cleaner.cleaner_manager import cleanable_offsets
+from triolog.broker.storage.log import Log
 
 from .helpers import Driver, append, compact_config, read_all_records
 

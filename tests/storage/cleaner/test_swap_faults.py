@@ -6,11 +6,11 @@ from __future__ import annotations
 import errno
 from pathlib import Path
 
-from broker.storage.checkpoints import CLEANER_OFFSET_CHECKPOINT, OffsetCheckpointFile
-from broker.storage.cleaner.log_cleaner import CleanerConfig, CleanerThread, LogCleaner
-from broker.storage.clock import ManualClock
-from broker.storage.log import Log
-from protocol.records import Record
+from triolog.broker.storage.checkpoints import CLEANER_OFFSET_CHECKPOINT, OffsetCheckpointFile
+from triolog.broker.storage.cleaner.log_cleaner import CleanerConfig, CleanerThread, LogCleaner
+from triolog.broker.storage.clock import ManualClock
+from triolog.broker.storage.log import Log
+from triolog.protocol.records import Record
 
 from tests.storage.faultfs import Fault, FaultFS
 

@@ -14,10 +14,10 @@ from pathlib import Path
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from broker.storage.clock import ManualClock
-from broker.storage.log import Log
-from protocol.record_batch import CompressionType
-from protocol.records import ControlRecordType, Record, encode_batch, encode_end_txn_marker, iter_batches
+from triolog.broker.storage.clock import ManualClock
+from triolog.broker.storage.log import Log
+from triolog.protocol.record_batch import CompressionType
+from triolog.protocol.records import ControlRecordType, Record, encode_batch, encode_end_txn_marker, iter_batches
 
 from .helpers import Driver, append, compact_config
 

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from client import AdminClient, NewTopic, Producer
+from triolog.client import AdminClient, NewTopic, Producer
 from tests.e2e.broker_process import ROOT, BrokerProcess
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
-WORKER_MODULE = "broker.storage.cleaner.worker"
+WORKER_MODULE = "triolog.broker.storage.cleaner.worker"
 
 
 def _children(pid: int) -> set[int]:
@@ -186,7 +186,7 @@ def test_the_worker_dies_with_a_killed_broker_and_writes_nothing_to_the_next_log
 def test_the_worker_asks_the_kernel_for_sigkill_when_its_parent_dies():
     script = textwrap.dedent("""
         import ctypes
-        from broker.storage.cleaner.worker import _set_parent_death_signal
+        from triolog.broker.storage.cleaner.worker import _set_parent_death_signal
         _set_parent_death_signal()
         signal = ctypes.c_int(-1)
         assert ctypes.CDLL(None, use_errno=True).prctl(2, ctypes.byref(signal), 0, 0, 0) == 0  # PR_GET_PDEATHSIG
@@ -199,13 +199,13 @@ def test_the_worker_asks_the_kernel_for_sigkill_when_its_parent_dies():
 _PARENT = textwrap.dedent("""
     import os, sys, threading
     sys.path.insert(0, {root!r})
-    from broker.storage.clock import ManualClock
-    from broker.storage.log import Log
-    from broker.storage.cleaner.cleaner_manager import LogToClean
-    from broker.storage.cleaner.log_cleaner import plan_job
-    from broker.storage.cleaner.worker import WorkerProcessExecutor
-    from config.log_config import LogConfig
-    from protocol.records import Record, encode_batch
+    from triolog.broker.storage.clock import ManualClock
+    from triolog.broker.storage.log import Log
+    from triolog.broker.storage.cleaner.cleaner_manager import LogToClean
+    from triolog.broker.storage.cleaner.log_cleaner import plan_job
+    from triolog.broker.storage.cleaner.worker import WorkerProcessExecutor
+    from triolog.config.log_config import LogConfig
+    from triolog.protocol.records import Record, encode_batch
 
     directory = {directory!r}
     config = LogConfig().with_overrides({{"cleanup.policy": "compact", "segment.bytes": "65536"}})
