@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import struct
 import types
 from pathlib import Path
 from typing import Annotated, Any, Union, get_args, get_origin, get_type_hints
@@ -476,6 +477,25 @@ def test_document_stands_alone(doc_text):
     for pattern in (r"/work/", r"/home/", r"/tmp/[a-z]", r"\.\./shared"):
         problems += [f"names a local path: {hit!r}" for hit in re.findall(rf"\S*{pattern}\S*", doc_text)]
     assert not problems, f"{DOC_NAME}: " + "; ".join(problems)
+
+
+def test_byte_by_byte_example_is_a_valid_request(doc_text):
+    """The session example's hex is a whole frame that the broker's decoder reads as it says."""
+    section = doc_text.split("## A session, byte by byte", 1)
+    assert len(section) == 2, f"{DOC_NAME}: the section '## A session, byte by byte' is missing"
+    block = re.search(r"```\n(.*?)```", section[1], re.S)
+    assert block, f"{DOC_NAME}: the session example has no code block"
+    hex_bytes = []
+    for line in block.group(1).splitlines():
+        for token in line.split():
+            if not re.fullmatch(r"[0-9a-f]{2}", token):
+                break  # the rest of the line is its comment
+            hex_bytes.append(token)
+    frame = bytes.fromhex("".join(hex_bytes))
+    (length,) = struct.unpack(">I", frame[:4])
+    assert length == len(frame) - 4, f"{DOC_NAME}: the example's length prefix says {length}, {len(frame) - 4} follow"
+    request = m.decode_request(frame[4:])
+    assert isinstance(request, m.ApiVersionsRequest) and request.id == 7 and request.v == 1
 
 
 def test_readme_links_the_protocol_reference():
