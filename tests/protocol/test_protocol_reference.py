@@ -465,11 +465,21 @@ def test_object_budget_table_matches_request_limits(tables):
     assert not problems, _report(problems)
 
 
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+
+
 def test_document_stands_alone(doc_text):
     """Relative links resolve inside the repository; nothing points at a path of some machine."""
     problems = []
+    anchors = {_slug(h) for h in re.findall(r"^#{1,6}\s+(.*?)\s*$", doc_text, re.M)}
     for target in re.findall(r"\]\(([^)\s]+)\)", doc_text):
-        if re.match(r"[a-z]+://|#|mailto:", target):
+        if target.startswith("#"):
+            if target[1:] not in anchors:
+                problems.append(f"link {target!r} names no heading of the document")
+            continue
+        if re.match(r"[a-z]+://|mailto:", target):
             continue
         path = (DOC.parent / target.split("#")[0]).resolve()
         if not path.is_relative_to(ROOT) or not path.exists():
