@@ -149,23 +149,22 @@ def _describe(tp: Any) -> tuple[str, str, tuple[str, type] | None]:
     tp, constraints = _unwrap(tp)
     origin, args = get_origin(tp), get_args(tp)
     nested = None
-    if origin is tuple:
-        item, _ = _unwrap(args[0])
-        if dataclasses.is_dataclass(item):
-            text, nested = "array of map", ("[]", item)
+    item_allowed = NONE_TEXT
+    if origin in (tuple, dict):
+        item = args[0] if origin is tuple else args[1]
+        if dataclasses.is_dataclass(_unwrap(item)[0]):
+            text, nested = "map", ("[]" if origin is tuple else "{}", _unwrap(item)[0])
         else:
-            text = f"array of {_scalar_text(item)}"
-    elif origin is dict:
-        value, _ = _unwrap(args[1])
-        if dataclasses.is_dataclass(value):
-            text, nested = "map of str to map", ("{}", value)
-        else:
-            text = f"map of str to {_scalar_text(value)}"
+            text, item_allowed, _ = _describe(item)
+        text = f"array of {text}" if origin is tuple else f"map of str to {text}"
     elif tp is int:
         text = _int_text(constraints)
     else:
         text = _scalar_text(tp)
-    allowed = "; ".join(t for t in (_constraint_text(c, text) for c in constraints) if t) or NONE_TEXT
+    allowed_parts = [t for t in (_constraint_text(c, text) for c in constraints) if t]
+    if item_allowed != NONE_TEXT:
+        allowed_parts.append(f"each {item_allowed}")
+    allowed = "; ".join(allowed_parts) or NONE_TEXT
     if nullable:
         text += " or nil"
     return text, allowed, nested
@@ -552,3 +551,12 @@ def test_schema_rows_follow_a_new_field():
     assert rows["allow_auto_topic_creation"] == Row("allow_auto_topic_creation", "bool", "no", "true", NONE_TEXT)
     assert rows["level"] == Row("level", "int16", "no", "0", "0 to 3")
     assert rows["topics"] == Row("topics", "array of str or nil", "no", "nil", "no duplicates")
+
+    @dataclasses.dataclass(frozen=True, kw_only=True)
+    class Dirs:
+        partitions: Annotated[tuple[m.NonNegativeInt32, ...], m.Unique()]
+        sizes: dict[str, m.Int64] = dataclasses.field(default_factory=dict)
+
+    rows = {r.field: r for r in schema_rows(Dirs, "request")}
+    assert rows["partitions"] == Row("partitions", "array of int32", "yes", NONE_TEXT, "no duplicates; each ≥ 0")
+    assert rows["sizes"] == Row("sizes", "map of str to int64", "no", "{}", NONE_TEXT)
