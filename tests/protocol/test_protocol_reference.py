@@ -25,6 +25,8 @@ from typing import Annotated, Any, Union, get_args, get_origin, get_type_hints
 
 import pytest
 
+from triolog.broker.storage.filenames import MAX_TOPIC_NAME_LENGTH
+from triolog.broker.storage.topics import MAX_PARTITIONS
 from triolog.client.errors import error_class
 from triolog.config.broker_config import BROKER_CONFIGS
 from triolog.config.log_config import TOPIC_CONFIGS
@@ -396,8 +398,8 @@ def test_error_code_table_matches_error_codes(tables):
 FIXED_LIMITS = {
     "string length": MAX_STR_BYTES,
     "envelope objects": ENVELOPE_OBJECTS,
-    "topic name length": 249,
-    "partitions per topic": 10_000,
+    "topic name length": MAX_TOPIC_NAME_LENGTH,
+    "partitions per topic": MAX_PARTITIONS,
     "decompressed batch": MAX_DECOMPRESSED_BYTES,
 }
 #: Configurable limits every client meets, by config key.
