@@ -298,10 +298,10 @@ def field_table_problems(name: str, expected: list[Row], table: list[dict[str, s
             continue
         for column in CHECKED_COLUMNS:
             want = getattr(row, column)
-            if found[column] != want:
-                problems.append(f"table '{name}', row `{path}`: column '{column}' says {found[column]!r}, "
+            if found.get(column, "") != want:
+                problems.append(f"table '{name}', row `{path}`: column '{column}' says {found.get(column, '')!r}, "
                                 f"the schema says {want!r}")
-        if not found["meaning"]:
+        if not found.get("meaning"):
             problems.append(f"table '{name}', row `{path}`: say in 'meaning' what the field is for")
     for path in documented.keys() - wanted.keys():
         problems.append(f"table '{name}': remove row `{path}`: the schema has no such field")
