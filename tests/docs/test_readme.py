@@ -7,7 +7,8 @@ pipefail`` (or Python), against one real broker process, from a directory whose 
 broker's log dir and whose ``.venv/bin/triolog`` is this checkout's CLI. ``127.0.0.1:9092`` and
 ``127.0.0.1:9404`` (the addresses ``make run`` serves) become the test broker's free ports; the
 CLI's default ``--bootstrap-server`` is pointed there too, as for a user of ``make run``. The
-counts of both marks are pinned, so a block cannot silently stop running.
+counts of both marks are pinned, so a block cannot silently stop running. Links must resolve
+inside the repository: a clone is all a reader has.
 """
 
 from __future__ import annotations
@@ -80,6 +81,30 @@ def test_the_parser_sees_marks_and_fences():
     assert (first.line, first.language, first.code, first.mark, first.reason) == (3, "sh", "docker ps\n", "skip",
                                                                                  "no engine")
     assert (second.language, second.code, second.mark) == ("python", "print(1)\n", None)
+
+
+def _anchor(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_links_resolve_inside_the_repository():
+    """A clone has everything the README points at: headings for #anchors, files for paths."""
+    text = README.read_text()
+    prose = re.sub(r"^```.*?^```$", "", text, flags=re.M | re.S)
+    anchors = {_anchor(h) for h in re.findall(r"^#{1,6} (.+)$", prose, re.M)}
+    links = re.findall(r"\]\(([^)\s]+)\)", prose)
+    assert links, "the README links its own sections"
+    for target in links:
+        if re.match(r"[a-z]+://", target):
+            continue
+        path, _, anchor = target.partition("#")
+        if path:
+            resolved = (ROOT / path).resolve()
+            assert resolved.is_relative_to(ROOT) and resolved.exists(), f"README.md links {target}"
+        else:
+            assert anchor in anchors, f"README.md links #{anchor}, which is no heading"
+    assert not re.search(r"(/work/|/home/|/Users/|\.\./)", text), "a path outside the repository"
 
 
 _CLI_SHIM = """#!{python}
