@@ -158,7 +158,7 @@ def _dashboard_queries() -> list[tuple[str, str]]:
     out = []
     for panel in dashboard["panels"]:
         for target in panel.get("targets", ()):
-            expr = target["expr"].replace("$__rate_interval", "1m").replace("$topic", ".*")
+            expr = target["expr"].replace("$__rate_interval", "1m").replace("$topic", ".*").replace("$instance", ".*")
             assert "$" not in expr, expr
             out.append((panel["title"], expr))
     return out
