@@ -73,9 +73,14 @@ _HOT_APIS = frozenset({"produce", "fetch"})
 #: Requests holding at most this many msgpack objects are decoded on the event loop (tens of
 #: microseconds); larger ones in a worker thread, so a decoding bomb never stalls the others.
 INLINE_DECODE_OBJECTS = 1024
-#: What the log says to a client that spoke another protocol to this listener.
-WRONG_PROTOCOL_HINT = ("this listener speaks triolog's msgpack protocol, not {protocol}; triolog has no "
-                       "Kafka-protocol listener: connect with triolog's client (triolog.client) or CLI")
+#: What the log (and an HTTP client) is told about a client speaking another protocol here.
+WRONG_PROTOCOL_HINTS = {
+    "kafka": "this listener speaks triolog's msgpack protocol, not Kafka's, and triolog has no Kafka-protocol "
+             "listener: connect with triolog's client (triolog.client) or the triolog CLI",
+    "http": "this listener speaks triolog's msgpack protocol, not HTTP: Prometheus metrics are served on "
+            "metrics.listener (http://127.0.0.1:9404/metrics by default)",
+    "tls": "this listener speaks triolog's msgpack protocol, not TLS: triolog serves PLAINTEXT only",
+}
 
 
 class ConnectionStats(Protocol):
@@ -234,18 +239,27 @@ class ClientConnection:
     async def _wrong_protocol(self, protocol: str, **details) -> None:
         """Log and count a client speaking ``protocol``; an HTTP client also gets a 400 saying why.
         The caller closes the connection."""
-        name = {"kafka": "Kafka's", "http": "HTTP", "tls": "TLS"}[protocol]
-        hint = WRONG_PROTOCOL_HINT.format(protocol=name)
+        hint = WRONG_PROTOCOL_HINTS[protocol]
         logger.warning("wrong_protocol", peer=self.peer, protocol=protocol, hint=hint, **details)
         if self.stats is not None:
             self.stats.wrong_protocol(protocol)
         if protocol == "http":
-            body = (hint + " (metrics are served on metrics.listener)\n").encode()
-            with trio.move_on_after(1):  # best effort: the client may not read
+            body = (hint + "\n").encode()
+            with trio.move_on_after(1):  # best effort, one second at most: the client may not read
                 try:
                     await self._send_all(b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\n"
                                          b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
-                except (_SendStalled, OSError):
+                    # Closing with the rest of the request unread would send a reset, which may
+                    # discard the response before the client reads it: end our side, then read
+                    # (a little) until the client closes its side.
+                    self.stream.socket.shutdown(socket.SHUT_WR)
+                    drained = 0
+                    while drained < 65536:
+                        data = await self.stream.receive_some(16384)
+                        if not data:
+                            break
+                        drained += len(data)
+                except (_SendStalled, OSError, trio.BrokenResourceError):
                     pass
 
     async def _refuse_frame(self, message: str) -> None:
