@@ -94,3 +94,40 @@ def test_a_first_start_is_not_an_unclean_shutdown_and_a_crash_is(tmp_path):
     assert crashed["level"] == "warning"
     assert crashed["event"].startswith(f"loaded 1 logs from {data.resolve()} after an unclean shutdown")
     assert not any("unclean" in e["event"] for e in (first, clean))
+
+
+def test_log_manager_tells_a_new_log_dir_from_a_used_one_without_its_marker(tmp_path, caplog):
+    from triolog.broker.storage.checkpoints import CLEAN_SHUTDOWN_FILE
+    from triolog.broker.storage.log_manager import LogManager
+    from triolog.config.log_config import LogConfig
+
+    caplog.set_level("INFO", logger=STORAGE_LOGGER)
+
+    def start() -> tuple[LogManager, list]:
+        caplog.clear()
+        manager = LogManager([tmp_path / "new", tmp_path / "used"], LogConfig())
+        manager.startup()
+        return manager, [(r.levelname, r.getMessage()) for r in caplog.records
+                         if "shutdown" in r.getMessage() or "first start" in r.getMessage()]
+
+    manager, records = start()
+    assert manager.new_log_dirs == {(tmp_path / "new").resolve(), (tmp_path / "used").resolve()}
+    assert [level for level, _ in records] == ["INFO", "INFO"]
+    assert all("is new: first start" in message for _, message in records)
+    log = manager.get_or_create_log("t", 0)
+    used = log.directory.parent.resolve()
+    other = ({(tmp_path / "new").resolve(), (tmp_path / "used").resolve()} - {used}).pop()
+    manager.shutdown()
+    for d in manager.log_dirs:
+        d.unlock()
+
+    (used / CLEAN_SHUTDOWN_FILE).unlink()  # as after a crash
+    manager, records = start()
+    assert manager.new_log_dirs == set()
+    assert manager.had_clean_shutdown == {other: True, used: False}
+    assert sorted(records) == sorted([
+        ("INFO", f"loaded 0 logs from {other} after a clean shutdown"),
+        ("WARNING", f"loaded 1 logs from {used} after an unclean shutdown (no {CLEAN_SHUTDOWN_FILE}): "
+                    "recovered them from their recovery points"),
+    ])
+    manager.shutdown()
