@@ -30,7 +30,8 @@ What one client can hold is bounded:
 
 A client speaking another protocol to this listener (a Kafka client, curl, TLS) is recognised
 from its first bytes, logged once as such with what to do instead, counted by protocol (not as a
-bad request) and disconnected; an HTTP client gets a plain-text 400 saying so first.
+bad request or an oversized frame) and disconnected. HTTP and TLS clients get the refusal any
+oversized length prefix gets, its message carrying the hint; a Kafka client gets no answer.
 """
 
 from __future__ import annotations
@@ -73,7 +74,8 @@ _HOT_APIS = frozenset({"produce", "fetch"})
 #: Requests holding at most this many msgpack objects are decoded on the event loop (tens of
 #: microseconds); larger ones in a worker thread, so a decoding bomb never stalls the others.
 INLINE_DECODE_OBJECTS = 1024
-#: What the log (and an HTTP client) is told about a client speaking another protocol here.
+#: What the log (and the refusal an HTTP or TLS client gets) says about a client speaking another
+#: protocol here.
 WRONG_PROTOCOL_HINTS = {
     "kafka": "this listener speaks triolog's msgpack protocol, not Kafka's, and triolog has no Kafka-protocol "
              "listener: connect with triolog's client (triolog.client) or the triolog CLI",
@@ -185,7 +187,10 @@ class ClientConnection:
             except FrameTooLargeError as exc:
                 protocol = foreign_protocol_of_prefix(exc.length)
                 if protocol is not None:
-                    await self._wrong_protocol(protocol)
+                    # Refused as any oversized prefix is (the protocol's answer), but logged and
+                    # counted as what it is, with the hint in the answer too.
+                    self._wrong_protocol(protocol)
+                    await self._refuse_frame(f"{exc}; {WRONG_PROTOCOL_HINTS[protocol]}")
                     return False
                 logger.warning("frame_too_large", peer=self.peer, length=exc.length,
                                limit="socket.request.max.bytes")
@@ -236,31 +241,12 @@ class ClientConnection:
             self._received_bytes += len(data)
             decoder.receive_data(data)
 
-    async def _wrong_protocol(self, protocol: str, **details) -> None:
-        """Log and count a client speaking ``protocol``; an HTTP client also gets a 400 saying why.
-        The caller closes the connection."""
-        hint = WRONG_PROTOCOL_HINTS[protocol]
-        logger.warning("wrong_protocol", peer=self.peer, protocol=protocol, hint=hint, **details)
+    def _wrong_protocol(self, protocol: str, **details) -> None:
+        """Log and count a client speaking ``protocol``; the caller answers (or not) and closes."""
+        logger.warning("wrong_protocol", peer=self.peer, protocol=protocol, hint=WRONG_PROTOCOL_HINTS[protocol],
+                       **details)
         if self.stats is not None:
             self.stats.wrong_protocol(protocol)
-        if protocol == "http":
-            body = (hint + "\n").encode()
-            with trio.move_on_after(1):  # best effort, one second at most: the client may not read
-                try:
-                    await self._send_all(b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\n"
-                                         b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
-                    # Closing with the rest of the request unread would send a reset, which may
-                    # discard the response before the client reads it: end our side, then read
-                    # (a little) until the client closes its side.
-                    self.stream.socket.shutdown(socket.SHUT_WR)
-                    drained = 0
-                    while drained < 65536:
-                        data = await self.stream.receive_some(16384)
-                        if not data:
-                            break
-                        drained += len(data)
-                except (_SendStalled, OSError, trio.BrokenResourceError):
-                    pass
 
     async def _refuse_frame(self, message: str) -> None:
         """Answer a frame refused for its length (its id unread, so nil); the caller closes."""
@@ -288,8 +274,9 @@ class ClientConnection:
         try:
             kafka = kafka_request_header(frame)
             if kafka is not None:  # not counted as a request: the client speaks another protocol
-                await self._wrong_protocol("kafka", kafka_api_key=kafka.api_key, kafka_api_version=kafka.api_version,
-                                           kafka_client_id=kafka.client_id)
+                # No answer: a Kafka client could not read ours. Closing ends its attempt at once.
+                self._wrong_protocol("kafka", kafka_api_key=kafka.api_key, kafka_api_version=kafka.api_version,
+                                     kafka_client_id=kafka.client_id)
                 return False
             request = await self._decode(frame)
             del frame

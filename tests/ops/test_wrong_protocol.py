@@ -8,10 +8,10 @@ client software name and version)."""
 
 from __future__ import annotations
 
+import http.client
 import socket
 import ssl
 import struct
-import urllib.error
 import urllib.request
 
 import msgpack
@@ -26,6 +26,7 @@ from kafka.protocol.parser import KafkaProtocol
 from triolog.broker.server.connection import WRONG_PROTOCOL_HINTS
 from triolog.client import AdminClient, NewTopic, Producer
 from triolog.protocol import messages as m
+from triolog.protocol.errors import ErrorCode
 from triolog.protocol.frames import KafkaRequestHeader, foreign_protocol_of_prefix, kafka_request_header
 from tests.e2e.broker_process import BrokerProcess
 from tests.waiting import wait_for
@@ -105,6 +106,15 @@ def _wrong_protocol_events(broker: BrokerProcess, protocol: str) -> list[dict]:
     return [e for e in broker.events() if e.get("event") == "wrong_protocol" and e.get("protocol") == protocol]
 
 
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        assert chunk, f"closed after {len(data)} of {n} bytes"
+        data += chunk
+    return data
+
+
 def _closed_by_broker(sock: socket.socket) -> bool:
     sock.settimeout(10)
     try:
@@ -168,15 +178,25 @@ def test_a_live_kafka_python_consumer_is_told_which_protocol_this_is(broker):
     _still_serves(broker, "after-live-consumer")
 
 
-def test_an_http_client_gets_a_400_saying_where_metrics_are(broker):
+def test_an_http_client_is_refused_with_a_hint_where_metrics_are(broker):
     before = _count(broker, "http")
-    with pytest.raises(urllib.error.HTTPError) as raised:
-        urllib.request.urlopen(f"http://127.0.0.1:{broker.port}/metrics", timeout=10)
-    assert raised.value.code == 400
-    body = raised.value.read().decode()
-    assert body.strip() == WRONG_PROTOCOL_HINTS["http"] and "metrics.listener" in body
+    closes_before = broker.sample("triolog_server_connections_closed_total", limit="socket.request.max.bytes")
+    with socket.create_connection(("127.0.0.1", broker.port), timeout=10) as sock:
+        sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nAccept: */*\r\n\r\n")
+        # The refusal any oversized length prefix gets (INVALID_REQUEST, id nil), saying why.
+        length = struct.unpack(">I", _recv_exact(sock, 4))[0]
+        doc = msgpack.unpackb(_recv_exact(sock, length), raw=False)
+        assert _closed_by_broker(sock)
+    assert doc["error_code"] == ErrorCode.INVALID_REQUEST and doc["id"] is None
+    assert "socket.request.max.bytes" in doc["error_message"]
+    assert doc["error_message"].endswith(WRONG_PROTOCOL_HINTS["http"]) and "metrics.listener" in doc["error_message"]
     wait_for(lambda: _count(broker, "http") == before + 1, 10, "the http connection counted")
     assert _wrong_protocol_events(broker, "http")[-1]["hint"] == WRONG_PROTOCOL_HINTS["http"]
+    # Counted as a wrong protocol, not as an oversized frame.
+    assert broker.sample("triolog_server_connections_closed_total", limit="socket.request.max.bytes") == closes_before
+    with pytest.raises(http.client.BadStatusLine):  # what an HTTP client makes of the answer
+        urllib.request.urlopen(f"http://127.0.0.1:{broker.port}/metrics", timeout=10)
+    wait_for(lambda: _count(broker, "http") == before + 2, 10, "urllib's connection counted")
     _still_serves(broker, "after-http")
 
 
