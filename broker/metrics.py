@@ -26,6 +26,9 @@ several brokers in one process, as in tests, do not collide):
                                  counter bytes of those segments, by ``reason``
   triolog_log_dir_offline        gauge   1 when the log dir (label ``log_dir``) went offline
                                          after an I/O error, else 0
+  triolog_log_dir_free_bytes     gauge   bytes available to the broker on the log dir's file
+                                         system (``os.statvfs`` at scrape time)
+  triolog_log_dir_total_bytes    gauge   size of that file system
   ============================== ======= ====================================================
 
 * **Log cleaner**, read from the :class:`triolog.broker.storage.cleaner.LogCleaner`'s own counters
@@ -52,11 +55,21 @@ several brokers in one process, as in tests, do not collide):
 * **Server**, updated by each :class:`triolog.broker.server.connection.ClientConnection` through
   :class:`ServerMetrics` (its ``stats`` object) as requests complete. ``api`` is one of the
   protocol's API names or ``unknown`` (a frame that is not a readable request); ``error`` is
-  the name of the response's top-level :class:`triolog.protocol.errors.ErrorCode` (``NONE`` = success;
-  per-partition error codes inside a successful response are not counted here).
+  the name of a :class:`triolog.protocol.errors.ErrorCode`. A request counts under its
+  response's top-level code; when that is ``NONE`` but a topic or partition entry of the
+  response carries an error (MESSAGE_TOO_LARGE, NOT_LEADER_OR_FOLLOWER, KAFKA_STORAGE_ERROR...),
+  under the first such code, so a request fails for the error-rate alert when any part of it
+  failed. ``triolog_server_partition_errors_total`` counts every failed entry (Kafka's
+  ErrorsPerSec); neither has a ``topic`` label, so their series stay bounded.
 
   ========================================= ========= =========================================
-  triolog_server_requests_total             counter   by ``api``, ``error``
+  triolog_server_requests_total             counter   by ``api``, ``error``: one per request
+  triolog_server_partition_errors_total     counter   by ``api``, ``error``: topic and partition
+                                                      entries of responses with an error code
+  triolog_server_wrong_protocol_connections_total
+                                            counter   by ``protocol`` (kafka, http, tls):
+                                                      connections closed for speaking another
+                                                      protocol to the msgpack listener
   triolog_server_request_latency_seconds    histogram by ``api``: frame read to response written
   triolog_server_bytes_in_total             counter   by ``api``: request frames, prefix included
   triolog_server_bytes_out_total            counter   by ``api``: response frames, prefix included
@@ -88,8 +101,9 @@ serves ``/metrics`` from its own threads, so a scrape never runs on the trio eve
 from __future__ import annotations
 
 import logging
+import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from prometheus_client import (
     CollectorRegistry,
@@ -111,7 +125,7 @@ from triolog.broker.storage.segment import ROLL_REASONS
 from triolog.protocol.errors import ErrorCode
 from triolog.protocol.messages import SUPPORTED_APIS
 
-__all__ = ["API_LABELS", "BrokerMetrics", "LogCollector", "MetricsEndpoint", "ServerMetrics"]
+__all__ = ["API_LABELS", "WRONG_PROTOCOLS", "BrokerMetrics", "LogCollector", "MetricsEndpoint", "ServerMetrics"]
 
 logger = logging.getLogger(__name__)
 
@@ -124,6 +138,8 @@ CLOSE_LIMITS = ("connections.max.idle.ms", "request.receive.timeout.ms", "socket
                 "queued.max.request.bytes")
 #: The ``error`` label's values of triolog_server_accept_errors_total (the errnos accept retries).
 ACCEPT_ERRORS = ("EMFILE", "ENFILE", "ENOMEM", "ENOBUFS")
+#: The ``protocol`` label's values of triolog_server_wrong_protocol_connections_total.
+WRONG_PROTOCOLS = ("kafka", "http", "tls")
 
 #: Request latency buckets, 0.5 ms to 30 s: produce with acks=1 is sub-millisecond, acks=all
 #: waits for a group-commit fsync, a long-poll fetch waits up to its max_wait_ms.
@@ -157,9 +173,23 @@ class ServerMetrics:
     def __init__(self, registry: CollectorRegistry):
         self._requests = Counter(
             "triolog_server_requests_total",
-            "Requests answered, by API and the name of the response's top-level error code (NONE = success).",
+            "Requests answered, by API and error code: the response's top-level code, or when that is "
+            "NONE the first error of its topic or partition entries (NONE = wholly successful).",
             ("api", "error"), registry=registry,
         )
+        self._partition_errors = Counter(
+            "triolog_server_partition_errors_total",
+            "Topic and partition entries of responses that carried an error code, by API and code.",
+            ("api", "error"), registry=registry,
+        )
+        self._wrong_protocol = Counter(
+            "triolog_server_wrong_protocol_connections_total",
+            "Connections closed because the client spoke another protocol (kafka, http, tls) to the "
+            "msgpack listener.",
+            ("protocol",), registry=registry,
+        )
+        for protocol in WRONG_PROTOCOLS:
+            self._wrong_protocol.labels(protocol)
         latency = Histogram(
             "triolog_server_request_latency_seconds",
             "Time from a request frame being read to its response being written, by API.",
@@ -217,6 +247,7 @@ class ServerMetrics:
         self._bytes_in = {api: bytes_in.labels(api) for api in API_LABELS}
         self._bytes_out = {api: bytes_out.labels(api) for api in API_LABELS}
         self._request_counters: dict[tuple[str, int], Counter] = {}
+        self._partition_error_counters: dict[tuple[str, int], Counter] = {}
         for api in API_LABELS:
             self._request_counter(api, ErrorCode.NONE)
 
@@ -227,13 +258,31 @@ class ServerMetrics:
             counter = self._request_counters[key] = self._requests.labels(api, _error_label(code))
         return counter
 
+    def _partition_error_counter(self, api: str, code: int) -> Counter:
+        key = (api, int(code))
+        counter = self._partition_error_counters.get(key)
+        if counter is None:
+            counter = self._partition_error_counters[key] = self._partition_errors.labels(api, _error_label(code))
+        return counter
+
     # -- the interface ClientConnection and BrokerServer call --------------------------------
 
-    def request_done(self, api: str | None, code: int, latency_s: float | None = None) -> None:
+    def request_done(self, api: str | None, code: int, latency_s: float | None = None,
+                     entry_errors: Mapping[int, int] | None = None) -> None:
+        """One request answered with top-level ``code``; ``entry_errors`` counts its topic and
+        partition entries by error code (errors only, in the order first met in the response)."""
         label = _api_label(api)
+        if entry_errors:
+            for entry_code, count in entry_errors.items():
+                self._partition_error_counter(label, entry_code).inc(count)
+            if code == ErrorCode.NONE:
+                code = next(iter(entry_errors))
         self._request_counter(label, code).inc()
         if latency_s is not None:
             self._latency[label].observe(latency_s)
+
+    def wrong_protocol(self, protocol: str) -> None:
+        self._wrong_protocol.labels(protocol).inc()
 
     def bytes_in(self, api: str | None, n: int) -> None:
         self._bytes_in[_api_label(api)].inc(n)
@@ -298,7 +347,7 @@ class LogCollector(Collector):
     def collect(self) -> Iterable[Metric]:
         families = self._families()
         gauges = families[:len(self._GAUGES)]
-        rolls, deleted_segments, deleted_bytes, dir_offline = families[len(self._GAUGES):]
+        rolls, deleted_segments, deleted_bytes, dir_offline, dir_free, dir_total = families[len(self._GAUGES):]
         for (topic, partition), log in sorted(self.log_manager.all_logs().items()):
             row = self._read(topic, partition, log)
             if row is None:
@@ -315,6 +364,14 @@ class LogCollector(Collector):
         offline = set(self.log_manager.offline_dirs())
         for log_dir in self.log_manager.log_dirs:
             dir_offline.add_metric([str(log_dir.path)], 1 if log_dir.path in offline else 0)
+            try:
+                fs = os.statvfs(log_dir.path)
+            except OSError as exc:  # gone or unreadable (an offline disk): no space series this scrape
+                logger.debug("cannot read the free space of log dir %s: %s", log_dir.path, exc)
+                continue
+            # f_bavail: blocks an unprivileged process may use (what df shows as available).
+            dir_free.add_metric([str(log_dir.path)], fs.f_bavail * fs.f_frsize)
+            dir_total.add_metric([str(log_dir.path)], fs.f_blocks * fs.f_frsize)
         return families
 
     def _families(self) -> list[Metric]:
@@ -335,6 +392,14 @@ class LogCollector(Collector):
         families.append(GaugeMetricFamily(
             "triolog_log_dir_offline", "1 when the log directory went offline after an I/O error.",
             labels=["log_dir"],
+        ))
+        families.append(GaugeMetricFamily(
+            "triolog_log_dir_free_bytes",
+            "Bytes available to the broker on the file system of the log directory (statvfs f_bavail).",
+            labels=["log_dir"],
+        ))
+        families.append(GaugeMetricFamily(
+            "triolog_log_dir_total_bytes", "Size of the file system of the log directory.", labels=["log_dir"],
         ))
         return families
 

@@ -5,6 +5,10 @@ Sans-IO, in the shape of h11: the connection feeds whatever it read to
 until it returns :data:`NEED_DATA`. The decoder never touches a socket, so the trio server, the
 client and the tests drive the same object.
 
+:func:`kafka_request_header` and :func:`foreign_protocol_of_prefix` recognise a peer that speaks
+another protocol (Kafka's, HTTP, TLS) to a triolog listener, so the broker can say so instead of
+answering a generic bad request.
+
 Also home of the protocol exceptions shared with :mod:`triolog.protocol.messages`:
 :class:`LocalProtocolError` (we tried to send something the protocol forbids: a bug here) and
 :class:`RemoteProtocolError` (the peer sent bytes the protocol forbids), each carrying the wire
@@ -15,6 +19,7 @@ from __future__ import annotations
 
 import enum
 import struct
+from dataclasses import dataclass
 from typing import Final, Literal
 
 from .errors import ErrorCode
@@ -217,3 +222,61 @@ class FrameDecoder:
             del self._buffer[: self._start]
             self._start = 0
         return frame
+
+
+# -- peers speaking another protocol -----------------------------------------------------------
+
+_KAFKA_HEADER = struct.Struct(">hhih")  # api_key, api_version, correlation_id, client_id length
+
+
+@dataclass(frozen=True)
+class KafkaRequestHeader:
+    """The start of a Kafka request header (versions 0 to 2 all begin this way)."""
+
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+
+
+def kafka_request_header(frame: bytes | bytearray) -> KafkaRequestHeader | None:
+    """The Kafka request header ``frame`` (a frame body, prefix removed) starts with, or None.
+
+    Kafka frames its requests like triolog (an int32 size first), so a Kafka client's request
+    arrives as a whole frame; its body starts with the int16 api_key, whose first byte is 0 for
+    every API Kafka defines. A triolog request is a msgpack map, whose first byte is never 0
+    (0x80-0x8f, 0xde or 0xdf), so no valid triolog request is taken for Kafka's. The rest of the
+    header must be plausible too: a non-negative version and a client id (nullable int16-length
+    string, in every header version) that fits in the frame and is UTF-8.
+    """
+    if len(frame) < _KAFKA_HEADER.size or frame[0] != 0:
+        return None
+    api_key, api_version, correlation_id, client_id_length = _KAFKA_HEADER.unpack_from(frame)
+    if api_version < 0 or client_id_length < -1 or _KAFKA_HEADER.size + client_id_length > len(frame):
+        return None
+    client_id = None
+    if client_id_length >= 0:
+        try:
+            client_id = bytes(frame[_KAFKA_HEADER.size:_KAFKA_HEADER.size + client_id_length]).decode()
+        except UnicodeDecodeError:
+            return None
+    return KafkaRequestHeader(api_key, api_version, correlation_id, client_id)
+
+
+#: First bytes of the requests of protocols a triolog port is often mistaken for: an HTTP
+#: request line (curl, a browser, a Prometheus scrape aimed at the wrong port) and a TLS record
+#: carrying a handshake (0x16, then major version 3). Read as a triolog length prefix, each
+#: announces a frame of more than 360 MB, over the default ``socket.request.max.bytes``.
+_HTTP_METHODS = (b"GET ", b"HEAD", b"POST", b"PUT ", b"DELE", b"OPTI", b"PATC", b"CONN", b"TRAC")
+
+
+def foreign_protocol_of_prefix(length: int) -> str | None:
+    """``"http"`` or ``"tls"`` when the 4 bytes read as a frame's ``length`` are the start of an
+    HTTP request or a TLS handshake; None otherwise. Meant for a prefix refused as too large: a
+    legitimate frame may have any length."""
+    prefix = _PREFIX.pack(length) if 0 <= length <= MAX_FRAME_LENGTH else b""
+    if prefix in _HTTP_METHODS:
+        return "http"
+    if prefix[:2] == b"\x16\x03" and prefix[2:3] <= b"\x04":
+        return "tls"
+    return None

@@ -7,6 +7,8 @@ text exposition format before any value is looked at.
 from __future__ import annotations
 
 import ast
+import os
+import shutil
 import socket
 import struct
 import time
@@ -19,7 +21,7 @@ import trio
 from prometheus_client import REGISTRY, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from triolog.broker.metrics import API_LABELS, LATENCY_BUCKETS_S, BrokerMetrics
+from triolog.broker.metrics import API_LABELS, LATENCY_BUCKETS_S, WRONG_PROTOCOLS, BrokerMetrics
 from triolog.broker.server.app import BrokerServer
 from triolog.broker.storage.cleaner.log_cleaner import CleanerConfig, CleanerThread
 from triolog.broker.storage.log_manager import LogManager
@@ -275,6 +277,8 @@ def test_metrics_server_labels_come_from_bounded_sets(tmp_path, clock):
     server.bytes_in(None, 7)
     server.bytes_out("fetch", 100)
     server.connection_refused("max.connections.per.ip")
+    server.request_done("nope", ErrorCode.NONE, None, {ErrorCode.MESSAGE_TOO_LARGE: 1, 54321: 2})
+    server.wrong_protocol("kafka")
     samples = parse(metrics.render().decode())
     assert value(samples, "triolog_server_requests_total", api="unknown", error="INVALID_REQUEST") == 2
     assert value(samples, "triolog_server_requests_total", api="fetch", error="UNRECOGNIZED") == 1
@@ -284,11 +288,65 @@ def test_metrics_server_labels_come_from_bounded_sets(tmp_path, clock):
     assert value(samples, "triolog_server_bytes_in_total", api="unknown") == 7
     assert value(samples, "triolog_server_bytes_out_total", api="fetch") == 100
     assert value(samples, "triolog_server_connections_refused_total", limit="max.connections.per.ip") == 1
+    assert value(samples, "triolog_server_requests_total", api="unknown", error="MESSAGE_TOO_LARGE") == 1
+    assert value(samples, "triolog_server_partition_errors_total", api="unknown", error="UNRECOGNIZED") == 2
+    assert value(samples, "triolog_server_wrong_protocol_connections_total", protocol="kafka") == 1
     apis = {dict(labels)["api"] for name, labels in samples if name == "triolog_server_requests_total"}
     assert apis == set(API_LABELS)  # every API's series exists from the start, nothing else
+    assert {dict(labels)["protocol"] for name, labels in samples
+            if name == "triolog_server_wrong_protocol_connections_total"} == set(WRONG_PROTOCOLS)
     for name, labels in samples:
         if name.startswith("triolog_"):
-            assert set(dict(labels)) <= {"api", "error", "le", "limit", "topic", "partition", "reason", "log_dir"}, name
+            # No topic label on server series: their number does not grow with the topics.
+            allowed = {"api", "error", "le", "limit", "protocol"} if name.startswith("triolog_server_") else \
+                {"topic", "partition", "reason", "log_dir"}
+            assert set(dict(labels)) <= allowed, name
+
+
+def test_metrics_count_a_request_failed_by_any_partition_and_each_failed_entry(tmp_path, clock):
+    metrics = BrokerMetrics(_manager(tmp_path, clock), process_collectors=False)
+    server = metrics.server
+    server.request_done("produce", ErrorCode.NONE, 0.001)
+    # Top-level NONE, two partitions failed differently: the request counts under the first.
+    server.request_done("produce", ErrorCode.NONE, 0.001,
+                        {ErrorCode.KAFKA_STORAGE_ERROR: 1, ErrorCode.MESSAGE_TOO_LARGE: 2})
+    server.request_done("produce", ErrorCode.NONE, 0.001, {ErrorCode.MESSAGE_TOO_LARGE: 1})
+    # A top-level error wins over its entries' errors.
+    server.request_done("fetch", ErrorCode.INVALID_REQUEST, 0.001, {ErrorCode.OFFSET_OUT_OF_RANGE: 3})
+    samples = parse(metrics.render().decode())
+    assert value(samples, "triolog_server_requests_total", api="produce", error="NONE") == 1
+    assert value(samples, "triolog_server_requests_total", api="produce", error="KAFKA_STORAGE_ERROR") == 1
+    assert value(samples, "triolog_server_requests_total", api="produce", error="MESSAGE_TOO_LARGE") == 1
+    assert value(samples, "triolog_server_requests_total", api="fetch", error="INVALID_REQUEST") == 1
+    assert value(samples, "triolog_server_request_latency_seconds_count", api="produce") == 3
+    assert value(samples, "triolog_server_partition_errors_total", api="produce", error="KAFKA_STORAGE_ERROR") == 1
+    assert value(samples, "triolog_server_partition_errors_total", api="produce", error="MESSAGE_TOO_LARGE") == 3
+    assert value(samples, "triolog_server_partition_errors_total", api="fetch", error="OFFSET_OUT_OF_RANGE") == 3
+    assert ("triolog_server_requests_total", frozenset({("api", "fetch"), ("error", "OFFSET_OUT_OF_RANGE")})) \
+        not in samples
+
+
+def test_metrics_report_free_and_total_bytes_of_each_log_dir(tmp_path, clock):
+    manager = LogManager([tmp_path / "a", tmp_path / "b"], LogConfig(), clock=clock)
+    manager.startup()
+    metrics = BrokerMetrics(manager, process_collectors=False)
+    try:
+        samples = parse(metrics.render().decode())
+        for log_dir in manager.log_dirs:
+            fs = os.statvfs(log_dir.path)
+            total = value(samples, "triolog_log_dir_total_bytes", log_dir=str(log_dir.path))
+            free = value(samples, "triolog_log_dir_free_bytes", log_dir=str(log_dir.path))
+            assert total == fs.f_blocks * fs.f_frsize > 0
+            # Read at scrape time: other processes share the disk, so equal within 256 MiB.
+            assert abs(free - fs.f_bavail * fs.f_frsize) < 256 << 20
+            assert 0 < free <= total
+        # A log dir whose file system cannot be read loses its space series, not the scrape.
+        shutil.rmtree(tmp_path / "b")
+        samples = parse(metrics.render().decode())
+        assert ("triolog_log_dir_free_bytes", frozenset({("log_dir", str(manager.log_dirs[1].path))})) not in samples
+        assert value(samples, "triolog_log_dir_total_bytes", log_dir=str(manager.log_dirs[0].path)) > 0
+    finally:
+        manager.shutdown()
 
 
 # -- the endpoint, in process ------------------------------------------------------------------
@@ -434,7 +492,11 @@ def test_metrics_endpoint_of_the_real_broker_reports_storage_and_requests(metere
     baseline = parse(broker.scrape())
     assert value(baseline, "triolog_server_requests_total", api="produce", error="NONE") == 0
     # No partitions yet: only the per-log-dir series.
-    assert {name for name, _ in baseline if name.startswith("triolog_log_")} == {"triolog_log_dir_offline"}
+    assert {name for name, _ in baseline if name.startswith("triolog_log_")} == {
+        "triolog_log_dir_offline", "triolog_log_dir_free_bytes", "triolog_log_dir_total_bytes"}
+    fs = os.statvfs(tmp_path / "data")
+    assert value(baseline, "triolog_log_dir_total_bytes", log_dir=str((tmp_path / "data").resolve())) == \
+        fs.f_blocks * fs.f_frsize
 
     client = _MeteredClient(broker.port)
     created = client.request(m.CreateTopicsRequest(id=client.next_id(), topics=(
@@ -517,4 +579,69 @@ def test_metrics_endpoint_of_the_real_broker_reports_storage_and_requests(metere
     metrics_port = broker.metrics_port
     assert broker.stop() == 0
     assert _refuses(metrics_port)
+    client.close()
+
+
+def test_metrics_of_the_real_broker_count_per_partition_errors(metered_broker):
+    """The failures clients meet most are per-partition codes inside a top-level NONE: each makes
+    its request count as failed (the error-rate alert's numerator) and is counted per entry."""
+    broker = metered_broker
+    client = _MeteredClient(broker.port)
+    created = client.request(m.CreateTopicsRequest(id=client.next_id(), topics=(
+        m.NewTopic(name="errs", num_partitions=2, replication_factor=1, configs={"max.message.bytes": "300"}),)))
+    assert created["topics"][0]["error_code"] == 0
+    now = int(time.time() * 1000)
+    small, large = build_batch([(b"k", b"v", now, ())]), build_batch([(b"k", b"x" * 1000, now, ())])
+    corrupt = bytearray(small)
+    corrupt[-1] ^= 0xFF  # the CRC no longer matches
+
+    def produce(*partitions: tuple[int, bytes]) -> list[int]:
+        response = client.request(m.ProduceRequest(id=client.next_id(), acks=1, timeout_ms=5000, topics=(
+            m.ProduceTopic(name="errs", partitions=tuple(
+                m.ProducePartition(partition=p, records=bytes(r)) for p, r in partitions)),)))
+        assert response["error_code"] == 0
+        return [p["error_code"] for p in response["topics"][0]["partitions"]]
+
+    assert produce((0, small)) == [0]
+    assert produce((0, small), (1, large)) == [0, ErrorCode.MESSAGE_TOO_LARGE]
+    assert produce((7, small)) == [ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
+    assert produce((0, corrupt), (1, large)) == [ErrorCode.CORRUPT_MESSAGE, ErrorCode.MESSAGE_TOO_LARGE]
+    fetched = client.request(m.FetchRequest(id=client.next_id(), max_wait_ms=0, min_bytes=1, max_bytes=1 << 20,
+                                            topics=(m.FetchTopic(name="errs", partitions=(
+                                                m.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20),
+                                                m.FetchPartition(partition=1, fetch_offset=99, partition_max_bytes=1 << 20),
+                                            )),)))
+    assert [p["error_code"] for p in fetched["topics"][0]["partitions"]] == [0, ErrorCode.OFFSET_OUT_OF_RANGE]
+    listed = client.request(m.ListOffsetsRequest(id=client.next_id(), topics=(m.ListOffsetsTopic(
+        name="errs", partitions=(m.ListOffsetsPartition(partition=9, timestamp=-1),)),)))
+    assert listed["topics"][0]["partitions"][0]["error_code"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    deleted = client.request(m.DeleteRecordsRequest(id=client.next_id(), topics=(
+        m.DeleteRecordsTopic(name="errs", partitions=(m.DeleteRecordsPartition(partition=0, offset=50),)),)))
+    assert deleted["topics"][0]["partitions"][0]["error_code"] == ErrorCode.OFFSET_OUT_OF_RANGE
+    again = client.request(m.CreateTopicsRequest(id=client.next_id(), topics=(
+        m.NewTopic(name="errs", num_partitions=1, replication_factor=1),)))
+    assert again["topics"][0]["error_code"] == ErrorCode.TOPIC_ALREADY_EXISTS
+    gone = client.request(m.DeleteTopicsRequest(id=client.next_id(), topics=("no-such-topic",)))
+    assert gone["topics"][0]["error_code"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+    def counted(samples: Samples) -> None:
+        requests = {(dict(k)["api"], dict(k)["error"]): v for (name, k), v in samples.items()
+                    if name == "triolog_server_requests_total" and v}
+        assert requests == {
+            ("create_topics", "NONE"): 1, ("create_topics", "TOPIC_ALREADY_EXISTS"): 1,
+            ("produce", "NONE"): 1, ("produce", "MESSAGE_TOO_LARGE"): 1,
+            ("produce", "UNKNOWN_TOPIC_OR_PARTITION"): 1, ("produce", "CORRUPT_MESSAGE"): 1,
+            ("fetch", "OFFSET_OUT_OF_RANGE"): 1, ("list_offsets", "UNKNOWN_TOPIC_OR_PARTITION"): 1,
+            ("delete_records", "OFFSET_OUT_OF_RANGE"): 1, ("delete_topics", "UNKNOWN_TOPIC_OR_PARTITION"): 1,
+        }
+        entries = {(dict(k)["api"], dict(k)["error"]): v for (name, k), v in samples.items()
+                   if name == "triolog_server_partition_errors_total"}
+        assert entries == {
+            ("create_topics", "TOPIC_ALREADY_EXISTS"): 1, ("produce", "MESSAGE_TOO_LARGE"): 2,
+            ("produce", "UNKNOWN_TOPIC_OR_PARTITION"): 1, ("produce", "CORRUPT_MESSAGE"): 1,
+            ("fetch", "OFFSET_OUT_OF_RANGE"): 1, ("list_offsets", "UNKNOWN_TOPIC_OR_PARTITION"): 1,
+            ("delete_records", "OFFSET_OUT_OF_RANGE"): 1, ("delete_topics", "UNKNOWN_TOPIC_OR_PARTITION"): 1,
+        }
+
+    _scrape_until(broker, counted)
     client.close()

@@ -230,13 +230,15 @@ class BrokerServer:
             decode_limiter=self.decode_limiter)
         self._per_ip[host] = self._per_ip.get(host, 0) + 1
         self.metrics.server.connection_opened()
-        logger.info("connection_opened", peer=peer)
+        # Opening and closing are routine (every CLI call, every client): DEBUG, one event each.
+        logger.debug("connection_opened", peer=peer)
+        broken: str | None = None
         try:
             with trio.CancelScope() as scope:
                 self._connections[connection] = scope
                 await connection.serve(self._shutdown)
         except (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError) as exc:
-            logger.info("connection_broken", peer=peer, error=str(exc))
+            broken = str(exc)
         except Exception:
             logger.exception("connection_failed", peer=peer)
         finally:
@@ -247,7 +249,10 @@ class BrokerServer:
                 del self._per_ip[host]
             with trio.CancelScope(shield=True):
                 await stream.aclose()
-            logger.info("connection_closed", peer=peer)
+            if broken is None:
+                logger.debug("connection_closed", peer=peer)
+            else:
+                logger.debug("connection_closed", peer=peer, error=broken)
 
     # -- background work ---------------------------------------------------------------------
 

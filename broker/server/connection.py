@@ -27,6 +27,11 @@ What one client can hold is bounded:
   (:class:`triolog.broker.server.handlers.FetchResult`), each closed after its sendfile, so a client
   that does not read pins a bounded number, not one per partition it named;
 * long polls: a fetch waiting for data watches its socket and ends when the client hangs up.
+
+A client speaking another protocol to this listener (a Kafka client, curl, TLS) is recognised
+from its first bytes, logged once as such with what to do instead, counted by protocol (not as a
+bad request or an oversized frame) and disconnected. HTTP and TLS clients get the refusal any
+oversized length prefix gets, its message carrying the hint; a Kafka client gets no answer.
 """
 
 from __future__ import annotations
@@ -42,7 +47,15 @@ import trio
 
 from triolog.protocol import messages as m
 from triolog.protocol.errors import ErrorCode
-from triolog.protocol.frames import NEED_DATA, PREFIX_SIZE, FrameDecoder, FrameTooLargeError, frame_prefix
+from triolog.protocol.frames import (
+    NEED_DATA,
+    PREFIX_SIZE,
+    FrameDecoder,
+    FrameTooLargeError,
+    foreign_protocol_of_prefix,
+    frame_prefix,
+    kafka_request_header,
+)
 from triolog.protocol.request_limits import RequestLimits, count_objects
 
 from .handlers import FetchResult, RequestHandler
@@ -61,18 +74,30 @@ _HOT_APIS = frozenset({"produce", "fetch"})
 #: Requests holding at most this many msgpack objects are decoded on the event loop (tens of
 #: microseconds); larger ones in a worker thread, so a decoding bomb never stalls the others.
 INLINE_DECODE_OBJECTS = 1024
+#: What the log (and the refusal an HTTP or TLS client gets) says about a client speaking another
+#: protocol here.
+WRONG_PROTOCOL_HINTS = {
+    "kafka": "this listener speaks triolog's msgpack protocol, not Kafka's, and triolog has no Kafka-protocol "
+             "listener: connect with triolog's client (triolog.client) or the triolog CLI",
+    "http": "this listener speaks triolog's msgpack protocol, not HTTP: Prometheus metrics are served on "
+            "metrics.listener (http://127.0.0.1:9404/metrics by default)",
+    "tls": "this listener speaks triolog's msgpack protocol, not TLS: triolog serves PLAINTEXT only",
+}
 
 
 class ConnectionStats(Protocol):
     """What a connection reports (``triolog.broker.metrics.ServerMetrics``); ``api`` None = not a readable request."""
 
-    def request_done(self, api: str | None, code: int, latency_s: float | None = None) -> None: ...
+    def request_done(self, api: str | None, code: int, latency_s: float | None = None,
+                     entry_errors: dict[int, int] | None = None) -> None: ...
 
     def bytes_in(self, api: str | None, n: int) -> None: ...
 
     def bytes_out(self, api: str | None, n: int) -> None: ...
 
     def connection_closed_by_limit(self, limit: str) -> None: ...
+
+    def wrong_protocol(self, protocol: str) -> None: ...
 
 
 class _SendStalled(Exception):
@@ -160,6 +185,13 @@ class ClientConnection:
             try:
                 frame = decoder.next_frame()
             except FrameTooLargeError as exc:
+                protocol = foreign_protocol_of_prefix(exc.length)
+                if protocol is not None:
+                    # Refused as any oversized prefix is (the protocol's answer), but logged and
+                    # counted as what it is, with the hint in the answer too.
+                    self._wrong_protocol(protocol)
+                    await self._refuse_frame(f"{exc}; {WRONG_PROTOCOL_HINTS[protocol]}")
+                    return False
                 logger.warning("frame_too_large", peer=self.peer, length=exc.length,
                                limit="socket.request.max.bytes")
                 self._closed_by("socket.request.max.bytes")
@@ -199,7 +231,7 @@ class ClientConnection:
                                    timeout_s=self.receive_timeout_s, limit="request.receive.timeout.ms")
                     self._closed_by("request.receive.timeout.ms")
                 else:
-                    logger.info("connection_idle_closed", peer=self.peer, idle_s=self.idle_timeout_s)
+                    logger.debug("connection_idle_closed", peer=self.peer, idle_s=self.idle_timeout_s)
                     self._closed_by("connections.max.idle.ms")
                 return False
             if not data:
@@ -208,6 +240,13 @@ class ClientConnection:
                 deadline = trio.current_time() + self.receive_timeout_s
             self._received_bytes += len(data)
             decoder.receive_data(data)
+
+    def _wrong_protocol(self, protocol: str, **details) -> None:
+        """Log and count a client speaking ``protocol``; the caller answers (or not) and closes."""
+        logger.warning("wrong_protocol", peer=self.peer, protocol=protocol, hint=WRONG_PROTOCOL_HINTS[protocol],
+                       **details)
+        if self.stats is not None:
+            self.stats.wrong_protocol(protocol)
 
     async def _refuse_frame(self, message: str) -> None:
         """Answer a frame refused for its length (its id unread, so nil); the caller closes."""
@@ -229,9 +268,16 @@ class ClientConnection:
         start = trio.current_time()
         api: str | None = None
         code: int | None = None
+        entry_errors: dict[int, int] | None = None
         frame, self._frame = self._frame, None
         frame_bytes = len(frame) + PREFIX_SIZE
         try:
+            kafka = kafka_request_header(frame)
+            if kafka is not None:  # not counted as a request: the client speaks another protocol
+                # No answer: a Kafka client could not read ours. Closing ends its attempt at once.
+                self._wrong_protocol("kafka", kafka_api_key=kafka.api_key, kafka_api_version=kafka.api_version,
+                                     kafka_client_id=kafka.client_id)
+                return False
             request = await self._decode(frame)
             del frame
             if isinstance(request, m.RequestError):
@@ -244,7 +290,7 @@ class ClientConnection:
                 if isinstance(request, m.FetchRequest) and request.max_wait_ms > 0:
                     result = await self._handle_watching_for_hangup(request)
                     if result is None:
-                        logger.info("long_poll_abandoned", peer=self.peer, id=request.id)
+                        logger.debug("long_poll_abandoned", peer=self.peer, id=request.id)
                         return False
                     response = result.unwrap()
                 else:
@@ -261,6 +307,7 @@ class ClientConnection:
                 return True
             if isinstance(response, FetchResult):
                 code = ErrorCode.NONE
+                entry_errors = _entry_errors(response.response)
                 try:
                     await self._send_parts(api, response)
                 finally:
@@ -273,13 +320,14 @@ class ClientConnection:
                 code = ErrorCode.UNKNOWN_SERVER_ERROR  # a bug on our side; the connection closes
                 raise
             code = response.error_code
+            entry_errors = _entry_errors(response)
             await self._send_bytes(api, payload)
             return True
         finally:
             if self.stats is not None:
                 self.stats.bytes_in(api, frame_bytes)
                 if code is not None:
-                    self.stats.request_done(api, int(code), trio.current_time() - start)
+                    self.stats.request_done(api, int(code), trio.current_time() - start, entry_errors)
 
     async def _handle_watching_for_hangup(self, request: m.Request) -> outcome.Outcome | None:
         """The handler's outcome, or None if the client hung up (EOF or reset) first.
@@ -358,6 +406,24 @@ class ClientConnection:
             await self._send_all(bytes(pending))
         if self.stats is not None:
             self.stats.bytes_out(api, total + PREFIX_SIZE)
+
+
+def _entry_errors(response: m.Response | None) -> dict[int, int] | None:
+    """The error codes of ``response``'s topic and partition entries, counted, in the order first
+    met (None when there is none): every API nests its per-topic and per-partition results as
+    ``topics[].partitions[]``, each with an ``error_code``."""
+    counts: dict[int, int] | None = None
+    for topic in getattr(response, "topics", ()):
+        code = getattr(topic, "error_code", 0)
+        if code:
+            counts = counts or {}
+            counts[code] = counts.get(code, 0) + 1
+        for partition in getattr(topic, "partitions", ()):
+            code = getattr(partition, "error_code", 0)
+            if code:
+                counts = counts or {}
+                counts[code] = counts.get(code, 0) + 1
+    return counts
 
 
 def _decode_request(frame: bytes | bytearray, limits: RequestLimits) -> m.Request | m.RequestError:

@@ -129,6 +129,8 @@ class FetchResult:
     def __init__(self, parts: list, regions: list[FetchRegion], budget: DescriptorBudget):
         self.parts = parts
         self.regions = regions
+        #: The response the parts encode (its partition error codes are counted in the metrics).
+        self.response: m.FetchResponse | None = None
         self._budget = budget
         #: Regions before this one have had their descriptor (and may have been sent).
         self._next = 0
@@ -545,6 +547,7 @@ class RequestHandler:
                 topics.append(m.FetchTopicResult(name=topic.name, partitions=tuple(partitions)))
             response = m.FetchResponse(id=request.id, topics=tuple(topics))
             result.parts = m.pack_parts(response, check_schema=False)
+            result.response = response
             return result, total, errors
         except BaseException:
             result.close()

@@ -108,6 +108,8 @@ class LogManager:
         self._log_dir_of: dict[TopicPartition, LogDir] = {}
         self._lock = threading.RLock()
         self.had_clean_shutdown: dict[Path, bool] = {}
+        #: Log dirs started for the first time (no meta.properties yet): no shutdown to speak of.
+        self.new_log_dirs: set[Path] = set()
         #: One queue of ``.deleted`` segment files for all logs; the server runs it.
         self.segment_deleter = SegmentDeleter(clock)
         #: Kafka's LogManager owns the log cleaner: None without a config or with log.cleaner.enable=false.
@@ -126,7 +128,8 @@ class LogManager:
     def startup(self) -> None:
         for log_dir in self.log_dirs:
             log_dir.open()
-            self._ensure_meta_properties(log_dir)
+            if self._ensure_meta_properties(log_dir):
+                self.new_log_dirs.add(log_dir.path)
             clean = log_dir.clean_shutdown_file.exists()
             # KAFKA-10471: delete the marker before loading, so a crash while loading is unclean.
             log_dir.clean_shutdown_file.delete()
@@ -156,8 +159,15 @@ class LogManager:
                 log.on_offline = self._on_log_offline
                 self._logs[tp] = log
                 self._log_dir_of[tp] = log_dir
-            logger.info("loaded %d logs from %s (clean shutdown: %s)",
-                        sum(1 for d in self._log_dir_of.values() if d is log_dir), log_dir.path, clean)
+            loaded = sum(1 for d in self._log_dir_of.values() if d is log_dir)
+            if clean:
+                logger.info("loaded %d logs from %s after a clean shutdown", loaded, log_dir.path)
+            elif log_dir.path in self.new_log_dirs and not loaded:
+                # A first start has no marker either: it is not an unclean shutdown.
+                logger.info("log directory %s is new: first start, nothing to recover", log_dir.path)
+            else:
+                logger.warning("loaded %d logs from %s after an unclean shutdown (no %s): recovered them "
+                               "from their recovery points", loaded, log_dir.path, log_dir.clean_shutdown_file.path.name)
             # Entries of partitions that are no longer on disk (a deletion interrupted between its
             # rename and its checkpoint rewrite) must be gone before a topic of that name can be
             # created again, or they would be applied to the new log after the next crash.
@@ -165,8 +175,10 @@ class LogManager:
         if self.cleaner is not None:
             self.cleaner.startup()
 
-    def _ensure_meta_properties(self, log_dir: LogDir) -> None:
+    def _ensure_meta_properties(self, log_dir: LogDir) -> bool:
+        """Read or write the dir's meta.properties; True when it had none (a new log dir)."""
         meta = MetaProperties.read(log_dir.path, self.fs)
+        created = meta is None
         if meta is None:
             cluster_id = self.cluster_id or random_kafka_uuid()
             meta = MetaProperties(cluster_id=cluster_id, node_id=self.node_id, directory_id=random_kafka_uuid())
@@ -177,6 +189,7 @@ class LogManager:
                 f"but another log directory belongs to {self.cluster_id}"
             )
         self.cluster_id = meta.cluster_id
+        return created
 
     # -- partitions --------------------------------------------------------------------------
 

@@ -169,7 +169,6 @@ class TopicManager:
                 except OSError:
                     logger.exception("could not remove the failed topic %s from %s", name, self._path)
                 raise
-            logger.info("created topic %s with %d partitions and configs %s", name, count, configs)
             return topic
 
     def delete(self, name: str) -> None:
@@ -191,7 +190,6 @@ class TopicManager:
             if failures:
                 raise StorageError(f"topic {name!r} was deleted but some partition directories could not be "
                                    f"removed: {'; '.join(failures)}")
-            logger.info("deleted topic %s", name)
 
     def alter_configs(self, name: str, set_configs: Mapping[str, str], delete_keys: list[str] | tuple[str, ...],
                       *, validate_only: bool = False) -> Topic:
@@ -215,7 +213,6 @@ class TopicManager:
                 log = self.log_manager.get_log(name, partition)
                 if log is not None:
                     log.update_config(config)
-            logger.info("altered configs of topic %s: %s", name, overrides)
             return topic
 
     def _config_with(self, overrides: Mapping[str, str]) -> LogConfig:

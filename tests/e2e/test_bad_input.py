@@ -687,7 +687,7 @@ def test_connections_over_max_connections_wait_for_a_free_slot(broker_factory):
 def test_connections_idle_connection_is_closed_after_connections_max_idle_ms(broker_factory):
     # (activity resetting the idle timer, and -1 never closing, are tested on a fake clock in
     # tests/server/test_connection_bounds.py)
-    broker = broker_factory("connections.max.idle.ms=400")
+    broker = broker_factory("connections.max.idle.ms=400", "logger.level=DEBUG")  # idle closes log at DEBUG
     idle = broker.client()
     assert _served(idle)
     assert idle.is_closed(10)

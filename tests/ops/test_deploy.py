@@ -39,9 +39,9 @@ def test_addresses_match_the_services_and_the_image_ports():
     assert metrics_port in exposed
     assert f'"broker:{metrics_port}"' in (DEPLOY / "prometheus" / "prometheus.yml").read_text()
     for port in exposed:
-        assert f'"{port}:{port}"' in COMPOSE
+        assert f'"127.0.0.1:{port}:{port}"' in COMPOSE
     datasource = (DEPLOY / "grafana" / "provisioning" / "datasources" / "prometheus.yml").read_text()
-    assert "url: http://prometheus:9090" in datasource and '"9090:9090"' in COMPOSE
+    assert "url: http://prometheus:9090" in datasource and '"127.0.0.1:9090:9090"' in COMPOSE
     for service in ("broker", "prometheus", "grafana"):
         assert re.search(rf"^  {service}:$", COMPOSE, re.M), service
     dashboards = (DEPLOY / "grafana" / "provisioning" / "dashboards" / "triolog.yml").read_text()
@@ -49,14 +49,74 @@ def test_addresses_match_the_services_and_the_image_ports():
     assert f"./grafana/dashboards:{path}:ro" in COMPOSE
 
 
-def test_dashboard_uses_the_provisioned_datasource_variable():
+def _services() -> dict[str, str]:
+    """Each compose service's block of text (the lines under ``  name:``)."""
+    services = COMPOSE.split("\nservices:\n", 1)[1].split("\nvolumes:\n", 1)[0]
+    parts = re.split(r"^  ([a-z]+):\n", services, flags=re.M)
+    return dict(zip(parts[1::2], parts[2::2]))
+
+
+def _config_lines(block: str) -> list[str]:
+    return [line for line in block.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+
+
+def test_compose_publishes_every_port_on_localhost_only():
+    services = _services()
+    assert sorted(services) == ["broker", "grafana", "prometheus"]
+    published = []
+    for name, block in services.items():
+        lines = _config_lines(block)
+        if "    ports:" in lines:
+            start = lines.index("    ports:") + 1
+            while start < len(lines) and lines[start].startswith("      - "):
+                published.append((name, lines[start].split("- ", 1)[1]))
+                start += 1
+    assert len(published) == 4, published
+    for name, mapping in published:
+        assert re.fullmatch(r'"127\.0\.0\.1:\d+:\d+"', mapping), f"{name} publishes {mapping} beyond 127.0.0.1"
+
+
+def test_compose_has_no_default_grafana_password_and_no_prometheus_lifecycle_api():
+    grafana = _config_lines(_services()["grafana"])
+    password = [line.strip() for line in grafana if "GF_SECURITY_ADMIN_PASSWORD" in line]
+    # ${VAR:?message}: compose refuses to start without it, there is no fallback value.
+    assert len(password) == 1 and re.fullmatch(
+        r"GF_SECURITY_ADMIN_PASSWORD: \$\{GRAFANA_ADMIN_PASSWORD:\?[^}]+\}", password[0]), password
+    assert not any(re.search(r"\badmin/admin\b|PASSWORD: *\"?admin\"?$", line) for line in _config_lines(COMPOSE))
+    assert not any("enable-lifecycle" in line for line in _config_lines(COMPOSE))
+
+
+def test_compose_starts_prometheus_and_grafana_once_the_broker_is_healthy():
+    services = _services()
+    broker = "\n".join(_config_lines(services["broker"]))
+    # The broker's healthcheck is the image's: the same `triolog health` command.
+    _, stages = df.stages(df.DOCKERFILE.read_text())
+    image_check = json.loads(stages[-1].last("HEALTHCHECK").args.split("CMD", 1)[1].strip())
+    compose_check = re.search(r"^    healthcheck:\n      test: (\[.*\])$", broker, re.M)
+    assert compose_check and json.loads(compose_check[1]) == ["CMD", *image_check]
+    for dependent in ("prometheus", "grafana"):
+        block = "\n".join(_config_lines(services[dependent]))
+        assert re.search(r"^    depends_on:\n      broker:\n        condition: service_healthy$", block, re.M), \
+            f"{dependent} does not wait for a healthy broker"
+
+
+def test_dashboard_uses_the_provisioned_datasource_and_instance_variables():
     dashboard = json.loads((DEPLOY / "grafana" / "dashboards" / "triolog.json").read_text())
-    names = [v["name"] for v in dashboard["templating"]["list"]]
-    assert names == ["datasource", "topic"]
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    assert list(variables) == ["datasource", "instance", "topic"]
+    assert variables["instance"]["definition"] == 'label_values(up{job="triolog"}, instance)'
+    assert 'instance=~"$instance"' in variables["topic"]["definition"]
+    selectors = 0
     for panel in dashboard["panels"]:
         if panel["type"] != "row":
             assert panel["datasource"]["uid"] == "${datasource}", panel["title"]
             assert panel["targets"], panel["title"]
+        for target in panel.get("targets", ()):
+            # Every series a panel reads is filtered by the instance variable.
+            for name, matchers in re.findall(r"\b(triolog_[a-z_]+)(\{[^}]*\})?", target["expr"]):
+                selectors += 1
+                assert matchers.startswith('{instance=~"$instance"'), (panel["title"], target["expr"])
+    assert selectors >= 30
 
 
 def test_dashboard_and_alerts_use_only_documented_metrics():
