@@ -30,7 +30,7 @@ from .accumulator import RecordFuture
 from .admin_core import AdminCore
 from .connection import (DEFAULT_BOOTSTRAP, CorrelationIds, connect_order, decode_answer, no_broker_message,
                          parse_bootstrap_servers, prepare)
-from .consumer_core import ConsumerConfig, ConsumerCore, by_partition
+from .consumer_core import ConsumerConfig, ConsumerCore, Polled
 from .errors import (ClientTimeoutError, InvalidResponseError, ProducerClosedError, RequestNotSentError,
                      ResponseLostError, TriologClientError)
 from .ops import Call, Op, T, now
@@ -395,9 +395,9 @@ class AsyncConsumer(_AsyncClient):
     async def end_offsets(self, tps) -> dict[TopicPartition, int]:
         return await self._run(self._core.offsets_op(tps, LATEST))
 
-    async def poll(self, timeout_ms: float = 0, max_records: int | None = None) -> dict[TopicPartition, list[ConsumerRecord]]:
+    async def poll(self, timeout_ms: float = 0, max_records: int | None = None) -> Polled:
         """As :meth:`triolog.client.Consumer.poll`: records by partition, {} if none came."""
-        return by_partition(await self._run(self._core.poll_op(timeout_ms, max_records)))
+        return await self._run(self._core.poll_op(timeout_ms, max_records))
 
     async def __aiter__(self) -> AsyncIterator[ConsumerRecord]:
         """Records forever, or until ``consumer_timeout_ms`` passes without one."""
@@ -407,10 +407,11 @@ class AsyncConsumer(_AsyncClient):
             wait_ms = self.config.fetch_max_wait_ms
             if idle_limit is not None:
                 wait_ms = max(0.0, min(wait_ms, idle_limit - (now() - last) * 1000))
-            records = await self._run(self._core.poll_op(wait_ms))
-            for record in records:
-                yield record
-            if records:
+            polled = await self.poll(wait_ms)
+            for records in polled.values():
+                for record in records:
+                    yield record
+            if polled:
                 last = now()
             elif idle_limit is not None and (now() - last) * 1000 >= idle_limit:
                 return

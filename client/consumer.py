@@ -6,7 +6,7 @@ import time
 from collections.abc import Iterator
 
 from .connection import DEFAULT_BOOTSTRAP, SyncConnection
-from .consumer_core import ConsumerConfig, ConsumerCore, by_partition
+from .consumer_core import ConsumerConfig, ConsumerCore, Polled
 from .ops import run_sync
 from .types import EARLIEST, LATEST, ConsumerRecord, OffsetAndTimestamp, TopicPartition
 
@@ -72,10 +72,10 @@ class Consumer:
     def end_offsets(self, tps) -> dict[TopicPartition, int]:
         return run_sync(self._core.offsets_op(tps, LATEST), self._conn)
 
-    def poll(self, timeout_ms: float = 0, max_records: int | None = None) -> dict[TopicPartition, list[ConsumerRecord]]:
+    def poll(self, timeout_ms: float = 0, max_records: int | None = None) -> Polled:
         """Up to ``max_records`` (default ``max_poll_records``) records by partition, as
         kafka-python returns them, waiting at most ``timeout_ms`` for the first; {} if none came."""
-        return by_partition(run_sync(self._core.poll_op(timeout_ms, max_records), self._conn))
+        return run_sync(self._core.poll_op(timeout_ms, max_records), self._conn)
 
     def __iter__(self) -> Iterator[ConsumerRecord]:
         """Records forever, or until ``consumer_timeout_ms`` passes without one."""
@@ -85,9 +85,10 @@ class Consumer:
             wait_ms = self.config.fetch_max_wait_ms
             if idle_limit is not None:
                 wait_ms = max(0.0, min(wait_ms, idle_limit - (time.monotonic() - last) * 1000))
-            records = run_sync(self._core.poll_op(wait_ms), self._conn)
-            if records:
-                yield from records
+            polled = self.poll(wait_ms)
+            if polled:
+                for records in polled.values():
+                    yield from records
                 last = time.monotonic()
             elif idle_limit is not None and (time.monotonic() - last) * 1000 >= idle_limit:
                 return

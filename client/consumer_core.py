@@ -44,9 +44,12 @@ from .metadata import MetadataCache
 from .ops import Call, Op, Sleep, check_response, now
 from .types import EARLIEST, LATEST, ConsumerRecord, OffsetAndTimestamp, TopicPartition
 
-__all__ = ["ConsumerConfig", "ConsumerCore", "by_partition", "list_offsets_op"]
+__all__ = ["ConsumerConfig", "ConsumerCore", "Polled", "list_offsets_op"]
 
 _RESETS = {"earliest": EARLIEST, "latest": LATEST, "none": None}
+
+#: What poll() returns, as kafka-python shapes it: records by partition, each list in offset order.
+Polled = dict[TopicPartition, list[ConsumerRecord]]
 
 
 @dataclass(frozen=True)
@@ -101,18 +104,6 @@ def list_offsets_op(queries: dict[TopicPartition, int], timeout_s: float) -> Op[
                 raise error_for(part["error_code"], part.get("error_message"), topic=topic["name"],
                                 partition=part["partition"])
             out[TopicPartition(topic["name"], part["partition"])] = OffsetAndTimestamp(part["offset"], part["timestamp"])
-    return out
-
-
-def by_partition(records: list[ConsumerRecord]) -> dict[TopicPartition, list[ConsumerRecord]]:
-    """poll()'s answer, as kafka-python shapes it: records grouped by partition, in offset order."""
-    out: dict[TopicPartition, list[ConsumerRecord]] = {}
-    for record in records:
-        tp = TopicPartition(record.topic, record.partition)
-        bucket = out.get(tp)
-        if bucket is None:
-            out[tp] = bucket = []
-        bucket.append(record)
     return out
 
 
@@ -290,9 +281,9 @@ class ConsumerCore:
         found = yield from list_offsets_op({TopicPartition(*tp): target for tp in tps}, self._timeout_s)
         return {tp: answer.offset for tp, answer in found.items()}
 
-    def poll_op(self, timeout_ms: float, max_records: int | None = None) -> Op[list[ConsumerRecord]]:
+    def poll_op(self, timeout_ms: float, max_records: int | None = None) -> Op[Polled]:
         """Up to ``max_records`` (default ``max_poll_records``) records from the assigned
-        partitions, in partition then offset order, waiting up to ``timeout_ms`` for the first ones."""
+        partitions, by partition, waiting up to ``timeout_ms`` for the first ones; {} if none."""
         if max_records is None:
             max_records = self.config.max_poll_records
         elif isinstance(max_records, bool) or not isinstance(max_records, int) or max_records < 1:
@@ -313,10 +304,10 @@ class ConsumerCore:
                 fetchable = [tp for tp, state in self._states.items() if state.position is not None]
                 if not fetchable:
                     if not remaining_ms:
-                        return []
+                        return {}
                     if not self._unresolved:
                         yield Sleep(remaining_ms / 1000)
-                        return []
+                        return {}
                     # a subscribed topic is missing: look again when the backoff allows
                     yield Sleep(min(remaining_ms / 1000, max(0.0, self._next_lookup - now())))
                     continue
@@ -328,7 +319,7 @@ class ConsumerCore:
                     raise
                 yield Sleep(backoff_s)
                 continue
-            records = self._drain(self.config.max_poll_records)
+            records = self._drain(max_records)
             if records or now() >= deadline:
                 return records
 
@@ -387,23 +378,31 @@ class ConsumerCore:
             if not state.buffer:
                 state.position = next_offset
 
-    def _drain(self, limit: int) -> list[ConsumerRecord]:
-        out: list[ConsumerRecord] = []
+    def _drain(self, limit: int) -> Polled:
+        out: Polled = {}
+        count = 0
         deserialize = self._deserialize
-        for state in self._states.values():
+        for tp, state in self._states.items():
             buffer = state.buffer
-            while buffer and len(out) < limit:
-                record = buffer.popleft()
-                if deserialize is not None:
-                    try:
-                        record = deserialize(record)
-                    except RecordDeserializationError:
-                        buffer.appendleft(record)  # stays next: the position does not pass it
-                        if out:
-                            return out  # hand out what came before it; the next poll raises
-                        raise
-                out.append(record)
-                state.position = record.offset + 1
+            if buffer and count < limit:
+                records = out[tp] = []
+                while buffer and count < limit:
+                    record = buffer.popleft()
+                    if deserialize is not None:
+                        try:
+                            record = deserialize(record)
+                        except RecordDeserializationError:
+                            buffer.appendleft(record)  # stays next: the position does not pass it
+                            if records:
+                                state.position = records[-1].offset + 1
+                            else:
+                                del out[tp]
+                            if out:
+                                return out  # hand out what came before it; the next poll raises
+                            raise
+                    records.append(record)
+                    count += 1
+                state.position = records[-1].offset + 1
             if not buffer and state.next_fetch_offset is not None and state.position is not None:
                 state.position = max(state.position, state.next_fetch_offset)
                 state.next_fetch_offset = None
