@@ -12,8 +12,8 @@ raises NoOffsetForPartitionError / :class:`triolog.client.errors.OffsetOutOfRang
 Auto-creation follows Kafka: the consumer's metadata requests do not ask the broker to create
 a missing topic unless ``allow_auto_create_topics`` is set (then the broker's
 ``auto.create.topics.enable`` decides). A subscribed topic that does not exist yet is looked up
-again every ``retry_backoff_ms`` while polls wait, and its partitions are consumed once it
-appears; until then poll returns nothing. An *assigned* partition that does not exist is an
+again while polls wait (after ``retry_backoff_ms``, doubling up to 1 s), and its partitions are
+consumed once it appears; until then poll returns nothing. An *assigned* partition that does not exist is an
 error (UnknownTopicOrPartitionError from poll): the caller named it exactly.
 
 Deserializers (``key_deserializer``/``value_deserializer``, called with the bytes of every
@@ -162,7 +162,7 @@ class ConsumerCore:
         #: Topics still to look up in metadata: subscribed ones not seen yet, or (only with
         #: allow_auto_create_topics) assigned ones, so that the lookup creates them.
         self._unresolved: list[str] = []
-        self._next_lookup = 0.0
+        self._next_lookup, self._lookups_missed = 0.0, 0
         self._timeout_s = config.request_timeout_ms / 1000
 
     # -- assignment and seeks (local, no I/O) --------------------------------------------------
@@ -173,14 +173,14 @@ class ConsumerCore:
         self._subscription = ()
         self._states = {tp: self._states.get(tp, _PartitionState()) for tp in tps}
         self._unresolved = list(dict.fromkeys(tp.topic for tp in tps)) if self.config.allow_auto_create_topics else []
-        self._next_lookup = 0.0
+        self._next_lookup, self._lookups_missed = 0.0, 0
 
     def subscribe(self, topics) -> None:
         """Consume every partition of ``topics`` (resolved from metadata at the next poll)."""
         self._subscription = (topics,) if isinstance(topics, str) else tuple(topics)
         self._states = {}
         self._unresolved = list(dict.fromkeys(self._subscription))
-        self._next_lookup = 0.0
+        self._next_lookup, self._lookups_missed = 0.0, 0
 
     def assignment(self) -> set[TopicPartition]:
         return set(self._states)
@@ -221,13 +221,16 @@ class ConsumerCore:
     # -- operations ----------------------------------------------------------------------------
 
     def _ensure_assignment_op(self) -> Op[None]:
-        """Look up the unresolved topics (at most every retry_backoff_ms); a subscribed topic
+        """Look up the unresolved topics (backing off while they stay missing); a subscribed topic
         found gets all its partitions assigned, one still missing stays unresolved."""
         if not self._unresolved or now() < self._next_lookup:
             return
         topics = self._unresolved
         entries = yield from self.metadata.fetch_op(topics)
-        self._next_lookup = now() + self.config.retry_backoff_ms / 1000
+        # retry_backoff_ms, doubling while topics stay missing, up to 1 s (Kafka's retry.backoff.max.ms)
+        backoff_ms = min(self.config.retry_backoff_ms * 2 ** min(self._lookups_missed, 16), 1000)
+        self._next_lookup = now() + max(backoff_ms, self.config.retry_backoff_ms) / 1000
+        self._lookups_missed += 1
         if not self._subscription:  # assigned topics: one lookup (it asked to create them) is all
             self._unresolved = []
             return
