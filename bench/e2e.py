@@ -150,7 +150,7 @@ def consume_with_client(port: int, topic: str, end_offset: int, out) -> None:
         consumer.seek(tp, 0)
         count, start = 0, time.perf_counter()
         while count < end_offset:
-            count += len(consumer.poll(1000))
+            count += sum(map(len, consumer.poll(1000).values()))
         out.put((time.perf_counter() - start, count))
 
 

@@ -51,7 +51,7 @@ def client_alone(bootstrap: str, topic: str, records: int) -> float:
     with Consumer(bootstrap, auto_offset_reset="earliest", max_poll_records=10_000) as consumer:
         consumer.assign([(topic, p) for p in range(PARTITIONS)])
         while seen < records:
-            seen += len(consumer.poll(1000))
+            seen += sum(map(len, consumer.poll(1000).values()))
     return seen / (time.perf_counter() - start)
 
 

@@ -8,9 +8,9 @@ Quick start::
         admin.create_topics([NewTopic("orders", num_partitions=3, configs={"retention.ms": "60000"})])
     with Producer("127.0.0.1:9092", linger_ms=5, compression="zstd") as producer:
         metadata = producer.send("orders", b"hello", key=b"user-1").get(timeout=10)
-    with Consumer("127.0.0.1:9092", auto_offset_reset="earliest") as consumer:
+    with Consumer("127.0.0.1:9092", auto_offset_reset="earliest", consumer_timeout_ms=1000) as consumer:
         consumer.subscribe("orders")
-        for record in consumer.poll(timeout_ms=1000):
+        for record in consumer:  # or: for tp, records in consumer.poll(timeout_ms=1000).items()
             print(record.offset, record.key, record.value)
 
 Layering: this package speaks the wire protocol through :mod:`protocol` only. All logic lives in

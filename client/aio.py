@@ -28,8 +28,9 @@ from triolog.protocol.frames import NEED_DATA, FrameDecoder, ProtocolError
 
 from .accumulator import RecordFuture
 from .admin_core import AdminCore
-from .connection import DEFAULT_BOOTSTRAP, CorrelationIds, decode_answer, parse_bootstrap, prepare
-from .consumer_core import ConsumerConfig, ConsumerCore
+from .connection import (DEFAULT_BOOTSTRAP, CorrelationIds, connect_order, decode_answer, no_broker_message,
+                         parse_bootstrap_servers, prepare)
+from .consumer_core import ConsumerConfig, ConsumerCore, Polled
 from .errors import (ClientTimeoutError, InvalidResponseError, ProducerClosedError, RequestNotSentError,
                      ResponseLostError, TriologClientError)
 from .ops import Call, Op, T, now
@@ -86,9 +87,11 @@ class _Link:
 class AsyncConnection:
     """A trio connection to one broker; concurrent calls are pipelined on it."""
 
-    def __init__(self, bootstrap: str, nursery: trio.Nursery, *, client_id: str | None = None,
+    def __init__(self, bootstrap: str | list[str], nursery: trio.Nursery, *, client_id: str | None = None,
                  connect_timeout_s: float = 10.0) -> None:
-        self.host, self.port = parse_bootstrap(bootstrap)
+        self.addresses = parse_bootstrap_servers(bootstrap)
+        self._last_good = 0
+        self.host, self.port = self.addresses[0]
         self.client_id = client_id
         self.connect_timeout_s = connect_timeout_s
         self._nursery = nursery
@@ -103,14 +106,26 @@ class AsyncConnection:
             if self._closed:
                 raise RequestNotSentError("connection closed by the client")
             if self._link is None or self._link.broken is not None:
-                try:
-                    with trio.fail_after(self.connect_timeout_s):
-                        stream = await trio.open_tcp_stream(self.host, self.port)
-                except (OSError, trio.TooSlowError) as exc:
-                    raise RequestNotSentError(f"cannot connect to {self.host}:{self.port}: {exc!r}") from None
+                stream = await self._open_stream()
                 self._link = _Link(stream)
                 self._nursery.start_soon(self._reader, self._link)
             return self._link
+
+    async def _open_stream(self) -> trio.SocketStream:
+        """A stream to the first bootstrap server that accepts (see :mod:`triolog.client.connection`)."""
+        failures = []
+        for index in connect_order(self.addresses, self._last_good):
+            host, port = self.addresses[index]
+            try:
+                with trio.fail_after(self.connect_timeout_s):
+                    stream = await trio.open_tcp_stream(host, port)
+            except (OSError, trio.TooSlowError) as exc:
+                failures.append((self.addresses[index], exc if str(exc) else "timed out"))
+                continue
+            self._last_good = index
+            self.host, self.port = host, port
+            return stream
+        raise RequestNotSentError(no_broker_message(failures))
 
     async def call(self, request, timeout_s: float) -> dict | None:
         link = await self._get_link()
@@ -199,8 +214,8 @@ class _AsyncClient:
 
     _client_id = "triolog"
 
-    def __init__(self, bootstrap_servers: str) -> None:
-        parse_bootstrap(bootstrap_servers)  # fail early on a bad address
+    def __init__(self, bootstrap_servers: str | list[str]) -> None:
+        parse_bootstrap_servers(bootstrap_servers)  # fail early on a bad address
         self._bootstrap = bootstrap_servers
         self._conn: AsyncConnection | None = None
         self._cm = None
@@ -264,14 +279,16 @@ class AsyncRecordFuture(RecordFuture):
 
 
 class AsyncProducer(_AsyncClient):
-    """Keyword arguments are :class:`triolog.client.producer_core.ProducerConfig` fields. Leaving the
-    ``async with`` block normally flushes; leaving it with an exception fails unsent records."""
+    """Arguments as :class:`triolog.client.Producer`'s (bootstrap list, serializers, ProducerConfig
+    fields). Leaving the ``async with`` block normally flushes; leaving it with an exception
+    fails unsent records."""
 
-    def __init__(self, bootstrap_servers: str = DEFAULT_BOOTSTRAP, **config) -> None:
+    def __init__(self, bootstrap_servers: str | list[str] = DEFAULT_BOOTSTRAP, *, key_serializer=None,
+                 value_serializer=None, **config) -> None:
         super().__init__(bootstrap_servers)
         self.config = ProducerConfig(**config)
         self._client_id = self.config.client_id
-        self._core = ProducerCore(self.config)
+        self._core = ProducerCore(self.config, key_serializer=key_serializer, value_serializer=value_serializer)
         self._wakeup = trio.Event()
         self._space = trio.Event()
         self._closed = False
@@ -334,13 +351,16 @@ class AsyncProducer(_AsyncClient):
 
 
 class AsyncConsumer(_AsyncClient):
-    """Keyword arguments are :class:`triolog.client.consumer_core.ConsumerConfig` fields."""
+    """Arguments as :class:`triolog.client.Consumer`'s (bootstrap list, deserializers,
+    ConsumerConfig fields)."""
 
-    def __init__(self, bootstrap_servers: str = DEFAULT_BOOTSTRAP, **config) -> None:
+    def __init__(self, bootstrap_servers: str | list[str] = DEFAULT_BOOTSTRAP, *, key_deserializer=None,
+                 value_deserializer=None, **config) -> None:
         super().__init__(bootstrap_servers)
         self.config = ConsumerConfig(**config)
         self._client_id = self.config.client_id
-        self._core = ConsumerCore(self.config)
+        self._core = ConsumerCore(self.config, key_deserializer=key_deserializer,
+                                  value_deserializer=value_deserializer)
 
     def assign(self, partitions) -> None:
         self._core.assign(partitions)
@@ -375,8 +395,9 @@ class AsyncConsumer(_AsyncClient):
     async def end_offsets(self, tps) -> dict[TopicPartition, int]:
         return await self._run(self._core.offsets_op(tps, LATEST))
 
-    async def poll(self, timeout_ms: float = 0) -> list[ConsumerRecord]:
-        return await self._run(self._core.poll_op(timeout_ms))
+    async def poll(self, timeout_ms: float = 0, max_records: int | None = None) -> Polled:
+        """As :meth:`triolog.client.Consumer.poll`: records by partition, {} if none came."""
+        return await self._run(self._core.poll_op(timeout_ms, max_records))
 
     async def __aiter__(self) -> AsyncIterator[ConsumerRecord]:
         """Records forever, or until ``consumer_timeout_ms`` passes without one."""
@@ -386,10 +407,11 @@ class AsyncConsumer(_AsyncClient):
             wait_ms = self.config.fetch_max_wait_ms
             if idle_limit is not None:
                 wait_ms = max(0.0, min(wait_ms, idle_limit - (now() - last) * 1000))
-            records = await self.poll(wait_ms)
-            for record in records:
-                yield record
-            if records:
+            polled = await self.poll(wait_ms)
+            for records in polled.values():
+                for record in records:
+                    yield record
+            if polled:
                 last = now()
             elif idle_limit is not None and (now() - last) * 1000 >= idle_limit:
                 return

@@ -4,6 +4,9 @@ Requests are numbered here (correlation ids) and every response is checked again
 the request it answers: the broker answers one connection's requests in order, so the oldest
 outstanding request is the one being answered, and a different id means the stream is broken.
 
+With several bootstrap servers, a connection is opened to the first that accepts one, tried in
+order (the one that answered last, first); when none does, the error names every address tried.
+
 Failures are reported in the two kinds the producer's retry rule needs:
 :class:`RequestNotSentError` (the frame never left whole, so the broker cannot have acted on it)
 and :class:`ResponseLostError` (it left; its fate is unknown). Either way the socket is closed
@@ -20,7 +23,7 @@ import threading
 from triolog.protocol import messages as m
 from triolog.protocol.frames import NEED_DATA, FrameDecoder, ProtocolError, encode_frame
 
-from .address import DEFAULT_BOOTSTRAP, parse_bootstrap
+from .address import DEFAULT_BOOTSTRAP, format_address, parse_bootstrap, parse_bootstrap_servers
 from .errors import InvalidResponseError, RequestNotSentError, ResponseLostError
 
 __all__ = ["DEFAULT_BOOTSTRAP", "SyncConnection", "parse_bootstrap"]
@@ -57,12 +60,27 @@ def decode_answer(frame: bytes, request: m.Request) -> dict:
     return doc
 
 
+def connect_order(addresses: list[tuple[str, int]], last_good: int) -> list[int]:
+    """Indexes of ``addresses`` to try: the one that answered last, then the others in order."""
+    return [last_good, *(i for i in range(len(addresses)) if i != last_good)]
+
+
+def no_broker_message(failures: list[tuple[tuple[str, int], object]]) -> str:
+    if len(failures) == 1:
+        address, reason = failures[0]
+        return f"cannot connect to {format_address(address)}: {reason}"
+    tried = "; ".join(f"{format_address(address)}: {reason}" for address, reason in failures)
+    return f"cannot connect to any of the {len(failures)} bootstrap servers ({tried})"
+
+
 class SyncConnection:
     """A blocking connection to one broker; thread-safe (one round trip at a time)."""
 
-    def __init__(self, bootstrap: str = DEFAULT_BOOTSTRAP, *, client_id: str | None = None,
+    def __init__(self, bootstrap: str | list[str] = DEFAULT_BOOTSTRAP, *, client_id: str | None = None,
                  connect_timeout_s: float = 10.0) -> None:
-        self.host, self.port = parse_bootstrap(bootstrap)
+        self.addresses = parse_bootstrap_servers(bootstrap)
+        self._last_good = 0
+        self.host, self.port = self.addresses[0]
         self.client_id = client_id
         self.connect_timeout_s = connect_timeout_s
         self._ids = CorrelationIds()
@@ -75,10 +93,17 @@ class SyncConnection:
         if self._closed:
             raise RequestNotSentError("connection closed by the client")
         if self._sock is None:
-            try:
-                sock = socket.create_connection((self.host, self.port), timeout=self.connect_timeout_s)
-            except OSError as exc:
-                raise RequestNotSentError(f"cannot connect to {self.host}:{self.port}: {exc}") from None
+            failures = []
+            for index in connect_order(self.addresses, self._last_good):
+                try:
+                    sock = socket.create_connection(self.addresses[index], timeout=self.connect_timeout_s)
+                    break
+                except OSError as exc:
+                    failures.append((self.addresses[index], exc))
+            else:
+                raise RequestNotSentError(no_broker_message(failures))
+            self._last_good = index
+            self.host, self.port = self.addresses[index]
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self._sock, self._decoder = sock, FrameDecoder()
         return self._sock

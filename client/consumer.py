@@ -6,7 +6,7 @@ import time
 from collections.abc import Iterator
 
 from .connection import DEFAULT_BOOTSTRAP, SyncConnection
-from .consumer_core import ConsumerConfig, ConsumerCore
+from .consumer_core import ConsumerConfig, ConsumerCore, Polled
 from .ops import run_sync
 from .types import EARLIEST, LATEST, ConsumerRecord, OffsetAndTimestamp, TopicPartition
 
@@ -16,14 +16,19 @@ __all__ = ["Consumer"]
 class Consumer:
     """``Consumer("host:port", auto_offset_reset="earliest")``, then assign() or subscribe().
 
-    Keyword arguments are :class:`triolog.client.consumer_core.ConsumerConfig` fields. Not thread-safe
-    (like Kafka's consumer): use it from one thread.
+    ``bootstrap_servers``: ``"host:port"``, ``"h1:9092,h2:9092"`` or a list of them, tried in
+    order until one answers. ``key_deserializer``/``value_deserializer``: functions turning each
+    non-null key/value's bytes into what the records carry (kafka-python's options). Other
+    keyword arguments are :class:`triolog.client.consumer_core.ConsumerConfig` fields. Not
+    thread-safe (like Kafka's consumer): use it from one thread.
     """
 
-    def __init__(self, bootstrap_servers: str = DEFAULT_BOOTSTRAP, **config) -> None:
+    def __init__(self, bootstrap_servers: str | list[str] = DEFAULT_BOOTSTRAP, *, key_deserializer=None,
+                 value_deserializer=None, **config) -> None:
         self.config = ConsumerConfig(**config)
+        self._core = ConsumerCore(self.config, key_deserializer=key_deserializer,
+                                  value_deserializer=value_deserializer)
         self._conn = SyncConnection(bootstrap_servers, client_id=self.config.client_id)
-        self._core = ConsumerCore(self.config)
 
     def __enter__(self) -> Consumer:
         return self
@@ -67,9 +72,10 @@ class Consumer:
     def end_offsets(self, tps) -> dict[TopicPartition, int]:
         return run_sync(self._core.offsets_op(tps, LATEST), self._conn)
 
-    def poll(self, timeout_ms: float = 0) -> list[ConsumerRecord]:
-        """Up to ``max_poll_records`` records, waiting at most ``timeout_ms`` for the first."""
-        return run_sync(self._core.poll_op(timeout_ms), self._conn)
+    def poll(self, timeout_ms: float = 0, max_records: int | None = None) -> Polled:
+        """Up to ``max_records`` (default ``max_poll_records``) records by partition, as
+        kafka-python returns them, waiting at most ``timeout_ms`` for the first; {} if none came."""
+        return run_sync(self._core.poll_op(timeout_ms, max_records), self._conn)
 
     def __iter__(self) -> Iterator[ConsumerRecord]:
         """Records forever, or until ``consumer_timeout_ms`` passes without one."""
@@ -79,9 +85,10 @@ class Consumer:
             wait_ms = self.config.fetch_max_wait_ms
             if idle_limit is not None:
                 wait_ms = max(0.0, min(wait_ms, idle_limit - (time.monotonic() - last) * 1000))
-            records = self.poll(wait_ms)
-            if records:
-                yield from records
+            polled = self.poll(wait_ms)
+            if polled:
+                for records in polled.values():
+                    yield from records
                 last = time.monotonic()
             elif idle_limit is not None and (time.monotonic() - last) * 1000 >= idle_limit:
                 return

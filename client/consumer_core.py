@@ -9,6 +9,18 @@ for a partition with no position and when a fetch answers OFFSET_OUT_OF_RANGE (t
 below the log start after retention/delete_records, or was seeked past the end); ``"none"``
 raises NoOffsetForPartitionError / :class:`triolog.client.errors.OffsetOutOfRangeError` instead.
 
+Auto-creation follows Kafka: the consumer's metadata requests do not ask the broker to create
+a missing topic unless ``allow_auto_create_topics`` is set (then the broker's
+``auto.create.topics.enable`` decides). A subscribed topic that does not exist yet is looked up
+again while polls wait (after ``retry_backoff_ms``, doubling up to 1 s), and its partitions are
+consumed once it appears; until then poll returns nothing. An *assigned* partition that does not exist is an
+error (UnknownTopicOrPartitionError from poll): the caller named it exactly.
+
+Deserializers (``key_deserializer``/``value_deserializer``, called with the bytes of every
+non-null key or value) run when a record is handed out, so a record that fails to deserialize
+stays the next one: every poll raises :class:`triolog.client.errors.RecordDeserializationError`
+for it until the caller seeks past it (Kafka's behaviour).
+
 Fetches are long polls (``fetch_max_wait_ms``, cut to what is left of poll's timeout). The broker
 returns whole batches, possibly starting before the position; records below it are skipped, and
 the position then moves to the end of the last batch (so compaction gaps are stepped over).
@@ -17,21 +29,27 @@ the position then moves to the end of the last batch (so compaction gaps are ste
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from triolog.protocol import messages as m
 from triolog.protocol.errors import ErrorCode
 from triolog.protocol.record_batch import TimestampType
 from triolog.protocol.records import iter_batches
 
-from .errors import BrokerConnectionError, CorruptMessageError, NoOffsetForPartitionError, TriologClientError, error_for
+from .errors import (BrokerConnectionError, CorruptMessageError, NoOffsetForPartitionError, RecordDeserializationError,
+                     TriologClientError, error_for)
 from .metadata import MetadataCache
 from .ops import Call, Op, Sleep, check_response, now
 from .types import EARLIEST, LATEST, ConsumerRecord, OffsetAndTimestamp, TopicPartition
 
-__all__ = ["ConsumerConfig", "ConsumerCore", "list_offsets_op"]
+__all__ = ["ConsumerConfig", "ConsumerCore", "Polled", "list_offsets_op"]
 
 _RESETS = {"earliest": EARLIEST, "latest": LATEST, "none": None}
+
+#: What poll() returns, as kafka-python shapes it: records by partition, each list in offset order.
+Polled = dict[TopicPartition, list[ConsumerRecord]]
 
 
 @dataclass(frozen=True)
@@ -50,10 +68,15 @@ class ConsumerConfig:
     #: Iteration stops after this long without a record (None: iterate forever), as kafka-python's.
     consumer_timeout_ms: float | None = None
     client_id: str = "triolog-consumer"
+    #: Let metadata requests for subscribed or assigned topics create missing ones (when the
+    #: broker's auto.create.topics.enable is on too). Off by default; Kafka's default is on.
+    allow_auto_create_topics: bool = False
 
     def __post_init__(self) -> None:
         if self.auto_offset_reset not in _RESETS:
             raise ValueError(f"auto_offset_reset must be earliest, latest or none, got {self.auto_offset_reset!r}")
+        if self.max_poll_records < 1:
+            raise ValueError(f"max_poll_records must be >= 1, got {self.max_poll_records}")
 
 
 @dataclass
@@ -84,14 +107,62 @@ def list_offsets_op(queries: dict[TopicPartition, int], timeout_s: float) -> Op[
     return out
 
 
+Deserializer = Callable[[bytes], Any]
+
+
+def _as_function(name: str, given) -> Callable[[str, tuple, bytes], Any] | None:
+    """``given`` as f(topic, headers, data): a plain function of the bytes (kafka-python 2's form),
+    or an object with ``deserialize(topic, headers, data)`` (kafka-python 3's Deserializer)."""
+    if given is None:
+        return None
+    if callable(getattr(given, "deserialize", None)):
+        return given.deserialize
+    if not callable(given):
+        raise TypeError(f"{name} must be a function of the bytes or have deserialize(topic, headers, data), "
+                        f"got {given!r}")
+    return lambda topic, headers, data: given(data)
+
+
+def _deserializing(key_deserializer: Deserializer | None,
+                   value_deserializer: Deserializer | None) -> Callable[[ConsumerRecord], ConsumerRecord] | None:
+    """One function applying both deserializers to a record (None stays None), or None if unset."""
+    if key_deserializer is None and value_deserializer is None:
+        return None
+    kd = _as_function("key_deserializer", key_deserializer)
+    vd = _as_function("value_deserializer", value_deserializer)
+
+    def deserialize(record: ConsumerRecord) -> ConsumerRecord:
+        key, value = record.key, record.value
+        try:
+            if key is not None and kd is not None:
+                key = kd(record.topic, record.headers, key)
+            if value is not None and vd is not None:
+                value = vd(record.topic, record.headers, value)
+            return record._replace(key=key, value=value)
+        except Exception as exc:
+            raise RecordDeserializationError(
+                f"record at offset {record.offset} does not deserialize: {type(exc).__name__}: {exc}; "
+                f"seek past it to go on", topic=record.topic, partition=record.partition,
+                offset=record.offset) from exc
+
+    return deserialize
+
+
 class ConsumerCore:
-    def __init__(self, config: ConsumerConfig) -> None:
+    def __init__(self, config: ConsumerConfig, *, key_deserializer: Deserializer | None = None,
+                 value_deserializer: Deserializer | None = None) -> None:
         self.config = config
         self.metadata = MetadataCache(max_age_s=config.metadata_max_age_ms / 1000,
                                       request_timeout_s=config.request_timeout_ms / 1000,
-                                      retry_backoff_s=config.retry_backoff_ms / 1000)
+                                      retry_backoff_s=config.retry_backoff_ms / 1000,
+                                      allow_auto_create=config.allow_auto_create_topics)
+        self._deserialize = _deserializing(key_deserializer, value_deserializer)
         self._states: dict[TopicPartition, _PartitionState] = {}
         self._subscription: tuple[str, ...] = ()
+        #: Topics still to look up in metadata: subscribed ones not seen yet, or (only with
+        #: allow_auto_create_topics) assigned ones, so that the lookup creates them.
+        self._unresolved: list[str] = []
+        self._next_lookup, self._lookups_missed = 0.0, 0
         self._timeout_s = config.request_timeout_ms / 1000
 
     # -- assignment and seeks (local, no I/O) --------------------------------------------------
@@ -101,11 +172,15 @@ class ConsumerCore:
         tps = [TopicPartition(*tp) for tp in partitions]
         self._subscription = ()
         self._states = {tp: self._states.get(tp, _PartitionState()) for tp in tps}
+        self._unresolved = list(dict.fromkeys(tp.topic for tp in tps)) if self.config.allow_auto_create_topics else []
+        self._next_lookup, self._lookups_missed = 0.0, 0
 
     def subscribe(self, topics) -> None:
         """Consume every partition of ``topics`` (resolved from metadata at the next poll)."""
         self._subscription = (topics,) if isinstance(topics, str) else tuple(topics)
         self._states = {}
+        self._unresolved = list(dict.fromkeys(self._subscription))
+        self._next_lookup, self._lookups_missed = 0.0, 0
 
     def assignment(self) -> set[TopicPartition]:
         return set(self._states)
@@ -146,13 +221,30 @@ class ConsumerCore:
     # -- operations ----------------------------------------------------------------------------
 
     def _ensure_assignment_op(self) -> Op[None]:
-        if self._subscription and not self._states:
-            states = {}
-            for topic in self._subscription:
-                description = yield from self.metadata.topic_op(topic, self._timeout_s)
-                for info in description.partitions:
-                    states[TopicPartition(topic, info.partition)] = _PartitionState()
-            self._states = states
+        """Look up the unresolved topics (backing off while they stay missing); a subscribed topic
+        found gets all its partitions assigned, one still missing stays unresolved."""
+        if not self._unresolved or now() < self._next_lookup:
+            return
+        topics = self._unresolved
+        entries = yield from self.metadata.fetch_op(topics)
+        # retry_backoff_ms, doubling while topics stay missing, up to 1 s (Kafka's retry.backoff.max.ms)
+        backoff_ms = min(self.config.retry_backoff_ms * 2 ** min(self._lookups_missed, 16), 1000)
+        self._next_lookup = now() + max(backoff_ms, self.config.retry_backoff_ms) / 1000
+        self._lookups_missed += 1
+        if not self._subscription:  # assigned topics: one lookup (it asked to create them) is all
+            self._unresolved = []
+            return
+        still = []
+        for topic in topics:
+            entry = entries.get(topic)
+            if entry is None or entry["error_code"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                still.append(topic)
+            elif entry["error_code"]:
+                raise error_for(entry["error_code"], entry.get("error_message"), topic=topic)
+            else:
+                for part in sorted(entry["partitions"], key=lambda p: p["partition"]):
+                    self._states.setdefault(TopicPartition(topic, part["partition"]), _PartitionState())
+        self._unresolved = still
 
     def _resolve_positions_op(self) -> Op[None]:
         queries: dict[TopicPartition, int] = {}
@@ -192,26 +284,36 @@ class ConsumerCore:
         found = yield from list_offsets_op({TopicPartition(*tp): target for tp in tps}, self._timeout_s)
         return {tp: answer.offset for tp, answer in found.items()}
 
-    def poll_op(self, timeout_ms: float) -> Op[list[ConsumerRecord]]:
-        """Records from the assigned partitions, waiting up to ``timeout_ms`` for the first ones."""
+    def poll_op(self, timeout_ms: float, max_records: int | None = None) -> Op[Polled]:
+        """Up to ``max_records`` (default ``max_poll_records``) records from the assigned
+        partitions, by partition, waiting up to ``timeout_ms`` for the first ones; {} if none."""
+        if max_records is None:
+            max_records = self.config.max_poll_records
+        elif isinstance(max_records, bool) or not isinstance(max_records, int) or max_records < 1:
+            raise ValueError(f"max_records must be an int >= 1, got {max_records!r}")
         deadline = now() + max(0.0, timeout_ms) / 1000
         backoff_s = self.config.retry_backoff_ms / 1000
         while True:
-            records = self._drain(self.config.max_poll_records)
+            records = self._drain(max_records)
             if records:
                 return records
             try:
                 yield from self._ensure_assignment_op()
                 yield from self._resolve_positions_op()
-                records = self._drain(self.config.max_poll_records)
+                records = self._drain(max_records)
                 if records:
                     return records
                 remaining_ms = max(0, int((deadline - now()) * 1000))
                 fetchable = [tp for tp, state in self._states.items() if state.position is not None]
                 if not fetchable:
-                    if remaining_ms:
+                    if not remaining_ms:
+                        return {}
+                    if not self._unresolved:
                         yield Sleep(remaining_ms / 1000)
-                    return []
+                        return {}
+                    # a subscribed topic is missing: look again when the backoff allows
+                    yield Sleep(min(remaining_ms / 1000, max(0.0, self._next_lookup - now())))
+                    continue
                 yield from self._fetch_op(fetchable, min(self.config.fetch_max_wait_ms, remaining_ms))
             except BrokerConnectionError:
                 # Reads change nothing, so they are retried while the poll has time left; a broker
@@ -220,7 +322,7 @@ class ConsumerCore:
                     raise
                 yield Sleep(backoff_s)
                 continue
-            records = self._drain(self.config.max_poll_records)
+            records = self._drain(max_records)
             if records or now() >= deadline:
                 return records
 
@@ -279,14 +381,31 @@ class ConsumerCore:
             if not state.buffer:
                 state.position = next_offset
 
-    def _drain(self, limit: int) -> list[ConsumerRecord]:
-        out: list[ConsumerRecord] = []
-        for state in self._states.values():
+    def _drain(self, limit: int) -> Polled:
+        out: Polled = {}
+        count = 0
+        deserialize = self._deserialize
+        for tp, state in self._states.items():
             buffer = state.buffer
-            while buffer and len(out) < limit:
-                record = buffer.popleft()
-                out.append(record)
-                state.position = record.offset + 1
+            if buffer and count < limit:
+                records = out[tp] = []
+                while buffer and count < limit:
+                    record = buffer.popleft()
+                    if deserialize is not None:
+                        try:
+                            record = deserialize(record)
+                        except RecordDeserializationError:
+                            buffer.appendleft(record)  # stays next: the position does not pass it
+                            if records:
+                                state.position = records[-1].offset + 1
+                            else:
+                                del out[tp]
+                            if out:
+                                return out  # hand out what came before it; the next poll raises
+                            raise
+                    records.append(record)
+                    count += 1
+                state.position = records[-1].offset + 1
             if not buffer and state.next_fetch_offset is not None and state.position is not None:
                 state.position = max(state.position, state.next_fetch_offset)
                 state.next_fetch_offset = None

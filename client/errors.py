@@ -31,10 +31,12 @@ __all__ = [
     "OffsetOutOfRangeError",
     "PolicyViolationError",
     "ProducerClosedError",
+    "RecordDeserializationError",
     "RequestNotSentError",
     "RequestTimedOutError",
     "ResponseLostError",
     "SaslAuthenticationFailedError",
+    "SerializationError",
     "TopicAlreadyExistsError",
     "TopicAuthorizationFailedError",
     "TriologClientError",
@@ -233,3 +235,17 @@ class ProducerClosedError(TriologClientError):
 
 class NoOffsetForPartitionError(TriologClientError):
     """The consumer has no position for a partition and ``auto_offset_reset`` is ``"none"``."""
+
+
+class SerializationError(TriologClientError):
+    """A producer's ``key_serializer``/``value_serializer`` raised (the cause is chained) or
+    returned something other than bytes, str or None; nothing was queued."""
+
+
+class RecordDeserializationError(SerializationError):
+    """A consumer's ``key_deserializer``/``value_deserializer`` raised for the record at
+    ``offset`` (the cause is chained). The position stays at that record: seek past it to go on."""
+
+    def __init__(self, error_message: str | None = None, *, offset: int | None = None, **kwargs) -> None:
+        self.offset = offset
+        super().__init__(error_message, **kwargs)

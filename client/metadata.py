@@ -41,7 +41,10 @@ class MetadataCache:
     """Partition counts per topic; the ops here are shared by producer, consumer and admin."""
 
     def __init__(self, *, max_age_s: float = 300.0, request_timeout_s: float = 30.0,
-                 retry_backoff_s: float = 0.1) -> None:
+                 retry_backoff_s: float = 0.1, allow_auto_create: bool = False) -> None:
+        #: Sent as the request's allow_auto_topic_creation: the producer's cache sets it, a
+        #: consumer's only when asked (Kafka's rule); the broker must allow it too.
+        self.allow_auto_create = allow_auto_create
         self.max_age_s = max_age_s
         self.request_timeout_s = request_timeout_s
         self.retry_backoff_s = retry_backoff_s
@@ -62,10 +65,11 @@ class MetadataCache:
     def fetch_op(self, topics: list[str] | None) -> Op[dict[str, dict]]:
         """One metadata request; caches every good topic and returns topic name -> raw entry.
 
-        Names a triolog broker auto-creates (when ``auto.create.topics.enable``) may be created by
-        this request; ``topics=None`` (all topics) never creates anything.
+        Missing names are created by this request only if ``allow_auto_create`` and the broker's
+        ``auto.create.topics.enable`` are both on; ``topics=None`` (all topics) never creates anything.
         """
-        doc = yield Call(m.MetadataRequest(id=0, topics=None if topics is None else tuple(topics)),
+        doc = yield Call(m.MetadataRequest(id=0, topics=None if topics is None else tuple(topics),
+                                           allow_auto_topic_creation=self.allow_auto_create),
                          self.request_timeout_s)
         check_response(doc)
         fetched = now()
@@ -82,9 +86,9 @@ class MetadataCache:
     def topic_op(self, topic: str, max_block_s: float) -> Op[TopicDescription]:
         """The topic's description, from the cache or the broker.
 
-        A topic the broker does not know (auto-creation disabled, or not done yet) is asked for
-        again every ``retry_backoff_s`` until ``max_block_s`` has passed, as Kafka's producer
-        waits for metadata; then UnknownTopicOrPartitionError. So is a broker that cannot be
+        A topic the broker does not know (auto-creation disabled or not asked for, or not done
+        yet) is asked for again every ``retry_backoff_s`` until ``max_block_s`` has passed, as
+        Kafka's producer waits for metadata; then UnknownTopicOrPartitionError. So is a broker that cannot be
         reached (a metadata request changes nothing, so repeating it is always safe); then the
         connection error. Other errors raise at once.
         """

@@ -48,14 +48,18 @@ class FutureRecordMetadata(RecordFuture):
 class Producer:
     """``Producer("host:port", linger_ms=5, batch_size=16384, compression="zstd", acks=-1)``.
 
-    Keyword arguments are :class:`triolog.client.producer_core.ProducerConfig` fields. Use as a context
+    ``bootstrap_servers``: ``"host:port"``, ``"h1:9092,h2:9092"`` or a list of them, tried in
+    order until one answers. ``key_serializer``/``value_serializer``: functions turning each
+    non-None key/value given to :meth:`send` into bytes (kafka-python's options). Other keyword
+    arguments are :class:`triolog.client.producer_core.ProducerConfig` fields. Use as a context
     manager, or call :meth:`close`, so that buffered records are sent.
     """
 
-    def __init__(self, bootstrap_servers: str = DEFAULT_BOOTSTRAP, **config) -> None:
+    def __init__(self, bootstrap_servers: str | list[str] = DEFAULT_BOOTSTRAP, *, key_serializer=None,
+                 value_serializer=None, **config) -> None:
         self.config = ProducerConfig(**config)
+        self._core = ProducerCore(self.config, key_serializer=key_serializer, value_serializer=value_serializer)
         self._conn = SyncConnection(bootstrap_servers, client_id=self.config.client_id)
-        self._core = ProducerCore(self.config)
         self._wakeup = threading.Event()
         #: Notified whenever records complete (which also frees buffer space).
         self._space = threading.Condition()
@@ -74,7 +78,8 @@ class Producer:
              timestamp_ms: int | None = None) -> FutureRecordMetadata:
         """Queue one record; returns at once (after metadata, if the topic is new to us).
 
-        ``key``/``value``: bytes, str (UTF-8) or None. ``headers``: (str, bytes|None) pairs.
+        ``key``/``value``: bytes, str (UTF-8) or None, or what the serializers take.
+        ``headers``: (str, bytes|None) pairs.
         ``partition`` None: murmur2 of the key, or the sticky partition for a keyless record.
         """
         if self._closed:

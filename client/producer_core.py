@@ -10,8 +10,8 @@ A batch is sent again only when the broker cannot have appended it:
   before the whole request frame was written. The broker acts on whole frames only.
 * ``UNKNOWN_TOPIC_OR_PARTITION`` for the partition: the broker refused it before appending. The
   metadata is refreshed first (which also asks the broker to auto-create the topic, as Kafka's
-  producer does); if the topic exists but has no such partition the batch fails at once, since
-  waiting cannot make the partition appear.
+  producer does: produce itself never creates one); if the topic exists but has no such
+  partition the batch fails at once, since waiting cannot make the partition appear.
 
 Retries wait ``retry_backoff_ms`` and stop after ``retries`` attempts or once the batch is older
 than ``delivery_timeout_ms``; the batch then fails with the last error. A retried batch goes back
@@ -25,15 +25,16 @@ them again could store them twice. Records are never silently duplicated.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from triolog.protocol import messages as m
 from triolog.protocol.errors import ErrorCode
 from triolog.protocol.record_batch import CompressionType
 
 from .accumulator import Headers, ProducerBatch, RecordAccumulator, RecordFuture, normalize_headers, to_bytes
-from .errors import InvalidResponseError, ProducerClosedError, TriologClientError, error_for
+from .errors import InvalidResponseError, ProducerClosedError, SerializationError, TriologClientError, error_for
 from .metadata import MetadataCache
 from .ops import Call, Op, check_response, now
 from .partitioner import partition_for_key
@@ -96,12 +97,35 @@ class PreparedRecord(NamedTuple):
     size: int
 
 
+Serializer = Callable[[Any], Any]
+
+
+def _serializer(name: str, given) -> Callable[[str, list, Any], Any] | None:
+    """``given`` as f(topic, headers, data): a plain function of the data (kafka-python 2's form),
+    or an object with ``serialize(topic, headers, data)`` (kafka-python 3's Serializer)."""
+    if given is None:
+        return None
+    if callable(getattr(given, "serialize", None)):
+        return given.serialize
+    if not callable(given):
+        raise TypeError(f"{name} must be a function of the data or have serialize(topic, headers, data), got {given!r}")
+    return lambda topic, headers, data: given(data)
+
+
 class ProducerCore:
-    def __init__(self, config: ProducerConfig) -> None:
+    """``key_serializer``/``value_serializer``: called with every non-None key/value given to
+    send(), as kafka-python's; they return bytes (or str, sent as UTF-8). None is never passed
+    to them: it stays a null key or a tombstone."""
+
+    def __init__(self, config: ProducerConfig, *, key_serializer: Serializer | None = None,
+                 value_serializer: Serializer | None = None) -> None:
         self.config = config
+        self.key_serializer = _serializer("key_serializer", key_serializer)
+        self.value_serializer = _serializer("value_serializer", value_serializer)
         self.metadata = MetadataCache(max_age_s=config.metadata_max_age_ms / 1000,
                                       request_timeout_s=config.request_timeout_ms / 1000,
-                                      retry_backoff_s=config.retry_backoff_ms / 1000)
+                                      retry_backoff_s=config.retry_backoff_ms / 1000,
+                                      allow_auto_create=True)
         self.accumulator = RecordAccumulator(batch_size=config.batch_size, linger_s=config.linger_ms / 1000)
 
     # -- send() ------------------------------------------------------------------------------
@@ -115,21 +139,29 @@ class ProducerCore:
             description = self.metadata.get(topic)
             if description is None:
                 return None
+        elif self.config.acks == 0 and self.metadata.get(topic) is None:
+            return None  # no response will tell us the topic is missing: look it up (and create it) first
         return self._prepare(topic, value, key, headers, partition, timestamp_ms, description)
 
     def prepare_op(self, topic: str, value, key=None, headers=(), partition: int | None = None,
                    timestamp_ms: int | None = None) -> Op[PreparedRecord]:
         """Check and encode one record and resolve its partition (metadata only when needed)."""
         description = None
-        if partition is None:
+        if partition is None or self.config.acks == 0:
             if not isinstance(topic, str) or not topic:
                 raise TypeError(f"topic must be a non-empty str, got {topic!r}")
-            description = yield from self.metadata.topic_op(topic, self.config.max_block_ms / 1000)
+            found = yield from self.metadata.topic_op(topic, self.config.max_block_ms / 1000)
+            if partition is None:
+                description = found
         return self._prepare(topic, value, key, headers, partition, timestamp_ms, description)
 
     def _prepare(self, topic, value, key, headers, partition, timestamp_ms, description) -> PreparedRecord:
         if not isinstance(topic, str) or not topic:
             raise TypeError(f"topic must be a non-empty str, got {topic!r}")
+        if self.key_serializer is not None and key is not None:
+            key = self._serialize(self.key_serializer, topic, headers, key, "key")
+        if self.value_serializer is not None and value is not None:
+            value = self._serialize(self.value_serializer, topic, headers, value, "value")
         key, value = to_bytes(key, "key"), to_bytes(value, "value")
         headers = normalize_headers(headers)
         timestamp = int(time.time() * 1000) if timestamp_ms is None else int(timestamp_ms)
@@ -145,6 +177,18 @@ class ProducerCore:
         if headers:
             size += sum(len(k) + len(v or b"") for k, v in headers)
         return PreparedRecord(topic, partition, num_partitions, key, value, timestamp, headers, size)
+
+    @staticmethod
+    def _serialize(serializer, topic: str, headers, data, what: str):
+        try:
+            out = serializer(topic, list(headers), data)
+        except Exception as exc:
+            raise SerializationError(f"{what}_serializer failed on {type(data).__name__}: "
+                                     f"{type(exc).__name__}: {exc}", topic=topic) from exc
+        if out is not None and not isinstance(out, (bytes, str, bytearray, memoryview)):
+            raise SerializationError(f"{what}_serializer must return bytes, str or None, "
+                                     f"got {type(out).__name__}", topic=topic)
+        return out
 
     def append(self, record: PreparedRecord, future: RecordFuture) -> bool:
         """Accumulate; True when the sender should wake up."""

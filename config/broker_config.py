@@ -333,7 +333,7 @@ def _server_keys() -> Iterator[BrokerConfigKey]:
         group, attr="num_partitions", minimum=1)
     yield BrokerConfigKey(
         "auto.create.topics.enable", "boolean", True,
-        "Create a topic on its first produce or metadata request.",
+        "Create a missing topic when a metadata request names it and allows creation (producers do, consumers only with allow_auto_create_topics); produce alone never creates.",
         group, attr="auto_create_topics_enable")
     yield BrokerConfigKey(
         "socket.request.max.bytes", "int", 104857600,

@@ -234,6 +234,10 @@ class MetadataRequest(Request):
     api: ClassVar[str] = "metadata"
     #: nil = every topic; an empty list = none (brokers only).
     topics: TopicNames | None = None
+    #: Whether a named topic that does not exist may be created (only if the broker's
+    #: auto.create.topics.enable is also true): Kafka's MetadataRequest v4+ field, default true.
+    #: Producers ask for it, consumers do not (unless configured to).
+    allow_auto_topic_creation: bool = True
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -212,12 +212,18 @@ class RequestHandler:
 
     # -- topics ------------------------------------------------------------------------------
 
-    def _existing_or_auto_created(self, topic: str) -> None:
-        """UnknownTopicOrPartitionError unless ``topic`` exists or auto-creation made it (Kafka's rule)."""
+    def _existing_or_auto_created(self, topic: str, *, may_create: bool = True) -> None:
+        """UnknownTopicOrPartitionError unless ``topic`` exists or auto-creation made it.
+
+        Kafka's rule: only a metadata request naming the topic creates it, and only when the
+        request allows it (``allow_auto_topic_creation``: producers do, consumers do not) and
+        ``auto.create.topics.enable`` is on. Produce never creates (``may_create=False``): the
+        producer asks for metadata first, and a raw produce to a missing topic is refused.
+        """
         validate_topic_name(topic)
         if self.topics.get(topic) is not None:
             return
-        if not self.config.auto_create_topics_enable:
+        if not (may_create and self.config.auto_create_topics_enable):
             raise UnknownTopicOrPartitionError(f"topic {topic!r} does not exist")
         try:
             with self._create_lock:
@@ -266,7 +272,7 @@ class RequestHandler:
             for name in names:
                 try:
                     if request.topics is not None:
-                        self._existing_or_auto_created(name)
+                        self._existing_or_auto_created(name, may_create=request.allow_auto_topic_creation)
                     topic = self.topics.get(name)
                     if topic is None:
                         raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
@@ -398,7 +404,7 @@ class RequestHandler:
             for topic in request.topics:
                 rows = []
                 try:
-                    self._existing_or_auto_created(topic.name)
+                    self._existing_or_auto_created(topic.name, may_create=False)
                     topic_error = None
                 except Exception as exc:
                     topic_error = error_of(exc, topic=topic.name)

@@ -8,6 +8,7 @@ import trio
 from triolog.client import NewTopic, OffsetOutOfRangeError, TopicAlreadyExistsError, TopicPartition
 from triolog.client.aio import AsyncAdminClient, AsyncConsumer, AsyncProducer
 from triolog.client.partitioner import partition_for_key
+from tests.client.helpers import flat as _flat
 
 
 async def test_aio_producer_and_consumer_round_trip(bootstrap, topic):
@@ -67,12 +68,12 @@ async def test_aio_consumer_seeks_and_typed_errors(bootstrap, topic):
         consumer.assign([tp])
         consumer.seek_to_timestamp(3000)
         assert await consumer.position(tp) == 2
-        assert [r.value for r in await consumer.poll(2000)] == [b"2", b"3", b"4"]
+        assert [r.value for r in _flat(await consumer.poll(2000))] == [b"2", b"3", b"4"]
         consumer.seek_to_beginning()
-        assert [r.offset for r in await consumer.poll(2000)] == [0, 1, 2, 3, 4]
+        assert [r.offset for r in _flat(await consumer.poll(2000))] == [0, 1, 2, 3, 4]
         consumer.seek(tp, 42)
         with pytest.raises(OffsetOutOfRangeError):
-            await consumer.poll(500)
+            _flat(await consumer.poll(500))
     async with AsyncAdminClient(bootstrap) as admin:
         with pytest.raises(TopicAlreadyExistsError):
             await admin.create_topics([topic])
@@ -98,7 +99,7 @@ async def test_aio_long_poll_is_woken_by_a_concurrent_producer(bootstrap, topic)
             start = trio.current_time()
             nursery.start_soon(produce_later)
             with trio.fail_after(20):
-                records = await consumer.poll(10_000)
+                records = _flat(await consumer.poll(10_000))
             returned = trio.current_time()
         assert [r.value for r in records] == [b"wake"]
         # Answered when the record came (it cannot be sooner), not at the 10 s fetch.max.wait.

@@ -9,6 +9,7 @@ import pytest
 
 from triolog.client import (Consumer, NewTopic, NoOffsetForPartitionError, OffsetAndTimestamp, OffsetOutOfRangeError,
                     Producer, TopicPartition, UnknownTopicOrPartitionError)
+from tests.client.helpers import flat as _flat
 
 
 def _produce(bootstrap, topic, values, partition=0, timestamps=None, linger_ms=0):
@@ -37,20 +38,20 @@ def test_consumer_seek_to_beginning_end_and_offset(bootstrap, filled):
         consumer.assign([filled])
         consumer.seek_to_beginning()
         assert consumer.position(filled) == 0
-        assert _values(consumer.poll(2000)) == [b"v%d" % i for i in range(10)]
+        assert _values(_flat(consumer.poll(2000))) == [b"v%d" % i for i in range(10)]
         assert consumer.position(filled) == 10
         consumer.seek(filled, 7)
-        assert [(r.offset, r.value) for r in consumer.poll(2000)] == [(7, b"v7"), (8, b"v8"), (9, b"v9")]
+        assert [(r.offset, r.value) for r in _flat(consumer.poll(2000))] == [(7, b"v7"), (8, b"v8"), (9, b"v9")]
         consumer.seek_to_end(filled)
         assert consumer.position(filled) == 10
-        assert consumer.poll(0) == []
+        assert _flat(consumer.poll(0)) == []
 
 
 def test_consumer_skips_records_below_the_position_inside_a_batch(bootstrap, filled):
     with Consumer(bootstrap) as consumer:
         consumer.assign([filled])
         consumer.seek(filled, 4)  # the broker returns the whole batch starting at offset 0
-        records = consumer.poll(2000)
+        records = _flat(consumer.poll(2000))
     assert [r.offset for r in records] == [4, 5, 6, 7, 8, 9]
 
 
@@ -60,7 +61,7 @@ def test_consumer_seek_to_timestamp_and_offsets_for_times(bootstrap, filled):
         assert consumer.offsets_for_times({filled: 3500}) == {filled: OffsetAndTimestamp(3, 4000)}
         assert consumer.offsets_for_times({filled: 99_000}) == {filled: None}
         consumer.seek_to_timestamp(5000)
-        records = consumer.poll(2000)
+        records = _flat(consumer.poll(2000))
         assert [(r.offset, r.timestamp) for r in records][:2] == [(4, 5000), (5, 6000)]
         consumer.seek_to_timestamp(99_000)  # later than every record: the log end
         assert consumer.position(filled) == 10
@@ -69,9 +70,9 @@ def test_consumer_seek_to_timestamp_and_offsets_for_times(bootstrap, filled):
 def test_consumer_starts_at_the_log_end_by_default_like_kafka(bootstrap, filled):
     with Consumer(bootstrap) as consumer:
         consumer.assign([filled])
-        assert consumer.poll(200) == []
+        assert _flat(consumer.poll(200)) == []
         _produce(bootstrap, filled.topic, [b"late"])
-        assert _values(consumer.poll(2000)) == [b"late"]
+        assert _values(_flat(consumer.poll(2000))) == [b"late"]
 
 
 def test_consumer_long_poll_returns_as_soon_as_a_record_arrives(bootstrap, filled):
@@ -88,7 +89,7 @@ def test_consumer_long_poll_returns_as_soon_as_a_record_arrives(bootstrap, fille
         producer = threading.Timer(0.3, produce_later)
         start = time.monotonic()
         producer.start()
-        records = consumer.poll(10_000)
+        records = _flat(consumer.poll(10_000))
         returned = time.monotonic()
         producer.join(10)
     assert _values(records) == [b"wake"]
@@ -102,7 +103,7 @@ def test_consumer_poll_waits_its_timeout_when_nothing_comes(bootstrap, filled):
         consumer.assign([filled])
         consumer.seek_to_end()
         start = time.monotonic()
-        assert consumer.poll(400) == []
+        assert _flat(consumer.poll(400)) == []
         assert 0.35 < time.monotonic() - start < 3
 
 
@@ -111,7 +112,7 @@ def test_consumer_offset_out_of_range_raises_a_typed_error_when_reset_is_none(bo
         consumer.assign([filled])
         consumer.seek(filled, 50)
         with pytest.raises(OffsetOutOfRangeError) as info:
-            consumer.poll(1000)
+            _flat(consumer.poll(1000))
     assert (info.value.topic, info.value.partition) == (filled.topic, 0)
     assert info.value.error_message
 
@@ -120,7 +121,7 @@ def test_consumer_without_a_position_and_reset_none_raises(bootstrap, filled):
     with Consumer(bootstrap, auto_offset_reset="none") as consumer:
         consumer.assign([filled])
         with pytest.raises(NoOffsetForPartitionError):
-            consumer.poll(0)
+            _flat(consumer.poll(0))
 
 
 def test_consumer_out_of_range_position_resets_to_earliest(bootstrap, admin, filled):
@@ -128,7 +129,7 @@ def test_consumer_out_of_range_position_resets_to_earliest(bootstrap, admin, fil
         consumer.assign([filled])
         consumer.seek(filled, 2)
         admin.delete_records({filled: 6})  # the position now lies below the log start
-        records = consumer.poll(2000)
+        records = _flat(consumer.poll(2000))
     assert [r.offset for r in records] == [6, 7, 8, 9]
 
 
@@ -136,10 +137,10 @@ def test_consumer_unknown_partition_raises_a_typed_error(bootstrap, filled):
     with Consumer(bootstrap) as consumer:
         consumer.assign([(filled.topic, 9)])
         with pytest.raises(UnknownTopicOrPartitionError):
-            consumer.poll(0)  # resolving the start position (list_offsets) fails
+            _flat(consumer.poll(0))  # resolving the start position (list_offsets) fails
         consumer.seek((filled.topic, 9), 0)
         with pytest.raises(UnknownTopicOrPartitionError) as info:
-            consumer.poll(0)  # and so does the fetch
+            _flat(consumer.poll(0))  # and so does the fetch
     assert info.value.partition == 9
 
 
@@ -152,7 +153,7 @@ def test_consumer_subscribe_reads_every_partition(bootstrap, admin, topic):
         records = []
         deadline = time.monotonic() + 5
         while len(records) < 3 and time.monotonic() < deadline:
-            records += consumer.poll(500)
+            records += _flat(consumer.poll(500))
         assert consumer.assignment() == {TopicPartition(topic, p) for p in range(3)}
     assert sorted((r.partition, r.value) for r in records) == [(0, b"p0"), (1, b"p1"), (2, b"p2")]
 
@@ -160,7 +161,7 @@ def test_consumer_subscribe_reads_every_partition(bootstrap, admin, topic):
 def test_consumer_max_poll_records_limits_each_poll_and_keeps_the_position(bootstrap, filled):
     with Consumer(bootstrap, auto_offset_reset="earliest", max_poll_records=4) as consumer:
         consumer.assign([filled])
-        polls = [[r.offset for r in consumer.poll(2000)] for _ in range(3)]
+        polls = [[r.offset for r in _flat(consumer.poll(2000))] for _ in range(3)]
         assert consumer.position(filled) == 10
     assert polls == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
 
@@ -189,7 +190,7 @@ def test_consumer_poll_rides_out_a_broker_restart(broker_factory_port, topic):
     _produce(bootstrap, topic, [b"before"])
     with Consumer(bootstrap, auto_offset_reset="earliest", retry_backoff_ms=50) as consumer:
         consumer.assign([tp])
-        assert _values(consumer.poll(2000)) == [b"before"]
+        assert _values(_flat(consumer.poll(2000))) == [b"before"]
         first.kill()
 
         produced = []
@@ -200,7 +201,7 @@ def test_consumer_poll_rides_out_a_broker_restart(broker_factory_port, topic):
 
         restarter = threading.Timer(0.2, restart_and_produce)
         restarter.start()
-        records = consumer.poll(15_000)  # the fetch fails while the broker is down, then resumes
+        records = _flat(consumer.poll(15_000))  # the fetch fails while the broker is down, then resumes
         restarter.join(10)
     assert [(r.offset, r.value) for r in records] == [(1, b"after")]
     assert [md.offset for md in produced] == [1]

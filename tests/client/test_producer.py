@@ -12,6 +12,7 @@ from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 from triolog.client import (AdminClient, Consumer, InvalidTopicError, MessageTooLargeError, NewTopic, Producer, ResponseLostError,
                     TopicPartition, UnknownTopicOrPartitionError)
 from triolog.protocol.record_batch import CompressionType
+from tests.client.helpers import flat as _flat
 
 
 def _consume_all(bootstrap, topic, partitions=(0,), expected=None, timeout_s=5.0):
@@ -20,7 +21,7 @@ def _consume_all(bootstrap, topic, partitions=(0,), expected=None, timeout_s=5.0
         consumer.assign([(topic, p) for p in partitions])
         records, deadline = [], time.monotonic() + timeout_s
         while time.monotonic() < deadline and (expected is None or len(records) < expected):
-            batch = consumer.poll(200)
+            batch = _flat(consumer.poll(200))
             if not batch and expected is None:
                 break
             records += batch

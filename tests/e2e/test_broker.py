@@ -64,11 +64,12 @@ def test_broker_produce_then_fetch_returns_the_records_with_offsets(broker):
     assert _values(result, 1) == [b"b", b"c"]
 
 
-def test_broker_auto_creates_topics_on_produce(broker):
+def test_broker_auto_creates_topics_on_metadata_not_on_produce(broker):
     client = broker.client()
-    assert _produce(client, "fresh", 0, [b"x"])["error_code"] == 0
+    assert _produce(client, "fresh", 0, [b"x"])["error_code"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     meta = client.call(m.MetadataRequest(id=client.next_id(), topics=("fresh",)))
     assert [p["partition"] for p in meta["topics"][0]["partitions"]] == [0]
+    assert _produce(client, "fresh", 0, [b"x"])["error_code"] == 0
 
 
 def test_broker_long_poll_is_woken_by_an_append(tmp_path):

@@ -19,7 +19,7 @@ def _read_all(bootstrap: str, topic: str) -> list:
         consumer.seek_to_beginning(tp)
         records = []
         while consumer.position(tp) < end:
-            records.extend(consumer.poll(1000))
+            records.extend(consumer.poll(1000).get(tp, []))
         return records
 
 

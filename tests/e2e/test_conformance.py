@@ -378,6 +378,15 @@ def test_metadata_auto_creates_a_named_topic_with_num_partitions(client):
     assert [p["partition"] for p in topic["partitions"]] == list(range(DEFAULT_PARTITIONS))
 
 
+def test_metadata_that_does_not_allow_auto_creation_leaves_a_missing_topic_missing(client, server):
+    """Kafka's MetadataRequest v4+ rule: consumers send allow_auto_topic_creation=false."""
+    doc = call(client, "metadata", topics=["md-no-create"], allow_auto_topic_creation=False)
+    (topic,) = doc["topics"]
+    assert topic["error_code"] == UNKNOWN_TOPIC_OR_PARTITION and "md-no-create" in topic["error_message"]
+    assert "md-no-create" not in [t["name"] for t in call(client, "metadata", topics=None)["topics"]]
+    assert not any(p.name.startswith("md-no-create") for p in server.data_dir.iterdir())
+
+
 def test_metadata_unknown_topic_without_auto_create_is_unknown_and_not_created(strict_server):
     client = strict_server.client()
     topic = metadata_topic(client, "md-missing")
@@ -812,9 +821,13 @@ def test_produce_unknown_topic_without_auto_create_is_unknown_and_not_created(st
     assert call(client, "metadata", topics=None)["topics"] == []
 
 
-def test_produce_auto_creates_topics_with_num_partitions(client):
-    assert produce(client, "pr-auto", 1, batch(b"v"))["base_offset"] == 0
+def test_produce_never_auto_creates_a_topic_metadata_does(client):
+    """Kafka's rule: only a metadata request creates a topic; producers ask for metadata first."""
+    result = produce(client, "pr-auto", 1, batch(b"v"))
+    assert result["error_code"] == UNKNOWN_TOPIC_OR_PARTITION and "pr-auto" in result["error_message"]
+    assert "pr-auto" not in [t["name"] for t in call(client, "metadata", topics=None)["topics"]]
     assert len(metadata_topic(client, "pr-auto")["partitions"]) == DEFAULT_PARTITIONS
+    assert produce(client, "pr-auto", 1, batch(b"v"))["base_offset"] == 0
 
 
 def test_produce_unknown_partition_fails_only_that_partition(client):

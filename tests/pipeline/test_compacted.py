@@ -33,7 +33,7 @@ def _read_all(bootstrap: str, topic: str) -> dict[int, tuple[bytes, bytes]]:
         consumer.seek_to_beginning(tp)
         out = {}
         while consumer.position(tp) < end:
-            out.update((r.offset, (r.key, r.value)) for r in consumer.poll(1000))
+            out.update((r.offset, (r.key, r.value)) for r in consumer.poll(1000).get(tp, []))
         return out
 
 

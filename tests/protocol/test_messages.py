@@ -636,7 +636,7 @@ def test_decode_request_refuses_a_client_id_that_is_not_a_str():
 #: Each API's fields as they appear in EXAMPLE_REQUESTS, with the msgpack type the spec requires.
 FIELD_TYPES: dict[str, dict[str, str]] = {
     "api_versions": {},
-    "metadata": {"topics": "an array", "topics[1]": "a str"},
+    "metadata": {"topics": "an array", "topics[1]": "a str", "allow_auto_topic_creation": "a bool"},
     "create_topics": {
         "topics": "an array",
         "topics[0]": "a map",
@@ -706,6 +706,7 @@ FIELD_TYPES: dict[str, dict[str, str]] = {
 #: Fields a request may leave out (or send as nil), with the value the broker then uses.
 OPTIONAL_FIELDS: dict[tuple[str, str], Any] = {
     ("metadata", "topics"): None,
+    ("metadata", "allow_auto_topic_creation"): True,
     ("create_topics", "validate_only"): False,
     ("create_topics", "topics[0].configs"): {},
     ("alter_configs", "topics[0].delete"): (),
