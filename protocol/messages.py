@@ -285,7 +285,8 @@ class AlterConfigsRequest(Request):
 @dataclass(frozen=True, kw_only=True)
 class ProducePartition:
     partition: Int32
-    #: RecordBatch v2 bytes, one or more batches; validated by the broker, per partition.
+    #: One RecordBatch v2, as bytes (Kafka's rule for magic 2: a second batch is INVALID_RECORD);
+    #: validated by the broker, per partition.
     records: bytes
 
 

@@ -170,7 +170,8 @@ def test_the_readme_blocks_run(newcomer):
     assert re.search(r'^triolog_log_rolls_total\{.*topic="tour".*\} [1-9]', tour, re.M)
     removed = re.search(r"^triolog_cleaner_records_removed_total ([0-9.]+)$", tour, re.M)
     assert removed and float(removed.group(1)) > 0, tour  # compaction ran and dropped old values
-    assert re.search(r"^\d+ \d+ b'user-7' b'42 EUR'$", client_snippet, re.M), client_snippet
+    assert re.search(r"^\d+ 0 user-7 \{'amount': 42, 'currency': 'EUR'\}$", client_snippet, re.M), client_snippet
+    assert re.search(r"^1 record\(s\) from payments-\d$", client_snippet, re.M), client_snippet
     assert "42 EUR\n" in cli and "17 EUR\n" in cli
     assert "baseOffset: 0 " in dump
     _check_the_dump_log_mismatch_explained(home, env)
