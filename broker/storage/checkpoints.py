@@ -1,5 +1,5 @@
 """Kafka's small text files next to the logs: offset checkpoints, the leader-epoch checkpoint and
-its cache, ``meta.properties`` and the clean-shutdown marker (spec §3, §4).
+its cache, ``meta.properties`` and the clean-shutdown marker, in Kafka's formats.
 
 Every file is replaced whole and atomically (:func:`atomic_write`): a crash leaves either the old
 or the new content, never a mix, and at worst a stray ``<name>.tmp`` that readers ignore.
@@ -46,7 +46,7 @@ __all__ = [
     "random_kafka_uuid",
 ]
 
-# File names (spec §3).
+# File names, as Kafka's.
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"

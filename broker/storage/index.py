@@ -1,6 +1,6 @@
 """Kafka's per-segment offset index (``.index``) and time index (``.timeindex``), plus ``LazyIndex``.
 
-Byte layout (no header, no checksum, big-endian), see spec §2:
+Byte layout (no header, no checksum, big-endian), as Kafka's OffsetIndex and TimeIndex:
 
 * ``.index``     8-byte entries:  int32 offset relative to the segment base, int32 position in ``.log``
 * ``.timeindex`` 12-byte entries: int64 timestamp, int32 relative offset

@@ -1,7 +1,7 @@
 """``triolog dump-log``: Kafka's ``kafka-dump-log.sh`` (DumpLogSegments) for triolog's segment files.
 
 Segment files are byte-compatible with Kafka's, and so is this tool's stdout: the same lines, in
-the same order, for ``.log``, ``.index`` and ``.timeindex`` files (spec §13). Output can be
+the same order, for ``.log``, ``.index`` and ``.timeindex`` files. Output can be
 diffed against ``kafka-dump-log.sh`` run on the same files.
 
 Options (as Kafka's): ``--files F1,F2`` (required), ``--print-data-log`` (implies deep

@@ -18,7 +18,7 @@ from triolog.config.broker_config import (
 )
 from triolog.config.log_config import INT_MAX, LONG_MAX, TOPIC_CONFIGS, ConfigError, LogConfig
 
-# Kafka 3.9's KafkaConfig defaults (spec §11), except where the brief sets triolog's own:
+# Kafka 3.9's KafkaConfig defaults, except where triolog sets its own:
 # node.id (Kafka -1), listeners (Kafka PLAINTEXT://:9092), queued.max.request.bytes (Kafka -1:
 # unbounded; triolog bounds the request bytes one broker buffers) and the triolog-only keys.
 KAFKA_DEFAULTS = {

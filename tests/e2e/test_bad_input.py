@@ -1,5 +1,5 @@
 """Bad input against the real broker process: each case asserts the exact error, that the same
-connection still works when the spec says it should, that another connection always works, and
+connection still works when docs/protocol.md says it should, that another connection always works, and
 that acknowledged data is intact (checked after every test by an autouse fixture).
 
 One broker serves the module (socket.request.max.bytes lowered so the frame limit can be tested
@@ -411,7 +411,7 @@ def test_frame_oversized_with_its_body_closes_that_connection_only(server, clien
     try:
         client.send_raw(struct.pack(">I", 10 * MAX_FRAME) + b"\x00" * (2 * MAX_FRAME))
     except (BrokenPipeError, ConnectionResetError):
-        pass  # the broker closed without reading the body, as the spec says
+        pass  # the broker closed without reading the body, as docs/protocol.md says
     try:  # the answer may be lost to the reset that closing with unread bytes causes ("if it can")
         assert_refused(client.recv_doc(), INVALID_REQUEST, None, "socket.request.max.bytes")
     except ConnectionError:

@@ -1,8 +1,8 @@
 """Wire-protocol conformance of the real broker process, one API at a time.
 
-Every request here is a plain msgpack map spelled from the wire protocol's written specification,
-and every response is checked against that specification's field lists with our own shape table,
-not with ``triolog.protocol.messages`` (a field misspelled there would otherwise pass on both sides). One broker
+Every request here is a plain msgpack map spelled from docs/protocol.md, the written protocol
+reference, and every response is checked against its field lists with our own shape table, not
+with ``triolog.protocol.messages`` (a field misspelled there would otherwise pass on both sides). One broker
 serves the whole module; each test uses its own topic names.
 """
 
@@ -23,7 +23,7 @@ from tests.waiting import wait_for
 
 from .broker_process import BrokerProcess, WireClient
 
-# -- error codes, from the spec's table ------------------------------------------------------
+# -- error codes, from docs/protocol.md ------------------------------------------------------
 
 NONE = 0
 OFFSET_OUT_OF_RANGE = 1
@@ -53,7 +53,7 @@ BROKER_OVERRIDES = (
     "message.max.bytes=100000",      # max.message.bytes: set on the broker
 )
 
-# -- response shapes, transcribed from the spec ----------------------------------------------
+# -- response shapes, transcribed from docs/protocol.md ----------------------------------------------
 
 
 class MapOf:
@@ -151,7 +151,7 @@ def pack(doc) -> bytes:
 
 
 def call(client: WireClient, api: str, **fields) -> dict:
-    """One request as a plain map; the response checked for id, envelope and the spec's shape."""
+    """One request as a plain map; the response checked for id, envelope and the documented shape."""
     rid = client.next_id()
     client.send_frame(pack({"api": api, "v": 1, "id": rid, "client_id": "conformance", **fields}))
     doc = client.recv_doc()

@@ -633,7 +633,7 @@ def test_decode_request_refuses_a_client_id_that_is_not_a_str():
 
 # --- request-level errors: every field of every API ------------------------------------------
 
-#: Each API's fields as they appear in EXAMPLE_REQUESTS, with the msgpack type the spec requires.
+#: Each API's fields as they appear in EXAMPLE_REQUESTS, with the msgpack type docs/protocol.md gives.
 FIELD_TYPES: dict[str, dict[str, str]] = {
     "api_versions": {},
     "metadata": {"topics": "an array", "topics[1]": "a str", "allow_auto_topic_creation": "a bool"},

@@ -1,5 +1,5 @@
 """Checkpoint and metadata files: exact bytes as Kafka writes them, crash safety, corrupt input,
-and the leader-epoch cache rules (spec §3, §4)."""
+and the leader-epoch cache rules."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Offset index, time index and lazy index (spec §2; KAFKA-10207, KAFKA-6388, KAFKA-7283, KAFKA-9156)."""
+"""Offset index, time index and lazy index (KAFKA-10207, KAFKA-6388, KAFKA-7283, KAFKA-9156)."""
 
 from __future__ import annotations
 
