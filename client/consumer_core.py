@@ -31,7 +31,6 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from triolog.protocol import messages as m
 from triolog.protocol.errors import ErrorCode
@@ -41,6 +40,7 @@ from triolog.protocol.records import iter_batches
 from .errors import (BrokerConnectionError, CorruptMessageError, NoOffsetForPartitionError, RecordDeserializationError,
                      TriologClientError, error_for)
 from .metadata import MetadataCache
+from .serde import Deserializer, as_topic_function
 from .ops import Call, Op, Sleep, check_response, now
 from .types import EARLIEST, LATEST, ConsumerRecord, OffsetAndTimestamp, TopicPartition
 
@@ -107,29 +107,13 @@ def list_offsets_op(queries: dict[TopicPartition, int], timeout_s: float) -> Op[
     return out
 
 
-Deserializer = Callable[[bytes], Any]
-
-
-def _as_function(name: str, given) -> Callable[[str, tuple, bytes], Any] | None:
-    """``given`` as f(topic, headers, data): a plain function of the bytes (kafka-python 2's form),
-    or an object with ``deserialize(topic, headers, data)`` (kafka-python 3's Deserializer)."""
-    if given is None:
-        return None
-    if callable(getattr(given, "deserialize", None)):
-        return given.deserialize
-    if not callable(given):
-        raise TypeError(f"{name} must be a function of the bytes or have deserialize(topic, headers, data), "
-                        f"got {given!r}")
-    return lambda topic, headers, data: given(data)
-
-
 def _deserializing(key_deserializer: Deserializer | None,
                    value_deserializer: Deserializer | None) -> Callable[[ConsumerRecord], ConsumerRecord] | None:
     """One function applying both deserializers to a record (None stays None), or None if unset."""
     if key_deserializer is None and value_deserializer is None:
         return None
-    kd = _as_function("key_deserializer", key_deserializer)
-    vd = _as_function("value_deserializer", value_deserializer)
+    kd = as_topic_function("key_deserializer", key_deserializer, "deserialize")
+    vd = as_topic_function("value_deserializer", value_deserializer, "deserialize")
 
     def deserialize(record: ConsumerRecord) -> ConsumerRecord:
         key, value = record.key, record.value

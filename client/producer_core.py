@@ -25,9 +25,8 @@ them again could store them twice. Records are never silently duplicated.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from triolog.protocol import messages as m
 from triolog.protocol.errors import ErrorCode
@@ -38,6 +37,7 @@ from .errors import InvalidResponseError, ProducerClosedError, SerializationErro
 from .metadata import MetadataCache
 from .ops import Call, Op, check_response, now
 from .partitioner import partition_for_key
+from .serde import Serializer, as_topic_function
 
 __all__ = ["ProducerConfig", "ProducerCore", "parse_compression"]
 
@@ -97,21 +97,6 @@ class PreparedRecord(NamedTuple):
     size: int
 
 
-Serializer = Callable[[Any], Any]
-
-
-def _serializer(name: str, given) -> Callable[[str, list, Any], Any] | None:
-    """``given`` as f(topic, headers, data): a plain function of the data (kafka-python 2's form),
-    or an object with ``serialize(topic, headers, data)`` (kafka-python 3's Serializer)."""
-    if given is None:
-        return None
-    if callable(getattr(given, "serialize", None)):
-        return given.serialize
-    if not callable(given):
-        raise TypeError(f"{name} must be a function of the data or have serialize(topic, headers, data), got {given!r}")
-    return lambda topic, headers, data: given(data)
-
-
 class ProducerCore:
     """``key_serializer``/``value_serializer``: called with every non-None key/value given to
     send(), as kafka-python's; they return bytes (or str, sent as UTF-8). None is never passed
@@ -120,8 +105,8 @@ class ProducerCore:
     def __init__(self, config: ProducerConfig, *, key_serializer: Serializer | None = None,
                  value_serializer: Serializer | None = None) -> None:
         self.config = config
-        self.key_serializer = _serializer("key_serializer", key_serializer)
-        self.value_serializer = _serializer("value_serializer", value_serializer)
+        self.key_serializer = as_topic_function("key_serializer", key_serializer, "serialize")
+        self.value_serializer = as_topic_function("value_serializer", value_serializer, "serialize")
         self.metadata = MetadataCache(max_age_s=config.metadata_max_age_ms / 1000,
                                       request_timeout_s=config.request_timeout_ms / 1000,
                                       retry_backoff_s=config.retry_backoff_ms / 1000,
