@@ -18,7 +18,7 @@ _names = itertools.count()
 
 @pytest.fixture(scope="session")
 def broker(tmp_path_factory) -> BrokerProcess:
-    process = BrokerProcess(tmp_path_factory.mktemp("cli-broker") / "data").start()
+    process = BrokerProcess(tmp_path_factory.mktemp("cli-broker") / "data", metrics=True).start()
     yield process
     process.kill()
 
