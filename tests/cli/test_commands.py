@@ -116,3 +116,18 @@ def test_produce_max_block_ms_bounds_the_wait_for_a_topic_that_never_comes(triol
         assert "still unknown after 0.3 s" in result.stderr and "Traceback" not in result.stderr
     finally:
         strict.kill()
+
+
+def test_topic_config_errors_name_the_key_the_allowed_values_and_the_key_meant(triolog, server, topic):
+    typo = triolog("topics", *server, "--create", "--topic", topic, "--config", "retention.msx=1000")
+    assert typo.code == 1
+    assert typo.stderr.splitlines() == [
+        f"Error: INVALID_CONFIG [{topic}]: unknown topic config 'retention.msx' (did you mean retention.ms?)"]
+    bad_value = triolog("topics", *server, "--create", "--topic", topic, "--config", "cleanup.policy=archive")
+    assert ("invalid value 'archive' for cleanup.policy: must be one of delete, compact" in bad_value.stderr
+            and bad_value.code == 1)
+    assert triolog("topics", *server, "--create", "--topic", topic).code == 0
+    alter = triolog("topics", *server, "--alter", "--topic", topic, "--config", "segment.bytes=big")
+    assert alter.code == 1 and "invalid value 'big' for segment.bytes: not an integer (allowed: int, >= 14)" in alter.stderr
+    unset = triolog("topics", *server, "--alter", "--topic", topic, "--delete-config", "log.retention.ms")
+    assert unset.code == 1 and "log.retention.ms is a broker config; the topic config is retention.ms" in unset.stderr
