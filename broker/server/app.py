@@ -52,9 +52,10 @@ ACCEPT_RETRY_S = 0.1
 DECODE_THREADS = 2
 
 
-class StartupError(Exception):
+class StartupError(OSError):
     """The broker cannot start: one sentence naming what failed (a busy port, a locked or unwritable
-    log dir), which ``triolog serve`` prints as one line instead of the exception group around it."""
+    log dir), which ``triolog serve`` prints as one line instead of the exception group around it.
+    An OSError, as what it wraps mostly is, so callers catching that still do."""
 
 
 def _describe_os_error(exc: BaseException) -> str:
