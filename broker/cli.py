@@ -1,6 +1,6 @@
 """The ``triolog`` command: one argparse subcommand per tool (``python -m triolog.broker.cli`` works too).
 
-Adding a subcommand (``serve``, ``topics``, ``produce``, ``consume``) is one function appended to
+Adding a subcommand (``serve``, ``topics``, ``produce``, ``consume``...) is one function appended to
 SUBCOMMANDS: it adds its parser to ``subparsers`` and sets ``run`` to a callable taking the parsed
 arguments and returning the exit code. Import heavy modules inside that function or inside
 ``run``, so that ``triolog --help`` and the other subcommands stay fast.
@@ -51,7 +51,10 @@ def _run_serve(args) -> int:
         config, warnings = load_config(args.config, args.override)
     except ConfigError as exc:
         print(f"triolog: invalid configuration: {exc}", file=sys.stderr)
-        return 2
+        return 1
+    except OSError as exc:  # --config FILE missing or unreadable
+        print(f"triolog: cannot read the configuration: {exc.strerror}: {exc.filename}", file=sys.stderr)
+        return 1
     configure_logging(config.logger_format, config.logger_level)
     import structlog
 
@@ -61,7 +64,16 @@ def _run_serve(args) -> int:
     from triolog.broker.allocator import MMAP_THRESHOLD_BYTES, fix_mmap_threshold
 
     log.info("malloc_mmap_threshold", bytes=MMAP_THRESHOLD_BYTES, fixed=fix_mmap_threshold())
-    trio.run(serve, config)
+    from triolog.broker.server.app import startup_failure
+
+    try:
+        trio.run(serve, config)
+    except BaseException as exc:
+        failure = startup_failure(exc)
+        if failure is None:
+            raise
+        print(f"triolog: cannot start: {failure}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -83,26 +95,71 @@ _add_topics = _client_tool("topics", "topics", "create, list, describe, delete t
 _add_produce = _client_tool("produce", "produce", "produce lines from stdin as records")
 _add_consume = _client_tool("consume", "consume", "print the records of a topic")
 _add_offsets = _client_tool("offsets", "offsets", "print partition offsets for a time (latest, earliest, ms)")
+_add_delete_records = _client_tool("delete-records", "delete_records",
+                                   "delete records below an offset, like Kafka's kafka-delete-records.sh")
 _add_health = _client_tool("health", "health", "check that the broker answers (api_versions); exit 0 or 1")
 
 #: Subcommand registrars, in the order ``triolog --help`` lists them.
-SUBCOMMANDS = (_add_serve, _add_topics, _add_produce, _add_consume, _add_offsets, _add_dump_log, _add_health)
+SUBCOMMANDS = (_add_serve, _add_topics, _add_produce, _add_consume, _add_offsets, _add_delete_records,
+               _add_dump_log, _add_health)
+
+#: The shell's exit code for a process ended by Ctrl-C (128 + SIGINT).
+EXIT_INTERRUPTED = 130
+
+
+def version_text() -> str:
+    import platform
+
+    from triolog import __version__
+
+    return f"triolog {__version__} (Python {platform.python_version()})"
+
+
+class _VersionAction(argparse.Action):
+    """``--version``, computed only when asked (importing the package metadata costs a little)."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, help="print the version of triolog and Python, and exit")
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(version_text())
+        parser.exit()
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="triolog", description="triolog: a Kafka-style log broker.")
+    parser.add_argument("--version", action=_VersionAction)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for register in SUBCOMMANDS:
         register(subparsers)
     return parser
 
 
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's last flush of a closed pipe cannot fail."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one subcommand. A reader that closed our stdout (``| head``) ends us quietly with 0,
+    Ctrl-C with 130, as Kafka's shell tools do: neither is an error worth a traceback."""
     try:
-        args = build_parser().parse_args(argv)
-    except SystemExit as exc:  # --help or a usage error, already printed by argparse
-        return exc.code if isinstance(exc.code, int) else 2
-    return args.run(args)
+        try:
+            args = build_parser().parse_args(argv)
+        except SystemExit as exc:  # --help or a usage error, already printed by argparse
+            return exc.code if isinstance(exc.code, int) else 2
+        code = args.run(args)
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
+        return code
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        _silence_stdout()
+        return 0
 
 
 if __name__ == "__main__":

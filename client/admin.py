@@ -5,7 +5,7 @@ from __future__ import annotations
 from .admin_core import AdminCore
 from .connection import DEFAULT_BOOTSTRAP, SyncConnection
 from .ops import run_sync
-from .types import ConfigEntry, OffsetAndTimestamp, TopicDescription, TopicPartition
+from .types import ConfigEntry, LogDirDescription, OffsetAndTimestamp, TopicDescription, TopicPartition
 
 __all__ = ["AdminClient"]
 
@@ -49,6 +49,10 @@ class AdminClient:
 
     def delete_records(self, offsets: dict) -> dict[TopicPartition, int]:
         return self._run(self._core.delete_records_op(offsets))
+
+    def describe_log_dirs(self, topics=None) -> dict[str, LogDirDescription]:
+        """Per log dir (path), the size in bytes, segment count and offsets of each partition."""
+        return self._run(self._core.describe_log_dirs_op(topics))
 
     def list_offsets(self, queries: dict) -> dict[TopicPartition, OffsetAndTimestamp]:
         return self._run(self._core.list_offsets_op(queries))

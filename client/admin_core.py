@@ -16,7 +16,15 @@ from .consumer_core import list_offsets_op
 from .errors import TriologClientError, UnknownTopicOrPartitionError, error_for
 from .metadata import MetadataCache
 from .ops import Call, Op, check_response
-from .types import ConfigEntry, NewTopic, OffsetAndTimestamp, TopicDescription, TopicPartition
+from .types import (
+    ConfigEntry,
+    LogDirDescription,
+    LogDirPartitionInfo,
+    NewTopic,
+    OffsetAndTimestamp,
+    TopicDescription,
+    TopicPartition,
+)
 
 __all__ = ["AdminCore"]
 
@@ -106,6 +114,36 @@ class AdminCore:
                                             partition=tp.partition))
                 else:
                     out[tp] = part["low_watermark"]
+        _raise_first(errors)
+        return out
+
+    def describe_log_dirs_op(self, topics=None) -> Op[dict[str, LogDirDescription]]:
+        """Path -> what that log dir holds. ``topics``: None (every partition), topic names, or a
+        mapping name -> partitions (None: all of them). A requested topic or partition in no log
+        dir raises its error (UnknownTopicOrPartitionError...) after the whole response is read."""
+        if topics is None:
+            wanted = None
+        else:
+            items = topics.items() if isinstance(topics, dict) else ((name, None) for name in topics)
+            wanted = tuple(m.DescribeLogDirsTopic(name=name, partitions=None if parts is None else tuple(parts))
+                           for name, parts in items)
+        doc = check_response((yield Call(m.DescribeLogDirsRequest(id=0, topics=wanted), self.timeout_s)))
+        out = {}
+        for log_dir in doc["log_dirs"]:
+            partitions = {
+                TopicPartition(topic["name"], p["partition"]): LogDirPartitionInfo(
+                    p["size_bytes"], p["segments"], p["log_start_offset"], p["log_end_offset"])
+                for topic in log_dir["topics"] for p in topic["partitions"]
+            }
+            error = (log_dir.get("error_message") or "error") if log_dir["error_code"] else None
+            out[log_dir["path"]] = LogDirDescription(log_dir["path"], error, log_dir["total_bytes"],
+                                                     log_dir["usable_bytes"], partitions)
+        errors = []
+        for topic in doc["errors"]:
+            if topic["error_code"]:
+                errors.append(error_for(topic["error_code"], topic.get("error_message"), topic=topic["name"]))
+            errors.extend(error_for(p["error_code"], p.get("error_message"), topic=topic["name"],
+                                    partition=p["partition"]) for p in topic["partitions"])
         _raise_first(errors)
         return out
 

@@ -447,3 +447,7 @@ class AsyncAdminClient(_AsyncClient):
 
     async def list_offsets(self, queries: dict) -> dict[TopicPartition, OffsetAndTimestamp]:
         return await self._run(self._core.list_offsets_op(queries))
+
+    async def describe_log_dirs(self, topics=None) -> dict:
+        """Per log dir (path), a LogDirDescription: see AdminClient.describe_log_dirs."""
+        return await self._run(self._core.describe_log_dirs_op(topics))

@@ -7,6 +7,8 @@ from typing import NamedTuple
 __all__ = [
     "ConfigEntry",
     "ConsumerRecord",
+    "LogDirDescription",
+    "LogDirPartitionInfo",
     "NewTopic",
     "OffsetAndTimestamp",
     "PartitionInfo",
@@ -80,3 +82,23 @@ class ConfigEntry(NamedTuple):
     value: str | None
     #: "topic" (an override), "broker" (the broker's setting) or "default".
     source: str
+
+
+class LogDirPartitionInfo(NamedTuple):
+    """One partition's files in a log dir, as kafka-log-dirs.sh reports them (plus offsets)."""
+
+    size_bytes: int
+    segments: int
+    log_start_offset: int
+    log_end_offset: int
+
+
+class LogDirDescription(NamedTuple):
+    """One entry of the broker's log.dirs. ``error`` is None, or why the directory is unusable
+    (offline after an I/O error). ``total_bytes``/``usable_bytes`` are -1 when unknown."""
+
+    path: str
+    error: str | None
+    total_bytes: int
+    usable_bytes: int
+    partitions: dict[TopicPartition, LogDirPartitionInfo]

@@ -57,14 +57,20 @@ class ConfigKey:
         if self.type in ("int", "long"):
             if isinstance(raw, bool):
                 raise ValueError("must be an integer")
-            value = int(raw.strip()) if isinstance(raw, str) else int(raw)
+            try:
+                value = int(raw.strip()) if isinstance(raw, str) else int(raw)
+            except ValueError:
+                raise ValueError("not an integer") from None
             if isinstance(raw, float) and raw != value:
                 raise ValueError("must be an integer")
             limit = INT_MAX if self.type == "int" else LONG_MAX
             if not -limit - 1 <= value <= limit:
                 raise ValueError(f"must fit a {self.type}")
         elif self.type == "double":
-            value = float(raw)
+            try:
+                value = float(raw)
+            except ValueError:
+                raise ValueError("not a number") from None
         elif self.type == "boolean":
             value = raw if isinstance(raw, bool) else _parse_bool(str(raw))
         elif self.type == "list":
@@ -184,6 +190,20 @@ TOPIC_CONFIGS: dict[str, ConfigKey] = {
 }
 
 
+def unknown_topic_config(name: str) -> str:
+    """The error for a key that is no topic config: a hint at the key meant (a near spelling, or
+    the topic key of a broker key), else the list of topic configs."""
+    import difflib
+
+    synonym = next((key.name for key in TOPIC_CONFIGS.values() if key.broker_name == name), None)
+    if synonym is not None:
+        hint = f"{name} is a broker config; the topic config is {synonym}"
+    else:
+        close = difflib.get_close_matches(name, list(TOPIC_CONFIGS), n=1)
+        hint = f"did you mean {close[0]}?" if close else "topic configs are " + ", ".join(TOPIC_CONFIGS)
+    return f"unknown topic config {name!r} ({hint})"
+
+
 @dataclass(frozen=True)
 class LogConfig:
     """The effective topic-level configuration of one log. Overrides make new objects, never mutate."""
@@ -242,7 +262,7 @@ class LogConfig:
         for name, raw in props.items():
             key = TOPIC_CONFIGS.get(name)
             if key is None:
-                problems.append(f"unknown topic config {name!r}")
+                problems.append(unknown_topic_config(name))
                 continue
             try:
                 parsed[name] = key.parse(raw)

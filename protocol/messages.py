@@ -78,6 +78,7 @@ SUPPORTED_APIS: dict[str, tuple[int, int]] = {
         "fetch",
         "list_offsets",
         "delete_records",
+        "describe_log_dirs",
     )
 }
 
@@ -369,6 +370,23 @@ class DeleteRecordsRequest(Request):
     topics: Annotated[tuple[DeleteRecordsTopic, ...], Unique("name")]
 
 
+# describe_log_dirs: Kafka's DescribeLogDirs (kafka-log-dirs.sh), what each partition holds on disk.
+
+
+@dataclass(frozen=True, kw_only=True)
+class DescribeLogDirsTopic:
+    name: str
+    #: nil = every partition of the topic; a partition it does not have is UNKNOWN_TOPIC_OR_PARTITION.
+    partitions: Annotated[tuple[Int32, ...], Unique()] | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class DescribeLogDirsRequest(Request):
+    api: ClassVar[str] = "describe_log_dirs"
+    #: nil = every partition of every topic.
+    topics: Annotated[tuple[DescribeLogDirsTopic, ...], Unique("name")] | None = None
+
+
 # --- responses -------------------------------------------------------------------------------
 # Every level with an error_code also has an error_message; encoding refuses a non-zero code
 # without a message ("error_message always says, in words, what was wrong").
@@ -583,6 +601,60 @@ class DeleteRecordsResponse(Response):
     topics: tuple[DeleteRecordsTopicResult, ...] = ()
 
 
+@dataclass(frozen=True, kw_only=True)
+class LogDirPartition:
+    partition: Int32
+    #: The sum of the partition's segment (.log) sizes, as Kafka's partition_size.
+    size_bytes: Int64
+    segments: Int32
+    log_start_offset: Int64
+    log_end_offset: Int64
+
+
+@dataclass(frozen=True, kw_only=True)
+class LogDirTopic:
+    name: str
+    partitions: tuple[LogDirPartition, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class LogDirResult:
+    """One entry of log.dirs; an offline directory has KAFKA_STORAGE_ERROR and no topics."""
+
+    path: str
+    error_code: ErrorCodeValue = ErrorCode.NONE
+    error_message: str | None = None
+    #: The file system's size and the bytes still usable there; -1 when it cannot be read.
+    total_bytes: Int64 = -1
+    usable_bytes: Int64 = -1
+    topics: tuple[LogDirTopic, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class LogDirPartitionError:
+    partition: Int32
+    error_code: ErrorCodeValue
+    error_message: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class LogDirTopicError:
+    """A requested topic, or some of its partitions, found in no log dir, and why."""
+
+    name: str
+    #: Set for the whole topic (unknown or invalid name, no partitions named); else NONE.
+    error_code: ErrorCodeValue = ErrorCode.NONE
+    error_message: str | None = None
+    partitions: tuple[LogDirPartitionError, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class DescribeLogDirsResponse(Response):
+    api: ClassVar[str] = "describe_log_dirs"
+    log_dirs: tuple[LogDirResult, ...] = ()
+    errors: tuple[LogDirTopicError, ...] = ()
+
+
 REQUEST_TYPES: dict[str, type[Request]] = {
     cls.api: cls
     for cls in (
@@ -596,6 +668,7 @@ REQUEST_TYPES: dict[str, type[Request]] = {
         FetchRequest,
         ListOffsetsRequest,
         DeleteRecordsRequest,
+        DescribeLogDirsRequest,
     )
 }
 RESPONSE_TYPES: dict[str, type[Response]] = {
@@ -611,6 +684,7 @@ RESPONSE_TYPES: dict[str, type[Response]] = {
         FetchResponse,
         ListOffsetsResponse,
         DeleteRecordsResponse,
+        DescribeLogDirsResponse,
     )
 }
 assert REQUEST_TYPES.keys() == RESPONSE_TYPES.keys() == SUPPORTED_APIS.keys()

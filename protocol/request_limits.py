@@ -38,6 +38,7 @@ OBJECTS_PER_ENTRY: Final[dict[str, int]] = {
     "fetch": 16,
     "list_offsets": 16,
     "delete_records": 16,
+    "describe_log_dirs": 16,
 }
 #: Kafka's STRING is int16-length-prefixed: no string of any request is longer than this.
 MAX_STR_BYTES: Final = 32767

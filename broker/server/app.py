@@ -26,6 +26,7 @@ from triolog.broker.storage.log import Log
 from triolog.broker.storage.log_manager import LogManager
 from triolog.broker.storage.topics import TopicManager
 from triolog.config.broker_config import BrokerConfig
+from triolog.protocol.errors import TriologError
 
 from triolog.protocol.request_limits import RequestLimits
 
@@ -49,6 +50,30 @@ ACCEPT_CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, er
 ACCEPT_RETRY_S = 0.1
 #: Worker threads decoding large requests (each holds at most one request's object budget).
 DECODE_THREADS = 2
+
+
+class StartupError(OSError):
+    """The broker cannot start: one sentence naming what failed (a busy port, a locked or unwritable
+    log dir), which ``triolog serve`` prints as one line instead of the exception group around it.
+    An OSError, as what it wraps mostly is, so callers catching that still do."""
+
+
+def _describe_os_error(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{exc.strerror}: {exc.filename}" if exc.filename else exc.strerror
+    return str(exc) or type(exc).__name__
+
+
+def startup_failure(exc: BaseException) -> StartupError | None:
+    """The StartupError inside ``exc`` (an exception group from the nurseries, or itself), if any."""
+    if isinstance(exc, StartupError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = startup_failure(inner)
+            if found is not None:
+                return found
+    return None
 
 
 @dataclass(frozen=True)
@@ -91,7 +116,11 @@ class BrokerServer:
         self._shutdown.set()
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        await trio.to_thread.run_sync(self._start_storage)
+        try:
+            await trio.to_thread.run_sync(self._start_storage)
+        except (TriologError, OSError) as exc:
+            raise StartupError(f"cannot open log.dirs={','.join(map(str, self.config.log_dirs))}: "
+                               f"{_describe_os_error(exc)}") from exc
         try:
             metrics_port = await self._start_metrics_endpoint()
             async with trio.open_nursery() as nursery:
@@ -102,7 +131,11 @@ class BrokerServer:
                 self.metrics.server.watch(self)
                 async with trio.open_nursery() as connections:
                     listen = self.config.listener
-                    listeners = await trio.open_tcp_listeners(listen.port, host=listen.bind_host)
+                    try:
+                        listeners = await trio.open_tcp_listeners(listen.port, host=listen.bind_host)
+                    except OSError as exc:
+                        raise StartupError(f"cannot listen on {listen.bind_host or '0.0.0.0'}:{listen.port} "
+                                           f"(listeners): {_describe_os_error(exc)}") from exc
                     accepting = trio.CancelScope()
 
                     async def accept_all() -> None:
@@ -146,8 +179,8 @@ class BrokerServer:
         try:
             endpoint = await trio.to_thread.run_sync(self.metrics.start_endpoint, listen.host, listen.port)
         except OSError as exc:
-            logger.error("metrics_endpoint_failed", listener=str(listen), error=str(exc))
-            raise
+            raise StartupError(f"cannot serve metrics on {listen.host or '0.0.0.0'}:{listen.port} "
+                               f"(metrics.listener): {_describe_os_error(exc)}") from exc
         return endpoint.port
 
     def _start_storage(self) -> None:

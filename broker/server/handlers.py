@@ -605,6 +605,75 @@ class RequestHandler:
 
         return m.DeleteRecordsResponse(id=request.id, topics=tuple(await self._in_thread(work)))
 
+    # -- log dirs ----------------------------------------------------------------------------
+
+    async def _describe_log_dirs(self, request: m.DescribeLogDirsRequest) -> m.Response:
+        """Kafka's DescribeLogDirs: per log dir, the size and segment count of each partition it
+        holds (from the segments the Log already knows: no directory walk). Requested topics or
+        partitions found in no log dir are listed in ``errors``, one error per partition."""
+        log_dirs, errors = await self._in_thread(self._read_log_dirs, request.topics)
+        return m.DescribeLogDirsResponse(id=request.id, log_dirs=log_dirs, errors=errors)
+
+    def _read_log_dirs(self, wanted: tuple[m.DescribeLogDirsTopic, ...] | None):
+        errors: list[m.LogDirTopicError] = []
+        selected: list[tuple[str, int]] = []
+        if wanted is None:
+            for name, topic in sorted(self.topics.all().items()):
+                selected.extend((name, p) for p in range(topic.num_partitions))
+        for entry in wanted or ():
+            try:
+                validate_topic_name(entry.name)
+                topic = self.topics.get(entry.name)
+                if topic is None:
+                    raise UnknownTopicOrPartitionError(f"topic {entry.name!r} does not exist")
+            except Exception as exc:
+                code, message = error_of(exc, topic=entry.name)
+                if entry.partitions is None:
+                    errors.append(m.LogDirTopicError(name=entry.name, error_code=code, error_message=message))
+                else:
+                    errors.append(m.LogDirTopicError(name=entry.name, partitions=tuple(
+                        m.LogDirPartitionError(partition=p, error_code=code, error_message=message)
+                        for p in entry.partitions)))
+                continue
+            partitions = range(topic.num_partitions) if entry.partitions is None else entry.partitions
+            selected.extend((entry.name, p) for p in partitions)
+
+        offline = set(self.log_manager.offline_dirs())
+        by_dir: dict[Any, dict[str, list[m.LogDirPartition]]] = {d.path: {} for d in self.log_manager.log_dirs}
+        failed: dict[str, list[m.LogDirPartitionError]] = {}
+        for name, partition in selected:
+            try:
+                log = self.topics.log(name, partition)
+                directory = log.directory.parent
+                if directory in offline:
+                    raise StorageError(f"log directory {directory} is offline")
+                segments = log.segments_snapshot()
+                by_dir.setdefault(directory, {}).setdefault(name, []).append(m.LogDirPartition(
+                    partition=partition, size_bytes=sum(s.size for s in segments), segments=len(segments),
+                    log_start_offset=log.log_start_offset, log_end_offset=log.log_end_offset))
+            except Exception as exc:
+                code, message = self._partition_error(exc, name, partition)
+                failed.setdefault(name, []).append(
+                    m.LogDirPartitionError(partition=partition, error_code=code, error_message=message))
+        errors.extend(m.LogDirTopicError(name=name, partitions=tuple(parts)) for name, parts in failed.items())
+
+        results = []
+        for path, topics in by_dir.items():
+            total = usable = -1
+            try:
+                stat = os.statvfs(path)
+                total, usable = stat.f_blocks * stat.f_frsize, stat.f_bavail * stat.f_frsize
+            except OSError:
+                pass
+            if path in offline:
+                results.append(m.LogDirResult(
+                    path=str(path), error_code=ErrorCode.KAFKA_STORAGE_ERROR, total_bytes=total,
+                    usable_bytes=usable, error_message=f"log directory {path} is offline after an I/O error"))
+                continue
+            results.append(m.LogDirResult(path=str(path), total_bytes=total, usable_bytes=usable, topics=tuple(
+                m.LogDirTopic(name=name, partitions=tuple(parts)) for name, parts in topics.items())))
+        return tuple(results), tuple(errors)
+
 
 def _read_with_descriptor(log, offset: int, budget: int, take: bool = True):
     """Plan a fetch and (if ``take``) take a descriptor of its segment, ours to send from and close.

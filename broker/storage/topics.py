@@ -14,7 +14,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from triolog.config.log_config import TOPIC_CONFIGS, ConfigError, LogConfig
+from triolog.config.log_config import TOPIC_CONFIGS, ConfigError, LogConfig, unknown_topic_config
 from triolog.protocol.errors import (
     InvalidConfigError,
     InvalidPartitionsError,
@@ -200,7 +200,7 @@ class TopicManager:
                 raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
             unknown = [key for key in delete_keys if key not in TOPIC_CONFIGS]
             if unknown:
-                raise InvalidConfigError(f"unknown topic config {', '.join(repr(k) for k in unknown)}")
+                raise InvalidConfigError("; ".join(unknown_topic_config(k) for k in unknown))
             overrides = {k: v for k, v in entry.overrides.items() if k not in delete_keys}
             overrides.update(set_configs)
             config = self._config_with(overrides)

@@ -1,15 +1,23 @@
-"""What every client subcommand shares: ``--bootstrap-server`` and turning errors into exit codes."""
+"""What every client subcommand shares: ``--bootstrap-server``, ``--output``, and turning errors into exit codes."""
 
 from __future__ import annotations
 
 import argparse
+import base64
 import functools
+import json
+import os
 import sys
 
 from triolog.client.address import DEFAULT_BOOTSTRAP, parse_bootstrap
 from triolog.client.errors import TriologClientError
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
+#: The shell's code for a process ended by SIGINT (128 + 2), as Kafka's tools end on Ctrl-C.
+EXIT_INTERRUPTED = 130
+
+#: The environment variable that gives --bootstrap-server its default.
+BOOTSTRAP_ENV = "TRIOLOG_BOOTSTRAP_SERVER"
 
 
 def _bootstrap(value: str) -> str:
@@ -21,8 +29,30 @@ def _bootstrap(value: str) -> str:
 
 
 def add_bootstrap(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--bootstrap-server", metavar="HOST:PORT", default=DEFAULT_BOOTSTRAP, type=_bootstrap,
-                        help=f"the broker to connect to (default {DEFAULT_BOOTSTRAP})")
+    default = os.environ.get(BOOTSTRAP_ENV) or DEFAULT_BOOTSTRAP
+    parser.add_argument("--bootstrap-server", metavar="HOST:PORT", default=default, type=_bootstrap,
+                        help=f"the broker to connect to (default: ${BOOTSTRAP_ENV} if set, else {DEFAULT_BOOTSTRAP})")
+
+
+def add_output(parser: argparse.ArgumentParser, what: str = "one JSON document") -> None:
+    """``--output text|json`` and its short form ``-J`` (= ``--output json``)."""
+    parser.add_argument("--output", choices=("text", "json"), default="text",
+                        help=f"text (default, Kafka's format) or json ({what})")
+    parser.add_argument("-J", dest="output", action="store_const", const="json", help="same as --output json")
+
+
+def print_json(document) -> None:
+    print(json.dumps(document, ensure_ascii=False))
+
+
+def bytes_field(data: bytes | None) -> tuple[str | None, bool]:
+    """(text, is_base64) for a key, value or header value in JSON: UTF-8 text when it is, else base64."""
+    if data is None:
+        return None, False
+    try:
+        return data.decode("utf-8"), False
+    except UnicodeDecodeError:
+        return base64.b64encode(data).decode("ascii"), True
 
 
 def key_value(text: str) -> tuple[str, str]:
@@ -31,6 +61,16 @@ def key_value(text: str) -> tuple[str, str]:
     if not sep or not key:
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
     return key.strip(), value.strip()
+
+
+def non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
 
 
 def error(message: str) -> None:

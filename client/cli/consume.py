@@ -6,43 +6,43 @@ its own line, preceded by the fields asked for with ``--print-*``, in Kafka's or
 (``CreateTime:ms``, ``Partition:p``, ``Offset:o``, headers ``k:v,...``, key), separated by
 ``--separator`` (a tab). ``Processed a total of N messages`` goes to stderr at the end.
 
-An ``--offset`` outside the log is an error (exit 1), not a silent reset.
+With ``--output json`` (``-J``) each record is one line of JSON (JSON Lines) with every field:
+``{"topic", "partition", "offset", "timestamp", "timestamp_type", "key", "key_base64", "value",
+"value_base64", "headers": [{"key", "value", "value_base64"}]}``. Keys and values are text when
+they are valid UTF-8, else base64 with the ``*_base64`` flag set; null stays null.
+
+An ``--offset`` outside the log is an error (exit 1), not a silent reset. The topic is not
+created by consuming it: an unknown topic is an error (Kafka's consumers do not auto-create).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
+import json
 import sys
 
-from .common import EXIT_OK, add_bootstrap, reports_errors
+from .common import EXIT_OK, add_bootstrap, add_output, bytes_field, non_negative, reports_errors
 
 DESCRIPTION = "Print records of a topic to stdout, like Kafka's kafka-console-consumer.sh."
-
-
-def _non_negative(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_bootstrap(parser)
     parser.add_argument("--topic", required=True, metavar="NAME", help="the topic to consume")
-    parser.add_argument("--partition", type=_non_negative, metavar="N", help="consume only this partition")
+    parser.add_argument("--partition", type=non_negative, metavar="N", help="consume only this partition")
     start = parser.add_mutually_exclusive_group()
     start.add_argument("--from-beginning", action="store_true", help="start at the earliest offset")
-    start.add_argument("--offset", type=_non_negative, metavar="N",
+    start.add_argument("--offset", type=non_negative, metavar="N",
                        help="start at offset N (of --partition, or of every partition)")
-    start.add_argument("--timestamp", type=_non_negative, metavar="MS",
+    start.add_argument("--timestamp", type=non_negative, metavar="MS",
                        help="start at the first record with timestamp >= MS (epoch milliseconds)")
-    parser.add_argument("--max-messages", type=_non_negative, metavar="N", help="exit after N records")
-    parser.add_argument("--timeout-ms", type=_non_negative, metavar="MS",
+    parser.add_argument("--max-messages", type=non_negative, metavar="N", help="exit after N records")
+    parser.add_argument("--timeout-ms", type=non_negative, metavar="MS",
                         help="exit when no record arrives for MS milliseconds (default: wait forever)")
     parser.add_argument("--separator", default="\t", metavar="S", help="between printed fields (default tab)")
     for field in ("timestamp", "partition", "offset", "headers", "key"):
         parser.add_argument(f"--print-{field}", action="store_true", help=f"print each record's {field}")
+    add_output(parser, "one object per record and line, every field: JSON Lines")
 
 
 def _line(record, args) -> bytes:
@@ -62,6 +62,19 @@ def _line(record, args) -> bytes:
     return args.separator.encode().join(fields) + b"\n"
 
 
+def _json_line(record) -> bytes:
+    key, key_b64 = bytes_field(record.key)
+    value, value_b64 = bytes_field(record.value)
+    headers = []
+    for name, data in record.headers:
+        text, b64 = bytes_field(data)
+        headers.append({"key": name, "value": text, "value_base64": b64})
+    doc = {"topic": record.topic, "partition": record.partition, "offset": record.offset,
+           "timestamp": record.timestamp, "timestamp_type": record.timestamp_type,
+           "key": key, "key_base64": key_b64, "value": value, "value_base64": value_b64, "headers": headers}
+    return json.dumps(doc, ensure_ascii=False).encode() + b"\n"
+
+
 @reports_errors
 def run(args: argparse.Namespace) -> int:
     from triolog.client.admin import AdminClient
@@ -79,7 +92,9 @@ def run(args: argparse.Namespace) -> int:
     tps = [TopicPartition(args.topic, p) for p in partitions]
     reset = "none" if args.offset is not None else ("earliest" if args.from_beginning else "latest")
     out = sys.stdout.buffer
+    line = _json_line if args.output == "json" else (lambda record: _line(record, args))
     count = 0
+    # Ctrl-C and a closed stdout (| head) end in triolog.broker.cli.main: 130 and 0, quietly.
     try:
         with Consumer(args.bootstrap_server, auto_offset_reset=reset,
                       consumer_timeout_ms=args.timeout_ms) as consumer:
@@ -91,16 +106,11 @@ def run(args: argparse.Namespace) -> int:
                 consumer.seek_to_timestamp(args.timestamp)
             if args.max_messages != 0:
                 for record in consumer:
-                    out.write(_line(record, args))
+                    count += 1  # before the write: a Ctrl-C right after it still counts the record
+                    out.write(line(record))
                     out.flush()
-                    count += 1
                     if args.max_messages is not None and count >= args.max_messages:
                         break
-    except KeyboardInterrupt:
-        pass
-    except BrokenPipeError:  # stdout closed early (| head): stop quietly, as Kafka's tool does
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())  # so that the interpreter's final flush cannot fail
     finally:
         print(f"Processed a total of {count} messages", file=sys.stderr)
     return EXIT_OK

@@ -3,14 +3,15 @@
 Prints ``topic:partition:offset`` per partition. ``--time``: -1 / latest (the log end offset),
 -2 / earliest (the log start offset), -3 / max-timestamp (the offset of the record with the
 largest timestamp), or a time in ms (the first offset whose timestamp is >= it). Where the broker
-finds no such record the offset printed is -1.
+finds no such record the offset printed is -1. With ``--output json`` (``-J``): one JSON array of
+``{"topic", "partition", "offset", "timestamp"}``.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from .common import EXIT_OK, add_bootstrap, reports_errors
+from .common import EXIT_OK, add_bootstrap, add_output, print_json, reports_errors
 
 DESCRIPTION = "Print partition offsets for a time, like Kafka's kafka-get-offsets.sh."
 
@@ -43,6 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="-1 latest (default), -2 earliest, -3 max timestamp, or a timestamp in ms")
     parser.add_argument("--partitions", type=_partitions, metavar="P1,P2",
                         help="only these partitions (default: all)")
+    add_output(parser, 'an array of {"topic", "partition", "offset", "timestamp"}')
 
 
 @reports_errors
@@ -55,6 +57,10 @@ def run(args: argparse.Namespace) -> int:
         if partitions is None:
             partitions = [p.partition for p in admin.describe_topics([args.topic])[args.topic].partitions]
         found = admin.list_offsets({TopicPartition(args.topic, p): args.time for p in partitions})
+    if args.output == "json":
+        print_json([{"topic": tp.topic, "partition": tp.partition, "offset": found[tp].offset,
+                     "timestamp": found[tp].timestamp} for tp in sorted(found)])
+        return EXIT_OK
     for tp in sorted(found):
         print(f"{tp.topic}:{tp.partition}:{found[tp].offset}")
     return EXIT_OK

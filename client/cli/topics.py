@@ -2,15 +2,21 @@
 
 Output follows Kafka's: ``--list`` prints one name a line; ``--describe`` prints Kafka's
 ``Topic: ... PartitionCount: ...`` line (``Configs:`` lists the topic's overrides only) and one
-line per partition, to which we add the log start offset and high watermark; ``--create`` prints
-``Created topic T.``.
+line per partition, to which we add the log start offset, the high watermark, and what
+kafka-log-dirs.sh reports: the partition's size in bytes (its segment files) and segment count;
+``--create`` prints ``Created topic T.``.
+
+With ``--output json`` (``-J``): ``--list`` prints a JSON array of names; ``--describe`` an array
+of ``{"name", "partition_count", "configs", "partitions": [{"partition", "leader",
+"log_start_offset", "high_watermark", "size_bytes", "segments", "log_dir"}]}``; the other actions
+``{"topic", "result"}`` (``created``, ``deleted``, ``altered``, ``exists``, ``absent``).
 """
 
 from __future__ import annotations
 
 import argparse
 
-from .common import EXIT_OK, EXIT_USAGE, add_bootstrap, error, key_value, reports_errors
+from .common import EXIT_OK, EXIT_USAGE, add_bootstrap, add_output, error, key_value, print_json, reports_errors
 
 DESCRIPTION = ("Create, list, describe, delete topics or alter their configs, like Kafka's kafka-topics.sh. "
                "Exactly one of --create, --list, --describe, --delete, --alter.")
@@ -36,6 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="for --alter: remove an override so the broker default applies again (repeatable)")
     parser.add_argument("--if-not-exists", action="store_true", help="for --create: no error if the topic exists")
     parser.add_argument("--if-exists", action="store_true", help="for --delete/--alter: no error if it does not exist")
+    add_output(parser, "--list: an array of names; --describe: an array of topics")
 
 
 @reports_errors
@@ -55,16 +62,28 @@ def run(args: argparse.Namespace) -> int:
         if args.create:
             return _create(admin, args)
         if args.list:
-            for name in admin.list_topics():
-                print(name)
+            names = admin.list_topics()
+            if args.output == "json":
+                print_json(names)
+            else:
+                for name in names:
+                    print(name)
             return EXIT_OK
         if args.describe:
-            return _describe(admin, args.topic)
+            return _describe(admin, args.topic, args.output == "json")
         if args.delete:
-            return _if_exists(args, lambda: admin.delete_topics([args.topic]), f"Deleted topic {args.topic}.")
+            return _if_exists(args, lambda: admin.delete_topics([args.topic]), f"Deleted topic {args.topic}.",
+                              "deleted")
         return _if_exists(args, lambda: admin.alter_configs({args.topic: dict(args.config)},
                                                               {args.topic: args.delete_config}),
-                          f"Completed updating config for topic {args.topic}.")
+                          f"Completed updating config for topic {args.topic}.", "altered")
+
+
+def _done(args, text: str, result: str) -> None:
+    if args.output == "json":
+        print_json({"topic": args.topic, "result": result})
+    else:
+        print(text)
 
 
 def _create(admin, args) -> int:
@@ -78,12 +97,14 @@ def _create(admin, args) -> int:
     except TopicAlreadyExistsError:
         if not args.if_not_exists:
             raise
+        if args.output == "json":
+            print_json({"topic": args.topic, "result": "exists"})
         return EXIT_OK
-    print(f"Created topic {args.topic}.")
+    _done(args, f"Created topic {args.topic}.", "created")
     return EXIT_OK
 
 
-def _if_exists(args, action, done_message: str) -> int:
+def _if_exists(args, action, done_message: str, result: str) -> int:
     from triolog.client.errors import UnknownTopicOrPartitionError
 
     try:
@@ -91,21 +112,48 @@ def _if_exists(args, action, done_message: str) -> int:
     except UnknownTopicOrPartitionError:
         if not args.if_exists:
             raise
+        if args.output == "json":
+            print_json({"topic": args.topic, "result": "absent"})
         return EXIT_OK
-    print(done_message)
+    _done(args, done_message, result)
     return EXIT_OK
 
 
-def _describe(admin, topic: str | None) -> int:
+def _describe(admin, topic: str | None, as_json: bool) -> int:
     descriptions = admin.describe_topics(None if topic is None else [topic])
-    configs = admin.describe_configs(sorted(descriptions)) if descriptions else {}
-    for name in sorted(descriptions):
+    names = sorted(descriptions)
+    configs = admin.describe_configs(names) if names else {}
+    # Sizes as kafka-log-dirs.sh reports them. Without --topic, every partition the broker has: a
+    # topic deleted since the metadata was read is then simply not there (its sizes print as -1).
+    on_disk = {}
+    if names:
+        for path, log_dir in admin.describe_log_dirs(None if topic is None else [topic]).items():
+            for tp, info in log_dir.partitions.items():
+                on_disk[tp] = (info, path)
+    out = []
+    for name in names:
         description = descriptions[name]
-        overrides = ",".join(f"{k}={entry.value}" for k, entry in sorted(configs[name].items())
-                             if entry.source == "topic")
-        print(f"Topic: {name}\tPartitionCount: {len(description.partitions)}\tReplicationFactor: 1\t"
-              f"Configs: {overrides}")
+        overrides = {k: entry.value for k, entry in sorted(configs[name].items()) if entry.source == "topic"}
+        partitions = []
         for p in description.partitions:
-            print(f"\tTopic: {name}\tPartition: {p.partition}\tLeader: {p.leader}\tReplicas: {p.leader}\t"
-                  f"Isr: {p.leader}\tLogStartOffset: {p.log_start_offset}\tHighWatermark: {p.high_watermark}")
+            info, path = on_disk.get((name, p.partition), (None, None))
+            partitions.append({
+                "partition": p.partition, "leader": p.leader, "log_start_offset": p.log_start_offset,
+                "high_watermark": p.high_watermark, "size_bytes": info.size_bytes if info else -1,
+                "segments": info.segments if info else -1, "log_dir": path,
+            })
+        out.append({"name": name, "partition_count": len(partitions), "configs": overrides,
+                    "partitions": partitions})
+    if as_json:
+        print_json(out)
+        return EXIT_OK
+    for topic_doc in out:
+        name = topic_doc["name"]
+        overrides = ",".join(f"{k}={v}" for k, v in topic_doc["configs"].items())
+        print(f"Topic: {name}\tPartitionCount: {topic_doc['partition_count']}\tReplicationFactor: 1\t"
+              f"Configs: {overrides}")
+        for p in topic_doc["partitions"]:
+            print(f"\tTopic: {name}\tPartition: {p['partition']}\tLeader: {p['leader']}\tReplicas: {p['leader']}\t"
+                  f"Isr: {p['leader']}\tLogStartOffset: {p['log_start_offset']}\tHighWatermark: {p['high_watermark']}\t"
+                  f"Size: {p['size_bytes']}\tSegments: {p['segments']}")
     return EXIT_OK

@@ -18,7 +18,7 @@ _names = itertools.count()
 
 @pytest.fixture(scope="session")
 def broker(tmp_path_factory) -> BrokerProcess:
-    process = BrokerProcess(tmp_path_factory.mktemp("cli-broker") / "data").start()
+    process = BrokerProcess(tmp_path_factory.mktemp("cli-broker") / "data", metrics=True).start()
     yield process
     process.kill()
 
@@ -39,13 +39,25 @@ class Result:
         return self.stdout.decode()
 
 
+def cli_env() -> dict[str, str]:
+    """The environment the CLI subprocesses run in: this checkout first, no bootstrap default."""
+    env = {k: v for k, v in os.environ.items() if k != "TRIOLOG_BOOTSTRAP_SERVER"}
+    return {**env, "PYTHONPATH": str(ROOT)}
+
+
+def cli_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "triolog.broker.cli", *args]
+
+
 @pytest.fixture
 def triolog():
-    """``triolog(*args, stdin=b"")``: ``python -m triolog.broker.cli ARGS`` as a subprocess."""
+    """``triolog(*args, stdin=b"", env={})``: ``python -m triolog.broker.cli ARGS`` as a subprocess.
 
-    def run(*args: str, stdin: bytes = b"", timeout: float = 20) -> Result:
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        done = subprocess.run([sys.executable, "-m", "triolog.broker.cli", *args], input=stdin, capture_output=True,
+    ``env`` adds variables; TRIOLOG_BOOTSTRAP_SERVER is unset unless given there."""
+
+    def run(*args: str, stdin: bytes = b"", timeout: float = 20, env: dict | None = None) -> Result:
+        env = {**cli_env(), **(env or {})}
+        done = subprocess.run(cli_command(*args), input=stdin, capture_output=True,
                               cwd=ROOT, env=env, timeout=timeout)
         return Result(done.returncode, done.stdout, done.stderr.decode(errors="replace"))
 

@@ -9,7 +9,7 @@ import pytest
 from triolog.client import Producer
 
 
-@pytest.mark.parametrize("command", ["topics", "produce", "consume", "offsets"])
+@pytest.mark.parametrize("command", ["topics", "produce", "consume", "offsets", "delete-records"])
 def test_cli_help_for_each_client_subcommand(triolog, command):
     result = triolog(command, "--help")
     assert result.code == 0, result.stderr
@@ -23,7 +23,8 @@ def test_cli_help_for_the_command_and_existing_subcommands(triolog, args):
     assert result.code == 0, result.stderr
     assert result.out.startswith("usage: triolog")
     if args == ["--help"]:
-        assert all(c in result.out for c in ("serve", "topics", "produce", "consume", "offsets", "dump-log"))
+        assert all(c in result.out for c in ("serve", "topics", "produce", "consume", "offsets", "delete-records",
+                                             "dump-log", "--version"))
 
 
 def test_cli_topics_create_list_describe_alter_delete(triolog, server, topic):
@@ -149,3 +150,10 @@ def test_cli_unreachable_broker_exits_1_with_an_error(triolog):
         port = probe.getsockname()[1]
     result = triolog("topics", "--bootstrap-server", f"127.0.0.1:{port}", "--list")
     assert result.code == 1 and result.stderr.startswith("Error: cannot connect")
+
+
+def test_cli_consume_of_an_unknown_topic_fails_and_does_not_create_it(triolog, server, topic):
+    """Kafka's rule: a consumer's metadata request does not create topics (produce may)."""
+    result = triolog("consume", *server, "--topic", topic, "--timeout-ms", "500")
+    assert result.code == 1 and "UNKNOWN_TOPIC_OR_PARTITION" in result.stderr
+    assert topic not in triolog("topics", *server, "--list").out.splitlines()

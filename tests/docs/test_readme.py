@@ -13,6 +13,7 @@ inside the repository: a clone is all a reader has.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -26,7 +27,7 @@ from tests.e2e.broker_process import ROOT, BrokerProcess
 
 README = ROOT / "README.md"
 #: The tour, the Python client snippet, the CLI block, dump-log under "Inspecting segments".
-RUN_BLOCKS = 4
+RUN_BLOCKS = 5
 #: make run/test, pip install, the Spark fragment, the Spark job and its command, the Spark
 #: example pipeline, docker, docker compose, make bench.
 SKIPPED_BLOCKS = 9
@@ -108,19 +109,14 @@ def test_links_resolve_inside_the_repository():
 
 
 _CLI_SHIM = """#!{python}
-# The checkout's triolog command, with --bootstrap-server defaulting to the test broker.
-import argparse
+# The checkout's triolog command; its --bootstrap-server defaults to $TRIOLOG_BOOTSTRAP_SERVER,
+# which the fixture points at the test broker.
 import sys
 
 sys.path.insert(0, {root!r})
-from triolog.broker.cli import build_parser, main
+from triolog.broker.cli import main
 
-argv = sys.argv[1:]
-commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
-at = next((i for i, arg in enumerate(argv) if arg in commands), None)
-if at is not None and "--bootstrap-server" in commands[argv[at]]._option_string_actions:
-    argv[at + 1:at + 1] = ["--bootstrap-server", {bootstrap!r}]
-sys.exit(main(argv))
+sys.exit(main())
 """
 
 
@@ -133,7 +129,7 @@ def newcomer(tmp_path):
     bin_dir = home / ".venv" / "bin"
     bin_dir.mkdir(parents=True)
     shim = bin_dir / "triolog"
-    shim.write_text(_CLI_SHIM.format(python=sys.executable, root=str(ROOT), bootstrap=bootstrap))
+    shim.write_text(_CLI_SHIM.format(python=sys.executable, root=str(ROOT)))
     shim.chmod(0o755)
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
            "PYTHONPATH": str(ROOT), "TRIOLOG_BOOTSTRAP_SERVER": bootstrap}
@@ -162,7 +158,7 @@ def test_the_readme_blocks_run(newcomer):
         assert done.returncode == 0, f"{where} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
         assert "Traceback" not in done.stderr, f"{where}:\n{done.stderr}"
         outputs.append(done.stdout)
-    tour, client_snippet, cli, dump = outputs
+    tour, client_snippet, cli, cli_reference, dump = outputs
 
     # What the README says each block shows.
     assert "Offset:40\tuser-1\tclick 41\n" in tour  # the first record at/after $SINCE
@@ -173,6 +169,10 @@ def test_the_readme_blocks_run(newcomer):
     assert re.search(r"^\d+ 0 user-7 \{'amount': 42, 'currency': 'EUR'\}$", client_snippet, re.M), client_snippet
     assert re.search(r"^1 record\(s\) from payments-\d$", client_snippet, re.M), client_snippet
     assert "42 EUR\n" in cli and "17 EUR\n" in cli
+    consumed = [json.loads(line) for line in cli_reference.splitlines() if line.startswith('{"topic"')]
+    assert sorted(record["value"] for record in consumed) == ["17 EUR", "42 EUR"], cli_reference
+    headers = sorted((h["key"], h["value"]) for record in consumed for h in record["headers"])
+    assert headers == [("source", "shell"), ("source", "web")], consumed
     assert "baseOffset: 0 " in dump
     _check_the_dump_log_mismatch_explained(home, env)
 

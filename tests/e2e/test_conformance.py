@@ -41,7 +41,7 @@ INVALID_REQUEST = 42
 INVALID_RECORD = 87
 
 ALL_APIS = ["api_versions", "metadata", "create_topics", "delete_topics", "describe_configs",
-            "alter_configs", "produce", "fetch", "list_offsets", "delete_records"]
+            "alter_configs", "produce", "fetch", "list_offsets", "delete_records", "describe_log_dirs"]
 
 NODE_ID = 3
 DEFAULT_PARTITIONS = 2
@@ -98,6 +98,14 @@ SHAPES = {
                                                               "offset": INT}]}]},
     "delete_records": {"topics": [{"name": STR, "partitions": [{"partition": INT, "error_code": INT,
                                                                 "error_message": OPT_STR, "low_watermark": INT}]}]},
+    "describe_log_dirs": {
+        "log_dirs": [{"path": STR, "error_code": INT, "error_message": OPT_STR, "total_bytes": INT,
+                      "usable_bytes": INT,
+                      "topics": [{"name": STR, "partitions": [{"partition": INT, "size_bytes": INT, "segments": INT,
+                                                               "log_start_offset": INT, "log_end_offset": INT}]}]}],
+        "errors": [{"name": STR, "error_code": INT, "error_message": OPT_STR,
+                    "partitions": [{"partition": INT, "error_code": INT, "error_message": OPT_STR}]}],
+    },
 }
 
 

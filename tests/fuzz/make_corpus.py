@@ -167,6 +167,8 @@ def requests_seeds() -> dict[str, bytes]:
         "delete_records": m.DeleteRecordsRequest(id=12, topics=(
             m.DeleteRecordsTopic(name="t", partitions=(m.DeleteRecordsPartition(partition=0, offset=-1),
                                                        m.DeleteRecordsPartition(partition=1, offset=10))),)),
+        "describe_log_dirs": m.DescribeLogDirsRequest(id=13, topics=(
+            m.DescribeLogDirsTopic(name="t", partitions=(0, 7)), m.DescribeLogDirsTopic(name="u"))),
     }
     assert {type(r).api for r in requests.values()} == set(m.REQUEST_TYPES), "a seed for every API"
     seeds = {f"valid-{name}": b"\x00" + encode_frame(m.encode_request(r)) for name, r in requests.items()}

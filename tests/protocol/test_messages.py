@@ -42,6 +42,14 @@ from triolog.protocol.messages import (
     DeleteRecordsResponse,
     DeleteRecordsTopic,
     DeleteRecordsTopicResult,
+    DescribeLogDirsRequest,
+    DescribeLogDirsResponse,
+    DescribeLogDirsTopic,
+    LogDirPartition,
+    LogDirPartitionError,
+    LogDirResult,
+    LogDirTopic,
+    LogDirTopicError,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
     DescribeConfigsRequest,
@@ -151,6 +159,9 @@ EXAMPLE_REQUESTS: dict[str, Request] = {
         id=10,
         topics=(DeleteRecordsTopic(name="orders", partitions=(DeleteRecordsPartition(partition=0, offset=-1),)),),
     ),
+    "describe_log_dirs": DescribeLogDirsRequest(
+        id=11, topics=(DescribeLogDirsTopic(name="orders", partitions=(0, 1)), DescribeLogDirsTopic(name="payments")),
+    ),
 }
 
 EXAMPLE_RESPONSES: dict[str, Response] = {
@@ -236,6 +247,25 @@ EXAMPLE_RESPONSES: dict[str, Response] = {
             DeleteRecordsTopicResult(
                 name="orders", partitions=(DeleteRecordsPartitionResult(partition=0, low_watermark=5),)
             ),
+        ),
+    ),
+    "describe_log_dirs": DescribeLogDirsResponse(
+        id=11,
+        log_dirs=(
+            LogDirResult(path="/var/lib/triolog", total_bytes=10**12, usable_bytes=6 * 10**11, topics=(
+                LogDirTopic(name="orders", partitions=(
+                    LogDirPartition(partition=0, size_bytes=4096, segments=2, log_start_offset=0, log_end_offset=17),
+                )),
+            )),
+            LogDirResult(path="/mnt/broken", error_code=ErrorCode.KAFKA_STORAGE_ERROR,
+                         error_message="log directory /mnt/broken is offline after an I/O error"),
+        ),
+        errors=(
+            LogDirTopicError(name="orders", partitions=(LogDirPartitionError(
+                partition=1, error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                error_message="partition 1 does not exist: topic 'orders' has partitions 0..0"),)),
+            LogDirTopicError(name="payments", error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                             error_message="topic 'payments' does not exist"),
         ),
     ),
 }
@@ -393,7 +423,7 @@ def test_supported_apis_lists_every_api_at_version_1():
         name: (1, 1)
         for name in (
             "api_versions", "metadata", "create_topics", "delete_topics", "describe_configs",
-            "alter_configs", "produce", "fetch", "list_offsets", "delete_records",
+            "alter_configs", "produce", "fetch", "list_offsets", "delete_records", "describe_log_dirs",
         )
     }
     assert REQUEST_TYPES.keys() == RESPONSE_TYPES.keys() == SUPPORTED_APIS.keys()
@@ -702,6 +732,13 @@ FIELD_TYPES: dict[str, dict[str, str]] = {
         "topics[0].partitions[0].partition": "an int",
         "topics[0].partitions[0].offset": "an int",
     },
+    "describe_log_dirs": {
+        "topics": "an array",
+        "topics[0]": "a map",
+        "topics[0].name": "a str",
+        "topics[0].partitions": "an array",
+        "topics[0].partitions[1]": "an int",
+    },
 }
 #: Fields a request may leave out (or send as nil), with the value the broker then uses.
 OPTIONAL_FIELDS: dict[tuple[str, str], Any] = {
@@ -712,6 +749,8 @@ OPTIONAL_FIELDS: dict[tuple[str, str], Any] = {
     ("alter_configs", "topics[0].delete"): (),
     ("fetch", "isolation_level"): 0,
     ("list_offsets", "isolation_level"): 0,
+    ("describe_log_dirs", "topics"): None,
+    ("describe_log_dirs", "topics[0].partitions"): None,
 }
 # A value of another msgpack type for each expected type: str for bin and bin for str, an int
 # for a bool, a map for an array.
@@ -996,6 +1035,15 @@ SPEC_RESPONSE_KEYS: dict[str, dict[str, set[str]]] = {
         "": {"topics"},
         "topics[]": {"name", "partitions"},
         "topics[].partitions[]": {"partition", "error_code", "error_message", "low_watermark"},
+    },
+    "describe_log_dirs": {
+        "": {"log_dirs", "errors"},
+        "log_dirs[]": {"path", "error_code", "error_message", "total_bytes", "usable_bytes", "topics"},
+        "log_dirs[].topics[]": {"name", "partitions"},
+        "log_dirs[].topics[].partitions[]": {"partition", "size_bytes", "segments", "log_start_offset",
+                                             "log_end_offset"},
+        "errors[]": {"name", "error_code", "error_message", "partitions"},
+        "errors[].partitions[]": {"partition", "error_code", "error_message"},
     },
 }  # fmt: skip
 

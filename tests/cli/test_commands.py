@@ -1,0 +1,133 @@
+"""--version, TRIOLOG_BOOTSTRAP_SERVER, delete-records and the produce options, as subprocesses."""
+
+from __future__ import annotations
+
+import json
+import platform
+import socket
+
+import pytest
+
+from triolog import __version__
+from triolog.client import Producer
+
+
+def test_version_names_triolog_and_python(triolog):
+    result = triolog("--version")
+    assert (result.code, result.out) == (0, f"triolog {__version__} (Python {platform.python_version()})\n")
+
+
+def test_bootstrap_server_defaults_to_the_environment_variable(triolog, broker, topic):
+    env = {"TRIOLOG_BOOTSTRAP_SERVER": f"127.0.0.1:{broker.port}"}
+    assert triolog("topics", "--create", "--topic", topic, env=env).code == 0
+    assert topic in triolog("topics", "--list", env=env).out.splitlines()
+    assert "TRIOLOG_BOOTSTRAP_SERVER" in triolog("topics", "--help", env=env).out
+    # An explicit --bootstrap-server still wins: here, a port where nothing listens.
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    refused = triolog("topics", "--list", "--bootstrap-server", f"127.0.0.1:{port}", env=env)
+    assert refused.code == 1 and "cannot connect" in refused.stderr
+    bad = triolog("topics", "--list", env={"TRIOLOG_BOOTSTRAP_SERVER": "no-port"})
+    assert bad.code == 2 and "host:port" in bad.stderr
+
+
+@pytest.fixture
+def ten(broker, topic):
+    """``topic`` with 10 records in each of its 2 partitions."""
+    from triolog.client.admin import AdminClient
+
+    with AdminClient(f"127.0.0.1:{broker.port}") as admin:
+        admin.create_topics([(topic, 2, 1, {})])
+    with Producer(f"127.0.0.1:{broker.port}") as producer:
+        for partition in (0, 1):
+            for _ in range(10):
+                producer.send(topic, b"v", partition=partition)
+    return topic
+
+
+def test_delete_records_from_kafkas_offset_json_file(triolog, server, ten, tmp_path):
+    plan = tmp_path / "offsets.json"
+    plan.write_text(json.dumps({"partitions": [{"topic": ten, "partition": 0, "offset": 4},
+                                               {"topic": ten, "partition": 1, "offset": -1}], "version": 1}))
+    result = triolog("delete-records", *server, "--offset-json-file", str(plan))
+    assert result.code == 0, result.stderr
+    assert result.out == ("Records delete operation completed:\n"
+                          f"partition: {ten}-0\tlow_watermark: 4\n"
+                          f"partition: {ten}-1\tlow_watermark: 10\n")
+    earliest = triolog("offsets", *server, "--topic", ten, "--time", "earliest")
+    assert earliest.out == f"{ten}:0:4\n{ten}:1:10\n"
+
+
+def test_delete_records_errors(triolog, server, ten, tmp_path):
+    beyond = triolog("delete-records", *server, "--topic", ten, "--partition", "0", "--offset", "11")
+    assert beyond.code == 1 and "OFFSET_OUT_OF_RANGE" in beyond.stderr
+    unknown = triolog("delete-records", *server, "--topic", ten, "--partition", "9", "--offset", "1")
+    assert unknown.code == 1 and "UNKNOWN_TOPIC_OR_PARTITION" in unknown.stderr
+    assert triolog("delete-records", *server, "--topic", ten, "--partition", "0").code == 2  # no --offset
+    assert triolog("delete-records", *server, "--topic", ten, "--partition", "0", "--offset", "-2").code == 2
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"partitions": [{"topic": "t", "partition": 0}], "version": 1}')
+    refused = triolog("delete-records", *server, "--offset-json-file", str(bad))
+    assert refused.code == 2 and "partitions[0].offset" in refused.stderr
+    missing = triolog("delete-records", *server, "--offset-json-file", str(tmp_path / "nope.json"))
+    assert missing.code == 2 and "cannot read" in missing.stderr
+    assert triolog("offsets", *server, "--topic", ten, "--time", "earliest").out == f"{ten}:0:0\n{ten}:1:0\n"
+
+
+def test_produce_headers_timestamps_and_file(triolog, server, topic, tmp_path):
+    lines = tmp_path / "records.txt"
+    lines.write_bytes(b"1000\ttrace:t1,kind:a\tk1=v1\n"
+                      b"2000\t\tk2=v2\n")
+    produced = triolog("produce", *server, "--topic", topic, "--partition", "0", "--file", str(lines),
+                       "--parse-timestamp", "--parse-headers", "--key-separator", "=", "--header", "src=cli")
+    assert (produced.code, produced.stderr) == (0, "")
+    consumed = triolog("consume", *server, "--topic", topic, "--from-beginning", "--max-messages", "2", "-J")
+    first, second = (json.loads(line) for line in consumed.out.splitlines())
+    assert (first["timestamp"], first["key"], first["value"]) == (1000, "k1", "v1")
+    assert [(h["key"], h["value"]) for h in first["headers"]] == [("src", "cli"), ("trace", "t1"), ("kind", "a")]
+    assert (second["timestamp"], second["key"], second["value"]) == (2000, "k2", "v2")
+    assert [(h["key"], h["value"]) for h in second["headers"]] == [("src", "cli")]
+
+
+def test_produce_fixed_timestamp_and_bad_lines(triolog, server, topic):
+    fixed = triolog("produce", *server, "--topic", topic, "--partition", "0", "--timestamp", "42", stdin=b"a\n")
+    assert fixed.code == 0
+    consumed = triolog("consume", *server, "--topic", topic, "--from-beginning", "--max-messages", "1",
+                       "--print-timestamp")
+    assert consumed.out == "CreateTime:42\ta\n"
+    bad_time = triolog("produce", *server, "--topic", topic, "--parse-timestamp", stdin=b"soon\tx\n")
+    assert bad_time.code == 1 and "line 1: timestamp 'soon' is not an integer" in bad_time.stderr
+    bad_header = triolog("produce", *server, "--topic", topic, "--parse-headers", stdin=b"nocolon\tx\n")
+    assert bad_header.code == 1 and "line 1: header 'nocolon' is not KEY:VALUE" in bad_header.stderr
+    no_file = triolog("produce", *server, "--topic", topic, "--file", "/nonexistent/records")
+    assert no_file.code == 1 and "cannot read /nonexistent/records" in no_file.stderr
+
+
+def test_produce_max_block_ms_bounds_the_wait_for_a_topic_that_never_comes(triolog, broker, tmp_path):
+    """A broker without auto-creation: the send waits for metadata at most --max-block-ms."""
+    from tests.e2e.broker_process import BrokerProcess
+
+    strict = BrokerProcess(tmp_path / "data", overrides=("auto.create.topics.enable=false",)).start()
+    try:
+        result = triolog("produce", "--bootstrap-server", f"127.0.0.1:{strict.port}", "--topic", "absent",
+                         "--max-block-ms", "300", stdin=b"x\n", timeout=30)
+        assert result.code == 1 and result.stderr.startswith("Error:"), result.stderr
+        assert "still unknown after 0.3 s" in result.stderr and "Traceback" not in result.stderr
+    finally:
+        strict.kill()
+
+
+def test_topic_config_errors_name_the_key_the_allowed_values_and_the_key_meant(triolog, server, topic):
+    typo = triolog("topics", *server, "--create", "--topic", topic, "--config", "retention.msx=1000")
+    assert typo.code == 1
+    assert typo.stderr.splitlines() == [
+        f"Error: INVALID_CONFIG [{topic}]: unknown topic config 'retention.msx' (did you mean retention.ms?)"]
+    bad_value = triolog("topics", *server, "--create", "--topic", topic, "--config", "cleanup.policy=archive")
+    assert ("invalid value 'archive' for cleanup.policy: must be one of delete, compact" in bad_value.stderr
+            and bad_value.code == 1)
+    assert triolog("topics", *server, "--create", "--topic", topic).code == 0
+    alter = triolog("topics", *server, "--alter", "--topic", topic, "--config", "segment.bytes=big")
+    assert alter.code == 1 and "invalid value 'big' for segment.bytes: not an integer (allowed: int, >= 14)" in alter.stderr
+    unset = triolog("topics", *server, "--alter", "--topic", topic, "--delete-config", "log.retention.ms")
+    assert unset.code == 1 and "log.retention.ms is a broker config; the topic config is retention.ms" in unset.stderr
