@@ -925,6 +925,10 @@ def test_decode_request_random_documents_raise_only_request_error(doc):
 def test_decode_request_random_fields_raise_only_request_error_and_echo_the_id(doc):
     result = decode_or_error(msgpack.packb(doc, use_bin_type=True))
     if isinstance(result, RequestError):
+        if list(doc).index("id") > 2 and result.request_id is None:
+            # Fields before the id passed the object budget: the count stopped before reaching it.
+            assert "msgpack objects" in result.message or "no string may be longer" in result.message
+            return
         assert result.request_id == doc["id"]
         assert result.api == doc["api"]
 
