@@ -1,7 +1,7 @@
 # syntax=docker/dockerfile:1
 #
 # The triolog broker as a container: docker build -t triolog .
-#   docker run -d --name triolog -p 9092:9092 -p 9404:9404 -v triolog-data:/var/lib/triolog triolog
+#   docker run -d --name triolog -p 127.0.0.1:9092:9092 -p 127.0.0.1:9404:9404 -v triolog-data:/var/lib/triolog triolog
 #
 # Configuration, lowest layer first: the embedded defaults, /etc/triolog/server.properties (a copy
 # of deploy/server.properties; mount your own over it), TRIOLOG_<KEY> environment variables

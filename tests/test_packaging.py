@@ -40,6 +40,17 @@ def test_a_checkout_imports_the_namespace_with_nothing_installed():
     assert Path(done.stdout.strip()).resolve() == ROOT / "config" / "loader.py"
 
 
+def test_the_installed_environment_claims_only_the_triolog_names(tmp_path):
+    """The editable install of `make` maps triolog and pyspark_triolog, not the repository root:
+    run from elsewhere, the bare folder names and tests/ are nobody's."""
+    code = ("import importlib.util as u, triolog.broker.cli, pyspark_triolog; "
+            "print([n for n in ('broker', 'config', 'client', 'protocol', 'pipeline', 'tests', 'bench') "
+            "if u.find_spec(n)])")
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
 def _dry_run(target: str, venv: Path) -> list[str]:
     make = shutil.which("make")
     if make is None:
