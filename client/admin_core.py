@@ -96,9 +96,12 @@ class AdminCore:
         _raise_first([error_for(t["error_code"], t.get("error_message"), topic=t["name"])
                       for t in doc["topics"] if t["error_code"]])
 
-    def delete_records_op(self, offsets: dict) -> Op[dict[TopicPartition, int]]:
+    def delete_records_op(self, offsets: dict,
+                          raise_errors: bool = True) -> Op[dict[TopicPartition, int | TriologClientError]]:
         """Move each partition's log start to the offset (-1: the high watermark); returns the
-        new low watermarks."""
+        new low watermarks. The broker applies each partition on its own: with ``raise_errors``
+        false, a failed partition maps to its error instead of raising the first one, so a caller
+        can report every partition (as Kafka's per-partition results do)."""
         by_topic: dict[str, list[m.DeleteRecordsPartition]] = {}
         for (topic, partition), offset in offsets.items():
             by_topic.setdefault(topic, []).append(m.DeleteRecordsPartition(partition=partition, offset=offset))
@@ -110,11 +113,13 @@ class AdminCore:
             for part in topic["partitions"]:
                 tp = TopicPartition(topic["name"], part["partition"])
                 if part["error_code"]:
-                    errors.append(error_for(part["error_code"], part.get("error_message"), topic=tp.topic,
-                                            partition=tp.partition))
+                    out[tp] = error_for(part["error_code"], part.get("error_message"), topic=tp.topic,
+                                        partition=tp.partition)
+                    errors.append(out[tp])
                 else:
                     out[tp] = part["low_watermark"]
-        _raise_first(errors)
+        if raise_errors:
+            _raise_first(errors)
         return out
 
     def describe_log_dirs_op(self, topics=None) -> Op[dict[str, LogDirDescription]]:
