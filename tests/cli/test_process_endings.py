@@ -42,6 +42,21 @@ def test_consume_piped_into_head_exits_0_without_a_traceback(broker, server, top
     assert "Traceback" not in err and "BrokenPipe" not in err and "Exception" not in err, err
 
 
+def test_consume_counts_only_the_records_it_wrote(broker, server, topic):
+    with Producer(f"127.0.0.1:{broker.port}") as producer:
+        for value in (b"one", b"two"):
+            producer.send(topic, value, partition=0)
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # a reader already gone: the first record cannot be written
+    try:
+        done = subprocess.run(cli_command("consume", *server, "--topic", topic, "--from-beginning",
+                                          "--timeout-ms", "20000"),
+                              stdout=write_end, stderr=subprocess.PIPE, cwd=ROOT, env=cli_env(), timeout=60)
+    finally:
+        os.close(write_end)
+    assert (done.returncode, done.stderr) == (0, b"Processed a total of 0 messages\n")
+
+
 def test_dump_log_piped_into_head_exits_0_without_a_traceback(broker, topic, tmp_path):
     with Producer(f"127.0.0.1:{broker.port}", linger_ms=20) as producer:
         for i in range(3000):
