@@ -47,8 +47,9 @@ class AdminClient:
     def alter_configs(self, configs: dict[str, dict[str, str]], delete: dict[str, list[str]] | None = None) -> None:
         self._run(self._core.alter_configs_op(configs, delete))
 
-    def delete_records(self, offsets: dict) -> dict[TopicPartition, int]:
-        return self._run(self._core.delete_records_op(offsets))
+    def delete_records(self, offsets: dict, raise_errors: bool = True) -> dict[TopicPartition, int]:
+        """New low watermarks; with ``raise_errors=False`` a failed partition maps to its error."""
+        return self._run(self._core.delete_records_op(offsets, raise_errors))
 
     def describe_log_dirs(self, topics=None) -> dict[str, LogDirDescription]:
         """Per log dir (path), the size in bytes, segment count and offsets of each partition."""

@@ -14,7 +14,7 @@ from triolog.protocol import messages as m
 
 from .consumer_core import list_offsets_op
 from .errors import TriologClientError, UnknownTopicOrPartitionError, error_for
-from .metadata import MetadataCache
+from .metadata import MetadataCache, describe
 from .ops import Call, Op, check_response
 from .types import (
     ConfigEntry,
@@ -37,7 +37,8 @@ def _raise_first(errors: list[TriologClientError]) -> None:
 class AdminCore:
     def __init__(self, request_timeout_ms: int = 30_000) -> None:
         self.timeout_s = request_timeout_ms / 1000
-        self.metadata = MetadataCache(max_age_s=0, request_timeout_s=self.timeout_s)
+        # allow_auto_create=False: an admin's metadata requests never create a topic.
+        self.metadata = MetadataCache(max_age_s=0, request_timeout_s=self.timeout_s, allow_auto_create=False)
 
     def create_topics_op(self, topics, validate_only: bool = False) -> Op[dict[str, dict[str, str]]]:
         """Create ``NewTopic``s (or names); returns name -> the topic's effective configs."""
@@ -64,15 +65,22 @@ class AdminCore:
         return sorted((yield from self.metadata.all_topics_op()))
 
     def describe_topics_op(self, names=None) -> Op[dict[str, TopicDescription]]:
-        """Descriptions from a metadata request for *all* topics, which never auto-creates one
-        (the wire protocol has no allow_auto_topic_creation flag); absent names raise."""
-        described = yield from self.metadata.all_topics_op()
+        """Every topic, or the topics named: one metadata request for just those, sent with
+        allow_auto_topic_creation false (this cache's setting, as Kafka's admin client does), so
+        describing never creates a topic; an absent or invalid name raises its error."""
         if names is None:
-            return described
-        missing = [name for name in names if name not in described]
-        if missing:
-            raise UnknownTopicOrPartitionError(f"topic {missing[0]!r} does not exist", topic=missing[0])
-        return {name: described[name] for name in names}
+            return (yield from self.metadata.all_topics_op())
+        names = list(dict.fromkeys(names))
+        raw = yield from self.metadata.fetch_op(names)
+        out = {}
+        for name in names:
+            entry = raw.get(name)
+            if entry is None:
+                raise UnknownTopicOrPartitionError(f"topic {name!r} is not in the metadata response", topic=name)
+            if entry["error_code"]:
+                raise error_for(entry["error_code"], entry.get("error_message"), topic=name)
+            out[name] = describe(entry)
+        return out
 
     def describe_configs_op(self, names) -> Op[dict[str, dict[str, ConfigEntry]]]:
         doc = check_response((yield Call(m.DescribeConfigsRequest(id=0, topics=tuple(names)), self.timeout_s)))
@@ -96,9 +104,12 @@ class AdminCore:
         _raise_first([error_for(t["error_code"], t.get("error_message"), topic=t["name"])
                       for t in doc["topics"] if t["error_code"]])
 
-    def delete_records_op(self, offsets: dict) -> Op[dict[TopicPartition, int]]:
+    def delete_records_op(self, offsets: dict,
+                          raise_errors: bool = True) -> Op[dict[TopicPartition, int | TriologClientError]]:
         """Move each partition's log start to the offset (-1: the high watermark); returns the
-        new low watermarks."""
+        new low watermarks. The broker applies each partition on its own: with ``raise_errors``
+        false, a failed partition maps to its error instead of raising the first one, so a caller
+        can report every partition (as Kafka's per-partition results do)."""
         by_topic: dict[str, list[m.DeleteRecordsPartition]] = {}
         for (topic, partition), offset in offsets.items():
             by_topic.setdefault(topic, []).append(m.DeleteRecordsPartition(partition=partition, offset=offset))
@@ -110,11 +121,13 @@ class AdminCore:
             for part in topic["partitions"]:
                 tp = TopicPartition(topic["name"], part["partition"])
                 if part["error_code"]:
-                    errors.append(error_for(part["error_code"], part.get("error_message"), topic=tp.topic,
-                                            partition=tp.partition))
+                    out[tp] = error_for(part["error_code"], part.get("error_message"), topic=tp.topic,
+                                        partition=tp.partition)
+                    errors.append(out[tp])
                 else:
                     out[tp] = part["low_watermark"]
-        _raise_first(errors)
+        if raise_errors:
+            _raise_first(errors)
         return out
 
     def describe_log_dirs_op(self, topics=None) -> Op[dict[str, LogDirDescription]]:

@@ -442,8 +442,9 @@ class AsyncAdminClient(_AsyncClient):
     async def alter_configs(self, configs, delete=None) -> None:
         await self._run(self._core.alter_configs_op(configs, delete))
 
-    async def delete_records(self, offsets: dict) -> dict[TopicPartition, int]:
-        return await self._run(self._core.delete_records_op(offsets))
+    async def delete_records(self, offsets: dict, raise_errors: bool = True) -> dict[TopicPartition, int]:
+        """New low watermarks; with ``raise_errors=False`` a failed partition maps to its error."""
+        return await self._run(self._core.delete_records_op(offsets, raise_errors))
 
     async def list_offsets(self, queries: dict) -> dict[TopicPartition, OffsetAndTimestamp]:
         return await self._run(self._core.list_offsets_op(queries))

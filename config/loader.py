@@ -33,9 +33,13 @@ from .broker_config import BROKER_CONFIGS, BrokerConfig
 from .log_config import ConfigError
 
 ENV_PREFIX = "TRIOLOG_"
+#: ``TRIOLOG_*`` variables that belong to the client tools, not to the broker's configuration:
+#: the environment layer skips them without a warning (an operator's shell exports them for both).
+CLIENT_ENVIRONMENT_VARIABLES = frozenset({"TRIOLOG_BOOTSTRAP_SERVER"})
 EMBEDDED_CONFIG = "server.properties"
 
 __all__ = [
+    "CLIENT_ENVIRONMENT_VARIABLES",
     "EMBEDDED_CONFIG",
     "ENV_KEYS",
     "ENV_PREFIX",
@@ -188,7 +192,7 @@ def _from_environ(environ: Mapping[str, str]) -> tuple[dict[str, str], dict[str,
     variables: dict[str, str] = {}
     warnings: list[str] = []
     for variable in sorted(environ):
-        if not variable.startswith(ENV_PREFIX):
+        if not variable.startswith(ENV_PREFIX) or variable in CLIENT_ENVIRONMENT_VARIABLES:
             continue
         key = ENV_KEYS.get(variable)
         if key is None:

@@ -27,6 +27,10 @@ class ConfigError(ValueError):
         super().__init__("; ".join(problems))
 
 
+class OutOfBounds(ValueError):
+    """A value of the right type outside the key's bounds or choices: the reason names them."""
+
+
 def _parse_bool(text: str) -> bool:
     lowered = text.strip().lower()
     if lowered in ("true", "false"):
@@ -82,16 +86,22 @@ class ConfigKey:
 
     def check(self, value: Any) -> None:
         if self.minimum is not None and value < self.minimum:
-            raise ValueError(f"must be at least {_fmt(self.minimum)}")
+            raise OutOfBounds(f"must be at least {_fmt(self.minimum)}")
         if self.maximum is not None and value > self.maximum:
-            raise ValueError(f"must be at most {_fmt(self.maximum)}")
+            raise OutOfBounds(f"must be at most {_fmt(self.maximum)}")
         if self.choices is not None:
             items = value if isinstance(value, tuple) else (value,)
             for item in items:
                 if item not in self.choices:
-                    raise ValueError(f"must be one of {', '.join(self.choices)}")
+                    raise OutOfBounds(f"must be one of {', '.join(self.choices)}")
             if isinstance(value, tuple) and not value:
-                raise ValueError(f"must list at least one of {', '.join(self.choices)}")
+                raise OutOfBounds(f"must list at least one of {', '.join(self.choices)}")
+
+    def problem(self, raw: Any, exc: Exception) -> str:
+        """The message for an invalid ``raw``: what is wrong, and what is allowed, said once (a
+        bound or choice the reason already names is not repeated in an "(allowed: ...)")."""
+        message = f"invalid value {raw!r} for {self.name}: {exc}"
+        return message if isinstance(exc, OutOfBounds) else f"{message} (allowed: {self.describe_allowed()})"
 
     def describe_allowed(self) -> str:
         parts = [self.type]
@@ -267,7 +277,7 @@ class LogConfig:
             try:
                 parsed[name] = key.parse(raw)
             except (ValueError, TypeError) as exc:
-                problems.append(f"invalid value {raw!r} for {name}: {exc} (allowed: {key.describe_allowed()})")
+                problems.append(key.problem(raw, exc))
         changes = {TOPIC_CONFIGS[name].attr: value for name, value in parsed.items()}
         merged = dataclasses.replace(self, **changes, overrides={**self.overrides, **parsed})
         if merged.min_compaction_lag_ms > merged.max_compaction_lag_ms:

@@ -665,17 +665,11 @@ def run(args: argparse.Namespace, stdout: TextIO | None = None, stderr: TextIO |
                 pass
     if stderr is None:
         stderr = sys.stderr
-    try:
-        code = dump(options_from_args(args), stdout, stderr)
-        stdout.flush()
-        return code
-    except BrokenPipeError:  # `triolog dump-log ... | head`
-        try:
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, stdout.fileno())
-        except (OSError, ValueError, AttributeError):
-            pass
-        return 1
+    # A reader that stops early (`triolog dump-log ... | head`) raises BrokenPipeError here:
+    # triolog.broker.cli.main ends the process quietly with 0, as for every subcommand.
+    code = dump(options_from_args(args), stdout, stderr)
+    stdout.flush()
+    return code
 
 
 def build_parser(prog: str = "triolog dump-log") -> argparse.ArgumentParser:
@@ -693,4 +687,6 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None, stderr
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from triolog.broker.cli import main as triolog_main  # its broken-pipe and Ctrl-C handling
+
+    sys.exit(triolog_main(["dump-log", *sys.argv[1:]]))

@@ -12,9 +12,8 @@ import sys
 from triolog.client.address import DEFAULT_BOOTSTRAP, parse_bootstrap
 from triolog.client.errors import TriologClientError
 
+#: Ctrl-C (130) and a closed stdout (0) are handled once, in triolog.broker.cli.main.
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
-#: The shell's code for a process ended by SIGINT (128 + 2), as Kafka's tools end on Ctrl-C.
-EXIT_INTERRUPTED = 130
 
 #: The environment variable that gives --bootstrap-server its default.
 BOOTSTRAP_ENV = "TRIOLOG_BOOTSTRAP_SERVER"

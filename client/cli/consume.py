@@ -106,9 +106,9 @@ def run(args: argparse.Namespace) -> int:
                 consumer.seek_to_timestamp(args.timestamp)
             if args.max_messages != 0:
                 for record in consumer:
-                    count += 1  # before the write: a Ctrl-C right after it still counts the record
                     out.write(line(record))
-                    out.flush()
+                    out.flush()  # a reader gone (| head) raises here: that record was not delivered
+                    count += 1
                     if args.max_messages is not None and count >= args.max_messages:
                         break
     finally:

@@ -7,7 +7,8 @@ removes their segments. Partitions come from ``--offset-json-file`` in Kafka's f
     {"partitions": [{"topic": "orders", "partition": 0, "offset": 42}], "version": 1}
 
 or from ``--topic T --partition P --offset O``. Prints each partition's new low watermark as
-Kafka does (``partition: T-P  low_watermark: N``), or one JSON document with ``-J``.
+Kafka does (``partition: T-P  low_watermark: N``, or ``partition: T-P  error: ...`` for a partition
+that failed: the others are still applied; exit code 1), or one JSON document with ``-J``.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from .common import EXIT_OK, EXIT_USAGE, add_bootstrap, add_output, error, print_json, reports_errors
+from .common import EXIT_ERROR, EXIT_OK, EXIT_USAGE, add_bootstrap, add_output, error, print_json, reports_errors
 
 DESCRIPTION = ("Delete the records of partitions below an offset (move their log start offset), like Kafka's "
                "kafka-delete-records.sh. Offset -1 means the high watermark: everything written so far.")
@@ -40,7 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--partition", type=int, metavar="N", help="the partition of --topic")
     parser.add_argument("--offset", type=_offset, metavar="OFFSET",
                         help="delete the records below OFFSET; -1 = the high watermark (all records)")
-    add_output(parser, '{"partitions": [{"topic", "partition", "low_watermark"}]}')
+    add_output(parser, '{"partitions": [{"topic", "partition", "low_watermark"} or '
+                       '{"topic", "partition", "error", "error_message"}]}')
 
 
 class _BadFile(ValueError):
@@ -103,14 +105,33 @@ def run(args: argparse.Namespace) -> int:
     from triolog.client.types import TopicPartition
 
     with AdminClient(args.bootstrap_server) as admin:
-        # One bad partition fails the command (exit 1, its error on stderr); the broker still
-        # applied the others, as Kafka's tool does.
-        low = admin.delete_records({TopicPartition(*tp): offset for tp, offset in offsets.items()})
+        # The broker applies each partition on its own: report every one (its new low watermark
+        # or its error), as Kafka's tool does, and exit 1 if any failed.
+        results = admin.delete_records({TopicPartition(*tp): offset for tp, offset in offsets.items()},
+                                       raise_errors=False)
+    failed = {tp: result for tp, result in results.items() if isinstance(result, Exception)}
     if args.output == "json":
-        print_json({"partitions": [{"topic": tp.topic, "partition": tp.partition, "low_watermark": w}
-                                   for tp, w in sorted(low.items())]})
+        print_json({"partitions": [_json_result(tp, result) for tp, result in sorted(results.items())]})
     else:
         print("Records delete operation completed:")
-        for tp, watermark in sorted(low.items()):
-            print(f"partition: {tp.topic}-{tp.partition}\tlow_watermark: {watermark}")
-    return EXIT_OK
+        for tp, result in sorted(results.items()):
+            outcome = f"error: {_error_text(result)}" if tp in failed else f"low_watermark: {result}"
+            print(f"partition: {tp.topic}-{tp.partition}\t{outcome}")
+    for exc in failed.values():
+        error(str(exc))
+    return EXIT_ERROR if failed else EXIT_OK
+
+
+def _error_code(exc) -> str | int:
+    return getattr(exc.code, "name", exc.code)
+
+
+def _error_text(exc) -> str:
+    return f"{_error_code(exc)}: {exc.error_message}" if exc.error_message else str(_error_code(exc))
+
+
+def _json_result(tp, result) -> dict:
+    doc = {"topic": tp.topic, "partition": tp.partition}
+    if isinstance(result, Exception):
+        return {**doc, "error": _error_code(result), "error_message": result.error_message}
+    return {**doc, "low_watermark": result}

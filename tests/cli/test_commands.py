@@ -59,6 +59,28 @@ def test_delete_records_from_kafkas_offset_json_file(triolog, server, ten, tmp_p
     assert earliest.out == f"{ten}:0:4\n{ten}:1:10\n"
 
 
+def test_delete_records_reports_every_partition_when_one_fails(triolog, server, ten, tmp_path):
+    plan = tmp_path / "offsets.json"
+    plan.write_text(json.dumps({"partitions": [{"topic": ten, "partition": 0, "offset": 4},
+                                               {"topic": ten, "partition": 1, "offset": 11}], "version": 1}))
+    result = triolog("delete-records", *server, "--offset-json-file", str(plan))
+    assert result.code == 1
+    lines = result.out.splitlines()
+    assert lines[:2] == ["Records delete operation completed:", f"partition: {ten}-0\tlow_watermark: 4"]
+    assert lines[2].startswith(f"partition: {ten}-1\terror: OFFSET_OUT_OF_RANGE: ") and len(lines) == 3, result.out
+    assert result.stderr.startswith(f"Error: OFFSET_OUT_OF_RANGE [{ten}-1]: ") and result.stderr.count("\n") == 1
+    assert triolog("offsets", *server, "--topic", ten, "--time", "earliest").out == f"{ten}:0:4\n{ten}:1:0\n"
+
+    plan.write_text(json.dumps({"partitions": [{"topic": ten, "partition": 0, "offset": 6},
+                                               {"topic": ten, "partition": 9, "offset": 1}], "version": 1}))
+    result = triolog("delete-records", *server, "--offset-json-file", str(plan), "-J")
+    assert result.code == 1
+    first, second = json.loads(result.out)["partitions"]
+    assert first == {"topic": ten, "partition": 0, "low_watermark": 6}
+    assert (second["topic"], second["partition"], second["error"]) == (ten, 9, "UNKNOWN_TOPIC_OR_PARTITION")
+    assert second["error_message"] and "low_watermark" not in second
+
+
 def test_delete_records_errors(triolog, server, ten, tmp_path):
     beyond = triolog("delete-records", *server, "--topic", ten, "--partition", "0", "--offset", "11")
     assert beyond.code == 1 and "OFFSET_OUT_OF_RANGE" in beyond.stderr
@@ -124,8 +146,8 @@ def test_topic_config_errors_name_the_key_the_allowed_values_and_the_key_meant(t
     assert typo.stderr.splitlines() == [
         f"Error: INVALID_CONFIG [{topic}]: unknown topic config 'retention.msx' (did you mean retention.ms?)"]
     bad_value = triolog("topics", *server, "--create", "--topic", topic, "--config", "cleanup.policy=archive")
-    assert ("invalid value 'archive' for cleanup.policy: must be one of delete, compact" in bad_value.stderr
-            and bad_value.code == 1)
+    assert bad_value.code == 1 and bad_value.stderr.splitlines() == [
+        f"Error: INVALID_CONFIG [{topic}]: invalid value 'archive' for cleanup.policy: must be one of delete, compact"]
     assert triolog("topics", *server, "--create", "--topic", topic).code == 0
     alter = triolog("topics", *server, "--alter", "--topic", topic, "--config", "segment.bytes=big")
     assert alter.code == 1 and "invalid value 'big' for segment.bytes: not an integer (allowed: int, >= 14)" in alter.stderr

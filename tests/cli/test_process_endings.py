@@ -42,6 +42,35 @@ def test_consume_piped_into_head_exits_0_without_a_traceback(broker, server, top
     assert "Traceback" not in err and "BrokenPipe" not in err and "Exception" not in err, err
 
 
+def test_consume_counts_only_the_records_it_wrote(broker, server, topic):
+    with Producer(f"127.0.0.1:{broker.port}") as producer:
+        for value in (b"one", b"two"):
+            producer.send(topic, value, partition=0)
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # a reader already gone: the first record cannot be written
+    try:
+        done = subprocess.run(cli_command("consume", *server, "--topic", topic, "--from-beginning",
+                                          "--timeout-ms", "20000"),
+                              stdout=write_end, stderr=subprocess.PIPE, cwd=ROOT, env=cli_env(), timeout=60)
+    finally:
+        os.close(write_end)
+    assert (done.returncode, done.stderr) == (0, b"Processed a total of 0 messages\n")
+
+
+def test_dump_log_piped_into_head_exits_0_without_a_traceback(broker, topic, tmp_path):
+    with Producer(f"127.0.0.1:{broker.port}", linger_ms=20) as producer:
+        for i in range(3000):
+            producer.send(topic, b"%04d" % i + b"x" * 100, partition=0)
+    segment = broker.data_dir / f"{topic}-0" / "00000000000000000000.log"
+    dump = shlex.join(cli_command("dump-log", "--files", str(segment), "--print-data-log"))
+    script = f'{dump} 2>{tmp_path}/err | head -1; echo "${{PIPESTATUS[0]}}" >{tmp_path}/status'
+    done = subprocess.run(["bash", "-c", script], cwd=ROOT, env=cli_env(), capture_output=True, timeout=60)
+    assert done.stdout == f"Dumping {segment}\n".encode()
+    assert (tmp_path / "status").read_text() == "0\n"
+    err = (tmp_path / "err").read_text()
+    assert "Traceback" not in err and "BrokenPipe" not in err and "Exception" not in err, err
+
+
 def test_ctrl_c_ends_consume_with_130_and_no_traceback(broker, server, topic):
     with Producer(f"127.0.0.1:{broker.port}") as producer:
         producer.send(topic, b"only", partition=0)
@@ -116,12 +145,13 @@ def test_produce_shows_no_progress_when_stderr_is_not_a_terminal(triolog, server
     assert (result.code, result.stderr) == (0, "")
 
 
-def _serve(tmp_path, *overrides: str) -> subprocess.CompletedProcess:
+def _serve(tmp_path, *overrides: str, env: dict | None = None) -> subprocess.CompletedProcess:
     args = ["serve", "--override", f"log.dirs={tmp_path / 'data'}", "--override", "listeners=PLAINTEXT://127.0.0.1:0",
             "--override", "metrics.listener="]
     for item in overrides:
         args += ["--override", item]
-    return subprocess.run(cli_command(*args), cwd=ROOT, env=cli_env(), capture_output=True, text=True, timeout=60)
+    return subprocess.run(cli_command(*args), cwd=ROOT, env={**cli_env(), **(env or {})}, capture_output=True,
+                          text=True, timeout=60)
 
 
 def _one_line_failure(done: subprocess.CompletedProcess) -> str:
@@ -139,6 +169,19 @@ def test_serve_on_a_busy_port_names_it(tmp_path):
         port = busy.getsockname()[1]
         line = _one_line_failure(_serve(tmp_path, f"listeners=PLAINTEXT://127.0.0.1:{port}"))
     assert line == f"triolog: cannot start: cannot listen on 127.0.0.1:{port} (listeners): Address already in use"
+
+
+def test_serve_ignores_the_client_tools_bootstrap_variable_but_warns_of_a_typo(tmp_path):
+    with socket.socket() as busy:  # serve logs its config warnings, then stops on the busy port
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        done = _serve(tmp_path, f"listeners=PLAINTEXT://127.0.0.1:{port}",
+                      env={"TRIOLOG_BOOTSTRAP_SERVER": f"127.0.0.1:{port}", "TRIOLOG_NUM_PARTITION": "2"})
+    _one_line_failure(done)
+    logged = done.stdout + done.stderr
+    assert "TRIOLOG_NUM_PARTITION matches no config key" in logged, logged
+    assert "TRIOLOG_BOOTSTRAP_SERVER" not in logged, logged
 
 
 def test_serve_on_a_log_dir_another_broker_holds_names_it(tmp_path, broker):

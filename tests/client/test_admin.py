@@ -74,6 +74,13 @@ def test_admin_describe_unknown_topic_raises_without_creating_it(admin, topic):
     assert topic not in admin.list_topics()  # a broker with auto-create on did not create it
 
 
+def test_admin_describe_names_only_the_topics_asked_and_refuses_an_invalid_name(admin, topic):
+    admin.create_topics([topic, topic + "-other"])
+    assert list(admin.describe_topics([topic, topic])) == [topic]
+    with pytest.raises(InvalidTopicError):
+        admin.describe_topics([topic, "no spaces"])
+
+
 def test_admin_delete_records_moves_the_log_start(bootstrap, admin, topic):
     admin.create_topics([NewTopic(topic, 1)])
     tp = TopicPartition(topic, 0)

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from triolog.config.broker_config import BROKER_CONFIGS, BrokerConfig, Endpoint
 from triolog.config.loader import (
+    CLIENT_ENVIRONMENT_VARIABLES,
     ENV_KEYS,
     embedded_properties,
     env_var_name,
@@ -232,6 +233,18 @@ def test_load_config_unknown_environment_variable_is_warned():
     assert config.num_partitions == 1 and config.node_id == 0
     assert warnings == ["environment variable TRIOLOG_NUM_PARTITION matches no config key, ignored; "
                         "did you mean TRIOLOG_NUM_PARTITIONS?"]
+
+
+def test_load_config_skips_the_client_tools_variables_without_a_warning():
+    config, warnings = load_config(None, environ={"TRIOLOG_BOOTSTRAP_SERVER": "127.0.0.1:9092",
+                                                  "TRIOLOG_NUM_PARTITIONS": "3"})
+    assert (config.num_partitions, warnings) == (3, [])
+
+
+def test_the_client_tools_bootstrap_variable_is_one_the_broker_config_skips():
+    from triolog.client.cli.common import BOOTSTRAP_ENV
+
+    assert BOOTSTRAP_ENV in CLIENT_ENVIRONMENT_VARIABLES
 
 
 @pytest.mark.parametrize("override, key, value", [

@@ -15,10 +15,15 @@ from triolog.config.log_config import TOPIC_CONFIGS, ConfigError, LogConfig, unk
     ({"retention.ms": "soon"}, "invalid value 'soon' for retention.ms: not an integer (allowed: long, >= -1)"),
     ({"min.cleanable.dirty.ratio": "half"},
      "invalid value 'half' for min.cleanable.dirty.ratio: not a number (allowed: double, >= 0, <= 1)"),
-    ({"cleanup.policy": "archive"},
-     "invalid value 'archive' for cleanup.policy: must be one of delete, compact (allowed: list, one of delete, compact)"),
-    ({"message.timestamp.type": "Now"}, "invalid value 'Now' for message.timestamp.type: must be one of CreateTime, "
-                                        "LogAppendTime (allowed: string, one of CreateTime, LogAppendTime)"),
+    # A reason that names the bounds or the choices says them once, with no "(allowed: ...)" after it.
+    ({"cleanup.policy": "archive"}, "invalid value 'archive' for cleanup.policy: must be one of delete, compact"),
+    ({"cleanup.policy": "delete,archive"},
+     "invalid value 'delete,archive' for cleanup.policy: must be one of delete, compact"),
+    ({"cleanup.policy": " , "}, "invalid value ' , ' for cleanup.policy: must list at least one of delete, compact"),
+    ({"message.timestamp.type": "Now"},
+     "invalid value 'Now' for message.timestamp.type: must be one of CreateTime, LogAppendTime"),
+    ({"segment.bytes": "13"}, "invalid value '13' for segment.bytes: must be at least 14"),
+    ({"min.cleanable.dirty.ratio": "1.5"}, "invalid value '1.5' for min.cleanable.dirty.ratio: must be at most 1"),
 ])
 def test_each_problem_names_the_key_and_what_is_allowed(props, message):
     with pytest.raises(ConfigError) as raised:
