@@ -39,6 +39,8 @@ from __future__ import annotations
 import math
 import os
 import socket
+import typing
+from dataclasses import fields, is_dataclass
 from typing import Protocol
 
 import outcome
@@ -409,21 +411,47 @@ class ClientConnection:
 
 
 def _entry_errors(response: m.Response | None) -> dict[int, int] | None:
-    """The error codes of ``response``'s topic and partition entries, counted, in the order first
-    met (None when there is none): every API nests its per-topic and per-partition results as
-    ``topics[].partitions[]``, each with an ``error_code``."""
-    counts: dict[int, int] | None = None
-    for topic in getattr(response, "topics", ()):
-        code = getattr(topic, "error_code", 0)
-        if code:
-            counts = counts or {}
-            counts[code] = counts.get(code, 0) + 1
-        for partition in getattr(topic, "partitions", ()):
-            code = getattr(partition, "error_code", 0)
+    """The error codes of ``response``'s entries (every nested result with an ``error_code``: the
+    topics and partitions of most APIs, describe_log_dirs' log dirs and its errors' topics and
+    partitions), counted in the order first met; None when there is none. The top-level code is
+    not an entry's."""
+    if response is None:
+        return None
+    counts: dict[int, int] = {}
+    _count_entry_errors(response, counts)
+    return counts or None
+
+
+def _count_entry_errors(node: object, counts: dict[int, int]) -> None:
+    for name in _entry_fields(type(node)):
+        for entry in getattr(node, name):
+            code = getattr(entry, "error_code", 0)
             if code:
-                counts = counts or {}
                 counts[code] = counts.get(code, 0) + 1
-    return counts
+            _count_entry_errors(entry, counts)
+
+
+#: Per message class, its fields holding tuples of nested results in which an ``error_code`` is
+#: found (at that level or below); derived from the schema's type hints once per class.
+_ENTRY_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _entry_fields(cls: type) -> tuple[str, ...]:
+    found = _ENTRY_FIELDS.get(cls)
+    if found is None:
+        _ENTRY_FIELDS[cls] = ()  # a cycle in the schema would end here
+        hints = typing.get_type_hints(cls)
+        names = []
+        for f in fields(cls):
+            hint = hints[f.name]
+            if typing.get_origin(hint) is not tuple:
+                continue
+            element = typing.get_args(hint)[0]
+            if is_dataclass(element) and (
+                    any(g.name == "error_code" for g in fields(element)) or _entry_fields(element)):
+                names.append(f.name)
+        found = _ENTRY_FIELDS[cls] = tuple(names)
+    return found
 
 
 def _decode_request(frame: bytes | bytearray, limits: RequestLimits) -> m.Request | m.RequestError:
