@@ -56,11 +56,13 @@ several brokers in one process, as in tests, do not collide):
   :class:`ServerMetrics` (its ``stats`` object) as requests complete. ``api`` is one of the
   protocol's API names or ``unknown`` (a frame that is not a readable request); ``error`` is
   the name of a :class:`triolog.protocol.errors.ErrorCode`. A request counts under its
-  response's top-level code; when that is ``NONE`` but a topic or partition entry of the
-  response carries an error (MESSAGE_TOO_LARGE, NOT_LEADER_OR_FOLLOWER, KAFKA_STORAGE_ERROR...),
-  under the first such code, so a request fails for the error-rate alert when any part of it
-  failed. ``triolog_server_partition_errors_total`` counts every failed entry (Kafka's
-  ErrorsPerSec); neither has a ``topic`` label, so their series stay bounded.
+  response's top-level code; when that is ``NONE`` but an entry of the response carries an
+  error (MESSAGE_TOO_LARGE, NOT_LEADER_OR_FOLLOWER, KAFKA_STORAGE_ERROR...), under the first
+  such code, so a request fails for the error-rate alert when any part of it failed. An entry is
+  any nested result with an ``error_code``: a topic or partition, and for describe_log_dirs a
+  log dir and a topic or partition of its ``errors``.
+  ``triolog_server_partition_errors_total`` counts every failed entry (Kafka's ErrorsPerSec);
+  neither has a ``topic`` label, so their series stay bounded.
 
   ========================================= ========= =========================================
   triolog_server_requests_total             counter   by ``api``, ``error``: one per request
@@ -174,12 +176,12 @@ class ServerMetrics:
         self._requests = Counter(
             "triolog_server_requests_total",
             "Requests answered, by API and error code: the response's top-level code, or when that is "
-            "NONE the first error of its topic or partition entries (NONE = wholly successful).",
+            "NONE the first error of its entries (topics, partitions, log dirs; NONE = wholly successful).",
             ("api", "error"), registry=registry,
         )
         self._partition_errors = Counter(
             "triolog_server_partition_errors_total",
-            "Topic and partition entries of responses that carried an error code, by API and code.",
+            "Entries of responses (topics, partitions, log dirs) that carried an error code, by API and code.",
             ("api", "error"), registry=registry,
         )
         self._wrong_protocol = Counter(
@@ -269,8 +271,8 @@ class ServerMetrics:
 
     def request_done(self, api: str | None, code: int, latency_s: float | None = None,
                      entry_errors: Mapping[int, int] | None = None) -> None:
-        """One request answered with top-level ``code``; ``entry_errors`` counts its topic and
-        partition entries by error code (errors only, in the order first met in the response)."""
+        """One request answered with top-level ``code``; ``entry_errors`` counts its entries
+        (topics, partitions, log dirs) by error code (errors only, in the order first met)."""
         label = _api_label(api)
         if entry_errors:
             for entry_code, count in entry_errors.items():

@@ -623,6 +623,15 @@ def test_metrics_of_the_real_broker_count_per_partition_errors(metered_broker):
     assert again["topics"][0]["error_code"] == ErrorCode.TOPIC_ALREADY_EXISTS
     gone = client.request(m.DeleteTopicsRequest(id=client.next_id(), topics=("no-such-topic",)))
     assert gone["topics"][0]["error_code"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    # describe_log_dirs nests its failures differently: errors[] (a whole topic) and errors[].partitions[].
+    described = client.request(m.DescribeLogDirsRequest(id=client.next_id(), topics=(
+        m.DescribeLogDirsTopic(name="no-such-topic"),
+        m.DescribeLogDirsTopic(name="errs", partitions=(0, 8, 9)))))
+    assert described["error_code"] == 0 and described["log_dirs"][0]["error_code"] == 0
+    assert {(e["name"], e["error_code"]) for e in described["errors"]} == {
+        ("no-such-topic", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), ("errs", 0)}
+    assert [p["error_code"] for e in described["errors"] if e["name"] == "errs" for p in e["partitions"]] == \
+        [ErrorCode.UNKNOWN_TOPIC_OR_PARTITION] * 2
 
     def counted(samples: Samples) -> None:
         requests = {(dict(k)["api"], dict(k)["error"]): v for (name, k), v in samples.items()
@@ -633,6 +642,7 @@ def test_metrics_of_the_real_broker_count_per_partition_errors(metered_broker):
             ("produce", "UNKNOWN_TOPIC_OR_PARTITION"): 1, ("produce", "CORRUPT_MESSAGE"): 1,
             ("fetch", "OFFSET_OUT_OF_RANGE"): 1, ("list_offsets", "UNKNOWN_TOPIC_OR_PARTITION"): 1,
             ("delete_records", "OFFSET_OUT_OF_RANGE"): 1, ("delete_topics", "UNKNOWN_TOPIC_OR_PARTITION"): 1,
+            ("describe_log_dirs", "UNKNOWN_TOPIC_OR_PARTITION"): 1,
         }
         entries = {(dict(k)["api"], dict(k)["error"]): v for (name, k), v in samples.items()
                    if name == "triolog_server_partition_errors_total"}
@@ -641,6 +651,7 @@ def test_metrics_of_the_real_broker_count_per_partition_errors(metered_broker):
             ("produce", "UNKNOWN_TOPIC_OR_PARTITION"): 1, ("produce", "CORRUPT_MESSAGE"): 1,
             ("fetch", "OFFSET_OUT_OF_RANGE"): 1, ("list_offsets", "UNKNOWN_TOPIC_OR_PARTITION"): 1,
             ("delete_records", "OFFSET_OUT_OF_RANGE"): 1, ("delete_topics", "UNKNOWN_TOPIC_OR_PARTITION"): 1,
+            ("describe_log_dirs", "UNKNOWN_TOPIC_OR_PARTITION"): 3,  # the topic, and 2 partitions of errs
         }
 
     _scrape_until(broker, counted)

@@ -30,7 +30,7 @@ from triolog.protocol.errors import TriologError
 
 from triolog.protocol.request_limits import RequestLimits
 
-from .connection import ClientConnection
+from .connection import ClientConnection, WrongProtocolLog, wrong_protocol_hints
 from .group_commit import GroupCommitter
 from .handlers import RequestHandler
 from .memory_pool import RequestMemoryPool
@@ -111,6 +111,9 @@ class BrokerServer:
         #: True while accepting is paused at max.connections.
         self.accept_paused = False
         self._nursery: trio.Nursery | None = None
+        #: Clients speaking another protocol, logged for all connections (its HTTP hint names the
+        #: metrics endpoint, set once that is bound).
+        self.wrong_protocol_log = WrongProtocolLog(wrong_protocol_hints(config.metrics_listener))
 
     def shutdown(self) -> None:
         self._shutdown.set()
@@ -123,6 +126,7 @@ class BrokerServer:
                                f"{_describe_os_error(exc)}") from exc
         try:
             metrics_port = await self._start_metrics_endpoint()
+            self.wrong_protocol_log.hints = wrong_protocol_hints(self.config.metrics_listener, metrics_port)
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 self.handler = RequestHandler(self.config, self.log_manager, self.topics, self.committer,
@@ -260,7 +264,7 @@ class BrokerServer:
             idle_timeout_s=idle_ms / 1000 if idle_ms >= 0 else math.inf,
             receive_timeout_s=receive_ms / 1000 if receive_ms >= 0 else math.inf,
             peer=peer, stats=self.metrics.server, pool=self.request_pool, limits=self.request_limits,
-            decode_limiter=self.decode_limiter)
+            decode_limiter=self.decode_limiter, wrong_protocol_log=self.wrong_protocol_log)
         self._per_ip[host] = self._per_ip.get(host, 0) + 1
         self.metrics.server.connection_opened()
         # Opening and closing are routine (every CLI call, every client): DEBUG, one event each.

@@ -29,9 +29,11 @@ What one client can hold is bounded:
 * long polls: a fetch waiting for data watches its socket and ends when the client hangs up.
 
 A client speaking another protocol to this listener (a Kafka client, curl, TLS) is recognised
-from its first bytes, logged once as such with what to do instead, counted by protocol (not as a
-bad request or an oversized frame) and disconnected. HTTP and TLS clients get the refusal any
-oversized length prefix gets, its message carrying the hint; a Kafka client gets no answer.
+from its first bytes, logged as such with what to do instead (at WARNING once per peer host and
+protocol in ten minutes, at DEBUG in between: clients retry), counted by protocol (every
+connection; not as a bad request or an oversized frame) and disconnected. HTTP and TLS clients
+get the refusal any oversized length prefix gets, its message carrying the hint (for HTTP, where
+this broker serves its metrics); a Kafka client gets no answer.
 """
 
 from __future__ import annotations
@@ -39,12 +41,18 @@ from __future__ import annotations
 import math
 import os
 import socket
+import time
+import typing
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import fields, is_dataclass
 from typing import Protocol
 
 import outcome
 import structlog
 import trio
 
+from triolog.config.broker_config import Endpoint
 from triolog.protocol import messages as m
 from triolog.protocol.errors import ErrorCode
 from triolog.protocol.frames import (
@@ -74,15 +82,76 @@ _HOT_APIS = frozenset({"produce", "fetch"})
 #: Requests holding at most this many msgpack objects are decoded on the event loop (tens of
 #: microseconds); larger ones in a worker thread, so a decoding bomb never stalls the others.
 INLINE_DECODE_OBJECTS = 1024
-#: What the log (and the refusal an HTTP or TLS client gets) says about a client speaking another
-#: protocol here.
-WRONG_PROTOCOL_HINTS = {
-    "kafka": "this listener speaks triolog's msgpack protocol, not Kafka's, and triolog has no Kafka-protocol "
-             "listener: connect with triolog's client (triolog.client) or the triolog CLI",
-    "http": "this listener speaks triolog's msgpack protocol, not HTTP: Prometheus metrics are served on "
-            "metrics.listener (http://127.0.0.1:9404/metrics by default)",
-    "tls": "this listener speaks triolog's msgpack protocol, not TLS: triolog serves PLAINTEXT only",
-}
+#: What the log (and the refusal a TLS client gets) says about a client speaking another protocol
+#: here; the HTTP hint names this broker's metrics endpoint (:func:`wrong_protocol_hints`).
+_NOT_KAFKA = ("this listener speaks triolog's msgpack protocol, not Kafka's, and triolog has no Kafka-protocol "
+              "listener: connect with triolog's client (triolog.client) or the triolog CLI")
+_NOT_TLS = "this listener speaks triolog's msgpack protocol, not TLS: triolog serves PLAINTEXT only"
+#: A client speaking another protocol is logged at WARNING once per (peer host, protocol) in this
+#: long, at DEBUG in between: a Kafka client retrying its bootstrap would log one per attempt.
+WRONG_PROTOCOL_WARN_INTERVAL_S = 600.0
+#: (host, protocol) pairs remembered for that; past this many, the oldest is forgotten (and may
+#: warn again early), so a scan from many addresses holds bounded memory.
+WRONG_PROTOCOL_MAX_PEERS = 256
+
+
+def wrong_protocol_hints(metrics_listener: Endpoint | None, metrics_port: int | None = None) -> dict[str, str]:
+    """The hint for each protocol; the HTTP one says where this broker serves Prometheus metrics
+    (``metrics_port``: the port it bound, for a listener configured with port 0), or that it
+    serves none."""
+    if metrics_listener is None:
+        http = ("this listener speaks triolog's msgpack protocol, not HTTP, and this broker serves no HTTP "
+                "endpoint: Prometheus metrics are disabled (metrics.listener is empty)")
+    else:
+        port = metrics_listener.port if metrics_port is None else metrics_port
+        host = metrics_listener.host
+        if host in ("", "0.0.0.0", "::"):
+            host = "<any address of this host>"
+        elif ":" in host:
+            host = f"[{host}]"
+        http = (f"this listener speaks triolog's msgpack protocol, not HTTP: Prometheus metrics are served at "
+                f"http://{host}:{port}/metrics (metrics.listener={metrics_listener})")
+    return {"kafka": _NOT_KAFKA, "http": http, "tls": _NOT_TLS}
+
+
+class WrongProtocolLog:
+    """Logs the clients that speak another protocol to the listener, for the whole broker: WARNING
+    for the first connection of a (peer host, protocol) in ``interval_s``, DEBUG for the others
+    (the metric counts them all). ``clock`` is monotonic seconds."""
+
+    def __init__(self, hints: dict[str, str], *, clock: Callable[[], float] = time.monotonic,
+                 interval_s: float = WRONG_PROTOCOL_WARN_INTERVAL_S, max_peers: int = WRONG_PROTOCOL_MAX_PEERS):
+        self.hints = hints
+        self.clock = clock
+        self.interval_s = interval_s
+        self.max_peers = max_peers
+        #: (host, protocol) -> when it was last logged at WARNING, oldest first.
+        self._warned: OrderedDict[tuple[str, str], float] = OrderedDict()
+
+    def log(self, host: str, protocol: str, **fields) -> str:
+        """Log one connection of ``host`` speaking ``protocol``; the level used ("warning", "debug")."""
+        now = self.clock()
+        warned = self._warned
+        while warned:  # forget what has expired (entries are in the order they were warned)
+            key, at = next(iter(warned.items()))
+            if now - at < self.interval_s:
+                break
+            del warned[key]
+        key = (host, protocol)
+        if key in warned:
+            logger.debug("wrong_protocol", protocol=protocol, hint=self.hints[protocol], **fields)
+            return "debug"
+        warned[key] = now
+        if len(warned) > self.max_peers:
+            warned.popitem(last=False)
+        logger.warning("wrong_protocol", protocol=protocol, hint=self.hints[protocol],
+                       repeats=f"further connections of this host speaking it are logged at DEBUG for "
+                               f"{self.interval_s:g} s, all counted in triolog_server_wrong_protocol_connections_total",
+                       **fields)
+        return "warning"
+
+    def __len__(self) -> int:
+        return len(self._warned)
 
 
 class ConnectionStats(Protocol):
@@ -109,7 +178,8 @@ class ClientConnection:
                  idle_timeout_s: float, peer: str, stats: ConnectionStats | None = None,
                  receive_timeout_s: float = math.inf, pool: RequestMemoryPool | None = None,
                  limits: RequestLimits = m.DEFAULT_REQUEST_LIMITS,
-                 decode_limiter: trio.CapacityLimiter | None = None):
+                 decode_limiter: trio.CapacityLimiter | None = None,
+                 wrong_protocol_log: WrongProtocolLog | None = None):
         self.stream = stream
         self.handler = handler
         self.decoder = FrameDecoder(max_frame_bytes)
@@ -122,6 +192,9 @@ class ClientConnection:
         self.pool = pool if pool is not None else RequestMemoryPool(None)
         self.limits = limits
         self.decode_limiter = decode_limiter
+        #: Shared by the broker's connections (it rate-limits the WARNINGs per peer host).
+        self.wrong_protocol_log = (wrong_protocol_log if wrong_protocol_log is not None
+                                   else WrongProtocolLog(wrong_protocol_hints(None)))
         #: True while a request is being handled: shutdown lets it finish, and cancels idle ones.
         self.busy = False
         #: Bytes read from the socket, and those of them that formed whole frames (for stats).
@@ -190,7 +263,7 @@ class ClientConnection:
                     # Refused as any oversized prefix is (the protocol's answer), but logged and
                     # counted as what it is, with the hint in the answer too.
                     self._wrong_protocol(protocol)
-                    await self._refuse_frame(f"{exc}; {WRONG_PROTOCOL_HINTS[protocol]}")
+                    await self._refuse_frame(f"{exc}; {self.wrong_protocol_log.hints[protocol]}")
                     return False
                 logger.warning("frame_too_large", peer=self.peer, length=exc.length,
                                limit="socket.request.max.bytes")
@@ -243,8 +316,8 @@ class ClientConnection:
 
     def _wrong_protocol(self, protocol: str, **details) -> None:
         """Log and count a client speaking ``protocol``; the caller answers (or not) and closes."""
-        logger.warning("wrong_protocol", peer=self.peer, protocol=protocol, hint=WRONG_PROTOCOL_HINTS[protocol],
-                       **details)
+        host = self.peer.rsplit(":", 1)[0]  # "host:port", the host possibly IPv6
+        self.wrong_protocol_log.log(host, protocol, peer=self.peer, **details)
         if self.stats is not None:
             self.stats.wrong_protocol(protocol)
 
@@ -409,21 +482,47 @@ class ClientConnection:
 
 
 def _entry_errors(response: m.Response | None) -> dict[int, int] | None:
-    """The error codes of ``response``'s topic and partition entries, counted, in the order first
-    met (None when there is none): every API nests its per-topic and per-partition results as
-    ``topics[].partitions[]``, each with an ``error_code``."""
-    counts: dict[int, int] | None = None
-    for topic in getattr(response, "topics", ()):
-        code = getattr(topic, "error_code", 0)
-        if code:
-            counts = counts or {}
-            counts[code] = counts.get(code, 0) + 1
-        for partition in getattr(topic, "partitions", ()):
-            code = getattr(partition, "error_code", 0)
+    """The error codes of ``response``'s entries (every nested result with an ``error_code``: the
+    topics and partitions of most APIs, describe_log_dirs' log dirs and its errors' topics and
+    partitions), counted in the order first met; None when there is none. The top-level code is
+    not an entry's."""
+    if response is None:
+        return None
+    counts: dict[int, int] = {}
+    _count_entry_errors(response, counts)
+    return counts or None
+
+
+def _count_entry_errors(node: object, counts: dict[int, int]) -> None:
+    for name in _entry_fields(type(node)):
+        for entry in getattr(node, name):
+            code = getattr(entry, "error_code", 0)
             if code:
-                counts = counts or {}
                 counts[code] = counts.get(code, 0) + 1
-    return counts
+            _count_entry_errors(entry, counts)
+
+
+#: Per message class, its fields holding tuples of nested results in which an ``error_code`` is
+#: found (at that level or below); derived from the schema's type hints once per class.
+_ENTRY_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _entry_fields(cls: type) -> tuple[str, ...]:
+    found = _ENTRY_FIELDS.get(cls)
+    if found is None:
+        _ENTRY_FIELDS[cls] = ()  # a cycle in the schema would end here
+        hints = typing.get_type_hints(cls)
+        names = []
+        for f in fields(cls):
+            hint = hints[f.name]
+            if typing.get_origin(hint) is not tuple:
+                continue
+            element = typing.get_args(hint)[0]
+            if is_dataclass(element) and (
+                    any(g.name == "error_code" for g in fields(element)) or _entry_fields(element)):
+                names.append(f.name)
+        found = _ENTRY_FIELDS[cls] = tuple(names)
+    return found
 
 
 def _decode_request(frame: bytes | bytearray, limits: RequestLimits) -> m.Request | m.RequestError:

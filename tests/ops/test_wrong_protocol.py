@@ -1,6 +1,7 @@
 """A client speaking another protocol to the msgpack listener (a Kafka client, curl, a TLS client)
-is recognised from its first bytes: logged once as such with what to do instead, counted by
-protocol and not as a bad request, disconnected, and the broker serves everyone else as before.
+is recognised from its first bytes: logged as such with what to do instead (at WARNING once per
+peer host and protocol in ten minutes, at DEBUG in between), counted by protocol (every
+connection) and not as a bad request, disconnected, and the broker serves everyone else as before.
 
 The Kafka requests are real clients' bytes: kafka-python's own encoder and a live kafka-python
 consumer, and an ApiVersions v3 request in the layout librdkafka sends (request header v2, KIP-511
@@ -23,12 +24,14 @@ from kafka.errors import KafkaError
 from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
 from kafka.protocol.parser import KafkaProtocol
 
-from triolog.broker.server.connection import WRONG_PROTOCOL_HINTS
+from triolog.broker.server.connection import WrongProtocolLog, wrong_protocol_hints
 from triolog.client import AdminClient, NewTopic, Producer
+from triolog.config.broker_config import Endpoint
 from triolog.protocol import messages as m
 from triolog.protocol.errors import ErrorCode
 from triolog.protocol.frames import KafkaRequestHeader, foreign_protocol_of_prefix, kafka_request_header
 from tests.e2e.broker_process import BrokerProcess
+from tests.server.inprocess import running_broker
 from tests.waiting import wait_for
 
 #: ApiVersions v3 as librdkafka sends it first on every connection: size, api_key 18, version 3,
@@ -95,7 +98,9 @@ def test_http_and_tls_prefixes_are_recognised_and_nothing_else():
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
-    process = BrokerProcess(tmp_path_factory.mktemp("wrong-protocol") / "data", metrics=True).start()
+    # DEBUG: the repeated connections of a peer are logged at that level.
+    process = BrokerProcess(tmp_path_factory.mktemp("wrong-protocol") / "data", ("logger.level=DEBUG",),
+                            metrics=True).start()
     try:
         yield process
     finally:
@@ -104,6 +109,11 @@ def broker(tmp_path_factory):
 
 def _wrong_protocol_events(broker: BrokerProcess, protocol: str) -> list[dict]:
     return [e for e in broker.events() if e.get("event") == "wrong_protocol" and e.get("protocol") == protocol]
+
+
+def _hints(broker: BrokerProcess) -> dict[str, str]:
+    """The hints this broker gives: its metrics listener is http://127.0.0.1:0, bound to metrics_port."""
+    return wrong_protocol_hints(Endpoint("http", "127.0.0.1", 0), broker.metrics_port)
 
 
 def _recv_exact(sock: socket.socket, n: int) -> bytes:
@@ -156,7 +166,7 @@ def test_kafka_request_bytes_are_recognised_logged_and_disconnected(broker, clie
         assert _closed_by_broker(sock)
     wait_for(lambda: len(_wrong_protocol_events(broker, "kafka")) == before_events + 1, 10, "the wrong_protocol event")
     event = _wrong_protocol_events(broker, "kafka")[-1]
-    assert event["level"] == "warning" and event["hint"] == WRONG_PROTOCOL_HINTS["kafka"]
+    assert event["level"] in ("warning", "debug") and event["hint"] == _hints(broker)["kafka"]
     assert "not Kafka's" in event["hint"] and "triolog.client" in event["hint"]
     assert event["kafka_api_key"] == 18
     assert event["kafka_client_id"] == ("kafka-python-test" if client == "kafka-python" else "rdkafka")
@@ -189,9 +199,12 @@ def test_an_http_client_is_refused_with_a_hint_where_metrics_are(broker):
         assert _closed_by_broker(sock)
     assert doc["error_code"] == ErrorCode.INVALID_REQUEST and doc["id"] is None
     assert "socket.request.max.bytes" in doc["error_message"]
-    assert doc["error_message"].endswith(WRONG_PROTOCOL_HINTS["http"]) and "metrics.listener" in doc["error_message"]
+    # Where this broker's metrics really are: the port its metrics listener bound.
+    assert doc["error_message"].endswith(f"served at http://127.0.0.1:{broker.metrics_port}/metrics "
+                                         "(metrics.listener=http://127.0.0.1:0)")
+    assert doc["error_message"].endswith(_hints(broker)["http"])
     wait_for(lambda: _count(broker, "http") == before + 1, 10, "the http connection counted")
-    assert _wrong_protocol_events(broker, "http")[-1]["hint"] == WRONG_PROTOCOL_HINTS["http"]
+    assert _wrong_protocol_events(broker, "http")[-1]["hint"] == _hints(broker)["http"]
     # Counted as a wrong protocol, not as an oversized frame.
     assert broker.sample("triolog_server_connections_closed_total", limit="socket.request.max.bytes") == closes_before
     with pytest.raises(http.client.BadStatusLine):  # what an HTTP client makes of the answer
@@ -208,7 +221,94 @@ def test_a_tls_client_is_recognised_and_disconnected(broker):
         with pytest.raises((ssl.SSLError, ConnectionError)):
             context.wrap_socket(sock, server_hostname="localhost")
     wait_for(lambda: _count(broker, "tls") == before + 1, 10, "the tls connection counted")
-    assert _wrong_protocol_events(broker, "tls")[-1]["hint"] == WRONG_PROTOCOL_HINTS["tls"]
+    assert _wrong_protocol_events(broker, "tls")[-1]["hint"] == _hints(broker)["tls"]
     # Not counted as an oversized frame either.
     assert broker.sample("triolog_server_connections_closed_total", limit="socket.request.max.bytes") == closes_before
     _still_serves(broker, "after-tls")
+
+
+def _speak_kafka(broker: BrokerProcess) -> None:
+    with socket.create_connection(("127.0.0.1", broker.port), timeout=10) as sock:
+        sock.sendall(LIBRDKAFKA_API_VERSIONS)
+        assert _closed_by_broker(sock)
+
+
+def _speak_http(broker: BrokerProcess) -> None:
+    with socket.create_connection(("127.0.0.1", broker.port), timeout=10) as sock:
+        sock.sendall(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        length = struct.unpack(">I", _recv_exact(sock, 4))[0]
+        _recv_exact(sock, length)
+        assert _closed_by_broker(sock)
+
+
+def test_a_reconnecting_client_is_warned_about_once_and_counted_every_time(broker):
+    """A Kafka client retries its bootstrap every few hundred ms: one WARNING per peer host and
+    protocol (within ten minutes, longer than this module runs), the others at DEBUG, and the
+    counter counts every connection (also those of the other tests on this broker)."""
+    kafka_before, http_before = _count(broker, "kafka"), _count(broker, "http")
+    for _ in range(4):
+        _speak_kafka(broker)
+    for _ in range(3):
+        _speak_http(broker)
+    wait_for(lambda: _count(broker, "kafka") == kafka_before + 4 and _count(broker, "http") == http_before + 3,
+             10, "every connection counted")
+    for protocol in ("kafka", "http"):
+        wait_for(lambda: len(_wrong_protocol_events(broker, protocol)) == _count(broker, protocol), 10,
+                 f"one {protocol} event per connection")
+        events = _wrong_protocol_events(broker, protocol)
+        warnings = [e for e in events if e["level"] == "warning"]
+        assert len(warnings) == 1, warnings
+        assert warnings[0]["peer"].startswith("127.0.0.1:") and "DEBUG" in warnings[0]["repeats"]
+        assert {e["level"] for e in events} == {"warning", "debug"}
+        assert all(e["hint"] == _hints(broker)[protocol] for e in events)
+    assert not [e for e in broker.events() if e.get("level") == "error"]
+
+
+def test_wrong_protocol_warnings_are_per_host_and_protocol_expire_and_stay_bounded():
+    now = [1000.0]
+    log = WrongProtocolLog(wrong_protocol_hints(None), clock=lambda: now[0], interval_s=600, max_peers=3)
+    assert log.log("10.0.0.1", "kafka") == "warning"
+    assert log.log("10.0.0.1", "kafka") == "debug"
+    assert log.log("10.0.0.1", "http") == "warning"  # another protocol of the same host
+    assert log.log("10.0.0.2", "kafka") == "warning"  # another host
+    now[0] += 599
+    assert log.log("10.0.0.1", "kafka") == "debug"
+    now[0] += 1  # ten minutes after its warning
+    assert log.log("10.0.0.1", "kafka") == "warning"
+    assert log.log("10.0.0.1", "kafka") == "debug"
+    assert len(log) == 1  # the other two expired
+    # A scan from many addresses: the state stays bounded, the oldest forgotten first.
+    for i in range(100):
+        assert log.log(f"192.0.2.{i}", "tls") == "warning"
+    assert len(log) == 3
+    assert log.log("192.0.2.99", "tls") == "debug"
+    assert log.log("192.0.2.0", "tls") == "warning"
+
+
+def test_the_http_hint_says_where_metrics_are_served_or_that_they_are_off():
+    assert "http://127.0.0.1:9404/metrics (metrics.listener=http://127.0.0.1:9404)" in \
+        wrong_protocol_hints(Endpoint("http", "127.0.0.1", 9404))["http"]
+    assert "http://127.0.0.1:40001/metrics (metrics.listener=http://127.0.0.1:0)" in \
+        wrong_protocol_hints(Endpoint("http", "127.0.0.1", 0), 40001)["http"]
+    assert "http://[::1]:9404/metrics" in wrong_protocol_hints(Endpoint("http", "::1", 9404))["http"]
+    assert "http://<any address of this host>:9404/metrics (metrics.listener=http://0.0.0.0:9404)" in \
+        wrong_protocol_hints(Endpoint("http", "0.0.0.0", 9404))["http"]
+    off = wrong_protocol_hints(None)["http"]
+    assert "metrics are disabled (metrics.listener is empty)" in off and "http://" not in off
+
+
+async def test_an_http_client_of_a_broker_without_metrics_is_told_they_are_disabled(tmp_path):
+    import trio
+
+    async with running_broker(tmp_path / "data") as (server, port):  # metrics.listener=""
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        async with stream:
+            await stream.send_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            received = b""
+            while chunk := await stream.receive_some(65536):
+                received += chunk
+        length = struct.unpack(">I", received[:4])[0]
+        doc = msgpack.unpackb(received[4:4 + length], raw=False)
+        assert doc["error_code"] == ErrorCode.INVALID_REQUEST
+        assert doc["error_message"].endswith(wrong_protocol_hints(None)["http"])
+        assert "Prometheus metrics are disabled (metrics.listener is empty)" in doc["error_message"]
