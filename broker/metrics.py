@@ -66,8 +66,9 @@ several brokers in one process, as in tests, do not collide):
 
   ========================================= ========= =========================================
   triolog_server_requests_total             counter   by ``api``, ``error``: one per request
-  triolog_server_partition_errors_total     counter   by ``api``, ``error``: topic and partition
-                                                      entries of responses with an error code
+  triolog_server_partition_errors_total     counter   by ``api``, ``error``: entries of responses
+                                                      (topics, partitions, log dirs) with an
+                                                      error code
   triolog_server_wrong_protocol_connections_total
                                             counter   by ``protocol`` (kafka, http, tls):
                                                       connections closed for speaking another
