@@ -46,7 +46,9 @@ def test_the_installed_environment_claims_only_the_triolog_names(tmp_path):
     code = ("import importlib.util as u, triolog.broker.cli, pyspark_triolog; "
             "print([n for n in ('broker', 'config', 'client', 'protocol', 'pipeline', 'tests', 'bench') "
             "if u.find_spec(n)])")
-    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    environment = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # (Spark's tests set it)
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=environment, capture_output=True,
+                          text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
 
