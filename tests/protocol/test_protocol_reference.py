@@ -485,7 +485,7 @@ def test_document_stands_alone(doc_text):
         path = (DOC.parent / target.split("#")[0]).resolve()
         if not path.is_relative_to(ROOT) or not path.exists():
             problems.append(f"link {target!r} does not name a file of the repository")
-    for pattern in (r"/work/", r"/home/", r"/tmp/[a-z]", r"\.\./shared"):
+    for pattern in (r"/home/", r"/Users/"):  # someone's home; links above are checked to stay in the clone
         problems += [f"names a local path: {hit!r}" for hit in re.findall(rf"\S*{pattern}\S*", doc_text)]
     assert not problems, f"{DOC_NAME}: " + "; ".join(problems)
 
