@@ -56,7 +56,12 @@ from triolog.protocol.record_batch import (
     read_header,
     split_batches,
 )
-from triolog.protocol.record_walk import renumber_records, walk_records
+from triolog.protocol import core
+
+# The walk of the compiled core (Cython) where it was built, else the same source interpreted.
+_record_walk = core.load("record_walk")
+walk_records = _record_walk.walk_records
+renumber_records = _record_walk.renumber_records
 
 from .errors import (
     CorruptRecordError,

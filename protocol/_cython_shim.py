@@ -1,0 +1,38 @@
+"""Stand-in for the ``cython`` module when Cython is not installed (it is a build requirement only).
+
+The compiled-core modules are written in Cython's pure-Python mode: their type declarations are
+``cython.*`` decorators and names, which the compiler reads and the interpreter must merely
+tolerate. Cython's own ``cython`` module (Shadow.py) does that when present; a runtime without
+Cython gets this shim, which accepts the few names those modules use and does nothing with them.
+"""
+
+from __future__ import annotations
+
+compiled = False
+
+
+class _Type:
+    """A C type name: subscriptable (``const[uchar][::1]``) and callable as a no-op cast."""
+
+    def __getitem__(self, _item):
+        return self
+
+    def __call__(self, value):
+        return value
+
+
+Py_ssize_t = int_ = long = longlong = uchar = const = _Type()
+
+
+def _identity_decorator(*_args, **_kwargs):
+    def decorate(function):
+        return function
+
+    return decorate
+
+
+locals = boundscheck = wraparound = cdivision = _identity_decorator  # noqa: A001
+
+
+def cast(_type, value):
+    return value
