@@ -21,7 +21,14 @@ class _Type:
         return value
 
 
-Py_ssize_t = int_ = long = longlong = uchar = const = _Type()
+_TYPE = _Type()
+
+
+def __getattr__(name: str):
+    """Any other name is a C type (``cython.int``, ``cython.Py_ssize_t``, ``cython.const`` ...)."""
+    if name.startswith("__"):
+        raise AttributeError(name)
+    return _TYPE
 
 
 def _identity_decorator(*_args, **_kwargs):
