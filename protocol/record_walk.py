@@ -101,12 +101,16 @@ def walk_records(
     # an empty range becomes (max, min), which every delta fails. The loop then needs no big ints.
     low_bound = max(min_timestamp, _INT64_MIN) - base_timestamp
     high_bound = min(max_timestamp, _INT64_MAX) - base_timestamp
-    if low_bound > _INT64_MAX or high_bound < _INT64_MIN:
-        low, high = _INT64_MAX, _INT64_MIN
-    else:
-        low, high = max(low_bound, _INT64_MIN), min(high_bound, _INT64_MAX)
+    if low_bound < _INT64_MIN:
+        low_bound = _INT64_MIN
+    if high_bound > _INT64_MAX:
+        high_bound = _INT64_MAX
+    if low_bound > high_bound:
+        low_bound, high_bound = _INT64_MAX, _INT64_MIN
+    low = low_bound
+    high = high_bound
     no_timestamp = NO_TIMESTAMP - base_timestamp
-    top = 0
+    top = _INT64_MIN
     top_index = -1
     in_sequence = True
     index = 0
@@ -136,7 +140,7 @@ def walk_records(
                 position += 3
             else:
                 delta, position = _varint64(data, position + 1)
-            if top_index < 0 or delta > top:
+            if delta > top or top_index < 0:
                 top = delta
                 top_index = index
             if (delta < low or delta > high) and delta != no_timestamp:
@@ -183,10 +187,18 @@ def walk_records(
                 size, position = _varint32(data, position)
             if size > 0:
                 position += size
-            if buf[position] == 0:  # no headers
+            b = buf[position]  # header count
+            if b == 0:
                 position += 1
             else:
-                header_count, position = _varint32(data, position)
+                if b < 0x80:
+                    header_count = zz[b]
+                    position += 1
+                elif (c := buf[position + 1]) < 0x80:
+                    header_count = zz2[b | c << 8]
+                    position += 2
+                else:
+                    header_count, position = _varint32(data, position)
                 if header_count < 0:
                     raise InvalidRecordError(f"Found invalid number of record headers {header_count} in record {index}")
                 if header_count > record_end - position:  # a header takes >= 2 bytes; stops huge loops
@@ -195,11 +207,27 @@ def walk_records(
                         f"headers in {record_end - position} bytes"
                     )
                 for header in range(header_count):
-                    size, position = _varint32(data, position)
+                    b = buf[position]  # header key length
+                    if b < 0x80:
+                        size = zz[b]
+                        position += 1
+                    elif (c := buf[position + 1]) < 0x80:
+                        size = zz2[b | c << 8]
+                        position += 2
+                    else:
+                        size, position = _varint32(data, position)
                     if size < 0:
                         raise InvalidRecordError(f"Invalid negative header key size {size} in record {index}")
                     position += size
-                    size, position = _varint32(data, position)
+                    b = buf[position]  # header value length
+                    if b < 0x80:
+                        size = zz[b]
+                        position += 1
+                    elif (c := buf[position + 1]) < 0x80:
+                        size = zz2[b | c << 8]
+                        position += 2
+                    else:
+                        size, position = _varint32(data, position)
                     if size > 0:
                         position += size
             if position != record_end:
