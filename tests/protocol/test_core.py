@@ -118,7 +118,9 @@ def test_the_process_runs_the_compiled_walk_where_it_is_built():
 
     compiler = (sysconfig.get_config_var("CC") or "cc").split()[0]
     if shutil.which(compiler) and not core._forced_pure():
-        assert core.compiled_available("record_walk"), "a C compiler exists but the compiled core is not built"
+        assert core.compiled_available("record_walk"), (
+            "a C compiler exists but the compiled core is not built: `pip install -e .` (or "
+            "`python setup.py build_ext --inplace`) builds it; TRIOLOG_PURE_PYTHON=1 runs without it")
     assert core.COMPILED == (core.compiled_available("record_walk") and not core._forced_pure())
     assert validator.walk_records is core.load("record_walk").walk_records
     assert ("compiled" in core.status()) == core.COMPILED
