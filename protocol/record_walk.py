@@ -22,11 +22,19 @@ broker computes instead of trusting the header: the largest record timestamp, th
 first record carrying it, and whether the offset deltas are exactly 0..count-1.
 
 It is one pure function over a buffer, allocation-free per record (varints of one and two bytes,
-nearly all of them, are decoded inline through tables), so a compiled core can take it over whole.
-The consumer's decoder (records._parse_records) is its building counterpart.
+nearly all of them, are decoded inline through tables). It is also the first module of the compiled
+core (protocol/core.py): written in Cython's pure-Python mode, this same file runs interpreted and
+is compiled (setup.py) into ``triolog.protocol._record_walk_c``; the ``cython.locals`` declarations
+give the compiler C types and are no-ops for the interpreter. The consumer's decoder
+(records._parse_records) is its building counterpart.
 """
 
 from __future__ import annotations
+
+try:  # Cython is needed to build, not to run: its pure-Python-mode names, or a stand-in.
+    import cython
+except ModuleNotFoundError:
+    from . import _cython_shim as cython
 
 from .errors import CorruptRecordError, InvalidRecordError, InvalidTimestampError
 from .record_batch import NO_TIMESTAMP
@@ -38,10 +46,35 @@ _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 #: Zig-zag values of two-byte varints (|value| 64..8191: most record lengths), indexed by
 #: first byte | second byte << 8; only entries whose first byte has its continuation bit are used.
 _ZIGZAG_TWO = [((u >> 1) ^ -(u & 1)) for u in ((i & 0x7F) | ((i >> 8) << 7) for i in range(1 << 15))]
-#: Below any varlong: the running maximum of timestamp deltas starts here.
-_BELOW_ANY_DELTA = -(1 << 64)
 
 
+@cython.boundscheck(True)  # an index past the end raises IndexError: that is how EOF is found
+@cython.wraparound(False)  # positions only grow from a non-negative start
+@cython.locals(
+    buf="const unsigned char[:]",
+    end=cython.Py_ssize_t,
+    position=cython.Py_ssize_t,
+    record_end=cython.Py_ssize_t,
+    count=cython.Py_ssize_t,
+    index=cython.Py_ssize_t,
+    header=cython.Py_ssize_t,
+    b=cython.int,
+    c=cython.int,
+    length=cython.long,
+    size=cython.long,
+    offset_delta=cython.long,
+    header_count=cython.long,
+    delta=cython.longlong,
+    top=cython.longlong,
+    top_index=cython.Py_ssize_t,
+    low=cython.longlong,
+    high=cython.longlong,
+    no_timestamp=cython.longlong,
+    in_sequence=cython.bint,
+    keys_required=cython.bint,
+    zz=list,
+    zz2=list,
+)
 def walk_records(
     data,
     position: int,
@@ -59,25 +92,36 @@ def walk_records(
     record's offset delta equals its index). Timestamps outside int64 are out of range whatever
     the bounds. Raises InvalidRecordError or InvalidTimestampError naming the record.
     """
+    buf = data  # compiled: a typed view of the bytes; interpreted: the bytes themselves
     end = len(data)
     zz = _ZIGZAG_ONE
     zz2 = _ZIGZAG_TWO
     # Bounds on the timestamp delta, so the loop compares deltas without adding base_timestamp.
-    low = max(min_timestamp, _INT64_MIN) - base_timestamp
-    high = min(max_timestamp, _INT64_MAX) - base_timestamp
+    # Every delta is an int64, so bounds beyond int64 clamp to it (exact for the comparisons), and
+    # an empty range becomes (max, min), which every delta fails. The loop then needs no big ints.
+    low_bound = max(min_timestamp, _INT64_MIN) - base_timestamp
+    high_bound = min(max_timestamp, _INT64_MAX) - base_timestamp
+    if low_bound < _INT64_MIN:
+        low_bound = _INT64_MIN
+    if high_bound > _INT64_MAX:
+        high_bound = _INT64_MAX
+    if low_bound > high_bound:
+        low_bound, high_bound = _INT64_MAX, _INT64_MIN
+    low = low_bound
+    high = high_bound
     no_timestamp = NO_TIMESTAMP - base_timestamp
-    top = _BELOW_ANY_DELTA
+    top = _INT64_MIN
     top_index = -1
     in_sequence = True
     index = 0
     try:
         for index in range(count):
             # Each varint: one byte (a table), two bytes (a table), else the general decoder.
-            b = data[position]
+            b = buf[position]
             if b < 0x80:
                 length = zz[b]
                 position += 1
-            elif (c := data[position + 1]) < 0x80:
+            elif (c := buf[position + 1]) < 0x80:
                 length = zz2[b | c << 8]
                 position += 2
             else:
@@ -87,16 +131,16 @@ def walk_records(
                 raise InvalidRecordError(
                     f"Invalid record size: record {index} declares {length} bytes but {end - position} remain"
                 )
-            b = data[position + 1]  # after the attributes byte (unused in v2): timestamp delta
+            b = buf[position + 1]  # after the attributes byte (unused in v2): timestamp delta
             if b < 0x80:
                 delta = zz[b]
                 position += 2
-            elif (c := data[position + 2]) < 0x80:
+            elif (c := buf[position + 2]) < 0x80:
                 delta = zz2[b | c << 8]
                 position += 3
             else:
                 delta, position = _varint64(data, position + 1)
-            if delta > top:
+            if delta > top or top_index < 0:
                 top = delta
                 top_index = index
             if (delta < low or delta > high) and delta != no_timestamp:
@@ -106,12 +150,12 @@ def walk_records(
                 )
                 error.timestamp = base_timestamp + delta
                 raise error
-            b = data[position]  # offset delta
+            b = buf[position]  # offset delta
             if b < 0x80:
                 if zz[b] != index:
                     in_sequence = False
                 position += 1
-            elif (c := data[position + 1]) < 0x80:
+            elif (c := buf[position + 1]) < 0x80:
                 if zz2[b | c << 8] != index:
                     in_sequence = False
                 position += 2
@@ -119,11 +163,11 @@ def walk_records(
                 offset_delta, position = _varint32(data, position)
                 if offset_delta != index:
                     in_sequence = False
-            b = data[position]  # key length; any negative length is a null key
+            b = buf[position]  # key length; any negative length is a null key
             if b < 0x80:
                 size = zz[b]
                 position += 1
-            elif (c := data[position + 1]) < 0x80:
+            elif (c := buf[position + 1]) < 0x80:
                 size = zz2[b | c << 8]
                 position += 2
             else:
@@ -132,21 +176,29 @@ def walk_records(
                 position += size
             elif keys_required:
                 raise InvalidRecordError(f"Compacted topic cannot accept a record without a key (record {index})")
-            b = data[position]  # value length
+            b = buf[position]  # value length
             if b < 0x80:
                 size = zz[b]
                 position += 1
-            elif (c := data[position + 1]) < 0x80:
+            elif (c := buf[position + 1]) < 0x80:
                 size = zz2[b | c << 8]
                 position += 2
             else:
                 size, position = _varint32(data, position)
             if size > 0:
                 position += size
-            if data[position] == 0:  # no headers
+            b = buf[position]  # header count
+            if b == 0:
                 position += 1
             else:
-                header_count, position = _varint32(data, position)
+                if b < 0x80:
+                    header_count = zz[b]
+                    position += 1
+                elif (c := buf[position + 1]) < 0x80:
+                    header_count = zz2[b | c << 8]
+                    position += 2
+                else:
+                    header_count, position = _varint32(data, position)
                 if header_count < 0:
                     raise InvalidRecordError(f"Found invalid number of record headers {header_count} in record {index}")
                 if header_count > record_end - position:  # a header takes >= 2 bytes; stops huge loops
@@ -154,12 +206,28 @@ def walk_records(
                         f"Found invalid number of record headers: record {index} declares {header_count} "
                         f"headers in {record_end - position} bytes"
                     )
-                for _ in range(header_count):
-                    size, position = _varint32(data, position)
+                for header in range(header_count):
+                    b = buf[position]  # header key length
+                    if b < 0x80:
+                        size = zz[b]
+                        position += 1
+                    elif (c := buf[position + 1]) < 0x80:
+                        size = zz2[b | c << 8]
+                        position += 2
+                    else:
+                        size, position = _varint32(data, position)
                     if size < 0:
                         raise InvalidRecordError(f"Invalid negative header key size {size} in record {index}")
                     position += size
-                    size, position = _varint32(data, position)
+                    b = buf[position]  # header value length
+                    if b < 0x80:
+                        size = zz[b]
+                        position += 1
+                    elif (c := buf[position + 1]) < 0x80:
+                        size = zz2[b | c << 8]
+                        position += 2
+                    else:
+                        size, position = _varint32(data, position)
                     if size > 0:
                         position += size
             if position != record_end:

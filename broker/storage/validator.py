@@ -22,8 +22,8 @@ INVALID_RECORD for records that do not parse, a count that disagrees with them, 
 violations and null keys on compacted topics; INVALID_TIMESTAMP for timestamps out of range;
 MESSAGE_TOO_LARGE for a batch over max.message.bytes or one that decompresses past its limit.
 
-Pure Python walks about a million records a second (~0.2 ms for a 16 KiB batch of 100-byte
-records, bench/storage.py); the walk is one function so a compiled core can replace it.
+The walk runs on the compiled core (protocol/core.py) where it was built: about 30 ns a record
+against 600 ns interpreted for 100-byte records (bench/record_walk.py).
 """
 
 from __future__ import annotations
@@ -56,7 +56,12 @@ from triolog.protocol.record_batch import (
     read_header,
     split_batches,
 )
-from triolog.protocol.record_walk import renumber_records, walk_records
+from triolog.protocol import core
+
+# The walk of the compiled core (Cython) where it was built, else the same source interpreted.
+_record_walk = core.load("record_walk")
+walk_records = _record_walk.walk_records
+renumber_records = _record_walk.renumber_records
 
 from .errors import (
     CorruptRecordError,

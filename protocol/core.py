@@ -1,0 +1,91 @@
+"""The compiled core: which implementation of each per-record hot loop this process runs.
+
+The per-record loops (today the validator's record walk; next the batch codec, the columnar
+decoder, the cleaner's walk and offset map, see the modules in ``MODULES``) are each written once,
+in Cython's pure-Python mode: the same ``.py`` runs interpreted and is compiled by setup.py into an
+extension named ``_<module>_c`` beside it. This module picks one per process:
+
+* the compiled extension when it was built (``pip install`` with a C compiler);
+* the pure-Python module when it was not (no compiler, ``CC=false``: the install still succeeds),
+  said once, as a WARNING on the ``triolog.protocol.core`` logger, at first import;
+* the pure-Python module whenever ``TRIOLOG_PURE_PYTHON`` is set to a non-empty value other than
+  ``0`` (tests and benchmarks of the fallback, or to rule the extension out when debugging).
+
+Both implementations of a module stay importable in one process (``implementation(name, compiled)``),
+which is what the property tests comparing them use.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+from types import ModuleType
+
+__all__ = ["COMPILED", "MODULES", "PURE_PYTHON_ENV", "compiled_available", "implementation", "status"]
+
+#: Modules of triolog.protocol that have a compiled twin ``_<name>_c``, built from the same source.
+MODULES = ("record_walk",)
+#: Set to a non-empty value other than "0" to run the pure-Python implementations.
+PURE_PYTHON_ENV = "TRIOLOG_PURE_PYTHON"
+
+_log = logging.getLogger(__name__)
+
+
+def _forced_pure() -> bool:
+    return os.environ.get(PURE_PYTHON_ENV, "") not in ("", "0")
+
+
+def _import_compiled(name: str) -> ModuleType | None:
+    try:
+        return importlib.import_module(f"{__package__}._{name}_c")
+    except ImportError:
+        return None
+
+
+def compiled_available(name: str) -> bool:
+    """Whether the compiled extension of ``name`` was built and imports."""
+    return _import_compiled(name) is not None
+
+
+def implementation(name: str, compiled: bool) -> ModuleType:
+    """The compiled (``compiled=True``) or the pure-Python implementation of module ``name``.
+
+    Raises ImportError when the compiled one was asked for and is not built.
+    """
+    if name not in MODULES:
+        raise ValueError(f"{name!r} is not a compiled-core module (those are {', '.join(MODULES)})")
+    if not compiled:
+        return importlib.import_module(f"{__package__}.{name}")
+    module = _import_compiled(name)
+    if module is None:
+        raise ImportError(f"the compiled extension {__package__}._{name}_c is not built")
+    return module
+
+
+def _choose() -> tuple[bool, str]:
+    if _forced_pure():
+        return False, f"pure Python ({PURE_PYTHON_ENV} is set)"
+    missing = [name for name in MODULES if not compiled_available(name)]
+    if missing:
+        _log.warning(
+            "triolog's compiled core is not built (no C compiler at install time?): the per-record "
+            "paths run in pure Python, several times slower; missing: %s",
+            ", ".join(f"_{name}_c" for name in missing),
+        )
+        return False, "pure Python (extension not built)"
+    return True, "compiled (Cython)"
+
+
+#: Whether this process runs the compiled core; decided once, at first import.
+COMPILED, _STATUS = _choose()
+
+
+def status() -> str:
+    """One line for ``--version`` and health output: which core this process runs."""
+    return _STATUS
+
+
+def load(name: str) -> ModuleType:
+    """The implementation of module ``name`` this process runs (see ``COMPILED``)."""
+    return implementation(name, COMPILED)
