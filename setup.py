@@ -1,7 +1,8 @@
 """Builds the compiled core (protocol/core.py) when it can; everything else is in pyproject.toml.
 
-Each compiled-core module is one pure-Python-mode source, ``protocol/<name>.py``, compiled by
-Cython into the extension ``triolog.protocol._<name>_c`` beside it; the ``.py`` itself is also
+Each compiled-core module is one pure-Python-mode source, e.g. ``protocol/<name>.py``, compiled by
+Cython into the extension ``triolog.protocol._<name>_c`` beside it (the list is ``MODULES`` in
+protocol/core.py); the ``.py`` itself is also
 installed and is what runs when the extension is absent. The build never fails for want of a C
 compiler (or of Cython): it says so and installs the pure-Python package. ``TRIOLOG_PURE_PYTHON=1``
 at install time skips the compilation.
@@ -9,13 +10,25 @@ at install time skips the compilation.
 
 from __future__ import annotations
 
+import ast
 import os
 import sys
+from pathlib import Path
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
-CORE_MODULES = ("record_walk",)
+
+def _core_modules() -> tuple[str, ...]:
+    """``MODULES`` of protocol/core.py, read without importing the package (its dependencies may be absent)."""
+    tree = ast.parse(Path(__file__).with_name("protocol").joinpath("core.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "MODULES" for t in node.targets):
+            return tuple(ast.literal_eval(node.value))
+    raise RuntimeError("protocol/core.py defines no MODULES")
+
+
+CORE_MODULES = _core_modules()
 PURE_PYTHON_ENV = "TRIOLOG_PURE_PYTHON"
 
 
@@ -52,9 +65,12 @@ def _extensions():
     except ImportError:
         print("WARNING: triolog: Cython is not installed, not compiling the core", file=sys.stderr)
         return []
-    extensions = [
-        Extension(f"triolog.protocol._{name}_c", [f"protocol/{name}.py"], optional=True) for name in CORE_MODULES
-    ]
+    extensions = []
+    for name in CORE_MODULES:
+        package, _, module = name.rpartition(".")
+        extensions.append(Extension(
+            f"triolog.{package}._{module}_c", [f"{package.replace('.', '/')}/{module}.py"], optional=True,
+        ))
     return cythonize(
         extensions,
         build_dir="build/cython",  # the generated C stays out of the source folders

@@ -24,8 +24,12 @@ from types import ModuleType
 
 __all__ = ["COMPILED", "MODULES", "PURE_PYTHON_ENV", "compiled_available", "implementation", "status"]
 
-#: Modules of triolog.protocol that have a compiled twin ``_<name>_c``, built from the same source.
-MODULES = ("record_walk",)
+#: Modules (dotted, below ``triolog``) that have a compiled twin ``_<name>_c`` in the same package,
+#: built from the same source. setup.py reads this tuple (it cannot import the package), so it is
+#: the one list of what gets compiled: add a module here, one per line, and setup.py builds it.
+MODULES = (
+    "protocol.record_walk",
+)
 #: Set to a non-empty value other than "0" to run the pure-Python implementations.
 PURE_PYTHON_ENV = "TRIOLOG_PURE_PYTHON"
 
@@ -36,9 +40,18 @@ def _forced_pure() -> bool:
     return os.environ.get(PURE_PYTHON_ENV, "") not in ("", "0")
 
 
+_ROOT = __package__.rpartition(".")[0]  # "triolog"
+
+
+def compiled_name(name: str) -> str:
+    """The import name of the compiled twin of core module ``name`` (``protocol.x`` -> ``triolog.protocol._x_c``)."""
+    package, _, module = name.rpartition(".")
+    return f"{_ROOT}.{package}._{module}_c"
+
+
 def _import_compiled(name: str) -> ModuleType | None:
     try:
-        return importlib.import_module(f"{__package__}._{name}_c")
+        return importlib.import_module(compiled_name(name))
     except ImportError:
         return None
 
@@ -56,10 +69,10 @@ def implementation(name: str, compiled: bool) -> ModuleType:
     if name not in MODULES:
         raise ValueError(f"{name!r} is not a compiled-core module (those are {', '.join(MODULES)})")
     if not compiled:
-        return importlib.import_module(f"{__package__}.{name}")
+        return importlib.import_module(f"{_ROOT}.{name}")
     module = _import_compiled(name)
     if module is None:
-        raise ImportError(f"the compiled extension {__package__}._{name}_c is not built")
+        raise ImportError(f"the compiled extension {compiled_name(name)} is not built")
     return module
 
 
@@ -71,7 +84,7 @@ def _choose() -> tuple[bool, str]:
         _log.warning(
             "triolog's compiled core is not built (no C compiler at install time?): the per-record "
             "paths run in pure Python, several times slower; missing: %s",
-            ", ".join(f"_{name}_c" for name in missing),
+            ", ".join(compiled_name(name) for name in missing),
         )
         return False, "pure Python (extension not built)"
     return True, "compiled (Cython)"

@@ -59,7 +59,7 @@ from triolog.protocol.record_batch import (
 from triolog.protocol import core
 
 # The walk of the compiled core (Cython) where it was built, else the same source interpreted.
-_record_walk = core.load("record_walk")
+_record_walk = core.load("protocol.record_walk")
 walk_records = _record_walk.walk_records
 renumber_records = _record_walk.renumber_records
 

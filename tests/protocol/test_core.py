@@ -24,14 +24,14 @@ from triolog.protocol.record_batch import HEADER, CompressionType
 from triolog.protocol.records import Record, encode_batch
 
 INT64 = st.integers(-(2**63), 2**63 - 1)
-PURE = core.implementation("record_walk", compiled=False)
+PURE = core.implementation("protocol.record_walk", compiled=False)
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _compiled():
-    if not core.compiled_available("record_walk"):
+    if not core.compiled_available("protocol.record_walk"):
         pytest.skip("the compiled core is not built here (no C compiler at install time): only the pure path runs")
-    return core.implementation("record_walk", compiled=True)
+    return core.implementation("protocol.record_walk", compiled=True)
 
 
 def _outcome(function, *args, **kwargs):
@@ -119,11 +119,11 @@ def test_the_process_runs_the_compiled_walk_where_it_is_built():
 
     compiler = (sysconfig.get_config_var("CC") or "cc").split()[0]
     if shutil.which(compiler) and not core._forced_pure():
-        assert core.compiled_available("record_walk"), (
+        assert core.compiled_available("protocol.record_walk"), (
             "a C compiler exists but the compiled core is not built: `pip install -e .` (or "
             "`python setup.py build_ext --inplace`) builds it; TRIOLOG_PURE_PYTHON=1 runs without it")
-    assert core.COMPILED == (core.compiled_available("record_walk") and not core._forced_pure())
-    assert validator.walk_records is core.load("record_walk").walk_records
+    assert core.COMPILED == (core.compiled_available("protocol.record_walk") and not core._forced_pure())
+    assert validator.walk_records is core.load("protocol.record_walk").walk_records
     assert ("compiled" in core.status()) == core.COMPILED
 
 
@@ -148,7 +148,7 @@ def test_a_missing_extension_falls_back_to_pure_python_and_says_so_once():
         "import logging, sys; logging.basicConfig(format='%(levelname)s %(name)s %(message)s');"
         "sys.modules['triolog.protocol._record_walk_c'] = None;"  # what an install without a compiler looks like
         "from triolog.protocol import core; from triolog.broker.storage import validator;"
-        "import triolog.protocol.record_walk as pure; core.load('record_walk');"
+        "import triolog.protocol.record_walk as pure; core.load('protocol.record_walk');"
         "print(core.COMPILED, validator.walk_records is pure.walk_records)",
         TRIOLOG_PURE_PYTHON="",
     )
