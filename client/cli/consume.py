@@ -18,8 +18,11 @@ created by consuming it: an unknown topic is an error (Kafka's consumers do not 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import signal
 import sys
+import threading
 
 from .common import EXIT_OK, add_bootstrap, add_output, bytes_field, non_negative, reports_errors
 
@@ -105,12 +108,58 @@ def run(args: argparse.Namespace) -> int:
             elif args.timestamp is not None:
                 consumer.seek_to_timestamp(args.timestamp)
             if args.max_messages != 0:
-                for record in consumer:
-                    out.write(line(record))
-                    out.flush()  # a reader gone (| head) raises here: that record was not delivered
-                    count += 1
-                    if args.max_messages is not None and count >= args.max_messages:
-                        break
+                with _CtrlCBetweenRecords.installed() as between_records:
+                    for record in consumer:
+                        with between_records:
+                            out.write(line(record))
+                            out.flush()  # a reader gone (| head) raises here: that record was not delivered
+                            count += 1
+                        if args.max_messages is not None and count >= args.max_messages:
+                            break
     finally:
         print(f"Processed a total of {count} messages", file=sys.stderr)
     return EXIT_OK
+
+
+class _CtrlCBetweenRecords:
+    """Ctrl-C lands between records, never between printing one and counting it.
+
+    Python raises KeyboardInterrupt at whatever bytecode runs when SIGINT arrives: after a
+    record's flush but before ``count += 1`` the summary line would say one record fewer than
+    the reader got. Inside ``with between_records:`` the interrupt is held and raised at the
+    block's end; elsewhere (waiting on the broker) it is raised at once, as before.
+    """
+
+    def __init__(self) -> None:
+        self._holding = False
+        self._pending = False
+
+    @classmethod
+    @contextlib.contextmanager
+    def installed(cls):
+        """The SIGINT handler in place for the ``with`` (main thread only; else a no-op shield)."""
+        shield = cls()
+        if threading.current_thread() is not threading.main_thread() \
+                or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+            yield shield
+            return
+        previous = signal.signal(signal.SIGINT, shield._on_sigint)
+        try:
+            yield shield
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
+    def _on_sigint(self, signum, frame) -> None:
+        if self._holding:
+            self._pending = True
+        else:
+            raise KeyboardInterrupt
+
+    def __enter__(self) -> None:
+        self._holding = True
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self._holding = False
+        if self._pending and exc_type is None:
+            self._pending = False
+            raise KeyboardInterrupt
