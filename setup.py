@@ -5,7 +5,8 @@ Cython into the extension ``triolog.protocol._<name>_c`` beside it (the list is 
 protocol/core.py); the ``.py`` itself is also
 installed and is what runs when the extension is absent. The build never fails for want of a C
 compiler (or of Cython): it says so and installs the pure-Python package. ``TRIOLOG_PURE_PYTHON=1``
-at install time skips the compilation.
+at install time skips the compilation. Every build recompiles (an old ``build/`` is never reused)
+and leaves out debug information.
 """
 
 from __future__ import annotations

@@ -128,6 +128,8 @@ def test_a_fresh_clone_installs_without_a_compiler_and_with_one(tmp_path):
     _pip_install(venv, clone, "--no-deps", "--force-reinstall")
     built = sorted(path.name for path in (site / "triolog").rglob("_*_c*.so"))
     assert len(built) == len(core.MODULES), built
+    for extension in (site / "triolog").rglob("_*_c*.so"):  # built without debug information (-g0)
+        assert b".debug_info" not in extension.read_bytes(), extension
     run = _python(venv, code, elsewhere)
     assert run.returncode == 0, run.stderr
     compiled, status, walked, module = (part.strip() for part in run.stdout.splitlines()[0].split("|"))
