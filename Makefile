@@ -16,6 +16,8 @@ PIP := $(BIN)/pip install -qq --disable-pip-version-check
 # build without an isolated environment and the compiled core rebuilds from .venv, offline.
 BUILD_REQUIRES := 'setuptools>=77' 'Cython>=3.0'
 EDITABLE := TRIOLOG_PURE_PYTHON=1 $(PIP) --no-build-isolation -e
+# (a .venv made by an older Makefile may lack them: the core's build checks first)
+export BUILD_TOOLS_PRESENT := import Cython, setuptools, sys; sys.exit(int(setuptools.__version__.split(".")[0]) < 77)
 
 # The compiled core (protocol/core.py's MODULES, each compiled by setup.py into an extension
 # beside its source): rebuilt in place when a module's source, core.py, setup.py or the install
@@ -44,6 +46,7 @@ $(TEST_STAMP): pyproject.toml $(RUNTIME_STAMP)
 	touch $@
 
 $(CORE_STAMP): setup.py protocol/core.py $(CORE_SOURCES) $(RUNTIME_STAMP)
+	@$(BIN)/python -c "$$BUILD_TOOLS_PRESENT" 2>/dev/null || $(PIP) $(BUILD_REQUIRES)
 	@$(BIN)/python setup.py -q build_ext --inplace
 	@touch $@
 

@@ -87,7 +87,8 @@ def _core_sources() -> list[Path]:
 
 
 def _pip(commands: list[str]) -> list[str]:
-    return [c for c in commands if "/bin/pip " in c]
+    """The commands that run pip (after any VAR=value), not those that merely might."""
+    return [c for c in commands if next(w for w in c.split() if "=" not in w).endswith("/bin/pip")]
 
 
 def test_make_run_installs_the_runtime_dependencies_only(tmp_path):
