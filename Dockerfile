@@ -9,12 +9,17 @@
 # Environment beats the file, so the three keys set by ENV below are changed with `docker run -e`.
 #
 # tests/ops/test_image.py runs this file's pip steps, ENV, ENTRYPOINT, CMD and HEALTHCHECK outside
-# Docker (no engine on the CI machines): keep each pip step a RUN of its own, starting with `pip`.
+# Docker (no engine on the CI machines; the host's C compiler stands in for the builder's): keep
+# each pip step a RUN of its own, starting with `pip`.
 
 ARG PYTHON_IMAGE=python:3.11.13-slim-bookworm
+# The same Python on the full Debian image: gcc, libc6-dev and the Python headers, which the slim
+# image lacks. Without a compiler the build would still succeed, silently pure Python.
+ARG BUILDER_IMAGE=python:3.11.13-bookworm
 
-# -- builder: a wheel for triolog and for every dependency (all of them ship binary wheels) ------
-FROM ${PYTHON_IMAGE} AS builder
+# -- builder: a wheel for triolog (its compiled core built by Cython and gcc, setup.py) and for
+# every dependency (all of them ship binary wheels) ----------------------------------------------
+FROM ${BUILDER_IMAGE} AS builder
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
 WORKDIR /src
 COPY . .

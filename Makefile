@@ -12,25 +12,52 @@ BIN := $(VENV)/bin
 RUNTIME_STAMP := $(VENV)/.triolog-runtime
 TEST_STAMP := $(VENV)/.triolog-test
 PIP := $(BIN)/pip install -qq --disable-pip-version-check
+# pyproject.toml's [build-system] requirements go into .venv first, so the editable installs
+# build without an isolated environment and the compiled core rebuilds from .venv, offline.
+BUILD_REQUIRES := 'setuptools>=77' 'Cython>=3.0'
+EDITABLE := TRIOLOG_PURE_PYTHON=1 $(PIP) --no-build-isolation -e
+# (a .venv made by an older Makefile may lack them: the core's build checks first)
+export BUILD_TOOLS_PRESENT := import Cython, setuptools, sys; sys.exit(int(setuptools.__version__.split(".")[0]) < 77)
+
+# The compiled core (protocol/core.py's MODULES, each compiled by setup.py into an extension
+# beside its source): rebuilt in place when a module's source, core.py, setup.py or the install
+# changed, so a stale extension never runs. Silent unless it cannot compile (then it says so once
+# and the pure-Python modules run). The editable install itself leaves the compilation to this
+# step (TRIOLOG_PURE_PYTHON at install time), so it happens once.
+CORE_STAMP := $(VENV)/.triolog-core
+CORE_SOURCES := $(shell sed -n '/^MODULES = (/,/^)/s/^ *"\([A-Za-z0-9_.]*\)",.*/\1/p' protocol/core.py | tr . / | sed 's/$$/.py/')
+
+# The core-touching suites, run a second time on the pure-Python core (TRIOLOG_PURE_PYTHON is
+# read at import, so that takes a second process). `make test PYTEST_ARGS=...` runs only the
+# first pass.
+PURE_TESTS := tests/protocol tests/client tests/storage/cleaner tests/storage/test_validator.py \
+	tests/pipeline/test_columnar.py
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 $(RUNTIME_STAMP): pyproject.toml | $(BIN)/python
-	$(PIP) -e .
+	$(PIP) $(BUILD_REQUIRES)
+	$(EDITABLE) .
 	touch $@
 
-$(TEST_STAMP): pyproject.toml | $(BIN)/python
-	$(PIP) -e '.[test,spark]'
-	touch $@ $(RUNTIME_STAMP)
+$(TEST_STAMP): pyproject.toml $(RUNTIME_STAMP)
+	$(EDITABLE) '.[test,spark]'
+	touch $@
 
-install: $(RUNTIME_STAMP)
+$(CORE_STAMP): setup.py protocol/core.py $(CORE_SOURCES) $(RUNTIME_STAMP)
+	@$(BIN)/python -c "$$BUILD_TOOLS_PRESENT" 2>/dev/null || $(PIP) $(BUILD_REQUIRES)
+	@$(BIN)/python setup.py -q build_ext --inplace
+	@touch $@
 
-run: $(RUNTIME_STAMP)
+install: $(RUNTIME_STAMP) $(CORE_STAMP)
+
+run: $(RUNTIME_STAMP) $(CORE_STAMP)
 	$(BIN)/triolog serve
 
-test: $(TEST_STAMP) system-deps
+test: $(TEST_STAMP) $(CORE_STAMP) system-deps
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	$(if $(PYTEST_ARGS),,TRIOLOG_PURE_PYTHON=1 $(BIN)/python -m pytest -q $(PURE_TESTS))
 
 # Debian packages the tests run: prometheus (its server and promtool) and tini (the image's
 # PID 1) for tests/ops, a Java 17+ runtime for PySpark 4 in tests/pipeline (17, or 21 where the
@@ -46,5 +73,5 @@ system-deps:
 			$$([ -n "$$JAVA_OK" ] || { apt-cache show openjdk-17-jre-headless >/dev/null 2>&1 \
 				&& echo openjdk-17-jre-headless || echo openjdk-21-jre-headless; }) >/dev/null; }
 
-bench: $(TEST_STAMP)
+bench: $(TEST_STAMP) $(CORE_STAMP)
 	$(BIN)/python bench/storage.py

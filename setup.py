@@ -5,7 +5,8 @@ Cython into the extension ``triolog.protocol._<name>_c`` beside it (the list is 
 protocol/core.py); the ``.py`` itself is also
 installed and is what runs when the extension is absent. The build never fails for want of a C
 compiler (or of Cython): it says so and installs the pure-Python package. ``TRIOLOG_PURE_PYTHON=1``
-at install time skips the compilation.
+at install time skips the compilation. Every build recompiles (an old ``build/`` is never reused)
+and leaves out debug information.
 """
 
 from __future__ import annotations
@@ -33,19 +34,59 @@ PURE_PYTHON_ENV = "TRIOLOG_PURE_PYTHON"
 
 
 class OptionalBuildExt(build_ext):
-    """build_ext that turns a failed compilation into a pure-Python install, loudly."""
+    """build_ext that turns a failed compilation into a pure-Python install, loudly.
+
+    It always recompiles (``force``): a ``build/`` directory left by an earlier build would
+    otherwise make setuptools skip the compiler and ship that old extension, even under
+    ``CC=false``. A module that fails to compile loses its previous extension too (in ``build/``
+    and, for in-place and editable builds, beside its source), so no stale twin can run.
+    """
+
+    def finalize_options(self):
+        super().finalize_options()
+        self.force = True
 
     def run(self):
+        self._inplace_wanted = self.inplace  # setuptools builds in build/ first, then copies
         try:
             super().run()
         except Exception as exc:  # no compiler at all (DistutilsPlatformError, CC=false, ...)
             self._fall_back(exc)
+            for ext in self.extensions:
+                self._remove_outputs(ext)
 
     def build_extension(self, ext):
+        from Cython.Build import cythonize  # _extensions() made sure it imports
+
         try:
+            # Cythonized here, not when setup.py is read: pip reads it several times per install.
+            (compiled,) = cythonize(
+                [ext],
+                build_dir="build/cython",  # the generated C stays out of the source folders
+                compiler_directives={"language_level": 3},
+                force=True,  # regenerate the C every build: never compile C left from another source
+                quiet=True,
+            )
+            ext.sources = compiled.sources  # the generated .c in place of the .py
+            if self.compiler.compiler_type == "unix" and "-g0" not in ext.extra_compile_args:
+                # No debug info (the interpreter's -g made a 1.9 MB module of a 0.3 MB one); after
+                # the interpreter's own CFLAGS, so it wins.
+                ext.extra_compile_args = [*ext.extra_compile_args, "-g0"]
             super().build_extension(ext)
         except Exception as exc:  # CCompilerError, DistutilsExecError: this one stays pure Python
             self._fall_back(exc, ext.name)
+            self._remove_outputs(ext)
+
+    def _remove_outputs(self, ext):
+        filename = self.get_ext_filename(self.get_ext_fullname(ext.name))
+        stale = [os.path.join(self.build_lib, filename)]
+        if getattr(self, "_inplace_wanted", False):
+            package = self.get_finalized_command("build_py").get_package_dir(ext.name.rpartition(".")[0])
+            stale.append(os.path.join(package, os.path.basename(filename)))
+        for path in stale:
+            if os.path.exists(path):
+                os.remove(path)
+                print(f"triolog: removed the stale {path}", file=sys.stderr)
 
     @staticmethod
     def _fall_back(exc, name="the compiled core"):
@@ -61,7 +102,7 @@ def _extensions():
         print(f"triolog: {PURE_PYTHON_ENV} is set, not compiling the core", file=sys.stderr)
         return []
     try:
-        from Cython.Build import cythonize
+        import Cython.Build  # noqa: F401  (OptionalBuildExt cythonizes each module when it builds it)
     except ImportError:
         print("WARNING: triolog: Cython is not installed, not compiling the core", file=sys.stderr)
         return []
@@ -71,12 +112,7 @@ def _extensions():
         extensions.append(Extension(
             f"triolog.{package}._{module}_c", [f"{package.replace('.', '/')}/{module}.py"], optional=True,
         ))
-    return cythonize(
-        extensions,
-        build_dir="build/cython",  # the generated C stays out of the source folders
-        compiler_directives={"language_level": 3},
-        quiet=True,
-    )
+    return extensions
 
 
 setup(ext_modules=_extensions(), cmdclass={"build_ext": OptionalBuildExt})

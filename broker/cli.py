@@ -108,18 +108,20 @@ EXIT_INTERRUPTED = 130
 
 
 def version_text() -> str:
+    """Version, Python, and which core this install runs (compiled or the pure-Python fallback)."""
     import platform
 
     from triolog import __version__
+    from triolog.protocol import core
 
-    return f"triolog {__version__} (Python {platform.python_version()})"
+    return f"triolog {__version__} (Python {platform.python_version()}; core: {core.status()})"
 
 
 class _VersionAction(argparse.Action):
     """``--version``, computed only when asked (importing the package metadata costs a little)."""
 
     def __init__(self, option_strings, dest, **kwargs):
-        super().__init__(option_strings, dest, nargs=0, help="print the version of triolog and Python, and exit")
+        super().__init__(option_strings, dest, nargs=0, help="print the version of triolog and Python and which core runs, and exit")
 
     def __call__(self, parser, namespace, values, option_string=None):
         print(version_text())

@@ -8,6 +8,8 @@ extension named ``_<module>_c`` beside it. This module picks one per process:
 * the compiled extension when it was built (``pip install`` with a C compiler);
 * the pure-Python module when it was not (no compiler, ``CC=false``: the install still succeeds),
   said once, as a WARNING on the ``triolog.protocol.core`` logger, at first import;
+* the pure-Python module when, in a git checkout, the extension is older than its source (a stale
+  build never runs; ``make run``/``make test`` rebuild it), also said once;
 * the pure-Python module whenever ``TRIOLOG_PURE_PYTHON`` is set to a non-empty value other than
   ``0`` (tests and benchmarks of the fallback, or to rule the extension out when debugging).
 
@@ -18,11 +20,13 @@ which is what the property tests comparing them use.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import logging
 import os
+from pathlib import Path
 from types import ModuleType
 
-__all__ = ["COMPILED", "MODULES", "PURE_PYTHON_ENV", "compiled_available", "implementation", "status"]
+__all__ = ["COMPILED", "MODULES", "PURE_PYTHON_ENV", "compiled_available", "implementation", "stale", "status"]
 
 #: Modules (dotted, below ``triolog``) that have a compiled twin ``_<name>_c`` in the same package,
 #: built from the same source. setup.py reads this tuple (it cannot import the package), so it is
@@ -49,7 +53,38 @@ def compiled_name(name: str) -> str:
     return f"{_ROOT}.{package}._{module}_c"
 
 
+#: The repository root when this module runs from a git checkout (editable install, or run from
+#: the tree); None in an installed wheel, where a twin and its source are installed together.
+_CHECKOUT = Path(__file__).resolve().parent.parent
+if not ((_CHECKOUT / ".git").exists() and (_CHECKOUT / "setup.py").is_file()):
+    _CHECKOUT = None
+
+
+def stale(name: str) -> bool:
+    """Whether, in a checkout, the compiled twin of ``name`` was built before its source last changed.
+
+    Such a twin is never used: it would run yesterday's code under today's source (``make run`` and
+    ``make test`` rebuild it; by hand, ``python setup.py build_ext --inplace``). Never true outside
+    a checkout: installing a wheel writes the two files in no particular order.
+    """
+    if _CHECKOUT is None:
+        return False
+    try:
+        spec = importlib.util.find_spec(compiled_name(name))
+    except ImportError:
+        return False
+    if spec is None or not spec.origin:
+        return False
+    source = _CHECKOUT.joinpath(*name.split(".")).with_suffix(".py")
+    try:
+        return os.stat(spec.origin).st_mtime < source.stat().st_mtime
+    except OSError:
+        return False
+
+
 def _import_compiled(name: str) -> ModuleType | None:
+    if stale(name):
+        return None
     try:
         return importlib.import_module(compiled_name(name))
     except ImportError:
@@ -72,13 +107,23 @@ def implementation(name: str, compiled: bool) -> ModuleType:
         return importlib.import_module(f"{_ROOT}.{name}")
     module = _import_compiled(name)
     if module is None:
-        raise ImportError(f"the compiled extension {compiled_name(name)} is not built")
+        why = "older than its source (rebuild it)" if stale(name) else "not built"
+        raise ImportError(f"the compiled extension {compiled_name(name)} is {why}")
     return module
 
 
 def _choose() -> tuple[bool, str]:
     if _forced_pure():
         return False, f"pure Python ({PURE_PYTHON_ENV} is set)"
+    out_of_date = [name for name in MODULES if stale(name)]
+    if out_of_date:
+        _log.warning(
+            "triolog's compiled core is older than its source in this checkout, so it is not used: the "
+            "per-record paths run in pure Python until it is rebuilt (`make run` / `make test` do it; "
+            "or `python setup.py build_ext --inplace`); out of date: %s",
+            ", ".join(compiled_name(name) for name in out_of_date),
+        )
+        return False, "pure Python (extension out of date)"
     missing = [name for name in MODULES if not compiled_available(name)]
     if missing:
         _log.warning(

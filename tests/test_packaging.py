@@ -53,13 +53,16 @@ def test_the_installed_environment_claims_only_the_triolog_names(tmp_path):
     assert done.stdout.strip() == "[]"
 
 
-def _dry_run(target: str, venv: Path) -> list[str]:
+def _make(*args: str) -> list[str]:
     make = shutil.which("make")
     if make is None:
         pytest.fail("make is one of the two things README.md says a machine needs")
-    done = subprocess.run([make, "-n", "-C", str(ROOT), target, f"VENV={venv}"], capture_output=True,
-                          text=True, timeout=60, check=True)
+    done = subprocess.run([make, "-C", str(ROOT), *args], capture_output=True, text=True, timeout=60, check=True)
     return [line for line in done.stdout.splitlines() if not line.startswith("make")]
+
+
+def _dry_run(target: str, venv: Path, *variables: str) -> list[str]:
+    return _make("-n", target, f"VENV={venv}", *variables)
 
 
 def _fake_venv(tmp_path: Path) -> Path:
@@ -69,27 +72,91 @@ def _fake_venv(tmp_path: Path) -> Path:
     return venv
 
 
+def _installed(venv: Path) -> None:
+    """Stamps as after an install newer than every file of the checkout."""
+    newest = max(path.stat().st_mtime for path in (ROOT / "pyproject.toml", ROOT / "setup.py", *_core_sources()))
+    for stamp in (".triolog-runtime", ".triolog-test", ".triolog-core"):
+        (venv / stamp).write_text("")
+        os.utime(venv / stamp, (newest + 1, newest + 1))
+
+
+def _core_sources() -> list[Path]:
+    from triolog.protocol import core
+
+    return [ROOT / "protocol" / "core.py", *(ROOT / (name.replace(".", "/") + ".py") for name in core.MODULES)]
+
+
+def _pip(commands: list[str]) -> list[str]:
+    """The commands that run pip (after any VAR=value), not those that merely might."""
+    return [c for c in commands if next(w for w in c.split() if "=" not in w).endswith("/bin/pip")]
+
+
 def test_make_run_installs_the_runtime_dependencies_only(tmp_path):
     commands = _dry_run("run", _fake_venv(tmp_path))
-    pip = [c for c in commands if " install " in c]
-    assert len(pip) == 1 and pip[0].endswith(" -e .") and "[" not in pip[0], commands
+    pip = _pip(commands)
+    assert len(pip) == 2 and pip[1].endswith(" -e .") and "[" not in pip[1], commands
     assert commands[-1].endswith("/bin/triolog serve")
 
 
+def test_the_venv_gets_the_build_requirements_of_pyproject(tmp_path):
+    """The compiled core is rebuilt from .venv (offline): it needs pyproject's build requirements there."""
+    requires = tomllib.loads((ROOT / "pyproject.toml").read_text())["build-system"]["requires"]
+    first = _pip(_dry_run("run", _fake_venv(tmp_path / "run")))[0]
+    assert first.split("--disable-pip-version-check")[1].split() == [f"'{r}'" for r in requires], first
+    # So the editable installs use them instead of an isolated build environment from PyPI.
+    assert all("--no-build-isolation" in c for c in _pip(_dry_run("test", _fake_venv(tmp_path / "test")))[1:])
+
+
 def test_make_run_skips_pip_when_nothing_changed(tmp_path):
-    """Once installed, `make run` runs no pip: it works offline and starts at once."""
+    """Once installed, `make run` runs no pip and no compiler: it works offline and starts at once."""
     venv = _fake_venv(tmp_path)
-    for stamp in (".triolog-runtime", ".triolog-test"):
-        (venv / stamp).write_text("")
-        newer = (ROOT / "pyproject.toml").stat().st_mtime + 1
-        os.utime(venv / stamp, (newer, newer))
-    assert [c for c in _dry_run("run", venv) if "/bin/pip " in c] == []
-    assert [c for c in _dry_run("test", venv) if "/bin/pip " in c] == []
+    _installed(venv)
+    for target in ("run", "test"):
+        commands = _dry_run(target, venv)
+        assert _pip(commands) == [] and not [c for c in commands if "build_ext" in c], commands
+
+
+def test_make_rebuilds_the_compiled_core_when_a_source_is_newer(tmp_path):
+    """A stale extension never runs: a core module edited after the last build is compiled again
+    (in place, from .venv) before `make run` or `make test`, and pip is not run for it."""
+    sources = _core_sources() + [ROOT / "setup.py"]
+    for source in sources:
+        venv = _fake_venv(tmp_path / source.name)
+        _installed(venv)
+        older = source.stat().st_mtime - 1
+        os.utime(venv / ".triolog-core", (older, older))
+        for target in ("run", "test"):
+            commands = _dry_run(target, venv)
+            build = [c for c in commands if "build_ext" in c]
+            assert build == [f"{venv}/bin/python setup.py -q build_ext --inplace"], (source, commands)
+            assert _pip(commands) == []
+
+
+def test_the_makefile_compiles_what_core_lists():
+    """The Makefile reads MODULES from protocol/core.py as setup.py does: the same files."""
+    listed = _make("--no-print-directory", "--eval", "print-core-sources: ; @echo $(CORE_SOURCES)",
+                   "print-core-sources")
+    assert listed[0].split() == [str(p.relative_to(ROOT)) for p in _core_sources()[1:]]
 
 
 def test_make_test_installs_the_test_and_spark_extras(tmp_path):
-    pip = [c for c in _dry_run("test", _fake_venv(tmp_path)) if " install " in c and "pip" in c]
-    assert len(pip) == 1 and pip[0].endswith("-e '.[test,spark]'"), pip
+    pip = _pip(_dry_run("test", _fake_venv(tmp_path)))
+    assert len(pip) == 3 and pip[2].endswith("-e '.[test,spark]'"), pip
+
+
+def test_make_test_runs_the_core_suites_again_on_the_pure_python_core(tmp_path):
+    venv = _fake_venv(tmp_path)
+    _installed(venv)
+    runs = [c.strip() for c in _dry_run("test", venv) if " -m pytest " in c]
+    assert runs[0] == f"{venv}/bin/python -m pytest -q", runs
+    pure = runs[1].split()
+    assert pure[:4] == ["TRIOLOG_PURE_PYTHON=1", f"{venv}/bin/python", "-m", "pytest"] and len(runs) == 2, runs
+    suites = pure[5:]
+    assert {"tests/protocol", "tests/client", "tests/storage/cleaner"} <= set(suites)
+    assert all((ROOT / suite).exists() for suite in suites), suites
+    # `make test PYTEST_ARGS=...` (one test while working) runs that only.
+    assert [c.strip() for c in _dry_run("test", venv, "PYTEST_ARGS=tests/test_packaging.py") if " -m pytest " in c] == [
+        f"{venv}/bin/python -m pytest -q tests/test_packaging.py"]
 
 
 def test_runtime_dependencies_leave_out_spark_and_the_test_tools():

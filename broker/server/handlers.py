@@ -17,12 +17,14 @@ from typing import Any, Callable
 import structlog
 import trio
 
+from triolog import __version__
 from triolog.broker.storage.filenames import validate_topic_name
 from triolog.broker.storage.log import Log
 from triolog.broker.storage.log_manager import LogManager
 from triolog.broker.storage.topics import TopicManager
 from triolog.config.broker_config import BROKER_CONFIGS, BrokerConfig
 from triolog.config.log_config import TOPIC_CONFIGS, LogConfig
+from triolog.protocol import core
 from triolog.protocol import messages as m
 from triolog.protocol.errors import (
     ErrorCode,
@@ -39,7 +41,8 @@ from .notifier import AppendNotifier
 
 logger = structlog.get_logger("triolog.server")
 
-BROKER_VERSION = "triolog 0.1.0"
+#: What api_versions answers (and ``triolog health`` prints): the version and which core this broker runs.
+BROKER_VERSION = f"triolog {__version__}, core: {core.status()}"
 
 
 def error_of(exc: BaseException, **context: Any) -> tuple[ErrorCode, str]:

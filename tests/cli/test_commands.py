@@ -10,11 +10,21 @@ import pytest
 
 from triolog import __version__
 from triolog.client import Producer
+from triolog.protocol import core
 
 
-def test_version_names_triolog_and_python(triolog):
+def test_version_names_triolog_python_and_the_core_that_runs(triolog):
     result = triolog("--version")
-    assert (result.code, result.out) == (0, f"triolog {__version__} (Python {platform.python_version()})\n")
+    expected = f"triolog {__version__} (Python {platform.python_version()}; core: {core.status()})\n"
+    assert (result.code, result.out) == (0, expected)
+    assert core.status() in ("compiled (Cython)", "pure Python (extension not built)",
+                             "pure Python (extension out of date)", "pure Python (TRIOLOG_PURE_PYTHON is set)")
+
+
+def test_version_says_when_the_environment_forces_the_pure_python_core(triolog):
+    result = triolog("--version", env={"TRIOLOG_PURE_PYTHON": "1"})
+    assert result.code == 0, result.stderr
+    assert result.out.endswith("; core: pure Python (TRIOLOG_PURE_PYTHON is set))\n"), result.out
 
 
 def test_bootstrap_server_defaults_to_the_environment_variable(triolog, broker, topic):

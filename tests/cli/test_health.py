@@ -5,6 +5,9 @@ from __future__ import annotations
 import socket
 import time
 
+from triolog import __version__
+from triolog.protocol import core
+
 
 def test_health_succeeds_against_a_running_broker(triolog, server, broker):
     result = triolog("health", *server, "--timeout", "5")
@@ -12,6 +15,8 @@ def test_health_succeeds_against_a_running_broker(triolog, server, broker):
     lines = result.out.splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"OK: broker at 127.0.0.1:{broker.port} ")
     assert "answered api_versions" in lines[0]
+    # The broker says which core it runs (the same checkout and environment as this process).
+    assert f"(triolog {__version__}, core: {core.status()}) answered" in lines[0], lines[0]
 
 
 def test_health_fails_with_a_clear_message_when_nothing_listens(triolog):

@@ -5,7 +5,9 @@ linted by hadolint, and its install and entry steps are run on the host, read fr
 rules, runs the builder's and the runtime's ``pip`` RUN lines into a fresh virtual environment,
 then starts ENTRYPOINT + CMD (tini included) with the image's ENV, runs the HEALTHCHECK command,
 and stops it with SIGTERM as ``docker stop`` does. Container paths and ports are swapped for
-temporary ones the way ``-v`` and ``-p`` would map them; nothing else is changed.
+temporary ones the way ``-v`` and ``-p`` would map them; nothing else is changed. The host's C
+compiler stands in for the builder image's: the wheel must carry the compiled core, and the
+runtime (which has no compiler) must report it (``--version``, health).
 """
 
 from __future__ import annotations
@@ -13,20 +15,28 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import sysconfig
 import time
 import urllib.request
+import zipfile
 from pathlib import Path
+
+import pytest
 
 from tests.ops import dockerfile as df
 from tests.ops.conftest import free_port
 from tests.waiting import wait_for
+from triolog.protocol import core
 
 ARGS, STAGES = df.stages(df.DOCKERFILE.read_text())
 BUILDER, RUNTIME = STAGES[0], STAGES[-1]
 #: The site-packages entries the python base image already has, not part of what we add.
+COMPILER = (sysconfig.get_config_var("CC") or "cc").split()[0]
+HAS_COMPILER = shutil.which(COMPILER) is not None
 BASE_IMAGE_PACKAGES = re.compile(r"^(pip|setuptools|wheel|pkg_resources|_distutils_hack|distutils-precedence\.pth)")
 
 
@@ -44,10 +54,15 @@ def test_hadolint_passes_on_the_dockerfile():
 
 def test_dockerfile_is_multi_stage_pinned_and_runs_as_a_user_on_a_volume():
     assert len(STAGES) == 2 and BUILDER.name == "builder"
-    for stage in STAGES:  # a pinned tag: major.minor.patch, never latest
-        assert re.fullmatch(r"python:\d+\.\d+\.\d+-slim-\w+", stage.base), stage.base
+    # Pinned tags (major.minor.patch, never latest), one Python and one Debian release for both:
+    # the builder on the full image, which has a C compiler for the compiled core, the runtime slim.
+    runtime = re.fullmatch(r"python:(\d+\.\d+\.\d+)-slim-(\w+)", RUNTIME.base)
+    assert runtime, RUNTIME.base
+    assert BUILDER.base == f"python:{runtime[1]}-{runtime[2]}", BUILDER.base
     # The runtime installs wheels only: no compiler, no COPY of the sources.
     assert not any(i.args.startswith(". ") for i in RUNTIME.all("COPY"))
+    installs = " ".join(i.args for i in RUNTIME.all("RUN"))
+    assert not re.search(r"\b(gcc|g\+\+|clang|cc|build-essential|libc6-dev|python3-dev)\b", installs), installs
     user = RUNTIME.last("USER").args
     assert re.fullmatch(r"[1-9]\d*(:\d+)?", user), f"USER {user}: numeric and not root"
     assert df.exec_form(RUNTIME.last("VOLUME").args) == ["/var/lib/triolog"]
@@ -67,10 +82,15 @@ def test_dockerfile_is_multi_stage_pinned_and_runs_as_a_user_on_a_volume():
 def test_dockerignore_sends_only_what_the_build_reads(tmp_path):
     copied = df.copy_context(df.ROOT, tmp_path)
     tops = {path.split("/")[0] for path in copied}
-    assert tops == {"pyproject.toml", "README.md", "triolog", "pyspark_triolog.py", "protocol", "broker", "config",
-                    "client", "pipeline", "deploy"}
+    assert tops == {"pyproject.toml", "setup.py", "README.md", "triolog", "pyspark_triolog.py", "protocol", "broker",
+                    "config", "client", "pipeline", "deploy"}
     assert "deploy/server.properties" in copied
     assert not [p for p in copied if "__pycache__" in p or p.endswith(".pyc")]
+    # setup.py compiles the core; an extension built in place in the checkout is never sent (the
+    # builder compiles its own, for its Python).
+    assert df.included("protocol/_record_walk_c.cpython-311-x86_64-linux-gnu.so", df.ignore_rules(
+        df.DOCKERIGNORE.read_text())) is False
+    assert not [p for p in copied if p.endswith(".so")]
     # Every COPY source of the Dockerfile is in the context.
     for stage in STAGES:
         for ins in stage.all("COPY"):
@@ -141,6 +161,7 @@ def _events(log: Path) -> list[dict]:
     return out
 
 
+@pytest.mark.network  # pip wheel fetches the build requirements and every dependency from PyPI
 def test_image_steps_install_and_run_the_broker(tmp_path, system_tools):
     box = Container(tmp_path)
     timings = {}
@@ -154,7 +175,19 @@ def test_image_steps_install_and_run_the_broker(tmp_path, system_tools):
     assert box.run_pip_steps(RUNTIME, tmp_path), "the runtime has no pip step"
     timings["install"] = time.monotonic() - start - timings["venv"] - timings["wheels"]
     wheels = sorted(p.name for p in box.wheels.glob("*.whl"))
-    assert any(name.startswith("triolog-") for name in wheels)
+    ours = [box.wheels / name for name in wheels if name.startswith("triolog-")]
+    assert len(ours) == 1, wheels
+    # The builder has a C compiler (the full python image), so the wheel carries the compiled core:
+    # one extension per module of protocol/core.py's MODULES. This host stands in for the builder.
+    with zipfile.ZipFile(ours[0]) as wheel:
+        extensions = sorted(name for name in wheel.namelist() if name.endswith(".so"))
+    expected = [core.compiled_name(name).replace(".", "/") for name in core.MODULES]
+    if HAS_COMPILER:
+        assert [e.split(".")[0] for e in extensions] == sorted(expected), extensions
+    else:  # (only where the host has no compiler: the image's builder always has one)
+        assert extensions == [], extensions
+        print(f"\nno C compiler ({COMPILER}) on this host: the wheel is pure Python, unlike the image's")
+    core_status = "compiled (Cython)" if HAS_COMPILER else "pure Python (extension not built)"
 
     # The broker runs from the fresh environment, not from the source tree.
     located = subprocess.run([str(box.venv / "bin" / "python"), "-c",
@@ -170,6 +203,11 @@ def test_image_steps_install_and_run_the_broker(tmp_path, system_tools):
     bare = subprocess.run([str(box.venv / "bin" / "python"), "-c", "import broker"],
                           cwd=tmp_path, env=box.environ(), capture_output=True, text=True)
     assert "ModuleNotFoundError" in bare.stderr
+    # The runtime (no compiler in it) runs the compiled core it was given, and says so.
+    version = subprocess.run(["triolog", "--version"], cwd=tmp_path, env=box.environ(), capture_output=True,
+                             text=True, timeout=60)
+    assert version.returncode == 0 and version.stdout.rstrip().endswith(f"; core: {core_status})"), (
+        version.stdout + version.stderr)
     added = sum(f.stat().st_size for entry in site.iterdir() if not BASE_IMAGE_PACKAGES.match(entry.name)
                 for f in ([entry] if entry.is_file() else entry.rglob("*")) if f.is_file())
     print(f"\nimage steps: venv {timings['venv']:.1f} s, wheels {timings['wheels']:.1f} s, "
@@ -199,6 +237,7 @@ def test_image_steps_install_and_run_the_broker(tmp_path, system_tools):
                                  capture_output=True, text=True, timeout=30)
         assert checked.returncode == 0, checked.stdout + checked.stderr
         assert checked.stdout.startswith(f"OK: broker at 127.0.0.1:{broker_port} ")
+        assert f", core: {core_status}) answered api_versions" in checked.stdout, checked.stdout
 
         from triolog.client import Producer
 
