@@ -105,7 +105,11 @@ class LogSegment:
         preallocate_bytes: int = 0,
         file_suffix: str = "",
         fs: FileSystem = OS_FS,
+        spare: bool = False,
     ) -> "LogSegment":
+        """``spare``: the three files exist already, empty (a Log's spare files renamed to this
+        segment's names), and are set up as new ones; creating files costs the file system far
+        more than renaming them."""
         directory = Path(directory)
         log = FileRecords(
             filenames.log_file(directory, base_offset, file_suffix),
@@ -115,11 +119,11 @@ class LogSegment:
         )
         offset_index = LazyIndex.for_offset(
             filenames.offset_index_file(directory, base_offset, file_suffix), base_offset,
-            _at_least_one_entry(segment_index_bytes, OffsetIndex.ENTRY_SIZE), fs=fs,
+            _at_least_one_entry(segment_index_bytes, OffsetIndex.ENTRY_SIZE), fs=fs, fresh=spare,
         )
         time_index = LazyIndex.for_time(
             filenames.time_index_file(directory, base_offset, file_suffix), base_offset,
-            _at_least_one_entry(segment_index_bytes, TimeIndex.ENTRY_SIZE), fs=fs,
+            _at_least_one_entry(segment_index_bytes, TimeIndex.ENTRY_SIZE), fs=fs, fresh=spare,
         )
         if not file_already_exists:
             # A new segment has all three files from the start, its indexes preallocated.
@@ -259,8 +263,20 @@ class LogSegment:
 
         The final entry goes first: it is the one step that can fail for want of space (its slot
         is reserved with the previous entry, see TimeIndex), and nothing has changed if it does."""
+        self.append_final_time_index_entry()
+        self.seal()
+
+    def append_final_time_index_entry(self) -> None:
+        """The first half of becoming inactive, the one a roll does at once: the entry naming the
+        segment's largest timestamp (a write into the mapped index, microseconds)."""
         current = self._max_timestamp_so_far()
         self.time_index.maybe_append(current.timestamp, current.offset, skip_full_check=True)
+
+    def seal(self) -> None:
+        """The second half, which a Log runs off the appending request (in its next flush): trim
+        the indexes and the preallocated .log (truncating a preallocated 10 MiB index frees its
+        blocks: milliseconds of file system journal work), unmap, close the .log descriptor.
+        Until then the segment is read like the active one. Caller holds the log's lock."""
         self._offset_index.seal()
         self._time_index.seal()
         self.log.trim()
