@@ -97,6 +97,16 @@ class FileRecords:
         with self._lock:
             return self._fs.dup(self._descriptor())
 
+    def try_dup_fd(self) -> int | None:
+        """dup_fd, or None when another thread holds the file (an append, a flush): for the event
+        loop, which must not wait for it."""
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
+            return self._fs.dup(self._descriptor())
+        finally:
+            self._lock.release()
+
     @property
     def path(self) -> Path:
         return self._path
