@@ -50,6 +50,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import functools
+import os
 import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -1048,6 +1049,42 @@ def pack_parts(obj: Any, *, check_schema: bool = True) -> list[bytes | ExternalB
     """
     if isinstance(obj, (Request, Response)):
         obj = _validated_wire(obj, check_schema)
+    # One packb with each ExternalBin packed as a stand-in (a bin holding this process's random
+    # token, which no bytes a peer sends can forge: an ExternalBin's own bytes are never packed
+    # here), then cut where the stand-ins are: a C pass instead of a Python call per value.
+    externals: list[ExternalBin] = []
+
+    def stand_in(value: Any) -> bytes:
+        if isinstance(value, ExternalBin):
+            externals.append(value)
+            return _EXTERNAL_TOKEN
+        raise TypeError(type(value).__name__)
+
+    try:
+        packed = msgpack.packb(obj, use_bin_type=True, default=stand_in)
+    except (TypeError, ValueError, OverflowError):
+        return _pack_parts_per_value(obj)  # the same refusal, worded as always
+    parts: list[bytes | ExternalBin] = []
+    start = 0
+    for external in externals:
+        at = packed.find(_EXTERNAL_MARK, start)
+        if at < 0:  # cannot happen (each stand-in is packed once, in this order): be exact anyway
+            return _pack_parts_per_value(obj)
+        parts.append(packed[start:at] + _bin_header(external.length))
+        parts.append(external)
+        start = at + len(_EXTERNAL_MARK)
+    if start < len(packed):
+        parts.append(packed[start:])
+    return parts
+
+
+#: See pack_parts: a random 16-byte token per process, and how msgpack packs it (bin 8).
+_EXTERNAL_TOKEN = os.urandom(16)
+_EXTERNAL_MARK = b"\xc4\x10" + _EXTERNAL_TOKEN
+
+
+def _pack_parts_per_value(obj: Any) -> list[bytes | ExternalBin]:
+    """pack_parts one value at a time (what it did before the stand-ins; its errors' wording)."""
     packer = msgpack.Packer(use_bin_type=True)
     pack, map_header, array_header = packer.pack, packer.pack_map_header, packer.pack_array_header
     parts: list[bytes | ExternalBin] = []
