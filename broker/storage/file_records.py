@@ -146,8 +146,9 @@ class FileRecords:
 
     # -- writes ------------------------------------------------------------------------------
 
-    def append(self, data) -> int:
-        """Write ``data`` (one buffer, or a list of buffers written in one pwritev) at the end.
+    def append(self, data, size: int | None = None) -> int:
+        """Write ``data`` (one buffer, or a list of buffers written in one pwritev; ``size``: their
+        total length, if the caller knows it) at the end.
 
         All or nothing: a write that fails part-way (a full disk) is cut off again, and the
         logical size only moves once every byte is written.
@@ -157,7 +158,7 @@ class FileRecords:
             start = position = self.size
             try:
                 if isinstance(data, list):
-                    total = sum(len(part) for part in data)
+                    total = size if size is not None else sum(len(part) for part in data)
                     written = self._fs.pwritev(fd, data, position)
                     if written == total:
                         self.size = position + total

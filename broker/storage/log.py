@@ -245,7 +245,8 @@ class Log:
                     self.leader_epoch_cache.assign(leader_epoch, validated.first_offset)
                     self._latest_epoch = leader_epoch
                 self._active.append(
-                    last_offset, validated.max_timestamp, validated.shallow_offset_of_max_timestamp, validated.records
+                    last_offset, validated.max_timestamp, validated.shallow_offset_of_max_timestamp, validated.records,
+                    validated.size,
                 )
             except OSError as exc:
                 self._io_failure(exc, "append")
@@ -289,12 +290,12 @@ class Log:
             if last_offset + 1 - self._recovery_point >= config.flush_messages:
                 return None
             active = self._active
-            if active.should_roll(RollParams(config.max_segment_ms, config.segment_bytes, validated.max_timestamp,
-                                             last_offset, validated.size, now_ms)) is not None:
+            if active.roll_reason(config.max_segment_ms, config.segment_bytes, validated.max_timestamp,
+                                  last_offset, validated.size, now_ms) is not None:
                 return None
             try:
                 active.append(last_offset, validated.max_timestamp, validated.shallow_offset_of_max_timestamp,
-                              validated.records)
+                              validated.records, validated.size)
             except OSError as exc:
                 self._io_failure(exc, "append")
             self._next_offset = self._high_watermark = last_offset + 1
@@ -330,10 +331,8 @@ class Log:
 
     def _maybe_roll(self, validated: ValidatedBatch, now_ms: int) -> str | None:
         config = self._config
-        reason = self._active.should_roll(
-            RollParams(config.max_segment_ms, config.segment_bytes, validated.max_timestamp,
-                       validated.last_offset, validated.size, now_ms)
-        )
+        reason = self._active.roll_reason(config.max_segment_ms, config.segment_bytes, validated.max_timestamp,
+                                          validated.last_offset, validated.size, now_ms)
         if reason is not None:
             self.roll_counts[reason] += 1
             self._roll_locked(validated.first_offset)

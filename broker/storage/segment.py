@@ -196,8 +196,10 @@ class LogSegment:
     def can_convert_to_relative_offset(self, offset: int) -> bool:
         return 0 <= offset - self.base_offset <= MAX_RELATIVE_OFFSET
 
-    def append(self, largest_offset: int, largest_timestamp: int, shallow_offset_of_max_timestamp: int, records) -> None:
-        """Append already-validated batch bytes (a buffer or a list of buffers) ending at ``largest_offset``."""
+    def append(self, largest_offset: int, largest_timestamp: int, shallow_offset_of_max_timestamp: int, records,
+               size: int | None = None) -> None:
+        """Append already-validated batch bytes (a buffer or a list of buffers, ``size`` bytes in
+        all if the caller knows) ending at ``largest_offset``."""
         physical_position = self.log.size
         if physical_position == 0:
             self._rolling_based_timestamp = largest_timestamp
@@ -205,7 +207,7 @@ class LogSegment:
             raise LogSegmentOffsetOverflowError(
                 f"offset {largest_offset} does not fit segment {self.log.path} with base offset {self.base_offset}"
             )
-        size = self.log.append(records)
+        size = self.log.append(records, size)
         if size == 0:
             return
         current = self._max_timestamp_and_offset or self._max_timestamp_so_far()
@@ -241,19 +243,26 @@ class LogSegment:
 
     def should_roll(self, params: RollParams) -> str | None:
         """The reason this segment must roll before ``params``' records are appended, or None."""
+        return self.roll_reason(*params)
+
+    def roll_reason(self, max_segment_ms: int, max_segment_bytes: int, max_timestamp_in_messages: int,
+                    max_offset_in_messages: int, messages_size: int, now_ms: int) -> str | None:
+        """should_roll with RollParams' fields as arguments (the append path asks on every batch)."""
         size = self.log.size
-        if size > params.max_segment_bytes - params.messages_size:
+        if size > max_segment_bytes - messages_size:
             return "size"
-        if size > 0 and (
-            self.time_waited_for_roll(params.now_ms, params.max_timestamp_in_messages)
-            > params.max_segment_ms - self.rolling_jitter_ms
-        ):
-            return "time"
-        # (An empty segment's index can only be "full" when it has a single slot; rolling it
-        # would just recreate it, so it takes its first batch instead.)
-        if size > 0 and (self._offset_index.get().is_full() or self._time_index.get().is_full()):
-            return "index_full"
-        if not 0 <= params.max_offset_in_messages - self.base_offset <= MAX_RELATIVE_OFFSET:
+        if size > 0:
+            base = self._rolling_based_timestamp
+            if base is None:
+                base = self._rolling_base()
+            waited = max_timestamp_in_messages - base if base >= 0 else now_ms - self.created_ms
+            if waited > max_segment_ms - self.rolling_jitter_ms:
+                return "time"
+            # (An empty segment's index can only be "full" when it has a single slot; rolling it
+            # would just recreate it, so it takes its first batch instead.)
+            if self._offset_index.get().is_full() or self._time_index.get().is_full():
+                return "index_full"
+        if not 0 <= max_offset_in_messages - self.base_offset <= MAX_RELATIVE_OFFSET:
             return "offset_overflow"
         return None
 
