@@ -767,9 +767,34 @@ def _checker(tp: Any, strict: bool = False) -> _Check:
     raise TypeError(f"no wire type for annotation {tp!r}")
 
 
+def _fast_accept(tp: Any) -> tuple[type | None, int | None, int | None, tuple | None]:
+    """(exact type, lo, hi, allowed values) such that a non-nil value of exactly that type, within
+    [lo, hi] and among the allowed values (where given), is what ``_checker(tp)`` would return
+    unchanged: the decoder takes it without the call. (None, ...) where no such shortcut exists."""
+    none = (None, None, None, None)
+    if get_origin(tp) in (Union, types.UnionType):
+        options = [a for a in get_args(tp) if a is not type(None)]
+        if len(options) != 1:
+            return none
+        tp = options[0]
+    constraints: tuple = ()
+    if get_origin(tp) is Annotated:
+        tp, constraints = get_args(tp)[0], get_args(tp)[1:]
+    if tp not in _SCALARS or len(constraints) > 1:
+        return none
+    if not constraints:
+        return tp, None, None, None
+    (constraint,) = constraints
+    if type(constraint) is IntRange and tp is int:
+        return tp, constraint.lo, constraint.hi, None
+    if type(constraint) is OneOf:
+        return tp, None, None, constraint.values
+    return none
+
+
 @functools.cache
-def _schema(cls: type, strict: bool) -> tuple[tuple[str, _Check, bool, bool], ...]:
-    """(name, check, has_default, nullable) for each field of a message dataclass."""
+def _schema(cls: type, strict: bool) -> tuple[tuple[str, _Check, bool, bool, Any, Any, Any, Any], ...]:
+    """(name, check, has_default, nullable, *_fast_accept) for each field of a message dataclass."""
     hints = get_type_hints(cls, include_extras=True)
     schema = []
     for f in dataclasses.fields(cls):
@@ -778,7 +803,7 @@ def _schema(cls: type, strict: bool) -> tuple[tuple[str, _Check, bool, bool], ..
             f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
         )
         nullable = get_origin(tp) in (Union, types.UnionType) and type(None) in get_args(tp)
-        schema.append((f.name, _checker(tp, strict), has_default, nullable))
+        schema.append((f.name, _checker(tp, strict), has_default, nullable, *_fast_accept(tp)))
     return tuple(schema)
 
 
@@ -787,17 +812,20 @@ def _decode_map(cls: type, value: Any, path: str, strict: bool = False) -> Any:
     if not isinstance(value, dict):
         raise _mistyped(path, "a map", value)
     kwargs = {}
-    for name, check, has_default, nullable in _schema(cls, strict):
-        field_path = f"{path}.{name}" if path else name
+    for name, check, has_default, nullable, exact, lo, hi, allowed in _schema(cls, strict):
         raw = value.get(name)
         if raw is None:  # nil means absent
             if has_default:
                 continue
+            field_path = f"{path}.{name}" if path else name
             if name not in value:
                 raise _FieldError(f"field '{field_path}' is missing")
             if not nullable:
                 raise _FieldError(f"field '{field_path}' is required, got nil")
-        kwargs[name] = check(raw, field_path)
+        elif type(raw) is exact and (lo is None or lo <= raw <= hi) and (allowed is None or raw in allowed):
+            kwargs[name] = raw  # what the check would return (see _fast_accept)
+            continue
+        kwargs[name] = check(raw, f"{path}.{name}" if path else name)
     return cls(**kwargs)
 
 
