@@ -8,7 +8,10 @@ requests a client waits on one at a time: a small uncompressed produce, and a fe
 active segment, run on the event loop when the log is free (its lock not held by a worker): a
 few microseconds of validation and one write into the page cache, or an index lookup and a few
 header reads of data just written. Anything that could take long (a roll, a flush, a new
-leader epoch, compression, older segments, a busy log) goes to a worker thread as before.
+leader epoch, compression, older segments, a busy log) goes to a worker thread as before. A
+write into the page cache can still block (the kernel throttling writers when the disk lags
+behind), so an inline request that takes longer than INLINE_SLOW_S sends every request to the
+worker threads for INLINE_PAUSE_S: the event loop stalls at most once per pause.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import functools
 import os
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -101,6 +105,10 @@ SPARE_FETCH_DESCRIPTORS = 256
 INLINE_PRODUCE_BYTES = 16 * 1024 if core.COMPILED else 2 * 1024
 #: Partitions a produce or fetch may name and still be served on the event loop.
 INLINE_PARTITIONS = 4
+#: An inline request taking longer than this (a write throttled by the kernel, a page fault on
+#: data that left the page cache) turns inline serving off for INLINE_PAUSE_S.
+INLINE_SLOW_S = 0.002
+INLINE_PAUSE_S = 1.0
 
 
 class _WouldBlock(Exception):
@@ -221,6 +229,20 @@ class RequestHandler:
         # see room for themselves and together pass the cap.
         self._create_lock = threading.Lock()
         self.fetch_descriptors = DescriptorBudget(SPARE_FETCH_DESCRIPTORS)
+        #: Monotonic seconds (``clock``) until which nothing is served inline (see INLINE_SLOW_S).
+        self.inline_paused_until = 0.0
+        self.clock = time.monotonic
+
+    def _inline_allowed(self) -> bool:
+        return self.clock() >= self.inline_paused_until
+
+    def _inline_took(self, started: float) -> None:
+        """Turn inline serving off for a while if the inline attempt begun at ``started`` was slow."""
+        now = self.clock()
+        if now - started > INLINE_SLOW_S:
+            self.inline_paused_until = now + INLINE_PAUSE_S
+            logger.info("inline_requests_paused", took_ms=round((now - started) * 1000, 3),
+                        pause_s=INLINE_PAUSE_S, limit_ms=INLINE_SLOW_S * 1000)
 
     async def _in_thread(self, fn, *args):
         return await trio.to_thread.run_sync(fn, *args, limiter=self.limiter)
@@ -464,11 +486,16 @@ class RequestHandler:
 
     async def _produce(self, request: m.ProduceRequest) -> m.Response | None:
         results: list = []  # (topic, [(partition, info | (code, message), log)])
+        started = self.clock()
         try:
             if (sum(len(t.partitions) for t in request.topics) > INLINE_PARTITIONS
-                    or sum(len(p.records) for t in request.topics for p in t.partitions) > INLINE_PRODUCE_BYTES):
+                    or sum(len(p.records) for t in request.topics for p in t.partitions) > INLINE_PRODUCE_BYTES
+                    or not self._inline_allowed()):
                 raise _WouldBlock
-            self._produce_rows(request, results, inline=True)
+            try:
+                self._produce_rows(request, results, inline=True)
+            finally:
+                self._inline_took(started)
         except _WouldBlock:  # the rest (all of it, or from the first partition that would wait)
             await self._in_thread(self._produce_rows, request, results, False)
         for name, rows in results:
@@ -531,11 +558,14 @@ class RequestHandler:
             event = self.notifier.register(tps)
             try:
                 read = None
-                if sum(len(t.partitions) for t in request.topics) <= INLINE_PARTITIONS:
+                if sum(len(t.partitions) for t in request.topics) <= INLINE_PARTITIONS and self._inline_allowed():
+                    started = self.clock()
                     try:
                         read = self._read_fetch(request, inline=True)
                     except _WouldBlock:
                         pass
+                    finally:
+                        self._inline_took(started)
                 if read is None:
                     read = await self._in_thread(self._read_fetch, request)
                 result, total, errors = read

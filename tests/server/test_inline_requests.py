@@ -126,3 +126,35 @@ async def test_a_produce_that_rolls_or_is_compressed_goes_to_a_worker(tmp_path):
             fetched += values_of(records)
             offset = len(fetched)
         assert fetched == [b"v" * 600, b"w" * 600] + [b"z" * 100] * 3
+
+
+async def test_a_slow_inline_request_sends_the_next_ones_to_workers_for_a_while(tmp_path):
+    """A write the kernel throttles blocks the event loop once; then inline serving pauses."""
+    from triolog.broker.server import handlers
+
+    async with running_broker(tmp_path) as (server, port):
+        client = await Client.connect(port)
+        await client.create("slow")
+        await client.produce("slow", [b"first"])  # records the leader epoch (in a worker)
+        handler = server.handler
+        now = [1000.0]
+        handler.clock = lambda: now[0]
+        real_append = handler._produce_rows
+
+        def slow_inline(request, done, inline):
+            real_append(request, done, inline)
+            if inline:
+                now[0] += handlers.INLINE_SLOW_S * 2  # this inline append "took" too long
+
+        handler._produce_rows = slow_inline
+        hops = counting_thread_hops(handler)
+        assert (await client.produce("slow", [b"a"]))["base_offset"] == 1  # inline, slow
+        assert hops == []
+        assert (await client.produce("slow", [b"b"]))["base_offset"] == 2  # paused: a worker
+        assert (await client.fetch("slow", 0))["records"]  # fetches too
+        assert len(hops) == 2
+        now[0] += handlers.INLINE_PAUSE_S  # the pause is over
+        assert (await client.produce("slow", [b"c"]))["base_offset"] == 3
+        assert len(hops) == 2
+        fetched = values_of((await client.fetch("slow", 0))["records"])
+        assert fetched == [b"first", b"a", b"b", b"c"]
