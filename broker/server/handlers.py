@@ -10,14 +10,16 @@ few microseconds of validation and one write into the page cache, or an index lo
 header reads of data just written. Anything that could take long (a roll, a flush, a new
 leader epoch, compression, older segments, a busy log) goes to a worker thread as before. A
 write into the page cache can still block (the kernel throttling writers when the disk lags
-behind), so an inline request that takes longer than INLINE_SLOW_S sends every request to the
-worker threads for INLINE_PAUSE_S: the event loop stalls at most once per pause.
+behind), so an inline request that takes longer than INLINE_SLOW_S and blocked on the way sends
+every request to the worker threads for INLINE_PAUSE_S: the event loop stalls at most once per
+pause.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import resource
 import threading
 import time
 from dataclasses import dataclass
@@ -105,10 +107,20 @@ SPARE_FETCH_DESCRIPTORS = 256
 INLINE_PRODUCE_BYTES = 16 * 1024 if core.COMPILED else 2 * 1024
 #: Partitions a produce or fetch may name and still be served on the event loop.
 INLINE_PARTITIONS = 4
-#: An inline request taking longer than this (a write throttled by the kernel, a page fault on
-#: data that left the page cache) turns inline serving off for INLINE_PAUSE_S.
+#: An inline request that took longer than this and blocked on the way (the thread gave up the
+#: CPU itself: a write throttled by the kernel, a page fault reading from disk), not merely
+#: preempted on a busy machine, turns inline serving off for INLINE_PAUSE_S.
 INLINE_SLOW_S = 0.002
 INLINE_PAUSE_S = 1.0
+
+
+def _voluntary_switches() -> int:
+    """Times this thread went to sleep in the kernel (Linux: blocked, not preempted); -1 where
+    that is not known, which makes every slow inline request count as blocked."""
+    try:
+        return resource.getrusage(resource.RUSAGE_THREAD).ru_nvcsw
+    except (AttributeError, OSError):
+        return -1
 
 
 class _WouldBlock(Exception):
@@ -232,17 +244,25 @@ class RequestHandler:
         #: Monotonic seconds (``clock``) until which nothing is served inline (see INLINE_SLOW_S).
         self.inline_paused_until = 0.0
         self.clock = time.monotonic
+        #: How many times this thread has blocked so far (see _voluntary_switches).
+        self.blocked_count = _voluntary_switches
 
     def _inline_allowed(self) -> bool:
         return self.clock() >= self.inline_paused_until
 
-    def _inline_took(self, started: float) -> None:
-        """Turn inline serving off for a while if the inline attempt begun at ``started`` was slow."""
+    def _inline_start(self) -> tuple[float, int]:
+        return self.clock(), self.blocked_count()
+
+    def _inline_took(self, started: tuple[float, int]) -> None:
+        """Turn inline serving off for a while if the inline attempt begun at ``started`` was slow
+        because it blocked."""
         now = self.clock()
-        if now - started > INLINE_SLOW_S:
-            self.inline_paused_until = now + INLINE_PAUSE_S
-            logger.info("inline_requests_paused", took_ms=round((now - started) * 1000, 3),
-                        pause_s=INLINE_PAUSE_S, limit_ms=INLINE_SLOW_S * 1000)
+        if now - started[0] > INLINE_SLOW_S:
+            switches = self.blocked_count()
+            if switches < 0 or switches != started[1]:
+                self.inline_paused_until = now + INLINE_PAUSE_S
+                logger.info("inline_requests_paused", took_ms=round((now - started[0]) * 1000, 3),
+                            pause_s=INLINE_PAUSE_S, limit_ms=INLINE_SLOW_S * 1000)
 
     async def _in_thread(self, fn, *args):
         return await trio.to_thread.run_sync(fn, *args, limiter=self.limiter)
@@ -486,12 +506,12 @@ class RequestHandler:
 
     async def _produce(self, request: m.ProduceRequest) -> m.Response | None:
         results: list = []  # (topic, [(partition, info | (code, message), log)])
-        started = self.clock()
         try:
             if (sum(len(t.partitions) for t in request.topics) > INLINE_PARTITIONS
                     or sum(len(p.records) for t in request.topics for p in t.partitions) > INLINE_PRODUCE_BYTES
                     or not self._inline_allowed()):
                 raise _WouldBlock
+            started = self._inline_start()
             try:
                 self._produce_rows(request, results, inline=True)
             finally:
@@ -559,7 +579,7 @@ class RequestHandler:
             try:
                 read = None
                 if sum(len(t.partitions) for t in request.topics) <= INLINE_PARTITIONS and self._inline_allowed():
-                    started = self.clock()
+                    started = self._inline_start()
                     try:
                         read = self._read_fetch(request, inline=True)
                     except _WouldBlock:

@@ -141,10 +141,14 @@ async def test_a_slow_inline_request_sends_the_next_ones_to_workers_for_a_while(
         handler.clock = lambda: now[0]
         real_append = handler._produce_rows
 
+        blocked = [0]
+        handler.blocked_count = lambda: blocked[0]
+
         def slow_inline(request, done, inline):
             real_append(request, done, inline)
-            if inline:
-                now[0] += handlers.INLINE_SLOW_S * 2  # this inline append "took" too long
+            if inline:  # this inline append took too long, and blocked on the way
+                now[0] += handlers.INLINE_SLOW_S * 2
+                blocked[0] += 1
 
         handler._produce_rows = slow_inline
         hops = counting_thread_hops(handler)
@@ -158,3 +162,39 @@ async def test_a_slow_inline_request_sends_the_next_ones_to_workers_for_a_while(
         assert len(hops) == 2
         fetched = values_of((await client.fetch("slow", 0))["records"])
         assert fetched == [b"first", b"a", b"b", b"c"]
+
+
+async def test_a_slow_inline_request_that_was_only_preempted_does_not_pause(tmp_path):
+    """Taking long without blocking (another process had the CPU) is no reason to pause."""
+    from triolog.broker.server import handlers
+
+    async with running_broker(tmp_path) as (server, port):
+        client = await Client.connect(port)
+        await client.create("busy-cpu")
+        await client.produce("busy-cpu", [b"first"])
+        handler = server.handler
+        now = [1000.0]
+        handler.clock = lambda: now[0]
+        handler.blocked_count = lambda: 7  # never blocked
+        real_append = handler._produce_rows
+
+        def preempted(request, done, inline):
+            real_append(request, done, inline)
+            if inline:
+                now[0] += handlers.INLINE_SLOW_S * 2  # slow, but never gave up the CPU itself
+
+        handler._produce_rows = preempted
+        hops = counting_thread_hops(handler)
+        assert (await client.produce("busy-cpu", [b"a"]))["base_offset"] == 1
+        assert (await client.produce("busy-cpu", [b"b"]))["base_offset"] == 2
+        assert hops == []
+
+
+def test_the_blocked_count_counts_sleeps_not_computation():
+    import time
+
+    from triolog.broker.server.handlers import _voluntary_switches
+
+    before = _voluntary_switches()
+    time.sleep(0.002)
+    assert _voluntary_switches() > before
