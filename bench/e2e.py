@@ -3,6 +3,9 @@
 
     .venv/bin/python bench/e2e.py            # full run (~1-2 min on this 2-core VM)
     .venv/bin/python bench/e2e.py --quick    # smaller counts
+    .venv/bin/python bench/e2e.py --latency-only [--baseline DIR]
+                                             # only figure 4; with --baseline also against a broker
+                                             # run from another source tree, runs alternating
 
 Figures, in one run:
 1. produce throughput with the client's ``Producer.send()`` (records/s, MB/s of values) for
@@ -13,7 +16,7 @@ Figures, in one run:
    100-byte topic from offset 0, next to a plain loopback socket moving the same number of bytes
    in the same run (ratio), and records/s when the client's ``Consumer`` decodes them;
 4. produce latency (send() to acknowledgement) p50/p99 at a fixed 20,000 records/s, acks=1,
-   linger 0.
+   linger 0 (goal of issue 12: p99 <= 2 ms).
 
 The broker keeps its data in a temp directory (page cache; acks=all fsyncs with group commit).
 Goals (issue 3): fetch >= 0.5 of the plain socket; produce >= 500,000 records/s of 100 B with
@@ -35,6 +38,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
 from tests.e2e.broker_process import BrokerProcess  # noqa: E402
 
@@ -229,10 +233,58 @@ def percentile(sorted_values: list[float], q: float) -> float:
     return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
 
 
+def fixed_rate_latency(ports: dict[str, int], seconds: float, reps: int) -> None:
+    """Figure 4 against each broker (label -> port), the brokers taking turns, ``reps`` runs each."""
+    results: dict[str, list[tuple[float, float, float, int]]] = {label: [] for label in ports}
+    for label, port in ports.items():
+        create_topic(port, "latency")
+    for _ in range(reps):
+        for label, port in ports.items():
+            sent, latencies = in_process(produce_at_fixed_rate, port, "latency", 20_000, seconds)
+            results[label].append((percentile(latencies, 0.50) * 1000, percentile(latencies, 0.99) * 1000,
+                                   latencies[-1] * 1000, sent))
+    for label, runs in results.items():
+        runs_text = "; ".join(f"p50 {p50:.2f} p99 {p99:.2f} max {top:.2f} ({sent:,} records)"
+                              for p50, p99, top, sent in runs)
+        p99s = sorted(r[1] for r in runs)
+        median_p99 = p99s[len(p99s) // 2]
+        print(f"   {label:<10} {runs_text} ms;  median p99 {median_p99:.2f} ms   "
+              f"goal p99 <= 2 ms: {'PASS' if median_p99 <= 2 else 'MISS'}")
+
+
+def latency_only(args) -> int:
+    from latency import start_broker_from
+
+    workdir = Path(tempfile.mkdtemp(prefix="triolog-bench-e2e-"))
+    baseline = None
+    broker = BrokerProcess(workdir / "data").start()
+    try:
+        ports = {}
+        if args.baseline is not None:
+            baseline, ports["baseline"] = start_broker_from(args.baseline.resolve(), workdir / "baseline")
+        ports["this tree"] = broker.port
+        load = os.getloadavg()
+        print(f"4. produce latency at a fixed 20,000 records/s (100 B, acks=1, linger 0), load "
+              f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} CPUs")
+        fixed_rate_latency(ports, 2.0 if args.quick else 5.0, args.reps)
+    finally:
+        if baseline is not None:
+            baseline.terminate()
+            baseline.wait(30)
+        broker.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="smaller counts")
+    parser.add_argument("--latency-only", action="store_true", help="only figure 4 (fixed-rate produce latency)")
+    parser.add_argument("--baseline", type=Path, help="with --latency-only: also a broker run from this source tree")
+    parser.add_argument("--reps", type=int, default=3, help="with --latency-only: runs per broker (default 3)")
     args = parser.parse_args()
+    if args.latency_only:
+        return latency_only(args)
     scale = 0.2 if args.quick else 1.0
     counts = {100: int(400_000 * scale), 1024: int(100_000 * scale)}
 

@@ -17,7 +17,8 @@ Figures:
 3. Log.fetch_offset_by_timestamp(random target) latency on the same log;
 4. Log.open of a cleanly shut down 10,000-segment log, and recovery throughput of a log opened
    with had_clean_shutdown=False, recovery_point=0 (every batch's CRC checked, indexes rebuilt);
-5. (info) the latency of an append that rolls, with 10 MiB (default) and 4 KiB preallocated indexes;
+5. the latency of an append that rolls (goal p99 <= 1 ms), with 10 MiB (default) and 4 KiB preallocated
+   indexes, the old segment sealed by the flush that follows (as the broker schedules it);
 6. the cost of full batch validation (every record walked, compressed batches decompressed):
    Log.append_as_leader throughput with the real validator next to the same validator with the
    record walk and decompression stubbed out (what the header-only validator before it did),
@@ -483,8 +484,11 @@ def bench_open(root: Path, sc: dict, prof: Profiler) -> dict:
 
 
 def bench_roll(root: Path, sc: dict, prof: Profiler) -> dict:
-    """Cost of an append that rolls: the new segment's three files are created and its indexes
-    preallocated and mapped; the old one gets its last time index entry and is trimmed."""
+    """Cost of an append that rolls: the new segment's three files are renamed into place from
+    the log's spares (or created) and its indexes preallocated and mapped; the old one gets its
+    last time index entry. Sealing the old segment (trims) and making the next spares is the
+    flush the broker schedules on a worker thread after a roll: run here after each timed
+    append, outside the timing, as the broker runs it beside the request path."""
     template, n = producer_batch(10 * RECORD_BYTES + 61, RECORD_BYTES, now_ms() - 86_400_000)
     res = {}
     for label, index_bytes in (("default", LogConfig().segment_index_bytes), ("4k", 4 * KiB)):
@@ -500,6 +504,7 @@ def bench_roll(root: Path, sc: dict, prof: Profiler) -> dict:
                 info = lg.append_as_leader(batch)
                 lat.append(perf_ns() - t)
                 assert info.roll_reason == "size", info
+                lg.flush_pending()  # the broker's background flush after a roll (not timed)
         finally:
             lg.close()
         shutil.rmtree(directory.parent)
@@ -591,7 +596,7 @@ def main() -> int:
          f"{ap['plain_mbs']:,.0f} MB/s  {ap['plain_bps']:,.0f} batches/s", "(baseline)", ""),
         ("append: Log.append_as_leader, 64 MiB segs",
          f"{ap['log_mbs']:,.0f} MB/s  {ap['log_bps']:,.0f} batches/s", "", ""),
-        ("append: log / plain", f"{ratio:.2f}", ">= 0.60", ratio >= 0.6),
+        ("append: log / plain", f"{ratio:.2f}", ">= 0.70", ratio >= 0.7),
         (f"read 64 KiB, {rd['segments']:,} segs  p50 / p99",
          f"{fmt_us(r64[0])} / {fmt_us(r64[1])}", "p99 <= 100 µs", r64[1] <= 100_000),
         (f"read 1 MiB,  {rd['segments']:,} segs  p50 / p99",
@@ -602,7 +607,7 @@ def main() -> int:
         (f"open clean log, {op['segments']:,} segments", f"{op['open_s'] * 1000:,.0f} ms", "<= 1 s",
          op["open_s"] <= 1.0),
         (f"append that rolls, {rl['default'][0] // MiB} MiB indexes p50 / p99",
-         f"{fmt_us(rl['default'][1])} / {fmt_us(rl['default'][2])}", "(info)", ""),
+         f"{fmt_us(rl['default'][1])} / {fmt_us(rl['default'][2])}", "p99 <= 1 ms", rl['default'][2] <= 1_000_000),
         (f"append that rolls, {rl['4k'][0] // KiB} KiB indexes  p50 / p99",
          f"{fmt_us(rl['4k'][1])} / {fmt_us(rl['4k'][2])}", "(info)", ""),
         (f"recovery, {rc['size'] / MiB:,.0f} MiB from offset 0",

@@ -50,6 +50,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import functools
+import os
 import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -766,9 +767,34 @@ def _checker(tp: Any, strict: bool = False) -> _Check:
     raise TypeError(f"no wire type for annotation {tp!r}")
 
 
+def _fast_accept(tp: Any) -> tuple[type | None, int | None, int | None, tuple | None]:
+    """(exact type, lo, hi, allowed values) such that a non-nil value of exactly that type, within
+    [lo, hi] and among the allowed values (where given), is what ``_checker(tp)`` would return
+    unchanged: the decoder takes it without the call. (None, ...) where no such shortcut exists."""
+    none = (None, None, None, None)
+    if get_origin(tp) in (Union, types.UnionType):
+        options = [a for a in get_args(tp) if a is not type(None)]
+        if len(options) != 1:
+            return none
+        tp = options[0]
+    constraints: tuple = ()
+    if get_origin(tp) is Annotated:
+        tp, constraints = get_args(tp)[0], get_args(tp)[1:]
+    if tp not in _SCALARS or len(constraints) > 1:
+        return none
+    if not constraints:
+        return tp, None, None, None
+    (constraint,) = constraints
+    if type(constraint) is IntRange and tp is int:
+        return tp, constraint.lo, constraint.hi, None
+    if type(constraint) is OneOf:
+        return tp, None, None, constraint.values
+    return none
+
+
 @functools.cache
-def _schema(cls: type, strict: bool) -> tuple[tuple[str, _Check, bool, bool], ...]:
-    """(name, check, has_default, nullable) for each field of a message dataclass."""
+def _schema(cls: type, strict: bool) -> tuple[tuple[str, _Check, bool, bool, Any, Any, Any, Any], ...]:
+    """(name, check, has_default, nullable, *_fast_accept) for each field of a message dataclass."""
     hints = get_type_hints(cls, include_extras=True)
     schema = []
     for f in dataclasses.fields(cls):
@@ -777,7 +803,7 @@ def _schema(cls: type, strict: bool) -> tuple[tuple[str, _Check, bool, bool], ..
             f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
         )
         nullable = get_origin(tp) in (Union, types.UnionType) and type(None) in get_args(tp)
-        schema.append((f.name, _checker(tp, strict), has_default, nullable))
+        schema.append((f.name, _checker(tp, strict), has_default, nullable, *_fast_accept(tp)))
     return tuple(schema)
 
 
@@ -786,17 +812,20 @@ def _decode_map(cls: type, value: Any, path: str, strict: bool = False) -> Any:
     if not isinstance(value, dict):
         raise _mistyped(path, "a map", value)
     kwargs = {}
-    for name, check, has_default, nullable in _schema(cls, strict):
-        field_path = f"{path}.{name}" if path else name
+    for name, check, has_default, nullable, exact, lo, hi, allowed in _schema(cls, strict):
         raw = value.get(name)
         if raw is None:  # nil means absent
             if has_default:
                 continue
+            field_path = f"{path}.{name}" if path else name
             if name not in value:
                 raise _FieldError(f"field '{field_path}' is missing")
             if not nullable:
                 raise _FieldError(f"field '{field_path}' is required, got nil")
-        kwargs[name] = check(raw, field_path)
+        elif type(raw) is exact and (lo is None or lo <= raw <= hi) and (allowed is None or raw in allowed):
+            kwargs[name] = raw  # what the check would return (see _fast_accept)
+            continue
+        kwargs[name] = check(raw, f"{path}.{name}" if path else name)
     return cls(**kwargs)
 
 
@@ -809,15 +838,27 @@ def _field_names(cls: type) -> tuple[str, ...] | None:
 
 
 _PLAIN = (bytes, str, int, float, bool, type(None))
+#: Exactly these types go to the wire as they are (subclasses, enums among them, take the long way).
+_EXACT_PLAIN = frozenset(_PLAIN)
+
+
+class _MissingErrorMessage(Exception):
+    """Raised by _response_to_wire; _validated_wire walks again to name the field."""
 
 
 def _to_wire(value: Any) -> Any:
     """Message dataclasses to plain maps and arrays, leaving bytes and ExternalBin as they are."""
+    if type(value) in _EXACT_PLAIN:
+        return value
     if isinstance(value, _PLAIN) and not isinstance(value, enum.Enum):
         return value
     names = _field_names(type(value))
     if names is not None:
-        return {name: _to_wire(getattr(value, name)) for name in names}
+        out = {}
+        for name in names:
+            item = getattr(value, name)
+            out[name] = item if type(item) in _EXACT_PLAIN else _to_wire(item)
+        return out
     if isinstance(value, ExternalBin):
         return value
     if isinstance(value, (list, tuple)):
@@ -827,6 +868,26 @@ def _to_wire(value: Any) -> Any:
     if isinstance(value, enum.Enum):
         return value.value
     return value
+
+
+def _response_to_wire(value: Any) -> Any:
+    """_to_wire for responses, refusing (_MissingErrorMessage) an error code without a message on
+    the way: one walk where encoding and the check took two (the broker's request path)."""
+    cls = type(value)
+    if cls in _EXACT_PLAIN:
+        return value
+    if cls is tuple or cls is list:
+        return [item if type(item) in _EXACT_PLAIN else _response_to_wire(item) for item in value]
+    names = _field_names(cls)
+    if names is None:
+        return _to_wire(value)
+    if getattr(value, "error_code", 0) != 0 and not getattr(value, "error_message", None):
+        raise _MissingErrorMessage
+    out = {}
+    for name in names:
+        item = getattr(value, name)
+        out[name] = item if type(item) in _EXACT_PLAIN else _response_to_wire(item)
+    return out
 
 
 def _require_error_messages(value: Any, path: str) -> None:
@@ -851,7 +912,14 @@ def _validated_wire(message: Request | Response, check_schema: bool = True) -> d
     still refuses an error code without a message: for the broker's produce and fetch answers,
     built from typed values on the hot path and schema-checked by the conformance tests.
     """
-    wire = _to_wire(message)
+    if isinstance(message, Response):
+        try:
+            wire = _response_to_wire(message)
+        except _MissingErrorMessage:
+            _require_error_messages(message, "")  # raises, naming the field
+            raise AssertionError("unreachable") from None
+    else:
+        wire = _to_wire(message)
     if check_schema:
         try:
             _decode_map(type(message), wire, "")
@@ -859,7 +927,6 @@ def _validated_wire(message: Request | Response, check_schema: bool = True) -> d
             raise LocalProtocolError(f"{type(message).__name__}: {exc}") from None
     if isinstance(message, Request):
         return {"api": message.api, **wire}
-    _require_error_messages(message, "")
     return wire
 
 
@@ -1010,28 +1077,77 @@ def pack_parts(obj: Any, *, check_schema: bool = True) -> list[bytes | ExternalB
     """
     if isinstance(obj, (Request, Response)):
         obj = _validated_wire(obj, check_schema)
+    # One packb with each ExternalBin packed as a stand-in (a bin holding this process's random
+    # token, which no bytes a peer sends can forge: an ExternalBin's own bytes are never packed
+    # here), then cut where the stand-ins are: a C pass instead of a Python call per value.
+    externals: list[ExternalBin] = []
+
+    def stand_in(value: Any) -> bytes:
+        if isinstance(value, ExternalBin):
+            externals.append(value)
+            return _EXTERNAL_TOKEN
+        raise TypeError(type(value).__name__)
+
+    try:
+        packed = msgpack.packb(obj, use_bin_type=True, default=stand_in)
+    except (TypeError, ValueError, OverflowError):
+        return _pack_parts_per_value(obj)  # the same refusal, worded as always
+    parts: list[bytes | ExternalBin] = []
+    start = 0
+    for external in externals:
+        at = packed.find(_EXTERNAL_MARK, start)
+        if at < 0:  # cannot happen (each stand-in is packed once, in this order): be exact anyway
+            return _pack_parts_per_value(obj)
+        parts.append(packed[start:at] + _bin_header(external.length))
+        parts.append(external)
+        start = at + len(_EXTERNAL_MARK)
+    if start < len(packed):
+        parts.append(packed[start:])
+    return parts
+
+
+#: See pack_parts: a random 16-byte token per process, and how msgpack packs it (bin 8).
+_EXTERNAL_TOKEN = os.urandom(16)
+_EXTERNAL_MARK = b"\xc4\x10" + _EXTERNAL_TOKEN
+
+
+def _pack_parts_per_value(obj: Any) -> list[bytes | ExternalBin]:
+    """pack_parts one value at a time (what it did before the stand-ins; its errors' wording)."""
     packer = msgpack.Packer(use_bin_type=True)
+    pack, map_header, array_header = packer.pack, packer.pack_map_header, packer.pack_array_header
     parts: list[bytes | ExternalBin] = []
     pending = bytearray()
+    extend = pending.extend
+    plain = _EXACT_PLAIN
 
     def emit(value: Any) -> None:
+        # Scalars of the exact wire types are packed inline, not through a call per value.
         if isinstance(value, ExternalBin):
-            pending.extend(_bin_header(value.length))
+            extend(_bin_header(value.length))
             parts.append(bytes(pending))
             pending.clear()
             parts.append(value)
         elif isinstance(value, dict):
-            pending.extend(packer.pack_map_header(len(value)))
+            extend(map_header(len(value)))
             for key, item in value.items():
-                emit(key)
-                emit(item)
+                if type(key) in plain:
+                    extend(pack(key))
+                else:
+                    emit(key)
+                if type(item) in plain:
+                    extend(pack(item))
+                else:
+                    emit(item)
         elif isinstance(value, (list, tuple)):
-            pending.extend(packer.pack_array_header(len(value)))
+            extend(array_header(len(value)))
             for item in value:
-                emit(item)
+                if type(item) in plain:
+                    extend(pack(item))
+                else:
+                    emit(item)
         else:
             try:
-                pending.extend(packer.pack(value))
+                extend(pack(value))
             except TypeError as exc:
                 raise LocalProtocolError(f"cannot pack {type(value).__name__}: {exc}") from None
 

@@ -97,6 +97,16 @@ class FileRecords:
         with self._lock:
             return self._fs.dup(self._descriptor())
 
+    def try_dup_fd(self) -> int | None:
+        """dup_fd, or None when another thread holds the file (an append, a flush): for the event
+        loop, which must not wait for it."""
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
+            return self._fs.dup(self._descriptor())
+        finally:
+            self._lock.release()
+
     @property
     def path(self) -> Path:
         return self._path
@@ -136,8 +146,9 @@ class FileRecords:
 
     # -- writes ------------------------------------------------------------------------------
 
-    def append(self, data) -> int:
-        """Write ``data`` (one buffer, or a list of buffers written in one pwritev) at the end.
+    def append(self, data, size: int | None = None) -> int:
+        """Write ``data`` (one buffer, or a list of buffers written in one pwritev; ``size``: their
+        total length, if the caller knows it) at the end.
 
         All or nothing: a write that fails part-way (a full disk) is cut off again, and the
         logical size only moves once every byte is written.
@@ -147,7 +158,7 @@ class FileRecords:
             start = position = self.size
             try:
                 if isinstance(data, list):
-                    total = sum(len(part) for part in data)
+                    total = size if size is not None else sum(len(part) for part in data)
                     written = self._fs.pwritev(fd, data, position)
                     if written == total:
                         self.size = position + total

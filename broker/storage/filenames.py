@@ -20,6 +20,9 @@ PRODUCER_SNAPSHOT_FILE_SUFFIX = ".snapshot"
 DELETED_FILE_SUFFIX = ".deleted"
 CLEANED_FILE_SUFFIX = ".cleaned"
 SWAP_FILE_SUFFIX = ".swap"
+#: Empty files a Log makes ahead of its next roll (renamed to the new segment's names then);
+#: leftovers are deleted when the log is loaded.
+SPARE_FILE_SUFFIX = ".spare"
 #: Kafka's partition directory suffix for a partition queued for asynchronous deletion.
 DELETE_DIR_SUFFIX = "-delete"
 
@@ -41,6 +44,12 @@ def offset_index_file(directory: Path, offset: int, suffix: str = "") -> Path:
 
 def time_index_file(directory: Path, offset: int, suffix: str = "") -> Path:
     return directory / (filename_prefix_from_offset(offset) + TIME_INDEX_FILE_SUFFIX + suffix)
+
+
+def spare_files(directory: Path) -> tuple[Path, Path, Path]:
+    """The spare .log, .index and .timeindex of a partition directory."""
+    return tuple(directory / ("next" + suffix + SPARE_FILE_SUFFIX)
+                 for suffix in (LOG_FILE_SUFFIX, INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX))
 
 
 def txn_index_file(directory: Path, offset: int, suffix: str = "") -> Path:

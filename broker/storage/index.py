@@ -110,7 +110,10 @@ class _AbstractIndex:
         max_index_size: int = -1,
         writable: bool = True,
         fs: FileSystem = OS_FS,
+        fresh: bool = False,
     ) -> None:
+        """``fresh``: the file exists, empty, made for this index (a Log's spare file renamed to
+        its name on roll), and is set up as one this call created."""
         es = self.ENTRY_SIZE
         self._fs = fs
         self._path = Path(path)
@@ -136,7 +139,7 @@ class _AbstractIndex:
         newly_created = False
         if self._writable:
             try:
-                fd = fs.open(self._path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+                fd = fs.open(self._path, os.O_RDWR if fresh else os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
                 newly_created = True
             except FileExistsError:
                 fd = None
@@ -505,8 +508,9 @@ class OffsetIndex(_AbstractIndex):
         max_index_size: int = -1,
         writable: bool = True,
         fs: FileSystem = OS_FS,
+        fresh: bool = False,
     ) -> None:
-        super().__init__(path, base_offset, max_index_size, writable, fs)
+        super().__init__(path, base_offset, max_index_size, writable, fs, fresh)
         self._last_offset = self._base_offset
         self._reload_last_entry()
 
@@ -632,8 +636,9 @@ class TimeIndex(_AbstractIndex):
         max_index_size: int = -1,
         writable: bool = True,
         fs: FileSystem = OS_FS,
+        fresh: bool = False,
     ) -> None:
-        super().__init__(path, base_offset, max_index_size, writable, fs)
+        super().__init__(path, base_offset, max_index_size, writable, fs, fresh)
         self._last_entry = TimestampOffset(NO_TIMESTAMP, self._base_offset)
         self._reload_last_entry()
 
@@ -782,8 +787,16 @@ class LazyIndex(Generic[T]):
         max_index_size: int = -1,
         writable: bool = True,
         fs: FileSystem = OS_FS,
+        fresh: bool = False,
     ) -> LazyIndex[OffsetIndex]:
-        return cls(path, lambda p, w: OffsetIndex(p, base_offset, max_index_size, w, fs), writable, fs)
+        first = [fresh]  # a spare file is fresh only for the first load
+
+        def load(p: Path, w: bool) -> OffsetIndex:
+            index = OffsetIndex(p, base_offset, max_index_size, w, fs, first[0] and w)
+            first[0] = False
+            return index
+
+        return cls(path, load, writable, fs)
 
     @classmethod
     def for_time(
@@ -793,8 +806,16 @@ class LazyIndex(Generic[T]):
         max_index_size: int = -1,
         writable: bool = True,
         fs: FileSystem = OS_FS,
+        fresh: bool = False,
     ) -> LazyIndex[TimeIndex]:
-        return cls(path, lambda p, w: TimeIndex(p, base_offset, max_index_size, w, fs), writable, fs)
+        first = [fresh]  # a spare file is fresh only for the first load
+
+        def load(p: Path, w: bool) -> TimeIndex:
+            index = TimeIndex(p, base_offset, max_index_size, w, fs, first[0] and w)
+            first[0] = False
+            return index
+
+        return cls(path, load, writable, fs)
 
     @property
     def path(self) -> Path:

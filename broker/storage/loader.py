@@ -134,6 +134,11 @@ class LogLoader:
             if name.endswith(filenames.DELETED_FILE_SUFFIX):
                 logger.info("deleting stray temporary file %s", path)
                 self._unlink(path)
+            elif name.endswith(filenames.SPARE_FILE_SUFFIX):
+                try:
+                    self.fs.unlink(path)  # a spare the log made for its next roll: made again when needed
+                except FileNotFoundError:
+                    pass
             elif name.endswith(filenames.CLEANED_FILE_SUFFIX):
                 offset = _base_offset_or_none(name)
                 if offset is not None:
@@ -302,7 +307,8 @@ class LogLoader:
         return self.segments.active_segment.read_next_offset(), truncated_total
 
 
-_TRANSIENT_SUFFIXES = (filenames.DELETED_FILE_SUFFIX, filenames.CLEANED_FILE_SUFFIX, filenames.SWAP_FILE_SUFFIX)
+_TRANSIENT_SUFFIXES = (filenames.DELETED_FILE_SUFFIX, filenames.CLEANED_FILE_SUFFIX, filenames.SWAP_FILE_SUFFIX,
+                       filenames.SPARE_FILE_SUFFIX)
 
 
 def _base_offset_or_none(name: str) -> int | None:

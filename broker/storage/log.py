@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import bisect
 import logging
+import os
 import threading
 from collections import Counter
 from typing import Callable, NamedTuple, NoReturn
 from pathlib import Path
 
 from triolog.config.log_config import LogConfig
-from triolog.protocol.record_batch import NO_TIMESTAMP
+from triolog.protocol.record_batch import ATTRIBUTES_OFFSET, COMPRESSION_MASK, NO_TIMESTAMP, CompressionType
 
 from . import filenames
 from .checkpoints import LEADER_EPOCH_CHECKPOINT, LeaderEpochCheckpointFile, LeaderEpochFileCache
@@ -38,7 +39,7 @@ from .segment import (
 )
 from .segment_deleter import SegmentDeleter
 from .segments import LogSegments
-from .validator import ValidatedBatch, validate_and_assign_offsets, with_base_offset
+from .validator import ValidatedBatch, target_codec, validate_and_assign_offsets, with_base_offset
 
 logger = logging.getLogger(__name__)
 
@@ -95,6 +96,16 @@ class Log:
         #: Segments a roll sealed (final time index entry, trimmed files) that no fsync has covered
         #: since, by base offset: the recovery point may not pass them until one does.
         self._unsynced_sealed: dict[int, LogSegment] = {}
+        #: Segments a roll left behind with their final time index entry but not yet sealed
+        #: (indexes trimmed and unmapped, .log trimmed and closed): the next flush seals them, off
+        #: the appending request. Always a subset of ``_unsynced_sealed``.
+        self._unsealed: dict[int, LogSegment] = {}
+        #: Empty files made ahead of the next roll (filenames.spare_files), renamed to the new
+        #: segment's names then: a rename costs the file system a fraction of a create. Made by
+        #: the flush that follows a roll, so only logs that roll have them.
+        self._spare: tuple[Path, Path, Path] | None = None
+        self._spare_lock = threading.Lock()
+        self._rolled = False
         self._last_flush_ms = clock.milliseconds()
         self.load_stats = offsets
         self.roll_counts: Counter[str] = Counter()
@@ -234,7 +245,8 @@ class Log:
                     self.leader_epoch_cache.assign(leader_epoch, validated.first_offset)
                     self._latest_epoch = leader_epoch
                 self._active.append(
-                    last_offset, validated.max_timestamp, validated.shallow_offset_of_max_timestamp, validated.records
+                    last_offset, validated.max_timestamp, validated.shallow_offset_of_max_timestamp, validated.records,
+                    validated.size,
                 )
             except OSError as exc:
                 self._io_failure(exc, "append")
@@ -248,6 +260,52 @@ class Log:
         if flush_due:
             self.flush()
         return info
+
+    def try_append_as_leader(self, records, leader_epoch: int = 0, *, max_bytes: int) -> LogAppendInfo | None:
+        """append_as_leader, or None (nothing done) when it could take long: a batch above
+        ``max_bytes`` or one to (de)compress, the log's lock held by another thread, a roll or a
+        flush (``flush.messages``) due, a new leader epoch to record. What the event loop may
+        call itself: a small uncompressed batch is a few microseconds of validation and one
+        write into the page cache. Errors are raised as append_as_leader raises them."""
+        if len(records) > max_bytes or len(records) <= ATTRIBUTES_OFFSET + 1:
+            return None
+        config = self._config
+        codec = records[ATTRIBUTES_OFFSET + 1] & COMPRESSION_MASK
+        if codec != CompressionType.NONE or target_codec(config, codec) != codec:
+            return None
+        if leader_epoch != self._latest_epoch and leader_epoch >= 0:
+            return None
+        now_ms = self._clock.milliseconds()
+        validated = validate_and_assign_offsets(
+            records, offset=0, config=config, now_ms=now_ms, leader_epoch=leader_epoch
+        )
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
+            self._check_open()
+            if leader_epoch != self._latest_epoch and leader_epoch >= 0:
+                return None
+            validated = with_base_offset(validated, self._next_offset)
+            last_offset = validated.last_offset
+            if last_offset + 1 - self._recovery_point >= config.flush_messages:
+                return None
+            active = self._active
+            if active.roll_reason(config.max_segment_ms, config.segment_bytes, validated.max_timestamp,
+                                  last_offset, validated.size, now_ms) is not None:
+                return None
+            try:
+                active.append(last_offset, validated.max_timestamp, validated.shallow_offset_of_max_timestamp,
+                              validated.records, validated.size)
+            except OSError as exc:
+                self._io_failure(exc, "append")
+            self._next_offset = self._high_watermark = last_offset + 1
+            return LogAppendInfo(
+                validated.first_offset, last_offset, validated.max_timestamp,
+                validated.shallow_offset_of_max_timestamp, validated.log_append_time_ms, self._log_start_offset,
+                validated.record_count, validated.size, None,
+            )
+        finally:
+            self._lock.release()
 
     def _io_failure(self, exc: OSError, what: str) -> NoReturn:
         """A write that failed. A full disk or a process out of descriptors fails only this
@@ -273,10 +331,8 @@ class Log:
 
     def _maybe_roll(self, validated: ValidatedBatch, now_ms: int) -> str | None:
         config = self._config
-        reason = self._active.should_roll(
-            RollParams(config.max_segment_ms, config.segment_bytes, validated.max_timestamp,
-                       validated.last_offset, validated.size, now_ms)
-        )
+        reason = self._active.roll_reason(config.max_segment_ms, config.segment_bytes, validated.max_timestamp,
+                                          validated.last_offset, validated.size, now_ms)
         if reason is not None:
             self.roll_counts[reason] += 1
             self._roll_locked(validated.first_offset)
@@ -313,7 +369,11 @@ class Log:
             if self.fs.exists(stale):
                 logger.warning("deleting stale file %s before rolling", stale)
                 self.fs.unlink(stale)
+        # At most one rolled segment waits for its seal: rolls coming faster than the flushes
+        # they schedule seal the previous one here (each unsealed segment holds a descriptor).
+        self._seal_rolled_locked()
         config = self._config
+        spare = self._take_spare(new_offset)
         segment = LogSegment.open(
             self.directory, new_offset,
             index_interval_bytes=config.index_interval_bytes,
@@ -322,12 +382,18 @@ class Log:
             rolling_jitter_ms=rolling_jitter_ms(config.segment_jitter_ms, config.segment_ms),
             preallocate_bytes=config.segment_bytes if config.preallocate else 0,
             fs=self.fs,
+            spare=spare,
         )
+        self._rolled = True
         try:
-            active.on_becoming_inactive_segment()
+            active.append_final_time_index_entry()
         except BaseException:
             segment.delete_if_exists()
             raise
+        # The rest of sealing the old segment (trimming its preallocated files frees their blocks,
+        # milliseconds of journal work) waits for the flush a roll schedules, as Kafka's roll
+        # leaves the old segment's flush to a background task.
+        self._unsealed[active.base_offset] = active
         self._unsynced_sealed[active.base_offset] = active
         self._segments.add(segment)
         self._active = segment
@@ -335,7 +401,80 @@ class Log:
         self._pending_flush_offset = max(self._pending_flush_offset, new_offset)
         return segment
 
+    def _take_spare(self, new_offset: int) -> bool:
+        """Rename the spare files (if any) to the names of the segment at ``new_offset``; whether
+        all three were. Caller holds the lock and has removed stale files of those names. A
+        rename that fails leaves the rest to be created as usual."""
+        spare, self._spare = self._spare, None
+        if spare is None:
+            return False
+        targets = (filenames.log_file(self.directory, new_offset),
+                   filenames.offset_index_file(self.directory, new_offset),
+                   filenames.time_index_file(self.directory, new_offset))
+        renamed = []
+        try:
+            for source, target in zip(spare, targets):
+                self.fs.replace(source, target)
+                renamed.append(target)
+        except OSError as exc:
+            logger.warning("could not use the spare files of %s (%s): creating new ones", self.directory.name, exc)
+            for path in (*renamed, *spare[len(renamed):]):
+                try:
+                    self.fs.unlink(path)
+                except OSError:
+                    pass
+            return False
+        return True
+
+    def prepare_spare(self) -> bool:
+        """Make the empty files the next roll renames into place, if this log rolls and has none;
+        runs outside the log's lock (from the flush a roll schedules). Whether it made them."""
+        if not self._rolled or self._spare is not None or self._closed or self.offline:
+            return False
+        with self._spare_lock:
+            if self._spare is not None:
+                return False
+            paths = filenames.spare_files(self.directory)
+            made = []
+            try:
+                for path in paths:
+                    try:
+                        fd = self.fs.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+                    except FileNotFoundError:
+                        return False  # the partition directory went away (topic deleted)
+                    self.fs.close(fd)
+                    made.append(path)
+            except OSError as exc:  # no space or no descriptor: rolls create their files meanwhile
+                logger.debug("no spare files for %s: %s", self.directory.name, exc)
+                self._remove_files(made)
+                return False
+            with self._lock:
+                if self._closed or self.offline:
+                    self._remove_files(made)
+                    return False
+                self._spare = paths
+            return True
+
+    def _remove_files(self, paths) -> None:
+        for path in paths:
+            try:
+                self.fs.unlink(path)
+            except OSError:
+                pass
+
     # -- flush -------------------------------------------------------------------------------
+
+    def _seal_rolled_locked(self) -> None:
+        """Seal the segments rolls left unsealed (caller holds the lock); one that fails stays
+        listed and is tried again by the next flush."""
+        unsealed = self._unsealed
+        while unsealed:
+            base, segment = next(iter(unsealed.items()))
+            try:
+                segment.seal()
+            except OSError as exc:
+                self._io_failure(exc, "sealing a rolled segment")
+            del unsealed[base]
 
     def flush(self, offset: int | None = None) -> None:
         """fsync every segment holding offsets below ``offset`` (default: the log end offset).
@@ -344,6 +483,7 @@ class Log:
         """
         with self._lock:
             self._check_open()
+            self._seal_rolled_locked()  # what is fsynced below is the sealed (trimmed) files
             offset = self._next_offset if offset is None else min(offset, self._next_offset)
             sealed = list(self._unsynced_sealed.items())
             if offset <= self._recovery_point and not sealed:
@@ -397,8 +537,10 @@ class Log:
             elif target is not None and target <= self._recovery_point:
                 target = None
         if target is None:
+            self.prepare_spare()
             return False
         self.flush(target)
+        self.prepare_spare()
         return True
 
     # -- reads -------------------------------------------------------------------------------
@@ -409,23 +551,41 @@ class Log:
         Raises OffsetOutOfRangeError below the log start offset or above the log end offset.
         """
         with self._lock:
-            self._check_open()
-            high_watermark = self._high_watermark
-            if start_offset < self._log_start_offset or start_offset > self._next_offset:
-                raise OffsetOutOfRangeError(
-                    f"offset {start_offset} is out of range for partition {self.directory.name}: "
-                    f"log start offset {self._log_start_offset}, log end offset {self._next_offset}"
-                )
-            empty = FetchDataInfo(LogOffsetMetadata(start_offset), None)
-            if start_offset >= high_watermark:
-                return empty
-            segment = self._segments.floor_segment(start_offset)
-            while segment is not None:
-                info = segment.read(start_offset, max_length, min_one_message=min_one_message)
-                if info is not None:
-                    return info
-                segment = self._segments.higher_segment(segment.base_offset)
+            return self._read_locked(start_offset, max_length, min_one_message)
+
+    def try_read_tail(self, start_offset: int, max_length: int, *, min_one_message: bool = True) -> FetchDataInfo | None:
+        """read(), or None (nothing done) when it could take long: the log's lock held by another
+        thread, or ``start_offset`` below the active segment (older data may have left the page
+        cache; its index may not be mapped yet). What the event loop may call itself: the tail
+        was just written, so planning its read is an index lookup and a few header reads from
+        the page cache."""
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
+            if start_offset < self._active.base_offset:
+                return None
+            return self._read_locked(start_offset, max_length, min_one_message)
+        finally:
+            self._lock.release()
+
+    def _read_locked(self, start_offset: int, max_length: int, min_one_message: bool) -> FetchDataInfo:
+        self._check_open()
+        high_watermark = self._high_watermark
+        if start_offset < self._log_start_offset or start_offset > self._next_offset:
+            raise OffsetOutOfRangeError(
+                f"offset {start_offset} is out of range for partition {self.directory.name}: "
+                f"log start offset {self._log_start_offset}, log end offset {self._next_offset}"
+            )
+        empty = FetchDataInfo(LogOffsetMetadata(start_offset), None)
+        if start_offset >= high_watermark:
             return empty
+        segment = self._segments.floor_segment(start_offset)
+        while segment is not None:
+            info = segment.read(start_offset, max_length, min_one_message=min_one_message)
+            if info is not None:
+                return info
+            segment = self._segments.higher_segment(segment.base_offset)
+        return empty
 
     def fetch_offset_by_timestamp(self, timestamp: int) -> TimestampAndOffset | None:
         """Kafka's ListOffsets: -2 earliest, -1 latest, -3 max timestamp, or the first record at/after a time."""
@@ -610,6 +770,8 @@ class Log:
                     self._segments.remove(segment.base_offset)
                 if self._unsynced_sealed.get(segment.base_offset) is segment:
                     del self._unsynced_sealed[segment.base_offset]
+                if self._unsealed.get(segment.base_offset) is segment:
+                    del self._unsealed[segment.base_offset]  # its files go: nothing to trim
                 size = segment.size
                 try:
                     segment.change_file_suffixes("", filenames.DELETED_FILE_SUFFIX)
@@ -631,7 +793,9 @@ class Log:
         but with ``sync`` makes the trims durable (fsync of the files it changed and of the
         directory): after a clean shutdown the loader trusts them, and an index whose trim a
         power cut undid reads its zero padding as entries (KAFKA-10207)."""
-        with self._lock:
+        # The spare lock first (as prepare_spare takes them): no spare is being made meanwhile,
+        # so none appears in the directory after this removed it.
+        with self._spare_lock, self._lock:
             if self._closed:
                 return
             self._closed = True
@@ -639,12 +803,16 @@ class Log:
             for segment in self._segments:
                 segment.close(sync=sync and segment.base_offset in changed)
             self._unsynced_sealed.clear()
+            self._unsealed.clear()
+            spare, self._spare = self._spare, None
+            if spare is not None:
+                self._remove_files(spare)
             if sync:
                 self.fs.fsync_dir(self.directory)
 
     def delete(self) -> None:
         """Remove the whole partition directory (topic deletion)."""
-        with self._lock:
+        with self._spare_lock, self._lock:
             self._closed = True
             for segment in self._segments.clear():
                 segment.close_handlers()
@@ -669,6 +837,13 @@ class Log:
         """The segments, oldest first, as one consistent list (the cleaner plans from it)."""
         with self._lock:
             self._check_open()
+            try:
+                self._seal_rolled_locked()  # the cleaner reads inactive segments as sealed files
+            except StorageError:
+                if self.offline:
+                    raise
+                # A full disk or no descriptor: the cleaner reads the still mapped indexes, as
+                # readers do, and the next flush seals them.
             return list(self._segments)
 
     def replace_segments(self, new_segments: list[LogSegment], old_segments: list[LogSegment]) -> None:

@@ -105,7 +105,11 @@ class LogSegment:
         preallocate_bytes: int = 0,
         file_suffix: str = "",
         fs: FileSystem = OS_FS,
+        spare: bool = False,
     ) -> "LogSegment":
+        """``spare``: the three files exist already, empty (a Log's spare files renamed to this
+        segment's names), and are set up as new ones; creating files costs the file system far
+        more than renaming them."""
         directory = Path(directory)
         log = FileRecords(
             filenames.log_file(directory, base_offset, file_suffix),
@@ -115,11 +119,11 @@ class LogSegment:
         )
         offset_index = LazyIndex.for_offset(
             filenames.offset_index_file(directory, base_offset, file_suffix), base_offset,
-            _at_least_one_entry(segment_index_bytes, OffsetIndex.ENTRY_SIZE), fs=fs,
+            _at_least_one_entry(segment_index_bytes, OffsetIndex.ENTRY_SIZE), fs=fs, fresh=spare,
         )
         time_index = LazyIndex.for_time(
             filenames.time_index_file(directory, base_offset, file_suffix), base_offset,
-            _at_least_one_entry(segment_index_bytes, TimeIndex.ENTRY_SIZE), fs=fs,
+            _at_least_one_entry(segment_index_bytes, TimeIndex.ENTRY_SIZE), fs=fs, fresh=spare,
         )
         if not file_already_exists:
             # A new segment has all three files from the start, its indexes preallocated.
@@ -192,8 +196,10 @@ class LogSegment:
     def can_convert_to_relative_offset(self, offset: int) -> bool:
         return 0 <= offset - self.base_offset <= MAX_RELATIVE_OFFSET
 
-    def append(self, largest_offset: int, largest_timestamp: int, shallow_offset_of_max_timestamp: int, records) -> None:
-        """Append already-validated batch bytes (a buffer or a list of buffers) ending at ``largest_offset``."""
+    def append(self, largest_offset: int, largest_timestamp: int, shallow_offset_of_max_timestamp: int, records,
+               size: int | None = None) -> None:
+        """Append already-validated batch bytes (a buffer or a list of buffers, ``size`` bytes in
+        all if the caller knows) ending at ``largest_offset``."""
         physical_position = self.log.size
         if physical_position == 0:
             self._rolling_based_timestamp = largest_timestamp
@@ -201,7 +207,7 @@ class LogSegment:
             raise LogSegmentOffsetOverflowError(
                 f"offset {largest_offset} does not fit segment {self.log.path} with base offset {self.base_offset}"
             )
-        size = self.log.append(records)
+        size = self.log.append(records, size)
         if size == 0:
             return
         current = self._max_timestamp_and_offset or self._max_timestamp_so_far()
@@ -237,19 +243,26 @@ class LogSegment:
 
     def should_roll(self, params: RollParams) -> str | None:
         """The reason this segment must roll before ``params``' records are appended, or None."""
+        return self.roll_reason(*params)
+
+    def roll_reason(self, max_segment_ms: int, max_segment_bytes: int, max_timestamp_in_messages: int,
+                    max_offset_in_messages: int, messages_size: int, now_ms: int) -> str | None:
+        """should_roll with RollParams' fields as arguments (the append path asks on every batch)."""
         size = self.log.size
-        if size > params.max_segment_bytes - params.messages_size:
+        if size > max_segment_bytes - messages_size:
             return "size"
-        if size > 0 and (
-            self.time_waited_for_roll(params.now_ms, params.max_timestamp_in_messages)
-            > params.max_segment_ms - self.rolling_jitter_ms
-        ):
-            return "time"
-        # (An empty segment's index can only be "full" when it has a single slot; rolling it
-        # would just recreate it, so it takes its first batch instead.)
-        if size > 0 and (self._offset_index.get().is_full() or self._time_index.get().is_full()):
-            return "index_full"
-        if not 0 <= params.max_offset_in_messages - self.base_offset <= MAX_RELATIVE_OFFSET:
+        if size > 0:
+            base = self._rolling_based_timestamp
+            if base is None:
+                base = self._rolling_base()
+            waited = max_timestamp_in_messages - base if base >= 0 else now_ms - self.created_ms
+            if waited > max_segment_ms - self.rolling_jitter_ms:
+                return "time"
+            # (An empty segment's index can only be "full" when it has a single slot; rolling it
+            # would just recreate it, so it takes its first batch instead.)
+            if self._offset_index.get().is_full() or self._time_index.get().is_full():
+                return "index_full"
+        if not 0 <= max_offset_in_messages - self.base_offset <= MAX_RELATIVE_OFFSET:
             return "offset_overflow"
         return None
 
@@ -259,8 +272,20 @@ class LogSegment:
 
         The final entry goes first: it is the one step that can fail for want of space (its slot
         is reserved with the previous entry, see TimeIndex), and nothing has changed if it does."""
+        self.append_final_time_index_entry()
+        self.seal()
+
+    def append_final_time_index_entry(self) -> None:
+        """The first half of becoming inactive, the one a roll does at once: the entry naming the
+        segment's largest timestamp (a write into the mapped index, microseconds)."""
         current = self._max_timestamp_so_far()
         self.time_index.maybe_append(current.timestamp, current.offset, skip_full_check=True)
+
+    def seal(self) -> None:
+        """The second half, which a Log runs off the appending request (in its next flush): trim
+        the indexes and the preallocated .log (truncating a preallocated 10 MiB index frees its
+        blocks: milliseconds of file system journal work), unmap, close the .log descriptor.
+        Until then the segment is read like the active one. Caller holds the log's lock."""
         self._offset_index.seal()
         self._time_index.seal()
         self.log.trim()

@@ -97,6 +97,8 @@ def test_log_rolls_on_segment_bytes_with_kafka_file_names_and_index_contents(tmp
         f"{base:020d}{suffix}" for base in expected_bases for suffix in (".log", ".index", ".timeindex")
     )
     assert log.roll_counts["size"] == len(expected_bases) - 1
+    # Rolled segments are sealed by the flush a roll schedules (the broker runs it on a worker).
+    log.flush_pending()
     # An inactive segment's indexes are trimmed to their entries. With index.interval.bytes=1
     # every batch but the first of a segment is indexed with (its last offset, its position).
     first = (directory / f"{0:020d}.index").read_bytes()
@@ -446,7 +448,10 @@ def test_log_inactive_segments_hold_no_file_descriptors(tmp_path, clock):
     for _ in range(30):
         log.append_as_leader(producer_batch(1, timestamp=clock.milliseconds(), value_size=80))
     assert log.num_segments == 31
-    assert _open_fds() - before <= 1  # the new active segment's .log: index mappings hold none
+    # The new active segment's .log, and the last rolled one's until the flush a roll schedules
+    # seals it (a roll seals any segment still waiting: rolls faster than the flushes pile up none).
+    # Index mappings hold none.
+    assert _open_fds() - before <= 2
 
 
 def test_log_flush_fsyncs_log_and_index_files_of_rolled_segments(tmp_path, clock):
@@ -484,3 +489,92 @@ def test_log_rewrites_a_max_timestamp_below_the_records(tmp_path, clock):
     stored = decode_batch(log.read(0, 1 << 20).region.read_bytes())  # checks the recomputed CRC
     assert stored.header.max_timestamp == now + 5
     assert log.fetch_offset_by_timestamp(now + 3) == (now + 5, 1)
+
+
+# -- a roll leaves the old segment's sealing, and making the next files, to the flush ------------
+
+
+def _segment_files(directory) -> list[str]:
+    return sorted(p.name for p in directory.iterdir())
+
+
+def test_log_roll_leaves_sealing_to_the_flush_and_recovery_point_waits_for_it(tmp_path, clock):
+    log = open_log(tmp_path, clock, **{"segment.bytes": "300", "index.interval.bytes": "1"})
+    for i in range(3):
+        log.append_as_leader(producer_batch(1, timestamp=clock.milliseconds() + i, value_size=80))
+    log.flush()
+    assert log.num_segments >= 2
+    log.append_as_leader(producer_batch(1, timestamp=clock.milliseconds() + 5, value_size=80))
+    rolled = log.segments.values(0, log.log_end_offset)[-2]
+    index_path = rolled.lazy_offset_index.path
+    # Not sealed yet: its index still holds its preallocated length, and no fsync covers it.
+    assert index_path.stat().st_size > 8 * 4
+    assert log.recovery_point <= rolled.base_offset
+    assert log.flush_pending() is True
+    # Sealed by the flush: trimmed to its entries, and the recovery point passes it.
+    assert index_path.stat().st_size % 8 == 0 and index_path.stat().st_size <= 8 * 4
+    assert log.recovery_point > rolled.base_offset
+    log.close()
+
+
+def test_log_crash_before_the_rolled_segment_is_sealed_loses_nothing(tmp_path, clock):
+    log = open_log(tmp_path, clock, **{"segment.bytes": "300"})
+    for i in range(5):
+        log.append_as_leader(producer_batch(1, timestamp=clock.milliseconds() + i, value_size=80, tag=str(i)))
+    assert log.num_segments >= 3
+    expected = [(r.offset, r.key, r.value) for r in read_all_records(log)]
+    checkpoint = log.recovery_point  # what the LogManager would have checkpointed
+    for segment in log.segments:  # kill -9: descriptors dropped, nothing written
+        segment.close_handlers()
+    reopened = Log.open(tmp_path / "topic-0", log.config, clock=clock, recovery_point=checkpoint,
+                        had_clean_shutdown=False)
+    assert [(r.offset, r.key, r.value) for r in read_all_records(reopened)] == expected
+    assert not [name for name in _segment_files(tmp_path / "topic-0") if name.endswith(".spare")]
+    reopened.close()
+
+
+def test_log_rolls_rename_spare_files_made_by_the_flush(tmp_path, clock):
+    directory = tmp_path / "topic-0"
+    log = open_log(tmp_path, clock, **{"segment.bytes": "300"})
+    log.append_as_leader(producer_batch(1, timestamp=clock.milliseconds(), value_size=80))
+    assert not [n for n in _segment_files(directory) if n.endswith(".spare")]  # none before a roll
+    for i in range(3):
+        log.append_as_leader(producer_batch(1, timestamp=clock.milliseconds() + i, value_size=80))
+    log.flush_pending()
+    spares = [n for n in _segment_files(directory) if n.endswith(".spare")]
+    assert spares == ["next.index.spare", "next.log.spare", "next.timeindex.spare"]
+    spare_inode = (directory / "next.index.spare").stat().st_ino
+    before = log.num_segments
+    for i in range(3):
+        log.append_as_leader(producer_batch(1, timestamp=clock.milliseconds() + i, value_size=80))
+        if log.num_segments > before:
+            break
+    new = log.active_segment
+    # The roll renamed the spares into place: the new index is the spare's inode, set up as new.
+    assert new.lazy_offset_index.path.stat().st_ino == spare_inode
+    assert not [n for n in _segment_files(directory) if n.endswith(".spare")]
+    assert new.offset_index.entries == 0 and not new.offset_index.is_full()
+    assert new.lazy_offset_index.path.stat().st_size == LogConfig().segment_index_bytes
+    expected = [(r.offset, r.value) for r in read_all_records(log)]
+    log.flush_pending()
+    log.close()  # a clean close removes the spares it made
+    assert not [n for n in _segment_files(directory) if n.endswith(".spare")]
+    reopened = Log.open(directory, log.config, clock=clock, had_clean_shutdown=True,
+                        recovery_point=log.recovery_point)
+    assert [(r.offset, r.value) for r in read_all_records(reopened)] == expected
+    reopened.close()
+
+
+def test_log_open_removes_leftover_spare_files(tmp_path, clock):
+    directory = tmp_path / "topic-0"
+    log = open_log(tmp_path, clock, **{"segment.bytes": "300"})
+    for i in range(4):
+        log.append_as_leader(producer_batch(1, timestamp=clock.milliseconds() + i, value_size=80))
+    log.flush_pending()
+    assert (directory / "next.log.spare").exists()
+    for segment in log.segments:  # kill -9
+        segment.close_handlers()
+    reopened = Log.open(directory, log.config, clock=clock, had_clean_shutdown=False)
+    assert not [n for n in _segment_files(directory) if n.endswith(".spare")]
+    assert reopened.log_end_offset == 4
+    reopened.close()
