@@ -8,6 +8,8 @@
 One broker process (as bench/e2e.py starts it, data in a temp directory); each measurement is one
 fresh client process on 127.0.0.1 (a producer, or a consumer reading what a producer wrote):
 
+* ``call``: the cost of ``Producer.send()`` alone (first size only): the sender thread idle
+  (linger 60 s, one huge batch) while the loop is timed, so no encoding competes for the GIL;
 * ``send``: ``Producer.send(topic, value, partition=0)`` per record, then ``flush()``;
 * ``send_many``: the bulk call, ``Producer.send_many(topic, values, partition=0)`` in chunks of
   ``--chunk`` values, then ``flush()`` (only where the client has it);
@@ -68,8 +70,21 @@ if mode == "poll":
                 for record in records:
                     touched += len(record.value)
                 seen += len(records)
-        elapsed = time.perf_counter() - start
+        elapsed = call_s = time.perf_counter() - start
     assert touched == seen * size, (touched, seen, size)
+elif mode == "call":  # send() alone: the sender sleeps (linger 60 s, one huge batch) while we time
+    value = b"v" * size
+    with Producer(bootstrap, acks=1, linger_ms=60_000, batch_size=1 << 30, buffer_memory=1 << 34) as producer:
+        warm_up = producer.send(topic, value, partition=0)
+        producer.flush(30)
+        warm_up.get(0)
+        send = producer.send
+        start = time.perf_counter()
+        for _ in range(count):
+            send(topic, value, partition=0)
+        elapsed = call_s = time.perf_counter() - start
+        producer.close(0)  # drop the huge batch: it is not what is measured
+    count += 1
 else:
     value = b"v" * size
     with Producer(bootstrap, acks=1, batch_size=args["batch_size"]) as producer:
@@ -79,6 +94,7 @@ else:
             start = time.perf_counter()
             for _ in range(count):
                 send(topic, value, partition=0)
+            call_s = time.perf_counter() - start
             producer.flush()
             elapsed = time.perf_counter() - start
         else:
@@ -91,16 +107,19 @@ else:
                 n = min(chunk, count - done)
                 send_many(topic, values if n == chunk else values[:n], partition=0)
                 done += n
+            call_s = time.perf_counter() - start
             producer.flush()
             elapsed = time.perf_counter() - start
     count += 1  # the warm-up record is in the topic too
-print(json.dumps({"elapsed": elapsed, "count": count, "status": status,
+print(json.dumps({"elapsed": elapsed, "call_us": call_s / max(1, count - 1) * 1e6, "count": count, "status": status,
                   "has_send_many": hasattr(Producer, "send_many")}))
 '''
 
 
-def run_worker(root: Path, **args) -> dict:
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+def run_worker(root: Path, pure: bool, **args) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "TRIOLOG_PURE_PYTHON")}
+    if pure:
+        env["TRIOLOG_PURE_PYTHON"] = "1"
     out = subprocess.run([sys.executable, "-c", WORKER, json.dumps(args)], cwd=root, env=env,
                          capture_output=True, text=True, timeout=600)
     if out.returncode != 0:
@@ -143,7 +162,11 @@ def main() -> int:
     parser.add_argument("--batch-size", type=int, default=256 * 1024, help="producer batch_size (bytes)")
     parser.add_argument("--chunk", type=int, default=10_000, help="values per send_many call")
     parser.add_argument("--baseline-ref", default="main", help="git ref of the baseline client ('' for none)")
-    parser.add_argument("--modes", default="send,send_many,poll", help="which measurements")
+    parser.add_argument("--modes", default="call,send,send_many,poll",
+                        help="which measurements (call: send() alone, the sender idle)")
+    parser.add_argument("--clients", default="new,pure,base",
+                        help="which clients: new (this checkout), pure (this checkout, TRIOLOG_PURE_PYTHON=1), "
+                             "base (--baseline-ref)")
     args = parser.parse_args()
     if args.quick:
         args.reps, args.count = 1, 200_000
@@ -151,13 +174,15 @@ def main() -> int:
     modes = args.modes.split(",")
 
     workdir = Path(tempfile.mkdtemp(prefix="triolog-bench-client-"))
-    roots = {"new": ROOT}
-    if args.baseline_ref:
+    clients = args.clients.split(",")
+    roots = {name: ROOT for name in ("new", "pure") if name in clients}
+    if args.baseline_ref and "base" in clients:
         roots["base"] = export_ref(args.baseline_ref, workdir)
     bulk = {name: has_send_many(root) for name, root in roots.items()}
     broker = BrokerProcess(workdir / "data").start()
     port = broker.port
     results: dict[tuple[str, int, str], list[float]] = {}
+    calls: dict[tuple[str, int, str], list[float]] = {}
     statuses = {}
     topic_number = 0
     try:
@@ -172,6 +197,8 @@ def main() -> int:
                     for mode in modes:
                         if mode == "send_many" and not bulk[name]:
                             continue
+                        if mode == "call" and size != sizes[0]:
+                            continue
                         if mode == "poll":
                             if produced is None:
                                 continue
@@ -180,45 +207,60 @@ def main() -> int:
                             topic_number += 1
                             topic, total = f"bench-{topic_number}", count
                             create_topic(port, topic)
-                        result = run_worker(root, mode=mode, port=port, topic=topic, size=size, count=total,
+                        result = run_worker(root, name == "pure", mode=mode, port=port, topic=topic, size=size, count=total,
                                             batch_size=args.batch_size, chunk=args.chunk)
-                        if mode != "poll":
+                        if mode in ("send", "send_many"):
                             produced = (topic, result["count"])
                         statuses[name] = result["status"]
                         rate = result["count"] / result["elapsed"]
                         results.setdefault((name, size, mode), []).append(rate)
-                        print(f"  rep {rep + 1} {name:>4} {size:>5} B {mode:<9} {rate:>12,.0f} records/s", flush=True)
+                        calls.setdefault((name, size, mode), []).append(result["call_us"])
+                        print(f"  rep {rep + 1} {name:>4} {size:>5} B {mode:<9} {rate:>12,.0f} records/s"
+                              + ("" if mode == "poll" else f"   calls {result['call_us']:.2f} us/record"), flush=True)
     finally:
         broker.stop()
         shutil.rmtree(workdir, ignore_errors=True)
 
     print()
     for name, status in statuses.items():
-        print(f"{name}: {roots[name] if name == 'new' else args.baseline_ref} ({status})")
-    print()
-    header = f"| {'value':>6} | {'call':<9} | {'new records/s':>14} | {'new MB/s':>9} | {'base records/s':>14} | {'base MB/s':>9} | {'new/base':>8} |"
-    print(header)
-    print("|" + "|".join("-" * (len(cell)) for cell in header.split("|")[1:-1]) + "|")
+        print(f"{name}: {args.baseline_ref if name == 'base' else ROOT} ({status})")
+    print("\nrecords/s and MB/s (values) end to end, call = the time in send()/send_many() alone per record "
+          "(before flush), medians; ratios against base")
+    names = [name for name in ("new", "pure", "base") if name in roots]
+    head = ["value", "mode"]
+    for name in names:
+        head += [f"{name} rec/s", f"{name} MB/s", f"{name} call us"]
+    head += [f"{name}/base" for name in names if name != "base" and "base" in roots]
+    rows = []
     for size in sizes:
         for mode in modes:
-            new = results.get(("new", size, mode))
-            base = results.get(("base", size, mode))
-            if new is None and base is None:
+            if not any((name, size, mode) in results for name in names):
                 continue
-            new_rate = statistics.median(new) if new else None
-            base_rate = statistics.median(base) if base else None
-            if mode == "send_many" and base_rate is None and ("base", size, "send") in results:
-                base_rate = statistics.median(results[("base", size, "send")])  # vs the base's per-record send
-                mode_label = "send_many*"
-            else:
-                mode_label = mode
-
-            def cells(rate):
-                return (f"{rate:>14,.0f}", f"{rate * size / MB:>9.1f}") if rate else (f"{'-':>14}", f"{'-':>9}")
-
-            ratio = f"{new_rate / base_rate:>8.2f}" if new_rate and base_rate else f"{'-':>8}"
-            print(f"| {size:>4} B | {mode_label:<9} | {' | '.join(cells(new_rate))} | {' | '.join(cells(base_rate))} | {ratio} |")
-    if any(mode == "send_many" for mode in modes) and not all(bulk.values()):
+            row = [f"{size} B", mode]
+            rates = {}
+            for name in names:
+                rate = results.get((name, size, mode))
+                call = calls.get((name, size, mode))
+                if rate:
+                    rates[name] = statistics.median(rate)
+                    row += [f"{rates[name]:,.0f}", f"{rates[name] * size / MB:.1f}",
+                            "-" if mode == "poll" else f"{statistics.median(call):.2f}"]
+                else:
+                    row += ["-", "-", "-"]
+            base_rate = rates.get("base")
+            if base_rate is None and mode == "send_many" and ("base", size, "send") in results:
+                base_rate = statistics.median(results[("base", size, "send")])
+                row[1] = "send_many*"
+            for name in names:
+                if name != "base" and "base" in roots:
+                    row.append(f"{rates[name] / base_rate:.2f}" if name in rates and base_rate else "-")
+            rows.append(row)
+    widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]
+    print("| " + " | ".join(h.rjust(w) for h, w in zip(head, widths)) + " |")
+    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for row in rows:
+        print("| " + " | ".join(str(c).rjust(w) for c, w in zip(row, widths)) + " |")
+    if "send_many" in modes and "base" in roots and not bulk.get("base", True):
         print("\n* the baseline has no send_many: its ratio is against the baseline's send() per record")
     return 0
 

@@ -32,7 +32,6 @@ except ModuleNotFoundError:  # Cython is a build-time dependency only
     from triolog.protocol import _cython_shim as cython
 
 from triolog.protocol.record_batch import HEADER_SIZE
-from triolog.protocol.records import build_batch
 
 from .partitioner import StickyPartitioner, partition_for_key
 from .types import RecordMetadata, TopicPartition
@@ -178,6 +177,10 @@ class ProducerBatch:
     def encode(self, compression, level) -> bytes:
         """The batch bytes, built once: a retry sends exactly what the first attempt sent."""
         if self._encoded is None:
+            # Imported here: the record codec loads the compiled core, which imports this module
+            # (a top-level import would be circular while protocol.core chooses its modules).
+            from triolog.protocol.records import build_batch
+
             self._encoded = build_batch(self._records, compression=compression, compression_level=level)
         return self._encoded
 
