@@ -33,7 +33,9 @@ except ModuleNotFoundError:  # Cython is a build-time dependency only
 
 from triolog.protocol.record_batch import HEADER_SIZE
 
-from .partitioner import StickyPartitioner, partition_for_key
+from triolog.protocol import core
+
+from .partitioner import StickyPartitioner
 from .types import RecordMetadata, TopicPartition
 
 __all__ = ["ProducerBatch", "RecordAccumulator", "RecordFuture", "RecordFutures", "varint_size"]
@@ -416,6 +418,7 @@ class RecordAccumulator:
     _buffer_memory: cython.Py_ssize_t
     _known: dict
     _acks0: cython.bint
+    _partition_for_key: object
     # the batch the last append went to, to skip the queue lookup; the record's index; wake?
     _last: object
     _last_index: cython.Py_ssize_t
@@ -429,6 +432,8 @@ class RecordAccumulator:
         self._queues = {}
         self._incomplete = set()
         self._sticky = StickyPartitioner(rng)
+        # Looked up here, not at import: protocol.core imports this module while choosing.
+        self._partition_for_key = core.load("client.partitioner").partition_for_key
         self._flushes = 0
         self._buffered = 0
         self._wakeup = wakeup
@@ -618,7 +623,7 @@ class RecordAccumulator:
             n = entry[0]
         if partition is None:
             if key is not None:
-                partition = partition_for_key(key, n)
+                partition = self._partition_for_key(key, n)
         elif type(partition) is not int or partition < 0:
             return None
         held = self._buffered
@@ -649,6 +654,7 @@ class RecordAccumulator:
         run = 0
         lock = self._lock
         wakeup = self._wakeup
+        partition_for_key = self._partition_for_key
         for i in range(count):
             key = None if keys is None else keys[i]
             record_headers = no_headers if headers is None else headers[i]

@@ -37,7 +37,6 @@ from triolog.protocol import core
 from .errors import InvalidResponseError, ProducerClosedError, SerializationError, TriologClientError, error_for
 from .metadata import MetadataCache
 from .ops import Call, Op, check_response, now
-from .partitioner import partition_for_key
 from .serde import Serializer, as_topic_function
 
 #: The accumulator this process runs: compiled when built (see :mod:`triolog.protocol.core`).
@@ -46,6 +45,7 @@ ProducerBatch = accumulator_module.ProducerBatch
 RecordAccumulator = accumulator_module.RecordAccumulator
 RecordFuture = accumulator_module.RecordFuture
 RecordFutures = accumulator_module.RecordFutures
+partition_for_key = core.load("client.partitioner").partition_for_key
 
 Headers = tuple[tuple[str, bytes | None], ...]
 

@@ -30,6 +30,7 @@ __all__ = ["COMPILED", "MODULES", "PURE_PYTHON_ENV", "compiled_available", "impl
 MODULES = (
     "protocol.record_walk",
     "client.accumulator",
+    "client.partitioner",
 )
 #: Set to a non-empty value other than "0" to run the pure-Python implementations.
 PURE_PYTHON_ENV = "TRIOLOG_PURE_PYTHON"
