@@ -640,7 +640,7 @@ class RecordAccumulator:
             self._wakeup()
         return future
 
-    @cython.locals(i=cython.Py_ssize_t, count=cython.Py_ssize_t, run=cython.Py_ssize_t,
+    @cython.locals(i=cython.Py_ssize_t, end=cython.Py_ssize_t, count=cython.Py_ssize_t, run=cython.Py_ssize_t,
                    first=cython.Py_ssize_t, batch=ProducerBatch, wake=cython.bint)
     def append_many(self, topic, values, keys, headers, partition, timestamps, num_partitions, now):
         """Append every record (checked by the caller: bytes or None, headers normalised or
@@ -655,27 +655,35 @@ class RecordAccumulator:
         lock = self._lock
         wakeup = self._wakeup
         partition_for_key = self._partition_for_key
-        for i in range(count):
-            key = None if keys is None else keys[i]
-            record_headers = no_headers if headers is None else headers[i]
-            ts = default_ts if timestamps is None else timestamps[i]
-            p = partition
-            if p is None and key is not None:
-                p = partition_for_key(key, num_partitions)
+        i = 0
+        while i < count:
+            # The lock is taken per slice of records, not per record, nor for the whole call (the
+            # sender must be able to drain full batches meanwhile).
+            wake = False
             lock.acquire()
             try:
-                batch = self._append_one(topic, p, num_partitions, key, values[i], ts, record_headers, now)
-                wake = self._last_wake
+                end = min(count, i + 512)
+                while i < end:
+                    key = None if keys is None else keys[i]
+                    p = partition
+                    if p is None and key is not None:
+                        p = partition_for_key(key, num_partitions)
+                    batch = self._append_one(topic, p, num_partitions, key, values[i],
+                                             default_ts if timestamps is None else timestamps[i],
+                                             no_headers if headers is None else headers[i], now)
+                    if self._last_wake:
+                        wake = True
+                    if batch is last:
+                        run += 1
+                    else:
+                        if last is not None:
+                            runs.append((last, first, run))
+                        last, first, run = batch, self._last_index, 1
+                    i += 1
             finally:
                 lock.release()
             if wake and wakeup is not None:
                 wakeup()
-            if batch is last:
-                run += 1
-            else:
-                if last is not None:
-                    runs.append((last, first, run))
-                last, first, run = batch, self._last_index, 1
         if last is not None:
             runs.append((last, first, run))
         return RecordFutures(runs, count)
