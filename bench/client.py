@@ -4,6 +4,7 @@
     .venv/bin/python bench/client.py              # full run
     .venv/bin/python bench/client.py --quick      # small counts, 1 rep
     .venv/bin/python bench/client.py --baseline-ref main~3 --reps 5 --sizes 100
+    .venv/bin/python bench/client.py --micro      # per-record costs in process: producer vs encoder
 
 One broker process (as bench/e2e.py starts it, data in a temp directory); each measurement is one
 fresh client process on 127.0.0.1 (a producer, or a consumer reading what a producer wrote):
@@ -127,6 +128,44 @@ def run_worker(root: Path, pure: bool, **args) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def micro(count: int, reps: int) -> None:
+    """In this process, no broker: the producer-side cost per record (the accumulator's send()
+    fast path and append_many, compiled and pure) next to what the sender thread spends encoding
+    each record (``build_batch``, the codec's), the other half of every produced record's CPU."""
+    from triolog.protocol import core
+    from triolog.protocol.records import build_batch
+
+    value = b"v" * 100
+    values = [value] * 10_000
+    records = [(None, value, 1_700_000_000_000, ())] * 2_500
+    names = ["compiled", "pure"] if core.compiled_available("client.accumulator") else ["pure"]
+    timings: dict[str, list[float]] = {}
+    for _ in range(reps):
+        for name in names:
+            module = core.implementation("client.accumulator", name == "compiled")
+            acc = module.RecordAccumulator(batch_size=256 * 1024, linger_s=60)
+            acc.configure_fast_path(True, 1 << 40, 1)
+            try_append = acc.try_append
+            start = time.perf_counter()
+            for _ in range(count):
+                try_append("t", value, None, (), 0, None)
+            timings.setdefault(f"send() fast path ({name})", []).append((time.perf_counter() - start) / count)
+            acc = module.RecordAccumulator(batch_size=256 * 1024, linger_s=60)
+            start = time.perf_counter()
+            for _ in range(max(1, count // len(values))):
+                acc.append_many("t", values, None, None, 0, None, None, 0.0)
+            timings.setdefault(f"append_many ({name})", []).append(
+                (time.perf_counter() - start) / (max(1, count // len(values)) * len(values)))
+        start = time.perf_counter()
+        for _ in range(max(1, count // len(records))):
+            build_batch(records)
+        timings.setdefault(f"build_batch, the sender's encode ({core.status()})", []).append(
+            (time.perf_counter() - start) / (max(1, count // len(records)) * len(records)))
+    print("\nper record, in process (100 B values, no broker), medians:")
+    for label, values_ in timings.items():
+        print(f"   {label:<58} {statistics.median(values_) * 1e6:7.3f} us")
+
+
 def export_ref(ref: str, into: Path) -> Path:
     """The tree of ``ref`` as files (git archive), the ``triolog`` package links included."""
     archive = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", ref],
@@ -167,7 +206,12 @@ def main() -> int:
     parser.add_argument("--clients", default="new,pure,base",
                         help="which clients: new (this checkout), pure (this checkout, TRIOLOG_PURE_PYTHON=1), "
                              "base (--baseline-ref)")
+    parser.add_argument("--micro", action="store_true",
+                        help="only the in-process per-record costs (producer side vs the encoder), no broker")
     args = parser.parse_args()
+    if args.micro:
+        micro(200_000 if args.quick else args.count, args.reps)
+        return 0
     if args.quick:
         args.reps, args.count = 1, 200_000
     sizes = [int(s) for s in args.sizes.split(",")]
