@@ -266,10 +266,6 @@ class ProducerCore:
     def append_many(self, topic, values, keys, headers, partition, timestamps, num_partitions) -> RecordFutures:
         return self.accumulator.append_many(topic, values, keys, headers, partition, timestamps, num_partitions, now())
 
-    def has_space(self, record: PreparedRecord) -> bool:
-        held = self.accumulator.buffered_bytes
-        return held == 0 or held + record.size <= self.config.buffer_memory
-
     # -- the sender ----------------------------------------------------------------------------
 
     def produce_request(self, batches: list[ProducerBatch]) -> m.ProduceRequest:
