@@ -25,18 +25,16 @@ _M = 0x5BD1E995
 _MASK = 0xFFFFFFFF
 
 
-@cython.boundscheck(False)
-@cython.wraparound(False)
-@cython.locals(buf="const unsigned char[:]", length=cython.Py_ssize_t, tail=cython.Py_ssize_t,
+@cython.cfunc
+@cython.locals(raw=bytes, buf="const unsigned char *", length=cython.Py_ssize_t, tail=cython.Py_ssize_t,
                i=cython.Py_ssize_t, remaining=cython.Py_ssize_t, h=cython.uint, k=cython.uint)
-def murmur2(data) -> int:
-    """Java's ``Utils.murmur2``: a *signed* 32-bit hash, as the Java client computes it.
-
-    One source for both implementations: compiled (this module is in the compiled core), ``h``
-    and ``k`` are C unsigned 32-bit integers and every ``& 0xFFFFFFFF`` is a no-op; interpreted,
-    the masks keep the Python integers to 32 bits."""
-    buf = data
-    length = len(data)
+def _murmur2(data) -> cython.uint:
+    """Java's murmur2 as an unsigned 32-bit value. Compiled, ``h`` and ``k`` are C unsigned
+    32-bit integers over the bytes' own buffer and every ``& 0xFFFFFFFF`` is a no-op;
+    interpreted, the masks keep the Python integers to 32 bits."""
+    raw = data if type(data) is bytes else bytes(data)
+    buf = raw
+    length = len(raw)
     h = (0x9747B28C ^ length) & 0xFFFFFFFF
     tail = length & ~3
     for i in range(0, tail, 4):
@@ -57,6 +55,13 @@ def murmur2(data) -> int:
     h ^= h >> 13
     h = (h * 0x5BD1E995) & 0xFFFFFFFF
     h ^= h >> 15
+    return h
+
+
+@cython.locals(h=cython.uint)
+def murmur2(data) -> int:
+    """Java's ``Utils.murmur2``: a *signed* 32-bit hash, as the Java client computes it."""
+    h = _murmur2(data)
     if cython.compiled:
         return cython.cast(cython.int, h)
     return h - (1 << 32) if h & 0x80000000 else h
@@ -67,10 +72,12 @@ def to_positive(number: int) -> int:
     return number & 0x7FFFFFFF
 
 
+@cython.locals(n=cython.Py_ssize_t)
 def partition_for_key(key: bytes, num_partitions: int) -> int:
-    if num_partitions <= 0:
+    n = num_partitions
+    if n <= 0:
         raise ValueError(f"a topic has at least one partition, got {num_partitions}")
-    return (murmur2(key) & 0x7FFFFFFF) % num_partitions
+    return (_murmur2(key) & 0x7FFFFFFF) % n
 
 
 class StickyPartitioner:
