@@ -90,7 +90,7 @@ class Producer:
         Every argument is checked before anything is queued: a bad one raises (TypeError,
         ValueError, SerializationError naming its index) and no record of the call is sent.
         Records are then queued in order, exactly as the same send() calls would (same batches,
-        same partitions), waiting for buffer space as send() does (at most ``max_block_ms`` per
+        same partitions; records without a timestamp all get the call's time), waiting for buffer space as send() does (at most ``max_block_ms`` per
         slice; a ClientTimeoutError then leaves the records queued so far queued, unreported).
 
         The returned RecordFutures completes when every record is acknowledged or failed:
