@@ -31,6 +31,7 @@ _LAZY = {
     "Consumer": "consumer",
     "Producer": "producer",
     "FutureRecordMetadata": "producer",
+    "RecordFutures": "producer",
     "murmur2": "partitioner",
     "partition_for_key": "partitioner",
     **{name: "types" for name in ("ConfigEntry", "ConsumerRecord", "NewTopic", "OffsetAndTimestamp",

@@ -26,7 +26,6 @@ import trio
 
 from triolog.protocol.frames import NEED_DATA, FrameDecoder, ProtocolError
 
-from .accumulator import RecordFuture
 from .admin_core import AdminCore
 from .connection import (DEFAULT_BOOTSTRAP, CorrelationIds, connect_order, decode_answer, no_broker_message,
                          parse_bootstrap_servers, prepare)
@@ -34,10 +33,12 @@ from .consumer_core import ConsumerConfig, ConsumerCore, Polled
 from .errors import (ClientTimeoutError, InvalidResponseError, ProducerClosedError, RequestNotSentError,
                      ResponseLostError, TriologClientError)
 from .ops import Call, Op, T, now
-from .producer_core import ProducerConfig, ProducerCore
+from .producer import SEND_MANY_SLICE
+from .producer_core import ProducerConfig, ProducerCore, RecordFuture, RecordFutures
 from .types import EARLIEST, LATEST, ConfigEntry, ConsumerRecord, OffsetAndTimestamp, RecordMetadata, TopicDescription, TopicPartition
 
-__all__ = ["AsyncAdminClient", "AsyncConnection", "AsyncConsumer", "AsyncProducer", "AsyncRecordFuture", "run_async"]
+__all__ = ["AsyncAdminClient", "AsyncConnection", "AsyncConsumer", "AsyncProducer", "AsyncRecordFuture", "AsyncRecordFutures",
+           "run_async"]
 
 _RECV_SIZE = 256 * 1024
 
@@ -255,27 +256,46 @@ class _AsyncClient:
         return await run_async(op, self._conn)
 
 
+async def _batch_done(batch) -> None:
+    """Wait, under trio, until ``batch``'s outcome is known (its callbacks run on the sender task)."""
+    if not batch.is_done():
+        event = trio.Event()
+        batch.add_callback(event.set)
+        await event.wait()
+
+
 class AsyncRecordFuture(RecordFuture):
-    """What :meth:`AsyncProducer.send` returns: ``await future`` gives the RecordMetadata."""
+    """What :meth:`AsyncProducer.send` returns: ``await future`` gives the RecordMetadata.
 
-    __slots__ = ("_event",)
+    A light handle into its batch, as the sync producer's future (see
+    :data:`triolog.client.producer.FutureRecordMetadata`); waiting is per batch."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self._event = trio.Event()
-
-    def _wake(self) -> None:
-        self._event.set()
+    __slots__ = ()
 
     async def wait(self) -> None:
-        await self._event.wait()
+        await _batch_done(self.batch)
 
     async def get(self) -> RecordMetadata:
-        await self._event.wait()
+        await _batch_done(self.batch)
         return self.result()
 
     def __await__(self):
         return self.get().__await__()
+
+
+class AsyncRecordFutures(RecordFutures):
+    """What :meth:`AsyncProducer.send_many` returns: ``await futures.wait()`` (or ``await
+    futures.get()`` for the RecordMetadata list); ``errors()``, ``[i]`` as RecordFutures."""
+
+    __slots__ = ()
+
+    async def wait(self) -> None:  # type: ignore[override]
+        for batch in self.batches():
+            await _batch_done(batch)
+
+    async def get(self) -> list:  # type: ignore[override]
+        await self.wait()
+        return self.results()
 
 
 class AsyncProducer(_AsyncClient):
@@ -293,6 +313,10 @@ class AsyncProducer(_AsyncClient):
         self._space = trio.Event()
         self._closed = False
         self._stopping = False
+        self._core.accumulator.set_wakeup(self._wake_sender, None, AsyncRecordFuture)
+
+    def _wake_sender(self) -> None:
+        self._wakeup.set()
 
     def _start(self, nursery: trio.Nursery) -> None:
         nursery.start_soon(self._sender)
@@ -311,27 +335,62 @@ class AsyncProducer(_AsyncClient):
         if self._closed:
             raise ProducerClosedError("send() after close()", topic=topic)
         await trio.lowlevel.checkpoint()  # a tight send loop must still let the sender task run
+        future = self._core.accumulator.try_append(topic, value, key, headers, partition, timestamp_ms)
+        if future is not None:  # known topic, bytes, no serializers, room in the buffer
+            return future
         record = await self._run(self._core.prepare_op(topic, value, key, headers, partition, timestamp_ms))
-        if not self._core.has_space(record):
+        await self._wait_for_space(record.size, topic)
+        return self._core.append(record)
+
+    async def send_many(self, topic: str, values, keys=None, headers=None, partition: int | None = None,
+                        timestamps=None) -> AsyncRecordFutures:
+        """Queue many records in one call (see :meth:`triolog.client.Producer.send_many`, same
+        arguments and checks); ``await result.wait()`` / ``await result.get()``."""
+        if self._closed:
+            raise ProducerClosedError("send_many() after close()", topic=topic)
+        await trio.lowlevel.checkpoint()
+        core = self._core
+        values, keys, headers, timestamps, _ = core.check_many(topic, values, keys, headers, partition, timestamps)
+        num_partitions = None
+        if partition is None or core.config.acks == 0:
+            num_partitions = core.num_partitions_cached(topic)
+            if num_partitions is None:
+                num_partitions = await self._run(core.topic_op(topic))
+        runs = []
+        count = len(values)
+        for start in range(0, count, SEND_MANY_SLICE):
+            end = start + SEND_MANY_SLICE
+            part = values[start:end]
+            await self._wait_for_space(80 * len(part) + sum(len(v) for v in part if v is not None), topic)
+            futures = core.append_many(topic, part, None if keys is None else keys[start:end],
+                                       None if headers is None else headers[start:end], partition,
+                                       None if timestamps is None else timestamps[start:end], num_partitions)
+            runs.extend(futures._runs)
+        return AsyncRecordFutures(runs, count)
+
+    async def _wait_for_space(self, size: int, topic: str) -> None:
+        accumulator, limit = self._core.accumulator, self.config.buffer_memory
+
+        def has_space() -> bool:
+            held = accumulator.buffered_bytes
+            return held == 0 or held + size <= limit
+
+        if not has_space():
             with trio.move_on_after(self.config.max_block_ms / 1000):
-                while not self._core.has_space(record):
+                while not has_space():
                     await self._space.wait()
-            if not self._core.has_space(record):
+            if not has_space():
                 raise ClientTimeoutError(
                     f"buffer_memory ({self.config.buffer_memory} bytes) still full after {self.config.max_block_ms} ms",
                     topic=topic)
-        future = AsyncRecordFuture()
-        if self._core.append(record, future):
-            self._wakeup.set()
-        return future
 
     async def flush(self) -> None:
         """Send everything buffered now and wait until each record is acknowledged or failed."""
-        futures = self._core.accumulator.begin_flush()
+        batches = self._core.accumulator.begin_flush()
         self._wakeup.set()
         try:
-            for future in futures:
-                await future.wait()
+            for batch in batches:
+                await _batch_done(batch)
         finally:
             self._core.accumulator.end_flush()
 

@@ -9,40 +9,22 @@ from __future__ import annotations
 import threading
 import time
 
-from .accumulator import RecordFuture
 from .connection import DEFAULT_BOOTSTRAP, SyncConnection
 from .errors import ClientTimeoutError, ProducerClosedError
 from .ops import run_sync
-from .producer_core import ProducerConfig, ProducerCore
-from .types import RecordMetadata
+from .producer_core import ProducerConfig, ProducerCore, RecordFuture, RecordFutures
 
-__all__ = ["FutureRecordMetadata", "Producer"]
+__all__ = ["FutureRecordMetadata", "Producer", "RecordFutures"]
 
+#: What :meth:`Producer.send` returns: ``.get(timeout)`` blocks for the RecordMetadata, ``.done()``,
+#: ``.exception()``, ``.result()``, ``.add_done_callback(fn)`` as Kafka's / kafka-python's future.
+#: A light handle (its batch, its index): the outcome is stored once per batch and the
+#: RecordMetadata built only when asked for; waiting uses the producer's one condition, notified
+#: once per completed produce request.
+FutureRecordMetadata = RecordFuture
 
-class FutureRecordMetadata(RecordFuture):
-    """What :meth:`Producer.send` returns; ``.get(timeout)`` blocks for the RecordMetadata.
-
-    Waiting uses the producer's one condition, notified once per completed produce request, not
-    an Event per record: an Event costs more than the rest of send() for small records.
-    """
-
-    __slots__ = ("_completed",)
-
-    def __init__(self, completed: threading.Condition) -> None:
-        super().__init__()
-        self._completed = completed
-
-    def wait(self, timeout: float | None = None) -> bool:
-        if self._done:
-            return True
-        with self._completed:
-            return self._completed.wait_for(self.done, timeout)
-
-    def get(self, timeout: float | None = None) -> RecordMetadata:
-        """The record's (topic, partition, offset, timestamp); raises its typed error if it failed."""
-        if not self.wait(timeout):
-            raise ClientTimeoutError(f"record not acknowledged within {timeout} s")
-        return self.result()
+#: send_many() appends records in slices of this many, each waiting for buffer space on its own.
+SEND_MANY_SLICE = 4096
 
 
 class Producer:
@@ -65,6 +47,8 @@ class Producer:
         self._space = threading.Condition()
         self._closed = False
         self._stopping = False
+        self._core.accumulator.set_wakeup(self._wakeup.set, self._space)
+        self._try_append = self._core.accumulator.try_append
         self._sender = threading.Thread(target=self._run, name="triolog-producer-sender", daemon=True)
         self._sender.start()
 
@@ -82,32 +66,87 @@ class Producer:
         ``headers``: (str, bytes|None) pairs.
         ``partition`` None: murmur2 of the key, or the sticky partition for a keyless record.
         """
-        if self._closed:
+        if not self._closed:
+            future = self._try_append(topic, value, key, headers, partition, timestamp_ms)
+            if future is not None:  # the common case: known topic, bytes, no serializers, room
+                return future
+        else:
             raise ProducerClosedError("send() after close()", topic=topic)
         record = self._core.prepare_cached(topic, value, key, headers, partition, timestamp_ms)
         if record is None:  # the topic's metadata is not cached yet: ask the broker
             record = run_sync(self._core.prepare_op(topic, value, key, headers, partition, timestamp_ms), self._conn)
-        if not self._core.has_space(record):
+        self._wait_for_space(record.size, topic)
+        return self._core.append(record)
+
+    def send_many(self, topic: str, values, keys=None, headers=None, partition: int | None = None,
+                  timestamps=None) -> RecordFutures:
+        """Queue many records of one topic in one call; returns one :class:`RecordFutures` for all.
+
+        ``values``: a sequence of bytes/str/None (or what the value serializer takes);
+        ``keys``, ``headers`` (each item as send()'s ``headers``), ``timestamps`` (epoch ms or
+        None): None, or sequences as long as ``values``. ``partition``: one partition for
+        all, or None for send()'s partitioner (murmur2 of each key, sticky for keyless records).
+
+        Every argument is checked before anything is queued: a bad one raises (TypeError,
+        ValueError, SerializationError naming its index) and no record of the call is sent.
+        Records are then queued in order, exactly as the same send() calls would (same batches,
+        same partitions; records without a timestamp all get the call's time), waiting for buffer space as send() does (at most ``max_block_ms`` per
+        slice; a ClientTimeoutError then leaves the records queued so far queued, unreported).
+
+        The returned RecordFutures completes when every record is acknowledged or failed:
+        ``.get(timeout)`` gives the list of RecordMetadata (raising the first failed record's
+        error), ``.wait(timeout)`` only waits, ``.errors()`` lists (index, exception) per failed
+        record, ``[i]`` is record i's own future, ``add_done_callback(fn)`` calls ``fn(futures)``.
+        """
+        if self._closed:
+            raise ProducerClosedError("send_many() after close()", topic=topic)
+        core = self._core
+        values, keys, headers, timestamps, _ = core.check_many(topic, values, keys, headers, partition, timestamps)
+        num_partitions = None
+        if partition is None or core.config.acks == 0:
+            num_partitions = core.num_partitions_cached(topic)
+            if num_partitions is None:
+                num_partitions = run_sync(core.topic_op(topic), self._conn)
+        count = len(values)
+        if count <= SEND_MANY_SLICE and core.accumulator.buffered_bytes + 80 * count + sum(
+                len(v) for v in values if v is not None) <= core.config.buffer_memory:
+            return core.append_many(topic, values, keys, headers, partition, timestamps, num_partitions)
+        runs = []
+        for start in range(0, count, SEND_MANY_SLICE):
+            end = start + SEND_MANY_SLICE
+            part = values[start:end]
+            self._wait_for_space(80 * len(part) + sum(len(v) for v in part if v is not None), topic)
+            futures = core.append_many(topic, part, None if keys is None else keys[start:end],
+                                       None if headers is None else headers[start:end], partition,
+                                       None if timestamps is None else timestamps[start:end], num_partitions)
+            runs.extend(futures._runs)
+        return RecordFutures(runs, count)
+
+    def _wait_for_space(self, size: int, topic: str) -> None:
+        core = self._core
+        accumulator, limit = core.accumulator, self.config.buffer_memory
+
+        def has_space() -> bool:
+            held = accumulator.buffered_bytes
+            return held == 0 or held + size <= limit
+
+        if not has_space():
             with self._space:
-                if not self._space.wait_for(lambda: self._core.has_space(record), self.config.max_block_ms / 1000):
+                if not self._space.wait_for(has_space, self.config.max_block_ms / 1000):
                     raise ClientTimeoutError(
                         f"buffer_memory ({self.config.buffer_memory} bytes) still full after {self.config.max_block_ms} ms",
                         topic=topic)
-        future = FutureRecordMetadata(self._space)
-        if self._core.append(record, future):
-            self._wakeup.set()
-        return future
 
     def flush(self, timeout: float | None = None) -> None:
         """Send everything buffered now, without waiting for linger; wait until each is acknowledged
         (or failed: flush does not raise record errors, the futures hold them)."""
-        futures = self._core.accumulator.begin_flush()
+        batches = self._core.accumulator.begin_flush()
         self._wakeup.set()
         deadline = None if timeout is None else time.monotonic() + timeout
         try:
-            for future in futures:
+            for batch in batches:
                 remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-                if not future.wait(remaining):
+                if not batch.wait(remaining):
                     raise ClientTimeoutError(f"flush did not complete within {timeout} s")
         finally:
             self._core.accumulator.end_flush()

@@ -32,12 +32,26 @@ from triolog.protocol import messages as m
 from triolog.protocol.errors import ErrorCode
 from triolog.protocol.record_batch import CompressionType
 
-from .accumulator import Headers, ProducerBatch, RecordAccumulator, RecordFuture, normalize_headers, to_bytes
+from triolog.protocol import core
+
 from .errors import InvalidResponseError, ProducerClosedError, SerializationError, TriologClientError, error_for
 from .metadata import MetadataCache
 from .ops import Call, Op, check_response, now
-from .partitioner import partition_for_key
 from .serde import Serializer, as_topic_function
+
+#: The accumulator this process runs: compiled when built (see :mod:`triolog.protocol.core`).
+accumulator_module = core.load("client.accumulator")
+ProducerBatch = accumulator_module.ProducerBatch
+RecordAccumulator = accumulator_module.RecordAccumulator
+RecordFuture = accumulator_module.RecordFuture
+RecordFutures = accumulator_module.RecordFutures
+partition_for_key = core.load("client.partitioner").partition_for_key
+
+Headers = tuple[tuple[str, bytes | None], ...]
+
+#: How long send()'s fast path trusts a topic's partition count before asking the metadata cache
+#: again (which applies ``metadata_max_age_ms``).
+KNOWN_TOPIC_S = 1.0
 
 __all__ = ["ProducerConfig", "ProducerCore", "parse_compression"]
 
@@ -112,6 +126,8 @@ class ProducerCore:
                                       retry_backoff_s=config.retry_backoff_ms / 1000,
                                       allow_auto_create=True)
         self.accumulator = RecordAccumulator(batch_size=config.batch_size, linger_s=config.linger_ms / 1000)
+        self.accumulator.configure_fast_path(self.key_serializer is None and self.value_serializer is None,
+                                             config.buffer_memory, config.acks)
 
     # -- send() ------------------------------------------------------------------------------
 
@@ -156,6 +172,7 @@ class ProducerCore:
                 raise ValueError(f"partition must be an int >= 0, got {partition!r}")
         else:
             num_partitions = len(description.partitions)
+            self.accumulator.learn(topic, num_partitions, now() + KNOWN_TOPIC_S)
             if key is not None:
                 partition = partition_for_key(key, num_partitions)
         size = 80 + len(key or b"") + len(value or b"")
@@ -175,14 +192,79 @@ class ProducerCore:
                                      f"got {type(out).__name__}", topic=topic)
         return out
 
-    def append(self, record: PreparedRecord, future: RecordFuture) -> bool:
-        """Accumulate; True when the sender should wake up."""
+    def append(self, record: PreparedRecord) -> RecordFuture:
+        """Accumulate; the record's future (the accumulator wakes the sender when needed)."""
         return self.accumulator.append(record.topic, record.partition, record.num_partitions, record.key,
-                                       record.value, record.timestamp, record.headers, future, now())
+                                       record.value, record.timestamp, record.headers, now())
 
-    def has_space(self, record: PreparedRecord) -> bool:
-        held = self.accumulator.buffered_bytes
-        return held == 0 or held + record.size <= self.config.buffer_memory
+    # -- send_many() ---------------------------------------------------------------------------
+
+    def check_many(self, topic, values, keys, headers, partition, timestamps):
+        """send_many's arguments checked and converted, before any record is appended: a bad one
+        raises (naming its index) and nothing is queued. Returns (values, keys, headers,
+        timestamps, estimated bytes), each list or None."""
+        if not isinstance(topic, str) or not topic:
+            raise TypeError(f"topic must be a non-empty str, got {topic!r}")
+        if partition is not None and (isinstance(partition, bool) or not isinstance(partition, int) or partition < 0):
+            raise ValueError(f"partition must be an int >= 0, got {partition!r}")
+        if not isinstance(values, list):
+            values = list(values)
+        count = len(values)
+
+        def column(given, what):
+            if given is None:
+                return None
+            given = given if isinstance(given, list) else list(given)
+            if len(given) != count:
+                raise ValueError(f"{what} has {len(given)} items for {count} values")
+            return given
+
+        keys, headers, timestamps = column(keys, "keys"), column(headers, "headers"), column(timestamps, "timestamps")
+        key_serializer, value_serializer = self.key_serializer, self.value_serializer
+        if headers is not None:
+            headers = [normalize_headers_at(h, i) for i, h in enumerate(headers)]
+            if not any(headers):
+                headers = None
+        if value_serializer is not None:
+            values = [None if v is None else self._serialize(value_serializer, topic, headers[i] if headers else (), v, "value")
+                      for i, v in enumerate(values)]
+        if keys is not None and key_serializer is not None:
+            keys = [None if k is None else self._serialize(key_serializer, topic, headers[i] if headers else (), k, "key")
+                    for i, k in enumerate(keys)]
+        total = 0
+        for i, value in enumerate(values):
+            if value is not None and type(value) is not bytes:
+                values[i] = value = _to_bytes_at(value, "value", i)
+            total += 80 + (0 if value is None else len(value))
+        if keys is not None:
+            for i, key in enumerate(keys):
+                if key is not None and type(key) is not bytes:
+                    keys[i] = key = _to_bytes_at(key, "key", i)
+                total += 0 if key is None else len(key)
+            if not any(key is not None for key in keys):
+                keys = None
+        if timestamps is not None:
+            for i, stamp in enumerate(timestamps):
+                if stamp is None:
+                    timestamps[i] = int(time.time() * 1000)
+                elif isinstance(stamp, bool) or not isinstance(stamp, (int, float)):
+                    raise TypeError(f"timestamps[{i}] must be an int (epoch ms) or None, got {type(stamp).__name__}")
+                elif type(stamp) is not int:
+                    timestamps[i] = int(stamp)
+        if headers is not None:
+            total += sum(len(k) + len(v or b"") for h in headers for k, v in h)
+        return values, keys, headers, timestamps, total
+
+    def num_partitions_cached(self, topic: str) -> int | None:
+        description = self.metadata.get(topic)
+        return None if description is None else len(description.partitions)
+
+    def topic_op(self, topic: str) -> Op[int]:
+        description = yield from self.metadata.topic_op(topic, self.config.max_block_ms / 1000)
+        return len(description.partitions)
+
+    def append_many(self, topic, values, keys, headers, partition, timestamps, num_partitions) -> RecordFutures:
+        return self.accumulator.append_many(topic, values, keys, headers, partition, timestamps, num_partitions, now())
 
     # -- the sender ----------------------------------------------------------------------------
 
@@ -250,6 +332,7 @@ class ProducerCore:
         topics = sorted({batch.tp.topic for batch, _ in unknown})
         for topic in topics:
             self.metadata.invalidate(topic)
+            self.accumulator.forget(topic)
         try:
             entries = yield from self.metadata.fetch_op(topics)
         except TriologClientError:
@@ -288,3 +371,42 @@ class ProducerCore:
         for batch in self.accumulator.take_all():
             self._fail(batch, ProducerClosedError(reason, topic=batch.tp.topic, partition=batch.tp.partition))
 
+
+
+def normalize_headers(headers) -> Headers:
+    """Headers as Kafka allows them: ordered (str, bytes|None) pairs, duplicates kept."""
+    if not headers:
+        return ()
+    items = list(headers.items()) if hasattr(headers, "items") else list(headers)
+    out = []
+    for item in items:
+        header_key, header_value = item
+        if not isinstance(header_key, str):
+            raise TypeError(f"header keys are str, got {type(header_key).__name__}")
+        out.append((header_key, to_bytes(header_value, "header value")))
+    return tuple(out)
+
+
+def to_bytes(data, what: str) -> bytes | None:
+    """bytes as given; str as UTF-8; None stays None (a null key, or a tombstone value)."""
+    if data is None or type(data) is bytes:
+        return data
+    if isinstance(data, str):
+        return data.encode("utf-8")
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        return bytes(data)
+    raise TypeError(f"{what} must be bytes, str or None, got {type(data).__name__}")
+
+
+def _to_bytes_at(data, what: str, index: int) -> bytes | None:
+    try:
+        return to_bytes(data, what)
+    except TypeError as exc:
+        raise TypeError(f"{what}s[{index}]: {exc}") from None
+
+
+def normalize_headers_at(headers, index: int) -> Headers:
+    try:
+        return normalize_headers(headers)
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"headers[{index}]: {exc}") from None

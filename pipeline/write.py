@@ -32,9 +32,27 @@ def _column(batch: pa.RecordBatch, name: str, rows: int) -> list:
     return [None] * rows
 
 
+def _row_headers(row_headers):
+    return [(h["key"], h["value"]) for h in row_headers] if row_headers else ()
+
+
+def _runs(topics: list, partitions: list) -> list[tuple[int, int]]:
+    """(start, end) row ranges of one topic and one partition value each: one send_many call per
+    range (a whole Arrow batch when the topic option is set and no partition column varies)."""
+    runs, start = [], 0
+    for i in range(1, len(topics)):
+        if topics[i] != topics[start] or partitions[i] != partitions[start]:
+            runs.append((start, i))
+            start = i
+    if topics:
+        runs.append((start, len(topics)))
+    return runs
+
+
 def produce_batches(options: WriteOptions, batches: Iterator[pa.RecordBatch]) -> int:
     """Produce every row; returns how many. Each Arrow batch is flushed and checked before the
-    next is read, so a failure stops the task early and memory stays bounded."""
+    next is read, so a failure stops the task early and memory stays bounded. Rows go through
+    ``Producer.send_many``, one call per run of rows with the same topic and partition."""
     written = 0
     with Producer(options.bootstrap, **{**options.client, "acks": -1}) as producer:
         for batch in batches:
@@ -46,26 +64,25 @@ def produce_batches(options: WriteOptions, batches: Iterator[pa.RecordBatch]) ->
             partitions = _column(batch, "partition", rows)
             headers = _column(batch, "headers", rows)
             topics = [options.topic] * rows if options.topic else _column(batch, "topic", rows)
-            futures = []
-            send = producer.send
-            for i in range(rows):
-                topic = topics[i]
-                if topic is None:
-                    raise WriteError("a row has a null 'topic' and no 'topic' option is set")
-                row_headers = headers[i]
-                if row_headers:
-                    row_headers = [(h["key"], h["value"]) for h in row_headers]
+            if None in topics:
+                raise WriteError("a row has a null 'topic' and no 'topic' option is set")
+            results = []
+            for start, end in _runs(topics, partitions):
+                topic = topics[start]
+                run_keys = keys[start:end]
+                run_headers = headers[start:end]
                 try:
-                    futures.append(send(topic, values[i], key=keys[i], headers=row_headers or (),
-                                        partition=partitions[i]))
+                    results.append(producer.send_many(
+                        topic, values[start:end],
+                        keys=run_keys if any(k is not None for k in run_keys) else None,
+                        headers=[_row_headers(h) for h in run_headers] if any(run_headers) else None,
+                        partition=partitions[start]))
                 except (TriologClientError, TypeError, ValueError) as exc:
                     raise WriteError(f"cannot produce to topic {topic!r}: {exc}") from exc
             producer.flush()
-            for future in futures:
-                error = future.exception()
-                if error is not None:
-                    failed = sum(1 for f in futures if f.exception() is not None)
-                    raise WriteError(f"{failed} of {rows} records were not acknowledged by the broker; "
-                                     f"first error: {error}") from error
+            errors = [error for futures in results for _, error in futures.errors()]
+            if errors:
+                raise WriteError(f"{len(errors)} of {rows} records were not acknowledged by the broker; "
+                                 f"first error: {errors[0]}") from errors[0]
             written += rows
     return written

@@ -168,6 +168,22 @@ class _Progress:
             self.stream.flush()
 
 
+def _line_chunks(source, size: int = 1 << 16):
+    """Lists of lines (ending dropped), as many as are available now: never waits for more input
+    than one line (a terminal or a slow pipe gets each line sent at once), yet reads a file or a
+    fast pipe in large chunks."""
+    tail = b""
+    while True:
+        data = source.read1(size)
+        if not data:
+            if tail:
+                yield [tail[:-1] if tail.endswith(b"\r") else tail]
+            return
+        lines = (tail + data).split(b"\n")
+        tail = lines.pop()
+        yield [line[:-1] if line.endswith(b"\r") else line for line in lines]
+
+
 @reports_errors
 def run(args: argparse.Namespace) -> int:
     from triolog.client.producer import Producer
@@ -178,30 +194,39 @@ def run(args: argparse.Namespace) -> int:
         error(f"cannot read {args.file}: {exc.strerror}")
         return EXIT_ERROR
     parse = _LineParser(args)
-    failures: list[BaseException] = []
+    results = []
     status = EXIT_OK
     progress = _Progress(sys.stderr)
     count = 0
+    number = 0
     try:
         with source, Producer(args.bootstrap_server, acks=args.acks, compression=args.compression,
                               linger_ms=args.linger_ms, batch_size=args.batch_size,
                               max_block_ms=args.max_block_ms) as producer:
-            for number, line in enumerate(source, start=1):
-                line = line[:-1] if line.endswith(b"\n") else line
-                line = line[:-1] if line.endswith(b"\r") else line
-                try:
-                    timestamp, headers, key, value = parse(line)
-                except _BadLine as exc:
-                    error(f"line {number}: {exc}")
-                    status = EXIT_ERROR
+            for lines in _line_chunks(source):
+                values, keys, headers, timestamps = [], [], [], []
+                for line in lines:
+                    number += 1
+                    try:
+                        timestamp, line_headers, key, value = parse(line)
+                    except _BadLine as exc:
+                        error(f"line {number}: {exc}")
+                        status = EXIT_ERROR
+                        break
+                    values.append(value)
+                    keys.append(key)
+                    headers.append(line_headers)
+                    timestamps.append(timestamp)
+                    count += 1
+                    progress.update(count)
+                if values:
+                    results.append(producer.send_many(args.topic, values, keys=keys, headers=headers,
+                                                      partition=args.partition, timestamps=timestamps))
+                if status != EXIT_OK:
                     break
-                future = producer.send(args.topic, value, key=key, headers=headers, partition=args.partition,
-                                       timestamp_ms=timestamp)
-                future.add_done_callback(lambda f: f.exception() is not None and failures.append(f.exception()))
-                count += 1
-                progress.update(count)
     finally:
         progress.finish(count)
+    failures = [failure for futures in results for _, failure in futures.errors()]
     for failure in failures[:10]:
         error(str(failure))
     if len(failures) > 10:

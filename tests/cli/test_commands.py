@@ -163,3 +163,29 @@ def test_topic_config_errors_name_the_key_the_allowed_values_and_the_key_meant(t
     assert alter.code == 1 and "invalid value 'big' for segment.bytes: not an integer (allowed: int, >= 14)" in alter.stderr
     unset = triolog("topics", *server, "--alter", "--topic", topic, "--delete-config", "log.retention.ms")
     assert unset.code == 1 and "log.retention.ms is a broker config; the topic config is retention.ms" in unset.stderr
+
+
+def test_produce_reads_input_in_chunks_keeping_lines_before_a_bad_one(triolog, server, topic):
+    """A large input goes through send_many in chunks; line numbers, CRLF endings, a last line
+    without a newline and the records before a refused line are as with one send() per line."""
+    lines = b"".join(b"k%d=v%d\r\n" % (i, i) for i in range(1, 3000)) + b"no separator\nk3001=after\n"
+    bad = triolog("produce", *server, "--topic", topic, "--partition", "0", "--key-separator", "=", stdin=lines)
+    assert bad.code == 1 and "line 3000: no key separator '='" in bad.stderr
+    consumed = triolog("consume", *server, "--topic", topic, "--from-beginning", "--max-messages", "2999",
+                       "--print-key")
+    assert consumed.out.splitlines() == [f"k{i}\tv{i}" for i in range(1, 3000)]
+    tail = triolog("produce", *server, "--topic", topic, "--partition", "0", stdin=b"last")
+    assert tail.code == 0
+    consumed = triolog("consume", *server, "--topic", topic, "--from-beginning", "--max-messages", "3000")
+    assert consumed.out.splitlines()[-1] == "last"
+
+
+def test_produce_reports_each_record_the_broker_refuses(triolog, server, topic):
+    from triolog.client import AdminClient, NewTopic
+
+    with AdminClient(server[1]) as admin:
+        admin.create_topics([NewTopic(topic, 1)])
+    result = triolog("produce", *server, "--topic", topic, "--partition", "4", stdin=b"x\n" * 12)
+    assert result.code == 1
+    errors = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 11 and errors[-1] == "Error: ... and 2 more records failed", result.stderr

@@ -105,3 +105,19 @@ async def test_aio_long_poll_is_woken_by_a_concurrent_producer(bootstrap, topic)
         # Answered when the record came (it cannot be sooner), not at the 10 s fetch.max.wait.
         assert returned - start >= 0.3
         assert returned - producing_at[0] < 5
+
+
+async def test_aio_send_many_round_trip(bootstrap, topic):
+    async with AsyncAdminClient(bootstrap) as admin:
+        await admin.create_topics([NewTopic(topic, 2)])
+    keys = [b"k%d" % (i % 5) for i in range(100)]
+    async with AsyncProducer(bootstrap, linger_ms=20) as producer:
+        futures = await producer.send_many(topic, [b"v%d" % i for i in range(100)], keys=keys)
+        metadata = await futures.get()
+        single = await (await producer.send(topic, b"last", partition=1))
+    assert [md.partition for md in metadata] == [partition_for_key(k, 2) for k in keys]
+    assert futures.errors() == [] and single.partition == 1
+    async with AsyncConsumer(bootstrap, auto_offset_reset="earliest", consumer_timeout_ms=300) as consumer:
+        consumer.subscribe(topic)
+        records = [record async for record in consumer]
+    assert len(records) == 101

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 
 from triolog.client.partitioner import StickyPartitioner, murmur2, partition_for_key, to_positive
+from triolog.protocol import core
 
 # org.apache.kafka.common.utils.UtilsTest.testMurmur2
 JAVA_VECTORS = {
@@ -51,3 +52,23 @@ def test_partitioner_sticky_switches_to_a_different_partition_each_time():
         current = nxt
     assert {sticky.next("t", 4) for _ in range(200)} == {0, 1, 2, 3}
     assert sticky.next("single", 1) == 0
+
+
+IMPLEMENTATIONS = [pytest.param(False, id="pure")]
+if core.compiled_available("client.partitioner"):
+    IMPLEMENTATIONS.append(pytest.param(True, id="compiled"))
+
+
+@pytest.mark.parametrize("compiled", IMPLEMENTATIONS)
+@given(key=st.binary(max_size=64), partitions=st.integers(1, 1000))
+def test_partitioner_both_implementations_hash_like_kafka_python(compiled, key, partitions):
+    module = core.implementation("client.partitioner", compiled)
+    signed = module.murmur2(key)
+    assert -(2**31) <= signed < 2**31 and signed & 0xFFFFFFFF == kafka_python_murmur2(key)
+    assert module.partition_for_key(key, partitions) == (kafka_python_murmur2(key) & 0x7FFFFFFF) % partitions
+
+
+@pytest.mark.parametrize("compiled", IMPLEMENTATIONS)
+@pytest.mark.parametrize("key", list(JAVA_VECTORS))
+def test_partitioner_both_implementations_match_java_test_vectors(compiled, key):
+    assert core.implementation("client.partitioner", compiled).murmur2(key) == JAVA_VECTORS[key]

@@ -252,3 +252,72 @@ def test_producer_send_gives_up_on_a_topic_that_never_appears(no_autocreate_brok
             producer.send(topic, b"x")
         assert 0.25 <= time.monotonic() - start < 3
     assert info.value.topic == topic
+
+
+def test_send_many_round_trip_with_keys_headers_timestamps(bootstrap, admin, topic):
+    admin.create_topics([NewTopic(topic, 3)])
+    n = 300
+    values = [b"value %d" % i for i in range(n)]
+    keys = [None if i % 7 == 0 else b"k%d" % (i % 11) for i in range(n)]
+    headers = [(("i", b"%d" % i),) if i % 2 else () for i in range(n)]
+    stamps = [1_700_000_000_000 + i for i in range(n)]
+    with Producer(bootstrap, linger_ms=50, batch_size=2000) as producer:
+        futures = producer.send_many(topic, values, keys=keys, headers=headers, timestamps=stamps)
+        assert len(futures) == n
+        metadata = futures.get(10)
+    assert [md.timestamp for md in metadata] == stamps
+    for key, md in zip(keys, metadata):
+        if key is not None:
+            assert md.partition == (kafka_python_murmur2(key) & 0x7FFFFFFF) % 3
+    assert futures[5].result() == metadata[5] and futures.errors() == []
+    records = {(r.partition, r.offset): r for r in _consume_all(bootstrap, topic, range(3), expected=n)}
+    assert len(records) == n
+    for i, md in enumerate(metadata):
+        record = records[(md.partition, md.offset)]
+        assert (record.key, record.value, record.headers, record.timestamp) == (keys[i], values[i], headers[i], stamps[i])
+
+
+def test_send_many_orders_records_like_send_and_serializes_them(bootstrap, admin, topic):
+    admin.create_topics([NewTopic(topic, 1)])
+    with Producer(bootstrap, value_serializer=lambda v: str(v).encode(), linger_ms=20) as producer:
+        first = producer.send(topic, 0, partition=0)
+        many = producer.send_many(topic, list(range(1, 2001)), partition=0)
+        last = producer.send(topic, 2001, partition=0)
+        producer.flush()
+        offsets = [first.get(5).offset] + [md.offset for md in many.get(5)] + [last.get(5).offset]
+    assert offsets == list(range(2002))
+    assert [r.value for r in _consume_all(bootstrap, topic, expected=2002)] == [b"%d" % i for i in range(2002)]
+
+
+def test_send_many_refuses_a_bad_argument_before_queuing_anything(bootstrap, admin, topic):
+    admin.create_topics([NewTopic(topic, 1)])
+    with Producer(bootstrap) as producer:
+        with pytest.raises(TypeError, match=r"values\[2\]"):
+            producer.send_many(topic, [b"a", b"b", 3], partition=0)
+        with pytest.raises(ValueError, match="keys has 1 items for 2 values"):
+            producer.send_many(topic, [b"a", b"b"], keys=[b"k"], partition=0)
+        with pytest.raises(TypeError, match=r"headers\[1\]"):
+            producer.send_many(topic, [b"a", b"b"], headers=[(), ((1, b"x"),)], partition=0)
+        with pytest.raises(ValueError, match="partition"):
+            producer.send_many(topic, [b"a"], partition=-1)
+        producer.send_many(topic, ["ok"], partition=0).get(5)
+    assert [r.value for r in _consume_all(bootstrap, topic)] == [b"ok"]
+
+
+def test_send_many_reports_each_failed_record(bootstrap, admin, topic):
+    admin.create_topics([NewTopic(topic, 1)])
+    with Producer(bootstrap, delivery_timeout_ms=2000, retry_backoff_ms=50) as producer:
+        futures = producer.send_many(topic, [b"x"] * 5, partition=3)  # the topic has no partition 3
+        assert futures.wait(10)
+        errors = futures.errors()
+    assert [index for index, _ in errors] == [0, 1, 2, 3, 4]
+    assert all(isinstance(error, UnknownTopicOrPartitionError) for _, error in errors)
+    with pytest.raises(UnknownTopicOrPartitionError):
+        futures.get(0)
+
+
+def test_send_many_waits_for_buffer_space_in_slices(bootstrap, admin, topic):
+    admin.create_topics([NewTopic(topic, 1)])
+    with Producer(bootstrap, buffer_memory=200_000, batch_size=16384) as producer:
+        futures = producer.send_many(topic, [b"y" * 100] * 20_000, partition=0)  # ~3.6 MB through 200 kB
+        assert [md.offset for md in futures.get(30)] == list(range(20_000))
