@@ -29,6 +29,7 @@ __all__ = ["COMPILED", "MODULES", "PURE_PYTHON_ENV", "compiled_available", "impl
 #: the one list of what gets compiled: add a module here, one per line, and setup.py builds it.
 MODULES = (
     "protocol.record_walk",
+    "broker.storage.cleaner.cleaner_core",
 )
 #: Set to a non-empty value other than "0" to run the pure-Python implementations.
 PURE_PYTHON_ENV = "TRIOLOG_PURE_PYTHON"
