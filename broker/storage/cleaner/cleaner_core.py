@@ -145,7 +145,7 @@ def probe_slot(h0, h1, attempt, slots):
     bitmap="unsigned char[::1]", bit_base=cython.longlong, bit_limit=cython.longlong,
     buf="const unsigned char[::1]", dp="const unsigned char*",
     n=cython.Py_ssize_t, pos=cython.Py_ssize_t, p=cython.Py_ssize_t, record_end=cython.Py_ssize_t,
-    b=cython.int, key_length=cython.long, delta=cython.long, offset=cython.longlong,
+    b=cython.int, key_length=cython.long, delta=cython.long, length=cython.long, offset=cython.longlong,
     last_put=cython.longlong, mapped=cython.Py_ssize_t, collisions=cython.longlong,
     h0=cython.longlong, h1=cython.longlong, probe=cython.longlong, i=cython.Py_ssize_t,
     w0=cython.longlong, previous=cython.longlong, attempt=cython.longlong, rel=cython.longlong,
@@ -167,6 +167,9 @@ def map_records(data, count, base, start, words, slots, entries, entries_limit, 
     size = len(data)
     if cython.compiled:
         md5_address = _md5_function()
+        if md5_address != 0:
+            return _map_records_ahead(data, count, base, start, words, slots, entries, entries_limit, bitmap,
+                                      bit_base, bit_limit, md5_address)
         md5_c = cython.cast("md5_fn", md5_address)
         bp = data
     pos = 0
@@ -177,10 +180,12 @@ def map_records(data, count, base, start, words, slots, entries, entries_limit, 
         b = buf[pos]
         if b < 0x80:
             p = pos + 1
-            record_end = p + zz[b]
+            length = zz[b]  # a C long before the sum: C arithmetic when compiled
+            record_end = p + length
         elif buf[pos + 1] < 0x80:
             p = pos + 2
-            record_end = p + zz2[(b & 0x7F) | (buf[pos + 1] << 7)]
+            length = zz2[(b & 0x7F) | (buf[pos + 1] << 7)]
+            record_end = p + length
         else:
             delta, p = _varint32(data, pos)
             record_end = p + delta
@@ -189,10 +194,12 @@ def map_records(data, count, base, start, words, slots, entries, entries_limit, 
             p += 1
         b = buf[p + 1]
         if b < 0x80:
-            offset = base + zz[b]
+            delta = zz[b]
+            offset = base + delta
             p += 2
         elif buf[p + 2] < 0x80:
-            offset = base + zz2[(b & 0x7F) | (buf[p + 2] << 7)]
+            delta = zz2[(b & 0x7F) | (buf[p + 2] << 7)]
+            offset = base + delta
             p += 3
         else:
             delta, p = _varint32(data, p + 1)
@@ -264,6 +271,149 @@ def map_records(data, count, base, start, words, slots, entries, entries_limit, 
     return False, entries, last_put, mapped, collisions
 
 
+#: Keyed records hashed ahead of their puts in the compiled pass 1 (see _map_records_ahead).
+_AHEAD = 16
+
+
+@cython.cfunc
+@cython.boundscheck(True)
+@cython.wraparound(True)
+@cython.cdivision(True)
+@cython.locals(
+    data=bytes, count=cython.Py_ssize_t, base=cython.longlong, start=cython.longlong,
+    words="long long[::1]", slots=cython.longlong, entries=cython.longlong, entries_limit=cython.longlong,
+    bitmap="unsigned char[::1]", bit_base=cython.longlong, bit_limit=cython.longlong, md5_address=cython.size_t,
+    buf="const unsigned char[::1]", bp="const unsigned char*", md5_c="md5_fn", out="unsigned char[16]",
+    size=cython.Py_ssize_t, n=cython.Py_ssize_t, pos=cython.Py_ssize_t, p=cython.Py_ssize_t,
+    record_end=cython.Py_ssize_t, b=cython.int, key_length=cython.long, delta=cython.long, length=cython.long,
+    offset=cython.longlong, last_put=cython.longlong, collisions=cython.longlong, h0=cython.longlong,
+    h1=cython.longlong, probe=cython.longlong, i=cython.Py_ssize_t, w0=cython.longlong, previous=cython.longlong,
+    attempt=cython.longlong, rel=cython.longlong, zz=list, zz2=list, j=cython.int, pending=cython.int,
+    ph0="long long[16]", ph1="long long[16]", poffset="long long[16]", pslot="Py_ssize_t[16]",
+    precord="Py_ssize_t[16]",
+)
+def _map_records_ahead(data, count, base, start, words, slots, entries, entries_limit, bitmap, bit_base,
+                       bit_limit, md5_address):
+    """map_records, compiled, with libcrypto's MD5: the same walk and the same puts in the same
+    order, but up to 16 keyed records are hashed, and their first slots prefetched, before they
+    are put, so the map's cache misses (a random slot of a 128 MiB buffer per key) overlap
+    instead of queueing. A put still checks the map's fill first, so it stops at the same record;
+    "records read" is then that record's index, as the one-at-a-time loop counts it."""
+    buf = data
+    bp = data
+    md5_c = cython.cast("md5_fn", md5_address)
+    zz = _ZZ
+    zz2 = _ZZ2
+    size = len(data)
+    pos = 0
+    last_put = -1
+    collisions = 0
+    n = 0
+    while n < count:
+        pending = 0
+        while n < count and pending < _AHEAD:
+            b = buf[pos]
+            if b < 0x80:
+                p = pos + 1
+                length = zz[b]
+                record_end = p + length
+            elif buf[pos + 1] < 0x80:
+                p = pos + 2
+                length = zz2[(b & 0x7F) | (buf[pos + 1] << 7)]
+                record_end = p + length
+            else:
+                delta, p = _varint32(data, pos)
+                record_end = p + delta
+            p += 1  # attributes
+            while buf[p] & 0x80:  # timestamp delta: skipped
+                p += 1
+            b = buf[p + 1]
+            if b < 0x80:
+                delta = zz[b]
+                offset = base + delta
+                p += 2
+            elif buf[p + 2] < 0x80:
+                delta = zz2[(b & 0x7F) | (buf[p + 2] << 7)]
+                offset = base + delta
+                p += 3
+            else:
+                delta, p = _varint32(data, p + 1)
+                offset = base + delta
+            b = buf[p]
+            if b < 0x80:
+                key_length = zz[b]
+                p += 1
+            else:
+                key_length, p = _varint32(data, p)
+            if key_length >= 0 and offset >= start:
+                if p + key_length <= size:
+                    md5_c(bp + p, key_length, out)
+                    h0 = _be64(out, 0)
+                    h1 = _be64(out, 8)
+                else:  # a key cut short by the batch's end: hashed as the interpreter slices it
+                    digest = _md5(data[p:p + key_length]).digest()
+                    h0 = _be64(digest, 0)
+                    h1 = _be64(digest, 8)
+                probe = h0 >> 32
+                i = (probe if probe >= 0 else -probe if probe != _INT_MIN else 0) % slots * 3
+                triolog_prefetch(cython.address(words[i]))
+                ph0[pending] = h0
+                ph1[pending] = h1
+                poffset[pending] = offset
+                pslot[pending] = i
+                precord[pending] = n
+                pending += 1
+            n += 1
+            pos = record_end
+        for j in range(pending):
+            if entries >= entries_limit:
+                return True, entries, last_put, precord[j], collisions
+            h0 = ph0[j]
+            h1 = ph1[j]
+            offset = poffset[j]
+            i = pslot[j]
+            w0 = words[i]
+            if w0 == h0 and words[i + 1] == h1:
+                previous = words[i + 2]
+                words[i + 2] = offset
+            elif w0 == 0 and words[i + 1] == 0 and words[i + 2] == 0:
+                if entries >= slots:
+                    raise OverflowError("attempt to add a new entry to a full offset map")
+                words[i] = h0
+                words[i + 1] = h1
+                words[i + 2] = offset
+                entries += 1
+                previous = -1
+            else:
+                if entries >= slots:
+                    raise OverflowError("attempt to add a new entry to a full offset map")
+                attempt = 1
+                while True:
+                    collisions += 1
+                    i = probe_slot(h0, h1, attempt, slots) * 3
+                    w0 = words[i]
+                    if w0 == h0 and words[i + 1] == h1:
+                        previous = words[i + 2]
+                        words[i + 2] = offset
+                        break
+                    if w0 == 0 and words[i + 1] == 0 and words[i + 2] == 0:
+                        words[i] = h0
+                        words[i + 1] = h1
+                        words[i + 2] = offset
+                        entries += 1
+                        previous = -1
+                        break
+                    attempt += 1
+            last_put = offset
+            rel = previous - bit_base
+            if 0 <= rel < bit_limit:
+                bitmap[rel >> 3] &= ~(1 << (rel & 7)) & 0xFF
+            rel = offset - bit_base
+            if rel < bit_limit:
+                bitmap[rel >> 3] |= 1 << (rel & 7)
+    return False, entries, last_put, count, collisions
+
+
 @cython.boundscheck(True)
 @cython.wraparound(True)
 @cython.cdivision(True)
@@ -274,7 +424,7 @@ def map_records(data, count, base, start, words, slots, entries, entries_limit, 
     buf="const unsigned char[::1]", spans="long long[::1]", dp="const unsigned char*",
     n=cython.Py_ssize_t, k=cython.Py_ssize_t, pos=cython.Py_ssize_t, p=cython.Py_ssize_t,
     record_start=cython.Py_ssize_t, record_end=cython.Py_ssize_t, ts_end=cython.Py_ssize_t,
-    key_start=cython.Py_ssize_t, b=cython.int, key_length=cython.long, delta=cython.long,
+    key_start=cython.Py_ssize_t, b=cython.int, key_length=cython.long, delta=cython.long, length=cython.long,
     ts_delta=cython.longlong, offset=cython.longlong, found=cython.longlong, keep=cython.bint,
     value_null=cython.bint, all_kept=cython.bint, has_tombstone=cython.bint, invalid=cython.Py_ssize_t,
     collisions=cython.longlong, h0=cython.longlong, h1=cython.longlong, probe=cython.longlong,
@@ -317,9 +467,11 @@ def filter_records(data, count, base, latest, retain_deletes, words, slots, bitm
         b = buf[pos]
         if b < 0x80:
             pos += 1
-            record_end = pos + zz[b]
+            length = zz[b]
+            record_end = pos + length
         elif buf[pos + 1] < 0x80:
-            record_end = pos + 2 + zz2[(b & 0x7F) | (buf[pos + 1] << 7)]
+            length = zz2[(b & 0x7F) | (buf[pos + 1] << 7)]
+            record_end = pos + 2 + length
             pos += 2
         else:
             delta, pos = _varint32(data, pos)
@@ -333,10 +485,12 @@ def filter_records(data, count, base, latest, retain_deletes, words, slots, bitm
         ts_end = p
         b = buf[p]
         if b < 0x80:
-            offset = base + zz[b]
+            delta = zz[b]
+            offset = base + delta
             p += 1
         elif buf[p + 1] < 0x80:
-            offset = base + zz2[(b & 0x7F) | (buf[p + 1] << 7)]
+            delta = zz2[(b & 0x7F) | (buf[p + 1] << 7)]
+            offset = base + delta
             p += 2
         else:
             delta, p = _varint32(data, p)
