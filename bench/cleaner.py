@@ -12,7 +12,8 @@ In one run:
    records/s of the dirty log read, and the ratio. Goal (issue 12) >= 100 MB/s compiled.
 1. cleaner throughput: one cleaning round, as the broker runs it (LogCleaner, passes in the
    worker process, swap here), over a dirty log of 100-byte records (13-byte key, 80-byte value)
-   with 10% distinct keys drawn at random; MB/s and records/s of the dirty log read. Goal >= 50 MB/s.
+   with 10% distinct keys drawn at random; MB/s and records/s of the dirty log read. Goal
+   >= 100 MB/s (issue 12; issue 4 asked 50).
 2. the GIL measurement behind running the passes in a worker process: latency of appends to
    another log from another thread, every 2 ms, while a round runs in a cleaner thread vs in the
    worker process vs idle.
@@ -173,7 +174,7 @@ def throughput(work: Path, source: Path, keys: int) -> None:
     print(f"   dirty log {size / MB:,.0f} MB, {records:,} records, keys drawn from {keys:,}")
     print(f"   cleaned in {elapsed:.1f} s: {rate:.1f} MB/s, {records / elapsed:,.0f} records/s   "
           f"(kept {metrics.records_kept:,}, wrote {metrics.bytes_written / MB:.0f} MB, "
-          f"map {metrics.max_buffer_utilization:.0%} full)   goal >= 50 MB/s: {'PASS' if rate >= 50 else 'MISS'}")
+          f"map {metrics.max_buffer_utilization:.0%} full)   goal >= 100 MB/s: {'PASS' if rate >= 100 else 'MISS'}")
     log.close()
     shutil.rmtree(copy.parent)
 

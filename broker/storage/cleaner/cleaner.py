@@ -32,6 +32,11 @@ serves such batches to every consumer.
 Pass 1 also remembers which mapped offset is the latest of its key (a bitmap over the dirty
 offsets, bounded to 1/8 of the map's memory); pass 2 answers "offset >= map[key]" for those
 records from the bitmap instead of hashing the key a second time. Same answer, half the MD5s.
+
+What runs once per record (the walk of a batch's records, the key's MD5, the map's probes, the
+keep-or-drop decision and the copy of the kept records' bytes) is in cleaner_core.py, a module
+of the compiled core (protocol/core.py); this module does what happens once per batch, segment
+or round.
 """
 
 from __future__ import annotations
