@@ -166,6 +166,7 @@ def throughput(work: Path, source: Path, keys: int) -> None:
     print("\n1. cleaner throughput (one round, passes in the worker process, swap in this process)")
     copy = work / "throughput" / f"{TOPIC}-0"
     shutil.copytree(source / f"{TOPIC}-0", copy)
+    os.sync()  # the copy's write-back is not the cleaner's work (the round fsyncs the log first)
     log = Log.open(copy, LogConfig().with_overrides(TOPIC_CONFIGS), had_clean_shutdown=True)
     size = log.size
     elapsed, metrics = clean_once(copy.parent, log, worker_process=True)
@@ -309,6 +310,7 @@ def main() -> None:
     parser.add_argument("--rate", type=int, default=2000, help="producer records/s in part 3")
     parser.add_argument("--skip-live", action="store_true", help="skip part 3 (the broker subprocess)")
     parser.add_argument("--skip-gil", action="store_true", help="skip part 2 (thread vs process)")
+    parser.add_argument("--skip-passes", action="store_true", help="skip part 0 (compiled vs pure, in-process)")
     parser.add_argument("--only-live", action="store_true", help="only part 3")
     parser.add_argument("--reps", type=int, default=3, help="interleaved reps of part 0")
     parser.add_argument("--quick", action="store_true", help="64 MiB, parts 0 and 1 only")
@@ -323,7 +325,8 @@ def main() -> None:
         written, records, keys = prepare_data_dir(data_dir, args.mb * 2**20)
         print(f"   {written / MB:,.0f} MB, {records:,} records in {time.perf_counter() - started:.0f} s")
         if not args.only_live:
-            passes(work, data_dir, args.reps)
+            if not args.skip_passes:
+                passes(work, data_dir, args.reps)
             throughput(work, data_dir, keys)
             if not args.skip_gil:
                 gil_measurement(work, small_source(work, args.gil_mb), args.gil_mb)
