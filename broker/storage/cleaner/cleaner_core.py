@@ -28,8 +28,10 @@ the compiled loops call ``_md5``. No MD5 of our own: the project writes no crypt
 
 Varints: one-byte and two-byte varints (nearly all of them: lengths of records up to 8 KiB,
 offset deltas, key lengths) are decoded inline through the tables below, longer ones by the
-codec's ``_varint32``/``_varint64`` (protocol/records.py), as the record walk does: one decoder
-for the rare case, one table pair for the common one, in this module only.
+codec's ``_varint32``/``_varint64`` (protocol/records.py), as the record walk does: one table
+pair for the common case, the codec's decoder for the rare one. The compiled rebuild writes its
+two varints (length, timestamp delta) with its own zig-zag LEB128 loop, the one encoder here.
+These duplicate the codec module's work until a compiled codec offers C-level entry points.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ try:  # Cython is needed to build, not to run: its pure-Python-mode names, or a 
 except ModuleNotFoundError:
     from triolog.protocol import _cython_shim as cython
 
-try:  # CPython's built-in MD5: ~4x faster per call than OpenSSL's hashlib.md5 for short keys
+try:  # CPython's built-in MD5 (the same digest as hashlib.md5, without OpenSSL's per-call setup)
     from _md5 import md5 as _md5
 except ImportError:  # pragma: no cover - other interpreters
     from hashlib import md5 as _md5
