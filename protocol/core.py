@@ -35,6 +35,7 @@ MODULES = (
     "protocol.record_walk",
     "client.accumulator",
     "client.partitioner",
+    "broker.storage.cleaner.cleaner_core",
 )
 #: Set to a non-empty value other than "0" to run the pure-Python implementations.
 PURE_PYTHON_ENV = "TRIOLOG_PURE_PYTHON"

@@ -45,10 +45,13 @@ def test_compacted_topic_keeps_the_latest_value_per_key_with_increasing_offsets(
     assert [f.result().offset for f in futures] == list(range(3000))
     produced = 3000
     directory = tmp_path / "data" / "latest-0"
-    assert len(list(directory.glob("*.log"))) > 10
 
     def active_base() -> int:
         return max(int(p.stem) for p in directory.glob("*.log"))
+
+    # The log rolled many times (the cleaner may already have merged the old segments, so their
+    # files are not counted: the active segment's base offset says how much lies below it).
+    assert active_base() > produced // 2
 
     def compacted():
         # Done when everything below the active segment holds one record per key (the cleaner

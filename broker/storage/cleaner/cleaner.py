@@ -32,18 +32,25 @@ serves such batches to every consumer.
 Pass 1 also remembers which mapped offset is the latest of its key (a bitmap over the dirty
 offsets, bounded to 1/8 of the map's memory); pass 2 answers "offset >= map[key]" for those
 records from the bitmap instead of hashing the key a second time. Same answer, half the MD5s.
+
+What runs once per record (the walk of a batch's records, the key's MD5, the map's probes, the
+keep-or-drop decision and the copy of the kept records' bytes) is in cleaner_core.py, a module
+of the compiled core (protocol/core.py); this module does what happens once per batch, segment
+or round.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from array import array
 import struct
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, NamedTuple
 
+from triolog.protocol import core
 from triolog.protocol.compression import compress, decompress
 from triolog.protocol.record_batch import (
     COMPRESSION_MASK,
@@ -60,23 +67,22 @@ from triolog.protocol.record_batch import (
     CompressionType,
     compute_crc,
 )
-from triolog.protocol.records import ControlRecordType, _varint32, _varint64, _varint_bytes, parse_control_record_key
+from triolog.protocol.records import ControlRecordType, _varint32, _varint64, parse_control_record_key
 
 from .. import filenames
 from ..clock import Clock, SYSTEM_CLOCK
 from ..errors import CorruptRecordError
 from ..fs import OS_FS, FileSystem
 from ..segment import LogSegment
-from .offset_map import _INT_MIN, _WORDS, SkimpyOffsetMap, _md5
+from .offset_map import SkimpyOffsetMap
 from .throttler import Throttler
 
 logger = logging.getLogger(__name__)
 
 INT32_MAX = 2**31 - 1
 _U32 = struct.Struct(">I")
-_ZZ = [(u >> 1) ^ -(u & 1) for u in range(128)]
-#: Two-byte varints: index (b0 & 0x7F) | (b1 << 7).
-_ZZ2 = [(u >> 1) ^ -(u & 1) for u in range(1 << 14)]
+#: The compiled-core module holding the per-record loops of both passes (see protocol/core.py).
+CORE_MODULE = "broker.storage.cleaner.cleaner_core"
 
 
 class LogCleaningAbortedError(Exception):
@@ -320,7 +326,8 @@ def _records_data(fields, batch) -> bytes | memoryview:
         return bytes(payload)  # indexing bytes is cheaper than indexing a memoryview
     if codec > CompressionType.ZSTD:
         raise CorruptRecordError(f"batch at offset {fields[0]} has unknown compression codec id {codec}")
-    return decompress(CompressionType(codec), payload)
+    data = decompress(CompressionType(codec), payload)
+    return data if type(data) is bytes else bytes(data)  # the core's loops take bytes
 
 
 class Cleaner:
@@ -328,8 +335,10 @@ class Cleaner:
 
     def __init__(self, map_memory: int, load_factor: float, *, throttler: Throttler | None = None,
                  clock: Clock = SYSTEM_CLOCK, check_done: Callable[[], None] | None = None,
-                 fs: FileSystem = OS_FS):
+                 fs: FileSystem = OS_FS, core_module=None):
         self.offset_map = SkimpyOffsetMap(map_memory)
+        #: The per-record loops: ``core.load(CORE_MODULE)`` unless a test or bench picks one.
+        self.core = core_module if core_module is not None else core.load(CORE_MODULE)
         #: Where the round reads and writes: the cleaned log's own file system.
         self.fs = fs
         self.load_factor = load_factor
@@ -416,18 +425,12 @@ class Cleaner:
                      stats: CleanerStats, transactions: CleanedTransactionMetadata) -> bool:
         """Map one segment; returns True when the map filled up before its end."""
         offset_map = self.offset_map
-        put_probing = offset_map._put_probing
+        map_records = self.core.map_records
         words = offset_map._words
         slots = offset_map.slots
-        unpack_words = _WORDS.unpack
-        md5 = _md5
-        zz = _ZZ
-        zz2 = _ZZ2
-        map_records = 0
         bitmap = self._bitmap
         bit_base = self._bitmap_base
         bit_limit = self._bitmap_bits
-        entries_limit = max_entries
         for _, fields, batch in _iter_batches(self.fs, segment.path, segment.start_position, segment.size,
                                               job.read_buffer_bytes, self.throttler, self.check_done):
             base = fields[0]
@@ -440,78 +443,18 @@ class Cleaner:
             elif attributes & TRANSACTIONAL_FLAG and transactions.on_batch_read(fields[9], last_offset):
                 stats.map_records_read += max(fields[12], 0)  # aborted: not mapped
             elif fields[12] > 0:
-                data = _records_data(fields, batch)
-                pos = 0
-                last_put = -1
                 try:
-                    for _ in range(fields[12]):
-                        # Varints inline: one byte through zz, two through zz2 (lengths of
-                        # ~100-byte records and offset deltas past 63 take two).
-                        b = data[pos]
-                        if b < 0x80:
-                            p = pos + 1
-                            record_end = p + zz[b]
-                        elif data[pos + 1] < 0x80:
-                            p = pos + 2
-                            record_end = p + zz2[(b & 0x7F) | (data[pos + 1] << 7)]
-                        else:
-                            length, p = _varint32(data, pos)
-                            record_end = p + length
-                        p += 1  # attributes
-                        while data[p] & 0x80:  # timestamp delta: skipped
-                            p += 1
-                        b = data[p + 1]
-                        if b < 0x80:
-                            offset = base + zz[b]
-                            p += 2
-                        elif data[p + 2] < 0x80:
-                            offset = base + zz2[(b & 0x7F) | (data[p + 2] << 7)]
-                            p += 3
-                        else:
-                            delta, p = _varint32(data, p + 1)
-                            offset = base + delta
-                        b = data[p]
-                        if b < 0x80:
-                            key_length = zz[b]
-                            p += 1
-                        else:
-                            key_length, p = _varint32(data, p)
-                        if key_length >= 0 and offset >= start:
-                            if offset_map.entries >= entries_limit:
-                                if last_put >= 0:
-                                    offset_map.update_latest_offset(last_put)
-                                return True
-                            digest = md5(data[p:p + key_length]).digest()
-                            # SkimpyOffsetMap.put_digest's first probe, inline (the hot path)
-                            h0, h1 = unpack_words(digest)
-                            probe = h0 >> 32
-                            i = (probe if probe >= 0 else -probe if probe != _INT_MIN else 0) % slots * 3
-                            w0 = words[i]
-                            if w0 == h0 and words[i + 1] == h1:
-                                previous = words[i + 2]
-                                words[i + 2] = offset
-                            elif w0 == 0 and words[i + 1] == 0 and words[i + 2] == 0:
-                                words[i] = h0
-                                words[i + 1] = h1
-                                words[i + 2] = offset
-                                offset_map.entries += 1
-                                previous = -1
-                            else:
-                                previous = put_probing(digest, h0, h1, offset)
-                            last_put = offset
-                            rel = previous - bit_base
-                            if 0 <= rel < bit_limit:
-                                bitmap[rel >> 3] &= ~(1 << (rel & 7)) & 0xFF
-                            rel = offset - bit_base
-                            if rel < bit_limit:
-                                bitmap[rel >> 3] |= 1 << (rel & 7)
-                        map_records += 1
-                        pos = record_end
+                    full, offset_map.entries, last_put, mapped, collisions = map_records(
+                        _records_data(fields, batch), fields[12], base, start, words, slots, offset_map.entries,
+                        max_entries, bitmap, bit_base, bit_limit)
                 except IndexError:
                     raise CorruptRecordError(f"truncated record in batch at offset {base} of {segment.path}") from None
-                finally:
-                    stats.map_records_read += map_records
-                    map_records = 0
+                stats.map_records_read += mapped
+                offset_map.collisions += collisions
+                if full:
+                    if last_put >= 0:
+                        offset_map.update_latest_offset(last_put)
+                    return True
             if last_offset >= start:
                 offset_map.update_latest_offset(last_offset)
         offset_map.update_latest_offset(next_start - 1)
@@ -597,89 +540,23 @@ class Cleaner:
             return (_empty_header(fields) if self._retain_empty(fields, producers, job) else None), 0, 0
         has_horizon = bool(attributes & DELETE_HORIZON_FLAG)
         retain_deletes = not has_horizon or now < fields[7]
-        latest = self.offset_map.latest_offset
-        get = self.offset_map.get_digest
-        md5 = _md5
-        zz = _ZZ
-        zz2 = _ZZ2
-        bitmap = self._bitmap
-        bit_base = self._bitmap_base
-        bit_limit = self._bitmap_bits
+        offset_map = self.offset_map
         data = _records_data(fields, batch)
-        kept: list[tuple[int, int, int, int]] = []  # (record start, ts delta, ts delta end, record end)
-        all_kept = True
-        has_tombstone = False
-        pos = 0
         try:
-            for _ in range(count):
-                record_start = pos
-                b = data[pos]
-                if b < 0x80:
-                    pos += 1
-                    record_end = pos + zz[b]
-                elif data[pos + 1] < 0x80:
-                    record_end = pos + 2 + zz2[(b & 0x7F) | (data[pos + 1] << 7)]
-                    pos += 2
-                else:
-                    length, pos = _varint32(data, pos)
-                    record_end = pos + length
-                b = data[pos + 1]
-                if b < 0x80:
-                    ts_delta = zz[b]
-                    p = pos + 2
-                else:
-                    ts_delta, p = _varint64(data, pos + 1)
-                ts_end = p
-                b = data[p]
-                if b < 0x80:
-                    offset = base + zz[b]
-                    p += 1
-                elif data[p + 1] < 0x80:
-                    offset = base + zz2[(b & 0x7F) | (data[p + 1] << 7)]
-                    p += 2
-                else:
-                    delta, p = _varint32(data, p)
-                    offset = base + delta
-                b = data[p]
-                if b < 0x80:
-                    key_length = zz[b]
-                    p += 1
-                else:
-                    key_length, p = _varint32(data, p)
-                key_start = p
-                if key_length > 0:
-                    p += key_length
-                b = data[p]
-                value_null = b == 1  # zig-zag -1
-                if offset > latest:
-                    keep = True
-                elif key_length < 0:
-                    keep = False
-                    stats.invalid_records += 1
-                else:
-                    rel = offset - bit_base
-                    if 0 <= rel < bit_limit:
-                        keep = bool(bitmap[rel >> 3] & (1 << (rel & 7)))
-                    else:
-                        keep = offset >= get(md5(data[key_start:key_start + key_length]).digest())
-                    if keep and value_null and not retain_deletes:
-                        keep = False
-                if keep:
-                    kept.append((record_start, ts_delta, ts_end, record_end))
-                    if value_null:
-                        has_tombstone = True
-                else:
-                    all_kept = False
-                pos = record_end
+            spans, kept, all_kept, has_tombstone, invalid, collisions = self.core.filter_records(
+                data, count, base, offset_map.latest_offset, retain_deletes, offset_map._words, offset_map.slots,
+                self._bitmap, self._bitmap_base, self._bitmap_bits)
         except IndexError:
             raise CorruptRecordError(f"truncated record in batch at offset {base}") from None
+        stats.invalid_records += invalid
+        offset_map.collisions += collisions
         if not kept:
             return (_empty_header(fields) if self._retain_empty(fields, producers, job) else None), count, 0
         need_horizon = has_tombstone and not has_horizon
         if all_kept and not need_horizon:
             return batch, count, count
         horizon = now + job.delete_retention_ms if need_horizon else (fields[7] if has_horizon else None)
-        return _rebuild(fields, data, kept, horizon), count, len(kept)
+        return _rebuild(self.core, fields, data, spans, kept, horizon), count, kept
 
     def _filter_control_batch(self, fields, batch, now: int, job: CleanJob, producers: _ProducerInfo,
                               can_discard: bool):
@@ -692,14 +569,14 @@ class Cleaner:
             return (_empty_header(fields) if self._retain_empty(fields, producers, job) else None), max(count, 0), 0
         if can_discard and not has_horizon:
             data = _records_data(fields, batch)
-            spans = []
+            spans = array("q")
             pos = 0
             for _ in range(count):
                 length, start = _varint32(data, pos)
                 ts_delta, ts_end = _varint64(data, start + 1)
-                spans.append((pos, ts_delta, ts_end, start + length))
+                spans.extend((pos, ts_delta, ts_end, start + length))
                 pos = start + length
-            return _rebuild(fields, data, spans, now + job.delete_retention_ms), count, count
+            return _rebuild(self.core, fields, data, spans, count, now + job.delete_retention_ms), count, count
         return batch, count, count
 
 
@@ -720,30 +597,19 @@ def _control_type(fields, batch) -> ControlRecordType | None:
         raise CorruptRecordError(f"invalid control record in batch at offset {fields[0]}") from None
 
 
-def _rebuild(fields, data, kept, horizon: int | None) -> bytes:
-    """A batch of the kept records (spans of ``data``) with the original header fields; the base
-    timestamp becomes the first kept record's timestamp or the delete horizon (deltas re-based)."""
+def _rebuild(core_module, fields, data: bytes, spans, kept: int, horizon: int | None) -> bytes:
+    """A batch of the ``kept`` records (``spans`` of ``data``, see ``filter_records``) with the
+    original header fields; the base timestamp becomes the first kept record's timestamp or the
+    delete horizon (deltas re-based)."""
     (base_offset, _, leader_epoch, _, _, attributes, last_offset_delta, old_base_ts, max_ts,
      producer_id, producer_epoch, base_sequence, _) = fields
-    log_append_time = attributes & TIMESTAMP_TYPE_MASK
-    if log_append_time:
-        timestamps = [max_ts] * len(kept)
-        new_max = max_ts
+    log_append_time = bool(attributes & TIMESTAMP_TYPE_MASK)
+    if horizon is not None:
+        new_base_ts = horizon
     else:
-        timestamps = [old_base_ts + ts_delta for _, ts_delta, _, _ in kept]
-        new_max = max(NO_TIMESTAMP, max(timestamps))
-    new_base_ts = horizon if horizon is not None else timestamps[0]
-    parts = []
-    if new_base_ts == old_base_ts and not log_append_time:
-        for start, _, _, end in kept:  # deltas unchanged: the records' bytes as they are
-            parts.append(data[start:end])
-    else:
-        for (start, _, ts_end, end), ts in zip(kept, timestamps):
-            length, body_start = _varint32(data, start)
-            body = b"".join((data[body_start:body_start + 1], _varint_bytes(ts - new_base_ts), data[ts_end:end]))
-            parts.append(_varint_bytes(len(body)))
-            parts.append(body)
-    body = b"".join(parts)
+        new_base_ts = max_ts if log_append_time else old_base_ts + spans[1]
+    body, top_ts = core_module.rebuild_records(data, spans, kept, old_base_ts, new_base_ts, log_append_time, max_ts)
+    new_max = top_ts if log_append_time else max(NO_TIMESTAMP, top_ts)
     codec = attributes & COMPRESSION_MASK
     if codec:
         body = compress(CompressionType(codec), body)
@@ -752,7 +618,7 @@ def _rebuild(fields, data, kept, horizon: int | None) -> bytes:
         attributes |= DELETE_HORIZON_FLAG
     out = bytearray(HEADER_SIZE + len(body))
     HEADER.pack_into(out, 0, base_offset, len(out) - LOG_OVERHEAD, leader_epoch, CURRENT_MAGIC, 0, attributes,
-                     last_offset_delta, new_base_ts, new_max, producer_id, producer_epoch, base_sequence, len(kept))
+                     last_offset_delta, new_base_ts, new_max, producer_id, producer_epoch, base_sequence, kept)
     out[HEADER_SIZE:] = body
     _U32.pack_into(out, 17, compute_crc(out))
     return bytes(out)

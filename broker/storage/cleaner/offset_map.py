@@ -18,6 +18,7 @@ and take the slow path.
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import struct
 
@@ -151,7 +152,8 @@ class SkimpyOffsetMap:
         self.latest_offset = offset
 
     def clear(self) -> None:
-        self._buf[:] = bytes(self.memory)
+        # memset in place: ~10x faster than copying in a zeroed buffer (a 128 MiB map every round)
+        ctypes.memset((ctypes.c_char * self.memory).from_buffer(self._buf), 0, self.memory)
         self.entries = 0
         self.collisions = 0
         self.latest_offset = -1
