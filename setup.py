@@ -63,7 +63,9 @@ class OptionalBuildExt(build_ext):
             (compiled,) = cythonize(
                 [ext],
                 build_dir="build/cython",  # the generated C stays out of the source folders
-                compiler_directives={"language_level": 3},
+                # warn.unreachable off: `if cython.compiled: ... return` ends in the interpreted
+                # fallback, which is unreachable in the compiled twin by design
+                compiler_directives={"language_level": 3, "warn.unreachable": False},
                 force=True,  # regenerate the C every build: never compile C left from another source
                 quiet=True,
             )

@@ -20,7 +20,7 @@ which is what the property tests comparing them use.
 from __future__ import annotations
 
 import importlib
-import importlib.util
+import importlib.machinery
 import logging
 import os
 from pathlib import Path
@@ -56,11 +56,24 @@ def compiled_name(name: str) -> str:
     return f"{_ROOT}.{package}._{module}_c"
 
 
+#: The folder holding triolog's packages (protocol/, client/, broker/ ...): the repository root in
+#: a checkout, site-packages/triolog in an installed wheel. Extensions are looked for here by file
+#: name, so deciding which core runs imports none of them (nor the packages of the broker).
+_TREE = Path(__file__).resolve().parent.parent
+
 #: The repository root when this module runs from a git checkout (editable install, or run from
 #: the tree); None in an installed wheel, where a twin and its source are installed together.
-_CHECKOUT = Path(__file__).resolve().parent.parent
-if not ((_CHECKOUT / ".git").exists() and (_CHECKOUT / "setup.py").is_file()):
-    _CHECKOUT = None
+_CHECKOUT = _TREE if (_TREE / ".git").exists() and (_TREE / "setup.py").is_file() else None
+
+
+def _compiled_file(name: str) -> Path | None:
+    package, _, module = name.rpartition(".")
+    folder = _TREE.joinpath(*package.split("."))
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        candidate = folder / f"_{module}_c{suffix}"
+        if candidate.is_file():
+            return candidate
+    return None
 
 
 def stale(name: str) -> bool:
@@ -72,31 +85,19 @@ def stale(name: str) -> bool:
     """
     if _CHECKOUT is None:
         return False
-    try:
-        spec = importlib.util.find_spec(compiled_name(name))
-    except ImportError:
-        return False
-    if spec is None or not spec.origin:
+    compiled = _compiled_file(name)
+    if compiled is None:
         return False
     source = _CHECKOUT.joinpath(*name.split(".")).with_suffix(".py")
     try:
-        return os.stat(spec.origin).st_mtime < source.stat().st_mtime
+        return compiled.stat().st_mtime < source.stat().st_mtime
     except OSError:
         return False
 
 
-def _import_compiled(name: str) -> ModuleType | None:
-    if stale(name):
-        return None
-    try:
-        return importlib.import_module(compiled_name(name))
-    except ImportError:
-        return None
-
-
 def compiled_available(name: str) -> bool:
-    """Whether the compiled extension of ``name`` was built and imports."""
-    return _import_compiled(name) is not None
+    """Whether the compiled extension of ``name`` was built (and, in a checkout, is not stale)."""
+    return _compiled_file(name) is not None and not stale(name)
 
 
 def implementation(name: str, compiled: bool) -> ModuleType:
@@ -108,11 +109,10 @@ def implementation(name: str, compiled: bool) -> ModuleType:
         raise ValueError(f"{name!r} is not a compiled-core module (those are {', '.join(MODULES)})")
     if not compiled:
         return importlib.import_module(f"{_ROOT}.{name}")
-    module = _import_compiled(name)
-    if module is None:
+    if not compiled_available(name):
         why = "older than its source (rebuild it)" if stale(name) else "not built"
         raise ImportError(f"the compiled extension {compiled_name(name)} is {why}")
-    return module
+    return importlib.import_module(compiled_name(name))
 
 
 def _choose() -> tuple[bool, str]:

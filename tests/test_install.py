@@ -24,23 +24,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.checkout import tracked_copy
 from triolog.protocol import core
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPILER = (sysconfig.get_config_var("CC") or "cc").split()[0]
 HAS_COMPILER = shutil.which(COMPILER) is not None
-
-
-def _clone(target: Path) -> Path:
-    """The tracked files of this checkout (symlinks as symlinks), as a fresh clone has them."""
-    listed = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True, timeout=60)
-    for relative in listed.stdout.decode().split("\0"):
-        if not relative or not os.path.lexists(ROOT / relative):
-            continue  # deleted in the work tree, not yet committed
-        destination = target / relative
-        destination.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(ROOT / relative, destination, follow_symlinks=False)
-    return target
 
 
 def _clean_env(**extra: str) -> dict[str, str]:
@@ -93,7 +82,7 @@ def _pip_install(venv: Path, clone: Path, *options: str, **env: str) -> subproce
 @pytest.mark.network
 def test_a_fresh_clone_installs_without_a_compiler_and_with_one(tmp_path):
     start = time.monotonic()
-    clone = _clone(tmp_path / "clone")
+    clone = tracked_copy(tmp_path / "clone")
     assert not list(clone.rglob("*.so")) and not (clone / "build").exists()
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120, env=_clean_env())
@@ -145,12 +134,10 @@ def test_a_fresh_clone_installs_without_a_compiler_and_with_one(tmp_path):
 def _built_twin(tmp_path: Path) -> Path:
     """The compiled twin of protocol.record_walk, as built for this interpreter (built here if needed)."""
     if core.compiled_available("protocol.record_walk"):
-        import importlib.util
-
-        return Path(importlib.util.find_spec(core.compiled_name("protocol.record_walk")).origin)
+        return core._compiled_file("protocol.record_walk")
     if not HAS_COMPILER:
         pytest.skip(f"no C compiler ({COMPILER}) here: no extension exists that could be stale")
-    build = _clone(tmp_path / "build-here")
+    build = tracked_copy(tmp_path / "build-here")
     subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=build, check=True,
                    capture_output=True, timeout=300, env=_clean_env())
     return next((build / "protocol").glob("_record_walk_c*.so"))
@@ -159,11 +146,16 @@ def _built_twin(tmp_path: Path) -> Path:
 @pytest.mark.parametrize("checkout", [True, False], ids=["checkout", "installed-tree"])
 def test_an_extension_older_than_its_source_never_runs_in_a_checkout(tmp_path, checkout):
     twin = _built_twin(tmp_path)
-    tree = _clone(tmp_path / "tree")
+    tree = tracked_copy(tmp_path / "tree")
     if checkout:
         (tree / ".git").mkdir()  # what makes a tree a checkout (a worktree has a .git file)
     else:
         (tree / "setup.py").unlink()  # an installed triolog/: no setup.py, no .git beside it
+    for name in core.MODULES:  # every twin built (the other modules' as they are here, up to date)
+        if name != "protocol.record_walk":
+            other = core._compiled_file(name)
+            assert other is not None, f"{name} is not built here: run python setup.py build_ext --inplace"
+            shutil.copy2(other, tree.joinpath(*name.split(".")[:-1]) / other.name)
     copied = tree / "protocol" / twin.name
     shutil.copy2(twin, copied)
     source = tree / "protocol" / "record_walk.py"

@@ -18,6 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.checkout import tracked_copy
 from triolog.protocol import core
 from triolog.protocol.compression import decompress
 from triolog.protocol.record_batch import HEADER, CompressionType
@@ -143,19 +144,23 @@ def test_the_environment_variable_forces_the_pure_walk():
     assert result.stdout.strip() == "False pure Python (TRIOLOG_PURE_PYTHON is set) True"
 
 
-def test_a_missing_extension_falls_back_to_pure_python_and_says_so_once():
-    result = _run(
-        "import logging, sys; logging.basicConfig(format='%(levelname)s %(name)s %(message)s');"
-        "sys.modules['triolog.protocol._record_walk_c'] = None;"  # what an install without a compiler looks like
-        "from triolog.protocol import core; from triolog.broker.storage import validator;"
-        "import triolog.protocol.record_walk as pure; core.load('protocol.record_walk');"
-        "print(core.COMPILED, validator.walk_records is pure.walk_records)",
-        TRIOLOG_PURE_PYTHON="",
+def test_a_missing_extension_falls_back_to_pure_python_and_says_so_once(tmp_path):
+    """A tree where the extensions were never built (as after an install without a compiler)."""
+    tree = tracked_copy(tmp_path / "tree")
+    result = subprocess.run(
+        [sys.executable, "-c",
+         "import logging, sys; logging.basicConfig(format='%(levelname)s %(name)s %(message)s');"
+         "from triolog.protocol import core; from triolog.broker.storage import validator;"
+         "import triolog.protocol.record_walk as pure; core.load('protocol.record_walk');"
+         "print(core.COMPILED, core.status(), validator.walk_records is pure.walk_records, pure.__file__)"],
+        cwd=tree, capture_output=True, text=True, timeout=60, env={**os.environ, "TRIOLOG_PURE_PYTHON": ""},
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "False True"
+    assert result.stdout.strip().startswith("False pure Python (extension not built) True "), result.stdout
+    assert result.stdout.strip().endswith(str(tree / "triolog" / "protocol" / "record_walk.py")), result.stdout
     warnings = [line for line in result.stderr.splitlines() if line.startswith("WARNING triolog.protocol.core")]
-    assert len(warnings) == 1 and "pure Python" in warnings[0] and "_record_walk_c" in warnings[0], result.stderr
+    assert len(warnings) == 1 and "pure Python" in warnings[0], result.stderr
+    assert all(core.compiled_name(name) in warnings[0] for name in core.MODULES), warnings[0]
 
 
 def test_the_pure_walk_runs_without_cython_installed():

@@ -1,0 +1,22 @@
+"""A copy of this checkout's tracked files, as a fresh clone has them (no built extensions, no .venv)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def tracked_copy(target: Path) -> Path:
+    """Copy the files git tracks here (symlinks as symlinks) to ``target``; returns ``target``."""
+    listed = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True, timeout=60)
+    for relative in listed.stdout.decode().split("\0"):
+        if not relative or not os.path.lexists(ROOT / relative):
+            continue  # deleted in the work tree, not yet committed
+        destination = target / relative
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / relative, destination, follow_symlinks=False)
+    return target
