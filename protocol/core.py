@@ -28,7 +28,7 @@ __all__ = ["COMPILED", "MODULES", "PURE_PYTHON_ENV", "compiled_available", "impl
 #: built from the same source. setup.py reads this tuple (it cannot import the package), so it is
 #: the one list of what gets compiled: add a module here, one per line, and setup.py builds it.
 MODULES = (
-    "protocol.record_walk",
+    "protocol.record_codec",
 )
 #: Set to a non-empty value other than "0" to run the pure-Python implementations.
 PURE_PYTHON_ENV = "TRIOLOG_PURE_PYTHON"
