@@ -32,24 +32,32 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from triolog.protocol import core
 from triolog.protocol import messages as m
-from triolog.protocol.errors import ErrorCode
-from triolog.protocol.record_batch import TimestampType
-from triolog.protocol.records import iter_batches
+from triolog.protocol.errors import CorruptRecordError, ErrorCode
+from triolog.protocol.record_batch import TIMESTAMP_TYPE_MASK, read_header
+from triolog.protocol.records import iter_batch_views, records_data
 
 from .errors import (BrokerConnectionError, CorruptMessageError, NoOffsetForPartitionError, RecordDeserializationError,
                      TriologClientError, error_for)
 from .metadata import MetadataCache
 from .serde import Deserializer, as_topic_function
 from .ops import Call, Op, Sleep, check_response, now
-from .types import EARLIEST, LATEST, ConsumerRecord, OffsetAndTimestamp, TopicPartition
+from .types import EARLIEST, LATEST, ConsumerRecord, OffsetAndTimestamp, RecordColumns, TopicPartition
 
-__all__ = ["ConsumerConfig", "ConsumerCore", "Polled", "list_offsets_op"]
+__all__ = ["ConsumerConfig", "ConsumerCore", "Polled", "PolledColumns", "list_offsets_op"]
 
 _RESETS = {"earliest": EARLIEST, "latest": LATEST, "none": None}
 
 #: What poll() returns, as kafka-python shapes it: records by partition, each list in offset order.
 Polled = dict[TopicPartition, list[ConsumerRecord]]
+#: What poll_columns() returns: the same records by partition, as columns.
+PolledColumns = dict[TopicPartition, RecordColumns]
+
+#: The record codec of the compiled core (protocol/core.py): builds ConsumerRecords straight from
+#: the fetched bytes, one object a record, compiled where it was built.
+_codec = core.load("protocol.record_codec")
+_TIMESTAMP_NAMES = ("CreateTime", "LogAppendTime")
 
 
 @dataclass(frozen=True)
@@ -87,6 +95,8 @@ class _PartitionState:
     buffer: deque = field(default_factory=deque)
     #: Where fetching resumes once the buffer is consumed: the end of the last fetched batch.
     next_fetch_offset: int | None = None
+    #: Whether the buffer may hold RecordColumns chunks (fetched for poll_columns).
+    has_chunks: bool = False
 
 
 def list_offsets_op(queries: dict[TopicPartition, int], timeout_s: float) -> Op[dict[TopicPartition, OffsetAndTimestamp]]:
@@ -148,6 +158,8 @@ class ConsumerCore:
         self._unresolved: list[str] = []
         self._next_lookup, self._lookups_missed = 0.0, 0
         self._timeout_s = config.request_timeout_ms / 1000
+        #: Whether fetches decode into RecordColumns chunks (the last poll was poll_columns).
+        self._columnar = False
 
     # -- assignment and seeks (local, no I/O) --------------------------------------------------
 
@@ -271,6 +283,20 @@ class ConsumerCore:
     def poll_op(self, timeout_ms: float, max_records: int | None = None) -> Op[Polled]:
         """Up to ``max_records`` (default ``max_poll_records``) records from the assigned
         partitions, by partition, waiting up to ``timeout_ms`` for the first ones; {} if none."""
+        self._columnar = False
+        return (yield from self._poll_op(timeout_ms, max_records, self._drain))
+
+    def poll_columns_op(self, timeout_ms: float, max_records: int | None = None) -> Op[PolledColumns]:
+        """poll_op's records as one RecordColumns a partition, decoded straight into the columns
+        (no object a record). The keys and values are the fetched bytes: not available with
+        deserializers. Positions and offsets move exactly as with poll_op; the two mix freely."""
+        if self._deserialize is not None:
+            raise ValueError("poll_columns hands out the fetched bytes; it is not available on a consumer with "
+                             "a key_deserializer or value_deserializer: use poll()")
+        self._columnar = True
+        return (yield from self._poll_op(timeout_ms, max_records, self._drain_columns))
+
+    def _poll_op(self, timeout_ms: float, max_records: int | None, drain) -> Op[dict]:
         if max_records is None:
             max_records = self.config.max_poll_records
         elif isinstance(max_records, bool) or not isinstance(max_records, int) or max_records < 1:
@@ -278,13 +304,13 @@ class ConsumerCore:
         deadline = now() + max(0.0, timeout_ms) / 1000
         backoff_s = self.config.retry_backoff_ms / 1000
         while True:
-            records = self._drain(max_records)
+            records = drain(max_records)
             if records:
                 return records
             try:
                 yield from self._ensure_assignment_op()
                 yield from self._resolve_positions_op()
-                records = self._drain(max_records)
+                records = drain(max_records)
                 if records:
                     return records
                 remaining_ms = max(0, int((deadline - now()) * 1000))
@@ -306,7 +332,7 @@ class ConsumerCore:
                     raise
                 yield Sleep(backoff_s)
                 continue
-            records = self._drain(max_records)
+            records = drain(max_records)
             if records or now() >= deadline:
                 return records
 
@@ -343,22 +369,40 @@ class ConsumerCore:
             raise errors[0]
 
     def _buffer(self, tp: TopicPartition, state: _PartitionState, data: bytes) -> None:
+        """Decode a fetched partition's batches into the buffer: ConsumerRecords, or (after
+        poll_columns asked, ``self._columnar``) one RecordColumns chunk per fetch."""
         position = state.position
-        records = []
+        records: list = []
+        columns = RecordColumns() if self._columnar else None
         next_offset = None
+        topic, partition = tp.topic, tp.partition
         try:
-            for batch in iter_batches(data):
-                next_offset = batch.next_offset
-                if batch.next_offset <= position or batch.is_control:
+            for view in iter_batch_views(data):
+                header = read_header(view)
+                next_offset = header.base_offset + header.last_offset_delta + 1
+                if next_offset <= position or header.is_control:
                     continue
-                timestamp_type = TimestampType(batch.timestamp_type).kafka_name
-                for record in batch.records:
-                    if record.offset >= position:
-                        records.append(ConsumerRecord(tp.topic, tp.partition, record.offset, record.timestamp,
-                                                      record.key, record.value, record.headers, timestamp_type))
+                header, payload = records_data(view)
+                if payload is None:
+                    continue
+                log_append_time = header.attributes & TIMESTAMP_TYPE_MASK
+                append_time = header.max_timestamp if log_append_time else None
+                try:
+                    if columns is None:
+                        _codec.decode_consumer_records(
+                            payload, header.records_count, header.base_offset, header.base_timestamp, append_time,
+                            position, records, ConsumerRecord, topic, partition, _TIMESTAMP_NAMES[log_append_time])
+                    else:
+                        _codec.decode_columns(payload, header.records_count, header.base_offset,
+                                              header.base_timestamp, append_time, position, None, columns, True)
+                except CorruptRecordError as exc:
+                    raise CorruptRecordError(f"record batch at base offset {header.base_offset}: {exc}") from None
         except Exception as exc:  # protocol.errors.CorruptRecordError & co: the broker sent bad bytes
             raise CorruptMessageError(f"fetched data does not decode: {exc}", topic=tp.topic,
                                       partition=tp.partition) from None
+        if columns is not None and columns.offsets:
+            records.append(columns)
+            state.has_chunks = True
         state.buffer.extend(records)
         if next_offset is not None and next_offset > position:
             state.next_fetch_offset = next_offset
@@ -372,10 +416,23 @@ class ConsumerCore:
         for tp, state in self._states.items():
             buffer = state.buffer
             if buffer and count < limit:
-                records = out[tp] = []
-                while buffer and count < limit:
-                    record = buffer.popleft()
-                    if deserialize is not None:
+                if state.has_chunks:  # fetched for poll_columns
+                    buffer = state.buffer = deque(_as_records(tp, buffer))
+                    state.has_chunks = False
+                if deserialize is None:  # the common case: hand out the buffered records as they are
+                    take = min(len(buffer), limit - count)
+                    if take == len(buffer):
+                        records = out[tp] = list(buffer)
+                        buffer.clear()
+                    else:
+                        popleft = buffer.popleft
+                        records = out[tp] = [popleft() for _ in range(take)]
+                    count += take
+                    state.position = records[-1].offset + 1
+                else:
+                    records = out[tp] = []
+                    while buffer and count < limit:
+                        record = buffer.popleft()
                         try:
                             record = deserialize(record)
                         except RecordDeserializationError:
@@ -387,10 +444,50 @@ class ConsumerCore:
                             if out:
                                 return out  # hand out what came before it; the next poll raises
                             raise
-                    records.append(record)
-                    count += 1
-                state.position = records[-1].offset + 1
+                        records.append(record)
+                        count += 1
+                    state.position = records[-1].offset + 1
             if not buffer and state.next_fetch_offset is not None and state.position is not None:
                 state.position = max(state.position, state.next_fetch_offset)
                 state.next_fetch_offset = None
         return out
+
+    def _drain_columns(self, limit: int) -> PolledColumns:
+        out: PolledColumns = {}
+        count = 0
+        for tp, state in self._states.items():
+            buffer = state.buffer
+            if buffer and count < limit:
+                columns = out[tp] = RecordColumns()
+                while buffer and count < limit:
+                    item = buffer[0]
+                    if type(item) is RecordColumns:
+                        room = limit - count
+                        if len(item) <= room:
+                            buffer.popleft()
+                        else:
+                            item, buffer[0] = item.split(room)
+                        columns.extend(item)
+                        count += len(item)
+                    else:  # a record fetched for poll()
+                        columns.append_record(buffer.popleft())
+                        count += 1
+                state.position = columns.offsets[-1] + 1
+            if not buffer and state.next_fetch_offset is not None and state.position is not None:
+                state.position = max(state.position, state.next_fetch_offset)
+                state.next_fetch_offset = None
+        return out
+
+
+def _as_records(tp: TopicPartition, buffer) -> list[ConsumerRecord]:
+    """The buffer with its RecordColumns chunks (fetched for poll_columns) as ConsumerRecords."""
+    out = []
+    for item in buffer:
+        if type(item) is RecordColumns:
+            out += [ConsumerRecord(tp.topic, tp.partition, offset, timestamp, key, value, headers,
+                                   _TIMESTAMP_NAMES[kind])
+                    for offset, timestamp, kind, key, value, headers in zip(
+                        item.offsets, item.timestamps, item.types, item.keys, item.values, item.headers)]
+        else:
+            out.append(item)
+    return out

@@ -934,3 +934,50 @@ def renumber_records(data, position: int, count: int) -> bytearray:
         out += view[rest:record_end]
         position = record_end
     return out
+
+
+@cython.boundscheck(True)
+@cython.wraparound(False)
+@cython.locals(buf="const unsigned char[:]", position=cython.Py_ssize_t, record_end=cython.Py_ssize_t,
+               count=cython.Py_ssize_t, index=cython.Py_ssize_t, b=cython.int, c=cython.int, length=cython.long,
+               offset_delta=cython.long, timestamp_delta=cython.longlong, zz=list, zz2=list)
+def first_at_or_after(data, count, base_offset, base_timestamp, append_time, timestamp, min_offset):
+    """(timestamp, offset) of the first of the ``count`` records in ``data`` with timestamp >=
+    ``timestamp`` and offset >= ``min_offset``, or None; keys, values and headers are skipped by
+    their lengths. A short buffer raises IndexError (the caller names the batch)."""
+    buf = data
+    zz = _ZIGZAG_ONE
+    zz2 = _ZIGZAG_TWO
+    position = 0
+    for index in range(count):
+        b = buf[position]
+        if b < 0x80:
+            length = zz[b]
+            position += 1
+        elif (c := buf[position + 1]) < 0x80:
+            length = zz2[b | c << 8]
+            position += 2
+        else:
+            length, position = _long32(buf, position)
+        record_end = position + length
+        b = buf[position + 1]  # after the attributes byte: timestamp delta
+        if b < 0x80:
+            timestamp_delta = zz[b]
+            position += 2
+        elif (c := buf[position + 2]) < 0x80:
+            timestamp_delta = zz2[b | c << 8]
+            position += 3
+        else:
+            timestamp_delta, position = _long64(buf, position + 1)
+        b = buf[position]
+        if b < 0x80:
+            offset_delta = zz[b]
+        elif (c := buf[position + 1]) < 0x80:
+            offset_delta = zz2[b | c << 8]
+        else:
+            offset_delta = _long32(buf, position)[0]
+        record_timestamp = append_time if append_time is not None else base_timestamp + timestamp_delta
+        if record_timestamp >= timestamp and base_offset + offset_delta >= min_offset:
+            return record_timestamp, base_offset + offset_delta
+        position = record_end
+    return None

@@ -80,8 +80,10 @@ __all__ = [
     "encode_end_txn_marker",
     "encode_varint",
     "encode_varlong",
+    "iter_batch_views",
     "iter_batches",
     "parse_control_record_key",
+    "records_data",
     "parse_end_txn_marker_value",
 ]
 
@@ -338,11 +340,9 @@ def _parse_records(data: bytes, header: BatchHeader) -> list[Record]:
     )
 
 
-def decode_batch(buf) -> RecordBatch:
-    """Decode exactly one v2 batch: check size, magic and CRC, decompress, parse every record.
-
-    Like Kafka, a batch declaring zero records is not decompressed or parsed at all.
-    """
+def records_data(buf) -> tuple[BatchHeader, bytes | None]:
+    """One v2 batch's header and its records section, uncompressed (None when it declares no
+    records), after the checks decode_batch makes: size, magic, CRC, codec id, record count."""
     view = memoryview(buf)
     header = check_batch(view)
     codec = header.attributes & COMPRESSION_MASK
@@ -355,9 +355,19 @@ def decode_batch(buf) -> RecordBatch:
             f"record batch at base offset {header.base_offset} has a negative record count {header.records_count}"
         )
     if header.records_count == 0:
-        return RecordBatch(header, [])
+        return header, None
     payload = view[HEADER_SIZE:]
-    data = bytes(payload) if codec == CompressionType.NONE else decompress(CompressionType(codec), payload)
+    return header, bytes(payload) if codec == CompressionType.NONE else decompress(CompressionType(codec), payload)
+
+
+def decode_batch(buf) -> RecordBatch:
+    """Decode exactly one v2 batch: check size, magic and CRC, decompress, parse every record.
+
+    Like Kafka, a batch declaring zero records is not decompressed or parsed at all.
+    """
+    header, data = records_data(buf)
+    if data is None:
+        return RecordBatch(header, [])
     try:
         records = _parse_records(data, header)
     except CorruptRecordError as exc:
@@ -372,6 +382,13 @@ def iter_batches(buf) -> Iterator[RecordBatch]:
     Legacy magic 0/1 raises UnsupportedForMessageFormatError (as split_batches does); anything
     else that is wrong raises CorruptRecordError.
     """
+    for view in iter_batch_views(buf):
+        yield decode_batch(view)
+
+
+def iter_batch_views(buf) -> Iterator[memoryview]:
+    """The whole batches of a fetch response, as views, framing checked (iter_batches' split,
+    for readers that decode the records themselves: records_data, then the codec)."""
     view = memoryview(buf)
     total = len(view)
     position = 0
@@ -395,7 +412,7 @@ def iter_batches(buf) -> Iterator[RecordBatch]:
         size = batch_length + LOG_OVERHEAD
         if position + size > total:
             return
-        yield decode_batch(view[position : position + size])
+        yield view[position : position + size]
         position += size
 
 
@@ -518,33 +535,11 @@ def first_record_at_or_after(buf, timestamp: int, min_offset: int) -> tuple[int,
         fixed_timestamp = header.max_timestamp
     else:
         fixed_timestamp = None
-    base_timestamp = header.base_timestamp
-    zz = _ZIGZAG_ONE
-    position = 0
     try:
-        for _ in range(header.records_count):
-            b = data[position]
-            if b < 0x80:
-                length, position = zz[b], position + 1
-            elif data[position + 1] < 0x80:  # 64..8191-byte records: two-byte length
-                u = (b & 0x7F) | (data[position + 1] << 7)
-                length, position = (u >> 1) ^ -(u & 1), position + 2
-            else:
-                length, position = _varint32(data, position)
-            record_end = position + length
-            b = data[position + 1]  # skip the attributes byte
-            if b < 0x80:
-                timestamp_delta, position = zz[b], position + 2
-            else:
-                timestamp_delta, position = _varint64(data, position + 1)
-            b = data[position]
-            offset_delta = zz[b] if b < 0x80 else _varint32(data, position)[0]
-            record_timestamp = fixed_timestamp if fixed_timestamp is not None else base_timestamp + timestamp_delta
-            if record_timestamp >= timestamp and base_offset + offset_delta >= min_offset:
-                return record_timestamp, base_offset + offset_delta
-            position = record_end
+        return _codec.first_at_or_after(data, header.records_count, base_offset, header.base_timestamp,
+                                        fixed_timestamp, timestamp, min_offset)
     except IndexError:
         raise CorruptRecordError(
             f"record batch at base offset {base_offset}: premature EOF while reading record timestamps"
         ) from None
-    return None
+
