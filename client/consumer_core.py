@@ -385,7 +385,7 @@ class ConsumerCore:
                 header, payload = records_data(view)
                 if payload is None:
                     continue
-                log_append_time = header.attributes & TIMESTAMP_TYPE_MASK
+                log_append_time = 1 if header.attributes & TIMESTAMP_TYPE_MASK else 0
                 append_time = header.max_timestamp if log_append_time else None
                 try:
                     if columns is None:
