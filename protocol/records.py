@@ -2,7 +2,9 @@
 
 The broker's fetch path never comes here, and its produce path only walks the records without
 building them (record_walk.py). This module decodes and builds the records inside, for clients,
-the cleaner and tools; decompression is bounded by compression.MAX_DECOMPRESSED_BYTES.
+the cleaner and tools; decompression is bounded by compression.MAX_DECOMPRESSED_BYTES. The batch
+header, CRC and compression are handled here; the per-record loops (varints, records in and out)
+are the compiled core's record codec (record_codec.py), which this module calls.
 
 Record layout (Kafka's DefaultRecord), repeated ``records_count`` times after the header, the
 whole sequence compressed as one stream when the batch codec is not none::

@@ -23,7 +23,7 @@ violations and null keys on compacted topics; INVALID_TIMESTAMP for timestamps o
 MESSAGE_TOO_LARGE for a batch over max.message.bytes or one that decompresses past its limit.
 
 The walk runs on the compiled core (protocol/core.py) where it was built: about 30 ns a record
-against 600 ns interpreted for 100-byte records (bench/record_walk.py).
+against 600 ns interpreted for 100-byte records (bench/codec.py).
 """
 
 from __future__ import annotations
