@@ -26,10 +26,7 @@ try:  # Cython is needed to build, not to run: its pure-Python-mode names, or a 
     import cython
 except ModuleNotFoundError:
     from . import _cython_shim as cython
-try:  # only the compiled branches use these; interpreted, the import fails and nothing needs them
-    from cython.cimports.cpython.ref import Py_INCREF
-    from cython.cimports.cpython.tuple import PyTuple_SET_ITEM
-    from cython.cimports.cpython.type import PyType_GenericAlloc
+try:  # only the compiled branches use it; interpreted, the import fails and nothing needs it
     from cython.cimports.libc.string import memcpy
 except (ImportError, AttributeError):
     pass
@@ -261,30 +258,6 @@ def _add(a: cython.longlong, b: cython.longlong):
     return a + b
 
 
-@cython.cfunc
-def _tuple8(cls, a, b, c, d, e, f, g, h):
-    """cls(a, ..., h) for a named tuple class of 8 fields, filled in place (compiled only): what
-    tuple.__new__(cls, (a, ..., h)) gives, without the temporary tuple and the call."""
-    record = PyType_GenericAlloc(cls, 8)
-    Py_INCREF(a)
-    PyTuple_SET_ITEM(record, 0, a)
-    Py_INCREF(b)
-    PyTuple_SET_ITEM(record, 1, b)
-    Py_INCREF(c)
-    PyTuple_SET_ITEM(record, 2, c)
-    Py_INCREF(d)
-    PyTuple_SET_ITEM(record, 3, d)
-    Py_INCREF(e)
-    PyTuple_SET_ITEM(record, 4, e)
-    Py_INCREF(f)
-    PyTuple_SET_ITEM(record, 5, f)
-    Py_INCREF(g)
-    PyTuple_SET_ITEM(record, 6, g)
-    Py_INCREF(h)
-    PyTuple_SET_ITEM(record, 7, h)
-    return record
-
-
 # ---------------------------------------------------------------------------------------------
 # Encode: Record objects -> records section
 # ---------------------------------------------------------------------------------------------
@@ -492,7 +465,8 @@ _tuple_new = tuple.__new__
     exact_c=cython.bint,
     hi_open=cython.bint,
     interpreted=cython.bint,
-    in_place=cython.bint,
+    to_consumer=cython.bint,
+    to_records=cython.bint,
     filtering=cython.bint,
     fixed=cython.bint,
     mode=cython.int,
@@ -526,10 +500,8 @@ def _decode(data, count, base_offset, base_timestamp, append_time, lo, hi, mode,
     lo_c = lo if exact_c else 0
     hi_c = (_INT64_MAX if hi_open else hi) if exact_c else 0
     interpreted = not cython.compiled
-    # a plain named tuple of 8 fields (ConsumerRecord) is filled in place when compiled
-    in_place = (mode == _CONSUMER and not interpreted and type(record_type) is type and issubclass(record_type, tuple)
-                and getattr(record_type, "_fields", None) is not None and len(record_type._fields) == 8
-                and record_type.__itemsize__ == tuple.__itemsize__ and record_type.__basicsize__ == tuple.__basicsize__)
+    to_consumer = mode == _CONSUMER
+    to_records = mode == _RECORDS
     if mode == _RECORDS:
         set_offset = record_type.offset.__set__
         set_timestamp = record_type.timestamp.__set__
@@ -677,14 +649,10 @@ def _decode(data, count, base_offset, base_timestamp, append_time, lo, hi, mode,
                     if filtering and not lo <= offset < hi:
                         continue
                 timestamp = append_time if fixed else _add(base_timestamp_c, timestamp_delta)
-            if mode == _CONSUMER:
-                if in_place:
-                    out.append(_tuple8(record_type, topic, partition, offset, timestamp, key, value, headers,
-                                       timestamp_name))
-                else:
-                    out.append(_tuple_new(record_type, (topic, partition, offset, timestamp, key, value, headers,
-                                                        timestamp_name)))
-            elif mode == _RECORDS:
+            if to_consumer:
+                out.append(_tuple_new(record_type, (topic, partition, offset, timestamp, key, value, headers,
+                                                    timestamp_name)))
+            elif to_records:
                 record = _new_object(record_type)
                 set_offset(record, offset)
                 set_timestamp(record, timestamp)
