@@ -92,11 +92,11 @@ class _PartitionState:
     position: int | None = None
     #: -2 earliest, -1 latest, or a timestamp to seek to; None: use auto_offset_reset.
     pending_reset: int | None = None
+    #: Fetched batches not yet handed out, in offset order: _Pending (checked, not yet decoded),
+    #: _Decoded (ConsumerRecords) or RecordColumns chunks.
     buffer: deque = field(default_factory=deque)
     #: Where fetching resumes once the buffer is consumed: the end of the last fetched batch.
     next_fetch_offset: int | None = None
-    #: Whether the buffer may hold RecordColumns chunks (fetched for poll_columns).
-    has_chunks: bool = False
 
 
 def list_offsets_op(queries: dict[TopicPartition, int], timeout_s: float) -> Op[dict[TopicPartition, OffsetAndTimestamp]]:
@@ -158,8 +158,6 @@ class ConsumerCore:
         self._unresolved: list[str] = []
         self._next_lookup, self._lookups_missed = 0.0, 0
         self._timeout_s = config.request_timeout_ms / 1000
-        #: Whether fetches decode into RecordColumns chunks (the last poll was poll_columns).
-        self._columnar = False
 
     # -- assignment and seeks (local, no I/O) --------------------------------------------------
 
@@ -283,7 +281,6 @@ class ConsumerCore:
     def poll_op(self, timeout_ms: float, max_records: int | None = None) -> Op[Polled]:
         """Up to ``max_records`` (default ``max_poll_records``) records from the assigned
         partitions, by partition, waiting up to ``timeout_ms`` for the first ones; {} if none."""
-        self._columnar = False
         return (yield from self._poll_op(timeout_ms, max_records, self._drain))
 
     def poll_columns_op(self, timeout_ms: float, max_records: int | None = None) -> Op[PolledColumns]:
@@ -293,7 +290,6 @@ class ConsumerCore:
         if self._deserialize is not None:
             raise ValueError("poll_columns hands out the fetched bytes; it is not available on a consumer with "
                              "a key_deserializer or value_deserializer: use poll()")
-        self._columnar = True
         return (yield from self._poll_op(timeout_ms, max_records, self._drain_columns))
 
     def _poll_op(self, timeout_ms: float, max_records: int | None, drain) -> Op[dict]:
@@ -369,13 +365,12 @@ class ConsumerCore:
             raise errors[0]
 
     def _buffer(self, tp: TopicPartition, state: _PartitionState, data: bytes) -> None:
-        """Decode a fetched partition's batches into the buffer: ConsumerRecords, or (after
-        poll_columns asked, ``self._columnar``) one RecordColumns chunk per fetch."""
+        """Check a fetched partition's batches (framing, CRC, decompression) into the buffer; their
+        records are decoded when a poll hands them out, a batch at a time, so a large fetch is never
+        all in memory as objects at once."""
         position = state.position
-        records: list = []
-        columns = RecordColumns() if self._columnar else None
+        pending = []
         next_offset = None
-        topic, partition = tp.topic, tp.partition
         try:
             for view in iter_batch_views(data):
                 header = read_header(view)
@@ -383,27 +378,12 @@ class ConsumerCore:
                 if next_offset <= position or header.is_control:
                     continue
                 header, payload = records_data(view)
-                if payload is None:
-                    continue
-                log_append_time = 1 if header.attributes & TIMESTAMP_TYPE_MASK else 0
-                append_time = header.max_timestamp if log_append_time else None
-                try:
-                    if columns is None:
-                        _codec.decode_consumer_records(
-                            payload, header.records_count, header.base_offset, header.base_timestamp, append_time,
-                            position, records, ConsumerRecord, topic, partition, _TIMESTAMP_NAMES[log_append_time])
-                    else:
-                        _codec.decode_columns(payload, header.records_count, header.base_offset,
-                                              header.base_timestamp, append_time, position, None, columns, True)
-                except CorruptRecordError as exc:
-                    raise CorruptRecordError(f"record batch at base offset {header.base_offset}: {exc}") from None
+                if payload is not None:
+                    pending.append(_Pending(header, payload, position))
         except Exception as exc:  # protocol.errors.CorruptRecordError & co: the broker sent bad bytes
             raise CorruptMessageError(f"fetched data does not decode: {exc}", topic=tp.topic,
                                       partition=tp.partition) from None
-        if columns is not None and columns.offsets:
-            records.append(columns)
-            state.has_chunks = True
-        state.buffer.extend(records)
+        state.buffer.extend(pending)
         if next_offset is not None and next_offset > position:
             state.next_fetch_offset = next_offset
             if not state.buffer:
@@ -415,38 +395,48 @@ class ConsumerCore:
         deserialize = self._deserialize
         for tp, state in self._states.items():
             buffer = state.buffer
-            if buffer and count < limit:
-                if state.has_chunks:  # fetched for poll_columns
-                    buffer = state.buffer = deque(_as_records(tp, buffer))
-                    state.has_chunks = False
-                if deserialize is None:  # the common case: hand out the buffered records as they are
-                    take = min(len(buffer), limit - count)
-                    if take == len(buffer):
-                        records = out[tp] = list(buffer)
-                        buffer.clear()
-                    else:
-                        popleft = buffer.popleft
-                        records = out[tp] = [popleft() for _ in range(take)]
-                    count += take
-                    state.position = records[-1].offset + 1
+            records: list[ConsumerRecord] = []
+            while buffer and count < limit:
+                chunk = buffer[0]
+                if type(chunk) is not _Decoded:
+                    try:
+                        chunk = buffer[0] = _Decoded(chunk.records(tp) if type(chunk) is _Pending
+                                                     else _as_records(tp, chunk))
+                    except CorruptMessageError:  # stays next: every poll raises until a seek passes it
+                        if records:
+                            out[tp] = records
+                            state.position = records[-1].offset + 1
+                        if out:
+                            return out
+                        raise
+                decoded, start = chunk.items, chunk.start
+                stop = min(len(decoded), start + limit - count)
+                if deserialize is None:
+                    records += decoded[start:stop] if start or stop < len(decoded) else decoded
+                    count += stop - start
+                    start = stop
                 else:
-                    records = out[tp] = []
-                    while buffer and count < limit:
-                        record = buffer.popleft()
+                    while start < stop:
                         try:
-                            record = deserialize(record)
+                            record = deserialize(decoded[start])
                         except RecordDeserializationError:
-                            buffer.appendleft(record)  # stays next: the position does not pass it
+                            chunk.start = start  # stays next: the position does not pass it
                             if records:
+                                out[tp] = records
                                 state.position = records[-1].offset + 1
-                            else:
-                                del out[tp]
                             if out:
                                 return out  # hand out what came before it; the next poll raises
                             raise
                         records.append(record)
+                        start += 1
                         count += 1
-                    state.position = records[-1].offset + 1
+                if start == len(decoded):
+                    buffer.popleft()
+                else:
+                    chunk.start = start
+            if records:
+                out[tp] = records
+                state.position = records[-1].offset + 1
             if not buffer and state.next_fetch_offset is not None and state.position is not None:
                 state.position = max(state.position, state.next_fetch_offset)
                 state.next_fetch_offset = None
@@ -457,21 +447,33 @@ class ConsumerCore:
         count = 0
         for tp, state in self._states.items():
             buffer = state.buffer
-            if buffer and count < limit:
-                columns = out[tp] = RecordColumns()
-                while buffer and count < limit:
-                    item = buffer[0]
-                    if type(item) is RecordColumns:
-                        room = limit - count
-                        if len(item) <= room:
-                            buffer.popleft()
-                        else:
-                            item, buffer[0] = item.split(room)
-                        columns.extend(item)
-                        count += len(item)
-                    else:  # a record fetched for poll()
-                        columns.append_record(buffer.popleft())
-                        count += 1
+            columns = RecordColumns()
+            while buffer and count < limit:
+                chunk = buffer[0]
+                if type(chunk) is _Pending:
+                    try:
+                        chunk = buffer[0] = chunk.columns(tp)
+                    except CorruptMessageError:  # stays next: every poll raises until a seek passes it
+                        if columns.offsets:
+                            out[tp] = columns
+                            state.position = columns.offsets[-1] + 1
+                        if out:
+                            return out
+                        raise
+                elif type(chunk) is _Decoded:  # records decoded for poll()
+                    rest = RecordColumns()
+                    for record in chunk.items[chunk.start:]:
+                        rest.append_record(record)
+                    chunk = buffer[0] = rest
+                room = limit - count
+                if len(chunk) <= room:
+                    buffer.popleft()
+                else:
+                    chunk, buffer[0] = chunk.split(room)
+                columns.extend(chunk)
+                count += len(chunk)
+            if columns.offsets:
+                out[tp] = columns
                 state.position = columns.offsets[-1] + 1
             if not buffer and state.next_fetch_offset is not None and state.position is not None:
                 state.position = max(state.position, state.next_fetch_offset)
@@ -479,15 +481,55 @@ class ConsumerCore:
         return out
 
 
-def _as_records(tp: TopicPartition, buffer) -> list[ConsumerRecord]:
-    """The buffer with its RecordColumns chunks (fetched for poll_columns) as ConsumerRecords."""
-    out = []
-    for item in buffer:
-        if type(item) is RecordColumns:
-            out += [ConsumerRecord(tp.topic, tp.partition, offset, timestamp, key, value, headers,
-                                   _TIMESTAMP_NAMES[kind])
-                    for offset, timestamp, kind, key, value, headers in zip(
-                        item.offsets, item.timestamps, item.types, item.keys, item.values, item.headers)]
-        else:
-            out.append(item)
-    return out
+class _Pending:
+    """One fetched batch, checked and decompressed, whose records are decoded when handed out."""
+
+    __slots__ = ("count", "base_offset", "base_timestamp", "append_time", "timestamp_name", "payload", "position")
+
+    def __init__(self, header, payload: bytes, position: int) -> None:
+        self.count, self.base_offset, self.base_timestamp = header.records_count, header.base_offset, \
+            header.base_timestamp
+        log_append_time = header.attributes & TIMESTAMP_TYPE_MASK
+        self.append_time = header.max_timestamp if log_append_time else None
+        self.timestamp_name = _TIMESTAMP_NAMES[1 if log_append_time else 0]
+        self.payload, self.position = payload, position
+
+    def records(self, tp: TopicPartition) -> list[ConsumerRecord]:
+        """The records at or after the fetch position, straight from the compiled decoder."""
+        out: list[ConsumerRecord] = []
+        try:
+            _codec.decode_consumer_records(self.payload, self.count, self.base_offset, self.base_timestamp,
+                                           self.append_time, self.position, out, ConsumerRecord, tp.topic,
+                                           tp.partition, self.timestamp_name)
+        except CorruptRecordError as exc:
+            raise self._error(tp, exc) from None
+        return out
+
+    def columns(self, tp: TopicPartition) -> RecordColumns:
+        out = RecordColumns()
+        try:
+            _codec.decode_columns(self.payload, self.count, self.base_offset, self.base_timestamp, self.append_time,
+                                  self.position, None, out, True)
+        except CorruptRecordError as exc:
+            raise self._error(tp, exc) from None
+        return out
+
+    def _error(self, tp: TopicPartition, exc: Exception) -> CorruptMessageError:
+        return CorruptMessageError(f"fetched data does not decode: record batch at base offset {self.base_offset}: "
+                                   f"{exc}", topic=tp.topic, partition=tp.partition)
+
+
+class _Decoded:
+    """A batch's records, decoded for poll(), handed out from ``start`` on."""
+
+    __slots__ = ("items", "start")
+
+    def __init__(self, items: list[ConsumerRecord]) -> None:
+        self.items, self.start = items, 0
+
+
+def _as_records(tp: TopicPartition, columns: RecordColumns) -> list[ConsumerRecord]:
+    """A RecordColumns chunk (decoded for poll_columns) as ConsumerRecords, for poll()."""
+    return [ConsumerRecord(tp.topic, tp.partition, offset, timestamp, key, value, headers, _TIMESTAMP_NAMES[kind])
+            for offset, timestamp, kind, key, value, headers in zip(
+                columns.offsets, columns.timestamps, columns.types, columns.keys, columns.values, columns.headers)]
