@@ -7,8 +7,9 @@ import time
 
 import pytest
 
-from triolog.client import (Consumer, ConsumerRecord, NewTopic, NoOffsetForPartitionError, OffsetAndTimestamp, OffsetOutOfRangeError,
-                    Producer, TopicPartition, UnknownTopicOrPartitionError)
+from triolog.client import (Consumer, ConsumerRecord, CorruptMessageError, NewTopic, NoOffsetForPartitionError,
+                            OffsetAndTimestamp, OffsetOutOfRangeError, Producer, TopicPartition,
+                            UnknownTopicOrPartitionError)
 from tests.client.helpers import flat as _flat
 
 
@@ -266,3 +267,27 @@ def test_poll_columns_refuses_a_consumer_with_deserializers(bootstrap, filled):
         consumer.assign([filled])
         with pytest.raises(ValueError, match="deserializer"):
             consumer.poll_columns(0)
+
+
+def test_a_batch_whose_records_do_not_decode_is_reported_after_the_good_ones_and_stays_next():
+    """CRC-valid bytes whose records are broken (a broker bug or a disk fault the CRC missed): the
+    records before it are handed out, then every poll raises CorruptMessageError for it."""
+    from triolog.client.consumer_core import ConsumerConfig, ConsumerCore
+    from triolog.protocol.record_batch import CRC_OFFSET, compute_crc
+    from triolog.protocol.records import Record, encode_batch
+
+    good = encode_batch([Record(i, 1000 + i, b"k", b"v%d" % i) for i in range(3)])
+    bad = bytearray(encode_batch([Record(i, 2000, b"k", b"w") for i in range(3, 5)], base_offset=3))
+    bad[61] = 0x7F  # the first record's length varint: -64, a negative record length
+    bad[CRC_OFFSET:CRC_OFFSET + 4] = compute_crc(bad).to_bytes(4, "big")
+    tp = TopicPartition("t", 0)
+    consumer = ConsumerCore(ConsumerConfig(max_poll_records=2))
+    consumer.assign([tp])
+    consumer.seek(tp, 1)
+    consumer._buffer(tp, consumer._states[tp], good + bytes(bad))
+    assert [r.offset for r in consumer._drain(2)[tp]] == [1, 2]
+    for _ in range(2):
+        with pytest.raises(CorruptMessageError, match="record batch at base offset 3"):
+            consumer._drain(2)
+    consumer.seek(tp, 5)
+    assert consumer._drain(2) == {}
