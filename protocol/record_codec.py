@@ -26,7 +26,8 @@ try:  # Cython is needed to build, not to run: its pure-Python-mode names, or a 
     import cython
 except ModuleNotFoundError:
     from . import _cython_shim as cython
-try:  # only the compiled branches use it; interpreted, the import fails and nothing needs it
+try:  # only the compiled branches use these; interpreted, the import fails and nothing needs them
+    from cython.cimports.cpython.bytes import PyBytes_FromStringAndSize
     from cython.cimports.libc.string import memcpy
 except (ImportError, AttributeError):
     pass
@@ -258,6 +259,20 @@ def _add(a: cython.longlong, b: cython.longlong):
     return a + b
 
 
+@cython.cfunc
+@cython.inline
+@cython.locals(stop=cython.Py_ssize_t)
+def _slice(start: cython.p_char, position: cython.Py_ssize_t, size: cython.long, end: cython.Py_ssize_t) -> bytes:
+    """data[position:position + size] of the bytes at ``start`` (``end`` long), without the slice
+    object the generic slicing builds (compiled only)."""
+    stop = position + size
+    if stop > end:
+        stop = end
+    if stop <= position:
+        return b""
+    return PyBytes_FromStringAndSize(start + position, stop - position)
+
+
 # ---------------------------------------------------------------------------------------------
 # Encode: Record objects -> records section
 # ---------------------------------------------------------------------------------------------
@@ -467,6 +482,7 @@ _tuple_new = tuple.__new__
     interpreted=cython.bint,
     to_consumer=cython.bint,
     to_records=cython.bint,
+    start_of_data=cython.p_char,
     filtering=cython.bint,
     fixed=cython.bint,
     mode=cython.int,
@@ -474,6 +490,12 @@ _tuple_new = tuple.__new__
     zz=list,
     zz2=list,
     out=list,
+    keys_out=list,
+    values_out=list,
+    offsets_out=list,
+    timestamps_out=list,
+    types_out=list,
+    headers_out=list,
 )
 def _decode(data, count, base_offset, base_timestamp, append_time, lo, hi, mode, out, record_type, topic,
             partition, timestamp_name, columns, with_headers):
@@ -500,8 +522,14 @@ def _decode(data, count, base_offset, base_timestamp, append_time, lo, hi, mode,
     lo_c = lo if exact_c else 0
     hi_c = (_INT64_MAX if hi_open else hi) if exact_c else 0
     interpreted = not cython.compiled
+    if not interpreted:
+        start_of_data = data
     to_consumer = mode == _CONSUMER
     to_records = mode == _RECORDS
+    tuple_new = _tuple_new
+    new_object = _new_object
+    if out is not None:
+        add = out.append
     if mode == _RECORDS:
         set_offset = record_type.offset.__set__
         set_timestamp = record_type.timestamp.__set__
@@ -515,6 +543,8 @@ def _decode(data, count, base_offset, base_timestamp, append_time, lo, hi, mode,
         timestamps_out = columns.timestamps
         types_out = columns.types
         headers_out = columns.headers
+        add_key, add_value, add_offset = keys_out.append, values_out.append, offsets_out.append
+        add_timestamp, add_type, add_headers = timestamps_out.append, types_out.append, headers_out.append
         type_id = 1 if fixed else 0
     position = 0
     index = 0
@@ -568,7 +598,7 @@ def _decode(data, count, base_offset, base_timestamp, append_time, lo, hi, mode,
             else:
                 size, position = _long32(buf, position)
             if size >= 0:
-                key = data[position:position + size]
+                key = data[position:position + size] if interpreted else _slice(start_of_data, position, size, end)
                 position += size
             else:
                 key = None
@@ -582,7 +612,7 @@ def _decode(data, count, base_offset, base_timestamp, append_time, lo, hi, mode,
             else:
                 size, position = _long32(buf, position)
             if size >= 0:
-                value = data[position:position + size]
+                value = data[position:position + size] if interpreted else _slice(start_of_data, position, size, end)
                 position += size
             else:
                 value = None
@@ -650,17 +680,32 @@ def _decode(data, count, base_offset, base_timestamp, append_time, lo, hi, mode,
                         continue
                 timestamp = append_time if fixed else _add(base_timestamp_c, timestamp_delta)
             if to_consumer:
-                out.append(_tuple_new(record_type, (topic, partition, offset, timestamp, key, value, headers,
-                                                    timestamp_name)))
+                record = tuple_new(record_type, (topic, partition, offset, timestamp, key, value, headers,
+                                                 timestamp_name))
+                if interpreted:
+                    add(record)
+                else:
+                    out.append(record)
             elif to_records:
-                record = _new_object(record_type)
+                record = new_object(record_type)
                 set_offset(record, offset)
                 set_timestamp(record, timestamp)
                 set_key(record, key)
                 set_value(record, value)
                 set_headers(record, headers)
-                out.append(record)
-            else:
+                if interpreted:
+                    add(record)
+                else:
+                    out.append(record)
+            elif interpreted:  # bound appends: the interpreter's fastest
+                add_key(key)
+                add_value(value)
+                add_offset(offset)
+                add_timestamp(timestamp)
+                add_type(type_id)
+                if with_headers:
+                    add_headers(headers)
+            else:  # typed lists: the compiler's fastest
                 keys_out.append(key)
                 values_out.append(value)
                 offsets_out.append(offset)
