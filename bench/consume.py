@@ -7,7 +7,8 @@
 The real broker process on loopback (data in a temp directory, page cache) holds one partition of
 100-byte values and one of 1 KiB values (8-byte keys), filled with pre-encoded 256 KiB batches.
 Each contender is one process reading the partition from offset 0 to its end and touching every
-value (``len``), interleaved rep by rep, medians:
+value (``len``), interleaved rep by rep, medians (``--max-poll-records``, default 1000, and
+``--fetch-bytes``, default Kafka's 1 MiB, set the consumers):
 
 * ``poll``: ``Consumer.poll()`` with the compiled core (ConsumerRecords straight from the decoder);
 * ``poll_columns``: ``Consumer.poll_columns()`` (columns, no object a record), compiled;
@@ -46,8 +47,9 @@ import json, sys, time
 from triolog.client import Consumer, TopicPartition
 from triolog.protocol import core
 port, topic, end, columns = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1"
+poll_records, fetch_bytes = int(sys.argv[5]), int(sys.argv[6])
 tp = TopicPartition(topic, 0)
-with Consumer(f"127.0.0.1:{port}", max_poll_records=100_000, max_partition_fetch_bytes=8 << 20) as consumer:
+with Consumer(f"127.0.0.1:{port}", max_poll_records=poll_records, max_partition_fetch_bytes=fetch_bytes) as consumer:
     consumer.assign([tp])
     consumer.seek(tp, 0)
     count = size = 0
@@ -102,9 +104,10 @@ def checkout(ref: str, into: Path) -> Path | None:
     return into
 
 
-def run(cwd: Path, port: int, topic: str, end: int, columns: bool, pure: bool) -> dict:
+def run(cwd: Path, port: int, topic: str, end: int, columns: bool, pure: bool, args) -> dict:
     env = {**os.environ, "TRIOLOG_PURE_PYTHON": "1" if pure else ""}
-    result = subprocess.run([sys.executable, "-c", CONSUME, str(port), topic, str(end), "1" if columns else "0"],
+    result = subprocess.run([sys.executable, "-c", CONSUME, str(port), topic, str(end), "1" if columns else "0",
+                             str(args.max_poll_records), str(args.fetch_bytes)],
                             cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
     if result.returncode:
         raise RuntimeError(result.stderr)
@@ -116,6 +119,8 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--reps", type=int, default=None)
     parser.add_argument("--baseline-ref", default=DEFAULT_BASELINE)
+    parser.add_argument("--max-poll-records", type=int, default=1000, help="records a poll returns at most")
+    parser.add_argument("--fetch-bytes", type=int, default=1 << 20, help="max.partition.fetch.bytes")
     args = parser.parse_args()
     scale = 5 if args.quick else 1
     reps = args.reps or (1 if args.quick else 2)
@@ -131,15 +136,15 @@ def main() -> int:
                       "poll (pure)": (ROOT, False, True)}
         if baseline:
             contenders[f"poll (baseline {args.baseline_ref})"] = (baseline, False, False)
-        print(f"{reps} interleaved reps, medians; one consumer process each, broker on loopback; loaded 2-core "
-              f"machine", flush=True)
+        print(f"{reps} interleaved reps, medians; one consumer process each (max_poll_records "
+              f"{args.max_poll_records}, max_partition_fetch_bytes {args.fetch_bytes}), broker on loopback", flush=True)
         print(f"{'values':7} {'contender':28} {'records/s':>12} {'MB/s':>8} {'vs baseline':>12}  core")
         for label, (topic, size, end) in topics.items():
             rates: dict[str, list[float]] = {name: [] for name in contenders}
             cores = {}
             for _ in range(reps):
                 for name, (cwd, columns, pure) in contenders.items():
-                    result = run(cwd, port, topic, end, columns, pure)
+                    result = run(cwd, port, topic, end, columns, pure, args)
                     assert result["count"] == end and result["bytes"] == end * size, result
                     rates[name].append(result["count"] / result["elapsed"])
                     cores[name] = result["core"]
