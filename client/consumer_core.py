@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 from triolog.protocol import core
 from triolog.protocol import messages as m
 from triolog.protocol.errors import CorruptRecordError, ErrorCode
-from triolog.protocol.record_batch import TIMESTAMP_TYPE_MASK, read_header
-from triolog.protocol.records import iter_batch_views, records_data
+from triolog.protocol.record_batch import HEADER_SIZE, TIMESTAMP_TYPE_MASK, read_header
+from triolog.protocol.records import iter_batch_spans, records_data
 
 from .errors import (BrokerConnectionError, CorruptMessageError, NoOffsetForPartitionError, RecordDeserializationError,
                      TriologClientError, error_for)
@@ -371,15 +371,23 @@ class ConsumerCore:
         position = state.position
         pending = []
         next_offset = None
+        if type(data) is not bytes:
+            data = bytes(data)
+        whole = memoryview(data)
         try:
-            for view in iter_batch_views(data):
+            for start, size in iter_batch_spans(whole):
+                view = whole[start:start + size]
                 header = read_header(view)
                 next_offset = header.base_offset + header.last_offset_delta + 1
                 if next_offset <= position or header.is_control:
                     continue
-                header, payload = records_data(view)
-                if payload is not None:
-                    pending.append(_Pending(header, payload, position))
+                header, payload = records_data(view, copy=False)
+                if payload is None:
+                    continue
+                if type(payload) is memoryview:  # uncompressed: decoded in place from the fetched bytes
+                    pending.append(_Pending(header, data, start + HEADER_SIZE, start + size, position))
+                else:
+                    pending.append(_Pending(header, payload, 0, len(payload), position))
         except Exception as exc:  # protocol.errors.CorruptRecordError & co: the broker sent bad bytes
             raise CorruptMessageError(f"fetched data does not decode: {exc}", topic=tp.topic,
                                       partition=tp.partition) from None
@@ -484,15 +492,16 @@ class ConsumerCore:
 class _Pending:
     """One fetched batch, checked and decompressed, whose records are decoded when handed out."""
 
-    __slots__ = ("count", "base_offset", "base_timestamp", "append_time", "timestamp_name", "payload", "position")
+    __slots__ = ("count", "base_offset", "base_timestamp", "append_time", "timestamp_name", "payload", "origin",
+                 "stop", "position")
 
-    def __init__(self, header, payload: bytes, position: int) -> None:
+    def __init__(self, header, payload: bytes, origin: int, stop: int, position: int) -> None:
         self.count, self.base_offset, self.base_timestamp = header.records_count, header.base_offset, \
             header.base_timestamp
         log_append_time = header.attributes & TIMESTAMP_TYPE_MASK
         self.append_time = header.max_timestamp if log_append_time else None
         self.timestamp_name = _TIMESTAMP_NAMES[1 if log_append_time else 0]
-        self.payload, self.position = payload, position
+        self.payload, self.origin, self.stop, self.position = payload, origin, stop, position
 
     def records(self, tp: TopicPartition) -> list[ConsumerRecord]:
         """The records at or after the fetch position, straight from the compiled decoder."""
@@ -500,7 +509,7 @@ class _Pending:
         try:
             _codec.decode_consumer_records(self.payload, self.count, self.base_offset, self.base_timestamp,
                                            self.append_time, self.position, out, ConsumerRecord, tp.topic,
-                                           tp.partition, self.timestamp_name)
+                                           tp.partition, self.timestamp_name, self.origin, self.stop)
         except CorruptRecordError as exc:
             raise self._error(tp, exc) from None
         return out
@@ -509,7 +518,7 @@ class _Pending:
         out = RecordColumns()
         try:
             _codec.decode_columns(self.payload, self.count, self.base_offset, self.base_timestamp, self.append_time,
-                                  self.position, None, out, True)
+                                  self.position, None, out, True, self.origin, self.stop)
         except CorruptRecordError as exc:
             raise self._error(tp, exc) from None
         return out

@@ -58,6 +58,8 @@ def decode_into(buf, columns: Columns, position: int, end: int, with_headers: bo
     Returns the offset after the last batch that reaches ``position`` (control batches and
     compaction gaps included), or ``position`` if none does: where the next fetch starts.
     """
+    if type(buf) is not bytes:
+        buf = bytes(buf)
     view = memoryview(buf)
     total = len(view)
     at = 0
@@ -75,6 +77,7 @@ def decode_into(buf, columns: Columns, position: int, end: int, with_headers: bo
         if at + size > total:
             break
         batch = view[at:at + size]
+        start = at
         at += size
         header = read_header(batch)
         batch_next = header.base_offset + header.last_offset_delta + 1
@@ -87,19 +90,23 @@ def decode_into(buf, columns: Columns, position: int, end: int, with_headers: bo
         codec = header.attributes & COMPRESSION_MASK
         if codec > CompressionType.ZSTD:
             raise CorruptRecordError(f"record batch at base offset {header.base_offset} has unknown codec id {codec}")
-        payload = batch[HEADER_SIZE:]
-        data = bytes(payload) if codec == CompressionType.NONE else decompress(CompressionType(codec), payload)
-        _records(data, header, columns, position, end, with_headers)
+        if codec == CompressionType.NONE:  # decoded in place from the fetched bytes
+            _records(buf, start + HEADER_SIZE, start + size, header, columns, position, end, with_headers)
+        else:
+            data = decompress(CompressionType(codec), batch[HEADER_SIZE:])
+            _records(data, 0, len(data), header, columns, position, end, with_headers)
         if batch_next >= end:
             break
     return next_position
 
 
-def _records(data: bytes, header, columns: Columns, lo: int, hi: int, with_headers: bool) -> None:
-    """One batch's ``records_count`` records into the columns: the compiled core's decoder."""
+def _records(data: bytes, origin: int, stop: int, header, columns: Columns, lo: int, hi: int,
+             with_headers: bool) -> None:
+    """One batch's ``records_count`` records (``data[origin:stop]``) into the columns: the compiled
+    core's decoder."""
     try:
         _codec.decode_columns(data, header.records_count, header.base_offset, header.base_timestamp,
                               header.max_timestamp if header.attributes & TIMESTAMP_TYPE_MASK else None,
-                              lo, hi, columns, with_headers)
+                              lo, hi, columns, with_headers, origin, stop)
     except CorruptRecordError as exc:
         raise CorruptRecordError(f"record batch at base offset {header.base_offset}: {exc}") from None

@@ -458,6 +458,8 @@ _tuple_new = tuple.__new__
     buf="const unsigned char[:]",
     data=bytes,
     end=cython.Py_ssize_t,
+    origin=cython.Py_ssize_t,
+    stop=cython.Py_ssize_t,
     position=cython.Py_ssize_t,
     start=cython.Py_ssize_t,
     record_end=cython.Py_ssize_t,
@@ -497,13 +499,25 @@ _tuple_new = tuple.__new__
     types_out=list,
     headers_out=list,
 )
-def _decode(data, count, base_offset, base_timestamp, append_time, lo, hi, mode, out, record_type, topic,
-            partition, timestamp_name, columns, with_headers):
-    """The one decoding loop: exactly ``count`` records filling ``data``, each with
+def _decode(data, origin, stop, count, base_offset, base_timestamp, append_time, lo, hi, mode, out, record_type,
+            topic, partition, timestamp_name, columns, with_headers):
+    """The one decoding loop: exactly ``count`` records filling ``data[origin:stop]``, each with
     ``lo <= offset < hi`` (None: unbounded) built as ``mode`` says and appended to ``out``
-    (or, for columns, to ``columns``' lists). Raises CorruptRecordError naming the record."""
-    buf = data
-    end = len(data)
+    (or, for columns, to ``columns``' lists). Raises CorruptRecordError naming the record.
+    Positions (and messages) count from ``origin``; nothing past ``stop`` is read."""
+    if not 0 <= origin <= stop <= len(data):
+        raise ValueError(f"records section [{origin}, {stop}) is outside the {len(data)} bytes given")
+    interpreted = not cython.compiled
+    if interpreted:
+        if origin or stop != len(data):
+            data = data[origin:stop]  # the interpreter indexes bytes fastest: one copy
+        buf = data
+        end = len(data)
+    else:  # a view of the records section, and its bytes by pointer: no copy
+        buf = memoryview(data)[origin:stop]
+        start_of_data = data
+        start_of_data += origin
+        end = stop - origin
     zz = _ZIGZAG_ONE
     zz2 = _ZIGZAG_TWO
     fixed = append_time is not None
@@ -521,9 +535,6 @@ def _decode(data, count, base_offset, base_timestamp, append_time, lo, hi, mode,
     exact_c = safe_offsets and _INT64_MIN <= lo <= _INT64_MAX and (hi_open or _INT64_MIN <= hi <= _INT64_MAX)
     lo_c = lo if exact_c else 0
     hi_c = (_INT64_MAX if hi_open else hi) if exact_c else 0
-    interpreted = not cython.compiled
-    if not interpreted:
-        start_of_data = data
     to_consumer = mode == _CONSUMER
     to_records = mode == _RECORDS
     tuple_new = _tuple_new
@@ -643,7 +654,8 @@ def _decode(data, count, base_offset, base_timestamp, append_time, lo, hi, mode,
                     if size < 0:
                         raise CorruptRecordError(f"record {index} has a header with a null key (length {size})")
                     # Java decodes malformed UTF-8 with replacement characters; so do we.
-                    header_key = data[position:position + size].decode("utf-8", "replace")
+                    header_key = (data[position:position + size] if interpreted
+                                  else _slice(start_of_data, position, size, end)).decode("utf-8", "replace")
                     position += size
                     b = buf[position]
                     if b < 0x80:
@@ -652,7 +664,8 @@ def _decode(data, count, base_offset, base_timestamp, append_time, lo, hi, mode,
                     else:
                         size, position = _long32(buf, position)
                     if size >= 0:
-                        header_value = data[position:position + size]
+                        header_value = (data[position:position + size] if interpreted
+                                        else _slice(start_of_data, position, size, end))
                         position += size
                     else:
                         header_value = None
@@ -732,25 +745,31 @@ def decode_records(data, count, base_offset, base_timestamp, append_time, record
     ``record_type`` objects (records.Record: offset, timestamp, key, value, headers slots).
     ``append_time`` is every record's timestamp (LogAppendTime batches) or None."""
     out = []
-    _decode(_as_bytes(data), count, base_offset, base_timestamp, append_time, None, None, _RECORDS, out,
+    data = _as_bytes(data)
+    _decode(data, 0, len(data), count, base_offset, base_timestamp, append_time, None, None, _RECORDS, out,
             record_type, None, None, None, None, False)
     return out
 
 
 def decode_consumer_records(data, count, base_offset, base_timestamp, append_time, position, out, record_type, topic,
-                            partition, timestamp_name) -> None:
+                            partition, timestamp_name, origin=0, stop=None) -> None:
     """Append the records at or after offset ``position`` to ``out`` as ``record_type`` tuples
     (client.types.ConsumerRecord: topic, partition, offset, timestamp, key, value, headers,
-    timestamp type name), built straight from the bytes: one object a record."""
-    _decode(_as_bytes(data), count, base_offset, base_timestamp, append_time, position, None, _CONSUMER, out,
-            record_type, topic, partition, timestamp_name, None, False)
+    timestamp type name), built straight from the bytes: one object a record. The records section
+    is ``data[origin:stop]`` (default: all of it), read in place where compiled."""
+    data = _as_bytes(data)
+    _decode(data, origin, len(data) if stop is None else stop, count, base_offset, base_timestamp, append_time,
+            position, None, _CONSUMER, out, record_type, topic, partition, timestamp_name, None, False)
 
 
-def decode_columns(data, count, base_offset, base_timestamp, append_time, lo, hi, columns, with_headers) -> None:
+def decode_columns(data, count, base_offset, base_timestamp, append_time, lo, hi, columns, with_headers, origin=0,
+                   stop=None) -> None:
     """Append the records with ``lo <= offset < hi`` to the lists ``columns`` holds (keys, values,
-    offsets, timestamps, types: 0 CreateTime / 1 LogAppendTime, headers if ``with_headers``)."""
-    _decode(_as_bytes(data), count, base_offset, base_timestamp, append_time, lo, hi, _COLUMNS, None, None, None,
-            None, None, columns, with_headers)
+    offsets, timestamps, types: 0 CreateTime / 1 LogAppendTime, headers if ``with_headers``); the
+    records section is ``data[origin:stop]`` (default: all of it), read in place where compiled."""
+    data = _as_bytes(data)
+    _decode(data, origin, len(data) if stop is None else stop, count, base_offset, base_timestamp, append_time, lo,
+            hi, _COLUMNS, None, None, None, None, None, columns, with_headers)
 
 
 # ---------------------------------------------------------------------------------------------

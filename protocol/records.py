@@ -82,6 +82,7 @@ __all__ = [
     "encode_end_txn_marker",
     "encode_varint",
     "encode_varlong",
+    "iter_batch_spans",
     "iter_batch_views",
     "iter_batches",
     "parse_control_record_key",
@@ -342,9 +343,10 @@ def _parse_records(data: bytes, header: BatchHeader) -> list[Record]:
     )
 
 
-def records_data(buf) -> tuple[BatchHeader, bytes | None]:
+def records_data(buf, copy: bool = True) -> tuple[BatchHeader, bytes | memoryview | None]:
     """One v2 batch's header and its records section, uncompressed (None when it declares no
-    records), after the checks decode_batch makes: size, magic, CRC, codec id, record count."""
+    records), after the checks decode_batch makes: size, magic, CRC, codec id, record count.
+    With ``copy=False`` an uncompressed section is a view of ``buf``, not a copy."""
     view = memoryview(buf)
     header = check_batch(view)
     codec = header.attributes & COMPRESSION_MASK
@@ -359,7 +361,9 @@ def records_data(buf) -> tuple[BatchHeader, bytes | None]:
     if header.records_count == 0:
         return header, None
     payload = view[HEADER_SIZE:]
-    return header, bytes(payload) if codec == CompressionType.NONE else decompress(CompressionType(codec), payload)
+    if codec == CompressionType.NONE:
+        return header, bytes(payload) if copy else payload
+    return header, decompress(CompressionType(codec), payload)
 
 
 def decode_batch(buf) -> RecordBatch:
@@ -392,6 +396,13 @@ def iter_batch_views(buf) -> Iterator[memoryview]:
     """The whole batches of a fetch response, as views, framing checked (iter_batches' split,
     for readers that decode the records themselves: records_data, then the codec)."""
     view = memoryview(buf)
+    for position, size in iter_batch_spans(view):
+        yield view[position : position + size]
+
+
+def iter_batch_spans(buf) -> Iterator[tuple[int, int]]:
+    """(position, size) of each whole batch of a fetch response, framing checked."""
+    view = memoryview(buf)
     total = len(view)
     position = 0
     while total - position >= LOG_OVERHEAD:
@@ -414,7 +425,7 @@ def iter_batch_views(buf) -> Iterator[memoryview]:
         size = batch_length + LOG_OVERHEAD
         if position + size > total:
             return
-        yield view[position : position + size]
+        yield position, size
         position += size
 
 

@@ -82,6 +82,18 @@ def _decoded(codec, payload, count, base_offset, base_timestamp, append_time, lo
     columns = Columns()
     as_columns = _outcome(codec.decode_columns, payload, count, base_offset, base_timestamp, append_time, lo, hi,
                           columns, True)
+    # the same section inside a larger buffer (as in a fetch response), read in place: nothing beyond it
+    framed = b"\xff" * 7 + payload + b"\x02\x7f" * 5
+    consumer_framed: list = []
+    as_consumer_framed = _outcome(codec.decode_consumer_records, framed, count, base_offset, base_timestamp,
+                                  append_time, lo, consumer_framed, ConsumerRecord, "topic", 3, "CreateTime", 7,
+                                  7 + len(payload))
+    columns_framed = Columns()
+    as_columns_framed = _outcome(codec.decode_columns, framed, count, base_offset, base_timestamp, append_time, lo,
+                                 hi, columns_framed, True, 7, 7 + len(payload))
+    assert (as_consumer_framed, consumer_framed, as_columns_framed) == (as_consumer, consumer, as_columns)
+    assert [getattr(columns_framed, name) for name in Columns.__slots__] == [getattr(columns, name)
+                                                                             for name in Columns.__slots__]
     return (as_records, as_consumer, consumer, as_columns, columns.keys, columns.values, columns.offsets,
             columns.timestamps, columns.types, columns.headers)
 
@@ -203,3 +215,11 @@ def test_varint_readers_and_writers_round_trip_on_both_paths(value, wide):
         assert codec.read_varint32(encoded, 0) == (value, len(encoded))
         encoded = codec.encode_varlong(wide)
         assert codec.decode_varlong(encoded) == (wide, len(encoded)) == codec.read_varint64(encoded, 0)
+
+
+def test_a_records_section_outside_the_buffer_is_refused_before_any_read():
+    payload = bytes(PURE.encode_records([Record(0, 0, b"k", b"v")], 0, 0)[0])
+    for codec in {PURE, core.load("protocol.record_codec")}:
+        for origin, stop in ((0, len(payload) + 1), (-1, 3), (4, 3)):
+            with pytest.raises(ValueError, match="outside the"):
+                codec.decode_columns(payload, 1, 0, 0, None, 0, 10, Columns(), True, origin, stop)
