@@ -6,7 +6,7 @@ import time
 from collections.abc import Iterator
 
 from .connection import DEFAULT_BOOTSTRAP, SyncConnection
-from .consumer_core import ConsumerConfig, ConsumerCore, Polled
+from .consumer_core import ConsumerConfig, ConsumerCore, Polled, PolledColumns
 from .ops import run_sync
 from .types import EARLIEST, LATEST, ConsumerRecord, OffsetAndTimestamp, TopicPartition
 
@@ -76,6 +76,13 @@ class Consumer:
         """Up to ``max_records`` (default ``max_poll_records``) records by partition, as
         kafka-python returns them, waiting at most ``timeout_ms`` for the first; {} if none came."""
         return run_sync(self._core.poll_op(timeout_ms, max_records), self._conn)
+
+    def poll_columns(self, timeout_ms: float = 0, max_records: int | None = None) -> PolledColumns:
+        """poll(), as one :class:`triolog.client.types.RecordColumns` a partition (lists of
+        offsets, timestamps, keys, values, headers; ``.to_arrow()`` for a pyarrow Table), decoded
+        without an object a record. Keys and values are bytes: a consumer with deserializers
+        raises ValueError. poll() and poll_columns() may be mixed; positions move the same."""
+        return run_sync(self._core.poll_columns_op(timeout_ms, max_records), self._conn)
 
     def __iter__(self) -> Iterator[ConsumerRecord]:
         """Records forever, or until ``consumer_timeout_ms`` passes without one."""

@@ -32,24 +32,32 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from triolog.protocol import core
 from triolog.protocol import messages as m
-from triolog.protocol.errors import ErrorCode
-from triolog.protocol.record_batch import TimestampType
-from triolog.protocol.records import iter_batches
+from triolog.protocol.errors import CorruptRecordError, ErrorCode
+from triolog.protocol.record_batch import HEADER_SIZE, TIMESTAMP_TYPE_MASK, read_header
+from triolog.protocol.records import iter_batch_spans, records_data
 
 from .errors import (BrokerConnectionError, CorruptMessageError, NoOffsetForPartitionError, RecordDeserializationError,
                      TriologClientError, error_for)
 from .metadata import MetadataCache
 from .serde import Deserializer, as_topic_function
 from .ops import Call, Op, Sleep, check_response, now
-from .types import EARLIEST, LATEST, ConsumerRecord, OffsetAndTimestamp, TopicPartition
+from .types import EARLIEST, LATEST, ConsumerRecord, OffsetAndTimestamp, RecordColumns, TopicPartition
 
-__all__ = ["ConsumerConfig", "ConsumerCore", "Polled", "list_offsets_op"]
+__all__ = ["ConsumerConfig", "ConsumerCore", "Polled", "PolledColumns", "list_offsets_op"]
 
 _RESETS = {"earliest": EARLIEST, "latest": LATEST, "none": None}
 
 #: What poll() returns, as kafka-python shapes it: records by partition, each list in offset order.
 Polled = dict[TopicPartition, list[ConsumerRecord]]
+#: What poll_columns() returns: the same records by partition, as columns.
+PolledColumns = dict[TopicPartition, RecordColumns]
+
+#: The record codec of the compiled core (protocol/core.py): builds ConsumerRecords straight from
+#: the fetched bytes, one object a record, compiled where it was built.
+_codec = core.load("protocol.record_codec")
+_TIMESTAMP_NAMES = ("CreateTime", "LogAppendTime")
 
 
 @dataclass(frozen=True)
@@ -84,6 +92,8 @@ class _PartitionState:
     position: int | None = None
     #: -2 earliest, -1 latest, or a timestamp to seek to; None: use auto_offset_reset.
     pending_reset: int | None = None
+    #: Fetched batches not yet handed out, in offset order: _Pending (checked, not yet decoded),
+    #: _Decoded (ConsumerRecords) or RecordColumns chunks.
     buffer: deque = field(default_factory=deque)
     #: Where fetching resumes once the buffer is consumed: the end of the last fetched batch.
     next_fetch_offset: int | None = None
@@ -271,6 +281,18 @@ class ConsumerCore:
     def poll_op(self, timeout_ms: float, max_records: int | None = None) -> Op[Polled]:
         """Up to ``max_records`` (default ``max_poll_records``) records from the assigned
         partitions, by partition, waiting up to ``timeout_ms`` for the first ones; {} if none."""
+        return (yield from self._poll_op(timeout_ms, max_records, self._drain))
+
+    def poll_columns_op(self, timeout_ms: float, max_records: int | None = None) -> Op[PolledColumns]:
+        """poll_op's records as one RecordColumns a partition, decoded straight into the columns
+        (no object a record). The keys and values are the fetched bytes: not available with
+        deserializers. Positions and offsets move exactly as with poll_op; the two mix freely."""
+        if self._deserialize is not None:
+            raise ValueError("poll_columns hands out the fetched bytes; it is not available on a consumer with "
+                             "a key_deserializer or value_deserializer: use poll()")
+        return (yield from self._poll_op(timeout_ms, max_records, self._drain_columns))
+
+    def _poll_op(self, timeout_ms: float, max_records: int | None, drain) -> Op[dict]:
         if max_records is None:
             max_records = self.config.max_poll_records
         elif isinstance(max_records, bool) or not isinstance(max_records, int) or max_records < 1:
@@ -278,13 +300,13 @@ class ConsumerCore:
         deadline = now() + max(0.0, timeout_ms) / 1000
         backoff_s = self.config.retry_backoff_ms / 1000
         while True:
-            records = self._drain(max_records)
+            records = drain(max_records)
             if records:
                 return records
             try:
                 yield from self._ensure_assignment_op()
                 yield from self._resolve_positions_op()
-                records = self._drain(max_records)
+                records = drain(max_records)
                 if records:
                     return records
                 remaining_ms = max(0, int((deadline - now()) * 1000))
@@ -306,7 +328,7 @@ class ConsumerCore:
                     raise
                 yield Sleep(backoff_s)
                 continue
-            records = self._drain(max_records)
+            records = drain(max_records)
             if records or now() >= deadline:
                 return records
 
@@ -343,23 +365,33 @@ class ConsumerCore:
             raise errors[0]
 
     def _buffer(self, tp: TopicPartition, state: _PartitionState, data: bytes) -> None:
+        """Check a fetched partition's batches (framing, CRC, decompression) into the buffer; their
+        records are decoded when a poll hands them out, a batch at a time, so a large fetch is never
+        all in memory as objects at once."""
         position = state.position
-        records = []
+        pending = []
         next_offset = None
+        if type(data) is not bytes:
+            data = bytes(data)
+        whole = memoryview(data)
         try:
-            for batch in iter_batches(data):
-                next_offset = batch.next_offset
-                if batch.next_offset <= position or batch.is_control:
+            for start, size in iter_batch_spans(whole):
+                view = whole[start:start + size]
+                header = read_header(view)
+                next_offset = header.base_offset + header.last_offset_delta + 1
+                if next_offset <= position or header.is_control:
                     continue
-                timestamp_type = TimestampType(batch.timestamp_type).kafka_name
-                for record in batch.records:
-                    if record.offset >= position:
-                        records.append(ConsumerRecord(tp.topic, tp.partition, record.offset, record.timestamp,
-                                                      record.key, record.value, record.headers, timestamp_type))
+                header, payload = records_data(view, copy=False)
+                if payload is None:
+                    continue
+                if type(payload) is memoryview:  # uncompressed: decoded in place from the fetched bytes
+                    pending.append(_Pending(header, data, start + HEADER_SIZE, start + size, position))
+                else:
+                    pending.append(_Pending(header, payload, 0, len(payload), position))
         except Exception as exc:  # protocol.errors.CorruptRecordError & co: the broker sent bad bytes
             raise CorruptMessageError(f"fetched data does not decode: {exc}", topic=tp.topic,
                                       partition=tp.partition) from None
-        state.buffer.extend(records)
+        state.buffer.extend(pending)
         if next_offset is not None and next_offset > position:
             state.next_fetch_offset = next_offset
             if not state.buffer:
@@ -371,26 +403,142 @@ class ConsumerCore:
         deserialize = self._deserialize
         for tp, state in self._states.items():
             buffer = state.buffer
-            if buffer and count < limit:
-                records = out[tp] = []
-                while buffer and count < limit:
-                    record = buffer.popleft()
-                    if deserialize is not None:
+            records: list[ConsumerRecord] = []
+            while buffer and count < limit:
+                chunk = buffer[0]
+                if type(chunk) is not _Decoded:
+                    try:
+                        chunk = buffer[0] = _Decoded(chunk.records(tp) if type(chunk) is _Pending
+                                                     else _as_records(tp, chunk))
+                    except CorruptMessageError:  # stays next: every poll raises until a seek passes it
+                        if records:
+                            out[tp] = records
+                            state.position = records[-1].offset + 1
+                        if out:
+                            return out
+                        raise
+                decoded, start = chunk.items, chunk.start
+                stop = min(len(decoded), start + limit - count)
+                if deserialize is None:
+                    records += decoded[start:stop] if start or stop < len(decoded) else decoded
+                    count += stop - start
+                    start = stop
+                else:
+                    while start < stop:
                         try:
-                            record = deserialize(record)
+                            record = deserialize(decoded[start])
                         except RecordDeserializationError:
-                            buffer.appendleft(record)  # stays next: the position does not pass it
+                            chunk.start = start  # stays next: the position does not pass it
                             if records:
+                                out[tp] = records
                                 state.position = records[-1].offset + 1
-                            else:
-                                del out[tp]
                             if out:
                                 return out  # hand out what came before it; the next poll raises
                             raise
-                    records.append(record)
-                    count += 1
+                        records.append(record)
+                        start += 1
+                        count += 1
+                if start == len(decoded):
+                    buffer.popleft()
+                else:
+                    chunk.start = start
+            if records:
+                out[tp] = records
                 state.position = records[-1].offset + 1
             if not buffer and state.next_fetch_offset is not None and state.position is not None:
                 state.position = max(state.position, state.next_fetch_offset)
                 state.next_fetch_offset = None
         return out
+
+    def _drain_columns(self, limit: int) -> PolledColumns:
+        out: PolledColumns = {}
+        count = 0
+        for tp, state in self._states.items():
+            buffer = state.buffer
+            columns = RecordColumns()
+            while buffer and count < limit:
+                chunk = buffer[0]
+                if type(chunk) is _Pending:
+                    try:
+                        chunk = buffer[0] = chunk.columns(tp)
+                    except CorruptMessageError:  # stays next: every poll raises until a seek passes it
+                        if columns.offsets:
+                            out[tp] = columns
+                            state.position = columns.offsets[-1] + 1
+                        if out:
+                            return out
+                        raise
+                elif type(chunk) is _Decoded:  # records decoded for poll()
+                    rest = RecordColumns()
+                    for record in chunk.items[chunk.start:]:
+                        rest.append_record(record)
+                    chunk = buffer[0] = rest
+                room = limit - count
+                if len(chunk) <= room:
+                    buffer.popleft()
+                else:
+                    chunk, buffer[0] = chunk.split(room)
+                columns.extend(chunk)
+                count += len(chunk)
+            if columns.offsets:
+                out[tp] = columns
+                state.position = columns.offsets[-1] + 1
+            if not buffer and state.next_fetch_offset is not None and state.position is not None:
+                state.position = max(state.position, state.next_fetch_offset)
+                state.next_fetch_offset = None
+        return out
+
+
+class _Pending:
+    """One fetched batch, checked and decompressed, whose records are decoded when handed out."""
+
+    __slots__ = ("count", "base_offset", "base_timestamp", "append_time", "timestamp_name", "payload", "origin",
+                 "stop", "position")
+
+    def __init__(self, header, payload: bytes, origin: int, stop: int, position: int) -> None:
+        self.count, self.base_offset, self.base_timestamp = header.records_count, header.base_offset, \
+            header.base_timestamp
+        log_append_time = header.attributes & TIMESTAMP_TYPE_MASK
+        self.append_time = header.max_timestamp if log_append_time else None
+        self.timestamp_name = _TIMESTAMP_NAMES[1 if log_append_time else 0]
+        self.payload, self.origin, self.stop, self.position = payload, origin, stop, position
+
+    def records(self, tp: TopicPartition) -> list[ConsumerRecord]:
+        """The records at or after the fetch position, straight from the compiled decoder."""
+        out: list[ConsumerRecord] = []
+        try:
+            _codec.decode_consumer_records(self.payload, self.count, self.base_offset, self.base_timestamp,
+                                           self.append_time, self.position, out, ConsumerRecord, tp.topic,
+                                           tp.partition, self.timestamp_name, self.origin, self.stop)
+        except CorruptRecordError as exc:
+            raise self._error(tp, exc) from None
+        return out
+
+    def columns(self, tp: TopicPartition) -> RecordColumns:
+        out = RecordColumns()
+        try:
+            _codec.decode_columns(self.payload, self.count, self.base_offset, self.base_timestamp, self.append_time,
+                                  self.position, None, out, True, self.origin, self.stop)
+        except CorruptRecordError as exc:
+            raise self._error(tp, exc) from None
+        return out
+
+    def _error(self, tp: TopicPartition, exc: Exception) -> CorruptMessageError:
+        return CorruptMessageError(f"fetched data does not decode: record batch at base offset {self.base_offset}: "
+                                   f"{exc}", topic=tp.topic, partition=tp.partition)
+
+
+class _Decoded:
+    """A batch's records, decoded for poll(), handed out from ``start`` on."""
+
+    __slots__ = ("items", "start")
+
+    def __init__(self, items: list[ConsumerRecord]) -> None:
+        self.items, self.start = items, 0
+
+
+def _as_records(tp: TopicPartition, columns: RecordColumns) -> list[ConsumerRecord]:
+    """A RecordColumns chunk (decoded for poll_columns) as ConsumerRecords, for poll()."""
+    return [ConsumerRecord(tp.topic, tp.partition, offset, timestamp, key, value, headers, _TIMESTAMP_NAMES[kind])
+            for offset, timestamp, kind, key, value, headers in zip(
+                columns.offsets, columns.timestamps, columns.types, columns.keys, columns.values, columns.headers)]

@@ -12,6 +12,7 @@ __all__ = [
     "NewTopic",
     "OffsetAndTimestamp",
     "PartitionInfo",
+    "RecordColumns",
     "RecordMetadata",
     "TopicDescription",
     "TopicPartition",
@@ -50,6 +51,71 @@ class ConsumerRecord(NamedTuple):
     headers: tuple[tuple[str, bytes | None], ...] = ()
     #: "CreateTime" or "LogAppendTime", as Kafka's console consumer prints it.
     timestamp_type: str = "CreateTime"
+
+
+class RecordColumns:
+    """One partition's records from :meth:`triolog.client.Consumer.poll_columns`, as parallel lists.
+
+    ``offsets``, ``timestamps``, ``keys``, ``values`` (bytes or None), ``headers`` (tuples of
+    (str, bytes or None) pairs) and ``types`` (0 CreateTime, 1 LogAppendTime), all of ``len(self)``
+    items in offset order, decoded straight from the fetched bytes (no object a record).
+    ``to_arrow()`` gives a pyarrow Table.
+    """
+
+    __slots__ = ("headers", "keys", "offsets", "timestamps", "types", "values")
+
+    def __init__(self) -> None:
+        self.offsets: list[int] = []
+        self.timestamps: list[int] = []
+        self.types: list[int] = []
+        self.keys: list[bytes | None] = []
+        self.values: list[bytes | None] = []
+        self.headers: list[tuple[tuple[str, bytes | None], ...]] = []
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def __repr__(self) -> str:
+        span = f"offsets {self.offsets[0]}..{self.offsets[-1]}" if self.offsets else "empty"
+        return f"RecordColumns({len(self)} records, {span})"
+
+    def extend(self, other: RecordColumns) -> None:
+        for name in self.__slots__:
+            getattr(self, name).extend(getattr(other, name))
+
+    def append_record(self, record: ConsumerRecord) -> None:
+        self.offsets.append(record.offset)
+        self.timestamps.append(record.timestamp)
+        self.types.append(1 if record.timestamp_type == "LogAppendTime" else 0)
+        self.keys.append(record.key)
+        self.values.append(record.value)
+        self.headers.append(record.headers)
+
+    def split(self, count: int) -> tuple[RecordColumns, RecordColumns]:
+        """The first ``count`` records and the rest."""
+        head, tail = RecordColumns(), RecordColumns()
+        for name in self.__slots__:
+            column = getattr(self, name)
+            setattr(head, name, column[:count])
+            setattr(tail, name, column[count:])
+        return head, tail
+
+    def to_arrow(self):
+        """A pyarrow Table (offset int64, timestamp int64, timestamp_type int8, key/value binary,
+        headers list<struct<key string, value binary>>); needs pyarrow installed."""
+        try:
+            import pyarrow as pa
+        except ImportError:
+            raise ImportError("RecordColumns.to_arrow() needs pyarrow: pip install pyarrow") from None
+        header_type = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+        return pa.table({
+            "offset": pa.array(self.offsets, pa.int64()),
+            "timestamp": pa.array(self.timestamps, pa.int64()),
+            "timestamp_type": pa.array(self.types, pa.int8()),
+            "key": pa.array(self.keys, pa.binary()),
+            "value": pa.array(self.values, pa.binary()),
+            "headers": pa.array([[{"key": k, "value": v} for k, v in h] for h in self.headers], header_type),
+        })
 
 
 class OffsetAndTimestamp(NamedTuple):

@@ -1,13 +1,11 @@
 """Fetched record batches decoded straight into column lists, for Arrow.
 
-:func:`triolog.protocol.records.iter_batches` builds one ``Record`` object per record and decodes every
-multi-byte varint through a function call; for 100-byte records (whose lengths and offset deltas
-take two bytes) that is ~70% of a Spark task's time. This decoder reads the same RecordBatch v2
-layout (documented in :mod:`triolog.protocol.records`) with one- and two-byte varints inline and appends
-each field to its column, ~2.5x faster. Framing, magic and CRC checks are protocol's own
-(:func:`triolog.protocol.record_batch.check_batch`), and a record that contradicts its batch raises
-CorruptRecordError as the protocol decoder does; ``tests/pipeline/test_columnar.py`` checks both
-decoders agree.
+:func:`triolog.protocol.records.iter_batches` builds one ``Record`` object per record; this decoder
+appends each field of each record to its column instead (the compiled core's one record loop,
+:func:`triolog.protocol.record_codec.decode_columns`, compiled where it was built). Framing, magic
+and CRC checks are protocol's own (:func:`triolog.protocol.record_batch.check_batch`), and a record
+that contradicts its batch raises the protocol decoder's CorruptRecordError;
+``tests/pipeline/test_columnar.py`` checks both decoders agree.
 """
 
 from __future__ import annotations
@@ -28,13 +26,12 @@ from triolog.protocol.record_batch import (
     check_batch,
     read_header,
 )
-from triolog.protocol.records import decode_varint, decode_varlong
+from triolog.protocol import core
 
 __all__ = ["Columns", "decode_into"]
 
 _I32 = struct.Struct(">i")
-#: zig-zag decoding of a one-byte varint
-_ZZ = [(u >> 1) ^ -(u & 1) for u in range(128)]
+_codec = core.load("protocol.record_codec")
 
 
 class Columns:
@@ -61,6 +58,8 @@ def decode_into(buf, columns: Columns, position: int, end: int, with_headers: bo
     Returns the offset after the last batch that reaches ``position`` (control batches and
     compaction gaps included), or ``position`` if none does: where the next fetch starts.
     """
+    if type(buf) is not bytes:
+        buf = bytes(buf)
     view = memoryview(buf)
     total = len(view)
     at = 0
@@ -78,6 +77,7 @@ def decode_into(buf, columns: Columns, position: int, end: int, with_headers: bo
         if at + size > total:
             break
         batch = view[at:at + size]
+        start = at
         at += size
         header = read_header(batch)
         batch_next = header.base_offset + header.last_offset_delta + 1
@@ -90,135 +90,23 @@ def decode_into(buf, columns: Columns, position: int, end: int, with_headers: bo
         codec = header.attributes & COMPRESSION_MASK
         if codec > CompressionType.ZSTD:
             raise CorruptRecordError(f"record batch at base offset {header.base_offset} has unknown codec id {codec}")
-        payload = batch[HEADER_SIZE:]
-        data = bytes(payload) if codec == CompressionType.NONE else decompress(CompressionType(codec), payload)
-        try:
-            _records(data, header, columns, position, end, with_headers)
-        except IndexError:
-            raise CorruptRecordError(f"record batch at base offset {header.base_offset}: premature EOF") from None
+        if codec == CompressionType.NONE:  # decoded in place from the fetched bytes
+            _records(buf, start + HEADER_SIZE, start + size, header, columns, position, end, with_headers)
+        else:
+            data = decompress(CompressionType(codec), batch[HEADER_SIZE:])
+            _records(data, 0, len(data), header, columns, position, end, with_headers)
         if batch_next >= end:
             break
     return next_position
 
 
-def _records(data: bytes, header, columns: Columns, lo: int, hi: int, with_headers: bool) -> None:
-    """Parse one batch's ``records_count`` records (see protocol.records for the layout)."""
-    zz = _ZZ
-    base_offset = header.base_offset
-    base_timestamp = header.base_timestamp
-    append_time = header.max_timestamp if header.attributes & TIMESTAMP_TYPE_MASK else None
-    timestamp_type = 0 if append_time is None else 1
-    keys, values, offsets = columns.keys.append, columns.values.append, columns.offsets.append
-    timestamps, types, headers_out = columns.timestamps.append, columns.types.append, columns.headers.append
-    pos = 0
-    data_end = len(data)
-    for _ in range(header.records_count):
-        # length
-        b = data[pos]
-        if b < 0x80:
-            length = zz[b]
-            pos += 1
-        elif data[pos + 1] < 0x80:
-            u = (b & 0x7F) | (data[pos + 1] << 7)
-            length = (u >> 1) ^ -(u & 1)
-            pos += 2
-        else:
-            length, pos = decode_varint(data, pos)
-        record_end = pos + length
-        if length < 0 or record_end > data_end:
-            raise CorruptRecordError(f"record of {length} bytes at position {pos} overruns its batch")
-        pos += 1  # attributes
-        # timestamp delta (varlong)
-        b = data[pos]
-        if b < 0x80:
-            timestamp_delta = zz[b]
-            pos += 1
-        elif data[pos + 1] < 0x80:
-            u = (b & 0x7F) | (data[pos + 1] << 7)
-            timestamp_delta = (u >> 1) ^ -(u & 1)
-            pos += 2
-        else:
-            timestamp_delta, pos = decode_varlong(data, pos)
-        # offset delta
-        b = data[pos]
-        if b < 0x80:
-            offset_delta = zz[b]
-            pos += 1
-        elif data[pos + 1] < 0x80:
-            u = (b & 0x7F) | (data[pos + 1] << 7)
-            offset_delta = (u >> 1) ^ -(u & 1)
-            pos += 2
-        else:
-            offset_delta, pos = decode_varint(data, pos)
-        offset = base_offset + offset_delta
-        if not lo <= offset < hi:
-            pos = record_end
-            continue
-        # key
-        b = data[pos]
-        if b < 0x80:
-            size = zz[b]
-            pos += 1
-        elif data[pos + 1] < 0x80:
-            u = (b & 0x7F) | (data[pos + 1] << 7)
-            size = (u >> 1) ^ -(u & 1)
-            pos += 2
-        else:
-            size, pos = decode_varint(data, pos)
-        if size >= 0:
-            keys(data[pos:pos + size])
-            pos += size
-        else:
-            keys(None)
-        # value
-        b = data[pos]
-        if b < 0x80:
-            size = zz[b]
-            pos += 1
-        elif data[pos + 1] < 0x80:
-            u = (b & 0x7F) | (data[pos + 1] << 7)
-            size = (u >> 1) ^ -(u & 1)
-            pos += 2
-        else:
-            size, pos = decode_varint(data, pos)
-        if size >= 0:
-            values(data[pos:pos + size])
-            pos += size
-        else:
-            values(None)
-        # headers
-        b = data[pos]
-        if b < 0x80:
-            count = zz[b]
-            pos += 1
-        else:
-            count, pos = decode_varint(data, pos)
-        if count:
-            if count < 0 or count > record_end - pos:
-                raise CorruptRecordError(f"record at offset {offset} declares {count} headers")
-            pairs = []
-            for _ in range(count):
-                size, pos = decode_varint(data, pos)
-                if size < 0:
-                    raise CorruptRecordError(f"record at offset {offset} has a header with a null key")
-                name = data[pos:pos + size].decode("utf-8", "replace")
-                pos += size
-                size, pos = decode_varint(data, pos)
-                if size >= 0:
-                    pairs.append((name, data[pos:pos + size]))
-                    pos += size
-                else:
-                    pairs.append((name, None))
-            if with_headers:
-                headers_out(tuple(pairs))
-        elif with_headers:
-            headers_out(())
-        if pos != record_end:
-            raise CorruptRecordError(f"record at offset {offset} should take {length} bytes, its fields take "
-                                     f"{length + pos - record_end}")
-        offsets(offset)
-        timestamps(base_timestamp + timestamp_delta if append_time is None else append_time)
-        types(timestamp_type)
-    if pos != data_end:
-        raise CorruptRecordError(f"{data_end - pos} bytes remain after the {header.records_count} records of the "
-                                 f"batch at base offset {base_offset}")
+def _records(data: bytes, origin: int, stop: int, header, columns: Columns, lo: int, hi: int,
+             with_headers: bool) -> None:
+    """One batch's ``records_count`` records (``data[origin:stop]``) into the columns: the compiled
+    core's decoder."""
+    try:
+        _codec.decode_columns(data, header.records_count, header.base_offset, header.base_timestamp,
+                              header.max_timestamp if header.attributes & TIMESTAMP_TYPE_MASK else None,
+                              lo, hi, columns, with_headers, origin, stop)
+    except CorruptRecordError as exc:
+        raise CorruptRecordError(f"record batch at base offset {header.base_offset}: {exc}") from None

@@ -32,7 +32,7 @@ __all__ = ["COMPILED", "MODULES", "PURE_PYTHON_ENV", "compiled_available", "impl
 #: built from the same source. setup.py reads this tuple (it cannot import the package), so it is
 #: the one list of what gets compiled: add a module here, one per line, and setup.py builds it.
 MODULES = (
-    "protocol.record_walk",
+    "protocol.record_codec",
     "client.accumulator",
     "client.partitioner",
     "broker.storage.cleaner.cleaner_core",

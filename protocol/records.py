@@ -2,7 +2,9 @@
 
 The broker's fetch path never comes here, and its produce path only walks the records without
 building them (record_walk.py). This module decodes and builds the records inside, for clients,
-the cleaner and tools; decompression is bounded by compression.MAX_DECOMPRESSED_BYTES.
+the cleaner and tools; decompression is bounded by compression.MAX_DECOMPRESSED_BYTES. The batch
+header, CRC and compression are handled here; the per-record loops (varints, records in and out)
+are the compiled core's record codec (record_codec.py), which this module calls.
 
 Record layout (Kafka's DefaultRecord), repeated ``records_count`` times after the header, the
 whole sequence compressed as one stream when the batch codec is not none::
@@ -38,6 +40,7 @@ import struct
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
+from . import core
 from .compression import compress, decompress
 from .errors import CorruptRecordError, UnsupportedForMessageFormatError
 from .record_batch import (
@@ -79,13 +82,15 @@ __all__ = [
     "encode_end_txn_marker",
     "encode_varint",
     "encode_varlong",
+    "iter_batch_spans",
+    "iter_batch_views",
     "iter_batches",
     "parse_control_record_key",
+    "records_data",
     "parse_end_txn_marker_value",
 ]
 
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
-INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 _U32 = struct.Struct(">I")
 _I32 = struct.Struct(">i")
@@ -94,85 +99,20 @@ _I32 = struct.Struct(">i")
 # varint / varlong
 # ---------------------------------------------------------------------------------------------
 
-#: Single-byte encodings by unsigned (already zig-zagged) value: most fields of most records.
-_ONE_BYTE = [bytes((u,)) for u in range(128)]
-#: Single-byte decodings: zig-zag value of a byte below 0x80.
-_ZIGZAG_ONE = [(u >> 1) ^ -(u & 1) for u in range(128)]
+# The codec's per-record code (varints, the records section in and out) lives in the compiled
+# core's one module, protocol/record_codec.py: compiled where it was built, else interpreted.
+_codec = core.load("protocol.record_codec")
 
-
-def _encode_unsigned(u: int) -> bytes:
-    if u < 0x80:
-        return _ONE_BYTE[u]
-    out = bytearray()
-    while u >= 0x80:
-        out.append((u & 0x7F) | 0x80)
-        u >>= 7
-    out.append(u)
-    return bytes(out)
-
-
-def encode_varint(value: int) -> bytes:
-    """Zig-zag LEB128 of an int32 (1..5 bytes)."""
-    if not INT32_MIN <= value <= INT32_MAX:
-        raise ValueError(f"varint value {value} is outside the int32 range")
-    return _encode_unsigned((value << 1) ^ (value >> 31))
-
-
-def encode_varlong(value: int) -> bytes:
-    """Zig-zag LEB128 of an int64 (1..10 bytes)."""
-    if not INT64_MIN <= value <= INT64_MAX:
-        raise ValueError(f"varlong value {value} is outside the int64 range")
-    return _encode_unsigned((value << 1) ^ (value >> 63))
-
-
-def _varint32(data, position: int) -> tuple[int, int]:
-    """decode_varint without the truncation check: a short buffer raises IndexError."""
-    b = data[position]
-    position += 1
-    u = b & 0x7F
-    shift = 7
-    while b & 0x80:
-        if shift == 35:
-            raise CorruptRecordError(f"varint longer than 5 bytes at position {position - 5}")
-        b = data[position]
-        position += 1
-        u |= (b & 0x7F) << shift
-        shift += 7
-    u &= 0xFFFFFFFF
-    return (u >> 1) ^ -(u & 1), position
-
-
-def _varint64(data, position: int) -> tuple[int, int]:
-    """decode_varlong without the truncation check: a short buffer raises IndexError."""
-    b = data[position]
-    position += 1
-    u = b & 0x7F
-    shift = 7
-    while b & 0x80:
-        if shift == 70:
-            raise CorruptRecordError(f"varlong longer than 10 bytes at position {position - 10}")
-        b = data[position]
-        position += 1
-        u |= (b & 0x7F) << shift
-        shift += 7
-    u &= 0xFFFFFFFFFFFFFFFF
-    return (u >> 1) ^ -(u & 1), position
-
-
-def decode_varint(buf, position: int = 0) -> tuple[int, int]:
-    """Decode an int32 varint at ``position``; returns (value, next position)."""
-    try:
-        return _varint32(buf, position)
-    except IndexError:
-        raise CorruptRecordError(f"varint truncated at position {position}") from None
-
-
-def decode_varlong(buf, position: int = 0) -> tuple[int, int]:
-    """Decode an int64 varlong at ``position``; returns (value, next position)."""
-    try:
-        return _varint64(buf, position)
-    except IndexError:
-        raise CorruptRecordError(f"varlong truncated at position {position}") from None
+encode_varint = _codec.encode_varint
+encode_varlong = _codec.encode_varlong
+decode_varint = _codec.decode_varint
+decode_varlong = _codec.decode_varlong
+#: decode_varint/decode_varlong without the truncation check (a short buffer raises IndexError),
+#: for loops that catch it once (the cleaner's walks).
+_varint32 = _codec.read_varint32
+_varint64 = _codec.read_varint64
+#: Zig-zag value of a one-byte varint.
+_ZIGZAG_ONE = _codec._ZIGZAG_ONE
 
 
 # ---------------------------------------------------------------------------------------------
@@ -273,71 +213,12 @@ class RecordBatch:
 # --- encode ----------------------------------------------------------------------------------
 
 
-#: Zig-zag varints of -8192..8191 (what record lengths, deltas and key/value sizes nearly always
-#: are), precomputed: encoding is the producer's hot loop.
-_SMALL_VARINT_LIMIT = 8192
-_SMALL_VARINTS = [_encode_unsigned(((v << 1) ^ (v >> 63)) & 0xFFFFFFFFFFFFFFFF)
-                  for v in range(-_SMALL_VARINT_LIMIT, _SMALL_VARINT_LIMIT)]
-
-
-def _varint_bytes(value: int) -> bytes:
-    if -_SMALL_VARINT_LIMIT <= value < _SMALL_VARINT_LIMIT:
-        return _SMALL_VARINTS[value + _SMALL_VARINT_LIMIT]
-    return encode_varlong(value)
+_varint_bytes = _codec.varint_bytes
 
 
 def _encode_records(records: Sequence[Record], base_offset: int, base_timestamp: int) -> tuple[bytearray, int]:
     """Serialise records; returns (bytes, last offset delta). Offsets must strictly increase."""
-    out = bytearray()
-    extend = out.extend
-    small = _SMALL_VARINTS
-    limit = _SMALL_VARINT_LIMIT
-    previous = -1
-    for record in records:
-        offset_delta = record.offset - base_offset
-        if offset_delta <= previous:
-            if previous < 0:
-                raise ValueError(f"record offset {record.offset} is below the batch base offset {base_offset}")
-            raise ValueError(
-                f"record offsets must strictly increase: {record.offset} follows {base_offset + previous}"
-            )
-        if offset_delta > INT32_MAX:
-            raise ValueError(f"record offset {record.offset} is more than 2^31-1 past base offset {base_offset}")
-        previous = offset_delta
-        timestamp_delta = record.timestamp - base_timestamp
-        key, value, headers = record.key, record.value, record.headers
-        parts = [
-            b"\x00",  # attributes
-            small[timestamp_delta + limit] if -limit <= timestamp_delta < limit else encode_varlong(timestamp_delta),
-            small[offset_delta + limit] if offset_delta < limit else encode_varint(offset_delta),
-        ]
-        if key is None:
-            parts.append(b"\x01")
-        else:
-            parts.append(_varint_bytes(len(key)))
-            parts.append(key)
-        if value is None:
-            parts.append(b"\x01")
-        else:
-            parts.append(_varint_bytes(len(value)))
-            parts.append(value)
-        if not headers:
-            parts.append(b"\x00")
-        else:
-            parts.append(encode_varint(len(headers)))
-            for header_key, header_value in headers:
-                encoded_key = header_key.encode("utf-8")
-                parts.append(_varint_bytes(len(encoded_key)))
-                parts.append(encoded_key)
-                if header_value is None:
-                    parts.append(b"\x01")
-                else:
-                    parts.append(_varint_bytes(len(header_value)))
-                    parts.append(header_value)
-        body = b"".join(parts)
-        extend(_varint_bytes(len(body)))
-        extend(body)
-    return out, previous
+    return _codec.encode_records(records, base_offset, base_timestamp)
 
 
 def encode_batch(
@@ -450,167 +331,22 @@ def build_batch(
 # --- decode ----------------------------------------------------------------------------------
 
 
-_new_object = object.__new__
-_set_offset = Record.offset.__set__  # type: ignore[attr-defined]
-_set_timestamp = Record.timestamp.__set__  # type: ignore[attr-defined]
-_set_key = Record.key.__set__  # type: ignore[attr-defined]
-_set_value = Record.value.__set__  # type: ignore[attr-defined]
-_set_headers = Record.headers.__set__  # type: ignore[attr-defined]
-
-
-def _make_record(offset: int, timestamp: int, key, value, headers) -> Record:
-    """Record(...) at about half the cost: a frozen dataclass's __init__ goes through
-    object.__setattr__ per field, and decoding builds one Record per stored record."""
-    record = _new_object(Record)
-    _set_offset(record, offset)
-    _set_timestamp(record, timestamp)
-    _set_key(record, key)
-    _set_value(record, value)
-    _set_headers(record, headers)
-    return record
-
-
 def _parse_records(data: bytes, header: BatchHeader) -> list[Record]:
-    """Parse exactly ``records_count`` records filling ``data``; the hot loop of every consumer.
-
-    Single-byte varints (nearly every length/delta field) are decoded inline through a table.
-    """
-    count = header.records_count
-    base_offset = header.base_offset
-    base_timestamp = header.base_timestamp
-    log_append_time = header.attributes & TIMESTAMP_TYPE_MASK
-    max_timestamp = header.max_timestamp
-    zz = _ZIGZAG_ONE
-    end = len(data)
-    records: list[Record] = []
-    append = records.append
-    position = 0
-    index = 0
-    try:
-        for index in range(count):
-            if position >= end:
-                raise CorruptRecordError(
-                    f"incorrect declared batch size, premature EOF reached: record {index} of {count} is missing"
-                )
-            b = data[position]
-            if b < 0x80:
-                length = zz[b]
-                position += 1
-            else:
-                length, position = _varint32(data, position)
-            start = position
-            record_end = position + length
-            if length < 0 or record_end > end:
-                raise CorruptRecordError(
-                    f"incorrect declared batch size, premature EOF reached: record {index} of {count} declares "
-                    f"{length} bytes but {end - position} remain"
-                )
-            position += 1  # attributes: unused
-            b = data[position]
-            if b < 0x80:
-                timestamp_delta = zz[b]
-                position += 1
-            else:
-                timestamp_delta, position = _varint64(data, position)
-            b = data[position]
-            if b < 0x80:
-                offset_delta = zz[b]
-                position += 1
-            else:
-                offset_delta, position = _varint32(data, position)
-            b = data[position]
-            if b < 0x80:
-                size = zz[b]
-                position += 1
-            else:
-                size, position = _varint32(data, position)
-            if size >= 0:
-                key = data[position : position + size]
-                position += size
-            else:
-                key = None
-            b = data[position]
-            if b < 0x80:
-                size = zz[b]
-                position += 1
-            else:
-                size, position = _varint32(data, position)
-            if size >= 0:
-                value = data[position : position + size]
-                position += size
-            else:
-                value = None
-            b = data[position]
-            if b < 0x80:
-                header_count = zz[b]
-                position += 1
-            else:
-                header_count, position = _varint32(data, position)
-            if header_count == 0:
-                headers = ()
-            else:
-                if header_count < 0:
-                    raise CorruptRecordError(f"record {index} has an invalid number of headers {header_count}")
-                if header_count > record_end - position:  # each header takes >= 2 bytes; stops huge loops
-                    raise CorruptRecordError(
-                        f"record {index} declares {header_count} headers in {record_end - position} bytes"
-                    )
-                header_list = []
-                for _ in range(header_count):
-                    b = data[position]
-                    if b < 0x80:
-                        size = zz[b]
-                        position += 1
-                    else:
-                        size, position = _varint32(data, position)
-                    if size < 0:
-                        raise CorruptRecordError(f"record {index} has a header with a null key (length {size})")
-                    # Java decodes malformed UTF-8 with replacement characters; so do we.
-                    header_key = data[position : position + size].decode("utf-8", "replace")
-                    position += size
-                    b = data[position]
-                    if b < 0x80:
-                        size = zz[b]
-                        position += 1
-                    else:
-                        size, position = _varint32(data, position)
-                    if size >= 0:
-                        header_value = data[position : position + size]
-                        position += size
-                    else:
-                        header_value = None
-                    header_list.append((header_key, header_value))
-                headers = tuple(header_list)
-            if position != record_end:
-                raise CorruptRecordError(
-                    f"invalid record size: record {index} should take {length} bytes but its fields take "
-                    f"{position - start}"
-                )
-            append(
-                _make_record(
-                    base_offset + offset_delta,
-                    max_timestamp if log_append_time else base_timestamp + timestamp_delta,
-                    key,
-                    value,
-                    headers,
-                )
-            )
-    except IndexError:
-        raise CorruptRecordError(
-            f"incorrect declared batch size, premature EOF reached inside record {index} of {count}"
-        ) from None
-    if position != end:
-        raise CorruptRecordError(
-            f"incorrect declared batch size, records still remaining: {end - position} bytes after {count} records"
-        )
-    return records
+    """Parse exactly ``records_count`` records filling ``data``; the hot loop of every consumer."""
+    return _codec.decode_records(
+        data,
+        header.records_count,
+        header.base_offset,
+        header.base_timestamp,
+        header.max_timestamp if header.attributes & TIMESTAMP_TYPE_MASK else None,
+        Record,
+    )
 
 
-def decode_batch(buf) -> RecordBatch:
-    """Decode exactly one v2 batch: check size, magic and CRC, decompress, parse every record.
-
-    Like Kafka, a batch declaring zero records is not decompressed or parsed at all.
-    """
+def records_data(buf, copy: bool = True) -> tuple[BatchHeader, bytes | memoryview | None]:
+    """One v2 batch's header and its records section, uncompressed (None when it declares no
+    records), after the checks decode_batch makes: size, magic, CRC, codec id, record count.
+    With ``copy=False`` an uncompressed section is a view of ``buf``, not a copy."""
     view = memoryview(buf)
     header = check_batch(view)
     codec = header.attributes & COMPRESSION_MASK
@@ -623,9 +359,21 @@ def decode_batch(buf) -> RecordBatch:
             f"record batch at base offset {header.base_offset} has a negative record count {header.records_count}"
         )
     if header.records_count == 0:
-        return RecordBatch(header, [])
+        return header, None
     payload = view[HEADER_SIZE:]
-    data = bytes(payload) if codec == CompressionType.NONE else decompress(CompressionType(codec), payload)
+    if codec == CompressionType.NONE:
+        return header, bytes(payload) if copy else payload
+    return header, decompress(CompressionType(codec), payload)
+
+
+def decode_batch(buf) -> RecordBatch:
+    """Decode exactly one v2 batch: check size, magic and CRC, decompress, parse every record.
+
+    Like Kafka, a batch declaring zero records is not decompressed or parsed at all.
+    """
+    header, data = records_data(buf)
+    if data is None:
+        return RecordBatch(header, [])
     try:
         records = _parse_records(data, header)
     except CorruptRecordError as exc:
@@ -640,6 +388,20 @@ def iter_batches(buf) -> Iterator[RecordBatch]:
     Legacy magic 0/1 raises UnsupportedForMessageFormatError (as split_batches does); anything
     else that is wrong raises CorruptRecordError.
     """
+    for view in iter_batch_views(buf):
+        yield decode_batch(view)
+
+
+def iter_batch_views(buf) -> Iterator[memoryview]:
+    """The whole batches of a fetch response, as views, framing checked (iter_batches' split,
+    for readers that decode the records themselves: records_data, then the codec)."""
+    view = memoryview(buf)
+    for position, size in iter_batch_spans(view):
+        yield view[position : position + size]
+
+
+def iter_batch_spans(buf) -> Iterator[tuple[int, int]]:
+    """(position, size) of each whole batch of a fetch response, framing checked."""
     view = memoryview(buf)
     total = len(view)
     position = 0
@@ -663,7 +425,7 @@ def iter_batches(buf) -> Iterator[RecordBatch]:
         size = batch_length + LOG_OVERHEAD
         if position + size > total:
             return
-        yield decode_batch(view[position : position + size])
+        yield position, size
         position += size
 
 
@@ -786,33 +548,11 @@ def first_record_at_or_after(buf, timestamp: int, min_offset: int) -> tuple[int,
         fixed_timestamp = header.max_timestamp
     else:
         fixed_timestamp = None
-    base_timestamp = header.base_timestamp
-    zz = _ZIGZAG_ONE
-    position = 0
     try:
-        for _ in range(header.records_count):
-            b = data[position]
-            if b < 0x80:
-                length, position = zz[b], position + 1
-            elif data[position + 1] < 0x80:  # 64..8191-byte records: two-byte length
-                u = (b & 0x7F) | (data[position + 1] << 7)
-                length, position = (u >> 1) ^ -(u & 1), position + 2
-            else:
-                length, position = _varint32(data, position)
-            record_end = position + length
-            b = data[position + 1]  # skip the attributes byte
-            if b < 0x80:
-                timestamp_delta, position = zz[b], position + 2
-            else:
-                timestamp_delta, position = _varint64(data, position + 1)
-            b = data[position]
-            offset_delta = zz[b] if b < 0x80 else _varint32(data, position)[0]
-            record_timestamp = fixed_timestamp if fixed_timestamp is not None else base_timestamp + timestamp_delta
-            if record_timestamp >= timestamp and base_offset + offset_delta >= min_offset:
-                return record_timestamp, base_offset + offset_delta
-            position = record_end
+        return _codec.first_at_or_after(data, header.records_count, base_offset, header.base_timestamp,
+                                        fixed_timestamp, timestamp, min_offset)
     except IndexError:
         raise CorruptRecordError(
             f"record batch at base offset {base_offset}: premature EOF while reading record timestamps"
         ) from None
-    return None
+

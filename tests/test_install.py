@@ -49,7 +49,7 @@ PROBE = """
 import logging
 logging.basicConfig(format="%(levelname)s %(name)s %(message)s")
 from triolog.protocol import core
-walk = core.load("protocol.record_walk").walk_records
+walk = core.load("protocol.record_codec").walk_records
 records = bytes.fromhex("{records}")
 print(core.COMPILED, "|", core.status(), "|", walk(records, 0, 2, 7), "|", walk.__module__)
 import triolog.protocol.core as c, os
@@ -63,7 +63,7 @@ def _probe() -> tuple[str, tuple]:
 
     batch = encode_batch([Record(0, 7, b"k", b"v"), Record(1, 9, None, b"w")])
     records = batch[61:]
-    return PROBE.replace("{records}", records.hex()), core.implementation("protocol.record_walk", False).walk_records(
+    return PROBE.replace("{records}", records.hex()), core.implementation("protocol.record_codec", False).walk_records(
         records, 0, 2, 7)
 
 
@@ -98,7 +98,7 @@ def test_a_fresh_clone_installs_without_a_compiler_and_with_one(tmp_path):
     assert run.returncode == 0, run.stderr
     (compiled, status, walked, module), location = (part.strip() for part in run.stdout.splitlines()[0].split("|")), \
         run.stdout.splitlines()[1]
-    assert (compiled, status, module) == ("False", "pure Python (extension not built)", "triolog.protocol.record_walk")
+    assert (compiled, status, module) == ("False", "pure Python (extension not built)", "triolog.protocol.record_codec")
     assert walked == str(expected_walk)
     assert Path(location) == site / "triolog" / "protocol"
     warnings = [line for line in run.stderr.splitlines() if line.startswith("WARNING")]
@@ -123,7 +123,7 @@ def test_a_fresh_clone_installs_without_a_compiler_and_with_one(tmp_path):
     assert run.returncode == 0, run.stderr
     compiled, status, walked, module = (part.strip() for part in run.stdout.splitlines()[0].split("|"))
     assert (compiled, status, walked) == ("True", "compiled (Cython)", str(expected_walk))
-    assert module != "triolog.protocol.record_walk" and "WARNING" not in run.stderr, (module, run.stderr)
+    assert module != "triolog.protocol.record_codec" and "WARNING" not in run.stderr, (module, run.stderr)
     print(f"\nfresh clone: without a compiler {without:.0f} s, with one {time.monotonic() - start - without:.0f} s; "
           f"{', '.join(built)}")
 
@@ -132,15 +132,15 @@ def test_a_fresh_clone_installs_without_a_compiler_and_with_one(tmp_path):
 
 
 def _built_twin(tmp_path: Path) -> Path:
-    """The compiled twin of protocol.record_walk, as built for this interpreter (built here if needed)."""
-    if core.compiled_available("protocol.record_walk"):
-        return core._compiled_file("protocol.record_walk")
+    """The compiled twin of protocol.record_codec, as built for this interpreter (built here if needed)."""
+    if core.compiled_available("protocol.record_codec"):
+        return core._compiled_file("protocol.record_codec")
     if not HAS_COMPILER:
         pytest.skip(f"no C compiler ({COMPILER}) here: no extension exists that could be stale")
     build = tracked_copy(tmp_path / "build-here")
     subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=build, check=True,
                    capture_output=True, timeout=300, env=_clean_env())
-    return next((build / "protocol").glob("_record_walk_c*.so"))
+    return next((build / "protocol").glob("_record_codec_c*.so"))
 
 
 @pytest.mark.parametrize("checkout", [True, False], ids=["checkout", "installed-tree"])
@@ -152,13 +152,13 @@ def test_an_extension_older_than_its_source_never_runs_in_a_checkout(tmp_path, c
     else:
         (tree / "setup.py").unlink()  # an installed triolog/: no setup.py, no .git beside it
     for name in core.MODULES:  # every twin built (the other modules' as they are here, up to date)
-        if name != "protocol.record_walk":
+        if name != "protocol.record_codec":
             other = core._compiled_file(name)
             assert other is not None, f"{name} is not built here: run python setup.py build_ext --inplace"
             shutil.copy2(other, tree.joinpath(*name.split(".")[:-1]) / other.name)
     copied = tree / "protocol" / twin.name
     shutil.copy2(twin, copied)
-    source = tree / "protocol" / "record_walk.py"
+    source = tree / "protocol" / "record_codec.py"
     older = source.stat().st_mtime - 60
     os.utime(copied, (older, older))  # built, then the source was edited (or checked out)
     code, expected = _probe()
@@ -170,9 +170,9 @@ def test_an_extension_older_than_its_source_never_runs_in_a_checkout(tmp_path, c
     warnings = [line for line in run.stderr.splitlines() if line.startswith("WARNING")]
     if checkout:
         assert (compiled, status, module) == ("False", "pure Python (extension out of date)",
-                                              "triolog.protocol.record_walk")
+                                              "triolog.protocol.record_codec")
         assert len(warnings) == 1 and "older than its source" in warnings[0] and "build_ext --inplace" in warnings[0]
-        assert "_record_walk_c" in warnings[0]
+        assert "_record_codec_c" in warnings[0]
     else:  # file times mean nothing in an install: the twin runs
         assert (compiled, status) == ("True", "compiled (Cython)") and warnings == [], run.stderr
     # Rebuilt (here: the twin newer than its source again), it runs.

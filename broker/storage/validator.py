@@ -1,7 +1,7 @@
 """Validation and offset assignment of a producer's batch (Kafka's LogValidator, leader path).
 
 Every batch is read to its last record before it is stored, as Kafka's leader reads it: the
-header rules and the CRC first (in C), then one walk over every record (protocol.record_walk)
+header rules and the CRC first (in C), then one walk over every record (protocol.record_codec)
 that checks the record count against the records present, each length prefix, varint and
 key/value/header length, every record's timestamp against message.timestamp.before/after.max.ms
 and, for compacted topics, that every record has a key. The walk also yields the batch's max
@@ -23,7 +23,7 @@ violations and null keys on compacted topics; INVALID_TIMESTAMP for timestamps o
 MESSAGE_TOO_LARGE for a batch over max.message.bytes or one that decompresses past its limit.
 
 The walk runs on the compiled core (protocol/core.py) where it was built: about 30 ns a record
-against 600 ns interpreted for 100-byte records (bench/record_walk.py).
+against 600 ns interpreted for 100-byte records (bench/codec.py).
 """
 
 from __future__ import annotations
@@ -59,9 +59,9 @@ from triolog.protocol.record_batch import (
 from triolog.protocol import core
 
 # The walk of the compiled core (Cython) where it was built, else the same source interpreted.
-_record_walk = core.load("protocol.record_walk")
-walk_records = _record_walk.walk_records
-renumber_records = _record_walk.renumber_records
+_record_codec = core.load("protocol.record_codec")
+walk_records = _record_codec.walk_records
+renumber_records = _record_codec.renumber_records
 
 from .errors import (
     CorruptRecordError,

@@ -88,7 +88,7 @@ def test_dockerignore_sends_only_what_the_build_reads(tmp_path):
     assert not [p for p in copied if "__pycache__" in p or p.endswith(".pyc")]
     # setup.py compiles the core; an extension built in place in the checkout is never sent (the
     # builder compiles its own, for its Python).
-    assert df.included("protocol/_record_walk_c.cpython-311-x86_64-linux-gnu.so", df.ignore_rules(
+    assert df.included("protocol/_record_codec_c.cpython-311-x86_64-linux-gnu.so", df.ignore_rules(
         df.DOCKERIGNORE.read_text())) is False
     assert not [p for p in copied if p.endswith(".so")]
     # Every COPY source of the Dockerfile is in the context.

@@ -25,14 +25,14 @@ from triolog.protocol.record_batch import HEADER, CompressionType
 from triolog.protocol.records import Record, encode_batch
 
 INT64 = st.integers(-(2**63), 2**63 - 1)
-PURE = core.implementation("protocol.record_walk", compiled=False)
+PURE = core.implementation("protocol.record_codec", compiled=False)
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _compiled():
-    if not core.compiled_available("protocol.record_walk"):
+    if not core.compiled_available("protocol.record_codec"):
         pytest.skip("the compiled core is not built here (no C compiler at install time): only the pure path runs")
-    return core.implementation("protocol.record_walk", compiled=True)
+    return core.implementation("protocol.record_codec", compiled=True)
 
 
 def _outcome(function, *args, **kwargs):
@@ -120,11 +120,11 @@ def test_the_process_runs_the_compiled_walk_where_it_is_built():
 
     compiler = (sysconfig.get_config_var("CC") or "cc").split()[0]
     if shutil.which(compiler) and not core._forced_pure():
-        assert core.compiled_available("protocol.record_walk"), (
+        assert core.compiled_available("protocol.record_codec"), (
             "a C compiler exists but the compiled core is not built: `pip install -e .` (or "
             "`python setup.py build_ext --inplace`) builds it; TRIOLOG_PURE_PYTHON=1 runs without it")
-    assert core.COMPILED == (core.compiled_available("protocol.record_walk") and not core._forced_pure())
-    assert validator.walk_records is core.load("protocol.record_walk").walk_records
+    assert core.COMPILED == (core.compiled_available("protocol.record_codec") and not core._forced_pure())
+    assert validator.walk_records is core.load("protocol.record_codec").walk_records
     assert ("compiled" in core.status()) == core.COMPILED
 
 
@@ -136,7 +136,7 @@ def _run(code: str, **env) -> subprocess.CompletedProcess:
 def test_the_environment_variable_forces_the_pure_walk():
     result = _run(
         "from triolog.protocol import core; from triolog.broker.storage import validator;"
-        "import triolog.protocol.record_walk as pure;"
+        "import triolog.protocol.record_codec as pure;"
         "print(core.COMPILED, core.status(), validator.walk_records is pure.walk_records)",
         TRIOLOG_PURE_PYTHON="1",
     )
@@ -151,13 +151,13 @@ def test_a_missing_extension_falls_back_to_pure_python_and_says_so_once(tmp_path
         [sys.executable, "-c",
          "import logging, sys; logging.basicConfig(format='%(levelname)s %(name)s %(message)s');"
          "from triolog.protocol import core; from triolog.broker.storage import validator;"
-         "import triolog.protocol.record_walk as pure; core.load('protocol.record_walk');"
+         "import triolog.protocol.record_codec as pure; core.load('protocol.record_codec');"
          "print(core.COMPILED, core.status(), validator.walk_records is pure.walk_records, pure.__file__)"],
         cwd=tree, capture_output=True, text=True, timeout=60, env={**os.environ, "TRIOLOG_PURE_PYTHON": ""},
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().startswith("False pure Python (extension not built) True "), result.stdout
-    assert result.stdout.strip().endswith(str(tree / "triolog" / "protocol" / "record_walk.py")), result.stdout
+    assert result.stdout.strip().endswith(str(tree / "triolog" / "protocol" / "record_codec.py")), result.stdout
     warnings = [line for line in result.stderr.splitlines() if line.startswith("WARNING triolog.protocol.core")]
     assert len(warnings) == 1 and "pure Python" in warnings[0], result.stderr
     assert all(core.compiled_name(name) in warnings[0] for name in core.MODULES), warnings[0]
@@ -167,7 +167,7 @@ def test_the_pure_walk_runs_without_cython_installed():
     """Cython is a build requirement only: interpreted, the module's type declarations need a stand-in."""
     result = _run(
         "import sys; sys.modules['cython'] = None;"  # as in an environment without Cython
-        "from triolog.protocol.record_walk import walk_records, cython;"
+        "from triolog.protocol.record_codec import walk_records, cython;"
         "from triolog.protocol.records import Record, encode_batch;"
         "batch = encode_batch([Record(0, 7, b'k', b'v'), Record(1, 9, None, b'w')]);"
         "print(cython.__name__, walk_records(batch, 61, 2, 7))",
