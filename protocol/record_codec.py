@@ -541,6 +541,7 @@ def _decode(data, origin, stop, count, base_offset, base_timestamp, append_time,
     new_object = _new_object
     if out is not None:
         add = out.append
+    type_id = 0  # set for columns below; a defined value for the compiler otherwise
     if mode == _RECORDS:
         set_offset = record_type.offset.__set__
         set_timestamp = record_type.timestamp.__set__
