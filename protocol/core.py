@@ -1,7 +1,7 @@
 """The compiled core: which implementation of each per-record hot loop this process runs.
 
-The per-record loops (today the validator's record walk; next the batch codec, the columnar
-decoder, the cleaner's walk and offset map, see the modules in ``MODULES``) are each written once,
+The per-record loops (the record codec with the validator's walk, the producer's accumulator and
+partitioner, the cleaner's two passes: the modules in ``MODULES``) are each written once,
 in Cython's pure-Python mode: the same ``.py`` runs interpreted and is compiled by setup.py into an
 extension named ``_<module>_c`` beside it. This module picks one per process:
 

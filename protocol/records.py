@@ -1,7 +1,7 @@
 """Record-level codec for RecordBatch v2: what producers, consumers and the log cleaner need.
 
 The broker's fetch path never comes here, and its produce path only walks the records without
-building them (record_walk.py). This module decodes and builds the records inside, for clients,
+building them (the validator's walk in record_codec.py). This module decodes and builds the records inside, for clients,
 the cleaner and tools; decompression is bounded by compression.MAX_DECOMPRESSED_BYTES. The batch
 header, CRC and compression are handled here; the per-record loops (varints, records in and out)
 are the compiled core's record codec (record_codec.py), which this module calls.

@@ -2,7 +2,7 @@
 
 One batch's records at a time, so the caller (cleaner.py) keeps everything per batch and per
 segment (files, transactions, headers, compression) and this module only what runs once per
-record. Like protocol/record_walk.py it is written in Cython's pure-Python mode: this same file
+record. Like protocol/record_codec.py it is written in Cython's pure-Python mode: this same file
 runs interpreted, and setup.py compiles it into ``triolog.broker.storage.cleaner._cleaner_core_c``
 (``core.load`` picks one; ``core.implementation`` gives either, for the tests comparing them).
 Both make the same decisions, byte for byte; the few places where the compiled one takes another
