@@ -48,12 +48,20 @@ class OptionalBuildExt(build_ext):
 
     def run(self):
         self._inplace_wanted = self.inplace  # setuptools builds in build/ first, then copies
+        self._failed = []  # (module, error): said once, after all were tried
         try:
             super().run()
         except Exception as exc:  # no compiler at all (DistutilsPlatformError, CC=false, ...)
-            self._fall_back(exc)
+            self._failed = [("the compiled core", exc)]
             for ext in self.extensions:
                 self._remove_outputs(ext)
+        if self._failed:
+            names = ", ".join(name for name, _ in self._failed)
+            print(
+                f"WARNING: triolog: could not compile {names} ({self._failed[0][1]}); installing the "
+                "pure-Python implementation, which is correct but several times slower on per-record paths",
+                file=sys.stderr,
+            )
 
     def build_extension(self, ext):
         from Cython.Build import cythonize  # _extensions() made sure it imports
@@ -76,7 +84,7 @@ class OptionalBuildExt(build_ext):
                 ext.extra_compile_args = [*ext.extra_compile_args, "-g0"]
             super().build_extension(ext)
         except Exception as exc:  # CCompilerError, DistutilsExecError: this one stays pure Python
-            self._fall_back(exc, ext.name)
+            self._failed.append((ext.name, exc))
             self._remove_outputs(ext)
 
     def _remove_outputs(self, ext):
@@ -89,14 +97,6 @@ class OptionalBuildExt(build_ext):
             if os.path.exists(path):
                 os.remove(path)
                 print(f"triolog: removed the stale {path}", file=sys.stderr)
-
-    @staticmethod
-    def _fall_back(exc, name="the compiled core"):
-        print(
-            f"WARNING: triolog: could not compile {name} ({exc}); installing the pure-Python "
-            "implementation, which is correct but several times slower on per-record paths",
-            file=sys.stderr,
-        )
 
 
 def _extensions():
