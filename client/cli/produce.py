@@ -194,7 +194,7 @@ def run(args: argparse.Namespace) -> int:
         error(f"cannot read {args.file}: {exc.strerror}")
         return EXIT_ERROR
     parse = _LineParser(args)
-    results = []
+    failures: list[BaseException] = []
     status = EXIT_OK
     progress = _Progress(sys.stderr)
     count = 0
@@ -220,13 +220,15 @@ def run(args: argparse.Namespace) -> int:
                     count += 1
                     progress.update(count)
                 if values:
-                    results.append(producer.send_many(args.topic, values, keys=keys, headers=headers,
-                                                      partition=args.partition, timestamps=timestamps))
+                    # Only the failures are kept (a callback per call), not the calls' futures:
+                    # those hold their records until dropped, and the input may be unbounded.
+                    producer.send_many(args.topic, values, keys=keys, headers=headers, partition=args.partition,
+                                       timestamps=timestamps).add_done_callback(
+                        lambda futures: failures.extend(failure for _, failure in futures.errors()))
                 if status != EXIT_OK:
                     break
     finally:
         progress.finish(count)
-    failures = [failure for futures in results for _, failure in futures.errors()]
     for failure in failures[:10]:
         error(str(failure))
     if len(failures) > 10:
