@@ -183,7 +183,8 @@ class ProducerBatch:
             # (a top-level import would be circular while protocol.core chooses its modules).
             from triolog.protocol.records import build_batch
 
-            self._encoded = build_batch(self._records, compression=compression, compression_level=level)
+            self._encoded = build_batch(self._records, compression=compression, compression_level=level,
+                                        size_hint=self._size)
         return self._encoded
 
     # -- outcome -------------------------------------------------------------------------------

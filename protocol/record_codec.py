@@ -284,19 +284,21 @@ def encode_records(records, base_offset: int, base_timestamp: int) -> tuple:
     section of a batch; returns (bytearray, last offset delta). Raises ValueError for what a batch
     cannot hold. Compiled, each record is written in place into one growing buffer; interpreted,
     from precomputed varint bytes joined once a record (the fastest the interpreter gets)."""
-    out, previous, _ = _encode(records, base_offset, base_timestamp, 0, False)
+    out, previous, _ = _encode(records, base_offset, base_timestamp, 0, False, 0)
     return out, previous
 
 
-def encode_producer_records(records, reserve: int) -> tuple:
+def encode_producer_records(records, reserve: int, size_hint: int = 0) -> tuple:
     """A producer's records section straight from its queued ``(key, value, timestamp, headers)``
     tuples, at offsets 0..n-1 (base timestamp: the first's), with no Record object per record.
 
     Returns (bytearray, last offset delta, max timestamp): ``reserve`` zero bytes (room for the
     batch header, so the batch is built in one buffer) then the records section, byte for byte
     what encode_records writes for the same records; max timestamp is max(-1, timestamps).
-    ``records`` must not be empty."""
-    return _encode(records, 0, records[0][2], reserve, True)
+    ``records`` must not be empty. ``size_hint``: the expected total size, reserve included (the
+    accumulator knows it exactly), so the buffer is allocated once at its size: growing it, and
+    each fresh large allocation's page faults, cost more than writing the records."""
+    return _encode(records, 0, records[0][2], reserve, True, size_hint)
 
 
 @cython.locals(previous=cython.longlong, out=bytearray, size=cython.Py_ssize_t, capacity=cython.Py_ssize_t,
@@ -304,8 +306,8 @@ def encode_producer_records(records, reserve: int) -> tuple:
                key_size=cython.Py_ssize_t, value_size=cython.Py_ssize_t, header_size=cython.Py_ssize_t,
                td=cython.longlong, od=cython.longlong, count=cython.Py_ssize_t, p=cython.p_uchar,
                src=cython.p_uchar, interpreted=cython.bint, tuples=cython.bint, reserve=cython.Py_ssize_t,
-               index=cython.Py_ssize_t)
-def _encode(records, base_offset, base_timestamp, reserve, tuples) -> tuple:
+               index=cython.Py_ssize_t, size_hint=cython.Py_ssize_t)
+def _encode(records, base_offset, base_timestamp, reserve, tuples, size_hint) -> tuple:
     """encode_records' loop: over Record objects, or (``tuples``) over a producer's queued tuples
     whose offset is their index; ``reserve`` zero bytes first. Returns (bytearray, last offset
     delta, max(-1, timestamps) for tuples else None)."""
@@ -319,6 +321,8 @@ def _encode(records, base_offset, base_timestamp, reserve, tuples) -> tuple:
         limit = _SMALL_VARINT_LIMIT
     else:
         capacity = 64 * len(records) + 64 + reserve
+        if size_hint > capacity:
+            capacity = size_hint
         out = bytearray(capacity)
         used = reserve
     index = 0

@@ -318,17 +318,19 @@ def build_batch(
     producer_epoch: int = NO_PRODUCER_EPOCH,
     base_sequence: int = NO_SEQUENCE,
     is_transactional: bool = False,
+    size_hint: int = 0,
 ) -> bytes:
     """A producer's batch from (key, value, timestamp, headers) tuples: offsets 0..n-1, base offset 0.
 
     The same bytes as encode_batch of the Record objects, built without them: the codec writes
-    the records straight from the tuples after room for the header, in one buffer."""
+    the records straight from the tuples after room for the header, in one buffer, allocated at
+    ``size_hint`` bytes when given (the uncompressed batch's expected size; only a hint)."""
     records = values if type(values) is list else list(values)
     if not records:
         return encode_batch((), producer_id=producer_id, producer_epoch=producer_epoch,
                             base_sequence=base_sequence, is_transactional=is_transactional)
     compression = CompressionType(compression)
-    batch, last_delta, max_timestamp = _codec.encode_producer_records(records, HEADER_SIZE)
+    batch, last_delta, max_timestamp = _codec.encode_producer_records(records, HEADER_SIZE, size_hint)
     if compression is not CompressionType.NONE:
         body = compress(compression, bytes(memoryview(batch)[HEADER_SIZE:]), compression_level)
         batch = bytearray(HEADER_SIZE + len(body))

@@ -127,15 +127,19 @@ def _as_queued(generated):
 
 
 @settings(max_examples=300, deadline=None)
-@given(generated=records(), reserve=st.sampled_from([0, 1, 61]))
-def test_compiled_producer_encode_writes_the_bytes_the_pure_one_writes(generated, reserve):
+@given(generated=records(), reserve=st.sampled_from([0, 1, 61]), hint=st.sampled_from([0, 1, "exact", "short", 100_000]))
+def test_compiled_producer_encode_writes_the_bytes_the_pure_one_writes(generated, reserve, hint):
     """encode_producer_records (the producer's batches, from its tuples): identical bytes, last
-    offset delta and max timestamp compiled and pure, and the records section encode_records writes
-    for the same records at offsets 0..n-1, after ``reserve`` zero bytes."""
+    offset delta and max timestamp compiled and pure, whatever the size hint (none, too small,
+    exact, too large), and the records section encode_records writes for the same records at
+    offsets 0..n-1, after ``reserve`` zero bytes."""
     compiled = _compiled()
     queued = _as_queued(generated)
     expected = _outcome(PURE.encode_producer_records, queued, reserve)
-    assert _outcome(compiled.encode_producer_records, queued, reserve) == expected
+    if isinstance(hint, str):  # the exact size, or one byte short of it
+        hint = 0 if expected[0] != "ok" else len(expected[1][0]) - (hint == "short")
+    assert _outcome(PURE.encode_producer_records, queued, reserve, hint) == expected
+    assert _outcome(compiled.encode_producer_records, queued, reserve, hint) == expected
     renumbered = [Record(i, r.timestamp, r.key, r.value, r.headers) for i, r in enumerate(generated)]
     reference = _outcome(PURE.encode_records, renumbered, 0, generated[0].timestamp)
     if reference[0] == "ok":
