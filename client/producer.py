@@ -49,6 +49,10 @@ class Producer:
         self._stopping = False
         self._core.accumulator.set_wakeup(self._wakeup.set, self._space)
         self._try_append = self._core.accumulator.try_append
+        if type(self).send is Producer.send:
+            # send() in the common case is one compiled call, not a Python frame around one (the
+            # accumulator calls _send_slow for what its fast path declines, closed included).
+            self.send = self._core.accumulator.bind_send(self._send_slow)
         self._sender = threading.Thread(target=self._run, name="triolog-producer-sender", daemon=True)
         self._sender.start()
 
@@ -70,7 +74,11 @@ class Producer:
             future = self._try_append(topic, value, key, headers, partition, timestamp_ms)
             if future is not None:  # the common case: known topic, bytes, no serializers, room
                 return future
-        else:
+        return self._send_slow(topic, value, key, headers, partition, timestamp_ms)
+
+    def _send_slow(self, topic, value, key, headers, partition, timestamp_ms) -> FutureRecordMetadata:
+        """send() when the accumulator's fast path declined the record."""
+        if self._closed:
             raise ProducerClosedError("send() after close()", topic=topic)
         record = self._core.prepare_cached(topic, value, key, headers, partition, timestamp_ms)
         if record is None:  # the topic's metadata is not cached yet: ask the broker
@@ -157,6 +165,7 @@ class Producer:
         if self._closed:
             return
         self._closed = True
+        self._stop_fast_path()
         try:
             self.flush(timeout)
         except ClientTimeoutError:
@@ -170,6 +179,10 @@ class Producer:
                 self._space.notify_all()
             self._conn.close()
 
+    def _stop_fast_path(self) -> None:
+        """Every later send() takes the full path, which refuses it (the producer is closed)."""
+        self._core.accumulator.configure_fast_path(False, self.config.buffer_memory, self.config.acks)
+
     def _run(self) -> None:
         try:
             self._send_until_stopped()
@@ -178,6 +191,7 @@ class Producer:
                 # The sender died of a bug (send_op itself never raises): fail what it would have
                 # sent, so no get(), flush() or close() waits forever, and refuse new records.
                 self._closed = True
+                self._stop_fast_path()
                 self._core.abort_queued("the producer's sender thread stopped unexpectedly")
             with self._space:
                 self._space.notify_all()
