@@ -27,6 +27,14 @@ FutureRecordMetadata = RecordFuture
 SEND_MANY_SLICE = 4096
 
 
+def _values_size(values: list) -> int:
+    """Bytes of the values (None counts 0), summed at C speed when none is None."""
+    try:
+        return sum(map(len, values))
+    except TypeError:
+        return sum(len(v) for v in values if v is not None)
+
+
 class Producer:
     """``Producer("host:port", linger_ms=5, batch_size=16384, compression="zstd", acks=-1)``.
 
@@ -109,21 +117,20 @@ class Producer:
         if self._closed:
             raise ProducerClosedError("send_many() after close()", topic=topic)
         core = self._core
-        values, keys, headers, timestamps, _ = core.check_many(topic, values, keys, headers, partition, timestamps)
+        values, keys, headers, timestamps, total = core.check_many(topic, values, keys, headers, partition, timestamps)
         num_partitions = None
         if partition is None or core.config.acks == 0:
             num_partitions = core.num_partitions_cached(topic)
             if num_partitions is None:
                 num_partitions = run_sync(core.topic_op(topic), self._conn)
         count = len(values)
-        if count <= SEND_MANY_SLICE and core.accumulator.buffered_bytes + 80 * count + sum(
-                len(v) for v in values if v is not None) <= core.config.buffer_memory:
+        if count <= SEND_MANY_SLICE and core.accumulator.buffered_bytes + total <= core.config.buffer_memory:
             return core.append_many(topic, values, keys, headers, partition, timestamps, num_partitions)
         runs = []
         for start in range(0, count, SEND_MANY_SLICE):
             end = start + SEND_MANY_SLICE
             part = values[start:end]
-            self._wait_for_space(80 * len(part) + sum(len(v) for v in part if v is not None), topic)
+            self._wait_for_space(80 * len(part) + _values_size(part), topic)
             futures = core.append_many(topic, part, None if keys is None else keys[start:end],
                                        None if headers is None else headers[start:end], partition,
                                        None if timestamps is None else timestamps[start:end], num_partitions)
