@@ -21,7 +21,8 @@ acks=1, linger default (5 ms), one partition, ``--batch-size`` bytes per batch. 
 (value bytes; 1 MB = 10^6 B): medians of ``--reps`` interleaved repetitions. Two client
 implementations run side by side in the same run: ``new`` (this checkout) and ``base`` (the
 source of ``--baseline-ref``, exported with ``git archive`` to a temp directory and run as is,
-i.e. without compiled extensions); the ratio column is new / base. Each client process imports
+i.e. without compiled extensions unless ``--baseline-compiled`` builds them there); the ratio
+column is new / base. Each client process imports
 ``triolog`` from its own root (its working directory), so the two never mix.
 """
 
@@ -201,6 +202,9 @@ def main() -> int:
     parser.add_argument("--batch-size", type=int, default=256 * 1024, help="producer batch_size (bytes)")
     parser.add_argument("--chunk", type=int, default=10_000, help="values per send_many call")
     parser.add_argument("--baseline-ref", default="main", help="git ref of the baseline client ('' for none)")
+    parser.add_argument("--baseline-compiled", action="store_true",
+                        help="build the baseline's compiled extensions (setup.py build_ext --inplace) so base "
+                             "runs compiled too: compiled before/after in one run")
     parser.add_argument("--modes", default="call,send,send_many,poll",
                         help="which measurements (call: send() alone, the sender idle)")
     parser.add_argument("--clients", default="new,pure,base",
@@ -222,6 +226,9 @@ def main() -> int:
     roots = {name: ROOT for name in ("new", "pure") if name in clients}
     if args.baseline_ref and "base" in clients:
         roots["base"] = export_ref(args.baseline_ref, workdir)
+        if args.baseline_compiled:
+            subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=roots["base"],
+                           check=True, capture_output=True)
     bulk = {name: has_send_many(root) for name, root in roots.items()}
     broker = BrokerProcess(workdir / "data").start()
     port = broker.port

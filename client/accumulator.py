@@ -183,7 +183,8 @@ class ProducerBatch:
             # (a top-level import would be circular while protocol.core chooses its modules).
             from triolog.protocol.records import build_batch
 
-            self._encoded = build_batch(self._records, compression=compression, compression_level=level)
+            self._encoded = build_batch(self._records, compression=compression, compression_level=level,
+                                        size_hint=self._size)
         return self._encoded
 
     # -- outcome -------------------------------------------------------------------------------
@@ -423,6 +424,8 @@ class RecordAccumulator:
     _last: object
     _last_index: cython.Py_ssize_t
     _last_wake: cython.bint
+    # send(): what fast_send calls when _try declines (set by bind_send)
+    _slow_send: object
 
     def __init__(self, *, batch_size: int, linger_s: float, rng=None, wakeup=None, waiter=None,
                  future_type=None) -> None:
@@ -447,6 +450,7 @@ class RecordAccumulator:
         self._last = None
         self._last_index = 0
         self._last_wake = False
+        self._slow_send = None
 
     @property
     def batch_size(self) -> int:
@@ -584,13 +588,30 @@ class RecordAccumulator:
         self._incomplete.add(batch)
         return batch
 
-    @cython.locals(n=cython.Py_ssize_t, ts=cython.longlong, size=cython.Py_ssize_t, vlen=cython.Py_ssize_t,
-                   klen=cython.Py_ssize_t, count=cython.Py_ssize_t, batch=ProducerBatch, now=cython.double,
-                   held=cython.Py_ssize_t)
     def try_append(self, topic, value, key, headers, partition, timestamp_ms):
         """send()'s fast path: the RecordFuture, or None when the record needs the full path
         (serializers, headers, a str/bytearray key or value, an unknown topic, a full buffer,
         a bad argument: the full path checks and reports it)."""
+        return self._try(topic, value, key, headers, partition, timestamp_ms)
+
+    def bind_send(self, slow):
+        """``fast_send``, with ``slow`` (same arguments) called for what the fast path declines:
+        a producer's whole send() as one compiled call in the common case."""
+        self._slow_send = slow
+        return self.fast_send
+
+    def fast_send(self, topic, value=None, key=None, headers=(), partition=None, timestamp_ms=None):
+        """try_append, else the slow send given to bind_send."""
+        future = self._try(topic, value, key, headers, partition, timestamp_ms)
+        if future is None:
+            return self._slow_send(topic, value, key, headers, partition, timestamp_ms)
+        return future
+
+    @cython.cfunc
+    @cython.locals(n=cython.Py_ssize_t, ts=cython.longlong, size=cython.Py_ssize_t, vlen=cython.Py_ssize_t,
+                   klen=cython.Py_ssize_t, count=cython.Py_ssize_t, batch=ProducerBatch, now=cython.double,
+                   held=cython.Py_ssize_t, wall=cython.double)
+    def _try(self, topic, value, key, headers, partition, timestamp_ms):
         if not self._fast or headers:
             return None
         if value is None:
@@ -608,7 +629,11 @@ class RecordAccumulator:
         if type(topic) is not str or not topic:
             return None
         if timestamp_ms is None:
-            ts = int(_time() * 1000)
+            if cython.compiled:  # the same truncation as int(), without the Python float and int
+                wall = _time()
+                ts = cython.cast(cython.longlong, wall * 1000.0)
+            else:
+                ts = int(_time() * 1000)
         elif type(timestamp_ms) is int:
             ts = timestamp_ms
         else:

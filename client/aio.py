@@ -33,7 +33,7 @@ from .consumer_core import ConsumerConfig, ConsumerCore, Polled
 from .errors import (ClientTimeoutError, InvalidResponseError, ProducerClosedError, RequestNotSentError,
                      ResponseLostError, TriologClientError)
 from .ops import Call, Op, T, now
-from .producer import SEND_MANY_SLICE
+from .producer import SEND_MANY_SLICE, _values_size
 from .producer_core import ProducerConfig, ProducerCore, RecordFuture, RecordFutures
 from .types import EARLIEST, LATEST, ConfigEntry, ConsumerRecord, OffsetAndTimestamp, RecordMetadata, TopicDescription, TopicPartition
 
@@ -361,7 +361,7 @@ class AsyncProducer(_AsyncClient):
         for start in range(0, count, SEND_MANY_SLICE):
             end = start + SEND_MANY_SLICE
             part = values[start:end]
-            await self._wait_for_space(80 * len(part) + sum(len(v) for v in part if v is not None), topic)
+            await self._wait_for_space(80 * len(part) + _values_size(part), topic)
             futures = core.append_many(topic, part, None if keys is None else keys[start:end],
                                        None if headers is None else headers[start:end], partition,
                                        None if timestamps is None else timestamps[start:end], num_partitions)

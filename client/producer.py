@@ -27,6 +27,14 @@ FutureRecordMetadata = RecordFuture
 SEND_MANY_SLICE = 4096
 
 
+def _values_size(values: list) -> int:
+    """Bytes of the values (None counts 0), summed at C speed when none is None."""
+    try:
+        return sum(map(len, values))
+    except TypeError:
+        return sum(len(v) for v in values if v is not None)
+
+
 class Producer:
     """``Producer("host:port", linger_ms=5, batch_size=16384, compression="zstd", acks=-1)``.
 
@@ -49,6 +57,10 @@ class Producer:
         self._stopping = False
         self._core.accumulator.set_wakeup(self._wakeup.set, self._space)
         self._try_append = self._core.accumulator.try_append
+        if type(self).send is Producer.send:
+            # send() in the common case is one compiled call, not a Python frame around one (the
+            # accumulator calls _send_slow for what its fast path declines, closed included).
+            self.send = self._core.accumulator.bind_send(self._send_slow)
         self._sender = threading.Thread(target=self._run, name="triolog-producer-sender", daemon=True)
         self._sender.start()
 
@@ -70,7 +82,11 @@ class Producer:
             future = self._try_append(topic, value, key, headers, partition, timestamp_ms)
             if future is not None:  # the common case: known topic, bytes, no serializers, room
                 return future
-        else:
+        return self._send_slow(topic, value, key, headers, partition, timestamp_ms)
+
+    def _send_slow(self, topic, value, key, headers, partition, timestamp_ms) -> FutureRecordMetadata:
+        """send() when the accumulator's fast path declined the record."""
+        if self._closed:
             raise ProducerClosedError("send() after close()", topic=topic)
         record = self._core.prepare_cached(topic, value, key, headers, partition, timestamp_ms)
         if record is None:  # the topic's metadata is not cached yet: ask the broker
@@ -101,21 +117,20 @@ class Producer:
         if self._closed:
             raise ProducerClosedError("send_many() after close()", topic=topic)
         core = self._core
-        values, keys, headers, timestamps, _ = core.check_many(topic, values, keys, headers, partition, timestamps)
+        values, keys, headers, timestamps, total = core.check_many(topic, values, keys, headers, partition, timestamps)
         num_partitions = None
         if partition is None or core.config.acks == 0:
             num_partitions = core.num_partitions_cached(topic)
             if num_partitions is None:
                 num_partitions = run_sync(core.topic_op(topic), self._conn)
         count = len(values)
-        if count <= SEND_MANY_SLICE and core.accumulator.buffered_bytes + 80 * count + sum(
-                len(v) for v in values if v is not None) <= core.config.buffer_memory:
+        if count <= SEND_MANY_SLICE and core.accumulator.buffered_bytes + total <= core.config.buffer_memory:
             return core.append_many(topic, values, keys, headers, partition, timestamps, num_partitions)
         runs = []
         for start in range(0, count, SEND_MANY_SLICE):
             end = start + SEND_MANY_SLICE
             part = values[start:end]
-            self._wait_for_space(80 * len(part) + sum(len(v) for v in part if v is not None), topic)
+            self._wait_for_space(80 * len(part) + _values_size(part), topic)
             futures = core.append_many(topic, part, None if keys is None else keys[start:end],
                                        None if headers is None else headers[start:end], partition,
                                        None if timestamps is None else timestamps[start:end], num_partitions)
@@ -157,6 +172,7 @@ class Producer:
         if self._closed:
             return
         self._closed = True
+        self._stop_fast_path()
         try:
             self.flush(timeout)
         except ClientTimeoutError:
@@ -170,6 +186,10 @@ class Producer:
                 self._space.notify_all()
             self._conn.close()
 
+    def _stop_fast_path(self) -> None:
+        """Every later send() takes the full path, which refuses it (the producer is closed)."""
+        self._core.accumulator.configure_fast_path(False, self.config.buffer_memory, self.config.acks)
+
     def _run(self) -> None:
         try:
             self._send_until_stopped()
@@ -178,6 +198,7 @@ class Producer:
                 # The sender died of a bug (send_op itself never raises): fail what it would have
                 # sent, so no get(), flush() or close() waits forever, and refuse new records.
                 self._closed = True
+                self._stop_fast_path()
                 self._core.abort_queued("the producer's sender thread stopped unexpectedly")
             with self._space:
                 self._space.notify_all()

@@ -41,6 +41,7 @@ __all__ = [
     "decode_records",
     "decode_varint",
     "decode_varlong",
+    "encode_producer_records",
     "encode_records",
     "encode_varint",
     "encode_varlong",
@@ -278,40 +279,75 @@ def _slice(start: cython.p_char, position: cython.Py_ssize_t, size: cython.long,
 # ---------------------------------------------------------------------------------------------
 
 
-@cython.locals(previous=cython.longlong, out=bytearray, size=cython.Py_ssize_t, capacity=cython.Py_ssize_t,
-               used=cython.Py_ssize_t, body=cython.Py_ssize_t, total=cython.Py_ssize_t,
-               key_size=cython.Py_ssize_t, value_size=cython.Py_ssize_t, header_size=cython.Py_ssize_t,
-               td=cython.longlong, od=cython.longlong, count=cython.Py_ssize_t, p=cython.p_uchar,
-               src=cython.p_uchar, interpreted=cython.bint)
 def encode_records(records, base_offset: int, base_timestamp: int) -> tuple:
     """Serialise ``records`` (offsets strictly increasing from ``base_offset``) into the records
     section of a batch; returns (bytearray, last offset delta). Raises ValueError for what a batch
     cannot hold. Compiled, each record is written in place into one growing buffer; interpreted,
     from precomputed varint bytes joined once a record (the fastest the interpreter gets)."""
+    out, previous, _ = _encode(records, base_offset, base_timestamp, 0, False, 0)
+    return out, previous
+
+
+def encode_producer_records(records, reserve: int, size_hint: int = 0) -> tuple:
+    """A producer's records section straight from its queued ``(key, value, timestamp, headers)``
+    tuples, at offsets 0..n-1 (base timestamp: the first's), with no Record object per record.
+
+    Returns (bytearray, last offset delta, max timestamp): ``reserve`` zero bytes (room for the
+    batch header, so the batch is built in one buffer) then the records section, byte for byte
+    what encode_records writes for the same records; max timestamp is max(-1, timestamps).
+    ``records`` must not be empty. ``size_hint``: the expected total size, reserve included (the
+    accumulator knows it exactly), so the buffer is allocated once at its size: growing it, and
+    each fresh large allocation's page faults, cost more than writing the records."""
+    return _encode(records, 0, records[0][2], reserve, True, size_hint)
+
+
+@cython.locals(previous=cython.longlong, out=bytearray, size=cython.Py_ssize_t, capacity=cython.Py_ssize_t,
+               used=cython.Py_ssize_t, body=cython.Py_ssize_t, total=cython.Py_ssize_t,
+               key_size=cython.Py_ssize_t, value_size=cython.Py_ssize_t, header_size=cython.Py_ssize_t,
+               td=cython.longlong, od=cython.longlong, count=cython.Py_ssize_t, p=cython.p_uchar,
+               src=cython.p_uchar, interpreted=cython.bint, tuples=cython.bint, reserve=cython.Py_ssize_t,
+               index=cython.Py_ssize_t, size_hint=cython.Py_ssize_t)
+def _encode(records, base_offset, base_timestamp, reserve, tuples, size_hint) -> tuple:
+    """encode_records' loop: over Record objects, or (``tuples``) over a producer's queued tuples
+    whose offset is their index; ``reserve`` zero bytes first. Returns (bytearray, last offset
+    delta, max(-1, timestamps) for tuples else None)."""
     previous = -1
+    max_timestamp = NO_TIMESTAMP if tuples else None
     interpreted = not cython.compiled
     if interpreted:
-        out = bytearray()
+        out = bytearray(reserve)
         extend = out.extend
         small = _SMALL_VARINTS
         limit = _SMALL_VARINT_LIMIT
     else:
-        capacity = 64 * len(records) + 64
+        capacity = 64 * len(records) + 64 + reserve
+        if size_hint > capacity:
+            capacity = size_hint
         out = bytearray(capacity)
-        used = 0
+        used = reserve
+    index = 0
     for record in records:
-        offset_delta = record.offset - base_offset
-        if offset_delta <= previous:
-            if previous < 0:
-                raise ValueError(f"record offset {record.offset} is below the batch base offset {base_offset}")
-            raise ValueError(
-                f"record offsets must strictly increase: {record.offset} follows {base_offset + previous}"
-            )
-        if offset_delta > INT32_MAX:
-            raise ValueError(f"record offset {record.offset} is more than 2^31-1 past base offset {base_offset}")
+        if tuples:
+            key, value, timestamp, headers = record
+            offset_delta = index
+            index += 1
+            if offset_delta > INT32_MAX:
+                raise ValueError(f"record offset {offset_delta} is more than 2^31-1 past base offset 0")
+            if timestamp > max_timestamp:
+                max_timestamp = timestamp
+        else:
+            offset_delta = record.offset - base_offset
+            if offset_delta <= previous:
+                if previous < 0:
+                    raise ValueError(f"record offset {record.offset} is below the batch base offset {base_offset}")
+                raise ValueError(
+                    f"record offsets must strictly increase: {record.offset} follows {base_offset + previous}"
+                )
+            if offset_delta > INT32_MAX:
+                raise ValueError(f"record offset {record.offset} is more than 2^31-1 past base offset {base_offset}")
+            key, value, timestamp, headers = record.key, record.value, record.timestamp, record.headers
         previous = offset_delta
-        timestamp_delta = record.timestamp - base_timestamp
-        key, value, headers = record.key, record.value, record.headers
+        timestamp_delta = timestamp - base_timestamp
         if interpreted:
             parts = [
                 b"\x00",  # attributes
@@ -438,7 +474,7 @@ def encode_records(records, base_offset: int, base_timestamp: int) -> tuple:
             used += total
     if cython.compiled:
         del out[used:]
-    return out, previous
+    return out, previous, max_timestamp
 
 
 # ---------------------------------------------------------------------------------------------

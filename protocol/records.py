@@ -277,6 +277,14 @@ def encode_batch(
         attributes |= DELETE_HORIZON_FLAG
 
     batch = bytearray(HEADER_SIZE + len(body))
+    batch[HEADER_SIZE:] = body
+    return _seal(batch, base_offset, partition_leader_epoch, attributes, last_offset_delta, base_timestamp,
+                 max_timestamp, producer_id, producer_epoch, base_sequence, len(records))
+
+
+def _seal(batch: bytearray, base_offset, partition_leader_epoch, attributes, last_offset_delta, base_timestamp,
+          max_timestamp, producer_id, producer_epoch, base_sequence, count) -> bytes:
+    """Write the header into ``batch``'s first HEADER_SIZE bytes (the records follow), then its CRC."""
     try:
         HEADER.pack_into(
             batch,
@@ -293,11 +301,10 @@ def encode_batch(
             producer_id,
             producer_epoch,
             base_sequence,
-            len(records),
+            count,
         )
     except struct.error as exc:
         raise ValueError(f"record batch header field out of range: {exc}") from None
-    batch[HEADER_SIZE:] = body
     _U32.pack_into(batch, CRC_OFFSET, compute_crc(batch))
     return bytes(batch)
 
@@ -311,21 +318,28 @@ def build_batch(
     producer_epoch: int = NO_PRODUCER_EPOCH,
     base_sequence: int = NO_SEQUENCE,
     is_transactional: bool = False,
+    size_hint: int = 0,
 ) -> bytes:
-    """A producer's batch from (key, value, timestamp, headers) tuples: offsets 0..n-1, base offset 0."""
-    records = [
-        Record(offset, timestamp, key, value, tuple(headers))
-        for offset, (key, value, timestamp, headers) in enumerate(values)
-    ]
-    return encode_batch(
-        records,
-        compression=compression,
-        compression_level=compression_level,
-        producer_id=producer_id,
-        producer_epoch=producer_epoch,
-        base_sequence=base_sequence,
-        is_transactional=is_transactional,
-    )
+    """A producer's batch from (key, value, timestamp, headers) tuples: offsets 0..n-1, base offset 0.
+
+    The same bytes as encode_batch of the Record objects, built without them: the codec writes
+    the records straight from the tuples after room for the header, in one buffer, allocated at
+    ``size_hint`` bytes when given (the uncompressed batch's expected size; only a hint)."""
+    records = values if type(values) is list else list(values)
+    if not records:
+        return encode_batch((), producer_id=producer_id, producer_epoch=producer_epoch,
+                            base_sequence=base_sequence, is_transactional=is_transactional)
+    compression = CompressionType(compression)
+    batch, last_delta, max_timestamp = _codec.encode_producer_records(records, HEADER_SIZE, size_hint)
+    if compression is not CompressionType.NONE:
+        body = compress(compression, bytes(memoryview(batch)[HEADER_SIZE:]), compression_level)
+        batch = bytearray(HEADER_SIZE + len(body))
+        batch[HEADER_SIZE:] = body
+    attributes = compression  # CREATE_TIME
+    if is_transactional:
+        attributes |= TRANSACTIONAL_FLAG
+    return _seal(batch, 0, NO_PARTITION_LEADER_EPOCH, attributes, last_delta, records[0][2], max_timestamp,
+                 producer_id, producer_epoch, base_sequence, len(records))
 
 
 # --- decode ----------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ them end to end), for both implementations: the pure-Python module and its compi
 from __future__ import annotations
 
 import random
+import time
 
 import pytest
 from hypothesis import given
@@ -244,3 +245,26 @@ def test_try_append_leaves_serializers_headers_and_a_full_buffer_to_send(acc_mod
     assert acc.try_append("t", b"v" * 200, None, (), 0, None) is None  # now it would pass buffer_memory
     acc.learn("t", 1, -1.0)  # expired
     assert acc.try_append("t", b"v", None, (), None, None) is None
+
+
+def test_bound_send_takes_the_fast_path_or_hands_the_same_arguments_to_the_slow_send(acc_module):
+    acc = acc_module.RecordAccumulator(batch_size=10_000, linger_s=60)
+    slow_calls = []
+
+    def slow(*args):
+        slow_calls.append(args)
+        return "slow"
+
+    send = acc.bind_send(slow)
+    assert send("t", b"v", partition=0) == "slow"  # fast path not enabled yet (serializers)
+    acc.configure_fast_path(True, 1 << 20, 1)
+    future = send("t", b"v", partition=0, timestamp_ms=7)
+    assert future != "slow" and future.batch.records[future.index] == (None, b"v", 7, ())
+    before = int(time.time() * 1000)
+    stamped = send("t", b"w", None, (), 0)
+    assert before <= stamped.batch.records[stamped.index][2] <= int(time.time() * 1000)
+    assert send("t", b"v", b"k", (("h", b"1"),), 0, 9) == "slow"
+    acc.configure_fast_path(False, 1 << 20, 1)  # what a closed producer does
+    assert send("t", b"x", partition=0) == "slow"
+    assert slow_calls == [("t", b"v", None, (), 0, None), ("t", b"v", b"k", (("h", b"1"),), 0, 9),
+                          ("t", b"x", None, (), 0, None)]

@@ -93,6 +93,37 @@ def test_producer_flush_sends_without_waiting_for_linger(bootstrap, admin, topic
         assert future.get(0).offset == 0
 
 
+def test_producer_send_after_close_is_refused_even_on_the_fast_path(bootstrap, admin, topic):
+    """send() of bytes to a known topic is one compiled call; closing still stops it."""
+    from triolog.client import ProducerClosedError
+
+    admin.create_topics([NewTopic(topic, 1)])
+    producer = Producer(bootstrap, acks=1)
+    producer.send(topic, b"known").get(10)
+    assert producer.send(topic, b"fast").get(10).offset == 1  # topic known: the fast path took it
+    producer.close()
+    with pytest.raises(ProducerClosedError):
+        producer.send(topic, b"late")
+    with pytest.raises(ProducerClosedError):
+        producer.send(topic, b"late", partition=0)
+    assert [r.value for r in _consume_all(bootstrap, topic, expected=2)] == [b"known", b"fast"]
+
+
+def test_producer_subclass_send_override_is_called(bootstrap, admin, topic):
+    admin.create_topics([NewTopic(topic, 1)])
+    calls = []
+
+    class Counting(Producer):
+        def send(self, topic, value=None, **kwargs):
+            calls.append(value)
+            return super().send(topic, value, **kwargs)
+
+    with Counting(bootstrap, acks=1) as producer:
+        producer.send(topic, b"a").get(10)
+        producer.send(topic, b"b").get(10)
+    assert calls == [b"a", b"b"]
+
+
 def test_producer_batch_size_caps_each_batch(bootstrap, admin, topic, raw_batches):
     admin.create_topics([NewTopic(topic, 1)])
     with Producer(bootstrap, linger_ms=60_000, batch_size=400) as producer:

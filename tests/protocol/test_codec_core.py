@@ -121,6 +121,65 @@ def _batch_with(implementation, generated, codec):
         records_module._codec = saved
 
 
+def _as_queued(generated):
+    """The producer's queued (key, value, timestamp, headers) tuples for these records (offsets 0..n-1)."""
+    return [(r.key, r.value, r.timestamp, r.headers) for r in generated]
+
+
+@settings(max_examples=300, deadline=None)
+@given(generated=records(), reserve=st.sampled_from([0, 1, 61]), hint=st.sampled_from([0, 1, "exact", "short", 100_000]))
+def test_compiled_producer_encode_writes_the_bytes_the_pure_one_writes(generated, reserve, hint):
+    """encode_producer_records (the producer's batches, from its tuples): identical bytes, last
+    offset delta and max timestamp compiled and pure, whatever the size hint (none, too small,
+    exact, too large), and the records section encode_records writes for the same records at
+    offsets 0..n-1, after ``reserve`` zero bytes."""
+    compiled = _compiled()
+    queued = _as_queued(generated)
+    expected = _outcome(PURE.encode_producer_records, queued, reserve)
+    if isinstance(hint, str):  # the exact size, or one byte short of it
+        hint = 0 if expected[0] != "ok" else len(expected[1][0]) - (hint == "short")
+    assert _outcome(PURE.encode_producer_records, queued, reserve, hint) == expected
+    assert _outcome(compiled.encode_producer_records, queued, reserve, hint) == expected
+    renumbered = [Record(i, r.timestamp, r.key, r.value, r.headers) for i, r in enumerate(generated)]
+    reference = _outcome(PURE.encode_records, renumbered, 0, generated[0].timestamp)
+    if reference[0] == "ok":
+        section, last_delta = reference[1]
+        assert expected == ("ok", (bytes(reserve) + section, last_delta,
+                                   max(-1, *(r.timestamp for r in generated))))
+    else:  # a timestamp delta beyond int64: the same refusal
+        assert expected == reference
+
+
+@settings(max_examples=200, deadline=None)
+@given(generated=records(), codec=st.sampled_from(CompressionType), transactional=st.booleans())
+def test_build_batch_writes_what_encode_batch_writes_for_the_same_records(generated, codec, transactional):
+    """build_batch (the producer's encode, from tuples, no Record objects) gives the very batch
+    encode_batch builds from Record objects at offsets 0..n-1, on this process's codec and the pure one."""
+    from triolog.protocol.records import build_batch
+
+    queued = _as_queued(generated)
+    renumbered = [Record(i, r.timestamp, r.key, r.value, r.headers) for i, r in enumerate(generated)]
+    options = dict(compression=codec, producer_id=7 if transactional else -1, producer_epoch=1 if transactional else -1,
+                   base_sequence=3 if transactional else -1, is_transactional=transactional)
+    expected = _outcome(lambda: encode_batch(renumbered, **options))
+    assert _outcome(lambda: build_batch(queued, **options)) == expected
+    assert _outcome(lambda: _with_codec(PURE, build_batch)(queued, **options)) == expected
+
+
+def _with_codec(implementation, function):
+    def call(*args, **kwargs):
+        from triolog.protocol import records as records_module
+
+        saved = records_module._codec
+        records_module._codec = implementation
+        try:
+            return function(*args, **kwargs)
+        finally:
+            records_module._codec = saved
+
+    return call
+
+
 @settings(max_examples=100, deadline=None)
 @given(generated=records(max_count=4), data=st.data())
 def test_compiled_encode_refuses_like_the_pure_encode(generated, data):
