@@ -348,3 +348,17 @@ def test_a_corrupt_record_is_refused_before_it_is_used(payload, message):
         with pytest.raises(CorruptRecordError) as raised:
             implementation.filter_records(payload, 1, 0, 0, True, offset_map._words, 4, bytearray(1), 0, 1)
         assert str(raised.value) == message
+
+
+def test_the_pure_core_runs_only_pure_code():
+    """The properties compare the compiled loops with an interpreted twin: that twin must read its
+    long varints with the pure codec (not with whatever ``core.load`` picks, which is compiled
+    code when built), and both share the codec's one zig-zag table."""
+    pure_codec = core.implementation("protocol.record_codec", compiled=False)
+    assert PURE.record_codec is pure_codec
+    assert (PURE._read_varint32, PURE._read_varint64) == (pure_codec.read_varint32, pure_codec.read_varint64)
+    assert PURE._ZZ2 is pure_codec._ZIGZAG_TWO
+    payload = encode_batch([Record(0, NOW, b"k" * 300, b"v" * 9000)])[61:]  # two- and three-byte varints
+    offset_map = SkimpyOffsetMap(BYTES_PER_ENTRY * 4)
+    assert PURE.map_records(payload, 1, 0, 0, offset_map._words, 4, 0, 4, bytearray(1), 0, 1)[:4] == (False, 1, 0, 1)
+    assert offset_map.get(b"k" * 300) == 0
