@@ -94,6 +94,10 @@ def _bad_size(n, length, fields) -> str:
 
 #: Beyond this the compiled rebuild's timestamp arithmetic could leave int64: the general path.
 _SAFE = 1 << 62
+#: The largest base offset whose records' offsets (base + an int32 delta) stay inside int64, so C
+#: and Python add them alike; Kafka's offsets are never negative. Beyond it a batch is corrupt
+#: (its base offset is outside the CRC's cover: a bit flip there goes unnoticed till here).
+_MAX_BASE = (1 << 63) - 1 - (1 << 31)
 
 
 _md5_address = None
@@ -280,6 +284,8 @@ def map_records(data, count, base, start, words, slots, entries, entries_limit, 
     a record when the map holds ``entries_limit`` keys. Returns (full, entries, last offset put
     or -1, records read, extra probes).
     """
+    if not 0 <= base <= _MAX_BASE:
+        raise CorruptRecordError(f"batch base offset {base} is out of range")
     buf = data  # compiled: a typed view of the bytes; interpreted: the bytes themselves
     zz = _ZZ
     zz2 = _ZZ2
@@ -622,6 +628,8 @@ def filter_records(data, count, base, latest, retain_deletes, words, slots, bitm
     per kept record (start, timestamp delta, end of the timestamp delta, end) for
     :func:`rebuild_records`.
     """
+    if not 0 <= base <= _MAX_BASE:
+        raise CorruptRecordError(f"batch base offset {base} is out of range")
     buf = data
     zz = _ZZ
     zz2 = _ZZ2

@@ -38,6 +38,7 @@ PURE = core.implementation(CORE_MODULE, compiled=False)
 needs_compiled = pytest.mark.skipif(not core.compiled_available(CORE_MODULE),
                                     reason="the compiled cleaner core is not built (python setup.py build_ext --inplace)")
 NOW = 1_700_000_000_000
+MAX_BASE = 2**63 - 1 - 2**31  # the largest base offset the cores take (cleaner_core._MAX_BASE)
 KEYS = [b"k%d" % i for i in range(10)] + [b"long-" + b"x" * 300]  # a key with a two-byte length
 CODECS = list(CompressionType)
 
@@ -261,21 +262,22 @@ def _corrupted(data, payload: bytes) -> bytes:
     return bytes(out)
 
 
-def _map_outcome(implementation, payload, count, start, slots, entries_limit, bit_limit):
+def _map_outcome(implementation, payload, count, base, start, slots, entries_limit, bit_limit):
     offset_map = SkimpyOffsetMap(slots * BYTES_PER_ENTRY)
     bitmap = bytearray(bit_limit // 8 + 1)
-    result = _outcome(implementation.map_records, payload, count, 0, start, offset_map._words, slots, 0,
-                      entries_limit, bitmap, 0, bit_limit)
+    result = _outcome(implementation.map_records, payload, count, base, start, offset_map._words, slots, 0,
+                      entries_limit, bitmap, base, bit_limit)
     if result[0] == "raised":
         return result
     return result + (bytes(offset_map._buf), bytes(bitmap))
 
 
-def _filter_outcome(implementation, payload, count, latest, retain_deletes, map_buffer, slots, bitmap, bit_limit):
+def _filter_outcome(implementation, payload, count, base, latest, retain_deletes, map_buffer, slots, bitmap,
+                    bit_limit):
     offset_map = SkimpyOffsetMap(slots * BYTES_PER_ENTRY)
     offset_map._buf[:] = map_buffer
-    result = _outcome(implementation.filter_records, payload, count, 0, latest, retain_deletes, offset_map._words,
-                      slots, bitmap, 0, bit_limit)
+    result = _outcome(implementation.filter_records, payload, count, base, latest, retain_deletes,
+                      offset_map._words, slots, bitmap, base, bit_limit)
     if result[0] == "raised":
         return result
     spans, kept, *rest = result[1]
@@ -297,21 +299,44 @@ def test_compiled_and_pure_passes_agree_on_corrupt_records(md5_route, items, slo
     batch = encode_batch(records)
     payload, count = batch[61:], len(records)
     corrupt = _corrupted(data, payload)
-    start = data.draw(st.sampled_from([0, 0, 2]), label="start")
+    # base offsets at the edges: past _MAX_BASE base + delta would leave int64 (C wraps, Python not)
+    base = data.draw(st.sampled_from([0, 0, 0, 2**40, MAX_BASE, MAX_BASE + 1, 2**63 - 1, -1]), label="base")
+    start = min(base + data.draw(st.sampled_from([0, 0, 2]), label="start"), 2**63 - 1)  # the caller's: int64
     entries_limit = data.draw(st.sampled_from([slots, 2]), label="entries limit")
     bit_limit = data.draw(st.sampled_from([0, count, 4]), label="bit limit")
 
-    expected = _map_outcome(PURE, corrupt, count, start, slots, entries_limit, bit_limit)
-    assert _map_outcome(compiled(), corrupt, count, start, slots, entries_limit, bit_limit) == expected
+    expected = _map_outcome(PURE, corrupt, count, base, start, slots, entries_limit, bit_limit)
+    assert _map_outcome(compiled(), corrupt, count, base, start, slots, entries_limit, bit_limit) == expected
 
     # pass 2 against the map the intact batch gives (pass 1 over the corrupt one may have raised)
     offset_map = SkimpyOffsetMap(slots * BYTES_PER_ENTRY)
     bitmap = bytearray(count // 8 + 1)
-    PURE.map_records(payload, count, 0, 0, offset_map._words, slots, 0, slots, bitmap, 0, bit_limit)
-    latest = data.draw(st.sampled_from([count - 1, count // 2, -1]), label="latest")
+    if 0 <= base <= MAX_BASE:
+        PURE.map_records(payload, count, base, base, offset_map._words, slots, 0, slots, bitmap, base, bit_limit)
+    latest = min(base + data.draw(st.sampled_from([count - 1, count // 2, -1]), label="latest"), 2**63 - 1)
     retain_deletes = data.draw(st.booleans(), label="retain deletes")
-    arguments = (corrupt, count, latest, retain_deletes, bytes(offset_map._buf), slots, bytes(bitmap), bit_limit)
+    arguments = (corrupt, count, base, latest, retain_deletes, bytes(offset_map._buf), slots, bytes(bitmap), bit_limit)
     assert _filter_outcome(compiled(), *arguments) == _filter_outcome(PURE, *arguments)
+
+
+@pytest.mark.parametrize("base", [-1, MAX_BASE + 1, 2**63 - 1])
+def test_a_base_offset_out_of_range_is_refused(base):
+    """A bit flip in a batch's base offset (outside the CRC's cover): its records' offsets would
+    leave int64, where C wraps and Python does not; both paths refuse it alike."""
+    payload = encode_batch([Record(0, NOW, b"k", b"v")])[61:]
+    implementations = [PURE] + ([compiled()] if core.compiled_available(CORE_MODULE) else [])
+    for implementation in implementations:
+        offset_map = SkimpyOffsetMap(BYTES_PER_ENTRY * 4)
+        for call in (lambda: implementation.map_records(payload, 1, base, 0, offset_map._words, 4, 0, 4,
+                                                        bytearray(1), 0, 1),
+                     lambda: implementation.filter_records(payload, 1, base, base, True, offset_map._words, 4,
+                                                           bytearray(1), 0, 1)):
+            with pytest.raises(CorruptRecordError, match=f"batch base offset {base} is out of range"):
+                call()
+    offset_map = SkimpyOffsetMap(BYTES_PER_ENTRY * 4)  # the edge itself is an offset like any other
+    for implementation in implementations:
+        assert implementation.map_records(payload, 1, MAX_BASE, 0, offset_map._words, 4, 0, 4, bytearray(1), 0,
+                                          0)[2] == MAX_BASE
 
 
 def _record_bytes(body: bytes) -> bytes:
