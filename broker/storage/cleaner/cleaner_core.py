@@ -84,10 +84,6 @@ def _bad_length(n, count, position, length, remaining) -> str:
     return f"record {n} of {count} at position {position} declares {length} bytes but {remaining} remain"
 
 
-def _past_end(n, field, size) -> str:
-    return f"record {n}: {field} of {size} bytes runs past the record's end"
-
-
 def _bad_size(n, length, fields) -> str:
     return f"invalid record size: record {n} should take {length} bytes but its fields take {fields}"
 
@@ -177,6 +173,15 @@ def probe_slot(h0, h1, attempt, slots):
 
 
 @cython.cfunc
+@cython.inline
+@cython.returns(cython.long)
+def _unzig(u: cython.uint):
+    """The zig-zag value of a one- or two-byte varint's bits (compiled path: the interpreter reads
+    the codec's tables, which hold the same values)."""
+    return cython.cast(cython.long, u >> 1) ^ -cython.cast(cython.long, u & 1)
+
+
+@cython.cfunc
 @cython.boundscheck(True)
 @cython.wraparound(False)
 @cython.locals(buf="const unsigned char[::1]", position=cython.Py_ssize_t, start=cython.Py_ssize_t,
@@ -239,6 +244,8 @@ def _varlong(buf, data, position) -> tuple[cython.longlong, cython.Py_ssize_t]:
 def _headers_end(buf, data, p, record_end, n):
     """The position after the headers of record ``n`` (their count at ``p``; rare: most records
     have none, which the loops check inline), each inside the record, as Kafka reads them."""
+    if p >= record_end:  # no room for the count: the caller's size check says so
+        return p + 1
     headers, p = _varint(buf, data, p)
     if headers < 0:
         raise CorruptRecordError(f"record {n} has an invalid number of headers {headers}")
@@ -273,8 +280,7 @@ def _headers_end(buf, data, p, record_end, n):
     h0=cython.longlong, h1=cython.longlong, probe=cython.longlong, i=cython.Py_ssize_t,
     w0=cython.longlong, previous=cython.longlong, attempt=cython.longlong, rel=cython.longlong,
     zz=list, zz2=list, md5_c="md5_fn", md5_address=cython.size_t, out="unsigned char[16]",
-    bp="const unsigned char*", size=cython.Py_ssize_t, key_start=cython.Py_ssize_t, value_length=cython.long,
-    body=cython.Py_ssize_t,
+    bp="const unsigned char*", size=cython.Py_ssize_t, key_start=cython.Py_ssize_t, value_length=cython.long, native=cython.bint, c=cython.int,
 )
 def map_records(data, count, base, start, words, slots, entries, entries_limit, bitmap, bit_base, bit_limit):
     """Pass 1 over one batch: put every keyed record at or past ``start`` into the map.
@@ -286,6 +292,7 @@ def map_records(data, count, base, start, words, slots, entries, entries_limit, 
     """
     if not 0 <= base <= _MAX_BASE:
         raise CorruptRecordError(f"batch base offset {base} is out of range")
+    native = cython.compiled  # a local: the interpreter tests it cheaper than cython.compiled
     buf = data  # compiled: a typed view of the bytes; interpreted: the bytes themselves
     zz = _ZZ
     zz2 = _ZZ2
@@ -308,13 +315,18 @@ def map_records(data, count, base, start, words, slots, entries, entries_limit, 
             b = buf[pos]
             if b < 0x80:
                 p = pos + 1
-                length = zz[b]
-            elif buf[pos + 1] < 0x80:
+                if native:
+                    length = _unzig(b)
+                else:
+                    length = zz[b]
+            elif (c := buf[pos + 1]) < 0x80:
                 p = pos + 2
-                length = zz2[b | buf[pos + 1] << 8]
+                if native:
+                    length = _unzig((b & 0x7F) | c << 7)
+                else:
+                    length = zz2[b | c << 8]
             else:
                 length, p = _varint(buf, data, pos)
-            body = p
             record_end = p + length
             if length < 0 or record_end > size:
                 raise CorruptRecordError(_bad_length(n, count, pos, length, size - p))
@@ -323,44 +335,55 @@ def map_records(data, count, base, start, words, slots, entries, entries_limit, 
                 p += 1
             b = buf[p + 1]
             if b < 0x80:
-                delta = zz[b]
+                if native:
+                    delta = _unzig(b)
+                else:
+                    delta = zz[b]
                 p += 2
-            elif buf[p + 2] < 0x80:
-                delta = zz2[b | buf[p + 2] << 8]
+            elif (c := buf[p + 2]) < 0x80:
+                if native:
+                    delta = _unzig((b & 0x7F) | c << 7)
+                else:
+                    delta = zz2[b | c << 8]
                 p += 3
             else:
                 delta, p = _varint(buf, data, p + 1)
             offset = base + delta
             b = buf[p]
             if b < 0x80:
-                key_length = zz[b]
+                if native:
+                    key_length = _unzig(b)
+                else:
+                    key_length = zz[b]
                 p += 1
             else:
                 key_length, p = _varint(buf, data, p)
             key_start = p
             if key_length > 0:
                 p += key_length
-                if p > record_end:
-                    raise CorruptRecordError(_past_end(n, "a key", key_length))
             b = buf[p]  # value length
             if b < 0x80:
-                value_length = zz[b]
+                if native:
+                    value_length = _unzig(b)
+                else:
+                    value_length = zz[b]
                 p += 1
-            elif buf[p + 1] < 0x80:
-                value_length = zz2[b | buf[p + 1] << 8]
+            elif (c := buf[p + 1]) < 0x80:
+                if native:
+                    value_length = _unzig((b & 0x7F) | c << 7)
+                else:
+                    value_length = zz2[b | c << 8]
                 p += 2
             else:
                 value_length, p = _varint(buf, data, p)
             if value_length > 0:
                 p += value_length
-            if p >= record_end:
-                raise CorruptRecordError(_past_end(n, "a value", value_length))
             if buf[p] == 0:  # no headers
                 p += 1
             else:
                 p = _headers_end(buf, data, p, record_end, n)
             if p != record_end:
-                raise CorruptRecordError(_bad_size(n, length, p - body))
+                raise CorruptRecordError(_bad_size(n, length, p - (record_end - length)))
             if key_length >= 0 and offset >= start:
                 if entries >= entries_limit:
                     return True, entries, last_put, mapped, collisions
@@ -443,7 +466,7 @@ _AHEAD = 16
     h1=cython.longlong, probe=cython.longlong, i=cython.Py_ssize_t, w0=cython.longlong, previous=cython.longlong,
     attempt=cython.longlong, rel=cython.longlong, zz=list, zz2=list, j=cython.int, pending=cython.int,
     ph0="long long[16]", ph1="long long[16]", poffset="long long[16]", pslot="Py_ssize_t[16]",
-    precord="Py_ssize_t[16]", key_start=cython.Py_ssize_t, value_length=cython.long, body=cython.Py_ssize_t,
+    precord="Py_ssize_t[16]", key_start=cython.Py_ssize_t, value_length=cython.long, native=cython.bint, c=cython.int,
 )
 def _map_records_ahead(data, count, base, start, words, slots, entries, entries_limit, bitmap, bit_base,
                        bit_limit, md5_address):
@@ -452,6 +475,7 @@ def _map_records_ahead(data, count, base, start, words, slots, entries, entries_
     are put, so the map's cache misses (a random slot of a 128 MiB buffer per key) overlap
     instead of queueing. A put still checks the map's fill first, so it stops at the same record;
     "records read" is then that record's index, as the one-at-a-time loop counts it."""
+    native = cython.compiled  # a local: the interpreter tests it cheaper than cython.compiled
     buf = data
     bp = data
     md5_c = cython.cast("md5_fn", md5_address)
@@ -470,13 +494,18 @@ def _map_records_ahead(data, count, base, start, words, slots, entries, entries_
                 b = buf[pos]
                 if b < 0x80:
                     p = pos + 1
-                    length = zz[b]
-                elif buf[pos + 1] < 0x80:
+                    if native:
+                        length = _unzig(b)
+                    else:
+                        length = zz[b]
+                elif (c := buf[pos + 1]) < 0x80:
                     p = pos + 2
-                    length = zz2[b | buf[pos + 1] << 8]
+                    if native:
+                        length = _unzig((b & 0x7F) | c << 7)
+                    else:
+                        length = zz2[b | c << 8]
                 else:
                     length, p = _varint(buf, data, pos)
-                body = p
                 record_end = p + length
                 if length < 0 or record_end > size:
                     raise CorruptRecordError(_bad_length(n, count, pos, length, size - p))
@@ -485,44 +514,55 @@ def _map_records_ahead(data, count, base, start, words, slots, entries, entries_
                     p += 1
                 b = buf[p + 1]
                 if b < 0x80:
-                    delta = zz[b]
+                    if native:
+                        delta = _unzig(b)
+                    else:
+                        delta = zz[b]
                     p += 2
-                elif buf[p + 2] < 0x80:
-                    delta = zz2[b | buf[p + 2] << 8]
+                elif (c := buf[p + 2]) < 0x80:
+                    if native:
+                        delta = _unzig((b & 0x7F) | c << 7)
+                    else:
+                        delta = zz2[b | c << 8]
                     p += 3
                 else:
                     delta, p = _varint(buf, data, p + 1)
                 offset = base + delta
                 b = buf[p]
                 if b < 0x80:
-                    key_length = zz[b]
+                    if native:
+                        key_length = _unzig(b)
+                    else:
+                        key_length = zz[b]
                     p += 1
                 else:
                     key_length, p = _varint(buf, data, p)
                 key_start = p
                 if key_length > 0:
                     p += key_length
-                    if p > record_end:
-                        raise CorruptRecordError(_past_end(n, "a key", key_length))
                 b = buf[p]  # value length
                 if b < 0x80:
-                    value_length = zz[b]
+                    if native:
+                        value_length = _unzig(b)
+                    else:
+                        value_length = zz[b]
                     p += 1
-                elif buf[p + 1] < 0x80:
-                    value_length = zz2[b | buf[p + 1] << 8]
+                elif (c := buf[p + 1]) < 0x80:
+                    if native:
+                        value_length = _unzig((b & 0x7F) | c << 7)
+                    else:
+                        value_length = zz2[b | c << 8]
                     p += 2
                 else:
                     value_length, p = _varint(buf, data, p)
                 if value_length > 0:
                     p += value_length
-                if p >= record_end:
-                    raise CorruptRecordError(_past_end(n, "a value", value_length))
                 if buf[p] == 0:  # no headers
                     p += 1
                 else:
                     p = _headers_end(buf, data, p, record_end, n)
                 if p != record_end:
-                    raise CorruptRecordError(_bad_size(n, length, p - body))
+                    raise CorruptRecordError(_bad_size(n, length, p - (record_end - length)))
             except IndexError:
                 error = CorruptRecordError(_truncated(n, count))
                 break
@@ -616,7 +656,7 @@ def _map_records_ahead(data, count, base, start, words, slots, entries, entries_
     collisions=cython.longlong, h0=cython.longlong, h1=cython.longlong, probe=cython.longlong,
     i=cython.Py_ssize_t, w0=cython.longlong, attempt=cython.longlong, max_attempts=cython.longlong,
     rel=cython.longlong, zz=list, zz2=list, md5_c="md5_fn", md5_address=cython.size_t, out="unsigned char[16]",
-    bp="const unsigned char*", size=cython.Py_ssize_t, value_length=cython.long, body=cython.Py_ssize_t,
+    bp="const unsigned char*", size=cython.Py_ssize_t, value_length=cython.long, native=cython.bint, c=cython.int,
 )
 def filter_records(data, count, base, latest, retain_deletes, words, slots, bitmap, bit_base, bit_limit):
     """Pass 2 over one data batch: which records stay.
@@ -630,6 +670,7 @@ def filter_records(data, count, base, latest, retain_deletes, words, slots, bitm
     """
     if not 0 <= base <= _MAX_BASE:
         raise CorruptRecordError(f"batch base offset {base} is out of range")
+    native = cython.compiled  # a local: the interpreter tests it cheaper than cython.compiled
     buf = data
     zz = _ZZ
     zz2 = _ZZ2
@@ -657,64 +698,83 @@ def filter_records(data, count, base, latest, retain_deletes, words, slots, bitm
             b = buf[pos]
             if b < 0x80:
                 p = pos + 1
-                length = zz[b]
-            elif buf[pos + 1] < 0x80:
+                if native:
+                    length = _unzig(b)
+                else:
+                    length = zz[b]
+            elif (c := buf[pos + 1]) < 0x80:
                 p = pos + 2
-                length = zz2[b | buf[pos + 1] << 8]
+                if native:
+                    length = _unzig((b & 0x7F) | c << 7)
+                else:
+                    length = zz2[b | c << 8]
             else:
                 length, p = _varint(buf, data, pos)
-            body = p
             record_end = p + length
             if length < 0 or record_end > size:
                 raise CorruptRecordError(_bad_length(n, count, pos, length, size - p))
             b = buf[p + 1]
             if b < 0x80:
-                ts_delta = zz[b]
+                if native:
+                    ts_delta = _unzig(b)
+                else:
+                    ts_delta = zz[b]
                 p += 2
             else:
                 ts_delta, p = _varlong(buf, data, p + 1)
             ts_end = p
             b = buf[p]
             if b < 0x80:
-                delta = zz[b]
+                if native:
+                    delta = _unzig(b)
+                else:
+                    delta = zz[b]
                 p += 1
-            elif buf[p + 1] < 0x80:
-                delta = zz2[b | buf[p + 1] << 8]
+            elif (c := buf[p + 1]) < 0x80:
+                if native:
+                    delta = _unzig((b & 0x7F) | c << 7)
+                else:
+                    delta = zz2[b | c << 8]
                 p += 2
             else:
                 delta, p = _varint(buf, data, p)
             offset = base + delta
             b = buf[p]
             if b < 0x80:
-                key_length = zz[b]
+                if native:
+                    key_length = _unzig(b)
+                else:
+                    key_length = zz[b]
                 p += 1
             else:
                 key_length, p = _varint(buf, data, p)
             key_start = p
             if key_length > 0:
                 p += key_length
-                if p > record_end:
-                    raise CorruptRecordError(_past_end(n, "a key", key_length))
             b = buf[p]  # value length
             if b < 0x80:
-                value_length = zz[b]
+                if native:
+                    value_length = _unzig(b)
+                else:
+                    value_length = zz[b]
                 p += 1
-            elif buf[p + 1] < 0x80:
-                value_length = zz2[b | buf[p + 1] << 8]
+            elif (c := buf[p + 1]) < 0x80:
+                if native:
+                    value_length = _unzig((b & 0x7F) | c << 7)
+                else:
+                    value_length = zz2[b | c << 8]
                 p += 2
             else:
                 value_length, p = _varint(buf, data, p)
             value_null = value_length < 0  # Kafka: any negative length is a null value
             if value_length > 0:
                 p += value_length
-            if p >= record_end:
-                raise CorruptRecordError(_past_end(n, "a value", value_length))
             if buf[p] == 0:  # no headers
                 p += 1
             else:
                 p = _headers_end(buf, data, p, record_end, n)
             if p != record_end:
-                raise CorruptRecordError(_bad_size(n, length, p - body))
+                raise CorruptRecordError(_bad_size(n, length, p - (record_end - length)))
             if offset > latest:
                 keep = True
             elif key_length < 0:
@@ -783,7 +843,7 @@ def filter_records(data, count, base, latest, retain_deletes, words, slots, bitm
     data=bytes, kept=cython.Py_ssize_t, log_append_time=cython.bint,
     buf="const unsigned char[::1]", spans="const long long[::1]", out_view="unsigned char[::1]",
     j=cython.Py_ssize_t, k=cython.Py_ssize_t, start=cython.Py_ssize_t, end=cython.Py_ssize_t,
-    ts_end=cython.Py_ssize_t, w=cython.Py_ssize_t, size=cython.Py_ssize_t, body=cython.Py_ssize_t,
+    ts_end=cython.Py_ssize_t, w=cython.Py_ssize_t, size=cython.Py_ssize_t,
     shift=cython.longlong, ts_delta=cython.longlong, value=cython.longlong, u=cython.ulonglong,
     top=cython.longlong,
 )

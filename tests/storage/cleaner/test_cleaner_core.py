@@ -352,8 +352,12 @@ GOOD_BODY = b"\x00\x00\x00\x02k\x02v\x00"
 @pytest.mark.parametrize("payload, message", [
     (b"\x7f" + GOOD_BODY, "record 0 of 1 at position 0 declares -64 bytes but 8 remain"),  # negative length
     (_record_bytes(GOOD_BODY)[:-1], "record 0 of 1 at position 0 declares 8 bytes but 7 remain"),  # cut short
-    (_record_bytes(b"\x00\x00\x00\x0ck\x02v\x00"), "record 0: a key of 6 bytes runs past the record's end"),
-    (_record_bytes(b"\x00\x00\x00\x02k\x0cv\x00"), "record 0: a value of 6 bytes runs past the record's end"),
+    # a key or value past the record's end (into the next record: Kafka's size check says so)
+    (_record_bytes(b"\x00\x00\x00\x0ck\x02v\x00") + _record_bytes(GOOD_BODY),
+     "invalid record size: record 0 should take 8 bytes but its fields take 12"),
+    (_record_bytes(b"\x00\x00\x00\x02k\x0cv\x00") + _record_bytes(GOOD_BODY),
+     "invalid record size: record 0 should take 8 bytes but its fields take 13"),
+    (_record_bytes(b"\x00\x00\x00\x0ck\x02v\x00"), "record 0 of 1 runs past the end of the batch's records"),
     (_record_bytes(b"\x00\x00\x00\x02k\x02v\x02\x02h\x0a"), "record 0: header 0 runs past the record's end"),
     (_record_bytes(b"\x00\x00\x00\x02k\x02v\x03"), "record 0 has an invalid number of headers -2"),
     (_record_bytes(GOOD_BODY + b"\x00"), "invalid record size: record 0 should take 9 bytes but its fields take 8"),
