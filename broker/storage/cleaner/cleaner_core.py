@@ -280,7 +280,8 @@ def _headers_end(buf, data, p, record_end, n):
     h0=cython.longlong, h1=cython.longlong, probe=cython.longlong, i=cython.Py_ssize_t,
     w0=cython.longlong, previous=cython.longlong, attempt=cython.longlong, rel=cython.longlong,
     zz=list, zz2=list, md5_c="md5_fn", md5_address=cython.size_t, out="unsigned char[16]",
-    bp="const unsigned char*", size=cython.Py_ssize_t, key_start=cython.Py_ssize_t, value_length=cython.long, native=cython.bint, c=cython.int,
+    bp="const unsigned char*", size=cython.Py_ssize_t, key_start=cython.Py_ssize_t,
+    value_length=cython.long, native=cython.bint, c=cython.int,
 )
 def map_records(data, count, base, start, words, slots, entries, entries_limit, bitmap, bit_base, bit_limit):
     """Pass 1 over one batch: put every keyed record at or past ``start`` into the map.
