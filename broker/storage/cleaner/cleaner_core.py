@@ -27,21 +27,24 @@ records: ~0.3 us a record with libcrypto against ~1.1 us calling ``_md5`` from t
 the compiled loops call ``_md5``. No MD5 of our own: the project writes no crypto by hand.
 
 Varints: one-byte and two-byte varints (nearly all of them: lengths of records up to 8 KiB,
-offset deltas, key lengths) are decoded inline through the record codec's zig-zag tables
-(protocol/record_codec.py, the one copy of them), longer ones by ``_varint``/``_varlong`` below:
-compiled, their own C loops over the typed view; interpreted, the pure codec's
+offset deltas, key and value lengths) are decoded inline: interpreted, through the record codec's
+zig-zag tables (protocol/record_codec.py, the one table); compiled, by the same arithmetic in C
+(``_unzig``; a Python-list lookup there cost pass 2 ~45%). Longer ones by ``_varint``/``_varlong``
+below: compiled, their own C loops over the typed view; interpreted, the pure codec's
 ``read_varint32``/``read_varint64`` (the module itself, not ``core.load``: the pure twin runs no
 compiled code). The compiled rebuild writes its two varints (length, timestamp delta) with its
 own zig-zag LEB128 loop, the one encoder here.
 
 Corrupt bytes: the cleaner does not re-check a batch's CRC, so bit rot on disk reaches these
 loops. Both passes check every record as Kafka's DefaultRecord.readFrom does before they use it
-(a non-negative length inside the batch's bytes, key, value and headers inside the record, its
-fields ending exactly at its end) and raise CorruptRecordError otherwise, with the same message
-on both paths; positions then only grow from 0, so every read of the compiled loops (typed
-views, bounds-checked; MD5 through a pointer only for a key checked to lie inside the bytes)
+(a non-negative length inside the batch's bytes, headers well formed, the fields ending exactly
+at the record's end, so key and value lie inside it; a batch base offset in [0, 2^63 - 2^31))
+and raise CorruptRecordError otherwise, with the same message on both paths (a read past the
+bytes included). Positions then only grow from 0, so every read of the compiled loops (typed
+views, bounds-checked; MD5 through a pointer only for a key of a record that passed the check)
 stays inside the batch. The caller (cleaner.py) abandons the round and the partition is marked
-uncleanable, as for any unreadable batch.
+uncleanable, as for any unreadable batch. The check costs the interpreted loops ~25 bytecodes a
+record (pass 1 ~1.1x, pass 2 ~1.2x the time without it); the compiled ones nothing measurable.
 """
 
 from __future__ import annotations
