@@ -87,6 +87,11 @@ def _bad_length(n, count, position, length, remaining) -> str:
     return f"record {n} of {count} at position {position} declares {length} bytes but {remaining} remain"
 
 
+def _remaining(left, count) -> str:
+    """Bytes after the declared count of records (Kafka: "records still remaining")."""
+    return f"incorrect declared batch size, records still remaining: {left} bytes after {count} records"
+
+
 def _bad_size(n, length, fields) -> str:
     return f"invalid record size: record {n} should take {length} bytes but its fields take {fields}"
 
@@ -448,6 +453,8 @@ def map_records(data, count, base, start, words, slots, entries, entries_limit, 
             pos = record_end
     except IndexError:
         raise CorruptRecordError(_truncated(n, count)) from None
+    if pos != size:
+        raise CorruptRecordError(_remaining(size - pos, count))
     return False, entries, last_put, mapped, collisions
 
 
@@ -641,6 +648,8 @@ def _map_records_ahead(data, count, base, start, words, slots, entries, entries_
                 bitmap[rel >> 3] |= 1 << (rel & 7)
         if error is not None:
             raise error
+    if pos != size:
+        raise CorruptRecordError(_remaining(size - pos, count))
     return False, entries, last_put, count, collisions
 
 
@@ -838,6 +847,8 @@ def filter_records(data, count, base, latest, retain_deletes, words, slots, bitm
             pos = record_end
     except IndexError:
         raise CorruptRecordError(_truncated(n, count)) from None
+    if pos != size:
+        raise CorruptRecordError(_remaining(size - pos, count))
     return spans_object, k >> 2, all_kept, has_tombstone, invalid, collisions
 
 
