@@ -449,6 +449,9 @@ class Cleaner:
                         max_entries, bitmap, bit_base, bit_limit)
                 except IndexError:
                     raise CorruptRecordError(f"truncated record in batch at offset {base} of {segment.path}") from None
+                except CorruptRecordError as exc:
+                    raise CorruptRecordError(f"corrupt record in batch at offset {base} of {segment.path}: {exc}") \
+                        from None
                 stats.map_records_read += mapped
                 offset_map.collisions += collisions
                 if full:
@@ -548,6 +551,8 @@ class Cleaner:
                 self._bitmap, self._bitmap_base, self._bitmap_bits)
         except IndexError:
             raise CorruptRecordError(f"truncated record in batch at offset {base}") from None
+        except CorruptRecordError as exc:
+            raise CorruptRecordError(f"corrupt record in batch at offset {base}: {exc}") from None
         stats.invalid_records += invalid
         offset_map.collisions += collisions
         if not kept:

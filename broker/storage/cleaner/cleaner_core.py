@@ -27,11 +27,24 @@ records: ~0.3 us a record with libcrypto against ~1.1 us calling ``_md5`` from t
 the compiled loops call ``_md5``. No MD5 of our own: the project writes no crypto by hand.
 
 Varints: one-byte and two-byte varints (nearly all of them: lengths of records up to 8 KiB,
-offset deltas, key lengths) are decoded inline through the tables below, longer ones by the
-codec's ``_varint32``/``_varint64`` (protocol/records.py), as the record walk does: one table
-pair for the common case, the codec's decoder for the rare one. The compiled rebuild writes its
-two varints (length, timestamp delta) with its own zig-zag LEB128 loop, the one encoder here.
-These duplicate the codec module's work until a compiled codec offers C-level entry points.
+offset deltas, key and value lengths) are decoded inline: interpreted, through the record codec's
+zig-zag tables (protocol/record_codec.py, the one table); compiled, by the same arithmetic in C
+(``_unzig``; a Python-list lookup there cost pass 2 ~45%). Longer ones by ``_varint``/``_varlong``
+below: compiled, their own C loops over the typed view; interpreted, the pure codec's
+``read_varint32``/``read_varint64`` (the module itself, not ``core.load``: the pure twin runs no
+compiled code). The compiled rebuild writes its two varints (length, timestamp delta) with its
+own zig-zag LEB128 loop, the one encoder here.
+
+Corrupt bytes: the cleaner does not re-check a batch's CRC, so bit rot on disk reaches these
+loops. Both passes check every record as Kafka's DefaultRecord.readFrom does before they use it
+(a non-negative length inside the batch's bytes, headers well formed, the fields ending exactly
+at the record's end, so key and value lie inside it; a batch base offset in [0, 2^63 - 2^31))
+and raise CorruptRecordError otherwise, with the same message on both paths (a read past the
+bytes included). Positions then only grow from 0, so every read of the compiled loops (typed
+views, bounds-checked; MD5 through a pointer only for a key of a record that passed the check)
+stays inside the batch. The caller (cleaner.py) abandons the round and the partition is marked
+uncleanable, as for any unreadable batch. The check costs the interpreted loops ~25 bytecodes a
+record (pass 1 ~1.1x, pass 2 ~1.2x the time without it); the compiled ones nothing measurable.
 """
 
 from __future__ import annotations
@@ -48,18 +61,47 @@ try:  # CPython's built-in MD5 (the same digest as hashlib.md5, without OpenSSL'
 except ImportError:  # pragma: no cover - other interpreters
     from hashlib import md5 as _md5
 
-from triolog.protocol.records import _varint32, _varint64, _varint_bytes
+from triolog.protocol import record_codec
+from triolog.protocol.errors import CorruptRecordError
 
 __all__ = ["filter_records", "map_records", "probe_slot", "rebuild_records"]
 
 _INT_MIN = -(2**31)
 _WORDS = struct.Struct(">qq")
-#: Zig-zag values of one-byte varints.
-_ZZ = [(u >> 1) ^ -(u & 1) for u in range(128)]
-#: Two-byte varints: index (b0 & 0x7F) | (b1 << 7).
-_ZZ2 = [(u >> 1) ^ -(u & 1) for u in range(1 << 14)]
+#: Zig-zag values of one-byte varints, and of two-byte ones indexed by b0 | b1 << 8 (the codec's).
+_ZZ = record_codec._ZIGZAG_ONE
+_ZZ2 = record_codec._ZIGZAG_TWO
+#: The pure codec's readers of longer varints (the interpreted path of _varint / _varlong).
+_read_varint32 = record_codec.read_varint32
+_read_varint64 = record_codec.read_varint64
+_varint_bytes = record_codec.varint_bytes
+
+
+# The messages of a corrupt record, one place for every loop (both paths raise the same).
+def _truncated(n, count) -> str:
+    """A read past the end of the batch's bytes."""
+    return f"record {n} of {count} runs past the end of the batch's records"
+
+
+def _bad_length(n, count, position, length, remaining) -> str:
+    return f"record {n} of {count} at position {position} declares {length} bytes but {remaining} remain"
+
+
+def _remaining(left, count) -> str:
+    """Bytes after the declared count of records (Kafka: "records still remaining")."""
+    return f"incorrect declared batch size, records still remaining: {left} bytes after {count} records"
+
+
+def _bad_size(n, length, fields) -> str:
+    return f"invalid record size: record {n} should take {length} bytes but its fields take {fields}"
+
+
 #: Beyond this the compiled rebuild's timestamp arithmetic could leave int64: the general path.
 _SAFE = 1 << 62
+#: The largest base offset whose records' offsets (base + an int32 delta) stay inside int64, so C
+#: and Python add them alike; Kafka's offsets are never negative. Beyond it a batch is corrupt
+#: (its base offset is outside the CRC's cover: a bit flip there goes unnoticed till here).
+_MAX_BASE = (1 << 63) - 1 - (1 << 31)
 
 
 _md5_address = None
@@ -138,8 +180,102 @@ def probe_slot(h0, h1, attempt, slots):
     return p % slots
 
 
+@cython.cfunc
+@cython.inline
+@cython.returns(cython.long)
+def _unzig(u: cython.uint):
+    """The zig-zag value of a one- or two-byte varint's bits (compiled path: the interpreter reads
+    the codec's tables, which hold the same values)."""
+    return cython.cast(cython.long, u >> 1) ^ -cython.cast(cython.long, u & 1)
+
+
+@cython.cfunc
+@cython.boundscheck(True)
+@cython.wraparound(False)
+@cython.locals(buf="const unsigned char[::1]", position=cython.Py_ssize_t, start=cython.Py_ssize_t,
+               b=cython.ulonglong, shift=cython.int, u=cython.ulonglong, half=cython.longlong, low=cython.longlong)
+def _varint(buf, data, position) -> tuple[cython.long, cython.Py_ssize_t]:
+    """The int32 varint at ``position`` and the position after it: the codec's read_varint32,
+    as C over the typed view when compiled (same value, same errors)."""
+    if not cython.compiled:
+        return _read_varint32(data, position)
+    start = position
+    b = buf[position]
+    position += 1
+    u = b & 0x7F
+    shift = 7
+    while b & 0x80:
+        if shift == 35:
+            raise CorruptRecordError(f"varint longer than 5 bytes at position {start}")
+        b = buf[position]
+        position += 1
+        u |= (b & 0x7F) << shift
+        shift += 7
+    u &= 0xFFFFFFFF
+    half = u >> 1
+    low = u & 1
+    return half ^ -low, position
+
+
+@cython.cfunc
+@cython.boundscheck(True)
+@cython.wraparound(False)
+@cython.locals(buf="const unsigned char[::1]", position=cython.Py_ssize_t, start=cython.Py_ssize_t,
+               b=cython.ulonglong, shift=cython.int, u=cython.ulonglong, half=cython.longlong, low=cython.longlong)
+def _varlong(buf, data, position) -> tuple[cython.longlong, cython.Py_ssize_t]:
+    """_varint for an int64 varlong: the codec's read_varint64."""
+    if not cython.compiled:
+        return _read_varint64(data, position)
+    start = position
+    b = buf[position]
+    position += 1
+    u = b & 0x7F
+    shift = 7
+    while b & 0x80:
+        if shift == 70:
+            raise CorruptRecordError(f"varlong longer than 10 bytes at position {start}")
+        b = buf[position]
+        position += 1
+        u |= (b & 0x7F) << shift
+        shift += 7
+    half = u >> 1
+    low = u & 1
+    return half ^ -low, position
+
+
+@cython.cfunc
+@cython.boundscheck(True)
+@cython.wraparound(False)
+@cython.locals(buf="const unsigned char[::1]", p=cython.Py_ssize_t, record_end=cython.Py_ssize_t,
+               n=cython.Py_ssize_t, headers=cython.long, h=cython.long, size=cython.long)
+@cython.returns(cython.Py_ssize_t)
+def _headers_end(buf, data, p, record_end, n):
+    """The position after the headers of record ``n`` (their count at ``p``; rare: most records
+    have none, which the loops check inline), each inside the record, as Kafka reads them."""
+    if p >= record_end:  # no room for the count: the caller's size check says so
+        return p + 1
+    headers, p = _varint(buf, data, p)
+    if headers < 0:
+        raise CorruptRecordError(f"record {n} has an invalid number of headers {headers}")
+    if headers > record_end - p:  # each header takes >= 2 bytes: no long loop on a corrupt count
+        raise CorruptRecordError(f"record {n} declares {headers} headers in {record_end - p} bytes")
+    for h in range(headers):
+        size, p = _varint(buf, data, p)
+        if size < 0:
+            raise CorruptRecordError(f"record {n} has a header with a null key (length {size})")
+        p += size
+        if p >= record_end:
+            raise CorruptRecordError(f"record {n}: header {h} runs past the record's end")
+        size, p = _varint(buf, data, p)
+        if size > 0:
+            p += size
+        if p > record_end:
+            raise CorruptRecordError(f"record {n}: header {h} runs past the record's end")
+    return p
+
+
 @cython.boundscheck(True)  # an index past the end raises IndexError: a truncated record
-@cython.wraparound(True)  # as the interpreter does, so both read the same bytes even when corrupt
+@cython.wraparound(False)  # positions only grow from 0 (a negative length is refused)
 @cython.cdivision(True)
 @cython.locals(
     data=bytes, count=cython.Py_ssize_t, base=cython.longlong, start=cython.longlong,
@@ -152,7 +288,8 @@ def probe_slot(h0, h1, attempt, slots):
     h0=cython.longlong, h1=cython.longlong, probe=cython.longlong, i=cython.Py_ssize_t,
     w0=cython.longlong, previous=cython.longlong, attempt=cython.longlong, rel=cython.longlong,
     zz=list, zz2=list, md5_c="md5_fn", md5_address=cython.size_t, out="unsigned char[16]",
-    bp="const unsigned char*", size=cython.Py_ssize_t,
+    bp="const unsigned char*", size=cython.Py_ssize_t, key_start=cython.Py_ssize_t,
+    value_length=cython.long, native=cython.bint, c=cython.int,
 )
 def map_records(data, count, base, start, words, slots, entries, entries_limit, bitmap, bit_base, bit_limit):
     """Pass 1 over one batch: put every keyed record at or past ``start`` into the map.
@@ -162,6 +299,9 @@ def map_records(data, count, base, start, words, slots, entries, entries_limit, 
     a record when the map holds ``entries_limit`` keys. Returns (full, entries, last offset put
     or -1, records read, extra probes).
     """
+    if not 0 <= base <= _MAX_BASE:
+        raise CorruptRecordError(f"batch base offset {base} is out of range")
+    native = cython.compiled  # a local: the interpreter tests it cheaper than cython.compiled
     buf = data  # compiled: a typed view of the bytes; interpreted: the bytes themselves
     zz = _ZZ
     zz2 = _ZZ2
@@ -178,98 +318,143 @@ def map_records(data, count, base, start, words, slots, entries, entries_limit, 
     last_put = -1
     mapped = 0
     collisions = 0
-    for n in range(count):
-        b = buf[pos]
-        if b < 0x80:
-            p = pos + 1
-            length = zz[b]  # a C long before the sum: C arithmetic when compiled
-            record_end = p + length
-        elif buf[pos + 1] < 0x80:
-            p = pos + 2
-            length = zz2[(b & 0x7F) | (buf[pos + 1] << 7)]
-            record_end = p + length
-        else:
-            delta, p = _varint32(data, pos)
-            record_end = p + delta
-        p += 1  # attributes
-        while buf[p] & 0x80:  # timestamp delta: skipped
-            p += 1
-        b = buf[p + 1]
-        if b < 0x80:
-            delta = zz[b]
-            offset = base + delta
-            p += 2
-        elif buf[p + 2] < 0x80:
-            delta = zz2[(b & 0x7F) | (buf[p + 2] << 7)]
-            offset = base + delta
-            p += 3
-        else:
-            delta, p = _varint32(data, p + 1)
-            offset = base + delta
-        b = buf[p]
-        if b < 0x80:
-            key_length = zz[b]
-            p += 1
-        else:
-            key_length, p = _varint32(data, p)
-        if key_length >= 0 and offset >= start:
-            if entries >= entries_limit:
-                return True, entries, last_put, mapped, collisions
-            if cython.compiled:
-                if md5_address != 0 and p + key_length <= size:  # libcrypto, no Python object
-                    md5_c(bp + p, key_length, out)
-                    h0 = _be64(out, 0)
-                    h1 = _be64(out, 8)
+    n = 0
+    try:  # a read past the end of the bytes: the batch is cut short
+        for n in range(count):
+            b = buf[pos]
+            if b < 0x80:
+                p = pos + 1
+                if native:
+                    length = _unzig(b)
                 else:
-                    digest = _md5(data[p:p + key_length]).digest()
-                    dp = digest
-                    h0 = _be64(dp, 0)
-                    h1 = _be64(dp, 8)
+                    length = zz[b]
+            elif (c := buf[pos + 1]) < 0x80:
+                p = pos + 2
+                if native:
+                    length = _unzig((b & 0x7F) | c << 7)
+                else:
+                    length = zz2[b | c << 8]
             else:
-                h0, h1 = unpack_words(_md5(data[p:p + key_length]).digest())
-            probe = h0 >> 32  # Kafka's first probe: the digest's first 4 bytes as a big-endian int32
-            i = (probe if probe >= 0 else -probe if probe != _INT_MIN else 0) % slots * 3
-            w0 = words[i]
-            if w0 == h0 and words[i + 1] == h1:
-                previous = words[i + 2]
-                words[i + 2] = offset
-            elif w0 == 0 and words[i + 1] == 0 and words[i + 2] == 0:
-                if entries >= slots:
-                    raise OverflowError("attempt to add a new entry to a full offset map")
-                words[i] = h0
-                words[i + 1] = h1
-                words[i + 2] = offset
-                entries += 1
-                previous = -1
-            else:  # Kafka's probe sequence (rare at its load factor)
-                if entries >= slots:
-                    raise OverflowError("attempt to add a new entry to a full offset map")
-                attempt = 1
-                while True:
-                    collisions += 1
-                    i = probe_slot(h0, h1, attempt, slots) * 3
-                    w0 = words[i]
-                    if w0 == h0 and words[i + 1] == h1:
-                        previous = words[i + 2]
-                        words[i + 2] = offset
-                        break
-                    if w0 == 0 and words[i + 1] == 0 and words[i + 2] == 0:
-                        words[i] = h0
-                        words[i + 1] = h1
-                        words[i + 2] = offset
-                        entries += 1
-                        previous = -1
-                        break
-                    attempt += 1
-            last_put = offset
-            rel = previous - bit_base
-            if 0 <= rel < bit_limit:
-                bitmap[rel >> 3] &= ~(1 << (rel & 7)) & 0xFF
-            rel = offset - bit_base
-            if rel < bit_limit:
-                bitmap[rel >> 3] |= 1 << (rel & 7)
-        mapped += 1
-        pos = record_end
+                length, p = _varint(buf, data, pos)
+            record_end = p + length
+            if length < 0 or record_end > size:
+                raise CorruptRecordError(_bad_length(n, count, pos, length, size - p))
+            p += 1  # attributes
+            while buf[p] & 0x80:  # timestamp delta: skipped
+                p += 1
+            b = buf[p + 1]
+            if b < 0x80:
+                if native:
+                    delta = _unzig(b)
+                else:
+                    delta = zz[b]
+                p += 2
+            elif (c := buf[p + 2]) < 0x80:
+                if native:
+                    delta = _unzig((b & 0x7F) | c << 7)
+                else:
+                    delta = zz2[b | c << 8]
+                p += 3
+            else:
+                delta, p = _varint(buf, data, p + 1)
+            offset = base + delta
+            b = buf[p]
+            if b < 0x80:
+                if native:
+                    key_length = _unzig(b)
+                else:
+                    key_length = zz[b]
+                p += 1
+            else:
+                key_length, p = _varint(buf, data, p)
+            key_start = p
+            if key_length > 0:
+                p += key_length
+            b = buf[p]  # value length
+            if b < 0x80:
+                if native:
+                    value_length = _unzig(b)
+                else:
+                    value_length = zz[b]
+                p += 1
+            elif (c := buf[p + 1]) < 0x80:
+                if native:
+                    value_length = _unzig((b & 0x7F) | c << 7)
+                else:
+                    value_length = zz2[b | c << 8]
+                p += 2
+            else:
+                value_length, p = _varint(buf, data, p)
+            if value_length > 0:
+                p += value_length
+            if buf[p] == 0:  # no headers
+                p += 1
+            else:
+                p = _headers_end(buf, data, p, record_end, n)
+            if p != record_end:
+                raise CorruptRecordError(_bad_size(n, length, p - (record_end - length)))
+            if key_length >= 0 and offset >= start:
+                if entries >= entries_limit:
+                    return True, entries, last_put, mapped, collisions
+                if cython.compiled:
+                    if md5_address != 0 and key_start >= 0 and key_start + key_length <= size:  # libcrypto
+                        md5_c(bp + key_start, key_length, out)
+                        h0 = _be64(out, 0)
+                        h1 = _be64(out, 8)
+                    else:
+                        digest = _md5(data[key_start:key_start + key_length]).digest()
+                        dp = digest
+                        h0 = _be64(dp, 0)
+                        h1 = _be64(dp, 8)
+                else:
+                    h0, h1 = unpack_words(_md5(data[key_start:key_start + key_length]).digest())
+                probe = h0 >> 32  # Kafka's first probe: the digest's first 4 bytes as a big-endian int32
+                i = (probe if probe >= 0 else -probe if probe != _INT_MIN else 0) % slots * 3
+                w0 = words[i]
+                if w0 == h0 and words[i + 1] == h1:
+                    previous = words[i + 2]
+                    words[i + 2] = offset
+                elif w0 == 0 and words[i + 1] == 0 and words[i + 2] == 0:
+                    if entries >= slots:
+                        raise OverflowError("attempt to add a new entry to a full offset map")
+                    words[i] = h0
+                    words[i + 1] = h1
+                    words[i + 2] = offset
+                    entries += 1
+                    previous = -1
+                else:  # Kafka's probe sequence (rare at its load factor)
+                    if entries >= slots:
+                        raise OverflowError("attempt to add a new entry to a full offset map")
+                    attempt = 1
+                    while True:
+                        collisions += 1
+                        i = probe_slot(h0, h1, attempt, slots) * 3
+                        w0 = words[i]
+                        if w0 == h0 and words[i + 1] == h1:
+                            previous = words[i + 2]
+                            words[i + 2] = offset
+                            break
+                        if w0 == 0 and words[i + 1] == 0 and words[i + 2] == 0:
+                            words[i] = h0
+                            words[i + 1] = h1
+                            words[i + 2] = offset
+                            entries += 1
+                            previous = -1
+                            break
+                        attempt += 1
+                last_put = offset
+                rel = previous - bit_base
+                if 0 <= rel < bit_limit:
+                    bitmap[rel >> 3] &= ~(1 << (rel & 7)) & 0xFF
+                rel = offset - bit_base
+                if 0 <= rel < bit_limit:
+                    bitmap[rel >> 3] |= 1 << (rel & 7)
+            mapped += 1
+            pos = record_end
+    except IndexError:
+        raise CorruptRecordError(_truncated(n, count)) from None
+    if pos != size:
+        raise CorruptRecordError(_remaining(size - pos, count))
     return False, entries, last_put, mapped, collisions
 
 
@@ -279,7 +464,7 @@ _AHEAD = 16
 
 @cython.cfunc
 @cython.boundscheck(True)
-@cython.wraparound(True)
+@cython.wraparound(False)
 @cython.cdivision(True)
 @cython.locals(
     data=bytes, count=cython.Py_ssize_t, base=cython.longlong, start=cython.longlong,
@@ -292,7 +477,7 @@ _AHEAD = 16
     h1=cython.longlong, probe=cython.longlong, i=cython.Py_ssize_t, w0=cython.longlong, previous=cython.longlong,
     attempt=cython.longlong, rel=cython.longlong, zz=list, zz2=list, j=cython.int, pending=cython.int,
     ph0="long long[16]", ph1="long long[16]", poffset="long long[16]", pslot="Py_ssize_t[16]",
-    precord="Py_ssize_t[16]",
+    precord="Py_ssize_t[16]", key_start=cython.Py_ssize_t, value_length=cython.long, native=cython.bint, c=cython.int,
 )
 def _map_records_ahead(data, count, base, start, words, slots, entries, entries_limit, bitmap, bit_base,
                        bit_limit, md5_address):
@@ -301,6 +486,7 @@ def _map_records_ahead(data, count, base, start, words, slots, entries, entries_
     are put, so the map's cache misses (a random slot of a 128 MiB buffer per key) overlap
     instead of queueing. A put still checks the map's fill first, so it stops at the same record;
     "records read" is then that record's index, as the one-at-a-time loop counts it."""
+    native = cython.compiled  # a local: the interpreter tests it cheaper than cython.compiled
     buf = data
     bp = data
     md5_c = cython.cast("md5_fn", md5_address)
@@ -310,50 +496,97 @@ def _map_records_ahead(data, count, base, start, words, slots, entries, entries_
     pos = 0
     last_put = -1
     collisions = 0
+    error = None
     n = 0
     while n < count:
         pending = 0
         while n < count and pending < _AHEAD:
-            b = buf[pos]
-            if b < 0x80:
-                p = pos + 1
-                length = zz[b]
+            try:  # a corrupt record: the puts before it first (they may fill the map: no error then)
+                b = buf[pos]
+                if b < 0x80:
+                    p = pos + 1
+                    if native:
+                        length = _unzig(b)
+                    else:
+                        length = zz[b]
+                elif (c := buf[pos + 1]) < 0x80:
+                    p = pos + 2
+                    if native:
+                        length = _unzig((b & 0x7F) | c << 7)
+                    else:
+                        length = zz2[b | c << 8]
+                else:
+                    length, p = _varint(buf, data, pos)
                 record_end = p + length
-            elif buf[pos + 1] < 0x80:
-                p = pos + 2
-                length = zz2[(b & 0x7F) | (buf[pos + 1] << 7)]
-                record_end = p + length
-            else:
-                delta, p = _varint32(data, pos)
-                record_end = p + delta
-            p += 1  # attributes
-            while buf[p] & 0x80:  # timestamp delta: skipped
-                p += 1
-            b = buf[p + 1]
-            if b < 0x80:
-                delta = zz[b]
+                if length < 0 or record_end > size:
+                    raise CorruptRecordError(_bad_length(n, count, pos, length, size - p))
+                p += 1  # attributes
+                while buf[p] & 0x80:  # timestamp delta: skipped
+                    p += 1
+                b = buf[p + 1]
+                if b < 0x80:
+                    if native:
+                        delta = _unzig(b)
+                    else:
+                        delta = zz[b]
+                    p += 2
+                elif (c := buf[p + 2]) < 0x80:
+                    if native:
+                        delta = _unzig((b & 0x7F) | c << 7)
+                    else:
+                        delta = zz2[b | c << 8]
+                    p += 3
+                else:
+                    delta, p = _varint(buf, data, p + 1)
                 offset = base + delta
-                p += 2
-            elif buf[p + 2] < 0x80:
-                delta = zz2[(b & 0x7F) | (buf[p + 2] << 7)]
-                offset = base + delta
-                p += 3
-            else:
-                delta, p = _varint32(data, p + 1)
-                offset = base + delta
-            b = buf[p]
-            if b < 0x80:
-                key_length = zz[b]
-                p += 1
-            else:
-                key_length, p = _varint32(data, p)
+                b = buf[p]
+                if b < 0x80:
+                    if native:
+                        key_length = _unzig(b)
+                    else:
+                        key_length = zz[b]
+                    p += 1
+                else:
+                    key_length, p = _varint(buf, data, p)
+                key_start = p
+                if key_length > 0:
+                    p += key_length
+                b = buf[p]  # value length
+                if b < 0x80:
+                    if native:
+                        value_length = _unzig(b)
+                    else:
+                        value_length = zz[b]
+                    p += 1
+                elif (c := buf[p + 1]) < 0x80:
+                    if native:
+                        value_length = _unzig((b & 0x7F) | c << 7)
+                    else:
+                        value_length = zz2[b | c << 8]
+                    p += 2
+                else:
+                    value_length, p = _varint(buf, data, p)
+                if value_length > 0:
+                    p += value_length
+                if buf[p] == 0:  # no headers
+                    p += 1
+                else:
+                    p = _headers_end(buf, data, p, record_end, n)
+                if p != record_end:
+                    raise CorruptRecordError(_bad_size(n, length, p - (record_end - length)))
+            except IndexError:
+                error = CorruptRecordError(_truncated(n, count))
+                break
+            except Exception as exc:
+                error = exc
+                break
             if key_length >= 0 and offset >= start:
-                if p + key_length <= size:
-                    md5_c(bp + p, key_length, out)
+                if key_start >= 0 and key_start + key_length <= size:  # always, the walk checked it
+                    md5_c(bp + key_start, key_length, out)
                     h0 = _be64(out, 0)
                     h1 = _be64(out, 8)
-                else:  # a key cut short by the batch's end: hashed as the interpreter slices it
-                    digest = _md5(data[p:p + key_length]).digest()
+                else:
+                    digest = _md5(data[key_start:key_start + key_length]).digest()
                     h0 = _be64(digest, 0)
                     h1 = _be64(digest, 8)
                 probe = h0 >> 32
@@ -411,13 +644,17 @@ def _map_records_ahead(data, count, base, start, words, slots, entries, entries_
             if 0 <= rel < bit_limit:
                 bitmap[rel >> 3] &= ~(1 << (rel & 7)) & 0xFF
             rel = offset - bit_base
-            if rel < bit_limit:
+            if 0 <= rel < bit_limit:
                 bitmap[rel >> 3] |= 1 << (rel & 7)
+        if error is not None:
+            raise error
+    if pos != size:
+        raise CorruptRecordError(_remaining(size - pos, count))
     return False, entries, last_put, count, collisions
 
 
 @cython.boundscheck(True)
-@cython.wraparound(True)
+@cython.wraparound(False)
 @cython.cdivision(True)
 @cython.locals(
     data=bytes, count=cython.Py_ssize_t, base=cython.longlong, latest=cython.longlong,
@@ -432,7 +669,7 @@ def _map_records_ahead(data, count, base, start, words, slots, entries, entries_
     collisions=cython.longlong, h0=cython.longlong, h1=cython.longlong, probe=cython.longlong,
     i=cython.Py_ssize_t, w0=cython.longlong, attempt=cython.longlong, max_attempts=cython.longlong,
     rel=cython.longlong, zz=list, zz2=list, md5_c="md5_fn", md5_address=cython.size_t, out="unsigned char[16]",
-    bp="const unsigned char*", size=cython.Py_ssize_t,
+    bp="const unsigned char*", size=cython.Py_ssize_t, value_length=cython.long, native=cython.bint, c=cython.int,
 )
 def filter_records(data, count, base, latest, retain_deletes, words, slots, bitmap, bit_base, bit_limit):
     """Pass 2 over one data batch: which records stay.
@@ -444,6 +681,9 @@ def filter_records(data, count, base, latest, retain_deletes, words, slots, bitm
     per kept record (start, timestamp delta, end of the timestamp delta, end) for
     :func:`rebuild_records`.
     """
+    if not 0 <= base <= _MAX_BASE:
+        raise CorruptRecordError(f"batch base offset {base} is out of range")
+    native = cython.compiled  # a local: the interpreter tests it cheaper than cython.compiled
     buf = data
     zz = _ZZ
     zz2 = _ZZ2
@@ -464,106 +704,151 @@ def filter_records(data, count, base, latest, retain_deletes, words, slots, bitm
     invalid = 0
     collisions = 0
     pos = 0
-    for n in range(count):
-        record_start = pos
-        b = buf[pos]
-        if b < 0x80:
-            pos += 1
-            length = zz[b]
-            record_end = pos + length
-        elif buf[pos + 1] < 0x80:
-            length = zz2[(b & 0x7F) | (buf[pos + 1] << 7)]
-            record_end = pos + 2 + length
-            pos += 2
-        else:
-            delta, pos = _varint32(data, pos)
-            record_end = pos + delta
-        b = buf[pos + 1]
-        if b < 0x80:
-            ts_delta = zz[b]
-            p = pos + 2
-        else:
-            ts_delta, p = _varint64(data, pos + 1)
-        ts_end = p
-        b = buf[p]
-        if b < 0x80:
-            delta = zz[b]
-            offset = base + delta
-            p += 1
-        elif buf[p + 1] < 0x80:
-            delta = zz2[(b & 0x7F) | (buf[p + 1] << 7)]
-            offset = base + delta
-            p += 2
-        else:
-            delta, p = _varint32(data, p)
-            offset = base + delta
-        b = buf[p]
-        if b < 0x80:
-            key_length = zz[b]
-            p += 1
-        else:
-            key_length, p = _varint32(data, p)
-        key_start = p
-        if key_length > 0:
-            p += key_length
-        value_null = buf[p] == 1  # zig-zag -1
-        if offset > latest:
-            keep = True
-        elif key_length < 0:
-            keep = False
-            invalid += 1
-        else:
-            rel = offset - bit_base
-            if 0 <= rel < bit_limit:
-                keep = (bitmap[rel >> 3] & (1 << (rel & 7))) != 0
+    n = 0
+    try:  # a read past the end of the bytes: the batch is cut short
+        for n in range(count):
+            record_start = pos
+            b = buf[pos]
+            if b < 0x80:
+                p = pos + 1
+                if native:
+                    length = _unzig(b)
+                else:
+                    length = zz[b]
+            elif (c := buf[pos + 1]) < 0x80:
+                p = pos + 2
+                if native:
+                    length = _unzig((b & 0x7F) | c << 7)
+                else:
+                    length = zz2[b | c << 8]
             else:
-                if cython.compiled:
-                    if md5_address != 0 and key_start + key_length <= size:
-                        md5_c(bp + key_start, key_length, out)
-                        h0 = _be64(out, 0)
-                        h1 = _be64(out, 8)
-                    else:
-                        digest = _md5(data[key_start:key_start + key_length]).digest()
-                        dp = digest
-                        h0 = _be64(dp, 0)
-                        h1 = _be64(dp, 8)
+                length, p = _varint(buf, data, pos)
+            record_end = p + length
+            if length < 0 or record_end > size:
+                raise CorruptRecordError(_bad_length(n, count, pos, length, size - p))
+            b = buf[p + 1]
+            if b < 0x80:
+                if native:
+                    ts_delta = _unzig(b)
                 else:
-                    h0, h1 = unpack_words(_md5(data[key_start:key_start + key_length]).digest())
-                # SkimpyOffsetMap.get_digest, first probe inline
-                probe = h0 >> 32
-                i = (probe if probe >= 0 else -probe if probe != _INT_MIN else 0) % slots * 3
-                w0 = words[i]
-                if w0 == h0 and words[i + 1] == h1:
-                    found = words[i + 2] if (w0 or h1 or words[i + 2]) else -1
-                elif w0 == 0 and words[i + 1] == 0 and words[i + 2] == 0:
-                    found = -1
+                    ts_delta = zz[b]
+                p += 2
+            else:
+                ts_delta, p = _varlong(buf, data, p + 1)
+            ts_end = p
+            b = buf[p]
+            if b < 0x80:
+                if native:
+                    delta = _unzig(b)
                 else:
-                    found = -1
-                    attempt = 1
-                    while attempt < max_attempts:
-                        collisions += 1
-                        i = probe_slot(h0, h1, attempt, slots) * 3
-                        w0 = words[i]
-                        if w0 == h0 and words[i + 1] == h1:
-                            found = words[i + 2]
-                            break
-                        if w0 == 0 and words[i + 1] == 0 and words[i + 2] == 0:
-                            break
-                        attempt += 1
-                keep = offset >= found
-            if keep and value_null and not retain_deletes:
+                    delta = zz[b]
+                p += 1
+            elif (c := buf[p + 1]) < 0x80:
+                if native:
+                    delta = _unzig((b & 0x7F) | c << 7)
+                else:
+                    delta = zz2[b | c << 8]
+                p += 2
+            else:
+                delta, p = _varint(buf, data, p)
+            offset = base + delta
+            b = buf[p]
+            if b < 0x80:
+                if native:
+                    key_length = _unzig(b)
+                else:
+                    key_length = zz[b]
+                p += 1
+            else:
+                key_length, p = _varint(buf, data, p)
+            key_start = p
+            if key_length > 0:
+                p += key_length
+            b = buf[p]  # value length
+            if b < 0x80:
+                if native:
+                    value_length = _unzig(b)
+                else:
+                    value_length = zz[b]
+                p += 1
+            elif (c := buf[p + 1]) < 0x80:
+                if native:
+                    value_length = _unzig((b & 0x7F) | c << 7)
+                else:
+                    value_length = zz2[b | c << 8]
+                p += 2
+            else:
+                value_length, p = _varint(buf, data, p)
+            value_null = value_length < 0  # Kafka: any negative length is a null value
+            if value_length > 0:
+                p += value_length
+            if buf[p] == 0:  # no headers
+                p += 1
+            else:
+                p = _headers_end(buf, data, p, record_end, n)
+            if p != record_end:
+                raise CorruptRecordError(_bad_size(n, length, p - (record_end - length)))
+            if offset > latest:
+                keep = True
+            elif key_length < 0:
                 keep = False
-        if keep:
-            spans[k] = record_start
-            spans[k + 1] = ts_delta
-            spans[k + 2] = ts_end
-            spans[k + 3] = record_end
-            k += 4
-            if value_null:
-                has_tombstone = True
-        else:
-            all_kept = False
-        pos = record_end
+                invalid += 1
+            else:
+                rel = offset - bit_base
+                if 0 <= rel < bit_limit:
+                    keep = (bitmap[rel >> 3] & (1 << (rel & 7))) != 0
+                else:
+                    if cython.compiled:
+                        if md5_address != 0 and key_start >= 0 and key_start + key_length <= size:
+                            md5_c(bp + key_start, key_length, out)
+                            h0 = _be64(out, 0)
+                            h1 = _be64(out, 8)
+                        else:
+                            digest = _md5(data[key_start:key_start + key_length]).digest()
+                            dp = digest
+                            h0 = _be64(dp, 0)
+                            h1 = _be64(dp, 8)
+                    else:
+                        h0, h1 = unpack_words(_md5(data[key_start:key_start + key_length]).digest())
+                    # SkimpyOffsetMap.get_digest, first probe inline
+                    probe = h0 >> 32
+                    i = (probe if probe >= 0 else -probe if probe != _INT_MIN else 0) % slots * 3
+                    w0 = words[i]
+                    if w0 == h0 and words[i + 1] == h1:
+                        found = words[i + 2] if (w0 or h1 or words[i + 2]) else -1
+                    elif w0 == 0 and words[i + 1] == 0 and words[i + 2] == 0:
+                        found = -1
+                    else:
+                        found = -1
+                        attempt = 1
+                        while attempt < max_attempts:
+                            collisions += 1
+                            i = probe_slot(h0, h1, attempt, slots) * 3
+                            w0 = words[i]
+                            if w0 == h0 and words[i + 1] == h1:
+                                found = words[i + 2]
+                                break
+                            if w0 == 0 and words[i + 1] == 0 and words[i + 2] == 0:
+                                break
+                            attempt += 1
+                    keep = offset >= found
+                if keep and value_null and not retain_deletes:
+                    keep = False
+            if keep:
+                spans[k] = record_start
+                spans[k + 1] = ts_delta
+                spans[k + 2] = ts_end
+                spans[k + 3] = record_end
+                k += 4
+                if value_null:
+                    has_tombstone = True
+            else:
+                all_kept = False
+            pos = record_end
+    except IndexError:
+        raise CorruptRecordError(_truncated(n, count)) from None
+    if pos != size:
+        raise CorruptRecordError(_remaining(size - pos, count))
     return spans_object, k >> 2, all_kept, has_tombstone, invalid, collisions
 
 
@@ -573,7 +858,7 @@ def filter_records(data, count, base, latest, retain_deletes, words, slots, bitm
     data=bytes, kept=cython.Py_ssize_t, log_append_time=cython.bint,
     buf="const unsigned char[::1]", spans="const long long[::1]", out_view="unsigned char[::1]",
     j=cython.Py_ssize_t, k=cython.Py_ssize_t, start=cython.Py_ssize_t, end=cython.Py_ssize_t,
-    ts_end=cython.Py_ssize_t, w=cython.Py_ssize_t, size=cython.Py_ssize_t, body=cython.Py_ssize_t,
+    ts_end=cython.Py_ssize_t, w=cython.Py_ssize_t, size=cython.Py_ssize_t,
     shift=cython.longlong, ts_delta=cython.longlong, value=cython.longlong, u=cython.ulonglong,
     top=cython.longlong,
 )
@@ -657,7 +942,7 @@ def rebuild_records(data, spans, kept, old_base_ts, new_base_ts, log_append_time
         start = spans[4 * k]
         ts_end = spans[4 * k + 2]
         end = spans[4 * k + 3]
-        length, body_start = _varint32(data, start)
+        body_start = start + _prefix_size(data, start)
         record = b"".join((data[body_start:body_start + 1], _varint_bytes(timestamps[k] - new_base_ts),
                            data[ts_end:end]))
         parts.append(_varint_bytes(len(record)))

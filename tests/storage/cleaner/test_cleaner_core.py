@@ -27,6 +27,7 @@ from triolog.broker.storage.cleaner.log_cleaner import plan_job
 from triolog.broker.storage.cleaner.offset_map import BYTES_PER_ENTRY, SkimpyOffsetMap
 from triolog.broker.storage.log import Log
 from triolog.protocol import core
+from triolog.protocol.errors import CorruptRecordError
 from triolog.protocol.record_batch import DELETE_HORIZON_FLAG, CompressionType, TimestampType, compute_crc
 from triolog.protocol.records import ControlRecordType, Record, encode_batch, encode_end_txn_marker, iter_batches
 
@@ -37,6 +38,7 @@ PURE = core.implementation(CORE_MODULE, compiled=False)
 needs_compiled = pytest.mark.skipif(not core.compiled_available(CORE_MODULE),
                                     reason="the compiled cleaner core is not built (python setup.py build_ext --inplace)")
 NOW = 1_700_000_000_000
+MAX_BASE = 2**63 - 1 - 2**31  # the largest base offset the cores take (cleaner_core._MAX_BASE)
 KEYS = [b"k%d" % i for i in range(10)] + [b"long-" + b"x" * 300]  # a key with a two-byte length
 CODECS = list(CompressionType)
 
@@ -218,3 +220,177 @@ def test_a_crowded_map_probes_identically(keys, slots):
         for i, key in enumerate(keys):  # the map answers as SkimpyOffsetMap.get does
             assert offset_map.get(key) == max(j for j, k in enumerate(keys) if k == key)
     assert maps[0] == maps[1]
+
+
+# -- corrupt records ---------------------------------------------------------------------------
+# The cleaner does not re-check a batch's CRC (nor does Kafka's), so bit rot on disk reaches both
+# passes. On any bytes the two implementations must agree: the same map and counters, or the same
+# error, message included; and no read outside the batch's bytes (the compiled loops hash keys
+# through a C pointer: before the checks a negative record length sent it before the buffer).
+
+corrupt_record_strategy = st.tuples(
+    st.one_of(st.sampled_from(KEYS), st.none(), st.binary(max_size=8)),
+    st.one_of(st.none(), st.binary(max_size=8), st.just(b"v" * 70), st.just(b"w" * 8200)),  # 1-, 2-, 3-byte lengths
+    st.sampled_from([0, 1, -5, 100, 20_000, 2**40]),
+    st.lists(st.tuples(st.text(max_size=3), st.none() | st.binary(max_size=70)), max_size=2),
+)
+
+
+def _outcome(function, *args):
+    try:
+        return ("ok", function(*args))
+    except Exception as exc:  # the comparison is the point: any exception, same type and message
+        return ("raised", type(exc), str(exc))
+
+
+def _corrupted(data, payload: bytes) -> bytes:
+    """``payload`` with one to three random edits: bit flips, deletions, insertions (runs of
+    0xff among them: long varints), or cut short."""
+    out = bytearray(payload)
+    for _ in range(data.draw(st.integers(1, 3), label="edits")):
+        position = data.draw(st.integers(0, len(out)), label="position")
+        edit = data.draw(st.sampled_from(["flip", "flip", "delete", "insert", "truncate"]), label="edit")
+        if edit == "flip" and position < len(out):
+            out[position] ^= data.draw(st.integers(1, 255), label="xor")
+        elif edit == "delete":
+            del out[position:position + data.draw(st.integers(1, 3), label="length")]
+        elif edit == "insert":
+            out[position:position] = data.draw(st.binary(min_size=1, max_size=3) | st.just(b"\xff" * 11),
+                                               label="inserted")
+        elif edit == "truncate":
+            del out[position:]
+    return bytes(out)
+
+
+def _map_outcome(implementation, payload, count, base, start, slots, entries_limit, bit_limit):
+    offset_map = SkimpyOffsetMap(slots * BYTES_PER_ENTRY)
+    bitmap = bytearray(bit_limit // 8 + 1)
+    result = _outcome(implementation.map_records, payload, count, base, start, offset_map._words, slots, 0,
+                      entries_limit, bitmap, base, bit_limit)
+    if result[0] == "raised":
+        return result
+    return result + (bytes(offset_map._buf), bytes(bitmap))
+
+
+def _filter_outcome(implementation, payload, count, base, latest, retain_deletes, map_buffer, slots, bitmap,
+                    bit_limit):
+    offset_map = SkimpyOffsetMap(slots * BYTES_PER_ENTRY)
+    offset_map._buf[:] = map_buffer
+    result = _outcome(implementation.filter_records, payload, count, base, latest, retain_deletes,
+                      offset_map._words, slots, bitmap, base, bit_limit)
+    if result[0] == "raised":
+        return result
+    spans, kept, *rest = result[1]
+    rebuilt = ()
+    if kept:  # the cleaner rebuilds a batch only when it keeps a record
+        rebuilt = tuple(_outcome(implementation.rebuild_records, payload, spans, kept, NOW, new_base, append_time,
+                                 NOW + 5)
+                        for new_base, append_time in ((NOW, False), (NOW - 3000, False), (NOW - 3000, True)))
+    return "ok", list(spans[:4 * kept]), kept, tuple(rest), rebuilt
+
+
+@needs_compiled
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(items=st.lists(corrupt_record_strategy, min_size=1, max_size=10), slots=st.sampled_from([3, 7, 64]),
+       data=st.data())
+def test_compiled_and_pure_passes_agree_on_corrupt_records(md5_route, items, slots, data):
+    records = [Record(i, NOW + delta, key, value, tuple(headers))
+               for i, (key, value, delta, headers) in enumerate(items)]
+    batch = encode_batch(records)
+    payload, count = batch[61:], len(records)
+    corrupt = _corrupted(data, payload)
+    # base offsets at the edges: past _MAX_BASE base + delta would leave int64 (C wraps, Python not)
+    base = data.draw(st.sampled_from([0, 0, 0, 2**40, MAX_BASE, MAX_BASE + 1, 2**63 - 1, -1]), label="base")
+    start = min(base + data.draw(st.sampled_from([0, 0, 2]), label="start"), 2**63 - 1)  # the caller's: int64
+    entries_limit = data.draw(st.sampled_from([slots, 2]), label="entries limit")
+    bit_limit = data.draw(st.sampled_from([0, count, 4]), label="bit limit")
+
+    expected = _map_outcome(PURE, corrupt, count, base, start, slots, entries_limit, bit_limit)
+    assert _map_outcome(compiled(), corrupt, count, base, start, slots, entries_limit, bit_limit) == expected
+
+    # pass 2 against the map the intact batch gives (pass 1 over the corrupt one may have raised)
+    offset_map = SkimpyOffsetMap(slots * BYTES_PER_ENTRY)
+    bitmap = bytearray(count // 8 + 1)
+    if 0 <= base <= MAX_BASE:
+        PURE.map_records(payload, count, base, base, offset_map._words, slots, 0, slots, bitmap, base, bit_limit)
+    latest = min(base + data.draw(st.sampled_from([count - 1, count // 2, -1]), label="latest"), 2**63 - 1)
+    retain_deletes = data.draw(st.booleans(), label="retain deletes")
+    arguments = (corrupt, count, base, latest, retain_deletes, bytes(offset_map._buf), slots, bytes(bitmap), bit_limit)
+    assert _filter_outcome(compiled(), *arguments) == _filter_outcome(PURE, *arguments)
+
+
+@pytest.mark.parametrize("base", [-1, MAX_BASE + 1, 2**63 - 1])
+def test_a_base_offset_out_of_range_is_refused(base):
+    """A bit flip in a batch's base offset (outside the CRC's cover): its records' offsets would
+    leave int64, where C wraps and Python does not; both paths refuse it alike."""
+    payload = encode_batch([Record(0, NOW, b"k", b"v")])[61:]
+    implementations = [PURE] + ([compiled()] if core.compiled_available(CORE_MODULE) else [])
+    for implementation in implementations:
+        offset_map = SkimpyOffsetMap(BYTES_PER_ENTRY * 4)
+        for call in (lambda: implementation.map_records(payload, 1, base, 0, offset_map._words, 4, 0, 4,
+                                                        bytearray(1), 0, 1),
+                     lambda: implementation.filter_records(payload, 1, base, base, True, offset_map._words, 4,
+                                                           bytearray(1), 0, 1)):
+            with pytest.raises(CorruptRecordError, match=f"batch base offset {base} is out of range"):
+                call()
+    offset_map = SkimpyOffsetMap(BYTES_PER_ENTRY * 4)  # the edge itself is an offset like any other
+    for implementation in implementations:
+        assert implementation.map_records(payload, 1, MAX_BASE, 0, offset_map._words, 4, 0, 4, bytearray(1), 0,
+                                          0)[2] == MAX_BASE
+
+
+def _record_bytes(body: bytes) -> bytes:
+    """One record: its length prefix (zig-zag varint) and ``body``."""
+    from triolog.protocol.record_codec import encode_varint
+    return encode_varint(len(body)) + body
+
+
+#: attributes 0, timestamp delta 0, offset delta 0, key "k" (length 1), value "v", no headers
+GOOD_BODY = b"\x00\x00\x00\x02k\x02v\x00"
+
+
+@pytest.mark.parametrize("payload, message", [
+    (b"\x7f" + GOOD_BODY, "record 0 of 1 at position 0 declares -64 bytes but 8 remain"),  # negative length
+    (_record_bytes(GOOD_BODY)[:-1], "record 0 of 1 at position 0 declares 8 bytes but 7 remain"),  # cut short
+    # a key or value past the record's end (into the next record: Kafka's size check says so)
+    (_record_bytes(b"\x00\x00\x00\x0ck\x02v\x00") + _record_bytes(GOOD_BODY),
+     "invalid record size: record 0 should take 8 bytes but its fields take 12"),
+    (_record_bytes(b"\x00\x00\x00\x02k\x0cv\x00") + _record_bytes(GOOD_BODY),
+     "invalid record size: record 0 should take 8 bytes but its fields take 13"),
+    (_record_bytes(b"\x00\x00\x00\x0ck\x02v\x00"), "record 0 of 1 runs past the end of the batch's records"),
+    (_record_bytes(b"\x00\x00\x00\x02k\x02v\x02\x02h\x0a"), "record 0: header 0 runs past the record's end"),
+    (_record_bytes(b"\x00\x00\x00\x02k\x02v\x03"), "record 0 has an invalid number of headers -2"),
+    (_record_bytes(GOOD_BODY + b"\x00"), "invalid record size: record 0 should take 9 bytes but its fields take 8"),
+    (_record_bytes(GOOD_BODY) + b"\x00\x00", "incorrect declared batch size, records still remaining: 2 bytes after "
+                                             "1 records"),
+])
+def test_a_corrupt_record_is_refused_before_it_is_used(payload, message):
+    """Each rule of the record check (Kafka's DefaultRecord.readFrom), on both paths and passes;
+    a bad record reaches nothing in the map."""
+    implementations = [PURE] + ([compiled()] if core.compiled_available(CORE_MODULE) else [])
+    assert PURE.map_records(_record_bytes(GOOD_BODY), 1, 0, 0, SkimpyOffsetMap(BYTES_PER_ENTRY * 4)._words, 4, 0,
+                            4, bytearray(1), 0, 1)[1] == 1  # the intact record maps
+    for implementation in implementations:
+        offset_map = SkimpyOffsetMap(BYTES_PER_ENTRY * 4)
+        with pytest.raises(CorruptRecordError) as raised:
+            implementation.map_records(payload, 1, 0, 0, offset_map._words, 4, 0, 4, bytearray(1), 0, 1)
+        assert str(raised.value) == message
+        if "still remaining" not in message:  # (bytes after the last record: found once the records are read)
+            assert offset_map._buf == bytearray(len(offset_map._buf))
+        with pytest.raises(CorruptRecordError) as raised:
+            implementation.filter_records(payload, 1, 0, 0, True, offset_map._words, 4, bytearray(1), 0, 1)
+        assert str(raised.value) == message
+
+
+def test_the_pure_core_runs_only_pure_code():
+    """The properties compare the compiled loops with an interpreted twin: that twin must read its
+    long varints with the pure codec (not with whatever ``core.load`` picks, which is compiled
+    code when built), and both share the codec's one zig-zag table."""
+    pure_codec = core.implementation("protocol.record_codec", compiled=False)
+    assert PURE.record_codec is pure_codec
+    assert (PURE._read_varint32, PURE._read_varint64) == (pure_codec.read_varint32, pure_codec.read_varint64)
+    assert PURE._ZZ2 is pure_codec._ZIGZAG_TWO
+    payload = encode_batch([Record(0, NOW, b"k" * 300, b"v" * 9000)])[61:]  # two- and three-byte varints
+    offset_map = SkimpyOffsetMap(BYTES_PER_ENTRY * 4)
+    assert PURE.map_records(payload, 1, 0, 0, offset_map._words, 4, 0, 4, bytearray(1), 0, 1)[:4] == (False, 1, 0, 1)
+    assert offset_map.get(b"k" * 300) == 0

@@ -184,7 +184,12 @@ def test_checkpoint_moves_after_each_clean_and_a_full_map_continues_next_round(t
     driver.close()
 
 
-def test_a_failing_partition_is_marked_uncleanable_and_the_others_still_get_cleaned(tmp_path):
+@pytest.mark.parametrize("position, corruption", [
+    (57, (5).to_bytes(4, "big")),  # the record count claims more records than the batch's bytes hold
+    (61, b"\x7f"),  # the first record's length is negative (-64)
+    (65, b"\x7e"),  # its key length (63) runs past the record
+])
+def test_a_failing_partition_is_marked_uncleanable_and_the_others_still_get_cleaned(tmp_path, position, corruption):
     clock = ManualClock()
     bad = Log.open(tmp_path / "bad-0", compact_config(), clock=clock)
     good = Log.open(tmp_path / "good-0", compact_config(), clock=clock)
@@ -192,12 +197,11 @@ def test_a_failing_partition_is_marked_uncleanable_and_the_others_still_get_clea
         for i in range(20):
             append(log, [(b"k%d" % (i % 3), b"v" * 50)], clock.milliseconds())
         log.roll()
-    # Corrupt a batch of the bad log (the cleaner does not re-check CRCs, like Kafka's): its
-    # record count claims more records than its bytes hold.
+    # Corrupt a batch of the bad log (the cleaner does not re-check CRCs, like Kafka's).
     path = bad.segments.first_segment().log.path
     with open(path, "r+b") as f:
-        f.seek(57)
-        f.write((5).to_bytes(4, "big"))
+        f.seek(position)
+        f.write(corruption)
     bytes_before = bad.size
     driver = Driver(tmp_path, {("bad", 0): bad, ("good", 0): good}, clock)
     assert driver.run_once()  # the filthiest first (both equally dirty): one of them
