@@ -22,6 +22,7 @@ its sender thread; under trio the lock is simply never contended.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import deque
@@ -38,9 +39,12 @@ from triolog.protocol import core
 from .partitioner import StickyPartitioner
 from .types import RecordMetadata, TopicPartition
 
+_log = logging.getLogger(__name__)
+
 __all__ = ["ProducerBatch", "RecordAccumulator", "RecordFuture", "RecordFutures", "varint_size"]
 
 _monotonic = time.monotonic
+_INT64_MAX = 2**63 - 1
 _time = time.time
 _Batch_HEADER = HEADER_SIZE
 
@@ -144,7 +148,8 @@ class ProducerBatch:
 
     @property
     def records(self) -> list:
-        """(key, value, timestamp, headers) tuples, in offset order."""
+        """(key, value, timestamp, headers) tuples, in offset order; once the batch is settled,
+        only each record's timestamp (what its futures still need)."""
         return self._records
 
     @property
@@ -201,14 +206,19 @@ class ProducerBatch:
         self._base_offset = base_offset
         self._log_append_time = log_append_time
         self._exception = exception
+        # Futures keep their batch: once settled it holds only what metadata_of reads (each
+        # record's timestamp), not the keys, values and encoded bytes a user's kept futures would
+        # otherwise pin beyond buffer_memory.
+        self._encoded = None
+        self._records = [record[2] for record in self._records]
         self._completed = True
         callbacks, self._callbacks = self._callbacks, None
         if callbacks:
             for fn in callbacks:
                 try:
                     fn()
-                except Exception:  # a user callback must not stop the producer (Kafka logs and goes on)
-                    pass
+                except Exception:  # a user callback must not stop the producer: Kafka logs and goes on
+                    _log.exception("a callback of a record sent to %s-%s raised", self._topic, self._partition)
 
     def is_done(self) -> bool:
         return self._completed
@@ -244,7 +254,7 @@ class ProducerBatch:
         if self._exception is not None:
             raise self._exception
         offset = -1 if self._base_offset < 0 else self._base_offset + index
-        stamp = self._log_append_time if self._log_append_time >= 0 else self._records[index][2]
+        stamp = self._log_append_time if self._log_append_time >= 0 else self._records[index]
         return RecordMetadata(self._topic, self._partition, offset, stamp)
 
 
@@ -501,10 +511,12 @@ class RecordAccumulator:
     def append(self, topic, partition, num_partitions, key, value, timestamp, headers, now):
         """Add one record; ``partition`` None means keyless (sticky); returns its RecordFuture.
         Calls ``wakeup`` when the sender should wake up."""
+        wake = False
         with self._lock:
             batch = self._append_one(topic, partition, num_partitions, key, value, timestamp, headers, now)
             future = self._new_future(batch, self._last_index)
-        if self._last_wake and self._wakeup is not None:
+            wake = self._last_wake  # read under the lock: another thread's append rewrites it
+        if wake and self._wakeup is not None:
             self._wakeup()
         return future
 
@@ -634,7 +646,7 @@ class RecordAccumulator:
                 ts = cython.cast(cython.longlong, wall * 1000.0)
             else:
                 ts = int(_time() * 1000)
-        elif type(timestamp_ms) is int:
+        elif type(timestamp_ms) is int and 0 <= timestamp_ms <= _INT64_MAX:  # else send's checks refuse it
             ts = timestamp_ms
         else:
             return None
@@ -659,9 +671,10 @@ class RecordAccumulator:
         try:
             batch = self._append_one(topic, partition, n, key, value, ts, (), now)
             future = self._new_future(batch, self._last_index)
+            wake = self._last_wake  # read under the lock: another thread's append rewrites it
         finally:
             lock.release()
-        if self._last_wake and self._wakeup is not None:
+        if wake and self._wakeup is not None:
             self._wakeup()
         return future
 

@@ -56,6 +56,17 @@ KNOWN_TOPIC_S = 1.0
 __all__ = ["ProducerConfig", "ProducerCore", "parse_compression"]
 
 
+def check_timestamp(value, what: str) -> int:
+    """A record's timestamp as the batch will carry it: epoch milliseconds, 0 .. 2^63-1 (Kafka's
+    producer refuses a negative one; a larger one does not fit the batch's int64)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{what} must be an int (epoch ms) or None, got {type(value).__name__}")
+    stamp = int(value)
+    if not 0 <= stamp <= 2**63 - 1:
+        raise ValueError(f"{what} must be between 0 and 2^63-1 (epoch ms), got {value!r}")
+    return stamp
+
+
 def parse_compression(value: str | int | CompressionType | None) -> CompressionType:
     """``none``/``gzip``/``snappy``/``lz4``/``zstd`` (Kafka's ``compression.type`` names)."""
     if value is None:
@@ -165,7 +176,7 @@ class ProducerCore:
             value = self._serialize(self.value_serializer, topic, headers, value, "value")
         key, value = to_bytes(key, "key"), to_bytes(value, "value")
         headers = normalize_headers(headers)
-        timestamp = int(time.time() * 1000) if timestamp_ms is None else int(timestamp_ms)
+        timestamp = int(time.time() * 1000) if timestamp_ms is None else check_timestamp(timestamp_ms, "timestamp_ms")
         num_partitions = None
         if partition is not None:
             if isinstance(partition, bool) or not isinstance(partition, int) or partition < 0:
@@ -258,8 +269,8 @@ class ProducerCore:
                     timestamps[i] = int(time.time() * 1000)
                 elif isinstance(stamp, bool) or not isinstance(stamp, (int, float)):
                     raise TypeError(f"timestamps[{i}] must be an int (epoch ms) or None, got {type(stamp).__name__}")
-                elif type(stamp) is not int:
-                    timestamps[i] = int(stamp)
+                else:
+                    timestamps[i] = check_timestamp(stamp, f"timestamps[{i}]")
         if headers is not None:
             total += sum(len(k) + len(v or b"") for h in headers for k, v in h)
         return values, keys, headers, timestamps, total

@@ -268,3 +268,51 @@ def test_bound_send_takes_the_fast_path_or_hands_the_same_arguments_to_the_slow_
     assert send("t", b"x", partition=0) == "slow"
     assert slow_calls == [("t", b"v", None, (), 0, None), ("t", b"v", b"k", (("h", b"1"),), 0, 9),
                           ("t", b"x", None, (), 0, None)]
+
+
+def test_an_append_wakes_the_sender_by_its_own_decision_not_the_next_appends():
+    """Whether an append wakes the sender is read under the accumulator's lock. Read after the
+    lock is released, another thread's append in between (here run by the lock's release, the
+    moment a thread switch can happen) hands its decision over: the full batch's wake is lost and
+    the batch waits for linger. Pure module only: the compiled twin's lock is not reachable (it
+    also never lets go of the GIL there)."""
+    import threading
+
+    module = core.implementation(NAME, False)
+    wakes = Wakes()
+    acc = module.RecordAccumulator(batch_size=1000, linger_s=60.0, wakeup=wakes)
+
+    class SwitchOnRelease:
+        """The accumulator's lock; on one release, another thread's small append runs first."""
+
+        def __init__(self) -> None:
+            self.lock = threading.RLock()
+            self.interleave = False
+
+        def __enter__(self):
+            return self.lock.__enter__()
+
+        def __exit__(self, *exc_info):
+            self.lock.__exit__(*exc_info)
+            if self.interleave:
+                self.interleave = False
+                acc.append("t", 1, 2, None, b"y", 1000, (), 0.0)  # joins partition 1's open batch: no wake
+
+    acc.append("t", 1, 2, None, b"y", 1000, (), 0.0)  # partition 1 has an open batch
+    acc._lock = SwitchOnRelease()
+    before = wakes.count
+    acc._lock.interleave = True
+    acc.append("t", 0, 2, None, b"x" * 2000, 1000, (), 0.0)  # a new batch, full at once: must wake
+    assert wakes.count - before == 1
+
+
+def test_a_settled_batch_keeps_only_timestamps_not_the_records_data(acc_module):
+    """Kept futures keep their batch: after the acknowledgement it must not pin the keys, values
+    and encoded bytes (buffer_memory no longer counts them)."""
+    acc = acc_module.RecordAccumulator(batch_size=10_000, linger_s=0.0)
+    futures = [acc.append("t", 0, 1, b"k", b"v" * 1000, 1000 + i, (), 0.0) for i in range(3)]
+    (batch,) = acc.drain(1.0)
+    batch.encode(0, None)
+    batch.complete(40, -1)
+    assert batch.records == [1000, 1001, 1002]
+    assert [f.get() for f in futures] == [RecordMetadata("t", 0, 40 + i, 1000 + i) for i in range(3)]

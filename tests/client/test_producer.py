@@ -331,8 +331,23 @@ def test_send_many_refuses_a_bad_argument_before_queuing_anything(bootstrap, adm
             producer.send_many(topic, [b"a", b"b"], headers=[(), ((1, b"x"),)], partition=0)
         with pytest.raises(ValueError, match="partition"):
             producer.send_many(topic, [b"a"], partition=-1)
+        with pytest.raises(ValueError, match=r"timestamps\[1\] must be between 0 and 2\^63-1"):
+            producer.send_many(topic, [b"a", b"b"], timestamps=[5, 2**64], partition=0)
         producer.send_many(topic, ["ok"], partition=0).get(5)
     assert [r.value for r in _consume_all(bootstrap, topic)] == [b"ok"]
+
+
+@pytest.mark.parametrize("timestamp", [-5, 2**63])
+def test_send_refuses_a_timestamp_a_batch_cannot_carry(bootstrap, admin, topic, timestamp):
+    """Kafka's producer refuses a negative timestamp; one past int64 cannot be encoded. Refused at
+    send(), on the fast path's fallback as on the checked path, so no batch fails with it."""
+    admin.create_topics([NewTopic(topic, 1)])
+    with Producer(bootstrap) as producer:
+        producer.send(topic, b"first", partition=0).get(5)  # the topic is known: the fast path's case
+        with pytest.raises(ValueError, match="timestamp_ms must be between 0 and 2\\^63-1"):
+            producer.send(topic, b"bad", partition=0, timestamp_ms=timestamp)
+        producer.send(topic, b"next", partition=0).get(5)
+    assert [r.value for r in _consume_all(bootstrap, topic)] == [b"first", b"next"]
 
 
 def test_send_many_reports_each_failed_record(bootstrap, admin, topic):
