@@ -1045,12 +1045,14 @@ def renumber_records(data, position: int, count: int) -> bytearray:
 @cython.wraparound(False)
 @cython.locals(buf="const unsigned char[:]", position=cython.Py_ssize_t, record_end=cython.Py_ssize_t,
                count=cython.Py_ssize_t, index=cython.Py_ssize_t, b=cython.int, c=cython.int, length=cython.long,
-               offset_delta=cython.long, timestamp_delta=cython.longlong, zz=list, zz2=list)
+               offset_delta=cython.long, timestamp_delta=cython.longlong, zz=list, zz2=list, end=cython.Py_ssize_t)
 def first_at_or_after(data, count, base_offset, base_timestamp, append_time, timestamp, min_offset):
     """(timestamp, offset) of the first of the ``count`` records in ``data`` with timestamp >=
     ``timestamp`` and offset >= ``min_offset``, or None; keys, values and headers are skipped by
-    their lengths. A short buffer raises IndexError (the caller names the batch)."""
+    their lengths. A short buffer raises IndexError (the caller names the batch), a record length
+    that is negative or runs past the data CorruptRecordError."""
     buf = data
+    end = len(data)
     zz = _ZIGZAG_ONE
     zz2 = _ZIGZAG_TWO
     position = 0
@@ -1065,6 +1067,8 @@ def first_at_or_after(data, count, base_offset, base_timestamp, append_time, tim
         else:
             length, position = _long32(buf, position)
         record_end = position + length
+        if length < 0 or record_end > end:  # a position must never step back (pure: negative indexes wrap)
+            raise CorruptRecordError(f"invalid record size {length} at position {position} of {end}")
         b = buf[position + 1]  # after the attributes byte: timestamp delta
         if b < 0x80:
             timestamp_delta = zz[b]

@@ -94,8 +94,13 @@ def _decoded(codec, payload, count, base_offset, base_timestamp, append_time, lo
     assert (as_consumer_framed, consumer_framed, as_columns_framed) == (as_consumer, consumer, as_columns)
     assert [getattr(columns_framed, name) for name in Columns.__slots__] == [getattr(columns, name)
                                                                              for name in Columns.__slots__]
+    # the time lookup's skip-ahead walk (a short buffer is an IndexError on both paths, worded apart)
+    as_first = _outcome(codec.first_at_or_after, payload, count, base_offset, base_timestamp, append_time,
+                        base_timestamp, lo)
+    if as_first[0] == "raised" and as_first[1] is IndexError:
+        as_first = as_first[:2]
     return (as_records, as_consumer, consumer, as_columns, columns.keys, columns.values, columns.offsets,
-            columns.timestamps, columns.types, columns.headers)
+            columns.timestamps, columns.types, columns.headers, as_first)
 
 
 @settings(max_examples=300, deadline=None)
