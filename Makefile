@@ -19,13 +19,15 @@ EDITABLE := TRIOLOG_PURE_PYTHON=1 $(PIP) --no-build-isolation -e
 # (a .venv made by an older Makefile may lack them: the core's build checks first)
 export BUILD_TOOLS_PRESENT := import Cython, setuptools, sys; sys.exit(int(setuptools.__version__.split(".")[0]) < 77)
 
-# The compiled core (protocol/core.py's MODULES, each compiled by setup.py into an extension
+# The compiled core (triolog/core.py's MODULES, each compiled by setup.py into an extension
 # beside its source): rebuilt in place when a module's source, core.py, setup.py or the install
 # changed, so a stale extension never runs. Silent unless it cannot compile (then it says so once
 # and the pure-Python modules run). The editable install itself leaves the compilation to this
 # step (TRIOLOG_PURE_PYTHON at install time), so it happens once.
 CORE_STAMP := $(VENV)/.triolog-core
-CORE_SOURCES := $(shell sed -n '/^MODULES = (/,/^)/s/^ *"\([A-Za-z0-9_.]*\)",.*/\1/p' protocol/core.py | tr . / | sed 's/$$/.py/')
+CORE_SOURCES := $(shell sed -n '/^MODULES = (/,/^)/s/^ *"\([A-Za-z0-9_.]*\)",.*/\1/p' triolog/core.py | tr . / | sed 's/$$/.py/')
+# and the C declarations compiled with them (_<module>_c.pxd beside a source), where one exists
+CORE_DECLARATIONS := $(wildcard $(foreach source,$(CORE_SOURCES),$(dir $(source))_$(basename $(notdir $(source)))_c.pxd))
 
 # The core-touching suites, run a second time on the pure-Python core (TRIOLOG_PURE_PYTHON is
 # read at import, so that takes a second process). `make test PYTEST_ARGS=...` runs only the
@@ -45,7 +47,7 @@ $(TEST_STAMP): pyproject.toml $(RUNTIME_STAMP)
 	$(EDITABLE) '.[test,spark]'
 	touch $@
 
-$(CORE_STAMP): setup.py protocol/core.py $(CORE_SOURCES) $(RUNTIME_STAMP)
+$(CORE_STAMP): setup.py triolog/core.py $(CORE_SOURCES) $(CORE_DECLARATIONS) $(RUNTIME_STAMP)
 	@$(BIN)/python -c "$$BUILD_TOOLS_PRESENT" 2>/dev/null || $(PIP) $(BUILD_REQUIRES)
 	@$(BIN)/python setup.py -q build_ext --inplace
 	@touch $@

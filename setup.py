@@ -1,8 +1,8 @@
-"""Builds the compiled core (protocol/core.py) when it can; everything else is in pyproject.toml.
+"""Builds the compiled core (triolog/core.py) when it can; everything else is in pyproject.toml.
 
 Each compiled-core module is one pure-Python-mode source, e.g. ``protocol/<name>.py``, compiled by
 Cython into the extension ``triolog.protocol._<name>_c`` beside it (the list is ``MODULES`` in
-protocol/core.py); the ``.py`` itself is also
+triolog/core.py); the ``.py`` itself is also
 installed and is what runs when the extension is absent. The build never fails for want of a C
 compiler (or of Cython): it says so and installs the pure-Python package. ``TRIOLOG_PURE_PYTHON=1``
 at install time skips the compilation. Every build recompiles (an old ``build/`` is never reused)
@@ -21,12 +21,12 @@ from setuptools.command.build_ext import build_ext
 
 
 def _core_modules() -> tuple[str, ...]:
-    """``MODULES`` of protocol/core.py, read without importing the package (its dependencies may be absent)."""
-    tree = ast.parse(Path(__file__).with_name("protocol").joinpath("core.py").read_text())
+    """``MODULES`` of triolog/core.py, read without importing the package (its dependencies may be absent)."""
+    tree = ast.parse(Path(__file__).with_name("triolog").joinpath("core.py").read_text())
     for node in tree.body:
         if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "MODULES" for t in node.targets):
             return tuple(ast.literal_eval(node.value))
-    raise RuntimeError("protocol/core.py defines no MODULES")
+    raise RuntimeError("triolog/core.py defines no MODULES")
 
 
 CORE_MODULES = _core_modules()

@@ -100,7 +100,7 @@ def passes(work: Path, source: Path, reps: int) -> None:
 
     from triolog.broker.storage.cleaner.cleaner import CORE_MODULE, Cleaner
     from triolog.broker.storage.cleaner.log_cleaner import plan_job
-    from triolog.protocol import core
+    from triolog import core
 
     print("\n0. both passes in this process (Cleaner.clean), compiled core vs pure Python")
     copy = work / "passes" / f"{TOPIC}-0"

@@ -56,7 +56,7 @@ bootstrap = f"127.0.0.1:{port}"
 import triolog
 from triolog.client import Producer, Consumer, TopicPartition
 try:
-    from triolog.protocol import core
+    from triolog import core
     status = core.status()
 except ImportError:
     status = "no compiled core"
@@ -133,7 +133,7 @@ def micro(count: int, reps: int) -> None:
     """In this process, no broker: the producer-side cost per record (the accumulator's send()
     fast path and append_many, compiled and pure) next to what the sender thread spends encoding
     each record (``build_batch``, the codec's), the other half of every produced record's CPU."""
-    from triolog.protocol import core
+    from triolog import core
     from triolog.protocol.records import build_batch
 
     value = b"v" * 100

@@ -5,7 +5,7 @@
     .venv/bin/python bench/codec.py --quick    # ~15 s
     .venv/bin/python bench/codec.py --baseline-ref main~5   # another baseline commit
 
-protocol/record_codec.py (protocol/core.py) runs compiled and interpreted in one process; the
+protocol/record_codec.py (triolog/core.py) runs compiled and interpreted in one process; the
 baseline is the pre-codec code (protocol/records.py's encoder and decoder, pipeline/columnar.py's
 loop, protocol/record_walk.py's walk) taken from git at ``--baseline-ref`` (default: the last commit
 before record_codec.py existed) and imported under another package name. Every function runs on the
@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from triolog.client.types import ConsumerRecord  # noqa: E402
 from triolog.pipeline.columnar import Columns  # noqa: E402
-from triolog.protocol import core  # noqa: E402
+from triolog import core  # noqa: E402
 from triolog.protocol.record_batch import HEADER_SIZE, read_header  # noqa: E402
 from triolog.protocol.records import Record, encode_batch  # noqa: E402
 

@@ -45,7 +45,7 @@ BATCH_BYTES = 256 * 1024
 CONSUME = r"""
 import json, sys, time
 from triolog.client import Consumer, TopicPartition
-from triolog.protocol import core
+from triolog import core
 port, topic, end, columns = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1"
 poll_records, fetch_bytes = int(sys.argv[5]), int(sys.argv[6])
 tp = TopicPartition(topic, 0)

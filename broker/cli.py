@@ -112,7 +112,7 @@ def version_text() -> str:
     import platform
 
     from triolog import __version__
-    from triolog.protocol import core
+    from triolog import core
 
     return f"triolog {__version__} (Python {platform.python_version()}; core: {core.status()})"
 

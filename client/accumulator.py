@@ -11,7 +11,7 @@ Futures are light: the outcome (base offset, append time, or the error) is store
 and what ``send()`` returns is a handle, (batch, index), whose RecordMetadata is built only when
 asked for. Completing a batch is O(1) plus its callbacks, not a RecordMetadata per record.
 
-This module is a compiled-core module (``triolog.protocol.core``): the same source runs as is,
+This module is a compiled-core module (``triolog.core``): the same source runs as is,
 or compiled by Cython (``triolog.client._accumulator_c``); users get it with
 ``core.load("client.accumulator")``. ``append``/``try_append``/``append_many`` are the per-record
 path of ``Producer.send`` and ``send_many``.
@@ -34,7 +34,7 @@ except ModuleNotFoundError:  # Cython is a build-time dependency only
 
 from triolog.protocol.record_batch import HEADER_SIZE
 
-from triolog.protocol import core
+from triolog import core
 
 from .partitioner import StickyPartitioner
 from .types import RecordMetadata, TopicPartition
@@ -185,7 +185,7 @@ class ProducerBatch:
         """The batch bytes, built once: a retry sends exactly what the first attempt sent."""
         if self._encoded is None:
             # Imported here: the record codec loads the compiled core, which imports this module
-            # (a top-level import would be circular while protocol.core chooses its modules).
+            # (a top-level import would be circular while triolog.core chooses its modules).
             from triolog.protocol.records import build_batch
 
             self._encoded = build_batch(self._records, compression=compression, compression_level=level,
@@ -445,7 +445,7 @@ class RecordAccumulator:
         self._queues = {}
         self._incomplete = set()
         self._sticky = StickyPartitioner(rng)
-        # Looked up here, not at import: protocol.core imports this module while choosing.
+        # Looked up here, not at import: triolog.core imports this module while choosing.
         self._partition_for_key = core.load("client.partitioner").partition_for_key
         self._flushes = 0
         self._buffered = 0

@@ -32,7 +32,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from triolog.protocol import core
+from triolog import core
 from triolog.protocol import messages as m
 from triolog.protocol.errors import CorruptRecordError, ErrorCode
 from triolog.protocol.record_batch import HEADER_SIZE, TIMESTAMP_TYPE_MASK, read_header
@@ -54,7 +54,7 @@ Polled = dict[TopicPartition, list[ConsumerRecord]]
 #: What poll_columns() returns: the same records by partition, as columns.
 PolledColumns = dict[TopicPartition, RecordColumns]
 
-#: The record codec of the compiled core (protocol/core.py): builds ConsumerRecords straight from
+#: The record codec of the compiled core (triolog/core.py): builds ConsumerRecords straight from
 #: the fetched bytes, one object a record, compiled where it was built.
 _codec = core.load("protocol.record_codec")
 _TIMESTAMP_NAMES = ("CreateTime", "LogAppendTime")

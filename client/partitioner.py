@@ -5,7 +5,7 @@ Keyed records: ``toPositive(murmur2(key)) % numPartitions``, exactly Java's
 sign bit). Keyless records: the sticky partitioner (KIP-480): every record goes to one partition
 until a new batch would have to be started there, then a different partition is picked at random.
 
-A compiled-core module (:mod:`triolog.protocol.core`): the producer's accumulator takes
+A compiled-core module (:mod:`triolog.core`): the producer's accumulator takes
 ``partition_for_key`` from ``core.load("client.partitioner")``.
 """
 

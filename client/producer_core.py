@@ -32,14 +32,14 @@ from triolog.protocol import messages as m
 from triolog.protocol.errors import ErrorCode
 from triolog.protocol.record_batch import CompressionType
 
-from triolog.protocol import core
+from triolog import core
 
 from .errors import InvalidResponseError, ProducerClosedError, SerializationError, TriologClientError, error_for
 from .metadata import MetadataCache
 from .ops import Call, Op, check_response, now
 from .serde import Serializer, as_topic_function
 
-#: The accumulator this process runs: compiled when built (see :mod:`triolog.protocol.core`).
+#: The accumulator this process runs: compiled when built (see :mod:`triolog.core`).
 accumulator_module = core.load("client.accumulator")
 ProducerBatch = accumulator_module.ProducerBatch
 RecordAccumulator = accumulator_module.RecordAccumulator

@@ -26,7 +26,7 @@ from triolog.protocol.record_batch import (
     check_batch,
     read_header,
 )
-from triolog.protocol import core
+from triolog import core
 
 __all__ = ["Columns", "decode_into"]
 

@@ -7,7 +7,7 @@ or into column lists for Arrow (``decode_columns``), and the broker's check of a
 without building anything (``walk_records``, ``renumber_records``). The varint and varlong readers
 and writers exist only here; records.py, pipeline/columnar.py and the validator call in.
 
-It is a compiled-core module (protocol/core.py): written in Cython's pure-Python mode, this file
+It is a compiled-core module (triolog/core.py): written in Cython's pure-Python mode, this file
 runs interpreted as is and is compiled by setup.py into ``triolog.protocol._record_codec_c``; users
 get one or the other through ``core.load("protocol.record_codec")``. The ``cython.locals``
 declarations give the compiler C types and are no-ops for the interpreter. Varints of one and two

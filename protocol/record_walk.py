@@ -22,14 +22,14 @@ broker computes instead of trusting the header: the largest record timestamp, th
 first record carrying it, and whether the offset deltas are exactly 0..count-1.
 
 It is one pure function over a buffer, allocation-free per record. Its code lives in
-protocol/record_codec.py, the compiled core's one record codec (protocol/core.py), beside the
+protocol/record_codec.py, the compiled core's one record codec (triolog/core.py), beside the
 encoder and decoders, so the varint code exists once; this module keeps the validator's import
 path and gives the implementation this process runs (compiled where it was built).
 """
 
 from __future__ import annotations
 
-from . import core
+from triolog import core
 
 __all__ = ["renumber_records", "walk_records"]
 

@@ -40,7 +40,7 @@ import struct
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from . import core
+from triolog import core
 from .compression import compress, decompress
 from .errors import CorruptRecordError, UnsupportedForMessageFormatError
 from .record_batch import (

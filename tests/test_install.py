@@ -8,7 +8,7 @@ Python, one WARNING at import), then ``pip install .`` again where this machine 
 build environment, the dependencies into the new environment; pip's cache makes it fast): marked
 ``network``, deselect it offline with ``-m 'not network'``.
 
-The stale-extension guard of protocol/core.py (a checkout never runs a twin older than its source)
+The stale-extension guard of triolog/core.py (a checkout never runs a twin older than its source)
 is checked on copies of this checkout, offline.
 """
 
@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from tests.checkout import tracked_copy
-from triolog.protocol import core
+from triolog import core
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPILER = (sysconfig.get_config_var("CC") or "cc").split()[0]
@@ -48,11 +48,11 @@ def _python(venv: Path, code: str, cwd: Path, **env: str) -> subprocess.Complete
 PROBE = """
 import logging
 logging.basicConfig(format="%(levelname)s %(name)s %(message)s")
-from triolog.protocol import core
+from triolog import core
 walk = core.load("protocol.record_codec").walk_records
 records = bytes.fromhex("{records}")
 print(core.COMPILED, "|", core.status(), "|", walk(records, 0, 2, 7), "|", walk.__module__)
-import triolog.protocol.core as c, os
+import triolog.core as c, os
 print(os.path.dirname(c.__file__))
 """
 
@@ -100,9 +100,9 @@ def test_a_fresh_clone_installs_without_a_compiler_and_with_one(tmp_path):
         run.stdout.splitlines()[1]
     assert (compiled, status, module) == ("False", "pure Python (extension not built)", "triolog.protocol.record_codec")
     assert walked == str(expected_walk)
-    assert Path(location) == site / "triolog" / "protocol"
+    assert Path(location) == site / "triolog"
     warnings = [line for line in run.stderr.splitlines() if line.startswith("WARNING")]
-    assert len(warnings) == 1 and warnings[0].startswith("WARNING triolog.protocol.core "), run.stderr
+    assert len(warnings) == 1 and warnings[0].startswith("WARNING triolog.core "), run.stderr
     assert all(core.compiled_name(name) in warnings[0] for name in core.MODULES), warnings
     # The command-line tool says it too.
     version = subprocess.run([str(venv / "bin" / "triolog"), "--version"], cwd=elsewhere, env=_clean_env(),

@@ -81,9 +81,9 @@ def _installed(venv: Path) -> None:
 
 
 def _core_sources() -> list[Path]:
-    from triolog.protocol import core
+    from triolog import core
 
-    return [ROOT / "protocol" / "core.py", *(ROOT / (name.replace(".", "/") + ".py") for name in core.MODULES)]
+    return [ROOT / "triolog" / "core.py", *(ROOT / (name.replace(".", "/") + ".py") for name in core.MODULES)]
 
 
 def _pip(commands: list[str]) -> list[str]:
@@ -133,7 +133,7 @@ def test_make_rebuilds_the_compiled_core_when_a_source_is_newer(tmp_path):
 
 
 def test_the_makefile_compiles_what_core_lists():
-    """The Makefile reads MODULES from protocol/core.py as setup.py does: the same files."""
+    """The Makefile reads MODULES from triolog/core.py as setup.py does: the same files."""
     listed = _make("--no-print-directory", "--eval", "print-core-sources: ; @echo $(CORE_SOURCES)",
                    "print-core-sources")
     assert listed[0].split() == [str(p.relative_to(ROOT)) for p in _core_sources()[1:]]

@@ -35,7 +35,7 @@ from triolog.broker.storage.log_manager import LogManager
 from triolog.broker.storage.topics import TopicManager
 from triolog.config.broker_config import BROKER_CONFIGS, BrokerConfig
 from triolog.config.log_config import TOPIC_CONFIGS, LogConfig
-from triolog.protocol import core
+from triolog import core
 from triolog.protocol import messages as m
 from triolog.protocol.errors import (
     ErrorCode,

@@ -10,7 +10,7 @@ import pytest
 
 from triolog import __version__
 from triolog.client import Producer
-from triolog.protocol import core
+from triolog import core
 
 
 def test_version_names_triolog_python_and_the_core_that_runs(triolog):

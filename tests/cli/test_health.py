@@ -6,7 +6,7 @@ import socket
 import time
 
 from triolog import __version__
-from triolog.protocol import core
+from triolog import core
 
 
 def test_health_succeeds_against_a_running_broker(triolog, server, broker):

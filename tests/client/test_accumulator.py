@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from triolog.client.types import RecordMetadata, TopicPartition
-from triolog.protocol import core
+from triolog import core
 from triolog.protocol.records import build_batch
 
 TP = TopicPartition("t", 0)

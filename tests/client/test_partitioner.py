@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 
 from triolog.client.partitioner import StickyPartitioner, murmur2, partition_for_key, to_positive
-from triolog.protocol import core
+from triolog import core
 
 # org.apache.kafka.common.utils.UtilsTest.testMurmur2
 JAVA_VECTORS = {

@@ -30,7 +30,7 @@ import pytest
 from tests.ops import dockerfile as df
 from tests.ops.conftest import free_port
 from tests.waiting import wait_for
-from triolog.protocol import core
+from triolog import core
 
 ARGS, STAGES = df.stages(df.DOCKERFILE.read_text())
 BUILDER, RUNTIME = STAGES[0], STAGES[-1]
@@ -178,7 +178,7 @@ def test_image_steps_install_and_run_the_broker(tmp_path, system_tools):
     ours = [box.wheels / name for name in wheels if name.startswith("triolog-")]
     assert len(ours) == 1, wheels
     # The builder has a C compiler (the full python image), so the wheel carries the compiled core:
-    # one extension per module of protocol/core.py's MODULES. This host stands in for the builder.
+    # one extension per module of triolog/core.py's MODULES. This host stands in for the builder.
     with zipfile.ZipFile(ours[0]) as wheel:
         extensions = sorted(name for name in wheel.namelist() if name.endswith(".so"))
     expected = [core.compiled_name(name).replace(".", "/") for name in core.MODULES]

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from triolog.client.types import ConsumerRecord
 from triolog.pipeline.columnar import Columns
-from triolog.protocol import core
+from triolog import core
 from triolog.protocol.compression import decompress
 from triolog.protocol.record_batch import HEADER, CompressionType
 from triolog.protocol.records import Record, encode_batch

@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.checkout import tracked_copy
-from triolog.protocol import core
+from triolog import core
 from triolog.protocol.compression import decompress
 from triolog.protocol.record_batch import HEADER, CompressionType
 from triolog.protocol.records import Record, encode_batch
@@ -135,7 +135,7 @@ def _run(code: str, **env) -> subprocess.CompletedProcess:
 
 def test_the_environment_variable_forces_the_pure_walk():
     result = _run(
-        "from triolog.protocol import core; from triolog.broker.storage import validator;"
+        "from triolog import core; from triolog.broker.storage import validator;"
         "import triolog.protocol.record_codec as pure;"
         "print(core.COMPILED, core.status(), validator.walk_records is pure.walk_records)",
         TRIOLOG_PURE_PYTHON="1",
@@ -150,7 +150,7 @@ def test_a_missing_extension_falls_back_to_pure_python_and_says_so_once(tmp_path
     result = subprocess.run(
         [sys.executable, "-c",
          "import logging, sys; logging.basicConfig(format='%(levelname)s %(name)s %(message)s');"
-         "from triolog.protocol import core; from triolog.broker.storage import validator;"
+         "from triolog import core; from triolog.broker.storage import validator;"
          "import triolog.protocol.record_codec as pure; core.load('protocol.record_codec');"
          "print(core.COMPILED, core.status(), validator.walk_records is pure.walk_records, pure.__file__)"],
         cwd=tree, capture_output=True, text=True, timeout=60, env={**os.environ, "TRIOLOG_PURE_PYTHON": ""},
@@ -158,7 +158,7 @@ def test_a_missing_extension_falls_back_to_pure_python_and_says_so_once(tmp_path
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().startswith("False pure Python (extension not built) True "), result.stdout
     assert result.stdout.strip().endswith(str(tree / "triolog" / "protocol" / "record_codec.py")), result.stdout
-    warnings = [line for line in result.stderr.splitlines() if line.startswith("WARNING triolog.protocol.core")]
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("WARNING triolog.core")]
     assert len(warnings) == 1 and "pure Python" in warnings[0], result.stderr
     assert all(core.compiled_name(name) in warnings[0] for name in core.MODULES), warnings[0]
 

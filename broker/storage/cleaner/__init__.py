@@ -1,7 +1,7 @@
 """Log compaction (Kafka's log cleaner): offset map, cleaning passes, manager and threads.
 
 The names below are imported on first use (PEP 562), not with the package: the compiled core
-(protocol/core.py) imports this package to find ``_cleaner_core_c`` while it is itself being
+(triolog/core.py) imports this package to find ``_cleaner_core_c`` while it is itself being
 imported, and the cleaner's modules depend on the storage layer, which depends on the core.
 """
 

@@ -35,7 +35,7 @@ records from the bitmap instead of hashing the key a second time. Same answer, h
 
 What runs once per record (the walk of a batch's records, the key's MD5, the map's probes, the
 keep-or-drop decision and the copy of the kept records' bytes) is in cleaner_core.py, a module
-of the compiled core (protocol/core.py); this module does what happens once per batch, segment
+of the compiled core (triolog/core.py); this module does what happens once per batch, segment
 or round.
 """
 
@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, NamedTuple
 
-from triolog.protocol import core
+from triolog import core
 from triolog.protocol.compression import compress, decompress
 from triolog.protocol.record_batch import (
     COMPRESSION_MASK,
@@ -81,7 +81,7 @@ logger = logging.getLogger(__name__)
 
 INT32_MAX = 2**31 - 1
 _U32 = struct.Struct(">I")
-#: The compiled-core module holding the per-record loops of both passes (see protocol/core.py).
+#: The compiled-core module holding the per-record loops of both passes (see triolog/core.py).
 CORE_MODULE = "broker.storage.cleaner.cleaner_core"
 
 

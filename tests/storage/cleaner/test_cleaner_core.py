@@ -1,4 +1,4 @@
-"""The cleaner's compiled core against its pure-Python twin, in one process (protocol/core.py).
+"""The cleaner's compiled core against its pure-Python twin, in one process (triolog/core.py).
 
 Both implementations of cleaner_core.py run the same rounds over the same random log, written
 as segment files the way a Kafka broker leaves them: repeating keys, tombstones, null keys,
@@ -26,7 +26,7 @@ from triolog.broker.storage.cleaner.cleaner import CORE_MODULE, Cleaner
 from triolog.broker.storage.cleaner.log_cleaner import plan_job
 from triolog.broker.storage.cleaner.offset_map import BYTES_PER_ENTRY, SkimpyOffsetMap
 from triolog.broker.storage.log import Log
-from triolog.protocol import core
+from triolog import core
 from triolog.protocol.errors import CorruptRecordError
 from triolog.protocol.record_batch import DELETE_HORIZON_FLAG, CompressionType, TimestampType, compute_crc
 from triolog.protocol.records import ControlRecordType, Record, encode_batch, encode_end_txn_marker, iter_batches

@@ -7,14 +7,15 @@ extension named ``_<module>_c`` beside it. This module picks one per process:
 
 * the compiled extension when it was built (``pip install`` with a C compiler);
 * the pure-Python module when it was not (no compiler, ``CC=false``: the install still succeeds),
-  said once, as a WARNING on the ``triolog.protocol.core`` logger, at first import;
+  said once, as a WARNING on the ``triolog.core`` logger, at first import;
 * the pure-Python module when, in a git checkout, the extension is older than its source (a stale
   build never runs; ``make run``/``make test`` rebuild it), also said once;
 * the pure-Python module whenever ``TRIOLOG_PURE_PYTHON`` is set to a non-empty value other than
   ``0`` (tests and benchmarks of the fallback, or to rule the extension out when debugging).
 
 Both implementations of a module stay importable in one process (``implementation(name, compiled)``),
-which is what the property tests comparing them use.
+which is what the property tests comparing them use. This module sits at the top of the package,
+above protocol/, client/ and broker/, because it names modules of each of them.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ def _forced_pure() -> bool:
     return os.environ.get(PURE_PYTHON_ENV, "") not in ("", "0")
 
 
-_ROOT = __package__.rpartition(".")[0]  # "triolog"
+_ROOT = __package__  # "triolog"
 
 
 def compiled_name(name: str) -> str:
@@ -56,14 +57,14 @@ def compiled_name(name: str) -> str:
     return f"{_ROOT}.{package}._{module}_c"
 
 
-#: The folder holding triolog's packages (protocol/, client/, broker/ ...): the repository root in
-#: a checkout, site-packages/triolog in an installed wheel. Extensions are looked for here by file
-#: name, so deciding which core runs imports none of them (nor the packages of the broker).
-_TREE = Path(__file__).resolve().parent.parent
+#: The triolog package's folder, holding its packages (protocol/, client/, broker/ ...: symlinks
+#: into the repository in a checkout, real folders in an installed wheel). Extensions are looked
+#: for here by file name, so deciding which core runs imports none of them.
+_TREE = Path(__file__).resolve().parent
 
 #: The repository root when this module runs from a git checkout (editable install, or run from
 #: the tree); None in an installed wheel, where a twin and its source are installed together.
-_CHECKOUT = _TREE if (_TREE / ".git").exists() and (_TREE / "setup.py").is_file() else None
+_CHECKOUT = _TREE.parent if (_TREE.parent / ".git").exists() and (_TREE.parent / "setup.py").is_file() else None
 
 
 def _compiled_file(name: str) -> Path | None:
@@ -89,8 +90,10 @@ def stale(name: str) -> bool:
     if compiled is None:
         return False
     source = _CHECKOUT.joinpath(*name.split(".")).with_suffix(".py")
+    declarations = source.with_name(f"_{source.stem}_c.pxd")  # C declarations compiled with it, if any
     try:
-        return compiled.stat().st_mtime < source.stat().st_mtime
+        built = compiled.stat().st_mtime
+        return built < source.stat().st_mtime or (declarations.exists() and built < declarations.stat().st_mtime)
     except OSError:
         return False
 
