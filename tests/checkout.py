@@ -20,3 +20,20 @@ def tracked_copy(target: Path) -> Path:
         destination.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / relative, destination, follow_symlinks=False)
     return target
+
+
+def c_compiler_works() -> bool:
+    """Whether the C compiler a build here would use (``$CC``, else the interpreter's) compiles a
+    file: ``CC=false`` (how the README shows an install without one) says no, as does none at all."""
+    import sysconfig
+    import tempfile
+
+    command = (os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc").split()
+    if shutil.which(command[0]) is None:
+        return False
+    with tempfile.TemporaryDirectory() as scratch:
+        source = Path(scratch, "probe.c")
+        source.write_text("int triolog_probe(void) { return 0; }\n")
+        done = subprocess.run([*command, "-c", str(source), "-o", str(Path(scratch, "probe.o"))],
+                              capture_output=True, timeout=60)
+        return done.returncode == 0

@@ -9,16 +9,14 @@ and the timestamp an InvalidTimestampError carries.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
-import sysconfig
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.checkout import tracked_copy
+from tests.checkout import c_compiler_works, tracked_copy
 from triolog import core
 from triolog.protocol.compression import decompress
 from triolog.protocol.record_batch import HEADER, CompressionType
@@ -118,8 +116,7 @@ def test_the_process_runs_the_compiled_walk_where_it_is_built():
     """Where a C compiler exists the install builds the extension, and the broker's validator uses it."""
     from triolog.broker.storage import validator
 
-    compiler = (sysconfig.get_config_var("CC") or "cc").split()[0]
-    if shutil.which(compiler) and not core._forced_pure():
+    if c_compiler_works() and not core._forced_pure():
         assert core.compiled_available("protocol.record_codec"), (
             "a C compiler exists but the compiled core is not built: `pip install -e .` (or "
             "`python setup.py build_ext --inplace`) builds it; TRIOLOG_PURE_PYTHON=1 runs without it")
