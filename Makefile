@@ -57,21 +57,27 @@ install: $(RUNTIME_STAMP) $(CORE_STAMP)
 run: $(RUNTIME_STAMP) $(CORE_STAMP)
 	$(BIN)/triolog serve
 
-test: $(TEST_STAMP) $(CORE_STAMP) system-deps
+# system-deps first: the compiled core is built (CORE_STAMP) with the C compiler it provides.
+test: system-deps $(TEST_STAMP) $(CORE_STAMP)
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 	$(if $(PYTEST_ARGS),,TRIOLOG_PURE_PYTHON=1 $(BIN)/python -m pytest -q $(PURE_TESTS))
 
 # Debian packages the tests run: prometheus (its server and promtool) and tini (the image's
 # PID 1) for tests/ops, a Java 17+ runtime for PySpark 4 in tests/pipeline (17, or 21 where the
-# release no longer ships 17). Installed only when missing; sudo is used when not root. The prometheus package's postinst may start a daemon
-# on :9090; the tests run their own instance on a free port.
+# release no longer ships 17), and a C compiler with Python's headers for the compiled core (the
+# suite checks it runs where a compiler exists; the pure-Python pass covers the fallback).
+# Installed only when missing; sudo is used when not root. The prometheus package's postinst may
+# start a daemon on :9090; the tests run their own instance on a free port.
 system-deps:
 	@JAVA_OK=$$(java -version 2>&1 | grep -qE 'version "(1[7-9]|[2-9][0-9])' && echo yes); \
+	CC_OK=$$(printf 'int triolog_probe;\n' | $${CC:-cc} -x c -c -o /dev/null - 2>/dev/null && echo yes); \
+	HEADERS_OK=$$(test -f "$$($(PYTHON) -c 'import sysconfig; print(sysconfig.get_paths()["include"])')/Python.h" && echo yes); \
 	command -v promtool >/dev/null && command -v prometheus >/dev/null && command -v tini >/dev/null \
-		&& [ -n "$$JAVA_OK" ] || { \
+		&& [ -n "$$JAVA_OK" ] && [ -n "$$CC_OK" ] && [ -n "$$HEADERS_OK" ] || { \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 		$$SUDO apt-get update -qq && \
 		$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus tini \
+			$$([ -n "$$CC_OK" ] || echo gcc libc6-dev) $$([ -n "$$HEADERS_OK" ] || echo python3-dev) \
 			$$([ -n "$$JAVA_OK" ] || { apt-cache show openjdk-17-jre-headless >/dev/null 2>&1 \
 				&& echo openjdk-17-jre-headless || echo openjdk-21-jre-headless; }) >/dev/null; }
 
