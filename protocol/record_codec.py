@@ -107,53 +107,19 @@ def varint_bytes(value: int) -> bytes:
     return encode_varlong(value)
 
 
-@cython.locals(position=cython.Py_ssize_t, start=cython.Py_ssize_t, b=cython.ulonglong, shift=cython.int,
-               u=cython.ulonglong, half=cython.longlong, low=cython.longlong)
 def read_varint32(data, position: int) -> tuple:
-    """The int32 varint at ``position`` and the position after it, in any indexable buffer.
+    """The int32 varint at ``position`` and the position after it, in a bytes-like buffer.
 
     No truncation check: a short buffer raises IndexError (callers turn that into their own
     error); more than 5 bytes raise CorruptRecordError. Bits beyond 32 are dropped, as in Java.
+    The hot loops' own reader (``_long32``) does the work.
     """
-    start = position
-    b = data[position]
-    position += 1
-    u = b & 0x7F
-    shift = 7
-    while b & 0x80:
-        if shift == 35:
-            raise CorruptRecordError(f"varint longer than 5 bytes at position {start}")
-        b = data[position]
-        position += 1
-        u |= (b & 0x7F) << shift
-        shift += 7
-    u &= 0xFFFFFFFF
-    half = u >> 1
-    low = u & 1
-    return half ^ -low, position
+    return _long32(data, position)
 
 
-@cython.locals(position=cython.Py_ssize_t, start=cython.Py_ssize_t, b=cython.ulonglong, shift=cython.int,
-               u=cython.ulonglong, half=cython.longlong, low=cython.longlong)
 def read_varint64(data, position: int) -> tuple:
     """read_varint32 for an int64 varlong (at most 10 bytes, bits beyond 64 dropped)."""
-    start = position
-    b = data[position]
-    position += 1
-    u = b & 0x7F
-    shift = 7
-    while b & 0x80:
-        if shift == 70:
-            raise CorruptRecordError(f"varlong longer than 10 bytes at position {start}")
-        b = data[position]
-        position += 1
-        u |= (b & 0x7F) << shift
-        shift += 7
-    if not cython.compiled:
-        u &= 0xFFFFFFFFFFFFFFFF
-    half = u >> 1
-    low = u & 1
-    return half ^ -low, position
+    return _long64(data, position)
 
 
 def decode_varint(buf, position: int = 0) -> tuple[int, int]:

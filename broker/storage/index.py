@@ -789,14 +789,7 @@ class LazyIndex(Generic[T]):
         fs: FileSystem = OS_FS,
         fresh: bool = False,
     ) -> LazyIndex[OffsetIndex]:
-        first = [fresh]  # a spare file is fresh only for the first load
-
-        def load(p: Path, w: bool) -> OffsetIndex:
-            index = OffsetIndex(p, base_offset, max_index_size, w, fs, first[0] and w)
-            first[0] = False
-            return index
-
-        return cls(path, load, writable, fs)
+        return cls(path, _loader(OffsetIndex, base_offset, max_index_size, fs, fresh), writable, fs)
 
     @classmethod
     def for_time(
@@ -808,14 +801,7 @@ class LazyIndex(Generic[T]):
         fs: FileSystem = OS_FS,
         fresh: bool = False,
     ) -> LazyIndex[TimeIndex]:
-        first = [fresh]  # a spare file is fresh only for the first load
-
-        def load(p: Path, w: bool) -> TimeIndex:
-            index = TimeIndex(p, base_offset, max_index_size, w, fs, first[0] and w)
-            first[0] = False
-            return index
-
-        return cls(path, load, writable, fs)
+        return cls(path, _loader(TimeIndex, base_offset, max_index_size, fs, fresh), writable, fs)
 
     @property
     def path(self) -> Path:
@@ -895,3 +881,15 @@ class LazyIndex(Generic[T]):
     def __repr__(self) -> str:
         state = "loaded" if self._index is not None else "unloaded"
         return f"LazyIndex({str(self.path)!r}, {state})"
+
+
+def _loader(index_type, base_offset: int, max_index_size: int, fs: FileSystem, fresh: bool):
+    """LazyIndex's load function for ``index_type``; a spare file is fresh only for the first load."""
+    first = [fresh]
+
+    def load(p: Path, w: bool):
+        index = index_type(p, base_offset, max_index_size, w, fs, first[0] and w)
+        first[0] = False
+        return index
+
+    return load
