@@ -48,10 +48,11 @@ class SyncCaller(Protocol):
     def call(self, request: m.Request, timeout_s: float) -> dict | None: ...
 
 
-def run_sync(op: Op[T], conn: SyncCaller) -> T:
-    """Drive ``op`` to completion with blocking I/O; returns its value or raises its exception."""
-    value: Any = None
-    error: BaseException | None = None
+def run_sync(op: Op[T], conn: SyncCaller, value: Any = None, error: BaseException | None = None) -> T:
+    """Drive ``op`` to completion with blocking I/O; returns its value or raises its exception.
+
+    ``value``/``error``: what to resume it with (the outcome of the effect it last yielded),
+    for an operation whose first steps another driver ran (the producer's pipelined sends)."""
     try:
         while True:
             try:
