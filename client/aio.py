@@ -35,7 +35,7 @@ from .connection import (DEFAULT_BOOTSTRAP, CorrelationIds, connect_order, decod
 from .consumer_core import ConsumerConfig, ConsumerCore, Polled, PolledColumns
 from .errors import (ClientTimeoutError, InvalidResponseError, ProducerClosedError, RequestNotSentError,
                      ResponseLostError, TriologClientError)
-from .ops import Call, Op, T, now
+from .ops import Call, Op, Sleep, Submit, T, now
 from .producer import SEND_MANY_SLICE, _values_size
 from .producer_core import ProducerConfig, ProducerCore, RecordFuture, RecordFutures
 from .types import EARLIEST, LATEST, ConfigEntry, ConsumerRecord, OffsetAndTimestamp, RecordMetadata, TopicDescription, TopicPartition
@@ -57,10 +57,15 @@ async def run_async(op: Op[T], conn: AsyncConnection, value=None, error: BaseExc
                 return stop.value
             value = error = None
             try:
-                if isinstance(effect, Call):
+                kind = type(effect)
+                if kind is Call:
                     value = await conn.call(effect.request, effect.timeout_s)
-                else:
+                elif kind is Sleep:
                     await trio.sleep(max(0.0, effect.seconds))
+                elif kind is Submit:
+                    value = await conn.submit(effect.request)
+                else:
+                    value = await conn.result(effect.handle, effect.wait_s, give_up=False)
             except Exception as exc:
                 error = exc
     finally:
@@ -169,12 +174,15 @@ class AsyncConnection:
                 raise
         return slot
 
-    async def result(self, slot: _Slot, timeout_s: float) -> dict:
+    async def result(self, slot: _Slot, timeout_s: float, give_up: bool = True) -> dict | None:
         """The response to a submitted request, waiting up to ``timeout_s`` (then the connection is
-        closed and ResponseLostError raised: the request's fate is unknown)."""
+        closed and ResponseLostError raised: the request's fate is unknown; with ``give_up=False``
+        None is returned instead and the request stays in flight)."""
         with trio.move_on_after(timeout_s):
             await slot.event.wait()
         if not slot.event.is_set():
+            if not give_up:
+                return None
             error = ResponseLostError(
                 f"no {slot.request.api} response from {self.host}:{self.port} within {timeout_s:.3g} s")
             self._break(slot.link, error)

@@ -247,19 +247,24 @@ class SyncConnection:
                 raise error from None
             return waiting
 
-    def receive(self, waiting: InFlight, timeout_s: float) -> dict:
+    def receive(self, waiting: InFlight, timeout_s: float, give_up: bool = True) -> dict | None:
         """The response to a request :meth:`send` wrote, waiting up to ``timeout_s`` for it.
         ResponseLostError when the connection failed or the time ran out (the connection is then
-        closed: the request's fate is unknown), InvalidResponseError for a malformed answer."""
+        closed: the request's fate is unknown), InvalidResponseError for a malformed answer.
+        ``give_up=False``: when the time runs out, return None and keep waiting possible later."""
         deadline = time.monotonic() + timeout_s
         while not waiting.done:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or not self._receive_lock.acquire(timeout=remaining):
+            # A wait of 0 still reads what has already arrived.
+            if not self._receive_lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+                if not give_up:
+                    return None
                 self._time_out(waiting, timeout_s)
                 break
             try:
                 while not waiting.done:
                     if not self._read_some(waiting.link, deadline):
+                        if not give_up:
+                            return None
                         self._time_out(waiting, timeout_s)
             finally:
                 self._receive_lock.release()

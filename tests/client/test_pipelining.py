@@ -164,3 +164,91 @@ async def test_aio_an_error_on_one_of_several_in_flight_requests_fails_only_its_
     assert [(await future).offset for future in good] == list(range(3000))
     log = await trio.to_thread.run_sync(_log_values, bootstrap, TopicPartition(topic, 0))
     assert [_number(value) for _, value in log] == list(range(3000))
+
+
+# -- fetch pipelining ---------------------------------------------------------------------------
+
+
+def _fill(bootstrap, admin, topic, count, size=100):
+    admin.create_topics([NewTopic(topic, 1)])
+    with Producer(bootstrap, linger_ms=0, batch_size=8192) as producer:
+        producer.send_many(topic, [b"c-%d-" % i + b"w" * size for i in range(count)], partition=0).get(60)
+    return TopicPartition(topic, 0)
+
+
+def test_poll_writes_the_next_fetch_before_handing_out_records_and_keeps_order(bootstrap, admin, topic):
+    tp = _fill(bootstrap, admin, topic, 6000)
+    numbers = []
+    ahead = []
+    with Consumer(bootstrap, auto_offset_reset="earliest", max_partition_fetch_bytes=64 * 1024,
+                  max_poll_records=700) as consumer:
+        consumer.assign([tp])
+        while len(numbers) < 6000:
+            records = flat(consumer.poll(5000))
+            assert records
+            numbers += [_number(r.value) for r in records]
+            in_flight = consumer._core._in_flight
+            if in_flight is not None:
+                state = consumer._core._states[tp]
+                # asked from the end of what is buffered, never from before it
+                assert in_flight[1][tp] == (state.next_fetch_offset if state.next_fetch_offset is not None
+                                            else state.position)
+                ahead.append(in_flight[1][tp])
+        assert consumer.poll(0) == {}
+    assert numbers == list(range(6000))  # every record once, in order, across pipelined fetches
+    assert len(ahead) >= 10 and ahead == sorted(ahead)
+
+
+def test_a_seek_drops_the_fetch_in_flight_and_reads_from_the_new_position(bootstrap, admin, topic):
+    tp = _fill(bootstrap, admin, topic, 3000)
+    with Consumer(bootstrap, auto_offset_reset="earliest", max_partition_fetch_bytes=32 * 1024,
+                  max_poll_records=100_000) as consumer:
+        consumer.assign([tp])
+        first = flat(consumer.poll(5000))
+        assert first and consumer._core._in_flight is not None  # the next fetch is out
+        consumer.seek(tp, 10)
+        after = flat(consumer.poll(5000))
+        assert after[0].offset == 10 and [_number(r.value) for r in after] == list(range(10, 10 + len(after)))
+        consumer.seek(tp, 2990)
+        numbers = []
+        while len(numbers) < 10:
+            numbers += [_number(r.value) for r in flat(consumer.poll(5000))]
+    assert numbers == list(range(2990, 3000))
+
+
+def test_the_fetch_in_flight_at_the_log_end_still_delivers_new_records(bootstrap, admin, topic):
+    tp = _fill(bootstrap, admin, topic, 50)
+    with Consumer(bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=300) as consumer:
+        consumer.assign([tp])
+        seen = []
+        while len(seen) < 50:
+            seen += flat(consumer.poll(5000))
+        with Producer(bootstrap, linger_ms=0) as producer:
+            late = threading.Timer(0.2, lambda: producer.send(tp.topic, b"c-50-late", partition=0).get(30))
+            late.start()
+            records = []
+            for _ in range(20):  # each poll waits up to 1 s: the late record comes within them
+                records = flat(consumer.poll(1000))
+                if records:
+                    break
+            late.join(10)
+    assert [(r.offset, r.value) for r in records] == [(50, b"c-50-late")]
+
+
+async def test_aio_consumer_pipelines_fetches_and_keeps_order(bootstrap, admin, topic):
+    from triolog.client.aio import AsyncConsumer
+
+    tp = await trio.to_thread.run_sync(_fill, bootstrap, admin, topic, 4000)
+    numbers = []
+    writes_ahead = 0
+    async with AsyncConsumer(bootstrap, auto_offset_reset="earliest", max_partition_fetch_bytes=48 * 1024,
+                             max_poll_records=900) as consumer:
+        consumer.assign([tp])
+        with trio.fail_after(60):
+            while len(numbers) < 4000:
+                columns = await consumer.poll_columns(5000)
+                if columns:
+                    numbers += [_number(value) for value in columns[tp].values]
+                writes_ahead += consumer._core._in_flight is not None
+    assert numbers == list(range(4000))
+    assert writes_ahead >= 5
