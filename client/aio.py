@@ -444,7 +444,13 @@ class AsyncProducer(_AsyncClient):
                     await self._wakeup.wait()
                 continue
             op = self._core.send_op(batches)
-            effect = next(op)  # send_op's first effect is its produce request
+            try:
+                effect = next(op)  # send_op's first effect is its produce request...
+            except StopIteration:  # ...unless building it failed: the batches failed with the error
+                self._slots.release()
+                self._space.set()
+                self._space = trio.Event()
+                continue
             assert type(effect) is Call
             try:
                 slot, error = await conn.submit(effect.request), None

@@ -232,7 +232,13 @@ class Producer:
                 self._wakeup.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
                 continue
             op = self._core.send_op(batches)
-            effect = next(op)  # send_op's first effect is its produce request
+            try:
+                effect = next(op)  # send_op's first effect is its produce request...
+            except StopIteration:  # ...unless building it failed: the batches failed with the error
+                slots.release()
+                with self._space:
+                    self._space.notify_all()
+                continue
             assert type(effect) is Call
             try:
                 handle, error = conn.send(effect.request, effect.timeout_s), None

@@ -252,3 +252,19 @@ async def test_aio_consumer_pipelines_fetches_and_keeps_order(bootstrap, admin, 
                 writes_ahead += consumer._core._in_flight is not None
     assert numbers == list(range(4000))
     assert writes_ahead >= 5
+
+
+def test_a_request_that_cannot_be_built_fails_its_records_and_the_sender_goes_on(bootstrap, topic):
+    with Producer(bootstrap, compression="gzip", compression_level=99, linger_ms=0) as producer:
+        for value in (b"x", b"y"):  # the second is sent by the same, still running, sender
+            with pytest.raises(ValueError, match="level"):
+                producer.send(topic, value, partition=0).get(30)
+        assert producer._sender.is_alive() and producer._receiver.is_alive()
+
+
+async def test_aio_a_request_that_cannot_be_built_fails_its_records_and_the_sender_goes_on(bootstrap, topic):
+    async with AsyncProducer(bootstrap, compression="gzip", compression_level=99, linger_ms=0) as producer:
+        for value in (b"x", b"y"):
+            future = await producer.send(topic, value, partition=0)
+            with trio.fail_after(30), pytest.raises(ValueError, match="level"):
+                await future
