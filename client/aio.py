@@ -489,7 +489,6 @@ class AsyncProducer(_AsyncClient):
                 self._space = trio.Event()
 
 
-
 class AsyncConsumer(_AsyncClient):
     """Arguments as :class:`triolog.client.Consumer`'s (bootstrap list, deserializers,
     ConsumerConfig fields)."""

@@ -92,7 +92,6 @@ def test_broker_killed_mid_stream_loses_and_duplicates_no_acknowledged_record(tm
         admin.create_topics([NewTopic("pipelined", 1)])
     tp = TopicPartition("pipelined", 0)
     futures = []
-    acked = threading.Event()
     with Producer(bootstrap, acks=1, linger_ms=0, batch_size=2048, retry_backoff_ms=50,
                   request_timeout_ms=10_000, max_in_flight_requests_per_connection=5) as producer:
         def produce(first, count):
@@ -107,7 +106,6 @@ def test_broker_killed_mid_stream_loses_and_duplicates_no_acknowledged_record(tm
         restarted = start()
         produce(7000, 2000)
         producer.flush(90)
-        acked.set()
     outcomes = []
     for i, future in enumerate(futures):
         error = future.exception()
