@@ -24,6 +24,10 @@ source of ``--baseline-ref``, exported with ``git archive`` to a temp directory 
 i.e. without compiled extensions unless ``--baseline-compiled`` builds them there); the ratio
 column is new / base. Each client process imports
 ``triolog`` from its own root (its working directory), so the two never mix.
+
+It ends with issue 12's client goals (send >= 500k, send_many >= 1.5M, poll >= 1M records/s of
+100 B; 1 KiB produce >= 300 MB/s, 1 KiB poll >= 400 MB/s) against this checkout's medians, and,
+given ``--rstream`` (rstream's four figures from the same sitting), the ratio to rstream (goal 2x).
 """
 
 from __future__ import annotations
@@ -210,6 +214,10 @@ def main() -> int:
     parser.add_argument("--clients", default="new,pure,base",
                         help="which clients: new (this checkout), pure (this checkout, TRIOLOG_PURE_PYTHON=1), "
                              "base (--baseline-ref)")
+    parser.add_argument("--rstream", default="",
+                        help="RabbitMQ Streams' rstream figures measured in the same sitting (../shared/bench-peers): "
+                             "'produce 100 B rec/s,consume 100 B rec/s,produce 1 KiB MB/s,consume 1 KiB MB/s', "
+                             "e.g. 247000,642000,189,178: the goals then print the ratios to it")
     parser.add_argument("--micro", action="store_true",
                         help="only the in-process per-record costs (producer side vs the encoder), no broker")
     args = parser.parse_args()
@@ -313,7 +321,35 @@ def main() -> int:
         print("| " + " | ".join(str(c).rjust(w) for c, w in zip(row, widths)) + " |")
     if "send_many" in modes and "base" in roots and not bulk.get("base", True):
         print("\n* the baseline has no send_many: its ratio is against the baseline's send() per record")
+    print_goals(results, args.rstream)
     return 0
+
+
+def print_goals(results: dict, rstream: str) -> None:
+    """Issue 12's client goals against this checkout's (``new``) medians, and against rstream."""
+    def median(size, mode):
+        rates = results.get(("new", size, mode))
+        return statistics.median(rates) if rates else None
+
+    peers = [float(x) for x in rstream.split(",")] if rstream else []
+    produce_1k = max(filter(None, (median(1024, "send"), median(1024, "send_many"))), default=None)
+    rows = [  # label, figure, unit scale, goal, rstream figure (same unit) or None
+        ("100 B send() per record", median(100, "send"), 1, 500_000, None),
+        ("100 B send_many", median(100, "send_many"), 1, 1_500_000, None),
+        ("100 B poll, every record decoded", median(100, "poll"), 1, 1_000_000, peers[1] if peers else None),
+        ("1 KiB produce (best of send, send_many), MB/s", produce_1k, 1024 / MB, 300, peers[2] if peers else None),
+        ("1 KiB poll, MB/s", median(1024, "poll"), 1024 / MB, 400, peers[3] if peers else None),
+    ]
+    print("\ngoals (issue 12), this checkout:")
+    for label, rate, scale, goal, peer in rows:
+        if rate is None:
+            continue
+        figure = rate * scale
+        line = f"   {label:<48} {figure:>12,.0f}   goal {goal:>9,}  {'met' if figure >= goal else 'MISSED'}"
+        if peer:
+            ratio = figure / peer
+            line += f"   {ratio:.2f}x rstream ({'met' if ratio >= 2 else 'MISSED'} 2x)"
+        print(line)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,6 @@ its sender thread; under trio the lock is simply never contended.
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections import deque
@@ -32,6 +31,8 @@ try:
 except ModuleNotFoundError:  # Cython is a build-time dependency only
     from triolog.protocol import _cython_shim as cython
 
+import structlog
+
 from triolog.protocol.record_batch import HEADER_SIZE
 
 from triolog import core
@@ -39,7 +40,8 @@ from triolog import core
 from .partitioner import StickyPartitioner
 from .types import RecordMetadata, TopicPartition
 
-_log = logging.getLogger(__name__)
+#: Where a user callback's exception goes (Kafka's producer logs it and goes on).
+_log = structlog.get_logger("triolog.client.producer")
 
 __all__ = ["ProducerBatch", "RecordAccumulator", "RecordFuture", "RecordFutures", "varint_size"]
 
@@ -107,6 +109,8 @@ class ProducerBatch:
     closed: cython.bint
     _finished: cython.bint
     _attempts: cython.int
+    #: Creation order within the accumulator: where a retried batch goes back in its queue.
+    _sequence: cython.longlong
     retry_at: cython.double
     _encoded: object
     # outcome
@@ -128,6 +132,7 @@ class ProducerBatch:
         self.closed = False
         self._finished = False
         self._attempts = 0
+        self._sequence = 0
         self.retry_at = 0.0
         self._encoded = None
         self._completed = False
@@ -218,7 +223,7 @@ class ProducerBatch:
                 try:
                     fn()
                 except Exception:  # a user callback must not stop the producer: Kafka logs and goes on
-                    _log.exception("a callback of a record sent to %s-%s raised", self._topic, self._partition)
+                    _log.exception("producer_callback_failed", topic=self._topic, partition=self._partition)
 
     def is_done(self) -> bool:
         return self._completed
@@ -436,6 +441,7 @@ class RecordAccumulator:
     _last_wake: cython.bint
     # send(): what fast_send calls when _try declines (set by bind_send)
     _slow_send: object
+    _next_sequence: cython.longlong
 
     def __init__(self, *, batch_size: int, linger_s: float, rng=None, wakeup=None, waiter=None,
                  future_type=None) -> None:
@@ -461,6 +467,7 @@ class RecordAccumulator:
         self._last_index = 0
         self._last_wake = False
         self._slow_send = None
+        self._next_sequence = 0
 
     @property
     def batch_size(self) -> int:
@@ -596,6 +603,8 @@ class RecordAccumulator:
             tail = queue[-1]
             tail.closed = True
         batch = ProducerBatch(tp, _monotonic() if now < 0 else now, self._waiter)
+        self._next_sequence += 1
+        batch._sequence = self._next_sequence
         queue.append(batch)
         self._incomplete.add(batch)
         return batch
@@ -771,8 +780,11 @@ class RecordAccumulator:
                     deadlines.append(head._created + self._linger_s)
             return min(deadlines, default=None)
 
+    @cython.locals(i=cython.Py_ssize_t, queued=ProducerBatch)
     def requeue(self, batch: ProducerBatch, retry_at: float) -> None:
-        """Put a batch back at the head of its partition's queue, ahead of newer batches."""
+        """Put a batch back in its partition's queue where its creation order puts it: ahead of
+        every newer batch (with several requests in flight, batches put back in any order are
+        resent in the order they were made)."""
         with self._lock:
             batch._attempts += 1
             batch.retry_at = retry_at
@@ -780,7 +792,12 @@ class RecordAccumulator:
             queue = self._queues.get(batch._tp)
             if queue is None:
                 queue = self._queues[batch._tp] = deque()
-            queue.appendleft(batch)
+            i = 0
+            for queued in queue:
+                if queued._sequence > batch._sequence:
+                    break
+                i += 1
+            queue.insert(i, batch)
 
     def finish(self, batch: ProducerBatch) -> bool:
         """Forget a batch whose outcome is known; False if it was already finished."""

@@ -13,7 +13,10 @@ the producer's sender task)::
             ...
 
 Requests on one connection are pipelined: a reader task takes the responses in order and hands
-each to the request it answers (checked by correlation id).
+each to the request it answers (checked by correlation id). The producer keeps up to
+``max_in_flight_requests_per_connection`` produce requests outstanding: its sender task writes
+them in order (:meth:`AsyncConnection.submit`), its receiver task handles their responses in the
+same order (:meth:`AsyncConnection.result`).
 """
 
 from __future__ import annotations
@@ -28,11 +31,11 @@ from triolog.protocol.frames import NEED_DATA, FrameDecoder, ProtocolError
 
 from .admin_core import AdminCore
 from .connection import (DEFAULT_BOOTSTRAP, CorrelationIds, connect_order, decode_answer, no_broker_message,
-                         parse_bootstrap_servers, prepare)
-from .consumer_core import ConsumerConfig, ConsumerCore, Polled
+                         parse_bootstrap_servers, prepare_parts)
+from .consumer_core import ConsumerConfig, ConsumerCore, Polled, PolledColumns
 from .errors import (ClientTimeoutError, InvalidResponseError, ProducerClosedError, RequestNotSentError,
                      ResponseLostError, TriologClientError)
-from .ops import Call, Op, T, now
+from .ops import Call, Op, Sleep, Submit, T, now
 from .producer import SEND_MANY_SLICE, _values_size
 from .producer_core import ProducerConfig, ProducerCore, RecordFuture, RecordFutures
 from .types import EARLIEST, LATEST, ConfigEntry, ConsumerRecord, OffsetAndTimestamp, RecordMetadata, TopicDescription, TopicPartition
@@ -43,10 +46,9 @@ __all__ = ["AsyncAdminClient", "AsyncConnection", "AsyncConsumer", "AsyncProduce
 _RECV_SIZE = 256 * 1024
 
 
-async def run_async(op: Op[T], conn: AsyncConnection) -> T:
-    """Drive ``op`` to completion on trio: the async twin of :func:`triolog.client.ops.run_sync`."""
-    value = None
-    error: BaseException | None = None
+async def run_async(op: Op[T], conn: AsyncConnection, value=None, error: BaseException | None = None) -> T:
+    """Drive ``op`` to completion on trio: the async twin of :func:`triolog.client.ops.run_sync`
+    (``value``/``error``: what to resume it with, as there)."""
     try:
         while True:
             try:
@@ -55,10 +57,15 @@ async def run_async(op: Op[T], conn: AsyncConnection) -> T:
                 return stop.value
             value = error = None
             try:
-                if isinstance(effect, Call):
+                kind = type(effect)
+                if kind is Call:
                     value = await conn.call(effect.request, effect.timeout_s)
-                else:
+                elif kind is Sleep:
                     await trio.sleep(max(0.0, effect.seconds))
+                elif kind is Submit:
+                    value = await conn.submit(effect.request)
+                else:
+                    value = await conn.result(effect.handle, effect.wait_s, give_up=False)
             except Exception as exc:
                 error = exc
     finally:
@@ -66,10 +73,11 @@ async def run_async(op: Op[T], conn: AsyncConnection) -> T:
 
 
 class _Slot:
-    __slots__ = ("doc", "error", "event", "request")
+    __slots__ = ("doc", "error", "event", "link", "request")
 
-    def __init__(self, request) -> None:
+    def __init__(self, request, link) -> None:
         self.request = request
+        self.link = link
         self.event = trio.Event()
         self.doc: dict | None = None
         self.error: BaseException | None = None
@@ -101,6 +109,8 @@ class AsyncConnection:
         self._send_lock = trio.Lock()
         self._link: _Link | None = None
         self._closed = False
+        #: The most requests seen awaiting a response at once on this connection (for tests and stats).
+        self.max_in_flight_seen = 0
 
     async def _get_link(self) -> _Link:
         async with self._connect_lock:
@@ -129,30 +139,53 @@ class AsyncConnection:
         raise RequestNotSentError(no_broker_message(failures))
 
     async def call(self, request, timeout_s: float) -> dict | None:
+        slot = await self.submit(request)
+        if slot is None:
+            return None
+        return await self.result(slot, timeout_s)
+
+    async def submit(self, request) -> _Slot | None:
+        """Write one request; its slot for :meth:`result`, or None when it gets no response
+        (acks=0). Requests submitted one after another by one task leave in that order.
+        A produce request's batches are written as they are, not copied into the frame."""
         link = await self._get_link()
-        request, frame = prepare(request, self._ids.next(), self.client_id)
-        slot = _Slot(request) if request.expects_response else None
+        request, parts = prepare_parts(request, self._ids.next(), self.client_id)
+        slot = _Slot(request, link) if request.expects_response else None
         async with self._send_lock:  # frames must not interleave
             if link.broken is not None:
                 raise RequestNotSentError(f"connection to {self.host}:{self.port} failed: {link.broken}")
             if slot is not None:
                 link.pending.append(slot)
+                self.max_in_flight_seen = max(self.max_in_flight_seen, len(link.pending))
             try:
-                await link.stream.send_all(frame)
+                for part in parts:
+                    await link.stream.send_all(part)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
                 error = RequestNotSentError(f"sending {request.api} to {self.host}:{self.port} failed: {exc!r}")
-                self._break(link, error)
+                if slot is not None:
+                    link.pending.remove(slot)
+                self._break(link, ResponseLostError(
+                    f"connection to {self.host}:{self.port} failed while sending a later request: {exc!r}"))
                 raise error from None
             except BaseException:  # cancelled mid-frame: the stream is unusable
-                self._break(link, RequestNotSentError(f"{request.api} request was cancelled while being sent"))
+                if slot is not None:
+                    link.pending.remove(slot)
+                self._break(link, ResponseLostError(f"{request.api} request was cancelled while being sent"))
                 raise
-        if slot is None:
-            return None
+        return slot
+
+    async def result(self, slot: _Slot, timeout_s: float, give_up: bool = True) -> dict | None:
+        """The response to a submitted request, waiting up to ``timeout_s`` (then the connection is
+        closed and ResponseLostError raised: the request's fate is unknown; with ``give_up=False``
+        None is returned instead and the request stays in flight)."""
         with trio.move_on_after(timeout_s):
             await slot.event.wait()
         if not slot.event.is_set():
-            error = ResponseLostError(f"no {request.api} response from {self.host}:{self.port} within {timeout_s:.3g} s")
-            self._break(link, error)
+            if not give_up:
+                return None
+            error = ResponseLostError(
+                f"no {slot.request.api} response from {self.host}:{self.port} within {timeout_s:.3g} s")
+            self._break(slot.link, error)
             raise error
         if slot.error is not None:
             raise slot.error
@@ -206,8 +239,8 @@ class AsyncConnection:
 
     async def aclose(self) -> None:
         self._closed = True
-        if self._link is not None:
-            self._break(self._link, RequestNotSentError("connection closed by the client"))
+        if self._link is not None:  # requests already written may have been acted on: fate unknown
+            self._break(self._link, ResponseLostError("connection closed by the client before the response came"))
 
 
 class _AsyncClient:
@@ -319,6 +352,10 @@ class AsyncProducer(_AsyncClient):
         self._wakeup.set()
 
     def _start(self, nursery: trio.Nursery) -> None:
+        self._slots = trio.Semaphore(self.config.max_in_flight_requests_per_connection)
+        # Unbounded: the slots bound it. Responses are handled in the order requests were written.
+        self._written, received = trio.open_memory_channel(float("inf"))
+        nursery.start_soon(self._receiver, received)
         nursery.start_soon(self._sender)
 
     async def _finish(self) -> None:
@@ -395,18 +432,61 @@ class AsyncProducer(_AsyncClient):
             self._core.accumulator.end_flush()
 
     async def _sender(self) -> None:
-        accumulator = self._core.accumulator
+        accumulator, conn = self._core.accumulator, self._conn
         while not self._stopping:
             self._wakeup = trio.Event()
+            await self._slots.acquire()
             batches = accumulator.drain(now())
-            if batches:
-                await run_async(self._core.send_op(batches), self._conn)
+            if not batches:
+                self._slots.release()
+                deadline = accumulator.next_deadline()
+                with trio.move_on_after(float("inf") if deadline is None else max(0.0, deadline - now())):
+                    await self._wakeup.wait()
+                continue
+            op = self._core.send_op(batches)
+            try:
+                effect = next(op)  # send_op's first effect is its produce request...
+            except StopIteration:  # ...unless building it failed: the batches failed with the error
+                self._slots.release()
                 self._space.set()
                 self._space = trio.Event()
                 continue
-            deadline = accumulator.next_deadline()
-            with trio.move_on_after(float("inf") if deadline is None else max(0.0, deadline - now())):
-                await self._wakeup.wait()
+            assert type(effect) is Call
+            try:
+                slot, error = await conn.submit(effect.request), None
+            except trio.Cancelled:
+                op.close()  # fails the batches: the request's fate is unknown
+                raise
+            except Exception as exc:  # handed to the operation by the receiver, in order
+                slot, error = None, exc
+            self._written.send_nowait((op, slot, effect.timeout_s, error))
+            if error is not None:
+                # The batches may be sent again: let the receiver put them back before anything
+                # newer is written (on a fresh connection a newer batch would overtake them).
+                limit = self.config.max_in_flight_requests_per_connection
+                for _ in range(limit):
+                    await self._slots.acquire()
+                for _ in range(limit):
+                    self._slots.release()
+
+    async def _receiver(self, written) -> None:
+        """Handle each written request's response, in the order the requests were written."""
+        conn = self._conn
+        async for op, slot, timeout_s, error in written:
+            value = None
+            try:
+                if slot is not None:
+                    try:
+                        value = await conn.result(slot, timeout_s)
+                    except Exception as exc:
+                        error = exc
+                await run_async(op, conn, value, error)  # completes, fails or requeues its batches
+            finally:
+                op.close()
+                self._slots.release()
+                self._wakeup.set()  # a slot is free (and a retry may be due)
+                self._space.set()
+                self._space = trio.Event()
 
 
 class AsyncConsumer(_AsyncClient):
@@ -457,6 +537,13 @@ class AsyncConsumer(_AsyncClient):
     async def poll(self, timeout_ms: float = 0, max_records: int | None = None) -> Polled:
         """As :meth:`triolog.client.Consumer.poll`: records by partition, {} if none came."""
         return await self._run(self._core.poll_op(timeout_ms, max_records))
+
+    async def poll_columns(self, timeout_ms: float = 0, max_records: int | None = None) -> PolledColumns:
+        """As :meth:`triolog.client.Consumer.poll_columns`: poll()'s records as one
+        :class:`triolog.client.types.RecordColumns` a partition, decoded without an object a
+        record (bytes keys and values: ValueError on a consumer with deserializers). Mixes freely
+        with poll(); positions move the same."""
+        return await self._run(self._core.poll_columns_op(timeout_ms, max_records))
 
     async def __aiter__(self) -> AsyncIterator[ConsumerRecord]:
         """Records forever, or until ``consumer_timeout_ms`` passes without one."""

@@ -4,6 +4,16 @@ Requests are numbered here (correlation ids) and every response is checked again
 the request it answers: the broker answers one connection's requests in order, so the oldest
 outstanding request is the one being answered, and a different id means the stream is broken.
 
+Several requests may be outstanding on one connection (Kafka's
+``max.in.flight.requests.per.connection``): :meth:`SyncConnection.send` writes a request and
+returns at once with a handle, :meth:`SyncConnection.receive` waits for that handle's response.
+Whichever thread reads the socket hands every response it meets to the request it answers, so
+threads waiting for different requests never steal each other's responses.
+
+A produce request's record batches are never copied into the frame: the frame is sent as its
+parts (the msgpack around the batches, then each batch's own bytes) with one scatter/gather
+``sendmsg``.
+
 With several bootstrap servers, a connection is opened to the first that accepts one, tried in
 order (the one that answered last, first); when none does, the error names every address tried.
 
@@ -17,18 +27,26 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import select
 import socket
 import threading
+import time
+from collections import deque
 
 from triolog.protocol import messages as m
-from triolog.protocol.frames import NEED_DATA, FrameDecoder, ProtocolError, encode_frame
+from triolog.protocol.frames import NEED_DATA, FrameDecoder, ProtocolError, encode_frame, frame_prefix
 
 from .address import DEFAULT_BOOTSTRAP, format_address, parse_bootstrap, parse_bootstrap_servers
 from .errors import InvalidResponseError, RequestNotSentError, ResponseLostError
 
-__all__ = ["DEFAULT_BOOTSTRAP", "SyncConnection", "parse_bootstrap"]
+__all__ = ["DEFAULT_BOOTSTRAP", "InFlight", "SyncConnection", "parse_bootstrap"]
 
 _RECV_SIZE = 256 * 1024
+#: Parts of a frame shorter than this are joined before sending (a copy of a few bytes is cheaper
+#: than another iovec or, under trio, another send call); longer ones, the record batches, go as is.
+_JOIN_BELOW = 16 * 1024
+#: sendmsg takes at most IOV_MAX (1024 on Linux) buffers a call.
+_IOV_MAX = 512
 
 
 class CorrelationIds:
@@ -45,6 +63,44 @@ def prepare(request: m.Request, correlation_id: int, client_id: str | None) -> t
     """The request with its id and client_id filled in, and its whole frame."""
     request = dataclasses.replace(request, id=correlation_id, client_id=client_id)
     return request, encode_frame(m.encode_request(request))
+
+
+def prepare_parts(request: m.Request, correlation_id: int, client_id: str | None) -> tuple[m.Request, list]:
+    """As :func:`prepare`, the frame as a list of buffers: a produce request's batches (bytes, or
+    :class:`triolog.protocol.messages.ExternalBin` standing for them) are parts of their own, not
+    copied into the frame; small neighbouring parts are joined."""
+    request = dataclasses.replace(request, id=correlation_id, client_id=client_id)
+    if type(request) is not m.ProduceRequest:
+        return request, [encode_frame(m.encode_request(request))]
+    # Our producer builds every field from checked settings; the broker checks the rest.
+    parts = m.pack_parts(request, check_schema=False)
+    out: list = [frame_prefix(m.parts_length(parts))]
+    for part in parts:
+        data = part.ref if type(part) is m.ExternalBin else part
+        if len(data) < _JOIN_BELOW and type(out[-1]) is bytes and len(out[-1]) < _JOIN_BELOW:
+            out[-1] += bytes(data)
+        else:
+            out.append(data)
+    return request, out
+
+
+def send_parts(sock: socket.socket, parts: list) -> None:
+    """Write every part, in order, with scatter/gather sendmsg (resumed after a partial write)."""
+    if len(parts) == 1:
+        sock.sendall(parts[0])
+        return
+    views = [memoryview(part).cast("B") for part in parts]
+    index = 0
+    while index < len(views):
+        sent = sock.sendmsg(views[index:index + _IOV_MAX])
+        while sent:
+            size = len(views[index])
+            if sent >= size:
+                sent -= size
+                index += 1
+            else:
+                views[index] = views[index][sent:]
+                sent = 0
 
 
 def decode_answer(frame: bytes, request: m.Request) -> dict:
@@ -73,8 +129,39 @@ def no_broker_message(failures: list[tuple[tuple[str, int], object]]) -> str:
     return f"cannot connect to any of the {len(failures)} bootstrap servers ({tried})"
 
 
+class InFlight:
+    """A request written to a connection whose response is awaited (see SyncConnection.send)."""
+
+    __slots__ = ("done", "doc", "error", "link", "request")
+
+    def __init__(self, request: m.Request, link: _Link) -> None:
+        self.request = request
+        self.link = link
+        self.done = False
+        self.doc: dict | None = None
+        self.error: BaseException | None = None
+
+    def _settle(self, doc: dict | None, error: BaseException | None) -> None:
+        self.doc, self.error, self.done = doc, error, True
+
+
+class _Link:
+    """One TCP connection: its socket, its frame decoder, and its requests awaiting a response
+    (oldest first: the broker answers in order)."""
+
+    def __init__(self, sock: socket.socket, address: tuple[str, int]) -> None:
+        self.sock = sock
+        self.address = address
+        self.decoder = FrameDecoder()
+        self.pending: deque[InFlight] = deque()
+        self.broken: BaseException | None = None
+        self.poller = select.poll()
+        self.poller.register(sock, select.POLLIN)
+
+
 class SyncConnection:
-    """A blocking connection to one broker; thread-safe (one round trip at a time)."""
+    """A blocking connection to one broker; thread-safe. Requests from several threads (or several
+    :meth:`send` calls from one) are pipelined on one socket; :meth:`call` is one round trip."""
 
     def __init__(self, bootstrap: str | list[str] = DEFAULT_BOOTSTRAP, *, client_id: str | None = None,
                  connect_timeout_s: float = 10.0) -> None:
@@ -84,15 +171,23 @@ class SyncConnection:
         self.client_id = client_id
         self.connect_timeout_s = connect_timeout_s
         self._ids = CorrelationIds()
-        self._lock = threading.Lock()
-        self._sock: socket.socket | None = None
-        self._decoder = FrameDecoder()
+        #: Held while a frame is written (frames must not interleave) and while connecting.
+        self._send_lock = threading.Lock()
+        #: Held by the one thread reading responses.
+        self._receive_lock = threading.Lock()
+        #: Guards the pending queues and breaking a link.
+        self._state_lock = threading.Lock()
+        self._link: _Link | None = None
         self._closed = False
+        #: The most requests seen awaiting a response at once on this connection (for tests and stats).
+        self.max_in_flight_seen = 0
 
-    def _connect(self) -> socket.socket:
+    def _connect(self) -> _Link:
+        """The live link, connecting first if there is none (called with the send lock held)."""
         if self._closed:
             raise RequestNotSentError("connection closed by the client")
-        if self._sock is None:
+        link = self._link
+        if link is None or link.broken is not None:
             failures = []
             for index in connect_order(self.addresses, self._last_good):
                 try:
@@ -105,55 +200,131 @@ class SyncConnection:
             self._last_good = index
             self.host, self.port = self.addresses[index]
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            self._sock, self._decoder = sock, FrameDecoder()
-        return self._sock
+            link = self._link = _Link(sock, self.addresses[index])
+        return link
 
-    def _drop(self) -> None:
-        if self._sock is not None:
+    def _break(self, link: _Link, error: BaseException) -> None:
+        """Close ``link``: every request still awaiting a response on it gets ``error``."""
+        with self._state_lock:
+            if link.broken is not None:
+                return
+            link.broken = error
+            pending, link.pending = link.pending, deque()
+            if self._link is link:
+                self._link = None
+        for waiting in pending:
+            waiting._settle(None, error)
+        try:
+            link.sock.close()
+        except OSError:
+            pass
+
+    def send(self, request: m.Request, timeout_s: float) -> InFlight | None:
+        """Write one request and return at once: its :class:`InFlight` handle for :meth:`receive`,
+        or None when it gets no response (acks=0). RequestNotSentError if the frame did not leave
+        whole (the broker cannot have acted on it; the connection is closed, the next call reconnects)."""
+        with self._send_lock:
+            link = self._connect()
+            request, parts = prepare_parts(request, self._ids.next(), self.client_id)
+            waiting = None
+            with self._state_lock:
+                if link.broken is not None:
+                    raise RequestNotSentError(f"connection to {self.host}:{self.port} failed: {link.broken}")
+                if request.expects_response:
+                    waiting = InFlight(request, link)
+                    link.pending.append(waiting)  # before the frame leaves: the reader must know it
+                    if len(link.pending) > self.max_in_flight_seen:
+                        self.max_in_flight_seen = len(link.pending)
             try:
-                self._sock.close()
+                link.sock.settimeout(timeout_s)
+                send_parts(link.sock, parts)
+            except OSError as exc:  # the frame was not handed over whole
+                error = RequestNotSentError(f"sending {request.api} to {self.host}:{self.port} failed: {exc}")
+                if waiting is not None:
+                    waiting._settle(None, error)
+                self._break(link, ResponseLostError(
+                    f"connection to {self.host}:{self.port} failed while sending a later request: {exc}"))
+                raise error from None
+            return waiting
+
+    def receive(self, waiting: InFlight, timeout_s: float, give_up: bool = True) -> dict | None:
+        """The response to a request :meth:`send` wrote, waiting up to ``timeout_s`` for it.
+        ResponseLostError when the connection failed or the time ran out (the connection is then
+        closed: the request's fate is unknown), InvalidResponseError for a malformed answer.
+        ``give_up=False``: when the time runs out, return None and keep waiting possible later."""
+        deadline = time.monotonic() + timeout_s
+        while not waiting.done:
+            # A wait of 0 still reads what has already arrived.
+            if not self._receive_lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+                if not give_up:
+                    return None
+                self._time_out(waiting, timeout_s)
+                break
+            try:
+                while not waiting.done:
+                    if not self._read_some(waiting.link, deadline):
+                        if not give_up:
+                            return None
+                        self._time_out(waiting, timeout_s)
             finally:
-                self._sock = None
+                self._receive_lock.release()
+        if waiting.error is not None:
+            raise waiting.error
+        return waiting.doc
+
+    def _time_out(self, waiting: InFlight, timeout_s: float) -> None:
+        if not waiting.done:
+            self._break(waiting.link, ResponseLostError(
+                f"no {waiting.request.api} response from {format_address(waiting.link.address)} "
+                f"within {timeout_s:.3g} s"))
+
+    def _read_some(self, link: _Link, deadline: float) -> bool:
+        """Hand out the responses buffered or readable on ``link`` before ``deadline``; False if
+        none came in time (called with the receive lock held)."""
+        try:
+            frame = link.decoder.next_frame()
+        except ProtocolError as exc:
+            self._break(link, InvalidResponseError(str(exc)))
+            return True
+        if frame is not NEED_DATA:
+            with self._state_lock:
+                waiting = link.pending.popleft() if link.pending else None
+            if waiting is None:
+                self._break(link, InvalidResponseError("the broker sent a response to no request"))
+                return True
+            try:
+                waiting._settle(decode_answer(frame, waiting.request), None)
+            except InvalidResponseError as exc:
+                waiting._settle(None, exc)
+                self._break(link, exc)
+            return True
+        if link.broken is not None:
+            return True
+        remaining_ms = max(0, int((deadline - time.monotonic()) * 1000))
+        try:
+            if not link.poller.poll(remaining_ms):
+                return False
+            data = link.sock.recv(_RECV_SIZE)
+        except (OSError, ValueError) as exc:  # ValueError: the socket was closed under us
+            self._break(link, ResponseLostError(
+                f"response from {format_address(link.address)} lost: {exc}"))
+            return True
+        if not data:
+            self._break(link, ResponseLostError("connection closed by the broker"))
+            return True
+        link.decoder.receive_data(data)
+        return True
 
     def call(self, request: m.Request, timeout_s: float) -> dict | None:
         """One request; its response dict, or None when the request gets no response (acks=0)."""
-        with self._lock:
-            sock = self._connect()
-            request, frame = prepare(request, self._ids.next(), self.client_id)
-            try:
-                sock.settimeout(timeout_s)
-                sock.sendall(frame)
-            except OSError as exc:  # sendall raised: the frame was not handed over whole
-                self._drop()
-                raise RequestNotSentError(f"sending {request.api} to {self.host}:{self.port} failed: {exc}") from None
-            if not request.expects_response:
-                return None
-            try:
-                return decode_answer(self._receive(sock), request)
-            except InvalidResponseError:
-                self._drop()
-                raise
-            except (OSError, ResponseLostError) as exc:
-                self._drop()
-                if isinstance(exc, socket.timeout):
-                    raise ResponseLostError(
-                        f"no {request.api} response from {self.host}:{self.port} within {timeout_s:.3g} s") from None
-                raise ResponseLostError(f"{request.api} response from {self.host}:{self.port} lost: {exc}") from None
-
-    def _receive(self, sock: socket.socket) -> bytes:
-        while True:
-            try:
-                frame = self._decoder.next_frame()
-            except ProtocolError as exc:
-                raise InvalidResponseError(str(exc)) from None
-            if frame is not NEED_DATA:
-                return frame
-            data = sock.recv(_RECV_SIZE)
-            if not data:
-                raise ResponseLostError("connection closed by the broker")
-            self._decoder.receive_data(data)
+        waiting = self.send(request, timeout_s)
+        if waiting is None:
+            return None
+        return self.receive(waiting, timeout_s)
 
     def close(self) -> None:
-        with self._lock:
+        with self._send_lock:
             self._closed = True
-            self._drop()
+            link = self._link
+        if link is not None:  # requests already written may have been acted on: their fate is unknown
+            self._break(link, ResponseLostError("connection closed by the client before the response came"))

@@ -24,6 +24,12 @@ for it until the caller seeks past it (Kafka's behaviour).
 Fetches are long polls (``fetch_max_wait_ms``, cut to what is left of poll's timeout). The broker
 returns whole batches, possibly starting before the position; records below it are skipped, and
 the position then moves to the end of the last batch (so compaction gaps are stepped over).
+
+Fetches are pipelined as Kafka's consumer does: as soon as a fetch response with records is
+buffered (checked, not yet decoded), the next fetch for those partitions is written, from the end
+of what was fetched, so the broker reads while poll decodes and the caller works. At most one
+fetch is in flight and at most one fetch's data buffered per partition beyond it; a response that
+a seek (or a new assignment) made stale is dropped.
 """
 
 from __future__ import annotations
@@ -42,7 +48,7 @@ from .errors import (BrokerConnectionError, CorruptMessageError, NoOffsetForPart
                      TriologClientError, error_for)
 from .metadata import MetadataCache
 from .serde import Deserializer, as_topic_function
-from .ops import Call, Op, Sleep, check_response, now
+from .ops import Await, Call, Op, Sleep, Submit, check_response, now
 from .types import EARLIEST, LATEST, ConsumerRecord, OffsetAndTimestamp, RecordColumns, TopicPartition
 
 __all__ = ["ConsumerConfig", "ConsumerCore", "Polled", "PolledColumns", "list_offsets_op"]
@@ -158,6 +164,8 @@ class ConsumerCore:
         self._unresolved: list[str] = []
         self._next_lookup, self._lookups_missed = 0.0, 0
         self._timeout_s = config.request_timeout_ms / 1000
+        #: The fetch written ahead (see the module's docstring): (handle, {tp: fetch offset}), or None.
+        self._in_flight: tuple[object, dict[TopicPartition, int]] | None = None
 
     # -- assignment and seeks (local, no I/O) --------------------------------------------------
 
@@ -320,10 +328,21 @@ class ConsumerCore:
                     # a subscribed topic is missing: look again when the backoff allows
                     yield Sleep(min(remaining_ms / 1000, max(0.0, self._next_lookup - now())))
                     continue
-                yield from self._fetch_op(fetchable, min(self.config.fetch_max_wait_ms, remaining_ms))
+                if self._prefetch_useful():
+                    handle, requested = self._in_flight
+                    doc = yield Await(handle, remaining_ms / 1000)
+                    if doc is None:  # not back yet: it stays in flight for the next poll
+                        return {}
+                    self._in_flight = None
+                    self._take_fetch(doc, requested)
+                else:
+                    self._in_flight = None  # stale (a seek, a new assignment): its answer is dropped
+                    yield from self._fetch_op(fetchable, min(self.config.fetch_max_wait_ms, remaining_ms))
+                yield from self._prefetch_op()
             except BrokerConnectionError:
                 # Reads change nothing, so they are retried while the poll has time left; a broker
                 # still unreachable when it runs out is reported, not hidden behind an empty poll.
+                self._in_flight = None
                 if now() + backoff_s >= deadline:
                     raise
                 yield Sleep(backoff_s)
@@ -332,43 +351,85 @@ class ConsumerCore:
             if records or now() >= deadline:
                 return records
 
-    def _fetch_op(self, tps: list[TopicPartition], max_wait_ms: int) -> Op[None]:
+    @staticmethod
+    def _fetch_from(state: _PartitionState) -> int | None:
+        """Where the next fetch of a partition starts: the end of what is buffered, or the position."""
+        return state.position if state.next_fetch_offset is None else state.next_fetch_offset
+
+    def _fetch_request(self, requested: dict[TopicPartition, int], max_wait_ms: int) -> m.FetchRequest:
         config = self.config
         by_topic: dict[str, list[m.FetchPartition]] = {}
-        for tp in tps:
+        for tp, offset in requested.items():
             by_topic.setdefault(tp.topic, []).append(m.FetchPartition(
-                partition=tp.partition, fetch_offset=self._states[tp].position,
-                partition_max_bytes=config.max_partition_fetch_bytes))
-        request = m.FetchRequest(
+                partition=tp.partition, fetch_offset=offset, partition_max_bytes=config.max_partition_fetch_bytes))
+        return m.FetchRequest(
             id=0, max_wait_ms=max_wait_ms, min_bytes=config.fetch_min_bytes, max_bytes=config.fetch_max_bytes,
             topics=tuple(m.FetchTopic(name=name, partitions=tuple(parts)) for name, parts in by_topic.items()))
-        doc = check_response((yield Call(request, self._timeout_s + max_wait_ms / 1000)))
-        requested = {tp: self._states[tp].position for tp in tps}
+
+    def _fetch_op(self, tps: list[TopicPartition], max_wait_ms: int) -> Op[None]:
+        requested = {tp: self._fetch_from(self._states[tp]) for tp in tps}
+        request = self._fetch_request(requested, max_wait_ms)
+        doc = yield Call(request, self._timeout_s + max_wait_ms / 1000)
+        self._take_fetch(doc, requested)
+
+    def _prefetch_op(self) -> Op[None]:
+        """Write the next fetch for the partitions that just got records, from the end of what is
+        buffered, unless one is in flight (see the module's docstring)."""
+        if self._in_flight is not None:
+            return
+        requested = {}
+        for tp, state in self._states.items():
+            if state.next_fetch_offset is not None and state.position is not None and len(state.buffer) > 0:
+                requested[tp] = state.next_fetch_offset
+        if not requested:
+            return
+        max_wait_ms = self.config.fetch_max_wait_ms
+        handle = yield Submit(self._fetch_request(requested, max_wait_ms), self._timeout_s + max_wait_ms / 1000)
+        self._in_flight = (handle, requested)
+
+    def _prefetch_useful(self) -> bool:
+        """Whether the fetch in flight still asks for what some partition needs next."""
+        if self._in_flight is None:
+            return False
+        for tp, offset in self._in_flight[1].items():
+            state = self._states.get(tp)
+            if state is not None and state.position is not None and self._fetch_from(state) == offset:
+                return True
+        return False
+
+    def _take_fetch(self, doc: dict, requested: dict[TopicPartition, int]) -> None:
+        """Buffer a fetch response's records (a partition seeked or unassigned since is skipped)."""
+        check_response(doc)
         errors: list[TriologClientError] = []
         for topic in doc["topics"]:
             for part in topic["partitions"]:
                 tp = TopicPartition(topic["name"], part["partition"])
                 state = self._states.get(tp)
-                if state is None or state.position != requested.get(tp):
+                offset = requested.get(tp)
+                if state is None or offset is None or state.position is None or self._fetch_from(state) != offset:
                     continue  # unassigned or seeked meanwhile: this answer is stale
                 code = part["error_code"]
                 if code == ErrorCode.OFFSET_OUT_OF_RANGE and self.config.auto_offset_reset != "none":
+                    if state.buffer:  # the records before it are still handed out; then reset
+                        continue
                     state.position, state.pending_reset = None, _RESETS[self.config.auto_offset_reset]
                 elif code:
                     errors.append(error_for(code, part.get("error_message"), topic=tp.topic, partition=tp.partition))
                 else:
                     try:
-                        self._buffer(tp, state, part["records"])
+                        self._buffer(tp, state, part["records"], offset)
                     except TriologClientError as exc:
                         errors.append(exc)
         if errors:
             raise errors[0]
 
-    def _buffer(self, tp: TopicPartition, state: _PartitionState, data: bytes) -> None:
+    def _buffer(self, tp: TopicPartition, state: _PartitionState, data: bytes, position: int | None = None) -> None:
         """Check a fetched partition's batches (framing, CRC, decompression) into the buffer; their
         records are decoded when a poll hands them out, a batch at a time, so a large fetch is never
-        all in memory as objects at once."""
-        position = state.position
+        all in memory as objects at once. ``position``: the offset the fetch asked for (default:
+        the partition's position)."""
+        if position is None:
+            position = state.position
         pending = []
         next_offset = None
         if type(data) is not bytes:

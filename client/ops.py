@@ -18,7 +18,7 @@ from triolog.protocol import messages as m
 
 from .errors import error_for
 
-__all__ = ["Call", "Op", "Sleep", "check_response", "run_sync"]
+__all__ = ["Await", "Call", "Op", "Sleep", "Submit", "check_response", "run_sync"]
 
 T = TypeVar("T")
 
@@ -40,7 +40,25 @@ class Sleep:
     seconds: float
 
 
-Effect = Call | Sleep
+@dataclass(frozen=True, slots=True)
+class Submit:
+    """Write ``request`` and return at once with a handle for :class:`Await` (a request kept in
+    flight while the operation goes on: the consumer's next fetch). Errors as Call's."""
+
+    request: m.Request
+    timeout_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class Await:
+    """The response to a Submit's ``handle``, waiting at most ``wait_s``; None if it has not
+    come by then (the request stays in flight, the connection is kept). Errors as Call's."""
+
+    handle: Any
+    wait_s: float
+
+
+Effect = Call | Sleep | Submit | Await
 Op = Generator[Effect, Any, T]
 
 
@@ -48,10 +66,11 @@ class SyncCaller(Protocol):
     def call(self, request: m.Request, timeout_s: float) -> dict | None: ...
 
 
-def run_sync(op: Op[T], conn: SyncCaller) -> T:
-    """Drive ``op`` to completion with blocking I/O; returns its value or raises its exception."""
-    value: Any = None
-    error: BaseException | None = None
+def run_sync(op: Op[T], conn: SyncCaller, value: Any = None, error: BaseException | None = None) -> T:
+    """Drive ``op`` to completion with blocking I/O; returns its value or raises its exception.
+
+    ``value``/``error``: what to resume it with (the outcome of the effect it last yielded),
+    for an operation whose first steps another driver ran (the producer's pipelined sends)."""
     try:
         while True:
             try:
@@ -60,10 +79,15 @@ def run_sync(op: Op[T], conn: SyncCaller) -> T:
                 return stop.value
             value = error = None
             try:
-                if isinstance(effect, Call):
+                kind = type(effect)
+                if kind is Call:
                     value = conn.call(effect.request, effect.timeout_s)
-                else:
+                elif kind is Sleep:
                     time.sleep(max(0.0, effect.seconds))
+                elif kind is Submit:
+                    value = conn.send(effect.request, effect.timeout_s)
+                else:
+                    value = conn.receive(effect.handle, effect.wait_s, give_up=False)
             except Exception as exc:  # handed to the operation, which decides (retry, or re-raise)
                 error = exc
     finally:

@@ -1,4 +1,6 @@
-"""The blocking producer: send() from any thread, a background sender thread for linger and I/O.
+"""The blocking producer: send() from any thread; a sender thread drains ready batches and writes
+produce requests, a receiver thread handles their responses in order, so that up to
+``max_in_flight_requests_per_connection`` requests are outstanding while new batches are encoded.
 
 All decisions (partitioning, batching, retries) live in :mod:`triolog.client.producer_core`; this module
 only adds threads and waiting.
@@ -6,12 +8,13 @@ only adds threads and waiting.
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 
 from .connection import DEFAULT_BOOTSTRAP, SyncConnection
 from .errors import ClientTimeoutError, ProducerClosedError
-from .ops import run_sync
+from .ops import Call, run_sync
 from .producer_core import ProducerConfig, ProducerCore, RecordFuture, RecordFutures
 
 __all__ = ["FutureRecordMetadata", "Producer", "RecordFutures"]
@@ -61,7 +64,13 @@ class Producer:
             # send() in the common case is one compiled call, not a Python frame around one (the
             # accumulator calls _send_slow for what its fast path declines, closed included).
             self.send = self._core.accumulator.bind_send(self._send_slow)
+        #: One slot per produce request that may be outstanding; the receiver frees it.
+        self._slots = threading.Semaphore(self.config.max_in_flight_requests_per_connection)
+        #: (operation, InFlight handle or None, timeout, error) per request written, in order.
+        self._in_flight: queue.SimpleQueue = queue.SimpleQueue()
+        self._receiver = threading.Thread(target=self._run_receiver, name="triolog-producer-receiver", daemon=True)
         self._sender = threading.Thread(target=self._run, name="triolog-producer-sender", daemon=True)
+        self._receiver.start()
         self._sender.start()
 
     def __enter__(self) -> Producer:
@@ -181,10 +190,14 @@ class Producer:
             self._stopping = True
             self._wakeup.set()
             self._sender.join(timeout)
+            self._in_flight.put(None)  # after every request the sender wrote
+            self._receiver.join(timeout)
+            self._core.abort_queued("the producer was closed before the record was sent")
+            self._conn.close()  # a receiver still waiting gets ResponseLostError at once
+            self._receiver.join(timeout)
             self._core.abort_queued("the producer was closed before the record was sent")
             with self._space:
                 self._space.notify_all()
-            self._conn.close()
 
     def _stop_fast_path(self) -> None:
         """Every later send() takes the full path, which refuses it (the producer is closed)."""
@@ -195,23 +208,81 @@ class Producer:
             self._send_until_stopped()
         finally:
             if not self._stopping:
-                # The sender died of a bug (send_op itself never raises): fail what it would have
-                # sent, so no get(), flush() or close() waits forever, and refuse new records.
-                self._closed = True
-                self._stop_fast_path()
-                self._core.abort_queued("the producer's sender thread stopped unexpectedly")
+                self._died("the producer's sender thread stopped unexpectedly")
             with self._space:
                 self._space.notify_all()
 
+    def _died(self, reason: str) -> None:
+        """A thread of ours died of a bug (send_op itself never raises): fail what it would have
+        sent, so no get(), flush() or close() waits forever, and refuse new records."""
+        self._closed = True
+        self._stop_fast_path()
+        self._core.abort_queued(reason)
+
     def _send_until_stopped(self) -> None:
-        accumulator = self._core.accumulator
+        accumulator, slots, conn = self._core.accumulator, self._slots, self._conn
         while not self._stopping:
             self._wakeup.clear()
+            if not slots.acquire(timeout=0.1):  # every slot taken: the receiver frees one and wakes us
+                continue
             batches = accumulator.drain(time.monotonic())
-            if batches:
-                run_sync(self._core.send_op(batches), self._conn)
+            if not batches:
+                slots.release()
+                deadline = accumulator.next_deadline()
+                self._wakeup.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+                continue
+            op = self._core.send_op(batches)
+            try:
+                effect = next(op)  # send_op's first effect is its produce request...
+            except StopIteration:  # ...unless building it failed: the batches failed with the error
+                slots.release()
                 with self._space:
                     self._space.notify_all()
                 continue
-            deadline = accumulator.next_deadline()
-            self._wakeup.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            assert type(effect) is Call
+            try:
+                handle, error = conn.send(effect.request, effect.timeout_s), None
+            except Exception as exc:  # handed to the operation by the receiver, in order
+                handle, error = None, exc
+            self._in_flight.put((op, handle, effect.timeout_s, error))
+            if error is not None:
+                # The batches may be sent again: let the receiver put them back before anything
+                # newer is written (on a fresh connection a newer batch would overtake them).
+                self._wait_until_idle()
+
+    def _wait_until_idle(self) -> None:
+        """Until every written request has been handled (every slot free), or the producer stops."""
+        limit, slots, held = self.config.max_in_flight_requests_per_connection, self._slots, 0
+        try:
+            while held < limit and not self._stopping:
+                if slots.acquire(timeout=0.1):
+                    held += 1
+        finally:
+            for _ in range(held):
+                slots.release()
+
+    def _run_receiver(self) -> None:
+        """Handle each written request's response, in the order the requests were written."""
+        conn, in_flight = self._conn, self._in_flight
+        try:
+            while True:
+                item = in_flight.get()
+                if item is None:
+                    return
+                op, handle, timeout_s, error = item
+                value = None
+                if handle is not None:
+                    try:
+                        value = conn.receive(handle, timeout_s)
+                    except Exception as exc:
+                        error = exc
+                try:
+                    run_sync(op, conn, value, error)  # completes, fails or requeues its batches
+                finally:
+                    self._slots.release()
+                    self._wakeup.set()  # a slot is free (and a retry may be due)
+                    with self._space:
+                        self._space.notify_all()
+        except BaseException:
+            self._died("the producer's receiver thread stopped unexpectedly")
+            raise

@@ -14,12 +14,23 @@ A batch is sent again only when the broker cannot have appended it:
   partition the batch fails at once, since waiting cannot make the partition appear.
 
 Retries wait ``retry_backoff_ms`` and stop after ``retries`` attempts or once the batch is older
-than ``delivery_timeout_ms``; the batch then fails with the last error. A retried batch goes back
-to the head of its partition's queue and only one produce request is in flight at a time, so
-retries never reorder records. Everything else fails the batch's futures without a retry, in
-particular a connection lost after the request was written (:class:`ResponseLostError`) and
+than ``delivery_timeout_ms``; the batch then fails with the last error. Everything else fails the
+batch's futures without a retry, in particular a connection lost after the request was written
+(:class:`ResponseLostError`: every request outstanding on that connection) and
 ``REQUEST_TIMED_OUT`` (appended, fsync unconfirmed): the records may be in the log, and sending
 them again could store them twice. Records are never silently duplicated.
+
+In flight
+---------
+Up to ``max_in_flight_requests_per_connection`` produce requests (Kafka's setting, default 5)
+are outstanding at once; their responses are handled in the order the requests were sent. A
+retried batch goes back to its partition's queue ahead of every batch never sent, behind the
+batches already put back (so a wave of failures is resent in its order). The ordering caveat is
+Kafka's own for a non-idempotent producer: with more than one request in flight and retries
+allowed, a batch retried after a *later* batch of its partition was appended lands after it.
+Only the two retriable cases above can cause that (a frame that never left, an unknown partition
+that then appears). With ``max_in_flight_requests_per_connection=1`` records keep their order
+whatever happens.
 """
 
 from __future__ import annotations
@@ -98,6 +109,8 @@ class ProducerConfig:
     buffer_memory: int = 32 * 1024 * 1024
     metadata_max_age_ms: int = 300_000
     client_id: str = "triolog-producer"
+    #: Produce requests outstanding at once on the connection (see "In flight" above).
+    max_in_flight_requests_per_connection: int = 5
 
     def __post_init__(self) -> None:
         acks = {"all": -1, "-1": -1, "1": 1, "0": 0}.get(self.acks, self.acks) if isinstance(self.acks, str) else self.acks
@@ -107,6 +120,9 @@ class ProducerConfig:
         object.__setattr__(self, "compression", parse_compression(self.compression))
         if self.batch_size < 0 or self.linger_ms < 0:
             raise ValueError("batch_size and linger_ms cannot be negative")
+        in_flight = self.max_in_flight_requests_per_connection
+        if isinstance(in_flight, bool) or not isinstance(in_flight, int) or in_flight < 1:
+            raise ValueError(f"max_in_flight_requests_per_connection must be an int >= 1, got {in_flight!r}")
 
 
 class PreparedRecord(NamedTuple):
@@ -293,7 +309,9 @@ class ProducerCore:
         config = self.config
         for batch in batches:
             records = batch.encode(config.compression, config.compression_level)
-            by_topic.setdefault(batch.tp.topic, []).append(m.ProducePartition(partition=batch.tp.partition, records=records))
+            # Framed without a copy: the connection sends the batch's own bytes (see prepare_parts).
+            by_topic.setdefault(batch.tp.topic, []).append(m.ProducePartition(
+                partition=batch.tp.partition, records=m.ExternalBin(len(records), records)))
         topics = tuple(m.ProduceTopic(name=name, partitions=tuple(parts)) for name, parts in by_topic.items())
         return m.ProduceRequest(id=0, acks=config.acks, timeout_ms=config.request_timeout_ms, topics=topics)
 

@@ -121,3 +121,44 @@ async def test_aio_send_many_round_trip(bootstrap, topic):
         consumer.subscribe(topic)
         records = [record async for record in consumer]
     assert len(records) == 101
+
+
+async def _fill(bootstrap, topic, count=10):
+    """``topic`` with one partition holding v0..v(count-1) in ONE batch, timestamps 1000, 2000, ..."""
+    async with AsyncAdminClient(bootstrap) as admin:
+        await admin.create_topics([NewTopic(topic, 1)])
+    async with AsyncProducer(bootstrap, linger_ms=60_000) as producer:
+        await producer.send_many(topic, [b"v%d" % i for i in range(count)], partition=0,
+                                 timestamps=[1000 * (i + 1) for i in range(count)])
+    return TopicPartition(topic, 0)
+
+
+async def test_aio_poll_columns_hands_out_the_records_as_columns_and_mixes_with_poll(bootstrap, topic):
+    tp = await _fill(bootstrap, topic)
+    async with AsyncConsumer(bootstrap, auto_offset_reset="earliest", max_poll_records=6) as consumer:
+        consumer.assign([tp])
+        consumer.seek(tp, 2)  # inside the one batch: the records below are skipped
+        polled = await consumer.poll_columns(5000)
+        assert list(polled) == [tp]
+        columns = polled[tp]
+        assert columns.offsets == [2, 3, 4, 5, 6, 7]
+        assert columns.values == [b"v%d" % i for i in range(2, 8)]
+        assert columns.timestamps == [1000 * (i + 1) for i in range(2, 8)]
+        assert columns.keys == [None] * 6 and columns.headers == [()] * 6 and columns.types == [0] * 6
+        assert await consumer.position(tp) == 8
+        # poll() goes on where poll_columns stopped, from the same fetched bytes
+        assert [(r.offset, r.value) for r in _flat(await consumer.poll(5000))] == [(8, b"v8"), (9, b"v9")]
+        assert await consumer.poll_columns(0) == {}
+        consumer.seek(tp, 1)
+        assert [r.offset for r in _flat(await consumer.poll(5000, max_records=2))] == [1, 2]
+        assert (await consumer.poll_columns(5000, max_records=3))[tp].offsets == [3, 4, 5]  # after poll's records
+        assert (await consumer.poll_columns(5000, max_records=100))[tp].offsets == [6, 7, 8, 9]
+
+
+async def test_aio_poll_columns_refuses_a_consumer_with_deserializers(bootstrap, topic):
+    tp = await _fill(bootstrap, topic, 2)
+    async with AsyncConsumer(bootstrap, value_deserializer=bytes.decode, auto_offset_reset="earliest") as consumer:
+        consumer.assign([tp])
+        with pytest.raises(ValueError, match="deserializer"):
+            await consumer.poll_columns(0)
+        assert [r.value for r in _flat(await consumer.poll(5000))] == ["v0", "v1"]  # nothing was consumed

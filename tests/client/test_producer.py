@@ -367,3 +367,27 @@ def test_send_many_waits_for_buffer_space_in_slices(bootstrap, admin, topic):
     with Producer(bootstrap, buffer_memory=200_000, batch_size=16384) as producer:
         futures = producer.send_many(topic, [b"y" * 100] * 20_000, partition=0)  # ~3.6 MB through 200 kB
         assert [md.offset for md in futures.get(30)] == list(range(20_000))
+
+
+def test_a_raising_callback_is_logged_once_with_its_partition_and_the_producer_goes_on(bootstrap, topic):
+    import structlog
+
+    calls = []
+
+    def broken(future):
+        calls.append(future.result().offset)
+        raise RuntimeError("user bug")
+
+    with structlog.testing.capture_logs() as logs:
+        with Producer(bootstrap, linger_ms=60_000) as producer:
+            first = producer.send(topic, b"a", partition=0)
+            first.add_done_callback(broken)
+            producer.flush(30)
+            second = producer.send(topic, b"b", partition=0)  # the sender survived the callback
+            producer.flush(30)
+            assert second.get(30).offset == first.get(0).offset + 1
+    assert calls == [first.get(0).offset]
+    failures = [entry for entry in logs if entry["event"] == "producer_callback_failed"]
+    assert len(failures) == 1, logs
+    assert failures[0]["topic"] == topic and failures[0]["partition"] == 0
+    assert failures[0]["log_level"] == "error" and failures[0].get("exc_info")
