@@ -32,7 +32,7 @@ from triolog.protocol.request_limits import RequestLimits
 
 from .connection import ClientConnection, WrongProtocolLog, wrong_protocol_hints
 from .group_commit import GroupCommitter
-from .handlers import RequestHandler
+from .handlers import RequestHandler, WorkerThreads
 from .memory_pool import RequestMemoryPool
 from .notifier import AppendNotifier
 
@@ -93,7 +93,10 @@ class BrokerServer:
         self.topics = TopicManager(self.log_manager, config.log_config)
         self.log_manager.topic_config = self.topics.config_for
         self.limiter = trio.CapacityLimiter(storage_threads)
-        self.committer = GroupCommitter()
+        #: Every call of the running broker into a worker thread goes through this (counted: see
+        #: handlers.LoopHoldMeter).
+        self.workers = WorkerThreads()
+        self.committer = GroupCommitter(run_sync=self.workers.run_sync)
         self.notifier = AppendNotifier()
         queued = config.queued_max_request_bytes
         #: queued.max.request.bytes: request bytes all connections together may hold.
@@ -130,7 +133,8 @@ class BrokerServer:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 self.handler = RequestHandler(self.config, self.log_manager, self.topics, self.committer,
-                                              self.notifier, self.limiter, on_roll=self._on_roll)
+                                              self.notifier, self.limiter, on_roll=self._on_roll,
+                                              workers=self.workers)
                 await nursery.start(self.committer.run)
                 self.metrics.server.watch(self)
                 async with trio.open_nursery() as connections:
@@ -173,6 +177,8 @@ class BrokerServer:
                 # The endpoint goes first: no scrape reads a log while it is being closed.
                 await trio.to_thread.run_sync(self.metrics.stop_endpoint)
                 await trio.to_thread.run_sync(self.log_manager.shutdown)
+                if self.handler is not None:
+                    self.handler.close()
                 logger.info("broker_stopped")
 
     async def _start_metrics_endpoint(self) -> int | None:
@@ -298,7 +304,7 @@ class BrokerServer:
         logger.info("segment_rolled", topic=log.topic, partition=log.partition, reason=reason,
                     base_offset=log.active_segment.base_offset)
         if self._nursery is not None:
-            self._nursery.start_soon(partial(trio.to_thread.run_sync, log.flush_pending, limiter=self.limiter))
+            self._nursery.start_soon(partial(self.workers.run_sync, log.flush_pending, limiter=self.limiter))
 
     def _periodic_tasks(self):
         config = self.config
@@ -325,7 +331,7 @@ class BrokerServer:
             await trio.sleep(delay_ms / 1000)
             delay_ms = interval_ms
             try:
-                await trio.to_thread.run_sync(work, limiter=self.limiter)
+                await self.workers.run_sync(work, limiter=self.limiter)
             except Exception:
                 logger.exception("background_task_failed", task=getattr(work, "__name__", str(work)))
 

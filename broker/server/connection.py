@@ -330,7 +330,7 @@ class ClientConnection:
     async def _decode(self, frame: bytes | bytearray) -> m.Request | m.RequestError:
         if count_objects(frame, INLINE_DECODE_OBJECTS) <= INLINE_DECODE_OBJECTS:
             return _decode_request(frame, self.limits)
-        return await trio.to_thread.run_sync(_decode_request, frame, self.limits, limiter=self.decode_limiter)
+        return await self.handler.workers.run_sync(_decode_request, frame, self.limits, limiter=self.decode_limiter)
 
     async def _handle_frame(self) -> bool:
         """Answer the request in ``_frame``; False if the connection is to close (the client left
@@ -469,7 +469,7 @@ class ClientConnection:
                 region = part.ref
                 if region.fd is None:  # a few descriptors at a time, however many partitions
                     try:
-                        await trio.to_thread.run_sync(result.open_descriptors, limiter=self.handler.limiter)
+                        await self.handler.workers.run_sync(result.open_descriptors, limiter=self.handler.limiter)
                     except FileNotFoundError as exc:  # retention removed the segment meanwhile
                         raise trio.BrokenResourceError(f"segment removed before it was sent: {exc}") from exc
                 await _sendfile(sock, region.fd, region.position, region.length, self.send_stall_s)

@@ -10,16 +10,17 @@ few microseconds of validation and one write into the page cache, or an index lo
 header reads of data just written. Anything that could take long (a roll, a flush, a new
 leader epoch, compression, older segments, a busy log) goes to a worker thread as before. A
 write into the page cache can still block (the kernel throttling writers when the disk lags
-behind), so an inline request that takes longer than INLINE_SLOW_S and blocked on the way sends
-every request to the worker threads for INLINE_PAUSE_S: the event loop stalls at most once per
-pause.
+behind), so an inline request that held the event loop longer than INLINE_SLOW_S sends every
+request to the worker threads for INLINE_PAUSE_S: the event loop stalls at most once per pause.
+What counts is the time the loop was held by the request's own work (:class:`LoopHoldMeter`), not
+the time it waited for the GIL while a worker thread ran Python (a big fetch, a metadata walk):
+that wait is the same with or without inline serving, and must not turn it off.
 """
 
 from __future__ import annotations
 
 import functools
 import os
-import resource
 import threading
 import time
 from dataclasses import dataclass
@@ -109,20 +110,113 @@ SPARE_FETCH_DESCRIPTORS = 256
 INLINE_PRODUCE_BYTES = 16 * 1024 if core.COMPILED else 2 * 1024
 #: Partitions a produce or fetch may name and still be served on the event loop.
 INLINE_PARTITIONS = 4
-#: An inline request that took longer than this and blocked on the way (the thread gave up the
-#: CPU itself: a write throttled by the kernel, a page fault reading from disk), not merely
-#: preempted on a busy machine, turns inline serving off for INLINE_PAUSE_S.
+#: An inline request that held the event loop longer than this (its own computation, or a sleep
+#: in the kernel: a write throttled by the kernel, a page fault reading from disk), not merely
+#: preempted by another process or waiting for the GIL, turns inline serving off for INLINE_PAUSE_S.
 INLINE_SLOW_S = 0.002
 INLINE_PAUSE_S = 1.0
 
 
-def _voluntary_switches() -> int:
-    """Times this thread went to sleep in the kernel (Linux: blocked, not preempted); -1 where
-    that is not known, which makes every slow inline request count as blocked."""
-    try:
-        return resource.getrusage(resource.RUSAGE_THREAD).ru_nvcsw
-    except (AttributeError, OSError):
-        return -1
+class ThreadClock:
+    """The calling thread's CPU time (``time.thread_time``) and its time spent runnable but
+    waiting for a CPU (Linux's /proc/thread-self/schedstat, kept open: one read per call), in
+    seconds. Where schedstat is missing the wait reads 0 (time off the CPU then all counts as a
+    sleep). Bound to the thread that first calls it: the event loop's."""
+
+    def __init__(self):
+        self._fd: int | None = None
+        self._available = True
+
+    def __call__(self) -> tuple[float, float]:
+        cpu = time.thread_time()
+        if self._fd is None:
+            if not self._available:
+                return cpu, 0.0
+            try:
+                self._fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
+            except OSError:
+                self._available = False
+                return cpu, 0.0
+        try:
+            return cpu, int(os.pread(self._fd, 96, 0).split()[1]) / 1e9
+        except (OSError, ValueError, IndexError):
+            self.close()
+            self._available = False
+            return cpu, 0.0
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+class WorkerThreads:
+    """The broker's calls into worker threads, counted on the event loop (so without a lock):
+    while any is outstanding, the loop sleeping may be the loop waiting for the GIL a worker holds
+    (running Python, or preempted while holding it on a loaded machine)."""
+
+    def __init__(self):
+        self.outstanding = 0
+
+    async def run_sync(self, fn, *args, limiter: trio.CapacityLimiter | None = None):
+        self.outstanding += 1
+        try:
+            return await trio.to_thread.run_sync(fn, *args, limiter=limiter)
+        finally:
+            self.outstanding -= 1
+
+
+class LoopHoldMeter:
+    """How long an inline attempt held up the event loop, from clocks the kernel keeps.
+
+    Wall time overstates it twice over. Preemption: the thread was runnable, waiting for a CPU
+    other processes had (its schedstat run delay). And waits for the GIL while one of our worker
+    threads held it: the thread slept on a futex, for work the loop would have waited for anyway,
+    inline serving or not. So the hold is the thread's own CPU time in the attempt (decode,
+    validation, copies), plus the time it slept (neither on a CPU nor waiting for one) only when
+    no worker thread of ours was busy (:class:`WorkerThreads`), less the CPU time other threads of
+    the process used meanwhile: a sleep then is the kernel holding the thread (a write throttled
+    by the kernel, a page fault reading from disk).
+
+    The price: a kernel stall of the loop while workers are busy is not seen (a GIL holder that
+    is itself preempted or asleep, common on a loaded machine, looks the same from here); the
+    loop's own computation always counts.
+    """
+
+    __slots__ = ("wall", "thread", "process_cpu", "workers")
+
+    def __init__(self, wall: Callable[[], float] = time.monotonic,
+                 thread: Callable[[], tuple[float, float]] | None = None,
+                 process_cpu: Callable[[], float] = time.process_time,
+                 workers: WorkerThreads | None = None):
+        self.wall = wall
+        #: () -> (this thread's CPU seconds, its seconds waiting for a CPU).
+        self.thread = thread if thread is not None else ThreadClock()
+        self.process_cpu = process_cpu
+        self.workers = workers if workers is not None else WorkerThreads()
+
+    def start(self) -> tuple[float, tuple[float, float], float, bool]:
+        # The wall interval encloses the others (read first here, last in measure).
+        return self.wall(), self.thread(), self.process_cpu(), self.workers.outstanding > 0
+
+    def measure(self, started: tuple[float, tuple[float, float], float, bool],
+                limit_s: float = 0.0) -> tuple[float, float]:
+        """(wall seconds, seconds the loop was held) of the attempt begun at ``started``. Up to
+        ``limit_s`` of wall time the hold is taken to be the wall time, without reading the CPU
+        clocks (the common, fast case)."""
+        wall = self.wall() - started[0]
+        if wall <= limit_s:
+            return wall, wall
+        on_cpu, waiting = self.thread()
+        process = self.process_cpu()
+        wall = self.wall() - started[0]
+        own = max(0.0, on_cpu - started[1][0])
+        if started[3]:  # a worker was busy: a sleep may have been a wait for the GIL
+            return wall, own
+        preempted = max(0.0, waiting - started[1][1])
+        others = max(0.0, process - started[2] - own)
+        asleep = max(0.0, wall - own - preempted)
+        return wall, own + max(0.0, asleep - others)
 
 
 class _WouldBlock(Exception):
@@ -227,7 +321,7 @@ class FetchResult:
 class RequestHandler:
     def __init__(self, config: BrokerConfig, log_manager: LogManager, topics: TopicManager,
                  committer: GroupCommitter, notifier: AppendNotifier, limiter: trio.CapacityLimiter,
-                 on_roll: Callable[[Log, str], None] | None = None):
+                 on_roll: Callable[[Log, str], None] | None = None, workers: WorkerThreads | None = None):
         self.config = config
         self.log_manager = log_manager
         self.topics = topics
@@ -246,28 +340,42 @@ class RequestHandler:
         #: Monotonic seconds (``clock``) until which nothing is served inline (see INLINE_SLOW_S).
         self.inline_paused_until = 0.0
         self.clock = time.monotonic
-        #: How many times this thread has blocked so far (see _voluntary_switches).
-        self.blocked_count = _voluntary_switches
+        #: Measures how long each inline attempt held the event loop.
+        self.workers = workers if workers is not None else WorkerThreads()
+        self.meter = LoopHoldMeter(workers=self.workers)
+        #: Inline attempts that took longer than INLINE_SLOW_S of wall time, and those of them
+        #: found to have held the loop that long (and so paused inline serving).
+        self.inline_slow = 0
+        self.inline_held = 0
+
+    def close(self) -> None:
+        """Release what the handler holds open (the meter's clock file)."""
+        close = getattr(self.meter.thread, "close", None)
+        if close is not None:
+            close()
 
     def _inline_allowed(self) -> bool:
         return self.clock() >= self.inline_paused_until
 
-    def _inline_start(self) -> tuple[float, int]:
-        return self.clock(), self.blocked_count()
+    def _inline_start(self) -> tuple:
+        return self.meter.start()
 
-    def _inline_took(self, started: tuple[float, int]) -> None:
-        """Turn inline serving off for a while if the inline attempt begun at ``started`` was slow
-        because it blocked."""
-        now = self.clock()
-        if now - started[0] > INLINE_SLOW_S:
-            switches = self.blocked_count()
-            if switches < 0 or switches != started[1]:
-                self.inline_paused_until = now + INLINE_PAUSE_S
-                logger.info("inline_requests_paused", took_ms=round((now - started[0]) * 1000, 3),
-                            pause_s=INLINE_PAUSE_S, limit_ms=INLINE_SLOW_S * 1000)
+    def _inline_took(self, started: tuple) -> None:
+        """Turn inline serving off for a while if the inline attempt begun at ``started`` held the
+        event loop longer than INLINE_SLOW_S (see LoopHoldMeter)."""
+        wall, held = self.meter.measure(started, INLINE_SLOW_S)
+        if wall <= INLINE_SLOW_S:
+            return
+        self.inline_slow += 1
+        if held <= INLINE_SLOW_S:
+            return
+        self.inline_held += 1
+        self.inline_paused_until = self.clock() + INLINE_PAUSE_S
+        logger.info("inline_requests_paused", held_ms=round(held * 1000, 3), took_ms=round(wall * 1000, 3),
+                    pause_s=INLINE_PAUSE_S, limit_ms=INLINE_SLOW_S * 1000)
 
     async def _in_thread(self, fn, *args):
-        return await trio.to_thread.run_sync(fn, *args, limiter=self.limiter)
+        return await self.workers.run_sync(fn, *args, limiter=self.limiter)
 
     async def handle(self, request: m.Request) -> m.Response | FetchResult | None:
         handler = getattr(self, "_" + request.api)
