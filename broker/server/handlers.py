@@ -11,7 +11,8 @@ header reads of data just written. Anything that could take long (a roll, a flus
 leader epoch, compression, older segments, a busy log) goes to a worker thread as before. A
 write into the page cache can still block (the kernel throttling writers when the disk lags
 behind), so an inline request that held the event loop longer than INLINE_SLOW_S sends every
-request to the worker threads for INLINE_PAUSE_S: the event loop stalls at most once per pause.
+request to the worker threads for INLINE_PAUSE_S (if it happened twice in that time, or held it
+past INLINE_STALL_S): the event loop stalls at most twice per pause.
 What counts is the time the loop was held by the request's own work (:class:`LoopHoldMeter`), not
 the time it waited for the GIL while a worker thread ran Python (a big fetch, a metadata walk):
 that wait is the same with or without inline serving, and must not turn it off.
@@ -20,6 +21,7 @@ that wait is the same with or without inline serving, and must not turn it off.
 from __future__ import annotations
 
 import functools
+import math
 import os
 import threading
 import time
@@ -112,9 +114,14 @@ INLINE_PRODUCE_BYTES = 16 * 1024 if core.COMPILED else 2 * 1024
 INLINE_PARTITIONS = 4
 #: An inline request that held the event loop longer than this (its own computation, or a sleep
 #: in the kernel: a write throttled by the kernel, a page fault reading from disk), not merely
-#: preempted by another process or waiting for the GIL, turns inline serving off for INLINE_PAUSE_S.
+#: preempted by another process or waiting for the GIL, turns inline serving off for
+#: INLINE_PAUSE_S (see INLINE_STALL_S).
 INLINE_SLOW_S = 0.002
 INLINE_PAUSE_S = 1.0
+#: One hold pauses at once only if this long; a shorter one pauses when another came within
+#: INLINE_PAUSE_S before it: a kernel throttling writers holds every write, while a one-off wait
+#: (a journal commit on a busy disk) would otherwise cost a second of thread hops for nothing.
+INLINE_STALL_S = 0.02
 
 
 class ThreadClock:
@@ -347,6 +354,8 @@ class RequestHandler:
         #: found to have held the loop that long (and so paused inline serving).
         self.inline_slow = 0
         self.inline_held = 0
+        #: When (``clock``) the last inline attempt held the loop past INLINE_SLOW_S.
+        self._last_hold_at = -math.inf
 
     def close(self) -> None:
         """Release what the handler holds open (the meter's clock file)."""
@@ -370,7 +379,11 @@ class RequestHandler:
         if held <= INLINE_SLOW_S:
             return
         self.inline_held += 1
-        self.inline_paused_until = self.clock() + INLINE_PAUSE_S
+        now = self.clock()
+        previous, self._last_hold_at = self._last_hold_at, now
+        if held <= INLINE_STALL_S and now - previous > INLINE_PAUSE_S:
+            return
+        self.inline_paused_until = now + INLINE_PAUSE_S
         logger.info("inline_requests_paused", held_ms=round(held * 1000, 3), took_ms=round(wall * 1000, 3),
                     pause_s=INLINE_PAUSE_S, limit_ms=INLINE_SLOW_S * 1000)
 

@@ -167,8 +167,9 @@ def slowing_inline_appends(handler, fake: FakeMeter, **attempt) -> None:
     handler._produce_rows = slow_inline
 
 
-async def test_a_slow_inline_request_sends_the_next_ones_to_workers_for_a_while(tmp_path):
-    """A write the kernel throttles blocks the event loop once; then inline serving pauses."""
+async def test_inline_requests_held_twice_send_the_next_ones_to_workers_for_a_while(tmp_path):
+    """A kernel throttling writes holds the event loop in every inline write: after the second
+    such hold within INLINE_PAUSE_S, inline serving pauses for INLINE_PAUSE_S."""
     from triolog.broker.server import handlers
 
     async with running_broker(tmp_path) as (server, port):
@@ -181,17 +182,38 @@ async def test_a_slow_inline_request_sends_the_next_ones_to_workers_for_a_while(
         # Asleep in the kernel for twice the limit while no other thread ran.
         slowing_inline_appends(handler, fake, wall_s=handlers.INLINE_SLOW_S * 2, cpu_s=0.0001)
         hops = counting_thread_hops(handler)
-        assert (await client.produce("slow", [b"a"]))["base_offset"] == 1  # inline, slow
+        assert (await client.produce("slow", [b"a"]))["base_offset"] == 1  # inline, held: a one-off?
+        assert (await client.produce("slow", [b"b"]))["base_offset"] == 2  # inline, held again: pause
         assert hops == []
-        assert (await client.produce("slow", [b"b"]))["base_offset"] == 2  # paused: a worker
+        assert (await client.produce("slow", [b"c"]))["base_offset"] == 3  # paused: a worker
         assert (await client.fetch("slow", 0))["records"]  # fetches too
         assert len(hops) == 2
         fake.now += handlers.INLINE_PAUSE_S  # the pause is over
-        assert (await client.produce("slow", [b"c"]))["base_offset"] == 3
+        assert (await client.produce("slow", [b"d"]))["base_offset"] == 4  # inline, held (the last long ago)
         assert len(hops) == 2
+        assert (await client.produce("slow", [b"e"]))["base_offset"] == 5  # held again: pause
         fetched = values_of((await client.fetch("slow", 0))["records"])
-        assert fetched == [b"first", b"a", b"b", b"c"]
-        assert (handler.inline_slow, handler.inline_held) == (2, 2)
+        assert fetched == [b"first", b"a", b"b", b"c", b"d", b"e"]
+        assert len(hops) == 3
+        assert (handler.inline_slow, handler.inline_held) == (4, 4)
+
+
+async def test_one_inline_request_held_past_the_stall_limit_pauses_at_once(tmp_path):
+    from triolog.broker.server import handlers
+
+    async with running_broker(tmp_path) as (server, port):
+        client = await Client.connect(port)
+        await client.create("stall")
+        await client.produce("stall", [b"first"])
+        handler = server.handler
+        fake = FakeMeter()
+        fake.install(handler)
+        slowing_inline_appends(handler, fake, wall_s=handlers.INLINE_STALL_S * 1.5, cpu_s=0.0001)
+        hops = counting_thread_hops(handler)
+        assert (await client.produce("stall", [b"a"]))["base_offset"] == 1
+        assert hops == []
+        assert (await client.produce("stall", [b"b"]))["base_offset"] == 2
+        assert len(hops) == 1
 
 
 async def test_inline_computation_longer_than_the_limit_pauses(tmp_path):
@@ -210,6 +232,8 @@ async def test_inline_computation_longer_than_the_limit_pauses(tmp_path):
         hops = counting_thread_hops(handler)
         assert (await client.produce("cpu", [b"a"]))["base_offset"] == 1
         assert (await client.produce("cpu", [b"b"]))["base_offset"] == 2
+        assert hops == []
+        assert (await client.produce("cpu", [b"c"]))["base_offset"] == 3
         assert len(hops) == 1
 
 
