@@ -66,7 +66,7 @@ from triolog.protocol.frames import (
 )
 from triolog.protocol.request_limits import RequestLimits, count_objects
 
-from .handlers import FetchResult, RequestHandler
+from .handlers import EncodedResponse, FetchResult, RequestHandler
 from .memory_pool import RequestMemoryPool
 
 logger = structlog.get_logger("triolog.server")
@@ -378,6 +378,11 @@ class ClientConnection:
                 return True
             if response is None:  # produce with acks=0
                 code = ErrorCode.NONE
+                return True
+            if type(response) is EncodedResponse:
+                code = response.error_code
+                entry_errors = response.entry_errors
+                await self._send_bytes(api, response.payload)
                 return True
             if isinstance(response, FetchResult):
                 code = ErrorCode.NONE

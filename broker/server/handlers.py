@@ -28,6 +28,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+import msgpack
 import structlog
 import trio
 
@@ -226,6 +227,67 @@ class LoopHoldMeter:
         return wall, own + max(0.0, asleep - others)
 
 
+class EncodedResponse:
+    """A response already packed by its handler (the hot paths build the wire map straight from
+    their results, without the message objects): the connection sends ``payload`` as it is."""
+
+    __slots__ = ("payload", "error_code", "entry_errors")
+
+    def __init__(self, payload: bytes, error_code: int = 0, entry_errors: dict[int, int] | None = None):
+        self.payload = payload
+        self.error_code = error_code
+        #: The entries' error codes, counted (as connection._entry_errors counts them).
+        self.entry_errors = entry_errors
+
+
+class ApiVersionsAnswer:
+    """api_versions' answer, the same for every request but its id: packed once, the id's
+    encoding spliced in per request (a map whose first key is ``id``)."""
+
+    def __init__(self, broker_version: str):
+        def packed(request_id: int) -> bytes:
+            return m.encode_response(m.ApiVersionsResponse(id=request_id, broker_version=broker_version))
+
+        zero, one = packed(0), packed(1)
+        cut = next(i for i, (a, b) in enumerate(zip(zero, one)) if a != b)
+        if zero[cut + 1:] != one[cut + 1:] or zero[cut] != msgpack.packb(0)[0]:  # pragma: no cover
+            raise AssertionError("api_versions' response does not encode its id as one field")
+        self._head, self._tail = zero[:cut], zero[cut + 1:]
+
+    def payload(self, request_id: int) -> bytes:
+        return b"".join((self._head, msgpack.packb(request_id), self._tail))
+
+
+def produce_payload(request_id: int, results: list) -> EncodedResponse:
+    """The produce response for ``results`` ((topic, [(partition, info | (code, message), log)])
+    from RequestHandler._produce), packed from the same wire map as
+    ``m.encode_response(m.ProduceResponse(...))`` gives, without building the message objects."""
+    topics = []
+    errors: dict[int, int] | None = None
+    for name, rows in results:
+        partitions = []
+        for partition, info, log in rows:
+            if log is None:
+                code, message = info
+                code = int(code)
+                if errors is None:
+                    errors = {}
+                errors[code] = errors.get(code, 0) + 1
+                partitions.append({"partition": partition, "error_code": code, "error_message": message,
+                                   "base_offset": -1, "log_append_time": -1, "log_start_offset": -1})
+            else:
+                partitions.append({"partition": partition, "error_code": 0, "error_message": None,
+                                   "base_offset": info.first_offset, "log_append_time": info.log_append_time_ms,
+                                   "log_start_offset": info.log_start_offset})
+        topics.append({"name": name, "partitions": partitions})
+    wire = {"id": request_id, "error_code": 0, "error_message": None, "topics": topics, "throttle_ms": 0}
+    return EncodedResponse(_packb(wire), 0, errors)
+
+
+def _packb(wire: dict) -> bytes:
+    return msgpack.packb(wire, use_bin_type=True)
+
+
 class _WouldBlock(Exception):
     """Raised inside an inline attempt: this request goes to a worker thread after all."""
 
@@ -390,7 +452,7 @@ class RequestHandler:
     async def _in_thread(self, fn, *args):
         return await self.workers.run_sync(fn, *args, limiter=self.limiter)
 
-    async def handle(self, request: m.Request) -> m.Response | FetchResult | None:
+    async def handle(self, request: m.Request) -> m.Response | EncodedResponse | FetchResult | None:
         handler = getattr(self, "_" + request.api)
         return await handler(request)
 
@@ -446,8 +508,8 @@ class RequestHandler:
                     f"topic {topic!r} partition {partition} was deleted while the request was served")
         return error_of(exc, topic=topic, partition=partition)
 
-    async def _api_versions(self, request: m.ApiVersionsRequest) -> m.Response:
-        return m.ApiVersionsResponse(id=request.id, broker_version=BROKER_VERSION)
+    async def _api_versions(self, request: m.ApiVersionsRequest) -> EncodedResponse:
+        return EncodedResponse(_API_VERSIONS.payload(request.id))
 
     async def _metadata(self, request: m.MetadataRequest) -> m.Response:
         def work() -> list[m.TopicMetadata]:
@@ -627,7 +689,7 @@ class RequestHandler:
                 except Exception as exc:
                     rows.append((part.partition, self._partition_error(exc, topic.name, part.partition), None))
 
-    async def _produce(self, request: m.ProduceRequest) -> m.Response | None:
+    async def _produce(self, request: m.ProduceRequest) -> EncodedResponse | None:
         results: list = []  # (topic, [(partition, info | (code, message), log)])
         try:
             if (sum(len(t.partitions) for t in request.topics) > INLINE_PARTITIONS
@@ -651,21 +713,7 @@ class RequestHandler:
             results = await self._wait_flushed(results, request.timeout_ms)
         if request.acks == 0:
             return None
-        topics = []
-        for name, rows in results:
-            partitions = []
-            for partition, info, log in rows:
-                if log is None:
-                    code, message = info
-                    partitions.append(m.ProducePartitionResult(partition=partition, error_code=code,
-                                                               error_message=message))
-                else:
-                    partitions.append(m.ProducePartitionResult(
-                        partition=partition, base_offset=info.first_offset,
-                        log_append_time=info.log_append_time_ms, log_start_offset=info.log_start_offset,
-                    ))
-            topics.append(m.ProduceTopicResult(name=name, partitions=tuple(partitions)))
-        return m.ProduceResponse(id=request.id, topics=tuple(topics))
+        return produce_payload(request.id, results)
 
     async def _wait_flushed(self, results, timeout_ms: int):
         """acks=all: every appended partition fsynced (group commit) within timeout_ms, else
@@ -939,3 +987,7 @@ def _read_with_descriptor(log, offset: int, budget: int, take: bool = True, inli
             attempts_left -= 1
             if not attempts_left:
                 raise
+
+
+#: api_versions' packed answer (see ApiVersionsAnswer).
+_API_VERSIONS = ApiVersionsAnswer(BROKER_VERSION)
