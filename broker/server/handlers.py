@@ -182,33 +182,32 @@ class LoopHoldMeter:
     threads held it: the thread slept on a futex, for work the loop would have waited for anyway,
     inline serving or not. So the hold is the thread's own CPU time in the attempt (decode,
     validation, copies), plus the time it slept (neither on a CPU nor waiting for one) only when
-    no worker thread of ours was busy (:class:`WorkerThreads`), less the CPU time other threads of
-    the process used meanwhile: a sleep then is the kernel holding the thread (a write throttled
-    by the kernel, a page fault reading from disk).
+    no worker thread of ours was busy (:class:`WorkerThreads`): a sleep then is the kernel
+    holding the thread (a write throttled by the kernel, a page fault reading from disk).
 
     The price: a kernel stall of the loop while workers are busy is not seen (a GIL holder that
-    is itself preempted or asleep, common on a loaded machine, looks the same from here); the
-    loop's own computation always counts.
+    is itself preempted or asleep, common on a loaded machine, looks the same from here); a
+    thread not started through WorkerThreads (the cleaner's, which runs its rounds in a worker
+    process by default) can still make a GIL wait look like a hold. The loop's own computation
+    always counts. Two clock reads per attempt (a few microseconds): the process's CPU clock,
+    which would tell the other threads' share, costs as much again and is left out.
     """
 
-    __slots__ = ("wall", "thread", "process_cpu", "workers")
+    __slots__ = ("wall", "thread", "workers")
 
     def __init__(self, wall: Callable[[], float] = time.monotonic,
                  thread: Callable[[], tuple[float, float]] | None = None,
-                 process_cpu: Callable[[], float] = time.process_time,
                  workers: WorkerThreads | None = None):
         self.wall = wall
         #: () -> (this thread's CPU seconds, its seconds waiting for a CPU).
         self.thread = thread if thread is not None else ThreadClock()
-        self.process_cpu = process_cpu
         self.workers = workers if workers is not None else WorkerThreads()
 
-    def start(self) -> tuple[float, tuple[float, float], float, bool]:
-        # The wall interval encloses the others (read first here, last in measure).
-        return self.wall(), self.thread(), self.process_cpu(), self.workers.outstanding > 0
+    def start(self) -> tuple[float, tuple[float, float], bool]:
+        # The wall interval encloses the thread's (read first here, last in measure).
+        return self.wall(), self.thread(), self.workers.outstanding > 0
 
-    def measure(self, started: tuple[float, tuple[float, float], float, bool],
-                limit_s: float = 0.0) -> tuple[float, float]:
+    def measure(self, started: tuple[float, tuple[float, float], bool], limit_s: float = 0.0) -> tuple[float, float]:
         """(wall seconds, seconds the loop was held) of the attempt begun at ``started``. Up to
         ``limit_s`` of wall time the hold is taken to be the wall time, without reading the CPU
         clocks (the common, fast case)."""
@@ -216,15 +215,12 @@ class LoopHoldMeter:
         if wall <= limit_s:
             return wall, wall
         on_cpu, waiting = self.thread()
-        process = self.process_cpu()
         wall = self.wall() - started[0]
         own = max(0.0, on_cpu - started[1][0])
-        if started[3]:  # a worker was busy: a sleep may have been a wait for the GIL
+        if started[2]:  # a worker was busy: a sleep may have been a wait for the GIL
             return wall, own
         preempted = max(0.0, waiting - started[1][1])
-        others = max(0.0, process - started[2] - own)
-        asleep = max(0.0, wall - own - preempted)
-        return wall, own + max(0.0, asleep - others)
+        return wall, own + max(0.0, wall - own - preempted)
 
 
 class EncodedResponse:

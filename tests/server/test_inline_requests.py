@@ -131,16 +131,14 @@ async def test_a_produce_that_rolls_or_is_compressed_goes_to_a_worker(tmp_path):
 class FakeMeter:
     """The handler's LoopHoldMeter with its clocks replaced (a fake clock): each inline attempt
     that ``slow_attempt`` marks takes ``wall_s`` of wall time, of which ``cpu_s`` on the thread's
-    CPU and ``preempted_s`` waiting for a CPU (the rest asleep), while the process's other
-    threads used ``others_s`` of CPU."""
+    CPU and ``preempted_s`` waiting for a CPU (the rest asleep)."""
 
     def __init__(self):
         from triolog.broker.server.handlers import LoopHoldMeter
 
         self.now = 1000.0
-        self.own = self.waiting = self.process = 0.0
-        self.meter = LoopHoldMeter(wall=lambda: self.now, thread=lambda: (self.own, self.waiting),
-                                   process_cpu=lambda: self.process)
+        self.own = self.waiting = 0.0
+        self.meter = LoopHoldMeter(wall=lambda: self.now, thread=lambda: (self.own, self.waiting))
 
     def install(self, handler) -> None:
         """Measure ``handler``'s inline attempts (and its pauses) by this fake clock."""
@@ -148,11 +146,10 @@ class FakeMeter:
         handler.clock = lambda: self.now
         handler.meter = self.meter
 
-    def slow_attempt(self, wall_s: float, cpu_s: float = 0.0, others_s: float = 0.0, preempted_s: float = 0.0) -> None:
+    def slow_attempt(self, wall_s: float, cpu_s: float = 0.0, preempted_s: float = 0.0) -> None:
         self.now += wall_s
         self.own += cpu_s
         self.waiting += preempted_s
-        self.process += cpu_s + others_s
 
 
 def slowing_inline_appends(handler, fake: FakeMeter, **attempt) -> None:
@@ -255,25 +252,6 @@ async def test_a_slow_inline_request_that_was_only_preempted_does_not_pause(tmp_
         assert (await client.produce("busy-cpu", [b"b"]))["base_offset"] == 2
         assert hops == []
         assert (handler.inline_slow, handler.inline_held) == (2, 0)
-
-
-async def test_a_slow_inline_request_that_waited_for_the_gil_does_not_pause(tmp_path):
-    """Asleep while worker threads ran (a GIL wait): the loop waited for their work, not ours."""
-    from triolog.broker.server import handlers
-
-    async with running_broker(tmp_path) as (server, port):
-        client = await Client.connect(port)
-        await client.create("gil")
-        await client.produce("gil", [b"first"])
-        handler = server.handler
-        fake = FakeMeter()
-        fake.install(handler)
-        slowing_inline_appends(handler, fake, wall_s=handlers.INLINE_SLOW_S * 3, cpu_s=0.0001,
-                               others_s=handlers.INLINE_SLOW_S * 2.5)
-        hops = counting_thread_hops(handler)
-        assert (await client.produce("gil", [b"a"]))["base_offset"] == 1
-        assert (await client.produce("gil", [b"b"]))["base_offset"] == 2
-        assert hops == []
 
 
 async def test_a_sleep_while_a_worker_thread_is_busy_does_not_pause(tmp_path):
