@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+import resource
 import threading
 import time
 from dataclasses import dataclass
@@ -126,31 +127,36 @@ INLINE_STALL_S = 0.02
 
 
 class ThreadClock:
-    """The calling thread's CPU time (``time.thread_time``) and its time spent runnable but
-    waiting for a CPU (Linux's /proc/thread-self/schedstat, kept open: one read per call), in
-    seconds. Where schedstat is missing the wait reads 0 (time off the CPU then all counts as a
-    sleep). Bound to the thread that first calls it: the event loop's."""
+    """The calling thread's CPU time (``time.thread_time``), its time spent runnable but waiting
+    for a CPU (Linux's /proc/thread-self/schedstat, kept open: one read per call), both in
+    seconds, and how many times it went to sleep (``ru_nvcsw``). Where schedstat is missing the
+    wait reads 0; where the count is missing, -1 (every slow moment then counts as a sleep).
+    Bound to the thread that first calls it: the event loop's."""
 
     def __init__(self):
         self._fd: int | None = None
         self._available = True
 
-    def __call__(self) -> tuple[float, float]:
-        cpu = time.thread_time()
+    def __call__(self) -> tuple[float, float, int]:
+        cpu = time.thread_time()  # first: it also brings the kernel's runtime figures up to date
+        try:
+            sleeps = resource.getrusage(resource.RUSAGE_THREAD).ru_nvcsw
+        except (AttributeError, OSError):
+            sleeps = -1
         if self._fd is None:
             if not self._available:
-                return cpu, 0.0
+                return cpu, 0.0, sleeps
             try:
                 self._fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
             except OSError:
                 self._available = False
-                return cpu, 0.0
+                return cpu, 0.0, sleeps
         try:
-            return cpu, int(os.pread(self._fd, 96, 0).split()[1]) / 1e9
+            return cpu, int(os.pread(self._fd, 96, 0).split()[1]) / 1e9, sleeps
         except (OSError, ValueError, IndexError):
             self.close()
             self._available = False
-            return cpu, 0.0
+            return cpu, 0.0, sleeps
 
     def close(self) -> None:
         if self._fd is not None:
@@ -177,47 +183,52 @@ class WorkerThreads:
 class LoopHoldMeter:
     """How long an inline attempt held up the event loop, from clocks the kernel keeps.
 
-    Wall time overstates it twice over. Preemption: the thread was runnable, waiting for a CPU
-    other processes had (its schedstat run delay). And waits for the GIL while one of our worker
-    threads held it: the thread slept on a futex, for work the loop would have waited for anyway,
-    inline serving or not. So the hold is the thread's own CPU time in the attempt (decode,
-    validation, copies), plus the time it slept (neither on a CPU nor waiting for one) only when
-    no worker thread of ours was busy (:class:`WorkerThreads`): a sleep then is the kernel
-    holding the thread (a write throttled by the kernel, a page fault reading from disk).
+    Wall time overstates it three times over. Preemption: the thread was runnable, waiting for a
+    CPU other processes had (its schedstat run delay). Steal: the virtual machine's CPU was not
+    running at all (the thread neither slept nor waited, its CPU clock stood still). And waits
+    for the GIL while one of our worker threads held it: the thread slept on a futex, for work
+    the loop would have waited for anyway, inline serving or not. So the hold is the thread's
+    own CPU time in the attempt (decode, validation, copies), plus, only if it went to sleep and
+    no worker thread of ours was busy (:class:`WorkerThreads`), the time it was neither on a CPU
+    nor waiting for one: a sleep then is the kernel holding the thread (a write throttled by the
+    kernel, a page fault reading from disk).
 
     The price: a kernel stall of the loop while workers are busy is not seen (a GIL holder that
     is itself preempted or asleep, common on a loaded machine, looks the same from here); a
     thread not started through WorkerThreads (the cleaner's, which runs its rounds in a worker
     process by default) can still make a GIL wait look like a hold. The loop's own computation
-    always counts. Two clock reads per attempt (a few microseconds): the process's CPU clock,
-    which would tell the other threads' share, costs as much again and is left out.
+    always counts. Three cheap kernel reads per attempt; the process's CPU clock, which would
+    tell the other threads' share, costs as much again and is left out.
     """
 
     __slots__ = ("wall", "thread", "workers")
 
     def __init__(self, wall: Callable[[], float] = time.monotonic,
-                 thread: Callable[[], tuple[float, float]] | None = None,
+                 thread: Callable[[], tuple[float, float, int]] | None = None,
                  workers: WorkerThreads | None = None):
         self.wall = wall
-        #: () -> (this thread's CPU seconds, its seconds waiting for a CPU).
+        #: () -> (this thread's CPU seconds, its seconds waiting for a CPU, its sleeps so far).
         self.thread = thread if thread is not None else ThreadClock()
         self.workers = workers if workers is not None else WorkerThreads()
 
-    def start(self) -> tuple[float, tuple[float, float], bool]:
+    def start(self) -> tuple[float, tuple[float, float, int], bool]:
         # The wall interval encloses the thread's (read first here, last in measure).
         return self.wall(), self.thread(), self.workers.outstanding > 0
 
-    def measure(self, started: tuple[float, tuple[float, float], bool], limit_s: float = 0.0) -> tuple[float, float]:
+    def measure(self, started: tuple[float, tuple[float, float, int], bool],
+                limit_s: float = 0.0) -> tuple[float, float]:
         """(wall seconds, seconds the loop was held) of the attempt begun at ``started``. Up to
         ``limit_s`` of wall time the hold is taken to be the wall time, without reading the CPU
         clocks (the common, fast case)."""
         wall = self.wall() - started[0]
         if wall <= limit_s:
             return wall, wall
-        on_cpu, waiting = self.thread()
+        on_cpu, waiting, sleeps = self.thread()
         wall = self.wall() - started[0]
         own = max(0.0, on_cpu - started[1][0])
-        if started[2]:  # a worker was busy: a sleep may have been a wait for the GIL
+        if started[2] or (sleeps >= 0 and sleeps == started[1][2]):
+            # A worker was busy (a sleep may have been a wait for the GIL), or no sleep at all
+            # (the rest was preemption or steal).
             return wall, own
         preempted = max(0.0, waiting - started[1][1])
         return wall, own + max(0.0, wall - own - preempted)

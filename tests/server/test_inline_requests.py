@@ -131,14 +131,16 @@ async def test_a_produce_that_rolls_or_is_compressed_goes_to_a_worker(tmp_path):
 class FakeMeter:
     """The handler's LoopHoldMeter with its clocks replaced (a fake clock): each inline attempt
     that ``slow_attempt`` marks takes ``wall_s`` of wall time, of which ``cpu_s`` on the thread's
-    CPU and ``preempted_s`` waiting for a CPU (the rest asleep)."""
+    CPU and ``preempted_s`` waiting for a CPU, the rest asleep (``slept``) or stolen by the
+    hypervisor (not ``slept``)."""
 
     def __init__(self):
         from triolog.broker.server.handlers import LoopHoldMeter
 
         self.now = 1000.0
         self.own = self.waiting = 0.0
-        self.meter = LoopHoldMeter(wall=lambda: self.now, thread=lambda: (self.own, self.waiting))
+        self.sleeps = 0
+        self.meter = LoopHoldMeter(wall=lambda: self.now, thread=lambda: (self.own, self.waiting, self.sleeps))
 
     def install(self, handler) -> None:
         """Measure ``handler``'s inline attempts (and its pauses) by this fake clock."""
@@ -146,10 +148,11 @@ class FakeMeter:
         handler.clock = lambda: self.now
         handler.meter = self.meter
 
-    def slow_attempt(self, wall_s: float, cpu_s: float = 0.0, preempted_s: float = 0.0) -> None:
+    def slow_attempt(self, wall_s: float, cpu_s: float = 0.0, preempted_s: float = 0.0, slept: bool = True) -> None:
         self.now += wall_s
         self.own += cpu_s
         self.waiting += preempted_s
+        self.sleeps += slept
 
 
 def slowing_inline_appends(handler, fake: FakeMeter, **attempt) -> None:
@@ -254,6 +257,26 @@ async def test_a_slow_inline_request_that_was_only_preempted_does_not_pause(tmp_
         assert (handler.inline_slow, handler.inline_held) == (2, 0)
 
 
+async def test_a_slow_inline_request_whose_cpu_was_stolen_does_not_pause(tmp_path):
+    """A virtual machine's CPU not running (steal): the thread neither slept nor waited for a
+    CPU, its CPU clock stood still. Not the request's doing."""
+    from triolog.broker.server import handlers
+
+    async with running_broker(tmp_path) as (server, port):
+        client = await Client.connect(port)
+        await client.create("steal")
+        await client.produce("steal", [b"first"])
+        handler = server.handler
+        fake = FakeMeter()
+        fake.install(handler)
+        slowing_inline_appends(handler, fake, wall_s=handlers.INLINE_SLOW_S * 4, cpu_s=0.0001, slept=False)
+        hops = counting_thread_hops(handler)
+        for value in (b"a", b"b", b"c"):
+            assert (await client.produce("steal", [value]))["error_code"] == 0
+        assert hops == []
+        assert (handler.inline_slow, handler.inline_held) == (3, 0)
+
+
 async def test_a_sleep_while_a_worker_thread_is_busy_does_not_pause(tmp_path):
     """Asleep while one of our workers had a request: perhaps waiting for the GIL it held."""
     from triolog.broker.server import handlers
@@ -333,13 +356,14 @@ def test_the_thread_clock_tells_computation_from_sleep():
 
     clock = ThreadClock()
     try:
-        cpu, waiting = clock()
+        cpu, waiting, sleeps = clock()
         time.sleep(0.01)
-        assert clock()[0] - cpu < 0.005  # asleep: no CPU time
+        slept_cpu, _, slept_sleeps = clock()
+        assert slept_cpu - cpu < 0.005 and slept_sleeps > sleeps  # asleep: no CPU time, one sleep
         deadline = time.thread_time() + 0.01
         while time.thread_time() < deadline:
             pass
-        later_cpu, later_waiting = clock()
+        later_cpu, later_waiting, _ = clock()
         assert later_cpu - cpu >= 0.009 and later_waiting >= waiting
     finally:
         clock.close()
