@@ -295,10 +295,22 @@ class ClientConnection:
                 self._frame = frame
                 return True
             started = decoder.pending_bytes > 0
-            timeout_at = deadline if started else trio.current_time() + self.idle_timeout_s
-            with trio.move_on_at(timeout_at) as timer:
-                data = await self.stream.receive_some(decoder.read_size(RECEIVE_BYTES, READ_AHEAD_BYTES))
-            if timer.cancelled_caught:
+            size = decoder.read_size(RECEIVE_BYTES, READ_AHEAD_BYTES)
+            # Bytes already there are read at once (the client's next request is often in);
+            # the send of every response is the checkpoint that keeps this fair.
+            try:
+                data = os.read(self.stream.socket.fileno(), size)
+            except BlockingIOError:
+                data = None
+            except OSError as exc:
+                raise trio.BrokenResourceError(f"receive failed: {exc}") from exc
+            if data is not None:
+                timer = None
+            else:
+                timeout_at = deadline if started else trio.current_time() + self.idle_timeout_s
+                with trio.move_on_at(timeout_at) as timer:
+                    data = await self.stream.receive_some(size)
+            if timer is not None and timer.cancelled_caught:
                 if started:
                     logger.warning("connection_receive_timeout", peer=self.peer,
                                    received=decoder.pending_bytes, frame_length=decoder.frame_length,
@@ -328,7 +340,8 @@ class ClientConnection:
             m.error_response(None, ErrorCode.INVALID_REQUEST, message)))
 
     async def _decode(self, frame: bytes | bytearray) -> m.Request | m.RequestError:
-        if count_objects(frame, INLINE_DECODE_OBJECTS) <= INLINE_DECODE_OBJECTS:
+        # Every msgpack object takes at least one byte: a frame this short needs no count.
+        if len(frame) <= INLINE_DECODE_OBJECTS or count_objects(frame, INLINE_DECODE_OBJECTS) <= INLINE_DECODE_OBJECTS:
             return _decode_request(frame, self.limits)
         return await self.handler.workers.run_sync(_decode_request, frame, self.limits, limiter=self.decode_limiter)
 
@@ -378,6 +391,7 @@ class ClientConnection:
                 return True
             if response is None:  # produce with acks=0
                 code = ErrorCode.NONE
+                await trio.lowlevel.checkpoint()  # no send, so no send's checkpoint: stay fair
                 return True
             if type(response) is EncodedResponse:
                 code = response.error_code

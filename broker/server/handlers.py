@@ -131,11 +131,16 @@ class ThreadClock:
     for a CPU (Linux's /proc/thread-self/schedstat, kept open: one read per call), both in
     seconds, and how many times it went to sleep (``ru_nvcsw``). Where schedstat is missing the
     wait reads 0; where the count is missing, -1 (every slow moment then counts as a sleep).
-    Bound to the thread that first calls it: the event loop's."""
+    Bound to the thread that creates it (the event loop's, which creates the handler); its
+    descriptor is opened at once, so it is there from the broker's start, not from its first use."""
 
     def __init__(self):
         self._fd: int | None = None
         self._available = True
+        try:
+            self._fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
+        except OSError:
+            self._available = False
 
     def __call__(self) -> tuple[float, float, int]:
         cpu = time.thread_time()  # first: it also brings the kernel's runtime figures up to date
@@ -144,13 +149,7 @@ class ThreadClock:
         except (AttributeError, OSError):
             sleeps = -1
         if self._fd is None:
-            if not self._available:
-                return cpu, 0.0, sleeps
-            try:
-                self._fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
-            except OSError:
-                self._available = False
-                return cpu, 0.0, sleeps
+            return cpu, 0.0, sleeps
         try:
             return cpu, int(os.pread(self._fd, 96, 0).split()[1]) / 1e9, sleeps
         except (OSError, ValueError, IndexError):
