@@ -182,6 +182,8 @@ class ClientConnection:
                  decode_limiter: trio.CapacityLimiter | None = None,
                  wrong_protocol_log: WrongProtocolLog | None = None):
         self.stream = stream
+        #: The socket's descriptor, for the writes and reads done straight on it.
+        self._fd = stream.socket.fileno()
         self.handler = handler
         self.decoder = FrameDecoder(max_frame_bytes)
         self.idle_timeout_s = idle_timeout_s
@@ -299,7 +301,7 @@ class ClientConnection:
             # Bytes already there are read at once (the client's next request is often in);
             # the send of every response is the checkpoint that keeps this fair.
             try:
-                data = os.read(self.stream.socket.fileno(), size)
+                data = os.read(self._fd, size)
             except BlockingIOError:
                 data = None
             except OSError as exc:
@@ -456,7 +458,7 @@ class ClientConnection:
         (for writability, under the stall limit), so a response that fits costs one write. The
         checkpoint every send owes the other tasks (``checkpoint``) comes after the write, off
         the client's round trip: the response is on its way while the scheduler runs the others."""
-        fd = self.stream.socket.fileno()
+        fd = self._fd
         view = memoryview(data)
         sent = 0
         waited = False
