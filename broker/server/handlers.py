@@ -136,11 +136,10 @@ class ThreadClock:
 
     def __init__(self):
         self._fd: int | None = None
-        self._available = True
         try:
             self._fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
         except OSError:
-            self._available = False
+            pass
 
     def __call__(self) -> tuple[float, float, int]:
         cpu = time.thread_time()  # first: it also brings the kernel's runtime figures up to date
@@ -154,7 +153,6 @@ class ThreadClock:
             return cpu, int(os.pread(self._fd, 96, 0).split()[1]) / 1e9, sleeps
         except (OSError, ValueError, IndexError):
             self.close()
-            self._available = False
             return cpu, 0.0, sleeps
 
     def close(self) -> None:
