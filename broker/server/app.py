@@ -10,6 +10,7 @@ the clean-shutdown marker, in Kafka's order.
 from __future__ import annotations
 
 import errno
+import gc
 import math
 import os
 import signal
@@ -85,8 +86,15 @@ class BrokerAddress:
 
 
 class BrokerServer:
-    def __init__(self, config: BrokerConfig, *, clock: Clock = SYSTEM_CLOCK, storage_threads: int = 16):
+    def __init__(self, config: BrokerConfig, *, clock: Clock = SYSTEM_CLOCK, storage_threads: int = 16,
+                 freeze_gc: bool = False):
         self.config = config
+        #: Once storage is loaded, move every object so far out of the garbage collector's sight
+        #: (gc.freeze): a full collection then scans only what came after, not the startup's
+        #: tens of thousands of long-lived objects (tens of milliseconds on the event loop, a
+        #: produce p99 outlier). For the broker's own process (serve); a host process embedding
+        #: a broker (tests) keeps its collector as it is.
+        self.freeze_gc = freeze_gc
         self.clock = clock
         self.log_manager = LogManager(config.log_dirs, config.log_config, clock=clock, node_id=config.node_id,
                                       cleaner_config=CleanerConfig.from_broker_config(config))
@@ -127,6 +135,10 @@ class BrokerServer:
         except (TriologError, OSError) as exc:
             raise StartupError(f"cannot open log.dirs={','.join(map(str, self.config.log_dirs))}: "
                                f"{_describe_os_error(exc)}") from exc
+        if self.freeze_gc:
+            gc.collect()
+            gc.freeze()
+            logger.debug("gc_frozen", objects=gc.get_freeze_count())
         try:
             metrics_port = await self._start_metrics_endpoint()
             self.wrong_protocol_log.hints = wrong_protocol_hints(self.config.metrics_listener, metrics_port)
@@ -366,7 +378,7 @@ def raise_open_file_limit() -> tuple[int, int, int]:
 async def serve(config: BrokerConfig) -> None:
     """Run the broker until SIGTERM or SIGINT, then shut down gracefully."""
     raise_open_file_limit()
-    server = BrokerServer(config)
+    server = BrokerServer(config, freeze_gc=True)
     async with trio.open_nursery() as nursery:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             nursery.start_soon(server.run)
