@@ -66,7 +66,7 @@ from triolog.protocol.frames import (
 )
 from triolog.protocol.request_limits import RequestLimits, count_objects
 
-from .handlers import FetchResult, RequestHandler
+from .handlers import EncodedResponse, FetchResult, RequestHandler
 from .memory_pool import RequestMemoryPool
 
 logger = structlog.get_logger("triolog.server")
@@ -182,6 +182,8 @@ class ClientConnection:
                  decode_limiter: trio.CapacityLimiter | None = None,
                  wrong_protocol_log: WrongProtocolLog | None = None):
         self.stream = stream
+        #: The socket's descriptor, for the writes and reads done straight on it.
+        self._fd = stream.socket.fileno()
         self.handler = handler
         self.decoder = FrameDecoder(max_frame_bytes)
         self.idle_timeout_s = idle_timeout_s
@@ -295,10 +297,22 @@ class ClientConnection:
                 self._frame = frame
                 return True
             started = decoder.pending_bytes > 0
-            timeout_at = deadline if started else trio.current_time() + self.idle_timeout_s
-            with trio.move_on_at(timeout_at) as timer:
-                data = await self.stream.receive_some(decoder.read_size(RECEIVE_BYTES, READ_AHEAD_BYTES))
-            if timer.cancelled_caught:
+            size = decoder.read_size(RECEIVE_BYTES, READ_AHEAD_BYTES)
+            # Bytes already there are read at once (the client's next request is often in);
+            # the send of every response is the checkpoint that keeps this fair.
+            try:
+                data = os.read(self._fd, size)
+            except BlockingIOError:
+                data = None
+            except OSError as exc:
+                raise trio.BrokenResourceError(f"receive failed: {exc}") from exc
+            if data is not None:
+                timer = None
+            else:
+                timeout_at = deadline if started else trio.current_time() + self.idle_timeout_s
+                with trio.move_on_at(timeout_at) as timer:
+                    data = await self.stream.receive_some(size)
+            if timer is not None and timer.cancelled_caught:
                 if started:
                     logger.warning("connection_receive_timeout", peer=self.peer,
                                    received=decoder.pending_bytes, frame_length=decoder.frame_length,
@@ -328,9 +342,10 @@ class ClientConnection:
             m.error_response(None, ErrorCode.INVALID_REQUEST, message)))
 
     async def _decode(self, frame: bytes | bytearray) -> m.Request | m.RequestError:
-        if count_objects(frame, INLINE_DECODE_OBJECTS) <= INLINE_DECODE_OBJECTS:
+        # Every msgpack object takes at least one byte: a frame this short needs no count.
+        if len(frame) <= INLINE_DECODE_OBJECTS or count_objects(frame, INLINE_DECODE_OBJECTS) <= INLINE_DECODE_OBJECTS:
             return _decode_request(frame, self.limits)
-        return await trio.to_thread.run_sync(_decode_request, frame, self.limits, limiter=self.decode_limiter)
+        return await self.handler.workers.run_sync(_decode_request, frame, self.limits, limiter=self.decode_limiter)
 
     async def _handle_frame(self) -> bool:
         """Answer the request in ``_frame``; False if the connection is to close (the client left
@@ -378,6 +393,12 @@ class ClientConnection:
                 return True
             if response is None:  # produce with acks=0
                 code = ErrorCode.NONE
+                await trio.lowlevel.checkpoint()  # no send, so no send's checkpoint: stay fair
+                return True
+            if type(response) is EncodedResponse:
+                code = response.error_code
+                entry_errors = response.entry_errors
+                await self._send_bytes(api, response.payload)
                 return True
             if isinstance(response, FetchResult):
                 code = ErrorCode.NONE
@@ -430,25 +451,30 @@ class ClientConnection:
         if not data:
             scope.cancel()
 
-    async def _send_all(self, data: bytes) -> None:
+    async def _send_all(self, data: bytes, checkpoint: bool = True) -> None:
         """``data`` to the client; _SendStalled if it takes none of it for ``send_stall_s``.
 
         Written straight to the non-blocking socket; only when the socket is full does it wait
-        (for writability, under the stall limit), so a response that fits costs one write."""
-        await trio.lowlevel.checkpoint()
-        fd = self.stream.socket.fileno()
+        (for writability, under the stall limit), so a response that fits costs one write. The
+        checkpoint every send owes the other tasks (``checkpoint``) comes after the write, off
+        the client's round trip: the response is on its way while the scheduler runs the others."""
+        fd = self._fd
         view = memoryview(data)
         sent = 0
+        waited = False
         while sent < len(view):
             try:
                 sent += os.write(fd, view[sent:])
                 continue
             except BlockingIOError:
                 pass
+            waited = True
             with trio.move_on_after(self.send_stall_s) as timer:
                 await trio.lowlevel.wait_writable(self.stream.socket)
             if timer.cancelled_caught:
                 raise _SendStalled
+        if checkpoint and not waited:
+            await trio.lowlevel.checkpoint()
 
     async def _send_bytes(self, api: str | None, payload: bytes) -> None:
         await self._send_all(frame_prefix(len(payload)) + payload)
@@ -456,30 +482,51 @@ class ClientConnection:
             self.stats.bytes_out(api, len(payload) + PREFIX_SIZE)
 
     async def _send_parts(self, api: str | None, result: FetchResult) -> None:
-        """The frame prefix and msgpack bytes through the stream; record bytes by sendfile."""
+        """The frame prefix and msgpack bytes through the stream; record bytes by sendfile.
+
+        The socket is corked meanwhile (TCP_CORK, where there is one): the prefix, the msgpack
+        bytes around the records and the records leave in as few segments as their size allows,
+        instead of one segment (and one wake-up of the client) per write."""
         parts = result.parts
         total = m.parts_length(parts)
         pending = bytearray(frame_prefix(total))
         sock = self.stream.socket
-        for part in parts:
-            if isinstance(part, m.ExternalBin):
-                if pending:
-                    await self._send_all(bytes(pending))
-                    pending.clear()
-                region = part.ref
-                if region.fd is None:  # a few descriptors at a time, however many partitions
-                    try:
-                        await trio.to_thread.run_sync(result.open_descriptors, limiter=self.handler.limiter)
-                    except FileNotFoundError as exc:  # retention removed the segment meanwhile
-                        raise trio.BrokenResourceError(f"segment removed before it was sent: {exc}") from exc
-                await _sendfile(sock, region.fd, region.position, region.length, self.send_stall_s)
-                result.close_region(region)
-            else:
-                pending.extend(part)
-        if pending:
-            await self._send_all(bytes(pending))
+        corked = _TCP_CORK is not None and len(parts) > 1
+        if corked:
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, _TCP_CORK, 1)
+            except OSError:
+                corked = False
+        try:
+            for part in parts:
+                if isinstance(part, m.ExternalBin):
+                    if pending:
+                        await self._send_all(bytes(pending), checkpoint=False)
+                        pending.clear()
+                    region = part.ref
+                    if region.fd is None:  # a few descriptors at a time, however many partitions
+                        try:
+                            await self.handler.workers.run_sync(result.open_descriptors, limiter=self.handler.limiter)
+                        except FileNotFoundError as exc:  # retention removed the segment meanwhile
+                            raise trio.BrokenResourceError(f"segment removed before it was sent: {exc}") from exc
+                    await _sendfile(sock, region.fd, region.position, region.length, self.send_stall_s)
+                    result.close_region(region)
+                else:
+                    pending.extend(part)
+            await self._send_all(bytes(pending), checkpoint=False)
+        finally:
+            if corked:
+                try:
+                    sock.setsockopt(socket.IPPROTO_TCP, _TCP_CORK, 0)  # out with what is left
+                except OSError:
+                    pass
+        await trio.lowlevel.checkpoint()  # the send's checkpoint
         if self.stats is not None:
             self.stats.bytes_out(api, total + PREFIX_SIZE)
+
+
+#: Linux's TCP_CORK (None elsewhere): hold partial segments until uncorked.
+_TCP_CORK = getattr(socket, "TCP_CORK", None)
 
 
 def _entry_errors(response: m.Response | None) -> dict[int, int] | None:
@@ -540,15 +587,16 @@ def _decode_request(frame: bytes | bytearray, limits: RequestLimits) -> m.Reques
 
 async def _sendfile(sock, fd: int, position: int, count: int, stall_s: float = math.inf) -> None:
     """Zero-copy file-to-socket copy on trio's non-blocking socket; _SendStalled if the socket
-    accepts nothing for ``stall_s``."""
+    accepts nothing for ``stall_s``. Tries at once and waits for writability only when the socket
+    is full (the caller's send ends with a checkpoint)."""
     while count > 0:
-        with trio.move_on_after(stall_s) as timer:
-            await trio.lowlevel.wait_writable(sock)
-        if timer.cancelled_caught:
-            raise _SendStalled
         try:
             sent = os.sendfile(sock.fileno(), fd, position, count)
         except BlockingIOError:
+            with trio.move_on_after(stall_s) as timer:
+                await trio.lowlevel.wait_writable(sock)
+            if timer.cancelled_caught:
+                raise _SendStalled
             continue
         if sent == 0:  # the file shrank under us: the frame cannot be completed
             raise trio.BrokenResourceError("segment file ended before the fetched region")

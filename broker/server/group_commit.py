@@ -16,12 +16,14 @@ from triolog.broker.storage.log import Log
 
 
 class GroupCommitter:
-    def __init__(self, limiter: trio.CapacityLimiter | None = None):
+    def __init__(self, limiter: trio.CapacityLimiter | None = None, run_sync=trio.to_thread.run_sync):
         self._pending: dict[Log, int] = {}
         self._waiters: list[tuple[Log, int, trio.Event]] = []
         self._wakeup = trio.Event()
         #: The thread slot the flushes run in.
         self.limiter = limiter if limiter is not None else trio.CapacityLimiter(1)
+        #: How a flush goes to its thread (the broker's WorkerThreads.run_sync: counted).
+        self._run_sync = run_sync
         #: Rounds run: each fsyncs every log with waiters once.
         self.flushes = 0
         self._failure: dict[Log, BaseException] = {}
@@ -48,7 +50,7 @@ class GroupCommitter:
             waiters, self._waiters = self._waiters, []
             for log, offset in pending.items():
                 try:
-                    await trio.to_thread.run_sync(log.flush, offset, limiter=self.limiter)
+                    await self._run_sync(log.flush, offset, limiter=self.limiter)
                     self._failure.pop(log, None)
                 except Exception as exc:  # the log went offline; its waiters get the error
                     self._failure[log] = exc

@@ -10,14 +10,18 @@ few microseconds of validation and one write into the page cache, or an index lo
 header reads of data just written. Anything that could take long (a roll, a flush, a new
 leader epoch, compression, older segments, a busy log) goes to a worker thread as before. A
 write into the page cache can still block (the kernel throttling writers when the disk lags
-behind), so an inline request that takes longer than INLINE_SLOW_S and blocked on the way sends
-every request to the worker threads for INLINE_PAUSE_S: the event loop stalls at most once per
-pause.
+behind), so an inline request that held the event loop longer than INLINE_SLOW_S sends every
+request to the worker threads for INLINE_PAUSE_S (if it happened twice in that time, or held it
+past INLINE_STALL_S): the event loop stalls at most twice per pause.
+What counts is the time the loop was held by the request's own work (:class:`LoopHoldMeter`), not
+the time it waited for the GIL while a worker thread ran Python (a big fetch, a metadata walk):
+that wait is the same with or without inline serving, and must not turn it off.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 import os
 import resource
 import threading
@@ -25,6 +29,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+import msgpack
 import structlog
 import trio
 
@@ -109,20 +114,182 @@ SPARE_FETCH_DESCRIPTORS = 256
 INLINE_PRODUCE_BYTES = 16 * 1024 if core.COMPILED else 2 * 1024
 #: Partitions a produce or fetch may name and still be served on the event loop.
 INLINE_PARTITIONS = 4
-#: An inline request that took longer than this and blocked on the way (the thread gave up the
-#: CPU itself: a write throttled by the kernel, a page fault reading from disk), not merely
-#: preempted on a busy machine, turns inline serving off for INLINE_PAUSE_S.
+#: An inline request that held the event loop longer than this (its own computation, or a sleep
+#: in the kernel: a write throttled by the kernel, a page fault reading from disk), not merely
+#: preempted by another process or waiting for the GIL, turns inline serving off for
+#: INLINE_PAUSE_S (see INLINE_STALL_S).
 INLINE_SLOW_S = 0.002
 INLINE_PAUSE_S = 1.0
+#: One hold pauses at once only if this long; a shorter one pauses when another came within
+#: INLINE_PAUSE_S before it: a kernel throttling writers holds every write, while a one-off wait
+#: (a journal commit on a busy disk) would otherwise cost a second of thread hops for nothing.
+INLINE_STALL_S = 0.02
 
 
-def _voluntary_switches() -> int:
-    """Times this thread went to sleep in the kernel (Linux: blocked, not preempted); -1 where
-    that is not known, which makes every slow inline request count as blocked."""
-    try:
-        return resource.getrusage(resource.RUSAGE_THREAD).ru_nvcsw
-    except (AttributeError, OSError):
-        return -1
+class ThreadClock:
+    """The calling thread's CPU time (``time.thread_time``), its time spent runnable but waiting
+    for a CPU (Linux's /proc/thread-self/schedstat, kept open: one read per call), both in
+    seconds, and how many times it went to sleep (``ru_nvcsw``). Where schedstat is missing the
+    wait reads 0; where the count is missing, -1 (every slow moment then counts as a sleep).
+    Bound to the thread that creates it (the event loop's, which creates the handler); its
+    descriptor is opened at once, so it is there from the broker's start, not from its first use."""
+
+    def __init__(self):
+        self._fd: int | None = None
+        try:
+            self._fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
+        except OSError:
+            pass
+
+    def __call__(self) -> tuple[float, float, int]:
+        cpu = time.thread_time()  # first: it also brings the kernel's runtime figures up to date
+        try:
+            sleeps = resource.getrusage(resource.RUSAGE_THREAD).ru_nvcsw
+        except (AttributeError, OSError):
+            sleeps = -1
+        if self._fd is None:
+            return cpu, 0.0, sleeps
+        try:
+            return cpu, int(os.pread(self._fd, 96, 0).split()[1]) / 1e9, sleeps
+        except (OSError, ValueError, IndexError):
+            self.close()
+            return cpu, 0.0, sleeps
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+class WorkerThreads:
+    """The broker's calls into worker threads, counted on the event loop (so without a lock):
+    while any is outstanding, the loop sleeping may be the loop waiting for the GIL a worker holds
+    (running Python, or preempted while holding it on a loaded machine)."""
+
+    def __init__(self):
+        self.outstanding = 0
+
+    async def run_sync(self, fn, *args, limiter: trio.CapacityLimiter | None = None):
+        self.outstanding += 1
+        try:
+            return await trio.to_thread.run_sync(fn, *args, limiter=limiter)
+        finally:
+            self.outstanding -= 1
+
+
+class LoopHoldMeter:
+    """How long an inline attempt held up the event loop, from clocks the kernel keeps.
+
+    Wall time overstates it three times over. Preemption: the thread was runnable, waiting for a
+    CPU other processes had (its schedstat run delay). Steal: the virtual machine's CPU was not
+    running at all (the thread neither slept nor waited, its CPU clock stood still). And waits
+    for the GIL while one of our worker threads held it: the thread slept on a futex, for work
+    the loop would have waited for anyway, inline serving or not. So the hold is the thread's
+    own CPU time in the attempt (decode, validation, copies), plus, only if it went to sleep and
+    no worker thread of ours was busy (:class:`WorkerThreads`), the time it was neither on a CPU
+    nor waiting for one: a sleep then is the kernel holding the thread (a write throttled by the
+    kernel, a page fault reading from disk).
+
+    The price: a kernel stall of the loop while workers are busy is not seen (a GIL holder that
+    is itself preempted or asleep, common on a loaded machine, looks the same from here); a
+    thread not started through WorkerThreads (the cleaner's, which runs its rounds in a worker
+    process by default) can still make a GIL wait look like a hold. The loop's own computation
+    always counts. Three cheap kernel reads per attempt; the process's CPU clock, which would
+    tell the other threads' share, costs as much again and is left out.
+    """
+
+    __slots__ = ("wall", "thread", "workers")
+
+    def __init__(self, wall: Callable[[], float] = time.monotonic,
+                 thread: Callable[[], tuple[float, float, int]] | None = None,
+                 workers: WorkerThreads | None = None):
+        self.wall = wall
+        #: () -> (this thread's CPU seconds, its seconds waiting for a CPU, its sleeps so far).
+        self.thread = thread if thread is not None else ThreadClock()
+        self.workers = workers if workers is not None else WorkerThreads()
+
+    def start(self) -> tuple[float, tuple[float, float, int], bool]:
+        # The wall interval encloses the thread's (read first here, last in measure).
+        return self.wall(), self.thread(), self.workers.outstanding > 0
+
+    def measure(self, started: tuple[float, tuple[float, float, int], bool],
+                limit_s: float = 0.0) -> tuple[float, float]:
+        """(wall seconds, seconds the loop was held) of the attempt begun at ``started``. Up to
+        ``limit_s`` of wall time the hold is taken to be the wall time, without reading the CPU
+        clocks (the common, fast case)."""
+        wall = self.wall() - started[0]
+        if wall <= limit_s:
+            return wall, wall
+        on_cpu, waiting, sleeps = self.thread()
+        wall = self.wall() - started[0]
+        own = max(0.0, on_cpu - started[1][0])
+        if started[2] or (sleeps >= 0 and sleeps == started[1][2]):
+            # A worker was busy (a sleep may have been a wait for the GIL), or no sleep at all
+            # (the rest was preemption or steal).
+            return wall, own
+        preempted = max(0.0, waiting - started[1][1])
+        return wall, own + max(0.0, wall - own - preempted)
+
+
+class EncodedResponse:
+    """A response already packed by its handler (the hot paths build the wire map straight from
+    their results, without the message objects): the connection sends ``payload`` as it is."""
+
+    __slots__ = ("payload", "error_code", "entry_errors")
+
+    def __init__(self, payload: bytes, error_code: int = 0, entry_errors: dict[int, int] | None = None):
+        self.payload = payload
+        self.error_code = error_code
+        #: The entries' error codes, counted (as connection._entry_errors counts them).
+        self.entry_errors = entry_errors
+
+
+class ApiVersionsAnswer:
+    """api_versions' answer, the same for every request but its id: packed once, the id's
+    encoding spliced in per request (a map whose first key is ``id``)."""
+
+    def __init__(self, broker_version: str):
+        def packed(request_id: int) -> bytes:
+            return m.encode_response(m.ApiVersionsResponse(id=request_id, broker_version=broker_version))
+
+        zero, one = packed(0), packed(1)
+        cut = next(i for i, (a, b) in enumerate(zip(zero, one)) if a != b)
+        if zero[cut + 1:] != one[cut + 1:] or zero[cut] != msgpack.packb(0)[0]:  # pragma: no cover
+            raise AssertionError("api_versions' response does not encode its id as one field")
+        self._head, self._tail = zero[:cut], zero[cut + 1:]
+
+    def payload(self, request_id: int) -> bytes:
+        return b"".join((self._head, msgpack.packb(request_id), self._tail))
+
+
+def produce_payload(request_id: int, results: list) -> EncodedResponse:
+    """The produce response for ``results`` ((topic, [(partition, info | (code, message), log)])
+    from RequestHandler._produce), packed from the same wire map as
+    ``m.encode_response(m.ProduceResponse(...))`` gives, without building the message objects."""
+    topics = []
+    errors: dict[int, int] | None = None
+    for name, rows in results:
+        partitions = []
+        for partition, info, log in rows:
+            if log is None:
+                code, message = info
+                code = int(code)
+                if errors is None:
+                    errors = {}
+                errors[code] = errors.get(code, 0) + 1
+                partitions.append({"partition": partition, "error_code": code, "error_message": message,
+                                   "base_offset": -1, "log_append_time": -1, "log_start_offset": -1})
+            else:
+                partitions.append({"partition": partition, "error_code": 0, "error_message": None,
+                                   "base_offset": info.first_offset, "log_append_time": info.log_append_time_ms,
+                                   "log_start_offset": info.log_start_offset})
+        topics.append({"name": name, "partitions": partitions})
+    wire = {"id": request_id, "error_code": 0, "error_message": None, "topics": topics, "throttle_ms": 0}
+    return EncodedResponse(_packb(wire), 0, errors)
+
+
+def _packb(wire: dict) -> bytes:
+    return msgpack.packb(wire, use_bin_type=True)
 
 
 class _WouldBlock(Exception):
@@ -227,7 +394,7 @@ class FetchResult:
 class RequestHandler:
     def __init__(self, config: BrokerConfig, log_manager: LogManager, topics: TopicManager,
                  committer: GroupCommitter, notifier: AppendNotifier, limiter: trio.CapacityLimiter,
-                 on_roll: Callable[[Log, str], None] | None = None):
+                 on_roll: Callable[[Log, str], None] | None = None, workers: WorkerThreads | None = None):
         self.config = config
         self.log_manager = log_manager
         self.topics = topics
@@ -246,30 +413,50 @@ class RequestHandler:
         #: Monotonic seconds (``clock``) until which nothing is served inline (see INLINE_SLOW_S).
         self.inline_paused_until = 0.0
         self.clock = time.monotonic
-        #: How many times this thread has blocked so far (see _voluntary_switches).
-        self.blocked_count = _voluntary_switches
+        #: Measures how long each inline attempt held the event loop.
+        self.workers = workers if workers is not None else WorkerThreads()
+        self.meter = LoopHoldMeter(workers=self.workers)
+        #: Inline attempts that took longer than INLINE_SLOW_S of wall time, and those of them
+        #: found to have held the loop that long (and so paused inline serving).
+        self.inline_slow = 0
+        self.inline_held = 0
+        #: When (``clock``) the last inline attempt held the loop past INLINE_SLOW_S.
+        self._last_hold_at = -math.inf
+
+    def close(self) -> None:
+        """Release what the handler holds open (the meter's clock file)."""
+        close = getattr(self.meter.thread, "close", None)
+        if close is not None:
+            close()
 
     def _inline_allowed(self) -> bool:
         return self.clock() >= self.inline_paused_until
 
-    def _inline_start(self) -> tuple[float, int]:
-        return self.clock(), self.blocked_count()
+    def _inline_start(self) -> tuple:
+        return self.meter.start()
 
-    def _inline_took(self, started: tuple[float, int]) -> None:
-        """Turn inline serving off for a while if the inline attempt begun at ``started`` was slow
-        because it blocked."""
+    def _inline_took(self, started: tuple) -> None:
+        """Turn inline serving off for a while if the inline attempt begun at ``started`` held the
+        event loop longer than INLINE_SLOW_S (see LoopHoldMeter)."""
+        wall, held = self.meter.measure(started, INLINE_SLOW_S)
+        if wall <= INLINE_SLOW_S:
+            return
+        self.inline_slow += 1
+        if held <= INLINE_SLOW_S:
+            return
+        self.inline_held += 1
         now = self.clock()
-        if now - started[0] > INLINE_SLOW_S:
-            switches = self.blocked_count()
-            if switches < 0 or switches != started[1]:
-                self.inline_paused_until = now + INLINE_PAUSE_S
-                logger.info("inline_requests_paused", took_ms=round((now - started[0]) * 1000, 3),
-                            pause_s=INLINE_PAUSE_S, limit_ms=INLINE_SLOW_S * 1000)
+        previous, self._last_hold_at = self._last_hold_at, now
+        if held <= INLINE_STALL_S and now - previous > INLINE_PAUSE_S:
+            return
+        self.inline_paused_until = now + INLINE_PAUSE_S
+        logger.info("inline_requests_paused", held_ms=round(held * 1000, 3), took_ms=round(wall * 1000, 3),
+                    pause_s=INLINE_PAUSE_S, limit_ms=INLINE_SLOW_S * 1000)
 
     async def _in_thread(self, fn, *args):
-        return await trio.to_thread.run_sync(fn, *args, limiter=self.limiter)
+        return await self.workers.run_sync(fn, *args, limiter=self.limiter)
 
-    async def handle(self, request: m.Request) -> m.Response | FetchResult | None:
+    async def handle(self, request: m.Request) -> m.Response | EncodedResponse | FetchResult | None:
         handler = getattr(self, "_" + request.api)
         return await handler(request)
 
@@ -325,8 +512,8 @@ class RequestHandler:
                     f"topic {topic!r} partition {partition} was deleted while the request was served")
         return error_of(exc, topic=topic, partition=partition)
 
-    async def _api_versions(self, request: m.ApiVersionsRequest) -> m.Response:
-        return m.ApiVersionsResponse(id=request.id, broker_version=BROKER_VERSION)
+    async def _api_versions(self, request: m.ApiVersionsRequest) -> EncodedResponse:
+        return EncodedResponse(_API_VERSIONS.payload(request.id))
 
     async def _metadata(self, request: m.MetadataRequest) -> m.Response:
         def work() -> list[m.TopicMetadata]:
@@ -506,7 +693,7 @@ class RequestHandler:
                 except Exception as exc:
                     rows.append((part.partition, self._partition_error(exc, topic.name, part.partition), None))
 
-    async def _produce(self, request: m.ProduceRequest) -> m.Response | None:
+    async def _produce(self, request: m.ProduceRequest) -> EncodedResponse | None:
         results: list = []  # (topic, [(partition, info | (code, message), log)])
         try:
             if (sum(len(t.partitions) for t in request.topics) > INLINE_PARTITIONS
@@ -530,21 +717,7 @@ class RequestHandler:
             results = await self._wait_flushed(results, request.timeout_ms)
         if request.acks == 0:
             return None
-        topics = []
-        for name, rows in results:
-            partitions = []
-            for partition, info, log in rows:
-                if log is None:
-                    code, message = info
-                    partitions.append(m.ProducePartitionResult(partition=partition, error_code=code,
-                                                               error_message=message))
-                else:
-                    partitions.append(m.ProducePartitionResult(
-                        partition=partition, base_offset=info.first_offset,
-                        log_append_time=info.log_append_time_ms, log_start_offset=info.log_start_offset,
-                    ))
-            topics.append(m.ProduceTopicResult(name=name, partitions=tuple(partitions)))
-        return m.ProduceResponse(id=request.id, topics=tuple(topics))
+        return produce_payload(request.id, results)
 
     async def _wait_flushed(self, results, timeout_ms: int):
         """acks=all: every appended partition fsynced (group commit) within timeout_ms, else
@@ -818,3 +991,7 @@ def _read_with_descriptor(log, offset: int, budget: int, take: bool = True, inli
             attempts_left -= 1
             if not attempts_left:
                 raise
+
+
+#: api_versions' packed answer (see ApiVersionsAnswer).
+_API_VERSIONS = ApiVersionsAnswer(BROKER_VERSION)

@@ -52,3 +52,22 @@ async def test_a_segment_removed_before_its_turn_closes_the_connection(tmp_path)
         assert received < length  # the frame was cut, never completed with other bytes
         assert (await client.fetch("wide", 1, partition=PARTITIONS - 1))["error_code"] == 0
         await wait_until(lambda: server.handler.fetch_descriptors.held == 0, what="the budget to be given back")
+
+
+async def test_a_fetch_response_leaves_the_socket_uncorked(tmp_path):
+    """Fetch responses are sent corked (one segment for prefix, fields and records); the cork
+    comes off at the end, or the next small response would sit in the kernel for 200 ms."""
+    import socket
+
+    from .inprocess import Client, running_broker, values_of
+
+    cork = getattr(socket, "TCP_CORK", None)
+    async with running_broker(tmp_path) as (server, port):
+        client = await Client.connect(port)
+        await client.create("corked")
+        await client.produce("corked", [b"x" * 3000, b"y"])
+        assert values_of((await client.fetch("corked", 0))["records"]) == [b"x" * 3000, b"y"]
+        (connection,) = server._connections
+        if cork is not None:
+            assert connection.stream.socket.getsockopt(socket.IPPROTO_TCP, cork) == 0
+        assert (await client.api_versions())["error_code"] == 0
