@@ -72,10 +72,17 @@ def _fake_venv(tmp_path: Path) -> Path:
     return venv
 
 
+def _cc_record(venv: Path, *variables: str) -> str:
+    """The file naming the C compiler the core was built with, for make's CC (this environment's, or a CC=...)."""
+    (name,) = _make("--no-print-directory", f"VENV={venv}", *variables, "--eval",
+                    "print-cc-record: ; @echo $(CC_RECORD)", "print-cc-record")
+    return Path(name).name
+
+
 def _installed(venv: Path) -> None:
-    """Stamps as after an install newer than every file of the checkout."""
+    """Stamps as after an install newer than every file of the checkout (the core built with make's CC)."""
     newest = max(path.stat().st_mtime for path in (ROOT / "pyproject.toml", ROOT / "setup.py", *_core_sources()))
-    for stamp in (".triolog-runtime", ".triolog-test", ".triolog-core"):
+    for stamp in (".triolog-runtime", ".triolog-test", _cc_record(venv), ".triolog-core"):
         (venv / stamp).write_text("")
         os.utime(venv / stamp, (newest + 1, newest + 1))
 
@@ -130,6 +137,19 @@ def test_make_rebuilds_the_compiled_core_when_a_source_is_newer(tmp_path):
             build = [c for c in commands if "build_ext" in c]
             assert build == [f"{venv}/bin/python setup.py -q build_ext --inplace"], (source, commands)
             assert _pip(commands) == []
+
+
+def test_make_rebuilds_the_compiled_core_for_another_compiler(tmp_path):
+    """`make test` after `CC=false make test` (pure Python, the README's run without a compiler)
+    compiles the core again, and so does going back to CC=false: the core is what CC says."""
+    venv = _fake_venv(tmp_path)
+    _installed(venv)
+    build = f"{venv}/bin/python setup.py -q build_ext --inplace"
+    other = "CC=false" if _cc_record(venv) != _cc_record(venv, "CC=false") else "CC=true"
+    assert _cc_record(venv, other) != _cc_record(venv)
+    commands = _dry_run("test", venv, other)
+    assert [c for c in commands if "build_ext" in c] == [build] and _pip(commands) == [], commands
+    assert [c for c in _dry_run("test", venv) if "build_ext" in c] == [], "the same compiler: no rebuild"
 
 
 def test_the_makefile_compiles_what_core_lists():
