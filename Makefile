@@ -47,7 +47,15 @@ $(TEST_STAMP): pyproject.toml $(RUNTIME_STAMP)
 	$(EDITABLE) '.[test,spark]'
 	touch $@
 
-$(CORE_STAMP): setup.py triolog/core.py $(CORE_SOURCES) $(CORE_DECLARATIONS) $(RUNTIME_STAMP)
+# The C compiler the core was last built with (make's CC: cc unless given), named in a file: another
+# one, e.g. `make test` after `CC=false make test`, has no file yet, so the core is rebuilt with it.
+EMPTY :=
+CC_RECORD := $(VENV)/.triolog-cc-$(subst /,_,$(subst $(EMPTY) $(EMPTY),_,$(CC)))
+$(CC_RECORD): | $(BIN)/python
+	@rm -f $(VENV)/.triolog-cc-*
+	@touch $@
+
+$(CORE_STAMP): setup.py triolog/core.py $(CORE_SOURCES) $(CORE_DECLARATIONS) $(RUNTIME_STAMP) $(CC_RECORD)
 	@$(BIN)/python -c "$$BUILD_TOOLS_PRESENT" 2>/dev/null || $(PIP) $(BUILD_REQUIRES)
 	@$(BIN)/python setup.py -q build_ext --inplace
 	@touch $@
@@ -65,12 +73,15 @@ test: system-deps $(TEST_STAMP) $(CORE_STAMP)
 # Debian packages the tests run: prometheus (its server and promtool) and tini (the image's
 # PID 1) for tests/ops, a Java 17+ runtime for PySpark 4 in tests/pipeline (17, or 21 where the
 # release no longer ships 17), and a C compiler with Python's headers for the compiled core (the
-# suite checks it runs where a compiler exists; the pure-Python pass covers the fallback).
+# suite checks it runs where a compiler exists; the pure-Python pass covers the fallback). A CC
+# given to make is the user's choice and never replaced: `CC=false make test` runs everything as
+# on a machine without a compiler (the core falls back to pure Python, the tests check that).
 # Installed only when missing; sudo is used when not root. The prometheus package's postinst may
 # start a daemon on :9090; the tests run their own instance on a free port.
+CC_CHOSEN := $(filter-out default,$(origin CC))
 system-deps:
 	@JAVA_OK=$$(java -version 2>&1 | grep -qE 'version "(1[7-9]|[2-9][0-9])' && echo yes); \
-	CC_OK=$$(printf 'int triolog_probe;\n' | $${CC:-cc} -x c -c -o /dev/null - 2>/dev/null && echo yes); \
+	CC_OK=$$( { [ -n "$(CC_CHOSEN)" ] || printf 'int triolog_probe;\n' | cc -x c -c -o /dev/null - 2>/dev/null; } && echo yes); \
 	HEADERS_OK=$$(test -f "$$($(PYTHON) -c 'import sysconfig; print(sysconfig.get_paths()["include"])')/Python.h" && echo yes); \
 	command -v promtool >/dev/null && command -v prometheus >/dev/null && command -v tini >/dev/null \
 		&& [ -n "$$JAVA_OK" ] && [ -n "$$CC_OK" ] && [ -n "$$HEADERS_OK" ] || { \

@@ -42,6 +42,7 @@ def _add_serve(subparsers) -> None:
 def _run_serve(args) -> int:
     import trio
 
+    from triolog import core  # decided (and its WARNING dropped, see main) before logging is set up
     from triolog.broker.logger import configure_logging
     from triolog.broker.server.app import serve
     from triolog.config.loader import load_config
@@ -64,6 +65,13 @@ def _run_serve(args) -> int:
     from triolog.broker.allocator import MMAP_THRESHOLD_BYTES, fix_mmap_threshold
 
     log.info("malloc_mmap_threshold", bytes=MMAP_THRESHOLD_BYTES, fixed=fix_mmap_threshold())
+    # Which core the broker runs, in its own log (main() kept the import-time WARNING off stderr):
+    # a WARNING when it fell back to pure Python unasked (no compiler at install, a stale build).
+    core_log = structlog.get_logger("triolog.core")
+    if core.warning() is None:
+        core_log.info("compiled_core", status=core.status())
+    else:
+        core_log.warning("compiled_core", status=core.status(), message=core.warning())
     from triolog.broker.server.app import startup_failure
 
     try:
@@ -146,9 +154,23 @@ def _silence_stdout() -> None:
     os.close(devnull)
 
 
+def _quiet_core_warning() -> None:
+    """Keep the compiled core's import-time WARNING (triolog/core.py: pure Python, no compiler at
+    install) off the stderr of every command: logging's last resort would print it on each
+    ``produce``, ``consume``, ``topics``... call. The command says it where it matters instead:
+    ``--version``, ``health`` (the broker's core) and the broker's startup log (``serve``). A logging
+    setup of the caller's own (``main()`` called from a program) still receives the record."""
+    import logging
+
+    core_logger = logging.getLogger("triolog.core")
+    if not any(isinstance(handler, logging.NullHandler) for handler in core_logger.handlers):
+        core_logger.addHandler(logging.NullHandler())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one subcommand. A reader that closed our stdout (``| head``) ends us quietly with 0,
     Ctrl-C with 130, as Kafka's shell tools do: neither is an error worth a traceback."""
+    _quiet_core_warning()
     try:
         try:
             args = build_parser().parse_args(argv)

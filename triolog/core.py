@@ -7,7 +7,8 @@ extension named ``_<module>_c`` beside it. This module picks one per process:
 
 * the compiled extension when it was built (``pip install`` with a C compiler);
 * the pure-Python module when it was not (no compiler, ``CC=false``: the install still succeeds),
-  said once, as a WARNING on the ``triolog.core`` logger, at first import;
+  said once, as a WARNING on the ``triolog.core`` logger, at first import (``warning()`` keeps the
+  text: the ``triolog`` command silences that logger and says it in its own output instead);
 * the pure-Python module when, in a git checkout, the extension is older than its source (a stale
   build never runs; ``make run``/``make test`` rebuild it), also said once;
 * the pure-Python module whenever ``TRIOLOG_PURE_PYTHON`` is set to a non-empty value other than
@@ -27,7 +28,8 @@ import os
 from pathlib import Path
 from types import ModuleType
 
-__all__ = ["COMPILED", "MODULES", "PURE_PYTHON_ENV", "compiled_available", "implementation", "stale", "status"]
+__all__ = ["COMPILED", "MODULES", "PURE_PYTHON_ENV", "compiled_available", "implementation", "stale", "status",
+           "warning"]
 
 #: Modules (dotted, below ``triolog``) that have a compiled twin ``_<name>_c`` in the same package,
 #: built from the same source. setup.py reads this tuple (it cannot import the package), so it is
@@ -118,36 +120,42 @@ def implementation(name: str, compiled: bool) -> ModuleType:
     return importlib.import_module(compiled_name(name))
 
 
-def _choose() -> tuple[bool, str]:
+def _choose() -> tuple[bool, str, str | None]:
+    """(compiled?, status line, the warning to give or None)."""
     if _forced_pure():
-        return False, f"pure Python ({PURE_PYTHON_ENV} is set)"
+        return False, f"pure Python ({PURE_PYTHON_ENV} is set)", None
     out_of_date = [name for name in MODULES if stale(name)]
     if out_of_date:
-        _log.warning(
+        return False, "pure Python (extension out of date)", (
             "triolog's compiled core is older than its source in this checkout, so it is not used: the "
             "per-record paths run in pure Python until it is rebuilt (`make run` / `make test` do it; "
-            "or `python setup.py build_ext --inplace`); out of date: %s",
-            ", ".join(compiled_name(name) for name in out_of_date),
-        )
-        return False, "pure Python (extension out of date)"
+            "or `python setup.py build_ext --inplace`); out of date: "
+            + ", ".join(compiled_name(name) for name in out_of_date))
     missing = [name for name in MODULES if not compiled_available(name)]
     if missing:
-        _log.warning(
+        return False, "pure Python (extension not built)", (
             "triolog's compiled core is not built (no C compiler at install time?): the per-record "
-            "paths run in pure Python, several times slower; missing: %s",
-            ", ".join(compiled_name(name) for name in missing),
-        )
-        return False, "pure Python (extension not built)"
-    return True, "compiled (Cython)"
+            "paths run in pure Python, several times slower; missing: "
+            + ", ".join(compiled_name(name) for name in missing))
+    return True, "compiled (Cython)", None
 
 
 #: Whether this process runs the compiled core; decided once, at first import.
-COMPILED, _STATUS = _choose()
+COMPILED, _STATUS, _WARNING = _choose()
+if _WARNING is not None:
+    # Once per process, at import. A program without logging configured shows it on stderr
+    # (logging's last resort); the CLI adds a NullHandler to this logger first (see broker/cli.py).
+    _log.warning("%s", _WARNING)
 
 
 def status() -> str:
     """One line for ``--version`` and health output: which core this process runs."""
     return _STATUS
+
+
+def warning() -> str | None:
+    """Why this process runs pure Python although it was not asked to (the import-time WARNING), or None."""
+    return _WARNING
 
 
 def load(name: str) -> ModuleType:

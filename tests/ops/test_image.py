@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -27,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.checkout import c_compiler_works
 from tests.ops import dockerfile as df
 from tests.ops.conftest import free_port
 from tests.waiting import wait_for
@@ -35,8 +35,10 @@ from triolog import core
 ARGS, STAGES = df.stages(df.DOCKERFILE.read_text())
 BUILDER, RUNTIME = STAGES[0], STAGES[-1]
 #: The site-packages entries the python base image already has, not part of what we add.
-COMPILER = (sysconfig.get_config_var("CC") or "cc").split()[0]
-HAS_COMPILER = shutil.which(COMPILER) is not None
+#: The compiler the host's build uses ($CC, else the interpreter's) and whether it compiles: under
+#: CC=false (the README's run without a compiler) the wheel is pure Python, and the test checks that.
+COMPILER = os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc"
+HAS_COMPILER = c_compiler_works()
 BASE_IMAGE_PACKAGES = re.compile(r"^(pip|setuptools|wheel|pkg_resources|_distutils_hack|distutils-precedence\.pth)")
 
 

@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.checkout import c_compiler_works, tracked_copy
+from tests.protocol.corruption import corrupted
 from triolog import core
 from triolog.protocol.compression import decompress
 from triolog.protocol.record_batch import HEADER, CompressionType
@@ -94,22 +95,12 @@ def test_compiled_walk_refuses_like_the_pure_walk_on_corrupt_records(generated, 
     """Flipped, deleted and inserted bytes, and wrong counts: the same error, the same message."""
     compiled = _compiled()
     payload, count, base_timestamp = _walk_input(encode_batch(generated, compression=codec))
-    corrupt = bytearray(payload)
-    for _ in range(data.draw(st.integers(0, 4), label="edits")):
-        position = data.draw(st.integers(0, len(corrupt)), label="position")
-        edit = data.draw(st.sampled_from(["flip", "delete", "insert"]), label="edit")
-        if edit == "flip" and position < len(corrupt):
-            corrupt[position] ^= data.draw(st.integers(1, 255), label="xor")
-        elif edit == "delete":
-            del corrupt[position:position + data.draw(st.integers(1, 3), label="length")]
-        else:
-            corrupt[position:position] = data.draw(st.binary(min_size=1, max_size=11) | st.just(b"\xff" * 11),
-                                                   label="inserted")  # the second: an overlong varint
+    corrupt = data.draw(corrupted(payload), label="corrupt")
     count += data.draw(st.sampled_from([0, 0, 0, -1, 1, 1000]), label="count error")
     start = data.draw(st.integers(0, 2), label="start")
     kwargs = _bounds(data.draw) if data.draw(st.booleans(), label="bounded") else {}
-    expected = _outcome(PURE.walk_records, bytes(corrupt), start, count, base_timestamp, **kwargs)
-    assert _outcome(compiled.walk_records, bytes(corrupt), start, count, base_timestamp, **kwargs) == expected
+    expected = _outcome(PURE.walk_records, corrupt, start, count, base_timestamp, **kwargs)
+    assert _outcome(compiled.walk_records, corrupt, start, count, base_timestamp, **kwargs) == expected
 
 
 def test_the_process_runs_the_compiled_walk_where_it_is_built():

@@ -230,7 +230,10 @@ class WorkerProcessExecutor:
         map_memory, load_factor, rate, check_ms = self._args
         try:
             process = subprocess.Popen(
-                [sys.executable, "-c", "from triolog.broker.storage.cleaner.worker import _entry; _entry()",
+                # The core's import-time WARNING (pure Python) is the broker's to give, once, not
+                # the worker's on every start: a NullHandler keeps logging's last resort quiet.
+                [sys.executable, "-c", "import logging; logging.getLogger('triolog.core').addHandler("
+                 "logging.NullHandler()); from triolog.broker.storage.cleaner.worker import _entry; _entry()",
                  str(to_child_r), str(to_parent_w), str(os.getpid()), str(int(self._kernel_signal)),
                  str(map_memory), repr(load_factor), repr(rate), str(check_ms)],
                 pass_fds=(to_child_r, to_parent_w), env=env, stdin=subprocess.DEVNULL,

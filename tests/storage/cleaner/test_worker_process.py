@@ -197,8 +197,11 @@ def test_the_worker_asks_the_kernel_for_sigkill_when_its_parent_dies():
 
 
 _PARENT = textwrap.dedent("""
-    import os, sys, threading
+    import logging, os, sys, threading
     sys.path.insert(0, {root!r})
+    # Like the broker (triolog serve), which gives the core's pure-Python WARNING in its log, not
+    # on stderr: what reaches stderr here is the worker's, and a worker says nothing.
+    logging.getLogger("triolog.core").addHandler(logging.NullHandler())
     from triolog.broker.storage.clock import ManualClock
     from triolog.broker.storage.log import Log
     from triolog.broker.storage.cleaner.cleaner_manager import LogToClean
