@@ -31,7 +31,7 @@ from __future__ import annotations
 import contextlib
 import struct
 import threading
-from typing import NamedTuple
+from typing import NamedTuple, NoReturn
 
 from crc32c import crc32c
 
@@ -62,6 +62,7 @@ from triolog import core
 _record_codec = core.load("protocol.record_codec")
 walk_records = _record_codec.walk_records
 renumber_records = _record_codec.renumber_records
+check_batch_header = _record_codec.check_batch_header
 
 from .errors import (
     CorruptRecordError,
@@ -166,17 +167,10 @@ def validate_and_assign_offsets(
     UnsupportedForMessageFormatError; nothing is written on error.
     """
     size = len(records)
-    if size < HEADER_SIZE:
-        _raise_framing_error(records)
-    (base_offset, batch_length, _, magic, crc, attributes, last_offset_delta, base_timestamp,
-     max_timestamp, producer_id, _, base_sequence, count) = HEADER.unpack_from(records, 0)
-    if magic != CURRENT_MAGIC or batch_length + LOG_OVERHEAD != size:
-        _raise_framing_error(records)
-    if base_offset != 0 or last_offset_delta + 1 != count or count <= 0 or attributes & CONTROL_FLAG \
-            or (producer_id >= 0 and base_sequence < 0) or attributes & COMPRESSION_MASK > CompressionType.ZSTD:
-        _check_header(read_header(records))
-    if size > config.max_message_bytes or size > config.segment_bytes:
-        _check_size(size, config)
+    fields = check_batch_header(records, min(config.max_message_bytes, config.segment_bytes))
+    if fields is None:
+        _raise_header_error(records, config)
+    batch_length, crc, attributes, last_offset_delta, base_timestamp, max_timestamp, count = fields
     view = memoryview(records)
     if crc32c(view[CRC_START:]) != crc:
         raise CorruptRecordError(
@@ -235,6 +229,22 @@ def validate_and_assign_offsets(
             _INT64.pack_into(head, MAX_TIMESTAMP_OFFSET, new_max)
             _UINT32.pack_into(head, CRC_OFFSET, crc32c(body, crc32c(memoryview(head)[CRC_START:])))
         return ValidatedBatch([head, body], size, offset, last_offset, new_max, last_offset, -1, count, offset_of_max)
+
+
+def _raise_header_error(records, config: LogConfig) -> NoReturn:
+    """The batch breaks a header rule (the core's check_batch_header said so): name the first one
+    in Kafka's order (the rare path, so it reads the header again, in Python)."""
+    size = len(records)
+    if size < HEADER_SIZE:
+        _raise_framing_error(records)
+    (base_offset, batch_length, _, magic, _, attributes, last_offset_delta, _, _, producer_id, _, base_sequence,
+     count) = HEADER.unpack_from(records, 0)
+    if magic != CURRENT_MAGIC or batch_length + LOG_OVERHEAD != size:
+        _raise_framing_error(records)
+    if base_offset != 0 or last_offset_delta + 1 != count or count <= 0 or attributes & CONTROL_FLAG \
+            or (producer_id >= 0 and base_sequence < 0) or attributes & COMPRESSION_MASK > CompressionType.ZSTD:
+        _check_header(read_header(records))
+    _check_size(size, config)
 
 
 def _raise_framing_error(records) -> None:
