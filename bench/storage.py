@@ -84,14 +84,14 @@ def scales(quick: bool) -> dict:
             append_total=128 * MiB, append_reps=3, validation_total=8 * MiB, validation_small=20_000,
             validation_reps=3,
             read_segments=1000, reads=5000, ts_lookups=1000,
-            open_segments=10_000, open_reps=3, rolls=40,
+            open_segments=10_000, open_reps=3, rolls=100,
             recovery_total=64 * MiB, recovery_reps=2,
         )
     return dict(
         append_total=512 * MiB, append_reps=3, validation_total=32 * MiB, validation_small=100_000,
         validation_reps=5,
         read_segments=1000, reads=20_000, ts_lookups=5000,
-        open_segments=10_000, open_reps=5, rolls=100,
+        open_segments=10_000, open_reps=5, rolls=400,
         recovery_total=256 * MiB, recovery_reps=3,
     )
 
@@ -485,31 +485,48 @@ def bench_open(root: Path, sc: dict, prof: Profiler) -> dict:
 
 def bench_roll(root: Path, sc: dict, prof: Profiler) -> dict:
     """Cost of an append that rolls: the new segment's three files are renamed into place from
-    the log's spares (or created) and its indexes preallocated and mapped; the old one gets its
-    last time index entry. Sealing the old segment (trims) and making the next spares is the
-    flush the broker schedules on a worker thread after a roll: run here after each timed
-    append, outside the timing, as the broker runs it beside the request path."""
+    the log's spares (made, the indexes sized and reserved, by the flush after the previous
+    roll) and its indexes mapped; the old one gets its last time index entry. Sealing the old
+    segment (trims) and making the next spares is the flush the broker schedules on a worker
+    thread after a roll: run here after each timed append, outside the timing, as the broker
+    runs it beside the request path.
+
+    The same batches are appended, interleaved, to a second log whose segments never fill: its
+    latencies are the plain-append baseline of the same run (a loaded machine slows both)."""
     template, n = producer_batch(10 * RECORD_BYTES + 61, RECORD_BYTES, now_ms() - 86_400_000)
     res = {}
     for label, index_bytes in (("default", LogConfig().segment_index_bytes), ("4k", 4 * KiB)):
         directory = root / f"roll-{label}" / PARTITION_DIR
         cfg = config(**{"segment.bytes": len(template), "segment.index.bytes": index_bytes})
+        plain_directory = root / f"roll-{label}-plain" / PARTITION_DIR
+        plain_cfg = config(**{"segment.bytes": 64 * MiB, "segment.index.bytes": index_bytes})
         lg = Log.open(directory, cfg, clock=SYSTEM_CLOCK)
-        lat = []
+        plain = Log.open(plain_directory, plain_cfg, clock=SYSTEM_CLOCK)
+        lat, plain_lat = [], []
         try:
             lg.append_as_leader(template)
+            plain.append_as_leader(template)
+            gc.collect()
             for j in range(1, sc["rolls"] + 1):
                 batch = restamp(template, j * n)
                 t = perf_ns()
                 info = lg.append_as_leader(batch)
                 lat.append(perf_ns() - t)
                 assert info.roll_reason == "size", info
+                t = perf_ns()
+                info = plain.append_as_leader(batch)
+                plain_lat.append(perf_ns() - t)
+                assert info.roll_reason is None, info
                 lg.flush_pending()  # the broker's background flush after a roll (not timed)
         finally:
             lg.close()
+            plain.close()
         shutil.rmtree(directory.parent)
+        shutil.rmtree(plain_directory.parent)
         lat.sort()
-        res[label] = (index_bytes, percentile(lat, 50), percentile(lat, 99))
+        plain_lat.sort()
+        res[label] = (index_bytes, percentile(lat, 50), percentile(lat, 99), percentile(plain_lat, 50),
+                      percentile(plain_lat, 99))
     return res
 
 
@@ -608,6 +625,8 @@ def main() -> int:
          op["open_s"] <= 1.0),
         (f"append that rolls, {rl['default'][0] // MiB} MiB indexes p50 / p99",
          f"{fmt_us(rl['default'][1])} / {fmt_us(rl['default'][2])}", "p99 <= 1 ms", rl['default'][2] <= 1_000_000),
+        ("  plain append in the same run  p50 / p99",
+         f"{fmt_us(rl['default'][3])} / {fmt_us(rl['default'][4])}", "(baseline)", ""),
         (f"append that rolls, {rl['4k'][0] // KiB} KiB indexes  p50 / p99",
          f"{fmt_us(rl['4k'][1])} / {fmt_us(rl['4k'][2])}", "(info)", ""),
         (f"recovery, {rc['size'] / MiB:,.0f} MiB from offset 0",

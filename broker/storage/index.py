@@ -116,7 +116,7 @@ class _AbstractIndex:
         its name on roll), and is set up as one this call created."""
         es = self.ENTRY_SIZE
         self._fs = fs
-        self._path = Path(path)
+        self._path = path if isinstance(path, Path) else Path(path)  # (a Path is immutable: no copy)
         self._base_offset = int(base_offset)
         self._max_index_size = int(max_index_size)
         self._writable = bool(writable)  # may this object ever change the file?
@@ -151,10 +151,15 @@ class _AbstractIndex:
                             f"{self._KIND} needs room for at least one {es}-byte entry"
                         )
                     self._length = self._round_down(self._max_index_size)
-                    fs.ftruncate(fd, self._length)
-                    # Room for the first entries (and the time index's roll entry) now: a
-                    # segment that cannot get it is not created, rather than half-usable.
-                    self._reserve_on(fd, min(ALLOCATION_CHUNK, self._length))
+                    if fresh and fs.fstat(fd).st_size == self._length:
+                        # A spare sized by prepare_spare_file, its first chunk reserved already
+                        # (off the appending request): nothing left to do to it.
+                        self._allocated = min(ALLOCATION_CHUNK, self._length)
+                    else:
+                        fs.ftruncate(fd, self._length)
+                        # Room for the first entries (and the time index's roll entry) now: a
+                        # segment that cannot get it is not created, rather than half-usable.
+                        self._reserve_on(fd, min(ALLOCATION_CHUNK, self._length))
                 except BaseException:
                     fs.close(fd)
                     try:
@@ -392,6 +397,25 @@ class _AbstractIndex:
                 raise
             target = self._length  # nothing to reserve with: behave as a sparse index always did
         self._allocated = target
+
+    @classmethod
+    def prepare_spare_file(cls, fs: FileSystem, fd: int, max_index_size: int) -> bool:
+        """Size an empty spare file (a Log's, renamed to an index's name on its next roll) as a
+        new index of ``max_index_size`` is sized, its first chunk of blocks reserved, so that
+        opening it ``fresh`` costs no more work; whether it was (else it stays empty and the
+        index does that work when it opens). Runs off the appending request. On disk the file
+        is then what a new index is right after its creation (zeros past 0 entries), so a crash
+        at any point recovers it alike."""
+        length = (max_index_size // cls.ENTRY_SIZE) * cls.ENTRY_SIZE
+        if length < cls.ENTRY_SIZE:
+            return False
+        try:
+            fs.ftruncate(fd, length)
+            fs.fallocate(fd, 0, min(ALLOCATION_CHUNK, length))
+        except OSError:  # no space (or no fallocate here): the roll reserves, or fails, as it would
+            fs.ftruncate(fd, 0)
+            return False
+        return True
 
     def _map(self, fd: int, length: int, *, writable: bool) -> None:
         # A 0-byte file cannot be mmapped; an empty index simply has no mapping.
@@ -772,7 +796,7 @@ class LazyIndex(Generic[T]):
 
     def __init__(self, path: os.PathLike | str, loader: Callable[[Path, bool], T], writable: bool = True,
                  fs: FileSystem = OS_FS) -> None:
-        self._path = Path(path)
+        self._path = path if isinstance(path, Path) else Path(path)  # (a Path is immutable: no copy)
         self._fs = fs
         self._loader = loader
         self._writable = writable
