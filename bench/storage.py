@@ -71,6 +71,9 @@ RECORD_BYTES = 100  # encoded size of one record (length varint + body), roughly
 PARTITION_DIR = "bench-0"
 
 perf_ns = time.perf_counter_ns
+#: CPU time of this thread (user + system): what a loaded machine's other processes do not add
+cpu_ns = time.thread_time_ns
+CPU_NS: list[int] = []  # the last run_plain_write / run_log_append's CPU time, appended by each
 _TIMESTAMPS = struct.Struct(">qq")  # base_timestamp, max_timestamp (adjacent in the header)
 _CRC = struct.Struct(">I")
 
@@ -182,11 +185,13 @@ def run_plain_write(path: Path, chunk: bytes, count: int) -> int:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         write = os.write
+        c0 = cpu_ns()
         t0 = perf_ns()
         for _ in range(count):
             if write(fd, chunk) != len(chunk):
                 raise RuntimeError("short write")
         elapsed = perf_ns() - t0
+        CPU_NS.append(cpu_ns() - c0)
     finally:
         os.close(fd)
     return elapsed
@@ -195,10 +200,12 @@ def run_plain_write(path: Path, chunk: bytes, count: int) -> int:
 def run_log_append(directory: Path, batch: bytes, count: int, cfg: LogConfig) -> tuple[int, Log]:
     lg = Log.open(directory, cfg, clock=SYSTEM_CLOCK)
     append = lg.append_as_leader
+    c0 = cpu_ns()
     t0 = perf_ns()
     for _ in range(count):
         append(batch)
     elapsed = perf_ns() - t0
+    CPU_NS.append(cpu_ns() - c0)
     return elapsed, lg
 
 
@@ -216,6 +223,7 @@ def bench_append(root: Path, sc: dict, prof: Profiler) -> dict:
     run_plain_write(warm / "plain.bin", batch, count)
     shutil.rmtree(warm)
     plain_ns, log_ns = [], []
+    plain_cpu, log_cpu = [], []
     for rep in range(sc["append_reps"]):
         order = ("plain", "log") if rep % 2 == 0 else ("log", "plain")
         for side in order:
@@ -224,9 +232,11 @@ def bench_append(root: Path, sc: dict, prof: Profiler) -> dict:
             gc.collect()
             if side == "plain":
                 plain_ns.append(run_plain_write(work / "plain.bin", batch, count))
+                plain_cpu.append(CPU_NS[-1])
             else:
                 elapsed, lg = run_log_append(work / PARTITION_DIR, batch, count, cfg)
                 log_ns.append(elapsed)
+                log_cpu.append(CPU_NS[-1])
                 assert lg.log_end_offset == count * n_records, lg
                 assert lg.size == total, (lg.size, total)
                 segments = lg.num_segments
@@ -245,6 +255,8 @@ def bench_append(root: Path, sc: dict, prof: Profiler) -> dict:
         plain_bps=count / (plain / 1e9), log_bps=count / (logm / 1e9),
         plain_all=[total / MB / (x / 1e9) for x in plain_ns], log_all=[total / MB / (x / 1e9) for x in log_ns],
         per_batch_log_ns=logm / count, per_batch_plain_ns=plain / count,
+        cpu_ratio=statistics.median(plain_cpu) / statistics.median(log_cpu),
+        per_batch_log_cpu_ns=statistics.median(log_cpu) / count, per_batch_plain_cpu_ns=statistics.median(plain_cpu) / count,
     )
 
 
@@ -614,6 +626,9 @@ def main() -> int:
         ("append: Log.append_as_leader, 64 MiB segs",
          f"{ap['log_mbs']:,.0f} MB/s  {ap['log_bps']:,.0f} batches/s", "", ""),
         ("append: log / plain", f"{ratio:.2f}", ">= 0.70", ratio >= 0.7),
+        ("append: log / plain in CPU time (load-proof)",
+         f"{ap['cpu_ratio']:.2f}  ({ap['per_batch_log_cpu_ns'] / 1000:.1f} vs {ap['per_batch_plain_cpu_ns'] / 1000:.1f} µs)",
+         "(info)", ""),
         (f"read 64 KiB, {rd['segments']:,} segs  p50 / p99",
          f"{fmt_us(r64[0])} / {fmt_us(r64[1])}", "p99 <= 100 µs", r64[1] <= 100_000),
         (f"read 1 MiB,  {rd['segments']:,} segs  p50 / p99",
