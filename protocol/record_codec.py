@@ -1018,7 +1018,7 @@ def _be(p, n: cython.int) -> cython.ulonglong:
 
 @cython.boundscheck(True)
 @cython.wraparound(False)
-@cython.locals(buf="const unsigned char[:]", p="const unsigned char*", size=cython.Py_ssize_t,
+@cython.locals(buf="const unsigned char[::1]", p="const unsigned char*", size=cython.Py_ssize_t,
                limit=cython.longlong, base_offset=cython.longlong, batch_length=cython.longlong,
                magic=cython.longlong, crc=cython.longlong, attributes=cython.longlong,
                last_offset_delta=cython.longlong, base_timestamp=cython.longlong, max_timestamp=cython.longlong,
@@ -1031,8 +1031,9 @@ def check_batch_header(data, max_bytes: int):
     ``max_bytes`` long; else None, and the validator names the rule broken (a rare path).
 
     Returns (batch_length, crc, attributes, last_offset_delta, base_timestamp, max_timestamp,
-    records_count). Compiled, the 61 bytes are read as C integers; interpreted, by one
-    struct.unpack_from; both make the same decision (tests/protocol/test_codec_core.py).
+    records_count). Compiled, the 61 bytes are read as C integers through a pointer (so ``data``
+    must be contiguous, as struct.unpack_from also requires); interpreted, by one
+    struct.unpack_from; both make the same decision (tests/storage/test_validator_core.py).
     """
     size = len(data)
     if size < _HEADER_SIZE:

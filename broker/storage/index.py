@@ -83,6 +83,10 @@ ALLOCATION_CHUNK = 64 * 1024
 _NO_FALLOCATE = frozenset({errno.EOPNOTSUPP, errno.ENOTSUP, errno.EINVAL, errno.ENOSYS})
 
 
+#: A NamedTuple built without its keyword-handling __new__ (once per index entry appended)
+_new_tuple = tuple.__new__
+
+
 class OffsetPosition(NamedTuple):
     offset: int
     position: int
@@ -558,7 +562,8 @@ class OffsetIndex(_AbstractIndex):
         relative int32 or ``position`` is not in [0, 2^31-1].
         """
         with self._lock:
-            self._check_appendable()
+            if self._read_only or self._closed:  # (tests inline: an append a batch is the hot path)
+                self._check_appendable()
             n = self._entries
             if n >= self._max_entries:
                 raise IndexFullError(
@@ -569,7 +574,9 @@ class OffsetIndex(_AbstractIndex):
                     f"Attempt to append offset {offset} to slot {n} of {self._path}, which is no "
                     f"larger than the last offset appended ({self._last_offset})"
                 )
-            rel = self.relative_offset(offset)
+            rel = offset - self._base_offset
+            if rel < 0 or rel > INT32_MAX:
+                self.relative_offset(offset)  # raises, naming the range
             if position < 0 or position > INT32_MAX:
                 raise ValueError(f"Position {position} does not fit an int32 in {self._path}")
             if (n + 1) * 8 > self._allocated:
@@ -691,9 +698,10 @@ class TimeIndex(_AbstractIndex):
         repeating the last one) or a timestamp <= -1 on an empty index is silently skipped.
         """
         with self._lock:
-            self._check_appendable()
+            if self._read_only or self._closed:
+                self._check_appendable()
             n = self._entries
-            if not skip_full_check and self.is_full():
+            if not skip_full_check and n >= self._max_entries - 1:  # is_full()
                 raise IndexFullError(
                     f"Attempt to append to a full time index {self._path} (entries = {n})"
                 )
@@ -718,7 +726,7 @@ class TimeIndex(_AbstractIndex):
             if (n + 2) * 12 > self._allocated:  # this entry and the slot kept for the roll entry
                 self._reserve((n + 2) * 12)
             _TIME_ENTRY.pack_into(self._mmap, n * 12, timestamp, rel)
-            self._last_entry = TimestampOffset(timestamp, offset)
+            self._last_entry = _new_tuple(TimestampOffset, (timestamp, offset))
             self._entries = n + 1
 
     def lookup(self, target_timestamp: int) -> TimestampOffset:

@@ -28,6 +28,7 @@ from .fs import OS_FS, FileSystem, is_disk_full, is_out_of_descriptors
 from .index import LazyIndex, OffsetIndex, TimeIndex, TimestampOffset
 
 MAX_RELATIVE_OFFSET = 2**31 - 1
+_new_tuple = tuple.__new__  # a NamedTuple without its keyword-handling __new__ (the append path)
 
 
 class LogOffsetMetadata(NamedTuple):
@@ -218,7 +219,8 @@ class LogSegment:
             return
         current = self._max_timestamp_and_offset or self._max_timestamp_so_far()
         if largest_timestamp > current.timestamp:
-            current = self._max_timestamp_and_offset = TimestampOffset(largest_timestamp, shallow_offset_of_max_timestamp)
+            current = self._max_timestamp_and_offset = _new_tuple(TimestampOffset, (largest_timestamp,
+                                                                                    shallow_offset_of_max_timestamp))
         if self._bytes_since_last_index_entry > self.index_interval_bytes:
             try:
                 self._offset_index.get().append(largest_offset, physical_position)

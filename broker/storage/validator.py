@@ -28,7 +28,6 @@ against 600 ns interpreted for 100-byte records (bench/codec.py).
 
 from __future__ import annotations
 
-import contextlib
 import struct
 import threading
 from typing import NamedTuple, NoReturn
@@ -90,7 +89,8 @@ _TOPIC_CODECS = {
 #: Validation is mostly single-threaded Python (the GIL), so two slots cost no throughput.
 DECOMPRESSION_SLOTS = 2
 _DECOMPRESSION_SLOTS = threading.BoundedSemaphore(DECOMPRESSION_SLOTS)
-_NO_SLOT = contextlib.nullcontext()
+#: ValidatedBatch built without NamedTuple's keyword-handling __new__ (the append path builds one a batch)
+_new_tuple = tuple.__new__
 
 #: A compressed batch may decode to at most this many times max.message.bytes (16 MiB at the
 #: default 1 MiB), and never more than protocol.compression.MAX_DECOMPRESSED_BYTES (256 MiB).
@@ -167,7 +167,10 @@ def validate_and_assign_offsets(
     UnsupportedForMessageFormatError; nothing is written on error.
     """
     size = len(records)
-    fields = check_batch_header(records, min(config.max_message_bytes, config.segment_bytes))
+    limit = config.max_message_bytes
+    if config.segment_bytes < limit:
+        limit = config.segment_bytes
+    fields = check_batch_header(records, limit)
     if fields is None:
         _raise_header_error(records, config)
     batch_length, crc, attributes, last_offset_delta, base_timestamp, max_timestamp, count = fields
@@ -181,7 +184,11 @@ def validate_and_assign_offsets(
 
     codec = attributes & COMPRESSION_MASK
     # Decompressed records live until validation returns: a process-wide bound on how many do.
-    with _DECOMPRESSION_SLOTS if codec != CompressionType.NONE else _NO_SLOT:
+    # (A try/finally, not a `with`: the common uncompressed batch then pays for no context manager.)
+    slot = codec != CompressionType.NONE
+    if slot:
+        _DECOMPRESSION_SLOTS.acquire()
+    try:
         if codec == CompressionType.NONE:
             data = records if type(records) in (bytes, bytearray) else bytes(view)
             start = HEADER_SIZE
@@ -207,7 +214,7 @@ def validate_and_assign_offsets(
         if log_append_time:
             new_max, offset_of_max = now_ms, offset
         else:
-            new_max = max(walked_max, NO_TIMESTAMP)  # Kafka's running max starts at NO_TIMESTAMP
+            new_max = walked_max if walked_max > NO_TIMESTAMP else NO_TIMESTAMP  # Kafka's max starts there
             offset_of_max = offset + max_index
         target = target_codec(config, codec)
         if target != codec or not in_sequence:
@@ -228,7 +235,11 @@ def validate_and_assign_offsets(
         if new_max != max_timestamp:
             _INT64.pack_into(head, MAX_TIMESTAMP_OFFSET, new_max)
             _UINT32.pack_into(head, CRC_OFFSET, crc32c(body, crc32c(memoryview(head)[CRC_START:])))
-        return ValidatedBatch([head, body], size, offset, last_offset, new_max, last_offset, -1, count, offset_of_max)
+        return _new_tuple(ValidatedBatch, ([head, body], size, offset, last_offset, new_max, last_offset, -1, count,
+                                           offset_of_max))
+    finally:
+        if slot:
+            _DECOMPRESSION_SLOTS.release()
 
 
 def _raise_header_error(records, config: LogConfig) -> NoReturn:
