@@ -71,6 +71,9 @@ class OptionalBuildExt(build_ext):
             (compiled,) = cythonize(
                 [ext],
                 build_dir="build/cython",  # the generated C stays out of the source folders
+                # cimports between core modules (cleaner_core cimports the codec's varint readers)
+                # name them as triolog.<package>.<module>: found through triolog/'s symlinks here
+                include_path=[str(Path(__file__).resolve().parent)],
                 # warn.unreachable off: `if cython.compiled: ... return` ends in the interpreted
                 # fallback, which is unreachable in the compiled twin by design
                 compiler_directives={"language_level": 3, "warn.unreachable": False},

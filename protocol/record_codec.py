@@ -33,9 +33,10 @@ except (ImportError, AttributeError):
     pass
 
 from .errors import CorruptRecordError, InvalidRecordError, InvalidTimestampError
-from .record_batch import NO_TIMESTAMP
+from .record_batch import HEADER, NO_TIMESTAMP
 
 __all__ = [
+    "check_batch_header",
     "decode_columns",
     "decode_consumer_records",
     "decode_records",
@@ -66,6 +67,11 @@ _ZIGZAG_ONE = [(u >> 1) ^ -(u & 1) for u in range(128)]
 #: Zig-zag values of two-byte varints (|value| 64..8191: most record lengths), indexed by
 #: first byte | second byte << 8; only entries whose first byte has its continuation bit are used.
 _ZIGZAG_TWO = [((u >> 1) ^ -(u & 1)) for u in ((i & 0x7F) | ((i >> 8) << 7) for i in range(1 << 15))]
+if cython.compiled:  # the same tables as C arrays (declared in _record_codec_c.pxd): one load a lookup
+    for _i in range(128):
+        _ZZ1_C[_i] = _ZIGZAG_ONE[_i]
+    for _i in range(1 << 15):
+        _ZZ2_C[_i] = _ZIGZAG_TWO[_i]
 
 
 def _encode_unsigned(u: int) -> bytes:
@@ -145,7 +151,7 @@ def decode_varlong(buf, position: int = 0) -> tuple[int, int]:
 @cython.wraparound(False)
 @cython.locals(buf="const unsigned char[:]", start=cython.Py_ssize_t, b=cython.ulonglong, shift=cython.int,
                u=cython.ulonglong, half=cython.longlong, low=cython.longlong)
-def _long32(buf, position: cython.Py_ssize_t) -> tuple[cython.long, cython.Py_ssize_t]:
+def _long32(buf, position: cython.Py_ssize_t) -> tuple[cython.long, cython.Py_ssize_t]:  # cimported: see the .pxd
     start = position
     b = buf[position]
     position += 1
@@ -491,8 +497,8 @@ _tuple_new = tuple.__new__
     fixed=cython.bint,
     mode=cython.int,
     with_headers=cython.bint,
-    zz=list,
-    zz2=list,
+    zz="const long*",
+    zz2="const int*",
     out=list,
     keys_out=list,
     values_out=list,
@@ -520,8 +526,12 @@ def _decode(data, origin, stop, count, base_offset, base_timestamp, append_time,
         start_of_data = data
         start_of_data += origin
         end = stop - origin
-    zz = _ZIGZAG_ONE
-    zz2 = _ZIGZAG_TWO
+    if cython.compiled:  # C arrays: a lookup is one load
+        zz = _ZZ1_C
+        zz2 = _ZZ2_C
+    else:
+        zz = _ZIGZAG_ONE
+        zz2 = _ZIGZAG_TWO
     fixed = append_time is not None
     base_offset_c = base_offset
     base_timestamp_c = base_timestamp
@@ -804,8 +814,8 @@ def decode_columns(data, count, base_offset, base_timestamp, append_time, lo, hi
     no_timestamp=cython.longlong,
     in_sequence=cython.bint,
     keys_required=cython.bint,
-    zz=list,
-    zz2=list,
+    zz="const long*",
+    zz2="const int*",
 )
 def walk_records(
     data,
@@ -827,8 +837,12 @@ def walk_records(
     """
     buf = data  # compiled: a typed view of the bytes; interpreted: the bytes themselves
     end = len(data)
-    zz = _ZIGZAG_ONE
-    zz2 = _ZIGZAG_TWO
+    if cython.compiled:  # C arrays: a lookup is one load
+        zz = _ZZ1_C
+        zz2 = _ZZ2_C
+    else:
+        zz = _ZIGZAG_ONE
+        zz2 = _ZIGZAG_TWO
     # Bounds on the timestamp delta, so the loop compares deltas without adding base_timestamp.
     # Every delta is an int64, so bounds beyond int64 clamp to it (exact for the comparisons), and
     # an empty range becomes (max, min), which every delta fails. The loop then needs no big ints.
@@ -983,6 +997,75 @@ def walk_records(
     return base_timestamp + top, top_index, in_sequence
 
 
+# ---------------------------------------------------------------------------------------------
+# The validator's header checks (broker/storage/validator.py): one producer batch's 61 bytes
+# ---------------------------------------------------------------------------------------------
+
+_HEADER_SIZE = 61
+_HEADER_UNPACK = HEADER.unpack_from
+
+
+@cython.cfunc
+@cython.inline
+@cython.locals(p="const unsigned char*", v=cython.ulonglong, i=cython.int)
+def _be(p, n: cython.int) -> cython.ulonglong:
+    """The big-endian unsigned integer of the ``n`` bytes at ``p`` (compiled path only)."""
+    v = 0
+    for i in range(n):
+        v = (v << 8) | p[i]
+    return v
+
+
+@cython.boundscheck(True)
+@cython.wraparound(False)
+@cython.locals(buf="const unsigned char[::1]", p="const unsigned char*", size=cython.Py_ssize_t,
+               limit=cython.longlong, base_offset=cython.longlong, batch_length=cython.longlong,
+               magic=cython.longlong, crc=cython.longlong, attributes=cython.longlong,
+               last_offset_delta=cython.longlong, base_timestamp=cython.longlong, max_timestamp=cython.longlong,
+               producer_id=cython.longlong, base_sequence=cython.longlong, count=cython.longlong)
+def check_batch_header(data, max_bytes: int):
+    """The header fields validation goes on with, when ``data`` is exactly one v2 batch that keeps
+    every header rule a producer's batch must keep (Kafka's leader-side checks, in its order: the
+    framing and magic, a base offset of 0, a last offset delta of count - 1, at least one record,
+    no control flag, a base sequence on an idempotent batch, a known codec) and is at most
+    ``max_bytes`` long; else None, and the validator names the rule broken (a rare path).
+
+    Returns (batch_length, crc, attributes, last_offset_delta, base_timestamp, max_timestamp,
+    records_count). Compiled, the 61 bytes are read as C integers through a pointer (so ``data``
+    must be contiguous, as struct.unpack_from also requires); interpreted, by one
+    struct.unpack_from; both make the same decision (tests/storage/test_validator_core.py).
+    """
+    size = len(data)
+    if size < _HEADER_SIZE:
+        return None
+    limit = max_bytes
+    if cython.compiled:
+        buf = data
+        p = cython.address(buf[0])
+        base_offset = cython.cast(cython.longlong, _be(p, 8))
+        batch_length = cython.cast(cython.int, cython.cast(cython.uint, _be(p + 8, 4)))
+        magic = cython.cast(cython.schar, p[16])
+        crc = _be(p + 17, 4)
+        attributes = cython.cast(cython.short, cython.cast(cython.ushort, _be(p + 21, 2)))
+        last_offset_delta = cython.cast(cython.int, cython.cast(cython.uint, _be(p + 23, 4)))
+        base_timestamp = cython.cast(cython.longlong, _be(p + 27, 8))
+        max_timestamp = cython.cast(cython.longlong, _be(p + 35, 8))
+        producer_id = cython.cast(cython.longlong, _be(p + 43, 8))
+        base_sequence = cython.cast(cython.int, cython.cast(cython.uint, _be(p + 53, 4)))
+        count = cython.cast(cython.int, cython.cast(cython.uint, _be(p + 57, 4)))
+    else:
+        (base_offset, batch_length, _, magic, crc, attributes, last_offset_delta, base_timestamp,
+         max_timestamp, producer_id, _, base_sequence, count) = _HEADER_UNPACK(data, 0)
+    if magic != 2 or batch_length + 12 != size:
+        return None
+    if base_offset != 0 or last_offset_delta + 1 != count or count <= 0 or attributes & 0x20 \
+            or (producer_id >= 0 and base_sequence < 0) or attributes & 0x07 > 4:
+        return None
+    if size > limit:
+        return None
+    return batch_length, crc, attributes, last_offset_delta, base_timestamp, max_timestamp, count
+
+
 def renumber_records(data, position: int, count: int) -> bytearray:
     """The ``count`` records at ``data[position:]`` with their offset deltas rewritten to 0..count-1.
 
@@ -1011,7 +1094,7 @@ def renumber_records(data, position: int, count: int) -> bytearray:
 @cython.wraparound(False)
 @cython.locals(buf="const unsigned char[:]", position=cython.Py_ssize_t, record_end=cython.Py_ssize_t,
                count=cython.Py_ssize_t, index=cython.Py_ssize_t, b=cython.int, c=cython.int, length=cython.long,
-               offset_delta=cython.long, timestamp_delta=cython.longlong, zz=list, zz2=list, end=cython.Py_ssize_t)
+               offset_delta=cython.long, timestamp_delta=cython.longlong, zz="const long*", zz2="const int*", end=cython.Py_ssize_t)
 def first_at_or_after(data, count, base_offset, base_timestamp, append_time, timestamp, min_offset):
     """(timestamp, offset) of the first of the ``count`` records in ``data`` with timestamp >=
     ``timestamp`` and offset >= ``min_offset``, or None; keys, values and headers are skipped by
@@ -1019,8 +1102,12 @@ def first_at_or_after(data, count, base_offset, base_timestamp, append_time, tim
     that is negative or runs past the data CorruptRecordError."""
     buf = data
     end = len(data)
-    zz = _ZIGZAG_ONE
-    zz2 = _ZIGZAG_TWO
+    if cython.compiled:  # C arrays: a lookup is one load
+        zz = _ZZ1_C
+        zz2 = _ZZ2_C
+    else:
+        zz = _ZIGZAG_ONE
+        zz2 = _ZIGZAG_TWO
     position = 0
     for index in range(count):
         b = buf[position]

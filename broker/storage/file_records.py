@@ -48,7 +48,7 @@ class FileRecords:
 
     def __init__(self, path: Path, *, create: bool = False, size: int | None = None, preallocate_bytes: int = 0,
                  fs: FileSystem = OS_FS):
-        self._path = Path(path)
+        self._path = path if isinstance(path, Path) else Path(path)  # (a Path is immutable: no copy)
         self._fs = fs
         self._cache = fs.open_files
         self._fd: int | None = None

@@ -83,6 +83,10 @@ ALLOCATION_CHUNK = 64 * 1024
 _NO_FALLOCATE = frozenset({errno.EOPNOTSUPP, errno.ENOTSUP, errno.EINVAL, errno.ENOSYS})
 
 
+#: A NamedTuple built without its keyword-handling __new__ (once per index entry appended)
+_new_tuple = tuple.__new__
+
+
 class OffsetPosition(NamedTuple):
     offset: int
     position: int
@@ -116,7 +120,7 @@ class _AbstractIndex:
         its name on roll), and is set up as one this call created."""
         es = self.ENTRY_SIZE
         self._fs = fs
-        self._path = Path(path)
+        self._path = path if isinstance(path, Path) else Path(path)  # (a Path is immutable: no copy)
         self._base_offset = int(base_offset)
         self._max_index_size = int(max_index_size)
         self._writable = bool(writable)  # may this object ever change the file?
@@ -151,10 +155,15 @@ class _AbstractIndex:
                             f"{self._KIND} needs room for at least one {es}-byte entry"
                         )
                     self._length = self._round_down(self._max_index_size)
-                    fs.ftruncate(fd, self._length)
-                    # Room for the first entries (and the time index's roll entry) now: a
-                    # segment that cannot get it is not created, rather than half-usable.
-                    self._reserve_on(fd, min(ALLOCATION_CHUNK, self._length))
+                    if fresh and fs.fstat(fd).st_size == self._length:
+                        # A spare sized by prepare_spare_file, its first chunk reserved already
+                        # (off the appending request): nothing left to do to it.
+                        self._allocated = min(ALLOCATION_CHUNK, self._length)
+                    else:
+                        fs.ftruncate(fd, self._length)
+                        # Room for the first entries (and the time index's roll entry) now: a
+                        # segment that cannot get it is not created, rather than half-usable.
+                        self._reserve_on(fd, min(ALLOCATION_CHUNK, self._length))
                 except BaseException:
                     fs.close(fd)
                     try:
@@ -393,6 +402,25 @@ class _AbstractIndex:
             target = self._length  # nothing to reserve with: behave as a sparse index always did
         self._allocated = target
 
+    @classmethod
+    def prepare_spare_file(cls, fs: FileSystem, fd: int, max_index_size: int) -> bool:
+        """Size an empty spare file (a Log's, renamed to an index's name on its next roll) as a
+        new index of ``max_index_size`` is sized, its first chunk of blocks reserved, so that
+        opening it ``fresh`` costs no more work; whether it was (else it stays empty and the
+        index does that work when it opens). Runs off the appending request. On disk the file
+        is then what a new index is right after its creation (zeros past 0 entries), so a crash
+        at any point recovers it alike."""
+        length = (max_index_size // cls.ENTRY_SIZE) * cls.ENTRY_SIZE
+        if length < cls.ENTRY_SIZE:
+            return False
+        try:
+            fs.ftruncate(fd, length)
+            fs.fallocate(fd, 0, min(ALLOCATION_CHUNK, length))
+        except OSError:  # no space (or no fallocate here): the roll reserves, or fails, as it would
+            fs.ftruncate(fd, 0)
+            return False
+        return True
+
     def _map(self, fd: int, length: int, *, writable: bool) -> None:
         # A 0-byte file cannot be mmapped; an empty index simply has no mapping.
         if length == 0:
@@ -534,7 +562,8 @@ class OffsetIndex(_AbstractIndex):
         relative int32 or ``position`` is not in [0, 2^31-1].
         """
         with self._lock:
-            self._check_appendable()
+            if self._read_only or self._closed:  # (tests inline: an append a batch is the hot path)
+                self._check_appendable()
             n = self._entries
             if n >= self._max_entries:
                 raise IndexFullError(
@@ -545,7 +574,9 @@ class OffsetIndex(_AbstractIndex):
                     f"Attempt to append offset {offset} to slot {n} of {self._path}, which is no "
                     f"larger than the last offset appended ({self._last_offset})"
                 )
-            rel = self.relative_offset(offset)
+            rel = offset - self._base_offset
+            if rel < 0 or rel > INT32_MAX:
+                self.relative_offset(offset)  # raises, naming the range
             if position < 0 or position > INT32_MAX:
                 raise ValueError(f"Position {position} does not fit an int32 in {self._path}")
             if (n + 1) * 8 > self._allocated:
@@ -667,9 +698,10 @@ class TimeIndex(_AbstractIndex):
         repeating the last one) or a timestamp <= -1 on an empty index is silently skipped.
         """
         with self._lock:
-            self._check_appendable()
+            if self._read_only or self._closed:
+                self._check_appendable()
             n = self._entries
-            if not skip_full_check and self.is_full():
+            if not skip_full_check and n >= self._max_entries - 1:  # is_full()
                 raise IndexFullError(
                     f"Attempt to append to a full time index {self._path} (entries = {n})"
                 )
@@ -694,7 +726,7 @@ class TimeIndex(_AbstractIndex):
             if (n + 2) * 12 > self._allocated:  # this entry and the slot kept for the roll entry
                 self._reserve((n + 2) * 12)
             _TIME_ENTRY.pack_into(self._mmap, n * 12, timestamp, rel)
-            self._last_entry = TimestampOffset(timestamp, offset)
+            self._last_entry = _new_tuple(TimestampOffset, (timestamp, offset))
             self._entries = n + 1
 
     def lookup(self, target_timestamp: int) -> TimestampOffset:
@@ -772,7 +804,7 @@ class LazyIndex(Generic[T]):
 
     def __init__(self, path: os.PathLike | str, loader: Callable[[Path, bool], T], writable: bool = True,
                  fs: FileSystem = OS_FS) -> None:
-        self._path = Path(path)
+        self._path = path if isinstance(path, Path) else Path(path)  # (a Path is immutable: no copy)
         self._fs = fs
         self._loader = loader
         self._writable = writable

@@ -15,6 +15,7 @@ from __future__ import annotations
 import bisect
 import logging
 import os
+import struct
 import threading
 from collections import Counter
 from typing import Callable, NamedTuple, NoReturn
@@ -28,6 +29,7 @@ from .checkpoints import LEADER_EPOCH_CHECKPOINT, LeaderEpochCheckpointFile, Lea
 from .clock import SYSTEM_CLOCK, Clock
 from .errors import OffsetOutOfRangeError, StorageError
 from .fs import OS_FS, FileSystem, is_disk_full, is_out_of_descriptors
+from .index import OffsetIndex, TimeIndex
 from .loader import LoadedLogOffsets, LogLoader
 from .segment import (
     FetchDataInfo,
@@ -39,9 +41,11 @@ from .segment import (
 )
 from .segment_deleter import SegmentDeleter
 from .segments import LogSegments
-from .validator import ValidatedBatch, target_codec, validate_and_assign_offsets, with_base_offset
+from .validator import ValidatedBatch, target_codec, validate_and_assign_offsets
 
 logger = logging.getLogger(__name__)
+
+_BASE_OFFSET = struct.Struct(">q")
 
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
@@ -106,6 +110,9 @@ class Log:
         self._spare: tuple[Path, Path, Path] | None = None
         self._spare_lock = threading.Lock()
         self._rolled = False
+        #: (records, leader epoch, config, ValidatedBatch) try_append_as_leader validated and gave
+        #: back: the append_as_leader of the same records object takes it instead of validating again.
+        self._validated_ahead: tuple | None = None
         self._last_flush_ms = clock.milliseconds()
         self.load_stats = offsets
         self.roll_counts: Counter[str] = Counter()
@@ -228,45 +235,31 @@ class Log:
 
         Validation walks every record, so it runs before the log's lock is taken (as Kafka's
         analyzeAndValidateRecords does); under the lock the batch only gets its base offset.
+        A batch try_append_as_leader validated and handed back is not validated again.
         """
         now_ms = self._clock.milliseconds()
-        validated = validate_and_assign_offsets(
-            records, offset=0, config=self._config, now_ms=now_ms, leader_epoch=leader_epoch
-        )
-        with self._lock:
-            self._check_open()
-            validated = with_base_offset(validated, self._next_offset)
-            last_offset = validated.last_offset
-            try:
-                roll_reason = self._maybe_roll(validated, now_ms)
-                if leader_epoch != self._latest_epoch and leader_epoch >= 0:
-                    # Before the batch, as Kafka does: an epoch that cannot be recorded (a full
-                    # disk) fails the append with nothing written.
-                    self.leader_epoch_cache.assign(leader_epoch, validated.first_offset)
-                    self._latest_epoch = leader_epoch
-                self._active.append(
-                    last_offset, validated.max_timestamp, validated.shallow_offset_of_max_timestamp, validated.records,
-                    validated.size,
-                )
-            except OSError as exc:
-                self._io_failure(exc, "append")
-            self._next_offset = self._high_watermark = last_offset + 1
-            info = LogAppendInfo(
-                validated.first_offset, last_offset, validated.max_timestamp,
-                validated.shallow_offset_of_max_timestamp, validated.log_append_time_ms, self._log_start_offset,
-                validated.record_count, validated.size, roll_reason,
+        validated = self._validated_ahead_for(records, leader_epoch)
+        if validated is None:
+            validated = validate_and_assign_offsets(
+                records, offset=0, config=self._config, now_ms=now_ms, leader_epoch=leader_epoch
             )
-            flush_due = last_offset + 1 - self._recovery_point >= self._config.flush_messages
+        with self._lock:
+            info = self._append_locked(validated, leader_epoch, now_ms, False)
+            flush_due = info.last_offset + 1 - self._recovery_point >= self._config.flush_messages
         if flush_due:
             self.flush()
         return info
 
     def try_append_as_leader(self, records, leader_epoch: int = 0, *, max_bytes: int) -> LogAppendInfo | None:
-        """append_as_leader, or None (nothing done) when it could take long: a batch above
+        """append_as_leader, or None (nothing written) when it could take long: a batch above
         ``max_bytes`` or one to (de)compress, the log's lock held by another thread, a roll or a
         flush (``flush.messages``) due, a new leader epoch to record. What the event loop may
         call itself: a small uncompressed batch is a few microseconds of validation and one
-        write into the page cache. Errors are raised as append_as_leader raises them."""
+        write into the page cache. Errors are raised as append_as_leader raises them.
+
+        When it gives up after validating, it keeps the validated batch for the
+        append_as_leader(records) that follows with the same ``records`` object (the caller's
+        fallback), so a batch is walked once either way."""
         if len(records) > max_bytes or len(records) <= ATTRIBUTES_OFFSET + 1:
             return None
         config = self._config
@@ -276,36 +269,71 @@ class Log:
         if leader_epoch != self._latest_epoch and leader_epoch >= 0:
             return None
         now_ms = self._clock.milliseconds()
-        validated = validate_and_assign_offsets(
-            records, offset=0, config=config, now_ms=now_ms, leader_epoch=leader_epoch
-        )
-        if not self._lock.acquire(blocking=False):
-            return None
-        try:
-            self._check_open()
-            if leader_epoch != self._latest_epoch and leader_epoch >= 0:
-                return None
-            validated = with_base_offset(validated, self._next_offset)
-            last_offset = validated.last_offset
-            if last_offset + 1 - self._recovery_point >= config.flush_messages:
-                return None
-            active = self._active
-            if active.roll_reason(config.max_segment_ms, config.segment_bytes, validated.max_timestamp,
-                                  last_offset, validated.size, now_ms) is not None:
-                return None
+        validated = validate_and_assign_offsets(records, offset=0, config=config, now_ms=now_ms,
+                                                leader_epoch=leader_epoch)
+        if self._lock.acquire(blocking=False):
             try:
-                active.append(last_offset, validated.max_timestamp, validated.shallow_offset_of_max_timestamp,
-                              validated.records, validated.size)
-            except OSError as exc:
-                self._io_failure(exc, "append")
-            self._next_offset = self._high_watermark = last_offset + 1
-            return LogAppendInfo(
-                validated.first_offset, last_offset, validated.max_timestamp,
-                validated.shallow_offset_of_max_timestamp, validated.log_append_time_ms, self._log_start_offset,
-                validated.record_count, validated.size, None,
-            )
-        finally:
-            self._lock.release()
+                info = self._append_locked(validated, leader_epoch, now_ms, True)
+            finally:
+                self._lock.release()
+            if info is not None:
+                return info
+        # Handed to the caller's fallback; one slot: a later batch's replaces it (only costing
+        # that fallback a second validation). Bytes only: a mutable buffer could change meanwhile.
+        if type(records) is bytes:
+            self._validated_ahead = (records, leader_epoch, config, validated)
+        return None
+
+    def _validated_ahead_for(self, records, leader_epoch: int) -> ValidatedBatch | None:
+        """The batch try_append_as_leader validated for exactly this ``records`` object, epoch and
+        config, taken (once), or None."""
+        ahead = self._validated_ahead
+        if ahead is None or ahead[0] is not records:
+            return None
+        self._validated_ahead = None
+        if ahead[1] != leader_epoch or ahead[2] is not self._config:
+            return None
+        return ahead[3]
+
+    def _append_locked(self, validated: ValidatedBatch, leader_epoch: int, now_ms: int,
+                       inline: bool) -> LogAppendInfo | None:
+        """Place a validated batch at the log end offset and write it (caller holds the lock).
+        ``inline``: give up (None, nothing changed) rather than roll, flush or record an epoch."""
+        self._check_open()
+        (buffers, size, first_offset, last_offset, max_timestamp, shallow_offset, log_append_time_ms,
+         record_count, _) = validated
+        new_epoch = leader_epoch != self._latest_epoch and leader_epoch >= 0
+        base = self._next_offset
+        last_offset += base - first_offset
+        shallow_offset += base - first_offset
+        config = self._config
+        if inline and (new_epoch or last_offset + 1 - self._recovery_point >= config.flush_messages):
+            return None
+        active = self._active
+        roll_reason = active.roll_reason(config.max_segment_ms, config.segment_bytes, max_timestamp, last_offset,
+                                         size, now_ms)
+        if roll_reason is not None and inline:
+            return None
+        # The base offset lies outside the CRC: the batch's first 8 bytes (its head, a bytearray
+        # on every validator path) take it here, under the lock.
+        _BASE_OFFSET.pack_into(buffers[0], 0, base)
+        try:
+            if roll_reason is not None:
+                self.roll_counts[roll_reason] += 1
+                self._roll_locked(base)
+                active = self._active
+                logger.debug("rolled %s (%s) at offset %d", self.directory.name, roll_reason, base)
+            if new_epoch:
+                # Before the batch, as Kafka does: an epoch that cannot be recorded (a full
+                # disk) fails the append with nothing written.
+                self.leader_epoch_cache.assign(leader_epoch, base)
+                self._latest_epoch = leader_epoch
+            active.append(last_offset, max_timestamp, shallow_offset, buffers, size)
+        except OSError as exc:
+            self._io_failure(exc, "append")
+        self._next_offset = self._high_watermark = last_offset + 1
+        return LogAppendInfo(base, last_offset, max_timestamp, shallow_offset, log_append_time_ms,
+                             self._log_start_offset, record_count, size, roll_reason)
 
     def _io_failure(self, exc: OSError, what: str) -> NoReturn:
         """A write that failed. A full disk or a process out of descriptors fails only this
@@ -328,16 +356,6 @@ class Log:
             if callback is not None:
                 callback(self, exc)
         raise StorageError(f"I/O error on log {self.directory.name}: {exc}") from exc
-
-    def _maybe_roll(self, validated: ValidatedBatch, now_ms: int) -> str | None:
-        config = self._config
-        reason = self._active.roll_reason(config.max_segment_ms, config.segment_bytes, validated.max_timestamp,
-                                          validated.last_offset, validated.size, now_ms)
-        if reason is not None:
-            self.roll_counts[reason] += 1
-            self._roll_locked(validated.first_offset)
-            logger.debug("rolled %s (%s) at offset %d", self.directory.name, reason, self._next_offset)
-        return reason
 
     def roll(self) -> LogSegment:
         """Start a new active segment at the log end offset."""
@@ -363,17 +381,19 @@ class Log:
             raise StorageError(
                 f"cannot roll {self.directory.name}: a segment with base offset {new_offset} already exists"
             )
-        for stale in (filenames.log_file(self.directory, new_offset),
-                      filenames.offset_index_file(self.directory, new_offset),
-                      filenames.time_index_file(self.directory, new_offset)):
-            if self.fs.exists(stale):
-                logger.warning("deleting stale file %s before rolling", stale)
-                self.fs.unlink(stale)
+        targets = (filenames.log_file(self.directory, new_offset),
+                   filenames.offset_index_file(self.directory, new_offset),
+                   filenames.time_index_file(self.directory, new_offset))
+        if self._spare is None:  # (spare files are renamed over any stale file of these names)
+            for stale in targets:
+                if self.fs.exists(stale):
+                    logger.warning("deleting stale file %s before rolling", stale)
+                    self.fs.unlink(stale)
         # At most one rolled segment waits for its seal: rolls coming faster than the flushes
         # they schedule seal the previous one here (each unsealed segment holds a descriptor).
         self._seal_rolled_locked()
         config = self._config
-        spare = self._take_spare(new_offset)
+        spare = self._take_spare(targets)
         segment = LogSegment.open(
             self.directory, new_offset,
             index_interval_bytes=config.index_interval_bytes,
@@ -383,6 +403,7 @@ class Log:
             preallocate_bytes=config.segment_bytes if config.preallocate else 0,
             fs=self.fs,
             spare=spare,
+            paths=targets,
         )
         self._rolled = True
         try:
@@ -401,16 +422,13 @@ class Log:
         self._pending_flush_offset = max(self._pending_flush_offset, new_offset)
         return segment
 
-    def _take_spare(self, new_offset: int) -> bool:
-        """Rename the spare files (if any) to the names of the segment at ``new_offset``; whether
-        all three were. Caller holds the lock and has removed stale files of those names. A
-        rename that fails leaves the rest to be created as usual."""
+    def _take_spare(self, targets) -> bool:
+        """Rename the spare files (if any) to ``targets``, the new segment's .log, .index and
+        .timeindex (a rename replaces a stale file of that name); whether all three were.
+        Caller holds the lock. A rename that fails leaves the rest to be created as usual."""
         spare, self._spare = self._spare, None
         if spare is None:
             return False
-        targets = (filenames.log_file(self.directory, new_offset),
-                   filenames.offset_index_file(self.directory, new_offset),
-                   filenames.time_index_file(self.directory, new_offset))
         renamed = []
         try:
             for source, target in zip(spare, targets):
@@ -418,7 +436,7 @@ class Log:
                 renamed.append(target)
         except OSError as exc:
             logger.warning("could not use the spare files of %s (%s): creating new ones", self.directory.name, exc)
-            for path in (*renamed, *spare[len(renamed):]):
+            for path in (*targets, *spare[len(renamed):]):  # no stale file may stay under a target
                 try:
                     self.fs.unlink(path)
                 except OSError:
@@ -435,15 +453,20 @@ class Log:
             if self._spare is not None:
                 return False
             paths = filenames.spare_files(self.directory)
+            index_bytes = self._config.segment_index_bytes
             made = []
             try:
-                for path in paths:
+                for path, index in zip(paths, (None, OffsetIndex, TimeIndex)):
                     try:
                         fd = self.fs.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
                     except FileNotFoundError:
                         return False  # the partition directory went away (topic deleted)
-                    self.fs.close(fd)
                     made.append(path)
+                    try:
+                        if index is not None:  # sized and reserved now, not by the roll
+                            index.prepare_spare_file(self.fs, fd, max(index_bytes, index.ENTRY_SIZE))
+                    finally:
+                        self.fs.close(fd)
             except OSError as exc:  # no space or no descriptor: rolls create their files meanwhile
                 logger.debug("no spare files for %s: %s", self.directory.name, exc)
                 self._remove_files(made)

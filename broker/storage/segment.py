@@ -28,6 +28,7 @@ from .fs import OS_FS, FileSystem, is_disk_full, is_out_of_descriptors
 from .index import LazyIndex, OffsetIndex, TimeIndex, TimestampOffset
 
 MAX_RELATIVE_OFFSET = 2**31 - 1
+_new_tuple = tuple.__new__  # a NamedTuple without its keyword-handling __new__ (the append path)
 
 
 class LogOffsetMetadata(NamedTuple):
@@ -106,23 +107,29 @@ class LogSegment:
         file_suffix: str = "",
         fs: FileSystem = OS_FS,
         spare: bool = False,
+        paths: tuple[Path, Path, Path] | None = None,
     ) -> "LogSegment":
         """``spare``: the three files exist already, empty (a Log's spare files renamed to this
         segment's names), and are set up as new ones; creating files costs the file system far
-        more than renaming them."""
+        more than renaming them. ``paths``: the segment's .log, .index and .timeindex, when the
+        caller has them already (the names of ``directory``, ``base_offset`` and ``file_suffix``)."""
         directory = Path(directory)
+        if paths is None:
+            paths = (filenames.log_file(directory, base_offset, file_suffix),
+                     filenames.offset_index_file(directory, base_offset, file_suffix),
+                     filenames.time_index_file(directory, base_offset, file_suffix))
         log = FileRecords(
-            filenames.log_file(directory, base_offset, file_suffix),
+            paths[0],
             create=not file_already_exists,
             preallocate_bytes=preallocate_bytes,
             fs=fs,
         )
         offset_index = LazyIndex.for_offset(
-            filenames.offset_index_file(directory, base_offset, file_suffix), base_offset,
+            paths[1], base_offset,
             _at_least_one_entry(segment_index_bytes, OffsetIndex.ENTRY_SIZE), fs=fs, fresh=spare,
         )
         time_index = LazyIndex.for_time(
-            filenames.time_index_file(directory, base_offset, file_suffix), base_offset,
+            paths[2], base_offset,
             _at_least_one_entry(segment_index_bytes, TimeIndex.ENTRY_SIZE), fs=fs, fresh=spare,
         )
         if not file_already_exists:
@@ -212,7 +219,8 @@ class LogSegment:
             return
         current = self._max_timestamp_and_offset or self._max_timestamp_so_far()
         if largest_timestamp > current.timestamp:
-            current = self._max_timestamp_and_offset = TimestampOffset(largest_timestamp, shallow_offset_of_max_timestamp)
+            current = self._max_timestamp_and_offset = _new_tuple(TimestampOffset, (largest_timestamp,
+                                                                                    shallow_offset_of_max_timestamp))
         if self._bytes_since_last_index_entry > self.index_interval_bytes:
             try:
                 self._offset_index.get().append(largest_offset, physical_position)

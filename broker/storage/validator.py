@@ -28,10 +28,9 @@ against 600 ns interpreted for 100-byte records (bench/codec.py).
 
 from __future__ import annotations
 
-import contextlib
 import struct
 import threading
-from typing import NamedTuple
+from typing import NamedTuple, NoReturn
 
 from crc32c import crc32c
 
@@ -62,6 +61,7 @@ from triolog import core
 _record_codec = core.load("protocol.record_codec")
 walk_records = _record_codec.walk_records
 renumber_records = _record_codec.renumber_records
+check_batch_header = _record_codec.check_batch_header
 
 from .errors import (
     CorruptRecordError,
@@ -89,7 +89,8 @@ _TOPIC_CODECS = {
 #: Validation is mostly single-threaded Python (the GIL), so two slots cost no throughput.
 DECOMPRESSION_SLOTS = 2
 _DECOMPRESSION_SLOTS = threading.BoundedSemaphore(DECOMPRESSION_SLOTS)
-_NO_SLOT = contextlib.nullcontext()
+#: ValidatedBatch built without NamedTuple's keyword-handling __new__ (the append path builds one a batch)
+_new_tuple = tuple.__new__
 
 #: A compressed batch may decode to at most this many times max.message.bytes (16 MiB at the
 #: default 1 MiB), and never more than protocol.compression.MAX_DECOMPRESSED_BYTES (256 MiB).
@@ -166,17 +167,13 @@ def validate_and_assign_offsets(
     UnsupportedForMessageFormatError; nothing is written on error.
     """
     size = len(records)
-    if size < HEADER_SIZE:
-        _raise_framing_error(records)
-    (base_offset, batch_length, _, magic, crc, attributes, last_offset_delta, base_timestamp,
-     max_timestamp, producer_id, _, base_sequence, count) = HEADER.unpack_from(records, 0)
-    if magic != CURRENT_MAGIC or batch_length + LOG_OVERHEAD != size:
-        _raise_framing_error(records)
-    if base_offset != 0 or last_offset_delta + 1 != count or count <= 0 or attributes & CONTROL_FLAG \
-            or (producer_id >= 0 and base_sequence < 0) or attributes & COMPRESSION_MASK > CompressionType.ZSTD:
-        _check_header(read_header(records))
-    if size > config.max_message_bytes or size > config.segment_bytes:
-        _check_size(size, config)
+    limit = config.max_message_bytes
+    if config.segment_bytes < limit:
+        limit = config.segment_bytes
+    fields = check_batch_header(records, limit)
+    if fields is None:
+        _raise_header_error(records, config)
+    batch_length, crc, attributes, last_offset_delta, base_timestamp, max_timestamp, count = fields
     view = memoryview(records)
     if crc32c(view[CRC_START:]) != crc:
         raise CorruptRecordError(
@@ -187,7 +184,11 @@ def validate_and_assign_offsets(
 
     codec = attributes & COMPRESSION_MASK
     # Decompressed records live until validation returns: a process-wide bound on how many do.
-    with _DECOMPRESSION_SLOTS if codec != CompressionType.NONE else _NO_SLOT:
+    # (A try/finally, not a `with`: the common uncompressed batch then pays for no context manager.)
+    slot = codec != CompressionType.NONE
+    if slot:
+        _DECOMPRESSION_SLOTS.acquire()
+    try:
         if codec == CompressionType.NONE:
             data = records if type(records) in (bytes, bytearray) else bytes(view)
             start = HEADER_SIZE
@@ -213,7 +214,7 @@ def validate_and_assign_offsets(
         if log_append_time:
             new_max, offset_of_max = now_ms, offset
         else:
-            new_max = max(walked_max, NO_TIMESTAMP)  # Kafka's running max starts at NO_TIMESTAMP
+            new_max = walked_max if walked_max > NO_TIMESTAMP else NO_TIMESTAMP  # Kafka's max starts there
             offset_of_max = offset + max_index
         target = target_codec(config, codec)
         if target != codec or not in_sequence:
@@ -234,7 +235,27 @@ def validate_and_assign_offsets(
         if new_max != max_timestamp:
             _INT64.pack_into(head, MAX_TIMESTAMP_OFFSET, new_max)
             _UINT32.pack_into(head, CRC_OFFSET, crc32c(body, crc32c(memoryview(head)[CRC_START:])))
-        return ValidatedBatch([head, body], size, offset, last_offset, new_max, last_offset, -1, count, offset_of_max)
+        return _new_tuple(ValidatedBatch, ([head, body], size, offset, last_offset, new_max, last_offset, -1, count,
+                                           offset_of_max))
+    finally:
+        if slot:
+            _DECOMPRESSION_SLOTS.release()
+
+
+def _raise_header_error(records, config: LogConfig) -> NoReturn:
+    """The batch breaks a header rule (the core's check_batch_header said so): name the first one
+    in Kafka's order (the rare path, so it reads the header again, in Python)."""
+    size = len(records)
+    if size < HEADER_SIZE:
+        _raise_framing_error(records)
+    (base_offset, batch_length, _, magic, _, attributes, last_offset_delta, _, _, producer_id, _, base_sequence,
+     count) = HEADER.unpack_from(records, 0)
+    if magic != CURRENT_MAGIC or batch_length + LOG_OVERHEAD != size:
+        _raise_framing_error(records)
+    if base_offset != 0 or last_offset_delta + 1 != count or count <= 0 or attributes & CONTROL_FLAG \
+            or (producer_id >= 0 and base_sequence < 0) or attributes & COMPRESSION_MASK > CompressionType.ZSTD:
+        _check_header(read_header(records))
+    _check_size(size, config)
 
 
 def _raise_framing_error(records) -> None:

@@ -578,3 +578,87 @@ def test_log_open_removes_leftover_spare_files(tmp_path, clock):
     assert not [n for n in _segment_files(directory) if n.endswith(".spare")]
     assert reopened.log_end_offset == 4
     reopened.close()
+
+
+# -- the inline append (try_append_as_leader) and its fallback --------------------------------
+
+
+def test_try_append_appends_like_append_as_leader_when_nothing_is_due(tmp_path):
+    from triolog.broker.storage.clock import ManualClock
+
+    clock = ManualClock()
+    inline = open_log(tmp_path, clock, "inline-0")
+    worker = open_log(tmp_path, clock, "worker-0")
+    inline.append_as_leader(producer_batch(2, timestamp=clock.now_ms))  # records the leader epoch
+    worker.append_as_leader(producer_batch(2, timestamp=clock.now_ms))
+    batch = producer_batch(3, timestamp=clock.now_ms)
+    info = inline.try_append_as_leader(batch, max_bytes=1 << 20)
+    assert info is not None
+    assert info == worker.append_as_leader(batch)
+    assert (info.first_offset, info.last_offset) == (2, 4)
+    assert read_all_records(inline) == read_all_records(worker)
+    inline.close()
+    worker.close()
+
+
+def test_a_batch_the_inline_append_gave_up_on_is_not_validated_again_by_its_fallback(tmp_path):
+    """A roll is due, so the inline append gives up after validating; the append_as_leader of the
+    same bytes object takes the batch it validated: on a LogAppendTime topic the stamped time is
+    the time of that validation, not of the fallback (a fresh validation would stamp the later
+    time)."""
+    from triolog.broker.storage.clock import ManualClock
+
+    clock = ManualClock()
+    first = producer_batch(5, timestamp=clock.now_ms)
+    log = open_log(tmp_path, clock, **{"message.timestamp.type": "LogAppendTime",
+                                       "segment.bytes": str(len(first) + 10)})
+    log.append_as_leader(first)
+    validated_at = clock.now_ms
+    batch = producer_batch(5, timestamp=clock.now_ms, tag="b")
+    assert log.try_append_as_leader(batch, max_bytes=1 << 20) is None  # the batch would roll
+    assert log.log_end_offset == 5 and log.num_segments == 1  # nothing written
+    clock.advance(7_000)
+    info = log.append_as_leader(batch)
+    assert info.roll_reason == "size" and info.first_offset == 5
+    assert info.log_append_time_ms == validated_at
+    assert [r.timestamp for r in read_all_records(log, 5)] == [validated_at] * 5
+    # an equal batch that is another object is validated anew (a kept result is for one object)
+    again = producer_batch(5, timestamp=clock.now_ms, tag="b")
+    assert log.try_append_as_leader(again, max_bytes=1 << 20) is None
+    clock.advance(1_000)
+    assert log.append_as_leader(bytes(bytearray(again))).log_append_time_ms == clock.now_ms
+    log.close()
+
+
+def test_rolls_use_spare_indexes_sized_ahead_and_recover_like_new_ones(tmp_path):
+    """The flush after a roll makes the next roll's spares, the indexes already sized; the segment
+    a roll makes from them reads, appends and recovers (unclean shutdown) as a new one does."""
+    from triolog.broker.storage.clock import ManualClock
+    from triolog.broker.storage import filenames
+
+    clock = ManualClock()
+    one = producer_batch(10, timestamp=clock.now_ms)
+    directory = tmp_path / "topic-0"
+    overrides = {"segment.bytes": str(len(one) + 20), "segment.index.bytes": "4096", "index.interval.bytes": "1"}
+    log = open_log(tmp_path, clock, **overrides)
+    log.append_as_leader(one)
+    log.append_as_leader(producer_batch(10, timestamp=clock.now_ms, tag="r"))  # rolls: no spares yet
+    log.flush_pending()  # the broker's flush after a roll: seals the old segment, makes the spares
+    spare_log, spare_index, spare_time_index = filenames.spare_files(directory)
+    assert spare_log.stat().st_size == 0
+    assert spare_index.stat().st_size == 4096 and spare_time_index.stat().st_size == 4092  # 341 entries of 12
+    for n in range(2, 6):
+        assert log.append_as_leader(producer_batch(10, timestamp=clock.now_ms, tag=str(n))).roll_reason == "size"
+        log.flush_pending()
+    assert log.num_segments == 6 and log.log_end_offset == 60
+    assert log.read(45, 1 << 20).fetch_offset_metadata.segment_base_offset == 40
+    expected = read_all_records(log)
+    assert [r.offset for r in expected] == list(range(60))
+    # a crash now: the active segment (made from spares) is above the recovery point
+    log.close(sync=False)
+    reopened = Log.open(directory, LogConfig().with_overrides(overrides), clock=clock, recovery_point=0,
+                        had_clean_shutdown=False)
+    assert reopened.log_end_offset == 60 and read_all_records(reopened) == expected
+    assert not spare_index.exists()  # the loader removes leftover spares
+    assert reopened.fetch_offset_by_timestamp(clock.now_ms).offset == 0
+    reopened.close()

@@ -30,9 +30,10 @@ Varints: one-byte and two-byte varints (nearly all of them: lengths of records u
 offset deltas, key and value lengths) are decoded inline: interpreted, through the record codec's
 zig-zag tables (protocol/record_codec.py, the one table); compiled, by the same arithmetic in C
 (``_unzig``; a Python-list lookup there cost pass 2 ~45%). Longer ones by ``_varint``/``_varlong``
-below: compiled, their own C loops over the typed view; interpreted, the pure codec's
-``read_varint32``/``read_varint64`` (the module itself, not ``core.load``: the pure twin runs no
-compiled code). The compiled rebuild writes its two varints (length, timestamp delta) with its
+below: compiled, the codec's own C readers ``_long32``/``_long64``, cimported from its compiled
+twin through protocol/_record_codec_c.pxd (one varint loop in the project, called as a C
+function); interpreted, the pure codec's ``read_varint32``/``read_varint64`` (the module itself,
+not ``core.load``: the pure twin runs no compiled code). The compiled rebuild writes its two varints (length, timestamp delta) with its
 own zig-zag LEB128 loop, the one encoder here.
 
 Corrupt bytes: the cleaner does not re-check a batch's CRC, so bit rot on disk reaches these
@@ -63,6 +64,9 @@ except ImportError:  # pragma: no cover - other interpreters
 
 from triolog.protocol import record_codec
 from triolog.protocol.errors import CorruptRecordError
+
+if cython.compiled:  # the codec's C varint readers (protocol/_record_codec_c.pxd), called as C functions
+    from cython.cimports.triolog.protocol._record_codec_c import _long32, _long64
 
 __all__ = ["filter_records", "map_records", "probe_slot", "rebuild_records"]
 
@@ -190,57 +194,22 @@ def _unzig(u: cython.uint):
 
 
 @cython.cfunc
-@cython.boundscheck(True)
-@cython.wraparound(False)
-@cython.locals(buf="const unsigned char[::1]", position=cython.Py_ssize_t, start=cython.Py_ssize_t,
-               b=cython.ulonglong, shift=cython.int, u=cython.ulonglong, half=cython.longlong, low=cython.longlong)
+@cython.locals(buf="const unsigned char[::1]", position=cython.Py_ssize_t)
 def _varint(buf, data, position) -> tuple[cython.long, cython.Py_ssize_t]:
-    """The int32 varint at ``position`` and the position after it: the codec's read_varint32,
-    as C over the typed view when compiled (same value, same errors)."""
+    """The int32 varint at ``position`` and the position after it: the codec's reader, its C
+    function over the typed view when compiled (cimported), its Python one interpreted."""
     if not cython.compiled:
         return _read_varint32(data, position)
-    start = position
-    b = buf[position]
-    position += 1
-    u = b & 0x7F
-    shift = 7
-    while b & 0x80:
-        if shift == 35:
-            raise CorruptRecordError(f"varint longer than 5 bytes at position {start}")
-        b = buf[position]
-        position += 1
-        u |= (b & 0x7F) << shift
-        shift += 7
-    u &= 0xFFFFFFFF
-    half = u >> 1
-    low = u & 1
-    return half ^ -low, position
+    return _long32(buf, position)
 
 
 @cython.cfunc
-@cython.boundscheck(True)
-@cython.wraparound(False)
-@cython.locals(buf="const unsigned char[::1]", position=cython.Py_ssize_t, start=cython.Py_ssize_t,
-               b=cython.ulonglong, shift=cython.int, u=cython.ulonglong, half=cython.longlong, low=cython.longlong)
+@cython.locals(buf="const unsigned char[::1]", position=cython.Py_ssize_t)
 def _varlong(buf, data, position) -> tuple[cython.longlong, cython.Py_ssize_t]:
-    """_varint for an int64 varlong: the codec's read_varint64."""
+    """_varint for an int64 varlong."""
     if not cython.compiled:
         return _read_varint64(data, position)
-    start = position
-    b = buf[position]
-    position += 1
-    u = b & 0x7F
-    shift = 7
-    while b & 0x80:
-        if shift == 70:
-            raise CorruptRecordError(f"varlong longer than 10 bytes at position {start}")
-        b = buf[position]
-        position += 1
-        u |= (b & 0x7F) << shift
-        shift += 7
-    half = u >> 1
-    low = u & 1
-    return half ^ -low, position
+    return _long64(buf, position)
 
 
 @cython.cfunc

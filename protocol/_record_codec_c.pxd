@@ -1,0 +1,14 @@
+# C declarations for the compiled twin of record_codec.py (Cython reads this file by the
+# extension's name when setup.py compiles record_codec.py; the interpreter never sees it).
+
+# The zig-zag tables as C arrays (filled at import from the same values as the Python lists
+# _ZIGZAG_ONE / _ZIGZAG_TWO): compiled loops look a varint's value up with one load, where a
+# Python list would cost an item fetch and an int conversion.
+cdef long _ZZ1_C[128]
+cdef int _ZZ2_C[32768]
+
+# The readers of a varint (int32, zig-zag) and of a varlong (int64) at ``position`` of a typed
+# view: (value, position after it). They are the project's one varint loop: the cleaner's core
+# cimports them (broker/storage/cleaner/cleaner_core.py) rather than repeating them.
+cdef (long, Py_ssize_t) _long32(const unsigned char[:] buf, Py_ssize_t position)
+cdef (long long, Py_ssize_t) _long64(const unsigned char[:] buf, Py_ssize_t position)
