@@ -188,6 +188,24 @@ def test_a_twin_older_than_its_source_is_never_loaded_in_a_checkout(tmp_path):
     assert "_record_codec_c" in warnings[0] and "_accumulator_c" not in warnings[0], warnings
 
 
+def test_a_twin_older_than_declarations_it_cimports_is_stale(tmp_path):
+    """The cleaner's twin calls the codec's C varint readers through protocol/_record_codec_c.pxd:
+    newer than its own source but older than those declarations, it was built against other C
+    calls and is refused; the codec's twin, newer than both, is not."""
+    tree = _tree(tmp_path, checkout=True)
+    declarations = tree / "protocol" / "_record_codec_c.pxd"
+    for name in core.MODULES:
+        twin = _twin_path(tree, name)
+        twin.write_bytes(b"not an extension: importing this fails\n")
+        _set_mtime(twin, tree.joinpath(*name.split(".")).with_suffix(".py"), +60)
+    _set_mtime(declarations, _twin_path(tree, "broker.storage.cleaner.cleaner_core"), +30)
+    _set_mtime(_twin_path(tree, "protocol.record_codec"), declarations, +30)
+    code = ("from triolog import core; "
+            "print(core.stale('broker.storage.cleaner.cleaner_core'), core.stale('protocol.record_codec'))")
+    run = _python(Path(sys.prefix), code, tree)
+    assert (run.returncode, run.stdout.split()) == (0, ["True", "False"]), run.stderr
+
+
 def _built_twins(tmp_path: Path) -> dict[str, Path]:
     """The compiled twin of every core module, as built for this interpreter (built here if needed)."""
     if all(core.compiled_available(name) for name in core.MODULES):

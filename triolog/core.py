@@ -25,6 +25,7 @@ import importlib
 import importlib.machinery
 import logging
 import os
+import re
 from pathlib import Path
 from types import ModuleType
 
@@ -92,12 +93,29 @@ def stale(name: str) -> bool:
     if compiled is None:
         return False
     source = _CHECKOUT.joinpath(*name.split(".")).with_suffix(".py")
-    declarations = source.with_name(f"_{source.stem}_c.pxd")  # C declarations compiled with it, if any
     try:
         built = compiled.stat().st_mtime
-        return built < source.stat().st_mtime or (declarations.exists() and built < declarations.stat().st_mtime)
+        return any(built < path.stat().st_mtime for path in _build_inputs(source))
     except OSError:
         return False
+
+
+_CIMPORT = re.compile(rf"cython\.cimports\.{_ROOT}\.([\w.]+)\s+import")
+
+
+def _build_inputs(source: Path) -> list[Path]:
+    """The files a twin is compiled from: its source, its own C declarations (``_<module>_c.pxd``)
+    if any, and the declarations of other twins it cimports (a changed one changes the C calls it
+    makes into them)."""
+    inputs = [source]
+    own = source.with_name(f"_{source.stem}_c.pxd")
+    if own.exists():
+        inputs.append(own)
+    for dotted in _CIMPORT.findall(source.read_text(encoding="utf-8")):
+        declarations = _CHECKOUT.joinpath(*dotted.split(".")).with_suffix(".pxd")
+        if declarations.exists():
+            inputs.append(declarations)
+    return inputs
 
 
 def compiled_available(name: str) -> bool:

@@ -21,6 +21,7 @@ from triolog import core
 from triolog.protocol.compression import decompress
 from triolog.protocol.record_batch import HEADER, CompressionType
 from triolog.protocol.records import Record, encode_batch
+from tests.protocol.corruption import corrupted
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 PURE = core.implementation("protocol.record_codec", compiled=False)
@@ -243,21 +244,11 @@ def test_compiled_decoders_refuse_like_the_pure_decoders_on_corrupt_records(gene
     compiled = _compiled()
     payload, count, base_offset, base_timestamp, _ = _payload(encode_batch(generated, compression=codec,
                                                                            base_offset=generated[0].offset))
-    corrupt = bytearray(payload)
-    for _ in range(data.draw(st.integers(0, 4), label="edits")):
-        position = data.draw(st.integers(0, len(corrupt)), label="position")
-        edit = data.draw(st.sampled_from(["flip", "delete", "insert"]), label="edit")
-        if edit == "flip" and position < len(corrupt):
-            corrupt[position] ^= data.draw(st.integers(1, 255), label="xor")
-        elif edit == "delete":
-            del corrupt[position:position + data.draw(st.integers(1, 3), label="length")]
-        else:
-            corrupt[position:position] = data.draw(st.binary(min_size=1, max_size=11) | st.just(b"\xff" * 11),
-                                                   label="inserted")  # the second: an overlong varint
+    corrupt = data.draw(corrupted(payload), label="corrupt")
     count += data.draw(st.sampled_from([0, 0, 0, -1, 1]), label="count change")
     lo = base_offset + data.draw(st.integers(-1, 3), label="lo")
-    expected = _decoded(PURE, bytes(corrupt), count, base_offset, base_timestamp, None, lo, lo + 50)
-    assert _decoded(compiled, bytes(corrupt), count, base_offset, base_timestamp, None, lo, lo + 50) == expected
+    expected = _decoded(PURE, corrupt, count, base_offset, base_timestamp, None, lo, lo + 50)
+    assert _decoded(compiled, corrupt, count, base_offset, base_timestamp, None, lo, lo + 50) == expected
 
 
 def test_a_corrupt_record_is_reported_the_same_by_every_decoder():
