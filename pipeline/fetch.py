@@ -142,8 +142,8 @@ def read_range(bootstrap: str, config: ConsumerConfig, topic: str, partition: in
             if ahead is not None and ahead[0] == position:
                 answer = ahead[1].result()
             else:
-                if ahead is not None:  # not where the decoder says the next fetch starts: drop it
-                    ahead[1].result()
+                if ahead is not None:  # not where the decoder says the next fetch starts: unused
+                    _settle(ahead[1])
                 answer = _fetch(conn, config, tp, position)
             ahead = None
             code = answer["error_code"]
@@ -184,12 +184,17 @@ def read_range(bootstrap: str, config: ConsumerConfig, topic: str, partition: in
                 yield to_arrow(columns, topic, partition, include_headers)
     finally:
         if ahead is not None:  # let the fetch in flight finish before the connection closes
-            try:
-                ahead[1].result()
-            except Exception:
-                pass
+            _settle(ahead[1])
         prefetch.shutdown(wait=True)
         conn.close()
+
+
+def _settle(fetch) -> None:
+    """Wait for a fetch asked for ahead that will not be used; its outcome (even an error) is moot."""
+    try:
+        fetch.result()
+    except Exception:
+        pass
 
 
 def _out_of_range(conn: SyncConnection, config: ConsumerConfig, tp: TopicPartition, position: int, end: int,
