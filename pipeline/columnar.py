@@ -27,28 +27,16 @@ from triolog.protocol.record_batch import (
     read_header,
 )
 from triolog import core
+from triolog.client.types import RecordColumns
 
-__all__ = ["Columns", "decode_into"]
+__all__ = ["Columns", "decode_into", "next_position"]
 
 _I32 = struct.Struct(">i")
 _codec = core.load("protocol.record_codec")
 
-
-class Columns:
-    """The columns of one Arrow batch, filled by :func:`decode_into`."""
-
-    __slots__ = ("headers", "keys", "offsets", "timestamps", "types", "values")
-
-    def __init__(self) -> None:
-        self.keys: list = []
-        self.values: list = []
-        self.offsets: list[int] = []
-        self.timestamps: list[int] = []
-        self.types: list[int] = []
-        self.headers: list = []
-
-    def __len__(self) -> int:
-        return len(self.offsets)
+#: The columns of one Arrow batch: the client's :class:`~triolog.client.types.RecordColumns`
+#: (one definition for ``Consumer.poll_columns`` and the data source), filled by :func:`decode_into`.
+Columns = RecordColumns
 
 
 def decode_into(buf, columns: Columns, position: int, end: int, with_headers: bool) -> int:
@@ -61,24 +49,9 @@ def decode_into(buf, columns: Columns, position: int, end: int, with_headers: bo
     if type(buf) is not bytes:
         buf = bytes(buf)
     view = memoryview(buf)
-    total = len(view)
-    at = 0
     next_position = position
-    while total - at >= LOG_OVERHEAD + 5:
-        (batch_length,) = _I32.unpack_from(view, at + 8)
-        magic = view[at + 16]
-        if magic != CURRENT_MAGIC:
-            if magic in (0, 1):
-                raise UnsupportedForMessageFormatError(f"record batch at position {at} has legacy magic {magic}")
-            raise CorruptRecordError(f"record batch at position {at} has magic {magic}, expected {CURRENT_MAGIC}")
-        if batch_length < MIN_BATCH_LENGTH:
-            raise CorruptRecordError(f"record batch at position {at} declares length {batch_length}")
-        size = batch_length + LOG_OVERHEAD
-        if at + size > total:
-            break
-        batch = view[at:at + size]
-        start = at
-        at += size
+    for start, size in _whole_batches(view):
+        batch = view[start:start + size]
         header = read_header(batch)
         batch_next = header.base_offset + header.last_offset_delta + 1
         if batch_next <= position:
@@ -98,6 +71,41 @@ def decode_into(buf, columns: Columns, position: int, end: int, with_headers: bo
         if batch_next >= end:
             break
     return next_position
+
+
+def next_position(buf, position: int) -> int:
+    """The offset after the last whole batch in ``buf`` that reaches ``position`` (``position`` if
+    none), from the batch headers alone: where the next fetch starts, known before the records are
+    decoded. Equals :func:`decode_into`'s answer whenever that is below its ``end``. Raises what
+    :func:`decode_into` raises on bad framing."""
+    view = memoryview(buf)
+    found = position
+    for start, _size in _whole_batches(view):
+        header = read_header(view, start)
+        batch_next = header.base_offset + header.last_offset_delta + 1
+        if batch_next > position:
+            found = batch_next
+    return found
+
+
+def _whole_batches(view):
+    """(position, size) of each whole batch in ``view``, framing checked; a partial one ends it."""
+    total = len(view)
+    at = 0
+    while total - at >= LOG_OVERHEAD + 5:
+        (batch_length,) = _I32.unpack_from(view, at + 8)
+        magic = view[at + 16]
+        if magic != CURRENT_MAGIC:
+            if magic in (0, 1):
+                raise UnsupportedForMessageFormatError(f"record batch at position {at} has legacy magic {magic}")
+            raise CorruptRecordError(f"record batch at position {at} has magic {magic}, expected {CURRENT_MAGIC}")
+        if batch_length < MIN_BATCH_LENGTH:
+            raise CorruptRecordError(f"record batch at position {at} declares length {batch_length}")
+        size = batch_length + LOG_OVERHEAD
+        if at + size > total:
+            return
+        yield at, size
+        at += size
 
 
 def _records(data: bytes, origin: int, stop: int, header, columns: Columns, lo: int, hi: int,

@@ -16,7 +16,9 @@ Offsets missing from the broker's log are told apart as Kafka does:
 from __future__ import annotations
 
 import logging
+from array import array
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -29,7 +31,7 @@ from triolog.client.types import EARLIEST, LATEST, TopicPartition
 from triolog.protocol import messages as m
 from triolog.protocol.errors import ErrorCode
 
-from .columnar import Columns, decode_into
+from .columnar import Columns, decode_into, next_position
 
 __all__ = ["ARROW_SCHEMA", "ARROW_SCHEMA_WITH_HEADERS", "DataLossError", "read_range"]
 
@@ -66,19 +68,32 @@ def data_loss(topic: str, partition: int, first: int, last: int, reason: str, fa
 
 def to_arrow(columns: Columns, topic: str, partition: int, with_headers: bool) -> pa.RecordBatch:
     n = len(columns)
-    timestamps_ms = pa.array(columns.timestamps, pa.int64())
+    timestamps_ms = _int64_array(columns.timestamps, n)
     arrays = [
         pa.array(columns.keys, pa.binary()),
         pa.array(columns.values, pa.binary()),
         pa.repeat(pa.scalar(topic, pa.string()), n),
         pa.repeat(pa.scalar(partition, pa.int32()), n),
-        pa.array(columns.offsets, pa.int64()),
+        _int64_array(columns.offsets, n),
         pa.Array.from_buffers(_TIMESTAMP, n, [None, pc.multiply(timestamps_ms, 1000).buffers()[1]]),
-        pa.array(columns.types, pa.int32()),
+        _types_array(columns.types, n),
     ]
     if with_headers:
         arrays.append(_headers_array(columns.headers))
     return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA_WITH_HEADERS if with_headers else ARROW_SCHEMA)
+
+
+def _int64_array(values: list[int], n: int) -> pa.Array:
+    """An int64 column from a list of ints through ``array.array`` (a C loop, about 2.5 times
+    faster than ``pa.array``); both are native-endian, as Arrow's buffers are."""
+    return pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(array("q", values))])
+
+
+def _types_array(types: list[int], n: int) -> pa.Array:
+    """timestampType: one value per batch, so usually one value per fetch (no list conversion)."""
+    if n and types.count(types[0]) == n:
+        return pa.repeat(pa.scalar(types[0], pa.int32()), n)
+    return pa.array(types, pa.int32())
 
 
 def _headers_array(per_record: list) -> pa.Array:
@@ -110,14 +125,27 @@ def _fetch(conn: SyncConnection, config: ConsumerConfig, tp: TopicPartition, off
 
 def read_range(bootstrap: str, config: ConsumerConfig, topic: str, partition: int, start: int, end: int, *,
                fail_on_data_loss: bool, include_headers: bool) -> Iterator[pa.RecordBatch]:
-    """The records of offsets [start, end) of one partition, one Arrow batch per fetch response."""
+    """The records of offsets [start, end) of one partition, one Arrow batch per fetch response.
+
+    The next fetch is asked for (on a helper thread, the same connection) as soon as this one's
+    batch headers say where it starts, so the broker and the socket work while this response is
+    decoded and Spark consumes its batch.
+    """
     tp = TopicPartition(topic, partition)
     conn = SyncConnection(bootstrap, client_id=config.client_id)
+    prefetch = ThreadPoolExecutor(1, thread_name_prefix=f"triolog-fetch-{topic}-{partition}")
+    ahead = None  # (offset, future of its fetch response)
     try:
         position = start
         out_of_range_at = None
         while position < end:
-            answer = _fetch(conn, config, tp, position)
+            if ahead is not None and ahead[0] == position:
+                answer = ahead[1].result()
+            else:
+                if ahead is not None:  # not where the decoder says the next fetch starts: unused
+                    _settle(ahead[1])
+                answer = _fetch(conn, config, tp, position)
+            ahead = None
             code = answer["error_code"]
             if code == ErrorCode.OFFSET_OUT_OF_RANGE:
                 if out_of_range_at == position:  # list_offsets says in range, fetch says not: give up
@@ -127,15 +155,22 @@ def read_range(bootstrap: str, config: ConsumerConfig, topic: str, partition: in
                 continue
             if code:
                 raise error_for(code, answer.get("error_message"), topic=topic, partition=partition)
+            records = answer["records"]
+            try:
+                following = next_position(records, position)
+            except Exception:  # bad framing: decode_into below says so
+                following = position
+            if position < following < end:
+                ahead = (following, prefetch.submit(_fetch, conn, config, tp, following))
             columns = Columns()
             try:
-                next_position = decode_into(answer["records"], columns, position, end, include_headers)
+                next_pos = decode_into(records, columns, position, end, include_headers)
             except TriologClientError:
                 raise
             except Exception as exc:  # protocol.errors.CorruptRecordError & co
                 raise CorruptMessageError(f"fetched data does not decode: {exc}", topic=topic,
                                           partition=partition) from None
-            if next_position == position:  # no batch at or after the position
+            if next_pos == position:  # no batch at or after the position
                 high_watermark = answer["high_watermark"]
                 if position >= high_watermark:  # the log ends before the planned end offset
                     data_loss(topic, partition, position, end - 1,
@@ -144,11 +179,22 @@ def read_range(bootstrap: str, config: ConsumerConfig, topic: str, partition: in
                     return
                 raise CorruptMessageError(f"fetch at offset {position} returned no whole record batch; "
                                           f"raise triolog.max.partition.fetch.bytes?", topic=topic, partition=partition)
-            position = next_position
+            position = next_pos
             if len(columns):
                 yield to_arrow(columns, topic, partition, include_headers)
     finally:
+        if ahead is not None:  # let the fetch in flight finish before the connection closes
+            _settle(ahead[1])
+        prefetch.shutdown(wait=True)
         conn.close()
+
+
+def _settle(fetch) -> None:
+    """Wait for a fetch asked for ahead that will not be used; its outcome (even an error) is moot."""
+    try:
+        fetch.result()
+    except Exception:
+        pass
 
 
 def _out_of_range(conn: SyncConnection, config: ConsumerConfig, tp: TopicPartition, position: int, end: int,

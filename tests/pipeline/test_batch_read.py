@@ -175,3 +175,43 @@ def test_mode_specific_and_broker_checked_options_fail_before_any_task(spark, bo
         reader(spark, bootstrap, subscribe=topic, endingOffsets=json.dumps({topic: {"0": 5, "1": -1}})).load().collect()
     with pytest.raises(Exception, match=f"option 'subscribe'.*{topic}-nope.*does not exist"):
         reader(spark, bootstrap, subscribe=topic + "-nope").load().collect()
+
+
+def test_task_reads_over_many_fetches_return_each_record_once_and_stop_at_the_end(bootstrap, admin, topic):
+    """A task asks for its next fetch while it decodes the last one: with fetches of a few batches,
+    every record of [start, end) still comes once, in order, and nothing past ``end``."""
+    import dataclasses
+
+    from triolog.client.consumer_core import ConsumerConfig
+    from triolog.pipeline.fetch import read_range
+
+    admin.create_topics([NewTopic(topic, 1)])
+    sent = produce(bootstrap, topic, 1, 600, batch_size=1024)
+    config = dataclasses.replace(ConsumerConfig(), max_partition_fetch_bytes=4096)
+    for start, end in ((0, 600), (7, 593), (301, 302)):
+        batches = list(read_range(bootstrap, config, topic, 0, start, end, fail_on_data_loss=True,
+                                  include_headers=False))
+        assert len(batches) > 1 or end - start == 1
+        offsets = [o for b in batches for o in b.column("offset").to_pylist()]
+        assert offsets == list(range(start, end))
+        values = [v for b in batches for v in b.column("value").to_pylist()]
+        assert values == [sent[(0, o)][1] for o in offsets]
+
+
+def test_a_task_stopped_early_closes_cleanly_with_a_fetch_in_flight(bootstrap, admin, topic):
+    """Spark stops reading a partition early (a limit): closing the reader mid-range waits for the
+    fetch it asked for ahead, then closes its connection; nothing hangs or leaks a thread."""
+    import dataclasses
+    import threading
+
+    from triolog.client.consumer_core import ConsumerConfig
+    from triolog.pipeline.fetch import read_range
+
+    admin.create_topics([NewTopic(topic, 1)])
+    produce(bootstrap, topic, 1, 300, batch_size=1024)
+    config = dataclasses.replace(ConsumerConfig(), max_partition_fetch_bytes=4096)
+    reader_ = read_range(bootstrap, config, topic, 0, 0, 300, fail_on_data_loss=True, include_headers=False)
+    first = next(reader_)
+    assert first.column("offset")[0].as_py() == 0
+    reader_.close()
+    assert not [t for t in threading.enumerate() if t.name.startswith(f"triolog-fetch-{topic}")]

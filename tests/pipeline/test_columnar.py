@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from triolog.pipeline.columnar import Columns, decode_into
+from triolog.pipeline.columnar import Columns, decode_into, next_position
 from triolog.protocol.errors import CorruptRecordError
 from triolog.protocol.record_batch import CompressionType, TimestampType
 from triolog.protocol.records import ControlRecordType, Record, encode_batch, encode_end_txn_marker, iter_batches
@@ -55,6 +55,8 @@ def test_columnar_decode_matches_protocol_records(batches, lo, span, log_append_
         offset += 1
     hi = lo + span
     assert columnar(buf, lo, hi) == reference(buf, lo, hi)
+    # where the next fetch starts, from the headers alone, as the decoder says it
+    assert next_position(buf + buf[:30], lo) == decode_into(buf, Columns(), lo, 10**9, False)
     columns = Columns()
     assert decode_into(buf + buf[:30], columns, 0, 10**9, False) == offset  # partial trailing batch ignored
     assert columns.headers == []
