@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from triolog.client.types import ConsumerRecord  # noqa: E402
-from triolog.pipeline.columnar import Columns  # noqa: E402
+from triolog.client.types import RecordColumns  # noqa: E402
 from triolog import core  # noqa: E402
 from triolog.protocol.record_batch import HEADER_SIZE, read_header  # noqa: E402
 from triolog.protocol.records import Record, encode_batch  # noqa: E402
@@ -72,7 +72,7 @@ def _codec_functions(codec, records, payload, header):
         "decode": lambda: codec.decode_records(payload, count, base, ts, None, Record),
         "consumer": lambda: codec.decode_consumer_records(payload, count, base, ts, None, 0, [], ConsumerRecord,
                                                           "topic", 0, "CreateTime"),
-        "columns": lambda: codec.decode_columns(payload, count, base, ts, None, 0, None, Columns(), True),
+        "columns": lambda: codec.decode_columns(payload, count, base, ts, None, 0, None, RecordColumns(), True),
         "walk": lambda: codec.walk_records(payload, 0, count, ts, min_timestamp=0, max_timestamp=NOW + 3_600_000),
     }
 
@@ -93,7 +93,7 @@ def _baseline_functions(modules, records, payload, header):
         "encode": lambda: records_module._encode_records(records, base, records[0].timestamp),
         "decode": lambda: records_module._parse_records(payload, header),
         "consumer": consumer,
-        "columns": lambda: columnar._records(payload, header, columnar.Columns(), 0, 1 << 62, True),
+        "columns": lambda: columnar._records(payload, header, columnar.RecordColumns(), 0, 1 << 62, True),
         "walk": lambda: walk.walk_records(payload, 0, count, ts, min_timestamp=0, max_timestamp=NOW + 3_600_000),
     }
 

@@ -29,17 +29,12 @@ from triolog.protocol.record_batch import (
 from triolog import core
 from triolog.client.types import RecordColumns
 
-__all__ = ["Columns", "decode_into", "next_position"]
+__all__ = ["decode_into", "next_position"]
 
 _I32 = struct.Struct(">i")
 _codec = core.load("protocol.record_codec")
 
-#: The columns of one Arrow batch: the client's :class:`~triolog.client.types.RecordColumns`
-#: (one definition for ``Consumer.poll_columns`` and the data source), filled by :func:`decode_into`.
-Columns = RecordColumns
-
-
-def decode_into(buf, columns: Columns, position: int, end: int, with_headers: bool) -> int:
+def decode_into(buf, columns: RecordColumns, position: int, end: int, with_headers: bool) -> int:
     """Append the records with ``position <= offset < end`` of the whole batches in ``buf`` (a
     fetch response's bytes; a trailing partial batch is ignored) to ``columns``.
 
@@ -108,7 +103,7 @@ def _whole_batches(view):
         at += size
 
 
-def _records(data: bytes, origin: int, stop: int, header, columns: Columns, lo: int, hi: int,
+def _records(data: bytes, origin: int, stop: int, header, columns: RecordColumns, lo: int, hi: int,
              with_headers: bool) -> None:
     """One batch's ``records_count`` records (``data[origin:stop]``) into the columns: the compiled
     core's decoder."""

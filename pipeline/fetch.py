@@ -27,11 +27,11 @@ from triolog.client.connection import SyncConnection
 from triolog.client.consumer_core import ConsumerConfig, list_offsets_op
 from triolog.client.errors import CorruptMessageError, TriologClientError, error_for
 from triolog.client.ops import check_response, run_sync
-from triolog.client.types import EARLIEST, LATEST, TopicPartition
+from triolog.client.types import EARLIEST, LATEST, RecordColumns, TopicPartition
 from triolog.protocol import messages as m
 from triolog.protocol.errors import ErrorCode
 
-from .columnar import Columns, decode_into, next_position
+from .columnar import decode_into, next_position
 
 __all__ = ["ARROW_SCHEMA", "ARROW_SCHEMA_WITH_HEADERS", "DataLossError", "read_range"]
 
@@ -66,7 +66,7 @@ def data_loss(topic: str, partition: int, first: int, last: int, reason: str, fa
     log.warning("skipping lost records in %s (%s); failOnDataLoss is false", where, reason)
 
 
-def to_arrow(columns: Columns, topic: str, partition: int, with_headers: bool) -> pa.RecordBatch:
+def to_arrow(columns: RecordColumns, topic: str, partition: int, with_headers: bool) -> pa.RecordBatch:
     n = len(columns)
     timestamps_ms = _int64_array(columns.timestamps, n)
     arrays = [
@@ -162,7 +162,7 @@ def read_range(bootstrap: str, config: ConsumerConfig, topic: str, partition: in
                 following = position
             if position < following < end:
                 ahead = (following, prefetch.submit(_fetch, conn, config, tp, following))
-            columns = Columns()
+            columns = RecordColumns()
             try:
                 next_pos = decode_into(records, columns, position, end, include_headers)
             except TriologClientError:

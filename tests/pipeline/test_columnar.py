@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from triolog.pipeline.columnar import Columns, decode_into, next_position
+from triolog.client.types import RecordColumns
+from triolog.pipeline.columnar import decode_into, next_position
 from triolog.protocol.errors import CorruptRecordError
 from triolog.protocol.record_batch import CompressionType, TimestampType
 from triolog.protocol.records import ControlRecordType, Record, encode_batch, encode_end_txn_marker, iter_batches
@@ -24,7 +25,7 @@ def reference(buf, lo: int, hi: int):
 
 
 def columnar(buf, lo: int, hi: int):
-    columns = Columns()
+    columns = RecordColumns()
     decode_into(buf, columns, lo, hi, True)
     return list(zip(columns.offsets, columns.timestamps, columns.types, columns.keys, columns.values,
                     columns.headers))
@@ -56,8 +57,8 @@ def test_columnar_decode_matches_protocol_records(batches, lo, span, log_append_
     hi = lo + span
     assert columnar(buf, lo, hi) == reference(buf, lo, hi)
     # where the next fetch starts, from the headers alone, as the decoder says it
-    assert next_position(buf + buf[:30], lo) == decode_into(buf, Columns(), lo, 10**9, False)
-    columns = Columns()
+    assert next_position(buf + buf[:30], lo) == decode_into(buf, RecordColumns(), lo, 10**9, False)
+    columns = RecordColumns()
     assert decode_into(buf + buf[:30], columns, 0, 10**9, False) == offset  # partial trailing batch ignored
     assert columns.headers == []
 
@@ -67,4 +68,4 @@ def test_corrupt_batches_raise_like_the_protocol_decoder():
     flipped = bytearray(good)
     flipped[-3] ^= 0xFF
     with pytest.raises(CorruptRecordError, match="crc"):
-        decode_into(bytes(flipped), Columns(), 0, 10, False)
+        decode_into(bytes(flipped), RecordColumns(), 0, 10, False)

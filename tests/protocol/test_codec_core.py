@@ -15,8 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from triolog.client.types import ConsumerRecord
-from triolog.pipeline.columnar import Columns
+from triolog.client.types import ConsumerRecord, RecordColumns
 from triolog import core
 from triolog.protocol.compression import decompress
 from triolog.protocol.record_batch import HEADER, CompressionType
@@ -80,7 +79,7 @@ def _decoded(codec, payload, count, base_offset, base_timestamp, append_time, lo
     consumer: list = []
     as_consumer = _outcome(codec.decode_consumer_records, payload, count, base_offset, base_timestamp, append_time,
                            lo, consumer, ConsumerRecord, "topic", 3, "CreateTime")
-    columns = Columns()
+    columns = RecordColumns()
     as_columns = _outcome(codec.decode_columns, payload, count, base_offset, base_timestamp, append_time, lo, hi,
                           columns, True)
     # the same section inside a larger buffer (as in a fetch response), read in place: nothing beyond it
@@ -89,12 +88,12 @@ def _decoded(codec, payload, count, base_offset, base_timestamp, append_time, lo
     as_consumer_framed = _outcome(codec.decode_consumer_records, framed, count, base_offset, base_timestamp,
                                   append_time, lo, consumer_framed, ConsumerRecord, "topic", 3, "CreateTime", 7,
                                   7 + len(payload))
-    columns_framed = Columns()
+    columns_framed = RecordColumns()
     as_columns_framed = _outcome(codec.decode_columns, framed, count, base_offset, base_timestamp, append_time, lo,
                                  hi, columns_framed, True, 7, 7 + len(payload))
     assert (as_consumer_framed, consumer_framed, as_columns_framed) == (as_consumer, consumer, as_columns)
-    assert [getattr(columns_framed, name) for name in Columns.__slots__] == [getattr(columns, name)
-                                                                             for name in Columns.__slots__]
+    assert [getattr(columns_framed, name) for name in RecordColumns.__slots__] == [getattr(columns, name)
+                                                                             for name in RecordColumns.__slots__]
     # the time lookup's skip-ahead walk (a short buffer is an IndexError on both paths, worded apart)
     as_first = _outcome(codec.first_at_or_after, payload, count, base_offset, base_timestamp, append_time,
                         base_timestamp, lo)
@@ -277,4 +276,4 @@ def test_a_records_section_outside_the_buffer_is_refused_before_any_read():
     for codec in {PURE, core.load("protocol.record_codec")}:
         for origin, stop in ((0, len(payload) + 1), (-1, 3), (4, 3)):
             with pytest.raises(ValueError, match="outside the"):
-                codec.decode_columns(payload, 1, 0, 0, None, 0, 10, Columns(), True, origin, stop)
+                codec.decode_columns(payload, 1, 0, 0, None, 0, 10, RecordColumns(), True, origin, stop)
