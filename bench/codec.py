@@ -93,7 +93,7 @@ def _baseline_functions(modules, records, payload, header):
         "encode": lambda: records_module._encode_records(records, base, records[0].timestamp),
         "decode": lambda: records_module._parse_records(payload, header),
         "consumer": consumer,
-        "columns": lambda: columnar._records(payload, header, columnar.RecordColumns(), 0, 1 << 62, True),
+        "columns": lambda: columnar._records(payload, header, columnar.Columns(), 0, 1 << 62, True),
         "walk": lambda: walk.walk_records(payload, 0, count, ts, min_timestamp=0, max_timestamp=NOW + 3_600_000),
     }
 
