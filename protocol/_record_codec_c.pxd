@@ -12,3 +12,10 @@ cdef int _ZZ2_C[32768]
 # cimports them (broker/storage/cleaner/cleaner_core.py) rather than repeating them.
 cdef (long, Py_ssize_t) _long32(const unsigned char[:] buf, Py_ssize_t position)
 cdef (long long, Py_ssize_t) _long64(const unsigned char[:] buf, Py_ssize_t position)
+
+# Drops a new object from the cyclic collector's lists. Used on consumer records: immutable tuples
+# of str, ints, bytes, None and header tuples, which can never be part of a cycle. Left tracked,
+# every 700 of them cost a generation-0 collection that walks them all, and the survivors of a large
+# fetch made the collector's full passes the largest cost of poll().
+cdef extern from "Python.h":
+    void PyObject_GC_UnTrack(object)
