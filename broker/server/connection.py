@@ -484,14 +484,16 @@ class ClientConnection:
     async def _send_parts(self, api: str | None, result: FetchResult) -> None:
         """The frame prefix and msgpack bytes through the stream; record bytes by sendfile.
 
-        The socket is corked meanwhile (TCP_CORK, where there is one): the prefix, the msgpack
-        bytes around the records and the records leave in as few segments as their size allows,
-        instead of one segment (and one wake-up of the client) per write."""
+        A small response is corked meanwhile (TCP_CORK, where there is one): the prefix, the
+        msgpack bytes around the records and the records leave in as few segments as their size
+        allows, instead of one segment (and one wake-up of the client) per write. A large one is
+        not: corked, a multi-megabyte fetch ran at a fifth of its uncorked speed (1 KiB records,
+        8 MiB fetches: 39 against 211 MB/s), and it fills whole segments anyway."""
         parts = result.parts
         total = m.parts_length(parts)
         pending = bytearray(frame_prefix(total))
         sock = self.stream.socket
-        corked = _TCP_CORK is not None and len(parts) > 1
+        corked = _TCP_CORK is not None and len(parts) > 1 and total <= _CORK_MAX_BYTES
         if corked:
             try:
                 sock.setsockopt(socket.IPPROTO_TCP, _TCP_CORK, 1)
@@ -527,6 +529,8 @@ class ClientConnection:
 
 #: Linux's TCP_CORK (None elsewhere): hold partial segments until uncorked.
 _TCP_CORK = getattr(socket, "TCP_CORK", None)
+#: The largest response sent corked (see _send_parts).
+_CORK_MAX_BYTES = 64 * 1024
 
 
 def _entry_errors(response: m.Response | None) -> dict[int, int] | None:
