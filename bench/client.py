@@ -215,7 +215,8 @@ def main() -> int:
                         help="which clients: new (this checkout), pure (this checkout, TRIOLOG_PURE_PYTHON=1), "
                              "base (--baseline-ref)")
     parser.add_argument("--rstream", default="",
-                        help="RabbitMQ Streams' rstream figures measured in the same sitting (by a separate peer harness, rstream's own client): "
+                        help="RabbitMQ Streams' rstream figures measured in the same sitting (a separate peer "
+                             "harness, with rstream's own client): "
                              "'produce 100 B rec/s,consume 100 B rec/s,produce 1 KiB MB/s,consume 1 KiB MB/s', "
                              "e.g. 247000,642000,189,178: the goals then print the ratios to it")
     parser.add_argument("--micro", action="store_true",
