@@ -39,7 +39,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from pathlib import Path
@@ -47,6 +46,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from baseline_tree import export_tree  # noqa: E402
 from tests.e2e.broker_process import BrokerProcess  # noqa: E402
 
 MB = 1_000_000
@@ -171,19 +171,6 @@ def micro(count: int, reps: int) -> None:
         print(f"   {label:<58} {statistics.median(values_) * 1e6:7.3f} us")
 
 
-def export_ref(ref: str, into: Path) -> Path:
-    """The tree of ``ref`` as files (git archive), the ``triolog`` package links included."""
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", ref],
-                             capture_output=True, check=True).stdout
-    target = into / "base"
-    target.mkdir()
-    tar_path = into / "base.tar"
-    tar_path.write_bytes(archive)
-    with tarfile.open(tar_path) as tar:
-        tar.extractall(target, filter="fully_trusted")
-    return target
-
-
 def has_send_many(root: Path) -> bool:
     code = "import sys; from triolog.client import Producer; sys.exit(0 if hasattr(Producer, 'send_many') else 1)"
     return subprocess.run([sys.executable, "-c", code], cwd=root).returncode == 0
@@ -234,7 +221,7 @@ def main() -> int:
     clients = args.clients.split(",")
     roots = {name: ROOT for name in ("new", "pure") if name in clients}
     if args.baseline_ref and "base" in clients:
-        roots["base"] = export_ref(args.baseline_ref, workdir)
+        roots["base"] = export_tree(args.baseline_ref, workdir / "base")
         if args.baseline_compiled:
             subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=roots["base"],
                            check=True, capture_output=True)

@@ -37,6 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from baseline_tree import export_tree  # noqa: E402
 from tests.e2e.broker_process import BrokerProcess  # noqa: E402
 
 DEFAULT_BASELINE = "8674770"
@@ -96,8 +97,7 @@ def fill(port: int, topic: str, value_size: int, count: int) -> int:
 def checkout(ref: str, into: Path) -> Path | None:
     """A temporary copy of commit ``ref`` (its triolog/ links to its own folders)."""
     try:
-        archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref], check=True, capture_output=True).stdout
-        subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+        export_tree(ref, into)
     except (OSError, subprocess.CalledProcessError) as exc:
         print(f"no baseline ({ref}): {exc}", file=sys.stderr)
         return None

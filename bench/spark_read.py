@@ -33,7 +33,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from pathlib import Path
@@ -41,6 +40,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from baseline_tree import export_tree  # noqa: E402
 from tests.e2e.broker_process import BrokerProcess  # noqa: E402
 
 PARTITIONS = 4
@@ -171,14 +171,7 @@ def client_alone(bootstrap: str, topic: str, records: int) -> float:
 def export_ref(ref: str, into: Path) -> Path:
     """The tree of ``ref`` as files (git archive), the ``triolog`` package links included, with this
     checkout's compiled core copied in where the sources are the same (else built there)."""
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", ref],
-                             capture_output=True, check=True).stdout
-    target = into / "base"
-    target.mkdir()
-    tar_path = into / "base.tar"
-    tar_path.write_bytes(archive)
-    with tarfile.open(tar_path) as tar:
-        tar.extractall(target, filter="fully_trusted")
+    target = export_tree(ref, into / "base")
     twins = [twin for folder in ("broker", "client", "config", "pipeline", "protocol")
              for twin in (ROOT / folder).rglob("_*_c.*.so")]
     same = bool(twins)
