@@ -17,7 +17,7 @@ fresh client process on 127.0.0.1 (a producer, or a consumer reading what a prod
 * ``poll``: ``Consumer.poll()`` from offset 0 until every record was returned, each record
   touched (``len(record.value)``), so every record is really decoded.
 
-acks=1, linger default (5 ms), one partition, ``--batch-size`` bytes per batch. Records/s and MB/s
+acks=1, linger default (5 ms), one partition, ``--batch-size`` bytes per batch, ``--in-flight`` requests. Records/s and MB/s
 (value bytes; 1 MB = 10^6 B): medians of ``--reps`` interleaved repetitions. Two client
 implementations run side by side in the same run: ``new`` (this checkout) and ``base`` (the
 source of ``--baseline-ref``, exported with ``git archive`` to a temp directory and run as is,
@@ -93,7 +93,7 @@ elif mode == "call":  # send() alone: the sender sleeps (linger 60 s, one huge b
     count += 1
 else:
     value = b"v" * size
-    with Producer(bootstrap, acks=1, batch_size=args["batch_size"]) as producer:
+    with Producer(bootstrap, acks=1, batch_size=args["batch_size"], **args["producer_options"]) as producer:
         producer.send(topic, value, partition=0).get(30)  # metadata and connection outside the timing
         if mode == "send":
             send = producer.send
@@ -191,6 +191,9 @@ def main() -> int:
     parser.add_argument("--count", type=int, default=1_000_000, help="records of 100 B per run (1 KiB: a quarter)")
     parser.add_argument("--sizes", default="100,1024", help="value sizes in bytes, comma-separated")
     parser.add_argument("--batch-size", type=int, default=256 * 1024, help="producer batch_size (bytes)")
+    parser.add_argument("--in-flight", type=int, default=5,
+                        help="producer max_in_flight_requests_per_connection of this checkout's client (default 5, "
+                             "Kafka's; the client's own default is 1 until it is idempotent)")
     parser.add_argument("--chunk", type=int, default=10_000, help="values per send_many call")
     parser.add_argument("--baseline-ref", default="main", help="git ref of the baseline client ('' for none)")
     parser.add_argument("--baseline-compiled", action="store_true",
@@ -235,7 +238,7 @@ def main() -> int:
     try:
         print(f"triolog client benchmark: broker pid {broker.process.pid} on 127.0.0.1:{port}, "
               f"Python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; "
-              f"acks=1, batch_size {args.batch_size}, {args.reps} rep(s)")
+              f"acks=1, batch_size {args.batch_size}, in flight {args.in_flight} (this checkout), {args.reps} rep(s)")
         for rep in range(args.reps):
             for size in sizes:
                 count = args.count if size <= 100 else max(1, args.count // 4)
@@ -254,8 +257,10 @@ def main() -> int:
                             topic_number += 1
                             topic, total = f"bench-{topic_number}", count
                             create_topic(port, topic)
+                        # The baseline client may predate max_in_flight_requests_per_connection.
+                        options = {} if name == "base" else {"max_in_flight_requests_per_connection": args.in_flight}
                         result = run_worker(root, name == "pure", mode=mode, port=port, topic=topic, size=size, count=total,
-                                            batch_size=args.batch_size, chunk=args.chunk)
+                                            batch_size=args.batch_size, chunk=args.chunk, producer_options=options)
                         if mode in ("send", "send_many"):
                             produced = (topic, result["count"])
                         statuses[name] = result["status"]

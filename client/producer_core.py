@@ -22,8 +22,11 @@ them again could store them twice. Records are never silently duplicated.
 
 In flight
 ---------
-Up to ``max_in_flight_requests_per_connection`` produce requests (Kafka's setting, default 5)
-are outstanding at once; their responses are handled in the order the requests were sent. A
+Up to ``max_in_flight_requests_per_connection`` produce requests (Kafka's setting) are
+outstanding at once. The default is 1 until the producer is idempotent: Kafka's default of 5 is
+safe there because sequence numbers keep order, and without them the common first send to a
+topic that is being auto-created (refused, retried after a later batch landed) reordered
+records. Up to that many requests are outstanding; their responses are handled in the order the requests were sent. A
 retried batch goes back to its partition's queue ahead of every batch never sent, behind the
 batches already put back (so a wave of failures is resent in its order). The ordering caveat is
 Kafka's own for a non-idempotent producer: with more than one request in flight and retries
@@ -109,8 +112,9 @@ class ProducerConfig:
     buffer_memory: int = 32 * 1024 * 1024
     metadata_max_age_ms: int = 300_000
     client_id: str = "triolog-producer"
-    #: Produce requests outstanding at once on the connection (see "In flight" above).
-    max_in_flight_requests_per_connection: int = 5
+    #: Produce requests outstanding at once on the connection (see "In flight" above); 1 keeps
+    #: records in order whatever happens.
+    max_in_flight_requests_per_connection: int = 1
 
     def __post_init__(self) -> None:
         acks = {"all": -1, "-1": -1, "1": 1, "0": 0}.get(self.acks, self.acks) if isinstance(self.acks, str) else self.acks
