@@ -262,26 +262,10 @@ class ProducerCore:
         if keys is not None and key_serializer is not None:
             keys = [None if k is None else self._serialize(key_serializer, topic, headers[i] if headers else (), k, "key")
                     for i, k in enumerate(keys)]
-        total = 80 * count
-        # The common case (every value bytes) is checked and summed at C speed, not per value in Python.
-        if set(map(type, values)) <= _BYTES:
-            total += sum(map(len, values))
-        else:
-            for i, value in enumerate(values):
-                if value is not None and type(value) is not bytes:
-                    values[i] = value = _to_bytes_at(value, "value", i)
-                total += 0 if value is None else len(value)
+        total = 80 * count + _bytes_in_place(values, "value")
         if keys is not None:
-            key_types = set(map(type, keys))
-            if key_types <= _BYTES:
-                total += sum(map(len, keys))
-            else:
-                for i, key in enumerate(keys):
-                    if key is not None and type(key) is not bytes:
-                        keys[i] = key = _to_bytes_at(key, "key", i)
-                    total += 0 if key is None else len(key)
-                key_types = set(map(type, keys))
-            if key_types <= _NONE:
+            total += _bytes_in_place(keys, "key")
+            if set(map(type, keys)) <= _NONE:
                 keys = None
         if timestamps is not None:
             for i, stamp in enumerate(timestamps):
@@ -442,6 +426,20 @@ def to_bytes(data, what: str) -> bytes | None:
     if isinstance(data, (bytes, bytearray, memoryview)):
         return bytes(data)
     raise TypeError(f"{what} must be bytes, str or None, got {type(data).__name__}")
+
+
+def _bytes_in_place(items: list, what: str) -> int:
+    """Turn every item of ``items`` (a list of values or of keys) into bytes or None, in place, and
+    return their total length. The common case (all bytes) is checked and summed at C speed, not
+    item by item in Python."""
+    if set(map(type, items)) <= _BYTES:
+        return sum(map(len, items))
+    total = 0
+    for i, item in enumerate(items):
+        if item is not None and type(item) is not bytes:
+            items[i] = item = _to_bytes_at(item, what, i)
+        total += 0 if item is None else len(item)
+    return total
 
 
 def _to_bytes_at(data, what: str, index: int) -> bytes | None:
