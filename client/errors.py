@@ -16,21 +16,38 @@ from triolog.protocol.errors import ErrorCode
 __all__ = [
     "BrokerConnectionError",
     "ClientTimeoutError",
+    "CoordinatorLoadInProgressError",
+    "CoordinatorNotAvailableError",
     "CorruptMessageError",
+    "DuplicateSequenceNumberError",
+    "GroupIdNotFoundError",
+    "GroupMaxSizeReachedError",
+    "IllegalGenerationError",
+    "InconsistentGroupProtocolError",
+    "InvalidCommitOffsetSizeError",
     "InvalidConfigError",
+    "InvalidGroupIdError",
     "InvalidPartitionsError",
+    "InvalidProducerEpochError",
     "InvalidRecordError",
     "InvalidReplicationFactorError",
     "InvalidRequestError",
     "InvalidResponseError",
+    "InvalidSessionTimeoutError",
     "InvalidTimestampError",
     "InvalidTopicError",
     "KafkaStorageError",
+    "MemberIdRequiredError",
     "MessageTooLargeError",
     "NoOffsetForPartitionError",
+    "NonEmptyGroupError",
+    "NotCoordinatorError",
+    "OffsetMetadataTooLargeError",
     "OffsetOutOfRangeError",
+    "OutOfOrderSequenceNumberError",
     "PolicyViolationError",
     "ProducerClosedError",
+    "RebalanceInProgressError",
     "RecordDeserializationError",
     "RequestNotSentError",
     "RequestTimedOutError",
@@ -40,6 +57,8 @@ __all__ = [
     "TopicAlreadyExistsError",
     "TopicAuthorizationFailedError",
     "TriologClientError",
+    "UnknownMemberIdError",
+    "UnknownProducerIdError",
     "UnknownServerError",
     "UnknownTopicOrPartitionError",
     "UnsupportedForMessageFormatError",
@@ -168,6 +187,93 @@ class InvalidRecordError(TriologClientError):
     code = ErrorCode.INVALID_RECORD
 
 
+class OffsetMetadataTooLargeError(TriologClientError):
+    code = ErrorCode.OFFSET_METADATA_TOO_LARGE
+
+
+class CoordinatorLoadInProgressError(TriologClientError):
+    """The coordinator is loading the group's offsets; ask again shortly."""
+
+    code = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+    retriable = True
+
+
+class CoordinatorNotAvailableError(TriologClientError):
+    code = ErrorCode.COORDINATOR_NOT_AVAILABLE
+    retriable = True
+
+
+class NotCoordinatorError(TriologClientError):
+    """Find the coordinator again and resend."""
+
+    code = ErrorCode.NOT_COORDINATOR
+    retriable = True
+
+
+class IllegalGenerationError(TriologClientError):
+    code = ErrorCode.ILLEGAL_GENERATION
+
+
+class InconsistentGroupProtocolError(TriologClientError):
+    code = ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+
+
+class InvalidGroupIdError(TriologClientError):
+    code = ErrorCode.INVALID_GROUP_ID
+
+
+class UnknownMemberIdError(TriologClientError):
+    code = ErrorCode.UNKNOWN_MEMBER_ID
+
+
+class InvalidSessionTimeoutError(TriologClientError):
+    code = ErrorCode.INVALID_SESSION_TIMEOUT
+
+
+class RebalanceInProgressError(TriologClientError):
+    """The member must join the group again; a consumer does that itself."""
+
+    code = ErrorCode.REBALANCE_IN_PROGRESS
+
+
+class InvalidCommitOffsetSizeError(TriologClientError):
+    code = ErrorCode.INVALID_COMMIT_OFFSET_SIZE
+
+
+class OutOfOrderSequenceNumberError(TriologClientError):
+    """The idempotent producer resolves it itself (see :mod:`triolog.client.producer_core`)."""
+
+    code = ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+
+
+class DuplicateSequenceNumberError(TriologClientError):
+    code = ErrorCode.DUPLICATE_SEQUENCE_NUMBER
+
+
+class InvalidProducerEpochError(TriologClientError):
+    code = ErrorCode.INVALID_PRODUCER_EPOCH
+
+
+class UnknownProducerIdError(TriologClientError):
+    code = ErrorCode.UNKNOWN_PRODUCER_ID
+
+
+class NonEmptyGroupError(TriologClientError):
+    code = ErrorCode.NON_EMPTY_GROUP
+
+
+class GroupIdNotFoundError(TriologClientError):
+    code = ErrorCode.GROUP_ID_NOT_FOUND
+
+
+class MemberIdRequiredError(TriologClientError):
+    code = ErrorCode.MEMBER_ID_REQUIRED
+
+
+class GroupMaxSizeReachedError(TriologClientError):
+    code = ErrorCode.GROUP_MAX_SIZE_REACHED
+
+
 _BY_CODE: dict[int, type[TriologClientError]] = {
     cls.code: cls
     for cls in (
@@ -177,6 +283,25 @@ _BY_CODE: dict[int, type[TriologClientError]] = {
         InvalidReplicationFactorError, InvalidConfigError, InvalidRequestError,
         UnsupportedForMessageFormatError, PolicyViolationError, KafkaStorageError,
         SaslAuthenticationFailedError, InvalidRecordError,
+        OffsetMetadataTooLargeError,
+        CoordinatorLoadInProgressError,
+        CoordinatorNotAvailableError,
+        NotCoordinatorError,
+        IllegalGenerationError,
+        InconsistentGroupProtocolError,
+        InvalidGroupIdError,
+        UnknownMemberIdError,
+        InvalidSessionTimeoutError,
+        RebalanceInProgressError,
+        InvalidCommitOffsetSizeError,
+        OutOfOrderSequenceNumberError,
+        DuplicateSequenceNumberError,
+        InvalidProducerEpochError,
+        UnknownProducerIdError,
+        NonEmptyGroupError,
+        GroupIdNotFoundError,
+        MemberIdRequiredError,
+        GroupMaxSizeReachedError,
     )
 }
 

@@ -23,7 +23,24 @@ class ErrorCode(enum.IntEnum):
     REQUEST_TIMED_OUT = 7
     #: A batch is larger than max.message.bytes (or a record set larger than a segment).
     MESSAGE_TOO_LARGE = 10
+    #: offset_commit: committed_metadata longer than offset.metadata.max.bytes.
+    OFFSET_METADATA_TOO_LARGE = 12
+    #: The group coordinator is still loading its __consumer_offsets partition.
+    COORDINATOR_LOAD_IN_PROGRESS = 14
+    COORDINATOR_NOT_AVAILABLE = 15
+    #: The group's __consumer_offsets partition is not served by this broker.
+    NOT_COORDINATOR = 16
     INVALID_TOPIC_EXCEPTION = 17
+    #: A group request names a generation that is not the group's current one.
+    ILLEGAL_GENERATION = 22
+    #: A member's protocol type or protocols do not match the group's.
+    INCONSISTENT_GROUP_PROTOCOL = 23
+    INVALID_GROUP_ID = 24
+    UNKNOWN_MEMBER_ID = 25
+    INVALID_SESSION_TIMEOUT = 26
+    #: The group is rebalancing: the member must join again.
+    REBALANCE_IN_PROGRESS = 27
+    INVALID_COMMIT_OFFSET_SIZE = 28
     TOPIC_AUTHORIZATION_FAILED = 29
     #: A record timestamp lies outside the allowed window, or the client set LogAppendTime.
     INVALID_TIMESTAMP = 32
@@ -36,9 +53,23 @@ class ErrorCode(enum.IntEnum):
     #: Magic < 2 on produce: triolog stores only RecordBatch v2.
     UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
     POLICY_VIOLATION = 44
+    #: An idempotent producer's batch does not follow its last sequence for the partition.
+    OUT_OF_ORDER_SEQUENCE_NUMBER = 45
+    #: An idempotent producer's batch is older than the batches the broker remembers for it.
+    DUPLICATE_SEQUENCE_NUMBER = 46
+    #: A batch's producer epoch is older than the producer id's current epoch.
+    INVALID_PRODUCER_EPOCH = 47
     #: The log directory failed an I/O operation and went offline.
     KAFKA_STORAGE_ERROR = 56
     SASL_AUTHENTICATION_FAILED = 58
+    #: The partition has no state for the producer id and the batch does not start at sequence 0.
+    UNKNOWN_PRODUCER_ID = 59
+    #: delete_groups: the group still has members.
+    NON_EMPTY_GROUP = 68
+    GROUP_ID_NOT_FOUND = 69
+    #: join_group: the first join of a member gets its id with this error and joins again with it.
+    MEMBER_ID_REQUIRED = 79
+    GROUP_MAX_SIZE_REACHED = 81
     #: A batch is well-formed but breaks a rule (bad offsets, keyless record on a compacted topic).
     INVALID_RECORD = 87
 
@@ -119,3 +150,21 @@ class RequestTimedOutError(TriologError):
 
 class PolicyViolationError(TriologError):
     code = ErrorCode.POLICY_VIOLATION
+
+
+class OutOfOrderSequenceNumberError(TriologError):
+    code = ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+
+
+class DuplicateSequenceNumberError(TriologError):
+    """A batch older than the broker's window of a producer's batches: it was appended before."""
+
+    code = ErrorCode.DUPLICATE_SEQUENCE_NUMBER
+
+
+class InvalidProducerEpochError(TriologError):
+    code = ErrorCode.INVALID_PRODUCER_EPOCH
+
+
+class UnknownProducerIdError(TriologError):
+    code = ErrorCode.UNKNOWN_PRODUCER_ID
