@@ -459,6 +459,75 @@ def _cleaner_keys() -> Iterator[BrokerConfigKey]:
         group, attr="log_cleaner_backoff_ms", minimum=0)
 
 
+def _producer_state_keys() -> Iterator[BrokerConfigKey]:
+    group = "idempotent producers"
+    yield BrokerConfigKey(
+        "producer.id.expiration.ms", "int", 86400000,
+        "A partition forgets a producer id whose last batch's timestamp is this old: its sequence "
+        "state leaves memory, .snapshot files and the cleaner's kept batches, and its next batch "
+        "must start at sequence 0.",
+        group, attr="producer_id_expiration_ms", minimum=1)
+    yield BrokerConfigKey(
+        "producer.id.expiration.check.interval.ms", "int", 600000,
+        "How often every partition removes expired producer ids.",
+        group, attr="producer_id_expiration_check_interval_ms", minimum=1)
+
+
+def _group_coordinator_keys() -> Iterator[BrokerConfigKey]:
+    group = "group coordinator"
+    yield BrokerConfigKey(
+        "offsets.topic.num.partitions", "int", 50,
+        "Partitions of the internal topic __consumer_offsets, fixed when it is first created; a "
+        "group's offsets and metadata live in partition abs(java hashCode(group_id)) % this.",
+        group, attr="offsets_topic_num_partitions", minimum=1)
+    yield BrokerConfigKey(
+        "offsets.topic.segment.bytes", "int", 104857600,
+        "segment.bytes of __consumer_offsets, kept small so that compaction and loading are fast.",
+        group, attr="offsets_topic_segment_bytes", minimum=1)
+    yield BrokerConfigKey(
+        "offsets.topic.replication.factor", "int", 3,
+        "Accepted for Kafka configs; a single triolog broker keeps one replica whatever it says.",
+        group, attr="offsets_topic_replication_factor", minimum=1)
+    yield BrokerConfigKey(
+        "offsets.retention.minutes", "int", 10080,
+        "Committed offsets of a group are deleted (tombstoned) this long after the group became "
+        "empty, or after their commit for a group without members' protocol.",
+        group, attr="offsets_retention_minutes", minimum=1)
+    yield BrokerConfigKey(
+        "offsets.retention.check.interval.ms", "long", 600000,
+        "How often expired offsets are looked for.",
+        group, attr="offsets_retention_check_interval_ms", minimum=1)
+    yield BrokerConfigKey(
+        "offsets.load.buffer.size", "int", 5242880,
+        "Bytes read at a time when loading __consumer_offsets at startup.",
+        group, attr="offsets_load_buffer_size", minimum=1)
+    yield BrokerConfigKey(
+        "offsets.commit.timeout.ms", "int", 5000,
+        "How long an offset commit waits for its record to be flushed before failing with "
+        "REQUEST_TIMED_OUT.",
+        group, attr="offsets_commit_timeout_ms", minimum=1)
+    yield BrokerConfigKey(
+        "offset.metadata.max.bytes", "int", 4096,
+        "Longest committed_metadata string an offset commit may carry.",
+        group, attr="offset_metadata_max_bytes", minimum=0)
+    yield BrokerConfigKey(
+        "group.initial.rebalance.delay.ms", "int", 3000,
+        "How long the first rebalance of an empty group waits for more members to join.",
+        group, attr="group_initial_rebalance_delay_ms", minimum=0)
+    yield BrokerConfigKey(
+        "group.min.session.timeout.ms", "int", 6000,
+        "Smallest session_timeout_ms a member may ask for.",
+        group, attr="group_min_session_timeout_ms", minimum=0)
+    yield BrokerConfigKey(
+        "group.max.session.timeout.ms", "int", 1800000,
+        "Largest session_timeout_ms a member may ask for.",
+        group, attr="group_max_session_timeout_ms", minimum=0)
+    yield BrokerConfigKey(
+        "group.max.size", "int", INT_MAX,
+        "Members one group may have; a join beyond it gets GROUP_MAX_SIZE_REACHED.",
+        group, attr="group_max_size", minimum=1)
+
+
 # Chain heads: unset by default, falling back to a coarser key (Kafka's precedence).
 _SYNONYM_HEADS: dict[str, dict[str, Any]] = {
     "retention.ms": dict(
@@ -521,7 +590,8 @@ def _topic_default_keys() -> Iterator[BrokerConfigKey]:
 
 BROKER_CONFIGS: dict[str, BrokerConfigKey] = {
     key.name: key
-    for keys in (_server_keys(), _log_manager_keys(), _cleaner_keys(), _topic_default_keys())
+    for keys in (_server_keys(), _log_manager_keys(), _cleaner_keys(), _producer_state_keys(),
+                 _group_coordinator_keys(), _topic_default_keys())
     for key in keys
 }
 
@@ -569,6 +639,22 @@ class BrokerConfig:
     log_cleaner_io_buffer_load_factor: float = 0.9
     log_cleaner_io_max_bytes_per_second: float = DOUBLE_MAX
     log_cleaner_backoff_ms: int = 15000
+
+    producer_id_expiration_ms: int = 86400000
+    producer_id_expiration_check_interval_ms: int = 600000
+
+    offsets_topic_num_partitions: int = 50
+    offsets_topic_segment_bytes: int = 104857600
+    offsets_topic_replication_factor: int = 3
+    offsets_retention_minutes: int = 10080
+    offsets_retention_check_interval_ms: int = 600000
+    offsets_load_buffer_size: int = 5242880
+    offsets_commit_timeout_ms: int = 5000
+    offset_metadata_max_bytes: int = 4096
+    group_initial_rebalance_delay_ms: int = 3000
+    group_min_session_timeout_ms: int = 6000
+    group_max_session_timeout_ms: int = 1800000
+    group_max_size: int = INT_MAX
 
     #: The LogConfig of every topic without overrides, from the broker synonyms of topic keys.
     log_config: LogConfig = field(default_factory=LogConfig)

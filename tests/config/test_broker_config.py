@@ -52,6 +52,20 @@ KAFKA_DEFAULTS = {
     "log.cleaner.io.buffer.load.factor": 0.9,
     "log.cleaner.io.max.bytes.per.second": 1.7976931348623157e308,  # Java's Double.MAX_VALUE
     "log.cleaner.backoff.ms": 15000,
+    "producer.id.expiration.ms": 86400000,
+    "producer.id.expiration.check.interval.ms": 600000,
+    "offsets.topic.num.partitions": 50,
+    "offsets.topic.segment.bytes": 104857600,
+    "offsets.topic.replication.factor": 3,
+    "offsets.retention.minutes": 10080,
+    "offsets.retention.check.interval.ms": 600000,
+    "offsets.load.buffer.size": 5242880,
+    "offsets.commit.timeout.ms": 5000,
+    "offset.metadata.max.bytes": 4096,
+    "group.initial.rebalance.delay.ms": 3000,
+    "group.min.session.timeout.ms": 6000,
+    "group.max.session.timeout.ms": 1800000,
+    "group.max.size": INT_MAX,
     "log.segment.bytes": 1073741824,
     "log.roll.ms": None,
     "log.roll.hours": 168,
@@ -140,7 +154,8 @@ def test_broker_configs_every_key_fills_a_field_a_topic_key_or_a_fallback():
 def test_broker_configs_document_every_key():
     for key in BROKER_CONFIGS.values():
         assert key.doc.strip().endswith("."), key.name
-        assert key.group in ("server", "log manager", "log cleaner", "topic defaults")
+        assert key.group in ("server", "log manager", "log cleaner", "idempotent producers", "group coordinator",
+                             "topic defaults")
         assert key.describe_allowed()
         assert key.default_text
 
@@ -478,9 +493,9 @@ def test_broker_config_messages_quote_the_source():
 
 def test_broker_config_unknown_keys_are_warnings_not_errors():
     config, warnings = BrokerConfig.from_properties(
-        {"offsets.topic.replication.factor": "1", "num.partitions": "2"})
+        {"zookeeper.connect": "1", "num.partitions": "2"})
     assert config.num_partitions == 2
-    assert warnings == ["unknown config 'offsets.topic.replication.factor' ignored"]
+    assert warnings == ["unknown config 'zookeeper.connect' ignored"]
 
 
 def test_broker_config_unknown_key_warning_suggests_a_close_key():

@@ -274,11 +274,11 @@ def test_load_config_malformed_override_alone_is_an_error():
 
 
 def test_load_config_unknown_keys_are_warned_with_their_source(write_config):
-    path = write_config("offsets.topic.replication.factor=1\nnum.partitions=2")
+    path = write_config("zookeeper.connect=localhost:2181\nnum.partitions=2")
     config, warnings = load_config(path, ["nonsense.key=1"], environ={})
     assert config.num_partitions == 2
     assert warnings == [
-        f"unknown config 'offsets.topic.replication.factor' (from {path}) ignored",
+        f"unknown config 'zookeeper.connect' (from {path}) ignored",
         "unknown config 'nonsense.key' (from --override) ignored",
     ]
 
