@@ -39,6 +39,18 @@ OBJECTS_PER_ENTRY: Final[dict[str, int]] = {
     "list_offsets": 16,
     "delete_records": 16,
     "describe_log_dirs": 16,
+    "init_producer_id": 0,
+    "find_coordinator": 0,
+    # A group's members: a join's protocols, a sync's assignments, a leave's members.
+    "join_group": 4,
+    "sync_group": 4,
+    "heartbeat": 0,
+    "leave_group": 8,
+    "offset_commit": 16,
+    "offset_fetch": 16,
+    "list_groups": 2,
+    "describe_groups": 2,
+    "delete_groups": 2,
 }
 #: Kafka's STRING is int16-length-prefixed: no string of any request is longer than this.
 MAX_STR_BYTES: Final = 32767
