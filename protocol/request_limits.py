@@ -41,9 +41,10 @@ OBJECTS_PER_ENTRY: Final[dict[str, int]] = {
     "describe_log_dirs": 16,
     "init_producer_id": 0,
     "find_coordinator": 0,
-    # A group's members: a join's protocols, a sync's assignments, a leave's members.
+    # A join names a few protocols; a leader's sync one assignment (5 objects) per member and a
+    # leave one member (up to 7) per member: room for a member per partition the broker holds.
     "join_group": 4,
-    "sync_group": 4,
+    "sync_group": 8,
     "heartbeat": 0,
     "leave_group": 8,
     "offset_commit": 16,
