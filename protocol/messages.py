@@ -31,9 +31,11 @@ Request level, raised here as :class:`RequestError` (``INVALID_REQUEST`` unless 
   (``UNSUPPORTED_VERSION``); any required field missing or nil; any field of the wrong type; an
   int outside its wire width; a value with no per-entry meaning: ``acks`` not in {0, 1, -1},
   ``isolation_level`` not in {0, 1}, a negative ``timeout_ms``, ``max_wait_ms``, ``min_bytes``,
-  ``max_bytes`` or ``partition_max_bytes``, a list_offsets ``timestamp`` below -3; the same
-  topic twice in one request or the same partition twice in one topic (the response could not
-  say which entry a result belongs to, and Kafka would silently keep only one).
+  ``max_bytes`` or ``partition_max_bytes``, a list_offsets ``timestamp`` below -3, a
+  find_coordinator ``key_type`` other than 0 or 1; the same topic twice in one request or the
+  same partition twice in one topic, and likewise a join's protocol, a sync's or leave's member
+  or a group named twice (the response could not say which entry a result belongs to, and Kafka
+  would silently keep only one).
 
 Per topic or partition, decoded here and reported by the server in that entry's ``error_code``:
   topic names (``INVALID_TOPIC_EXCEPTION``), unknown topics and partitions, negative partition
@@ -43,6 +45,11 @@ Per topic or partition, decoded here and reported by the server in that entry's 
   (``INVALID_CONFIG``), ``fetch_offset`` outside the log and delete_records ``offset`` below -1
   or above the high watermark (``OFFSET_OUT_OF_RANGE``), and the ``records`` bytes themselves
   (``CORRUPT_MESSAGE``, ``INVALID_RECORD``...).
+
+Judged by the group coordinator, not here: group ids, member ids, generations and session
+timeouts (``INVALID_GROUP_ID``, ``UNKNOWN_MEMBER_ID``, ``ILLEGAL_GENERATION``,
+``INVALID_SESSION_TIMEOUT``...); by the producer state of each partition: an idempotent batch's
+producer id, epoch and sequence numbers. docs/protocol.md says which error each API answers when.
 """
 
 from __future__ import annotations
