@@ -574,7 +574,8 @@ def _hex_examples(doc_text: str) -> dict[str, bytes]:
     for block in re.findall(r"```\n(.*?)```", doc_text, re.S):
         label: list[str] = []
         for line in block.splitlines():
-            if line.startswith("  ") and label and label[-1].endswith(":"):
+            hex_line = line.startswith("  ") and re.fullmatch(r"[0-9a-f ]+", line.strip())
+            if hex_line and label and label[-1].endswith(":"):
                 name = " ".join(label)[:-1]
                 examples[name] = examples.get(name, b"") + bytes.fromhex(line)
             elif not line.startswith("  "):
