@@ -245,7 +245,9 @@ EXAMPLE_REQUESTS: dict[str, Request] = {
     ),
     "heartbeat": HeartbeatRequest(id=16, group_id="orders-app", generation_id=3, member_id=MEMBER_1),
     "leave_group": LeaveGroupRequest(
-        id=17, group_id="orders-app", members=(MemberIdentity(member_id=MEMBER_2, reason="the consumer is being closed"),)
+        id=17,
+        group_id="orders-app",
+        members=(MemberIdentity(member_id=MEMBER_2, reason="the consumer is being closed"),),
     ),
     "offset_commit": OffsetCommitRequest(
         id=18,
@@ -426,10 +428,12 @@ EXAMPLE_RESPONSES: dict[str, Response] = {
                 protocol_type="consumer",
                 protocol_data="range",
                 members=(
-                    DescribedGroupMember(member_id=MEMBER_1, client_id="consumer-orders-app-1", client_host="/127.0.0.1",
-                                         member_metadata=SUBSCRIPTION, member_assignment=ASSIGNMENT_1),
-                    DescribedGroupMember(member_id=MEMBER_2, client_id="consumer-orders-app-2", client_host="/127.0.0.1",
-                                         member_metadata=SUBSCRIPTION, member_assignment=ASSIGNMENT_2),
+                    DescribedGroupMember(member_id=MEMBER_1, client_id="consumer-orders-app-1",
+                                         client_host="/127.0.0.1", member_metadata=SUBSCRIPTION,
+                                         member_assignment=ASSIGNMENT_1),
+                    DescribedGroupMember(member_id=MEMBER_2, client_id="consumer-orders-app-2",
+                                         client_host="/127.0.0.1", member_metadata=SUBSCRIPTION,
+                                         member_assignment=ASSIGNMENT_2),
                 ),
             ),
             DescribedGroup(group_id="billing", group_state="Dead"),  # an unknown group
