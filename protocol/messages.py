@@ -31,9 +31,11 @@ Request level, raised here as :class:`RequestError` (``INVALID_REQUEST`` unless 
   (``UNSUPPORTED_VERSION``); any required field missing or nil; any field of the wrong type; an
   int outside its wire width; a value with no per-entry meaning: ``acks`` not in {0, 1, -1},
   ``isolation_level`` not in {0, 1}, a negative ``timeout_ms``, ``max_wait_ms``, ``min_bytes``,
-  ``max_bytes`` or ``partition_max_bytes``, a list_offsets ``timestamp`` below -3; the same
-  topic twice in one request or the same partition twice in one topic (the response could not
-  say which entry a result belongs to, and Kafka would silently keep only one).
+  ``max_bytes`` or ``partition_max_bytes``, a list_offsets ``timestamp`` below -3, a
+  find_coordinator ``key_type`` other than 0 or 1; the same topic twice in one request or the
+  same partition twice in one topic, and likewise a join's protocol, a sync's or leave's member
+  or a group named twice (the response could not say which entry a result belongs to, and Kafka
+  would silently keep only one).
 
 Per topic or partition, decoded here and reported by the server in that entry's ``error_code``:
   topic names (``INVALID_TOPIC_EXCEPTION``), unknown topics and partitions, negative partition
@@ -43,6 +45,11 @@ Per topic or partition, decoded here and reported by the server in that entry's 
   (``INVALID_CONFIG``), ``fetch_offset`` outside the log and delete_records ``offset`` below -1
   or above the high watermark (``OFFSET_OUT_OF_RANGE``), and the ``records`` bytes themselves
   (``CORRUPT_MESSAGE``, ``INVALID_RECORD``...).
+
+Judged by the group coordinator, not here: group ids, member ids, generations and session
+timeouts (``INVALID_GROUP_ID``, ``UNKNOWN_MEMBER_ID``, ``ILLEGAL_GENERATION``,
+``INVALID_SESSION_TIMEOUT``...); by the producer state of each partition: an idempotent batch's
+producer id, epoch and sequence numbers. docs/protocol.md says which error each API answers when.
 """
 
 from __future__ import annotations
@@ -80,6 +87,17 @@ SUPPORTED_APIS: dict[str, tuple[int, int]] = {
         "list_offsets",
         "delete_records",
         "describe_log_dirs",
+        "init_producer_id",
+        "find_coordinator",
+        "join_group",
+        "sync_group",
+        "heartbeat",
+        "leave_group",
+        "offset_commit",
+        "offset_fetch",
+        "list_groups",
+        "describe_groups",
+        "delete_groups",
     )
 }
 
@@ -388,6 +406,160 @@ class DescribeLogDirsRequest(Request):
     topics: Annotated[tuple[DescribeLogDirsTopic, ...], Unique("name")] | None = None
 
 
+# --- idempotent producers and consumer groups: Kafka's APIs of the same names ---------------
+
+#: A group or member id as Kafka bounds it: any string the STRING type holds (an empty group id
+#: is judged by the coordinator: INVALID_GROUP_ID).
+GroupNames = Annotated[tuple[str, ...], Unique()]
+#: find_coordinator's key_type: 0 = a consumer group (1, a transactional id, is not served).
+CoordinatorType = Annotated[int, OneOf(0, 1)]
+
+
+@dataclass(frozen=True, kw_only=True)
+class InitProducerIdRequest(Request):
+    api: ClassVar[str] = "init_producer_id"
+    #: nil = an idempotent producer without transactions (the only kind served).
+    transactional_id: str | None = None
+    transaction_timeout_ms: Int32 = -1
+    #: A producer's current id and epoch (Kafka's KIP-360 fields); -1 asks for a new id.
+    producer_id: Int64 = -1
+    producer_epoch: Int16 = -1
+
+
+@dataclass(frozen=True, kw_only=True)
+class FindCoordinatorRequest(Request):
+    api: ClassVar[str] = "find_coordinator"
+    #: The group id (for key_type 0).
+    key: str
+    key_type: CoordinatorType = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class JoinGroupProtocol:
+    #: An assignor's name: "range", "roundrobin"...
+    name: str
+    #: For protocol_type "consumer", a ConsumerProtocol Subscription (Kafka's bytes).
+    metadata: bytes
+
+
+@dataclass(frozen=True, kw_only=True)
+class JoinGroupRequest(Request):
+    api: ClassVar[str] = "join_group"
+    group_id: str
+    session_timeout_ms: Int32
+    #: -1 = session_timeout_ms (Kafka's JoinGroup v0 rule).
+    rebalance_timeout_ms: Int32 = -1
+    #: "" for a member's first join; the broker answers MEMBER_ID_REQUIRED with the id to use.
+    member_id: str = ""
+    group_instance_id: str | None = None
+    protocol_type: str
+    protocols: Annotated[tuple[JoinGroupProtocol, ...], Unique("name")]
+    reason: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SyncGroupAssignment:
+    member_id: str
+    #: For protocol_type "consumer", a ConsumerProtocol Assignment (Kafka's bytes).
+    assignment: bytes
+
+
+@dataclass(frozen=True, kw_only=True)
+class SyncGroupRequest(Request):
+    api: ClassVar[str] = "sync_group"
+    group_id: str
+    generation_id: Int32
+    member_id: str
+    group_instance_id: str | None = None
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    #: The leader's assignment of every member; empty from the other members.
+    assignments: Annotated[tuple[SyncGroupAssignment, ...], Unique("member_id")] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class HeartbeatRequest(Request):
+    api: ClassVar[str] = "heartbeat"
+    group_id: str
+    generation_id: Int32
+    member_id: str
+    group_instance_id: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemberIdentity:
+    member_id: str
+    group_instance_id: str | None = None
+    reason: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class LeaveGroupRequest(Request):
+    api: ClassVar[str] = "leave_group"
+    group_id: str
+    members: Annotated[tuple[MemberIdentity, ...], Unique("member_id")]
+
+
+@dataclass(frozen=True, kw_only=True)
+class OffsetCommitPartition:
+    partition: Int32
+    committed_offset: Int64
+    committed_leader_epoch: Int32 = -1
+    committed_metadata: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class OffsetCommitTopic:
+    name: str
+    partitions: Annotated[tuple[OffsetCommitPartition, ...], Unique("partition")]
+
+
+@dataclass(frozen=True, kw_only=True)
+class OffsetCommitRequest(Request):
+    api: ClassVar[str] = "offset_commit"
+    group_id: str
+    #: -1 with member_id "" = a commit from outside the group (admin tools), allowed while the
+    #: group has no members.
+    generation_id: Int32 = -1
+    member_id: str = ""
+    group_instance_id: str | None = None
+    topics: Annotated[tuple[OffsetCommitTopic, ...], Unique("name")]
+
+
+@dataclass(frozen=True, kw_only=True)
+class OffsetFetchTopic:
+    name: str
+    partitions: Annotated[tuple[Int32, ...], Unique()]
+
+
+@dataclass(frozen=True, kw_only=True)
+class OffsetFetchRequest(Request):
+    api: ClassVar[str] = "offset_fetch"
+    group_id: str
+    #: nil = every partition the group has an offset for.
+    topics: Annotated[tuple[OffsetFetchTopic, ...], Unique("name")] | None = None
+    require_stable: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class ListGroupsRequest(Request):
+    api: ClassVar[str] = "list_groups"
+    #: Group states to list ("Empty", "Stable"...); empty = all.
+    states_filter: GroupNames = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class DescribeGroupsRequest(Request):
+    api: ClassVar[str] = "describe_groups"
+    groups: GroupNames
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeleteGroupsRequest(Request):
+    api: ClassVar[str] = "delete_groups"
+    groups_names: GroupNames
+
+
 # --- responses -------------------------------------------------------------------------------
 # Every level with an error_code also has an error_message; encoding refuses a non-zero code
 # without a message ("error_message always says, in words, what was wrong").
@@ -656,6 +828,167 @@ class DescribeLogDirsResponse(Response):
     errors: tuple[LogDirTopicError, ...] = ()
 
 
+
+@dataclass(frozen=True, kw_only=True)
+class InitProducerIdResponse(Response):
+    api: ClassVar[str] = "init_producer_id"
+    producer_id: Int64 = -1
+    producer_epoch: Int16 = -1
+
+
+@dataclass(frozen=True, kw_only=True)
+class FindCoordinatorResponse(Response):
+    api: ClassVar[str] = "find_coordinator"
+    node_id: Int32 = -1
+    host: str = ""
+    port: Port = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class JoinGroupMember:
+    member_id: str
+    group_instance_id: str | None = None
+    metadata: bytes
+
+
+@dataclass(frozen=True, kw_only=True)
+class JoinGroupResponse(Response):
+    api: ClassVar[str] = "join_group"
+    generation_id: Int32 = -1
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader: str = ""
+    skip_assignment: bool = False
+    member_id: str = ""
+    #: Every member with its metadata for protocol_name, for the leader only; empty for the others.
+    members: tuple[JoinGroupMember, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class SyncGroupResponse(Response):
+    api: ClassVar[str] = "sync_group"
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    assignment: bytes = b""
+
+
+@dataclass(frozen=True, kw_only=True)
+class HeartbeatResponse(Response):
+    api: ClassVar[str] = "heartbeat"
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemberResponse:
+    member_id: str
+    group_instance_id: str | None = None
+    error_code: ErrorCodeValue = ErrorCode.NONE
+    error_message: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class LeaveGroupResponse(Response):
+    api: ClassVar[str] = "leave_group"
+    members: tuple[MemberResponse, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class OffsetCommitPartitionResult:
+    partition: Int32
+    error_code: ErrorCodeValue = ErrorCode.NONE
+    error_message: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class OffsetCommitTopicResult:
+    name: str
+    partitions: tuple[OffsetCommitPartitionResult, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class OffsetCommitResponse(Response):
+    api: ClassVar[str] = "offset_commit"
+    topics: tuple[OffsetCommitTopicResult, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class OffsetFetchPartitionResult:
+    partition: Int32
+    error_code: ErrorCodeValue = ErrorCode.NONE
+    error_message: str | None = None
+    #: -1 = no committed offset.
+    committed_offset: Int64 = -1
+    committed_leader_epoch: Int32 = -1
+    metadata: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class OffsetFetchTopicResult:
+    name: str
+    partitions: tuple[OffsetFetchPartitionResult, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class OffsetFetchResponse(Response):
+    api: ClassVar[str] = "offset_fetch"
+    topics: tuple[OffsetFetchTopicResult, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class ListedGroup:
+    group_id: str
+    protocol_type: str
+    group_state: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ListGroupsResponse(Response):
+    api: ClassVar[str] = "list_groups"
+    groups: tuple[ListedGroup, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class DescribedGroupMember:
+    member_id: str
+    group_instance_id: str | None = None
+    client_id: str
+    client_host: str
+    #: The member's metadata and assignment for the group's protocol; empty unless Stable.
+    member_metadata: bytes = b""
+    member_assignment: bytes = b""
+
+
+@dataclass(frozen=True, kw_only=True)
+class DescribedGroup:
+    group_id: str
+    error_code: ErrorCodeValue = ErrorCode.NONE
+    error_message: str | None = None
+    #: "Empty", "PreparingRebalance", "CompletingRebalance", "Stable" or "Dead" (an unknown group).
+    group_state: str = ""
+    protocol_type: str = ""
+    #: The chosen protocol (assignor) name.
+    protocol_data: str = ""
+    members: tuple[DescribedGroupMember, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class DescribeGroupsResponse(Response):
+    api: ClassVar[str] = "describe_groups"
+    groups: tuple[DescribedGroup, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeletableGroupResult:
+    group_id: str
+    error_code: ErrorCodeValue = ErrorCode.NONE
+    error_message: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeleteGroupsResponse(Response):
+    api: ClassVar[str] = "delete_groups"
+    results: tuple[DeletableGroupResult, ...] = ()
+
+
 REQUEST_TYPES: dict[str, type[Request]] = {
     cls.api: cls
     for cls in (
@@ -670,6 +1003,17 @@ REQUEST_TYPES: dict[str, type[Request]] = {
         ListOffsetsRequest,
         DeleteRecordsRequest,
         DescribeLogDirsRequest,
+        InitProducerIdRequest,
+        FindCoordinatorRequest,
+        JoinGroupRequest,
+        SyncGroupRequest,
+        HeartbeatRequest,
+        LeaveGroupRequest,
+        OffsetCommitRequest,
+        OffsetFetchRequest,
+        ListGroupsRequest,
+        DescribeGroupsRequest,
+        DeleteGroupsRequest,
     )
 }
 RESPONSE_TYPES: dict[str, type[Response]] = {
@@ -686,6 +1030,17 @@ RESPONSE_TYPES: dict[str, type[Response]] = {
         ListOffsetsResponse,
         DeleteRecordsResponse,
         DescribeLogDirsResponse,
+        InitProducerIdResponse,
+        FindCoordinatorResponse,
+        JoinGroupResponse,
+        SyncGroupResponse,
+        HeartbeatResponse,
+        LeaveGroupResponse,
+        OffsetCommitResponse,
+        OffsetFetchResponse,
+        ListGroupsResponse,
+        DescribeGroupsResponse,
+        DeleteGroupsResponse,
     )
 }
 assert REQUEST_TYPES.keys() == RESPONSE_TYPES.keys() == SUPPORTED_APIS.keys()

@@ -39,6 +39,19 @@ OBJECTS_PER_ENTRY: Final[dict[str, int]] = {
     "list_offsets": 16,
     "delete_records": 16,
     "describe_log_dirs": 16,
+    "init_producer_id": 0,
+    "find_coordinator": 0,
+    # A join names a few protocols; a leader's sync one assignment (5 objects) per member and a
+    # leave one member (up to 7) per member: room for a member per partition the broker holds.
+    "join_group": 4,
+    "sync_group": 8,
+    "heartbeat": 0,
+    "leave_group": 8,
+    "offset_commit": 16,
+    "offset_fetch": 16,
+    "list_groups": 2,
+    "describe_groups": 2,
+    "delete_groups": 2,
 }
 #: Kafka's STRING is int16-length-prefixed: no string of any request is longer than this.
 MAX_STR_BYTES: Final = 32767

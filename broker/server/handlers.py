@@ -53,7 +53,9 @@ from triolog.protocol.errors import (
 )
 
 from .group_commit import GroupCommitter
+from .group_handlers import GroupHandlers
 from .notifier import AppendNotifier
+from .producer_handlers import ProducerIdHandlers
 
 logger = structlog.get_logger("triolog.server")
 
@@ -391,7 +393,7 @@ class FetchResult:
         self.regions = []
 
 
-class RequestHandler:
+class RequestHandler(ProducerIdHandlers, GroupHandlers):
     def __init__(self, config: BrokerConfig, log_manager: LogManager, topics: TopicManager,
                  committer: GroupCommitter, notifier: AppendNotifier, limiter: trio.CapacityLimiter,
                  on_roll: Callable[[Log, str], None] | None = None, workers: WorkerThreads | None = None):

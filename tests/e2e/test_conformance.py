@@ -41,7 +41,9 @@ INVALID_REQUEST = 42
 INVALID_RECORD = 87
 
 ALL_APIS = ["api_versions", "metadata", "create_topics", "delete_topics", "describe_configs",
-            "alter_configs", "produce", "fetch", "list_offsets", "delete_records", "describe_log_dirs"]
+            "alter_configs", "produce", "fetch", "list_offsets", "delete_records", "describe_log_dirs",
+            "init_producer_id", "find_coordinator", "join_group", "sync_group", "heartbeat", "leave_group",
+            "offset_commit", "offset_fetch", "list_groups", "describe_groups", "delete_groups"]
 
 NODE_ID = 3
 DEFAULT_PARTITIONS = 2

@@ -136,6 +136,11 @@ def _produce_records() -> bytes:
     return encode_batch(_records(3))
 
 
+#: Kafka's ConsumerProtocol Subscription v3 of topic "t" and Assignment v3 of t [0, 1] (docs/protocol.md).
+SUBSCRIPTION = bytes.fromhex("0003 00000001 0001 74 ffffffff 00000000 ffffffff ffff")
+ASSIGNMENT = bytes.fromhex("0003 00000001 0001 74 00000002 00000000 00000001 ffffffff")
+
+
 def requests_seeds() -> dict[str, bytes]:
     records = _produce_records()
     requests = {
@@ -169,6 +174,25 @@ def requests_seeds() -> dict[str, bytes]:
                                                        m.DeleteRecordsPartition(partition=1, offset=10))),)),
         "describe_log_dirs": m.DescribeLogDirsRequest(id=13, topics=(
             m.DescribeLogDirsTopic(name="t", partitions=(0, 7)), m.DescribeLogDirsTopic(name="u"))),
+        "init_producer_id": m.InitProducerIdRequest(id=14, transaction_timeout_ms=2**31 - 1),
+        "find_coordinator": m.FindCoordinatorRequest(id=15, key="g"),
+        "join_group": m.JoinGroupRequest(id=16, group_id="g", session_timeout_ms=45000, rebalance_timeout_ms=300000,
+                                         protocol_type="consumer", protocols=(
+                                             m.JoinGroupProtocol(name="range", metadata=SUBSCRIPTION),
+                                             m.JoinGroupProtocol(name="roundrobin", metadata=SUBSCRIPTION))),
+        "sync_group": m.SyncGroupRequest(id=17, group_id="g", generation_id=1, member_id="m-1", assignments=(
+            m.SyncGroupAssignment(member_id="m-1", assignment=ASSIGNMENT),
+            m.SyncGroupAssignment(member_id="m-2", assignment=b""))),
+        "heartbeat": m.HeartbeatRequest(id=18, group_id="g", generation_id=1, member_id="m-1"),
+        "leave_group": m.LeaveGroupRequest(id=19, group_id="g", members=(m.MemberIdentity(member_id="m-1"),)),
+        "offset_commit": m.OffsetCommitRequest(id=20, group_id="g", topics=(m.OffsetCommitTopic(name="t", partitions=(
+            m.OffsetCommitPartition(partition=0, committed_offset=42),
+            m.OffsetCommitPartition(partition=1, committed_offset=-1, committed_metadata="x"))),)),
+        "offset_fetch": m.OffsetFetchRequest(id=21, group_id="g", topics=(
+            m.OffsetFetchTopic(name="t", partitions=(0, 1)),)),
+        "list_groups": m.ListGroupsRequest(id=22, states_filter=("Stable",)),
+        "describe_groups": m.DescribeGroupsRequest(id=23, groups=("g", "h")),
+        "delete_groups": m.DeleteGroupsRequest(id=24, groups_names=("g",)),
     }
     assert {type(r).api for r in requests.values()} == set(m.REQUEST_TYPES), "a seed for every API"
     seeds = {f"valid-{name}": b"\x00" + encode_frame(m.encode_request(r)) for name, r in requests.items()}
@@ -223,6 +247,9 @@ REQUEST_DICT_WORDS = [
     "api", "v", "id", "client_id", "topics", "partitions", "partition", "records", "name", "acks", "timeout_ms",
     "max_wait_ms", "min_bytes", "max_bytes", "isolation_level", "fetch_offset", "partition_max_bytes",
     "timestamp", "offset", "num_partitions", "replication_factor", "configs", "validate_only", "delete",
+    "transactional_id", "producer_id", "producer_epoch", "key", "key_type", "group_id", "member_id",
+    "generation_id", "session_timeout_ms", "rebalance_timeout_ms", "protocol_type", "protocols", "metadata",
+    "assignments", "assignment", "members", "committed_offset", "groups", "groups_names",
     *m.REQUEST_TYPES,
 ]
 

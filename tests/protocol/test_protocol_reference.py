@@ -562,3 +562,99 @@ def test_schema_rows_follow_a_new_field():
     rows = {r.field: r for r in schema_rows(Dirs, "request")}
     assert rows["partitions"] == Row("partitions", "array of int32", "yes", NONE_TEXT, "no duplicates; each ≥ 0")
     assert rows["sizes"] == Row("sizes", "map of str to int64", "no", "{}", NONE_TEXT)
+
+
+# --- the worked examples of the byte formats ---------------------------------------------------
+
+
+def _hex_examples(doc_text: str) -> dict[str, bytes]:
+    """Label -> bytes of every worked example in a code block: label lines (the last one ending
+    with ':') followed by indented lines of hex."""
+    examples: dict[str, bytes] = {}
+    for block in re.findall(r"```\n(.*?)```", doc_text, re.S):
+        label: list[str] = []
+        for line in block.splitlines():
+            hex_line = line.startswith("  ") and re.fullmatch(r"[0-9a-f ]+", line.strip())
+            if hex_line and label and label[-1].endswith(":"):
+                name = " ".join(label)[:-1]
+                examples[name] = examples.get(name, b"") + bytes.fromhex(line)
+            elif not line.startswith("  "):
+                label = label + [line.strip()] if label and not label[-1].endswith(":") else [line.strip()]
+    return examples
+
+
+def _string(text: str) -> bytes:
+    data = text.encode()
+    return struct.pack(">h", len(data)) + data
+
+
+def _subscription(version: int, topics: list[str]) -> bytes:
+    out = struct.pack(">hi", version, len(topics)) + b"".join(_string(t) for t in topics) + struct.pack(">i", -1)
+    if version >= 1:
+        out += struct.pack(">i", 0)  # owned_partitions []
+    if version >= 2:
+        out += struct.pack(">i", -1)  # generation_id
+    if version >= 3:
+        out += struct.pack(">h", -1)  # rack_id nil
+    return out
+
+
+def _java_hash(text: str) -> int:
+    h = 0
+    for (unit,) in struct.iter_unpack(">H", text.encode("utf-16-be")):
+        h = (31 * h + unit) & 0xFFFFFFFF
+    return h - 2**32 if h >= 2**31 else h
+
+
+def test_worked_byte_examples_are_what_their_labels_describe(doc_text):
+    """Each hex example is rebuilt here from its label's values, field by field."""
+    from crc32c import crc32c
+
+    def snapshot(entries: list[tuple[int, ...]]) -> bytes:
+        body = struct.pack(">i", len(entries)) + b"".join(struct.pack(">qhiqiqiq", *e) for e in entries)
+        return struct.pack(">hI", 1, crc32c(body)) + body
+
+    assignment = struct.pack(">hi", 0, 1) + _string("orders") + struct.pack(">iiii", 2, 0, 1, -1)
+    expected = {
+        "Subscription v0, topics [\"orders\"], user_data nil": _subscription(0, ["orders"]),
+        "Subscription v3, topics [\"orders\"], user_data nil, owned_partitions [], generation_id -1, rack_id nil":
+            _subscription(3, ["orders"]),
+        "Assignment v0, orders [0, 1], user_data nil (v3: the same bytes, starting 0003)": assignment,
+        "OffsetCommitKey v1, group \"my-group\", topic \"orders\", partition 3":
+            struct.pack(">h", 1) + _string("my-group") + _string("orders") + struct.pack(">i", 3),
+        "OffsetCommitValue v3, offset 42, leader_epoch -1, metadata \"\", commit_timestamp 1700000000000":
+            struct.pack(">hqi", 3, 42, -1) + _string("") + struct.pack(">q", 1_700_000_000_000),
+        "GroupMetadataKey v2, group \"my-group\"": struct.pack(">h", 2) + _string("my-group"),
+        "no producers (10 bytes)": snapshot([]),
+        "one producer, id 1000, epoch 0, last_sequence 9, last_offset 41, offset_delta 9, timestamp 1700000000000, "
+        "coordinator_epoch -1, current_txn_first_offset -1 (56 bytes)":
+            snapshot([(1000, 0, 9, 41, 9, 1_700_000_000_000, -1, -1)]),
+    }  # fmt: skip
+    examples = _hex_examples(doc_text)
+    assert examples.keys() >= expected.keys(), f"{DOC_NAME}: examples missing: {expected.keys() - examples.keys()}"
+    for label, data in expected.items():
+        assert examples[label] == data, f"{DOC_NAME}: the example '{label}' should be {data.hex()}"
+    assert len(examples["no producers (10 bytes)"]) == 10
+    try:  # kafka-python 2.3+ encodes the ConsumerProtocol: an independent writer of the same bytes
+        from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment, ConsumerProtocolSubscription
+    except ImportError:
+        return
+    subscription = ConsumerProtocolSubscription(topics=["orders"], user_data=None, owned_partitions=[],
+                                                generation_id=-1, rack_id=None)
+    assert subscription.encode(version=3) == expected[next(k for k in expected if k.startswith("Subscription v3"))]
+    assert subscription.encode(version=0) == expected[next(k for k in expected if k.startswith("Subscription v0"))]
+    kafka_assignment = ConsumerProtocolAssignment(assigned_partitions=[("orders", [0, 1])], user_data=None)
+    assert kafka_assignment.encode(version=0) == assignment
+
+
+def test_consumer_offsets_partition_table_follows_java_hash_code(tables):
+    table = tables.get("the __consumer_offsets topic")
+    assert table, f"{DOC_NAME}: the section '## The `__consumer_offsets` topic' needs its table of group ids"
+    partitions = BROKER_CONFIGS["offsets.topic.num.partitions"].default
+    for row in table:
+        group = "" if row["group id"] == '""' else row["group id"]
+        h = _java_hash(group)
+        assert row["h"] == str(h), f"{DOC_NAME}: String.hashCode of {group!r} is {h}"
+        partition = (0 if h == -(2**31) else abs(h)) % partitions  # Kafka's Utils.abs
+        assert row["partition"].split(" ")[0] == str(partition), f"{DOC_NAME}: {group!r} is in partition {partition}"
+    assert any(row["h"] == str(-(2**31)) for row in table), "the table must show the abs(Int.MIN) case"
