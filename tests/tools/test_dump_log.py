@@ -123,6 +123,10 @@ def build_multi_segment_log(tmp_path: Path, clock) -> Path:
             Record(2, now - 5, f"key-{i}".encode(), None if i % 3 == 0 else b"\xff\xfebad-utf8"),
         ]
         if i == 7:
+            # Producer 1000 is known to the partition with its sequence near the wrap (as if its
+            # earlier 2^31 records had been written and removed by retention since): an unknown
+            # producer id must start at sequence 0 (UNKNOWN_PRODUCER_ID).
+            log.producer_state_manager.update(1000, 2, INT32_MAX - 2, log.log_end_offset - 1, 0, now)
             batch = encode_batch(records, compression=codec, producer_id=1000, producer_epoch=2,
                                  base_sequence=INT32_MAX - 1)
         else:
