@@ -24,6 +24,7 @@ A higher epoch starting at sequence 0 is accepted (an idempotent producer's epoc
 from __future__ import annotations
 
 import bisect
+import gc
 import logging
 import os
 import struct
@@ -257,12 +258,33 @@ def decode_snapshot(data) -> list[ProducerStateEntry]:
         raise CorruptSnapshotError(f"snapshot failed its CRC check (stored {crc}, computed {computed})")
     if count < 0 or len(data) != _ENTRIES_OFFSET + 4 + count * _SNAPSHOT_ENTRY.size:
         raise CorruptSnapshotError(f"snapshot of {len(data)} bytes does not hold the {count} entries it counts")
+    # Built without the constructors' argument handling, and with the cyclic garbage collector
+    # paused: its passes over the new objects were 3/4 of the load time of 100k producer ids.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _decode_entries(data)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _decode_entries(data) -> list[ProducerStateEntry]:
     entries = []
     append = entries.append
+    new_entry, new_tuple = ProducerStateEntry.__new__, tuple.__new__
     for (producer_id, epoch, last_seq, last_offset, offset_delta, timestamp, coordinator_epoch,
          txn_first_offset) in _SNAPSHOT_ENTRY.iter_unpack(memoryview(data)[_ENTRIES_OFFSET + 4:]):
-        batches = (BatchMetadata(last_seq, last_offset, offset_delta, timestamp),) if last_offset >= 0 else ()
-        append(ProducerStateEntry(producer_id, epoch, coordinator_epoch, timestamp, txn_first_offset, batches))
+        entry = new_entry(ProducerStateEntry)
+        entry.producer_id = producer_id
+        entry.producer_epoch = epoch
+        entry.coordinator_epoch = coordinator_epoch
+        entry.last_timestamp = timestamp
+        entry.current_txn_first_offset = txn_first_offset
+        entry.batch_metadata = deque(
+            (new_tuple(BatchMetadata, (last_seq, last_offset, offset_delta, timestamp)),) if last_offset >= 0 else (),
+            NUM_BATCHES_TO_RETAIN)
+        append(entry)
     return entries
 
 
