@@ -5,6 +5,10 @@ end offset (next to assign). On a single node the high watermark is the log end 
 after each append, as in Kafka with one in-sync replica. The recovery point is the offset below
 which everything is known to be fsynced; a crash re-validates only what lies above it.
 
+Idempotent producers: every batch with a producer id is checked against the partition's producer
+state (producer_state.py) under the lock before anything is written; a retried batch is answered
+with its original offsets. The state is snapshotted to ``.snapshot`` files at rolls and at close.
+
 Threading: every method may be called from any thread. Mutations and read planning hold the
 log's lock for microseconds; fsync runs outside it on duplicated descriptors, so appends never
 wait for a flush they did not ask for.
