@@ -355,3 +355,18 @@ def test_after_a_power_cut_no_flushed_batch_is_ever_appended_twice(seed, clock):
     values = [r.value for r in read_all_records(recovered)]
     assert values == [b"v%d" % i for i in range(len(values))]  # each record once, in order
     recovered.close()
+
+
+def test_a_clean_shutdown_without_a_snapshot_still_rebuilds_the_state_from_the_log(tmp_path, clock):
+    """The close could not write its snapshot (say the disk was full): the next start replays
+    the log rather than trusting the clean-shutdown marker (Kafka would start empty here)."""
+    directory = tmp_path / "t-0"
+    log = open_at(directory, clock)
+    send(log, [0, 2], clock)
+    log.close()
+    for snapshot in directory.glob("*.snapshot"):
+        snapshot.unlink()
+    reopened = open_at(directory, clock, clean=True)
+    assert reopened.load_stats.producer_batches_replayed == 2
+    assert reopened.append_as_leader(idempotent(2, timestamp=clock.milliseconds())).duplicate
+    reopened.close()
