@@ -35,6 +35,12 @@ def commit(client, group: str, offsets: dict[tuple[str, int], int]) -> None:
     assert codes == {ErrorCode.NONE}, response
 
 
+def create_topic(client, name: str, partitions: int) -> None:
+    response = client.call(m.CreateTopicsRequest(id=client.next_id(), topics=(
+        m.NewTopic(name=name, num_partitions=partitions, replication_factor=1),)))
+    assert response["topics"][0]["error_code"] == ErrorCode.NONE, response
+
+
 def fetch_offsets(client, group: str) -> dict[tuple[str, int], int] | None:
     """The group's committed offsets; None while the coordinator is still loading."""
     response = client.call(m.OffsetFetchRequest(id=client.next_id(), group_id=group))
@@ -49,6 +55,7 @@ def test_committed_offsets_survive_a_broker_restart(broker_factory, tmp_path, st
     props = ("offsets.topic.num.partitions=3",)
     broker = broker_factory(*props)
     client = broker.client()
+    create_topic(client, "orders", 4)
     expected: dict[str, dict[tuple[str, int], int]] = {}
     for g in range(6):
         group = f"group-{g}"
@@ -88,6 +95,7 @@ def test_consumer_offsets_is_compacted_and_deleted_groups_tombstones_expire(brok
                             "log.cleaner.min.compaction.lag.ms=0")
     bootstrap = f"127.0.0.1:{broker.port}"
     client = broker.client()
+    create_topic(client, "orders", 5)
     rounds = 300
     for i in range(rounds):
         commit(client, "kept", {("orders", p): i * 10 + p for p in range(5)})

@@ -76,6 +76,7 @@ async def test_three_members_rebalance_commit_and_describe_over_raw_requests(tmp
         ids, leader, generation = await form_group(clients)
         assert all(mid.startswith("app-") for mid in ids)
         c = clients[0]
+        await c.create("t", 2)
         me = ids[0]
         beat = await c.call(m.HeartbeatRequest(id=c.next_id(), group_id="g", generation_id=generation, member_id=me))
         assert beat["error_code"] == 0
@@ -137,8 +138,21 @@ async def test_no_offsets_topic_until_a_group_api_needs_it(tmp_path):
         c = await Client.connect(port)
         assert (await c.call(m.ListGroupsRequest(id=c.next_id())))["groups"] == []
         assert server.topics.get(OFFSETS_TOPIC) is None
+        await c.create("t", 1)
         await c.call(commit_request(c, {0: 1}))
         assert server.topics.get(OFFSETS_TOPIC).num_partitions == 4
+
+
+async def test_commit_for_a_partition_that_does_not_exist_is_refused(tmp_path):
+    async with running_broker(tmp_path, **GROUP_PROPS) as (server, port):
+        c = await Client.connect(port)
+        await c.create("t", 2)
+        done = await c.call(commit_request(c, {0: 5, 2: 6}))
+        assert [p["error_code"] for p in done["topics"][0]["partitions"]] == \
+            [0, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
+        missing = await c.call(commit_request(c, {0: 1}, topic="nope"))
+        assert missing["topics"][0]["partitions"][0]["error_code"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        assert await fetched(c) == {("t", 0): 5}
 
 
 async def test_groups_and_offsets_come_back_after_a_restart(tmp_path):
@@ -146,6 +160,7 @@ async def test_groups_and_offsets_come_back_after_a_restart(tmp_path):
         clients = [await Client.connect(port) for _ in range(2)]
         ids, leader, generation = await form_group(clients, group="kept")
         c = clients[0]
+        await c.create("t", 4)
         for offset in range(1, 6):
             await c.call(commit_request(c, {0: offset * 10}, group="kept", generation=generation, member=ids[0]))
         await c.call(commit_request(c, {3: 99}, group="simple"))
