@@ -128,6 +128,8 @@ async def test_internal_topic_is_marked_and_cannot_be_written_or_deleted_by_clie
         assert refused["error_code"] == ErrorCode.INVALID_TOPIC_EXCEPTION
         assert "cannot append to internal topic" in refused["error_message"]
         assert server.topics.log(OFFSETS_TOPIC, 0).log_end_offset == 0
+        created = await c.create(OFFSETS_TOPIC, 1)
+        assert created["error_code"] == ErrorCode.INVALID_REQUEST and "prohibited" in created["error_message"]
         deleted = await c.call(m.DeleteTopicsRequest(id=c.next_id(), topics=(OFFSETS_TOPIC,)))
         assert deleted["topics"][0]["error_code"] == ErrorCode.INVALID_TOPIC_EXCEPTION
         assert server.topics.get(OFFSETS_TOPIC) is not None
@@ -137,6 +139,8 @@ async def test_no_offsets_topic_until_a_group_api_needs_it(tmp_path):
     async with running_broker(tmp_path, **GROUP_PROPS) as (server, port):
         c = await Client.connect(port)
         assert (await c.call(m.ListGroupsRequest(id=c.next_id())))["groups"] == []
+        early = await c.create(OFFSETS_TOPIC, 1)  # a client cannot make it first, with its own settings
+        assert early["error_code"] == ErrorCode.INVALID_REQUEST
         assert server.topics.get(OFFSETS_TOPIC) is None
         await c.create("t", 1)
         await c.call(commit_request(c, {0: 1}))
