@@ -527,3 +527,66 @@ def test_describe_and_list_groups(clock, store):
     assert all(m.metadata == b"" and m.assignment == b"" for m in preparing.members)
     assert c.handle_list_groups(set()) == (None, [("g", "consumer", "PreparingRebalance"), ("simple", "", "Empty")])
     assert c.handle_list_groups({"Empty"}) == (None, [("simple", "", "Empty")])
+
+
+# -- property: any interleaving keeps the coordinator's promises ------------------------------------
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+OPS = st.lists(st.tuples(st.sampled_from(["join", "rejoin", "rejoin", "rejoin", "sync", "sync", "sync", "heartbeat",
+                                          "leave", "commit", "advance", "advance"]),
+                         st.integers(0, 2), st.sampled_from([0, 1, 500, 3000, 6000, 12_000])), max_size=80)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=OPS, delay=st.sampled_from([0, 3000]))
+def test_any_interleaving_answers_every_parked_request_exactly_once(ops, delay):
+    clock = ManualClock()
+    store = Store()
+    c = make(clock, store, initial_rebalance_delay_ms=delay)
+    ids: dict[int, str] = {}
+    answers: list[Answer] = []
+
+    def track(answer):
+        answers.append(answer)
+        return answer
+
+    for op, who, amount in ops:
+        mid = ids.get(who, "")
+        if op in ("join", "rejoin"):
+            answer = track(join(c, mid if op == "rejoin" else ""))
+            if answer.done and answer.value.error_code is ErrorCode.MEMBER_ID_REQUIRED:
+                ids[who] = answer.value.member_id
+        elif op == "sync" and mid:
+            group = c.groups.get("g")
+            gen = group.generation_id if group else 0
+            track(sync(c, mid, gen, {m: b"x" for m in (group.members if group else ())}))
+        elif op == "heartbeat" and mid:
+            group = c.groups.get("g")
+            c.handle_heartbeat("g", group.generation_id if group else 0, mid)
+        elif op == "leave" and mid:
+            c.handle_leave_group("g", [mid])
+        elif op == "commit":
+            group = c.groups.get("g")
+            track(commit(c, (0, amount), generation=group.generation_id if group and mid else -1, member=mid))
+        elif op == "advance":
+            clock.advance(amount)
+        c.poll()  # the server's timer task fires what is due at once
+        for answer in answers:
+            assert len(answer.results) <= 1
+        group = c.groups.get("g")
+        if group is not None:
+            assert group.leader_id is None or group.leader_id in group.members
+            assert group.pending_sync_members <= set(group.members)
+            assert (group.leader_id is None) == (not group.members)
+            if group.is_in(GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
+                assert group.members
+    # Everyone goes away: every parked request is answered, the group ends Empty.
+    clock.advance(NEW_MEMBER_JOIN_TIMEOUT_MS + 10 * REBALANCE)
+    c.poll()
+    clock.advance(NEW_MEMBER_JOIN_TIMEOUT_MS + 10 * REBALANCE)
+    c.poll()
+    assert all(len(answer.results) == 1 for answer in answers)
+    group = c.groups.get("g")
+    assert group is None or (group.is_in(GroupState.EMPTY) and not group.members)
