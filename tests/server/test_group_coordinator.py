@@ -4,6 +4,8 @@ rules, and what it writes to __consumer_offsets (decoded from the records it ask
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from triolog.broker.coordinator.group.group_coordinator import (
     NEW_MEMBER_JOIN_TIMEOUT_MS,
@@ -530,9 +532,6 @@ def test_describe_and_list_groups(clock, store):
 
 
 # -- property: any interleaving keeps the coordinator's promises ------------------------------------
-
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
 
 OPS = st.lists(st.tuples(st.sampled_from(["join", "rejoin", "rejoin", "rejoin", "sync", "sync", "sync", "heartbeat",
                                           "leave", "commit", "advance", "advance"]),
