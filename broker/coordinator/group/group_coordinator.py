@@ -652,6 +652,7 @@ class GroupCoordinator:
             return respond(results)
 
         def stored(error: Error | None, base_offset: int) -> None:
+            group.pending_commits -= 1
             for n, (i, tp, entry) in enumerate(accepted):
                 if error is not None:
                     results[i] = error
@@ -663,6 +664,7 @@ class GroupCoordinator:
                     group.offsets[tp] = placed
             respond(results)
 
+        group.pending_commits += 1
         self._store(self.partition_for(group_id), records, stored)
         return None
 
@@ -772,7 +774,8 @@ class GroupCoordinator:
                 del group.offsets[(t, p)]
                 records.append((offset_commit_key(group_id, t, p), None))
             expired_total += len(expired)
-            if group.is_in(GroupState.EMPTY) and not group.offsets and not group.pending_members:
+            if (group.is_in(GroupState.EMPTY) and not group.offsets and not group.pending_members
+                    and not group.pending_commits):
                 group.transition_to(GroupState.DEAD, now)
                 del self.groups[group_id]
                 if group.generation_id > 0 or group.protocol_type is not None:
