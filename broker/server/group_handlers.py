@@ -49,6 +49,8 @@ _NOT_AVAILABLE = "the group coordinator is not available on this broker"
 #: The peer host of the connection a request came on (set per connection task by the server),
 #: stored as a member's client_host.
 CLIENT_HOST: contextvars.ContextVar[str] = contextvars.ContextVar("client_host", default="")
+#: How long a __consumer_offsets partition that could not be read waits before it is read again.
+LOAD_RETRY_S = 1.0
 #: Longest the timer task sleeps without looking at the coordinator's deadlines.
 TIMER_MAX_S = 0.5
 
@@ -111,11 +113,16 @@ class GroupService:
         coordinator = self.coordinator
         total = 0
         for partition in sorted(coordinator.loading):
-            try:
-                loaded = await self.workers.run_sync(self._read_partition, partition, limiter=self.limiter)
-            except Exception:
-                logger.exception("offsets_load_failed", partition=partition)
-                loaded = LoadedPartition()
+            while True:
+                try:
+                    loaded = await self.workers.run_sync(self._read_partition, partition, limiter=self.limiter)
+                    break
+                except Exception:
+                    # Serving the partition's groups without their offsets would make consumers
+                    # reset: it stays loading (COORDINATOR_LOAD_IN_PROGRESS) and is read again.
+                    logger.exception("offsets_load_failed", topic=OFFSETS_TOPIC, partition=partition,
+                                     retry_s=LOAD_RETRY_S)
+                    await trio.sleep(LOAD_RETRY_S)
             total += coordinator.load_partition(partition, loaded)
         self.load_seconds = time.monotonic() - started
         logger.info("groups_loaded", topic=OFFSETS_TOPIC, groups=total, seconds=round(self.load_seconds, 3))
