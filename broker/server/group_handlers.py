@@ -84,14 +84,33 @@ class GroupService:
         self.load_seconds: float | None = None
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        async with trio.open_nursery() as nursery:
-            self._nursery = nursery
-            nursery.start_soon(self._timer_task)
-            nursery.start_soon(self._expiry_task)
-            if self.topics.get(OFFSETS_TOPIC) is not None:
-                self._start_coordinator(loading=True)
-                nursery.start_soon(self._load_all)
-            task_status.started()
+        token = trio.lowlevel.current_trio_token()
+
+        def topic_deleted(name: str) -> None:  # from the thread that deleted it
+            try:
+                token.run_sync_soon(self._topic_deleted, name)
+            except trio.RunFinishedError:
+                pass
+
+        self.topics.on_deleted.append(topic_deleted)
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                nursery.start_soon(self._timer_task)
+                nursery.start_soon(self._expiry_task)
+                if self.topics.get(OFFSETS_TOPIC) is not None:
+                    self._start_coordinator(loading=True)
+                    nursery.start_soon(self._load_all)
+                task_status.started()
+        finally:
+            self.topics.on_deleted.remove(topic_deleted)
+
+    def _topic_deleted(self, name: str) -> None:
+        """Kafka's onPartitionsDeleted: the groups' offsets of a deleted topic go (tombstones)."""
+        if self.coordinator is not None:
+            removed = self.coordinator.cleanup_group_metadata(deleted_topic=name)
+            if removed:
+                logger.info("offsets_of_deleted_topic_removed", topic=name, offsets=removed)
 
     def shutdown(self) -> None:
         if self.coordinator is not None:

@@ -229,3 +229,21 @@ async def test_expired_offsets_are_tombstoned_by_the_expiry_task(tmp_path):
             assert (await c.call(m.ListGroupsRequest(id=c.next_id())))["groups"] == []
         finally:
             server.shutdown()
+
+
+async def test_deleting_a_topic_removes_the_groups_offsets_for_it(tmp_path):
+    async with running_broker(tmp_path, **GROUP_PROPS) as (server, port):
+        c = await Client.connect(port)
+        await c.create("gone", 2)
+        await c.create("kept", 1)
+        await c.call(commit_request(c, {0: 3, 1: 4}, topic="gone"))
+        await c.call(commit_request(c, {0: 5}, topic="kept"))
+        await c.call(commit_request(c, {1: 9}, group="only-gone", topic="gone"))
+        log = server.topics.log(OFFSETS_TOPIC, partition_for("g", 4))
+        written = log.log_end_offset
+        deleted = await c.call(m.DeleteTopicsRequest(id=c.next_id(), topics=("gone",)))
+        assert deleted["topics"][0]["error_code"] == 0
+        await wait_until(lambda: log.log_end_offset == written + 2, what="tombstones of the deleted topic's offsets")
+        assert await fetched(c) == {("kept", 0): 5}
+        assert await fetched(c, "only-gone") == {}
+        assert [g["group_id"] for g in (await c.call(m.ListGroupsRequest(id=c.next_id())))["groups"]] == ["g"]

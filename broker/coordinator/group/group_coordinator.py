@@ -757,9 +757,10 @@ class GroupCoordinator:
 
     # -- expiry ------------------------------------------------------------------------------
 
-    def cleanup_group_metadata(self) -> int:
+    def cleanup_group_metadata(self, deleted_topic: str | None = None) -> int:
         """Kafka's offsets-expiry task: tombstone expired offsets; an Empty group left without
-        offsets is removed (Dead) with a tombstone. Returns the offsets expired."""
+        offsets is removed (Dead) with a tombstone. Returns the offsets removed. With
+        ``deleted_topic`` (Kafka's onPartitionsDeleted), the offsets removed are that topic's."""
         if not self.active:
             return 0
         now = self.now()
@@ -768,7 +769,10 @@ class GroupCoordinator:
         for group_id, group in list(self.groups.items()):
             if self.partition_for(group_id) in self.loading:
                 continue
-            expired = group.expired_offsets(now, self.config.offsets_retention_ms)
+            if deleted_topic is None:
+                expired = group.expired_offsets(now, self.config.offsets_retention_ms)
+            else:
+                expired = [tp for tp in group.offsets if tp[0] == deleted_topic]
             records = by_partition.setdefault(self.partition_for(group_id), [])
             for t, p in expired:
                 del group.offsets[(t, p)]
