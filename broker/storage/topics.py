@@ -12,13 +12,14 @@ import json
 import logging
 import threading
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Callable, Mapping
 
 from triolog.config.log_config import TOPIC_CONFIGS, ConfigError, LogConfig, unknown_topic_config
 from triolog.protocol.errors import (
     InvalidConfigError,
     InvalidPartitionsError,
     InvalidReplicationFactorError,
+    InvalidRequestError,
     InvalidTopicError,
     StorageError,
     TopicAlreadyExistsError,
@@ -34,6 +35,14 @@ from .log_manager import LogManager
 logger = logging.getLogger(__name__)
 
 TOPICS_FILE = "triolog-topics.json"
+#: The internal topic of the group coordinator (Kafka's name): clients may read it, not write
+#: to it or delete it.
+OFFSETS_TOPIC = "__consumer_offsets"
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
+
+
+def is_internal(topic: str) -> bool:
+    return topic in INTERNAL_TOPICS
 #: Kafka's cap on partitions per create request is far higher; this bounds the directories one
 #: request can create on a single node.
 MAX_PARTITIONS = 10_000
@@ -56,6 +65,9 @@ class TopicManager:
         self._path = log_manager.log_dirs[0].path / TOPICS_FILE
         self._topics: dict[str, Topic] = {}
         self._lock = threading.RLock()
+        #: Called with a topic's name once it is deleted (the group coordinator drops its
+        #: committed offsets); from the deleting thread, after the lock is released.
+        self.on_deleted: list[Callable[[str], None]] = []
 
     # -- startup -----------------------------------------------------------------------------
 
@@ -123,9 +135,13 @@ class TopicManager:
     # -- changes -----------------------------------------------------------------------------
 
     def validate_new_topic(self, name: str, num_partitions: int, replication_factor: int,
-                           configs: Mapping[str, str], default_partitions: int) -> tuple[int, LogConfig]:
-        """Every check create_topics makes, without touching any file."""
+                           configs: Mapping[str, str], default_partitions: int, *,
+                           internal: bool = False) -> tuple[int, LogConfig]:
+        """Every check create_topics makes, without touching any file. Internal topics are made
+        by the broker itself (``internal``), never on a client's request (Kafka's rule)."""
         filenames.validate_topic_name(name)
+        if is_internal(name) and not internal:
+            raise InvalidRequestError(f"creation of internal topic {name} is prohibited: the broker creates it")
         if replication_factor not in (1, -1):
             raise InvalidReplicationFactorError(
                 f"replication factor {replication_factor} is not possible on a single broker: use 1 or -1"
@@ -150,11 +166,12 @@ class TopicManager:
         return count, config
 
     def create(self, name: str, num_partitions: int, replication_factor: int = 1,
-               configs: Mapping[str, str] | None = None, *, default_partitions: int = 1) -> Topic:
+               configs: Mapping[str, str] | None = None, *, default_partitions: int = 1,
+               internal: bool = False) -> Topic:
         configs = dict(configs or {})
         with self._lock:
             count, config = self.validate_new_topic(name, num_partitions, replication_factor, configs,
-                                                    default_partitions)
+                                                    default_partitions, internal=internal)
             topic = Topic(name, count, configs)
             self._topics[name] = topic
             self._save()
@@ -171,11 +188,20 @@ class TopicManager:
                 raise
             return topic
 
+    def create_offsets_topic(self, num_partitions: int, segment_bytes: int) -> Topic:
+        """__consumer_offsets as Kafka configures it: compacted, compression as produced,
+        segment.bytes = offsets.topic.segment.bytes; its partition count is fixed from now on."""
+        return self.create(OFFSETS_TOPIC, num_partitions, 1, {
+            "cleanup.policy": "compact", "compression.type": "producer", "segment.bytes": str(segment_bytes)},
+            internal=True)
+
     def delete(self, name: str) -> None:
         with self._lock:
             entry = self._topics.get(name)
             if entry is None:
                 raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+            if is_internal(name):
+                raise InvalidTopicError(f"topic {name!r} is internal (the group coordinator's) and cannot be deleted")
             del self._topics[name]
             self._save()
             # Every partition, even after one fails: a partition skipped here would stay open in
@@ -187,9 +213,17 @@ class TopicManager:
                 except OSError as exc:
                     logger.error("could not delete partition %s-%d: %s", name, partition, exc)
                     failures.append(f"{name}-{partition}: {exc}")
-            if failures:
-                raise StorageError(f"topic {name!r} was deleted but some partition directories could not be "
-                                   f"removed: {'; '.join(failures)}")
+        self._deleted(name)
+        if failures:
+            raise StorageError(f"topic {name!r} was deleted but some partition directories could not be "
+                               f"removed: {'; '.join(failures)}")
+
+    def _deleted(self, name: str) -> None:
+        for hook in list(self.on_deleted):
+            try:
+                hook(name)
+            except Exception:
+                logger.exception("a hook on the deletion of topic %s failed", name)
 
     def alter_configs(self, name: str, set_configs: Mapping[str, str], delete_keys: list[str] | tuple[str, ...],
                       *, validate_only: bool = False) -> Topic:
