@@ -16,6 +16,10 @@ several brokers in one process, as in tests, do not collide):
   triolog_log_end_offset         gauge   offset the next appended record gets
   triolog_log_high_watermark     gauge   offset up to which records are acknowledged/visible
   triolog_log_recovery_point     gauge   offset up to which the log is flushed to disk
+  triolog_log_producer_ids       gauge   idempotent producer ids the partition remembers
+  triolog_log_duplicate_batches_total
+                                 counter idempotent batches answered as duplicates (retries
+                                         after a lost response: nothing appended)
   triolog_log_rolls_total        counter rolls since startup, by ``reason`` (size, time,
                                          index_full, offset_overflow)
   triolog_log_segments_deleted_total
@@ -355,6 +359,7 @@ class LogCollector(Collector):
         ("triolog_log_end_offset", "Offset the next record appended to the partition gets."),
         ("triolog_log_high_watermark", "Offset up to which the partition's records are visible to consumers."),
         ("triolog_log_recovery_point", "Offset up to which the partition's log is flushed to disk."),
+        ("triolog_log_producer_ids", "Idempotent producer ids the partition remembers (not yet expired)."),
     )
 
     def __init__(self, log_manager: LogManager):
@@ -367,13 +372,15 @@ class LogCollector(Collector):
     def collect(self) -> Iterable[Metric]:
         families = self._families()
         gauges = families[:len(self._GAUGES)]
-        rolls, deleted_segments, deleted_bytes, dir_offline, dir_free, dir_total = families[len(self._GAUGES):]
+        (rolls, deleted_segments, deleted_bytes, duplicates, dir_offline, dir_free,
+         dir_total) = families[len(self._GAUGES):]
         for (topic, partition), log in sorted(self.log_manager.all_logs().items()):
             row = self._read(topic, partition, log)
             if row is None:
                 continue
-            values, roll_counts, deletions = row
+            values, roll_counts, deletions, duplicate_batches = row
             labels = [topic, str(partition)]
+            duplicates.add_metric(labels, duplicate_batches)
             for family, value in zip(gauges, values):
                 family.add_metric(labels, value)
             for reason, count in zip(ROLL_REASONS, roll_counts):
@@ -409,6 +416,12 @@ class LogCollector(Collector):
             "triolog_log_deleted_bytes", "Bytes of the segments deleted by retention since startup, by reason.",
             labels=[*labels, "reason"],
         ))
+        families.append(CounterMetricFamily(
+            "triolog_log_duplicate_batches",
+            "Batches of idempotent producers answered as duplicates (original offsets, nothing appended) "
+            "since startup: retries after a lost response.",
+            labels=labels,
+        ))
         families.append(GaugeMetricFamily(
             "triolog_log_dir_offline", "1 when the log directory went offline after an I/O error.",
             labels=["log_dir"],
@@ -424,17 +437,17 @@ class LogCollector(Collector):
         return families
 
     @staticmethod
-    def _read(topic: str, partition: int, log: Log) -> tuple[tuple[int, ...], tuple[int, ...], tuple] | None:
+    def _read(topic: str, partition: int, log: Log) -> tuple[tuple[int, ...], tuple[int, ...], tuple, int] | None:
         error: Exception | None = None
         for _ in range(_READ_ATTEMPTS):
             try:
                 values = (log.size, log.num_segments, log.log_start_offset, log.log_end_offset,
-                          log.high_watermark, log.recovery_point)
+                          log.high_watermark, log.recovery_point, len(log.producer_state_manager.producers))
                 # .get per known reason: iterating the Counter could meet a key added concurrently.
                 rolls = tuple(log.roll_counts.get(reason, 0) for reason in ROLL_REASONS)
                 deletions = tuple((log.deleted_segment_counts.get(reason, 0), log.deleted_bytes.get(reason, 0))
                                   for reason in DELETION_REASONS)
-                return values, rolls, deletions
+                return values, rolls, deletions, log.duplicate_batches
             except Exception as exc:  # the segment map changed under us, or the log was deleted
                 error = exc
         logger.warning("partition %s-%d left out of this scrape: %r", topic, partition, error)

@@ -98,7 +98,8 @@ class BrokerServer:
         self.freeze_gc = freeze_gc
         self.clock = clock
         self.log_manager = LogManager(config.log_dirs, config.log_config, clock=clock, node_id=config.node_id,
-                                      cleaner_config=CleanerConfig.from_broker_config(config))
+                                      cleaner_config=CleanerConfig.from_broker_config(config),
+                                      producer_id_expiration_ms=config.producer_id_expiration_ms)
         self.topics = TopicManager(self.log_manager, config.log_config)
         self.log_manager.topic_config = self.topics.config_for
         self.limiter = trio.CapacityLimiter(storage_threads)
@@ -342,12 +343,19 @@ class BrokerServer:
             partial(self._every, config.log_flush_offset_checkpoint_interval_ms, lm.checkpoint_recovery_points),
             partial(self._every, config.log_flush_start_offset_checkpoint_interval_ms, lm.checkpoint_log_start_offsets),
             partial(self._every, config.replica_high_watermark_checkpoint_interval_ms, lm.checkpoint_high_watermarks),
+            # Kafka's per-log producerExpireCheck.
+            partial(self._every, config.producer_id_expiration_check_interval_ms, self._expire_producers),
         ]
 
     def _retention(self) -> None:
         deleted = self.log_manager.cleanup_logs()
         if deleted:
             logger.info("retention_deleted_segments", task="kafka-log-retention", segments=deleted)
+
+    def _expire_producers(self) -> None:
+        removed = self.log_manager.remove_expired_producers()
+        if removed:
+            logger.info("producer_ids_expired", producers=removed)
 
     async def _every(self, interval_ms: int, work, *, initial_delay_ms: int | None = None) -> None:
         delay_ms = interval_ms if initial_delay_ms is None else initial_delay_ms

@@ -269,8 +269,10 @@ class GroupHandlers:
 
     async def _find_coordinator(self, request: m.FindCoordinatorRequest) -> m.Response:
         if request.key_type != 0:
-            return m.FindCoordinatorResponse(id=request.id, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                                             error_message="this broker has no transaction coordinator")
+            # Not COORDINATOR_NOT_AVAILABLE: that is retriable, and no retry will ever find one.
+            return m.FindCoordinatorResponse(id=request.id, error_code=ErrorCode.INVALID_REQUEST,
+                                             error_message="this broker has no transaction coordinator "
+                                                           "(key_type 1); only consumer groups (key_type 0)")
         coordinator = await self._coordinator()
         if coordinator is None or not coordinator.active:
             return m.FindCoordinatorResponse(id=request.id, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
@@ -330,8 +332,12 @@ class GroupHandlers:
         started = time.perf_counter()
         coordinator = await self._coordinator()
         if coordinator is None:
-            return m.OffsetCommitResponse(id=request.id, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                                          error_message=_NOT_AVAILABLE)
+            # Group-level errors go to every partition, as Kafka's OffsetCommit answers them.
+            return m.OffsetCommitResponse(id=request.id, topics=tuple(
+                m.OffsetCommitTopicResult(name=t.name, partitions=tuple(
+                    m.OffsetCommitPartitionResult(partition=p.partition, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                                                  error_message=_NOT_AVAILABLE) for p in t.partitions))
+                for t in request.topics))
         # Kafka refuses commits for partitions that do not exist (KafkaApis, before the coordinator).
         unknown: dict[tuple[str, int], tuple[ErrorCode, str]] = {}
         commits = []

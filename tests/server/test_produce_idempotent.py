@@ -10,7 +10,7 @@ from triolog.protocol import messages as m
 from triolog.protocol.errors import ErrorCode
 from triolog.protocol.records import build_batch
 
-from .inprocess import Client, running_broker, values_of
+from .inprocess import Client, metric, running_broker, values_of, wait_until
 
 PID = 31
 
@@ -41,6 +41,8 @@ async def test_a_retried_batch_gets_its_original_offset_and_acks_all_waits_for_t
         assert (retry["error_code"], retry["base_offset"], retry["log_append_time"]) == (0, 1, -1)
         assert log.recovery_point >= 3, "the duplicate was acknowledged before the original was on disk"
         assert server.handler.produce_duplicates == 1 and log.duplicate_batches == 1
+        assert metric(server, "triolog_log_duplicate_batches_total", topic="idem", partition="0") == 1
+        assert metric(server, "triolog_log_producer_ids", topic="idem", partition="0") == 1
         assert values_of((await client.fetch("idem"))["records"]) == [b"plain", b"a", b"b"]
         await client.aclose()
 
@@ -62,4 +64,21 @@ async def test_producer_state_errors_are_partition_error_codes_with_messages(tmp
             assert result["error_code"] == code, (kwargs, result)
             assert message in result["error_message"] and result["base_offset"] == -1
         assert server.log_manager.get_log("idem", 0).log_end_offset == 14
+        await client.aclose()
+
+
+async def test_the_broker_forgets_producer_ids_after_producer_id_expiration_ms(tmp_path):
+    """The expiry task runs every producer.id.expiration.check.interval.ms: an id idle past
+    producer.id.expiration.ms is forgotten, so its next batch must start again at sequence 0."""
+    async with running_broker(tmp_path, producer_id_expiration_ms="300",
+                              producer_id_expiration_check_interval_ms="50") as (server, port):
+        client = await Client.connect(port)
+        await client.create("idem")
+        log = server.log_manager.get_log("idem", 0)
+        assert (await produce(client, "idem", [b"a"], sequence=0))["error_code"] == 0
+        assert PID in log.producer_state_manager.producers
+        await wait_until(lambda: PID not in log.producer_state_manager.producers, what="the id to expire")
+        late = await produce(client, "idem", [b"b"], sequence=1)
+        assert late["error_code"] == ErrorCode.UNKNOWN_PRODUCER_ID
+        assert (await produce(client, "idem", [b"b"], sequence=0))["error_code"] == 0
         await client.aclose()
