@@ -95,6 +95,23 @@ several brokers in one process, as in tests, do not collide):
   (A counter of opened connections cannot be named ``triolog_server_connections_total``: the
   exposition format would give it the same family name as the open-connections gauge.)
 
+* **Consumer groups**, read from the group coordinator at scrape time by :class:`GroupCollector`
+  (labels ``group``, ``topic``, ``partition``; a group's series go when its offsets do), plus
+  the commit latency histogram updated by the offset_commit handler:
+
+  ========================================= ========= =========================================
+  triolog_group_committed_offset            gauge     by ``group``, ``topic``, ``partition``:
+                                                      the committed offset
+  triolog_group_lag                         gauge     by ``group``, ``topic``, ``partition``:
+                                                      log end offset minus committed offset
+  triolog_group_members                     gauge     by ``group``: members now
+  triolog_group_rebalances_total            counter   rebalances started (PreparingRebalance)
+  triolog_group_rebalance_seconds_total     counter   time from a rebalance's start to its Stable
+                                                      (or Empty) end, summed
+  triolog_group_offset_commit_latency_seconds
+                                            histogram offset_commit request to durable answer
+  ========================================= ========= =========================================
+
 Plus prometheus_client's process, platform and GC collectors (``process_*``, ``python_*``).
 
 The HTTP endpoint (:class:`MetricsEndpoint`) is prometheus_client's own threaded WSGI server: it
@@ -128,7 +145,7 @@ from triolog.broker.storage.segment import ROLL_REASONS
 from triolog.protocol.errors import ErrorCode
 from triolog.protocol.messages import SUPPORTED_APIS
 
-__all__ = ["API_LABELS", "WRONG_PROTOCOLS", "BrokerMetrics", "LogCollector", "MetricsEndpoint", "ServerMetrics"]
+__all__ = ["API_LABELS", "WRONG_PROTOCOLS", "BrokerMetrics", "GroupMetrics", "LogCollector", "MetricsEndpoint", "ServerMetrics"]
 
 logger = logging.getLogger(__name__)
 
@@ -484,6 +501,78 @@ class CleanerCollector(Collector):
                 [GaugeMetricFamily(name, doc) for name, _, doc in self._GAUGES])
 
 
+class GroupMetrics(Collector):
+    """Consumer-group series, from the coordinator's in-memory state at scrape time (a scrape runs
+    in the endpoint's thread while the event loop changes the groups: a group that changes under
+    the read is re-read, then left out of that scrape)."""
+
+    def __init__(self, registry: CollectorRegistry, log_manager: LogManager):
+        self.log_manager = log_manager
+        self._coordinator = lambda: None
+        self.commit_latency = Histogram(
+            "triolog_group_offset_commit_latency_seconds",
+            "offset_commit: request handled to durable answer (the record fsynced).",
+            buckets=LATENCY_BUCKETS_S, registry=registry)
+        registry.register(self)
+
+    def watch(self, coordinator) -> None:
+        """``coordinator``: () -> the GroupCoordinator, or None while there is none."""
+        self._coordinator = coordinator
+
+    def commit_done(self, seconds: float) -> None:
+        self.commit_latency.observe(seconds)
+
+    def describe(self) -> Iterable[Metric]:
+        return self._families()
+
+    def _families(self) -> list[Metric]:
+        return [
+            GaugeMetricFamily("triolog_group_committed_offset", "Committed offset of a group for a partition.",
+                              labels=("group", "topic", "partition")),
+            GaugeMetricFamily("triolog_group_lag", "Log end offset minus the group's committed offset.",
+                              labels=("group", "topic", "partition")),
+            GaugeMetricFamily("triolog_group_members", "Members of the group.", labels=("group",)),
+            CounterMetricFamily("triolog_group_rebalances", "Rebalances started since startup."),
+            CounterMetricFamily("triolog_group_rebalance_seconds",
+                                "Seconds from rebalance start to its end (Stable or Empty), summed."),
+        ]
+
+    def collect(self) -> Iterable[Metric]:
+        families = self._families()
+        coordinator = self._coordinator()
+        if coordinator is None:
+            return families
+        committed, lag, members, rebalances, rebalance_s = families
+        for _ in range(_READ_ATTEMPTS):
+            try:
+                groups = list(coordinator.groups.items())
+                break
+            except RuntimeError:
+                continue
+        else:
+            groups = []
+        for group_id, group in groups:
+            for _ in range(_READ_ATTEMPTS):
+                try:
+                    offsets = list(group.offsets.items())
+                    count = len(group.members)
+                    break
+                except RuntimeError:
+                    continue
+            else:
+                continue
+            members.add_metric([group_id], count)
+            for (topic, partition), entry in offsets:
+                labels = [group_id, topic, str(partition)]
+                committed.add_metric(labels, entry.offset)
+                log = self.log_manager.get_log(topic, partition)
+                if log is not None:
+                    lag.add_metric(labels, max(0, log.log_end_offset - entry.offset))
+        rebalances.add_metric([], coordinator.rebalances)
+        rebalance_s.add_metric([], coordinator.rebalance_ms_total / 1000)
+        return families
+
+
 # -- the registry and the endpoint -------------------------------------------------------------
 
 
@@ -518,6 +607,7 @@ class BrokerMetrics:
         self.server = ServerMetrics(self.registry)
         self.registry.register(LogCollector(log_manager))
         self.registry.register(CleanerCollector(log_manager))
+        self.groups = GroupMetrics(self.registry, log_manager)
         if process_collectors:
             ProcessCollector(registry=self.registry)
             PlatformCollector(registry=self.registry)

@@ -15,6 +15,9 @@ FORBIDDEN = {
                  "trio", "prometheus_client", "structlog", "socket"},
     "config": {"triolog.broker", "triolog.client", "triolog.pipeline", "trio", "prometheus_client"},
     "broker/storage": {"trio", "socket", "prometheus_client", "triolog.broker.server", "triolog.client"},
+    # Coordinators decide (groups, producer ids) from requests, a clock and storage callbacks:
+    # no event loop, no sockets, no server, no client.
+    "broker/coordinator": {"trio", "socket", "prometheus_client", "triolog.broker.server", "triolog.client"},
 }
 # The repository's folders are installed as subpackages of ``triolog``; importing them by their
 # bare folder names works nowhere but a source checkout and collides with other distributions.

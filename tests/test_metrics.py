@@ -298,8 +298,12 @@ def test_metrics_server_labels_come_from_bounded_sets(tmp_path, clock):
     for name, labels in samples:
         if name.startswith("triolog_"):
             # No topic label on server series: their number does not grow with the topics.
-            allowed = {"api", "error", "le", "limit", "protocol"} if name.startswith("triolog_server_") else \
-                {"topic", "partition", "reason", "log_dir"}
+            if name.startswith("triolog_server_"):
+                allowed = {"api", "error", "le", "limit", "protocol"}
+            elif name.startswith("triolog_group_"):  # per group, as Kafka's consumer-group lag
+                allowed = {"group", "topic", "partition", "le"}
+            else:
+                allowed = {"topic", "partition", "reason", "log_dir"}
             assert set(dict(labels)) <= allowed, name
 
 

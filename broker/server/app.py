@@ -33,6 +33,7 @@ from triolog.protocol.request_limits import RequestLimits
 
 from .connection import ClientConnection, WrongProtocolLog, wrong_protocol_hints
 from .group_commit import GroupCommitter
+from .group_handlers import CLIENT_HOST, GroupService
 from .handlers import RequestHandler, WorkerThreads
 from .memory_pool import RequestMemoryPool
 from .notifier import AppendNotifier
@@ -114,6 +115,8 @@ class BrokerServer:
         #: This broker's own metrics registry; served over HTTP only if ``metrics.listener`` is set.
         self.metrics = BrokerMetrics(self.log_manager)
         self.handler: RequestHandler | None = None
+        #: The group coordinator's service (set when run() starts it).
+        self.groups: GroupService | None = None
         self._shutdown = trio.Event()
         self._connections: dict[ClientConnection, trio.CancelScope] = {}
         self._per_ip: dict[str, int] = {}
@@ -148,6 +151,13 @@ class BrokerServer:
                                               self.notifier, self.limiter, on_roll=self._on_roll,
                                               workers=self.workers)
                 await nursery.start(self.committer.run)
+                # The group coordinator: loads __consumer_offsets (if it exists) while serving.
+                self.groups = GroupService(self.config, self.topics, self.committer, self.notifier, self.workers,
+                                           self.limiter, self.clock)
+                self.handler.group_service = self.groups
+                self.handler.group_metrics = self.metrics.groups
+                self.metrics.groups.watch(lambda: self.groups.coordinator)
+                await nursery.start(self.groups.run)
                 self.metrics.server.watch(self)
                 async with trio.open_nursery() as connections:
                     listen = self.config.listener
@@ -181,6 +191,7 @@ class BrokerServer:
                     # what they have now instead of waiting out their max_wait_ms.
                     accepting.cancel()
                     self.notifier.close()
+                    self.groups.shutdown()  # parked joins and syncs answer NOT_COORDINATOR
                     await self._drain_connections()
                     connections.cancel_scope.cancel()
                 nursery.cancel_scope.cancel()
@@ -284,6 +295,7 @@ class BrokerServer:
             peer=peer, stats=self.metrics.server, pool=self.request_pool, limits=self.request_limits,
             decode_limiter=self.decode_limiter, wrong_protocol_log=self.wrong_protocol_log)
         self._per_ip[host] = self._per_ip.get(host, 0) + 1
+        CLIENT_HOST.set(f"/{host}")  # this connection's task: a joining member's client_host (Kafka's form)
         self.metrics.server.connection_opened()
         # Opening and closing are routine (every CLI call, every client): DEBUG, one event each.
         logger.debug("connection_opened", peer=peer)

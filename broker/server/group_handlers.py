@@ -1,55 +1,384 @@
-"""The consumer-group APIs of the request handler (find_coordinator, join_group, ... delete_groups).
+"""The consumer-group APIs of the request handler (find_coordinator, join_group, ... delete_groups),
+and :class:`GroupService`, which runs the pure :class:`GroupCoordinator` inside the broker.
 
-A mixin of :class:`triolog.broker.server.handlers.RequestHandler`, so that the group coordinator's
-wiring lives beside, not inside, the log APIs. Until the coordinator is started every group API
-is answered COORDINATOR_NOT_AVAILABLE, Kafka's answer while no coordinator serves the group.
+The handlers are a mixin of :class:`triolog.broker.server.handlers.RequestHandler`, so that the
+group coordinator's wiring lives beside, not inside, the log APIs. A JoinGroup or SyncGroup the
+coordinator parks is a callback here that sets a trio Event the request waits on. Until the
+service runs, every group API answers COORDINATOR_NOT_AVAILABLE, Kafka's answer while no
+coordinator serves the group.
+
+GroupService owns the coordinator's contact with the rest of the broker:
+
+* ``__consumer_offsets`` is created on first use (as Kafka creates it on the first
+  FindCoordinator), compacted, ``offsets.topic.num.partitions`` partitions; when it exists at
+  startup its partitions are loaded (worker threads) while the broker already serves: their
+  groups answer COORDINATOR_LOAD_IN_PROGRESS meanwhile;
+* writes: one batch per request, appended in a worker thread, in order per partition, answered
+  once fsynced (the group commit acks=all produce waits for), within offsets.commit.timeout.ms;
+* a timer task fires the coordinator's deadlines (joins, syncs, sessions);
+* the offsets-expiry task runs every offsets.retention.check.interval.ms.
 """
 
 from __future__ import annotations
 
+import contextvars
+import time
+
+import structlog
+import trio
+
+from triolog.broker.coordinator.group.group_coordinator import (
+    CommitRequest,
+    GroupConfig,
+    GroupCoordinator,
+    JoinResult,
+    SyncResult,
+)
+from triolog.broker.coordinator.group.group_metadata_manager import (
+    OFFSETS_TOPIC,
+    LoadedPartition,
+    read_partition_records,
+)
 from triolog.protocol import messages as m
-from triolog.protocol.errors import ErrorCode
+from triolog.protocol.errors import ErrorCode, TriologError
+from triolog.protocol.records import build_batch
+
+logger = structlog.get_logger("triolog.server")
 
 _NOT_AVAILABLE = "the group coordinator is not available on this broker"
+#: The peer host of the connection a request came on (set per connection task by the server),
+#: stored as a member's client_host.
+CLIENT_HOST: contextvars.ContextVar[str] = contextvars.ContextVar("client_host", default="")
+#: Longest the timer task sleeps without looking at the coordinator's deadlines.
+TIMER_MAX_S = 0.5
+
+
+def _storage_error(exc: BaseException) -> tuple[ErrorCode, str]:
+    if isinstance(exc, TriologError):
+        return exc.code, str(exc) or exc.code.name
+    if isinstance(exc, OSError):
+        return ErrorCode.KAFKA_STORAGE_ERROR, f"I/O error writing {OFFSETS_TOPIC}: {exc}"
+    logger.exception("offsets_store_failed")
+    return ErrorCode.UNKNOWN_SERVER_ERROR, f"unexpected server error: {type(exc).__name__}: {exc}"
+
+
+class GroupService:
+    """The coordinator inside the running broker (see the module docstring)."""
+
+    def __init__(self, config, topics, committer, notifier, workers, limiter, clock):
+        self.config = config
+        self.topics = topics
+        self.committer = committer
+        self.notifier = notifier
+        self.workers = workers
+        self.limiter = limiter
+        self.clock = clock
+        self.coordinator: GroupCoordinator | None = None
+        self._nursery: trio.Nursery | None = None
+        self._wake = trio.Event()
+        self._creating: trio.Event | None = None
+        self._append_locks: dict[int, trio.Lock] = {}
+        #: Seconds the last full load of __consumer_offsets took (None before one ran).
+        self.load_seconds: float | None = None
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            nursery.start_soon(self._timer_task)
+            nursery.start_soon(self._expiry_task)
+            if self.topics.get(OFFSETS_TOPIC) is not None:
+                self._start_coordinator(loading=True)
+                nursery.start_soon(self._load_all)
+            task_status.started()
+
+    def shutdown(self) -> None:
+        if self.coordinator is not None:
+            self.coordinator.shutdown()
+
+    # -- startup -----------------------------------------------------------------------------
+
+    def _start_coordinator(self, loading: bool) -> None:
+        partitions = self.topics.get(OFFSETS_TOPIC).num_partitions
+        group_config = GroupConfig.from_broker_config(self.config)
+        group_config = GroupConfig(**{**group_config.__dict__, "num_partitions": partitions})
+        coordinator = GroupCoordinator(group_config, self.clock, self._store, lambda: self._wake.set())
+        coordinator.startup(range(partitions) if loading else ())
+        self.coordinator = coordinator
+        self._wake.set()
+
+    async def _load_all(self) -> None:
+        started = time.monotonic()
+        coordinator = self.coordinator
+        total = 0
+        for partition in sorted(coordinator.loading):
+            try:
+                loaded = await self.workers.run_sync(self._read_partition, partition, limiter=self.limiter)
+            except Exception:
+                logger.exception("offsets_load_failed", partition=partition)
+                loaded = LoadedPartition()
+            total += coordinator.load_partition(partition, loaded)
+        self.load_seconds = time.monotonic() - started
+        logger.info("groups_loaded", topic=OFFSETS_TOPIC, groups=total, seconds=round(self.load_seconds, 3))
+
+    def _read_partition(self, partition: int) -> LoadedPartition:
+        log = self.topics.log(OFFSETS_TOPIC, partition)
+        loaded = LoadedPartition()
+        loaded.replay(read_partition_records(log, self.config.offsets_load_buffer_size))
+        return loaded
+
+    async def ready(self) -> GroupCoordinator | None:
+        """The coordinator, creating __consumer_offsets first if this is its first use."""
+        if self.coordinator is not None:
+            return self.coordinator
+        if self._creating is not None:
+            await self._creating.wait()
+            return self.coordinator
+        self._creating = creating = trio.Event()
+        try:
+            await self.workers.run_sync(self._create_topic, limiter=self.limiter)
+            self._start_coordinator(loading=False)
+        except Exception:
+            logger.exception("offsets_topic_create_failed", topic=OFFSETS_TOPIC)
+        finally:
+            creating.set()
+            self._creating = None
+        return self.coordinator
+
+    def _create_topic(self) -> None:
+        if self.topics.get(OFFSETS_TOPIC) is None:
+            self.topics.create_offsets_topic(self.config.offsets_topic_num_partitions,
+                                             self.config.offsets_topic_segment_bytes)
+            logger.info("topic_created", topic=OFFSETS_TOPIC, partitions=self.config.offsets_topic_num_partitions,
+                        internal=True)
+
+    # -- writes ------------------------------------------------------------------------------
+
+    def _store(self, partition: int, records, done) -> None:
+        if self._nursery is None:
+            done((ErrorCode.COORDINATOR_NOT_AVAILABLE, _NOT_AVAILABLE), -1)
+            return
+        self._nursery.start_soon(self._append, partition, records, done)
+
+    async def _append(self, partition: int, records, done) -> None:
+        now = self.clock.milliseconds()
+        batch = build_batch([(key, value, now, ()) for key, value in records])
+        lock = self._append_locks.setdefault(partition, trio.Lock())
+        try:
+            log = self.topics.log(OFFSETS_TOPIC, partition)
+            async with lock:  # appends of one partition in the order they were asked for
+                info = await self.workers.run_sync(log.append_as_leader, batch, limiter=self.limiter)
+            self.notifier.notify((OFFSETS_TOPIC, partition))
+            with trio.fail_after(self.config.offsets_commit_timeout_ms / 1000):
+                await self.committer.wait_flushed(log, info.last_offset + 1)
+        except trio.TooSlowError:
+            done((ErrorCode.REQUEST_TIMED_OUT, f"the {OFFSETS_TOPIC} record was not fsynced within "
+                                               f"offsets.commit.timeout.ms={self.config.offsets_commit_timeout_ms}"),
+                 -1)
+            return
+        except Exception as exc:
+            done(_storage_error(exc), -1)
+            return
+        done(None, info.first_offset)
+
+    # -- background tasks --------------------------------------------------------------------
+
+    async def _timer_task(self) -> None:
+        while True:
+            self._wake = trio.Event()
+            delay = TIMER_MAX_S
+            if self.coordinator is not None:
+                deadline = self.coordinator.poll()
+                if deadline is not None:
+                    delay = min(delay, max(0.0, (deadline - self.clock.milliseconds()) / 1000))
+            with trio.move_on_after(delay):
+                await self._wake.wait()
+
+    async def _expiry_task(self) -> None:
+        interval = self.config.offsets_retention_check_interval_ms / 1000
+        while True:
+            await trio.sleep(interval)
+            if self.coordinator is not None:
+                try:
+                    expired = self.coordinator.cleanup_group_metadata()
+                    if expired:
+                        logger.info("offsets_expired", offsets=expired)
+                except Exception:
+                    logger.exception("background_task_failed", task="offsets_expiry")
+
+
+async def _parked(start):
+    """Run ``start(respond)``; the result it answers with, now or when the coordinator decides."""
+    box: list = []
+    event = trio.Event()
+
+    def respond(result) -> None:
+        box.append(result)
+        event.set()
+
+    start(respond)
+    if not box:
+        await event.wait()
+    return box[0]
+
+
+def _fields(error) -> dict:
+    if error is None:
+        return {}
+    return {"error_code": error[0], "error_message": error[1]}
 
 
 class GroupHandlers:
+    #: Set by the server when it runs the group coordinator.
+    group_service: GroupService | None = None
+    #: The broker's GroupMetrics (commit latency), when metered.
+    group_metrics = None
+
+    async def _coordinator(self, create: bool = True) -> GroupCoordinator | None:
+        service = self.group_service
+        if service is None:
+            return None
+        if create:
+            return await service.ready()
+        return service.coordinator
+
     async def _find_coordinator(self, request: m.FindCoordinatorRequest) -> m.Response:
-        return m.FindCoordinatorResponse(id=request.id, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                                         error_message=_NOT_AVAILABLE)
+        if request.key_type != 0:
+            return m.FindCoordinatorResponse(id=request.id, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                                             error_message="this broker has no transaction coordinator")
+        coordinator = await self._coordinator()
+        if coordinator is None or not coordinator.active:
+            return m.FindCoordinatorResponse(id=request.id, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                                             error_message=_NOT_AVAILABLE)
+        return m.FindCoordinatorResponse(id=request.id, node_id=self.config.node_id, host=self.advertised_host,
+                                         port=self.advertised_port)
 
     async def _join_group(self, request: m.JoinGroupRequest) -> m.Response:
-        return m.JoinGroupResponse(id=request.id, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                                   error_message=_NOT_AVAILABLE)
+        coordinator = await self._coordinator()
+        if coordinator is None:
+            return m.JoinGroupResponse(id=request.id, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                                       error_message=_NOT_AVAILABLE, member_id=request.member_id)
+        protocols = tuple((p.name, p.metadata) for p in request.protocols)
+        result: JoinResult = await _parked(lambda respond: coordinator.handle_join_group(
+            request.group_id, request.member_id, request.group_instance_id, request.client_id or "",
+            CLIENT_HOST.get(), request.rebalance_timeout_ms, request.session_timeout_ms, request.protocol_type,
+            protocols, respond))
+        return m.JoinGroupResponse(
+            id=request.id, error_code=result.error_code, error_message=result.error_message,
+            generation_id=result.generation_id, protocol_type=result.protocol_type,
+            protocol_name=result.protocol_name, leader=result.leader, member_id=result.member_id,
+            members=tuple(m.JoinGroupMember(member_id=mid, group_instance_id=iid, metadata=meta)
+                          for mid, iid, meta in result.members))
 
     async def _sync_group(self, request: m.SyncGroupRequest) -> m.Response:
-        return m.SyncGroupResponse(id=request.id, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                                   error_message=_NOT_AVAILABLE)
+        coordinator = await self._coordinator()
+        if coordinator is None:
+            return m.SyncGroupResponse(id=request.id, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                                       error_message=_NOT_AVAILABLE)
+        assignments = {a.member_id: a.assignment for a in request.assignments}
+        result: SyncResult = await _parked(lambda respond: coordinator.handle_sync_group(
+            request.group_id, request.generation_id, request.member_id, request.protocol_type,
+            request.protocol_name, assignments, respond))
+        return m.SyncGroupResponse(id=request.id, error_code=result.error_code, error_message=result.error_message,
+                                   protocol_type=result.protocol_type, protocol_name=result.protocol_name,
+                                   assignment=result.assignment)
 
     async def _heartbeat(self, request: m.HeartbeatRequest) -> m.Response:
-        return m.HeartbeatResponse(id=request.id, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                                   error_message=_NOT_AVAILABLE)
+        coordinator = await self._coordinator()
+        if coordinator is None:
+            return m.HeartbeatResponse(id=request.id, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                                       error_message=_NOT_AVAILABLE)
+        error = coordinator.handle_heartbeat(request.group_id, request.generation_id, request.member_id)
+        return m.HeartbeatResponse(id=request.id, **_fields(error))
 
     async def _leave_group(self, request: m.LeaveGroupRequest) -> m.Response:
-        return m.LeaveGroupResponse(id=request.id, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                                    error_message=_NOT_AVAILABLE)
+        coordinator = await self._coordinator()
+        if coordinator is None:
+            return m.LeaveGroupResponse(id=request.id, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                                        error_message=_NOT_AVAILABLE)
+        error, per_member = coordinator.handle_leave_group(request.group_id, [x.member_id for x in request.members])
+        members = tuple(m.MemberResponse(member_id=x.member_id, group_instance_id=x.group_instance_id, **_fields(e))
+                        for x, e in zip(request.members, per_member))
+        return m.LeaveGroupResponse(id=request.id, members=members, **_fields(error))
 
     async def _offset_commit(self, request: m.OffsetCommitRequest) -> m.Response:
-        return m.OffsetCommitResponse(id=request.id, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                                      error_message=_NOT_AVAILABLE)
+        started = time.perf_counter()
+        coordinator = await self._coordinator()
+        if coordinator is None:
+            return m.OffsetCommitResponse(id=request.id, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                                          error_message=_NOT_AVAILABLE)
+        commits = [CommitRequest(t.name, p.partition, p.committed_offset, p.committed_leader_epoch,
+                                 p.committed_metadata) for t in request.topics for p in t.partitions]
+        errors = await _parked(lambda respond: coordinator.handle_commit_offsets(
+            request.group_id, request.generation_id, request.member_id, commits, respond))
+        results = iter(errors)
+        topics = tuple(m.OffsetCommitTopicResult(name=t.name, partitions=tuple(
+            m.OffsetCommitPartitionResult(partition=p.partition, **_fields(next(results))) for p in t.partitions))
+            for t in request.topics)
+        if self.group_metrics is not None:
+            self.group_metrics.commit_done(time.perf_counter() - started)
+        return m.OffsetCommitResponse(id=request.id, topics=topics)
 
     async def _offset_fetch(self, request: m.OffsetFetchRequest) -> m.Response:
-        return m.OffsetFetchResponse(id=request.id, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                                     error_message=_NOT_AVAILABLE)
+        coordinator = await self._coordinator()
+        if coordinator is None:
+            return m.OffsetFetchResponse(id=request.id, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                                         error_message=_NOT_AVAILABLE)
+        wanted = None
+        if request.topics is not None:
+            wanted = [(t.name, p) for t in request.topics for p in t.partitions]
+        error, rows = coordinator.handle_fetch_offsets(request.group_id, wanted)
+        if error is not None:
+            return m.OffsetFetchResponse(id=request.id, **_fields(error))
+        by_topic: dict[str, list[m.OffsetFetchPartitionResult]] = {}
+        for topic, partition, entry in rows:
+            by_topic.setdefault(topic, []).append(
+                m.OffsetFetchPartitionResult(partition=partition, metadata="")
+                if entry is None else
+                m.OffsetFetchPartitionResult(partition=partition, committed_offset=entry.offset,
+                                             committed_leader_epoch=entry.leader_epoch, metadata=entry.metadata))
+        return m.OffsetFetchResponse(id=request.id, topics=tuple(
+            m.OffsetFetchTopicResult(name=name, partitions=tuple(parts)) for name, parts in by_topic.items()))
 
     async def _list_groups(self, request: m.ListGroupsRequest) -> m.Response:
-        return m.ListGroupsResponse(id=request.id, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                                    error_message=_NOT_AVAILABLE)
+        coordinator = await self._coordinator(create=False)
+        if coordinator is None:
+            if self.group_service is None:
+                return m.ListGroupsResponse(id=request.id, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                                            error_message=_NOT_AVAILABLE)
+            return m.ListGroupsResponse(id=request.id)  # no __consumer_offsets yet: no groups
+        error, groups = coordinator.handle_list_groups(set(request.states_filter))
+        return m.ListGroupsResponse(id=request.id, groups=tuple(
+            m.ListedGroup(group_id=g, protocol_type=t, group_state=s) for g, t, s in groups), **_fields(error))
 
     async def _describe_groups(self, request: m.DescribeGroupsRequest) -> m.Response:
-        return m.DescribeGroupsResponse(id=request.id, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                                        error_message=_NOT_AVAILABLE)
+        coordinator = await self._coordinator(create=False)
+        out = []
+        for group_id in request.groups:
+            if coordinator is None:
+                if self.group_service is None:
+                    out.append(m.DescribedGroup(group_id=group_id, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                                                error_message=_NOT_AVAILABLE))
+                else:
+                    out.append(m.DescribedGroup(group_id=group_id, group_state="Dead"))
+                continue
+            summary = coordinator.handle_describe_group(group_id)
+            out.append(m.DescribedGroup(
+                group_id=group_id, group_state=summary.state, protocol_type=summary.protocol_type,
+                protocol_data=summary.protocol, **_fields(summary.error),
+                members=tuple(m.DescribedGroupMember(
+                    member_id=s.member_id, group_instance_id=s.group_instance_id, client_id=s.client_id,
+                    client_host=s.client_host, member_metadata=s.metadata, member_assignment=s.assignment)
+                    for s in summary.members)))
+        return m.DescribeGroupsResponse(id=request.id, groups=tuple(out))
 
     async def _delete_groups(self, request: m.DeleteGroupsRequest) -> m.Response:
-        return m.DeleteGroupsResponse(id=request.id, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                                      error_message=_NOT_AVAILABLE)
+        coordinator = await self._coordinator(create=False)
+        if coordinator is None:
+            code = ErrorCode.COORDINATOR_NOT_AVAILABLE if self.group_service is None else ErrorCode.GROUP_ID_NOT_FOUND
+            message = _NOT_AVAILABLE if self.group_service is None else "no group exists on this broker"
+            return m.DeleteGroupsResponse(id=request.id, results=tuple(
+                m.DeletableGroupResult(group_id=g, error_code=code, error_message=message)
+                for g in request.groups_names))
+        results = await _parked(lambda respond: coordinator.handle_delete_groups(list(request.groups_names), respond))
+        return m.DeleteGroupsResponse(id=request.id, results=tuple(
+            m.DeletableGroupResult(group_id=g, **_fields(results[g])) for g in request.groups_names))

@@ -37,13 +37,14 @@ from triolog import __version__
 from triolog.broker.storage.filenames import validate_topic_name
 from triolog.broker.storage.log import Log
 from triolog.broker.storage.log_manager import LogManager
-from triolog.broker.storage.topics import TopicManager
+from triolog.broker.storage.topics import TopicManager, is_internal
 from triolog.config.broker_config import BROKER_CONFIGS, BrokerConfig
 from triolog.config.log_config import TOPIC_CONFIGS, LogConfig
 from triolog import core
 from triolog.protocol import messages as m
 from triolog.protocol.errors import (
     ErrorCode,
+    InvalidTopicError,
     OffsetOutOfRangeError,
     PolicyViolationError,
     RequestTimedOutError,
@@ -535,7 +536,7 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers):
                             partition=p, leader=self.config.node_id,
                             log_start_offset=log.log_start_offset, high_watermark=log.high_watermark,
                         ))
-                    out.append(m.TopicMetadata(name=name, partitions=tuple(partitions)))
+                    out.append(m.TopicMetadata(name=name, internal=is_internal(name), partitions=tuple(partitions)))
                 except Exception as exc:
                     code, message = error_of(exc, topic=name)
                     out.append(m.TopicMetadata(name=name, error_code=code, error_message=message))
@@ -674,6 +675,8 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers):
             topic_error = None
             try:
                 self._existing_or_auto_created(topic.name, may_create=False)
+                if is_internal(topic.name):
+                    raise InvalidTopicError(f"cannot append to internal topic {topic.name}")
             except Exception as exc:
                 topic_error = error_of(exc, topic=topic.name)
             for part in topic.partitions[len(rows):]:

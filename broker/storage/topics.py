@@ -34,6 +34,14 @@ from .log_manager import LogManager
 logger = logging.getLogger(__name__)
 
 TOPICS_FILE = "triolog-topics.json"
+#: The internal topic of the group coordinator (Kafka's name): clients may read it, not write
+#: to it or delete it.
+OFFSETS_TOPIC = "__consumer_offsets"
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
+
+
+def is_internal(topic: str) -> bool:
+    return topic in INTERNAL_TOPICS
 #: Kafka's cap on partitions per create request is far higher; this bounds the directories one
 #: request can create on a single node.
 MAX_PARTITIONS = 10_000
@@ -171,11 +179,19 @@ class TopicManager:
                 raise
             return topic
 
+    def create_offsets_topic(self, num_partitions: int, segment_bytes: int) -> Topic:
+        """__consumer_offsets as Kafka configures it: compacted, compression as produced,
+        segment.bytes = offsets.topic.segment.bytes; its partition count is fixed from now on."""
+        return self.create(OFFSETS_TOPIC, num_partitions, 1, {
+            "cleanup.policy": "compact", "compression.type": "producer", "segment.bytes": str(segment_bytes)})
+
     def delete(self, name: str) -> None:
         with self._lock:
             entry = self._topics.get(name)
             if entry is None:
                 raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+            if is_internal(name):
+                raise InvalidTopicError(f"topic {name!r} is internal (the group coordinator's) and cannot be deleted")
             del self._topics[name]
             self._save()
             # Every partition, even after one fails: a partition skipped here would stay open in
