@@ -235,3 +235,30 @@ def test_admin_lists_describes_resets_and_deletes_groups(boot, group, topic):
         assert admin.delete_consumer_groups([group]) == {group: None}
         assert admin.list_consumer_group_offsets(group) == {}
         assert type(admin.delete_consumer_groups([group], raise_errors=False)[group]).__name__ == "GroupIdNotFoundError"
+
+
+def test_auto_commit_before_revoking_hands_partitions_over_without_duplicates(boot, group, topic):
+    """Eager rebalance with auto-commit on: before rejoining, a member commits what its polls
+    returned, so the member taking a partition over starts where it stopped (Kafka's onJoinPrepare)."""
+    values = make_topic(boot, topic, 4, 40)
+    # auto_commit_interval_ms is long: only the commit before revoking can have committed
+    config = dict(FAST, auto_offset_reset="earliest", auto_commit_interval_ms=600_000)
+    with Consumer(boot, group_id=group, **config) as a, Consumer(boot, group_id=group, **config) as b:
+        a.subscribe([topic])
+        got_a = consume(a, 40)
+        assert sorted(r.value for r in got_a) == sorted(values)
+        b.subscribe([topic])
+        got_b: list = []
+
+        def rebalanced():
+            got_b.extend(r for rs in b.poll(50).values() for r in rs)
+            return len(a.assignment()) == 2 and len(b.assignment()) == 2
+
+        poll_until([a], rebalanced, what="the rebalance")  # b is polled by the condition
+        # b resumed at a's positions: nothing read twice
+        assert got_b == [] and all(b.committed(tp) == 10 for tp in b.assignment())
+        with Producer(boot) as producer:
+            for p in range(4):
+                producer.send(topic, b"late", partition=p)
+        late = consume(b, 2)
+        assert [r.value for r in late] == [b"late", b"late"] and {r.offset for r in late} == {10}

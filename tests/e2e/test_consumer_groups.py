@@ -1,6 +1,7 @@
 """Three consumer processes in one group over a 6-partition topic, committing after processing:
 every record is processed exactly once across a member's kill -9 and a new member joining, and a
-member started after the others stopped resumes from the committed offsets.
+member started after the others stopped resumes from the committed offsets, also after a broker
+kill -9 and restart.
 
 How "exactly once" is judged, honestly. Each member (tests/e2e/group_member.py) writes every
 poll's records to its file as a batch, flushed, BEFORE committing the batch's end offsets with
@@ -161,6 +162,16 @@ def test_every_record_processed_exactly_once_across_a_kill_and_a_join(broker_fac
             wait_for(lambda: all(o == ends[tp.partition] + 10 for tp, o in
                                  admin.list_consumer_group_offsets(GROUP).items()), 60, "m4 to commit the new records")
         members[-1].stop()
+        # A broker kill -9 and restart: the group's commits were fsynced before they were
+        # answered, so a fresh member resumes from them, not from the start of the log.
+        broker.kill()
+        broker.start()
+        produce(2160, 12)
+        members.append(Member(bootstrap, out_dir, "m5"))
+        with AdminClient(bootstrap) as admin:
+            wait_for(lambda: all(o == ends[tp.partition] + 12 for tp, o in
+                                 admin.list_consumer_group_offsets(GROUP).items()), 60, "m5 to commit the new records")
+        members[-1].stop()
     finally:
         for member in members:
             if member.process.poll() is None:
@@ -182,6 +193,8 @@ def test_every_record_processed_exactly_once_across_a_kill_and_a_join(broker_fac
         assert values == produced[partition], f"partition {partition}"
     m4 = [b for b in batches if b["batch"].startswith("m4:")]
     assert sorted(v for b in m4 for v in b["values"]) == sorted(f"record-{i}" for i in range(2100, 2160))
+    m5 = [b for b in batches if b["batch"].startswith("m5:")]
+    assert sorted(v for b in m5 for v in b["values"]) == sorted(f"record-{i}" for i in range(2160, 2172))
     # the kill really happened mid-stream: m0 processed some batches and the others went on after it
     assert any(b["batch"].startswith("m0:") for b in counted)
     assert any(b["batch"].startswith("m3:") for b in counted)
