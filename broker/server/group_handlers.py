@@ -306,11 +306,24 @@ class GroupHandlers:
         if coordinator is None:
             return m.OffsetCommitResponse(id=request.id, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
                                           error_message=_NOT_AVAILABLE)
-        commits = [CommitRequest(t.name, p.partition, p.committed_offset, p.committed_leader_epoch,
-                                 p.committed_metadata) for t in request.topics for p in t.partitions]
+        # Kafka refuses commits for partitions that do not exist (KafkaApis, before the coordinator).
+        unknown: dict[tuple[str, int], tuple[ErrorCode, str]] = {}
+        commits = []
+        for t in request.topics:
+            topic = self.topics.get(t.name)
+            for p in t.partitions:
+                if topic is None or not 0 <= p.partition < topic.num_partitions:
+                    unknown[(t.name, p.partition)] = (
+                        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                        f"topic {t.name!r} partition {p.partition} does not exist: no offset is committed for it")
+                else:
+                    commits.append(CommitRequest(t.name, p.partition, p.committed_offset, p.committed_leader_epoch,
+                                                 p.committed_metadata))
         errors = await _parked(lambda respond: coordinator.handle_commit_offsets(
-            request.group_id, request.generation_id, request.member_id, commits, respond))
-        results = iter(errors)
+            request.group_id, request.generation_id, request.member_id, commits, respond)) if commits else []
+        known = iter(errors)
+        results = iter([unknown[(t.name, p.partition)] if (t.name, p.partition) in unknown else next(known)
+                        for t in request.topics for p in t.partitions])
         topics = tuple(m.OffsetCommitTopicResult(name=t.name, partitions=tuple(
             m.OffsetCommitPartitionResult(partition=p.partition, **_fields(next(results))) for p in t.partitions))
             for t in request.topics)

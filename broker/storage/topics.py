@@ -19,6 +19,7 @@ from triolog.protocol.errors import (
     InvalidConfigError,
     InvalidPartitionsError,
     InvalidReplicationFactorError,
+    InvalidRequestError,
     InvalidTopicError,
     StorageError,
     TopicAlreadyExistsError,
@@ -131,9 +132,13 @@ class TopicManager:
     # -- changes -----------------------------------------------------------------------------
 
     def validate_new_topic(self, name: str, num_partitions: int, replication_factor: int,
-                           configs: Mapping[str, str], default_partitions: int) -> tuple[int, LogConfig]:
-        """Every check create_topics makes, without touching any file."""
+                           configs: Mapping[str, str], default_partitions: int, *,
+                           internal: bool = False) -> tuple[int, LogConfig]:
+        """Every check create_topics makes, without touching any file. Internal topics are made
+        by the broker itself (``internal``), never on a client's request (Kafka's rule)."""
         filenames.validate_topic_name(name)
+        if is_internal(name) and not internal:
+            raise InvalidRequestError(f"creation of internal topic {name} is prohibited: the broker creates it")
         if replication_factor not in (1, -1):
             raise InvalidReplicationFactorError(
                 f"replication factor {replication_factor} is not possible on a single broker: use 1 or -1"
@@ -158,11 +163,12 @@ class TopicManager:
         return count, config
 
     def create(self, name: str, num_partitions: int, replication_factor: int = 1,
-               configs: Mapping[str, str] | None = None, *, default_partitions: int = 1) -> Topic:
+               configs: Mapping[str, str] | None = None, *, default_partitions: int = 1,
+               internal: bool = False) -> Topic:
         configs = dict(configs or {})
         with self._lock:
             count, config = self.validate_new_topic(name, num_partitions, replication_factor, configs,
-                                                    default_partitions)
+                                                    default_partitions, internal=internal)
             topic = Topic(name, count, configs)
             self._topics[name] = topic
             self._save()
@@ -183,7 +189,8 @@ class TopicManager:
         """__consumer_offsets as Kafka configures it: compacted, compression as produced,
         segment.bytes = offsets.topic.segment.bytes; its partition count is fixed from now on."""
         return self.create(OFFSETS_TOPIC, num_partitions, 1, {
-            "cleanup.policy": "compact", "compression.type": "producer", "segment.bytes": str(segment_bytes)})
+            "cleanup.policy": "compact", "compression.type": "producer", "segment.bytes": str(segment_bytes)},
+            internal=True)
 
     def delete(self, name: str) -> None:
         with self._lock:

@@ -287,8 +287,7 @@ class GroupCoordinator:
                 return fail(ErrorCode.UNKNOWN_MEMBER_ID, f"group {group_id!r} does not exist (member {member_id!r} "
                                                          f"is not known): rejoin with member_id \"\"")
             group = self.groups[group_id] = GroupMetadata(group_id, current_state_timestamp=self.now())
-        if (not group.has_member(member_id) and member_id not in group.pending_members
-                and group.size() >= config.max_size):
+        if not self._accept_joining_member(group, member_id):
             return fail(ErrorCode.GROUP_MAX_SIZE_REACHED,
                         f"group {group_id!r} has reached group.max.size={config.max_size} members")
         if group.is_in(GroupState.DEAD):
@@ -341,6 +340,18 @@ class GroupCoordinator:
             fail(ErrorCode.UNKNOWN_MEMBER_ID, f"member {member_id!r} is not in group {group_id!r}")
         return None
 
+    def _accept_joining_member(self, group: GroupMetadata, member_id: str) -> bool:
+        """Kafka's acceptJoiningMember (group.max.size): members awaiting a join count while
+        rebalancing, members otherwise; an empty group takes anyone."""
+        max_size = self.config.max_size
+        if group.is_in(GroupState.EMPTY, GroupState.DEAD):
+            return True
+        if group.is_in(GroupState.PREPARING_REBALANCE):
+            member = group.members.get(member_id)
+            awaiting = sum(1 for m in group.members.values() if m.awaiting_join is not None)
+            return (member is not None and member.awaiting_join is not None) or awaiting < max_size
+        return member_id in group.members or len(group.members) < max_size
+
     def _update_member(self, group: GroupMetadata, member: MemberMetadata, rebalance_timeout_ms: int,
                        session_timeout_ms: int, protocols, respond) -> None:
         member.supported_protocols = tuple(protocols)
@@ -381,6 +392,7 @@ class GroupCoordinator:
         self._rebalance_started[group.group_id] = now
         self._delayed_joins[group.group_id] = delayed
         self._schedule(delayed.deadline, "join", group.group_id, delayed)
+        self._try_complete_join(group)  # a group whose members all left completes at once
 
     def _try_complete_join(self, group: GroupMetadata) -> None:
         delayed = self._delayed_joins.get(group.group_id)
