@@ -107,6 +107,9 @@ class ConsumerCoordinator:
         self._timeout_s = config.request_timeout_ms / 1000
         self._backoff_s = config.retry_backoff_ms / 1000
         self.next_heartbeat = 0.0
+        #: The leader's: partition count per subscribed topic it last assigned (0: not in metadata).
+        self._assigned_counts: dict[str, int] = {}
+        self._counts_checked, self._counts_missed = 0.0, 0
         self.last_poll = now()
         self.next_auto_commit = now() + config.auto_commit_interval_ms / 1000
         #: For tests and stats: how many times this member completed a join (a generation).
@@ -213,10 +216,12 @@ class ConsumerCoordinator:
         while True:
             if self.pattern is not None:
                 yield from self._pattern_op()
-            if self.active:
-                return True
+            if self.active and self.leader == self.member_id:
+                yield from self._leader_metadata_op()
             if not (yield from self._ensure_coordinator_op(deadline)):
                 return False
+            if self.active:
+                return True
             yield from self._prepare_op()
             if self._join is None:
                 self.state = JOINING
@@ -314,9 +319,36 @@ class ConsumerCoordinator:
             entries = yield from self.core.metadata.fetch_op(topics)
             counts = {name: len(entry["partitions"]) for name, entry in entries.items()
                       if not entry["error_code"] and entry["partitions"]}
+        self._assigned_counts = {topic: counts.get(topic, 0) for topic in topics}
+        self._counts_checked, self._counts_missed = now(), 0
         result = assign(self.protocol, counts, group)
         return tuple(m.SyncGroupAssignment(member_id=member_id, assignment=encode_assignment(assignment))
                      for member_id, assignment in result.items())
+
+    def _leader_metadata_op(self) -> Op[None]:
+        """The leader watches the partition counts it assigned (Kafka's metadata snapshot): a
+        subscribed topic created, or given partitions, since is a reason to rebalance. Checked
+        every metadata_max_age_ms, or sooner (retry_backoff_ms doubling up to 1 s, then every 5 s)
+        while a subscribed topic does not exist yet."""
+        counts = self._assigned_counts
+        if not counts:
+            return
+        missing = any(count == 0 for count in counts.values())
+        interval = self.config.metadata_max_age_ms / 1000
+        if missing:
+            interval = min(interval, max(self._backoff_s, min(self._backoff_s * 2 ** self._counts_missed, 1.0))
+                           if self._counts_missed < 8 else 5.0)
+        if now() - self._counts_checked < interval:
+            return
+        self._counts_checked = now()
+        self._counts_missed += 1
+        entries = yield from self.core.metadata.fetch_op(sorted(counts))
+        current = {topic: (len(entry["partitions"]) if not entry["error_code"] else 0)
+                   for topic, entry in entries.items()}
+        for topic, count in counts.items():
+            if current.get(topic, 0) != count:
+                self.request_rejoin(f"topic {topic!r} has {current.get(topic, 0)} partitions, assigned with {count}")
+                return
 
     # -- heartbeat, leave --------------------------------------------------------------------------
 
@@ -343,16 +375,14 @@ class ConsumerCoordinator:
             doc = yield Call(m.HeartbeatRequest(id=0, group_id=self.group_id, generation_id=generation,
                                                 member_id=member_id, group_instance_id=self.config.group_instance_id),
                              self._timeout_s)
-        except BrokerConnectionError as exc:
+        except BrokerConnectionError as exc:  # find it again at the next poll; the membership stands
             self._coordinator_unknown(str(exc))
-            self.request_rejoin("heartbeat failed")
             return
         code = doc["error_code"]
         if not code:
             return
         if code in _COORDINATOR_GONE:
             self._coordinator_unknown(doc.get("error_message") or "heartbeat")
-            self.request_rejoin("coordinator moved")
         elif (self.generation, self.member_id) != (generation, member_id):
             return  # a rejoin already changed the generation: this answer is about the old one
         elif code == ErrorCode.REBALANCE_IN_PROGRESS:

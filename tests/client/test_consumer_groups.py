@@ -262,3 +262,17 @@ def test_auto_commit_before_revoking_hands_partitions_over_without_duplicates(bo
                 producer.send(topic, b"late", partition=p)
         late = consume(b, 2)
         assert [r.value for r in late] == [b"late", b"late"] and {r.offset for r in late} == {10}
+
+
+def test_a_subscribed_topic_created_later_is_assigned_once_it_exists(boot, group, topic):
+    """The leader watches the partition counts it assigned: a topic created (or grown) after
+    the group formed starts a rebalance that assigns it (Kafka's leader does the same)."""
+    with Consumer(boot, group_id=group, auto_offset_reset="earliest", **FAST) as consumer:
+        consumer.subscribe([topic])
+        poll_until([consumer], lambda: consumer.subscription() == {topic} and consumer._core.group.active,
+                   what="the group to form with nothing to assign")
+        assert consumer.assignment() == set()
+        values = make_topic(boot, topic, 2, 6)
+        got = consume(consumer, 6)
+        assert sorted(r.value for r in got) == sorted(values)
+        assert consumer.assignment() == {TopicPartition(topic, 0), TopicPartition(topic, 1)}
