@@ -20,6 +20,9 @@ from triolog.client import Consumer
 from triolog.client.consumer import CommitFailedError
 from triolog.client.errors import TriologClientError
 
+#: How long "processing" a poll's records takes, after they are written out and before the commit.
+PROCESSING_S = 0.01
+
 
 def main(bootstrap: str, group: str, topic: str, out_path: str, name: str) -> int:
     stopping = []
@@ -48,6 +51,7 @@ def main(bootstrap: str, group: str, topic: str, out_path: str, name: str) -> in
                                       "last": records[-1].offset, "values": [r.value.decode() for r in records]})
                           + "\n")
             out.flush()
+            time.sleep(PROCESSING_S)  # the work itself: a kill -9 often lands between it and the commit
             offsets = {tp: (records[-1].offset + 1, batch_id) for tp, records in polled.items()}
             started = time.perf_counter()
             try:
