@@ -276,3 +276,56 @@ def test_a_subscribed_topic_created_later_is_assigned_once_it_exists(boot, group
         got = consume(consumer, 6)
         assert sorted(r.value for r in got) == sorted(values)
         assert consumer.assignment() == {TopicPartition(topic, 0), TopicPartition(topic, 1)}
+
+
+def test_two_trio_consumers_rebalance_and_split_the_records(boot, group, topic):
+    """Two AsyncConsumers in one trio run: the second's join reaches the first through its
+    heartbeat task (REBALANCE_IN_PROGRESS), both end with 2 of the 4 partitions, and with
+    commits after processing every record is processed once, before and after the rebalance."""
+    from triolog.client.aio import AsyncConsumer
+
+    values = make_topic(boot, topic, 4, 40)
+    seen: dict[str, list] = {"a": [], "b": []}
+    config = dict(FAST, auto_offset_reset="earliest", enable_auto_commit=False, max_poll_records=3)
+
+    async def member(name: str, consumer, done: trio.Event) -> None:
+        consumer.subscribe([topic])
+        while not done.is_set():
+            polled = await consumer.poll(100)
+            for records in polled.values():
+                seen[name].extend(r.value for r in records)
+            if polled:
+                await consumer.commit()
+
+    async def wait_until(condition) -> None:
+        with trio.fail_after(30):
+            while not condition():
+                await trio.sleep(0.02)
+
+    async def main():
+        done = trio.Event()
+        async with AsyncConsumer(boot, group_id=group, **config) as a, \
+                AsyncConsumer(boot, group_id=group, **config) as b:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(member, "a", a, done)
+                await wait_until(lambda: len(seen["a"]) >= 5)
+                nursery.start_soon(member, "b", b, done)
+                await wait_until(lambda: len(a.assignment()) == 2 and len(b.assignment()) == 2)
+                more = await trio.to_thread.run_sync(
+                    lambda: [v for v in make_values(boot, topic, 4, 40, start=40)])
+                await wait_until(lambda: len(seen["a"]) + len(seen["b"]) >= 80)
+                done.set()
+            return a.assignment() | b.assignment(), more
+
+    owned, more = trio.run(main)
+    assert len(owned) == 4
+    assert seen["b"], "the second member never got records"
+    assert sorted(seen["a"] + seen["b"]) == sorted(values + more)
+
+
+def make_values(boot: str, name: str, partitions: int, records: int, start: int) -> list[bytes]:
+    values = [f"{name}-{i}".encode() for i in range(start, start + records)]
+    with Producer(boot) as producer:
+        for i, value in enumerate(values):
+            producer.send(name, value, partition=i % partitions)
+    return values
