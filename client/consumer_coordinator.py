@@ -104,6 +104,7 @@ class ConsumerCoordinator:
         self._pattern_checked = float("-inf")
         self._revoked = True  # nothing assigned yet: nothing to revoke
         self._join: tuple[object, float] | None = None  # (handle, deadline) of the JoinGroup awaited
+        self._joined_with = b""  # the Subscription bytes the last JoinGroup carried
         self._timeout_s = config.request_timeout_ms / 1000
         self._backoff_s = config.retry_backoff_ms / 1000
         self.next_heartbeat = 0.0
@@ -225,8 +226,10 @@ class ConsumerCoordinator:
             yield from self._prepare_op()
             if self._join is None:
                 self.state = JOINING
-                handle = yield Submit(self._join_request(), self._timeout_s)
+                request = self._join_request()
+                handle = yield Submit(request, self._timeout_s)
                 self._join = (handle, now() + self._join_timeout_s())
+                self._joined_with = request.protocols[0].metadata
             handle, join_deadline = self._join
             try:
                 doc = yield Await(handle, max(0.0, min(deadline, join_deadline) - now()))
@@ -301,6 +304,8 @@ class ConsumerCoordinator:
         committed = yield from self.fetch_committed_op(assigned)
         self.core.set_group_assignment(assigned, committed)
         self.state, self.rejoin_needed, self._revoked = STABLE, False, False
+        if self._subscription_bytes() != self._joined_with:  # subscribe() during the join: again
+            self.request_rejoin("the subscription changed during the join")
         self.next_heartbeat = now() + self.config.heartbeat_interval_ms / 1000
         self.last_poll = now()
         self.joins += 1
