@@ -49,6 +49,8 @@ _NOT_AVAILABLE = "the group coordinator is not available on this broker"
 #: The peer host of the connection a request came on (set per connection task by the server),
 #: stored as a member's client_host.
 CLIENT_HOST: contextvars.ContextVar[str] = contextvars.ContextVar("client_host", default="")
+#: How long a __consumer_offsets partition that could not be read waits before it is read again.
+LOAD_RETRY_S = 1.0
 #: Longest the timer task sleeps without looking at the coordinator's deadlines.
 TIMER_MAX_S = 0.5
 
@@ -82,14 +84,33 @@ class GroupService:
         self.load_seconds: float | None = None
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        async with trio.open_nursery() as nursery:
-            self._nursery = nursery
-            nursery.start_soon(self._timer_task)
-            nursery.start_soon(self._expiry_task)
-            if self.topics.get(OFFSETS_TOPIC) is not None:
-                self._start_coordinator(loading=True)
-                nursery.start_soon(self._load_all)
-            task_status.started()
+        token = trio.lowlevel.current_trio_token()
+
+        def topic_deleted(name: str) -> None:  # from the thread that deleted it
+            try:
+                token.run_sync_soon(self._topic_deleted, name)
+            except trio.RunFinishedError:
+                pass
+
+        self.topics.on_deleted.append(topic_deleted)
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                nursery.start_soon(self._timer_task)
+                nursery.start_soon(self._expiry_task)
+                if self.topics.get(OFFSETS_TOPIC) is not None:
+                    self._start_coordinator(loading=True)
+                    nursery.start_soon(self._load_all)
+                task_status.started()
+        finally:
+            self.topics.on_deleted.remove(topic_deleted)
+
+    def _topic_deleted(self, name: str) -> None:
+        """Kafka's onPartitionsDeleted: the groups' offsets of a deleted topic go (tombstones)."""
+        if self.coordinator is not None:
+            removed = self.coordinator.cleanup_group_metadata(deleted_topic=name)
+            if removed:
+                logger.info("offsets_of_deleted_topic_removed", topic=name, offsets=removed)
 
     def shutdown(self) -> None:
         if self.coordinator is not None:
@@ -111,11 +132,16 @@ class GroupService:
         coordinator = self.coordinator
         total = 0
         for partition in sorted(coordinator.loading):
-            try:
-                loaded = await self.workers.run_sync(self._read_partition, partition, limiter=self.limiter)
-            except Exception:
-                logger.exception("offsets_load_failed", partition=partition)
-                loaded = LoadedPartition()
+            while True:
+                try:
+                    loaded = await self.workers.run_sync(self._read_partition, partition, limiter=self.limiter)
+                    break
+                except Exception:
+                    # Serving the partition's groups without their offsets would make consumers
+                    # reset: it stays loading (COORDINATOR_LOAD_IN_PROGRESS) and is read again.
+                    logger.exception("offsets_load_failed", topic=OFFSETS_TOPIC, partition=partition,
+                                     retry_s=LOAD_RETRY_S)
+                    await trio.sleep(LOAD_RETRY_S)
             total += coordinator.load_partition(partition, loaded)
         self.load_seconds = time.monotonic() - started
         logger.info("groups_loaded", topic=OFFSETS_TOPIC, groups=total, seconds=round(self.load_seconds, 3))

@@ -12,7 +12,7 @@ import json
 import logging
 import threading
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Callable, Mapping
 
 from triolog.config.log_config import TOPIC_CONFIGS, ConfigError, LogConfig, unknown_topic_config
 from triolog.protocol.errors import (
@@ -65,6 +65,9 @@ class TopicManager:
         self._path = log_manager.log_dirs[0].path / TOPICS_FILE
         self._topics: dict[str, Topic] = {}
         self._lock = threading.RLock()
+        #: Called with a topic's name once it is deleted (the group coordinator drops its
+        #: committed offsets); from the deleting thread, after the lock is released.
+        self.on_deleted: list[Callable[[str], None]] = []
 
     # -- startup -----------------------------------------------------------------------------
 
@@ -210,9 +213,17 @@ class TopicManager:
                 except OSError as exc:
                     logger.error("could not delete partition %s-%d: %s", name, partition, exc)
                     failures.append(f"{name}-{partition}: {exc}")
-            if failures:
-                raise StorageError(f"topic {name!r} was deleted but some partition directories could not be "
-                                   f"removed: {'; '.join(failures)}")
+        self._deleted(name)
+        if failures:
+            raise StorageError(f"topic {name!r} was deleted but some partition directories could not be "
+                               f"removed: {'; '.join(failures)}")
+
+    def _deleted(self, name: str) -> None:
+        for hook in list(self.on_deleted):
+            try:
+                hook(name)
+            except Exception:
+                logger.exception("a hook on the deletion of topic %s failed", name)
 
     def alter_configs(self, name: str, set_configs: Mapping[str, str], delete_keys: list[str] | tuple[str, ...],
                       *, validate_only: bool = False) -> Topic:

@@ -477,6 +477,16 @@ def test_simple_group_offsets_expire_from_their_commit_time(clock, store):
     assert [p for _, p, _ in c.handle_fetch_offsets("g", None)[1]] == [1]
 
 
+def test_expiry_keeps_a_new_group_whose_first_commit_is_not_durable_yet(clock, store):
+    c = make(clock, store)
+    store.hold = True
+    answer = commit(c, (0, 5))
+    assert c.cleanup_group_metadata() == 0 and "g" in c.groups  # empty, no offsets yet, but one coming
+    store.release()
+    assert answer.value == [None]
+    assert c.handle_fetch_offsets("g", None)[1][0][2].offset == 5
+
+
 def test_loaded_group_comes_back_stable_and_its_silent_members_expire(clock, store):
     c = make(clock, store)
     (a, b), generation = stable_group(c, 2)

@@ -198,3 +198,52 @@ async def test_parked_join_is_answered_when_the_broker_shuts_down(tmp_path):
         server.shutdown()
         answer = await c.receive_doc()
         assert answer["error_code"] == ErrorCode.NOT_COORDINATOR
+
+
+async def test_expired_offsets_are_tombstoned_by_the_expiry_task(tmp_path):
+    from triolog.broker.server.app import BrokerServer
+    from triolog.broker.storage.clock import ManualClock
+
+    from .inprocess import broker_config
+
+    clock = ManualClock()
+    config = broker_config(tmp_path, offsets_retention_minutes="1", offsets_retention_check_interval_ms="20",
+                           **GROUP_PROPS)
+    server = BrokerServer(config, clock=clock)
+    async with trio.open_nursery() as nursery:
+        address = await nursery.start(server.run)
+        try:
+            c = await Client.connect(address.port)
+            await c.create("t", 2)
+            await c.call(commit_request(c, {0: 5}, group="old"))
+            clock.advance(30_000)
+            await c.call(commit_request(c, {1: 6}, group="old"))
+            log = server.topics.log(OFFSETS_TOPIC, partition_for("old", 4))
+            assert log.log_end_offset == 2
+            clock.advance(30_000)  # the first commit is a minute old: expired, the second is not
+            await wait_until(lambda: log.log_end_offset == 3, what="the expiry tombstone")
+            assert await fetched(c, "old") == {("t", 1): 6}
+            clock.advance(30_000)
+            await wait_until(lambda: log.log_end_offset == 4, what="the second tombstone")
+            assert await fetched(c, "old") == {}
+            assert (await c.call(m.ListGroupsRequest(id=c.next_id())))["groups"] == []
+        finally:
+            server.shutdown()
+
+
+async def test_deleting_a_topic_removes_the_groups_offsets_for_it(tmp_path):
+    async with running_broker(tmp_path, **GROUP_PROPS) as (server, port):
+        c = await Client.connect(port)
+        await c.create("gone", 2)
+        await c.create("kept", 1)
+        await c.call(commit_request(c, {0: 3, 1: 4}, topic="gone"))
+        await c.call(commit_request(c, {0: 5}, topic="kept"))
+        await c.call(commit_request(c, {1: 9}, group="only-gone", topic="gone"))
+        log = server.topics.log(OFFSETS_TOPIC, partition_for("g", 4))
+        written = log.log_end_offset
+        deleted = await c.call(m.DeleteTopicsRequest(id=c.next_id(), topics=("gone",)))
+        assert deleted["topics"][0]["error_code"] == 0
+        await wait_until(lambda: log.log_end_offset == written + 2, what="tombstones of the deleted topic's offsets")
+        assert await fetched(c) == {("kept", 0): 5}
+        assert await fetched(c, "only-gone") == {}
+        assert [g["group_id"] for g in (await c.call(m.ListGroupsRequest(id=c.next_id())))["groups"]] == ["g"]

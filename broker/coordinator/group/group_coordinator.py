@@ -652,6 +652,7 @@ class GroupCoordinator:
             return respond(results)
 
         def stored(error: Error | None, base_offset: int) -> None:
+            group.pending_commits -= 1
             for n, (i, tp, entry) in enumerate(accepted):
                 if error is not None:
                     results[i] = error
@@ -663,6 +664,7 @@ class GroupCoordinator:
                     group.offsets[tp] = placed
             respond(results)
 
+        group.pending_commits += 1
         self._store(self.partition_for(group_id), records, stored)
         return None
 
@@ -755,9 +757,10 @@ class GroupCoordinator:
 
     # -- expiry ------------------------------------------------------------------------------
 
-    def cleanup_group_metadata(self) -> int:
+    def cleanup_group_metadata(self, deleted_topic: str | None = None) -> int:
         """Kafka's offsets-expiry task: tombstone expired offsets; an Empty group left without
-        offsets is removed (Dead) with a tombstone. Returns the offsets expired."""
+        offsets is removed (Dead) with a tombstone. Returns the offsets removed. With
+        ``deleted_topic`` (Kafka's onPartitionsDeleted), the offsets removed are that topic's."""
         if not self.active:
             return 0
         now = self.now()
@@ -766,13 +769,17 @@ class GroupCoordinator:
         for group_id, group in list(self.groups.items()):
             if self.partition_for(group_id) in self.loading:
                 continue
-            expired = group.expired_offsets(now, self.config.offsets_retention_ms)
+            if deleted_topic is None:
+                expired = group.expired_offsets(now, self.config.offsets_retention_ms)
+            else:
+                expired = [tp for tp in group.offsets if tp[0] == deleted_topic]
             records = by_partition.setdefault(self.partition_for(group_id), [])
             for t, p in expired:
                 del group.offsets[(t, p)]
                 records.append((offset_commit_key(group_id, t, p), None))
             expired_total += len(expired)
-            if group.is_in(GroupState.EMPTY) and not group.offsets and not group.pending_members:
+            if (group.is_in(GroupState.EMPTY) and not group.offsets and not group.pending_members
+                    and not group.pending_commits):
                 group.transition_to(GroupState.DEAD, now)
                 del self.groups[group_id]
                 if group.generation_id > 0 or group.protocol_type is not None:

@@ -102,6 +102,9 @@ class GroupMetadata:
     offsets: dict[tuple[str, int], OffsetAndMetadata] = field(default_factory=dict)
     #: A member joined during the initial rebalance delay (InitialDelayedJoin waits once more).
     new_member_added: bool = False
+    #: Offset commits written but not yet durable: the group is not removed meanwhile (Kafka's
+    #: hasPendingOffsetCommits), or their offsets would land in a group nobody sees.
+    pending_commits: int = 0
 
     # -- state ---------------------------------------------------------------------------------
 
