@@ -72,6 +72,10 @@ class Consumer:
     non-null key/value's bytes into what the records carry (kafka-python's options). Other
     keyword arguments are :class:`triolog.client.consumer_core.ConsumerConfig` fields. Not
     thread-safe (like Kafka's consumer): use it from one thread.
+
+    With ``group_id``, subscribe() joins that consumer group (see
+    :mod:`triolog.client.consumer_coordinator`): commit(), committed(), auto-commit, a
+    heartbeat thread, and close() commits and leaves the group.
     """
 
     def __init__(self, bootstrap_servers: str | list[str] = DEFAULT_BOOTSTRAP, *, key_deserializer=None,

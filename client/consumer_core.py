@@ -9,6 +9,11 @@ for a partition with no position and when a fetch answers OFFSET_OUT_OF_RANGE (t
 below the log start after retention/delete_records, or was seeked past the end); ``"none"``
 raises NoOffsetForPartitionError / :class:`triolog.client.errors.OffsetOutOfRangeError` instead.
 
+With a ``group_id``, subscribe() makes the consumer a member of that group and the group's
+leader decides its partitions, which start at the group's committed offsets (else
+``auto_offset_reset``): :mod:`triolog.client.consumer_coordinator`. Without one, subscribe()
+takes every partition of the topics itself.
+
 Auto-creation follows Kafka: the consumer's metadata requests do not ask the broker to create
 a missing topic unless ``allow_auto_create_topics`` is set (then the broker's
 ``auto.create.topics.enable`` decides). A subscribed topic that does not exist yet is looked up
