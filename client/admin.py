@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .admin_core import AdminCore
+from .admin_core import AdminCore, ConsumerGroupDescription, ConsumerGroupListing
 from .connection import DEFAULT_BOOTSTRAP, SyncConnection
 from .ops import run_sync
 from .types import ConfigEntry, LogDirDescription, OffsetAndTimestamp, TopicDescription, TopicPartition
@@ -60,3 +60,21 @@ class AdminClient:
 
     def api_versions(self) -> dict:
         return self._run(self._core.api_versions_op())
+
+    def list_consumer_groups(self, states=()) -> list[ConsumerGroupListing]:
+        """Every group (only those in ``states``, e.g. ("Stable",), if given)."""
+        return self._run(self._core.list_groups_op(states))
+
+    def describe_consumer_groups(self, group_ids) -> dict[str, ConsumerGroupDescription]:
+        return self._run(self._core.describe_groups_op(group_ids))
+
+    def delete_consumer_groups(self, group_ids, raise_errors: bool = True) -> dict:
+        """Delete groups that have no members, with their offsets; per group None or its error."""
+        return self._run(self._core.delete_groups_op(group_ids, raise_errors))
+
+    def list_consumer_group_offsets(self, group_id: str, partitions=None) -> dict[TopicPartition, int]:
+        return self._run(self._core.list_group_offsets_op(group_id, partitions))
+
+    def alter_consumer_group_offsets(self, group_id: str, offsets: dict) -> None:
+        """Set a group's committed offsets ({tp: offset}); only while the group has no members."""
+        self._run(self._core.alter_group_offsets_op(group_id, offsets))

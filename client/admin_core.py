@@ -10,12 +10,16 @@ reaches the caller (RequestNotSentError: nothing happened; ResponseLostError: it
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from triolog.protocol import messages as m
+from triolog.protocol.consumer_protocol import PROTOCOL_TYPE, ConsumerProtocolError, decode_assignment
+from triolog.protocol.errors import ErrorCode
 
 from .consumer_core import list_offsets_op
 from .errors import TriologClientError, UnknownTopicOrPartitionError, error_for
 from .metadata import MetadataCache, describe
-from .ops import Call, Op, check_response
+from .ops import Call, Op, Sleep, check_response, now
 from .types import (
     ConfigEntry,
     LogDirDescription,
@@ -26,7 +30,42 @@ from .types import (
     TopicPartition,
 )
 
-__all__ = ["AdminCore"]
+__all__ = ["AdminCore", "ConsumerGroupDescription", "ConsumerGroupListing", "MemberDescription"]
+
+
+class ConsumerGroupListing(NamedTuple):
+    """A group as list_groups shows it (Kafka's ConsumerGroupListing)."""
+
+    group_id: str
+    protocol_type: str
+    state: str
+
+
+class MemberDescription(NamedTuple):
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    host: str
+    #: The member's partitions (decoded from its ConsumerProtocol Assignment; empty unless the
+    #: group is Stable, or for a group that is not a consumer group).
+    assignment: frozenset
+
+
+class ConsumerGroupDescription(NamedTuple):
+    """Kafka's ConsumerGroupDescription. ``state``: Empty, PreparingRebalance,
+    CompletingRebalance, Stable, or Dead (no such group)."""
+
+    group_id: str
+    state: str
+    protocol_type: str
+    #: The assignor the group chose ("range", "roundrobin"), when Stable.
+    partition_assignor: str
+    members: tuple[MemberDescription, ...]
+
+
+#: Group-level errors that pass: the coordinator is loading or moving (retried within the timeout).
+_COORDINATOR_BUSY = frozenset({ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                               ErrorCode.NOT_COORDINATOR})
 
 
 def _raise_first(errors: list[TriologClientError]) -> None:
@@ -166,3 +205,93 @@ class AdminCore:
 
     def api_versions_op(self) -> Op[dict]:
         return check_response((yield Call(m.ApiVersionsRequest(id=0), self.timeout_s)))
+
+    # -- consumer groups ---------------------------------------------------------------------------
+    # triolog is one node, so the coordinator of every group is the broker we talk to; while it
+    # loads __consumer_offsets (COORDINATOR_LOAD_IN_PROGRESS) reads are asked again, within the
+    # request timeout (they change nothing).
+
+    def _group_call_op(self, request) -> Op[dict]:
+        deadline = now() + self.timeout_s
+        while True:
+            doc = yield Call(request, self.timeout_s)
+            if doc["error_code"] in _COORDINATOR_BUSY and now() + 0.1 < deadline:
+                yield Sleep(0.1)
+                continue
+            return check_response(doc)
+
+    def list_groups_op(self, states=()) -> Op[list[ConsumerGroupListing]]:
+        """Every group (of the states named, if any), sorted by id."""
+        doc = yield from self._group_call_op(m.ListGroupsRequest(id=0, states_filter=tuple(states)))
+        return sorted(ConsumerGroupListing(g["group_id"], g["protocol_type"], g["group_state"]) for g in doc["groups"])
+
+    def describe_groups_op(self, group_ids) -> Op[dict[str, ConsumerGroupDescription]]:
+        """Per group: state, assignor and members with their partitions. An unknown group is
+        described as Dead with no members (Kafka's answer)."""
+        doc = yield from self._group_call_op(m.DescribeGroupsRequest(id=0, groups=tuple(dict.fromkeys(group_ids))))
+        out, errors = {}, []
+        for group in doc["groups"]:
+            if group["error_code"]:
+                errors.append(error_for(group["error_code"], group.get("error_message")))
+                continue
+            members = []
+            for member in group["members"]:
+                assigned = frozenset()
+                if group["protocol_type"] == PROTOCOL_TYPE and member["member_assignment"]:
+                    try:
+                        assigned = frozenset(TopicPartition(t, p) for t, p in
+                                             decode_assignment(member["member_assignment"]).partitions())
+                    except ConsumerProtocolError:
+                        pass  # not our bytes to judge: shown without an assignment
+                members.append(MemberDescription(member["member_id"], member.get("group_instance_id"),
+                                                 member["client_id"], member["client_host"], assigned))
+            out[group["group_id"]] = ConsumerGroupDescription(
+                group["group_id"], group["group_state"], group["protocol_type"], group["protocol_data"],
+                tuple(sorted(members)))
+        _raise_first(errors)
+        return out
+
+    def delete_groups_op(self, group_ids, raise_errors: bool = True) -> Op[dict[str, TriologClientError | None]]:
+        """Delete empty groups with their committed offsets; per group None or its error
+        (GroupIdNotFoundError, NonEmptyGroupError...), the first raised with ``raise_errors``."""
+        doc = yield from self._group_call_op(m.DeleteGroupsRequest(id=0, groups_names=tuple(dict.fromkeys(group_ids))))
+        out = {r["group_id"]: (error_for(r["error_code"], r.get("error_message")) if r["error_code"] else None)
+               for r in doc["results"]}
+        if raise_errors:
+            _raise_first([error for error in out.values() if error is not None])
+        return out
+
+    def list_group_offsets_op(self, group_id: str, partitions=None) -> Op[dict[TopicPartition, int]]:
+        """The group's committed offsets (of ``partitions``, or all it has); a partition
+        without one is left out."""
+        topics = None
+        if partitions is not None:
+            by_topic: dict[str, set[int]] = {}
+            for topic, partition in partitions:
+                by_topic.setdefault(topic, set()).add(partition)
+            topics = tuple(m.OffsetFetchTopic(name=name, partitions=tuple(sorted(parts)))
+                           for name, parts in by_topic.items())
+        doc = yield from self._group_call_op(m.OffsetFetchRequest(id=0, group_id=group_id, topics=topics))
+        out, errors = {}, []
+        for topic in doc["topics"]:
+            for part in topic["partitions"]:
+                if part["error_code"]:
+                    errors.append(error_for(part["error_code"], part.get("error_message"), topic=topic["name"],
+                                            partition=part["partition"]))
+                elif part["committed_offset"] >= 0:
+                    out[TopicPartition(topic["name"], part["partition"])] = part["committed_offset"]
+        _raise_first(errors)
+        return out
+
+    def alter_group_offsets_op(self, group_id: str, offsets: dict) -> Op[None]:
+        """Commit ``offsets`` ({tp: offset}) for the group from outside it (generation -1, no
+        member id): the broker accepts this only while the group has no members (Kafka's rule;
+        UnknownMemberIdError otherwise)."""
+        by_topic: dict[str, list[m.OffsetCommitPartition]] = {}
+        for (topic, partition), offset in offsets.items():
+            by_topic.setdefault(topic, []).append(m.OffsetCommitPartition(partition=partition, committed_offset=offset))
+        request = m.OffsetCommitRequest(id=0, group_id=group_id, generation_id=-1, member_id="", topics=tuple(
+            m.OffsetCommitTopic(name=name, partitions=tuple(parts)) for name, parts in by_topic.items()))
+        doc = yield from self._group_call_op(request)
+        _raise_first([error_for(p["error_code"], p.get("error_message"), topic=t["name"], partition=p["partition"])
+                      for t in doc["topics"] for p in t["partitions"] if p["error_code"]])

@@ -21,6 +21,7 @@ same order (:meth:`AsyncConnection.result`).
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -32,6 +33,8 @@ from triolog.protocol.frames import NEED_DATA, FrameDecoder, ProtocolError
 from .admin_core import AdminCore
 from .connection import (DEFAULT_BOOTSTRAP, CorrelationIds, connect_order, decode_answer, no_broker_message,
                          parse_bootstrap_servers, prepare_parts)
+from .address import format_address
+from .consumer_coordinator import COORDINATOR_APIS
 from .consumer_core import ConsumerConfig, ConsumerCore, Polled, PolledColumns
 from .errors import (ClientTimeoutError, InvalidResponseError, ProducerClosedError, RequestNotSentError,
                      ResponseLostError, TriologClientError)
@@ -489,9 +492,50 @@ class AsyncProducer(_AsyncClient):
                 self._space = trio.Event()
 
 
+class _AsyncGroupConnections:
+    """The trio twin of :class:`triolog.client.consumer._GroupConnections`: group requests go to
+    a connection of their own, to the coordinator find_coordinator named."""
+
+    def __init__(self, main: AsyncConnection, group, nursery: trio.Nursery, client_id: str) -> None:
+        self.main, self.group, self._nursery, self.client_id = main, group, nursery, client_id
+        self._coordinator: AsyncConnection | None = None
+        self._address = None
+
+    async def _for(self, request) -> AsyncConnection:
+        if self.group is None or request.api not in COORDINATOR_APIS:
+            return self.main
+        address = self.group.coordinator or self._address
+        if address is None:
+            return self.main
+        if self._coordinator is None or address != self._address:
+            if self._coordinator is not None:
+                await self._coordinator.aclose()
+            self._coordinator = AsyncConnection(format_address(address), self._nursery, client_id=self.client_id)
+            self._address = address
+        return self._coordinator
+
+    async def call(self, request, timeout_s: float):
+        return await (await self._for(request)).call(request, timeout_s)
+
+    async def submit(self, request):
+        conn = await self._for(request)
+        slot = await conn.submit(request)
+        return None if slot is None else (conn, slot)
+
+    async def result(self, handle, timeout_s: float, give_up: bool = True):
+        conn, slot = handle
+        return await conn.result(slot, timeout_s, give_up=give_up)
+
+    async def aclose(self) -> None:
+        if self._coordinator is not None:
+            await self._coordinator.aclose()
+
+
 class AsyncConsumer(_AsyncClient):
     """Arguments as :class:`triolog.client.Consumer`'s (bootstrap list, deserializers,
-    ConsumerConfig fields)."""
+    ConsumerConfig fields). With a ``group_id``, a task heartbeats while the consumer is a
+    member, and leaving the ``async with`` block normally commits (enable_auto_commit) and
+    leaves the group."""
 
     def __init__(self, bootstrap_servers: str | list[str] = DEFAULT_BOOTSTRAP, *, key_deserializer=None,
                  value_deserializer=None, **config) -> None:
@@ -500,12 +544,54 @@ class AsyncConsumer(_AsyncClient):
         self._client_id = self.config.client_id
         self._core = ConsumerCore(self.config, key_deserializer=key_deserializer,
                                   value_deserializer=value_deserializer)
+        self._router: _AsyncGroupConnections | None = None
+
+    def _start(self, nursery: trio.Nursery) -> None:
+        self._router = _AsyncGroupConnections(self._conn, self._core.group, nursery, self._client_id)
+        if self._core.group is not None:
+            nursery.start_soon(self._heartbeat_loop)
+
+    async def _heartbeat_loop(self) -> None:
+        core = self._core
+        while True:
+            await trio.sleep(min(core.group.heartbeat_due(), 1.0))
+            try:
+                await run_async(core.heartbeat_op(), self._router)
+            except Exception as exc:  # the next beat tries again; poll() sees what matters
+                logging.getLogger(__name__).warning("heartbeat of group %s failed: %s", core.group.group_id, exc)
+
+    async def _finish(self) -> None:
+        if self._core.group is not None:
+            try:
+                await self._run(self._core.close_op())
+            except Exception as exc:  # the session timeout removes the member
+                logging.getLogger(__name__).warning("consumer close: group commit/leave failed: %s", exc)
+        await self._router.aclose()
+
+    async def _run(self, op: Op[T]) -> T:
+        if self._router is None:
+            raise RuntimeError(f"use `async with {type(self).__name__}(...)`")
+        return await run_async(op, self._router)
 
     def assign(self, partitions) -> None:
         self._core.assign(partitions)
 
-    def subscribe(self, topics) -> None:
-        self._core.subscribe(topics)
+    def subscribe(self, topics=(), pattern=None, listener=None) -> None:
+        """As :meth:`triolog.client.Consumer.subscribe`."""
+        self._core.subscribe(topics, pattern=pattern, listener=listener)
+
+    async def unsubscribe(self) -> None:
+        await self._run(self._core.unsubscribe_op())
+
+    def subscription(self) -> set[str]:
+        return self._core.subscription()
+
+    async def commit(self, offsets: dict | None = None) -> None:
+        """As :meth:`triolog.client.Consumer.commit`."""
+        await self._run(self._core.commit_op(offsets))
+
+    async def committed(self, tp) -> int | None:
+        return await self._run(self._core.committed_op(tp))
 
     def assignment(self) -> set[TopicPartition]:
         return self._core.assignment()
@@ -598,3 +684,18 @@ class AsyncAdminClient(_AsyncClient):
     async def describe_log_dirs(self, topics=None) -> dict:
         """Per log dir (path), a LogDirDescription: see AdminClient.describe_log_dirs."""
         return await self._run(self._core.describe_log_dirs_op(topics))
+
+    async def list_consumer_groups(self, states=()) -> list:
+        return await self._run(self._core.list_groups_op(states))
+
+    async def describe_consumer_groups(self, group_ids) -> dict:
+        return await self._run(self._core.describe_groups_op(group_ids))
+
+    async def delete_consumer_groups(self, group_ids, raise_errors: bool = True) -> dict:
+        return await self._run(self._core.delete_groups_op(group_ids, raise_errors))
+
+    async def list_consumer_group_offsets(self, group_id: str, partitions=None) -> dict[TopicPartition, int]:
+        return await self._run(self._core.list_group_offsets_op(group_id, partitions))
+
+    async def alter_consumer_group_offsets(self, group_id: str, offsets: dict) -> None:
+        await self._run(self._core.alter_group_offsets_op(group_id, offsets))

@@ -2,15 +2,66 @@
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
 from collections.abc import Iterator
 
+from .address import format_address
 from .connection import DEFAULT_BOOTSTRAP, SyncConnection
+from .consumer_coordinator import COORDINATOR_APIS, CommitFailedError, RebalanceListener
 from .consumer_core import ConsumerConfig, ConsumerCore, Polled, PolledColumns
 from .ops import run_sync
 from .types import EARLIEST, LATEST, ConsumerRecord, OffsetAndTimestamp, TopicPartition
 
-__all__ = ["Consumer"]
+__all__ = ["CommitFailedError", "Consumer", "RebalanceListener"]
+
+log = logging.getLogger(__name__)
+
+
+class _GroupConnections:
+    """What the consumer's operations run on: the bootstrap connection, and for the group
+    requests (join, sync, heartbeat, commits...) a connection to the group's coordinator, at
+    the address find_coordinator gave (see :mod:`triolog.client.consumer_coordinator`).
+    Thread-safe: the heartbeat thread shares it."""
+
+    def __init__(self, main: SyncConnection, group, client_id: str) -> None:
+        self.main, self.group, self.client_id = main, group, client_id
+        self._coordinator: SyncConnection | None = None
+        self._address = None
+        self._lock = threading.Lock()
+
+    def _for(self, request) -> SyncConnection:
+        if self.group is None or request.api not in COORDINATOR_APIS:
+            return self.main
+        address = self.group.coordinator or self._address
+        if address is None:
+            return self.main
+        with self._lock:
+            if self._coordinator is None or address != self._address:
+                if self._coordinator is not None:
+                    self._coordinator.close()
+                self._coordinator = SyncConnection(format_address(address), client_id=self.client_id)
+                self._address = address
+            return self._coordinator
+
+    def call(self, request, timeout_s: float):
+        return self._for(request).call(request, timeout_s)
+
+    def send(self, request, timeout_s: float):
+        conn = self._for(request)
+        handle = conn.send(request, timeout_s)
+        return None if handle is None else (conn, handle)
+
+    def receive(self, handle, timeout_s: float, give_up: bool = True):
+        conn, waiting = handle
+        return conn.receive(waiting, timeout_s, give_up=give_up)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._coordinator is not None:
+                self._coordinator.close()
+        self.main.close()
 
 
 class Consumer:
@@ -21,6 +72,10 @@ class Consumer:
     non-null key/value's bytes into what the records carry (kafka-python's options). Other
     keyword arguments are :class:`triolog.client.consumer_core.ConsumerConfig` fields. Not
     thread-safe (like Kafka's consumer): use it from one thread.
+
+    With ``group_id``, subscribe() joins that consumer group (see
+    :mod:`triolog.client.consumer_coordinator`): commit(), committed(), auto-commit, a
+    heartbeat thread, and close() commits and leaves the group.
     """
 
     def __init__(self, bootstrap_servers: str | list[str] = DEFAULT_BOOTSTRAP, *, key_deserializer=None,
@@ -28,7 +83,11 @@ class Consumer:
         self.config = ConsumerConfig(**config)
         self._core = ConsumerCore(self.config, key_deserializer=key_deserializer,
                                   value_deserializer=value_deserializer)
-        self._conn = SyncConnection(bootstrap_servers, client_id=self.config.client_id)
+        self._conn = _GroupConnections(SyncConnection(bootstrap_servers, client_id=self.config.client_id),
+                                       self._core.group, self.config.client_id)
+        self._stop = threading.Event()
+        self._heartbeat: threading.Thread | None = None
+        self._closed = False
 
     def __enter__(self) -> Consumer:
         return self
@@ -37,13 +96,60 @@ class Consumer:
         self.close()
 
     def close(self) -> None:
-        self._conn.close()
+        """With a group: commit the positions (enable_auto_commit) and leave the group
+        (leave_group), as Kafka's close() does; then close the connections."""
+        if self._closed:
+            return
+        self._closed = True
+        self._stop.set()
+        if self._heartbeat is not None:
+            self._heartbeat.join()
+        try:
+            if self._core.group is not None:
+                try:
+                    run_sync(self._core.close_op(), self._conn)
+                except Exception as exc:  # closing goes on: the session timeout removes the member
+                    log.warning("consumer close: group commit/leave failed: %s", exc)
+        finally:
+            self._conn.close()
+
+    def _heartbeat_loop(self) -> None:
+        core = self._core
+        while not self._stop.wait(min(core.group.heartbeat_due(), 1.0)):
+            try:
+                run_sync(core.heartbeat_op(), self._conn)
+            except Exception as exc:  # the next beat tries again; poll() sees what matters
+                log.warning("heartbeat of group %s failed: %s", core.group.group_id, exc)
 
     def assign(self, partitions) -> None:
         self._core.assign(partitions)
 
-    def subscribe(self, topics) -> None:
-        self._core.subscribe(topics)
+    def subscribe(self, topics=(), pattern=None, listener=None) -> None:
+        """``topics`` (a name or a list); with a ``group_id``, or a ``pattern`` (regular
+        expression over whole topic names) and a ``listener`` (:class:`RebalanceListener`):
+        the group shares the partitions out at the next poll, which joins it; a background thread
+        heartbeats while the consumer is a member."""
+        self._core.subscribe(topics, pattern=pattern, listener=listener)
+        if self._core.group is not None and self._heartbeat is None:
+            self._heartbeat = threading.Thread(target=self._heartbeat_loop, name="triolog-heartbeat", daemon=True)
+            self._heartbeat.start()
+
+    def unsubscribe(self) -> None:
+        """Drop the subscription; a group member commits (auto-commit on) and leaves the group."""
+        run_sync(self._core.unsubscribe_op(), self._conn)
+
+    def subscription(self) -> set[str]:
+        return self._core.subscription()
+
+    def commit(self, offsets: dict | None = None) -> None:
+        """Commit to the group, synchronously: ``offsets`` ({tp: next offset to read}) or every
+        assigned partition's position (what poll() has returned). Raises CommitFailedError when
+        the group has rebalanced since (the records may be processed by another member)."""
+        run_sync(self._core.commit_op(offsets), self._conn)
+
+    def committed(self, tp) -> int | None:
+        """The group's committed offset for ``tp`` (None if it has none)."""
+        return run_sync(self._core.committed_op(tp), self._conn)
 
     def assignment(self) -> set[TopicPartition]:
         return self._core.assignment()

@@ -9,6 +9,11 @@ for a partition with no position and when a fetch answers OFFSET_OUT_OF_RANGE (t
 below the log start after retention/delete_records, or was seeked past the end); ``"none"``
 raises NoOffsetForPartitionError / :class:`triolog.client.errors.OffsetOutOfRangeError` instead.
 
+With a ``group_id``, subscribe() makes the consumer a member of that group and the group's
+leader decides its partitions, which start at the group's committed offsets (else
+``auto_offset_reset``): :mod:`triolog.client.consumer_coordinator`. Without one, subscribe()
+takes every partition of the topics itself.
+
 Auto-creation follows Kafka: the consumer's metadata requests do not ask the broker to create
 a missing topic unless ``allow_auto_create_topics`` is set (then the broker's
 ``auto.create.topics.enable`` decides). A subscribed topic that does not exist yet is looked up
@@ -34,6 +39,7 @@ a seek (or a new assignment) made stale is dropped.
 
 from __future__ import annotations
 
+import re
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -85,12 +91,46 @@ class ConsumerConfig:
     #: Let metadata requests for subscribed or assigned topics create missing ones (when the
     #: broker's auto.create.topics.enable is on too). Off by default; Kafka's default is on.
     allow_auto_create_topics: bool = False
+    #: A consumer group to join on subscribe() (see :mod:`triolog.client.consumer_coordinator`),
+    #: and to commit offsets to; None: no group, subscribe() takes every partition itself.
+    group_id: str | None = None
+    session_timeout_ms: int = 45_000
+    heartbeat_interval_ms: int = 3_000
+    #: Longest time between polls before the member leaves the group; also the JoinGroup's
+    #: rebalance timeout (how long the group waits for members to rejoin), as in Kafka.
+    max_poll_interval_ms: int = 300_000
+    #: Commit the positions every auto_commit_interval_ms at poll time, before a rebalance and
+    #: at close (only with a group_id).
+    enable_auto_commit: bool = True
+    auto_commit_interval_ms: int = 5_000
+    #: Assignor names, preferred first (Kafka's 3.x default is range then cooperative-sticky;
+    #: this client has range and roundrobin).
+    partition_assignment_strategy: tuple[str, ...] = ("range", "roundrobin")
+    #: A static member's id (Kafka's group.instance.id): it does not leave the group on close.
+    group_instance_id: str | None = None
 
     def __post_init__(self) -> None:
         if self.auto_offset_reset not in _RESETS:
             raise ValueError(f"auto_offset_reset must be earliest, latest or none, got {self.auto_offset_reset!r}")
         if self.max_poll_records < 1:
             raise ValueError(f"max_poll_records must be >= 1, got {self.max_poll_records}")
+        strategy = self.partition_assignment_strategy
+        if isinstance(strategy, str):
+            strategy = (strategy,)
+        object.__setattr__(self, "partition_assignment_strategy", tuple(strategy))
+        from .assignors import ASSIGNORS
+        unknown = [name for name in self.partition_assignment_strategy if name not in ASSIGNORS]
+        if unknown or not self.partition_assignment_strategy:
+            raise ValueError(f"partition_assignment_strategy must name one or more of {', '.join(ASSIGNORS)}, "
+                             f"got {self.partition_assignment_strategy!r}")
+        if self.group_id is not None and not isinstance(self.group_id, str):
+            raise ValueError(f"group_id must be a string, got {self.group_id!r}")
+        for name in ("session_timeout_ms", "heartbeat_interval_ms", "max_poll_interval_ms", "auto_commit_interval_ms"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.heartbeat_interval_ms >= self.session_timeout_ms:
+            raise ValueError(f"heartbeat_interval_ms ({self.heartbeat_interval_ms}) must be lower than "
+                             f"session_timeout_ms ({self.session_timeout_ms})")
 
 
 @dataclass
@@ -159,6 +199,7 @@ class ConsumerCore:
         self._deserialize = _deserializing(key_deserializer, value_deserializer)
         self._states: dict[TopicPartition, _PartitionState] = {}
         self._subscription: tuple[str, ...] = ()
+        self._pattern = None
         #: Topics still to look up in metadata: subscribed ones not seen yet, or (only with
         #: allow_auto_create_topics) assigned ones, so that the lookup creates them.
         self._unresolved: list[str] = []
@@ -166,23 +207,75 @@ class ConsumerCore:
         self._timeout_s = config.request_timeout_ms / 1000
         #: The fetch written ahead (see the module's docstring): (handle, {tp: fetch offset}), or None.
         self._in_flight: tuple[object, dict[TopicPartition, int]] | None = None
+        #: The group membership (with a group_id), Kafka's ConsumerCoordinator.
+        self.group = None
+        if config.group_id is not None:
+            from .consumer_coordinator import ConsumerCoordinator
+            self.group = ConsumerCoordinator(self)
 
     # -- assignment and seeks (local, no I/O) --------------------------------------------------
 
     def assign(self, partitions) -> None:
-        """Consume exactly these (topic, partition) pairs; replaces any subscription."""
+        """Consume exactly these (topic, partition) pairs; replaces any subscription (but not a
+        group subscription: unsubscribe() first, which leaves the group)."""
+        if self.is_group_subscribed():
+            raise ValueError("this consumer is subscribed through its group: call unsubscribe() before assign()")
         tps = [TopicPartition(*tp) for tp in partitions]
-        self._subscription = ()
+        self._subscription, self._pattern = (), None
         self._states = {tp: self._states.get(tp, _PartitionState()) for tp in tps}
         self._unresolved = list(dict.fromkeys(tp.topic for tp in tps)) if self.config.allow_auto_create_topics else []
         self._next_lookup, self._lookups_missed = 0.0, 0
 
-    def subscribe(self, topics) -> None:
-        """Consume every partition of ``topics`` (resolved from metadata at the next poll)."""
-        self._subscription = (topics,) if isinstance(topics, str) else tuple(topics)
+    def subscribe(self, topics=(), pattern=None, listener=None) -> None:
+        """Consume every partition of ``topics``. Without a group_id: resolved from metadata at the
+        next poll. With one: the group shares them out (the next poll joins it), and ``pattern``
+        (a regular expression matched against whole topic names, refreshed every
+        metadata_max_age_ms) may stand for the topics; ``listener`` gets
+        on_partitions_revoked/on_partitions_assigned calls (Kafka's ConsumerRebalanceListener)."""
+        topics = (topics,) if isinstance(topics, str) else tuple(topics)
+        if pattern is not None:
+            if topics:
+                raise ValueError("subscribe to topics or to a pattern, not both")
+            if self.group is None:
+                raise ValueError("subscribe(pattern=...) needs a group_id")
+            pattern = re.compile(pattern) if isinstance(pattern, str) else pattern
+        elif not topics and self.group is not None:
+            raise ValueError("subscribe() needs topics or a pattern (unsubscribe() leaves the group)")
+        if listener is not None and self.group is None:
+            raise ValueError("a rebalance listener needs a group_id")
         self._states = {}
+        self._in_flight = None
+        if self.group is not None:
+            self._subscription = topics
+            self._pattern = pattern
+            self._unresolved = []
+            self.group.subscribe(topics, pattern, listener)
+            return
+        self._subscription = topics
         self._unresolved = list(dict.fromkeys(self._subscription))
         self._next_lookup, self._lookups_missed = 0.0, 0
+
+    def is_group_subscribed(self) -> bool:
+        """Whether the partitions come from the group (subscribe() with a group_id)."""
+        return self.group is not None and bool(self._subscription or self._pattern is not None)
+
+    def subscription(self) -> set[str]:
+        """The subscribed topics (for a pattern: the topics it matched at the last check)."""
+        if self.group is not None and self._pattern is not None:
+            return set(self.group.subscription)
+        return set(self._subscription)
+
+    def set_group_assignment(self, tps, committed: dict[TopicPartition, int] | None = None) -> None:
+        """The group gave this member ``tps``; positions start at the committed offsets (else
+        auto_offset_reset at the next poll). Buffered records of other partitions are dropped."""
+        committed = committed or {}
+        self._states = {tp: _PartitionState(position=committed.get(tp)) for tp in tps}
+        self._in_flight = None
+
+    def positions(self) -> dict[TopicPartition, int]:
+        """Every assigned partition's position that is known (what a commit of "everything
+        consumed" commits)."""
+        return {tp: state.position for tp, state in self._states.items() if state.position is not None}
 
     def assignment(self) -> set[TopicPartition]:
         return set(self._states)
@@ -308,6 +401,15 @@ class ConsumerCore:
         deadline = now() + max(0.0, timeout_ms) / 1000
         backoff_s = self.config.retry_backoff_ms / 1000
         while True:
+            if self.group is not None:
+                try:
+                    if not (yield from self._group_step_op(deadline)):
+                        return {}  # the rebalance goes on past this poll's timeout
+                except BrokerConnectionError:
+                    if now() + backoff_s >= deadline:
+                        raise
+                    yield Sleep(backoff_s)
+                    continue
             records = drain(max_records)
             if records:
                 return records
@@ -350,6 +452,56 @@ class ConsumerCore:
             records = drain(max_records)
             if records or now() >= deadline:
                 return records
+
+    # -- the group (with a group_id; see triolog.client.consumer_coordinator) --------------------
+
+    def _group_step_op(self, deadline: float) -> Op[bool]:
+        """What a poll does for the group first: note the poll (max_poll_interval_ms), auto-commit
+        when due, and (subscribed) join or rejoin; False while the rebalance outlasts ``deadline``."""
+        group = self.group
+        group.last_poll = now()
+        yield from group.maybe_auto_commit_op()
+        if not self.is_group_subscribed():
+            return True
+        return (yield from group.ensure_active_op(deadline))
+
+    def _require_group(self, what: str):
+        if self.group is None:
+            raise ValueError(f"{what} needs a group_id (Kafka's InvalidGroupIdException)")
+        return self.group
+
+    def commit_op(self, offsets: dict | None = None) -> Op[None]:
+        """Commit ``offsets`` ({tp: next offset to read, or (offset, metadata)}), or by default
+        every assigned partition's position (what poll() has returned), to the group; synchronous
+        (Kafka's commitSync). CommitFailedError if the group rebalanced meanwhile."""
+        return (yield from self._require_group("commit()").commit_op(offsets))
+
+    def committed_op(self, tp) -> Op[int | None]:
+        """The group's committed offset for ``tp``; None if it has none."""
+        tp = TopicPartition(*tp)
+        found = yield from self._require_group("committed()").fetch_committed_op([tp])
+        return found.get(tp)
+
+    def unsubscribe_op(self) -> Op[None]:
+        """Drop the subscription or assignment; a group member commits (auto-commit on) and leaves."""
+        if self.is_group_subscribed():
+            yield from self.group.close_op()
+        self._subscription, self._pattern, self._states, self._unresolved = (), None, {}, []
+        self._in_flight = None
+
+    def close_op(self) -> Op[None]:
+        """What close() sends: the group member's last commit (auto-commit on) and its leave_group."""
+        if self.group is None:
+            return
+        if self.is_group_subscribed():
+            yield from self.group.close_op()
+        elif self.config.enable_auto_commit and self._states:
+            yield from self.group.commit_op(None)
+
+    def heartbeat_op(self) -> Op[None]:
+        """The background heartbeat's step (the drivers run it every heartbeat_due() seconds)."""
+        if self.group is not None and self.is_group_subscribed():
+            yield from self.group.heartbeat_op()
 
     @staticmethod
     def _fetch_from(state: _PartitionState) -> int | None:

@@ -37,7 +37,7 @@ _READ_NAMES = [
     "triolog.bootstrap.servers", "subscribe", "subscribePattern", "assign",
     "startingOffsets", "endingOffsets", "startingTimestamp", "endingTimestamp",
     "startingOffsetsByTimestamp", "endingOffsetsByTimestamp", "startingOffsetsByTimestampStrategy",
-    "failOnDataLoss", "minPartitions", "maxOffsetsPerTrigger", "includeHeaders",
+    "failOnDataLoss", "minPartitions", "maxOffsetsPerTrigger", "includeHeaders", "commitOffsetsToGroup",
 ]
 _WRITE_NAMES = ["triolog.bootstrap.servers", "topic"]
 #: Options Spark itself may pass along with ours (load(path), writeStream's checkpoint...).
@@ -50,7 +50,6 @@ _CLIENT_RENAMES = {"compression.type": "compression"}
 _READ_FIXED = {"auto.offset.reset": "startingOffsets and failOnDataLoss",
                "max.poll.records": "the data source (it reads whole offset ranges)",
                "consumer.timeout.ms": "the data source (it reads whole offset ranges)",
-               "group.id": "the data source (it tracks offsets itself, as Spark's Kafka source)",
                "enable.auto.commit": "the data source (it tracks offsets itself, as Spark's Kafka source)"}
 _WRITE_FIXED = {"acks": "the data sink (it always produces with acks=all)"}
 #: The consumer settings a read uses (its fetches never wait: the ranges are known to exist).
@@ -116,6 +115,9 @@ class ReadOptions:
     include_headers: bool
     #: ConsumerConfig fields from ``triolog.*`` options (fetch sizes, timeouts, client id).
     client: dict[str, Any]
+    #: The group each completed micro-batch's end offsets are committed to (commitOffsetsToGroup
+    #: with triolog.group.id), or None: no commits, as Spark's Kafka source.
+    commit_group: str | None = None
 
     def consumer_config(self) -> ConsumerConfig:
         return ConsumerConfig(**self.client)
@@ -307,6 +309,29 @@ def _offset_spec(options: Mapping[str, str], which: str) -> OffsetSpec | None:
     return None
 
 
+def _commit_group(options: Mapping[str, str], streaming: bool | None) -> str | None:
+    """commitOffsetsToGroup (default false, as Spark's Kafka source commits nothing): commit each
+    completed micro-batch's end offsets to the group ``triolog.group.id``, so that group tools
+    (``triolog groups --describe``, lag metrics) follow the query. The checkpoint stays the record
+    the query restarts from; the group is written from outside it (generation -1), so no consumer
+    may be a member of that group. Spark calls a source's commit for a micro-batch when it plans
+    the next one: the group holds the end of every micro-batch but the latest."""
+    lowered = {k.lower(): v for k, v in options.items()}
+    commit = _bool(lowered, "commitoffsetstogroup", False)
+    group = lowered.get("triolog.group.id")
+    if not commit:
+        if group is not None:
+            raise OptionError("triolog.group.id", "is only used with commitOffsetsToGroup=true (the source "
+                                                  "tracks its offsets in the checkpoint, as Spark's Kafka source)")
+        return None
+    if streaming is False:
+        raise OptionError("commitOffsetsToGroup", "is for streaming queries only (a batch query has no progress "
+                                                  "to commit)")
+    if group is None or not group.strip():
+        raise OptionError("commitOffsetsToGroup", "needs 'triolog.group.id', the group to commit to")
+    return group.strip()
+
+
 def parse_read_options(options: Mapping[str, str], *, streaming: bool | None = None) -> ReadOptions:
     """Check and parse the reader's options; ``streaming`` None checks only what both modes share.
 
@@ -342,7 +367,10 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool | None = N
     if options.get("maxoffsetspertrigger") is not None and streaming is False:
         raise OptionError("maxOffsetsPerTrigger", "is for streaming queries only")
     default_start = "latest" if streaming else "earliest"
+    commit_group = _commit_group(options, streaming)
+    options = {k: v for k, v in options.items() if k.lower() != "triolog.group.id"}
     return ReadOptions(
+        commit_group=commit_group,
         bootstrap=bootstrap,
         subscription=subscription,
         starting=starting or OffsetSpec(default_start, "startingOffsets"),

@@ -7,6 +7,7 @@ the driver, ``read()``/``write()`` in tasks).
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from pyspark.sql.datasource import (
@@ -203,8 +204,21 @@ class TriologStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return _read(self.options, partition)
 
     def commit(self, end: dict) -> None:
-        """Nothing to do: as with Spark's Kafka source, the checkpoint is the only record of
-        progress (no consumer group offsets are committed)."""
+        """The micro-batch ending at ``end`` is complete. As with Spark's Kafka source the
+        checkpoint is the record of progress; with commitOffsetsToGroup the end offsets are also
+        committed to ``triolog.group.id`` (a failed commit is logged: the query goes on)."""
+        group = self.options.commit_group
+        if group is None:
+            return
+        from triolog.client.admin import AdminClient
+        from triolog.client.errors import TriologClientError
+
+        try:
+            with AdminClient(self.options.bootstrap) as admin:
+                admin.alter_consumer_group_offsets(group, offsets_from_json(end))
+        except TriologClientError as exc:
+            logging.getLogger(__name__).warning("committing the micro-batch's end offsets to group %r failed: %s",
+                                                group, exc)
 
     def stop(self) -> None:
         self._view.close()
