@@ -12,13 +12,15 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from triolog.client.cli import TOOLS
+
 
 def _add_dump_log(subparsers) -> None:
     from triolog.broker.tools import dump_log
 
     parser = subparsers.add_parser(
         "dump-log",
-        help="dump segment files (.log, .index, .timeindex) like Kafka's kafka-dump-log.sh",
+        help="dump segment files (.log, .index, .timeindex, .snapshot) like Kafka's kafka-dump-log.sh",
         description=dump_log.DESCRIPTION,
     )
     dump_log.add_arguments(parser)
@@ -99,17 +101,12 @@ def _client_tool(name: str, module_name: str, help_text: str):
     return register
 
 
-_add_topics = _client_tool("topics", "topics", "create, list, describe, delete topics; alter topic configs")
-_add_produce = _client_tool("produce", "produce", "produce lines from stdin as records")
-_add_consume = _client_tool("consume", "consume", "print the records of a topic")
-_add_offsets = _client_tool("offsets", "offsets", "print partition offsets for a time (latest, earliest, ms)")
-_add_delete_records = _client_tool("delete-records", "delete_records",
-                                   "delete records below an offset, like Kafka's kafka-delete-records.sh")
-_add_health = _client_tool("health", "health", "check that the broker answers (api_versions); exit 0 or 1")
+#: One registrar per client tool (client.cli.TOOLS names them, their modules and their help).
+_CLIENT_TOOLS = {name: _client_tool(name, module, help_text) for name, module, help_text in TOOLS}
 
 #: Subcommand registrars, in the order ``triolog --help`` lists them.
-SUBCOMMANDS = (_add_serve, _add_topics, _add_produce, _add_consume, _add_offsets, _add_delete_records,
-               _add_dump_log, _add_health)
+SUBCOMMANDS = (_add_serve, *(register for name, register in _CLIENT_TOOLS.items() if name != "health"),
+               _add_dump_log, _CLIENT_TOOLS["health"])
 
 #: The shell's exit code for a process ended by Ctrl-C (128 + SIGINT).
 EXIT_INTERRUPTED = 130

@@ -30,6 +30,7 @@ _LAZY = {
     "AdminClient": "admin",
     "Consumer": "consumer",
     "Producer": "producer",
+    "RebalanceListener": "consumer_coordinator",
     "FutureRecordMetadata": "producer",
     "RecordFutures": "producer",
     "murmur2": "partitioner",

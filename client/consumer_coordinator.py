@@ -43,7 +43,7 @@ from triolog.protocol.consumer_protocol import (PROTOCOL_TYPE, Subscription, dec
 from triolog.protocol.errors import ErrorCode
 
 from .assignors import Member, assign
-from .errors import BrokerConnectionError, TriologClientError, error_for
+from .errors import BrokerConnectionError, CommitFailedError, TriologClientError, error_for
 from .ops import Await, Call, Op, Sleep, Submit, check_response, now
 from .types import TopicPartition
 
@@ -61,11 +61,6 @@ _RETRY = frozenset({ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.REBALANCE_
 _LOST_GENERATION = frozenset({ErrorCode.REBALANCE_IN_PROGRESS, ErrorCode.ILLEGAL_GENERATION,
                               ErrorCode.UNKNOWN_MEMBER_ID})
 
-
-class CommitFailedError(TriologClientError):
-    """Kafka's CommitFailedException: the commit cannot be done because the group rebalanced
-    (or this member left it, past max_poll_interval_ms) and its partitions may belong to another
-    member now. Not retriable: poll() again (it rejoins), then process and commit from there."""
 
 
 class RebalanceListener:

@@ -16,6 +16,7 @@ from triolog.protocol.errors import ErrorCode
 __all__ = [
     "BrokerConnectionError",
     "ClientTimeoutError",
+    "CommitFailedError",
     "CoordinatorLoadInProgressError",
     "CoordinatorNotAvailableError",
     "CorruptMessageError",
@@ -356,6 +357,12 @@ class ClientTimeoutError(TriologClientError):
 
 class ProducerClosedError(TriologClientError):
     """send() after close(), or a record still buffered when close() gave up waiting."""
+
+
+class CommitFailedError(TriologClientError):
+    """Kafka's CommitFailedException: the commit cannot be done because the group rebalanced
+    (or this member left it, past max_poll_interval_ms) and its partitions may belong to another
+    member now. Not retriable: poll() again (it rejoins), then process and commit from there."""
 
 
 class NoOffsetForPartitionError(TriologClientError):

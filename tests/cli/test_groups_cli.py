@@ -1,7 +1,6 @@
 """``triolog groups`` (kafka-consumer-groups.sh) as a subprocess against the real broker.
 
-Run as ``python -m triolog.client.cli.groups``: the same add_arguments/run as every client
-subcommand (the ``triolog`` entry point registers it from :data:`triolog.client.cli.TOOLS`)."""
+Run as ``python -m triolog.broker.cli groups``, the ``triolog`` entry point's own parser."""
 
 from __future__ import annotations
 
@@ -37,7 +36,8 @@ def boot(group_broker) -> str:
 @pytest.fixture
 def groups(boot):
     def run(*args: str) -> Result:
-        done = subprocess.run([sys.executable, "-m", "triolog.client.cli.groups", "--bootstrap-server", boot, *args],
+        done = subprocess.run([sys.executable, "-m", "triolog.broker.cli", "groups", "--bootstrap-server", boot,
+                               *args],
                               capture_output=True, cwd=ROOT, env=cli_env(), timeout=30)
         return Result(done.returncode, done.stdout, done.stderr.decode(errors="replace"))
 

@@ -13,7 +13,7 @@ import trio
 from tests.e2e.broker_process import BrokerProcess
 from tests.waiting import wait_for
 from triolog.client import AdminClient, Consumer, Producer
-from triolog.client.consumer import CommitFailedError
+from triolog.client.errors import CommitFailedError
 from triolog.client.errors import UnknownMemberIdError
 from triolog.client.types import NewTopic, TopicPartition
 

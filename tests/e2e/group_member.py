@@ -17,7 +17,7 @@ import sys
 import time
 
 from triolog.client import Consumer
-from triolog.client.consumer import CommitFailedError
+from triolog.client.errors import CommitFailedError
 from triolog.client.errors import TriologClientError
 
 #: How long "processing" a poll's records takes, after they are written out and before the commit.
