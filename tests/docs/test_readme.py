@@ -26,8 +26,9 @@ import pytest
 from tests.e2e.broker_process import ROOT, BrokerProcess
 
 README = ROOT / "README.md"
-#: The tour, the Python client snippet, the CLI block, dump-log under "Inspecting segments".
-RUN_BLOCKS = 5
+#: The tour, the Python client snippet, the consumer group snippet, the CLI block, the groups
+#: CLI block, dump-log under "Inspecting segments".
+RUN_BLOCKS = 7
 #: make run/test, pip install, the Spark fragment, the Spark job and its command, the Spark
 #: example pipeline, docker, docker compose, make bench.
 SKIPPED_BLOCKS = 9
@@ -159,7 +160,7 @@ def test_the_readme_blocks_run(newcomer):
         assert done.returncode == 0, f"{where} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
         assert "Traceback" not in done.stderr, f"{where}:\n{done.stderr}"
         outputs.append(done.stdout)
-    tour, client_snippet, cli, cli_reference, dump = outputs
+    tour, client_snippet, group_snippet, cli, cli_reference, groups_cli, dump = outputs
 
     # What the README says each block shows.
     assert "Offset:40\tuser-1\tclick 41\n" in tour  # the first record at/after $SINCE
@@ -169,7 +170,14 @@ def test_the_readme_blocks_run(newcomer):
     assert removed and float(removed.group(1)) > 0, tour  # compaction ran and dropped old values
     assert re.search(r"^\d+ 0 user-7 \{'amount': 42, 'currency': 'EUR'\}$", client_snippet, re.M), client_snippet
     assert re.search(r"^1 record\(s\) from payments-\d$", client_snippet, re.M), client_snippet
+    assert "processed 1 record(s) as group billing\n" in group_snippet, group_snippet
     assert "42 EUR\n" in cli and "17 EUR\n" in cli
+    # --list, --describe (the group's committed offset: the one record read, lag 0), the dry run
+    # and the executed reset to offset 0, the deletion.
+    assert "billing\n" in groups_cli
+    assert re.search(r"^billing +payments +\d +1 +1 +0 ", groups_cli, re.M), groups_cli
+    assert re.search(r"^billing +payments +\d +0 *$", groups_cli, re.M), groups_cli
+    assert "Deletion of requested consumer groups ('billing') was successful." in groups_cli, groups_cli
     consumed = [json.loads(line) for line in cli_reference.splitlines() if line.startswith('{"topic"')]
     assert sorted(record["value"] for record in consumed) == ["17 EUR", "42 EUR"], cli_reference
     headers = sorted((h["key"], h["value"]) for record in consumed for h in record["headers"])
