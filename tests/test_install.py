@@ -199,7 +199,10 @@ def test_a_twin_older_than_declarations_it_cimports_is_stale(tmp_path):
         twin.write_bytes(b"not an extension: importing this fails\n")
         _set_mtime(twin, tree.joinpath(*name.split(".")).with_suffix(".py"), +60)
     _set_mtime(declarations, _twin_path(tree, "broker.storage.cleaner.cleaner_core"), +30)
-    _set_mtime(_twin_path(tree, "protocol.record_codec"), declarations, +30)
+    # Newer than its source and its declarations, whatever the checkout's file times are.
+    codec_source = tree / "protocol" / "record_codec.py"
+    newest = max((declarations, codec_source), key=lambda path: path.stat().st_mtime)
+    _set_mtime(_twin_path(tree, "protocol.record_codec"), newest, +30)
     code = ("from triolog import core; "
             "print(core.stale('broker.storage.cleaner.cleaner_core'), core.stale('protocol.record_codec'))")
     run = _python(Path(sys.prefix), code, tree)
