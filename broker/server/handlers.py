@@ -408,6 +408,10 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers):
         self.advertised_port = config.listener.port
         #: Long polls waiting for data right now (Kafka's delayed fetch purgatory size).
         self.delayed_fetches = 0
+        #: Produce batches answered as duplicates of an idempotent producer's earlier batch
+        #: (original offsets, nothing appended) since startup; each log also counts its own
+        #: (Log.duplicate_batches).
+        self.produce_duplicates = 0
         # Checking max.broker.partitions and creating must be one step, or two creates could each
         # see room for themselves and together pass the cap.
         self._create_lock = threading.Lock()
@@ -712,6 +716,11 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers):
         for name, rows in results:
             for partition, info, log in rows:
                 if log is not None:
+                    if info.duplicate:
+                        # Nothing new to wake fetchers for; acks=all below still waits for the
+                        # fsync of the original's offsets, which may not be durable yet.
+                        self.produce_duplicates += 1
+                        continue
                     self.notifier.notify((name, partition))
                     if info.roll_reason is not None and self.on_roll is not None:
                         self.on_roll(log, info.roll_reason)

@@ -46,6 +46,11 @@ def time_index_file(directory: Path, offset: int, suffix: str = "") -> Path:
     return directory / (filename_prefix_from_offset(offset) + TIME_INDEX_FILE_SUFFIX + suffix)
 
 
+def producer_snapshot_file(directory: Path, offset: int, suffix: str = "") -> Path:
+    """Kafka's producer state snapshot, named by the offset its state covers up to (exclusive)."""
+    return directory / (filename_prefix_from_offset(offset) + PRODUCER_SNAPSHOT_FILE_SUFFIX + suffix)
+
+
 def spare_files(directory: Path) -> tuple[Path, Path, Path]:
     """The spare .log, .index and .timeindex of a partition directory."""
     return tuple(directory / ("next" + suffix + SPARE_FILE_SUFFIX)

@@ -36,6 +36,10 @@ class LoadedLogOffsets:
     truncated_bytes: int = 0
     recovered_segments: int = 0
     rebuilt_indexes: int = 0
+    #: Producer state (filled by Log.open): milliseconds to load it, producers, batches replayed.
+    producer_state_load_ms: float = 0.0
+    producers_loaded: int = 0
+    producer_batches_replayed: int = 0
 
 
 class LogLoader:

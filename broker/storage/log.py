@@ -5,6 +5,10 @@ end offset (next to assign). On a single node the high watermark is the log end 
 after each append, as in Kafka with one in-sync replica. The recovery point is the offset below
 which everything is known to be fsynced; a crash re-validates only what lies above it.
 
+Idempotent producers: every batch with a producer id is checked against the partition's producer
+state (producer_state.py) under the lock before anything is written; a retried batch is answered
+with its original offsets. The state is snapshotted to ``.snapshot`` files at rolls and at close.
+
 Threading: every method may be called from any thread. Mutations and read planning hold the
 log's lock for microseconds; fsync runs outside it on duplicated descriptors, so appends never
 wait for a flush they did not ask for.
@@ -17,12 +21,19 @@ import logging
 import os
 import struct
 import threading
+import time
 from collections import Counter
 from typing import Callable, NamedTuple, NoReturn
 from pathlib import Path
 
 from triolog.config.log_config import LogConfig
-from triolog.protocol.record_batch import ATTRIBUTES_OFFSET, COMPRESSION_MASK, NO_TIMESTAMP, CompressionType
+from triolog.protocol.record_batch import (
+    ATTRIBUTES_OFFSET,
+    COMPRESSION_MASK,
+    CONTROL_FLAG,
+    NO_TIMESTAMP,
+    CompressionType,
+)
 
 from . import filenames
 from .checkpoints import LEADER_EPOCH_CHECKPOINT, LeaderEpochCheckpointFile, LeaderEpochFileCache
@@ -31,6 +42,7 @@ from .errors import OffsetOutOfRangeError, StorageError
 from .fs import OS_FS, FileSystem, is_disk_full, is_out_of_descriptors
 from .index import OffsetIndex, TimeIndex
 from .loader import LoadedLogOffsets, LogLoader
+from .producer_state import ProducerStateManager, check_append, increment_sequence
 from .segment import (
     FetchDataInfo,
     LogOffsetMetadata,
@@ -39,13 +51,18 @@ from .segment import (
     TimestampAndOffset,
     rolling_jitter_ms,
 )
-from .segment_deleter import SegmentDeleter
+from .segment_deleter import DeletedFile, SegmentDeleter
 from .segments import LogSegments
 from .validator import ValidatedBatch, target_codec, validate_and_assign_offsets
 
 logger = logging.getLogger(__name__)
 
 _BASE_OFFSET = struct.Struct(">q")
+#: producer id, producer epoch, base sequence: at byte 43 of a v2 batch header.
+_PRODUCER_FIELDS = struct.Struct(">qhi")
+_PRODUCER_ID_OFFSET = 43
+#: Kafka's producer.id.expiration.ms default (the broker passes its setting).
+DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000
 
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
@@ -68,6 +85,9 @@ class LogAppendInfo(NamedTuple):
     record_count: int
     valid_bytes: int
     roll_reason: str | None = None
+    #: The batch repeats one its idempotent producer already wrote: nothing was appended, and
+    #: the offsets (and append time) are the original ones.
+    duplicate: bool = False
 
 
 class Log:
@@ -81,9 +101,15 @@ class Log:
         leader_epoch_cache: LeaderEpochFileCache,
         segment_deleter: SegmentDeleter | None = None,
         fs: FileSystem = OS_FS,
+        producer_state_manager: ProducerStateManager | None = None,
     ):
         self.directory = Path(directory)
         self.fs = fs
+        #: Idempotent producers' last batches (dedupe and sequence checks); changed under the lock.
+        self.producer_state_manager = producer_state_manager if producer_state_manager is not None else \
+            ProducerStateManager(self.directory, DEFAULT_PRODUCER_ID_EXPIRATION_MS, fs)
+        #: Duplicate batches answered with their original offsets since startup (a metric).
+        self.duplicate_batches = 0
         self.topic, self.partition = filenames.parse_topic_partition_name(self.directory.name)
         self._config = config
         self._segments = segments
@@ -143,9 +169,12 @@ class Log:
         had_clean_shutdown: bool = False,
         segment_deleter: SegmentDeleter | None = None,
         fs: FileSystem = OS_FS,
+        producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
     ) -> "Log":
         """Open (creating if needed) the log in ``directory``, recovering it if it was not shut down cleanly.
 
+        Producer state comes from the newest ``.snapshot`` at or below the recovered log end
+        offset plus a replay of the batch headers after it (Kafka's rebuildProducerState).
         A directory this creates is not yet durable in its parent: the LogManager fsyncs the
         log dir before the creation is acknowledged.
         """
@@ -169,7 +198,15 @@ class Log:
         ).load()
         cache.truncate_from_end(offsets.next_offset)
         cache.truncate_from_start(offsets.log_start_offset)
-        return cls(directory, config, segments, offsets, clock, cache, segment_deleter, fs)
+        started = time.perf_counter()
+        producer_state = ProducerStateManager(directory, producer_id_expiration_ms, fs)
+        producer_state.remove_stray_snapshots(segment.base_offset for segment in segments)
+        offsets.producer_batches_replayed = rebuild_producer_state(
+            producer_state, segments, offsets.log_start_offset, offsets.next_offset, clock.milliseconds(),
+            had_clean_shutdown=had_clean_shutdown)
+        offsets.producer_state_load_ms = (time.perf_counter() - started) * 1000
+        offsets.producers_loaded = len(producer_state.producers)
+        return cls(directory, config, segments, offsets, clock, cache, segment_deleter, fs, producer_state)
 
     # -- state -------------------------------------------------------------------------------
 
@@ -302,6 +339,19 @@ class Log:
         self._check_open()
         (buffers, size, first_offset, last_offset, max_timestamp, shallow_offset, log_append_time_ms,
          record_count, _) = validated
+        producer_id, producer_epoch, base_sequence = _PRODUCER_FIELDS.unpack_from(buffers[0], _PRODUCER_ID_OFFSET)
+        if producer_id >= 0:
+            # Before any roll or write: a duplicate or a refused batch changes nothing.
+            offset_delta = last_offset - first_offset
+            last_sequence = increment_sequence(base_sequence, offset_delta)
+            duplicate = check_append(self.producer_state_manager.producers.get(producer_id), producer_id,
+                                     producer_epoch, base_sequence, last_sequence, self.directory.name)
+            if duplicate is not None:
+                self.duplicate_batches += 1
+                return LogAppendInfo(
+                    duplicate.first_offset, duplicate.last_offset, duplicate.timestamp, duplicate.last_offset,
+                    duplicate.timestamp if self._config.log_append_time else -1, self._log_start_offset, 0, 0,
+                    None, True)
         new_epoch = leader_epoch != self._latest_epoch and leader_epoch >= 0
         base = self._next_offset
         last_offset += base - first_offset
@@ -332,6 +382,11 @@ class Log:
         except OSError as exc:
             self._io_failure(exc, "append")
         self._next_offset = self._high_watermark = last_offset + 1
+        if producer_id >= 0:
+            # The map end offset is not moved per append (non-idempotent batches would pay for
+            # it): snapshots are taken at explicit offsets (roll, close, open).
+            self.producer_state_manager.update(producer_id, producer_epoch, last_sequence, last_offset,
+                                               offset_delta, max_timestamp)
         return LogAppendInfo(base, last_offset, max_timestamp, shallow_offset, log_append_time_ms,
                              self._log_start_offset, record_count, size, roll_reason)
 
@@ -420,7 +475,22 @@ class Log:
         self._active = segment
         # Kafka flushes everything below the new segment asynchronously; flush_pending() does it.
         self._pending_flush_offset = max(self._pending_flush_offset, new_offset)
+        # Named by the new segment's base offset; fsynced by that flush (Kafka's roll does the same).
+        self._take_producer_snapshot(new_offset, sync=False)
         return segment
+
+    def _take_producer_snapshot(self, offset: int, *, sync: bool) -> None:
+        """Snapshot the producer state at ``offset`` (caller holds the lock). A full disk or no
+        descriptor only costs a longer replay at the next start: logged, not raised."""
+        psm = self.producer_state_manager
+        psm.update_map_end_offset(offset)
+        try:
+            psm.take_snapshot(sync=sync)
+        except OSError as exc:
+            if not (is_disk_full(exc) or is_out_of_descriptors(exc)):
+                raise
+            logger.warning("could not write the producer snapshot of %s at offset %d: %s",
+                           self.directory.name, offset, exc)
 
     def _take_spare(self, targets) -> bool:
         """Rename the spare files (if any) to ``targets``, the new segment's .log, .index and
@@ -512,12 +582,18 @@ class Log:
             if offset <= self._recovery_point and not sealed:
                 return
             fds: list[int] = []
+            snapshots = list(self.producer_state_manager.unsynced_snapshots)
             try:
                 segments = self._segments.values(self._recovery_point, offset) if offset > self._recovery_point else []
                 covered = {segment.base_offset for segment in segments}
                 segments.extend(segment for base, segment in sealed if base not in covered)
                 for segment in segments:
                     fds.extend(segment.descriptors_to_flush())
+                for snapshot in snapshots:
+                    try:
+                        fds.append(self.fs.open(self.producer_state_manager.snapshot_file(snapshot), os.O_RDONLY))
+                    except FileNotFoundError:
+                        pass  # deleted with its segment meanwhile
             except OSError as exc:  # no descriptor to sync with: nothing was synced, nothing failed
                 for fd in fds:
                     self.fs.close(fd)
@@ -542,6 +618,7 @@ class Log:
                 fs.close(fd)
         with self._lock:
             self._recovery_point = max(self._recovery_point, offset)
+            self.producer_state_manager.unsynced_snapshots.difference_update(snapshots)
             for base, segment in sealed:
                 if self._unsynced_sealed.get(base) is segment:
                     del self._unsynced_sealed[base]
@@ -806,8 +883,34 @@ class Log:
                 self.deleted_segment_counts[reason] += 1
                 self.deleted_bytes[reason] += size
                 logger.info("deleting segment %s of %s (%s)", segment.base_offset, self.directory.name, reason)
+            for segment in segments:
+                # Its producer snapshot goes with it, unless a segment (a cleaned one) took its place.
+                if segment.base_offset not in self._segments:
+                    try:
+                        path = self.producer_state_manager.remove_and_mark_snapshot_for_deletion(
+                            segment.base_offset)
+                    except OSError as exc:
+                        self._io_failure(exc, "producer snapshot deletion")
+                    if path is not None:
+                        removed.append(DeletedFile(path, self.fs))
             self._timestamp_prefix_key = None
         self.segment_deleter.schedule(removed, self._config.file_delete_delay_ms)
+
+    # -- producer state ----------------------------------------------------------------------
+
+    def remove_expired_producers(self, now_ms: int) -> int:
+        """Forget producer ids whose last batch is ``producer.id.expiration.ms`` old (Kafka's
+        producerExpireCheck); returns how many. A forgotten id that sends again with a sequence
+        other than 0 gets UNKNOWN_PRODUCER_ID, and the cleaner no longer keeps its last batch."""
+        with self._lock:
+            return self.producer_state_manager.remove_expired_producers(now_ms)
+
+    def last_records_of_active_producers(self) -> tuple[tuple[int, int, int], ...]:
+        """(producer id, offset of its last data batch or -1, epoch) of every active producer
+        (Kafka's lastRecordsOfActiveProducers): the cleaner keeps these batches, emptied if need be."""
+        with self._lock:
+            return tuple((pid, entry.last_data_offset, entry.producer_epoch)
+                         for pid, entry in self.producer_state_manager.producers.items())
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -821,6 +924,14 @@ class Log:
         with self._spare_lock, self._lock:
             if self._closed:
                 return
+            if not self.offline:
+                # Kafka's UnifiedLog.close: the state at the log end, so the next start replays nothing.
+                try:
+                    self._take_producer_snapshot(self._next_offset, sync=sync)
+                    if sync:
+                        self.producer_state_manager.fsync_snapshots()
+                except OSError as exc:
+                    logger.warning("could not write the producer snapshot of %s: %s", self.directory.name, exc)
             self._closed = True
             changed = set(self._unsynced_sealed) | {self._active.base_offset}
             for segment in self._segments:
@@ -924,3 +1035,46 @@ class Log:
             holder.rename_to(holder.path.with_name(name[: len(name) - len(old_suffix)] + new_suffix))
             if hook is not None:
                 hook(f"renamed {holder.path.name}")
+
+
+def rebuild_producer_state(psm: ProducerStateManager, segments: LogSegments, log_start_offset: int,
+                           last_offset: int, now_ms: int, *, had_clean_shutdown: bool) -> int:
+    """Bring ``psm`` to ``last_offset`` (the recovered log end): the newest snapshot at or below
+    it, then the batch headers after it (Kafka's UnifiedLog.rebuildProducerState; replayed
+    batches are not checked, the log is the truth). Snapshots are taken at the base offsets
+    of the last two segments passed and at the end. Returns how many batches were replayed.
+
+    A log without snapshots after a clean shutdown (written before producer state existed)
+    is not scanned, as Kafka does for a log from before the snapshot format."""
+    bases = [segment.base_offset for segment in segments]
+    offsets_to_snapshot = set(bases[-2:]) | {last_offset}
+    if psm.latest_snapshot_offset() is None and had_clean_shutdown:
+        for offset in sorted(offsets_to_snapshot):
+            psm.update_map_end_offset(offset)
+            psm.take_snapshot(sync=False)
+        return 0
+    psm.truncate_and_reload(log_start_offset, last_offset, now_ms)
+    replayed = 0
+    map_end = psm.last_map_offset
+    if map_end < last_offset:
+        active = segments.active_segment if not segments.is_empty else None
+        for segment in segments.values(map_end, last_offset):
+            start = max(segment.base_offset, map_end, log_start_offset)
+            if segment.base_offset in offsets_to_snapshot and start == segment.base_offset:
+                psm.update_map_end_offset(start)
+                psm.take_snapshot(sync=False)
+            position = 0
+            if segment is active and start > segment.base_offset:
+                found = segment.translate_offset(start)
+                if found is None:
+                    continue
+                position = found[0]
+            for _, header in segment.log.batch_headers(position):
+                if header.last_offset < start or header.producer_id < 0:
+                    continue
+                psm.replay_batch(header.producer_id, header.producer_epoch, header.base_sequence, header.last_offset,
+                                 header.last_offset_delta, header.max_timestamp, bool(header.attributes & CONTROL_FLAG))
+                replayed += 1
+    psm.update_map_end_offset(last_offset)
+    psm.take_snapshot(sync=False)
+    return replayed

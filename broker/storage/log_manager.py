@@ -29,7 +29,7 @@ from .checkpoints import (
 from .clock import SYSTEM_CLOCK, Clock
 from .errors import CorruptCheckpointError, StorageError
 from .fs import OS_FS, FileSystem, make_dirs
-from .log import Log
+from .log import DEFAULT_PRODUCER_ID_EXPIRATION_MS, Log
 from .segment_deleter import SegmentDeleter
 from .cleaner.log_cleaner import CleanerConfig, LogCleaner
 
@@ -92,6 +92,7 @@ class LogManager:
         node_id: int = 0,
         cleaner_config: CleanerConfig | None = None,
         fs: FileSystem = OS_FS,
+        producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
     ):
         #: Every file operation of the logs goes through this (see broker/storage/fs.py).
         self.fs = fs
@@ -103,6 +104,9 @@ class LogManager:
         #: topic name -> its LogConfig; the TopicManager installs its own after construction.
         self.topic_config: Callable[[str], LogConfig] = topic_config or (lambda topic: default_config)
         self.node_id = node_id
+        #: ``producer.id.expiration.ms``: producer ids idle this long are forgotten (at load and
+        #: by remove_expired_producers).
+        self.producer_id_expiration_ms = producer_id_expiration_ms
         self.cluster_id: str | None = None
         self._logs: dict[TopicPartition, Log] = {}
         self._log_dir_of: dict[TopicPartition, LogDir] = {}
@@ -155,6 +159,7 @@ class LogManager:
                     had_clean_shutdown=clean,
                     segment_deleter=self.segment_deleter,
                     fs=self.fs,
+                    producer_id_expiration_ms=self.producer_id_expiration_ms,
                 )
                 log.on_offline = self._on_log_offline
                 self._logs[tp] = log
@@ -226,7 +231,8 @@ class LogManager:
                     log_dir = self._next_log_dir()
                     directory = log_dir.path / name
                     log = Log.open(directory, config or self.topic_config(topic), clock=self.clock,
-                                   had_clean_shutdown=True, segment_deleter=self.segment_deleter, fs=self.fs)
+                                   had_clean_shutdown=True, segment_deleter=self.segment_deleter, fs=self.fs,
+                                   producer_id_expiration_ms=self.producer_id_expiration_ms)
                     directory = None
                     log.on_offline = self._on_log_offline
                     self._logs[(topic, partition)] = log
@@ -389,6 +395,17 @@ class LogManager:
     def checkpoint_high_watermarks(self) -> None:
         for log_dir in self.log_dirs:
             self._write_checkpoint(log_dir, lambda d: d.replication_offset_checkpoint, self._high_watermarks)
+
+    def remove_expired_producers(self, now_ms: int | None = None) -> int:
+        """Forget, in every online log, the producer ids idle for ``producer.id.expiration.ms``
+        (Kafka's per-log producerExpireCheck; the server runs this every
+        ``producer.id.expiration.check.interval.ms``). Returns how many were removed."""
+        now = self.clock.milliseconds() if now_ms is None else now_ms
+        removed = 0
+        for log in self.all_logs().values():
+            if not log.offline:
+                removed += log.remove_expired_producers(now)
+        return removed
 
     def flush_pending(self) -> int:
         """Run the flushes that rolls and flush.ms scheduled; returns how many logs were flushed."""

@@ -34,8 +34,8 @@ class SegmentDeleter:
         self._queue: list[tuple[int, int, LogSegment]] = []
         self._tiebreak = itertools.count()
 
-    def schedule(self, segments: list[LogSegment], delay_ms: int) -> None:
-        """Delete the (already ``.deleted``-renamed) files of ``segments`` after ``delay_ms``."""
+    def schedule(self, segments: list[LogSegment | DeletedFile], delay_ms: int) -> None:
+        """Delete the (already ``.deleted``-renamed) files of ``segments`` (or lone files) after ``delay_ms``."""
         due = self._clock.milliseconds() + max(0, delay_ms)
         with self._lock:
             for segment in segments:
@@ -63,3 +63,22 @@ class SegmentDeleter:
                 # The loader removes leftover .deleted files at the next start; nothing is lost.
                 logger.exception("failed to delete the files of %s", segment)
         return len(due)
+
+
+class DeletedFile:
+    """A lone ``.deleted`` file (a removed segment's producer snapshot), queued like a segment."""
+
+    __slots__ = ("path", "fs")
+
+    def __init__(self, path, fs) -> None:
+        self.path = path
+        self.fs = fs
+
+    def delete_if_exists(self) -> None:
+        try:
+            self.fs.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+    def __repr__(self) -> str:
+        return f"DeletedFile({self.path})"

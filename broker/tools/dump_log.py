@@ -1,7 +1,8 @@
 """``triolog dump-log``: Kafka's ``kafka-dump-log.sh`` (DumpLogSegments) for triolog's segment files.
 
 Segment files are byte-compatible with Kafka's, and so is this tool's stdout: the same lines, in
-the same order, for ``.log``, ``.index`` and ``.timeindex`` files. Output can be
+the same order, for ``.log``, ``.index``, ``.timeindex`` and ``.snapshot`` (producer state) files.
+Output can be
 diffed against ``kafka-dump-log.sh`` run on the same files.
 
 Options (as Kafka's): ``--files F1,F2`` (required), ``--print-data-log`` (implies deep
@@ -26,8 +27,9 @@ Where this tool deliberately differs from Kafka:
   batch whose records do not parse prints none of them, only an error.
 * Control records of KRaft types (snapshot header/footer, kraft version, voters), which Kafka
   prints as JSON, print as ``controlType: NAME(id)``; triolog never writes them.
-* ``.snapshot`` and ``.txnindex`` files are not dumped yet (a note on stderr, exit code unchanged);
-  Kafka's KRaft ``.checkpoint`` snapshots and decoder options are not supported.
+* ``.txnindex`` files are not dumped yet (a note on stderr, exit code unchanged); Kafka's KRaft
+  ``.checkpoint`` snapshots and decoder options are not supported. A ``.snapshot`` that fails its
+  version or CRC check is an error (Kafka prints the message and exits 0).
 * A missing ``.index`` next to a ``.timeindex`` is read as empty (Kafka creates the empty file).
 """
 
@@ -44,6 +46,7 @@ from typing import TextIO
 
 from triolog.broker.storage.errors import CorruptIndexError
 from triolog.broker.storage.index import OffsetIndex, TimeIndex
+from triolog.broker.storage.producer_state import CorruptSnapshotError, decode_snapshot
 from triolog.protocol.errors import CorruptRecordError
 from triolog.protocol.record_batch import (
     COMPRESSION_MASK,
@@ -69,7 +72,7 @@ from triolog.protocol.records import (
 __all__ = ["DEFAULT_MAX_MESSAGE_SIZE", "DumpOptions", "add_arguments", "dump", "main", "options_from_args", "run"]
 
 DESCRIPTION = (
-    "Parse log segment files (.log, .index, .timeindex) and dump their contents to the console, "
+    "Parse log segment files (.log, .index, .timeindex, .snapshot) and dump their contents to the console, "
     "in the format of Kafka's kafka-dump-log.sh; useful for debugging a seemingly corrupt segment."
 )
 DEFAULT_MAX_MESSAGE_SIZE = 5 * 1024 * 1024
@@ -80,7 +83,8 @@ LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
 #: Kafka dumps these too; triolog does not write them yet.
-UNSUPPORTED_SUFFIXES = (".snapshot", ".txnindex")
+SNAPSHOT_SUFFIX = ".snapshot"
+UNSUPPORTED_SUFFIXES = (".txnindex",)
 
 _READ_WINDOW = 1 << 20
 _U32 = struct.Struct(">I")
@@ -256,6 +260,7 @@ class _Dumper:
                 LOG_SUFFIX: self._dump_log,
                 INDEX_SUFFIX: self._dump_offset_index,
                 TIME_INDEX_SUFFIX: self._dump_time_index,
+                SNAPSHOT_SUFFIX: self._dump_producer_snapshot,
             }.get(suffix)
             if handler is None:
                 if suffix in UNSUPPORTED_SUFFIXES:
@@ -298,6 +303,29 @@ class _Dumper:
                 self._stderr(f"  {first} is followed by {second}")
         if self.index_mismatches or self.time_mismatches or self.time_out_of_order or self.time_not_found:
             self.failed = True
+
+    # -- .snapshot ---------------------------------------------------------------------------
+
+    def _dump_producer_snapshot(self, path: str) -> None:
+        """One line per producer id, as Kafka's dumpProducerIdSnapshot prints it (its Java
+        OptionalLong for the transaction's first offset; the one batch a snapshot keeps)."""
+        with open(path, "rb") as file:
+            data = file.read()
+        try:
+            entries = decode_snapshot(data)
+        except CorruptSnapshotError as exc:
+            raise _FileError(f"{path}: {exc}") from None
+        for entry in entries:
+            txn = entry.current_txn_first_offset
+            line = (f"producerId: {entry.producer_id} producerEpoch: {entry.producer_epoch} "
+                    f"coordinatorEpoch: {entry.coordinator_epoch} currentTxnFirstOffset: "
+                    f"{'OptionalLong.empty' if txn < 0 else f'OptionalLong[{txn}]'} "
+                    f"lastTimestamp: {entry.last_timestamp} ")
+            for batch in list(entry.batch_metadata)[:1]:
+                line += (f"firstSequence: {batch.first_seq} lastSequence: {batch.last_seq} "
+                         f"lastOffset: {batch.last_offset} offsetDelta: {batch.offset_delta} "
+                         f"timestamp: {batch.timestamp}")
+            self._print(line)
 
     # -- .log --------------------------------------------------------------------------------
 

@@ -61,15 +61,18 @@ def test_deleted_segments_leave_the_map_at_once_and_their_files_after_the_delay(
     assert "00000000000000000000.log.deleted" in files
     assert "00000000000000000003.log.deleted" in files
     assert "00000000000000000000.log" not in files
-    assert len(log.segment_deleter) == 2
+    # Segment 3's producer snapshot (taken when it was rolled in) goes with it; segment 0 had none.
+    assert "00000000000000000003.snapshot.deleted" in files
+    assert len(log.segment_deleter) == 3
     clock.advance(59_999)
     assert log.segment_deleter.run_due() == 0
     assert "00000000000000000000.log.deleted" in _files(log)
     clock.advance(1)
-    assert log.segment_deleter.run_due() == 2
+    assert log.segment_deleter.run_due() == 3
     assert not [f for f in _files(log) if f.endswith(".deleted")]
     assert _files(log) == ["00000000000000000006.index", "00000000000000000006.log",
-                           "00000000000000000006.timeindex", "leader-epoch-checkpoint"]
+                           "00000000000000000006.snapshot", "00000000000000000006.timeindex",
+                           "leader-epoch-checkpoint"]
 
 
 def test_retention_ms_falls_back_to_the_file_mtime_when_records_have_no_timestamp(tmp_path, clock):
@@ -152,7 +155,7 @@ def test_a_fetch_planned_before_deletion_still_sends_the_deleted_segments_bytes(
         assert log.delete_old_segments() == 2
         # Between removal and unlink the segment is still readable by its planned region...
         assert info.region.read_bytes() == expected
-        assert log.segment_deleter.run_due() == 2
+        assert log.segment_deleter.run_due() == 3  # two segments and segment 3's producer snapshot
         # ...and after the unlink the sender's own descriptor still holds the bytes.
         assert os.pread(fd, info.region.length, info.region.position) == expected
     finally:

@@ -123,6 +123,10 @@ def build_multi_segment_log(tmp_path: Path, clock) -> Path:
             Record(2, now - 5, f"key-{i}".encode(), None if i % 3 == 0 else b"\xff\xfebad-utf8"),
         ]
         if i == 7:
+            # Producer 1000 is known to the partition with its sequence near the wrap (as if its
+            # earlier 2^31 records had been written and removed by retention since): an unknown
+            # producer id must start at sequence 0 (UNKNOWN_PRODUCER_ID).
+            log.producer_state_manager.update(1000, 2, INT32_MAX - 2, log.log_end_offset - 1, 0, now)
             batch = encode_batch(records, compression=codec, producer_id=1000, producer_epoch=2,
                                  base_sequence=INT32_MAX - 1)
         else:
@@ -563,3 +567,57 @@ def test_dump_log_requires_files_and_cli_lists_the_subcommand(capsys):
     assert cli.main(["--help"]) == 0
     assert "dump-log" in capsys.readouterr().out
     assert cli.main([]) == 2
+
+
+# ---------------------------------------------------------------------------------------------
+# .snapshot (producer state)
+# ---------------------------------------------------------------------------------------------
+
+
+def test_dump_log_prints_producer_snapshots_as_kafka_does(log_dir):
+    """The fixture's log rolled and closed: a snapshot at every roll and at the end; producer
+    1000 appears from the roll after its batch on, with its one cached batch (wrapped sequence)."""
+    snapshots = segment_files(log_dir, ".snapshot")
+    assert len(snapshots) >= 3
+    result = run_cli("--files", files_arg([snapshots[0], snapshots[-1]]))
+    assert (result.returncode, result.stderr) == (0, "")
+    lines = result.stdout.splitlines()
+    assert lines[0] == f"Dumping {snapshots[0]}"
+    assert lines[-2] == f"Dumping {snapshots[-1]}"
+    assert lines[-1] == ("producerId: 1000 producerEpoch: 2 coordinatorEpoch: -1 "
+                         "currentTxnFirstOffset: OptionalLong.empty lastTimestamp: 1700000000071 "
+                         "firstSequence: 2147483646 lastSequence: 0 lastOffset: 23 offsetDelta: 2 "
+                         "timestamp: 1700000000071")  # the batch max timestamp (now + 1)
+
+
+def test_dump_log_snapshot_golden_file_and_an_entry_without_a_batch(tmp_path):
+    """The one-entry golden snapshot of the plan (Kafka's bytes) and an entry with no batch."""
+    golden = tmp_path / "00000000000000000042.snapshot"
+    golden.write_bytes(bytes.fromhex(
+        "0001eefd49ba00000001" "00000000000003e8" "0000" "00000009" "0000000000000029" "00000009"
+        "0000018bcfe56800" "ffffffff" "ffffffffffffffff"))
+    from triolog.broker.storage.producer_state import ProducerStateEntry, encode_snapshot
+    bare = tmp_path / "00000000000000000050.snapshot"
+    bare.write_bytes(bytes(encode_snapshot([ProducerStateEntry(7, 3, last_timestamp=5)])))
+    code, out, err = run("--files", f"{golden},{bare}")
+    assert (code, err) == (0, "")
+    assert out.splitlines() == [
+        f"Dumping {golden}",
+        "producerId: 1000 producerEpoch: 0 coordinatorEpoch: -1 currentTxnFirstOffset: OptionalLong.empty "
+        "lastTimestamp: 1700000000000 firstSequence: 0 lastSequence: 9 lastOffset: 41 offsetDelta: 9 "
+        "timestamp: 1700000000000",
+        f"Dumping {bare}",
+        "producerId: 7 producerEpoch: 3 coordinatorEpoch: -1 currentTxnFirstOffset: OptionalLong.empty "
+        "lastTimestamp: 5 ",
+    ]
+
+
+def test_dump_log_corrupt_snapshot_is_an_error_and_the_next_file_is_dumped(tmp_path):
+    corrupt = tmp_path / "00000000000000000010.snapshot"
+    corrupt.write_bytes(bytes.fromhex("000148674bc800000000"))  # CRC off by one
+    empty = tmp_path / "00000000000000000011.snapshot"
+    empty.write_bytes(bytes.fromhex("000148674bc700000000"))
+    code, out, err = run("--files", f"{corrupt},{empty}")
+    assert code == 1
+    assert out.splitlines() == [f"Dumping {corrupt}", f"Dumping {empty}"]
+    assert err.startswith(f"Error: {corrupt}: snapshot failed its CRC check")

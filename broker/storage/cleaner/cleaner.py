@@ -114,7 +114,7 @@ class CleanJob:
     #: Every segment with base offset below the first uncleanable offset, oldest first.
     segments: tuple[SegmentSource, ...]
     #: The segments from the first uncleanable offset on (the active one last), headers only:
-    #: the producer scan needs the last batch of every producer in the whole log.
+    #: the transaction walk needs every marker in the whole log.
     tail_segments: tuple[SegmentSource, ...]
     segment_bytes: int
     max_index_bytes: int
@@ -123,6 +123,10 @@ class CleanJob:
     max_message_bytes: int
     now_ms: int
     read_buffer_bytes: int = 256 * 1024
+    #: (producer id, offset of its last data batch or -1, epoch) of the log's active producers
+    #: when the job was planned (Log.last_records_of_active_producers): their last batches are
+    #: kept, emptied if need be; an expired producer's are not.
+    active_producers: tuple[tuple[int, int, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -160,29 +164,30 @@ class CleanerStats:
 
 
 class _ProducerInfo:
-    """Last data batch and epoch of every producer id in the log (Kafka's active producers);
-    the highest offset observed wins."""
+    """Last data batch and epoch of every active producer id, from the log's producer state
+    (Kafka's lastRecordsOfActiveProducers): expired ids are absent, so nothing keeps their
+    batches once their records are gone."""
 
-    __slots__ = ("last_data_offset", "last_entry")
+    __slots__ = ("last_data_offset", "epoch")
 
-    def __init__(self) -> None:
-        self.last_data_offset: dict[int, int] = {}
-        self.last_entry: dict[int, tuple[int, int]] = {}  # producer id -> (last offset, epoch)
-
-    def observe(self, producer_id: int, epoch: int, last_offset: int, is_control: bool) -> None:
-        if not is_control and last_offset > self.last_data_offset.get(producer_id, -1):
-            self.last_data_offset[producer_id] = last_offset
-        if last_offset > self.last_entry.get(producer_id, (-1, 0))[0]:
-            self.last_entry[producer_id] = (last_offset, epoch)
+    def __init__(self, active_producers=()) -> None:
+        self.last_data_offset: dict[int, int] = {}  # producer id -> last data offset (absent: none)
+        self.epoch: dict[int, int] = {}
+        for producer_id, last_data_offset, epoch in active_producers:
+            self.epoch[producer_id] = epoch
+            if last_data_offset >= 0:
+                self.last_data_offset[producer_id] = last_data_offset
 
     def is_last_batch(self, producer_id: int, epoch: int, last_offset: int, is_control: bool) -> bool:
-        entry = self.last_entry.get(producer_id)
-        if entry is None:
+        """Kafka's rule: the batch holding the producer's last data offset or, without one, a
+        marker of its current epoch."""
+        current_epoch = self.epoch.get(producer_id)
+        if current_epoch is None:
             return False
         last_data = self.last_data_offset.get(producer_id)
         if last_data is not None:
             return last_offset == last_data
-        return is_control and epoch == entry[1]
+        return is_control and epoch == current_epoch
 
 
 class AbortedTxn(NamedTuple):
@@ -374,10 +379,10 @@ class Cleaner:
     # -- the header scan ---------------------------------------------------------------------
 
     def scan_log(self, job: CleanJob) -> tuple[_ProducerInfo, list[AbortedTxn]]:
-        """One walk over the headers of the whole log, in offset order: every producer's last
-        batch, and the aborted transactions (Kafka rebuilds its .txnindex the same way): a
-        producer's transaction runs from its first transactional data batch to its next marker."""
-        producers = _ProducerInfo()
+        """The job's active producers, and one walk over the headers of the whole log, in
+        offset order, for the aborted transactions (Kafka rebuilds its .txnindex the same way):
+        a producer's transaction runs from its first transactional data batch to its next marker."""
+        producers = _ProducerInfo(job.active_producers)
         open_txns: dict[int, int] = {}  # producer id -> first offset of its open transaction
         aborted: list[AbortedTxn] = []
         for segment in (*job.segments, *job.tail_segments):
@@ -388,9 +393,7 @@ class Cleaner:
                     continue
                 attributes = fields[5]
                 last_offset = fields[0] + fields[6]
-                is_control = bool(attributes & CONTROL_FLAG)
-                producers.observe(producer_id, fields[10], last_offset, is_control)
-                if is_control:
+                if attributes & CONTROL_FLAG:
                     first = open_txns.pop(producer_id, None)
                     if first is not None and _control_type(fields, batch) == ControlRecordType.ABORT:
                         aborted.append(AbortedTxn(producer_id, first, last_offset))

@@ -158,6 +158,7 @@ def plan_job(log: Log, ltc: LogToClean, now_ms: int, read_buffer_bytes: int) -> 
         max_message_bytes=config.max_message_bytes,
         now_ms=now_ms,
         read_buffer_bytes=read_buffer_bytes,
+        active_producers=log.last_records_of_active_producers(),
     )
 
 

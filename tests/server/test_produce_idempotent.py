@@ -1,0 +1,65 @@
+"""Idempotent produce over the wire: a retried batch gets its original base offset (and, with
+acks=all, only once the original is fsynced); the producer-state errors are per-partition codes
+with a message. The real broker in-process over a real socket."""
+
+from __future__ import annotations
+
+import time
+
+from triolog.protocol import messages as m
+from triolog.protocol.errors import ErrorCode
+from triolog.protocol.records import build_batch
+
+from .inprocess import Client, running_broker, values_of
+
+PID = 31
+
+
+def request(client: Client, topic: str, values, *, sequence: int, epoch: int = 0, pid: int = PID,
+            acks: int = 1) -> m.ProduceRequest:
+    now = int(time.time() * 1000)
+    batch = build_batch([(b"k", v, now, ()) for v in values], producer_id=pid, producer_epoch=epoch,
+                        base_sequence=sequence)
+    return m.ProduceRequest(id=client.next_id(), acks=acks, timeout_ms=30_000, topics=(
+        m.ProduceTopic(name=topic, partitions=(m.ProducePartition(partition=0, records=batch),)),))
+
+
+async def produce(client: Client, *args, **kwargs) -> dict:
+    return (await client.call(request(client, *args, **kwargs)))["topics"][0]["partitions"][0]
+
+
+async def test_a_retried_batch_gets_its_original_offset_and_acks_all_waits_for_the_originals_fsync(tmp_path):
+    async with running_broker(tmp_path) as (server, port):
+        client = await Client.connect(port)
+        await client.create("idem")
+        log = server.log_manager.get_log("idem", 0)
+        await client.produce("idem", [b"plain"])
+        first = await produce(client, "idem", [b"a", b"b"], sequence=0)
+        assert (first["error_code"], first["base_offset"]) == (0, 1)
+        assert log.recovery_point == 0  # acks=1: not fsynced
+        retry = await produce(client, "idem", [b"a", b"b"], sequence=0, acks=-1)
+        assert (retry["error_code"], retry["base_offset"], retry["log_append_time"]) == (0, 1, -1)
+        assert log.recovery_point >= 3, "the duplicate was acknowledged before the original was on disk"
+        assert server.handler.produce_duplicates == 1 and log.duplicate_batches == 1
+        assert values_of((await client.fetch("idem"))["records"]) == [b"plain", b"a", b"b"]
+        await client.aclose()
+
+
+async def test_producer_state_errors_are_partition_error_codes_with_messages(tmp_path):
+    async with running_broker(tmp_path) as (server, port):
+        client = await Client.connect(port)
+        await client.create("idem")
+        for sequence in range(0, 14, 2):
+            assert (await produce(client, "idem", [b"x", b"y"], sequence=sequence, epoch=1))["error_code"] == 0
+        cases = [
+            (dict(sequence=20, epoch=1), ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, "out of order sequence number"),
+            (dict(sequence=2, epoch=1), ErrorCode.DUPLICATE_SEQUENCE_NUMBER, "older than the 5 batches"),
+            (dict(sequence=14, epoch=0), ErrorCode.INVALID_PRODUCER_EPOCH, "older than its current epoch 1"),
+            (dict(sequence=5, pid=PID + 1), ErrorCode.UNKNOWN_PRODUCER_ID, "is unknown"),
+        ]
+        for kwargs, code, message in cases:
+            result = await produce(client, "idem", [b"z"], **kwargs)
+            assert result["error_code"] == code, (kwargs, result)
+            assert message in result["error_message"] and result["base_offset"] == -1
+        assert server.log_manager.get_log("idem", 0).log_end_offset == 14
+        await client.aclose()
