@@ -230,8 +230,11 @@ class IdempotentState:
     sequence numbers per partition, and which batch may be sent when.
 
     Sequences are given when a batch is first drained and kept on retries. A retried batch is
-    sent only once it is its partition's first unresolved batch, so a partition's batches reach
-    the log in sequence order whatever failed. A gap the broker cannot fill (a batch failed for
+    sent only once it is its partition's first unresolved batch, and no new batch of the
+    partition is sent while one is being retried: a partition's batches reach the log in
+    sequence order whatever failed, and a retry finds its first attempt still among the 5 batches
+    the broker remembers per producer (with at most 5 requests in flight), so it is answered with
+    its original offsets. A gap the broker cannot fill (a batch failed for
     good, or the broker lost the producer) is closed by a local epoch bump (KIP-360): once none
     of the partition's batches is in flight, its epoch goes up by one and its unresolved batches
     are renumbered from sequence 0 (the broker accepts a new epoch starting at 0).
@@ -274,6 +277,11 @@ class IdempotentState:
                 if state.in_flight or not self._bump(state):
                     return False
             if batch.base_sequence < 0:
+                for earlier in state.unresolved:
+                    if earlier.attempts:
+                        # Retries first: a new batch appended meanwhile would push the first
+                        # attempts of the retried ones out of the broker's 5-batch window.
+                        return False
                 batch.set_producer_state(state.producer_id, state.epoch, state.next_sequence)
                 state.next_sequence = increment_sequence(state.next_sequence, batch.record_count)
                 state.unresolved.append(batch)
