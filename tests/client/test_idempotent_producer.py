@@ -133,6 +133,13 @@ def test_the_trio_producer_retries_lost_responses_and_stores_each_record_once(br
         positions[partition] += 1
 
 
+def test_the_spark_sink_option_turns_idempotence_off_or_insists_on_it():
+    base = {"triolog.bootstrap.servers": "127.0.0.1:9092", "topic": "t"}
+    assert parse_write_options(base).client == {}
+    assert parse_write_options({**base, "triolog.enable.idempotence": "false"}).client == {"enable_idempotence": False}
+    assert parse_write_options({**base, "triolog.enable.idempotence": "true"}).client == {"enable_idempotence": True}
+
+
 def test_the_spark_sink_writes_each_row_once_despite_lost_responses(broker, admin, topic):
     """pipeline/write.py's producer is idempotent by default: a task's retries after a lost
     response store nothing twice."""
