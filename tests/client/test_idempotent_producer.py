@@ -14,7 +14,7 @@ import trio
 from tests.e2e.broker_process import BrokerProcess
 from tests.e2e.fault_proxy import FaultProxy
 from triolog import core
-from triolog.client import Consumer, NewTopic, Producer
+from triolog.client import Consumer, MessageTooLargeError, NewTopic, Producer
 from triolog.client.aio import AsyncProducer
 from triolog.client.producer_core import ProducerConfig, increment_sequence
 from triolog.pipeline.options import parse_write_options
@@ -98,6 +98,20 @@ def test_batches_carry_the_producer_id_epoch_and_per_partition_sequences(bootstr
             assert (batch.producer_id, batch.producer_epoch, batch.base_sequence) == (producer_id, 0, expected)
             expected += len(batch.records)
         assert expected == 100
+
+
+def test_a_batch_refused_for_good_leaves_a_gap_closed_by_an_epoch_bump(bootstrap, admin, topic, raw_batches):
+    """MESSAGE_TOO_LARGE fails a batch that already had its sequences: the next batch would be
+    out of order forever, so the partition bumps its epoch and starts again at sequence 0."""
+    admin.create_topics([NewTopic(topic, 1, configs={"max.message.bytes": "1000"})])
+    with Producer(bootstrap, linger_ms=0) as producer:
+        assert producer.send(topic, b"small-1", partition=0).get(10).offset == 0
+        with pytest.raises(MessageTooLargeError):
+            producer.send(topic, b"x" * 5000, partition=0).get(10)
+        assert producer.send(topic, b"small-2", partition=0).get(10).offset == 1
+        assert producer.metrics()["epoch-bump-total"] == 1
+    assert [(b.producer_epoch, b.base_sequence, [r.value for r in b.records]) for b in raw_batches(topic)] == [
+        (0, 0, [b"small-1"]), (1, 0, [b"small-2"])]
 
 
 def test_without_idempotence_batches_carry_no_producer_id(bootstrap, admin, topic, raw_batches):
