@@ -76,8 +76,8 @@ def main() -> None:
             opens.append(reopened.load_stats.producer_state_load_ms / 1000)
             reopened.close()
         print(f"producers: {args.producers}, snapshot file: {size} bytes ({size / 1e6:.1f} MB), runs: {args.runs}")
-        print(f"encode (median): {median_ms(encode):.1f} ms")
-        print(f"write incl. fsync + rename (median): {median_ms(write):.1f} ms")
+        print(f"encode alone (median): {median_ms(encode):.1f} ms")
+        print(f"take_snapshot: encode + write + fsync + rename (median): {median_ms(write):.1f} ms")
         print(f"load: read + CRC + decode (median): {median_ms(load):.1f} ms")
         print(f"Log.open producer state load (median, load_stats.producer_state_load_ms): {median_ms(opens):.1f} ms")
 

@@ -202,8 +202,7 @@ class Log:
         producer_state = ProducerStateManager(directory, producer_id_expiration_ms, fs)
         producer_state.remove_stray_snapshots(segment.base_offset for segment in segments)
         offsets.producer_batches_replayed = rebuild_producer_state(
-            producer_state, segments, offsets.log_start_offset, offsets.next_offset, clock.milliseconds(),
-            had_clean_shutdown=had_clean_shutdown)
+            producer_state, segments, offsets.log_start_offset, offsets.next_offset, clock.milliseconds())
         offsets.producer_state_load_ms = (time.perf_counter() - started) * 1000
         offsets.producers_loaded = len(producer_state.producers)
         return cls(directory, config, segments, offsets, clock, cache, segment_deleter, fs, producer_state)
@@ -1038,21 +1037,18 @@ class Log:
 
 
 def rebuild_producer_state(psm: ProducerStateManager, segments: LogSegments, log_start_offset: int,
-                           last_offset: int, now_ms: int, *, had_clean_shutdown: bool) -> int:
+                           last_offset: int, now_ms: int) -> int:
     """Bring ``psm`` to ``last_offset`` (the recovered log end): the newest snapshot at or below
     it, then the batch headers after it (Kafka's UnifiedLog.rebuildProducerState; replayed
     batches are not checked, the log is the truth). Snapshots are taken at the base offsets
     of the last two segments passed and at the end. Returns how many batches were replayed.
 
-    A log without snapshots after a clean shutdown (written before producer state existed)
-    is not scanned, as Kafka does for a log from before the snapshot format."""
+    Unlike Kafka, a log without any snapshot is replayed from its start even after a clean
+    shutdown (Kafka skips the scan there, for logs from before the snapshot format): a clean
+    shutdown whose snapshot could not be written (a full disk) must not forget the producers.
+    It costs one header read per batch, once: the replay ends with a snapshot."""
     bases = [segment.base_offset for segment in segments]
     offsets_to_snapshot = set(bases[-2:]) | {last_offset}
-    if psm.latest_snapshot_offset() is None and had_clean_shutdown:
-        for offset in sorted(offsets_to_snapshot):
-            psm.update_map_end_offset(offset)
-            psm.take_snapshot(sync=False)
-        return 0
     psm.truncate_and_reload(log_start_offset, last_offset, now_ms)
     replayed = 0
     map_end = psm.last_map_offset

@@ -114,6 +114,9 @@ class BatchMetadata(NamedTuple):
         return self.last_offset - self.offset_delta
 
 
+_new_tuple = tuple.__new__  # a NamedTuple without its constructor's argument handling (hot path)
+
+
 class ProducerStateEntry:
     """One producer id's epoch and its last batches, oldest first."""
 
@@ -159,8 +162,9 @@ class ProducerStateEntry:
         return False
 
     def add_batch(self, epoch: int, last_seq: int, last_offset: int, offset_delta: int, timestamp: int) -> None:
-        self.maybe_update_producer_epoch(epoch)
-        self.batch_metadata.append(BatchMetadata(last_seq, last_offset, offset_delta, timestamp))
+        if self.producer_epoch != epoch:
+            self.maybe_update_producer_epoch(epoch)
+        self.batch_metadata.append(_new_tuple(BatchMetadata, (last_seq, last_offset, offset_delta, timestamp)))
         self.last_timestamp = timestamp
 
     def find_duplicate_batch(self, epoch: int, first_seq: int, last_seq: int) -> BatchMetadata | None:
@@ -182,6 +186,11 @@ def check_append(entry: ProducerStateEntry | None, producer_id: int, epoch: int,
     """Judge a producer's batch against its state (a leader append): the cached batch it
     duplicates, or None when it may be appended. Raises the wire error otherwise. Pure: the
     caller updates the entry after the append succeeded."""
+    if entry is not None and entry.producer_epoch == epoch and entry.batch_metadata:
+        # The common case first: the next batch in sequence (it cannot equal a cached batch).
+        current_last = entry.batch_metadata[-1][0]
+        if first_seq == current_last + 1 or (first_seq == 0 and current_last == INT32_MAX):
+            return None
     where = f" on {partition}" if partition else ""
     if entry is not None and entry.producer_epoch == epoch and entry.batch_metadata:
         duplicate = entry.find_duplicate_batch(epoch, first_seq, last_seq)
@@ -272,7 +281,7 @@ def decode_snapshot(data) -> list[ProducerStateEntry]:
 def _decode_entries(data) -> list[ProducerStateEntry]:
     entries = []
     append = entries.append
-    new_entry, new_tuple = ProducerStateEntry.__new__, tuple.__new__
+    new_entry, new_tuple = ProducerStateEntry.__new__, _new_tuple
     for (producer_id, epoch, last_seq, last_offset, offset_delta, timestamp, coordinator_epoch,
          txn_first_offset) in _SNAPSHOT_ENTRY.iter_unpack(memoryview(data)[_ENTRIES_OFFSET + 4:]):
         entry = new_entry(ProducerStateEntry)

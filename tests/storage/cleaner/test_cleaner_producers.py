@@ -88,3 +88,33 @@ def test_an_expired_producers_batch_is_no_longer_pinned_after_a_restart(tmp_path
     assert [h for h in headers(log) if h[2] >= 0] == []
     driver.close()
     log.close()
+
+
+def test_a_cleaned_group_keeps_its_base_snapshot_drops_the_merged_ones_and_dedupe_survives_a_restart(tmp_path):
+    clock = ManualClock()
+    log = Log.open(tmp_path / "t-0", compact_config(), clock=clock)
+
+    def produce(key, sequence):
+        batch = encode_batch([Record(0, clock.milliseconds(), key, b"x%d" % sequence)], producer_id=5,
+                             producer_epoch=0, base_sequence=sequence)
+        return log.append_as_leader(batch)
+
+    for sequence in range(4):  # one batch per segment: snapshots at 1, 2, 3, 4
+        produce(b"k", sequence)
+        log.roll()
+    assert sorted(p.name for p in log.directory.glob("*.snapshot")) == [
+        "0000000000000000000%d.snapshot" % o for o in (1, 2, 3, 4)]
+    driver = Driver(tmp_path, {("t", 0): log}, clock)
+    assert driver.run_once()
+    assert [s.base_offset for s in log.segments] == [0, 4]  # segments 0-3 cleaned into one
+    assert sorted(p.name for p in log.directory.glob("*.snapshot*")) == [  # merged-away bases lose theirs
+        "00000000000000000001.snapshot.deleted", "00000000000000000002.snapshot.deleted",
+        "00000000000000000003.snapshot.deleted", "00000000000000000004.snapshot"]
+    driver.close()
+    log.close()
+    reopened = Log.open(tmp_path / "t-0", compact_config(), clock=clock, had_clean_shutdown=True)
+    retry = encode_batch([Record(0, clock.milliseconds(), b"k", b"x3")], producer_id=5, producer_epoch=0,
+                         base_sequence=3)
+    info = reopened.append_as_leader(retry)
+    assert info.duplicate and info.first_offset == 3
+    reopened.close()
