@@ -17,7 +17,8 @@ fresh client process on 127.0.0.1 (a producer, or a consumer reading what a prod
 * ``poll``: ``Consumer.poll()`` from offset 0 until every record was returned, each record
   touched (``len(record.value)``), so every record is really decoded.
 
-acks=1, linger default (5 ms), one partition, ``--batch-size`` bytes per batch, ``--in-flight`` requests. Records/s and MB/s
+acks=1 (``--acks``), linger default (5 ms), one partition, ``--batch-size`` bytes per batch, ``--in-flight``
+requests, ``--idempotence`` on/off (on needs ``--acks all``). Records/s and MB/s
 (value bytes; 1 MB = 10^6 B): medians of ``--reps`` interleaved repetitions. Two client
 implementations run side by side in the same run: ``new`` (this checkout) and ``base`` (the
 source of ``--baseline-ref``, exported with ``git archive`` to a temp directory and run as is,
@@ -93,7 +94,8 @@ elif mode == "call":  # send() alone: the sender sleeps (linger 60 s, one huge b
     count += 1
 else:
     value = b"v" * size
-    with Producer(bootstrap, acks=1, batch_size=args["batch_size"], **args["producer_options"]) as producer:
+    options = {"acks": 1, **args["producer_options"]}
+    with Producer(bootstrap, batch_size=args["batch_size"], **options) as producer:
         producer.send(topic, value, partition=0).get(30)  # metadata and connection outside the timing
         if mode == "send":
             send = producer.send
@@ -184,6 +186,16 @@ def create_topic(port: int, name: str) -> None:
         admin.create_topics([NewTopic(name, num_partitions=1)])
 
 
+def new_client_options(args) -> dict:
+    """This checkout's producer settings from --in-flight, --acks and --idempotence."""
+    options: dict = {"acks": -1 if args.acks in ("all", "-1") else int(args.acks)}
+    if args.in_flight is not None:
+        options["max_in_flight_requests_per_connection"] = args.in_flight
+    if args.idempotence != "default":
+        options["enable_idempotence"] = args.idempotence == "on"
+    return options
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small counts, one rep")
@@ -191,9 +203,12 @@ def main() -> int:
     parser.add_argument("--count", type=int, default=1_000_000, help="records of 100 B per run (1 KiB: a quarter)")
     parser.add_argument("--sizes", default="100,1024", help="value sizes in bytes, comma-separated")
     parser.add_argument("--batch-size", type=int, default=256 * 1024, help="producer batch_size (bytes)")
-    parser.add_argument("--in-flight", type=int, default=5,
-                        help="producer max_in_flight_requests_per_connection of this checkout's client (default 5, "
-                             "Kafka's; the client's own default is 1 until it is idempotent)")
+    parser.add_argument("--in-flight", type=int, default=None,
+                        help="producer max_in_flight_requests_per_connection of this checkout's client (default: "
+                             "the client's own, Kafka's 5 when idempotent, else 1)")
+    parser.add_argument("--acks", default="1", help="producer acks of this checkout's client: 1 (default), -1/all")
+    parser.add_argument("--idempotence", choices=("default", "on", "off"), default="default",
+                        help="this checkout's enable_idempotence ('on' needs --acks all; the default with acks=1 is off)")
     parser.add_argument("--chunk", type=int, default=10_000, help="values per send_many call")
     parser.add_argument("--baseline-ref", default="main", help="git ref of the baseline client ('' for none)")
     parser.add_argument("--baseline-compiled", action="store_true",
@@ -258,7 +273,7 @@ def main() -> int:
                             topic, total = f"bench-{topic_number}", count
                             create_topic(port, topic)
                         # The baseline client may predate max_in_flight_requests_per_connection.
-                        options = {} if name == "base" else {"max_in_flight_requests_per_connection": args.in_flight}
+                        options = {} if name == "base" else new_client_options(args)
                         result = run_worker(root, name == "pure", mode=mode, port=port, topic=topic, size=size, count=total,
                                             batch_size=args.batch_size, chunk=args.chunk, producer_options=options)
                         if mode in ("send", "send_many"):

@@ -22,6 +22,7 @@ its sender thread; under trio the lock is simply never contended.
 
 from __future__ import annotations
 
+import struct
 import threading
 import time
 from collections import deque
@@ -32,6 +33,8 @@ except ModuleNotFoundError:  # Cython is a build-time dependency only
     from triolog.protocol import _cython_shim as cython
 
 import structlog
+
+from crc32c import crc32c
 
 from triolog.protocol.record_batch import HEADER_SIZE
 
@@ -49,6 +52,10 @@ _monotonic = time.monotonic
 _INT64_MAX = 2**63 - 1
 _time = time.time
 _Batch_HEADER = HEADER_SIZE
+#: producerId int64, producerEpoch int16, baseSequence int32 at byte 43 of a v2 batch; the CRC-32C
+#: at byte 17 covers bytes 21 to the end.
+_PRODUCER_STATE = struct.Struct(">qhi")
+_CRC = struct.Struct(">I")
 
 
 @cython.cfunc
@@ -113,6 +120,13 @@ class ProducerBatch:
     _sequence: cython.longlong
     retry_at: cython.double
     _encoded: object
+    # idempotence (Kafka's producer id, epoch and base sequence; -1 when not idempotent)
+    _producer_id: cython.longlong
+    _producer_epoch: cython.int
+    _base_sequence: cython.longlong
+    _sequence_reset: cython.bint
+    #: drain's can_send refused it: next_deadline waits for a wakeup instead (no busy loop).
+    _blocked: cython.bint
     # outcome
     _completed: cython.bint
     _base_offset: cython.longlong
@@ -135,6 +149,11 @@ class ProducerBatch:
         self._sequence = 0
         self.retry_at = 0.0
         self._encoded = None
+        self._producer_id = -1
+        self._producer_epoch = -1
+        self._base_sequence = -1
+        self._sequence_reset = False
+        self._blocked = False
         self._completed = False
         self._base_offset = -1
         self._log_append_time = -1
@@ -170,6 +189,43 @@ class ProducerBatch:
     def finished(self) -> bool:
         return self._finished
 
+    @property
+    def producer_id(self) -> int:
+        return self._producer_id
+
+    @property
+    def producer_epoch(self) -> int:
+        return self._producer_epoch
+
+    @property
+    def base_sequence(self) -> int:
+        """-1 until the idempotent sender first drains the batch; kept on retries."""
+        return self._base_sequence
+
+    @property
+    def sequence_reset(self) -> bool:
+        """True once the batch was renumbered after an epoch bump (Kafka's sequenceHasBeenReset)."""
+        return self._sequence_reset
+
+    @property
+    def record_count(self) -> int:
+        return len(self._records)
+
+    def set_producer_state(self, producer_id: int, producer_epoch: int, base_sequence: int,
+                           reset: bool = False) -> None:
+        """Stamp the batch with its producer id, epoch and base sequence. Already encoded (a
+        renumbered retry), its header is patched and its CRC recomputed, not the records re-encoded."""
+        self._producer_id = producer_id
+        self._producer_epoch = producer_epoch
+        self._base_sequence = base_sequence
+        if reset:
+            self._sequence_reset = True
+        if self._encoded is not None:
+            data = bytearray(self._encoded)
+            _PRODUCER_STATE.pack_into(data, 43, producer_id, producer_epoch, base_sequence)
+            _CRC.pack_into(data, 17, crc32c(memoryview(data)[21:]))
+            self._encoded = bytes(data)
+
     def record_size(self, key, value, timestamp: int, headers) -> int:
         """Bytes the record would add to this batch (Kafka's DefaultRecord.sizeInBytes)."""
         count = len(self._records)
@@ -194,7 +250,8 @@ class ProducerBatch:
             from triolog.protocol.records import build_batch
 
             self._encoded = build_batch(self._records, compression=compression, compression_level=level,
-                                        size_hint=self._size)
+                                        producer_id=self._producer_id, producer_epoch=self._producer_epoch,
+                                        base_sequence=self._base_sequence, size_hint=self._size)
         return self._encoded
 
     # -- outcome -------------------------------------------------------------------------------
@@ -659,14 +716,14 @@ class RecordAccumulator:
             ts = timestamp_ms
         else:
             return None
-        now = -1.0  # read by _new_batch only when it needs it
         n = 0
-        if partition is None or self._acks0:
-            now = _monotonic()
-            entry = self._known.get(topic)
-            if entry is None or now > entry[1]:
-                return None
-            n = entry[0]
+        # Like Kafka's producer, a record waits for its topic's metadata also when its partition
+        # is given: a send to a topic being auto-created is not refused and retried.
+        now = _monotonic()
+        entry = self._known.get(topic)
+        if entry is None or now > entry[1]:
+            return None
+        n = entry[0]
         if partition is None:
             if key is not None:
                 partition = self._partition_for_key(key, n)
@@ -744,8 +801,10 @@ class RecordAccumulator:
             return False
         return head.closed or len(queue) > 1 or self._flushes > 0 or now >= head._created + self._linger_s
 
-    def drain(self, now: float) -> list:
-        """The ready head batches, one per partition, removed from their queues and closed."""
+    def drain(self, now: float, can_send=None) -> list:
+        """The ready head batches, one per partition, removed from their queues and closed.
+        ``can_send(batch)``, if given, is asked (under the lock) about each ready head batch: False
+        leaves it queued (the idempotent producer's ordering rules; it may stamp the batch)."""
         head: ProducerBatch
         batch: ProducerBatch
         with self._lock:
@@ -758,9 +817,12 @@ class RecordAccumulator:
                         break
                     queue.popleft()  # failed while queued for a retry: never resend
                 if queue and self._ready(queue, now):
-                    batch = queue.popleft()
-                    batch.closed = True
-                    out.append(batch)
+                    head = queue[0]
+                    head._blocked = can_send is not None and not can_send(head)
+                    if not head._blocked:
+                        batch = queue.popleft()
+                        batch.closed = True
+                        out.append(batch)
                 if not queue:
                     del self._queues[tp]
             return out
@@ -772,6 +834,8 @@ class RecordAccumulator:
             deadlines = []
             for queue in self._queues.values():
                 head = queue[0]
+                if head._blocked:
+                    continue  # until a response unblocks it (the sender is woken then)
                 if head.retry_at:
                     deadlines.append(head.retry_at)
                 elif head.closed or len(queue) > 1 or self._flushes:

@@ -391,11 +391,10 @@ class AsyncProducer(_AsyncClient):
         await trio.lowlevel.checkpoint()
         core = self._core
         values, keys, headers, timestamps, _ = core.check_many(topic, values, keys, headers, partition, timestamps)
-        num_partitions = None
-        if partition is None or core.config.acks == 0:
-            num_partitions = core.num_partitions_cached(topic)
-            if num_partitions is None:
-                num_partitions = await self._run(core.topic_op(topic))
+        # The topic's metadata first, also for a given partition (Kafka's waitOnMetadata).
+        num_partitions = core.num_partitions_cached(topic)
+        if num_partitions is None:
+            num_partitions = await self._run(core.topic_op(topic))
         runs = []
         count = len(values)
         for start in range(0, count, SEND_MANY_SLICE):
@@ -424,6 +423,11 @@ class AsyncProducer(_AsyncClient):
                     f"buffer_memory ({self.config.buffer_memory} bytes) still full after {self.config.max_block_ms} ms",
                     topic=topic)
 
+    def metrics(self) -> dict[str, int]:
+        """The producer's counters: ``record-retry-total``, ``batch-retry-total`` (Kafka's names),
+        ``epoch-bump-total`` and its ``producer-id`` (-1 without idempotence)."""
+        return self._core.metrics()
+
     async def flush(self) -> None:
         """Send everything buffered now and wait until each record is acknowledged or failed."""
         batches = self._core.accumulator.begin_flush()
@@ -438,8 +442,10 @@ class AsyncProducer(_AsyncClient):
         accumulator, conn = self._core.accumulator, self._conn
         while not self._stopping:
             self._wakeup = trio.Event()
+            if self._core.needs_producer_id and accumulator.has_queued() and not await self._init_producer_id():
+                continue
             await self._slots.acquire()
-            batches = accumulator.drain(now())
+            batches = accumulator.drain(now(), self._core.can_send)
             if not batches:
                 self._slots.release()
                 deadline = accumulator.next_deadline()
@@ -471,6 +477,19 @@ class AsyncProducer(_AsyncClient):
                     await self._slots.acquire()
                 for _ in range(limit):
                     self._slots.release()
+
+    async def _init_producer_id(self) -> bool:
+        """An idempotent producer's id, before its first batch; False (the queued batches failed
+        with the error, after a backoff) if the broker did not give one."""
+        try:
+            await run_async(self._core.init_producer_id_op(), self._conn)
+            return True
+        except Exception as exc:
+            self._core.fail_queued(exc)
+            self._space.set()
+            self._space = trio.Event()
+            await trio.sleep(self.config.retry_backoff_ms / 1000)
+            return False
 
     async def _receiver(self, written) -> None:
         """Handle each written request's response, in the order the requests were written."""

@@ -343,7 +343,8 @@ class RequestNotSentError(BrokerConnectionError):
 class ResponseLostError(BrokerConnectionError):
     """The request was written but no response came (connection lost, or request timeout).
 
-    The broker may or may not have acted on it. Never retried for produce: that could duplicate.
+    The broker may or may not have acted on it. Retried for produce only by an idempotent producer
+    (the broker answers a duplicate with the original offsets); otherwise it could store records twice.
     """
 
 

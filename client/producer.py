@@ -127,11 +127,10 @@ class Producer:
             raise ProducerClosedError("send_many() after close()", topic=topic)
         core = self._core
         values, keys, headers, timestamps, total = core.check_many(topic, values, keys, headers, partition, timestamps)
-        num_partitions = None
-        if partition is None or core.config.acks == 0:
-            num_partitions = core.num_partitions_cached(topic)
-            if num_partitions is None:
-                num_partitions = run_sync(core.topic_op(topic), self._conn)
+        # The topic's metadata first, also for a given partition (Kafka's waitOnMetadata).
+        num_partitions = core.num_partitions_cached(topic)
+        if num_partitions is None:
+            num_partitions = run_sync(core.topic_op(topic), self._conn)
         count = len(values)
         if count <= SEND_MANY_SLICE and core.accumulator.buffered_bytes + total <= core.config.buffer_memory:
             return core.append_many(topic, values, keys, headers, partition, timestamps, num_partitions)
@@ -160,6 +159,11 @@ class Producer:
                     raise ClientTimeoutError(
                         f"buffer_memory ({self.config.buffer_memory} bytes) still full after {self.config.max_block_ms} ms",
                         topic=topic)
+
+    def metrics(self) -> dict[str, int]:
+        """The producer's counters: ``record-retry-total``, ``batch-retry-total`` (Kafka's names),
+        ``epoch-bump-total`` and its ``producer-id`` (-1 without idempotence)."""
+        return self._core.metrics()
 
     def flush(self, timeout: float | None = None) -> None:
         """Send everything buffered now, without waiting for linger; wait until each is acknowledged
@@ -220,12 +224,15 @@ class Producer:
         self._core.abort_queued(reason)
 
     def _send_until_stopped(self) -> None:
-        accumulator, slots, conn = self._core.accumulator, self._slots, self._conn
+        core = self._core
+        accumulator, slots, conn = core.accumulator, self._slots, self._conn
         while not self._stopping:
             self._wakeup.clear()
+            if core.needs_producer_id and accumulator.has_queued() and not self._init_producer_id():
+                continue
             if not slots.acquire(timeout=0.1):  # every slot taken: the receiver frees one and wakes us
                 continue
-            batches = accumulator.drain(time.monotonic())
+            batches = accumulator.drain(time.monotonic(), core.can_send)
             if not batches:
                 slots.release()
                 deadline = accumulator.next_deadline()
@@ -249,6 +256,19 @@ class Producer:
                 # The batches may be sent again: let the receiver put them back before anything
                 # newer is written (on a fresh connection a newer batch would overtake them).
                 self._wait_until_idle()
+
+    def _init_producer_id(self) -> bool:
+        """An idempotent producer's id, before its first batch; False (the queued batches failed
+        with the error, after a backoff) if the broker did not give one."""
+        try:
+            run_sync(self._core.init_producer_id_op(), self._conn)
+            return True
+        except Exception as exc:
+            self._core.fail_queued(exc)
+            with self._space:
+                self._space.notify_all()
+            self._wakeup.wait(self.config.retry_backoff_ms / 1000)
+            return False
 
     def _wait_until_idle(self) -> None:
         """Until every written request has been handled (every slot free), or the producer stops."""

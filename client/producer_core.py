@@ -2,9 +2,19 @@
 
 The flavours only decide *when* to run these operations (a sender thread, or a trio task).
 
+Idempotence
+-----------
+``enable_idempotence`` (Kafka's ``enable.idempotence``, on by default as in Kafka 3.0+, which
+needs ``acks=-1``, ``retries > 0`` and at most 5 requests in flight): before its first batch the
+producer asks the broker for a producer id (``init_producer_id``); each batch carries that id, an
+epoch and the base sequence of its first record in the v2 header. Sequences count records per
+partition, are given when a batch is first drained and kept on every retry, so the broker
+recognises a batch it already has and answers it with the ORIGINAL offsets instead of appending
+it again. See :class:`IdempotentState` for the ordering and epoch-bump rules.
+
 Retry rule
 ----------
-A batch is sent again only when the broker cannot have appended it:
+Always retried (until ``retries`` attempts or ``delivery_timeout_ms``):
 
 * :class:`triolog.client.errors.RequestNotSentError`: the connection failed (or could not be opened)
   before the whole request frame was written. The broker acts on whole frames only.
@@ -13,34 +23,42 @@ A batch is sent again only when the broker cannot have appended it:
   producer does: produce itself never creates one); if the topic exists but has no such
   partition the batch fails at once, since waiting cannot make the partition appear.
 
-Retries wait ``retry_backoff_ms`` and stop after ``retries`` attempts or once the batch is older
-than ``delivery_timeout_ms``; the batch then fails with the last error. Everything else fails the
-batch's futures without a retry, in particular a connection lost after the request was written
-(:class:`ResponseLostError`: every request outstanding on that connection) and
-``REQUEST_TIMED_OUT`` (appended, fsync unconfirmed): the records may be in the log, and sending
-them again could store them twice. Records are never silently duplicated.
+An idempotent producer also retries what may or may not have been appended, since a duplicate
+is answered, not stored: a connection lost after the request was written
+(:class:`ResponseLostError`), ``REQUEST_TIMED_OUT`` (appended, fsync unconfirmed),
+``KAFKA_STORAGE_ERROR``, and, as Kafka 3.x's idempotent producer does,
+``OUT_OF_ORDER_SEQUENCE_NUMBER`` (an earlier batch of the partition failed: wait for it; or a
+real gap: bump the epoch) and ``UNKNOWN_PRODUCER_ID`` (the broker lost the producer's state:
+bump the epoch). ``DUPLICATE_SEQUENCE_NUMBER`` completes the batch as success with offset -1.
+
+Without idempotence, everything else fails the batch's futures without a retry, in particular
+``ResponseLostError`` and ``REQUEST_TIMED_OUT``: the records may be in the log, and sending them
+again could store them twice. Records are never silently duplicated.
+
+Retries wait ``retry_backoff_ms``; a batch past its limits fails with the last error.
 
 In flight
 ---------
 Up to ``max_in_flight_requests_per_connection`` produce requests (Kafka's setting) are
-outstanding at once. The default is 1 until the producer is idempotent: Kafka's default of 5 is
-safe there because sequence numbers keep order, and without them the common first send to a
-topic that is being auto-created (refused, retried after a later batch landed) reordered
-records. Up to that many requests are outstanding; their responses are handled in the order the requests were sent. A
-retried batch goes back to its partition's queue ahead of every batch never sent, behind the
-batches already put back (so a wave of failures is resent in its order). The ordering caveat is
-Kafka's own for a non-idempotent producer: with more than one request in flight and retries
-allowed, a batch retried after a *later* batch of its partition was appended lands after it.
-Only the two retriable cases above can cause that (a frame that never left, an unknown partition
-that then appears). With ``max_in_flight_requests_per_connection=1`` records keep their order
-whatever happens.
+outstanding at once; their responses are handled in the order the requests were sent. The
+default is Kafka's 5 for an idempotent producer, whose sequence numbers keep each partition's
+records in order whatever fails, and 1 otherwise: without sequence numbers, a batch retried after
+a *later* batch of its partition was appended lands after it (Kafka's own caveat for a
+non-idempotent producer). A retried batch goes back to its partition's queue ahead of every
+batch never sent, in the order the batches were made.
+
+Like Kafka's producer, a record waits for its topic's metadata (looked up, and the topic
+auto-created, on first use) also when its partition is given.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass
 from typing import NamedTuple
+
+import structlog
 
 from triolog.protocol import messages as m
 from triolog.protocol.errors import ErrorCode
@@ -48,9 +66,10 @@ from triolog.protocol.record_batch import CompressionType
 
 from triolog import core
 
-from .errors import InvalidResponseError, ProducerClosedError, SerializationError, TriologClientError, error_for
+from .errors import (BrokerConnectionError, InvalidResponseError, ProducerClosedError, SerializationError,
+                     TriologClientError, error_for)
 from .metadata import MetadataCache
-from .ops import Call, Op, check_response, now
+from .ops import Call, Op, Sleep, check_response, now
 from .serde import Serializer, as_topic_function
 
 #: The accumulator this process runs: compiled when built (see :mod:`triolog.core`).
@@ -68,6 +87,12 @@ Headers = tuple[tuple[str, bytes | None], ...]
 KNOWN_TOPIC_S = 1.0
 
 __all__ = ["ProducerConfig", "ProducerCore", "parse_compression"]
+
+_log = structlog.get_logger("triolog.client.producer")
+
+#: Kafka's bound on requests in flight for an idempotent producer (the broker keeps the last 5
+#: batches per producer to answer duplicates).
+MAX_IN_FLIGHT_IDEMPOTENT = 5
 
 
 def check_timestamp(value, what: str) -> int:
@@ -112,9 +137,13 @@ class ProducerConfig:
     buffer_memory: int = 32 * 1024 * 1024
     metadata_max_age_ms: int = 300_000
     client_id: str = "triolog-producer"
-    #: Produce requests outstanding at once on the connection (see "In flight" above); 1 keeps
-    #: records in order whatever happens.
-    max_in_flight_requests_per_connection: int = 1
+    #: Produce requests outstanding at once on the connection (see "In flight" above). None:
+    #: Kafka's 5 for an idempotent producer, 1 otherwise (which keeps records in order).
+    max_in_flight_requests_per_connection: int | None = None
+    #: Kafka's ``enable.idempotence`` (see "Idempotence" above). None: Kafka 3.0+'s default, on
+    #: unless acks, retries or max_in_flight_requests_per_connection rule it out (then off,
+    #: logged); True with such a setting is a ValueError.
+    enable_idempotence: bool | None = None
 
     def __post_init__(self) -> None:
         acks = {"all": -1, "-1": -1, "1": 1, "0": 0}.get(self.acks, self.acks) if isinstance(self.acks, str) else self.acks
@@ -125,8 +154,30 @@ class ProducerConfig:
         if self.batch_size < 0 or self.linger_ms < 0:
             raise ValueError("batch_size and linger_ms cannot be negative")
         in_flight = self.max_in_flight_requests_per_connection
-        if isinstance(in_flight, bool) or not isinstance(in_flight, int) or in_flight < 1:
+        if in_flight is not None and (isinstance(in_flight, bool) or not isinstance(in_flight, int) or in_flight < 1):
             raise ValueError(f"max_in_flight_requests_per_connection must be an int >= 1, got {in_flight!r}")
+        idempotence = self.enable_idempotence
+        if idempotence is not None and not isinstance(idempotence, bool):
+            raise ValueError(f"enable_idempotence must be True, False or None, got {idempotence!r}")
+        # Kafka's ProducerConfig.postProcessAndValidateIdempotenceConfigs.
+        conflicts = []
+        if acks != -1:
+            conflicts.append(f"acks={acks} (idempotence needs acks=-1, 'all')")
+        if self.retries == 0:
+            conflicts.append("retries=0 (idempotence needs retries > 0)")
+        if in_flight is not None and in_flight > MAX_IN_FLIGHT_IDEMPOTENT:
+            conflicts.append(f"max_in_flight_requests_per_connection={in_flight} "
+                             f"(idempotence needs at most {MAX_IN_FLIGHT_IDEMPOTENT})")
+        if idempotence is None:
+            idempotence = not conflicts
+            if conflicts:
+                _log.info("idempotence_disabled", reason="; ".join(conflicts))
+        elif idempotence and conflicts:
+            raise ValueError("enable_idempotence=True conflicts with " + "; ".join(conflicts))
+        object.__setattr__(self, "enable_idempotence", idempotence)
+        if in_flight is None:
+            object.__setattr__(self, "max_in_flight_requests_per_connection",
+                               MAX_IN_FLIGHT_IDEMPOTENT if idempotence else 1)
 
 
 class PreparedRecord(NamedTuple):
@@ -140,6 +191,168 @@ class PreparedRecord(NamedTuple):
     timestamp: int
     headers: Headers
     size: int
+
+
+INT32_MAX = 2**31 - 1
+INT16_MAX = 2**15 - 1
+
+#: Errors after which a batch may or may not be in the log: retried only by an idempotent
+#: producer (the broker answers a duplicate with the original's offsets).
+_MAYBE_APPENDED = frozenset((ErrorCode.REQUEST_TIMED_OUT, ErrorCode.KAFKA_STORAGE_ERROR,
+                             ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.UNKNOWN_PRODUCER_ID))
+
+
+def increment_sequence(sequence: int, increment: int) -> int:
+    """Kafka's DefaultRecordBatch.incrementSequence: int32 sequences wrap from 2^31-1 to 0."""
+    return (sequence + increment) % (INT32_MAX + 1)
+
+
+class PartitionSequences:
+    """One partition's idempotence bookkeeping (Kafka's TxnPartitionEntry, no transactions)."""
+
+    __slots__ = ("producer_id", "epoch", "next_sequence", "last_acked_sequence", "unresolved", "in_flight",
+                 "bump_requested")
+
+    def __init__(self, producer_id: int, epoch: int) -> None:
+        self.producer_id = producer_id
+        self.epoch = epoch
+        self.next_sequence = 0
+        self.last_acked_sequence = -1
+        #: Batches given a sequence and not finished yet, in sequence order.
+        self.unresolved: list = []
+        #: Those of them written and not yet answered.
+        self.in_flight: set = set()
+        self.bump_requested = False
+
+
+class IdempotentState:
+    """Kafka's TransactionManager for an idempotent producer: the producer id and epoch, the
+    sequence numbers per partition, and which batch may be sent when.
+
+    Sequences are given when a batch is first drained and kept on retries. A retried batch is
+    sent only once it is its partition's first unresolved batch, and no new batch of the
+    partition is sent while one is being retried: a partition's batches reach the log in
+    sequence order whatever failed, and a retry finds its first attempt still among the 5 batches
+    the broker remembers per producer (with at most 5 requests in flight), so it is answered with
+    its original offsets. A gap the broker cannot fill (a batch failed for
+    good, or the broker lost the producer) is closed by a local epoch bump (KIP-360): once none
+    of the partition's batches is in flight, its epoch goes up by one and its unresolved batches
+    are renumbered from sequence 0 (the broker accepts a new epoch starting at 0).
+
+    Thread-safe: ``can_send`` runs under the accumulator's lock in the sender, the rest in the
+    receiver; this lock is always taken after the accumulator's, never before.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.producer_id = -1
+        self.producer_epoch = -1
+        #: An epoch of a partition reached Short.MAX: the next bump needs a new producer id.
+        self.new_id_needed = False
+        self.partitions: dict = {}
+        self.epoch_bumps = 0
+
+    @property
+    def needs_producer_id(self) -> bool:
+        return self.producer_id < 0 or self.new_id_needed
+
+    def set_producer_id(self, producer_id: int, epoch: int) -> None:
+        with self._lock:
+            self.producer_id, self.producer_epoch = producer_id, epoch
+            self.new_id_needed = False
+
+    def _state(self, tp) -> PartitionSequences:
+        state = self.partitions.get(tp)
+        if state is None:
+            state = self.partitions[tp] = PartitionSequences(self.producer_id, self.producer_epoch)
+        return state
+
+    def can_send(self, batch) -> bool:
+        """Whether the drained head ``batch`` may be written now; a new batch gets its sequence."""
+        with self._lock:
+            if self.producer_id < 0:
+                return False
+            state = self._state(batch.tp)
+            if state.bump_requested:
+                if state.in_flight or not self._bump(state):
+                    return False
+            if batch.base_sequence < 0:
+                for earlier in state.unresolved:
+                    if earlier.attempts:
+                        # Retries first: a new batch appended meanwhile would push the first
+                        # attempts of the retried ones out of the broker's 5-batch window.
+                        return False
+                batch.set_producer_state(state.producer_id, state.epoch, state.next_sequence)
+                state.next_sequence = increment_sequence(state.next_sequence, batch.record_count)
+                state.unresolved.append(batch)
+            elif not state.unresolved or state.unresolved[0] is not batch:
+                return False  # a retry waits until every earlier batch of its partition is resolved
+            state.in_flight.add(batch)
+            return True
+
+    def _bump(self, state: PartitionSequences) -> bool:
+        if state.epoch >= INT16_MAX or state.producer_id != self.producer_id:
+            if state.producer_id == self.producer_id:
+                self.new_id_needed = True  # the sender asks init_producer_id for a new id first
+                return False
+            state.producer_id, state.epoch = self.producer_id, self.producer_epoch
+        else:
+            state.epoch += 1
+        sequence = 0
+        for batch in state.unresolved:
+            batch.set_producer_state(state.producer_id, state.epoch, sequence, True)
+            sequence = increment_sequence(sequence, batch.record_count)
+        state.next_sequence = sequence
+        state.last_acked_sequence = -1
+        state.bump_requested = False
+        self.epoch_bumps += 1
+        _log.info("producer_epoch_bumped", topic=batch_topic(state), producer_id=state.producer_id,
+                  epoch=state.epoch, renumbered=len(state.unresolved))
+        return True
+
+    def answered(self, batch) -> None:
+        """The batch's request got its outcome (it is finished or goes back to its queue)."""
+        with self._lock:
+            state = self.partitions.get(batch.tp)
+            if state is not None:
+                state.in_flight.discard(batch)
+
+    def acknowledged(self, batch) -> None:
+        with self._lock:
+            state = self.partitions.get(batch.tp)
+            if state is None or batch not in state.unresolved:
+                return
+            state.unresolved.remove(batch)
+            if batch.producer_epoch == state.epoch and batch.producer_id == state.producer_id:
+                state.last_acked_sequence = increment_sequence(batch.base_sequence, batch.record_count - 1)
+
+    def failed(self, batch) -> None:
+        """The batch failed for good: its sequences leave a gap, closed by an epoch bump."""
+        with self._lock:
+            state = self.partitions.get(batch.tp)
+            if state is None or batch not in state.unresolved:
+                return
+            state.unresolved.remove(batch)
+            state.bump_requested = True
+
+    def reaction(self, batch, code: int, sent: tuple[int, int], log_start_offset: int) -> bool:
+        """Kafka 3.x's reaction to OUT_OF_ORDER_SEQUENCE_NUMBER / UNKNOWN_PRODUCER_ID for an
+        idempotent producer (TransactionManager.canRetry): always a retry, with an epoch bump
+        for the partition when the broker really misses the sequences before this batch."""
+        with self._lock:
+            state = self.partitions.get(batch.tp)
+            if state is None or sent != (batch.producer_epoch, batch.base_sequence) or batch.sequence_reset:
+                return True  # renumbered since it was sent: resend with its new numbers
+            if code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER:
+                if batch.base_sequence == increment_sequence(state.last_acked_sequence, 1):
+                    state.bump_requested = True  # the next batch expected, refused: a real gap
+            elif code == ErrorCode.UNKNOWN_PRODUCER_ID and log_start_offset != -1:
+                state.bump_requested = True  # the broker lost this producer (retention, expiry)
+            return True
+
+
+def batch_topic(state: PartitionSequences) -> str | None:
+    return state.unresolved[0].tp.topic if state.unresolved else None
 
 
 class ProducerCore:
@@ -159,6 +372,52 @@ class ProducerCore:
         self.accumulator = RecordAccumulator(batch_size=config.batch_size, linger_s=config.linger_ms / 1000)
         self.accumulator.configure_fast_path(self.key_serializer is None and self.value_serializer is None,
                                              config.buffer_memory, config.acks)
+        #: The sequence bookkeeping of an idempotent producer (None when idempotence is off).
+        self.idempotence = IdempotentState() if config.enable_idempotence else None
+        #: What drain() asks before taking a partition's head batch.
+        self.can_send = None if self.idempotence is None else self.idempotence.can_send
+        #: Counters (Kafka's producer metrics record-retry-total and friends), see metrics().
+        self.batch_retries = 0
+        self.record_retries = 0
+
+    def metrics(self) -> dict[str, int]:
+        """The producer's own counters, by Kafka's metric names where one exists."""
+        return {
+            "record-retry-total": self.record_retries,
+            "batch-retry-total": self.batch_retries,
+            "producer-id": -1 if self.idempotence is None else self.idempotence.producer_id,
+            "epoch-bump-total": 0 if self.idempotence is None else self.idempotence.epoch_bumps,
+        }
+
+    @property
+    def needs_producer_id(self) -> bool:
+        """The sender must run init_producer_id_op before draining."""
+        return self.idempotence is not None and self.idempotence.needs_producer_id
+
+    def init_producer_id_op(self) -> Op[None]:
+        """Get a producer id and epoch (Kafka's InitProducerId with a null transactional id),
+        retrying retriable errors until ``max_block_ms``."""
+        config = self.config
+        deadline = now() + config.max_block_ms / 1000
+        while True:
+            request = m.InitProducerIdRequest(id=0, transactional_id=None, transaction_timeout_ms=INT32_MAX)
+            try:
+                doc = yield Call(request, config.request_timeout_ms / 1000)
+                check_response(doc)
+            except TriologClientError as exc:
+                if ((exc.retriable or isinstance(exc, BrokerConnectionError))
+                        and now() + config.retry_backoff_ms / 1000 < deadline):
+                    yield Sleep(config.retry_backoff_ms / 1000)
+                    continue
+                raise
+            self.idempotence.set_producer_id(doc["producer_id"], doc["producer_epoch"])
+            _log.debug("producer_id_assigned", producer_id=doc["producer_id"], epoch=doc["producer_epoch"])
+            return
+
+    def fail_queued(self, error: BaseException) -> None:
+        """Fail every batch not yet sent with ``error`` (init_producer_id failed)."""
+        for batch in self.accumulator.take_all():
+            self._fail(batch, error)
 
     # -- send() ------------------------------------------------------------------------------
 
@@ -166,25 +425,20 @@ class ProducerCore:
                        timestamp_ms: int | None = None) -> PreparedRecord | None:
         """prepare_op without I/O (send()'s fast path): the record, or None when the topic's
         metadata must be fetched first."""
-        description = None
-        if partition is None:
-            description = self.metadata.get(topic)
-            if description is None:
-                return None
-        elif self.config.acks == 0 and self.metadata.get(topic) is None:
-            return None  # no response will tell us the topic is missing: look it up (and create it) first
+        # Like Kafka's producer (waitOnMetadata), also a record for a given partition waits for
+        # its topic's metadata: a topic being auto-created is looked up (and created) first,
+        # not sent to, refused and retried.
+        description = self.metadata.get(topic)
+        if description is None:
+            return None
         return self._prepare(topic, value, key, headers, partition, timestamp_ms, description)
 
     def prepare_op(self, topic: str, value, key=None, headers=(), partition: int | None = None,
                    timestamp_ms: int | None = None) -> Op[PreparedRecord]:
         """Check and encode one record and resolve its partition (metadata only when needed)."""
-        description = None
-        if partition is None or self.config.acks == 0:
-            if not isinstance(topic, str) or not topic:
-                raise TypeError(f"topic must be a non-empty str, got {topic!r}")
-            found = yield from self.metadata.topic_op(topic, self.config.max_block_ms / 1000)
-            if partition is None:
-                description = found
+        if not isinstance(topic, str) or not topic:
+            raise TypeError(f"topic must be a non-empty str, got {topic!r}")
+        description = yield from self.metadata.topic_op(topic, self.config.max_block_ms / 1000)
         return self._prepare(topic, value, key, headers, partition, timestamp_ms, description)
 
     def _prepare(self, topic, value, key, headers, partition, timestamp_ms, description) -> PreparedRecord:
@@ -197,13 +451,13 @@ class ProducerCore:
         key, value = to_bytes(key, "key"), to_bytes(value, "value")
         headers = normalize_headers(headers)
         timestamp = int(time.time() * 1000) if timestamp_ms is None else check_timestamp(timestamp_ms, "timestamp_ms")
-        num_partitions = None
+        num_partitions = len(description.partitions)
+        self.accumulator.learn(topic, num_partitions, now() + KNOWN_TOPIC_S)
         if partition is not None:
             if isinstance(partition, bool) or not isinstance(partition, int) or partition < 0:
                 raise ValueError(f"partition must be an int >= 0, got {partition!r}")
+            num_partitions = None
         else:
-            num_partitions = len(description.partitions)
-            self.accumulator.learn(topic, num_partitions, now() + KNOWN_TOPIC_S)
             if key is not None:
                 partition = partition_for_key(key, num_partitions)
         size = 80 + len(key or b"") + len(value or b"")
@@ -319,10 +573,13 @@ class ProducerCore:
 
     def _send_op(self, batches: list[ProducerBatch]) -> Op[None]:
         request = self.produce_request(batches)
+        idempotence = self.idempotence
+        # What each batch carried in this request (an epoch bump may renumber it meanwhile).
+        sent = {batch: (batch.producer_epoch, batch.base_sequence) for batch in batches} if idempotence else None
         timeout_s = self.config.request_timeout_ms / 1000 + 5.0  # the broker's own wait, plus slack
         try:
             doc = yield Call(request, timeout_s)
-        except TriologClientError as exc:  # RequestNotSentError is retriable; ResponseLostError is not
+        except TriologClientError as exc:  # RequestNotSentError is retriable; ResponseLostError only if idempotent
             for batch in batches:
                 self._retry_or_fail(batch, exc)
             return
@@ -343,12 +600,21 @@ class ProducerCore:
                 self._fail(batch, InvalidResponseError("the produce response has no result for this partition",
                                                        topic=batch.tp.topic, partition=batch.tp.partition))
             elif result["error_code"] == ErrorCode.NONE:
+                # A retried batch the broker already had is answered with its original offsets.
                 self._complete(batch, result["base_offset"], result["log_append_time"])
+            elif result["error_code"] == ErrorCode.DUPLICATE_SEQUENCE_NUMBER and idempotence is not None:
+                # Kafka's client: appended before, offsets no longer known (an old broker's answer).
+                self._complete(batch, -1, -1)
             else:
-                error = error_for(result["error_code"], result.get("error_message"),
+                code = result["error_code"]
+                error = error_for(code, result.get("error_message"),
                                   topic=batch.tp.topic, partition=batch.tp.partition)
-                if result["error_code"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
                     unknown.append((batch, error))
+                elif idempotence is not None and code in _MAYBE_APPENDED:
+                    if code in (ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.UNKNOWN_PRODUCER_ID):
+                        idempotence.reaction(batch, code, sent[batch], result.get("log_start_offset", -1))
+                    self._retry_or_fail(batch, error)
                 else:
                     self._fail(batch, error)
         if unknown:
@@ -371,20 +637,37 @@ class ProducerCore:
                     continue
             self._retry_or_fail(batch, error)
 
+    def _retriable(self, error: TriologClientError) -> bool:
+        if error.retriable:
+            return True
+        # Idempotent: also what may have been appended (the broker dedupes the retry).
+        return self.idempotence is not None and (isinstance(error, BrokerConnectionError)
+                                                 or error.code in _MAYBE_APPENDED)
+
     def _retry_or_fail(self, batch: ProducerBatch, error: TriologClientError) -> None:
         config = self.config
         retry_at = now() + config.retry_backoff_ms / 1000
-        if (error.retriable and batch.attempts < config.retries
+        if (self._retriable(error) and batch.attempts < config.retries
                 and retry_at < batch.created + config.delivery_timeout_ms / 1000):
+            if self.idempotence is not None:
+                self.idempotence.answered(batch)  # before it is queued: the sender may take it at once
+            self.batch_retries += 1
+            self.record_retries += batch.record_count
             self.accumulator.requeue(batch, retry_at)
         else:
             self._fail(batch, error)
 
     def _complete(self, batch: ProducerBatch, base_offset: int, log_append_time: int) -> None:
+        if self.idempotence is not None:
+            self.idempotence.answered(batch)
+            self.idempotence.acknowledged(batch)
         if self.accumulator.finish(batch):
             batch.complete(base_offset, log_append_time)
 
     def _fail(self, batch: ProducerBatch, error: BaseException) -> None:
+        if self.idempotence is not None:
+            self.idempotence.answered(batch)
+            self.idempotence.failed(batch)
         if self.accumulator.finish(batch):
             batch.fail(error)
 

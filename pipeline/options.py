@@ -160,7 +160,7 @@ def _client_settings(options: Mapping[str, str], config_cls, fixed: dict[str, st
             raise OptionError(key, f"not a client setting this uses (known: {known})")
         kind = str(field.type)  # annotations are strings here: "int", "float | None", "CompressionType | str"
         try:
-            if kind == "bool":
+            if kind in ("bool", "bool | None"):
                 value: Any = _BOOL[raw.strip().lower()]
             elif "str" in kind:
                 value = raw

@@ -3,8 +3,11 @@
 Columns as Spark's Kafka sink: ``value`` (required), ``key``, ``headers``, ``topic`` (the
 ``topic`` option overrides it) and ``partition`` (absent or null: the producer's partitioner,
 murmur2 of the key as Kafka's default, sticky for keyless records). Any record the broker does
-not acknowledge fails the task, so Spark retries it or fails the job: a write is at least once
-(a retried task may produce some records twice), never silently short.
+not acknowledge fails the task, so Spark retries it or fails the job: a write is at least once,
+never silently short. The producer is idempotent (Kafka 3.0+'s default, which Spark's Kafka sink
+inherits): within a task, a batch resent after a lost response or a broker restart is stored
+once. A task Spark runs again is a new producer, and may store some records twice (as with
+Spark's Kafka sink: only transactions would prevent that).
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ from functools import partial
 import structlog
 import trio
 
+from triolog.broker.coordinator.producer_id_manager import ProducerIdManager
 from triolog.broker.metrics import BrokerMetrics
 from triolog.broker.storage.cleaner.log_cleaner import CleanerConfig
 from triolog.broker.storage.clock import SYSTEM_CLOCK, Clock
@@ -101,6 +102,8 @@ class BrokerServer:
                                       cleaner_config=CleanerConfig.from_broker_config(config),
                                       producer_id_expiration_ms=config.producer_id_expiration_ms)
         self.topics = TopicManager(self.log_manager, config.log_config)
+        #: Producer ids for init_producer_id, reserved in blocks in the first log dir.
+        self.producer_ids = ProducerIdManager(config.log_dirs[0])
         self.log_manager.topic_config = self.topics.config_for
         self.limiter = trio.CapacityLimiter(storage_threads)
         #: Every call of the running broker into a worker thread goes through this (counted: see
@@ -151,6 +154,7 @@ class BrokerServer:
                 self.handler = RequestHandler(self.config, self.log_manager, self.topics, self.committer,
                                               self.notifier, self.limiter, on_roll=self._on_roll,
                                               workers=self.workers)
+                self.handler.producer_ids = self.producer_ids
                 await nursery.start(self.committer.run)
                 # The group coordinator: loads __consumer_offsets (if it exists) while serving.
                 self.groups = GroupService(self.config, self.topics, self.committer, self.notifier, self.workers,
@@ -221,6 +225,7 @@ class BrokerServer:
         self.topics.load()
         self.log_manager.startup()
         self.topics.adopt_loaded_partitions()
+        self.producer_ids.load()
 
     async def _drain_connections(self) -> None:
         """Idle connections close now; those in the middle of a request finish it first."""

@@ -275,13 +275,14 @@ def produce_payload(request_id: int, results: list) -> EncodedResponse:
         partitions = []
         for partition, info, log in rows:
             if log is None:
-                code, message = info
+                code, message = info[0], info[1]
                 code = int(code)
                 if errors is None:
                     errors = {}
                 errors[code] = errors.get(code, 0) + 1
                 partitions.append({"partition": partition, "error_code": code, "error_message": message,
-                                   "base_offset": -1, "log_append_time": -1, "log_start_offset": -1})
+                                   "base_offset": -1, "log_append_time": -1,
+                                   "log_start_offset": info[2] if len(info) > 2 else -1})
             else:
                 partitions.append({"partition": partition, "error_code": 0, "error_message": None,
                                    "base_offset": info.first_offset, "log_append_time": info.log_append_time_ms,
@@ -700,7 +701,17 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers):
                 except _WouldBlock:
                     raise
                 except Exception as exc:
-                    rows.append((part.partition, self._partition_error(exc, topic.name, part.partition), None))
+                    code, message = self._partition_error(exc, topic.name, part.partition)
+                    # With the partition's log start offset, as Kafka's ReplicaManager answers: an
+                    # idempotent producer needs it to react to UNKNOWN_PRODUCER_ID.
+                    rows.append((part.partition, (code, message, self._log_start_or_unknown(topic.name, part.partition)),
+                                 None))
+
+    def _log_start_or_unknown(self, topic: str, partition: int) -> int:
+        try:
+            return self.topics.log(topic, partition).log_start_offset
+        except Exception:
+            return -1
 
     async def _produce(self, request: m.ProduceRequest) -> EncodedResponse | None:
         results: list = []  # (topic, [(partition, info | (code, message), log)])

@@ -220,7 +220,8 @@ def test_try_append_takes_the_common_case_and_leaves_the_rest_to_send(compiled, 
 
     for topic, value, key, partition, timestamp in calls:
         future = acc.try_append(topic, value, key, (), partition, timestamp)
-        common = (topic == "t" or (topic and partition is not None)) and type(partition) is not bool \
+        # Only a topic whose metadata is known, also for a given partition (Kafka's waitOnMetadata).
+        common = topic == "t" and type(partition) is not bool \
             and (partition is None or partition >= 0) and type(timestamp) is not float
         assert (future is not None) == bool(common)
         if future is not None:
@@ -241,6 +242,8 @@ def test_try_append_leaves_serializers_headers_and_a_full_buffer_to_send(acc_mod
     assert acc.try_append("t", b"v", None, (("h", b"1"),), 0, None) is None
     assert acc.try_append("t", "text", None, (), 0, None) is None
     assert acc.try_append("t", b"v", None, (), None, None) is None  # partition count unknown
+    assert acc.try_append("t", b"v", None, (), 0, None) is None  # also for a given partition
+    acc.learn("t", 1, float("inf"))
     assert acc.try_append("t", b"v" * 200, None, (), 0, None) is not None  # an empty buffer takes anything
     assert acc.try_append("t", b"v" * 200, None, (), 0, None) is None  # now it would pass buffer_memory
     acc.learn("t", 1, -1.0)  # expired
@@ -258,6 +261,7 @@ def test_bound_send_takes_the_fast_path_or_hands_the_same_arguments_to_the_slow_
     send = acc.bind_send(slow)
     assert send("t", b"v", partition=0) == "slow"  # fast path not enabled yet (serializers)
     acc.configure_fast_path(True, 1 << 20, 1)
+    acc.learn("t", 1, float("inf"))
     future = send("t", b"v", partition=0, timestamp_ms=7)
     assert future != "slow" and future.batch.records[future.index] == (None, b"v", 7, ())
     before = int(time.time() * 1000)

@@ -38,9 +38,13 @@ def _number(value: bytes) -> int:
 def test_max_in_flight_must_be_at_least_one():
     with pytest.raises(ValueError, match="max_in_flight_requests_per_connection"):
         ProducerConfig(max_in_flight_requests_per_connection=0)
-    # 1 until the producer is idempotent: without sequence numbers, a batch retried after a later
-    # one of its partition landed (the first sends to a topic being auto-created) reorders records.
-    assert ProducerConfig().max_in_flight_requests_per_connection == 1
+    # Kafka's 5 for the (default) idempotent producer: sequence numbers keep each partition's order.
+    assert ProducerConfig().enable_idempotence is True
+    assert ProducerConfig().max_in_flight_requests_per_connection == 5
+    # 1 without idempotence: a batch retried after a later one of its partition landed (the
+    # first sends to a topic being auto-created) would reorder records.
+    assert ProducerConfig(enable_idempotence=False).max_in_flight_requests_per_connection == 1
+    assert ProducerConfig(acks=1).max_in_flight_requests_per_connection == 1
 
 
 @pytest.mark.parametrize("in_flight", [1, 5])

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 
@@ -13,6 +12,7 @@ from triolog.client import (AdminClient, Consumer, InvalidTopicError, MessageToo
                     TopicPartition, UnknownTopicOrPartitionError)
 from triolog.protocol.record_batch import CompressionType
 from tests.client.helpers import flat as _flat
+from tests.e2e.fault_proxy import FaultProxy
 
 
 def _consume_all(bootstrap, topic, partitions=(0,), expected=None, timeout_s=5.0):
@@ -190,9 +190,8 @@ def test_producer_invalid_topic_name_raises_invalid_topic_error(bootstrap):
     with Producer(bootstrap) as producer:
         with pytest.raises(InvalidTopicError):
             producer.send("no spaces allowed", b"x")  # metadata lookup refuses the name
-        future = producer.send("no/slashes", b"x", partition=0)  # no lookup: the produce is refused
-        with pytest.raises(InvalidTopicError):
-            future.get(5)
+        with pytest.raises(InvalidTopicError):  # a given partition waits for metadata too (Kafka's waitOnMetadata)
+            producer.send("no/slashes", b"x", partition=0)
 
 
 def test_producer_batch_above_max_message_bytes_raises_message_too_large(bootstrap, admin, topic):
@@ -205,47 +204,38 @@ def test_producer_batch_above_max_message_bytes_raises_message_too_large(bootstr
 
 
 def test_producer_retries_a_request_that_could_not_be_sent(broker_factory_port, topic):
-    """The broker is not up yet: the connection fails before the request is written, so the
-    producer retries, and each record is stored exactly once when the broker appears."""
+    """The broker is not up yet: the connection fails before any request is written, so the
+    producer retries (its metadata lookups), and each record is stored exactly once when the
+    broker appears."""
     start_broker, port = broker_factory_port
     bootstrap = f"127.0.0.1:{port}"
     with Producer(bootstrap, retry_backoff_ms=50, delivery_timeout_ms=20_000) as producer:
-        early = producer.send(topic, b"early", partition=0)  # explicit partition: no metadata needed
-        time.sleep(0.3)
-        assert not early.done()
-        starter = threading.Timer(0.2, start_broker)
+        starter = threading.Timer(0.5, start_broker)
         starter.start()
-        keyless = producer.send(topic, b"keyless")  # blocks on metadata until the broker is up
+        started = time.monotonic()
+        # A given partition waits for the topic's metadata too (Kafka's waitOnMetadata).
+        early = producer.send(topic, b"early", partition=0)
+        assert time.monotonic() - started >= 0.4
+        keyless = producer.send(topic, b"keyless")
         starter.join(15)
         assert early.get(15).offset == 0
         assert keyless.get(15).offset == 1
     assert [r.value for r in _consume_all(bootstrap, topic, expected=2)] == [b"early", b"keyless"]
 
 
-def test_producer_never_resends_when_the_response_is_lost():
-    """A connection that dies after the request was written: the outcome is unknown, so the
-    record fails with ResponseLostError instead of being sent again (no duplicates)."""
-    server = socket.create_server(("127.0.0.1", 0))
-    requests = []
-
-    def swallow_and_hang_up():
-        while True:
-            try:
-                conn, _ = server.accept()
-            except OSError:
-                return
-            requests.append(conn.recv(1 << 20))
-            conn.close()
-
-    threading.Thread(target=swallow_and_hang_up, daemon=True).start()
-    try:
-        with Producer(f"127.0.0.1:{server.getsockname()[1]}", retry_backoff_ms=10) as producer:
-            future = producer.send("t", b"x", partition=0)
+def test_a_producer_without_idempotence_never_resends_when_the_response_is_lost(broker, admin, topic):
+    """A connection that dies after the request was written (the broker appended the batch, the
+    response is lost on the way): without idempotence the outcome is unknown, so the record
+    fails with ResponseLostError instead of being sent again (no duplicates)."""
+    admin.create_topics([NewTopic(topic, 1)])
+    with FaultProxy(broker.port, drop_every=1) as proxy:
+        with Producer(f"127.0.0.1:{proxy.port}", enable_idempotence=False, retry_backoff_ms=10) as producer:
+            future = producer.send(topic, b"x", partition=0)
             with pytest.raises(ResponseLostError):
                 future.get(10)
-        assert len(requests) == 1
-    finally:
-        server.close()
+            assert producer.metrics()["record-retry-total"] == 0
+        assert proxy.produce_requests == 1 and proxy.produce_responses_dropped == 1
+    assert [r.value for r in _consume_all(f"127.0.0.1:{broker.port}", topic, expected=1)] == [b"x"]
 
 
 def test_producer_results_are_in_send_order_across_partitions(bootstrap, admin, topic):
@@ -263,15 +253,19 @@ def test_producer_results_are_in_send_order_across_partitions(bootstrap, admin, 
 
 
 def test_producer_retries_unknown_topic_until_it_is_created(no_autocreate_broker, topic):
-    """UNKNOWN_TOPIC_OR_PARTITION means nothing was appended: retried (after a metadata refresh)
-    until the topic exists, then stored once."""
+    """A topic that does not exist (no auto-create): send waits for its metadata (retrying the
+    lookup) until the topic is created, then the record is stored once."""
     bootstrap = f"127.0.0.1:{no_autocreate_broker.port}"
-    with Producer(bootstrap, retry_backoff_ms=50, delivery_timeout_ms=20_000) as producer:
-        future = producer.send(topic, b"patient", partition=0)
-        time.sleep(0.3)
-        assert not future.done()
+    def create() -> None:
         with AdminClient(bootstrap) as admin:
             admin.create_topics([NewTopic(topic, 1)])
+
+    with Producer(bootstrap, retry_backoff_ms=50, delivery_timeout_ms=20_000) as producer:
+        creator = threading.Timer(0.3, create)
+        creator.start()
+        # Waits for the topic's metadata (Kafka's waitOnMetadata), also with a given partition.
+        future = producer.send(topic, b"patient", partition=0)
+        creator.join(10)
         assert future.get(10).offset == 0
     assert [r.value for r in _consume_all(bootstrap, topic, expected=1)] == [b"patient"]
 

@@ -1,0 +1,91 @@
+"""Producer ids for idempotent producers, never handed out twice (Kafka's ProducerIdManager).
+
+Ids come in blocks of :data:`BLOCK_SIZE`. Before the first id of a block is handed out, the start
+of the *next* block is written durably to ``producer-id-block`` in the first log directory
+(temporary file, fsync, rename, directory fsync). A crash therefore loses at most the rest of the
+current block, and a restarted broker starts after it: ids never repeat, as with Kafka's blocks
+reserved in ZooKeeper or the KRaft metadata log. One broker, so no coordination beyond a lock.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+from triolog.broker.storage.checkpoints import atomic_write
+from triolog.protocol.errors import ErrorCode, TriologError
+
+__all__ = ["BLOCK_SIZE", "FILE_NAME", "ProducerIdBlockError", "ProducerIdManager"]
+
+#: Kafka's ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE.
+BLOCK_SIZE = 1000
+FILE_NAME = "producer-id-block"
+VERSION = 1
+#: Producer ids are int64 (Kafka's); the last block must fit below this.
+MAX_PRODUCER_ID = 2**63 - 1
+
+
+class ProducerIdBlockError(TriologError):
+    """The block file cannot be read: refusing to guess (a guess could repeat ids). At startup
+    the broker stops with this message (a StartupError)."""
+
+    code = ErrorCode.COORDINATOR_NOT_AVAILABLE
+
+
+class ProducerIdManager:
+    """``generate_producer_id()`` from any thread. The file is read at the first call (or by
+    :meth:`load`), so constructing one does no I/O."""
+
+    def __init__(self, directory: str | os.PathLike[str], block_size: int = BLOCK_SIZE) -> None:
+        if block_size < 1:
+            raise ValueError(f"block_size must be >= 1, got {block_size}")
+        self.path = Path(directory) / FILE_NAME
+        self.block_size = block_size
+        self._lock = threading.Lock()
+        self._next_id = 0
+        self._block_end = 0  # exclusive; == _next_id: a new block must be reserved first
+        self._loaded = False
+        #: Blocks reserved by this process (for tests and logs).
+        self.blocks_reserved = 0
+
+    def load(self) -> None:
+        with self._lock:
+            self._load_locked()
+
+    def _load_locked(self) -> None:
+        if self._loaded:
+            return
+        self._next_id = self._block_end = read_next_block_start(self.path)
+        self._loaded = True
+
+    def generate_producer_id(self) -> int:
+        """A producer id never returned before, by this broker or an earlier run of it."""
+        with self._lock:
+            self._load_locked()
+            if self._next_id >= self._block_end:
+                start = self._block_end
+                end = start + self.block_size
+                if end > MAX_PRODUCER_ID:
+                    raise ProducerIdBlockError("producer ids are exhausted")
+                # Durable before use: a crash after this loses the block's unused ids, never repeats one.
+                atomic_write(self.path, f"{VERSION}\n{end}\n".encode("ascii"))
+                self._next_id, self._block_end = start, end
+                self.blocks_reserved += 1
+            producer_id = self._next_id
+            self._next_id += 1
+            return producer_id
+
+
+def read_next_block_start(path: Path) -> int:
+    """The first id of the next block to reserve: 0 if the file does not exist yet."""
+    try:
+        text = path.read_bytes().decode("ascii")
+    except FileNotFoundError:
+        return 0
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ProducerIdBlockError(f"cannot read {path}: {exc}") from exc
+    lines = text.split("\n")
+    if len(lines) != 3 or lines[2] != "" or lines[0] != str(VERSION) or not lines[1].isdigit():
+        raise ProducerIdBlockError(f"{path} is not a producer id block file (version {VERSION}): {text[:80]!r}")
+    return int(lines[1])
