@@ -8,19 +8,8 @@ import random
 
 from triolog.client import AdminClient, Consumer, NewTopic, Producer, TopicPartition
 
+from tests.e2e.reading import read_partition
 from tests.waiting import wait_for
-
-
-def _read_all(bootstrap: str, topic: str) -> list:
-    tp = TopicPartition(topic, 0)
-    with Consumer(bootstrap, auto_offset_reset="earliest") as consumer:
-        consumer.assign([tp])
-        end = consumer.end_offsets([tp])[tp]
-        consumer.seek_to_beginning(tp)
-        records = []
-        while consumer.position(tp) < end:
-            records.extend(consumer.poll(1000).get(tp, []))
-        return records
 
 
 def test_compacted_topic_keeps_the_latest_value_per_key_with_increasing_offsets(broker_factory, tmp_path):
@@ -56,7 +45,7 @@ def test_compacted_topic_keeps_the_latest_value_per_key_with_increasing_offsets(
     def compacted():
         # Done when everything below the active segment holds one record per key (the cleaner
         # may need more than one round while the last segments roll).
-        records = _read_all(bootstrap, "latest")
+        records = read_partition(bootstrap, "latest")
         below_active = [r.key for r in records if r.offset < active_base()]
         return records if len(below_active) == len(set(below_active)) and len(records) < produced // 5 else None
 

@@ -16,10 +16,10 @@ from triolog.broker.coordinator.group.group_metadata_manager import (
     read_key,
     read_offset_value,
 )
-from triolog.client import Consumer, TopicPartition
 from triolog.protocol import messages as m
 from triolog.protocol.errors import ErrorCode
 
+from tests.e2e.reading import read_partition
 from tests.waiting import wait_for
 
 RETRIABLE = {ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_NOT_AVAILABLE}
@@ -76,18 +76,6 @@ def test_committed_offsets_survive_a_broker_restart(broker_factory, tmp_path, st
     client.close()
 
 
-def _read_partition(bootstrap: str, partition: int) -> list:
-    tp = TopicPartition(OFFSETS_TOPIC, partition)
-    with Consumer(bootstrap, auto_offset_reset="earliest") as consumer:
-        consumer.assign([tp])
-        end = consumer.end_offsets([tp])[tp]
-        consumer.seek_to_beginning(tp)
-        records = []
-        while consumer.position(tp) < end:
-            records.extend(consumer.poll(1000).get(tp, []))
-        return records
-
-
 def test_consumer_offsets_is_compacted_and_deleted_groups_tombstones_expire(broker_factory, tmp_path):
     broker = broker_factory("offsets.topic.num.partitions=1", "offsets.topic.segment.bytes=2048",
                             "log.cleaner.backoff.ms=100", "log.cleaner.threads=1",
@@ -114,7 +102,7 @@ def test_consumer_offsets_is_compacted_and_deleted_groups_tombstones_expire(brok
     assert active_base() > written // 2  # many rolls of 2 KiB segments
 
     def compacted():
-        records = _read_partition(bootstrap, 0)
+        records = read_partition(bootstrap, OFFSETS_TOPIC, 0)
         base = active_base()
         below = [read_key(r.key) for r in records if r.offset < base]
         if len(below) != len(set(below)):
@@ -136,7 +124,7 @@ def test_consumer_offsets_is_compacted_and_deleted_groups_tombstones_expire(brok
         commit(client, "kept", {("orders", p): 10_000 + i for p in range(5)})
 
     def tombstones_gone():
-        keys = {read_key(r.key) for r in _read_partition(bootstrap, 0)}
+        keys = {read_key(r.key) for r in read_partition(bootstrap, OFFSETS_TOPIC, 0)}
         return not any(isinstance(k, (OffsetKey, GroupKey)) and k.group == "doomed" for k in keys)
 
     wait_for(tombstones_gone, timeout_s=60, what="the deleted group's tombstones removed")
