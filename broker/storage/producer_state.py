@@ -216,7 +216,9 @@ def check_append(entry: ProducerStateEntry | None, producer_id: int, epoch: int,
                 f"producer {producer_id}{where} started epoch {epoch} at sequence {first_seq}; "
                 f"a new epoch must start at 0")
         return None
-    current_last_seq = entry.last_seq
+    # entry None here: an unknown producer whose batch has epoch -1 (refused by the validator;
+    # kept safe for any other caller): no last sequence on record.
+    current_last_seq = entry.last_seq if entry is not None else NO_SEQUENCE
     if current_last_seq == NO_SEQUENCE:
         if first_seq != 0:
             raise UnknownProducerIdError(

@@ -80,6 +80,13 @@ def test_unknown_producer_not_starting_at_zero_gets_unknown_producer_id():
     assert info.value.code == ErrorCode.UNKNOWN_PRODUCER_ID == 59
 
 
+def test_an_unknown_producer_with_epoch_minus_one_has_no_last_sequence():
+    """Used to raise AttributeError (no entry, epochs both -1): UNKNOWN_SERVER_ERROR per request."""
+    assert check_append(None, 7, -1, 0, 4) is None
+    with pytest.raises(UnknownProducerIdError):
+        check_append(None, 7, -1, 5, 9)
+
+
 def test_exact_duplicate_returns_the_cached_batch_with_its_original_offsets():
     entry = entry_with(batches=((0, 4), (5, 9), (10, 10)))
     duplicate = check_append(entry, 1, 0, 5, 9)
