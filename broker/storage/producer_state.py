@@ -201,7 +201,8 @@ def check_append(entry: ProducerStateEntry | None, producer_id: int, epoch: int,
             raise DuplicateSequenceNumberError(
                 f"batch of producer {producer_id} epoch {epoch} with sequences {first_seq}..{last_seq}{where} "
                 f"is older than the {len(entry.batch_metadata)} batches the broker remembers (sequences "
-                f"{oldest}..{entry.last_seq}): it was written before")
+                f"{oldest}..{entry.last_seq}): it was written before",
+                flush_before=entry.batch_metadata[0].first_offset)
     current_epoch = entry.producer_epoch if entry is not None else NO_PRODUCER_EPOCH
     if current_epoch != NO_PRODUCER_EPOCH and epoch < current_epoch:
         raise InvalidProducerEpochError(

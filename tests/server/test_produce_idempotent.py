@@ -67,6 +67,21 @@ async def test_producer_state_errors_are_partition_error_codes_with_messages(tmp
         await client.aclose()
 
 
+async def test_acks_all_answers_duplicate_sequence_number_only_once_the_original_is_fsynced(tmp_path):
+    async with running_broker(tmp_path) as (server, port):
+        client = await Client.connect(port)
+        await client.create("idem")
+        log = server.log_manager.get_log("idem", 0)
+        for sequence in range(0, 14, 2):  # acks=1: appended, not fsynced
+            assert (await produce(client, "idem", [b"x", b"y"], sequence=sequence))["error_code"] == 0
+        assert log.recovery_point == 0
+        old = await produce(client, "idem", [b"x", b"y"], sequence=2, acks=-1)  # older than the 5 remembered
+        assert old["error_code"] == ErrorCode.DUPLICATE_SEQUENCE_NUMBER
+        # The original (offsets 2-3) lies below the oldest remembered batch (first offset 4).
+        assert log.recovery_point >= 4, "DUPLICATE_SEQUENCE_NUMBER answered before the original was on disk"
+        await client.aclose()
+
+
 async def test_the_broker_forgets_producer_ids_after_producer_id_expiration_ms(tmp_path):
     """The expiry task runs every producer.id.expiration.check.interval.ms: an id idle past
     producer.id.expiration.ms is forgotten, so its next batch must start again at sequence 0."""
