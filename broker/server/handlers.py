@@ -701,11 +701,13 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers):
                 try:
                     if inline:
                         log = self._inline_log(topic.name, part.partition)
+                        self._check_producer_id(part.records, log)
                         info = log.try_append_as_leader(part.records, max_bytes=INLINE_PRODUCE_BYTES)
                         if info is None:
                             raise _WouldBlock
                     else:
                         log = self.topics.log(topic.name, part.partition)
+                        self._check_producer_id(part.records, log)
                         info = log.append_as_leader(part.records)
                     rows.append((part.partition, info, log))
                 except _WouldBlock:
