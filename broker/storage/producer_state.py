@@ -197,7 +197,10 @@ def check_append(entry: ProducerStateEntry | None, producer_id: int, epoch: int,
         if duplicate is not None:
             return duplicate
         oldest = entry.first_seq
-        if _sequence_before(last_seq, oldest) and not in_sequence(entry.last_seq, first_seq):
+        # Bounded: the records of sequences last_seq..oldest-1 would lie at distinct offsets below
+        # the oldest remembered batch, so a batch further behind than that was never appended.
+        if (_sequence_before(last_seq, oldest) and not in_sequence(entry.last_seq, first_seq)
+                and (oldest - last_seq) % (INT32_MAX + 1) <= entry.batch_metadata[0].first_offset):
             raise DuplicateSequenceNumberError(
                 f"batch of producer {producer_id} epoch {epoch} with sequences {first_seq}..{last_seq}{where} "
                 f"is older than the {len(entry.batch_metadata)} batches the broker remembers (sequences "

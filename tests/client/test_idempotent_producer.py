@@ -81,6 +81,27 @@ def test_a_renumbered_batch_is_the_batch_encoded_with_its_new_numbers(compiled):
     assert batch.encode(0, None) == build_batch(records, producer_id=77, producer_epoch=1, base_sequence=0)
 
 
+def test_last_acked_sequence_only_moves_forward():
+    """A late acknowledgement of an earlier batch does not move the partition's last
+    acknowledged sequence back (it decides when an OUT_OF_ORDER answer means a real gap)."""
+    from triolog.client.producer_core import IdempotentState
+    from triolog.client.types import TopicPartition
+
+    module = core.implementation("client.accumulator", False)
+    tp = TopicPartition("t", 0)
+    state = IdempotentState()
+    state.set_producer_id(5, 0)
+    batches = []
+    for i in range(2):
+        batch = module.ProducerBatch(tp, 0.0)
+        batch.add(None, b"v%d" % i, 1, (), batch.record_size(None, b"v%d" % i, 1, ()))
+        assert state.can_send(batch)
+        batches.append(batch)
+    state.acknowledged(batches[1])
+    state.acknowledged(batches[0])
+    assert state.partitions[tp].last_acked_sequence == 1
+
+
 # -- against the real broker ---------------------------------------------------------------------
 
 def test_batches_carry_the_producer_id_epoch_and_per_partition_sequences(bootstrap, admin, topic, raw_batches):

@@ -117,6 +117,16 @@ def test_a_batch_older_than_the_window_gets_duplicate_sequence_number():
     assert info.value.code == 46
 
 
+def test_a_batch_too_far_behind_to_be_in_the_log_is_out_of_order_not_a_duplicate():
+    """Sequences oldest-1000..oldest-1 would need 1000 offsets below the oldest remembered batch
+    (at offset 100 here): such a batch was never appended."""
+    entry = entry_with(batches=((2000, 2004),), offset=100)
+    with pytest.raises(DuplicateSequenceNumberError):
+        check_append(entry, 1, 0, 1900, 1904)  # 96 records behind: may be at offsets 4..99
+    with pytest.raises(OutOfOrderSequenceNumberError):
+        check_append(entry, 1, 0, 1000, 1004)
+
+
 def test_after_a_wrap_the_next_batch_is_not_mistaken_for_an_old_one():
     """Kafka 1.0 compared the integers (a batch at 0..4 after one ending at Int.MAX would be
     'older'); the window here spans the wrap."""
