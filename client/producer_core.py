@@ -66,8 +66,8 @@ from triolog.protocol.record_batch import CompressionType
 
 from triolog import core
 
-from .errors import (BrokerConnectionError, InvalidResponseError, ProducerClosedError, SerializationError,
-                     TriologClientError, error_for)
+from .errors import (BrokerConnectionError, InvalidResponseError, ProducerClosedError, RequestNotSentError,
+                     SerializationError, TriologClientError, error_for)
 from .metadata import MetadataCache
 from .ops import Call, Op, Sleep, check_response, now
 from .serde import Serializer, as_topic_function
@@ -211,7 +211,7 @@ class PartitionSequences:
     """One partition's idempotence bookkeeping (Kafka's TxnPartitionEntry, no transactions)."""
 
     __slots__ = ("producer_id", "epoch", "next_sequence", "last_acked_sequence", "unresolved", "in_flight",
-                 "bump_requested")
+                 "bump_requested", "maybe_appended", "gap_last")
 
     def __init__(self, producer_id: int, epoch: int) -> None:
         self.producer_id = producer_id
@@ -223,6 +223,17 @@ class PartitionSequences:
         #: Those of them written and not yet answered.
         self.in_flight: set = set()
         self.bump_requested = False
+        #: Unresolved batches an attempt of which may have been appended (response lost,
+        #: REQUEST_TIMED_OUT, KAFKA_STORAGE_ERROR): their sequences are never given to another batch.
+        self.maybe_appended: set = set()
+        #: Last sequence of a batch that failed for good after an ambiguous attempt (Kafka's
+        #: "unresolved sequence"), None if none: the next batch tells whether it is in the log.
+        self.gap_last: int | None = None
+
+
+def _after(sequence: int, reference: int) -> bool:
+    """``sequence`` comes after ``reference`` in int32 sequence space (less than 2^30 ahead)."""
+    return 0 < (sequence - reference) % (INT32_MAX + 1) < (1 << 30)
 
 
 class IdempotentState:
@@ -234,10 +245,19 @@ class IdempotentState:
     partition is sent while one is being retried: a partition's batches reach the log in
     sequence order whatever failed, and a retry finds its first attempt still among the 5 batches
     the broker remembers per producer (with at most 5 requests in flight), so it is answered with
-    its original offsets. A gap the broker cannot fill (a batch failed for
-    good, or the broker lost the producer) is closed by a local epoch bump (KIP-360): once none
-    of the partition's batches is in flight, its epoch goes up by one and its unresolved batches
-    are renumbered from sequence 0 (the broker accepts a new epoch starting at 0).
+    its original offsets.
+
+    A sequence that may be in the log is never given to another batch (Kafka's Sender
+    failBatch/markSequenceUnresolved). A batch refused for good before any append (MESSAGE_TOO_LARGE,
+    CORRUPT_MESSAGE, ...: no ambiguous attempt) gives its sequences back: the batches after it
+    are renumbered down, same epoch. A batch failing after an ambiguous attempt (response lost,
+    REQUEST_TIMED_OUT, KAFKA_STORAGE_ERROR, cancelled) leaves an *unresolved* sequence: the
+    batches after it keep their numbers; if the next one is accepted (or a duplicate) the
+    failed one was in the log. Only when the broker answers the next batch (base = the
+    unresolved last + 1, first unresolved of its partition) OUT_OF_ORDER_SEQUENCE_NUMBER is the
+    gap real: it is then closed by a local epoch bump (KIP-360), as when the broker lost the
+    producer: once none of the partition's batches is in flight, its epoch goes up by one and its
+    unresolved batches (none of which can be in the log) are renumbered from sequence 0.
 
     Thread-safe: ``can_send`` runs under the accumulator's lock in the sender, the rest in the
     receiver; this lock is always taken after the accumulator's, never before.
@@ -305,6 +325,8 @@ class IdempotentState:
         state.next_sequence = sequence
         state.last_acked_sequence = -1
         state.bump_requested = False
+        state.gap_last = None
+        state.maybe_appended.clear()
         self.epoch_bumps += 1
         _log.info("producer_epoch_bumped", topic=batch_topic(state), producer_id=state.producer_id,
                   epoch=state.epoch, renumbered=len(state.unresolved))
@@ -323,17 +345,47 @@ class IdempotentState:
             if state is None or batch not in state.unresolved:
                 return
             state.unresolved.remove(batch)
+            state.maybe_appended.discard(batch)
             if batch.producer_epoch == state.epoch and batch.producer_id == state.producer_id:
-                state.last_acked_sequence = increment_sequence(batch.base_sequence, batch.record_count - 1)
+                last = increment_sequence(batch.base_sequence, batch.record_count - 1)
+                if state.last_acked_sequence < 0 or _after(last, state.last_acked_sequence):
+                    state.last_acked_sequence = last  # only forward (a late answer never moves it back)
+                if state.gap_last is not None and _after(batch.base_sequence, state.gap_last):
+                    state.gap_last = None  # accepted after the unresolved one: it was in the log
 
-    def failed(self, batch) -> None:
-        """The batch failed for good: its sequences leave a gap, closed by an epoch bump."""
+    def maybe_appended(self, batch) -> None:
+        """An attempt of ``batch`` had an ambiguous outcome: it may be in the log."""
+        with self._lock:
+            state = self.partitions.get(batch.tp)
+            if state is not None and batch in state.unresolved:
+                state.maybe_appended.add(batch)
+
+    def failed(self, batch, definite: bool = False) -> None:
+        """The batch failed for good. ``definite``: its last attempt was refused before any append.
+        Never appended (definite, no ambiguous attempt): the later batches take its sequences.
+        Maybe appended: its sequences stay taken, an unresolved gap (see the class)."""
         with self._lock:
             state = self.partitions.get(batch.tp)
             if state is None or batch not in state.unresolved:
                 return
+            index = state.unresolved.index(batch)
             state.unresolved.remove(batch)
-            state.bump_requested = True
+            ambiguous = batch in state.maybe_appended or not definite
+            state.maybe_appended.discard(batch)
+            if batch.producer_epoch != state.epoch or batch.producer_id != state.producer_id:
+                return
+            if ambiguous:
+                last = increment_sequence(batch.base_sequence, batch.record_count - 1)
+                if state.gap_last is None or _after(last, state.gap_last):
+                    state.gap_last = last
+                return
+            # Nothing after it can be in the log (the broker needs contiguous sequences):
+            # renumber the later batches down; one in flight is refused and resent renumbered.
+            sequence = batch.base_sequence
+            for later in state.unresolved[index:]:
+                later.set_producer_state(state.producer_id, state.epoch, sequence, True)
+                sequence = increment_sequence(sequence, later.record_count)
+            state.next_sequence = sequence
 
     def reaction(self, batch, code: int, sent: tuple[int, int], log_start_offset: int) -> bool:
         """Kafka 3.x's reaction to OUT_OF_ORDER_SEQUENCE_NUMBER / UNKNOWN_PRODUCER_ID for an
@@ -346,6 +398,9 @@ class IdempotentState:
             if code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER:
                 if batch.base_sequence == increment_sequence(state.last_acked_sequence, 1):
                     state.bump_requested = True  # the next batch expected, refused: a real gap
+                elif (state.gap_last is not None and state.unresolved and state.unresolved[0] is batch
+                      and batch.base_sequence == increment_sequence(state.gap_last, 1)):
+                    state.bump_requested = True  # the unresolved batch is not in the log: a real gap
             elif code == ErrorCode.UNKNOWN_PRODUCER_ID and log_start_offset != -1:
                 state.bump_requested = True  # the broker lost this producer (retention, expiry)
             return True
@@ -417,7 +472,7 @@ class ProducerCore:
     def fail_queued(self, error: BaseException) -> None:
         """Fail every batch not yet sent with ``error`` (init_producer_id failed)."""
         for batch in self.accumulator.take_all():
-            self._fail(batch, error)
+            self._fail(batch, error, definite=True)
 
     # -- send() ------------------------------------------------------------------------------
 
@@ -581,6 +636,8 @@ class ProducerCore:
             doc = yield Call(request, timeout_s)
         except TriologClientError as exc:  # RequestNotSentError is retriable; ResponseLostError only if idempotent
             for batch in batches:
+                if idempotence is not None and not isinstance(exc, RequestNotSentError):
+                    idempotence.maybe_appended(batch)
                 self._retry_or_fail(batch, exc)
             return
         if doc is None:  # acks=0: no response, no offsets (Kafka reports -1)
@@ -612,11 +669,13 @@ class ProducerCore:
                 if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
                     unknown.append((batch, error))
                 elif idempotence is not None and code in _MAYBE_APPENDED:
+                    if code in (ErrorCode.REQUEST_TIMED_OUT, ErrorCode.KAFKA_STORAGE_ERROR):
+                        idempotence.maybe_appended(batch)
                     if code in (ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.UNKNOWN_PRODUCER_ID):
                         idempotence.reaction(batch, code, sent[batch], result.get("log_start_offset", -1))
                     self._retry_or_fail(batch, error)
                 else:
-                    self._fail(batch, error)
+                    self._fail(batch, error, definite=True)  # refused before any append
         if unknown:
             yield from self._handle_unknown_op(unknown)
 
@@ -633,7 +692,7 @@ class ProducerCore:
             entry = entries.get(batch.tp.topic)
             if entry is not None and entry["error_code"] == ErrorCode.NONE:
                 if batch.tp.partition not in {p["partition"] for p in entry["partitions"]}:
-                    self._fail(batch, error)  # the topic exists without this partition: waiting cannot help
+                    self._fail(batch, error, definite=True)  # the topic exists without this partition
                     continue
             self._retry_or_fail(batch, error)
 
@@ -655,7 +714,12 @@ class ProducerCore:
             self.record_retries += batch.record_count
             self.accumulator.requeue(batch, retry_at)
         else:
-            self._fail(batch, error)
+            # Refused (not sent, not leader...) unless the last answer was ambiguous; an earlier
+            # ambiguous attempt is remembered by the idempotence state. Kafka marks a batch out of
+            # retries unresolved: OUT_OF_ORDER_SEQUENCE_NUMBER / UNKNOWN_PRODUCER_ID too.
+            definite = isinstance(error, RequestNotSentError) or (
+                not isinstance(error, BrokerConnectionError) and error.code not in _MAYBE_APPENDED)
+            self._fail(batch, error, definite=definite)
 
     def _complete(self, batch: ProducerBatch, base_offset: int, log_append_time: int) -> None:
         if self.idempotence is not None:
@@ -664,10 +728,12 @@ class ProducerCore:
         if self.accumulator.finish(batch):
             batch.complete(base_offset, log_append_time)
 
-    def _fail(self, batch: ProducerBatch, error: BaseException) -> None:
+    def _fail(self, batch: ProducerBatch, error: BaseException, definite: bool = False) -> None:
+        """``definite``: the batch's last attempt was refused before any append (or it was never
+        sent); otherwise (cancelled, no answer...) it may be in the log."""
         if self.idempotence is not None:
             self.idempotence.answered(batch)
-            self.idempotence.failed(batch)
+            self.idempotence.failed(batch, definite)
         if self.accumulator.finish(batch):
             batch.fail(error)
 
@@ -678,7 +744,8 @@ class ProducerCore:
     def abort_queued(self, reason: str) -> None:
         """Fail every batch not yet sent (close() gave up waiting)."""
         for batch in self.accumulator.take_all():
-            self._fail(batch, ProducerClosedError(reason, topic=batch.tp.topic, partition=batch.tp.partition))
+            self._fail(batch, ProducerClosedError(reason, topic=batch.tp.topic, partition=batch.tp.partition),
+                       definite=True)  # queued, not in flight (an earlier ambiguous attempt is remembered)
 
 
 

@@ -157,9 +157,16 @@ class OutOfOrderSequenceNumberError(TriologError):
 
 
 class DuplicateSequenceNumberError(TriologError):
-    """A batch older than the broker's window of a producer's batches: it was appended before."""
+    """A batch older than the broker's window of a producer's batches: it was appended before.
+
+    ``flush_before``: the original lies below this offset (the first offset of the oldest batch
+    the broker remembers), -1 if unknown; acks=all answers once the log is fsynced up to it."""
 
     code = ErrorCode.DUPLICATE_SEQUENCE_NUMBER
+
+    def __init__(self, *args, flush_before: int = -1) -> None:
+        super().__init__(*args)
+        self.flush_before = flush_before
 
 
 class InvalidProducerEpochError(TriologError):

@@ -13,10 +13,14 @@ import os
 import threading
 from pathlib import Path
 
+import structlog
+
 from triolog.broker.storage.checkpoints import atomic_write
 from triolog.protocol.errors import ErrorCode, TriologError
 
 __all__ = ["BLOCK_SIZE", "FILE_NAME", "ProducerIdBlockError", "ProducerIdManager"]
+
+_log = structlog.get_logger("triolog.producer_ids")
 
 #: Kafka's ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE.
 BLOCK_SIZE = 1000
@@ -49,15 +53,30 @@ class ProducerIdManager:
         #: Blocks reserved by this process (for tests and logs).
         self.blocks_reserved = 0
 
-    def load(self) -> None:
+    def load(self, seen_up_to: int = 0) -> None:
+        """Read the block file. ``seen_up_to``: one past the largest producer id found in the
+        logs' producer state. A block file behind it (missing: deleted, or a data directory
+        copied without it) would hand those ids out again: ids start at the block boundary at or
+        after it instead, with a warning."""
         with self._lock:
             self._load_locked()
+            if seen_up_to > self._block_end:
+                start = -(-seen_up_to // self.block_size) * self.block_size
+                _log.warning("producer_id_block_behind_logs", path=str(self.path), block_start=self._block_end,
+                             largest_id_in_logs=seen_up_to - 1, new_block_start=start)
+                self._next_id = self._block_end = start
 
     def _load_locked(self) -> None:
         if self._loaded:
             return
         self._next_id = self._block_end = read_next_block_start(self.path)
         self._loaded = True
+
+    def issued_limit(self) -> int:
+        """No producer id at or above this was ever handed out (the end of the reserved block)."""
+        with self._lock:
+            self._load_locked()
+            return self._block_end
 
     def generate_producer_id(self) -> int:
         """A producer id never returned before, by this broker or an earlier run of it."""

@@ -27,7 +27,7 @@ import resource
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import msgpack
 import structlog
@@ -43,6 +43,7 @@ from triolog.config.log_config import TOPIC_CONFIGS, LogConfig
 from triolog import core
 from triolog.protocol import messages as m
 from triolog.protocol.errors import (
+    DuplicateSequenceNumberError,
     ErrorCode,
     InvalidTopicError,
     OffsetOutOfRangeError,
@@ -298,6 +299,14 @@ def _packb(wire: dict) -> bytes:
 
 class _WouldBlock(Exception):
     """Raised inside an inline attempt: this request goes to a worker thread after all."""
+
+
+class _FlushBefore(NamedTuple):
+    """In a produce row's log slot: an error row (DUPLICATE_SEQUENCE_NUMBER) that acks=all answers
+    only once ``log`` is fsynced below ``offset`` (where the original batch lies)."""
+
+    log: Log
+    offset: int
 
 
 class DescriptorBudget:
@@ -688,14 +697,17 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers):
                 if topic_error is not None:
                     rows.append((part.partition, topic_error, None))
                     continue
+                log = None
                 try:
                     if inline:
                         log = self._inline_log(topic.name, part.partition)
+                        self._check_producer_id(part.records, log)
                         info = log.try_append_as_leader(part.records, max_bytes=INLINE_PRODUCE_BYTES)
                         if info is None:
                             raise _WouldBlock
                     else:
                         log = self.topics.log(topic.name, part.partition)
+                        self._check_producer_id(part.records, log)
                         info = log.append_as_leader(part.records)
                     rows.append((part.partition, info, log))
                 except _WouldBlock:
@@ -703,15 +715,13 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers):
                 except Exception as exc:
                     code, message = self._partition_error(exc, topic.name, part.partition)
                     # With the partition's log start offset, as Kafka's ReplicaManager answers: an
-                    # idempotent producer needs it to react to UNKNOWN_PRODUCER_ID.
-                    rows.append((part.partition, (code, message, self._log_start_or_unknown(topic.name, part.partition)),
-                                 None))
-
-    def _log_start_or_unknown(self, topic: str, partition: int) -> int:
-        try:
-            return self.topics.log(topic, partition).log_start_offset
-        except Exception:
-            return -1
+                    # idempotent producer needs it to react to UNKNOWN_PRODUCER_ID. From the log in
+                    # hand (no topic lock, no log created on the event loop); -1 without one.
+                    start = log.log_start_offset if log is not None else -1
+                    wait = None
+                    if isinstance(exc, DuplicateSequenceNumberError) and log is not None and exc.flush_before > 0:
+                        wait = _FlushBefore(log, exc.flush_before)  # acks=all: the original on disk first
+                    rows.append((part.partition, (code, message, start), wait))
 
     async def _produce(self, request: m.ProduceRequest) -> EncodedResponse | None:
         results: list = []  # (topic, [(partition, info | (code, message), log)])
@@ -729,7 +739,7 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers):
             await self._in_thread(self._produce_rows, request, results, False)
         for name, rows in results:
             for partition, info, log in rows:
-                if log is not None:
+                if log is not None and type(log) is not _FlushBefore:
                     if info.duplicate:
                         # Nothing new to wake fetchers for; acks=all below still waits for the
                         # fsync of the original's offsets, which may not be durable yet.
@@ -740,6 +750,9 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers):
                         self.on_roll(log, info.roll_reason)
         if request.acks == -1:
             results = await self._wait_flushed(results, request.timeout_ms)
+        else:
+            results = [(name, [(p, info, None if type(log) is _FlushBefore else log) for p, info, log in rows])
+                       for name, rows in results]
         if request.acks == 0:
             return None
         return produce_payload(request.id, results)
@@ -754,12 +767,18 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers):
                 if log is None:
                     new_rows.append((partition, info, log))
                     continue
+                pending = type(log) is _FlushBefore  # DUPLICATE_SEQUENCE_NUMBER: the original first
                 try:
                     with trio.fail_after(max(timeout_ms, 1) / 1000):
-                        await self.committer.wait_flushed(log, info.last_offset + 1)
-                    new_rows.append((partition, info, log))
+                        if pending:
+                            await self.committer.wait_flushed(log.log, log.offset)
+                        else:
+                            await self.committer.wait_flushed(log, info.last_offset + 1)
+                    new_rows.append((partition, info, None) if pending else (partition, info, log))
                 except trio.TooSlowError:
                     exc = RequestTimedOutError(
+                        f"the original of this duplicate batch (below offset {log.offset}) is not fsynced "
+                        f"within timeout_ms={timeout_ms}" if pending else
                         f"records were appended at offset {info.first_offset} but not fsynced within "
                         f"timeout_ms={timeout_ms}")
                     new_rows.append((partition, error_of(exc), None))

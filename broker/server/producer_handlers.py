@@ -11,14 +11,54 @@ producer whose epoch would overflow asks for a new id the same way.
 
 from __future__ import annotations
 
+import struct
+
 from triolog.broker.coordinator.producer_id_manager import ProducerIdBlockError, ProducerIdManager
 from triolog.protocol import messages as m
-from triolog.protocol.errors import ErrorCode
+from triolog.protocol.errors import ErrorCode, UnknownProducerIdError
+
+#: A batch's producerId (int64) sits at byte 43; a batch is at least 61 bytes.
+_PRODUCER_ID = struct.Struct(">q")
+_PRODUCER_ID_OFFSET = 43
+_BATCH_HEADER_SIZE = 61
 
 
 class ProducerIdHandlers:
     #: Set by the server (BrokerServer) once storage is loaded; None answers COORDINATOR_NOT_AVAILABLE.
     producer_ids: ProducerIdManager | None = None
+    #: The manager was told the largest producer id found in the logs (at the first init).
+    _producer_ids_seeded = False
+
+    def _check_producer_id(self, records, log) -> None:
+        """Refuse a producer id this broker never handed out (at or past the reserved block's
+        end) unless the partition already knows it (recovered from its log or snapshot): any
+        client could otherwise make the broker keep state for unboundedly many ids. Cheap: one
+        header read, on the produce path."""
+        manager = self.producer_ids
+        if manager is None or len(records) < _BATCH_HEADER_SIZE:
+            return  # not ready (nothing is served then), or a batch the validator refuses
+        (producer_id,) = _PRODUCER_ID.unpack_from(records, _PRODUCER_ID_OFFSET)
+        if producer_id < 0:
+            return
+        limit = manager.issued_limit()
+        if producer_id >= limit and producer_id not in log.producer_state_manager.producers:
+            raise UnknownProducerIdError(
+                f"producer id {producer_id} was never handed out by this broker (ids so far are below "
+                f"{limit}): get one with init_producer_id")
+
+    def _seed_producer_ids(self, manager: ProducerIdManager) -> None:
+        """Once, in a worker: ids found in the logs are never handed out again, even if the block
+        file was lost (the manager then starts past them, with a warning)."""
+        if self._producer_ids_seeded:
+            return
+        seen = [max(log.producer_state_manager.producers, default=-1)
+                for log in list(self.log_manager.all_logs().values())]
+        manager.load(max(seen, default=-1) + 1)
+        self._producer_ids_seeded = True
+
+    def _new_producer_id(self, manager: ProducerIdManager) -> int:
+        self._seed_producer_ids(manager)
+        return manager.generate_producer_id()
 
     async def _init_producer_id(self, request: m.InitProducerIdRequest) -> m.Response:
         if request.transactional_id is not None:
@@ -32,7 +72,7 @@ class ProducerIdHandlers:
                                             error_message="the broker is not ready to hand out producer ids")
         try:
             # A new block is reserved with an fsync: never on the event loop.
-            producer_id = await self.workers.run_sync(manager.generate_producer_id, limiter=self.limiter)
+            producer_id = await self.workers.run_sync(self._new_producer_id, manager, limiter=self.limiter)
         except (OSError, ProducerIdBlockError) as exc:
             return m.InitProducerIdResponse(id=request.id, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
                                             error_message=f"cannot reserve producer ids: {exc}")

@@ -197,11 +197,15 @@ def check_append(entry: ProducerStateEntry | None, producer_id: int, epoch: int,
         if duplicate is not None:
             return duplicate
         oldest = entry.first_seq
-        if _sequence_before(last_seq, oldest) and not in_sequence(entry.last_seq, first_seq):
+        # Bounded: the records of sequences last_seq..oldest-1 would lie at distinct offsets below
+        # the oldest remembered batch, so a batch further behind than that was never appended.
+        if (_sequence_before(last_seq, oldest) and not in_sequence(entry.last_seq, first_seq)
+                and (oldest - last_seq) % (INT32_MAX + 1) <= entry.batch_metadata[0].first_offset):
             raise DuplicateSequenceNumberError(
                 f"batch of producer {producer_id} epoch {epoch} with sequences {first_seq}..{last_seq}{where} "
                 f"is older than the {len(entry.batch_metadata)} batches the broker remembers (sequences "
-                f"{oldest}..{entry.last_seq}): it was written before")
+                f"{oldest}..{entry.last_seq}): it was written before",
+                flush_before=entry.batch_metadata[0].first_offset)
     current_epoch = entry.producer_epoch if entry is not None else NO_PRODUCER_EPOCH
     if current_epoch != NO_PRODUCER_EPOCH and epoch < current_epoch:
         raise InvalidProducerEpochError(
@@ -216,7 +220,9 @@ def check_append(entry: ProducerStateEntry | None, producer_id: int, epoch: int,
                 f"producer {producer_id}{where} started epoch {epoch} at sequence {first_seq}; "
                 f"a new epoch must start at 0")
         return None
-    current_last_seq = entry.last_seq
+    # entry None here: an unknown producer whose batch has epoch -1 (refused by the validator;
+    # kept safe for any other caller): no last sequence on record.
+    current_last_seq = entry.last_seq if entry is not None else NO_SEQUENCE
     if current_last_seq == NO_SEQUENCE:
         if first_seq != 0:
             raise UnknownProducerIdError(

@@ -74,6 +74,9 @@ _INT64 = struct.Struct(">q")
 _OFFSET_LENGTH_EPOCH = struct.Struct(">qii")
 _UINT32 = struct.Struct(">I")
 _INT16 = struct.Struct(">h")
+#: producerId (int64) and producerEpoch (int16) at byte 43 of a batch.
+_PRODUCER_ID_EPOCH = struct.Struct(">qh")
+_PRODUCER_ID_OFFSET = 43
 
 _TOPIC_CODECS = {
     "uncompressed": CompressionType.NONE,
@@ -174,6 +177,11 @@ def validate_and_assign_offsets(
     if fields is None:
         _raise_header_error(records, config)
     batch_length, crc, attributes, last_offset_delta, base_timestamp, max_timestamp, count = fields
+    producer_id, producer_epoch = _PRODUCER_ID_EPOCH.unpack_from(records, _PRODUCER_ID_OFFSET)
+    if producer_id >= 0 and producer_epoch < 0:
+        # Kafka's client never sends it; the producer state has no epoch to check it against.
+        raise InvalidRecordError(
+            f"idempotent batch from producer {producer_id} has producer epoch {producer_epoch}; it must be >= 0")
     view = memoryview(records)
     if crc32c(view[CRC_START:]) != crc:
         raise CorruptRecordError(

@@ -81,6 +81,27 @@ def test_a_renumbered_batch_is_the_batch_encoded_with_its_new_numbers(compiled):
     assert batch.encode(0, None) == build_batch(records, producer_id=77, producer_epoch=1, base_sequence=0)
 
 
+def test_last_acked_sequence_only_moves_forward():
+    """A late acknowledgement of an earlier batch does not move the partition's last
+    acknowledged sequence back (it decides when an OUT_OF_ORDER answer means a real gap)."""
+    from triolog.client.producer_core import IdempotentState
+    from triolog.client.types import TopicPartition
+
+    module = core.implementation("client.accumulator", False)
+    tp = TopicPartition("t", 0)
+    state = IdempotentState()
+    state.set_producer_id(5, 0)
+    batches = []
+    for i in range(2):
+        batch = module.ProducerBatch(tp, 0.0)
+        batch.add(None, b"v%d" % i, 1, (), batch.record_size(None, b"v%d" % i, 1, ()))
+        assert state.can_send(batch)
+        batches.append(batch)
+    state.acknowledged(batches[1])
+    state.acknowledged(batches[0])
+    assert state.partitions[tp].last_acked_sequence == 1
+
+
 # -- against the real broker ---------------------------------------------------------------------
 
 def test_batches_carry_the_producer_id_epoch_and_per_partition_sequences(bootstrap, admin, topic, raw_batches):
@@ -100,18 +121,138 @@ def test_batches_carry_the_producer_id_epoch_and_per_partition_sequences(bootstr
         assert expected == 100
 
 
-def test_a_batch_refused_for_good_leaves_a_gap_closed_by_an_epoch_bump(bootstrap, admin, topic, raw_batches):
-    """MESSAGE_TOO_LARGE fails a batch that already had its sequences: the next batch would be
-    out of order forever, so the partition bumps its epoch and starts again at sequence 0."""
+def test_a_batch_refused_for_good_gives_its_sequences_to_the_next_batch(bootstrap, admin, topic, raw_batches):
+    """MESSAGE_TOO_LARGE fails a batch that already had its sequences, before any append: the
+    batches after it take them (Kafka's adjustSequencesDueToFailedBatch), no epoch bump."""
     admin.create_topics([NewTopic(topic, 1, configs={"max.message.bytes": "1000"})])
     with Producer(bootstrap, linger_ms=0) as producer:
         assert producer.send(topic, b"small-1", partition=0).get(10).offset == 0
         with pytest.raises(MessageTooLargeError):
             producer.send(topic, b"x" * 5000, partition=0).get(10)
         assert producer.send(topic, b"small-2", partition=0).get(10).offset == 1
-        assert producer.metrics()["epoch-bump-total"] == 1
+        assert producer.metrics()["epoch-bump-total"] == 0
     assert [(b.producer_epoch, b.base_sequence, [r.value for r in b.records]) for b in raw_batches(topic)] == [
-        (0, 0, [b"small-1"]), (1, 0, [b"small-2"])]
+        (0, 0, [b"small-1"]), (0, 1, [b"small-2"])]
+
+
+class _DrivenProducer:
+    """A ProducerCore driven by hand against the real broker: each request is written and
+    answered for real; the test decides which answers the core sees and which it "loses"."""
+
+    def __init__(self, bootstrap: str, **config) -> None:
+        from triolog.client.connection import SyncConnection
+        from triolog.client.ops import run_sync
+        from triolog.client.producer_core import ProducerCore
+
+        self._run_sync = run_sync
+        self.core = ProducerCore(ProducerConfig(linger_ms=0, **config))
+        self.conn = SyncConnection(bootstrap)
+        run_sync(self.core.init_producer_id_op(), self.conn)
+
+    def send(self, topic: str, value: bytes):
+        record = self._run_sync(self.core.prepare_op(topic, value, None, (), 0, None), self.conn)
+        return self.core.append(record)
+
+    def write(self):
+        """Drain the partition's ready batch and write its request: (operation, real response)."""
+        batches = self.core.accumulator.drain(time.monotonic() + 3600, self.core.can_send)
+        assert len(batches) == 1
+        op = self.core.send_op(batches)
+        call = next(op)
+        return op, self.conn.call(call.request, call.timeout_s)
+
+    def answer(self, sent) -> None:
+        self._run_sync(sent[0], self.conn, sent[1])
+
+    def lose(self, sent) -> None:
+        from triolog.client.errors import ResponseLostError
+
+        self._run_sync(sent[0], self.conn, None, ResponseLostError("lost on purpose"))
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def _stored(raw_batches, topic):
+    return [(b.producer_epoch, b.base_sequence, [r.value for r in b.records]) for b in raw_batches(topic)]
+
+
+def test_a_batch_out_of_retries_after_lost_responses_never_gets_its_sequence_reused(
+        bootstrap, admin, topic, raw_batches):
+    """b1 and b2 appended, both responses lost; b1 runs out of retries (its second answer lost
+    too). b1 may be in the log: b2 keeps its sequence (no epoch bump renumbering it from 0 under
+    a new epoch, which the broker would store a second time) and gets its original offset."""
+    admin.create_topics([NewTopic(topic, 1)])
+    producer = _DrivenProducer(bootstrap, retries=1, retry_backoff_ms=1)
+    try:
+        f1, f2 = producer.send(topic, b"b1"), None
+        first = producer.write()
+        f2 = producer.send(topic, b"b2")
+        second = producer.write()
+        producer.lose(first)
+        producer.lose(second)
+        producer.lose(producer.write())  # b1's retry (a duplicate answer, lost): out of retries
+        assert f1.done() and f1.exception() is not None
+        producer.answer(producer.write())  # b2's retry
+        assert f2.get(0).offset == 1
+        f3 = producer.send(topic, b"b3")
+        producer.answer(producer.write())
+        assert f3.get(0).offset == 2
+        assert producer.core.metrics()["epoch-bump-total"] == 0
+    finally:
+        producer.close()
+    assert _stored(raw_batches, topic) == [(0, 0, [b"b1"]), (0, 1, [b"b2"]), (0, 2, [b"b3"])]
+
+
+def test_a_definite_failure_does_not_renumber_an_earlier_batch_that_may_be_in_the_log(
+        bootstrap, admin, topic, raw_batches):
+    """b1 appended, its response lost (requeued); b2 in flight meanwhile refused for good
+    (MESSAGE_TOO_LARGE). Only what comes after b2 may take its sequences: b1 is resent with its
+    own numbers and answered as the duplicate it is."""
+    admin.create_topics([NewTopic(topic, 1, configs={"max.message.bytes": "1000"})])
+    producer = _DrivenProducer(bootstrap, retry_backoff_ms=1)
+    try:
+        f1 = producer.send(topic, b"b1")
+        first = producer.write()
+        f2 = producer.send(topic, b"x" * 5000)
+        second = producer.write()
+        producer.lose(first)
+        producer.answer(second)
+        with pytest.raises(MessageTooLargeError):
+            f2.get(0)
+        producer.answer(producer.write())  # b1's retry
+        assert f1.get(0).offset == 0
+        f3 = producer.send(topic, b"b3")
+        producer.answer(producer.write())
+        assert f3.get(0).offset == 1
+    finally:
+        producer.close()
+    assert _stored(raw_batches, topic) == [(0, 0, [b"b1"]), (0, 1, [b"b3"])]
+
+
+def test_an_unresolved_batch_not_in_the_log_is_closed_by_an_epoch_bump(bootstrap, admin, topic, raw_batches):
+    """b1 fails after an ambiguous attempt but never reached the log (its request is not
+    written): b2 keeps its numbers, is refused OUT_OF_ORDER_SEQUENCE_NUMBER at b1.last + 1, and
+    only then the partition bumps its epoch and b2 starts again at sequence 0."""
+    admin.create_topics([NewTopic(topic, 1)])
+    producer = _DrivenProducer(bootstrap, retries=1, retry_backoff_ms=1)
+    try:
+        f1 = producer.send(topic, b"b1")
+        for _attempt in range(2):  # its first try and its one retry
+            batches = producer.core.accumulator.drain(time.monotonic() + 3600, producer.core.can_send)
+            op = producer.core.send_op(batches)
+            next(op)  # never written
+            producer.lose((op, None))
+        assert f1.exception() is not None
+        f2 = producer.send(topic, b"b2")
+        producer.answer(producer.write())  # OUT_OF_ORDER_SEQUENCE_NUMBER: bump requested, retried
+        assert not f2.done()
+        producer.answer(producer.write())
+        assert f2.get(0).offset == 0
+        assert producer.core.metrics()["epoch-bump-total"] == 1
+    finally:
+        producer.close()
+    assert _stored(raw_batches, topic) == [(1, 0, [b"b2"])]
 
 
 def test_without_idempotence_batches_carry_no_producer_id(bootstrap, admin, topic, raw_batches):

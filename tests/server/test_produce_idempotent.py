@@ -32,6 +32,7 @@ async def test_a_retried_batch_gets_its_original_offset_and_acks_all_waits_for_t
     async with running_broker(tmp_path) as (server, port):
         client = await Client.connect(port)
         await client.create("idem")
+        server.producer_ids.generate_producer_id()  # ids below 1000 handed out: PID is one of them
         log = server.log_manager.get_log("idem", 0)
         await client.produce("idem", [b"plain"])
         first = await produce(client, "idem", [b"a", b"b"], sequence=0)
@@ -51,6 +52,7 @@ async def test_producer_state_errors_are_partition_error_codes_with_messages(tmp
     async with running_broker(tmp_path) as (server, port):
         client = await Client.connect(port)
         await client.create("idem")
+        server.producer_ids.generate_producer_id()  # ids below 1000 handed out: PID is one of them
         for sequence in range(0, 14, 2):
             assert (await produce(client, "idem", [b"x", b"y"], sequence=sequence, epoch=1))["error_code"] == 0
         cases = [
@@ -67,6 +69,62 @@ async def test_producer_state_errors_are_partition_error_codes_with_messages(tmp
         await client.aclose()
 
 
+async def test_acks_all_answers_duplicate_sequence_number_only_once_the_original_is_fsynced(tmp_path):
+    async with running_broker(tmp_path) as (server, port):
+        client = await Client.connect(port)
+        await client.create("idem")
+        server.producer_ids.generate_producer_id()  # ids below 1000 handed out: PID is one of them
+        log = server.log_manager.get_log("idem", 0)
+        for sequence in range(0, 14, 2):  # acks=1: appended, not fsynced
+            assert (await produce(client, "idem", [b"x", b"y"], sequence=sequence))["error_code"] == 0
+        assert log.recovery_point == 0
+        old = await produce(client, "idem", [b"x", b"y"], sequence=2, acks=-1)  # older than the 5 remembered
+        assert old["error_code"] == ErrorCode.DUPLICATE_SEQUENCE_NUMBER
+        # The original (offsets 2-3) lies below the oldest remembered batch (first offset 4).
+        assert log.recovery_point >= 4, "DUPLICATE_SEQUENCE_NUMBER answered before the original was on disk"
+        await client.aclose()
+
+
+async def test_a_producer_id_the_broker_never_handed_out_is_unknown_producer_id(tmp_path):
+    """Any client could otherwise make each partition keep state for unboundedly many ids."""
+    async with running_broker(tmp_path) as (server, port):
+        client = await Client.connect(port)
+        await client.create("idem")
+        log = server.log_manager.get_log("idem", 0)
+        refused = await produce(client, "idem", [b"a"], sequence=0, pid=PID)  # no id handed out yet
+        assert refused["error_code"] == ErrorCode.UNKNOWN_PRODUCER_ID
+        assert "producer id 31 was never handed out by this broker" in refused["error_message"]
+        issued = server.producer_ids.generate_producer_id()
+        for pid in (issued, PID):  # below the reserved block's end: Kafka's rules
+            assert (await produce(client, "idem", [b"a"], sequence=0, pid=pid))["error_code"] == 0
+        beyond = await produce(client, "idem", [b"a"], sequence=0, pid=1000, acks=-1)
+        assert beyond["error_code"] == ErrorCode.UNKNOWN_PRODUCER_ID
+        assert log.log_end_offset == 2 and set(log.producer_state_manager.producers) == {issued, PID}
+        await client.aclose()
+
+
+async def test_ids_found_in_the_logs_are_accepted_and_never_handed_out_again_without_the_block_file(tmp_path):
+    """A data directory without producer-id-block (lost, or copied without it): the partition
+    still accepts the ids its log holds, and init_producer_id starts past them (a warning)."""
+    from triolog.broker.coordinator.producer_id_manager import FILE_NAME
+
+    async with running_broker(tmp_path) as (server, port):
+        client = await Client.connect(port)
+        await client.create("idem")
+        log = server.log_manager.get_log("idem", 0)
+        now = int(time.time() * 1000)
+        log.append_as_leader(build_batch([(b"k", b"old", now, ())], producer_id=1500, producer_epoch=0,
+                                         base_sequence=0))  # written by an earlier life of the broker
+        await client.aclose()
+    (tmp_path / FILE_NAME).unlink(missing_ok=True)
+    async with running_broker(tmp_path) as (server, port):
+        client = await Client.connect(port)
+        assert (await produce(client, "idem", [b"next"], sequence=1, pid=1500))["error_code"] == 0
+        answer = await client.call(m.InitProducerIdRequest(id=client.next_id()))
+        assert answer["error_code"] == 0 and answer["producer_id"] == 2000
+        await client.aclose()
+
+
 async def test_the_broker_forgets_producer_ids_after_producer_id_expiration_ms(tmp_path):
     """The expiry task runs every producer.id.expiration.check.interval.ms: an id idle past
     producer.id.expiration.ms is forgotten, so its next batch must start again at sequence 0."""
@@ -74,6 +132,7 @@ async def test_the_broker_forgets_producer_ids_after_producer_id_expiration_ms(t
                               producer_id_expiration_check_interval_ms="50") as (server, port):
         client = await Client.connect(port)
         await client.create("idem")
+        server.producer_ids.generate_producer_id()  # ids below 1000 handed out: PID is one of them
         log = server.log_manager.get_log("idem", 0)
         assert (await produce(client, "idem", [b"a"], sequence=0))["error_code"] == 0
         assert PID in log.producer_state_manager.producers

@@ -80,6 +80,13 @@ def test_unknown_producer_not_starting_at_zero_gets_unknown_producer_id():
     assert info.value.code == ErrorCode.UNKNOWN_PRODUCER_ID == 59
 
 
+def test_an_unknown_producer_with_epoch_minus_one_has_no_last_sequence():
+    """Used to raise AttributeError (no entry, epochs both -1): UNKNOWN_SERVER_ERROR per request."""
+    assert check_append(None, 7, -1, 0, 4) is None
+    with pytest.raises(UnknownProducerIdError):
+        check_append(None, 7, -1, 5, 9)
+
+
 def test_exact_duplicate_returns_the_cached_batch_with_its_original_offsets():
     entry = entry_with(batches=((0, 4), (5, 9), (10, 10)))
     duplicate = check_append(entry, 1, 0, 5, 9)
@@ -108,6 +115,16 @@ def test_a_batch_older_than_the_window_gets_duplicate_sequence_number():
     with pytest.raises(DuplicateSequenceNumberError) as info:
         check_append(entry, 1, 0, 2, 3)
     assert info.value.code == 46
+
+
+def test_a_batch_too_far_behind_to_be_in_the_log_is_out_of_order_not_a_duplicate():
+    """Sequences oldest-1000..oldest-1 would need 1000 offsets below the oldest remembered batch
+    (at offset 100 here): such a batch was never appended."""
+    entry = entry_with(batches=((2000, 2004),), offset=100)
+    with pytest.raises(DuplicateSequenceNumberError):
+        check_append(entry, 1, 0, 1900, 1904)  # 96 records behind: may be at offsets 4..99
+    with pytest.raises(OutOfOrderSequenceNumberError):
+        check_append(entry, 1, 0, 1000, 1004)
 
 
 def test_after_a_wrap_the_next_batch_is_not_mistaken_for_an_old_one():

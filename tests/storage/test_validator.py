@@ -222,6 +222,21 @@ def test_rebuilt_batch_keeps_producer_fields():
     assert header.is_transactional and header.partition_leader_epoch == 7
 
 
+@pytest.mark.parametrize("codec", [CompressionType.NONE, CompressionType.GZIP])
+def test_a_producer_id_with_a_negative_epoch_is_invalid_record(codec):
+    """Kafka's client never sends producer id >= 0 with epoch < 0; the producer state has no
+    epoch to check it against."""
+    records = b"".join(record(i, i) for i in range(2))
+    batch = bytearray(raw_batch(records, 2, codec=codec))
+    struct.pack_into(">qhi", batch, 43, 42, -1, 0)
+    struct.pack_into(">I", batch, 17, compute_crc(batch))
+    with pytest.raises(InvalidRecordError, match="producer 42 has producer epoch -1"):
+        validate(bytes(batch))
+    struct.pack_into(">qhi", batch, 43, -1, -1, -1)  # no producer: still fine
+    struct.pack_into(">I", batch, 17, compute_crc(batch))
+    validate(bytes(batch))
+
+
 def test_rebuilt_batch_over_max_message_bytes_is_record_too_large():
     # A batch that compresses well as sent but not once rebuilt in the topic's codec.
     values = [bytes([i]) * 300 for i in range(20)]
