@@ -53,12 +53,12 @@ auto-created, on first use) also when its partition is given.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from dataclasses import dataclass
 from typing import NamedTuple
 
-import structlog
 
 from triolog.protocol import messages as m
 from triolog.protocol.errors import ErrorCode
@@ -88,7 +88,9 @@ KNOWN_TOPIC_S = 1.0
 
 __all__ = ["ProducerConfig", "ProducerCore", "parse_compression"]
 
-_log = structlog.get_logger("triolog.client.producer")
+#: The standard library's logging, as a library should: nothing is printed unless the application
+#: configures logging (warnings and errors reach stderr through logging's last resort).
+_log = logging.getLogger("triolog.client.producer")
 
 #: Kafka's bound on requests in flight for an idempotent producer (the broker keeps the last 5
 #: batches per producer to answer duplicates).
@@ -171,7 +173,7 @@ class ProducerConfig:
         if idempotence is None:
             idempotence = not conflicts
             if conflicts:
-                _log.info("idempotence_disabled", reason="; ".join(conflicts))
+                _log.info("idempotence disabled: %s", "; ".join(conflicts))
         elif idempotence and conflicts:
             raise ValueError("enable_idempotence=True conflicts with " + "; ".join(conflicts))
         object.__setattr__(self, "enable_idempotence", idempotence)
@@ -328,8 +330,8 @@ class IdempotentState:
         state.gap_last = None
         state.maybe_appended.clear()
         self.epoch_bumps += 1
-        _log.info("producer_epoch_bumped", topic=batch_topic(state), producer_id=state.producer_id,
-                  epoch=state.epoch, renumbered=len(state.unresolved))
+        _log.info("producer %d bumped its epoch to %d for a partition of %s (%d batches renumbered)",
+                  state.producer_id, state.epoch, batch_topic(state), len(state.unresolved))
         return True
 
     def answered(self, batch) -> None:
@@ -466,7 +468,7 @@ class ProducerCore:
                     continue
                 raise
             self.idempotence.set_producer_id(doc["producer_id"], doc["producer_epoch"])
-            _log.debug("producer_id_assigned", producer_id=doc["producer_id"], epoch=doc["producer_epoch"])
+            _log.debug("producer id %d, epoch %d assigned", doc["producer_id"], doc["producer_epoch"])
             return
 
     def fail_queued(self, error: BaseException) -> None:
