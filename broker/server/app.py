@@ -225,7 +225,11 @@ class BrokerServer:
         self.topics.load()
         self.log_manager.startup()
         self.topics.adopt_loaded_partitions()
-        self.producer_ids.load()
+        # Ids found in the logs count as handed out, even if the block file was lost: they are
+        # accepted from their producers and never handed out again.
+        seen = max((max(log.producer_state_manager.producers, default=-1)
+                    for log in self.log_manager.all_logs().values()), default=-1)
+        self.producer_ids.load(seen + 1)
 
     async def _drain_connections(self) -> None:
         """Idle connections close now; those in the middle of a request finish it first."""

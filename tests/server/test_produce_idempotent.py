@@ -119,6 +119,9 @@ async def test_ids_found_in_the_logs_are_accepted_and_never_handed_out_again_wit
     (tmp_path / FILE_NAME).unlink(missing_ok=True)
     async with running_broker(tmp_path) as (server, port):
         client = await Client.connect(port)
+        await client.create("other")
+        # Known since startup, before any init_producer_id: also on a partition that never saw it.
+        assert (await produce(client, "other", [b"elsewhere"], sequence=0, pid=1400))["error_code"] == 0
         assert (await produce(client, "idem", [b"next"], sequence=1, pid=1500))["error_code"] == 0
         answer = await client.call(m.InitProducerIdRequest(id=client.next_id()))
         assert answer["error_code"] == 0 and answer["producer_id"] == 2000
