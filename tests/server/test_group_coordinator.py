@@ -315,6 +315,24 @@ def test_a_member_that_never_syncs_is_removed_after_the_rebalance_timeout(clock,
     assert c.groups["g"].state is GroupState.PREPARING_REBALANCE
 
 
+def test_a_follower_syncing_after_the_group_is_stable_survives_the_sync_deadline(clock, store):
+    c = make(clock, store)
+    ids = [new_member(c) for _ in range(2)]
+    joins = [join(c, mid) for mid in ids]
+    c.poll()
+    leader = joins[0].value.leader
+    follower = next(mid for mid in ids if mid != leader)
+    assert sync(c, leader, 1, {mid: mid.encode() for mid in ids}).value.error_code is ErrorCode.NONE
+    assert c.groups["g"].state is GroupState.STABLE
+    assert sync(c, follower, 1).value.assignment == follower.encode()  # late: the group is already Stable
+    for _ in range(2 * REBALANCE // (SESSION // 2)):  # both heartbeat well past the sync deadline
+        clock.advance(SESSION // 2)
+        assert c.handle_heartbeat("g", 1, leader) is None
+        assert c.handle_heartbeat("g", 1, follower) is None
+        c.poll()
+    assert set(c.groups["g"].members) == set(ids) and c.groups["g"].state is GroupState.STABLE
+
+
 def test_heartbeat_rules_and_session_expiry(clock, store):
     c = make(clock, store)
     (a, b), generation = stable_group(c, 2)

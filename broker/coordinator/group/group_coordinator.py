@@ -484,6 +484,8 @@ class GroupCoordinator:
             return respond(SyncResult(ErrorCode.REBALANCE_IN_PROGRESS,
                                       f"group {group_id!r} is rebalancing: join again"))
         if state is GroupState.STABLE:
+            # Kafka's doSyncGroup (Stable): this member has synced, so the sync deadline must not evict it.
+            group.pending_sync_members.discard(member_id)
             self._schedule_heartbeat(group, member, member.session_timeout_ms)
             return respond(SyncResult(protocol_type=group.protocol_type, protocol_name=group.protocol_name,
                                       assignment=member.assignment))
