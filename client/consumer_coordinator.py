@@ -292,7 +292,13 @@ class ConsumerCoordinator:
         if code in _COORDINATOR_GONE:
             self._coordinator_unknown(sync.get("error_message") or "sync_group")
             return False
-        check_response(sync)
+        if code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL:
+            check_response(sync)  # the caller's configuration: raise
+        if code != ErrorCode.NONE:  # e.g. UNKNOWN_SERVER_ERROR (the assignment could not be stored)
+            log.warning("sync_group of group %r failed (%s: %s); rejoining after a backoff", self.group_id,
+                        ErrorCode(code).name, sync.get("error_message"))
+            self.rejoin_needed = True
+            return False
         assigned = [TopicPartition(topic, partition)
                     for topic, partition in decode_assignment(sync["assignment"]).partitions()]
         # Positions from the group's committed offsets; none: auto_offset_reset, at the next poll.

@@ -345,3 +345,20 @@ def test_subscribing_again_during_a_join_rejoins_with_the_new_topics(boot, group
         got = consume(consumer, 4)
         assert {r.topic for r in got} == {f"{topic}.a", f"{topic}.b"}
         assert consumer.assignment() == {TopicPartition(f"{topic}.a", 0), TopicPartition(f"{topic}.b", 0)}
+
+
+def test_an_unexpected_sync_group_error_rejoins_after_a_backoff_instead_of_raising():
+    from types import SimpleNamespace
+
+    from triolog.client.consumer_core import ConsumerConfig
+    from triolog.client.consumer_coordinator import ConsumerCoordinator
+    from triolog.client.ops import Call
+    from triolog.protocol.errors import ErrorCode
+
+    coordinator = ConsumerCoordinator(SimpleNamespace(config=ConsumerConfig(group_id="g")))
+    op = coordinator._on_join_response_op({"error_code": 0, "member_id": "m", "generation_id": 1,
+                                           "protocol_name": "range", "leader": "other"})
+    assert isinstance(next(op), Call)  # the follower's sync_group
+    with pytest.raises(StopIteration) as stop:  # the leader's assignment could not be stored
+        op.send({"error_code": ErrorCode.UNKNOWN_SERVER_ERROR, "error_message": "too large", "assignment": b""})
+    assert stop.value.value is False and coordinator.rejoin_needed  # False: back off, then join again

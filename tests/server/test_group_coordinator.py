@@ -295,8 +295,36 @@ def test_failed_group_store_fails_the_syncs_and_rebalances(clock, store):
     waiting = sync(c, follower, 1)
     store.fail = (ErrorCode.KAFKA_STORAGE_ERROR, "disk gone")
     lead = sync(c, leader, 1, {mid: b"x" for mid in ids})
-    assert lead.value.error_code is waiting.value.error_code is ErrorCode.KAFKA_STORAGE_ERROR
+    assert lead.value.error_code is waiting.value.error_code is ErrorCode.NOT_COORDINATOR  # storeGroup's mapping
     assert c.groups["g"].state is GroupState.PREPARING_REBALANCE
+
+
+@pytest.mark.parametrize("stored, sync_code, commit_code", [
+    (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_NOT_AVAILABLE),
+    (ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.NOT_COORDINATOR, ErrorCode.NOT_COORDINATOR),
+    (ErrorCode.REQUEST_TIMED_OUT, ErrorCode.REBALANCE_IN_PROGRESS, ErrorCode.REQUEST_TIMED_OUT),
+    (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.UNKNOWN_SERVER_ERROR, ErrorCode.INVALID_COMMIT_OFFSET_SIZE),
+    (ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_NOT_AVAILABLE),
+])
+def test_store_failures_are_mapped_as_kafkas_group_metadata_manager_does(clock, store, stored, sync_code,
+                                                                         commit_code):
+    c = make(clock, store)
+    store.fail = (stored, "failed")
+    ids = [new_member(c) for _ in range(2)]
+    joins = [join(c, mid) for mid in ids]
+    c.poll()
+    leader = joins[0].value.leader
+    follower = next(mid for mid in ids if mid != leader)
+    waiting = sync(c, follower, 1)
+    lead = sync(c, leader, 1, {mid: b"x" for mid in ids})
+    assert lead.value.error_code is waiting.value.error_code is sync_code
+    assert commit(c, (0, 1), group="simple").value[0][0] is commit_code
+    store.fail = None
+    assert commit(c, (0, 1), group="simple").value == [None]
+    store.fail = (stored, "failed")
+    answer = Answer()
+    c.handle_delete_groups(["simple"], answer)
+    assert answer.value["simple"][0] is sync_code
 
 
 def test_a_member_that_never_syncs_is_removed_after_the_rebalance_timeout(clock, store):

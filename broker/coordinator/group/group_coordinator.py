@@ -126,6 +126,28 @@ def _err(code: ErrorCode, message: str) -> Error:
     return code, message
 
 
+#: Kafka's GroupMetadataManager: what a failed write of __consumer_offsets tells the client.
+#: storeGroup (the SyncGroup leader's assignment, delete tombstones) and storeOffsets (OffsetCommit)
+#: differ only for a record set that is too large. Any other code passes through unchanged.
+_STORE_ERRORS = {
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.KAFKA_STORAGE_ERROR: ErrorCode.NOT_COORDINATOR,
+}
+_GROUP_STORE_ERRORS = {**_STORE_ERRORS, ErrorCode.REQUEST_TIMED_OUT: ErrorCode.REBALANCE_IN_PROGRESS,
+                       ErrorCode.MESSAGE_TOO_LARGE: ErrorCode.UNKNOWN_SERVER_ERROR}
+_OFFSET_STORE_ERRORS = {**_STORE_ERRORS, ErrorCode.MESSAGE_TOO_LARGE: ErrorCode.INVALID_COMMIT_OFFSET_SIZE}
+
+
+def group_store_error(error: Error) -> Error:
+    """The error a failed storeGroup write (or group tombstone) answers with."""
+    return _GROUP_STORE_ERRORS.get(error[0], error[0]), error[1]
+
+
+def offset_store_error(error: Error) -> Error:
+    """The error a failed storeOffsets write answers each of its partitions with."""
+    return _OFFSET_STORE_ERRORS.get(error[0], error[0]), error[1]
+
+
 class GroupCoordinator:
     def __init__(self, config: GroupConfig, clock, store: Store, wakeup: Callable[[], None] = lambda: None):
         self.config = config
@@ -504,7 +526,7 @@ class GroupCoordinator:
                 if not (group.is_in(GroupState.COMPLETING_REBALANCE) and group.generation_id == generation):
                     return  # the group moved on meanwhile (a member left); its syncs were answered
                 if error is not None:
-                    self._reset_and_propagate_sync_error(group, *error)
+                    self._reset_and_propagate_sync_error(group, *group_store_error(error))
                     self._maybe_prepare_rebalance(group, "storing the group's assignment failed")
                     return
                 for mid, member_ in group.members.items():
@@ -655,6 +677,8 @@ class GroupCoordinator:
 
         def stored(error: Error | None, base_offset: int) -> None:
             group.pending_commits -= 1
+            if error is not None:
+                error = offset_store_error(error)
             for n, (i, tp, entry) in enumerate(accepted):
                 if error is not None:
                     results[i] = error
@@ -739,6 +763,7 @@ class GroupCoordinator:
         def stored_for(partition: int):
             def stored(error: Error | None, _offset: int) -> None:
                 if error is not None:
+                    error = group_store_error(error)
                     for gid in group_ids:
                         if results.get(gid) is None and self.partition_for(gid) == partition:
                             results[gid] = error
