@@ -361,6 +361,24 @@ def test_a_follower_syncing_after_the_group_is_stable_survives_the_sync_deadline
     assert set(c.groups["g"].members) == set(ids) and c.groups["g"].state is GroupState.STABLE
 
 
+def test_many_heartbeats_keep_one_timer_entry_per_member(clock, store):
+    c = make(clock, store)
+    (a, b), generation = stable_group(c, 2)
+    before = len(c._timers)
+    for _ in range(5_000):
+        clock.advance(1)
+        assert c.handle_heartbeat("g", generation, a) is None
+        assert c.handle_heartbeat("g", generation, b) is None
+        c.poll()
+    assert len(c._timers) <= before  # 10 000 heartbeats added no entry (one per heartbeat before)
+    clock.advance(SESSION - 1)  # still alive one ms before the last heartbeat's deadline ...
+    c.poll()
+    assert set(c.groups["g"].members) == {a, b}
+    clock.advance(1)  # ... and removed at it
+    c.poll()
+    assert not c.groups["g"].members
+
+
 def test_heartbeat_rules_and_session_expiry(clock, store):
     c = make(clock, store)
     (a, b), generation = stable_group(c, 2)

@@ -263,7 +263,7 @@ class GroupCoordinator:
             elif kind == "sync":
                 self._on_sync_deadline(group, key)
             elif kind == "heartbeat":
-                self._on_heartbeat_deadline(group, key, now)
+                self._on_heartbeat_deadline(group, key, now, deadline)
             elif kind == "pending":
                 if key in group.pending_members:
                     self._remove_pending_member(group, key)
@@ -271,12 +271,21 @@ class GroupCoordinator:
 
     def _schedule_heartbeat(self, group: GroupMetadata, member: MemberMetadata, timeout_ms: int) -> None:
         member.heartbeat_deadline = self.now() + timeout_ms
-        self._schedule(member.heartbeat_deadline, "heartbeat", group.group_id, member.member_id)
+        # At most one pending entry per member: a later deadline waits for the pending entry to fire
+        # and re-arm; only an earlier one (a shorter timeout) needs an entry of its own.
+        if member.heartbeat_timer is None or member.heartbeat_deadline < member.heartbeat_timer:
+            member.heartbeat_timer = member.heartbeat_deadline
+            self._schedule(member.heartbeat_deadline, "heartbeat", group.group_id, member.member_id)
 
-    def _on_heartbeat_deadline(self, group: GroupMetadata, member_id: str, now: int) -> None:
+    def _on_heartbeat_deadline(self, group: GroupMetadata, member_id: str, now: int, deadline: int) -> None:
         member = group.members.get(member_id)
-        if member is None or member.heartbeat_deadline > now:
-            return  # gone, or heartbeated since (a later entry watches the new deadline)
+        if member is None or member.heartbeat_timer != deadline:
+            return  # gone, or an entry superseded by an earlier one
+        member.heartbeat_timer = None
+        if member.heartbeat_deadline > now:  # heartbeated since: watch the new deadline
+            member.heartbeat_timer = member.heartbeat_deadline
+            self._schedule(member.heartbeat_deadline, "heartbeat", group.group_id, member.member_id)
+            return
         if (member.awaiting_join is not None and not member.is_new) or member.awaiting_sync is not None:
             # A parked rejoin or sync keeps the member (the join or sync deadline decides); look again later.
             self._schedule_heartbeat(group, member, member.session_timeout_ms)

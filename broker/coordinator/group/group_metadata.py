@@ -62,6 +62,9 @@ class MemberMetadata:
     awaiting_sync: Callable | None = None
     #: Wall-clock ms by which the member must heartbeat (or rejoin, or sync).
     heartbeat_deadline: int = 0
+    #: The deadline of this member's one pending heartbeat entry in the coordinator's timer heap
+    #: (None: none pending). Heartbeats only move heartbeat_deadline; the entry re-arms when it fires.
+    heartbeat_timer: int | None = None
     is_new: bool = False
 
     def protocols(self) -> set[str]:
