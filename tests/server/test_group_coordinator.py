@@ -551,6 +551,26 @@ def test_expiry_keeps_a_new_group_whose_first_commit_is_not_durable_yet(clock, s
     assert c.handle_fetch_offsets("g", None)[1][0][2].offset == 5
 
 
+def test_expiry_and_delete_leave_a_partition_alone_while_its_new_commit_is_being_written(clock, store):
+    c = make(clock, store, offsets_retention_ms=60_000)
+    commit(c, (0, 5), (1, 5))
+    clock.advance(60_000)  # both expired ...
+    store.hold = True
+    answer = commit(c, (0, 6))  # ... but partition 0 has a new commit on its way
+    assert c.cleanup_group_metadata() == 1  # partition 1 only
+    deleted = Answer()
+    c.handle_delete_groups(["g"], deleted)
+    assert deleted.value["g"][0] is ErrorCode.NON_EMPTY_GROUP  # commits pending: refused, retry later
+    store.release()
+    assert answer.value == [None]
+    last = {}
+    for key, value in store.decoded():
+        last[key] = value
+    assert last[OffsetKey("g", "t", 0)].offset == 6  # after a restart the acknowledged commit is there
+    assert last[OffsetKey("g", "t", 1)] is None
+    assert c.handle_fetch_offsets("g", [("t", 0)])[1][0][2].offset == 6
+
+
 def test_loaded_group_comes_back_stable_and_its_silent_members_expire(clock, store):
     c = make(clock, store)
     (a, b), generation = stable_group(c, 2)

@@ -686,6 +686,12 @@ class GroupCoordinator:
 
         def stored(error: Error | None, base_offset: int) -> None:
             group.pending_commits -= 1
+            for _i, tp, _entry in accepted:
+                left = group.pending_offset_commits[tp] - 1
+                if left:
+                    group.pending_offset_commits[tp] = left
+                else:
+                    del group.pending_offset_commits[tp]
             if error is not None:
                 error = offset_store_error(error)
             for n, (i, tp, entry) in enumerate(accepted):
@@ -700,6 +706,8 @@ class GroupCoordinator:
             respond(results)
 
         group.pending_commits += 1
+        for _i, tp, _entry in accepted:
+            group.pending_offset_commits[tp] = group.pending_offset_commits.get(tp, 0) + 1
         self._store(self.partition_for(group_id), records, stored)
         return None
 
@@ -759,6 +767,11 @@ class GroupCoordinator:
                                          f"group {group_id!r} has members ({group.state.value}); it can be deleted "
                                          f"once they have left")
                 continue
+            if group.pending_commits:
+                results[group_id] = _err(ErrorCode.NON_EMPTY_GROUP,
+                                         f"group {group_id!r} has offset commits still being written; "
+                                         f"delete it again once they are done")
+                continue
             group.transition_to(GroupState.DEAD, self.now())
             records = self._tombstones(group)
             del self.groups[group_id]
@@ -809,6 +822,7 @@ class GroupCoordinator:
                 expired = group.expired_offsets(now, self.config.offsets_retention_ms)
             else:
                 expired = [tp for tp in group.offsets if tp[0] == deleted_topic]
+            expired = [tp for tp in expired if tp not in group.pending_offset_commits]
             records = by_partition.setdefault(self.partition_for(group_id), [])
             for t, p in expired:
                 del group.offsets[(t, p)]

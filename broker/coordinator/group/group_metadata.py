@@ -108,6 +108,9 @@ class GroupMetadata:
     #: Offset commits written but not yet durable: the group is not removed meanwhile (Kafka's
     #: hasPendingOffsetCommits), or their offsets would land in a group nobody sees.
     pending_commits: int = 0
+    #: The same per partition: expiry leaves these alone (Kafka's getExpiredOffsets skips a partition
+    #: with a pending commit), or its tombstone could land after the acknowledged commit.
+    pending_offset_commits: dict[tuple[str, int], int] = field(default_factory=dict)
 
     # -- state ---------------------------------------------------------------------------------
 
