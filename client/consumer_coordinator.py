@@ -401,11 +401,13 @@ class ConsumerCoordinator:
             log.warning("group %s: heartbeat failed: %s", self.group_id, doc.get("error_message"))
 
     def leave_op(self, reason: str) -> Op[None]:
-        """Leave the group (a dynamic member that has an id); the member forgets its id and generation."""
+        """Leave the group (a member that has an id); the member forgets its id and generation.
+        A member with group_instance_id leaves too: the broker has no static membership (Kafka's
+        static members would stay until their session ends)."""
         member_id = self.member_id
         self._join = None
         self._reset_generation(keep_member_id=False)
-        if not member_id or self.config.group_instance_id is not None or self.coordinator is None:
+        if not member_id or self.coordinator is None:
             return
         request = m.LeaveGroupRequest(id=0, group_id=self.group_id,
                                       members=(m.MemberIdentity(member_id=member_id, reason=reason),))

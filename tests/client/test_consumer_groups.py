@@ -362,3 +362,22 @@ def test_an_unexpected_sync_group_error_rejoins_after_a_backoff_instead_of_raisi
     with pytest.raises(StopIteration) as stop:  # the leader's assignment could not be stored
         op.send({"error_code": ErrorCode.UNKNOWN_SERVER_ERROR, "error_message": "too large", "assignment": b""})
     assert stop.value.value is False and coordinator.rejoin_needed  # False: back off, then join again
+
+
+def test_a_member_with_a_group_instance_id_sends_leave_group_on_close():
+    from types import SimpleNamespace
+
+    from triolog.client.consumer_core import ConsumerConfig
+    from triolog.client.consumer_coordinator import ConsumerCoordinator
+    from triolog.client.ops import Call
+    from triolog.protocol import messages as m
+
+    coordinator = ConsumerCoordinator(SimpleNamespace(config=ConsumerConfig(group_id="g", group_instance_id="i1")))
+    coordinator.member_id, coordinator.generation, coordinator.coordinator = "m", 3, ("localhost", 1)
+    op = coordinator.leave_op("closing")
+    call = next(op)  # the broker has no static membership: leave, or the member lingers a session
+    assert isinstance(call, Call) and isinstance(call.request, m.LeaveGroupRequest)
+    assert [member.member_id for member in call.request.members] == ["m"]
+    with pytest.raises(StopIteration):
+        op.send({"error_code": 0, "members": []})
+    assert coordinator.member_id == "" and coordinator.generation == -1
