@@ -381,3 +381,20 @@ def test_a_member_with_a_group_instance_id_sends_leave_group_on_close():
     with pytest.raises(StopIteration):
         op.send({"error_code": 0, "members": []})
     assert coordinator.member_id == "" and coordinator.generation == -1
+
+
+def test_admin_offset_reset_retries_when_every_partition_says_the_coordinator_is_busy():
+    from triolog.client.admin_core import AdminCore
+    from triolog.client.ops import Call, Sleep
+    from triolog.protocol.errors import ErrorCode
+
+    def answer(code):
+        return {"error_code": 0, "topics": [{"name": "t", "partitions": [
+            {"partition": 0, "error_code": code}, {"partition": 1, "error_code": code}]}]}
+
+    op = AdminCore().alter_group_offsets_op("g", {("t", 0): 1, ("t", 1): 2})
+    assert isinstance(next(op), Call)
+    assert isinstance(op.send(answer(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)), Sleep)  # per partition: retry
+    assert isinstance(op.send(None), Call)
+    with pytest.raises(StopIteration):
+        op.send(answer(0))
