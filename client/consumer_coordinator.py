@@ -365,7 +365,9 @@ class ConsumerCoordinator:
     def heartbeat_op(self) -> Op[None]:
         """One beat, when Stable and due (the drivers call it from their background thread/task).
         Also leaves the group when poll() has not been called for max_poll_interval_ms."""
-        if self.state != STABLE or self.coordinator is None:
+        if self.state != STABLE or self.coordinator is None or self._join is not None:
+            # Not Stable, or a JoinGroup is parked on the coordinator connection (checked here, in the
+            # driver's step, not before it): no heartbeat behind it.
             self.next_heartbeat = now() + self.config.heartbeat_interval_ms / 1000
             return
         if now() - self.last_poll > self.config.max_poll_interval_ms / 1000:

@@ -398,3 +398,16 @@ def test_admin_offset_reset_retries_when_every_partition_says_the_coordinator_is
     assert isinstance(op.send(None), Call)
     with pytest.raises(StopIteration):
         op.send(answer(0))
+
+
+def test_no_heartbeat_is_sent_while_a_join_is_parked_on_the_coordinator_connection():
+    from types import SimpleNamespace
+
+    from triolog.client.consumer_core import ConsumerConfig
+    from triolog.client.consumer_coordinator import STABLE, ConsumerCoordinator
+
+    coordinator = ConsumerCoordinator(SimpleNamespace(config=ConsumerConfig(group_id="g")))
+    coordinator.state, coordinator.coordinator, coordinator.next_heartbeat = STABLE, ("localhost", 1), 0.0
+    coordinator.member_id, coordinator.generation = "m", 1
+    coordinator._join = (object(), float("inf"))  # a rejoin parked at the broker
+    assert list(coordinator.heartbeat_op()) == []
