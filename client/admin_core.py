@@ -292,6 +292,15 @@ class AdminCore:
             by_topic.setdefault(topic, []).append(m.OffsetCommitPartition(partition=partition, committed_offset=offset))
         request = m.OffsetCommitRequest(id=0, group_id=group_id, generation_id=-1, member_id="", topics=tuple(
             m.OffsetCommitTopic(name=name, partitions=tuple(parts)) for name, parts in by_topic.items()))
-        doc = yield from self._group_call_op(request)
+        deadline = now() + self.timeout_s
+        while True:
+            doc = yield from self._group_call_op(request)
+            codes = {p["error_code"] for t in doc["topics"] for p in t["partitions"]}
+            # The broker gives a group-level error to every partition (Kafka's OffsetCommit has no
+            # top-level code): a busy or moving coordinator is retried like a top-level one.
+            if codes and codes <= _COORDINATOR_BUSY and now() + 0.1 < deadline:
+                yield Sleep(0.1)
+                continue
+            break
         _raise_first([error_for(p["error_code"], p.get("error_message"), topic=t["name"], partition=p["partition"])
                       for t in doc["topics"] for p in t["partitions"] if p["error_code"]])

@@ -292,7 +292,13 @@ class ConsumerCoordinator:
         if code in _COORDINATOR_GONE:
             self._coordinator_unknown(sync.get("error_message") or "sync_group")
             return False
-        check_response(sync)
+        if code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL:
+            check_response(sync)  # the caller's configuration: raise
+        if code != ErrorCode.NONE:  # e.g. UNKNOWN_SERVER_ERROR (the assignment could not be stored)
+            log.warning("sync_group of group %r failed (%s: %s); rejoining after a backoff", self.group_id,
+                        ErrorCode(code).name, sync.get("error_message"))
+            self.rejoin_needed = True
+            return False
         assigned = [TopicPartition(topic, partition)
                     for topic, partition in decode_assignment(sync["assignment"]).partitions()]
         # Positions from the group's committed offsets; none: auto_offset_reset, at the next poll.
@@ -359,7 +365,9 @@ class ConsumerCoordinator:
     def heartbeat_op(self) -> Op[None]:
         """One beat, when Stable and due (the drivers call it from their background thread/task).
         Also leaves the group when poll() has not been called for max_poll_interval_ms."""
-        if self.state != STABLE or self.coordinator is None:
+        if self.state != STABLE or self.coordinator is None or self._join is not None:
+            # Not Stable, or a JoinGroup is parked on the coordinator connection (checked here, in the
+            # driver's step, not before it): no heartbeat behind it.
             self.next_heartbeat = now() + self.config.heartbeat_interval_ms / 1000
             return
         if now() - self.last_poll > self.config.max_poll_interval_ms / 1000:
@@ -395,11 +403,13 @@ class ConsumerCoordinator:
             log.warning("group %s: heartbeat failed: %s", self.group_id, doc.get("error_message"))
 
     def leave_op(self, reason: str) -> Op[None]:
-        """Leave the group (a dynamic member that has an id); the member forgets its id and generation."""
+        """Leave the group (a member that has an id); the member forgets its id and generation.
+        A member with group_instance_id leaves too: the broker has no static membership (Kafka's
+        static members would stay until their session ends)."""
         member_id = self.member_id
         self._join = None
         self._reset_generation(keep_member_id=False)
-        if not member_id or self.config.group_instance_id is not None or self.coordinator is None:
+        if not member_id or self.coordinator is None:
             return
         request = m.LeaveGroupRequest(id=0, group_id=self.group_id,
                                       members=(m.MemberIdentity(member_id=member_id, reason=reason),))

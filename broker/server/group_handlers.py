@@ -79,7 +79,10 @@ class GroupService:
         self._nursery: trio.Nursery | None = None
         self._wake = trio.Event()
         self._creating: trio.Event | None = None
-        self._append_locks: dict[int, trio.Lock] = {}
+        #: Per __consumer_offsets partition: the stores not yet appended, in the order asked for,
+        #: drained by one writer task per partition (a task per store could be scheduled out of order).
+        self._queues: dict[int, list] = {}
+        self._queue_ready: dict[int, trio.Event] = {}
         #: Seconds the last full load of __consumer_offsets took (None before one ran).
         self.load_seconds: float | None = None
 
@@ -96,6 +99,7 @@ class GroupService:
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
+                self._queues, self._queue_ready = {}, {}  # writers of an earlier run are gone
                 nursery.start_soon(self._timer_task)
                 nursery.start_soon(self._expiry_task)
                 if self.topics.get(OFFSETS_TOPIC) is not None:
@@ -183,17 +187,39 @@ class GroupService:
         if self._nursery is None:
             done((ErrorCode.COORDINATOR_NOT_AVAILABLE, _NOT_AVAILABLE), -1)
             return
-        self._nursery.start_soon(self._append, partition, records, done)
+        queue = self._queues.get(partition)
+        if queue is None:
+            queue = self._queues[partition] = []
+            self._queue_ready[partition] = trio.Event()
+            self._nursery.start_soon(self._writer, partition, queue)
+        queue.append((records, done))  # synchronously: the order of the calls is the order in the log
+        self._queue_ready[partition].set()
+
+    async def _writer(self, partition: int, queue: list) -> None:
+        while True:
+            if not queue:
+                self._queue_ready[partition] = trio.Event()
+                await self._queue_ready[partition].wait()
+                continue
+            records, done = queue.pop(0)
+            await self._append(partition, records, done)
 
     async def _append(self, partition: int, records, done) -> None:
+        """Append (the caller, the partition's writer, keeps the order), then wait for the fsync in
+        a task of its own, so that the next store is appended meanwhile."""
         now = self.clock.milliseconds()
         batch = build_batch([(key, value, now, ()) for key, value in records])
-        lock = self._append_locks.setdefault(partition, trio.Lock())
         try:
             log = self.topics.log(OFFSETS_TOPIC, partition)
-            async with lock:  # appends of one partition in the order they were asked for
-                info = await self.workers.run_sync(log.append_as_leader, batch, limiter=self.limiter)
-            self.notifier.notify((OFFSETS_TOPIC, partition))
+            info = await self.workers.run_sync(log.append_as_leader, batch, limiter=self.limiter)
+        except Exception as exc:
+            done(_storage_error(exc), -1)
+            return
+        self.notifier.notify((OFFSETS_TOPIC, partition))
+        self._nursery.start_soon(self._flushed, log, info, done)
+
+    async def _flushed(self, log, info, done) -> None:
+        try:
             with trio.fail_after(self.config.offsets_commit_timeout_ms / 1000):
                 await self.committer.wait_flushed(log, info.last_offset + 1)
         except trio.TooSlowError:

@@ -345,3 +345,69 @@ def test_subscribing_again_during_a_join_rejoins_with_the_new_topics(boot, group
         got = consume(consumer, 4)
         assert {r.topic for r in got} == {f"{topic}.a", f"{topic}.b"}
         assert consumer.assignment() == {TopicPartition(f"{topic}.a", 0), TopicPartition(f"{topic}.b", 0)}
+
+
+def test_an_unexpected_sync_group_error_rejoins_after_a_backoff_instead_of_raising():
+    from types import SimpleNamespace
+
+    from triolog.client.consumer_core import ConsumerConfig
+    from triolog.client.consumer_coordinator import ConsumerCoordinator
+    from triolog.client.ops import Call
+    from triolog.protocol.errors import ErrorCode
+
+    coordinator = ConsumerCoordinator(SimpleNamespace(config=ConsumerConfig(group_id="g")))
+    op = coordinator._on_join_response_op({"error_code": 0, "member_id": "m", "generation_id": 1,
+                                           "protocol_name": "range", "leader": "other"})
+    assert isinstance(next(op), Call)  # the follower's sync_group
+    with pytest.raises(StopIteration) as stop:  # the leader's assignment could not be stored
+        op.send({"error_code": ErrorCode.UNKNOWN_SERVER_ERROR, "error_message": "too large", "assignment": b""})
+    assert stop.value.value is False and coordinator.rejoin_needed  # False: back off, then join again
+
+
+def test_a_member_with_a_group_instance_id_sends_leave_group_on_close():
+    from types import SimpleNamespace
+
+    from triolog.client.consumer_core import ConsumerConfig
+    from triolog.client.consumer_coordinator import ConsumerCoordinator
+    from triolog.client.ops import Call
+    from triolog.protocol import messages as m
+
+    coordinator = ConsumerCoordinator(SimpleNamespace(config=ConsumerConfig(group_id="g", group_instance_id="i1")))
+    coordinator.member_id, coordinator.generation, coordinator.coordinator = "m", 3, ("localhost", 1)
+    op = coordinator.leave_op("closing")
+    call = next(op)  # the broker has no static membership: leave, or the member lingers a session
+    assert isinstance(call, Call) and isinstance(call.request, m.LeaveGroupRequest)
+    assert [member.member_id for member in call.request.members] == ["m"]
+    with pytest.raises(StopIteration):
+        op.send({"error_code": 0, "members": []})
+    assert coordinator.member_id == "" and coordinator.generation == -1
+
+
+def test_admin_offset_reset_retries_when_every_partition_says_the_coordinator_is_busy():
+    from triolog.client.admin_core import AdminCore
+    from triolog.client.ops import Call, Sleep
+    from triolog.protocol.errors import ErrorCode
+
+    def answer(code):
+        return {"error_code": 0, "topics": [{"name": "t", "partitions": [
+            {"partition": 0, "error_code": code}, {"partition": 1, "error_code": code}]}]}
+
+    op = AdminCore().alter_group_offsets_op("g", {("t", 0): 1, ("t", 1): 2})
+    assert isinstance(next(op), Call)
+    assert isinstance(op.send(answer(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)), Sleep)  # per partition: retry
+    assert isinstance(op.send(None), Call)
+    with pytest.raises(StopIteration):
+        op.send(answer(0))
+
+
+def test_no_heartbeat_is_sent_while_a_join_is_parked_on_the_coordinator_connection():
+    from types import SimpleNamespace
+
+    from triolog.client.consumer_core import ConsumerConfig
+    from triolog.client.consumer_coordinator import STABLE, ConsumerCoordinator
+
+    coordinator = ConsumerCoordinator(SimpleNamespace(config=ConsumerConfig(group_id="g")))
+    coordinator.state, coordinator.coordinator, coordinator.next_heartbeat = STABLE, ("localhost", 1), 0.0
+    coordinator.member_id, coordinator.generation = "m", 1
+    coordinator._join = (object(), float("inf"))  # a rejoin parked at the broker
+    assert list(coordinator.heartbeat_op()) == []

@@ -295,8 +295,36 @@ def test_failed_group_store_fails_the_syncs_and_rebalances(clock, store):
     waiting = sync(c, follower, 1)
     store.fail = (ErrorCode.KAFKA_STORAGE_ERROR, "disk gone")
     lead = sync(c, leader, 1, {mid: b"x" for mid in ids})
-    assert lead.value.error_code is waiting.value.error_code is ErrorCode.KAFKA_STORAGE_ERROR
+    assert lead.value.error_code is waiting.value.error_code is ErrorCode.NOT_COORDINATOR  # storeGroup's mapping
     assert c.groups["g"].state is GroupState.PREPARING_REBALANCE
+
+
+@pytest.mark.parametrize("stored, sync_code, commit_code", [
+    (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_NOT_AVAILABLE),
+    (ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.NOT_COORDINATOR, ErrorCode.NOT_COORDINATOR),
+    (ErrorCode.REQUEST_TIMED_OUT, ErrorCode.REBALANCE_IN_PROGRESS, ErrorCode.REQUEST_TIMED_OUT),
+    (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.UNKNOWN_SERVER_ERROR, ErrorCode.INVALID_COMMIT_OFFSET_SIZE),
+    (ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_NOT_AVAILABLE),
+])
+def test_store_failures_are_mapped_as_kafkas_group_metadata_manager_does(clock, store, stored, sync_code,
+                                                                         commit_code):
+    c = make(clock, store)
+    store.fail = (stored, "failed")
+    ids = [new_member(c) for _ in range(2)]
+    joins = [join(c, mid) for mid in ids]
+    c.poll()
+    leader = joins[0].value.leader
+    follower = next(mid for mid in ids if mid != leader)
+    waiting = sync(c, follower, 1)
+    lead = sync(c, leader, 1, {mid: b"x" for mid in ids})
+    assert lead.value.error_code is waiting.value.error_code is sync_code
+    assert commit(c, (0, 1), group="simple").value[0][0] is commit_code
+    store.fail = None
+    assert commit(c, (0, 1), group="simple").value == [None]
+    store.fail = (stored, "failed")
+    answer = Answer()
+    c.handle_delete_groups(["simple"], answer)
+    assert answer.value["simple"][0] is sync_code
 
 
 def test_a_member_that_never_syncs_is_removed_after_the_rebalance_timeout(clock, store):
@@ -313,6 +341,42 @@ def test_a_member_that_never_syncs_is_removed_after_the_rebalance_timeout(clock,
     assert lead.value.error_code is ErrorCode.REBALANCE_IN_PROGRESS
     assert set(c.groups["g"].members) == {follower}
     assert c.groups["g"].state is GroupState.PREPARING_REBALANCE
+
+
+def test_a_follower_syncing_after_the_group_is_stable_survives_the_sync_deadline(clock, store):
+    c = make(clock, store)
+    ids = [new_member(c) for _ in range(2)]
+    joins = [join(c, mid) for mid in ids]
+    c.poll()
+    leader = joins[0].value.leader
+    follower = next(mid for mid in ids if mid != leader)
+    assert sync(c, leader, 1, {mid: mid.encode() for mid in ids}).value.error_code is ErrorCode.NONE
+    assert c.groups["g"].state is GroupState.STABLE
+    assert sync(c, follower, 1).value.assignment == follower.encode()  # late: the group is already Stable
+    for _ in range(2 * REBALANCE // (SESSION // 2)):  # both heartbeat well past the sync deadline
+        clock.advance(SESSION // 2)
+        assert c.handle_heartbeat("g", 1, leader) is None
+        assert c.handle_heartbeat("g", 1, follower) is None
+        c.poll()
+    assert set(c.groups["g"].members) == set(ids) and c.groups["g"].state is GroupState.STABLE
+
+
+def test_many_heartbeats_keep_one_timer_entry_per_member(clock, store):
+    c = make(clock, store)
+    (a, b), generation = stable_group(c, 2)
+    before = len(c._timers)
+    for _ in range(5_000):
+        clock.advance(1)
+        assert c.handle_heartbeat("g", generation, a) is None
+        assert c.handle_heartbeat("g", generation, b) is None
+        c.poll()
+    assert len(c._timers) <= before  # 10 000 heartbeats added no entry (one per heartbeat before)
+    clock.advance(SESSION - 1)  # still alive one ms before the last heartbeat's deadline ...
+    c.poll()
+    assert set(c.groups["g"].members) == {a, b}
+    clock.advance(1)  # ... and removed at it
+    c.poll()
+    assert not c.groups["g"].members
 
 
 def test_heartbeat_rules_and_session_expiry(clock, store):
@@ -485,6 +549,26 @@ def test_expiry_keeps_a_new_group_whose_first_commit_is_not_durable_yet(clock, s
     store.release()
     assert answer.value == [None]
     assert c.handle_fetch_offsets("g", None)[1][0][2].offset == 5
+
+
+def test_expiry_and_delete_leave_a_partition_alone_while_its_new_commit_is_being_written(clock, store):
+    c = make(clock, store, offsets_retention_ms=60_000)
+    commit(c, (0, 5), (1, 5))
+    clock.advance(60_000)  # both expired ...
+    store.hold = True
+    answer = commit(c, (0, 6))  # ... but partition 0 has a new commit on its way
+    assert c.cleanup_group_metadata() == 1  # partition 1 only
+    deleted = Answer()
+    c.handle_delete_groups(["g"], deleted)
+    assert deleted.value["g"][0] is ErrorCode.NON_EMPTY_GROUP  # commits pending: refused, retry later
+    store.release()
+    assert answer.value == [None]
+    last = {}
+    for key, value in store.decoded():
+        last[key] = value
+    assert last[OffsetKey("g", "t", 0)].offset == 6  # after a restart the acknowledged commit is there
+    assert last[OffsetKey("g", "t", 1)] is None
+    assert c.handle_fetch_offsets("g", [("t", 0)])[1][0][2].offset == 6
 
 
 def test_loaded_group_comes_back_stable_and_its_silent_members_expire(clock, store):

@@ -257,3 +257,22 @@ async def test_deleting_a_topic_removes_the_groups_offsets_for_it(tmp_path):
         assert await fetched(c) == {("kept", 0): 5}
         assert await fetched(c, "only-gone") == {}
         assert [g["group_id"] for g in (await c.call(m.ListGroupsRequest(id=c.next_id())))["groups"]] == ["g"]
+
+
+async def test_stores_asked_for_in_the_same_tick_are_appended_in_that_order(tmp_path):
+    from triolog.broker.coordinator.group.group_metadata_manager import offset_commit_key
+
+    async with running_broker(tmp_path, **GROUP_PROPS) as (server, port):
+        c = await Client.connect(port)
+        await c.create("t", 1)
+        await c.call(commit_request(c, {0: 1}))  # creates __consumer_offsets
+        partition = partition_for("g", 4)
+        placed: list[tuple[int, int]] = []
+        for i in range(20):  # trio may run tasks started in one tick in either order: many tries
+            for n in range(2):
+                server.groups._store(partition, [(offset_commit_key("g", "t", n), None)],
+                                     lambda error, offset, n=n: placed.append((n, offset)))
+            await wait_until(lambda: len(placed) == 2 * (i + 1), what="both stores")
+        for first, second in zip(placed[::2], placed[1::2]):
+            (n1, o1), (n2, o2) = sorted([first, second])
+            assert o1 < o2, placed  # the first asked for is first in the log

@@ -126,6 +126,28 @@ def _err(code: ErrorCode, message: str) -> Error:
     return code, message
 
 
+#: Kafka's GroupMetadataManager: what a failed write of __consumer_offsets tells the client.
+#: storeGroup (the SyncGroup leader's assignment, delete tombstones) and storeOffsets (OffsetCommit)
+#: differ only for a record set that is too large. Any other code passes through unchanged.
+_STORE_ERRORS = {
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.KAFKA_STORAGE_ERROR: ErrorCode.NOT_COORDINATOR,
+}
+_GROUP_STORE_ERRORS = {**_STORE_ERRORS, ErrorCode.REQUEST_TIMED_OUT: ErrorCode.REBALANCE_IN_PROGRESS,
+                       ErrorCode.MESSAGE_TOO_LARGE: ErrorCode.UNKNOWN_SERVER_ERROR}
+_OFFSET_STORE_ERRORS = {**_STORE_ERRORS, ErrorCode.MESSAGE_TOO_LARGE: ErrorCode.INVALID_COMMIT_OFFSET_SIZE}
+
+
+def group_store_error(error: Error) -> Error:
+    """The error a failed storeGroup write (or group tombstone) answers with."""
+    return _GROUP_STORE_ERRORS.get(error[0], error[0]), error[1]
+
+
+def offset_store_error(error: Error) -> Error:
+    """The error a failed storeOffsets write answers each of its partitions with."""
+    return _OFFSET_STORE_ERRORS.get(error[0], error[0]), error[1]
+
+
 class GroupCoordinator:
     def __init__(self, config: GroupConfig, clock, store: Store, wakeup: Callable[[], None] = lambda: None):
         self.config = config
@@ -241,7 +263,7 @@ class GroupCoordinator:
             elif kind == "sync":
                 self._on_sync_deadline(group, key)
             elif kind == "heartbeat":
-                self._on_heartbeat_deadline(group, key, now)
+                self._on_heartbeat_deadline(group, key, now, deadline)
             elif kind == "pending":
                 if key in group.pending_members:
                     self._remove_pending_member(group, key)
@@ -249,12 +271,21 @@ class GroupCoordinator:
 
     def _schedule_heartbeat(self, group: GroupMetadata, member: MemberMetadata, timeout_ms: int) -> None:
         member.heartbeat_deadline = self.now() + timeout_ms
-        self._schedule(member.heartbeat_deadline, "heartbeat", group.group_id, member.member_id)
+        # At most one pending entry per member: a later deadline waits for the pending entry to fire
+        # and re-arm; only an earlier one (a shorter timeout) needs an entry of its own.
+        if member.heartbeat_timer is None or member.heartbeat_deadline < member.heartbeat_timer:
+            member.heartbeat_timer = member.heartbeat_deadline
+            self._schedule(member.heartbeat_deadline, "heartbeat", group.group_id, member.member_id)
 
-    def _on_heartbeat_deadline(self, group: GroupMetadata, member_id: str, now: int) -> None:
+    def _on_heartbeat_deadline(self, group: GroupMetadata, member_id: str, now: int, deadline: int) -> None:
         member = group.members.get(member_id)
-        if member is None or member.heartbeat_deadline > now:
-            return  # gone, or heartbeated since (a later entry watches the new deadline)
+        if member is None or member.heartbeat_timer != deadline:
+            return  # gone, or an entry superseded by an earlier one
+        member.heartbeat_timer = None
+        if member.heartbeat_deadline > now:  # heartbeated since: watch the new deadline
+            member.heartbeat_timer = member.heartbeat_deadline
+            self._schedule(member.heartbeat_deadline, "heartbeat", group.group_id, member.member_id)
+            return
         if (member.awaiting_join is not None and not member.is_new) or member.awaiting_sync is not None:
             # A parked rejoin or sync keeps the member (the join or sync deadline decides); look again later.
             self._schedule_heartbeat(group, member, member.session_timeout_ms)
@@ -484,6 +515,8 @@ class GroupCoordinator:
             return respond(SyncResult(ErrorCode.REBALANCE_IN_PROGRESS,
                                       f"group {group_id!r} is rebalancing: join again"))
         if state is GroupState.STABLE:
+            # Kafka's doSyncGroup (Stable): this member has synced, so the sync deadline must not evict it.
+            group.pending_sync_members.discard(member_id)
             self._schedule_heartbeat(group, member, member.session_timeout_ms)
             return respond(SyncResult(protocol_type=group.protocol_type, protocol_name=group.protocol_name,
                                       assignment=member.assignment))
@@ -502,7 +535,7 @@ class GroupCoordinator:
                 if not (group.is_in(GroupState.COMPLETING_REBALANCE) and group.generation_id == generation):
                     return  # the group moved on meanwhile (a member left); its syncs were answered
                 if error is not None:
-                    self._reset_and_propagate_sync_error(group, *error)
+                    self._reset_and_propagate_sync_error(group, *group_store_error(error))
                     self._maybe_prepare_rebalance(group, "storing the group's assignment failed")
                     return
                 for mid, member_ in group.members.items():
@@ -653,6 +686,14 @@ class GroupCoordinator:
 
         def stored(error: Error | None, base_offset: int) -> None:
             group.pending_commits -= 1
+            for _i, tp, _entry in accepted:
+                left = group.pending_offset_commits[tp] - 1
+                if left:
+                    group.pending_offset_commits[tp] = left
+                else:
+                    del group.pending_offset_commits[tp]
+            if error is not None:
+                error = offset_store_error(error)
             for n, (i, tp, entry) in enumerate(accepted):
                 if error is not None:
                     results[i] = error
@@ -665,6 +706,8 @@ class GroupCoordinator:
             respond(results)
 
         group.pending_commits += 1
+        for _i, tp, _entry in accepted:
+            group.pending_offset_commits[tp] = group.pending_offset_commits.get(tp, 0) + 1
         self._store(self.partition_for(group_id), records, stored)
         return None
 
@@ -724,6 +767,11 @@ class GroupCoordinator:
                                          f"group {group_id!r} has members ({group.state.value}); it can be deleted "
                                          f"once they have left")
                 continue
+            if group.pending_commits:
+                results[group_id] = _err(ErrorCode.NON_EMPTY_GROUP,
+                                         f"group {group_id!r} has offset commits still being written; "
+                                         f"delete it again once they are done")
+                continue
             group.transition_to(GroupState.DEAD, self.now())
             records = self._tombstones(group)
             del self.groups[group_id]
@@ -737,6 +785,7 @@ class GroupCoordinator:
         def stored_for(partition: int):
             def stored(error: Error | None, _offset: int) -> None:
                 if error is not None:
+                    error = group_store_error(error)
                     for gid in group_ids:
                         if results.get(gid) is None and self.partition_for(gid) == partition:
                             results[gid] = error
@@ -773,6 +822,7 @@ class GroupCoordinator:
                 expired = group.expired_offsets(now, self.config.offsets_retention_ms)
             else:
                 expired = [tp for tp in group.offsets if tp[0] == deleted_topic]
+            expired = [tp for tp in expired if tp not in group.pending_offset_commits]
             records = by_partition.setdefault(self.partition_for(group_id), [])
             for t, p in expired:
                 del group.offsets[(t, p)]

@@ -62,6 +62,9 @@ class MemberMetadata:
     awaiting_sync: Callable | None = None
     #: Wall-clock ms by which the member must heartbeat (or rejoin, or sync).
     heartbeat_deadline: int = 0
+    #: The deadline of this member's one pending heartbeat entry in the coordinator's timer heap
+    #: (None: none pending). Heartbeats only move heartbeat_deadline; the entry re-arms when it fires.
+    heartbeat_timer: int | None = None
     is_new: bool = False
 
     def protocols(self) -> set[str]:
@@ -105,6 +108,9 @@ class GroupMetadata:
     #: Offset commits written but not yet durable: the group is not removed meanwhile (Kafka's
     #: hasPendingOffsetCommits), or their offsets would land in a group nobody sees.
     pending_commits: int = 0
+    #: The same per partition: expiry leaves these alone (Kafka's getExpiredOffsets skips a partition
+    #: with a pending commit), or its tombstone could land after the acknowledged commit.
+    pending_offset_commits: dict[tuple[str, int], int] = field(default_factory=dict)
 
     # -- state ---------------------------------------------------------------------------------
 
