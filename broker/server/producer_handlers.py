@@ -13,12 +13,16 @@ from __future__ import annotations
 
 import struct
 
+from crc32c import crc32c
+
 from triolog.broker.coordinator.producer_id_manager import ProducerIdBlockError, ProducerIdManager
 from triolog.protocol import messages as m
 from triolog.protocol.errors import ErrorCode, UnknownProducerIdError
 
 #: A batch's producerId (int64) sits at byte 43; a batch is at least 61 bytes.
 _PRODUCER_ID = struct.Struct(">q")
+_BATCH_LENGTH = struct.Struct(">i")
+_CRC = struct.Struct(">I")
 _PRODUCER_ID_OFFSET = 43
 _BATCH_HEADER_SIZE = 61
 
@@ -39,6 +43,11 @@ class ProducerIdHandlers:
             return  # not ready (nothing is served then), or a batch the validator refuses
         (producer_id,) = _PRODUCER_ID.unpack_from(records, _PRODUCER_ID_OFFSET)
         if producer_id < 0:
+            return
+        # Bytes that are not a whole batch with a good CRC are the validator's to refuse
+        # (CORRUPT_MESSAGE, as Kafka answers them), not a producer id to judge.
+        (length,) = _BATCH_LENGTH.unpack_from(records, 8)
+        if length + 12 != len(records) or _CRC.unpack_from(records, 17)[0] != crc32c(memoryview(records)[21:]):
             return
         limit = manager.issued_limit()
         if producer_id >= limit and producer_id not in log.producer_state_manager.producers:
