@@ -24,7 +24,15 @@ from tests.waiting import wait_for
 
 
 def _popen(*args: str, **kwargs) -> subprocess.Popen:
-    return subprocess.Popen(cli_command(*args), cwd=ROOT, env=cli_env(), **kwargs)
+    # Ctrl-C at a terminal: SIGINT at its default disposition. A test run started in the
+    # background by a non-interactive shell inherits it ignored (as `cmd &` sets it), and a
+    # program started with SIGINT ignored rightly keeps ignoring it.
+    return subprocess.Popen(cli_command(*args), cwd=ROOT, env=cli_env(),
+                            preexec_fn=_default_sigint, **kwargs)
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def test_consume_piped_into_head_exits_0_without_a_traceback(broker, server, topic, tmp_path):
