@@ -74,9 +74,9 @@ several brokers in one process, as in tests, do not collide):
                                                       (topics, partitions, log dirs) with an
                                                       error code
   triolog_server_wrong_protocol_connections_total
-                                            counter   by ``protocol`` (kafka, http, tls):
-                                                      connections closed for speaking another
-                                                      protocol to the msgpack listener
+                                            counter   by ``protocol`` (kafka, http, tls,
+                                                      msgpack): connections closed for speaking
+                                                      another protocol than their listener's
   triolog_server_request_latency_seconds    histogram by ``api``: frame read to response written
   triolog_server_bytes_in_total             counter   by ``api``: request frames, prefix included
   triolog_server_bytes_out_total            counter   by ``api``: response frames, prefix included
@@ -163,7 +163,7 @@ CLOSE_LIMITS = ("connections.max.idle.ms", "request.receive.timeout.ms", "socket
 #: The ``error`` label's values of triolog_server_accept_errors_total (the errnos accept retries).
 ACCEPT_ERRORS = ("EMFILE", "ENFILE", "ENOMEM", "ENOBUFS")
 #: The ``protocol`` label's values of triolog_server_wrong_protocol_connections_total.
-WRONG_PROTOCOLS = ("kafka", "http", "tls")
+WRONG_PROTOCOLS = ("kafka", "http", "tls", "msgpack")
 
 #: Request latency buckets, 0.5 ms to 30 s: produce with acks=1 is sub-millisecond, acks=all
 #: waits for a group-commit fsync, a long-poll fetch waits up to its max_wait_ms.

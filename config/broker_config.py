@@ -51,6 +51,7 @@ __all__ = [
     "LOGGER_FORMATS",
     "LOGGER_LEVELS",
     "parse_endpoint",
+    "parse_kafka_listeners",
     "parse_listeners",
     "parse_metrics_listener",
 ]
@@ -120,6 +121,16 @@ def parse_listeners(text: str) -> Endpoint:
         raise ValueError("names no listener")
     if len(parts) > 1:
         raise ValueError(f"names {len(parts)} listeners; triolog serves exactly one")
+    return parse_endpoint(parts[0], "PLAINTEXT")
+
+
+def parse_kafka_listeners(text: str) -> Endpoint | None:
+    """``kafka.listeners``: one PLAINTEXT listener for Kafka's own protocol; empty = none (None)."""
+    parts = [part.strip() for part in text.split(",") if part.strip()]
+    if not parts:
+        return None
+    if len(parts) > 1:
+        raise ValueError(f"names {len(parts)} listeners; triolog serves at most one Kafka listener")
     return parse_endpoint(parts[0], "PLAINTEXT")
 
 
@@ -312,6 +323,21 @@ def _server_keys() -> Iterator[BrokerConfigKey]:
         group, attr="listener", parser=parse_listeners,
         allowed="one PLAINTEXT://host:port (empty host = every interface, IPv6 in brackets "
                 "as PLAINTEXT://[::1]:9092, port 0..65535 with 0 = any free port)")
+    yield BrokerConfigKey(
+        "kafka.listeners", "listener", None,
+        "Address the broker accepts Kafka's own wire protocol on (Kafka's clients: librdkafka "
+        "and confluent-kafka, kcat, kafka-python, aiokafka, the Java client), in Kafka's listener "
+        "syntax; empty turns it off. The same logs and handlers serve it as listeners.",
+        group, attr="kafka_listener", parser=parse_kafka_listeners,
+        allowed="empty, or one PLAINTEXT://host:port (empty host = every interface, IPv6 in brackets, "
+                "port 0..65535 with 0 = any free port)")
+    yield BrokerConfigKey(
+        "kafka.advertised.listeners", "listener", None,
+        "The address Metadata, FindCoordinator and DescribeCluster give Kafka clients for this "
+        "broker, where it differs from kafka.listeners (a container's published port, a host "
+        "name). Empty: kafka.listeners' own, with localhost for an empty host.",
+        group, attr="kafka_advertised_listener", parser=parse_kafka_listeners,
+        allowed="empty, or one PLAINTEXT://host:port with a host")
     yield BrokerConfigKey(
         "node.id", "int", 0,
         "Id of this broker, written to meta.properties. Kafka's default is -1 (must be set); "
@@ -609,6 +635,8 @@ class BrokerConfig:
     """
 
     listener: Endpoint = Endpoint("PLAINTEXT", "127.0.0.1", 9092)
+    kafka_listener: Endpoint | None = None
+    kafka_advertised_listener: Endpoint | None = None
     node_id: int = 0
     log_dirs: tuple[str, ...] = ("/tmp/kafka-logs",)
     num_partitions: int = 1

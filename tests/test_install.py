@@ -277,7 +277,7 @@ def test_the_pure_python_fallback_is_said_once_where_it_matters_and_never_on_a_c
         broker = subprocess.Popen(
             [sys.executable, "-m", "triolog.broker.cli", "serve", "--override", f"log.dirs={tmp_path / 'data'}",
              "--override", "listeners=PLAINTEXT://127.0.0.1:0", "--override", "metrics.listener=",
-             "--override", "logger.format=json"],
+             "--override", "kafka.listeners=", "--override", "logger.format=json"],
             cwd=tree, stdout=out, stderr=out, env={**_clean_env(), "PYTHONPATH": str(tree)})
     try:
         def events() -> list[dict]:

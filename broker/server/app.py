@@ -29,6 +29,7 @@ from triolog.broker.storage.log_manager import LogManager
 from triolog.broker.storage.topics import TopicManager
 from triolog.config.broker_config import BrokerConfig
 from triolog.protocol.errors import TriologError
+from triolog.protocol.kafka.apis import KafkaContext
 
 from triolog.protocol.request_limits import RequestLimits
 
@@ -36,6 +37,7 @@ from .connection import ClientConnection, WrongProtocolLog, wrong_protocol_hints
 from .group_commit import GroupCommitter
 from .group_handlers import CLIENT_HOST, GroupService
 from .handlers import RequestHandler, WorkerThreads
+from .kafka_connection import KafkaConnection
 from .memory_pool import RequestMemoryPool
 from .notifier import AppendNotifier
 
@@ -85,6 +87,8 @@ class BrokerAddress:
     port: int
     #: The Prometheus endpoint's bound port, None when ``metrics.listener`` is empty.
     metrics_port: int | None = None
+    #: The Kafka-protocol listener's bound port, None when ``kafka.listeners`` is empty.
+    kafka_port: int | None = None
 
 
 class BrokerServer:
@@ -119,6 +123,8 @@ class BrokerServer:
         #: This broker's own metrics registry; served over HTTP only if ``metrics.listener`` is set.
         self.metrics = BrokerMetrics(self.log_manager)
         self.handler: RequestHandler | None = None
+        #: What the Kafka listener's answers say about this broker; None without the listener.
+        self.kafka_context: KafkaContext | None = None
         #: The group coordinator's service (set when run() starts it).
         self.groups: GroupService | None = None
         self._shutdown = trio.Event()
@@ -148,7 +154,6 @@ class BrokerServer:
             logger.debug("gc_frozen", objects=gc.get_freeze_count())
         try:
             metrics_port = await self._start_metrics_endpoint()
-            self.wrong_protocol_log.hints = wrong_protocol_hints(self.config.metrics_listener, metrics_port)
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 self.handler = RequestHandler(self.config, self.log_manager, self.topics, self.committer,
@@ -166,27 +171,32 @@ class BrokerServer:
                 self.metrics.server.watch(self)
                 async with trio.open_nursery() as connections:
                     listen = self.config.listener
-                    try:
-                        listeners = await trio.open_tcp_listeners(listen.port, host=listen.bind_host)
-                    except OSError as exc:
-                        raise StartupError(f"cannot listen on {listen.bind_host or '0.0.0.0'}:{listen.port} "
-                                           f"(listeners): {_describe_os_error(exc)}") from exc
+                    listeners = await _open_listeners(listen, "listeners")
+                    kafka_listen = self.config.kafka_listener
+                    kafka_listeners = [] if kafka_listen is None else await _open_listeners(
+                        kafka_listen, "kafka.listeners")
                     accepting = trio.CancelScope()
 
                     async def accept_all() -> None:
                         with accepting:
                             async with trio.open_nursery() as accept_loops:
                                 for listener in listeners:
-                                    accept_loops.start_soon(self._accept_loop, listener, connections)
+                                    accept_loops.start_soon(self._accept_loop, listener, connections, False)
+                                for listener in kafka_listeners:
+                                    accept_loops.start_soon(self._accept_loop, listener, connections, True)
 
                     connections.start_soon(accept_all)
                     port = listeners[0].socket.getsockname()[1]
                     self.handler.advertised_port = port
+                    kafka_port = kafka_listeners[0].socket.getsockname()[1] if kafka_listeners else None
+                    self.kafka_context = self._kafka_context(kafka_port)
+                    self.wrong_protocol_log.hints = wrong_protocol_hints(
+                        self.config.metrics_listener, metrics_port, self.kafka_context)
                     for coro in self._periodic_tasks():
                         nursery.start_soon(coro)
-                    address = BrokerAddress(listen.host or "0.0.0.0", port, metrics_port)
+                    address = BrokerAddress(listen.host or "0.0.0.0", port, metrics_port, kafka_port)
                     logger.info("broker_started", host=address.host, port=port, metrics_port=metrics_port,
-                                log_dirs=list(self.config.log_dirs))
+                                kafka_port=kafka_port, log_dirs=list(self.config.log_dirs))
                     task_status.started(address)
                     await self._shutdown.wait()
                     logger.info("broker_stopping", open_connections=len(self._connections),
@@ -208,6 +218,19 @@ class BrokerServer:
                 if self.handler is not None:
                     self.handler.close()
                 logger.info("broker_stopped")
+
+    def _kafka_context(self, kafka_port: int | None) -> KafkaContext | None:
+        """What the Kafka listener's answers say about this broker (None without the listener)."""
+        listen = self.config.kafka_listener
+        if listen is None or kafka_port is None:
+            return None
+        advertised = self.config.kafka_advertised_listener
+        if advertised is not None:
+            host, port = advertised.host or "localhost", advertised.port
+        else:
+            host, port = listen.host or "localhost", kafka_port
+        return KafkaContext(node_id=self.config.node_id, host=host, port=port,
+                            cluster_id=self.log_manager.cluster_id)
 
     async def _start_metrics_endpoint(self) -> int | None:
         """Serve /metrics on ``metrics.listener`` (its own threads, off the event loop); its port, or None."""
@@ -240,7 +263,7 @@ class BrokerServer:
             while self._connections:
                 await trio.sleep(0.01)
 
-    async def _accept_loop(self, listener: trio.SocketListener, connections: trio.Nursery) -> None:
+    async def _accept_loop(self, listener: trio.SocketListener, connections: trio.Nursery, kafka: bool) -> None:
         """Accept while fewer than max.connections are open. At the limit nothing is accepted:
         new connections wait in the kernel's listen backlog, holding no descriptor of ours, until
         one closes (Kafka's acceptor blocks the same way). Out of descriptors (EMFILE) or memory,
@@ -270,16 +293,17 @@ class BrokerServer:
                 except BaseException:
                     slots.release()
                     raise
-                connections.start_soon(self._serve_connection, stream)
+                connections.start_soon(self._serve_connection, stream, kafka)
 
-    async def _serve_connection(self, stream: trio.SocketStream) -> None:
-        """Serve one accepted connection; it holds one of the max.connections slots until closed."""
+    async def _serve_connection(self, stream: trio.SocketStream, kafka: bool = False) -> None:
+        """Serve one accepted connection; it holds one of the max.connections slots (shared by
+        both listeners, as Kafka's broker-wide limit is) until closed."""
         try:
-            await self._serve_accepted(stream)
+            await self._serve_accepted(stream, kafka)
         finally:
             self._connection_slots.release()
 
-    async def _serve_accepted(self, stream: trio.SocketStream) -> None:
+    async def _serve_accepted(self, stream: trio.SocketStream, kafka: bool = False) -> None:
         try:
             host, port = stream.socket.getpeername()[:2]
         except OSError:  # reset before we looked
@@ -298,12 +322,16 @@ class BrokerServer:
             return
         idle_ms = config.connections_max_idle_ms
         receive_ms = config.request_receive_timeout_ms
-        connection = ClientConnection(
-            stream, self.handler, max_frame_bytes=config.socket_request_max_bytes,
+        options = dict(
+            max_frame_bytes=config.socket_request_max_bytes,
             idle_timeout_s=idle_ms / 1000 if idle_ms >= 0 else math.inf,
             receive_timeout_s=receive_ms / 1000 if receive_ms >= 0 else math.inf,
             peer=peer, stats=self.metrics.server, pool=self.request_pool, limits=self.request_limits,
             decode_limiter=self.decode_limiter, wrong_protocol_log=self.wrong_protocol_log)
+        if kafka:
+            connection = KafkaConnection(stream, self.handler, context=self.kafka_context, **options)
+        else:
+            connection = ClientConnection(stream, self.handler, **options)
         self._per_ip[host] = self._per_ip.get(host, 0) + 1
         CLIENT_HOST.set(f"/{host}")  # this connection's task: a joining member's client_host (Kafka's form)
         self.metrics.server.connection_opened()
@@ -402,6 +430,14 @@ def raise_open_file_limit() -> tuple[int, int, int]:
     now = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     logger.info("open_file_limit", soft_before=soft, soft=now, hard=hard)
     return soft, now, hard
+
+
+async def _open_listeners(listen, key: str) -> list[trio.SocketListener]:
+    try:
+        return await trio.open_tcp_listeners(listen.port, host=listen.bind_host)
+    except OSError as exc:
+        raise StartupError(f"cannot listen on {listen.bind_host or '0.0.0.0'}:{listen.port} "
+                           f"({key}): {_describe_os_error(exc)}") from exc
 
 
 async def serve(config: BrokerConfig) -> None:

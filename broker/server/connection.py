@@ -53,6 +53,7 @@ import structlog
 import trio
 
 from triolog.config.broker_config import Endpoint
+from triolog.protocol.kafka.apis import KafkaContext
 from triolog.protocol import messages as m
 from triolog.protocol.errors import ErrorCode
 from triolog.protocol.frames import (
@@ -85,8 +86,9 @@ _HOT_APIS = frozenset({"produce", "fetch", "api_versions"})
 INLINE_DECODE_OBJECTS = 1024
 #: What the log (and the refusal a TLS client gets) says about a client speaking another protocol
 #: here; the HTTP hint names this broker's metrics endpoint (:func:`wrong_protocol_hints`).
-_NOT_KAFKA = ("this listener speaks triolog's msgpack protocol, not Kafka's, and triolog has no Kafka-protocol "
-              "listener: connect with triolog's client (triolog.client) or the triolog CLI")
+_NOT_KAFKA = ("this listener speaks triolog's msgpack protocol, not Kafka's, and this broker has no Kafka-protocol "
+              "listener (kafka.listeners is empty): set kafka.listeners, or connect with triolog's client "
+              "(triolog.client) or the triolog CLI")
 _NOT_TLS = "this listener speaks triolog's msgpack protocol, not TLS: triolog serves PLAINTEXT only"
 #: A client speaking another protocol is logged at WARNING once per (peer host, protocol) in this
 #: long, at DEBUG in between: a Kafka client retrying its bootstrap would log one per attempt.
@@ -96,10 +98,12 @@ WRONG_PROTOCOL_WARN_INTERVAL_S = 600.0
 WRONG_PROTOCOL_MAX_PEERS = 256
 
 
-def wrong_protocol_hints(metrics_listener: Endpoint | None, metrics_port: int | None = None) -> dict[str, str]:
+def wrong_protocol_hints(metrics_listener: Endpoint | None, metrics_port: int | None = None,
+                         kafka: KafkaContext | None = None) -> dict[str, str]:
     """The hint for each protocol; the HTTP one says where this broker serves Prometheus metrics
     (``metrics_port``: the port it bound, for a listener configured with port 0), or that it
-    serves none."""
+    serves none; the Kafka one where Kafka clients connect (``kafka``: the Kafka listener's
+    advertised address), if anywhere. "msgpack" is for a triolog client on the Kafka port."""
     if metrics_listener is None:
         http = ("this listener speaks triolog's msgpack protocol, not HTTP, and this broker serves no HTTP "
                 "endpoint: Prometheus metrics are disabled (metrics.listener is empty)")
@@ -112,7 +116,14 @@ def wrong_protocol_hints(metrics_listener: Endpoint | None, metrics_port: int | 
             host = f"[{host}]"
         http = (f"this listener speaks triolog's msgpack protocol, not HTTP: Prometheus metrics are served at "
                 f"http://{host}:{port}/metrics (metrics.listener={metrics_listener})")
-    return {"kafka": _NOT_KAFKA, "http": http, "tls": _NOT_TLS}
+    not_kafka = _NOT_KAFKA
+    if kafka is not None:
+        host = f"[{kafka.host}]" if ":" in kafka.host else kafka.host
+        not_kafka = (f"this listener speaks triolog's msgpack protocol, not Kafka's: Kafka clients connect to "
+                     f"{host}:{kafka.port} (kafka.listeners)")
+    msgpack = ("this listener speaks Kafka's protocol, not triolog's msgpack protocol: triolog's client and CLI "
+               "connect to the broker's listeners address")
+    return {"kafka": not_kafka, "http": http, "tls": _NOT_TLS, "msgpack": msgpack}
 
 
 class WrongProtocolLog:
@@ -404,7 +415,8 @@ class ClientConnection:
                 code = ErrorCode.NONE
                 entry_errors = _entry_errors(response.response)
                 try:
-                    await self._send_parts(api, response)
+                    parts = response.parts
+                    await self._send_parts(api, response, parts, m.parts_length(parts))
                 finally:
                     response.close()
                 return True
@@ -481,16 +493,16 @@ class ClientConnection:
         if self.stats is not None:
             self.stats.bytes_out(api, len(payload) + PREFIX_SIZE)
 
-    async def _send_parts(self, api: str | None, result: FetchResult) -> None:
-        """The frame prefix and msgpack bytes through the stream; record bytes by sendfile.
+    async def _send_parts(self, api: str | None, result: FetchResult, parts: list, total: int) -> None:
+        """The frame prefix and the bytes of ``parts`` through the stream; its record regions (the
+        parts that are not bytes: ExternalBin, or a Kafka response's RecordsRegion, each with the
+        FetchRegion as ``ref``) by sendfile; ``total`` is their length together.
 
         A small response is corked meanwhile (TCP_CORK, where there is one): the prefix, the
         msgpack bytes around the records and the records leave in as few segments as their size
         allows, instead of one segment (and one wake-up of the client) per write. A large one is
         not: corked, a multi-megabyte fetch ran at a fifth of its uncorked speed (1 KiB records,
         8 MiB fetches: 39 against 211 MB/s), and it fills whole segments anyway."""
-        parts = result.parts
-        total = m.parts_length(parts)
         pending = bytearray(frame_prefix(total))
         sock = self.stream.socket
         corked = _TCP_CORK is not None and len(parts) > 1 and total <= _CORK_MAX_BYTES
@@ -501,7 +513,7 @@ class ClientConnection:
                 corked = False
         try:
             for part in parts:
-                if isinstance(part, m.ExternalBin):
+                if not isinstance(part, (bytes, bytearray)):
                     if pending:
                         await self._send_all(bytes(pending), checkpoint=False)
                         pending.clear()

@@ -293,6 +293,24 @@ def produce_payload(request_id: int, results: list) -> EncodedResponse:
     return EncodedResponse(_packb(wire), 0, errors)
 
 
+def produce_response(request_id: int, results: list) -> m.ProduceResponse:
+    """The produce response for ``results`` (as produce_payload takes them) as message objects."""
+    topics = []
+    for name, rows in results:
+        partitions = []
+        for partition, info, log in rows:
+            if log is None:
+                partitions.append(m.ProducePartitionResult(
+                    partition=partition, error_code=int(info[0]), error_message=info[1],
+                    log_start_offset=info[2] if len(info) > 2 else -1))
+            else:
+                partitions.append(m.ProducePartitionResult(
+                    partition=partition, base_offset=info.first_offset, log_append_time=info.log_append_time_ms,
+                    log_start_offset=info.log_start_offset))
+        topics.append(m.ProduceTopicResult(name=name, partitions=tuple(partitions)))
+    return m.ProduceResponse(id=request_id, topics=tuple(topics))
+
+
 def _packb(wire: dict) -> bytes:
     return msgpack.packb(wire, use_bin_type=True)
 
@@ -347,8 +365,8 @@ class FetchResult:
     what the broker-wide budget allows, however many partitions the fetch names: a client that
     does not read pins a bounded number of descriptors until its connection is dropped."""
 
-    def __init__(self, parts: list, regions: list[FetchRegion], budget: DescriptorBudget):
-        self.parts = parts
+    def __init__(self, parts: list | None, regions: list[FetchRegion], budget: DescriptorBudget):
+        self._parts = parts
         self.regions = regions
         #: The response the parts encode (its partition error codes are counted in the metrics).
         self.response: m.FetchResponse | None = None
@@ -356,6 +374,14 @@ class FetchResult:
         #: Regions before this one have had their descriptor (and may have been sent).
         self._next = 0
         self._held = 0
+
+    @property
+    def parts(self) -> list:
+        """The msgpack protocol's response: its bytes, and the regions as ExternalBin parts (packed
+        when first asked for: the Kafka listener encodes ``response`` its own way)."""
+        if self._parts is None:
+            self._parts = m.pack_parts(self.response, check_schema=False)
+        return self._parts
 
     def _may_open(self) -> bool:
         """Whether one more descriptor may be taken now (taking a budget unit if beyond the first)."""
@@ -724,6 +750,18 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers):
                     rows.append((part.partition, (code, message, start), wait))
 
     async def _produce(self, request: m.ProduceRequest) -> EncodedResponse | None:
+        results = await self.produce_results(request)
+        return None if results is None else produce_payload(request.id, results)
+
+    async def produce_response(self, request: m.ProduceRequest) -> m.ProduceResponse | None:
+        """The produce response as message objects (for the Kafka listener, which re-encodes it);
+        None for acks=0."""
+        results = await self.produce_results(request)
+        return None if results is None else produce_response(request.id, results)
+
+    async def produce_results(self, request: m.ProduceRequest) -> list | None:
+        """Append the request's batches: (topic, [(partition, info | (code, message, start), log)])
+        once acknowledged as acks asks, None for acks=0."""
         results: list = []  # (topic, [(partition, info | (code, message), log)])
         try:
             if (sum(len(t.partitions) for t in request.topics) > INLINE_PARTITIONS
@@ -755,7 +793,7 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers):
                        for name, rows in results]
         if request.acks == 0:
             return None
-        return produce_payload(request.id, results)
+        return results
 
     async def _wait_flushed(self, results, timeout_ms: int):
         """acks=all: every appended partition fsynced (group commit) within timeout_ms, else
@@ -829,7 +867,7 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers):
         nothing held, where a partition's read could wait (see Log.try_read_tail)."""
         remaining = request.max_bytes
         regions: list[FetchRegion] = []
-        result = FetchResult([], regions, self.fetch_descriptors)
+        result = FetchResult(None, regions, self.fetch_descriptors)
         topics = []
         total = 0
         errors = False
@@ -883,9 +921,7 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers):
                         partitions.append(m.FetchPartitionResult(partition=part.partition, error_code=code,
                                                                  error_message=message, **extra))
                 topics.append(m.FetchTopicResult(name=topic.name, partitions=tuple(partitions)))
-            response = m.FetchResponse(id=request.id, topics=tuple(topics))
-            result.parts = m.pack_parts(response, check_schema=False)
-            result.response = response
+            result.response = m.FetchResponse(id=request.id, topics=tuple(topics))
             return result, total, errors
         except BaseException:
             result.close()

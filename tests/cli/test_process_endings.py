@@ -155,7 +155,7 @@ def test_produce_shows_no_progress_when_stderr_is_not_a_terminal(triolog, server
 
 def _serve(tmp_path, *overrides: str, env: dict | None = None) -> subprocess.CompletedProcess:
     args = ["serve", "--override", f"log.dirs={tmp_path / 'data'}", "--override", "listeners=PLAINTEXT://127.0.0.1:0",
-            "--override", "metrics.listener="]
+            "--override", "metrics.listener=", "--override", "kafka.listeners="]
     for item in overrides:
         args += ["--override", item]
     return subprocess.run(cli_command(*args), cwd=ROOT, env={**cli_env(), **(env or {})}, capture_output=True,

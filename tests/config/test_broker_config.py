@@ -23,6 +23,10 @@ from triolog.config.log_config import INT_MAX, LONG_MAX, TOPIC_CONFIGS, ConfigEr
 # unbounded; triolog bounds the request bytes one broker buffers) and the triolog-only keys.
 KAFKA_DEFAULTS = {
     "listeners": Endpoint("PLAINTEXT", "127.0.0.1", 9092),
+    # triolog's keys for the Kafka-protocol listener: off unless configured (the embedded
+    # server.properties turns it on at 127.0.0.1:19092).
+    "kafka.listeners": None,
+    "kafka.advertised.listeners": None,
     "node.id": 0,
     "log.dirs": None,
     "log.dir": ("/tmp/kafka-logs",),
@@ -449,6 +453,8 @@ def test_parse_endpoint_names_the_expected_scheme():
         ("logger.level", "verbose", "not one of DEBUG, INFO", "one of DEBUG, INFO, WARNING, ERROR, CRITICAL"),
         ("logger.format", "xml", "not one of console, json", "one of console, json"),
         ("metrics.listener", "https://h:1", "scheme 'https' is not supported, only http", "http://host:port"),
+        ("kafka.listeners", "SSL://h:1", "scheme 'SSL' is not supported, only PLAINTEXT", "empty, or one PLAINTEXT://host:port"),
+        ("kafka.listeners", "PLAINTEXT://a:1,PLAINTEXT://b:2", "at most one Kafka listener", "empty, or one PLAINTEXT://host:port"),
     ],
 )
 def test_broker_config_error_names_key_value_reason_and_allowed(key, raw, reason, allowed):

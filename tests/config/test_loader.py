@@ -143,9 +143,9 @@ def test_load_config_embedded_loads_without_warnings():
     assert config.log_dirs == ("./data",)
 
 
-def test_load_config_embedded_equals_kafka_defaults_but_data_dir():
+def test_load_config_embedded_equals_kafka_defaults_but_data_dir_and_kafka_listener():
     config, _ = load_config(None, environ={})
-    assert config == BrokerConfig(log_dirs=("./data",))
+    assert config == BrokerConfig(log_dirs=("./data",), kafka_listener=Endpoint("PLAINTEXT", "127.0.0.1", 19092))
 
 
 def test_embedded_config_sets_only_known_lowest_precedence_keys():

@@ -28,6 +28,10 @@ class BrokerProcess:
     #: Serve Prometheus metrics on a free port (read back into ``metrics_port``); off by default.
     metrics: bool = False
     metrics_port: int | None = None
+    #: Serve Kafka's protocol (kafka.listeners) on a free port (read back into ``kafka_port``);
+    #: off by default, so that no test broker takes the embedded config's 19092.
+    kafka: bool = False
+    kafka_port: int = 0
     #: (soft, hard) RLIMIT_NOFILE to start the process with; None keeps the test runner's.
     rlimit_nofile: tuple[int, int] | None = None
     log_path: Path = field(init=False)
@@ -42,6 +46,7 @@ class BrokerProcess:
             "--override", f"listeners=PLAINTEXT://127.0.0.1:{self.port}",
             "--override", "metrics.listener=" + ("http://127.0.0.1:0" if self.metrics else ""),
             "--override", "logger.format=json",
+            "--override", "kafka.listeners=" + (f"PLAINTEXT://127.0.0.1:{self.kafka_port}" if self.kafka else ""),
         ]
         for item in self.overrides:
             args += ["--override", item]
@@ -64,6 +69,7 @@ class BrokerProcess:
             if started:
                 self.port = started[-1]["port"]
                 self.metrics_port = started[-1].get("metrics_port")
+                self.kafka_port = started[-1].get("kafka_port") or 0
             if started:  # logged once the listener is bound: no probe connection (it would count
                 return self  # against max.connections.per.ip in the limit tests)
             if self.process.poll() is not None:

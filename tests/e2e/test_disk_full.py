@@ -44,6 +44,7 @@ class TmpfsBrokerProcess(BrokerProcess):
             sys.executable, "-m", "triolog.broker.cli", "serve",
             "--override", f"log.dirs={self.data_dir}",
             "--override", "listeners=PLAINTEXT://127.0.0.1:0",
+            "--override", "kafka.listeners=",
             "--override", "metrics.listener=",
             "--override", "logger.format=json",
         ]

@@ -1,0 +1,190 @@
+"""One Kafka client's connection: Kafka's request frames in, Kafka's responses out.
+
+The connection machinery is the msgpack listener's (:class:`ClientConnection`: the same frame
+decoder, request memory pool, time limits, in-order answers, sendfile); what differs is the
+codec. Each frame is decoded with kio (:mod:`triolog.protocol.kafka.requests`), translated by its
+API's adapter into the broker's internal request, answered by the same RequestHandler as the
+msgpack protocol, and the answer translated back into the kio response of the request's version.
+A fetch's record bytes still go from the segment files to the socket with sendfile: the Kafka
+response is written around them (:class:`triolog.protocol.kafka.schema.RecordsRegion`).
+
+What Kafka does with bad input, this listener does: an oversized frame, a request that does not
+parse, or an API or version it does not serve closes the connection, each with a WARNING saying
+why (an ApiVersions request of a version it does not know is answered, with v0 and the versions
+served, so the client can pick one).
+"""
+
+from __future__ import annotations
+
+import structlog
+import trio
+
+from triolog.protocol import messages as m
+from triolog.protocol.errors import ErrorCode
+from triolog.protocol.frames import PREFIX_SIZE, frame_prefix
+from triolog.protocol.kafka.apis import Adapter, Direct, KafkaContext
+from triolog.protocol.kafka.requests import (
+    KafkaRequest,
+    MalformedRequest,
+    UnsupportedVersion,
+    decode_request,
+    encode_response,
+)
+from triolog.protocol.kafka.schema import build, field_names, parts_length, response_class
+from triolog.protocol.kafka.served import ADAPTERS, API_VERSIONS_KEY, SERVED_VERSIONS, unsupported_api_versions_body
+
+from .connection import ClientConnection, _entry_errors
+from .handlers import FetchResult
+
+logger = structlog.get_logger("triolog.server")
+
+#: A msgpack map's first byte (fixmap, map16, map32): a triolog client on the Kafka port. No
+#: Kafka request starts with one (its first byte is the high byte of a small api_key: 0).
+_MSGPACK_MAP_FIRST = frozenset(range(0x80, 0x90)) | {0xDE, 0xDF}
+
+
+class KafkaConnection(ClientConnection):
+    """A connection of the Kafka listener (``kafka.listeners``)."""
+
+    def __init__(self, stream: trio.SocketStream, handler, *, context: KafkaContext,
+                 adapters: dict[int, Adapter] = ADAPTERS, served: dict[int, tuple[int, int]] = SERVED_VERSIONS,
+                 **kwargs):
+        super().__init__(stream, handler, **kwargs)
+        self.context = context
+        self.adapters = adapters
+        self.served = served
+
+    async def _refuse_frame(self, message: str) -> None:
+        """Kafka answers nothing to a frame it refuses for its length: the caller closes."""
+
+    async def _handle_frame(self) -> bool:
+        start = trio.current_time()
+        label: str | None = None
+        code: int | None = None
+        entry_errors: dict[int, int] | None = None
+        frame, self._frame = self._frame, None
+        frame_bytes = len(frame) + PREFIX_SIZE
+        try:
+            if frame and frame[0] in _MSGPACK_MAP_FIRST:
+                self._wrong_protocol("msgpack")
+                return False
+            try:
+                request = decode_request(frame, self.served)
+            except UnsupportedVersion as exc:
+                adapter = self.adapters.get(exc.api_key)
+                label = adapter.label if adapter is not None else None
+                code = ErrorCode.UNSUPPORTED_VERSION
+                return await self._unsupported(exc)
+            except MalformedRequest as exc:
+                logger.warning("kafka_request_malformed", peer=self.peer, api_key=exc.api_key,
+                               api_version=exc.version, correlation_id=exc.correlation_id, reason=str(exc),
+                               action="connection closed, as Kafka closes it")
+                adapter = self.adapters.get(exc.api_key) if exc.api_key is not None else None
+                label = adapter.label if adapter is not None else None
+                code = ErrorCode.INVALID_REQUEST
+                return False
+            del frame
+            adapter = self.adapters[request.api_key]
+            label = adapter.label
+            try:
+                internal = adapter.to_internal(request, self.context)
+            except Exception as exc:  # a request kio read but no translation can take: malformed
+                logger.warning("kafka_request_malformed", peer=self.peer, api=adapter.name,
+                               api_version=request.version, correlation_id=request.correlation_id,
+                               reason=f"{type(exc).__name__}: {exc}", action="connection closed")
+                code = ErrorCode.INVALID_REQUEST
+                return False
+            if type(internal) is Direct:
+                body = internal.body
+            else:
+                outcome = await self._answer(adapter, request, internal)
+                if outcome is None:
+                    return False  # the client left a long poll
+                body, response = outcome
+                if body is None:  # produce with acks=0
+                    code = ErrorCode.NONE
+                    await trio.lowlevel.checkpoint()
+                    return True
+                if type(response) is FetchResult:
+                    try:
+                        code, entry_errors = ErrorCode.NONE, _entry_errors(response.response)
+                        parts = encode_response(request.api_key, request.version, request.correlation_id, body)
+                        await self._send_parts(label, response, parts, parts_length(parts))
+                    finally:
+                        response.close()
+                    return True
+                if response is not None:
+                    code, entry_errors = response.error_code, _entry_errors(response)
+            if code is None:
+                code = _top_level_code(body)
+            parts = encode_response(request.api_key, request.version, request.correlation_id, body)
+            await self._send_bytes(label, b"".join(parts))
+            return True
+        finally:
+            if self.stats is not None:
+                self.stats.bytes_in(label, frame_bytes)
+                if code is not None:
+                    self.stats.request_done(label, int(code), trio.current_time() - start, entry_errors)
+
+    async def _answer(self, adapter: Adapter, request: KafkaRequest, internal: m.Request):
+        """(the kio body, the handler's response) for ``internal``; (None, None) for acks=0; None
+        if the client hung up during a long poll. A handler failure is answered with the API's
+        error body, UNKNOWN_SERVER_ERROR in every entry, as Kafka answers an unexpected error."""
+        try:
+            if type(internal) is m.FetchRequest and internal.max_wait_ms > 0:
+                result = await self._handle_watching_for_hangup(internal)
+                if result is None:
+                    logger.debug("long_poll_abandoned", peer=self.peer, id=internal.id)
+                    return None
+                response = result.unwrap()
+            elif type(internal) is m.ProduceRequest:
+                response = await self.handler.produce_response(internal)
+                if response is None:
+                    return None, None
+            else:
+                response = await self.handler.handle(internal)
+        except Exception as exc:
+            logger.exception("request_failed", peer=self.peer, api=adapter.name, id=request.correlation_id)
+            message = f"unexpected server error: {type(exc).__name__}: {exc}"
+            body = self._error_body(adapter, request, ErrorCode.UNKNOWN_SERVER_ERROR, message)
+            if body is None:
+                raise
+            return body, None
+        if type(response) is FetchResult:
+            try:
+                return adapter.to_kafka(response.response, request, self.context), response
+            except BaseException:
+                response.close()
+                raise
+        return adapter.to_kafka(response, request, self.context), response
+
+    def _error_body(self, adapter: Adapter, request: KafkaRequest, code: int, message: str):
+        if adapter.error_body is not None:
+            return adapter.error_body(request, self.context, code, message)
+        cls = response_class(request.api_key, request.version)
+        if "error_code" in field_names(cls):
+            values = {"error_code": code}
+            if "error_message" in field_names(cls):
+                values["error_message"] = message
+            return build(cls, values)
+        return None
+
+    async def _unsupported(self, exc: UnsupportedVersion) -> bool:
+        """ApiVersions of an unknown version is answered (v0, UNSUPPORTED_VERSION, the versions
+        served); any other API or version outside the table closes the connection, as Kafka does."""
+        if exc.api_key == API_VERSIONS_KEY:
+            body = unsupported_api_versions_body()
+            parts = encode_response(API_VERSIONS_KEY, 0, exc.correlation_id, body)
+            await self._send_bytes("api_versions", b"".join(parts))
+            return True
+        adapter = self.adapters.get(exc.api_key)
+        logger.warning("kafka_request_unsupported", peer=self.peer, api_key=exc.api_key,
+                       api=adapter.name if adapter is not None else None, api_version=exc.version,
+                       correlation_id=exc.correlation_id, reason=str(exc),
+                       action="connection closed, as Kafka closes it (ApiVersions lists what is served)")
+        return False
+
+
+def _top_level_code(body) -> int:
+    code = getattr(body, "error_code", 0)
+    return int(getattr(code, "value", code))

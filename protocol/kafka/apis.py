@@ -1,0 +1,62 @@
+"""What the Kafka listener serves: one :class:`Adapter` per Kafka API, and the version table
+ApiVersions advertises.
+
+An adapter translates a Kafka request (a kio instance) into the broker's internal request
+(:mod:`triolog.protocol.messages`, the msgpack protocol's message classes), so that one handler
+set serves both listeners, and the handler's answer back into the kio response of the request's
+version. An API the handler has no counterpart for (ApiVersions, DescribeCluster) is answered by
+its adapter alone (:class:`Direct`). Everything here is pure: no I/O, no broker state beyond
+the :class:`KafkaContext` the listener passes in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .requests import KafkaRequest
+
+__all__ = ["Adapter", "Direct", "KafkaContext", "served_versions"]
+
+
+@dataclass(frozen=True)
+class KafkaContext:
+    """What the translations need to know about the broker answering."""
+
+    node_id: int
+    #: What Metadata, FindCoordinator and DescribeCluster give as this broker's address
+    #: (kafka.advertised.listeners, else the bound kafka listener).
+    host: str
+    port: int
+    cluster_id: str | None
+
+
+@dataclass(frozen=True)
+class Direct:
+    """An answer the adapter gives without the handler: the kio response body."""
+
+    body: Any
+
+
+@dataclass(frozen=True)
+class Adapter:
+    api_key: int
+    #: Kafka's name of the API (ApiVersions, Produce...).
+    name: str
+    min_version: int
+    max_version: int
+    #: The Kafka request as the handler's request, or a Direct answer.
+    to_internal: Callable[[KafkaRequest, KafkaContext], Any]
+    #: The handler's answer as the kio response body of the request's version.
+    to_kafka: Callable[[Any, KafkaRequest, KafkaContext], Any]
+    #: The metrics' label of the API (the internal API's name where there is one).
+    label: str
+    #: The body answering the whole request with one error (every entry, or the top-level code
+    #: where the response has one), for a request the handler failed on; None: the top-level
+    #: code if the response has one, else the connection closes.
+    error_body: Callable[[KafkaRequest, KafkaContext, int, str], Any] | None = None
+
+
+def served_versions(adapters: dict[int, Adapter]) -> dict[int, tuple[int, int]]:
+    return {key: (a.min_version, a.max_version) for key, a in adapters.items()}
