@@ -1,12 +1,16 @@
 # syntax=docker/dockerfile:1
 #
 # The triolog broker as a container: docker build -t triolog .
-#   docker run -d --name triolog -p 127.0.0.1:9092:9092 -p 127.0.0.1:9404:9404 -v triolog-data:/var/lib/triolog triolog
+#   docker run -d --name triolog -p 127.0.0.1:9092:9092 -p 127.0.0.1:19092:19092 -p 127.0.0.1:9404:9404 \
+#     -v triolog-data:/var/lib/triolog triolog
 #
 # Configuration, lowest layer first: the embedded defaults, /etc/triolog/server.properties (a copy
 # of deploy/server.properties; mount your own over it), TRIOLOG_<KEY> environment variables
 # (log.retention.ms -> TRIOLOG_LOG_RETENTION_MS), then options appended to `serve` in the command.
-# Environment beats the file, so the three keys set by ENV below are changed with `docker run -e`.
+# Environment beats the file, so the keys set by ENV below are changed with `docker run -e`.
+# Kafka clients get localhost:19092 from Metadata (an empty host advertises localhost): right for
+# a port published as above; from other containers set TRIOLOG_KAFKA_ADVERTISED_LISTENERS
+# (e.g. PLAINTEXT://triolog:19092).
 #
 # tests/ops/test_image.py runs this file's pip steps, ENV, ENTRYPOINT, CMD and HEALTHCHECK outside
 # Docker (no engine on the CI machines; the host's C compiler stands in for the builder's): keep
@@ -50,13 +54,14 @@ COPY deploy/server.properties /etc/triolog/server.properties
 
 ENV TRIOLOG_LOG_DIRS=/var/lib/triolog \
     TRIOLOG_LISTENERS=PLAINTEXT://:9092 \
+    TRIOLOG_KAFKA_LISTENERS=PLAINTEXT://:19092 \
     TRIOLOG_METRICS_LISTENER=http://:9404 \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1
 
 VOLUME ["/var/lib/triolog"]
-# 9092: the broker's wire protocol; 9404: Prometheus /metrics.
-EXPOSE 9092 9404
+# 9092: triolog's msgpack protocol; 19092: Kafka's wire protocol; 9404: Prometheus /metrics.
+EXPOSE 9092 19092 9404
 USER 10001:10001
 WORKDIR /var/lib/triolog
 

@@ -71,7 +71,7 @@ def test_compose_publishes_every_port_on_localhost_only():
             while start < len(lines) and lines[start].startswith("      - "):
                 published.append((name, lines[start].split("- ", 1)[1]))
                 start += 1
-    assert len(published) == 4, published
+    assert len(published) == 5, published  # broker: msgpack, Kafka, metrics; Prometheus; Grafana
     for name, mapping in published:
         assert re.fullmatch(r'"127\.0\.0\.1:\d+:\d+"', mapping), f"{name} publishes {mapping} beyond 127.0.0.1"
 

@@ -72,7 +72,8 @@ def test_dockerfile_is_multi_stage_pinned_and_runs_as_a_user_on_a_volume():
     env = df.env(RUNTIME)
     assert env["TRIOLOG_LOG_DIRS"] == "/var/lib/triolog"
     exposed = sorted(int(p) for p in RUNTIME.last("EXPOSE").args.split())
-    listener_ports = sorted(int(env[k].rsplit(":", 1)[1]) for k in ("TRIOLOG_LISTENERS", "TRIOLOG_METRICS_LISTENER"))
+    listener_ports = sorted(int(env[k].rsplit(":", 1)[1])
+                            for k in ("TRIOLOG_LISTENERS", "TRIOLOG_KAFKA_LISTENERS", "TRIOLOG_METRICS_LISTENER"))
     assert exposed == listener_ports
     # Exec form, so that the stop signal reaches tini (PID 1), which forwards it to the broker.
     assert df.exec_form(RUNTIME.last("ENTRYPOINT").args)[:2] == ["tini", "--"]
@@ -249,6 +250,15 @@ def test_image_steps_install_and_run_the_broker(tmp_path, system_tools):
         with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as response:
             metrics = response.read().decode()
         assert 'triolog_log_end_offset{partition="0",topic="image-test"} 10.0' in metrics
+
+        # Kafka's clients on the image's Kafka listener, which advertises localhost and its port.
+        from confluent_kafka.admin import AdminClient as KafkaAdminClient
+
+        kafka_port = box.ports[19092]
+        assert event["kafka_port"] == kafka_port
+        metadata = KafkaAdminClient({"bootstrap.servers": f"127.0.0.1:{kafka_port}"}).list_topics(timeout=30)
+        assert [(b.host, b.port) for b in metadata.brokers.values()] == [("localhost", kafka_port)]
+        assert list(metadata.topics["image-test"].partitions) == [0]
 
         # docker stop: SIGTERM to PID 1 (tini), which forwards it to the broker.
         process.send_signal(signal.SIGTERM)
