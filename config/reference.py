@@ -146,12 +146,28 @@ def metrics_reference(source: Path = METRICS_SOURCE) -> str:
     return "\n".join(out) + "\n"
 
 
+def kafka_apis_reference() -> str:
+    """The Kafka listener's APIs and versions, as ApiVersions advertises them."""
+    from triolog.protocol.kafka.served import ADAPTERS
+
+    out = ["| Kafka API | Key | Versions | Served by |", "|---|---|---|---|"]
+    for key, adapter in sorted(ADAPTERS.items()):
+        served_by = "the Kafka listener itself" if adapter.label in _LISTENER_ONLY else f"`{adapter.label}`"
+        out.append(f"| {adapter.name} | {key} | {adapter.min_version}–{adapter.max_version} | {served_by} |")
+    return "\n".join(out) + "\n"
+
+
+#: Kafka APIs answered without a handler request of the msgpack protocol's.
+_LISTENER_ONLY = frozenset({"api_versions", "describe_cluster"})
+
+
 # -- README markers ----------------------------------------------------------------------------
 
 #: Marker name → renderer; the README holds ``<!-- NAME:begin -->`` ... ``<!-- NAME:end -->``.
 MARKERS: dict[str, Callable[[], str]] = {
     "config-reference": config_reference,
     "metrics-reference": metrics_reference,
+    "kafka-apis": kafka_apis_reference,
 }
 
 

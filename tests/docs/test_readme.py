@@ -28,7 +28,7 @@ from tests.e2e.broker_process import ROOT, BrokerProcess
 README = ROOT / "README.md"
 #: The tour, the Python client snippet, the consumer group snippet, the CLI block, the groups
 #: CLI block, dump-log under "Inspecting segments".
-RUN_BLOCKS = 7
+RUN_BLOCKS = 9
 #: make run/test, pip install, the Spark fragment, the Spark job and its command, the Spark
 #: example pipeline, docker, docker compose, make bench.
 SKIPPED_BLOCKS = 9
@@ -126,7 +126,7 @@ sys.exit(main())
 def newcomer(tmp_path):
     """A working directory as after ``make run``: data/ is the broker's, .venv/bin/triolog the CLI."""
     home = tmp_path
-    broker = BrokerProcess(home / "data", ("log.cleaner.backoff.ms=200",), metrics=True).start()
+    broker = BrokerProcess(home / "data", ("log.cleaner.backoff.ms=200",), metrics=True, kafka=True).start()
     bootstrap = f"127.0.0.1:{broker.port}"
     bin_dir = home / ".venv" / "bin"
     bin_dir.mkdir(parents=True)
@@ -143,6 +143,7 @@ def newcomer(tmp_path):
 
 def _substitute(code: str, broker: BrokerProcess) -> str:
     return (code.replace("127.0.0.1:9092", f"127.0.0.1:{broker.port}")
+                .replace("127.0.0.1:19092", f"127.0.0.1:{broker.kafka_port}")
                 .replace("127.0.0.1:9404", f"127.0.0.1:{broker.metrics_port}"))
 
 
@@ -160,7 +161,7 @@ def test_the_readme_blocks_run(newcomer):
         assert done.returncode == 0, f"{where} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
         assert "Traceback" not in done.stderr, f"{where}:\n{done.stderr}"
         outputs.append(done.stdout)
-    tour, client_snippet, group_snippet, cli, cli_reference, groups_cli, dump = outputs
+    tour, client_snippet, group_snippet, cli, cli_reference, groups_cli, kafka_snippet, kafka_cli, dump = outputs
 
     # What the README says each block shows.
     assert "Offset:40\tuser-1\tclick 41\n" in tour  # the first record at/after $SINCE
@@ -171,6 +172,9 @@ def test_the_readme_blocks_run(newcomer):
     assert re.search(r"^\d+ 0 user-7 \{'amount': 42, 'currency': 'EUR'\}$", client_snippet, re.M), client_snippet
     assert re.search(r"^1 record\(s\) from payments-\d$", client_snippet, re.M), client_snippet
     assert "processed 1 record(s) as group billing\n" in group_snippet, group_snippet
+    # librdkafka wrote it through the Kafka listener; triolog's CLI and kcat read the same record.
+    assert kafka_snippet == "0 user-1 hello from librdkafka\n", kafka_snippet
+    assert kafka_cli == "hello from librdkafka\nuser-1: hello from librdkafka at offset 0\n", kafka_cli
     assert "42 EUR\n" in cli and "17 EUR\n" in cli
     # --list, --describe (the group's committed offset: the one record read, lag 0), the dry run
     # and the executed reset to offset 0, the deletion.
