@@ -1,7 +1,8 @@
 """A TCP proxy between a client and a real broker that loses produce RESPONSES.
 
-It forwards bytes both ways and parses our frames (4-byte length + msgpack) to know which
-response answers a produce request. To lose one, it closes both connections instead of
+It forwards bytes both ways and parses the frames (4-byte length, then a msgpack map, or with
+``protocol="kafka"`` Kafka's request and response headers) to know which response answers a
+produce request. To lose one, it closes both connections instead of
 forwarding it: the broker has acted on the request (appended the batch), the client only sees
 its connection die with the request outstanding (ResponseLostError), as after a network fault.
 Every request outstanding on that connection is lost with it, as on a real network.
@@ -37,6 +38,18 @@ def _frames(buffer: bytearray):
         yield frame, frame[4:]
 
 
+def _kafka_request_header(payload: bytes) -> tuple[str | None, int | None]:
+    """(api, correlation id) of a Kafka request: "produce" for api_key 0, the key otherwise."""
+    if len(payload) < 8:
+        return None, None
+    api_key, _, correlation_id = struct.unpack_from(">hhi", payload)
+    return ("produce" if api_key == 0 else str(api_key)), correlation_id
+
+
+def _kafka_response_header(payload: bytes) -> tuple[str | None, int | None]:
+    return None, (struct.unpack_from(">i", payload)[0] if len(payload) >= 4 else None)
+
+
 def _header(payload: bytes) -> tuple[str | None, int | None]:
     """(api, id) of a request or response payload; (None, None) if it is not a msgpack map."""
     try:
@@ -54,8 +67,10 @@ class FaultProxy:
     ``dropping`` can be switched off to let a run finish cleanly."""
 
     def __init__(self, target_port: int, *, drop_every: int = 0, drop_probability: float = 0.0,
-                 seed: int = 0, host: str = "127.0.0.1") -> None:
+                 seed: int = 0, host: str = "127.0.0.1", protocol: str = "msgpack") -> None:
         self.target_port = target_port
+        self._request_header = _kafka_request_header if protocol == "kafka" else _header
+        self._response_header = _kafka_response_header if protocol == "kafka" else _header
         self.host = host
         self.drop_every = drop_every
         self.drop_probability = drop_probability
@@ -147,7 +162,7 @@ class FaultProxy:
                     while data := await client.receive_some(1 << 16):
                         buffer += data
                         for frame, payload in _frames(buffer):
-                            api, request_id = _header(payload)
+                            api, request_id = self._request_header(payload)
                             if request_id is not None:
                                 apis[request_id] = api
                             if api == "produce":
@@ -163,7 +178,7 @@ class FaultProxy:
                     while data := await broker.receive_some(1 << 16):
                         buffer += data
                         for frame, payload in _frames(buffer):
-                            _, response_id = _header(payload)
+                            _, response_id = self._response_header(payload)
                             if apis.pop(response_id, None) == "produce" and self._drop_now():
                                 self.produce_responses_dropped += 1
                                 await hang_up()  # the batch is in the log; the client never hears of it
