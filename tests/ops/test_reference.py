@@ -55,13 +55,15 @@ def test_metrics_reference_documents_every_metric_the_broker_registers():
 def test_write_then_check_round_trip(tmp_path):
     readme = tmp_path / "README.md"
     readme.write_text("# x\n\n<!-- config-reference:begin -->\nold\n<!-- config-reference:end -->\n\ntext\n\n"
-                      "<!-- metrics-reference:begin -->\n<!-- metrics-reference:end -->\n")
+                      "<!-- metrics-reference:begin -->\n<!-- metrics-reference:end -->\n"
+                      "<!-- kafka-apis:begin -->\n<!-- kafka-apis:end -->\n")
     stale = _reference("--check", str(readme))
     assert stale.returncode == 1 and "out of date" in stale.stderr
     assert _reference("--write", str(readme)).returncode == 0
     assert _reference("--check", str(readme)).returncode == 0
     written = readme.read_text()
     assert "`log.retention.ms`" in written and "`triolog_log_size_bytes`" in written and "\ntext\n" in written
+    assert "| Produce | 0 | 3–11 | `produce` |" in written  # the Kafka listener's table
     assert _reference("--write", str(readme)).returncode == 0 and readme.read_text() == written  # stable
 
 
