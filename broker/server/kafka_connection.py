@@ -141,8 +141,10 @@ class KafkaConnection(ClientConnection):
                 response = await self.handler.produce_response(internal)
                 if response is None:
                     return None, None
+            elif type(internal) is list:
+                response = [await self._handle_one(adapter, request, one) for one in internal]
             else:
-                response = await self.handler.handle(internal)
+                response = await self._handle_one(adapter, request, internal)
         except Exception as exc:
             logger.exception("request_failed", peer=self.peer, api=adapter.name, id=request.correlation_id)
             message = f"unexpected server error: {type(exc).__name__}: {exc}"
@@ -156,7 +158,15 @@ class KafkaConnection(ClientConnection):
             except BaseException:
                 response.close()
                 raise
-        return adapter.to_kafka(response, request, self.context), response
+        return adapter.to_kafka(response, request, self.context), (response if type(response) is not list else None)
+
+    async def _handle_one(self, adapter: Adapter, request: KafkaRequest, internal: m.Request):
+        response = await self.handler.handle(internal)
+        if adapter.follow_up is not None:
+            while (after := adapter.follow_up(response, internal, request)) is not None:
+                internal = after
+                response = await self.handler.handle(internal)
+        return response
 
     def _error_body(self, adapter: Adapter, request: KafkaRequest, code: int, message: str):
         if adapter.error_body is not None:

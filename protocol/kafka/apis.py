@@ -46,9 +46,11 @@ class Adapter:
     name: str
     min_version: int
     max_version: int
-    #: The Kafka request as the handler's request, or a Direct answer.
+    #: The Kafka request as the handler's request (or a list of them, answered in order, for a
+    #: Kafka request that batches what the internal API asks one at a time), or a Direct answer.
     to_internal: Callable[[KafkaRequest, KafkaContext], Any]
-    #: The handler's answer as the kio response body of the request's version.
+    #: The handler's answer (the list of answers, for a list) as the kio response body of the
+    #: request's version.
     to_kafka: Callable[[Any, KafkaRequest, KafkaContext], Any]
     #: The metrics' label of the API (the internal API's name where there is one).
     label: str
@@ -56,6 +58,9 @@ class Adapter:
     #: where the response has one), for a request the handler failed on; None: the top-level
     #: code if the response has one, else the connection closes.
     error_body: Callable[[KafkaRequest, KafkaContext, int, str], Any] | None = None
+    #: Given the handler's answer, the internal request to make next in its place, or None: for a
+    #: Kafka version that expects in one exchange what the internal API does in two.
+    follow_up: Callable[[Any, Any, KafkaRequest], Any] | None = None
 
 
 def served_versions(adapters: dict[int, Adapter]) -> dict[int, tuple[int, int]]:
