@@ -155,7 +155,10 @@ logger = logging.getLogger(__name__)
 
 #: The ``api`` label's values: every API of the protocol, and ``unknown`` for unreadable frames.
 UNKNOWN_API = "unknown"
-API_LABELS: tuple[str, ...] = (*SUPPORTED_APIS, UNKNOWN_API)
+#: APIs only the Kafka listener serves (answered without a msgpack-protocol counterpart).
+KAFKA_ONLY_APIS = ("describe_cluster",)
+API_LABELS: tuple[str, ...] = (*SUPPORTED_APIS, *KAFKA_ONLY_APIS, UNKNOWN_API)
+_KNOWN_APIS = frozenset(API_LABELS)
 
 #: The ``limit`` label's values of triolog_server_connections_closed_total.
 CLOSE_LIMITS = ("connections.max.idle.ms", "request.receive.timeout.ms", "socket.request.max.bytes",
@@ -174,7 +177,7 @@ _READ_ATTEMPTS = 3
 
 
 def _api_label(api: str | None) -> str:
-    return api if api in SUPPORTED_APIS else UNKNOWN_API
+    return api if api in _KNOWN_APIS else UNKNOWN_API
 
 
 def _error_label(code: int) -> str:

@@ -1,0 +1,337 @@
+"""The admin APIs on the Kafka listener: CreateTopics, DeleteTopics, DeleteRecords,
+DescribeConfigs, AlterConfigs, IncrementalAlterConfigs and DescribeCluster.
+
+Topic resources go to the handler's topic APIs. Kafka's AlterConfigs replaces a topic's whole set
+of overrides, and IncrementalAlterConfigs' APPEND and SUBTRACT change a list value: both need the
+values in force first, so they are a describe_configs followed by the alter_configs it implies
+(two steps, not one atomic change: an alteration between them from another client is
+overwritten, as with any read-modify-write). A broker resource is described from the broker's
+own configuration (KafkaContext.broker_configs); triolog's broker configs are static, so
+altering one is refused per resource.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from triolog.protocol import messages as m
+from triolog.protocol.errors import ErrorCode
+
+from .apis import Adapter, Direct, KafkaContext
+from .requests import KafkaRequest
+from .schema import build, millis, response_class
+
+__all__ = ["ADAPTERS"]
+
+TOPIC = 2
+BROKER = 4
+#: Kafka's ConfigSource values.
+DYNAMIC_TOPIC_CONFIG = 1
+STATIC_BROKER_CONFIG = 4
+DEFAULT_CONFIG = 5
+_SOURCES = {"topic": DYNAMIC_TOPIC_CONFIG, "broker": STATIC_BROKER_CONFIG, "default": DEFAULT_CONFIG}
+#: IncrementalAlterConfigs' operations.
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+INVALID_REPLICA_ASSIGNMENT = 39
+UNKNOWN_TOPIC_ID = 100
+_ZERO_UUID = uuid.UUID(int=0)
+
+
+def _body(req: KafkaRequest, values: dict[str, Any]):
+    return build(response_class(req.api_key, req.version), values)
+
+
+def _envelope(req: KafkaRequest) -> dict[str, Any]:
+    return {"id": req.correlation_id, "client_id": req.client_id}
+
+
+# -- CreateTopics -------------------------------------------------------------------------------
+
+
+def create_topics_to_internal(req: KafkaRequest, ctx: KafkaContext):
+    body = req.body
+    topics = []
+    refused: dict[str, tuple[int, str]] = {}
+    for t in body.topics:
+        count = t.num_partitions
+        if t.assignments:
+            # A manual assignment on one broker: every replica list must be this broker alone.
+            if count != -1 or t.replication_factor != -1 or any(tuple(a.broker_ids) != (ctx.node_id,)
+                                                               for a in t.assignments):
+                refused[t.name] = (INVALID_REPLICA_ASSIGNMENT, f"a replica assignment on this single broker must "
+                                   f"give every partition the replicas [{ctx.node_id}], with num_partitions and "
+                                   f"replication_factor -1")
+            count = len(t.assignments)
+        configs = {c.name: c.value for c in t.configs if c.value is not None}
+        topics.append(m.NewTopic(name=t.name, num_partitions=count, replication_factor=t.replication_factor,
+                                 configs=configs))
+    if refused:
+        return Direct(_create_topics_body(req, [
+            {"name": t.name, "error_code": refused[t.name][0], "error_message": refused[t.name][1]}
+            if t.name in refused else {"name": t.name, "error_code": ErrorCode.INVALID_REQUEST,
+                                       "error_message": "another topic of this request was refused"}
+            for t in body.topics]))
+    return m.CreateTopicsRequest(**_envelope(req), topics=tuple(topics), validate_only=body.validate_only)
+
+
+def _create_topics_body(req: KafkaRequest, topics: list[dict[str, Any]]):
+    return _body(req, {"topics": [{"topic_id": _ZERO_UUID, "configs": None, **t} for t in topics]})
+
+
+def create_topics_to_kafka(response: m.CreateTopicsResponse, req: KafkaRequest, ctx: KafkaContext):
+    given = {t.name: {c.name for c in t.configs} for t in req.body.topics}
+    out = []
+    for t in response.topics:
+        entry: dict[str, Any] = {"name": t.name, "error_code": t.error_code, "error_message": t.error_message}
+        if not t.error_code:
+            entry.update(num_partitions=t.num_partitions, replication_factor=1, configs=[
+                {"name": k, "value": v, "read_only": False, "is_sensitive": False,
+                 "config_source": DYNAMIC_TOPIC_CONFIG if k in given.get(t.name, ()) else DEFAULT_CONFIG}
+                for k, v in sorted(t.configs.items())])
+        out.append(entry)
+    return _create_topics_body(req, out)
+
+
+def create_topics_error(req: KafkaRequest, ctx: KafkaContext, code: int, message: str):
+    return _create_topics_body(req, [{"name": t.name, "error_code": code, "error_message": message}
+                                     for t in req.body.topics])
+
+
+# -- DeleteTopics -------------------------------------------------------------------------------
+
+
+def _delete_names(req: KafkaRequest) -> list[tuple[str | None, Any]]:
+    if req.version >= 6:
+        return [(t.name, t.topic_id) for t in req.body.topics]
+    return [(name, None) for name in req.body.topic_names]
+
+
+def delete_topics_to_internal(req: KafkaRequest, ctx: KafkaContext):
+    names = _delete_names(req)
+    if any(name is None for name, _ in names):  # by topic id: triolog's topics have none
+        return Direct(_body(req, {"responses": [
+            {"name": name, "topic_id": topic_id, "error_code": UNKNOWN_TOPIC_ID if name is None else ErrorCode.INVALID_REQUEST,
+             "error_message": "triolog's topics have no topic id: name them" if name is None else
+             "another topic of this request was named by id"} for name, topic_id in names]}))
+    return m.DeleteTopicsRequest(**_envelope(req), topics=tuple(dict.fromkeys(name for name, _ in names)))
+
+
+def delete_topics_to_kafka(response: m.DeleteTopicsResponse, req: KafkaRequest, ctx: KafkaContext):
+    return _body(req, {"responses": [{"name": t.name, "topic_id": _ZERO_UUID, "error_code": t.error_code,
+                                      "error_message": t.error_message} for t in response.topics]})
+
+
+def delete_topics_error(req: KafkaRequest, ctx: KafkaContext, code: int, message: str):
+    return _body(req, {"responses": [{"name": name, "topic_id": topic_id or _ZERO_UUID, "error_code": code,
+                                      "error_message": message} for name, topic_id in _delete_names(req)]})
+
+
+# -- DeleteRecords ------------------------------------------------------------------------------
+
+
+def delete_records_to_internal(req: KafkaRequest, ctx: KafkaContext):
+    return m.DeleteRecordsRequest(**_envelope(req), topics=tuple(
+        m.DeleteRecordsTopic(name=t.name, partitions=tuple(
+            m.DeleteRecordsPartition(partition=p.partition_index, offset=p.offset) for p in t.partitions))
+        for t in req.body.topics))
+
+
+def delete_records_to_kafka(response: m.DeleteRecordsResponse, req: KafkaRequest, ctx: KafkaContext):
+    return _body(req, {"topics": [{"name": t.name, "partitions": [
+        {"partition_index": p.partition, "low_watermark": p.low_watermark, "error_code": p.error_code}
+        for p in t.partitions]} for t in response.topics]})
+
+
+def delete_records_error(req: KafkaRequest, ctx: KafkaContext, code: int, message: str):
+    return _body(req, {"topics": [{"name": t.name, "partitions": [
+        {"partition_index": p.partition_index, "low_watermark": -1, "error_code": code} for p in t.partitions]}
+        for t in req.body.topics]})
+
+
+# -- DescribeConfigs ----------------------------------------------------------------------------
+
+
+def describe_configs_to_internal(req: KafkaRequest, ctx: KafkaContext):
+    topics = tuple(dict.fromkeys(r.resource_name for r in req.body.resources if r.resource_type == TOPIC))
+    if not topics:
+        return Direct(describe_configs_to_kafka(m.DescribeConfigsResponse(id=req.correlation_id), req, ctx))
+    return m.DescribeConfigsRequest(**_envelope(req), topics=topics)
+
+
+def _entry(name: str, value: str | None, source: int, read_only: bool, synonyms: bool) -> dict[str, Any]:
+    return {"name": name, "value": value, "read_only": read_only, "config_source": source, "is_sensitive": False,
+            "synonyms": [{"name": name, "value": value, "source": source}] if synonyms else [],
+            "documentation": None}
+
+
+def describe_configs_to_kafka(response: m.DescribeConfigsResponse, req: KafkaRequest, ctx: KafkaContext):
+    topics = {t.name: t for t in response.topics}
+    synonyms = getattr(req.body, "include_synonyms", False)
+    results = []
+    for resource in req.body.resources:
+        keys = resource.configuration_keys
+        wanted = None if keys is None else set(keys)
+        result: dict[str, Any] = {"resource_type": resource.resource_type, "resource_name": resource.resource_name,
+                                  "error_code": 0, "error_message": None, "configs": []}
+        if resource.resource_type == TOPIC:
+            found = topics[resource.resource_name]
+            result.update(error_code=found.error_code, error_message=found.error_message)
+            result["configs"] = [_entry(k, e.value, _SOURCES[e.source], False, synonyms)
+                                 for k, e in found.configs.items() if wanted is None or k in wanted]
+        elif resource.resource_type == BROKER:
+            if resource.resource_name not in ("", str(ctx.node_id)):
+                result.update(error_code=ErrorCode.INVALID_REQUEST,
+                              error_message=f"this broker is node {ctx.node_id}, not {resource.resource_name!r}")
+            else:
+                result["configs"] = [_entry(k, v, DEFAULT_CONFIG if default else STATIC_BROKER_CONFIG, True, synonyms)
+                                     for k, v, default in ctx.broker_configs if wanted is None or k in wanted]
+        else:
+            result.update(error_code=ErrorCode.INVALID_REQUEST,
+                          error_message=f"resource type {resource.resource_type} is not served: topics (2) and "
+                                        f"the broker (4) are")
+        results.append(result)
+    return _body(req, {"results": results})
+
+
+def describe_configs_error(req: KafkaRequest, ctx: KafkaContext, code: int, message: str):
+    return _body(req, {"results": [{"resource_type": r.resource_type, "resource_name": r.resource_name,
+                                    "error_code": code, "error_message": message, "configs": []}
+                                   for r in req.body.resources]})
+
+
+# -- AlterConfigs and IncrementalAlterConfigs ---------------------------------------------------
+
+
+def _refusal(resource) -> tuple[int, str] | None:
+    if resource.resource_type == BROKER:
+        return ErrorCode.INVALID_REQUEST, ("triolog's broker configs are static: set them in server.properties, "
+                                           "TRIOLOG_* variables or --override, and restart")
+    if resource.resource_type != TOPIC:
+        return ErrorCode.INVALID_REQUEST, f"resource type {resource.resource_type} cannot be altered"
+    return None
+
+
+def _alter_plan(req: KafkaRequest):
+    """(refused resources by name, whether current values are needed first)."""
+    refused = {}
+    for resource in req.body.resources:
+        why = _refusal(resource)
+        if why is None and req.body.validate_only:
+            why = (ErrorCode.INVALID_REQUEST, "validate_only is not supported for configs: nothing was checked")
+        if why is not None:
+            refused[(resource.resource_type, resource.resource_name)] = why
+    needs_current = req.api_key == 33 or any(
+        c.config_operation in (APPEND, SUBTRACT) for r in req.body.resources for c in r.configs)
+    return refused, needs_current
+
+
+def _alter_targets(req: KafkaRequest, refused) -> list:
+    return [r for r in req.body.resources if (r.resource_type, r.resource_name) not in refused]
+
+
+def alter_configs_to_internal(req: KafkaRequest, ctx: KafkaContext):
+    refused, needs_current = _alter_plan(req)
+    targets = _alter_targets(req, refused)
+    if not targets:
+        return Direct(_alter_body(req, refused, {}))
+    if needs_current:
+        names = tuple(dict.fromkeys(r.resource_name for r in targets))
+        return m.DescribeConfigsRequest(**_envelope(req), topics=names)
+    return _alter_request(req, targets, {})
+
+
+def _alter_request(req: KafkaRequest, targets: list, current: dict[str, m.DescribeConfigsResult]):
+    """The alter_configs that does what the Kafka request asks, given the topics' current configs."""
+    entries = []
+    for resource in targets:
+        name = resource.resource_name
+        now = current.get(name)
+        configs: dict[str, str] = {}
+        delete: list[str] = []
+        if req.api_key == 33:  # AlterConfigs: the given set replaces every override
+            given = {c.name: c.value for c in resource.configs}
+            configs = {k: v for k, v in given.items() if v is not None}
+            delete = [k for k, v in given.items() if v is None]
+            if now is not None:
+                delete += [k for k, e in now.configs.items() if e.source == "topic" and k not in given]
+        else:
+            for c in resource.configs:
+                op = c.config_operation
+                if op == SET:
+                    configs[c.name] = c.value or ""
+                elif op == DELETE:
+                    delete.append(c.name)
+                else:
+                    value = now.configs.get(c.name) if now is not None else None
+                    items = [i for i in (value.value or "").split(",") if i] if value is not None else []
+                    changes = [i for i in (c.value or "").split(",") if i]
+                    if op == APPEND:
+                        items += [i for i in changes if i not in items]
+                    else:
+                        items = [i for i in items if i not in changes]
+                    configs[c.name] = ",".join(items)
+        entries.append(m.AlterConfigsTopic(name=name, configs=configs, delete=tuple(dict.fromkeys(delete))))
+    return m.AlterConfigsRequest(**_envelope(req), topics=tuple(entries))
+
+
+def alter_configs_follow_up(response, internal, req: KafkaRequest):
+    if type(response) is not m.DescribeConfigsResponse:
+        return None
+    refused, _ = _alter_plan(req)
+    return _alter_request(req, _alter_targets(req, refused), {t.name: t for t in response.topics})
+
+
+def _alter_body(req: KafkaRequest, refused, results: dict[str, tuple[int, str | None]]):
+    out = []
+    for resource in req.body.resources:
+        code, message = refused.get((resource.resource_type, resource.resource_name)) or \
+            results.get(resource.resource_name, (0, None))
+        out.append({"error_code": code, "error_message": message, "resource_type": resource.resource_type,
+                    "resource_name": resource.resource_name})
+    return _body(req, {"responses": out})
+
+
+def alter_configs_to_kafka(response, req: KafkaRequest, ctx: KafkaContext):
+    refused, _ = _alter_plan(req)
+    if type(response) is m.DescribeConfigsResponse:  # the describe failed as a whole
+        return alter_configs_error(req, ctx, response.error_code or ErrorCode.UNKNOWN_SERVER_ERROR,
+                                   response.error_message or "")
+    return _alter_body(req, refused, {t.name: (t.error_code, t.error_message) for t in response.topics})
+
+
+def alter_configs_error(req: KafkaRequest, ctx: KafkaContext, code: int, message: str):
+    return _body(req, {"responses": [{"error_code": code, "error_message": message,
+                                      "resource_type": r.resource_type, "resource_name": r.resource_name}
+                                     for r in req.body.resources]})
+
+
+# -- DescribeCluster ----------------------------------------------------------------------------
+
+
+def describe_cluster_to_internal(req: KafkaRequest, ctx: KafkaContext):
+    return Direct(_body(req, {
+        "error_code": 0, "cluster_id": ctx.cluster_id or "", "controller_id": ctx.node_id,
+        "brokers": [{"broker_id": ctx.node_id, "host": ctx.host, "port": ctx.port, "rack": None}],
+        "cluster_authorized_operations": -2147483648, "endpoint_type": 1}))
+
+
+def _never(response, req, ctx):  # pragma: no cover - always answered directly
+    raise AssertionError("DescribeCluster has no internal request")
+
+
+ADAPTERS = {
+    19: Adapter(19, "CreateTopics", 2, 7, create_topics_to_internal, create_topics_to_kafka, "create_topics",
+                create_topics_error),
+    20: Adapter(20, "DeleteTopics", 1, 6, delete_topics_to_internal, delete_topics_to_kafka, "delete_topics",
+                delete_topics_error),
+    21: Adapter(21, "DeleteRecords", 0, 2, delete_records_to_internal, delete_records_to_kafka, "delete_records",
+                delete_records_error),
+    32: Adapter(32, "DescribeConfigs", 1, 4, describe_configs_to_internal, describe_configs_to_kafka,
+                "describe_configs", describe_configs_error),
+    33: Adapter(33, "AlterConfigs", 0, 2, alter_configs_to_internal, alter_configs_to_kafka, "alter_configs",
+                alter_configs_error, follow_up=alter_configs_follow_up),
+    44: Adapter(44, "IncrementalAlterConfigs", 0, 1, alter_configs_to_internal, alter_configs_to_kafka,
+                "alter_configs", alter_configs_error, follow_up=alter_configs_follow_up),
+    60: Adapter(60, "DescribeCluster", 0, 1, describe_cluster_to_internal, _never, "describe_cluster"),
+}
