@@ -23,6 +23,7 @@ from triolog.protocol import messages as m
 from triolog.protocol.errors import ErrorCode
 from triolog.protocol.frames import PREFIX_SIZE, frame_prefix
 from triolog.protocol.kafka.apis import Adapter, Direct, KafkaContext
+from triolog.protocol.kafka.request_bounds import RequestTooLarge, check_request
 from triolog.protocol.kafka.requests import (
     KafkaRequest,
     MalformedRequest,
@@ -69,14 +70,15 @@ class KafkaConnection(ClientConnection):
                 self._wrong_protocol("msgpack")
                 return False
             try:
-                request = decode_request(frame, self.served)
+                request = await self._decode(frame)
             except UnsupportedVersion as exc:
                 adapter = self.adapters.get(exc.api_key)
                 label = adapter.label if adapter is not None else None
                 code = ErrorCode.UNSUPPORTED_VERSION
                 return await self._unsupported(exc)
             except MalformedRequest as exc:
-                logger.warning("kafka_request_malformed", peer=self.peer, api_key=exc.api_key,
+                logger.warning("kafka_request_too_large" if isinstance(exc, RequestTooLarge) else
+                               "kafka_request_malformed", peer=self.peer, api_key=exc.api_key,
                                api_version=exc.version, correlation_id=exc.correlation_id, reason=str(exc),
                                action="connection closed, as Kafka closes it")
                 adapter = self.adapters.get(exc.api_key) if exc.api_key is not None else None
@@ -125,6 +127,17 @@ class KafkaConnection(ClientConnection):
                 self.stats.bytes_in(label, frame_bytes)
                 if code is not None:
                     self.stats.request_done(label, int(code), trio.current_time() - start, entry_errors)
+
+    async def _decode(self, frame: bytes | bytearray) -> KafkaRequest:
+        """The request in ``frame`` (bounded first: see request_bounds); a large frame is read in a
+        worker thread, so that decoding it never holds the event loop."""
+        if len(frame) <= INLINE_DECODE_BYTES:
+            return _bounded_decode(frame, self.served, self.limits.max_partitions)
+        outcome = await self.handler.workers.run_sync(_decode_in_thread, frame, self.served,
+                                                      self.limits.max_partitions, limiter=self.decode_limiter)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
 
     async def _answer(self, adapter: Adapter, request: KafkaRequest, internal: m.Request):
         """(the kio body, the handler's response) for ``internal``; (None, None) for acks=0; None
@@ -193,6 +206,25 @@ class KafkaConnection(ClientConnection):
                        correlation_id=exc.correlation_id, reason=str(exc),
                        action="connection closed, as Kafka closes it (ApiVersions lists what is served)")
         return False
+
+
+#: Frames up to this long are bounded and decoded on the event loop (well under a millisecond).
+INLINE_DECODE_BYTES = 64 * 1024
+
+
+def _bounded_decode(frame, served, max_partitions: int) -> KafkaRequest:
+    check_request(frame, max_partitions)
+    return decode_request(frame, served)
+
+
+def _decode_in_thread(frame, served, max_partitions: int) -> KafkaRequest | Exception:
+    """The request, or the refusal returned rather than raised: a raised error's traceback would
+    keep the frame's bytes alive through the worker thread's outcome (see connection.py)."""
+    try:
+        return _bounded_decode(frame, served, max_partitions)
+    except (MalformedRequest, UnsupportedVersion) as exc:
+        exc.__traceback__ = exc.__context__ = exc.__cause__ = None
+        return exc
 
 
 def _top_level_code(body) -> int:
