@@ -213,7 +213,7 @@ INLINE_DECODE_BYTES = 64 * 1024
 
 
 def _bounded_decode(frame, served, max_partitions: int) -> KafkaRequest:
-    check_request(frame, max_partitions)
+    check_request(frame, max_partitions, served)
     return decode_request(frame, served)
 
 

@@ -9,14 +9,23 @@ one is refused unread. A Produce request is large because of its record bytes, w
 one bytes object per partition; what amplifies is its count of entries, so a walk over its
 array lengths (skipping strings and records by their lengths, without copying) refuses one that
 names more partitions than the broker may hold (``max.broker.partitions``), before decoding.
+Every other request is walked over its schema (kio's classes say each field's wire type) before
+kio reads it: an array, string or bytes length larger than what is left of the frame is refused
+there. kio's reader trusts such lengths and reserves memory for them up front: one mutated frame
+claiming an array of billions of entries made it ask for 99 GB and abort the broker process.
 Pure and sans-IO: the connection calls :func:`check_request` on each frame.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import struct
 
+from kio.serial._introspect import EntityField, EntityTupleField, classify_field, get_field_tag, is_optional
+
 from .requests import MalformedRequest
+from .schema import UnknownSchema, request_class
 
 __all__ = ["MAX_SMALL_FRAME_BYTES", "RequestTooLarge", "check_request"]
 
@@ -34,9 +43,22 @@ class RequestTooLarge(MalformedRequest):
     """A request over a bound of the listener (its reason names the bound)."""
 
 
-def check_request(frame: bytes | bytearray | memoryview, max_partitions: int) -> None:
+def check_request(frame: bytes | bytearray | memoryview, max_partitions: int,
+                  served: dict[int, tuple[int, int]] | None = None) -> None:
     """Raise RequestTooLarge if ``frame`` exceeds what its API may hold; MalformedRequest if the
-    walk finds it cut short. Frames too short to name their API are left to the decoder."""
+    walk finds it cut short or a length beyond its end (both naming the request's header).
+    Frames too short to name their API, and APIs or versions outside ``served`` (None: any kio
+    knows), are left to the decoder."""
+    try:
+        _check(frame, max_partitions, served)
+    except MalformedRequest as exc:
+        if len(frame) >= 8:
+            exc.api_key, exc.version, exc.correlation_id = struct.unpack_from(">hhi", frame)
+        raise
+
+
+def _check(frame: bytes | bytearray | memoryview, max_partitions: int,
+           served: dict[int, tuple[int, int]] | None) -> None:
     if len(frame) < 4:
         return
     api_key, version = struct.unpack_from(">hh", frame)
@@ -44,6 +66,20 @@ def check_request(frame: bytes | bytearray | memoryview, max_partitions: int) ->
         if len(frame) > MAX_SMALL_FRAME_BYTES:
             raise RequestTooLarge(f"a request of api_key {api_key} of {len(frame)} bytes is over the "
                                   f"{MAX_SMALL_FRAME_BYTES} bytes any such request needs", api_key, version)
+        versions = served.get(api_key) if served is not None else (version, version)
+        if versions is None or not versions[0] <= version <= versions[1]:
+            return
+        try:
+            cls = request_class(api_key, version)
+        except UnknownSchema:
+            return
+        walk = _Walk(memoryview(frame), 8, False, api_key)
+        walk.legacy_string()  # client_id: a legacy string in every header version
+        if cls.__header_schema__.__flexible__:
+            walk.flexible = True
+            walk.tagged_fields()
+        walk.flexible = cls.__flexible__
+        walk.entity(cls)
         return
     count = _produce_entries(memoryview(frame), version >= PRODUCE_FLEXIBLE, 2 * max_partitions)
     if count > 2 * max_partitions:
@@ -52,14 +88,15 @@ def check_request(frame: bytes | bytearray | memoryview, max_partitions: int) ->
 
 
 class _Walk:
-    __slots__ = ("data", "at", "flexible")
+    __slots__ = ("data", "at", "flexible", "api_key", "end")
 
-    def __init__(self, data: memoryview, at: int, flexible: bool):
-        self.data, self.at, self.flexible = data, at, flexible
+    def __init__(self, data: memoryview, at: int, flexible: bool, api_key: int = PRODUCE):
+        self.data, self.at, self.flexible, self.api_key = data, at, flexible, api_key
+        self.end = len(data)
 
     def _need(self, n: int) -> None:
-        if n < 0 or self.at + n > len(self.data):
-            raise MalformedRequest("the request ends inside a field", PRODUCE)
+        if n < 0 or self.at + n > self.end:
+            raise MalformedRequest(f"a length of {n} bytes runs past the end of the request", self.api_key)
 
     def int16(self) -> int:
         self._need(2)
@@ -110,13 +147,94 @@ class _Walk:
             self.skip(length)
 
     def array_length(self) -> int:
-        return max(self.uvarint() - 1, 0) if self.flexible else max(self.int32(), 0)
+        n = max(self.uvarint() - 1, 0) if self.flexible else max(self.int32(), 0)
+        if n > self.end - self.at:  # every entry takes a byte at least
+            raise MalformedRequest(f"an array of {n} entries in the {self.end - self.at} bytes left of the "
+                                   f"request", self.api_key)
+        return n
+
+    # -- the schema walk (every API but Produce) ------------------------------------------------
+
+    def entity(self, cls: type) -> None:
+        fields, tagged = _plan(cls)
+        for kind, arg, array in fields:
+            if array:
+                for _ in range(self.array_length()):
+                    self.value(kind, arg)
+            else:
+                self.value(kind, arg)
+        if self.flexible:
+            for _ in range(self.uvarint()):
+                tag = self.uvarint()
+                size = self.uvarint()
+                self._need(size)
+                known = tagged.get(tag)
+                if known is None:
+                    self.at += size
+                    continue
+                end, self.end = self.end, self.at + size  # a known tag is read by kio: walk it too
+                kind, arg, array = known
+                if array:
+                    for _ in range(self.array_length()):
+                        self.value(kind, arg)
+                else:
+                    self.value(kind, arg)
+                self.at, self.end = self.end, end
+
+    def value(self, kind: str, arg) -> None:
+        if kind == "fixed":
+            self.skip(arg)
+        elif kind == "string" or kind == "bytes":
+            if self.flexible:
+                n = self.uvarint() - 1
+            else:
+                n = self.int16() if kind == "string" else self.int32()
+            if n > 0:
+                self.skip(n)
+        elif kind == "entity":
+            self.entity(arg)
+        else:  # a nullable entity: an int8 marker first
+            self._need(1)
+            present = self.data[self.at] != 0xFF
+            self.at += 1
+            if present:
+                self.entity(arg)
 
     def tagged_fields(self) -> None:
         if self.flexible:
             for _ in range(self.uvarint()):
                 self.uvarint()  # the tag
                 self.skip(self.uvarint())
+
+
+_FIXED = {"int8": 1, "bool": 1, "int16": 2, "uint16": 2, "error_code": 2, "int32": 4, "uint32": 4,
+          "timedelta_i32": 4, "int64": 8, "uint64": 8, "float64": 8, "timedelta_i64": 8, "datetime_i64": 8,
+          "uuid": 16}
+
+
+@functools.cache
+def _plan(cls: type):
+    """([(kind, arg, is_array)] of the regular fields in order, {tag: (kind, arg, is_array)})."""
+    fields, tagged = [], {}
+    for field in dataclasses.fields(cls):
+        shape = classify_field(field)
+        if isinstance(shape, (EntityField, EntityTupleField)):
+            nullable = isinstance(shape, EntityField) and is_optional(field) and get_field_tag(field) is None
+            step = ("nullable" if nullable else "entity", shape.type_, shape.is_array)
+        else:
+            kafka_type = field.metadata["kafka_type"]
+            if kafka_type in ("string",):
+                step = ("string", None, shape.is_array)
+            elif kafka_type in ("bytes", "records"):
+                step = ("bytes", None, shape.is_array)
+            else:
+                step = ("fixed", _FIXED[kafka_type], shape.is_array)
+        tag = get_field_tag(field)
+        if tag is None:
+            fields.append(step)
+        else:
+            tagged[int(tag)] = step
+    return tuple(fields), tagged
 
 
 def _produce_entries(data: memoryview, flexible: bool, budget: int) -> int:

@@ -70,6 +70,8 @@ class FaultProxy:
                  seed: int = 0, host: str = "127.0.0.1", protocol: str = "msgpack") -> None:
         self.target_port = target_port
         self._request_header = _kafka_request_header if protocol == "kafka" else _header
+        #: Every request frame forwarded (prefix included), when given a list to record into.
+        self.recorded: list[bytes] | None = None
         self._response_header = _kafka_response_header if protocol == "kafka" else _header
         self.host = host
         self.drop_every = drop_every
@@ -167,6 +169,8 @@ class FaultProxy:
                                 apis[request_id] = api
                             if api == "produce":
                                 self.produce_requests += 1
+                            if self.recorded is not None:
+                                self.recorded.append(frame)
                             await broker.send_all(frame)
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
                     pass

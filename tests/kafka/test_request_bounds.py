@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from triolog.protocol.kafka.request_bounds import MAX_SMALL_FRAME_BYTES, RequestTooLarge, check_request
+from triolog.protocol.kafka.requests import MalformedRequest
 from triolog.protocol.kafka.schema import build, request_class
 from triolog.protocol.kafka.served import SERVED_VERSIONS
 
@@ -69,7 +70,7 @@ def _bomb(version: int, count: bytes, entry: bytes) -> bytes:
 
 def test_a_produce_of_many_empty_topics_is_refused_too():
     header = struct.pack(">hhih", 0, 3, 1, 1) + b"c" + struct.pack(">h", -1) + struct.pack(">hi", 1, 1000)
-    frame = header + struct.pack(">i", 5_000_000) + (struct.pack(">h", 1) + b"t" + struct.pack(">i", 0)) * 50_000
+    frame = header + struct.pack(">i", 30_000) + (struct.pack(">h", 1) + b"t" + struct.pack(">i", 0)) * 30_000
     started = time.perf_counter()
     with pytest.raises(RequestTooLarge):
         check_request(frame, max_partitions=10_000)
@@ -113,3 +114,25 @@ def test_the_broker_closes_amplifying_requests_without_growing(kafka_broker, boo
         assert read_frame(sock) is not None
     # The frames themselves (4 and 12 MB) were held while read; nothing near what decoding needs.
     assert _vm_hwm_kb(pid) - before < 64 * 1024
+
+
+def test_an_array_longer_than_the_frame_is_refused_before_kio_reserves_memory_for_it():
+    # kio trusts an array's length and reserves room for it: a mutated OffsetFetch claiming 2^31-1
+    # partition indexes made it ask for gigabytes and abort the broker. Refused by the walk instead.
+    good = encode_request(9, 7, 1, build(request_class(9, 7), {"group_id": "g", "topics": [
+        {"name": "t", "partition_indexes": [0, 1, 2]}]}))[4:]
+    at = good.index(b"\x04\x00\x00\x00\x00")  # the compact array of 3 indexes, then index 0
+    bomb = good[:at] + b"\xff\xff\xff\xff\x07" + good[at + 1:]  # uvarint 2^31, an array of 2^31-1
+    with pytest.raises(MalformedRequest, match="array of 2147483646 entries"):
+        check_request(bomb, max_partitions=10_000, served=SERVED_VERSIONS)
+    check_request(good, max_partitions=10_000, served=SERVED_VERSIONS)
+
+
+@pytest.mark.parametrize("api_key", sorted(k for k in SERVED_VERSIONS if k != 0))
+def test_every_served_request_built_by_kio_passes_the_walk(api_key):
+    low, high = SERVED_VERSIONS[api_key]
+    for version in range(low, high + 1):
+        frame = encode_request(api_key, version, 1, build(request_class(api_key, version), {}))[4:]
+        check_request(frame, max_partitions=10_000, served=SERVED_VERSIONS)
+        with pytest.raises(MalformedRequest):  # and the same cut short by a byte is refused
+            check_request(frame[:-1], max_partitions=10_000, served=SERVED_VERSIONS)
