@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from triolog.client import AdminClient, NewTopic, Producer
+from triolog.protocol import messages as m
 from triolog.client.errors import (
     InvalidConfigError,
     InvalidPartitionsError,
@@ -151,3 +152,32 @@ def test_alter_configs_replace_append_subtract_and_validate_only(broker):
         # Plain set / delete keep working as before.
         admin.alter_configs({"c": {"retention.ms": "5000"}}, {"c": ["cleanup.policy"]})
         assert overrides() == {"retention.ms": "5000"}
+
+
+def test_a_broker_killed_while_creating_the_new_partitions_restarts_with_the_new_count(broker_factory, tmp_path):
+    """kill -9 of the real process while it makes the new partition directories (the first one
+    is there, most are not): the count was made durable first, so the restart has the new count,
+    every partition usable and the old data whole."""
+    data = tmp_path / "data"
+    broker = broker_factory("max.broker.partitions=5000")
+    bootstrap = _bootstrap(broker)
+    with AdminClient(bootstrap) as admin:
+        admin.create_topics([NewTopic("big", num_partitions=2)])
+    with Producer(bootstrap, acks=-1) as producer:
+        producer.send("big", b"kept", partition=1).get(timeout=30)
+    wire = broker.client()
+    wire.send_frame(m.encode_request(m.CreatePartitionsRequest(
+        id=7, topics=(m.CreatePartitionsTopic(name="big", count=3000),))))
+    wait_for(lambda: (data / "big-2").exists() or (data / "big-2999").exists(), timeout_s=30,
+             what="the first new partition directory", interval_s=0.001)
+    broker.kill()
+    wire.close()
+
+    broker = broker_factory("max.broker.partitions=5000", data_dir=data)
+    bootstrap = _bootstrap(broker)
+    with AdminClient(bootstrap) as admin:
+        assert _count(admin, "big") == 3000
+    with Producer(bootstrap, acks=-1) as producer:
+        assert producer.send("big", b"new", partition=2999).get(timeout=30).offset == 0
+    assert [r.value for r in read_partition(bootstrap, "big", 1)] == [b"kept"]
+    assert [r.value for r in read_partition(bootstrap, "big", 2999)] == [b"new"]
