@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .admin_core import AdminCore, ConsumerGroupDescription, ConsumerGroupListing
+from .admin_core import AdminCore, BrokerConfigEntry, ConsumerGroupDescription, ConsumerGroupListing
 from .connection import DEFAULT_BOOTSTRAP, SyncConnection
 from .ops import run_sync
 from .types import ConfigEntry, LogDirDescription, OffsetAndTimestamp, TopicDescription, TopicPartition
@@ -44,8 +44,21 @@ class AdminClient:
     def describe_configs(self, names) -> dict[str, dict[str, ConfigEntry]]:
         return self._run(self._core.describe_configs_op(names))
 
-    def alter_configs(self, configs: dict[str, dict[str, str]], delete: dict[str, list[str]] | None = None) -> None:
-        self._run(self._core.alter_configs_op(configs, delete))
+    def describe_broker_configs(self, broker: str | int = "") -> dict[str, BrokerConfigEntry]:
+        """Every broker config key: value, source ("broker" or "default"), read_only, is_sensitive."""
+        return self._run(self._core.describe_broker_configs_op(broker))
+
+    def alter_configs(self, configs: dict[str, dict[str, str]], delete: dict[str, list[str]] | None = None, *,
+                      replace: bool = False, append: dict[str, dict[str, str]] | None = None,
+                      subtract: dict[str, dict[str, str]] | None = None, validate_only: bool = False) -> None:
+        """Set ``configs`` and remove ``delete`` overrides per topic; ``replace`` makes ``configs``
+        the whole override set; ``append``/``subtract`` change list configs item by item."""
+        self._run(self._core.alter_configs_op(configs, delete, replace=replace, append=append, subtract=subtract,
+                                              validate_only=validate_only))
+
+    def create_partitions(self, counts: dict[str, int], validate_only: bool = False) -> None:
+        """Grow topics to the given total partition counts, e.g. ``{"t": 6}``."""
+        self._run(self._core.create_partitions_op(counts, validate_only))
 
     def delete_records(self, offsets: dict, raise_errors: bool = True) -> dict[TopicPartition, int]:
         """New low watermarks; with ``raise_errors=False`` a failed partition maps to its error."""

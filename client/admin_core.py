@@ -30,7 +30,18 @@ from .types import (
     TopicPartition,
 )
 
-__all__ = ["AdminCore", "ConsumerGroupDescription", "ConsumerGroupListing", "MemberDescription"]
+__all__ = ["AdminCore", "BrokerConfigEntry", "ConsumerGroupDescription", "ConsumerGroupListing", "MemberDescription"]
+
+
+class BrokerConfigEntry(NamedTuple):
+    """One broker config key as DescribeConfigs shows a BROKER resource."""
+
+    #: None for a key left unset that falls back to another (log.retention.ms to .hours).
+    value: str | None
+    #: "broker" (set in the broker's configuration) or "default".
+    source: str
+    read_only: bool
+    is_sensitive: bool
 
 
 class ConsumerGroupListing(NamedTuple):
@@ -132,13 +143,42 @@ class AdminCore:
         _raise_first(errors)
         return out
 
-    def alter_configs_op(self, configs: dict[str, dict[str, str]], delete: dict[str, list[str]] | None = None) -> Op[None]:
-        """Set ``configs[topic]`` and remove the overrides named in ``delete[topic]``."""
-        delete = delete or {}
-        names = list(dict.fromkeys([*configs, *delete]))
-        request = m.AlterConfigsRequest(id=0, topics=tuple(
-            m.AlterConfigsTopic(name=name, configs={str(k): str(v) for k, v in configs.get(name, {}).items()},
-                                delete=tuple(delete.get(name, ()))) for name in names))
+    def describe_broker_configs_op(self, broker: str | int = "") -> Op[dict[str, BrokerConfigEntry]]:
+        """Every broker config key of ``broker`` (its node id; "" = the broker answering)."""
+        name = str(broker)
+        doc = check_response((yield Call(m.DescribeConfigsRequest(id=0, brokers=(name,)), self.timeout_s)))
+        (entry,) = doc["brokers"]
+        if entry["error_code"]:
+            raise error_for(entry["error_code"], entry.get("error_message"))
+        return {k: BrokerConfigEntry(v["value"], v["source"], v.get("read_only", False), v.get("is_sensitive", False))
+                for k, v in entry["configs"].items()}
+
+    def create_partitions_op(self, counts: dict[str, int], validate_only: bool = False) -> Op[None]:
+        """Grow each topic to ``counts[topic]`` partitions in total (Kafka's createPartitions)."""
+        request = m.CreatePartitionsRequest(id=0, validate_only=validate_only, topics=tuple(
+            m.CreatePartitionsTopic(name=name, count=int(count)) for name, count in counts.items()))
+        doc = check_response((yield Call(request, self.timeout_s)))
+        _raise_first([error_for(t["error_code"], t.get("error_message"), topic=t["name"])
+                      for t in doc["topics"] if t["error_code"]])
+
+    def alter_configs_op(self, configs: dict[str, dict[str, str]], delete: dict[str, list[str]] | None = None, *,
+                         replace: bool = False, append: dict[str, dict[str, str]] | None = None,
+                         subtract: dict[str, dict[str, str]] | None = None,
+                         validate_only: bool = False) -> Op[None]:
+        """Set ``configs[topic]`` and remove the overrides named in ``delete[topic]``. ``replace``:
+        ``configs[topic]`` becomes the topic's whole override set (Kafka's AlterConfigs).
+        ``append``/``subtract``: items added to or removed from list configs (cleanup.policy)."""
+        delete, append, subtract = delete or {}, append or {}, subtract or {}
+        names = list(dict.fromkeys([*configs, *delete, *append, *subtract]))
+
+        def texts(values) -> dict[str, str]:
+            return {str(k): str(v) for k, v in values.items()}
+
+        request = m.AlterConfigsRequest(id=0, validate_only=validate_only, topics=tuple(
+            m.AlterConfigsTopic(name=name, configs=texts(configs.get(name, {})), delete=tuple(delete.get(name, ())),
+                                replace=replace, append=texts(append.get(name, {})),
+                                subtract=texts(subtract.get(name, {})))
+            for name in names))
         doc = check_response((yield Call(request, self.timeout_s)))
         _raise_first([error_for(t["error_code"], t.get("error_message"), topic=t["name"])
                       for t in doc["topics"] if t["error_code"]])

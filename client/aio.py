@@ -690,8 +690,17 @@ class AsyncAdminClient(_AsyncClient):
     async def describe_configs(self, names) -> dict[str, dict[str, ConfigEntry]]:
         return await self._run(self._core.describe_configs_op(names))
 
-    async def alter_configs(self, configs, delete=None) -> None:
-        await self._run(self._core.alter_configs_op(configs, delete))
+    async def describe_broker_configs(self, broker: str | int = "") -> dict:
+        return await self._run(self._core.describe_broker_configs_op(broker))
+
+    async def alter_configs(self, configs, delete=None, *, replace: bool = False, append=None, subtract=None,
+                            validate_only: bool = False) -> None:
+        await self._run(self._core.alter_configs_op(configs, delete, replace=replace, append=append,
+                                                    subtract=subtract, validate_only=validate_only))
+
+    async def create_partitions(self, counts: dict[str, int], validate_only: bool = False) -> None:
+        """Grow topics to the given total partition counts, e.g. ``{"t": 6}``."""
+        await self._run(self._core.create_partitions_op(counts, validate_only))
 
     async def delete_records(self, offsets: dict, raise_errors: bool = True) -> dict[TopicPartition, int]:
         """New low watermarks; with ``raise_errors=False`` a failed partition maps to its error."""

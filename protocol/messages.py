@@ -82,6 +82,7 @@ SUPPORTED_APIS: dict[str, tuple[int, int]] = {
         "delete_topics",
         "describe_configs",
         "alter_configs",
+        "create_partitions",
         "produce",
         "fetch",
         "list_offsets",
@@ -286,7 +287,9 @@ class DeleteTopicsRequest(Request):
 @dataclass(frozen=True, kw_only=True)
 class DescribeConfigsRequest(Request):
     api: ClassVar[str] = "describe_configs"
-    topics: TopicNames
+    topics: TopicNames = ()
+    #: Broker resources (Kafka's BROKER type): a node id as a string, or "" for the answering broker.
+    brokers: TopicNames = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -294,12 +297,33 @@ class AlterConfigsTopic:
     name: str
     configs: dict[str, str]
     delete: Annotated[tuple[str, ...], Unique()] = ()
+    #: Kafka's AlterConfigs: ``configs`` becomes the topic's whole override set (others removed).
+    replace: bool = False
+    #: IncrementalAlterConfigs' APPEND and SUBTRACT, for list keys: comma-separated items.
+    append: dict[str, str] = field(default_factory=dict)
+    subtract: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)
 class AlterConfigsRequest(Request):
     api: ClassVar[str] = "alter_configs"
     topics: Annotated[tuple[AlterConfigsTopic, ...], Unique("name")]
+    validate_only: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class CreatePartitionsTopic:
+    name: str
+    #: The new total partition count (Kafka's ``count``), above the current one.
+    count: Int32
+
+
+@dataclass(frozen=True, kw_only=True)
+class CreatePartitionsRequest(Request):
+    api: ClassVar[str] = "create_partitions"
+    topics: Annotated[tuple[CreatePartitionsTopic, ...], Unique("name")]
+    timeout_ms: NonNegativeInt32 = 60000
+    validate_only: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -662,6 +686,8 @@ class DeleteTopicsResponse(Response):
 class ConfigEntry:
     value: str | None
     source: ConfigSource
+    read_only: bool = False
+    is_sensitive: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -676,11 +702,18 @@ class DescribeConfigsResult:
 class DescribeConfigsResponse(Response):
     api: ClassVar[str] = "describe_configs"
     topics: tuple[DescribeConfigsResult, ...] = ()
+    brokers: tuple[DescribeConfigsResult, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
 class AlterConfigsResponse(Response):
     api: ClassVar[str] = "alter_configs"
+    topics: tuple[TopicResult, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class CreatePartitionsResponse(Response):
+    api: ClassVar[str] = "create_partitions"
     topics: tuple[TopicResult, ...] = ()
 
 
@@ -998,6 +1031,7 @@ REQUEST_TYPES: dict[str, type[Request]] = {
         DeleteTopicsRequest,
         DescribeConfigsRequest,
         AlterConfigsRequest,
+        CreatePartitionsRequest,
         ProduceRequest,
         FetchRequest,
         ListOffsetsRequest,
@@ -1025,6 +1059,7 @@ RESPONSE_TYPES: dict[str, type[Response]] = {
         DeleteTopicsResponse,
         DescribeConfigsResponse,
         AlterConfigsResponse,
+        CreatePartitionsResponse,
         ProduceResponse,
         FetchResponse,
         ListOffsetsResponse,

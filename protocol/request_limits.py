@@ -34,6 +34,7 @@ OBJECTS_PER_ENTRY: Final[dict[str, int]] = {
     "describe_configs": 2,
     "create_topics": 16,
     "alter_configs": 16,
+    "create_partitions": 16,
     "produce": 16,
     "fetch": 16,
     "list_offsets": 16,

@@ -45,6 +45,7 @@ from triolog.protocol import messages as m
 from triolog.protocol.errors import (
     DuplicateSequenceNumberError,
     ErrorCode,
+    InvalidRequestError,
     InvalidTopicError,
     OffsetOutOfRangeError,
     PolicyViolationError,
@@ -649,7 +650,78 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers):
             return "broker"
         return "default"
 
+    async def _create_partitions(self, request: m.CreatePartitionsRequest) -> m.Response:
+        """Kafka's CreatePartitions: grow topics to ``count`` partitions, each on its own."""
+        grown: list[tuple[str, int, int]] = []
+
+        def work() -> list[m.TopicResult]:
+            out = []
+            for entry in request.topics:
+                try:
+                    validate_topic_name(entry.name)
+                    with self._create_lock:
+                        topic = self.topics.validate_new_partitions(entry.name, entry.count)
+                        self._check_partition_room(entry.name, entry.count - topic.num_partitions)
+                        if not request.validate_only:
+                            self.topics.create_partitions(entry.name, entry.count)
+                            grown.append((entry.name, topic.num_partitions, entry.count))
+                    if not request.validate_only:
+                        logger.info("partitions_created", topic=entry.name, partitions=entry.count,
+                                    previous=topic.num_partitions)
+                    out.append(m.TopicResult(name=entry.name))
+                except Exception as exc:
+                    code, message = error_of(exc, topic=entry.name)
+                    out.append(m.TopicResult(name=entry.name, error_code=code, error_message=message))
+            return out
+
+        return m.CreatePartitionsResponse(id=request.id, topics=tuple(await self._in_thread(work)))
+
+    def _check_partition_room(self, topic: str, added: int) -> None:
+        """PolicyViolationError unless ``added`` more partitions fit under max.broker.partitions
+        (create_partitions' form of _check_partition_cap: the topic exists)."""
+        held = sum(t.num_partitions for t in self.topics.all().values())
+        cap = self.config.max_broker_partitions
+        if held + added > cap:
+            raise PolicyViolationError(
+                f"adding {added} partitions to topic {topic!r} would bring this broker to {held + added} "
+                f"partitions, over max.broker.partitions={cap} ({held} held now); nothing was created")
+
+    def _broker_configs(self, name: str) -> dict[str, m.ConfigEntry]:
+        """Every broker key of this node, as Kafka's DescribeConfigs shows a BROKER resource: the
+        value set in its configuration (``broker``) or the built-in default (``default``; nil for
+        a key unset that falls back to another, as Kafka shows log.retention.ms). Static keys are
+        read-only: triolog has no dynamic broker configs."""
+        if name != "":
+            try:
+                node = int(name)
+            except ValueError:
+                raise InvalidRequestError(f"broker id must be an integer, got {name!r}") from None
+            if node != self.config.node_id:
+                raise InvalidRequestError(
+                    f"unexpected broker id, expected {self.config.node_id} or an empty string, but received {name}")
+        originals = self.config.originals
+        entries = {}
+        for key in BROKER_CONFIGS.values():
+            if key.name in originals:
+                raw = originals[key.name]
+                value, source = (raw if isinstance(raw, str) else config_value_text(raw)), "broker"
+            else:
+                value = None if key.default is None else config_value_text(key.default)
+                source = "default"
+            entries[key.name] = m.ConfigEntry(value=value, source=source, read_only=True)
+        return entries
+
     async def _describe_configs(self, request: m.DescribeConfigsRequest) -> m.Response:
+        def brokers() -> list[m.DescribeConfigsResult]:
+            out = []
+            for name in request.brokers:
+                try:
+                    out.append(m.DescribeConfigsResult(name=name, configs=self._broker_configs(name)))
+                except Exception as exc:
+                    code, message = error_of(exc, broker=name)
+                    out.append(m.DescribeConfigsResult(name=name, error_code=code, error_message=message))
+            return out
+
         def work() -> list[m.DescribeConfigsResult]:
             out = []
             for name in request.topics:
@@ -670,7 +742,8 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers):
                     out.append(m.DescribeConfigsResult(name=name, error_code=code, error_message=message))
             return out
 
-        return m.DescribeConfigsResponse(id=request.id, topics=tuple(await self._in_thread(work)))
+        topics = await self._in_thread(work) if request.topics else []
+        return m.DescribeConfigsResponse(id=request.id, topics=tuple(topics), brokers=tuple(brokers()))
 
     async def _alter_configs(self, request: m.AlterConfigsRequest) -> m.Response:
         def work() -> list[m.TopicResult]:
@@ -678,9 +751,13 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers):
             for entry in request.topics:
                 try:
                     validate_topic_name(entry.name)
-                    self.topics.alter_configs(entry.name, entry.configs, tuple(entry.delete))
-                    logger.info("topic_configs_altered", topic=entry.name, set=dict(entry.configs),
-                                deleted=list(entry.delete))
+                    self.topics.alter_configs(entry.name, entry.configs, tuple(entry.delete),
+                                              validate_only=request.validate_only, replace=entry.replace,
+                                              append=entry.append, subtract=entry.subtract)
+                    if not request.validate_only:
+                        logger.info("topic_configs_altered", topic=entry.name, set=dict(entry.configs),
+                                    deleted=list(entry.delete), replace=entry.replace, append=dict(entry.append),
+                                    subtract=dict(entry.subtract))
                     out.append(m.TopicResult(name=entry.name))
                 except Exception as exc:
                     code, message = error_of(exc, topic=entry.name)

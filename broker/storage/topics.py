@@ -188,6 +188,61 @@ class TopicManager:
                 raise
             return topic
 
+    def validate_new_partitions(self, name: str, count: int) -> Topic:
+        """Every check create_partitions makes, without touching any file; the topic as it is.
+
+        Kafka's rules and messages: the topic must exist and the new total be higher than the
+        current count (partitions are only ever added). The internal offsets topic is refused:
+        the group coordinator maps each group to one of its partitions by the count it has, so a
+        new count would move every group's committed offsets out of its coordinator's sight."""
+        with self._lock:
+            entry = self._topics.get(name)
+            if entry is None:
+                raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+            if is_internal(name):
+                raise InvalidRequestError(
+                    f"the partition count of internal topic {name} is fixed (offsets.topic.num.partitions): "
+                    "groups are mapped to its partitions by that count")
+            if count < entry.num_partitions:
+                raise InvalidPartitionsError(f"Topic currently has {entry.num_partitions} partitions, "
+                                             f"which is higher than the requested {count}.")
+            if count == entry.num_partitions:
+                raise InvalidPartitionsError(f"Topic already has {entry.num_partitions} partition(s).")
+            if count > MAX_PARTITIONS:
+                raise InvalidPartitionsError(
+                    f"number of partitions must be at most {MAX_PARTITIONS}, got {count}")
+            return entry
+
+    def create_partitions(self, name: str, count: int) -> Topic:
+        """Grow ``name`` to ``count`` partitions; the existing ones are untouched.
+
+        The topics file is replaced (written aside, fsynced, renamed) with the new count before
+        any new partition directory is made. A crash before the rename leaves the old count and
+        no new directory; after it, the new count, and a partition whose directory a crash kept
+        from being made is created empty on first use (``log``), as it would have been. The
+        other order could leave some of the new directories, which a restart adopts as a count
+        between the two."""
+        with self._lock:
+            entry = self.validate_new_partitions(name, count)
+            topic = Topic(name, count, dict(entry.overrides))
+            self._topics[name] = topic
+            try:
+                self._save()
+            except BaseException:
+                self._topics[name] = entry
+                raise
+            try:
+                self.log_manager.create_logs(name, range(entry.num_partitions, count), self.config_for(name))
+            except BaseException:
+                # create_logs removed what it made: back to the old count, on disk too.
+                self._topics[name] = entry
+                try:
+                    self._save()
+                except OSError:
+                    logger.exception("could not restore topic %s's partition count in %s", name, self._path)
+                raise
+            return topic
+
     def create_offsets_topic(self, num_partitions: int, segment_bytes: int) -> Topic:
         """__consumer_offsets as Kafka configures it: compacted, compression as produced,
         segment.bytes = offsets.topic.segment.bytes; its partition count is fixed from now on."""
@@ -226,17 +281,48 @@ class TopicManager:
                 logger.exception("a hook on the deletion of topic %s failed", name)
 
     def alter_configs(self, name: str, set_configs: Mapping[str, str], delete_keys: list[str] | tuple[str, ...],
-                      *, validate_only: bool = False) -> Topic:
-        """Set and remove topic-level overrides; they apply to the topic's logs at once."""
+                      *, validate_only: bool = False, replace: bool = False,
+                      append: Mapping[str, str] | None = None, subtract: Mapping[str, str] | None = None) -> Topic:
+        """Set and remove topic-level overrides; they apply to the topic's logs at once.
+
+        ``replace`` is Kafka's AlterConfigs: ``set_configs`` becomes the whole override set.
+        ``append``/``subtract`` are IncrementalAlterConfigs' APPEND and SUBTRACT on list keys:
+        comma-separated items added to (if absent) or removed from the value the topic uses now."""
+        append, subtract = dict(append or {}), dict(subtract or {})
         with self._lock:
             entry = self._topics.get(name)
             if entry is None:
                 raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
-            unknown = [key for key in delete_keys if key not in TOPIC_CONFIGS]
+            if replace and (delete_keys or append or subtract):
+                raise InvalidRequestError("replace sets the whole override set: it takes no delete, append or subtract")
+            given = [*set_configs, *delete_keys]
+            twice = sorted({k for k in (*append, *subtract) if k in given} | (append.keys() & subtract.keys()))
+            if twice:
+                raise InvalidRequestError(f"config keys named by more than one operation: {', '.join(twice)}")
+            unknown = [key for key in (*delete_keys, *append, *subtract) if key not in TOPIC_CONFIGS]
             if unknown:
                 raise InvalidConfigError("; ".join(unknown_topic_config(k) for k in unknown))
-            overrides = {k: v for k, v in entry.overrides.items() if k not in delete_keys}
-            overrides.update(set_configs)
+            not_lists = [key for key in (*append, *subtract) if TOPIC_CONFIGS[key].type != "list"]
+            if not_lists:
+                raise InvalidConfigError("; ".join(
+                    f"{key} is not a list: append and subtract apply to list configs only" for key in not_lists))
+            if replace:
+                overrides = dict(set_configs)
+            else:
+                overrides = {k: v for k, v in entry.overrides.items() if k not in delete_keys}
+                overrides.update(set_configs)
+            if append or subtract:
+                current = self.config_for(name)
+                for key, items in (*append.items(), *subtract.items()):
+                    if not isinstance(items, str):
+                        raise InvalidConfigError(f"config values must be strings: {key}")
+                    now = list(current.value_of(key))
+                    change = [i.strip() for i in items.split(",") if i.strip()]
+                    if key in append:
+                        now += [i for i in change if i not in now]
+                    else:
+                        now = [i for i in now if i not in change]
+                    overrides[key] = ",".join(now)
             config = self._config_with(overrides)
             if validate_only:
                 return entry

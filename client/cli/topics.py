@@ -1,5 +1,8 @@
 """``triolog topics``: Kafka's ``kafka-topics.sh`` (plus ``--alter`` of configs, kafka-configs' job).
 
+``--alter --partitions N`` grows the topic to N partitions, as kafka-topics.sh does (it may be
+combined with ``--config``/``--delete-config``; the partitions are added first).
+
 Output follows Kafka's: ``--list`` prints one name a line; ``--describe`` prints Kafka's
 ``Topic: ... PartitionCount: ...`` line (``Configs:`` lists the topic's overrides only) and one
 line per partition, to which we add the log start offset, the high watermark, and what
@@ -30,10 +33,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     action.add_argument("--describe", action="store_true", help="describe --topic (default: every topic)")
     action.add_argument("--delete", action="store_true", help="delete --topic")
     action.add_argument("--alter", action="store_true",
-                        help="set (--config) or remove (--delete-config) topic config overrides of --topic")
+                        help="grow --topic to --partitions N, and/or set (--config) or remove (--delete-config) "
+                             "its topic config overrides")
     parser.add_argument("--topic", metavar="NAME", help="the topic to act on")
     parser.add_argument("--partitions", type=int, metavar="N",
-                        help="partition count for --create (default: the broker's num.partitions)")
+                        help="partition count for --create (default: the broker's num.partitions); for "
+                             "--alter the new total, above the current count")
     parser.add_argument("--replication-factor", type=int, default=-1, metavar="N",
                         help="for --create: 1 (a single node has no replicas) or -1 for the default")
     parser.add_argument("--config", type=key_value, action="append", default=[], metavar="KEY=VALUE",
@@ -50,11 +55,8 @@ def run(args: argparse.Namespace) -> int:
     if (args.create or args.delete or args.alter) and not args.topic:
         error("--topic is required with --create, --delete and --alter")
         return EXIT_USAGE
-    if args.alter and args.partitions is not None:
-        error("--alter --partitions is not supported: the triolog protocol has no API to add partitions")
-        return EXIT_USAGE
-    if args.alter and not (args.config or args.delete_config):
-        error("--alter needs --config KEY=VALUE or --delete-config KEY")
+    if args.alter and not (args.config or args.delete_config or args.partitions is not None):
+        error("--alter needs --partitions N, --config KEY=VALUE or --delete-config KEY")
         return EXIT_USAGE
     from triolog.client.admin import AdminClient
 
@@ -74,9 +76,15 @@ def run(args: argparse.Namespace) -> int:
         if args.delete:
             return _if_exists(args, lambda: admin.delete_topics([args.topic]), f"Deleted topic {args.topic}.",
                               "deleted")
-        return _if_exists(args, lambda: admin.alter_configs({args.topic: dict(args.config)},
-                                                              {args.topic: args.delete_config}),
-                          f"Completed updating config for topic {args.topic}.", "altered")
+        return _if_exists(args, lambda: _alter(admin, args), f"Completed updating config for topic {args.topic}."
+                          if args.partitions is None else f"Altered topic {args.topic}.", "altered")
+
+
+def _alter(admin, args) -> None:
+    if args.partitions is not None:
+        admin.create_partitions({args.topic: args.partitions})
+    if args.config or args.delete_config:
+        admin.alter_configs({args.topic: dict(args.config)}, {args.topic: args.delete_config})
 
 
 def _done(args, text: str, result: str) -> None:

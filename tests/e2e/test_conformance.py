@@ -41,7 +41,7 @@ INVALID_REQUEST = 42
 INVALID_RECORD = 87
 
 ALL_APIS = ["api_versions", "metadata", "create_topics", "delete_topics", "describe_configs",
-            "alter_configs", "produce", "fetch", "list_offsets", "delete_records", "describe_log_dirs",
+            "alter_configs", "create_partitions", "produce", "fetch", "list_offsets", "delete_records", "describe_log_dirs",
             "init_producer_id", "find_coordinator", "join_group", "sync_group", "heartbeat", "leave_group",
             "offset_commit", "offset_fetch", "list_groups", "describe_groups", "delete_groups"]
 
@@ -629,11 +629,11 @@ def test_describe_configs_reports_topic_broker_and_default_sources(client):
     result = describe(client, "dc-sources")
     assert result["error_code"] == NONE
     configs = result["configs"]
-    assert configs["cleanup.policy"] == {"value": "compact", "source": "topic"}
-    assert configs["segment.bytes"] == {"value": "1048576", "source": "broker"}
-    assert configs["max.message.bytes"] == {"value": "100000", "source": "broker"}
-    assert configs["preallocate"] == {"value": "false", "source": "default"}
-    assert configs["message.timestamp.type"] == {"value": "CreateTime", "source": "default"}
+    assert configs["cleanup.policy"] == {"value": "compact", "source": "topic", "read_only": False, "is_sensitive": False}
+    assert configs["segment.bytes"] == {"value": "1048576", "source": "broker", "read_only": False, "is_sensitive": False}
+    assert configs["max.message.bytes"] == {"value": "100000", "source": "broker", "read_only": False, "is_sensitive": False}
+    assert configs["preallocate"] == {"value": "false", "source": "default", "read_only": False, "is_sensitive": False}
+    assert configs["message.timestamp.type"] == {"value": "CreateTime", "source": "default", "read_only": False, "is_sensitive": False}
     assert all(e["source"] in ("topic", "broker", "default") for e in configs.values())
 
 
@@ -641,7 +641,7 @@ def test_describe_configs_broker_synonym_set_through_a_fallback_key_is_a_broker_
     """log.retention.hours sets retention.ms's default: Kafka reports STATIC_BROKER_CONFIG."""
     create_ok(client, "dc-fallback")
     assert describe(client, "dc-fallback")["configs"]["retention.ms"] == {
-        "value": str(2 * 3600 * 1000), "source": "broker"}
+        "value": str(2 * 3600 * 1000), "source": "broker", "read_only": False, "is_sensitive": False}
 
 
 def test_describe_configs_unknown_and_invalid_topics_are_per_topic_errors(client):
@@ -656,14 +656,14 @@ def test_alter_configs_sets_and_deletes_keys_at_once(client):
     create_ok(client, "ac-live", 1, {"retention.ms": "5000"})
     assert alter(client, "ac-live", {"max.message.bytes": "200"}, delete=["retention.ms"])["error_code"] == NONE
     configs = describe(client, "ac-live")["configs"]
-    assert configs["max.message.bytes"] == {"value": "200", "source": "topic"}
-    assert configs["retention.ms"] == {"value": str(2 * 3600 * 1000), "source": "broker"}
+    assert configs["max.message.bytes"] == {"value": "200", "source": "topic", "read_only": False, "is_sensitive": False}
+    assert configs["retention.ms"] == {"value": str(2 * 3600 * 1000), "source": "broker", "read_only": False, "is_sensitive": False}
     # applies at once: the next produce is judged by the new max.message.bytes
     result = produce(client, "ac-live", 0, batch(b"x" * 500))
     assert result["error_code"] == MESSAGE_TOO_LARGE
     # deleting a key that is not set is fine
     assert alter(client, "ac-live", {}, delete=["max.message.bytes", "segment.ms"])["error_code"] == NONE
-    assert describe(client, "ac-live")["configs"]["max.message.bytes"] == {"value": "100000", "source": "broker"}
+    assert describe(client, "ac-live")["configs"]["max.message.bytes"] == {"value": "100000", "source": "broker", "read_only": False, "is_sensitive": False}
     assert produce(client, "ac-live", 0, batch(b"x" * 500))["error_code"] == NONE
 
 
@@ -706,8 +706,8 @@ def test_alter_configs_persist_across_a_restart(broker_factory, tmp_path):
     second = broker_factory(data_dir=data)
     c = second.client()
     configs = describe(c, "ac-persist")["configs"]
-    assert configs["cleanup.policy"] == {"value": "compact", "source": "topic"}
-    assert configs["segment.ms"] == {"value": "70000", "source": "topic"}
+    assert configs["cleanup.policy"] == {"value": "compact", "source": "topic", "read_only": False, "is_sensitive": False}
+    assert configs["segment.ms"] == {"value": "70000", "source": "topic", "read_only": False, "is_sensitive": False}
     assert configs["retention.ms"]["source"] != "topic"
     # the restored override is in force: a compacted topic refuses keyless records
     assert produce(c, "ac-persist", 0, batch(b"v", key=None))["error_code"] == INVALID_RECORD

@@ -152,9 +152,14 @@ def requests_seeds() -> dict[str, bytes]:
                        configs={"cleanup.policy": "compact", "segment.bytes": "1024"}),
             m.NewTopic(name="u", num_partitions=-1, replication_factor=-1)), validate_only=True),
         "delete_topics": m.DeleteTopicsRequest(id=5, topics=("t",)),
-        "describe_configs": m.DescribeConfigsRequest(id=6, topics=("t", "u")),
+        "describe_configs": m.DescribeConfigsRequest(id=6, topics=("t", "u"), brokers=("", "0")),
         "alter_configs": m.AlterConfigsRequest(id=7, topics=(
-            m.AlterConfigsTopic(name="t", configs={"retention.ms": "1000"}, delete=("segment.bytes",)),)),
+            m.AlterConfigsTopic(name="t", configs={"retention.ms": "1000"}, delete=("segment.bytes",),
+                                append={"cleanup.policy": "compact"}),
+            m.AlterConfigsTopic(name="u", configs={"retention.ms": "1000"}, replace=True)), validate_only=True),
+        "create_partitions": m.CreatePartitionsRequest(id=25, topics=(
+            m.CreatePartitionsTopic(name="t", count=4), m.CreatePartitionsTopic(name="u", count=1)),
+            timeout_ms=30000),
         "produce-acks-all": m.ProduceRequest(id=8, acks=-1, timeout_ms=30000, topics=(
             m.ProduceTopic(name="t", partitions=(m.ProducePartition(partition=0, records=records),
                                                  m.ProducePartition(partition=1, records=records))),)),

@@ -33,6 +33,9 @@ from triolog.protocol.messages import (
     ApiVersionsResponse,
     BrokerMetadata,
     ConfigEntry,
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
+    CreatePartitionsTopic,
     CreateTopicResult,
     CreateTopicsRequest,
     CreateTopicsResponse,
@@ -157,10 +160,14 @@ EXAMPLE_REQUESTS: dict[str, Request] = {
         validate_only=True,
     ),
     "delete_topics": DeleteTopicsRequest(id=4, topics=("orders",)),
-    "describe_configs": DescribeConfigsRequest(id=5, topics=("orders",)),
+    "describe_configs": DescribeConfigsRequest(id=5, topics=("orders",), brokers=("0",)),
     "alter_configs": AlterConfigsRequest(
         id=6,
-        topics=(AlterConfigsTopic(name="orders", configs={"retention.ms": "60000"}, delete=("segment.bytes",)),),
+        topics=(AlterConfigsTopic(name="orders", configs={"retention.ms": "60000"}, delete=("segment.bytes",),
+                                  append={"cleanup.policy": "compact"}),),
+    ),
+    "create_partitions": CreatePartitionsRequest(
+        id=23, topics=(CreatePartitionsTopic(name="orders", count=6),), timeout_ms=30000, validate_only=True
     ),
     "produce": ProduceRequest(
         id=7,
@@ -305,12 +312,31 @@ EXAMPLE_RESPONSES: dict[str, Response] = {
                 },
             ),
         ),
+        brokers=(
+            DescribeConfigsResult(
+                name="0",
+                configs={
+                    "log.retention.hours": ConfigEntry(value="24", source="broker", read_only=True),
+                    "log.retention.ms": ConfigEntry(value=None, source="default", read_only=True),
+                },
+            ),
+        ),
     ),
     "alter_configs": AlterConfigsResponse(
         id=6,
         topics=(
             TopicResult(
                 name="orders", error_code=ErrorCode.INVALID_CONFIG, error_message="retention.ms must be a long"
+            ),
+        ),
+    ),
+    "create_partitions": CreatePartitionsResponse(
+        id=23,
+        topics=(
+            TopicResult(
+                name="orders",
+                error_code=ErrorCode.INVALID_PARTITIONS,
+                error_message="Topic currently has 8 partitions, which is higher than the requested 6.",
             ),
         ),
     ),
@@ -513,7 +539,7 @@ def field_paths(doc: Any, path: str = "") -> set[str]:
             continue
         if isinstance(key, int):
             child = f"{path}[]"
-        elif path.endswith("configs"):
+        elif path.endswith(("configs", "append", "subtract")):
             child = f"{path}['{key}']"
         else:
             child = f"{path}.{key}" if path else key
@@ -602,7 +628,7 @@ def test_supported_apis_lists_every_api_at_version_1():
         name: (1, 1)
         for name in (
             "api_versions", "metadata", "create_topics", "delete_topics", "describe_configs",
-            "alter_configs", "produce", "fetch", "list_offsets", "delete_records", "describe_log_dirs",
+            "alter_configs", "create_partitions", "produce", "fetch", "list_offsets", "delete_records", "describe_log_dirs",
             "init_producer_id", "find_coordinator", "join_group", "sync_group", "heartbeat", "leave_group",
             "offset_commit", "offset_fetch", "list_groups", "describe_groups", "delete_groups",
         )
@@ -859,7 +885,7 @@ FIELD_TYPES: dict[str, dict[str, str]] = {
         "validate_only": "a bool",
     },
     "delete_topics": {"topics": "an array", "topics[0]": "a str"},
-    "describe_configs": {"topics": "an array", "topics[0]": "a str"},
+    "describe_configs": {"topics": "an array", "topics[0]": "a str", "brokers": "an array", "brokers[0]": "a str"},
     "alter_configs": {
         "topics": "an array",
         "topics[0]": "a map",
@@ -868,6 +894,19 @@ FIELD_TYPES: dict[str, dict[str, str]] = {
         "topics[0].configs['retention.ms']": "a str",
         "topics[0].delete": "an array",
         "topics[0].delete[0]": "a str",
+        "topics[0].replace": "a bool",
+        "topics[0].append": "a map",
+        "topics[0].append['cleanup.policy']": "a str",
+        "topics[0].subtract": "a map",
+        "validate_only": "a bool",
+    },
+    "create_partitions": {
+        "topics": "an array",
+        "topics[0]": "a map",
+        "topics[0].name": "a str",
+        "topics[0].count": "an int",
+        "timeout_ms": "an int",
+        "validate_only": "a bool",
     },
     "produce": {
         "acks": "an int",
@@ -995,7 +1034,15 @@ OPTIONAL_FIELDS: dict[tuple[str, str], Any] = {
     ("metadata", "allow_auto_topic_creation"): True,
     ("create_topics", "validate_only"): False,
     ("create_topics", "topics[0].configs"): {},
+    ("describe_configs", "topics"): (),
+    ("describe_configs", "brokers"): (),
     ("alter_configs", "topics[0].delete"): (),
+    ("alter_configs", "topics[0].replace"): False,
+    ("alter_configs", "topics[0].append"): {},
+    ("alter_configs", "topics[0].subtract"): {},
+    ("alter_configs", "validate_only"): False,
+    ("create_partitions", "timeout_ms"): 60000,
+    ("create_partitions", "validate_only"): False,
     ("fetch", "isolation_level"): 0,
     ("list_offsets", "isolation_level"): 0,
     ("describe_log_dirs", "topics"): None,
@@ -1307,11 +1354,14 @@ SPEC_RESPONSE_KEYS: dict[str, dict[str, set[str]]] = {
     },
     "delete_topics": {"": {"topics"}, "topics[]": {"name", "error_code", "error_message"}},
     "describe_configs": {
-        "": {"topics"},
+        "": {"topics", "brokers"},
         "topics[]": {"name", "error_code", "error_message", "configs"},
-        "topics[].configs[]": {"value", "source"},
+        "topics[].configs[]": {"value", "source", "read_only", "is_sensitive"},
+        "brokers[]": {"name", "error_code", "error_message", "configs"},
+        "brokers[].configs[]": {"value", "source", "read_only", "is_sensitive"},
     },
     "alter_configs": {"": {"topics"}, "topics[]": {"name", "error_code", "error_message"}},
+    "create_partitions": {"": {"topics"}, "topics[]": {"name", "error_code", "error_message"}},
     "produce": {
         "": {"topics", "throttle_ms"},
         "topics[]": {"name", "partitions"},
