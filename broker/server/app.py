@@ -27,7 +27,7 @@ from triolog.broker.storage.clock import SYSTEM_CLOCK, Clock
 from triolog.broker.storage.log import Log
 from triolog.broker.storage.log_manager import LogManager
 from triolog.broker.storage.topics import TopicManager
-from triolog.config.broker_config import BROKER_CONFIGS, BrokerConfig
+from triolog.config.broker_config import BrokerConfig
 from triolog.protocol.errors import TriologError
 from triolog.protocol.kafka.apis import KafkaContext
 
@@ -36,7 +36,7 @@ from triolog.protocol.request_limits import RequestLimits
 from .connection import ClientConnection, WrongProtocolLog, wrong_protocol_hints
 from .group_commit import GroupCommitter
 from .group_handlers import CLIENT_HOST, GroupService
-from .handlers import RequestHandler, WorkerThreads, config_value_text
+from .handlers import RequestHandler, WorkerThreads
 from .kafka_connection import KafkaConnection
 from .memory_pool import RequestMemoryPool
 from .notifier import AppendNotifier
@@ -230,7 +230,7 @@ class BrokerServer:
         else:
             host, port = listen.host or "localhost", kafka_port
         return KafkaContext(node_id=self.config.node_id, host=host, port=port,
-                            cluster_id=self.log_manager.cluster_id, broker_configs=_broker_configs(self.config))
+                            cluster_id=self.log_manager.cluster_id)
 
     async def _start_metrics_endpoint(self) -> int | None:
         """Serve /metrics on ``metrics.listener`` (its own threads, off the event loop); its port, or None."""
@@ -430,17 +430,6 @@ def raise_open_file_limit() -> tuple[int, int, int]:
     now = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     logger.info("open_file_limit", soft_before=soft, soft=now, hard=hard)
     return soft, now, hard
-
-
-def _broker_configs(config: BrokerConfig) -> tuple[tuple[str, str | None, bool], ...]:
-    """Every broker key with its value in force, as Kafka's DescribeConfigs of the broker lists them."""
-    out = []
-    for name, key in sorted(BROKER_CONFIGS.items()):
-        value = getattr(config, key.attr) if key.attr is not None else None
-        if key.attr is None and key.topic_name is not None:
-            value = config.log_config.value_of(key.topic_name)
-        out.append((name, None if value is None else config_value_text(value), name not in config.originals))
-    return tuple(out)
 
 
 async def _open_listeners(listen, key: str) -> list[trio.SocketListener]:

@@ -1,13 +1,11 @@
-"""The admin APIs on the Kafka listener: CreateTopics, DeleteTopics, DeleteRecords,
-DescribeConfigs, AlterConfigs, IncrementalAlterConfigs and DescribeCluster.
+"""The admin APIs on the Kafka listener: CreateTopics, CreatePartitions, DeleteTopics,
+DeleteRecords, DescribeConfigs, AlterConfigs, IncrementalAlterConfigs and DescribeCluster.
 
-Topic resources go to the handler's topic APIs. Kafka's AlterConfigs replaces a topic's whole set
-of overrides, and IncrementalAlterConfigs' APPEND and SUBTRACT change a list value: both need the
-values in force first, so they are a describe_configs followed by the alter_configs it implies
-(two steps, not one atomic change: an alteration between them from another client is
-overwritten, as with any read-modify-write). A broker resource is described from the broker's
-own configuration (KafkaContext.broker_configs); triolog's broker configs are static, so
-altering one is refused per resource.
+Each maps onto the handler's own admin API of the same idea: Kafka's AlterConfigs (the given
+set replaces a topic's overrides) is alter_configs with ``replace``, IncrementalAlterConfigs'
+SET, DELETE, APPEND and SUBTRACT are its ``configs``, ``delete``, ``append`` and ``subtract``;
+a broker resource is described by describe_configs' ``brokers`` (triolog's broker configs are
+static, so altering one is refused per resource, saying where to set it).
 """
 
 from __future__ import annotations
@@ -153,20 +151,24 @@ def delete_records_error(req: KafkaRequest, ctx: KafkaContext, code: int, messag
 
 
 def describe_configs_to_internal(req: KafkaRequest, ctx: KafkaContext):
-    topics = tuple(dict.fromkeys(r.resource_name for r in req.body.resources if r.resource_type == TOPIC))
-    if not topics:
+    resources = req.body.resources
+    topics = tuple(dict.fromkeys(r.resource_name for r in resources if r.resource_type == TOPIC))
+    brokers = tuple(dict.fromkeys(r.resource_name for r in resources if r.resource_type == BROKER))
+    if not topics and not brokers:
         return Direct(describe_configs_to_kafka(m.DescribeConfigsResponse(id=req.correlation_id), req, ctx))
-    return m.DescribeConfigsRequest(**_envelope(req), topics=topics)
+    return m.DescribeConfigsRequest(**_envelope(req), topics=topics, brokers=brokers)
 
 
-def _entry(name: str, value: str | None, source: int, read_only: bool, synonyms: bool) -> dict[str, Any]:
-    return {"name": name, "value": value, "read_only": read_only, "config_source": source, "is_sensitive": False,
-            "synonyms": [{"name": name, "value": value, "source": source}] if synonyms else [],
-            "documentation": None}
+def _entry(name: str, entry: m.ConfigEntry, synonyms: bool) -> dict[str, Any]:
+    source = _SOURCES[entry.source]
+    return {"name": name, "value": entry.value, "read_only": entry.read_only, "config_source": source,
+            "is_sensitive": entry.is_sensitive, "documentation": None,
+            "synonyms": [{"name": name, "value": entry.value, "source": source}] if synonyms else []}
 
 
 def describe_configs_to_kafka(response: m.DescribeConfigsResponse, req: KafkaRequest, ctx: KafkaContext):
-    topics = {t.name: t for t in response.topics}
+    found = {(TOPIC, t.name): t for t in response.topics}
+    found.update({(BROKER, b.name): b for b in response.brokers})
     synonyms = getattr(req.body, "include_synonyms", False)
     results = []
     for resource in req.body.resources:
@@ -174,22 +176,14 @@ def describe_configs_to_kafka(response: m.DescribeConfigsResponse, req: KafkaReq
         wanted = None if keys is None else set(keys)
         result: dict[str, Any] = {"resource_type": resource.resource_type, "resource_name": resource.resource_name,
                                   "error_code": 0, "error_message": None, "configs": []}
-        if resource.resource_type == TOPIC:
-            found = topics[resource.resource_name]
-            result.update(error_code=found.error_code, error_message=found.error_message)
-            result["configs"] = [_entry(k, e.value, _SOURCES[e.source], False, synonyms)
-                                 for k, e in found.configs.items() if wanted is None or k in wanted]
-        elif resource.resource_type == BROKER:
-            if resource.resource_name not in ("", str(ctx.node_id)):
-                result.update(error_code=ErrorCode.INVALID_REQUEST,
-                              error_message=f"this broker is node {ctx.node_id}, not {resource.resource_name!r}")
-            else:
-                result["configs"] = [_entry(k, v, DEFAULT_CONFIG if default else STATIC_BROKER_CONFIG, True, synonyms)
-                                     for k, v, default in ctx.broker_configs if wanted is None or k in wanted]
-        else:
+        described = found.get((resource.resource_type, resource.resource_name))
+        if described is None:
             result.update(error_code=ErrorCode.INVALID_REQUEST,
                           error_message=f"resource type {resource.resource_type} is not served: topics (2) and "
                                         f"the broker (4) are")
+        else:
+            result.update(error_code=described.error_code, error_message=described.error_message, configs=[
+                _entry(k, e, synonyms) for k, e in described.configs.items() if wanted is None or k in wanted])
         results.append(result)
     return _body(req, {"results": results})
 
@@ -203,83 +197,42 @@ def describe_configs_error(req: KafkaRequest, ctx: KafkaContext, code: int, mess
 # -- AlterConfigs and IncrementalAlterConfigs ---------------------------------------------------
 
 
-def _refusal(resource) -> tuple[int, str] | None:
-    if resource.resource_type == BROKER:
-        return ErrorCode.INVALID_REQUEST, ("triolog's broker configs are static: set them in server.properties, "
-                                           "TRIOLOG_* variables or --override, and restart")
-    if resource.resource_type != TOPIC:
-        return ErrorCode.INVALID_REQUEST, f"resource type {resource.resource_type} cannot be altered"
-    return None
-
-
-def _alter_plan(req: KafkaRequest):
-    """(refused resources by name, whether current values are needed first)."""
+def _refused(req: KafkaRequest) -> dict[tuple[int, str], tuple[int, str]]:
     refused = {}
     for resource in req.body.resources:
-        why = _refusal(resource)
-        if why is None and req.body.validate_only:
-            why = (ErrorCode.INVALID_REQUEST, "validate_only is not supported for configs: nothing was checked")
-        if why is not None:
-            refused[(resource.resource_type, resource.resource_name)] = why
-    needs_current = req.api_key == 33 or any(
-        c.config_operation in (APPEND, SUBTRACT) for r in req.body.resources for c in r.configs)
-    return refused, needs_current
-
-
-def _alter_targets(req: KafkaRequest, refused) -> list:
-    return [r for r in req.body.resources if (r.resource_type, r.resource_name) not in refused]
+        if resource.resource_type == BROKER:
+            refused[(BROKER, resource.resource_name)] = (
+                ErrorCode.INVALID_REQUEST, "triolog's broker configs are static: set them in server.properties, "
+                                           "TRIOLOG_* variables or --override, and restart")
+        elif resource.resource_type != TOPIC:
+            refused[(resource.resource_type, resource.resource_name)] = (
+                ErrorCode.INVALID_REQUEST, f"resource type {resource.resource_type} cannot be altered")
+    return refused
 
 
 def alter_configs_to_internal(req: KafkaRequest, ctx: KafkaContext):
-    refused, needs_current = _alter_plan(req)
-    targets = _alter_targets(req, refused)
+    refused = _refused(req)
+    targets = [r for r in req.body.resources if (r.resource_type, r.resource_name) not in refused]
     if not targets:
         return Direct(_alter_body(req, refused, {}))
-    if needs_current:
-        names = tuple(dict.fromkeys(r.resource_name for r in targets))
-        return m.DescribeConfigsRequest(**_envelope(req), topics=names)
-    return _alter_request(req, targets, {})
-
-
-def _alter_request(req: KafkaRequest, targets: list, current: dict[str, m.DescribeConfigsResult]):
-    """The alter_configs that does what the Kafka request asks, given the topics' current configs."""
     entries = []
     for resource in targets:
-        name = resource.resource_name
-        now = current.get(name)
-        configs: dict[str, str] = {}
-        delete: list[str] = []
         if req.api_key == 33:  # AlterConfigs: the given set replaces every override
             given = {c.name: c.value for c in resource.configs}
-            configs = {k: v for k, v in given.items() if v is not None}
-            delete = [k for k, v in given.items() if v is None]
-            if now is not None:
-                delete += [k for k, e in now.configs.items() if e.source == "topic" and k not in given]
-        else:
-            for c in resource.configs:
-                op = c.config_operation
-                if op == SET:
-                    configs[c.name] = c.value or ""
-                elif op == DELETE:
-                    delete.append(c.name)
-                else:
-                    value = now.configs.get(c.name) if now is not None else None
-                    items = [i for i in (value.value or "").split(",") if i] if value is not None else []
-                    changes = [i for i in (c.value or "").split(",") if i]
-                    if op == APPEND:
-                        items += [i for i in changes if i not in items]
-                    else:
-                        items = [i for i in items if i not in changes]
-                    configs[c.name] = ",".join(items)
-        entries.append(m.AlterConfigsTopic(name=name, configs=configs, delete=tuple(dict.fromkeys(delete))))
-    return m.AlterConfigsRequest(**_envelope(req), topics=tuple(entries))
-
-
-def alter_configs_follow_up(response, internal, req: KafkaRequest):
-    if type(response) is not m.DescribeConfigsResponse:
-        return None
-    refused, _ = _alter_plan(req)
-    return _alter_request(req, _alter_targets(req, refused), {t.name: t for t in response.topics})
+            entries.append(m.AlterConfigsTopic(
+                name=resource.resource_name, configs={k: v for k, v in given.items() if v is not None},
+                delete=tuple(k for k, v in given.items() if v is None), replace=True))
+            continue
+        ops: dict[int, dict[str, str]] = {SET: {}, DELETE: {}, APPEND: {}, SUBTRACT: {}}
+        for c in resource.configs:
+            if c.config_operation not in ops:
+                return Direct(alter_configs_error(req, ctx, ErrorCode.INVALID_REQUEST,
+                                                  f"config_operation {c.config_operation} is not one of 0 (SET), "
+                                                  f"1 (DELETE), 2 (APPEND) and 3 (SUBTRACT)"))
+            ops[c.config_operation][c.name] = c.value or ""
+        entries.append(m.AlterConfigsTopic(name=resource.resource_name, configs=ops[SET], delete=tuple(ops[DELETE]),
+                                           append=ops[APPEND], subtract=ops[SUBTRACT]))
+    return m.AlterConfigsRequest(**_envelope(req), topics=tuple(entries), validate_only=req.body.validate_only)
 
 
 def _alter_body(req: KafkaRequest, refused, results: dict[str, tuple[int, str | None]]):
@@ -292,18 +245,39 @@ def _alter_body(req: KafkaRequest, refused, results: dict[str, tuple[int, str | 
     return _body(req, {"responses": out})
 
 
-def alter_configs_to_kafka(response, req: KafkaRequest, ctx: KafkaContext):
-    refused, _ = _alter_plan(req)
-    if type(response) is m.DescribeConfigsResponse:  # the describe failed as a whole
-        return alter_configs_error(req, ctx, response.error_code or ErrorCode.UNKNOWN_SERVER_ERROR,
-                                   response.error_message or "")
-    return _alter_body(req, refused, {t.name: (t.error_code, t.error_message) for t in response.topics})
+def alter_configs_to_kafka(response: m.AlterConfigsResponse, req: KafkaRequest, ctx: KafkaContext):
+    return _alter_body(req, _refused(req), {t.name: (t.error_code, t.error_message) for t in response.topics})
 
 
 def alter_configs_error(req: KafkaRequest, ctx: KafkaContext, code: int, message: str):
     return _body(req, {"responses": [{"error_code": code, "error_message": message,
                                       "resource_type": r.resource_type, "resource_name": r.resource_name}
                                      for r in req.body.resources]})
+
+
+# -- CreatePartitions ---------------------------------------------------------------------------
+
+
+def create_partitions_to_internal(req: KafkaRequest, ctx: KafkaContext):
+    body = req.body
+    for t in body.topics:
+        if t.assignments and any(tuple(a.broker_ids) != (ctx.node_id,) for a in t.assignments):
+            return Direct(create_partitions_error(req, ctx, INVALID_REPLICA_ASSIGNMENT,
+                                                  f"on this single broker every new partition's replicas are "
+                                                  f"[{ctx.node_id}]"))
+    return m.CreatePartitionsRequest(**_envelope(req), topics=tuple(
+        m.CreatePartitionsTopic(name=t.name, count=t.count) for t in body.topics),
+        timeout_ms=max(0, millis(body.timeout, 60000)), validate_only=body.validate_only)
+
+
+def create_partitions_to_kafka(response: m.CreatePartitionsResponse, req: KafkaRequest, ctx: KafkaContext):
+    return _body(req, {"results": [{"name": t.name, "error_code": t.error_code, "error_message": t.error_message}
+                                   for t in response.topics]})
+
+
+def create_partitions_error(req: KafkaRequest, ctx: KafkaContext, code: int, message: str):
+    return _body(req, {"results": [{"name": t.name, "error_code": code, "error_message": message}
+                                   for t in req.body.topics]})
 
 
 # -- DescribeCluster ----------------------------------------------------------------------------
@@ -330,8 +304,10 @@ ADAPTERS = {
     32: Adapter(32, "DescribeConfigs", 1, 4, describe_configs_to_internal, describe_configs_to_kafka,
                 "describe_configs", describe_configs_error),
     33: Adapter(33, "AlterConfigs", 0, 2, alter_configs_to_internal, alter_configs_to_kafka, "alter_configs",
-                alter_configs_error, follow_up=alter_configs_follow_up),
+                alter_configs_error),
+    37: Adapter(37, "CreatePartitions", 0, 3, create_partitions_to_internal, create_partitions_to_kafka,
+                "create_partitions", create_partitions_error),
     44: Adapter(44, "IncrementalAlterConfigs", 0, 1, alter_configs_to_internal, alter_configs_to_kafka,
-                "alter_configs", alter_configs_error, follow_up=alter_configs_follow_up),
+                "alter_configs", alter_configs_error),
     60: Adapter(60, "DescribeCluster", 0, 1, describe_cluster_to_internal, _never, "describe_cluster"),
 }

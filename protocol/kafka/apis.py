@@ -30,8 +30,6 @@ class KafkaContext:
     host: str
     port: int
     cluster_id: str | None
-    #: The broker's configuration as DescribeConfigs gives it: (name, value, is the default).
-    broker_configs: tuple[tuple[str, str | None, bool], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,7 @@ from triolog.protocol.kafka.served import SERVED_VERSIONS
 
 from .kafka_wire import decode_response, encode_request
 
-CTX = KafkaContext(node_id=0, host="kafka.example", port=19092, cluster_id="cid",
-                   broker_configs=(("log.segment.bytes", "1073741824", False), ("num.partitions", "1", True)))
+CTX = KafkaContext(node_id=0, host="kafka.example", port=19092, cluster_id="cid")
 
 
 def _versions(api_key: int) -> list[int]:
@@ -91,10 +90,12 @@ def test_describe_configs_of_topics_and_the_broker_every_version(version):
         {"resource_type": 4, "resource_name": "0", "configuration_keys": ["log.segment.bytes"]},
         {"resource_type": 8, "resource_name": "0", "configuration_keys": None}], "include_synonyms": True})
     internal = admin_apis.describe_configs_to_internal(request, CTX)
-    assert internal.topics == ("t",)
+    assert (internal.topics, internal.brokers) == (("t",), ("0",))
     answer = m.DescribeConfigsResponse(id=3, topics=(m.DescribeConfigsResult(name="t", configs={
         "retention.ms": m.ConfigEntry(value="5", source="topic"),
-        "segment.bytes": m.ConfigEntry(value="9", source="broker")}),))
+        "segment.bytes": m.ConfigEntry(value="9", source="broker")}),), brokers=(m.DescribeConfigsResult(
+            name="0", configs={"log.segment.bytes": m.ConfigEntry(value="1073741824", source="broker", read_only=True),
+                               "num.partitions": m.ConfigEntry(value="1", source="default", read_only=True)}),))
     topic, broker, logger = _decoded(request, admin_apis.describe_configs_to_kafka(answer, request, CTX)).results
     assert [(c.name, c.value) for c in topic.configs] == [("retention.ms", "5"), ("segment.bytes", "9")]
     assert [(c.name, c.value, c.read_only) for c in broker.configs] == [("log.segment.bytes", "1073741824", True)]
@@ -108,16 +109,13 @@ def test_incremental_alter_configs_set_delete_append_subtract(version):
     request = _request(44, version, {"resources": [{"resource_type": 2, "resource_name": "t", "configs": [
         {"name": "segment.bytes", "config_operation": 0, "value": "1048576"},
         {"name": "retention.ms", "config_operation": 1, "value": None},
-        {"name": "cleanup.policy", "config_operation": 2, "value": "compact"}]}], "validate_only": False})
-    first = admin_apis.alter_configs_to_internal(request, CTX)
-    assert type(first) is m.DescribeConfigsRequest  # APPEND needs the value in force
-    current = m.DescribeConfigsResponse(id=3, topics=(m.DescribeConfigsResult(name="t", configs={
-        "cleanup.policy": m.ConfigEntry(value="delete", source="default")}),))
-    alter = admin_apis.alter_configs_follow_up(current, first, request)
-    assert alter.topics == (m.AlterConfigsTopic(name="t", configs={"segment.bytes": "1048576",
-                                                                   "cleanup.policy": "delete,compact"},
-                                                delete=("retention.ms",)),)
-    assert admin_apis.alter_configs_follow_up(m.AlterConfigsResponse(id=3), alter, request) is None
+        {"name": "cleanup.policy", "config_operation": 2, "value": "compact"},
+        {"name": "x.list", "config_operation": 3, "value": "a"}]}], "validate_only": True})
+    internal = admin_apis.alter_configs_to_internal(request, CTX)
+    assert internal.validate_only
+    assert internal.topics == (m.AlterConfigsTopic(name="t", configs={"segment.bytes": "1048576"},
+                                                   delete=("retention.ms",), append={"cleanup.policy": "compact"},
+                                                   subtract={"x.list": "a"}),)
     decoded = _decoded(request, admin_apis.alter_configs_to_kafka(
         m.AlterConfigsResponse(id=3, topics=(m.TopicResult(name="t"),)), request, CTX))
     assert [(r.resource_name, int(r.error_code)) for r in decoded.responses] == [("t", 0)]
@@ -129,17 +127,23 @@ def test_alter_configs_replaces_every_override(version):
         {"name": "max.message.bytes", "value": "2097152"}]},
         {"resource_type": 4, "resource_name": "0", "configs": [{"name": "num.partitions", "value": "3"}]}],
         "validate_only": False})
-    first = admin_apis.alter_configs_to_internal(request, CTX)
-    assert first.topics == ("t",)
-    current = m.DescribeConfigsResponse(id=3, topics=(m.DescribeConfigsResult(name="t", configs={
-        "retention.ms": m.ConfigEntry(value="5", source="topic"),
-        "segment.bytes": m.ConfigEntry(value="9", source="broker")}),))
-    alter = admin_apis.alter_configs_follow_up(current, first, request)
-    assert alter.topics == (m.AlterConfigsTopic(name="t", configs={"max.message.bytes": "2097152"},
-                                                delete=("retention.ms",)),)
+    internal = admin_apis.alter_configs_to_internal(request, CTX)
+    assert internal.topics == (m.AlterConfigsTopic(name="t", configs={"max.message.bytes": "2097152"}, replace=True),)
     decoded = _decoded(request, admin_apis.alter_configs_to_kafka(
         m.AlterConfigsResponse(id=3, topics=(m.TopicResult(name="t"),)), request, CTX))
     assert [(r.resource_type, int(r.error_code)) for r in decoded.responses] == [(2, 0), (4, 42)]  # broker: static
+
+
+@pytest.mark.parametrize("version", _versions(37))
+def test_create_partitions_every_version(version):
+    request = _request(37, version, {"topics": [{"name": "t", "count": 6, "assignments": None}], "timeout": 5000,
+                                     "validate_only": True})
+    internal = admin_apis.create_partitions_to_internal(request, CTX)
+    assert internal.topics == (m.CreatePartitionsTopic(name="t", count=6),) and internal.validate_only
+    answer = m.CreatePartitionsResponse(id=3, topics=(m.TopicResult(name="t", error_code=37,
+                                                                    error_message="Topic already has 6 partitions."),))
+    (result,) = _decoded(request, admin_apis.create_partitions_to_kafka(answer, request, CTX)).results
+    assert (result.name, int(result.error_code), result.error_message) == ("t", 37, "Topic already has 6 partitions.")
 
 
 @pytest.mark.parametrize("version", _versions(60))

@@ -12,6 +12,7 @@ from confluent_kafka.admin import (
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
+    NewPartitions,
     NewTopic,
 )
 
@@ -130,3 +131,16 @@ def test_kafka_python_and_aiokafka_admin_clients(bootstrap, msgpack_bootstrap, t
     with AdminClient(msgpack_bootstrap) as ours:
         left = set(ours.list_topics())
     assert not {f"{topic}-kp", f"{topic}-aio"} & left
+
+
+def test_create_partitions_grows_a_topic(admin, bootstrap, msgpack_bootstrap, topic):
+    admin.create_topics([NewTopic(topic, 2, 1)])[topic].result(30)
+    admin.create_partitions([NewPartitions(topic, 5)])[topic].result(30)
+    with AdminClient(msgpack_bootstrap) as ours:
+        assert len(ours.describe_topics([topic])[topic].partitions) == 5
+    producer = KafkaProducer({"bootstrap.servers": bootstrap})
+    producer.produce(topic, value=b"in the new partition", partition=4)
+    assert producer.flush(30) == 0
+    with pytest.raises(KafkaException) as fewer:
+        admin.create_partitions([NewPartitions(topic, 3)])[topic].result(30)
+    assert fewer.value.args[0].code() == 37  # INVALID_PARTITIONS
