@@ -74,3 +74,58 @@ def test_aiokafka_produces_and_consumes(bootstrap, msgpack_bootstrap, topic):
     expected = [(i, b"k%d" % i, b"a%d" % i, 1_660_000_000_000 + i) for i in range(100)]
     assert got == expected
     assert [(r.offset, r.key, r.value, r.timestamp) for r in read_partition(msgpack_bootstrap, topic)] == expected
+
+
+def test_kafka_python_and_aiokafka_consumer_groups_commit_and_resume(bootstrap, msgpack_bootstrap, topic):
+    from kafka import KafkaConsumer as KpConsumer
+
+    from triolog.client import Producer
+    from triolog.client.admin import AdminClient
+
+    with AdminClient(msgpack_bootstrap) as admin:
+        admin.create_topics([(topic, 3, 1, {})])
+    with Producer(msgpack_bootstrap) as producer:
+        for i in range(30):
+            producer.send(topic, b"v%d" % i, partition=i % 3)
+        producer.flush()
+
+    def kp_group(expect: int) -> list:
+        consumer = KpConsumer(topic, bootstrap_servers=bootstrap, group_id=f"{topic}-kp", auto_offset_reset="earliest",
+                              enable_auto_commit=False, session_timeout_ms=6000, heartbeat_interval_ms=500)
+        got: list = []
+        for _ in range(60):
+            if len(got) >= expect:
+                break
+            for records in consumer.poll(timeout_ms=500).values():
+                got += [r.value for r in records]
+        consumer.commit()
+        consumer.close()
+        return got
+
+    assert sorted(kp_group(30)) == sorted(b"v%d" % i for i in range(30))
+    with Producer(msgpack_bootstrap) as producer:
+        for p in range(3):
+            producer.send(topic, b"late-%d" % p, partition=p)
+        producer.flush()
+    assert sorted(kp_group(3)) == [b"late-0", b"late-1", b"late-2"]  # resumed after the commit
+
+    async def aio_group() -> list:
+        consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=f"{topic}-aio",
+                                    auto_offset_reset="earliest", enable_auto_commit=False)
+        await consumer.start()
+        try:
+            got: list = []
+            for _ in range(60):
+                if len(got) >= 33:
+                    break
+                for records in (await consumer.getmany(timeout_ms=500)).values():
+                    got += [r.value for r in records]
+            await consumer.commit()
+            return got
+        finally:
+            await consumer.stop()
+
+    assert len(asyncio.run(aio_group())) == 33
+    with AdminClient(msgpack_bootstrap) as admin:  # both groups' commits, read through triolog's protocol
+        for group in (f"{topic}-kp", f"{topic}-aio"):
+            assert sorted(admin.list_consumer_group_offsets(group).values()) == [11, 11, 11]
