@@ -132,22 +132,29 @@ class _Walk:
         if length > 0:
             self.skip(length)
 
-    def string(self) -> None:
-        """A (nullable) STRING of the body: compact in flexible versions."""
-        if self.flexible:
-            length = self.uvarint() - 1
-            if length > 0:
-                self.skip(length)
-        else:
-            self.legacy_string()
+    def string(self, nullable: bool = True) -> None:
+        """A STRING of the body: compact in flexible versions."""
+        length = self.uvarint() - 1 if self.flexible else self.int16()
+        if length > 0:
+            self.skip(length)
+        elif length < 0 and not nullable:
+            self._null()
+
+    def _null(self) -> None:
+        # Kafka refuses it too: "non-nullable field was serialized as null".
+        raise MalformedRequest("a field that cannot be null was sent as null", self.api_key)
 
     def records(self) -> None:
         length = self.uvarint() - 1 if self.flexible else self.int32()
         if length > 0:
             self.skip(length)
 
-    def array_length(self) -> int:
-        n = max(self.uvarint() - 1, 0) if self.flexible else max(self.int32(), 0)
+    def array_length(self, nullable: bool = False) -> int:
+        n = self.uvarint() - 1 if self.flexible else self.int32()
+        if n < 0:
+            if not nullable:
+                self._null()
+            return 0
         if n > self.end - self.at:  # every entry takes a byte at least
             raise MalformedRequest(f"an array of {n} entries in the {self.end - self.at} bytes left of the "
                                    f"request", self.api_key)
@@ -157,12 +164,12 @@ class _Walk:
 
     def entity(self, cls: type) -> None:
         fields, tagged = _plan(cls)
-        for kind, arg, array in fields:
+        for kind, arg, array, nullable in fields:
             if array:
-                for _ in range(self.array_length()):
-                    self.value(kind, arg)
+                for _ in range(self.array_length(nullable)):
+                    self.value(kind, arg, False)
             else:
-                self.value(kind, arg)
+                self.value(kind, arg, nullable)
         if self.flexible:
             for _ in range(self.uvarint()):
                 tag = self.uvarint()
@@ -173,15 +180,15 @@ class _Walk:
                     self.at += size
                     continue
                 end, self.end = self.end, self.at + size  # a known tag is read by kio: walk it too
-                kind, arg, array = known
+                kind, arg, array, nullable = known
                 if array:
-                    for _ in range(self.array_length()):
-                        self.value(kind, arg)
+                    for _ in range(self.array_length(nullable)):
+                        self.value(kind, arg, False)
                 else:
-                    self.value(kind, arg)
+                    self.value(kind, arg, nullable)
                 self.at, self.end = self.end, end
 
-    def value(self, kind: str, arg) -> None:
+    def value(self, kind: str, arg, nullable: bool) -> None:
         if kind == "fixed":
             self.skip(arg)
         elif kind == "string" or kind == "bytes":
@@ -191,6 +198,8 @@ class _Walk:
                 n = self.int16() if kind == "string" else self.int32()
             if n > 0:
                 self.skip(n)
+            elif n < 0 and not nullable:
+                self._null()
         elif kind == "entity":
             self.entity(arg)
         else:  # a nullable entity: an int8 marker first
@@ -214,7 +223,7 @@ _FIXED = {"int8": 1, "bool": 1, "int16": 2, "uint16": 2, "error_code": 2, "int32
 
 @functools.cache
 def _plan(cls: type):
-    """([(kind, arg, is_array)] of the regular fields in order, {tag: (kind, arg, is_array)})."""
+    """([(kind, arg, is_array, nullable)] of the regular fields in order, {tag: the same})."""
     fields, tagged = [], {}
     for field in dataclasses.fields(cls):
         shape = classify_field(field)
@@ -230,6 +239,7 @@ def _plan(cls: type):
             else:
                 step = ("fixed", _FIXED[kafka_type], shape.is_array)
         tag = get_field_tag(field)
+        step = (*step, is_optional(field) or tag is not None)
         if tag is None:
             fields.append(step)
         else:
@@ -243,14 +253,14 @@ def _produce_entries(data: memoryview, flexible: bool, budget: int) -> int:
     walk = _Walk(data, 8, flexible)  # api_key, api_version, correlation_id
     walk.legacy_string()  # client_id: a legacy string in every header version
     walk.tagged_fields()  # header v2's
-    walk.string()  # transactional_id
+    walk.string(nullable=True)  # transactional_id
     walk.skip(6)  # acks, timeout_ms
     count = 0
     topics = walk.array_length()
     if topics > budget:
         return topics
     for _ in range(topics):
-        walk.string()  # the topic's name
+        walk.string(nullable=False)  # the topic's name
         partitions = walk.array_length()
         count += 1 + partitions
         if count > budget:

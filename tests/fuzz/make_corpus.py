@@ -259,6 +259,45 @@ REQUEST_DICT_WORDS = [
 ]
 
 
+def kafka_requests_seeds() -> dict[str, bytes]:
+    """One frame body per Kafka API and version the listener serves, as kio writes them, with
+    realistic values where an API carries data (a real batch in Produce, names, offsets, groups)."""
+    from triolog.protocol.kafka.schema import build, request_class, write_parts
+    from triolog.protocol.kafka.served import SERVED_VERSIONS
+
+    records = _produce_records()
+    values = {
+        0: {"acks": -1, "timeout": 30000, "topic_data": [{"name": "t", "partition_data": [
+            {"index": 0, "records": records}, {"index": 1, "records": records}]}]},
+        1: {"max_wait": 500, "min_bytes": 1, "max_bytes": 1 << 20, "session_epoch": -1, "topics": [
+            {"topic": "t", "partitions": [{"partition": 0, "fetch_offset": 5, "partition_max_bytes": 65536}]}]},
+        2: {"replica_id": -1, "topics": [{"name": "t", "partitions": [{"partition_index": 0, "timestamp": -1}]}]},
+        3: {"topics": [{"name": "t", "topic_id": None}], "allow_auto_topic_creation": True},
+        8: {"group_id": "g", "generation_id_or_member_epoch": 1, "member_id": "m", "topics": [
+            {"name": "t", "partitions": [{"partition_index": 0, "committed_offset": 7, "committed_metadata": ""}]}]},
+        9: {"group_id": "g", "topics": [{"name": "t", "partition_indexes": [0, 1]}],
+            "groups": [{"group_id": "g", "topics": [{"name": "t", "partition_indexes": [0]}]}]},
+        10: {"key": "g", "coordinator_keys": ["g"]},
+        11: {"group_id": "g", "session_timeout": 10000, "rebalance_timeout": 30000, "member_id": "",
+             "protocol_type": "consumer", "protocols": [{"name": "range", "metadata": b"\x00\x01\x00\x00\x00\x01\x00\x01t"}]},
+        14: {"group_id": "g", "generation_id": 1, "member_id": "m", "assignments": [{"member_id": "m", "assignment": b"a"}]},
+        19: {"topics": [{"name": "t", "num_partitions": 3, "replication_factor": 1, "assignments": [],
+                         "configs": [{"name": "cleanup.policy", "value": "compact"}]}], "timeout": 1000},
+        32: {"resources": [{"resource_type": 2, "resource_name": "t", "configuration_keys": None}]},
+        37: {"topics": [{"name": "t", "count": 4, "assignments": None}], "timeout": 1000},
+        44: {"resources": [{"resource_type": 2, "resource_name": "t", "configs": [
+            {"name": "retention.ms", "config_operation": 0, "value": "1000"}]}]},
+    }
+    seeds = {}
+    for key, (low, high) in sorted(SERVED_VERSIONS.items()):
+        for version in range(low, high + 1):
+            cls = request_class(key, version)
+            header = build(cls.__header_schema__, request_api_key=key, request_api_version=version,
+                           correlation_id=7, client_id="fuzz")
+            seeds[f"kafka-{key}-v{version}"] = b"".join(write_parts([header, build(cls, values.get(key, {}))]))
+    return seeds
+
+
 def request_dictionary() -> str:
     """A libFuzzer dictionary: each field and API name as a msgpack fixstr, plus msgpack type bytes."""
     lines = []
@@ -272,7 +311,8 @@ def request_dictionary() -> str:
 
 
 def main() -> None:
-    for target, seeds in (("requests", requests_seeds()), ("validator", validator_seeds())):
+    for target, seeds in (("requests", requests_seeds()), ("validator", validator_seeds()),
+                          ("kafka_requests", kafka_requests_seeds())):
         directory = CORPUS / target
         directory.mkdir(parents=True, exist_ok=True)
         for name, data in seeds.items():

@@ -246,4 +246,34 @@ def check_accepted(result, config: LogConfig, offset: int) -> None:
                              "accepted: " + ", ".join(tag for tag, _ in problems))
 
 
-TARGETS = {"requests": requests_target, "validator": validator_target}
+# -- kafka_requests ----------------------------------------------------------------------------
+
+#: The partition cap the Kafka target bounds produce requests with (max.broker.partitions' default).
+KAFKA_MAX_PARTITIONS = 10_000
+
+
+def kafka_requests_target(data: bytes) -> None:
+    """One Kafka request frame body through the Kafka listener's path without a socket: the bound
+    walk, kio's reader, the API's translation into the broker's own request (or its direct
+    answer, then encoded). Only the refusals the listener answers by closing may escape
+    (MalformedRequest, its RequestTooLarge, UnsupportedVersion); a request the walk lets through
+    must be one kio reads (the walk exists so that kio never sees a length it cannot hold)."""
+    from triolog.protocol.kafka.apis import Direct, KafkaContext
+    from triolog.protocol.kafka.request_bounds import check_request as check_kafka
+    from triolog.protocol.kafka.requests import MalformedRequest, UnsupportedVersion, decode_request, encode_response
+    from triolog.protocol.kafka.served import ADAPTERS, SERVED_VERSIONS
+
+    try:
+        check_kafka(data, KAFKA_MAX_PARTITIONS, SERVED_VERSIONS)
+    except (MalformedRequest, UnsupportedVersion):
+        return
+    try:
+        request = decode_request(data, SERVED_VERSIONS)
+    except (MalformedRequest, UnsupportedVersion):
+        return
+    answer = ADAPTERS[request.api_key].to_internal(request, KafkaContext(0, "localhost", 19092, "fuzz"))
+    if type(answer) is Direct:
+        encode_response(request.api_key, request.version, request.correlation_id, answer.body)
+
+
+TARGETS = {"requests": requests_target, "validator": validator_target, "kafka_requests": kafka_requests_target}

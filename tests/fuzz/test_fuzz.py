@@ -29,7 +29,8 @@ def _corpus_params(target: str):
 def test_seed_corpus_is_what_make_corpus_writes():
     """The corpus in the repository is reproducible from make_corpus.py: the same files, byte for
     byte except where a compression library's output may differ between its versions."""
-    expected = {"requests": make_corpus.requests_seeds(), "validator": make_corpus.validator_seeds()}
+    expected = {"requests": make_corpus.requests_seeds(), "validator": make_corpus.validator_seeds(),
+                "kafka_requests": make_corpus.kafka_requests_seeds()}
     codecs = ("gzip", "snappy", "lz4", "zstd")
     for target, seeds in expected.items():
         stored = {p.name: p.read_bytes() for p in (CORPUS / target).iterdir()}
@@ -50,6 +51,11 @@ def test_requests_seed(path):
 @pytest.mark.parametrize("path", list(_corpus_params("validator")))
 def test_validator_seed(path):
     TARGETS["validator"](path.read_bytes())
+
+
+@pytest.mark.parametrize("path", list(_corpus_params("kafka_requests")))
+def test_kafka_requests_seed(path):
+    TARGETS["kafka_requests"](path.read_bytes())
 
 
 def run_atheris(target: str, runs: int, scratch: Path, *, max_total_time: int = 90, seed: int = 1,
@@ -73,6 +79,7 @@ def executed_units(output: str) -> int:
 @pytest.mark.parametrize("target", [
     "requests",
     "validator",
+    "kafka_requests",
 ])
 def test_target_under_atheris(target, tmp_path):
     runs = 40_000
