@@ -193,14 +193,14 @@ def _brokers(ctx: KafkaContext) -> list[dict]:
 
 def metadata_unknown_ids(req: KafkaRequest, ctx: KafkaContext):
     return _body(req, {"brokers": _brokers(ctx), "cluster_id": ctx.cluster_id, "controller_id": ctx.node_id,
-                       "topics": [{"error_code": UNKNOWN_TOPIC_ID, "name": t.name, "topic_id": t.topic_id,
+                       "topics": [{"error_code": UNKNOWN_TOPIC_ID, "name": t.name or "", "topic_id": t.topic_id,
                                    "partitions": []} for t in req.body.topics]})
 
 
 def metadata_error_body(req: KafkaRequest, ctx: KafkaContext, code: int, message: str):
     topics = req.body.topics or ()
     return _body(req, {"brokers": _brokers(ctx), "cluster_id": ctx.cluster_id, "controller_id": ctx.node_id, "topics": [
-        {"error_code": code, "name": t.name, "topic_id": t.topic_id or _ZERO_UUID, "partitions": []}
+        {"error_code": code, "name": t.name or "", "topic_id": t.topic_id or _ZERO_UUID, "partitions": []}
         for t in topics]})
 
 

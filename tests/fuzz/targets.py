@@ -45,6 +45,10 @@ from triolog.config.log_config import LogConfig
 from triolog.protocol import messages as m
 from triolog.protocol.errors import ErrorCode
 from triolog.protocol.frames import NEED_DATA, FrameDecoder, FrameTooLargeError, RemoteProtocolError
+from triolog.protocol.kafka.apis import Direct, KafkaContext
+from triolog.protocol.kafka.request_bounds import check_request as check_kafka
+from triolog.protocol.kafka.requests import MalformedRequest, UnsupportedVersion, decode_request, encode_response
+from triolog.protocol.kafka.served import ADAPTERS, SERVED_VERSIONS
 from triolog.protocol.record_batch import CRC_OFFSET, CRC_START, HEADER_SIZE, LOG_OVERHEAD, NO_TIMESTAMP, TimestampType
 from triolog.protocol.records import decode_batch
 
@@ -258,11 +262,6 @@ def kafka_requests_target(data: bytes) -> None:
     answer, then encoded). Only the refusals the listener answers by closing may escape
     (MalformedRequest, its RequestTooLarge, UnsupportedVersion); a request the walk lets through
     must be one kio reads (the walk exists so that kio never sees a length it cannot hold)."""
-    from triolog.protocol.kafka.apis import Direct, KafkaContext
-    from triolog.protocol.kafka.request_bounds import check_request as check_kafka
-    from triolog.protocol.kafka.requests import MalformedRequest, UnsupportedVersion, decode_request, encode_response
-    from triolog.protocol.kafka.served import ADAPTERS, SERVED_VERSIONS
-
     try:
         check_kafka(data, KAFKA_MAX_PARTITIONS, SERVED_VERSIONS)
     except (MalformedRequest, UnsupportedVersion):
