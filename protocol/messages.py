@@ -40,7 +40,8 @@ Request level, raised here as :class:`RequestError` (``INVALID_REQUEST`` unless 
 Per topic or partition, decoded here and reported by the server in that entry's ``error_code``:
   topic names (``INVALID_TOPIC_EXCEPTION``), unknown topics and partitions, negative partition
   numbers included (``UNKNOWN_TOPIC_OR_PARTITION``; servers: never index a list with one),
-  ``num_partitions`` (``INVALID_PARTITIONS``; -1 = the broker default), ``replication_factor``
+  ``num_partitions`` and create_partitions' ``count`` (``INVALID_PARTITIONS``; -1 = the broker
+  default for ``num_partitions``), ``replication_factor``
   other than 1 or -1 (``INVALID_REPLICATION_FACTOR``), config keys and values
   (``INVALID_CONFIG``), ``fetch_offset`` outside the log and delete_records ``offset`` below -1
   or above the high watermark (``OFFSET_OUT_OF_RANGE``), and the ``records`` bytes themselves
@@ -669,7 +670,7 @@ class CreateTopicsResponse(Response):
 
 @dataclass(frozen=True, kw_only=True)
 class TopicResult:
-    """One topic's outcome where there is nothing else to say: delete_topics, alter_configs."""
+    """One topic's outcome where there is nothing else to say: delete_topics, alter_configs, create_partitions."""
 
     name: str
     error_code: ErrorCodeValue = ErrorCode.NONE

@@ -652,8 +652,6 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers):
 
     async def _create_partitions(self, request: m.CreatePartitionsRequest) -> m.Response:
         """Kafka's CreatePartitions: grow topics to ``count`` partitions, each on its own."""
-        grown: list[tuple[str, int, int]] = []
-
         def work() -> list[m.TopicResult]:
             out = []
             for entry in request.topics:
@@ -664,7 +662,6 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers):
                         self._check_partition_room(entry.name, entry.count - topic.num_partitions)
                         if not request.validate_only:
                             self.topics.create_partitions(entry.name, entry.count)
-                            grown.append((entry.name, topic.num_partitions, entry.count))
                     if not request.validate_only:
                         logger.info("partitions_created", topic=entry.name, partitions=entry.count,
                                     previous=topic.num_partitions)

@@ -21,7 +21,8 @@ import argparse
 
 from .common import EXIT_OK, EXIT_USAGE, add_bootstrap, add_output, error, key_value, print_json, reports_errors
 
-DESCRIPTION = ("Create, list, describe, delete topics or alter their configs, like Kafka's kafka-topics.sh. "
+DESCRIPTION = ("Create, list, describe, delete topics, add partitions or alter their configs, like Kafka's "
+               "kafka-topics.sh. "
                "Exactly one of --create, --list, --describe, --delete, --alter.")
 
 

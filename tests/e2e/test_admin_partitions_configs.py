@@ -181,3 +181,30 @@ def test_a_broker_killed_while_creating_the_new_partitions_restarts_with_the_new
         assert producer.send("big", b"new", partition=999).get(timeout=30).offset == 0
     assert [r.value for r in read_partition(bootstrap, "big", 1)] == [b"kept"]
     assert [r.value for r in read_partition(bootstrap, "big", 999)] == [b"new"]
+
+
+def test_a_group_consumer_is_given_the_new_partitions_and_reads_them(broker_factory):
+    """The group leader sees the new count at its next metadata check and rebalances (Kafka's
+    metadata snapshot): records produced to a new partition reach the subscribed consumer."""
+    from triolog.client import Consumer
+
+    bootstrap = _bootstrap(broker_factory("group.initial.rebalance.delay.ms=0"))
+    with AdminClient(bootstrap) as admin:
+        admin.create_topics([NewTopic("sub", num_partitions=1)])
+    with Consumer(bootstrap, group_id="grow-group", auto_offset_reset="earliest", metadata_max_age_ms=200) as consumer:
+        consumer.subscribe("sub")
+        wait_for(lambda: consumer.poll(100) is not None and consumer.assignment(), timeout_s=30,
+                 what="the first assignment")
+        with AdminClient(bootstrap) as admin:
+            admin.create_partitions({"sub": 3})
+        with Producer(bootstrap, acks=-1) as producer:
+            producer.send("sub", b"on-2", partition=2).get(timeout=30)
+        seen: list = []
+
+        def got_it() -> bool:
+            for records in consumer.poll(100).values():
+                seen.extend(r.value for r in records)
+            return b"on-2" in seen
+
+        wait_for(got_it, timeout_s=30, what="the record of the new partition")
+        assert {tp.partition for tp in consumer.assignment()} == {0, 1, 2}
