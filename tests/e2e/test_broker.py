@@ -118,8 +118,9 @@ def test_broker_restart_keeps_acknowledged_data_and_topic_configs(broker_factory
     client = again.client()
     assert _fetch_all(client, "durable", 0) == [b"v%d" % i for i in range(10)]
     configs = client.call(m.DescribeConfigsRequest(id=client.next_id(), topics=("durable",)))["topics"][0]["configs"]
-    assert configs["segment.bytes"] == {"value": "200", "source": "topic"}
-    assert configs["retention.ms"] == {"value": "123456", "source": "topic"}
+    entry = {"source": "topic", "read_only": False, "is_sensitive": False}
+    assert configs["segment.bytes"] == {"value": "200", **entry}
+    assert configs["retention.ms"] == {"value": "123456", **entry}
 
 
 def test_broker_kill_9_loses_nothing_acknowledged(broker_factory, tmp_path):
