@@ -103,11 +103,13 @@ class KafkaConnection(ClientConnection):
                 if outcome is None:
                     return False  # the client left a long poll
                 body, response = outcome
-                if body is None:  # produce with acks=0
+                if response is _FAILED:
+                    code = ErrorCode.UNKNOWN_SERVER_ERROR
+                elif body is None:  # produce with acks=0
                     code = ErrorCode.NONE
                     await trio.lowlevel.checkpoint()
                     return True
-                if type(response) is FetchResult:
+                elif type(response) is FetchResult:
                     try:
                         code, entry_errors = ErrorCode.NONE, _entry_errors(response.response)
                         parts = encode_response(request.api_key, request.version, request.correlation_id, body)
@@ -115,7 +117,7 @@ class KafkaConnection(ClientConnection):
                     finally:
                         response.close()
                     return True
-                if response is not None:
+                elif response is not None:
                     code, entry_errors = response.error_code, _entry_errors(response)
             if code is None:
                 code = _top_level_code(body)
@@ -142,7 +144,8 @@ class KafkaConnection(ClientConnection):
     async def _answer(self, adapter: Adapter, request: KafkaRequest, internal: m.Request):
         """(the kio body, the handler's response) for ``internal``; (None, None) for acks=0; None
         if the client hung up during a long poll. A handler failure is answered with the API's
-        error body, UNKNOWN_SERVER_ERROR in every entry, as Kafka answers an unexpected error."""
+        error body, UNKNOWN_SERVER_ERROR in every entry, as Kafka answers an unexpected error:
+        (that body, _FAILED)."""
         try:
             if type(internal) is m.FetchRequest and internal.max_wait_ms > 0:
                 result = await self._handle_watching_for_hangup(internal)
@@ -164,7 +167,7 @@ class KafkaConnection(ClientConnection):
             body = self._error_body(adapter, request, ErrorCode.UNKNOWN_SERVER_ERROR, message)
             if body is None:
                 raise
-            return body, None
+            return body, _FAILED
         if type(response) is FetchResult:
             try:
                 return adapter.to_kafka(response.response, request, self.context), response
@@ -207,6 +210,9 @@ class KafkaConnection(ClientConnection):
                        action="connection closed, as Kafka closes it (ApiVersions lists what is served)")
         return False
 
+
+#: The handler failed: the answer is the API's error body, counted as UNKNOWN_SERVER_ERROR.
+_FAILED = object()
 
 #: Frames up to this long are bounded and decoded on the event loop (well under a millisecond).
 INLINE_DECODE_BYTES = 64 * 1024
