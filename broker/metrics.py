@@ -75,8 +75,12 @@ several brokers in one process, as in tests, do not collide):
                                                       error code
   triolog_server_wrong_protocol_connections_total
                                             counter   by ``protocol`` (kafka, http, tls,
-                                                      msgpack): connections closed for speaking
-                                                      another protocol than their listener's
+                                                      msgpack, plaintext): connections closed
+                                                      for speaking another protocol than their
+                                                      listener's
+  triolog_server_tls_handshake_failures_total
+                                            counter   TLS handshakes that failed (wrong CA, no
+                                                      client certificate, no shared version)
   triolog_server_request_latency_seconds    histogram by ``api``: frame read to response written
   triolog_server_bytes_in_total             counter   by ``api``: request frames, prefix included
   triolog_server_bytes_out_total            counter   by ``api``: response frames, prefix included
@@ -166,7 +170,7 @@ CLOSE_LIMITS = ("connections.max.idle.ms", "request.receive.timeout.ms", "socket
 #: The ``error`` label's values of triolog_server_accept_errors_total (the errnos accept retries).
 ACCEPT_ERRORS = ("EMFILE", "ENFILE", "ENOMEM", "ENOBUFS")
 #: The ``protocol`` label's values of triolog_server_wrong_protocol_connections_total.
-WRONG_PROTOCOLS = ("kafka", "http", "tls", "msgpack")
+WRONG_PROTOCOLS = ("kafka", "http", "tls", "msgpack", "plaintext")
 
 #: Request latency buckets, 0.5 ms to 30 s: produce with acks=1 is sub-millisecond, acks=all
 #: waits for a group-commit fsync, a long-poll fetch waits up to its max_wait_ms.
@@ -211,9 +215,12 @@ class ServerMetrics:
         )
         self._wrong_protocol = Counter(
             "triolog_server_wrong_protocol_connections_total",
-            "Connections closed because the client spoke another protocol (kafka, http, tls) to the "
-            "msgpack listener.",
+            "Connections closed because the client spoke another protocol than its listener's.",
             ("protocol",), registry=registry,
+        )
+        self._tls_handshake_failures = Counter(
+            "triolog_server_tls_handshake_failures_total",
+            "TLS handshakes of client connections that failed.", registry=registry,
         )
         for protocol in WRONG_PROTOCOLS:
             self._wrong_protocol.labels(protocol)
@@ -323,6 +330,9 @@ class ServerMetrics:
 
     def connection_closed(self) -> None:
         self._connections.dec()
+
+    def tls_handshake_failed(self) -> None:
+        self._tls_handshake_failures.inc()
 
     def connection_refused(self, limit: str) -> None:
         self._refused.labels(limit).inc()

@@ -90,14 +90,17 @@ _ENDPOINT = re.compile(
 _HOSTNAME = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_.-]*[A-Za-z0-9_])?")
 
 
-def parse_endpoint(text: str, scheme: str) -> Endpoint:
-    """Parse ``scheme://host:port`` (scheme case-insensitive), or raise ValueError saying why."""
+def parse_endpoint(text: str, scheme: str | tuple[str, ...]) -> Endpoint:
+    """Parse ``scheme://host:port`` (scheme case-insensitive, one of ``scheme`` if a tuple, kept
+    as the tuple spells it), or raise ValueError saying why."""
+    schemes = (scheme,) if isinstance(scheme, str) else scheme
     text = text.strip()
     match = _ENDPOINT.fullmatch(text)
     if match is None:
-        raise ValueError(f"not of the form {scheme}://host:port")
-    if match["scheme"].upper() != scheme.upper():
-        raise ValueError(f"scheme {match['scheme']!r} is not supported, only {scheme}")
+        raise ValueError(f"not of the form {schemes[0]}://host:port")
+    scheme = next((s for s in schemes if s.upper() == match["scheme"].upper()), None)
+    if scheme is None:
+        raise ValueError(f"scheme {match['scheme']!r} is not supported, only {' or '.join(schemes)}")
     if match["ipv6"] is not None:
         host = match["ipv6"]
         try:
@@ -114,24 +117,38 @@ def parse_endpoint(text: str, scheme: str) -> Endpoint:
     return Endpoint(scheme, host, port)
 
 
+#: Kafka's security protocols, each a listener name (Kafka's default listener.security.protocol.map):
+#: TLS or not, SASL authentication or not.
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+
+
+def uses_tls(endpoint: Endpoint) -> bool:
+    return endpoint.scheme in ("SSL", "SASL_SSL")
+
+
+def uses_sasl(endpoint: Endpoint) -> bool:
+    return endpoint.scheme in ("SASL_PLAINTEXT", "SASL_SSL")
+
+
 def parse_listeners(text: str) -> Endpoint:
-    """Kafka's ``listeners`` syntax, restricted to what triolog serves: one PLAINTEXT listener."""
+    """Kafka's ``listeners`` syntax, restricted to what triolog serves: one listener, named by
+    its security protocol."""
     parts = [part.strip() for part in text.split(",") if part.strip()]
     if not parts:
         raise ValueError("names no listener")
     if len(parts) > 1:
         raise ValueError(f"names {len(parts)} listeners; triolog serves exactly one")
-    return parse_endpoint(parts[0], "PLAINTEXT")
+    return parse_endpoint(parts[0], SECURITY_PROTOCOLS)
 
 
 def parse_kafka_listeners(text: str) -> Endpoint | None:
-    """``kafka.listeners``: one PLAINTEXT listener for Kafka's own protocol; empty = none (None)."""
+    """``kafka.listeners``: one listener for Kafka's own protocol; empty = none (None)."""
     parts = [part.strip() for part in text.split(",") if part.strip()]
     if not parts:
         return None
     if len(parts) > 1:
         raise ValueError(f"names {len(parts)} listeners; triolog serves at most one Kafka listener")
-    return parse_endpoint(parts[0], "PLAINTEXT")
+    return parse_endpoint(parts[0], SECURITY_PROTOCOLS)
 
 
 def parse_metrics_listener(text: str) -> Endpoint | None:
@@ -244,7 +261,7 @@ class BrokerConfigKey:
     """
 
     name: str
-    type: str  # "int", "long", "double", "boolean", "string", "list", "listener", "url"
+    type: str  # "int", "long", "double", "boolean", "string", "password", "list", "listener", "url"
     default: Any  # typed; None = unset, resolved through ``fallback``
     doc: str
     group: str
@@ -259,6 +276,8 @@ class BrokerConfigKey:
     parser: Callable[[str], Any] | None = field(default=None, compare=False, repr=False)
     #: What ``describe_allowed`` says when ``parser`` decides what is valid.
     allowed: str | None = None
+    #: A secret (Kafka's PASSWORD type): never shown by describe_configs or logged.
+    sensitive: bool = False
 
     def parse(self, raw: Any) -> Any:
         """Turn a property value into this key's type, or raise ValueError saying what is wrong."""
@@ -302,6 +321,8 @@ class BrokerConfigKey:
             return f"unset (falls back to {self.fallback})" if self.fallback else "unset"
         if isinstance(value, bool):
             return str(value).lower()
+        if value in ((), ""):
+            return "empty"
         if isinstance(value, tuple):
             return ",".join(value)
         if self.type == "long" and value == LONG_MAX:
@@ -317,27 +338,31 @@ def _server_keys() -> Iterator[BrokerConfigKey]:
     group = "server"
     yield BrokerConfigKey(
         "listeners", "listener", Endpoint("PLAINTEXT", "127.0.0.1", 9092),
-        "Address the broker accepts client connections on, in Kafka's listener syntax. "
-        "triolog serves one PLAINTEXT listener and, unlike Kafka (PLAINTEXT://:9092), "
-        "defaults to loopback so that a bare start is not reachable from the network.",
+        "Address the broker accepts client connections on, in Kafka's listener syntax, named by "
+        "its security protocol: PLAINTEXT, SSL (TLS, see ssl.*), SASL_PLAINTEXT or SASL_SSL "
+        "(SASL authentication, see sasl.enabled.mechanisms). triolog serves one listener and, "
+        "unlike Kafka (PLAINTEXT://:9092), defaults to loopback so that a bare start is not "
+        "reachable from the network.",
         group, attr="listener", parser=parse_listeners,
-        allowed="one PLAINTEXT://host:port (empty host = every interface, IPv6 in brackets "
-                "as PLAINTEXT://[::1]:9092, port 0..65535 with 0 = any free port)")
+        allowed="one PROTOCOL://host:port, PROTOCOL one of PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL "
+                "(empty host = every interface, IPv6 in brackets as PLAINTEXT://[::1]:9092, port "
+                "0..65535 with 0 = any free port)")
     yield BrokerConfigKey(
         "kafka.listeners", "listener", None,
         "Address the broker accepts Kafka's own wire protocol on (Kafka's clients: librdkafka "
         "and confluent-kafka, kcat, kafka-python, aiokafka, the Java client), in Kafka's listener "
         "syntax; empty turns it off. The same logs and handlers serve it as listeners.",
         group, attr="kafka_listener", parser=parse_kafka_listeners,
-        allowed="empty, or one PLAINTEXT://host:port (empty host = every interface, IPv6 in brackets, "
-                "port 0..65535 with 0 = any free port)")
+        allowed="empty, or one PROTOCOL://host:port as listeners (PLAINTEXT, SSL, SASL_PLAINTEXT, "
+                "SASL_SSL; empty host = every interface, IPv6 in brackets, port 0..65535 with 0 = "
+                "any free port)")
     yield BrokerConfigKey(
         "kafka.advertised.listeners", "listener", None,
         "The address Metadata, FindCoordinator and DescribeCluster give Kafka clients for this "
         "broker, where it differs from kafka.listeners (a container's published port, a host "
         "name). Empty: kafka.listeners' own, with localhost for an empty host.",
         group, attr="kafka_advertised_listener", parser=parse_kafka_listeners,
-        allowed="empty, or one PLAINTEXT://host:port with a host")
+        allowed="empty, or one PROTOCOL://host:port with a host")
     yield BrokerConfigKey(
         "node.id", "int", 0,
         "Id of this broker, written to meta.properties. Kafka's default is -1 (must be set); "
@@ -485,6 +510,143 @@ def _cleaner_keys() -> Iterator[BrokerConfigKey]:
         group, attr="log_cleaner_backoff_ms", minimum=0)
 
 
+#: What ``sasl.enabled.mechanisms`` may name. PLAIN carries the password itself: it is offered on
+#: SASL_SSL listeners only.
+SASL_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN")
+#: Kafka's authorizer class names; either turns on triolog's ACL authorizer (the same model).
+AUTHORIZER_CLASS_NAMES = ("org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+                          "kafka.security.authorizer.AclAuthorizer")
+_TLS_PROTOCOLS = ("TLSv1.2", "TLSv1.3")
+
+
+def _parse_optional(text: str) -> str | None:
+    return text.strip() or None
+
+
+def _parse_pem_type(text: str) -> str:
+    if text.strip().upper() != "PEM":
+        raise ValueError("triolog reads PEM files only (JKS and PKCS12 keystores: convert them with "
+                         "openssl or keytool)")
+    return "PEM"
+
+
+def _parse_names(text: str, allowed: tuple[str, ...], what: str, *, at_least_one: bool) -> tuple[str, ...]:
+    """A comma-separated list of ``allowed`` names, case-insensitive, spelled as ``allowed``."""
+    by_upper = {name.upper(): name for name in allowed}
+    out = []
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        name = by_upper.get(item.upper())
+        if name is None:
+            raise ValueError(f"{item!r} is not a {what} triolog supports ({', '.join(allowed)})")
+        if name not in out:
+            out.append(name)
+    if at_least_one and not out:
+        raise ValueError(f"names no {what}")
+    return tuple(out)
+
+
+def _parse_cipher_suites(text: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
+def _parse_super_users(text: str) -> tuple[str, ...]:
+    """Kafka's ``super.users``: principals separated by semicolons (a DN holds commas)."""
+    users = tuple(part.strip() for part in text.split(";") if part.strip())
+    for user in users:
+        kind, _, name = user.partition(":")
+        if not kind or not name:
+            raise ValueError(f"{user!r} is not a principal of the form Type:name (User:alice)")
+    return users
+
+
+def _parse_authorizer(text: str) -> str:
+    value = text.strip()
+    if value and value not in AUTHORIZER_CLASS_NAMES:
+        raise ValueError("triolog's authorizer is turned on by either of Kafka's class names")
+    return value
+
+
+def _security_keys() -> Iterator[BrokerConfigKey]:
+    group = "security"
+    yield BrokerConfigKey(
+        "ssl.keystore.type", "string", "PEM",
+        "Format of ssl.keystore.location. Kafka defaults to JKS; triolog reads PEM.",
+        group, attr="ssl_keystore_type", parser=_parse_pem_type, allowed="PEM")
+    yield BrokerConfigKey(
+        "ssl.keystore.location", "string", None,
+        "One PEM file holding the broker's private key and its certificate chain (leaf first); "
+        "required by an SSL or SASL_SSL listener.",
+        group, attr="ssl_keystore_location", parser=_parse_optional, allowed="a file path, or empty")
+    yield BrokerConfigKey(
+        "ssl.key.password", "password", None,
+        "Password of the private key in ssl.keystore.location, if it is encrypted. Never shown "
+        "by describe_configs.",
+        group, attr="ssl_key_password", parser=_parse_optional, allowed="a string, or empty",
+        sensitive=True)
+    yield BrokerConfigKey(
+        "ssl.truststore.type", "string", "PEM",
+        "Format of ssl.truststore.location. Kafka defaults to JKS; triolog reads PEM.",
+        group, attr="ssl_truststore_type", parser=_parse_pem_type, allowed="PEM")
+    yield BrokerConfigKey(
+        "ssl.truststore.location", "string", None,
+        "PEM file of the CA certificates client certificates are verified against (ssl.client.auth).",
+        group, attr="ssl_truststore_location", parser=_parse_optional, allowed="a file path, or empty")
+    yield BrokerConfigKey(
+        "ssl.client.auth", "string", "none",
+        "Whether TLS listeners ask clients for a certificate: none, requested (verified if "
+        "given) or required (mutual TLS). A verified certificate's subject is the principal "
+        "(User:CN=...,O=...) on an SSL listener, as Kafka's default principal builder.",
+        group, attr="ssl_client_auth", choices=("none", "requested", "required"))
+    yield BrokerConfigKey(
+        "ssl.enabled.protocols", "list", _TLS_PROTOCOLS,
+        "TLS versions the TLS listeners accept.",
+        group, attr="ssl_enabled_protocols",
+        parser=lambda text: _parse_names(text, _TLS_PROTOCOLS, "TLS version", at_least_one=True),
+        allowed="comma-separated list of " + ", ".join(_TLS_PROTOCOLS))
+    yield BrokerConfigKey(
+        "ssl.cipher.suites", "list", (),
+        "TLS 1.2 cipher suites, in OpenSSL's names (ECDHE-RSA-AES128-GCM-SHA256); empty: "
+        "OpenSSL's secure defaults. TLS 1.3's suites are OpenSSL's defaults (Python cannot restrict them).",
+        group, attr="ssl_cipher_suites", parser=_parse_cipher_suites,
+        allowed="comma-separated OpenSSL cipher names, or empty")
+    yield BrokerConfigKey(
+        "sasl.enabled.mechanisms", "list", ("SCRAM-SHA-256", "SCRAM-SHA-512"),
+        "SASL mechanisms SASL_PLAINTEXT and SASL_SSL listeners offer; users and their SCRAM "
+        "credentials are managed with `triolog users`. PLAIN checks the password against the "
+        "same credentials and is offered on SASL_SSL only, never over plaintext. Kafka's default "
+        "is GSSAPI, which triolog does not serve.",
+        group, attr="sasl_enabled_mechanisms",
+        parser=lambda text: _parse_names(text, SASL_MECHANISMS, "SASL mechanism", at_least_one=True),
+        allowed="comma-separated list of " + ", ".join(SASL_MECHANISMS))
+    yield BrokerConfigKey(
+        "sasl.server.max.receive.size", "int", 524288,
+        "Longest frame a client may send before it has authenticated on a SASL listener.",
+        group, attr="sasl_server_max_receive_size", minimum=1)
+    yield BrokerConfigKey(
+        "connection.failed.authentication.delay.ms", "int", 100,
+        "How long the broker waits before answering a failed authentication (and closing the "
+        "connection), which slows password guessing.",
+        group, attr="connection_failed_authentication_delay_ms", minimum=0)
+    yield BrokerConfigKey(
+        "authorizer.class.name", "string", "",
+        "Empty: every client may do everything. Kafka's StandardAuthorizer or AclAuthorizer class "
+        "name turns on triolog's ACL authorizer (Kafka's model, ACLs managed with `triolog acls`).",
+        group, attr="authorizer_class_name", parser=_parse_authorizer,
+        allowed="empty, " + " or ".join(AUTHORIZER_CLASS_NAMES))
+    yield BrokerConfigKey(
+        "super.users", "list", (),
+        "Principals the authorizer allows everything, separated by semicolons (User:admin;User:ops).",
+        group, attr="super_users", parser=_parse_super_users,
+        allowed="semicolon-separated principals Type:name, or empty")
+    yield BrokerConfigKey(
+        "allow.everyone.if.no.acl.found", "boolean", False,
+        "With the authorizer on, whether a resource no ACL applies to is open to everyone (true) or "
+        "to super users only (false, Kafka's default).",
+        group, attr="allow_everyone_if_no_acl_found")
+
+
 def _producer_state_keys() -> Iterator[BrokerConfigKey]:
     group = "idempotent producers"
     yield BrokerConfigKey(
@@ -616,7 +778,7 @@ def _topic_default_keys() -> Iterator[BrokerConfigKey]:
 
 BROKER_CONFIGS: dict[str, BrokerConfigKey] = {
     key.name: key
-    for keys in (_server_keys(), _log_manager_keys(), _cleaner_keys(), _producer_state_keys(),
+    for keys in (_server_keys(), _security_keys(), _log_manager_keys(), _cleaner_keys(), _producer_state_keys(),
                  _group_coordinator_keys(), _topic_default_keys())
     for key in keys
 }
@@ -651,6 +813,21 @@ class BrokerConfig:
     metrics_listener: Endpoint | None = Endpoint("http", "127.0.0.1", 9404)
     logger_format: str = "console"
     logger_level: str = "INFO"
+
+    ssl_keystore_type: str = "PEM"
+    ssl_keystore_location: str | None = None
+    ssl_key_password: str | None = field(default=None, repr=False)
+    ssl_truststore_type: str = "PEM"
+    ssl_truststore_location: str | None = None
+    ssl_client_auth: str = "none"
+    ssl_enabled_protocols: tuple[str, ...] = _TLS_PROTOCOLS
+    ssl_cipher_suites: tuple[str, ...] = ()
+    sasl_enabled_mechanisms: tuple[str, ...] = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+    sasl_server_max_receive_size: int = 524288
+    connection_failed_authentication_delay_ms: int = 100
+    authorizer_class_name: str = ""
+    super_users: tuple[str, ...] = ()
+    allow_everyone_if_no_acl_found: bool = False
 
     log_retention_check_interval_ms: int = 300000
     log_flush_offset_checkpoint_interval_ms: int = 60000
@@ -726,9 +903,32 @@ class BrokerConfig:
             problems.append(
                 f"log.cleaner.min.compaction.lag.ms ({log_config.min_compaction_lag_ms}) must not "
                 f"exceed log.cleaner.max.compaction.lag.ms ({log_config.max_compaction_lag_ms})")
+        problems.extend(_security_problems(fields))
         if problems:
             raise ConfigError(problems)
         return cls(**fields, log_config=log_config, originals=originals), warnings
+
+    @property
+    def authorizer_enabled(self) -> bool:
+        return bool(self.authorizer_class_name)
+
+    @property
+    def tls_listeners(self) -> list[Endpoint]:
+        return [e for e in (self.listener, self.kafka_listener) if e is not None and uses_tls(e)]
+
+
+def _security_problems(fields: Mapping[str, Any]) -> list[str]:
+    """What the listeners need of the ssl.* keys, checked at load rather than at the first handshake."""
+    listeners = [e for e in (fields["listener"], fields["kafka_listener"]) if e is not None]
+    problems = []
+    tls = [str(e) for e in listeners if uses_tls(e)]
+    if tls and fields["ssl_keystore_location"] is None:
+        problems.append(f"the TLS listener {', '.join(tls)} needs ssl.keystore.location (one PEM file with the "
+                        f"private key and its certificate chain)")
+    if tls and fields["ssl_client_auth"] != "none" and fields["ssl_truststore_location"] is None:
+        problems.append(f"ssl.client.auth={fields['ssl_client_auth']} needs ssl.truststore.location (the PEM "
+                        f"CA certificates client certificates are verified against)")
+    return problems
 
 
 def _resolve(name: str, parsed: Mapping[str, Any]) -> Any:

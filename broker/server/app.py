@@ -27,7 +27,8 @@ from triolog.broker.storage.clock import SYSTEM_CLOCK, Clock
 from triolog.broker.storage.log import Log
 from triolog.broker.storage.log_manager import LogManager
 from triolog.broker.storage.topics import TopicManager
-from triolog.config.broker_config import BrokerConfig
+from triolog.broker.security.tls import TlsConfigError, server_context
+from triolog.config.broker_config import BrokerConfig, Endpoint, uses_tls
 from triolog.protocol.errors import TriologError
 from triolog.protocol.kafka.apis import KafkaContext
 
@@ -53,6 +54,8 @@ SEGMENT_DELETE_CHECK_INTERVAL_MS = 500
 #: (trio's serve_listeners list): the listener waits this long and accepts again.
 ACCEPT_CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
 ACCEPT_RETRY_S = 0.1
+#: How long closing a TLS connection may spend sending its close_notify.
+TLS_CLOSE_S = 1.0
 #: Worker threads decoding large requests (each holds at most one request's object budget).
 DECODE_THREADS = 2
 
@@ -138,11 +141,18 @@ class BrokerServer:
         #: Clients speaking another protocol, logged for all connections (its HTTP hint names the
         #: metrics endpoint, set once that is bound).
         self.wrong_protocol_log = WrongProtocolLog(wrong_protocol_hints(config.metrics_listener))
+        #: The TLS listeners' server context (ssl.* keys), read at startup.
+        self.ssl_context = None
 
     def shutdown(self) -> None:
         self._shutdown.set()
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        if self.config.tls_listeners:
+            try:
+                self.ssl_context = server_context(self.config)
+            except TlsConfigError as exc:
+                raise StartupError(str(exc)) from None
         try:
             await trio.to_thread.run_sync(self._start_storage)
         except (TriologError, OSError) as exc:
@@ -181,9 +191,10 @@ class BrokerServer:
                         with accepting:
                             async with trio.open_nursery() as accept_loops:
                                 for listener in listeners:
-                                    accept_loops.start_soon(self._accept_loop, listener, connections, False)
+                                    accept_loops.start_soon(self._accept_loop, listener, connections, False, listen)
                                 for listener in kafka_listeners:
-                                    accept_loops.start_soon(self._accept_loop, listener, connections, True)
+                                    accept_loops.start_soon(self._accept_loop, listener, connections, True,
+                                                            kafka_listen)
 
                     connections.start_soon(accept_all)
                     port = listeners[0].socket.getsockname()[1]
@@ -263,7 +274,8 @@ class BrokerServer:
             while self._connections:
                 await trio.sleep(0.01)
 
-    async def _accept_loop(self, listener: trio.SocketListener, connections: trio.Nursery, kafka: bool) -> None:
+    async def _accept_loop(self, listener: trio.SocketListener, connections: trio.Nursery, kafka: bool,
+                           endpoint: Endpoint) -> None:
         """Accept while fewer than max.connections are open. At the limit nothing is accepted:
         new connections wait in the kernel's listen backlog, holding no descriptor of ours, until
         one closes (Kafka's acceptor blocks the same way). Out of descriptors (EMFILE) or memory,
@@ -293,17 +305,17 @@ class BrokerServer:
                 except BaseException:
                     slots.release()
                     raise
-                connections.start_soon(self._serve_connection, stream, kafka)
+                connections.start_soon(self._serve_connection, stream, kafka, uses_tls(endpoint))
 
-    async def _serve_connection(self, stream: trio.SocketStream, kafka: bool = False) -> None:
+    async def _serve_connection(self, stream: trio.SocketStream, kafka: bool = False, tls: bool = False) -> None:
         """Serve one accepted connection; it holds one of the max.connections slots (shared by
         both listeners, as Kafka's broker-wide limit is) until closed."""
         try:
-            await self._serve_accepted(stream, kafka)
+            await self._serve_accepted(stream, kafka, tls)
         finally:
             self._connection_slots.release()
 
-    async def _serve_accepted(self, stream: trio.SocketStream, kafka: bool = False) -> None:
+    async def _serve_accepted(self, stream: trio.SocketStream, kafka: bool = False, tls: bool = False) -> None:
         try:
             host, port = stream.socket.getpeername()[:2]
         except OSError:  # reset before we looked
@@ -328,10 +340,12 @@ class BrokerServer:
             receive_timeout_s=receive_ms / 1000 if receive_ms >= 0 else math.inf,
             peer=peer, stats=self.metrics.server, pool=self.request_pool, limits=self.request_limits,
             decode_limiter=self.decode_limiter, wrong_protocol_log=self.wrong_protocol_log)
+        # A TLS listener's connection handshakes first thing in serve(), under its time limits.
+        transport = trio.SSLStream(stream, self.ssl_context, server_side=True) if tls else stream
         if kafka:
-            connection = KafkaConnection(stream, self.handler, context=self.kafka_context, **options)
+            connection = KafkaConnection(transport, self.handler, context=self.kafka_context, **options)
         else:
-            connection = ClientConnection(stream, self.handler, **options)
+            connection = ClientConnection(transport, self.handler, **options)
         self._per_ip[host] = self._per_ip.get(host, 0) + 1
         CLIENT_HOST.set(f"/{host}")  # this connection's task: a joining member's client_host (Kafka's form)
         self.metrics.server.connection_opened()
@@ -353,7 +367,7 @@ class BrokerServer:
             if not self._per_ip[host]:
                 del self._per_ip[host]
             with trio.CancelScope(shield=True):
-                await stream.aclose()
+                await _close(transport, connection.tls_established)
             if broken is None:
                 logger.debug("connection_closed", peer=peer)
             else:
@@ -430,6 +444,17 @@ def raise_open_file_limit() -> tuple[int, int, int]:
     now = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     logger.info("open_file_limit", soft_before=soft, soft=now, hard=hard)
     return soft, now, hard
+
+
+async def _close(stream: trio.SocketStream | trio.SSLStream, tls_established: bool) -> None:
+    """Close a connection; a TLS one whose handshake completed sends its close_notify first if
+    it can within TLS_CLOSE_S (a client that does not read is not waited for)."""
+    if isinstance(stream, trio.SSLStream):
+        if tls_established:
+            with trio.move_on_after(TLS_CLOSE_S):
+                await stream.aclose()
+        stream = stream.transport_stream
+    await stream.aclose()
 
 
 async def _open_listeners(listen, key: str) -> list[trio.SocketListener]:

@@ -52,6 +52,7 @@ import outcome
 import structlog
 import trio
 
+from triolog.broker.security.tls import certificate_principal
 from triolog.config.broker_config import Endpoint
 from triolog.protocol.kafka.apis import KafkaContext
 from triolog.protocol import messages as m
@@ -89,7 +90,10 @@ INLINE_DECODE_OBJECTS = 1024
 _NOT_KAFKA = ("this listener speaks triolog's msgpack protocol, not Kafka's, and this broker has no Kafka-protocol "
               "listener (kafka.listeners is empty): set kafka.listeners, or connect with triolog's client "
               "(triolog.client) or the triolog CLI")
-_NOT_TLS = "this listener speaks triolog's msgpack protocol, not TLS: triolog serves PLAINTEXT only"
+_NOT_TLS = ("this listener is PLAINTEXT, not TLS: connect without TLS, or to a listener the broker serves as "
+            "SSL:// or SASL_SSL:// (listeners, kafka.listeners)")
+_NOT_PLAINTEXT = ("this listener speaks TLS (an SSL:// or SASL_SSL:// listener): the client must connect with TLS "
+                  "(Kafka clients: security.protocol=SSL or SASL_SSL; triolog's: the same setting)")
 #: A client speaking another protocol is logged at WARNING once per (peer host, protocol) in this
 #: long, at DEBUG in between: a Kafka client retrying its bootstrap would log one per attempt.
 WRONG_PROTOCOL_WARN_INTERVAL_S = 600.0
@@ -123,7 +127,7 @@ def wrong_protocol_hints(metrics_listener: Endpoint | None, metrics_port: int | 
                      f"{host}:{kafka.port} (kafka.listeners)")
     msgpack = ("this listener speaks Kafka's protocol, not triolog's msgpack protocol: triolog's client and CLI "
                "connect to the broker's listeners address")
-    return {"kafka": not_kafka, "http": http, "tls": _NOT_TLS, "msgpack": msgpack}
+    return {"kafka": not_kafka, "http": http, "tls": _NOT_TLS, "msgpack": msgpack, "plaintext": _NOT_PLAINTEXT}
 
 
 class WrongProtocolLog:
@@ -180,21 +184,32 @@ class ConnectionStats(Protocol):
 
     def wrong_protocol(self, protocol: str) -> None: ...
 
+    def tls_handshake_failed(self) -> None: ...
+
 
 class _SendStalled(Exception):
     """The client did not take any of a response for the stall limit."""
 
 
 class ClientConnection:
-    def __init__(self, stream: trio.SocketStream, handler: RequestHandler, *, max_frame_bytes: int,
+    def __init__(self, stream: trio.SocketStream | trio.SSLStream, handler: RequestHandler, *, max_frame_bytes: int,
                  idle_timeout_s: float, peer: str, stats: ConnectionStats | None = None,
                  receive_timeout_s: float = math.inf, pool: RequestMemoryPool | None = None,
                  limits: RequestLimits = m.DEFAULT_REQUEST_LIMITS,
                  decode_limiter: trio.CapacityLimiter | None = None,
                  wrong_protocol_log: WrongProtocolLog | None = None):
         self.stream = stream
-        #: The socket's descriptor, for the writes and reads done straight on it.
-        self._fd = stream.socket.fileno()
+        #: A TLS listener's connection: bytes go through the SSLStream (encrypted in user space, so
+        #: fetched records are read from the segment and sent through it: no sendfile).
+        self._tls = isinstance(stream, trio.SSLStream)
+        self._socket = (stream.transport_stream if self._tls else stream).socket
+        #: The socket's descriptor, for the writes and reads done straight on it (plaintext only).
+        self._fd = self._socket.fileno()
+        #: Who the client is (Kafka's KafkaPrincipal): ANONYMOUS until a verified client
+        #: certificate or SASL says otherwise.
+        self.principal = ANONYMOUS
+        #: The TLS handshake completed (a close then sends close_notify).
+        self.tls_established = False
         self.handler = handler
         self.decoder = FrameDecoder(max_frame_bytes)
         self.idle_timeout_s = idle_timeout_s
@@ -226,6 +241,8 @@ class ClientConnection:
 
     async def serve(self, shutdown: trio.Event) -> None:
         try:
+            if self._tls and not await self._tls_handshake():
+                return
             await self._serve(shutdown)
         except _SendStalled:
             logger.warning("connection_send_stalled", peer=self.peer, stalled_s=self.send_stall_s,
@@ -236,6 +253,37 @@ class ClientConnection:
             # Bytes that never formed a whole frame (cut off, or over the frame limit) still came in.
             if self.stats is not None and self._received_bytes > self._framed_bytes:
                 self.stats.bytes_in(None, self._received_bytes - self._framed_bytes)
+
+    async def _tls_handshake(self) -> bool:
+        """Complete the TLS handshake within the receive timeout (else the idle one); False, with a
+        WARNING saying why, if it fails. A client speaking plaintext to this listener (its first
+        byte is not a TLS handshake record's) is logged and counted as a wrong protocol."""
+        timeout_s = self.receive_timeout_s if math.isfinite(self.receive_timeout_s) else self.idle_timeout_s
+        with trio.move_on_after(timeout_s) as timer:
+            try:
+                first = await self._socket.recv(1, socket.MSG_PEEK)
+            except OSError:
+                return False
+            if not first:
+                return False
+            if first[0] != _TLS_HANDSHAKE_RECORD:
+                self._wrong_protocol("plaintext")
+                return False
+            try:
+                await self.stream.do_handshake()
+            except trio.BrokenResourceError as exc:
+                reason = exc.__cause__ if exc.__cause__ is not None else exc
+                logger.warning("tls_handshake_failed", peer=self.peer, reason=str(reason) or type(reason).__name__)
+                if self.stats is not None:
+                    self.stats.tls_handshake_failed()
+                return False
+        if timer.cancelled_caught:
+            logger.warning("tls_handshake_timeout", peer=self.peer, timeout_s=timeout_s)
+            self._closed_by("request.receive.timeout.ms")
+            return False
+        self.tls_established = True
+        self.principal = certificate_principal(self.stream.getpeercert()) or ANONYMOUS
+        return True
 
     def _release(self) -> None:
         if self._reserved:
@@ -311,12 +359,15 @@ class ClientConnection:
             size = decoder.read_size(RECEIVE_BYTES, READ_AHEAD_BYTES)
             # Bytes already there are read at once (the client's next request is often in);
             # the send of every response is the checkpoint that keeps this fair.
-            try:
-                data = os.read(self._fd, size)
-            except BlockingIOError:
-                data = None
-            except OSError as exc:
-                raise trio.BrokenResourceError(f"receive failed: {exc}") from exc
+            if self._tls:
+                data = None  # through the SSLStream, which may hold decrypted bytes already
+            else:
+                try:
+                    data = os.read(self._fd, size)
+                except BlockingIOError:
+                    data = None
+                except OSError as exc:
+                    raise trio.BrokenResourceError(f"receive failed: {exc}") from exc
             if data is not None:
                 timer = None
             else:
@@ -455,7 +506,7 @@ class ClientConnection:
         return result  # None when the hang-up cancelled the handler (Cancelled is no Exception)
 
     async def _cancel_on_hangup(self, scope: trio.CancelScope) -> None:
-        sock = self.stream.socket
+        sock = self._socket
         try:
             data = await sock.recv(1, socket.MSG_PEEK)
         except OSError:  # reset
@@ -470,6 +521,8 @@ class ClientConnection:
         (for writability, under the stall limit), so a response that fits costs one write. The
         checkpoint every send owes the other tasks (``checkpoint``) comes after the write, off
         the client's round trip: the response is on its way while the scheduler runs the others."""
+        if self._tls:
+            return await self._send_all_tls(data)
         fd = self._fd
         view = memoryview(data)
         sent = 0
@@ -482,11 +535,35 @@ class ClientConnection:
                 pass
             waited = True
             with trio.move_on_after(self.send_stall_s) as timer:
-                await trio.lowlevel.wait_writable(self.stream.socket)
+                await trio.lowlevel.wait_writable(self._socket)
             if timer.cancelled_caught:
                 raise _SendStalled
         if checkpoint and not waited:
             await trio.lowlevel.checkpoint()
+
+    async def _send_all_tls(self, data: bytes | memoryview) -> None:
+        """``data`` through the SSLStream, a piece at a time, each under the stall limit (a
+        cancelled TLS send breaks the stream, and the connection closes, as it must then)."""
+        view = memoryview(data)
+        for start in range(0, len(view), TLS_SEND_BYTES):
+            with trio.move_on_after(self.send_stall_s) as timer:
+                await self.stream.send_all(view[start:start + TLS_SEND_BYTES])
+            if timer.cancelled_caught:
+                raise _SendStalled
+
+    async def _send_region(self, fd: int, position: int, count: int) -> None:
+        """Segment bytes to the client: sendfile on plaintext; on TLS read (in a worker thread, as
+        all disk reads) and encrypted through the SSLStream, TLS_SEND_BYTES at a time."""
+        if not self._tls:
+            return await _sendfile(self._socket, fd, position, count, self.send_stall_s)
+        while count > 0:
+            data = await self.handler.workers.run_sync(os.pread, fd, min(count, TLS_SEND_BYTES), position,
+                                                       limiter=self.handler.limiter)
+            if not data:
+                raise trio.BrokenResourceError("segment file ended before the fetched region")
+            await self._send_all_tls(data)
+            position += len(data)
+            count -= len(data)
 
     async def _send_bytes(self, api: str | None, payload: bytes) -> None:
         await self._send_all(frame_prefix(len(payload)) + payload)
@@ -504,7 +581,7 @@ class ClientConnection:
         not: corked, a multi-megabyte fetch ran at a fifth of its uncorked speed (1 KiB records,
         8 MiB fetches: 39 against 211 MB/s), and it fills whole segments anyway."""
         pending = bytearray(frame_prefix(total))
-        sock = self.stream.socket
+        sock = self._socket
         corked = _TCP_CORK is not None and len(parts) > 1 and total <= _CORK_MAX_BYTES
         if corked:
             try:
@@ -523,7 +600,7 @@ class ClientConnection:
                             await self.handler.workers.run_sync(result.open_descriptors, limiter=self.handler.limiter)
                         except FileNotFoundError as exc:  # retention removed the segment meanwhile
                             raise trio.BrokenResourceError(f"segment removed before it was sent: {exc}") from exc
-                    await _sendfile(sock, region.fd, region.position, region.length, self.send_stall_s)
+                    await self._send_region(region.fd, region.position, region.length)
                     result.close_region(region)
                 else:
                     pending.extend(part)
@@ -538,6 +615,14 @@ class ClientConnection:
         if self.stats is not None:
             self.stats.bytes_out(api, total + PREFIX_SIZE)
 
+
+#: A TLS listener sends (and reads from segments) this much at a time: TLS records are at most
+#: 16 KiB, so this is several records per send, and a bounded buffer per connection.
+TLS_SEND_BYTES = 256 * 1024
+#: The first byte of every TLS connection (a handshake record's content type).
+_TLS_HANDSHAKE_RECORD = 0x16
+#: Kafka's principal of a client that has not authenticated.
+ANONYMOUS = "User:ANONYMOUS"
 
 #: Linux's TCP_CORK (None elsewhere): hold partial segments until uncorked.
 _TCP_CORK = getattr(socket, "TCP_CORK", None)

@@ -705,7 +705,10 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers):
             else:
                 value = None if key.default is None else config_value_text(key.default)
                 source = "default"
-            entries[key.name] = m.ConfigEntry(value=value, source=source, read_only=True)
+            if key.sensitive:  # Kafka's PASSWORD keys: described as set or not, never shown
+                entries[key.name] = m.ConfigEntry(value=None, source=source, read_only=True, is_sensitive=True)
+            else:
+                entries[key.name] = m.ConfigEntry(value=value, source=source, read_only=True)
         return entries
 
     async def _describe_configs(self, request: m.DescribeConfigsRequest) -> m.Response:

@@ -42,6 +42,22 @@ KAFKA_DEFAULTS = {
     "metrics.listener": Endpoint("http", "127.0.0.1", 9404),
     "logger.format": "console",
     "logger.level": "INFO",
+    # Kafka's security keys; Kafka defaults ssl.*.type to JKS (triolog reads PEM) and
+    # sasl.enabled.mechanisms to GSSAPI (triolog serves SCRAM and PLAIN).
+    "ssl.keystore.type": "PEM",
+    "ssl.keystore.location": None,
+    "ssl.key.password": None,
+    "ssl.truststore.type": "PEM",
+    "ssl.truststore.location": None,
+    "ssl.client.auth": "none",
+    "ssl.enabled.protocols": ("TLSv1.2", "TLSv1.3"),
+    "ssl.cipher.suites": (),
+    "sasl.enabled.mechanisms": ("SCRAM-SHA-256", "SCRAM-SHA-512"),
+    "sasl.server.max.receive.size": 524288,
+    "connection.failed.authentication.delay.ms": 100,
+    "authorizer.class.name": "",
+    "super.users": (),
+    "allow.everyone.if.no.acl.found": False,
     "log.retention.check.interval.ms": 300000,
     "log.flush.offset.checkpoint.interval.ms": 60000,
     "log.flush.start.offset.checkpoint.interval.ms": 60000,
@@ -158,8 +174,8 @@ def test_broker_configs_every_key_fills_a_field_a_topic_key_or_a_fallback():
 def test_broker_configs_document_every_key():
     for key in BROKER_CONFIGS.values():
         assert key.doc.strip().endswith("."), key.name
-        assert key.group in ("server", "log manager", "log cleaner", "idempotent producers", "group coordinator",
-                             "topic defaults")
+        assert key.group in ("server", "security", "log manager", "log cleaner", "idempotent producers",
+                             "group coordinator", "topic defaults")
         assert key.describe_allowed()
         assert key.default_text
 
@@ -362,7 +378,7 @@ def test_listeners_format_ipv6_in_brackets():
         ("", "names no listener"),
         (" , ", "names no listener"),
         ("127.0.0.1:9092", "not of the form PLAINTEXT://host:port"),
-        ("SSL://host:9093", "scheme 'SSL' is not supported, only PLAINTEXT"),
+        ("SASL_GSSAPI://host:9093", "scheme 'SASL_GSSAPI' is not supported, only PLAINTEXT or SSL or SASL_PLAINTEXT or SASL_SSL"),
         ("CONTROLLER://host:9093", "not supported"),
         ("PLAINTEXT://host", "not of the form"),
         ("PLAINTEXT://host:", "not of the form"),
@@ -387,7 +403,7 @@ def test_listeners_reject_bad_syntax(text, reason):
 def test_broker_config_bad_listener_names_key_value_and_allowed():
     (problem,) = problems_of({"listeners": "PLAINTEXT://a:1,CONTROLLER://b:2"})
     assert problem.startswith("invalid value 'PLAINTEXT://a:1,CONTROLLER://b:2' for listeners: names 2 listeners")
-    assert "allowed: one PLAINTEXT://host:port" in problem
+    assert "allowed: one PROTOCOL://host:port, PROTOCOL one of PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL" in problem
 
 
 @pytest.mark.parametrize(
@@ -453,8 +469,8 @@ def test_parse_endpoint_names_the_expected_scheme():
         ("logger.level", "verbose", "not one of DEBUG, INFO", "one of DEBUG, INFO, WARNING, ERROR, CRITICAL"),
         ("logger.format", "xml", "not one of console, json", "one of console, json"),
         ("metrics.listener", "https://h:1", "scheme 'https' is not supported, only http", "http://host:port"),
-        ("kafka.listeners", "SSL://h:1", "scheme 'SSL' is not supported, only PLAINTEXT", "empty, or one PLAINTEXT://host:port"),
-        ("kafka.listeners", "PLAINTEXT://a:1,PLAINTEXT://b:2", "at most one Kafka listener", "empty, or one PLAINTEXT://host:port"),
+        ("kafka.listeners", "TLS://h:1", "scheme 'TLS' is not supported, only PLAINTEXT or SSL", "empty, or one PROTOCOL://host:port"),
+        ("kafka.listeners", "PLAINTEXT://a:1,PLAINTEXT://b:2", "at most one Kafka listener", "empty, or one PROTOCOL://host:port"),
     ],
 )
 def test_broker_config_error_names_key_value_reason_and_allowed(key, raw, reason, allowed):

@@ -32,6 +32,9 @@ class BrokerProcess:
     #: off by default, so that no test broker takes the embedded config's 19092.
     kafka: bool = False
     kafka_port: int = 0
+    #: The listeners' security protocols (their ssl.* and sasl.* keys go in ``overrides``).
+    security: str = "PLAINTEXT"
+    kafka_security: str = "PLAINTEXT"
     #: (soft, hard) RLIMIT_NOFILE to start the process with; None keeps the test runner's.
     rlimit_nofile: tuple[int, int] | None = None
     log_path: Path = field(init=False)
@@ -43,10 +46,10 @@ class BrokerProcess:
         args = [
             sys.executable, "-m", "triolog.broker.cli", "serve",
             "--override", f"log.dirs={self.data_dir}",
-            "--override", f"listeners=PLAINTEXT://127.0.0.1:{self.port}",
+            "--override", f"listeners={self.security}://127.0.0.1:{self.port}",
             "--override", "metrics.listener=" + ("http://127.0.0.1:0" if self.metrics else ""),
             "--override", "logger.format=json",
-            "--override", "kafka.listeners=" + (f"PLAINTEXT://127.0.0.1:{self.kafka_port}" if self.kafka else ""),
+            "--override", "kafka.listeners=" + (f"{self.kafka_security}://127.0.0.1:{self.kafka_port}" if self.kafka else ""),
         ]
         for item in self.overrides:
             args += ["--override", item]

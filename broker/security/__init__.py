@@ -1,0 +1,1 @@
+"""Who may do what: TLS, SASL authentication, ACL authorization (Kafka's model)."""

@@ -1,0 +1,82 @@
+"""The broker's side of TLS: the server context built from Kafka's ``ssl.*`` keys, and the
+principal a verified client certificate stands for.
+
+Read once at startup, so that a missing file or a wrong key password stops the broker with a
+message naming the key, instead of failing every handshake later.
+"""
+
+from __future__ import annotations
+
+import ssl
+
+from triolog.config.broker_config import BrokerConfig
+
+__all__ = ["TlsConfigError", "certificate_principal", "server_context"]
+
+_VERSIONS = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}
+_CLIENT_AUTH = {"none": ssl.CERT_NONE, "requested": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED}
+
+
+class TlsConfigError(Exception):
+    """The ssl.* keys name files that cannot be used; the message says which and why."""
+
+
+def server_context(config: BrokerConfig) -> ssl.SSLContext:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    versions = [_VERSIONS[name] for name in config.ssl_enabled_protocols]
+    context.minimum_version, context.maximum_version = min(versions), max(versions)
+    context.options |= ssl.OP_NO_COMPRESSION | ssl.OP_CIPHER_SERVER_PREFERENCE | ssl.OP_NO_RENEGOTIATION
+    location = config.ssl_keystore_location
+    try:
+        context.load_cert_chain(location, password=config.ssl_key_password)
+    except FileNotFoundError:
+        raise TlsConfigError(f"ssl.keystore.location={location}: no such file") from None
+    except ssl.SSLError as exc:
+        raise TlsConfigError(
+            f"ssl.keystore.location={location}: not one PEM file holding a private key and its certificate "
+            f"chain, or the key's password (ssl.key.password) is wrong: {exc.reason or exc}") from None
+    except OSError as exc:
+        raise TlsConfigError(f"ssl.keystore.location={location}: {exc.strerror or exc}") from None
+    context.verify_mode = _CLIENT_AUTH[config.ssl_client_auth]
+    if config.ssl_truststore_location is not None:
+        try:
+            context.load_verify_locations(cafile=config.ssl_truststore_location)
+        except (OSError, ssl.SSLError) as exc:
+            raise TlsConfigError(f"ssl.truststore.location={config.ssl_truststore_location}: "
+                                 f"not a readable PEM file of CA certificates: {exc}") from None
+    if config.ssl_cipher_suites:
+        try:
+            context.set_ciphers(":".join(config.ssl_cipher_suites))
+        except ssl.SSLError:
+            raise TlsConfigError(f"ssl.cipher.suites={','.join(config.ssl_cipher_suites)}: OpenSSL knows none "
+                                 f"of these cipher names") from None
+    return context
+
+
+# RFC 2253's short names for the attributes Python's ssl reports; others keep ssl's name.
+_SHORT_NAMES = {
+    "commonName": "CN", "organizationName": "O", "organizationalUnitName": "OU", "countryName": "C",
+    "stateOrProvinceName": "ST", "localityName": "L", "streetAddress": "STREET", "domainComponent": "DC",
+    "userId": "UID",
+}
+
+
+def certificate_principal(peer_certificate: dict | None) -> str | None:
+    """``User:<subject>`` for a verified client certificate, the subject written as RFC 2253
+    (most specific attribute first: ``CN=alice,OU=eng,O=acme``), which is what Kafka's default
+    principal builder names a TLS client; None without a certificate."""
+    if not peer_certificate or not peer_certificate.get("subject"):
+        return None
+    rdns = []
+    for rdn in reversed(peer_certificate["subject"]):
+        rdns.append("+".join(f"{_SHORT_NAMES.get(kind, kind)}={_escape(value)}" for kind, value in rdn))
+    return "User:" + ",".join(rdns)
+
+
+def _escape(value: str) -> str:
+    out = []
+    for i, char in enumerate(value):
+        if char in ',+"\\<>;' or (char == "#" and i == 0) or (char == " " and i in (0, len(value) - 1)):
+            out.append("\\")
+        out.append(char)
+    return "".join(out)
