@@ -928,6 +928,9 @@ def _security_problems(fields: Mapping[str, Any]) -> list[str]:
     if tls and fields["ssl_client_auth"] != "none" and fields["ssl_truststore_location"] is None:
         problems.append(f"ssl.client.auth={fields['ssl_client_auth']} needs ssl.truststore.location (the PEM "
                         f"CA certificates client certificates are verified against)")
+    sasl = [str(e) for e in listeners if uses_sasl(e)]
+    if sasl:  # until SASL authentication is served: never a SASL listener that lets anyone in
+        problems.append(f"the SASL listener {', '.join(sasl)} is not served yet: use PLAINTEXT or SSL")
     return problems
 
 
