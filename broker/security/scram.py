@@ -317,6 +317,11 @@ _EXTENSION = re.compile(r"([A-Za-z]+)=([\x01-\x2b\x2d-\x3c\x3e-\x7f]+)")
 _SASLNAME = re.compile(r"(?:[\x01-\x2b\x2d-\x3c\x3e-\x7f]|=2C|=3D)+")
 
 
+def _reason(exc: ScramException) -> str:
+    """scramp's message without its RFC error-code suffix."""
+    return str(exc.args[0]) if exc.args else str(exc)
+
+
 def _dummy_credential(mechanism: ScramMechanism, user: str) -> ScramCredential:
     hf = mechanism.hf
     seed = _hmac.new(_DUMMY_SECRET, f"{mechanism.value}\0{user}".encode("utf-8", "surrogatepass"), hf).digest()
@@ -392,7 +397,7 @@ class ScramServerExchange(_Exchange):
             raise self._fail("Authentication failed: an authorization id in the GS2 header is not supported")
         fields = bare.split(",")
         if len(fields) < 2 or not fields[0].startswith("n=") or not fields[1].startswith("r="):
-            raise self._malformed("client-first", "expected n=<user>,r=<nonce> (reserved 'm=' included)")
+            raise self._malformed("client-first", "expected n=<user>,r=<nonce> (and no reserved m= attribute)")
         if not _SASLNAME.fullmatch(fields[0][2:]):
             raise self._malformed("client-first", "the user name is empty or wrongly escaped (=2C, =3D)")
         extensions: dict[str, str] = {}
@@ -421,7 +426,7 @@ class ScramServerExchange(_Exchange):
             server.client_first_bare = bare
             server_first = server.get_server_first()
         except ScramException as exc:
-            raise self._malformed("client-first", str(exc)) from None
+            raise self._malformed("client-first", _reason(exc)) from None
         self._server = server
         self._nonce = str(server.nonce)
         return server_first.encode("utf-8")
@@ -440,7 +445,7 @@ class ScramServerExchange(_Exchange):
         except ScramException as exc:
             if exc.server_error == scramp.utils.ServerError.INVALID_PROOF:
                 raise self._fail(_GENERIC_FAILURE.format(self.mechanism)) from None
-            raise self._malformed("client-final", str(exc)) from None
+            raise self._malformed("client-final", _reason(exc)) from None
         if self._unknown_user:
             raise self._fail(_GENERIC_FAILURE.format(self.mechanism))
         self._finished = True
