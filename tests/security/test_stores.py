@@ -205,3 +205,25 @@ def test_salted_password_credential_equals_the_password_one():
     salted = hashlib.pbkdf2_hmac("sha512", b"pw", salt, 4096)
     assert credential_from_salted_password(SHA512, salt, salted, 4096) == make_credential(SHA512, "pw", 4096, salt)
     assert (SHA256.code, SHA512.code) == (1, 2) and ScramMechanism.parse(2) is SHA512
+
+
+def test_stores_take_concurrent_changes(tmp_path):
+    """Several threads creating ACLs and users at once: every change is in memory and on disk."""
+    import threading
+
+    acls, users = AclStore(tmp_path), CredentialStore(tmp_path)
+    credential = make_credential(SHA256, "pw")
+
+    def work(n: int) -> None:
+        for i in range(10):
+            acls.create([binding(f"t{n}-{i}")])
+            users.upsert(f"u{n}-{i}", credential)
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(AclStore(tmp_path).describe(AclBindingFilter())) == 60
+    assert len(CredentialStore(tmp_path).describe()) == 60
+    assert leftovers(tmp_path) == []
