@@ -42,8 +42,16 @@ class ErrorCode(enum.IntEnum):
     REBALANCE_IN_PROGRESS = 27
     INVALID_COMMIT_OFFSET_SIZE = 28
     TOPIC_AUTHORIZATION_FAILED = 29
+    #: The principal may not perform the operation on the consumer group (ACLs).
+    GROUP_AUTHORIZATION_FAILED = 30
+    #: The principal may not perform the operation on the cluster resource (ACLs).
+    CLUSTER_AUTHORIZATION_FAILED = 31
     #: A record timestamp lies outside the allowed window, or the client set LogAppendTime.
     INVALID_TIMESTAMP = 32
+    #: sasl_handshake: the client asked for a SASL mechanism the listener does not enable.
+    UNSUPPORTED_SASL_MECHANISM = 33
+    #: A SASL request out of order (sasl_authenticate before sasl_handshake, or a step too many).
+    ILLEGAL_SASL_STATE = 34
     UNSUPPORTED_VERSION = 35
     TOPIC_ALREADY_EXISTS = 36
     INVALID_PARTITIONS = 37
@@ -59,6 +67,10 @@ class ErrorCode(enum.IntEnum):
     DUPLICATE_SEQUENCE_NUMBER = 46
     #: A batch's producer epoch is older than the producer id's current epoch.
     INVALID_PRODUCER_EPOCH = 47
+    #: The principal may not use the transactional id (ACLs).
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
+    #: An ACL or credential request to a broker that has no authorizer or SASL configured.
+    SECURITY_DISABLED = 54
     #: The log directory failed an I/O operation and went offline.
     KAFKA_STORAGE_ERROR = 56
     SASL_AUTHENTICATION_FAILED = 58
@@ -72,6 +84,14 @@ class ErrorCode(enum.IntEnum):
     GROUP_MAX_SIZE_REACHED = 81
     #: A batch is well-formed but breaks a rule (bad offsets, keyless record on a compacted topic).
     INVALID_RECORD = 87
+    #: The request would pass the principal's controller mutation quota.
+    THROTTLING_QUOTA_EXCEEDED = 89
+    #: alter/describe user SCRAM credentials: the user has no credential for that mechanism.
+    RESOURCE_NOT_FOUND = 91
+    #: alter user SCRAM credentials: one user and mechanism named twice in one request.
+    DUPLICATE_RESOURCE = 92
+    #: A SCRAM credential the broker refuses: iterations outside 4096..16384, empty user, short salt.
+    UNACCEPTABLE_CREDENTIAL = 93
 
 
 class TriologError(Exception):
