@@ -16,14 +16,18 @@ from triolog.protocol.errors import ErrorCode
 __all__ = [
     "BrokerConnectionError",
     "ClientTimeoutError",
+    "ClusterAuthorizationFailedError",
     "CommitFailedError",
     "CoordinatorLoadInProgressError",
     "CoordinatorNotAvailableError",
     "CorruptMessageError",
+    "DuplicateResourceError",
     "DuplicateSequenceNumberError",
+    "GroupAuthorizationFailedError",
     "GroupIdNotFoundError",
     "GroupMaxSizeReachedError",
     "IllegalGenerationError",
+    "IllegalSaslStateError",
     "InconsistentGroupProtocolError",
     "InvalidCommitOffsetSizeError",
     "InvalidConfigError",
@@ -52,17 +56,23 @@ __all__ = [
     "RecordDeserializationError",
     "RequestNotSentError",
     "RequestTimedOutError",
+    "ResourceNotFoundError",
     "ResponseLostError",
     "SaslAuthenticationFailedError",
+    "SecurityDisabledError",
     "SerializationError",
+    "ThrottlingQuotaExceededError",
     "TopicAlreadyExistsError",
     "TopicAuthorizationFailedError",
+    "TransactionalIdAuthorizationFailedError",
     "TriologClientError",
+    "UnacceptableCredentialError",
     "UnknownMemberIdError",
     "UnknownProducerIdError",
     "UnknownServerError",
     "UnknownTopicOrPartitionError",
     "UnsupportedForMessageFormatError",
+    "UnsupportedSaslMechanismError",
     "UnsupportedVersionError",
     "error_class",
     "error_for",
@@ -275,6 +285,46 @@ class GroupMaxSizeReachedError(TriologClientError):
     code = ErrorCode.GROUP_MAX_SIZE_REACHED
 
 
+class ClusterAuthorizationFailedError(TriologClientError):
+    code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+
+
+class GroupAuthorizationFailedError(TriologClientError):
+    code = ErrorCode.GROUP_AUTHORIZATION_FAILED
+
+
+class UnsupportedSaslMechanismError(TriologClientError):
+    code = ErrorCode.UNSUPPORTED_SASL_MECHANISM
+
+
+class IllegalSaslStateError(TriologClientError):
+    code = ErrorCode.ILLEGAL_SASL_STATE
+
+
+class TransactionalIdAuthorizationFailedError(TriologClientError):
+    code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+
+
+class SecurityDisabledError(TriologClientError):
+    code = ErrorCode.SECURITY_DISABLED
+
+
+class ThrottlingQuotaExceededError(TriologClientError):
+    code = ErrorCode.THROTTLING_QUOTA_EXCEEDED
+
+
+class ResourceNotFoundError(TriologClientError):
+    code = ErrorCode.RESOURCE_NOT_FOUND
+
+
+class DuplicateResourceError(TriologClientError):
+    code = ErrorCode.DUPLICATE_RESOURCE
+
+
+class UnacceptableCredentialError(TriologClientError):
+    code = ErrorCode.UNACCEPTABLE_CREDENTIAL
+
+
 _BY_CODE: dict[int, type[TriologClientError]] = {
     cls.code: cls
     for cls in (
@@ -303,6 +353,16 @@ _BY_CODE: dict[int, type[TriologClientError]] = {
         GroupIdNotFoundError,
         MemberIdRequiredError,
         GroupMaxSizeReachedError,
+        ClusterAuthorizationFailedError,
+        GroupAuthorizationFailedError,
+        UnsupportedSaslMechanismError,
+        IllegalSaslStateError,
+        TransactionalIdAuthorizationFailedError,
+        SecurityDisabledError,
+        ThrottlingQuotaExceededError,
+        ResourceNotFoundError,
+        DuplicateResourceError,
+        UnacceptableCredentialError,
     )
 }
 
