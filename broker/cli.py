@@ -27,6 +27,15 @@ def _add_dump_log(subparsers) -> None:
     parser.set_defaults(run=dump_log.run)
 
 
+def _add_users(subparsers) -> None:
+    from triolog.broker.tools import users
+
+    parser = subparsers.add_parser("users", help="add, delete and list SASL/SCRAM users (offline)",
+                                   description=users.DESCRIPTION)
+    users.add_arguments(parser)
+    parser.set_defaults(run=users.run)
+
+
 def _add_serve(subparsers) -> None:
     parser = subparsers.add_parser(
         "serve",
@@ -106,7 +115,7 @@ _CLIENT_TOOLS = {name: _client_tool(name, module, help_text) for name, module, h
 
 #: Subcommand registrars, in the order ``triolog --help`` lists them.
 SUBCOMMANDS = (_add_serve, *(register for name, register in _CLIENT_TOOLS.items() if name != "health"),
-               _add_dump_log, _CLIENT_TOOLS["health"])
+               _add_users, _add_dump_log, _CLIENT_TOOLS["health"])
 
 #: The shell's exit code for a process ended by Ctrl-C (128 + SIGINT).
 EXIT_INTERRUPTED = 130

@@ -81,6 +81,9 @@ several brokers in one process, as in tests, do not collide):
   triolog_server_tls_handshake_failures_total
                                             counter   TLS handshakes that failed (wrong CA, no
                                                       client certificate, no shared version)
+  triolog_auth_failures_total               counter   failed SASL authentications, by
+                                                      ``mechanism`` (an unsupported one too)
+  triolog_auth_successes_total              counter   SASL authentications, by ``mechanism``
   triolog_server_request_latency_seconds    histogram by ``api``: frame read to response written
   triolog_server_bytes_in_total             counter   by ``api``: request frames, prefix included
   triolog_server_bytes_out_total            counter   by ``api``: response frames, prefix included
@@ -222,6 +225,14 @@ class ServerMetrics:
             "triolog_server_tls_handshake_failures_total",
             "TLS handshakes of client connections that failed.", registry=registry,
         )
+        self._auth_failures = Counter(
+            "triolog_auth_failures_total", "Failed SASL authentications, by mechanism.", ("mechanism",),
+            registry=registry,
+        )
+        self._auth_successes = Counter(
+            "triolog_auth_successes_total", "SASL authentications, by mechanism.", ("mechanism",),
+            registry=registry,
+        )
         for protocol in WRONG_PROTOCOLS:
             self._wrong_protocol.labels(protocol)
         latency = Histogram(
@@ -333,6 +344,12 @@ class ServerMetrics:
 
     def tls_handshake_failed(self) -> None:
         self._tls_handshake_failures.inc()
+
+    def authenticated(self, mechanism: str) -> None:
+        self._auth_successes.labels(mechanism).inc()
+
+    def authentication_failed(self, mechanism: str) -> None:
+        self._auth_failures.labels(mechanism).inc()
 
     def connection_refused(self, limit: str) -> None:
         self._refused.labels(limit).inc()

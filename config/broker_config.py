@@ -928,9 +928,11 @@ def _security_problems(fields: Mapping[str, Any]) -> list[str]:
     if tls and fields["ssl_client_auth"] != "none" and fields["ssl_truststore_location"] is None:
         problems.append(f"ssl.client.auth={fields['ssl_client_auth']} needs ssl.truststore.location (the PEM "
                         f"CA certificates client certificates are verified against)")
-    sasl = [str(e) for e in listeners if uses_sasl(e)]
-    if sasl:  # until SASL authentication is served: never a SASL listener that lets anyone in
-        problems.append(f"the SASL listener {', '.join(sasl)} is not served yet: use PLAINTEXT or SSL")
+    plaintext_sasl = [e for e in listeners if e.scheme == "SASL_PLAINTEXT"]
+    if plaintext_sasl and fields["sasl_enabled_mechanisms"] == ("PLAIN",):
+        problems.append(f"the SASL_PLAINTEXT listener {plaintext_sasl[0]} would offer no mechanism: PLAIN, the only "
+                        f"one in sasl.enabled.mechanisms, sends the password itself and is offered over TLS only "
+                        f"(SASL_SSL); enable SCRAM-SHA-256 or SCRAM-SHA-512")
     return problems
 
 

@@ -100,6 +100,8 @@ SUPPORTED_APIS: dict[str, tuple[int, int]] = {
         "list_groups",
         "describe_groups",
         "delete_groups",
+        "sasl_handshake",
+        "sasl_authenticate",
     )
 }
 
@@ -1023,6 +1025,38 @@ class DeleteGroupsResponse(Response):
     results: tuple[DeletableGroupResult, ...] = ()
 
 
+@dataclass(frozen=True, kw_only=True)
+class SaslHandshakeRequest(Request):
+    """Kafka's SaslHandshake v1: the mechanism the client will authenticate with."""
+
+    api: ClassVar[str] = "sasl_handshake"
+    mechanism: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class SaslHandshakeResponse(Response):
+    api: ClassVar[str] = "sasl_handshake"
+    #: The mechanisms this listener offers (whatever the outcome).
+    mechanisms: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class SaslAuthenticateRequest(Request):
+    """Kafka's SaslAuthenticate: one SASL message of the mechanism's exchange."""
+
+    api: ClassVar[str] = "sasl_authenticate"
+    auth_bytes: bytes
+
+
+@dataclass(frozen=True, kw_only=True)
+class SaslAuthenticateResponse(Response):
+    api: ClassVar[str] = "sasl_authenticate"
+    #: The server's SASL message (SCRAM's server-first or server-final).
+    auth_bytes: bytes = b""
+    #: 0: the session does not expire (no re-authentication, KIP-368).
+    session_lifetime_ms: Int64 = 0
+
+
 REQUEST_TYPES: dict[str, type[Request]] = {
     cls.api: cls
     for cls in (
@@ -1049,6 +1083,8 @@ REQUEST_TYPES: dict[str, type[Request]] = {
         ListGroupsRequest,
         DescribeGroupsRequest,
         DeleteGroupsRequest,
+        SaslHandshakeRequest,
+        SaslAuthenticateRequest,
     )
 }
 RESPONSE_TYPES: dict[str, type[Response]] = {
@@ -1077,6 +1113,8 @@ RESPONSE_TYPES: dict[str, type[Response]] = {
         ListGroupsResponse,
         DescribeGroupsResponse,
         DeleteGroupsResponse,
+        SaslHandshakeResponse,
+        SaslAuthenticateResponse,
     )
 }
 assert REQUEST_TYPES.keys() == RESPONSE_TYPES.keys() == SUPPORTED_APIS.keys()

@@ -27,8 +27,10 @@ from triolog.broker.storage.clock import SYSTEM_CLOCK, Clock
 from triolog.broker.storage.log import Log
 from triolog.broker.storage.log_manager import LogManager
 from triolog.broker.storage.topics import TopicManager
+from triolog.broker.security.sasl import SaslServerSession, offered_mechanisms
+from triolog.broker.security.scram import CredentialStore
 from triolog.broker.security.tls import TlsConfigError, server_context
-from triolog.config.broker_config import BrokerConfig, Endpoint, uses_tls
+from triolog.config.broker_config import BrokerConfig, Endpoint, uses_sasl, uses_tls
 from triolog.protocol.errors import TriologError
 from triolog.protocol.kafka.apis import KafkaContext
 
@@ -143,6 +145,8 @@ class BrokerServer:
         self.wrong_protocol_log = WrongProtocolLog(wrong_protocol_hints(config.metrics_listener))
         #: The TLS listeners' server context (ssl.* keys), read at startup.
         self.ssl_context = None
+        #: SCRAM credentials (triolog-users.json in the first log dir), loaded with the storage.
+        self.credentials: CredentialStore | None = None
 
     def shutdown(self) -> None:
         self._shutdown.set()
@@ -258,6 +262,7 @@ class BrokerServer:
     def _start_storage(self) -> None:
         self.topics.load()
         self.log_manager.startup()
+        self.credentials = CredentialStore(self.log_manager.log_dirs[0].path, self.log_manager.fs)
         self.topics.adopt_loaded_partitions()
         # Ids found in the logs count as handed out, even if the block file was lost: they are
         # accepted from their producers and never handed out again.
@@ -305,17 +310,17 @@ class BrokerServer:
                 except BaseException:
                     slots.release()
                     raise
-                connections.start_soon(self._serve_connection, stream, kafka, uses_tls(endpoint))
+                connections.start_soon(self._serve_connection, stream, kafka, endpoint)
 
-    async def _serve_connection(self, stream: trio.SocketStream, kafka: bool = False, tls: bool = False) -> None:
+    async def _serve_connection(self, stream: trio.SocketStream, kafka: bool, endpoint: Endpoint) -> None:
         """Serve one accepted connection; it holds one of the max.connections slots (shared by
         both listeners, as Kafka's broker-wide limit is) until closed."""
         try:
-            await self._serve_accepted(stream, kafka, tls)
+            await self._serve_accepted(stream, kafka, endpoint)
         finally:
             self._connection_slots.release()
 
-    async def _serve_accepted(self, stream: trio.SocketStream, kafka: bool = False, tls: bool = False) -> None:
+    async def _serve_accepted(self, stream: trio.SocketStream, kafka: bool, endpoint: Endpoint) -> None:
         try:
             host, port = stream.socket.getpeername()[:2]
         except OSError:  # reset before we looked
@@ -340,6 +345,12 @@ class BrokerServer:
             receive_timeout_s=receive_ms / 1000 if receive_ms >= 0 else math.inf,
             peer=peer, stats=self.metrics.server, pool=self.request_pool, limits=self.request_limits,
             decode_limiter=self.decode_limiter, wrong_protocol_log=self.wrong_protocol_log)
+        tls = uses_tls(endpoint)
+        if uses_sasl(endpoint):
+            options.update(
+                sasl=SaslServerSession(offered_mechanisms(config.sasl_enabled_mechanisms, tls), self.credentials),
+                auth_failure_delay_s=config.connection_failed_authentication_delay_ms / 1000,
+                sasl_max_frame_bytes=config.sasl_server_max_receive_size)
         # A TLS listener's connection handshakes first thing in serve(), under its time limits.
         transport = trio.SSLStream(stream, self.ssl_context, server_side=True) if tls else stream
         if kafka:

@@ -52,6 +52,8 @@ import outcome
 import structlog
 import trio
 
+from triolog.broker.security.sasl import PRE_AUTHENTICATION_APIS, SaslServerSession
+from triolog.broker.security.scram import AuthenticationFailed
 from triolog.broker.security.tls import certificate_principal
 from triolog.config.broker_config import Endpoint
 from triolog.protocol.kafka.apis import KafkaContext
@@ -186,6 +188,10 @@ class ConnectionStats(Protocol):
 
     def tls_handshake_failed(self) -> None: ...
 
+    def authenticated(self, mechanism: str) -> None: ...
+
+    def authentication_failed(self, mechanism: str) -> None: ...
+
 
 class _SendStalled(Exception):
     """The client did not take any of a response for the stall limit."""
@@ -197,7 +203,9 @@ class ClientConnection:
                  receive_timeout_s: float = math.inf, pool: RequestMemoryPool | None = None,
                  limits: RequestLimits = m.DEFAULT_REQUEST_LIMITS,
                  decode_limiter: trio.CapacityLimiter | None = None,
-                 wrong_protocol_log: WrongProtocolLog | None = None):
+                 wrong_protocol_log: WrongProtocolLog | None = None,
+                 sasl: SaslServerSession | None = None, auth_failure_delay_s: float = 0.1,
+                 sasl_max_frame_bytes: int | None = None):
         self.stream = stream
         #: A TLS listener's connection: bytes go through the SSLStream (encrypted in user space, so
         #: fetched records are read from the segment and sent through it: no sendfile).
@@ -211,6 +219,13 @@ class ClientConnection:
         #: The TLS handshake completed (a close then sends close_notify).
         self.tls_established = False
         self.handler = handler
+        #: A SASL listener's authentication of this client (None: the listener has no SASL). Until it
+        #: completes, frames are bounded by ``sasl_max_frame_bytes`` (sasl.server.max.receive.size).
+        self.sasl = sasl
+        self.auth_failure_delay_s = auth_failure_delay_s
+        self.max_frame_bytes = max_frame_bytes
+        if sasl is not None and sasl_max_frame_bytes is not None:
+            max_frame_bytes = min(max_frame_bytes, sasl_max_frame_bytes)
         self.decoder = FrameDecoder(max_frame_bytes)
         self.idle_timeout_s = idle_timeout_s
         self.receive_timeout_s = receive_timeout_s
@@ -437,6 +452,12 @@ class ClientConnection:
                     m.error_response(request.request_id, request.code, str(request), request.api)))
                 return True
             api = request.api
+            if api in _SASL_APIS or (self.sasl is not None and not self.sasl.authenticated):
+                response, keep_open = await self._sasl_request(request)
+                if response is not None:
+                    code = response.error_code
+                    await self._send_bytes(api, m.encode_response(response))
+                    return keep_open
             try:
                 if isinstance(request, m.FetchRequest) and request.max_wait_ms > 0:
                     result = await self._handle_watching_for_hangup(request)
@@ -486,6 +507,54 @@ class ClientConnection:
                 self.stats.bytes_in(api, frame_bytes)
                 if code is not None:
                     self.stats.request_done(api, int(code), trio.current_time() - start, entry_errors)
+
+    async def _sasl_request(self, request: m.Request) -> tuple[m.Response | None, bool]:
+        """(the answer, keep the connection open) for a SASL request, or for any request before
+        the client has authenticated; (None, True) for one the handler answers (ApiVersions).
+
+        As Kafka: a refused mechanism, a failed authentication (answered after
+        connection.failed.authentication.delay.ms) and a request out of order each close the
+        connection after their answer."""
+        session = self.sasl
+        if session is None:  # a SASL request on a listener without SASL: answered, harmless
+            return _refusal(request, ErrorCode.ILLEGAL_SASL_STATE,
+                            "this listener does not authenticate with SASL (it is not a SASL_PLAINTEXT "
+                            "or SASL_SSL listener)"), True
+        if type(request) is m.SaslHandshakeRequest:
+            code, message = session.handshake(request.mechanism)
+            if code:
+                logger.warning("authentication_failed", peer=self.peer, mechanism=request.mechanism, reason=message)
+                self._auth_failed(request.mechanism)
+            return m.SaslHandshakeResponse(id=request.id, error_code=code, error_message=message,
+                                           mechanisms=session.mechanisms), not code
+        if type(request) is m.SaslAuthenticateRequest:
+            try:
+                answer = await self.handler.workers.run_sync(session.authenticate, request.auth_bytes,
+                                                             limiter=self.decode_limiter)
+            except AuthenticationFailed as exc:
+                logger.warning("authentication_failed", peer=self.peer, mechanism=session.mechanism, reason=str(exc),
+                               delay_ms=round(self.auth_failure_delay_s * 1000))
+                self._auth_failed(session.mechanism)
+                await trio.sleep(self.auth_failure_delay_s)  # slows password guessing
+                return m.SaslAuthenticateResponse(id=request.id, error_code=exc.code, error_message=str(exc)), False
+            if session.authenticated:
+                self.principal = session.principal
+                self.decoder.max_frame_bytes = self.max_frame_bytes
+                logger.debug("authenticated", peer=self.peer, principal=session.principal, mechanism=session.mechanism)
+                if self.stats is not None:
+                    self.stats.authenticated(session.mechanism)
+            return m.SaslAuthenticateResponse(id=request.id, auth_bytes=answer), True
+        if request.api in PRE_AUTHENTICATION_APIS:
+            return None, True
+        logger.warning("request_before_authentication", peer=self.peer, api=request.api,
+                       action="answered ILLEGAL_SASL_STATE, connection closed")
+        return _refusal(request, ErrorCode.ILLEGAL_SASL_STATE,
+                        f"{request.api} before authentication: this listener requires SASL "
+                        f"(sasl_handshake, then sasl_authenticate) first"), False
+
+    def _auth_failed(self, mechanism: str | None) -> None:
+        if self.stats is not None:
+            self.stats.authentication_failed(mechanism or "none")
 
     async def _handle_watching_for_hangup(self, request: m.Request) -> outcome.Outcome | None:
         """The handler's outcome, or None if the client hung up (EOF or reset) first.
@@ -621,6 +690,8 @@ class ClientConnection:
 TLS_SEND_BYTES = 256 * 1024
 #: The first byte of every TLS connection (a handshake record's content type).
 _TLS_HANDSHAKE_RECORD = 0x16
+#: The SASL exchange's own APIs (answered by the connection, not the handler).
+_SASL_APIS = frozenset({"sasl_handshake", "sasl_authenticate"})
 #: Kafka's principal of a client that has not authenticated.
 ANONYMOUS = "User:ANONYMOUS"
 
@@ -628,6 +699,11 @@ ANONYMOUS = "User:ANONYMOUS"
 _TCP_CORK = getattr(socket, "TCP_CORK", None)
 #: The largest response sent corked (see _send_parts).
 _CORK_MAX_BYTES = 64 * 1024
+
+
+def _refusal(request: m.Request, code: ErrorCode, message: str) -> m.Response:
+    """The response refusing ``request`` as a whole, its API's other fields empty."""
+    return m.RESPONSE_TYPES.get(request.api, m.Response)(id=request.id, error_code=code, error_message=message)
 
 
 def _entry_errors(response: m.Response | None) -> dict[int, int] | None:

@@ -32,6 +32,7 @@ from triolog.protocol.kafka.requests import (
     encode_response,
 )
 from triolog.protocol.kafka.schema import build, field_names, parts_length, response_class
+from triolog.protocol.kafka.sasl_apis import SASL_AUTHENTICATE_KEY, SASL_HANDSHAKE_KEY
 from triolog.protocol.kafka.served import ADAPTERS, API_VERSIONS_KEY, SERVED_VERSIONS, unsupported_api_versions_body
 
 from .connection import ClientConnection, _entry_errors
@@ -88,6 +89,11 @@ class KafkaConnection(ClientConnection):
             del frame
             adapter = self.adapters[request.api_key]
             label = adapter.label
+            if self.sasl is not None and not self.sasl.authenticated and request.api_key not in _PRE_AUTHENTICATION_KEYS:
+                logger.warning("request_before_authentication", peer=self.peer, api=adapter.name,
+                               action="connection closed, as Kafka closes it (SaslHandshake and SaslAuthenticate first)")
+                code = ErrorCode.ILLEGAL_SASL_STATE
+                return False
             try:
                 internal = adapter.to_internal(request, self.context)
             except Exception as exc:  # a request kio read but no translation can take: malformed
@@ -96,6 +102,13 @@ class KafkaConnection(ClientConnection):
                                reason=f"{type(exc).__name__}: {exc}", action="connection closed")
                 code = ErrorCode.INVALID_REQUEST
                 return False
+            if type(internal) in _SASL_REQUESTS:
+                response, keep_open = await self._sasl_request(internal)
+                code = response.error_code
+                parts = encode_response(request.api_key, request.version, request.correlation_id,
+                                        adapter.to_kafka(response, request, self.context))
+                await self._send_bytes(label, b"".join(parts))
+                return keep_open
             if type(internal) is Direct:
                 body = internal.body
             else:
@@ -210,6 +223,11 @@ class KafkaConnection(ClientConnection):
                        action="connection closed, as Kafka closes it (ApiVersions lists what is served)")
         return False
 
+
+#: What a client may ask before it has authenticated on a SASL listener: ApiVersions, SaslHandshake,
+#: SaslAuthenticate.
+_PRE_AUTHENTICATION_KEYS = frozenset({API_VERSIONS_KEY, SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY})
+_SASL_REQUESTS = (m.SaslHandshakeRequest, m.SaslAuthenticateRequest)
 
 #: The handler failed: the answer is the API's error body, counted as UNKNOWN_SERVER_ERROR.
 _FAILED = object()

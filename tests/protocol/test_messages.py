@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from triolog.protocol import messages as m
 from triolog.protocol.errors import ErrorCode
 from triolog.protocol.frames import (
     NEED_DATA,
@@ -277,6 +278,8 @@ EXAMPLE_REQUESTS: dict[str, Request] = {
     "list_groups": ListGroupsRequest(id=20, states_filter=("Stable", "Empty")),
     "describe_groups": DescribeGroupsRequest(id=21, groups=("orders-app", "billing")),
     "delete_groups": DeleteGroupsRequest(id=22, groups_names=("old-reports", "orders-app")),
+    "sasl_handshake": m.SaslHandshakeRequest(id=23, mechanism="SCRAM-SHA-512"),
+    "sasl_authenticate": m.SaslAuthenticateRequest(id=24, auth_bytes=b"n,,n=alice,r=fyko+d2lbbFgONRv9qkxdawL"),
 }
 
 EXAMPLE_RESPONSES: dict[str, Response] = {
@@ -473,6 +476,9 @@ EXAMPLE_RESPONSES: dict[str, Response] = {
                                  error_message="group 'orders-app' has 2 members: only an empty group can be deleted"),
         ),
     ),
+    "sasl_handshake": m.SaslHandshakeResponse(id=23, mechanisms=("SCRAM-SHA-256", "SCRAM-SHA-512")),
+    "sasl_authenticate": m.SaslAuthenticateResponse(
+        id=24, auth_bytes=b"r=fyko+d2lbbFgONRv9qkxdawL3rfcNHYJY1ZVvWVs7j,s=QSXCR+Q6sek8bf92,i=4096"),
 }
 
 
@@ -631,6 +637,7 @@ def test_supported_apis_lists_every_api_at_version_1():
             "alter_configs", "create_partitions", "produce", "fetch", "list_offsets", "delete_records", "describe_log_dirs",
             "init_producer_id", "find_coordinator", "join_group", "sync_group", "heartbeat", "leave_group",
             "offset_commit", "offset_fetch", "list_groups", "describe_groups", "delete_groups",
+            "sasl_handshake", "sasl_authenticate",
         )
     }
     assert REQUEST_TYPES.keys() == RESPONSE_TYPES.keys() == SUPPORTED_APIS.keys()
@@ -1027,6 +1034,8 @@ FIELD_TYPES: dict[str, dict[str, str]] = {
     "list_groups": {"states_filter": "an array", "states_filter[1]": "a str"},
     "describe_groups": {"groups": "an array", "groups[1]": "a str"},
     "delete_groups": {"groups_names": "an array", "groups_names[0]": "a str"},
+    "sasl_handshake": {"mechanism": "a str"},
+    "sasl_authenticate": {"auth_bytes": "a bin"},
 }
 #: Fields a request may leave out (or send as nil), with the value the broker then uses.
 OPTIONAL_FIELDS: dict[tuple[str, str], Any] = {
@@ -1422,6 +1431,8 @@ SPEC_RESPONSE_KEYS: dict[str, dict[str, set[str]]] = {
                                "member_assignment"},
     },
     "delete_groups": {"": {"results"}, "results[]": {"group_id", "error_code", "error_message"}},
+    "sasl_handshake": {"": {"mechanisms"}},
+    "sasl_authenticate": {"": {"auth_bytes", "session_lifetime_ms"}},
 }  # fmt: skip
 
 

@@ -1,0 +1,105 @@
+"""``triolog users``: SASL/SCRAM users, as Kafka's ``kafka-configs.sh --alter --entity-type users
+--add-config 'SCRAM-SHA-256=[...]'`` and ``kafka-storage.sh format --add-scram``.
+
+Offline (the form here): on a stopped broker's data, found through the same ``--config`` and
+``--override`` options as ``serve``; the change takes effect when the broker starts. The log
+directory's lock is held meanwhile, so a running broker is never edited under its feet.
+Credentials are stored salted and hashed (triolog-users.json, mode 0600); the password itself is
+never written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+
+DESCRIPTION = (
+    "Add, delete and list the SASL/SCRAM users of a broker. Offline, on a stopped broker's log.dirs "
+    "(found through --config and --override, as serve finds them); the change takes effect at the next start.")
+
+MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    action = parser.add_mutually_exclusive_group(required=True)
+    action.add_argument("--add", action="store_true", help="add a user, or change its password (--user, --password)")
+    action.add_argument("--delete", action="store_true", help="delete a user's credentials (--user)")
+    action.add_argument("--list", action="store_true", help="list the users and their mechanisms")
+    parser.add_argument("--user", metavar="NAME", help="the user name (its principal is User:NAME)")
+    parser.add_argument("--password", metavar="PASSWORD", help="the password (--add)")
+    parser.add_argument("--mechanism", choices=MECHANISMS, action="append", metavar="MECHANISM",
+                        help="SCRAM-SHA-256 or SCRAM-SHA-512 (repeatable); --add: both by default, so every "
+                             "mechanism a listener offers works; --delete: every mechanism of the user by default")
+    parser.add_argument("--iterations", type=int, default=4096, metavar="N",
+                        help="SCRAM iterations, 4096..16384 (default 4096, Kafka's minimum)")
+    parser.add_argument("--config", metavar="FILE", help="the broker's server.properties file, as for serve")
+    parser.add_argument("--override", metavar="KEY=VALUE", action="append", default=[],
+                        help="one config key, as for serve (repeatable)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from triolog.broker.security.scram import CredentialStore, UnacceptableCredentialError, make_credential
+    from triolog.broker.storage.fs import OS_FS
+    from triolog.config.loader import load_config
+    from triolog.config.log_config import ConfigError
+
+    if (args.add or args.delete) and not args.user:
+        return _fail("--user is required with --add and --delete")
+    if args.add and args.password is None:
+        return _fail("--password is required with --add")
+    try:
+        config, _ = load_config(args.config, args.override)
+    except ConfigError as exc:
+        return _fail(f"invalid configuration: {exc}")
+    except OSError as exc:
+        return _fail(f"cannot read the configuration: {exc.strerror}: {exc.filename}")
+    directory = Path(config.log_dirs[0])
+    try:
+        with _locked(directory, OS_FS):
+            store = CredentialStore(directory, OS_FS)
+            if args.list:
+                for user, mechanisms in sorted(store.describe().items()):
+                    print(f"User:{user} " + " ".join(f"{m}(iterations={n})" for m, n in mechanisms))
+                return 0
+            if args.add:
+                for mechanism in args.mechanism or MECHANISMS:
+                    store.upsert(args.user, make_credential(mechanism, args.password, args.iterations))
+                print(f"User:{args.user}: {', '.join(args.mechanism or MECHANISMS)} credentials set in {store.path}")
+                return 0
+            described = dict(store.describe([args.user])).get(args.user, [])
+            present = [str(m) for m, _ in described]
+            wanted = args.mechanism or present
+            missing = [m for m in wanted if m not in present]
+            if not present or missing:
+                return _fail(f"User:{args.user} has no {', '.join(missing) or 'SCRAM'} credential in {store.path}")
+            for mechanism in wanted:
+                store.delete(args.user, mechanism)
+            print(f"User:{args.user}: {', '.join(wanted)} credentials deleted from {store.path}")
+            return 0
+    except BlockingIOError:
+        return _fail(f"the broker is running on {directory} (its lock is held): stop it first, or change users "
+                     f"online with --bootstrap-server")
+    except (UnacceptableCredentialError, ValueError) as exc:
+        return _fail(str(exc))
+    except OSError as exc:
+        return _fail(f"cannot write {directory}: {exc.strerror or exc}")
+
+
+@contextmanager
+def _locked(directory: Path, fs):
+    """The log directory's lock (the broker's own: created like it), held while editing."""
+    from triolog.broker.storage.log_manager import LOCK_FILE
+
+    directory.mkdir(parents=True, exist_ok=True)
+    fd = fs.lock(directory / LOCK_FILE)
+    try:
+        yield
+    finally:
+        fs.close(fd)
+
+
+def _fail(message: str) -> int:
+    print(f"triolog users: {message}", file=sys.stderr)
+    return 1

@@ -1,0 +1,49 @@
+"""Kafka's SASL exchange on the Kafka listener: SaslHandshake v1 names the mechanism, then
+SaslAuthenticate carries the mechanism's messages, as the msgpack protocol's sasl_handshake and
+sasl_authenticate do (one connection-level authenticator answers both listeners).
+
+SaslHandshake v0 is not served: after it a client sends the mechanism's messages as bare frames
+with no Kafka header, which no current client does when v1 is offered.
+"""
+
+from __future__ import annotations
+
+from triolog.protocol import messages as m
+
+from .apis import Adapter, KafkaContext
+from .requests import KafkaRequest
+from .schema import build, response_class
+
+SASL_HANDSHAKE_KEY = 17
+SASL_AUTHENTICATE_KEY = 36
+
+
+def _envelope(req: KafkaRequest) -> dict:
+    return {"id": req.correlation_id, "client_id": req.client_id}
+
+
+def handshake_to_internal(req: KafkaRequest, ctx: KafkaContext):
+    return m.SaslHandshakeRequest(**_envelope(req), mechanism=req.body.mechanism)
+
+
+def handshake_to_kafka(response: m.SaslHandshakeResponse, req: KafkaRequest, ctx: KafkaContext):
+    return build(response_class(req.api_key, req.version),
+                 {"error_code": response.error_code, "mechanisms": list(response.mechanisms)})
+
+
+def authenticate_to_internal(req: KafkaRequest, ctx: KafkaContext):
+    return m.SaslAuthenticateRequest(**_envelope(req), auth_bytes=req.body.auth_bytes)
+
+
+def authenticate_to_kafka(response: m.SaslAuthenticateResponse, req: KafkaRequest, ctx: KafkaContext):
+    return build(response_class(req.api_key, req.version), {
+        "error_code": response.error_code, "error_message": response.error_message,
+        "auth_bytes": response.auth_bytes, "session_lifetime": response.session_lifetime_ms})
+
+
+ADAPTERS = {
+    SASL_HANDSHAKE_KEY: Adapter(SASL_HANDSHAKE_KEY, "SaslHandshake", 1, 1, handshake_to_internal, handshake_to_kafka,
+                                "sasl_handshake"),
+    SASL_AUTHENTICATE_KEY: Adapter(SASL_AUTHENTICATE_KEY, "SaslAuthenticate", 0, 2, authenticate_to_internal,
+                                   authenticate_to_kafka, "sasl_authenticate"),
+}

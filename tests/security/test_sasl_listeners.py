@@ -1,0 +1,245 @@
+"""SASL on both listeners, against the real broker process: users added with `triolog users`
+(offline, before the start), Kafka's clients with SCRAM and PLAIN on the Kafka listener, and the
+msgpack listener's sasl_handshake / sasl_authenticate exchange driven by hand with scramp's
+client, including what a client that gets it wrong sees."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import subprocess
+import sys
+import time
+
+import msgpack
+import pytest
+from scramp import ScramClient
+
+from tests.e2e.broker_process import ROOT, BrokerProcess
+from triolog.protocol import messages as m
+from triolog.protocol.errors import ErrorCode
+
+from .tls_certs import make_tls_files
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+
+
+def add_user(data_dir, user: str, password: str, *mechanisms: str) -> None:
+    args = [sys.executable, "-m", "triolog.broker.cli", "users", "--add", "--user", user, "--password", password,
+            "--override", f"log.dirs={data_dir}"]
+    for mechanism in mechanisms:
+        args += ["--mechanism", mechanism]
+    done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.fixture(scope="module")
+def sasl_broker(tmp_path_factory):
+    """SASL_PLAINTEXT on both listeners; users alice (both SCRAM mechanisms) and bob (SHA-512 only)."""
+    data = tmp_path_factory.mktemp("sasl") / "data"
+    add_user(data, "alice", "alice-secret")
+    add_user(data, "bob", "bob-secret", "SCRAM-SHA-512")
+    broker = BrokerProcess(data, security="SASL_PLAINTEXT", kafka=True, kafka_security="SASL_PLAINTEXT",
+                           metrics=True, overrides=("connection.failed.authentication.delay.ms=300",))
+    broker.start()
+    yield broker
+    broker.stop()
+
+
+def _kafka(broker, mechanism, user, password, **more):
+    return {"bootstrap.servers": f"127.0.0.1:{broker.kafka_port}", "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": mechanism, "sasl.username": user, "sasl.password": password, **more}
+
+
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512"])
+def test_kafka_clients_authenticate_with_scram_and_produce_and_consume(sasl_broker, mechanism):
+    topic = f"scram-{mechanism.lower()}"
+    producer = confluent_kafka.Producer(_kafka(sasl_broker, mechanism, "alice", "alice-secret", **{"linger.ms": 5}))
+    for i in range(500):
+        producer.produce(topic, value=b"v%d" % i)
+    assert producer.flush(30) == 0
+    consumer = confluent_kafka.Consumer(_kafka(sasl_broker, mechanism, "alice", "alice-secret", **{
+        "group.id": f"g-{topic}", "auto.offset.reset": "earliest"}))
+    consumer.subscribe([topic])
+    values = []
+    deadline = time.monotonic() + 30
+    while len(values) < 500 and time.monotonic() < deadline:
+        message = consumer.poll(1.0)
+        if message is not None and message.error() is None:
+            values.append(message.value())
+    consumer.close()
+    assert values == [b"v%d" % i for i in range(500)]
+
+
+def test_a_wrong_password_is_refused_delayed_and_counted(sasl_broker):
+    before = _auth_failures(sasl_broker, "SCRAM-SHA-256")
+    errors = _client_errors(_kafka(sasl_broker, "SCRAM-SHA-256", "alice", "wrong"))
+    assert errors[0].code() == confluent_kafka.KafkaError._AUTHENTICATION
+    assert "Authentication failed: invalid credentials" in errors[0].str()
+    assert _auth_failures(sasl_broker, "SCRAM-SHA-256") > before
+    failed = [e for e in sasl_broker.events() if e.get("event") == "authentication_failed"]
+    assert failed and "wrong" not in str(failed[-1])  # the attempt's password is never logged
+
+
+def test_a_user_without_that_mechanism_fails_like_a_wrong_password(sasl_broker):
+    errors = _client_errors(_kafka(sasl_broker, "SCRAM-SHA-256", "bob", "bob-secret"))
+    assert errors[0].code() == confluent_kafka.KafkaError._AUTHENTICATION
+    ok = confluent_kafka.Producer(_kafka(sasl_broker, "SCRAM-SHA-512", "bob", "bob-secret"))
+    assert ok.list_topics(timeout=10).brokers
+
+
+def test_plain_is_not_offered_without_tls(sasl_broker):
+    client = MsgpackClient(sasl_broker.port)
+    answer = client.call(m.SaslHandshakeRequest, mechanism="PLAIN")
+    assert answer["error_code"] == ErrorCode.UNSUPPORTED_SASL_MECHANISM
+    assert answer["mechanisms"] == ["SCRAM-SHA-256", "SCRAM-SHA-512"]
+    assert client.closed()
+
+
+# -- the msgpack listener's exchange --------------------------------------------------------------
+
+
+class MsgpackClient:
+    def __init__(self, port: int):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        self.ids = 0
+
+    def send(self, payload: bytes) -> None:
+        self.sock.sendall(struct.pack(">I", len(payload)) + payload)
+
+    def call(self, request_class, **fields) -> dict:
+        self.ids += 1
+        self.send(m.encode_request(request_class(id=self.ids, **fields)))
+        (length,) = struct.unpack(">I", self._exactly(4))
+        return msgpack.unpackb(self._exactly(length), raw=False, strict_map_key=False)
+
+    def _exactly(self, n: int) -> bytes:
+        data = b""
+        while len(data) < n:
+            chunk = self.sock.recv(n - len(data))
+            if not chunk:
+                raise EOFError("closed by the broker")
+            data += chunk
+        return data
+
+    def closed(self) -> bool:
+        try:
+            return self.sock.recv(1) == b""
+        except ConnectionResetError:
+            return True
+
+    def authenticate(self, user: str, password: str, mechanism: str = "SCRAM-SHA-256") -> dict:
+        assert self.call(m.SaslHandshakeRequest, mechanism=mechanism)["error_code"] == 0
+        scram = ScramClient([mechanism], user, password)
+        first = self.call(m.SaslAuthenticateRequest, auth_bytes=scram.get_client_first().encode())
+        if first["error_code"]:
+            return first
+        scram.set_server_first(first["auth_bytes"].decode())
+        final = self.call(m.SaslAuthenticateRequest, auth_bytes=scram.get_client_final().encode())
+        if not final["error_code"]:
+            scram.set_server_final(final["auth_bytes"].decode())  # the broker proved it knows the key
+        return final
+
+
+def test_msgpack_clients_authenticate_then_use_the_broker(sasl_broker):
+    client = MsgpackClient(sasl_broker.port)
+    assert client.call(m.ApiVersionsRequest)["error_code"] == 0  # allowed before authentication
+    assert client.authenticate("alice", "alice-secret")["error_code"] == 0
+    created = client.call(m.CreateTopicsRequest, topics=(m.NewTopic(name="after-auth", num_partitions=1,
+                                                                      replication_factor=1),))
+    assert created["topics"][0]["error_code"] == 0
+    assert _auth_successes(sasl_broker, "SCRAM-SHA-256") >= 1
+
+
+def test_a_request_before_authentication_is_refused_and_closed(sasl_broker):
+    client = MsgpackClient(sasl_broker.port)
+    answer = client.call(m.MetadataRequest)
+    assert answer["error_code"] == ErrorCode.ILLEGAL_SASL_STATE and "before authentication" in answer["error_message"]
+    assert client.closed()
+
+
+def test_a_wrong_password_on_the_msgpack_listener_is_answered_after_the_delay_and_closed(sasl_broker):
+    client = MsgpackClient(sasl_broker.port)
+    started = time.monotonic()
+    answer = client.authenticate("alice", "not-her-password")
+    assert time.monotonic() - started >= 0.3  # connection.failed.authentication.delay.ms
+    assert answer["error_code"] == ErrorCode.SASL_AUTHENTICATION_FAILED
+    assert "Authentication failed" in answer["error_message"]
+    assert client.closed()
+    unknown = MsgpackClient(sasl_broker.port).authenticate("mallory", "guess")
+    assert unknown["error_message"] == answer["error_message"]  # no hint whether the user exists
+
+
+def test_a_replayed_client_final_is_refused(sasl_broker):
+    """CVE-2024-56128: Kafka once accepted a client-final whose nonce was not the exchange's."""
+    first_client = MsgpackClient(sasl_broker.port)
+    assert first_client.call(m.SaslHandshakeRequest, mechanism="SCRAM-SHA-256")["error_code"] == 0
+    scram = ScramClient(["SCRAM-SHA-256"], "alice", "alice-secret")
+    recorded_first = scram.get_client_first().encode()
+    server_first = first_client.call(m.SaslAuthenticateRequest, auth_bytes=recorded_first)
+    scram.set_server_first(server_first["auth_bytes"].decode())
+    recorded_final = scram.get_client_final().encode()
+    assert first_client.call(m.SaslAuthenticateRequest, auth_bytes=recorded_final)["error_code"] == 0
+    # an eavesdropper replays both messages on a new connection: the server's nonce differs
+    replay = MsgpackClient(sasl_broker.port)
+    assert replay.call(m.SaslHandshakeRequest, mechanism="SCRAM-SHA-256")["error_code"] == 0
+    assert replay.call(m.SaslAuthenticateRequest, auth_bytes=recorded_first)["error_code"] == 0
+    answer = replay.call(m.SaslAuthenticateRequest, auth_bytes=recorded_final)
+    assert answer["error_code"] == ErrorCode.SASL_AUTHENTICATION_FAILED
+    assert replay.closed()
+
+
+def test_a_frame_over_the_pre_authentication_limit_closes_the_connection(sasl_broker):
+    client = MsgpackClient(sasl_broker.port)
+    client.sock.sendall(struct.pack(">I", 524288 + 1) + b"\x80" * 1024)
+    answer = struct.unpack(">I", client._exactly(4))[0]
+    doc = msgpack.unpackb(client._exactly(answer), raw=False)
+    assert doc["error_code"] == ErrorCode.INVALID_REQUEST
+    assert client.closed()
+
+
+def test_kafka_clients_use_plain_over_sasl_ssl(tmp_path):
+    tls = make_tls_files(tmp_path / "tls")
+    add_user(tmp_path / "data", "carol", "carol-secret")
+    broker = BrokerProcess(tmp_path / "data", kafka=True, kafka_security="SASL_SSL", metrics=True, overrides=(
+        f"ssl.keystore.location={tls.keystore}", "sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-512")).start()
+    try:
+        settings = {"bootstrap.servers": f"127.0.0.1:{broker.kafka_port}", "security.protocol": "SASL_SSL",
+                    "ssl.ca.location": str(tls.ca_pem), "sasl.mechanism": "PLAIN", "sasl.username": "carol",
+                    "sasl.password": "carol-secret"}
+        producer = confluent_kafka.Producer(settings)
+        producer.produce("plain-over-tls", value=b"hello")
+        assert producer.flush(30) == 0
+        assert _auth_successes(broker, "PLAIN") >= 1
+        errors = _client_errors({**settings, "sasl.password": "nope"})
+        assert errors[0].code() == confluent_kafka.KafkaError._AUTHENTICATION
+        assert _auth_failures(broker, "PLAIN") >= 1
+    finally:
+        broker.stop()
+
+
+def _client_errors(settings: dict) -> list:
+    """The errors a producer with ``settings`` reports (its error callback) within 10 s."""
+    errors = []
+    producer = confluent_kafka.Producer({**settings, "error_cb": errors.append, "log_level": 0})
+    producer.produce("never-delivered", value=b"x")
+    deadline = time.monotonic() + 10
+    while not errors and time.monotonic() < deadline:
+        producer.poll(0.1)
+    producer.purge()
+    assert errors, "no error reported"
+    return errors
+
+
+def _auth_failures(broker, mechanism: str) -> float:
+    try:
+        return broker.sample("triolog_auth_failures_total", mechanism=mechanism)
+    except KeyError:
+        return 0.0
+
+
+def _auth_successes(broker, mechanism: str) -> float:
+    try:
+        return broker.sample("triolog_auth_successes_total", mechanism=mechanism)
+    except KeyError:
+        return 0.0
