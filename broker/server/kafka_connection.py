@@ -98,17 +98,33 @@ class KafkaConnection(ClientConnection):
                 return False
             if type(internal) is Direct:
                 body = internal.body
+                if request.api_key == PRODUCE and request.body.acks == 0:
+                    # Refused whole (a partition named twice): Kafka answers no acks=0 request.
+                    errors = _kio_produce_errors(body)
+                    code = errors[0][2] if errors else ErrorCode.INVALID_REQUEST
+                    self._close_for_acks0(request, errors)
+                    return False
             else:
                 outcome = await self._answer(adapter, request, internal)
                 if outcome is None:
                     return False  # the client left a long poll
                 body, response = outcome
-                if response is _FAILED:
-                    code = ErrorCode.UNKNOWN_SERVER_ERROR
-                elif body is None:  # produce with acks=0
+                if body is None:  # produce with acks=0: never answered, the connection closed if it failed
+                    if response is _FAILED:
+                        code = ErrorCode.UNKNOWN_SERVER_ERROR
+                        self._close_for_acks0(request, [], "the handler failed on it (request_failed above)")
+                        return False
+                    entry_errors = _entry_errors(response)
+                    errors = _produce_errors(response)
+                    if errors:
+                        code = errors[0][2]
+                        self._close_for_acks0(request, errors)
+                        return False
                     code = ErrorCode.NONE
                     await trio.lowlevel.checkpoint()
                     return True
+                if response is _FAILED:
+                    code = ErrorCode.UNKNOWN_SERVER_ERROR
                 elif type(response) is FetchResult:
                     try:
                         code, entry_errors = ErrorCode.NONE, _entry_errors(response.response)
@@ -130,6 +146,19 @@ class KafkaConnection(ClientConnection):
                 if code is not None:
                     self.stats.request_done(label, int(code), trio.current_time() - start, entry_errors)
 
+    def _close_for_acks0(self, request: KafkaRequest, errors: list[tuple[str, int, int, str | None]],
+                         reason: str | None = None) -> None:
+        """Log why an acks=0 produce closes the connection (the caller closes): Kafka answers none,
+        and closes instead when it failed, which is how the producer learns to refresh metadata."""
+        shown = [f"{topic}-{partition}: {_code_name(code)}" + (f" ({message})" if message else "")
+                 for topic, partition, code, message in errors[:_ERRORS_LOGGED]]
+        if len(errors) > _ERRORS_LOGGED:
+            shown.append(f"... and {len(errors) - _ERRORS_LOGGED} more partitions")
+        logger.warning("kafka_produce_acks0_failed", peer=self.peer, correlation_id=request.correlation_id,
+                       api_version=request.version, errors=shown, reason=reason or "partitions failed",
+                       action="connection closed, as Kafka closes it for a failed acks=0 produce (it sends no "
+                              "response): the producer refreshes its metadata and reconnects")
+
     async def _decode(self, frame: bytes | bytearray) -> KafkaRequest:
         """The request in ``frame`` (bounded first: see request_bounds); a large frame is read in a
         worker thread, so that decoding it never holds the event loop."""
@@ -142,10 +171,11 @@ class KafkaConnection(ClientConnection):
         return outcome
 
     async def _answer(self, adapter: Adapter, request: KafkaRequest, internal: m.Request):
-        """(the kio body, the handler's response) for ``internal``; (None, None) for acks=0; None
-        if the client hung up during a long poll. A handler failure is answered with the API's
-        error body, UNKNOWN_SERVER_ERROR in every entry, as Kafka answers an unexpected error:
-        (that body, _FAILED)."""
+        """(the kio body, the handler's response) for ``internal``; (None, the ProduceResponse) for
+        a produce with acks=0, which is never answered; None if the client hung up during a long
+        poll. A handler failure is answered with the API's error body, UNKNOWN_SERVER_ERROR in
+        every entry, as Kafka answers an unexpected error: (that body, _FAILED); (None, _FAILED)
+        for acks=0."""
         try:
             if type(internal) is m.FetchRequest and internal.max_wait_ms > 0:
                 result = await self._handle_watching_for_hangup(internal)
@@ -155,14 +185,16 @@ class KafkaConnection(ClientConnection):
                 response = result.unwrap()
             elif type(internal) is m.ProduceRequest:
                 response = await self.handler.produce_response(internal)
-                if response is None:
-                    return None, None
+                if internal.acks == 0:
+                    return None, response
             elif type(internal) is list:
                 response = [await self._handle_one(adapter, request, one) for one in internal]
             else:
                 response = await self._handle_one(adapter, request, internal)
         except Exception as exc:
             logger.exception("request_failed", peer=self.peer, api=adapter.name, id=request.correlation_id)
+            if type(internal) is m.ProduceRequest and internal.acks == 0:
+                return None, _FAILED  # never answered: the caller closes the connection
             message = f"unexpected server error: {type(exc).__name__}: {exc}"
             body = self._error_body(adapter, request, ErrorCode.UNKNOWN_SERVER_ERROR, message)
             if body is None:
@@ -231,6 +263,30 @@ def _decode_in_thread(frame, served, max_partitions: int) -> KafkaRequest | Exce
     except (MalformedRequest, UnsupportedVersion) as exc:
         exc.__traceback__ = exc.__context__ = exc.__cause__ = None
         return exc
+
+
+#: An acks=0 produce's failed partitions named in its WARNING at most.
+_ERRORS_LOGGED = 10
+PRODUCE = 0
+
+
+def _produce_errors(response: m.ProduceResponse) -> list[tuple[str, int, int, str | None]]:
+    """(topic, partition, error code, message) of the failed partitions of ``response``."""
+    return [(t.name, p.partition, int(p.error_code), p.error_message)
+            for t in response.topics for p in t.partitions if p.error_code]
+
+
+def _kio_produce_errors(body) -> list[tuple[str, int, int, str | None]]:
+    """The same of a kio produce response body (a Direct answer)."""
+    return [(t.name, p.index, int(p.error_code), p.error_message)
+            for t in body.responses for p in t.partition_responses if p.error_code]
+
+
+def _code_name(code: int) -> str:
+    try:
+        return ErrorCode(code).name
+    except ValueError:  # a Kafka code triolog's table does not name (INVALID_REQUIRED_ACKS...)
+        return f"error {code}"
 
 
 def _top_level_code(body) -> int:
