@@ -34,7 +34,7 @@ from triolog.protocol.kafka.requests import (
 from triolog.protocol.kafka.schema import build, field_names, parts_length, response_class
 from triolog.protocol.kafka.served import ADAPTERS, API_VERSIONS_KEY, SERVED_VERSIONS, unsupported_api_versions_body
 
-from .connection import ClientConnection, _entry_errors
+from .connection import ClientConnection, WrongProtocolLog, _entry_errors
 from .handlers import FetchResult
 
 logger = structlog.get_logger("triolog.server")
@@ -51,6 +51,9 @@ class KafkaConnection(ClientConnection):
                  adapters: dict[int, Adapter] = ADAPTERS, served: dict[int, tuple[int, int]] = SERVED_VERSIONS,
                  **kwargs):
         super().__init__(stream, handler, **kwargs)
+        # The broker's log (its per-host rate limit shared with the msgpack listener), with the
+        # hints of this listener: what it speaks is Kafka's protocol, not triolog's msgpack.
+        self.wrong_protocol_log = _KafkaListenerLog(self.wrong_protocol_log)
         self.context = context
         self.adapters = adapters
         self.served = served
@@ -241,6 +244,39 @@ class KafkaConnection(ClientConnection):
                        correlation_id=exc.correlation_id, reason=str(exc),
                        action="connection closed, as Kafka closes it (ApiVersions lists what is served)")
         return False
+
+
+#: How the msgpack listener's hints begin, and how the Kafka listener's begin instead.
+_MSGPACK_SPEAKS = "this listener speaks triolog's msgpack protocol"
+_KAFKA_SPEAKS = "this is the Kafka-protocol listener (kafka.listeners): it speaks Kafka's protocol"
+
+
+def kafka_listener_hints(hints: dict[str, str]) -> dict[str, str]:
+    """The wrong-protocol hints of the Kafka listener, from the broker's (the msgpack listener's):
+    the same facts (where metrics are served...), said of the Kafka-protocol listener."""
+    out = dict(hints)
+    for protocol, name in (("http", "HTTP"), ("tls", "TLS")):
+        hint = hints.get(protocol, "")
+        out[protocol] = (_KAFKA_SPEAKS + hint[len(_MSGPACK_SPEAKS):] if hint.startswith(_MSGPACK_SPEAKS)
+                         else f"{_KAFKA_SPEAKS}, not {name}")
+    return out
+
+
+class _KafkaListenerLog:
+    """The broker's WrongProtocolLog seen from the Kafka listener: the same rate-limit state (and
+    hints updated once the broker knows its ports), the Kafka listener's wording."""
+
+    def __init__(self, shared: WrongProtocolLog):
+        self._shared = shared
+
+    def __getattr__(self, name: str):
+        return getattr(self._shared, name)
+
+    @property
+    def hints(self) -> dict[str, str]:
+        return kafka_listener_hints(self._shared.hints)
+
+    log = WrongProtocolLog.log
 
 
 #: The handler failed: the answer is the API's error body, counted as UNKNOWN_SERVER_ERROR.
