@@ -34,7 +34,7 @@ from triolog.protocol.kafka.requests import (
 from triolog.protocol.kafka.schema import build, field_names, parts_length, response_class
 from triolog.protocol.kafka.served import ADAPTERS, API_VERSIONS_KEY, SERVED_VERSIONS, unsupported_api_versions_body
 
-from .connection import ClientConnection, WrongProtocolLog, _entry_errors
+from .connection import ClientConnection, WrongProtocolLog, _entry_errors, _entry_fields
 from .handlers import FetchResult
 
 logger = structlog.get_logger("triolog.server")
@@ -91,14 +91,17 @@ class KafkaConnection(ClientConnection):
             del frame
             adapter = self.adapters[request.api_key]
             label = adapter.label
+            # A large request's translation runs in a worker thread, as its decoding did.
+            large = frame_bytes > INLINE_DECODE_BYTES
             try:
-                internal = adapter.to_internal(request, self.context)
+                internal = await self._run(large, adapter.to_internal, request, self.context)
             except Exception as exc:  # a request kio read but no translation can take: malformed
                 logger.warning("kafka_request_malformed", peer=self.peer, api=adapter.name,
                                api_version=request.version, correlation_id=request.correlation_id,
                                reason=f"{type(exc).__name__}: {exc}", action="connection closed")
                 code = ErrorCode.INVALID_REQUEST
                 return False
+            heavy = large  # translating and encoding the answer is worth a worker thread
             if type(internal) is Direct:
                 body = internal.body
                 if request.api_key == PRODUCE and request.body.acks == 0:
@@ -108,10 +111,10 @@ class KafkaConnection(ClientConnection):
                     self._close_for_acks0(request, errors)
                     return False
             else:
-                outcome = await self._answer(adapter, request, internal)
+                outcome = await self._answer(adapter, request, internal, large)
                 if outcome is None:
                     return False  # the client left a long poll
-                body, response = outcome
+                body, response, heavy = outcome
                 if body is None:  # produce with acks=0: never answered, the connection closed if it failed
                     if response is _FAILED:
                         code = ErrorCode.UNKNOWN_SERVER_ERROR
@@ -131,7 +134,8 @@ class KafkaConnection(ClientConnection):
                 elif type(response) is FetchResult:
                     try:
                         code, entry_errors = ErrorCode.NONE, _entry_errors(response.response)
-                        parts = encode_response(request.api_key, request.version, request.correlation_id, body)
+                        parts = await self._run(heavy, encode_response, request.api_key, request.version,
+                                                request.correlation_id, body)
                         await self._send_parts(label, response, parts, parts_length(parts))
                     finally:
                         response.close()
@@ -140,8 +144,9 @@ class KafkaConnection(ClientConnection):
                     code, entry_errors = response.error_code, _entry_errors(response)
             if code is None:
                 code = _top_level_code(body)
-            parts = encode_response(request.api_key, request.version, request.correlation_id, body)
-            await self._send_bytes(label, b"".join(parts))
+            payload = await self._run(heavy, _encoded, request.api_key, request.version, request.correlation_id,
+                                      body)
+            await self._send_bytes(label, payload)
             return True
         finally:
             if self.stats is not None:
@@ -173,12 +178,20 @@ class KafkaConnection(ClientConnection):
             raise outcome
         return outcome
 
-    async def _answer(self, adapter: Adapter, request: KafkaRequest, internal: m.Request):
-        """(the kio body, the handler's response) for ``internal``; (None, the ProduceResponse) for
-        a produce with acks=0, which is never answered; None if the client hung up during a long
-        poll. A handler failure is answered with the API's error body, UNKNOWN_SERVER_ERROR in
-        every entry, as Kafka answers an unexpected error: (that body, _FAILED); (None, _FAILED)
-        for acks=0."""
+    async def _run(self, large: bool, fn, *args):
+        """``fn(*args)``: on the event loop, or for ``large`` work in a worker thread (translations
+        and encodings are pure), so that no request holds the other connections up for long."""
+        if not large:
+            return fn(*args)
+        return await self.handler.workers.run_sync(fn, *args, limiter=self.decode_limiter)
+
+    async def _answer(self, adapter: Adapter, request: KafkaRequest, internal: m.Request, large: bool = False):
+        """(the kio body, the handler's response, whether the answer is large enough to encode in a
+        worker thread) for ``internal``; (None, the ProduceResponse, False) for a produce with
+        acks=0, which is never answered; None if the client hung up during a long poll. A handler
+        failure is answered with the API's error body, UNKNOWN_SERVER_ERROR in every entry, as
+        Kafka answers an unexpected error: (that body, _FAILED, large); (None, _FAILED, False)
+        for acks=0. ``large``: the request's frame was; its answer is translated in a worker."""
         try:
             if type(internal) is m.FetchRequest and internal.max_wait_ms > 0:
                 result = await self._handle_watching_for_hangup(internal)
@@ -189,27 +202,35 @@ class KafkaConnection(ClientConnection):
             elif type(internal) is m.ProduceRequest:
                 response = await self.handler.produce_response(internal)
                 if internal.acks == 0:
-                    return None, response
+                    return None, response, False
             elif type(internal) is list:
-                response = [await self._handle_one(adapter, request, one) for one in internal]
+                response = []
+                for n, one in enumerate(internal, 1):
+                    response.append(await self._handle_one(adapter, request, one))
+                    if n % CHECKPOINT_ENTRIES == 0:  # a coordinator call need not yield: let others run
+                        await trio.lowlevel.checkpoint()
             else:
                 response = await self._handle_one(adapter, request, internal)
         except Exception as exc:
             logger.exception("request_failed", peer=self.peer, api=adapter.name, id=request.correlation_id)
             if type(internal) is m.ProduceRequest and internal.acks == 0:
-                return None, _FAILED  # never answered: the caller closes the connection
+                return None, _FAILED, False  # never answered: the caller closes the connection
             message = f"unexpected server error: {type(exc).__name__}: {exc}"
-            body = self._error_body(adapter, request, ErrorCode.UNKNOWN_SERVER_ERROR, message)
+            body = await self._run(large, self._error_body, adapter, request, ErrorCode.UNKNOWN_SERVER_ERROR, message)
             if body is None:
                 raise
-            return body, _FAILED
+            return body, _FAILED, large
         if type(response) is FetchResult:
             try:
-                return adapter.to_kafka(response.response, request, self.context), response
+                heavy = large or _response_entries(response.response) > INLINE_ENTRIES
+                return await self._run(heavy, adapter.to_kafka, response.response, request, self.context), \
+                    response, heavy
             except BaseException:
                 response.close()
                 raise
-        return adapter.to_kafka(response, request, self.context), (response if type(response) is not list else None)
+        heavy = large or _response_entries(response) > INLINE_ENTRIES
+        body = await self._run(heavy, adapter.to_kafka, response, request, self.context)
+        return body, (response if type(response) is not list else None), heavy
 
     async def _handle_one(self, adapter: Adapter, request: KafkaRequest, internal: m.Request):
         response = await self.handler.handle(internal)
@@ -282,8 +303,37 @@ class _KafkaListenerLog:
 #: The handler failed: the answer is the API's error body, counted as UNKNOWN_SERVER_ERROR.
 _FAILED = object()
 
-#: Frames up to this long are bounded and decoded on the event loop (well under a millisecond).
+#: Frames up to this long are bounded, decoded and translated on the event loop (well under a
+#: millisecond); longer ones in a worker thread, and their answers translated and encoded there.
 INLINE_DECODE_BYTES = 64 * 1024
+#: An answer of more entries (topics, partitions, groups...: a Metadata of every topic, say) is
+#: translated and encoded in a worker thread, whatever its request's size.
+INLINE_ENTRIES = 1000
+#: A request that is a list of internal requests (FindCoordinator v4's keys, OffsetFetch v8's
+#: groups) yields to the other connections after this many of them.
+CHECKPOINT_ENTRIES = 64
+
+
+def _encoded(api_key: int, version: int, correlation_id: int, body) -> bytes:
+    return b"".join(encode_response(api_key, version, correlation_id, body))
+
+
+def _response_entries(response) -> int:
+    """The entries of a handler's answer (a list of answers too), two levels deep, counted up to
+    just past INLINE_ENTRIES: how long translating and encoding it takes, roughly."""
+    if response is None or response is _FAILED:
+        return 0
+    answers = response if type(response) is list else (response,)
+    count = len(answers) if type(response) is list else 0
+    for answer in answers:
+        for name in _entry_fields(type(answer)):
+            for entry in getattr(answer, name):
+                count += 1
+                for sub in _entry_fields(type(entry)):
+                    count += len(getattr(entry, sub))
+                if count > INLINE_ENTRIES:
+                    return count
+    return count
 
 
 def _bounded_decode(frame, served, max_partitions: int) -> KafkaRequest:
