@@ -73,7 +73,7 @@ class KafkaConnection(ClientConnection):
                 self._wrong_protocol("msgpack")
                 return False
             try:
-                request = await self._decode(frame)
+                request, large = await self._decode(frame)
             except UnsupportedVersion as exc:
                 adapter = self.adapters.get(exc.api_key)
                 label = adapter.label if adapter is not None else None
@@ -92,7 +92,6 @@ class KafkaConnection(ClientConnection):
             adapter = self.adapters[request.api_key]
             label = adapter.label
             # A large request's translation runs in a worker thread, as its decoding did.
-            large = frame_bytes > INLINE_DECODE_BYTES
             try:
                 internal = await self._run(large, adapter.to_internal, request, self.context)
             except Exception as exc:  # a request kio read but no translation can take: malformed
@@ -140,6 +139,8 @@ class KafkaConnection(ClientConnection):
                     finally:
                         response.close()
                     return True
+                elif type(response) is list:  # the answers of a batched request: the body's code
+                    entry_errors = _merged_entry_errors(response)
                 elif response is not None:
                     code, entry_errors = response.error_code, _entry_errors(response)
             if code is None:
@@ -167,16 +168,19 @@ class KafkaConnection(ClientConnection):
                        action="connection closed, as Kafka closes it for a failed acks=0 produce (it sends no "
                               "response): the producer refreshes its metadata and reconnects")
 
-    async def _decode(self, frame: bytes | bytearray) -> KafkaRequest:
-        """The request in ``frame`` (bounded first: see request_bounds); a large frame is read in a
-        worker thread, so that decoding it never holds the event loop."""
+    async def _decode(self, frame: bytes | bytearray) -> tuple[KafkaRequest, bool]:
+        """(the request in ``frame``, whether it is large): bounded first (see request_bounds); a
+        large frame, or one of many entries, is read in a worker thread, so that decoding it never
+        holds the event loop (and its translations and answer go there too)."""
         if len(frame) <= INLINE_DECODE_BYTES:
-            return _bounded_decode(frame, self.served, self.limits.max_partitions)
+            entries = check_request(frame, self.limits.max_partitions, self.served)
+            if entries <= INLINE_ENTRIES:
+                return decode_request(frame, self.served), False
         outcome = await self.handler.workers.run_sync(_decode_in_thread, frame, self.served,
                                                       self.limits.max_partitions, limiter=self.decode_limiter)
         if isinstance(outcome, Exception):
             raise outcome
-        return outcome
+        return outcome, True
 
     async def _run(self, large: bool, fn, *args):
         """``fn(*args)``: on the event loop, or for ``large`` work in a worker thread (translations
@@ -205,10 +209,13 @@ class KafkaConnection(ClientConnection):
                     return None, response, False
             elif type(internal) is list:
                 response = []
-                for n, one in enumerate(internal, 1):
+                yielded = trio.current_time()
+                for one in internal:
                     response.append(await self._handle_one(adapter, request, one))
-                    if n % CHECKPOINT_ENTRIES == 0:  # a coordinator call need not yield: let others run
+                    # A coordinator call need not yield: let the others run every few milliseconds.
+                    if trio.current_time() - yielded > YIELD_AFTER_S:
                         await trio.lowlevel.checkpoint()
+                        yielded = trio.current_time()
             else:
                 response = await self._handle_one(adapter, request, internal)
         except Exception as exc:
@@ -230,7 +237,7 @@ class KafkaConnection(ClientConnection):
                 raise
         heavy = large or _response_entries(response) > INLINE_ENTRIES
         body = await self._run(heavy, adapter.to_kafka, response, request, self.context)
-        return body, (response if type(response) is not list else None), heavy
+        return body, response, heavy
 
     async def _handle_one(self, adapter: Adapter, request: KafkaRequest, internal: m.Request):
         response = await self.handler.handle(internal)
@@ -310,12 +317,20 @@ INLINE_DECODE_BYTES = 64 * 1024
 #: translated and encoded in a worker thread, whatever its request's size.
 INLINE_ENTRIES = 1000
 #: A request that is a list of internal requests (FindCoordinator v4's keys, OffsetFetch v8's
-#: groups) yields to the other connections after this many of them.
-CHECKPOINT_ENTRIES = 64
+#: groups, DescribeGroups' chunks) yields to the other connections once its calls took this long.
+YIELD_AFTER_S = 0.002
 
 
 def _encoded(api_key: int, version: int, correlation_id: int, body) -> bytes:
     return b"".join(encode_response(api_key, version, correlation_id, body))
+
+
+def _merged_entry_errors(responses: list) -> dict[int, int] | None:
+    counts: dict[int, int] = {}
+    for response in responses:
+        for code, n in (_entry_errors(response) or {}).items():
+            counts[code] = counts.get(code, 0) + n
+    return counts or None
 
 
 def _response_entries(response) -> int:

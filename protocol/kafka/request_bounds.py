@@ -61,13 +61,14 @@ class RequestTooLarge(MalformedRequest):
 
 
 def check_request(frame: bytes | bytearray | memoryview, max_partitions: int,
-                  served: dict[int, tuple[int, int]] | None = None) -> None:
-    """Raise RequestTooLarge if ``frame`` exceeds what its API may hold; MalformedRequest if the
+                  served: dict[int, tuple[int, int]] | None = None) -> int:
+    """The entries ``frame`` holds (every array's, counted by the walk; 0 where it is left to the
+    decoder): what translating it will cost. Raise RequestTooLarge if ``frame`` exceeds what its API may hold; MalformedRequest if the
     walk finds it cut short or a length beyond its end (both naming the request's header).
     Frames too short to name their API, and APIs or versions outside ``served`` (None: any kio
     knows), are left to the decoder."""
     try:
-        _check(frame, max_partitions, served)
+        return _check(frame, max_partitions, served)
     except MalformedRequest as exc:
         if len(frame) >= 8:
             exc.api_key, exc.version, exc.correlation_id = struct.unpack_from(">hhi", frame)
@@ -75,9 +76,9 @@ def check_request(frame: bytes | bytearray | memoryview, max_partitions: int,
 
 
 def _check(frame: bytes | bytearray | memoryview, max_partitions: int,
-           served: dict[int, tuple[int, int]] | None) -> None:
+           served: dict[int, tuple[int, int]] | None) -> int:
     if len(frame) < 4:
-        return
+        return 0
     api_key, version = struct.unpack_from(">hh", frame)
     if api_key != PRODUCE:
         if api_key not in LARGE_FRAME_APIS and len(frame) > MAX_SMALL_FRAME_BYTES:
@@ -85,11 +86,11 @@ def _check(frame: bytes | bytearray | memoryview, max_partitions: int,
                                   f"{MAX_SMALL_FRAME_BYTES} bytes any such request needs", api_key, version)
         versions = served.get(api_key) if served is not None else (version, version)
         if versions is None or not versions[0] <= version <= versions[1]:
-            return
+            return 0
         try:
             cls = request_class(api_key, version)
         except UnknownSchema:
-            return
+            return 0
         walk = _Walk(memoryview(frame), 8, False, api_key)
         walk.budget, walk.bound = entry_budget(api_key, max_partitions)
         walk.legacy_string()  # client_id: a legacy string in every header version
@@ -98,11 +99,12 @@ def _check(frame: bytes | bytearray | memoryview, max_partitions: int,
             walk.tagged_fields()
         walk.flexible = cls.__flexible__
         walk.entity(cls)
-        return
+        return walk.entries
     count = _produce_entries(memoryview(frame), version >= PRODUCE_FLEXIBLE, 2 * max_partitions)
     if count > 2 * max_partitions:
         raise RequestTooLarge(f"a produce request naming more than {max_partitions} partitions "
                               f"(max.broker.partitions)", api_key, version)
+    return count
 
 
 def entry_budget(api_key: int, max_partitions: int) -> tuple[int, str]:
