@@ -830,15 +830,18 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers):
         results = await self.produce_results(request)
         return None if results is None else produce_payload(request.id, results)
 
-    async def produce_response(self, request: m.ProduceRequest) -> m.ProduceResponse | None:
-        """The produce response as message objects (for the Kafka listener, which re-encodes it);
-        None for acks=0."""
-        results = await self.produce_results(request)
-        return None if results is None else produce_response(request.id, results)
+    async def produce_response(self, request: m.ProduceRequest) -> m.ProduceResponse:
+        """The produce response as message objects (for the Kafka listener, which re-encodes it),
+        for acks=0 too: Kafka sends no answer to one, but closes the connection when any of its
+        partitions failed (how the producer learns to refresh its metadata), so the listener
+        needs the outcome."""
+        results = await self.produce_results(request, acks0_results=True)
+        return produce_response(request.id, results)
 
-    async def produce_results(self, request: m.ProduceRequest) -> list | None:
+    async def produce_results(self, request: m.ProduceRequest, *, acks0_results: bool = False) -> list | None:
         """Append the request's batches: (topic, [(partition, info | (code, message, start), log)])
-        once acknowledged as acks asks, None for acks=0."""
+        once acknowledged as acks asks; for acks=0 None (the msgpack listener answers nothing),
+        unless ``acks0_results``: then the results as soon as appended."""
         results: list = []  # (topic, [(partition, info | (code, message), log)])
         try:
             if (sum(len(t.partitions) for t in request.topics) > INLINE_PARTITIONS
@@ -868,7 +871,7 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers):
         else:
             results = [(name, [(p, info, None if type(log) is _FlushBefore else log) for p, info, log in rows])
                        for name, rows in results]
-        if request.acks == 0:
+        if request.acks == 0 and not acks0_results:
             return None
         return results
 

@@ -35,7 +35,7 @@ from triolog.protocol.kafka.schema import build, field_names, parts_length, resp
 from triolog.protocol.kafka.sasl_apis import SASL_AUTHENTICATE_KEY, SASL_HANDSHAKE_KEY
 from triolog.protocol.kafka.served import ADAPTERS, API_VERSIONS_KEY, SERVED_VERSIONS, unsupported_api_versions_body
 
-from .connection import ClientConnection, _entry_errors
+from .connection import ClientConnection, WrongProtocolLog, _entry_errors, _entry_fields
 from .handlers import FetchResult
 
 logger = structlog.get_logger("triolog.server")
@@ -52,6 +52,9 @@ class KafkaConnection(ClientConnection):
                  adapters: dict[int, Adapter] = ADAPTERS, served: dict[int, tuple[int, int]] = SERVED_VERSIONS,
                  **kwargs):
         super().__init__(stream, handler, **kwargs)
+        # The broker's log (its per-host rate limit shared with the msgpack listener), with the
+        # hints of this listener: what it speaks is Kafka's protocol, not triolog's msgpack.
+        self.wrong_protocol_log = _KafkaListenerLog(self.wrong_protocol_log)
         self.context = context
         self.adapters = adapters
         self.served = served
@@ -71,7 +74,7 @@ class KafkaConnection(ClientConnection):
                 self._wrong_protocol("msgpack")
                 return False
             try:
-                request = await self._decode(frame)
+                request, large = await self._decode(frame)
             except UnsupportedVersion as exc:
                 adapter = self.adapters.get(exc.api_key)
                 label = adapter.label if adapter is not None else None
@@ -94,8 +97,9 @@ class KafkaConnection(ClientConnection):
                                action="connection closed, as Kafka closes it (SaslHandshake and SaslAuthenticate first)")
                 code = ErrorCode.ILLEGAL_SASL_STATE
                 return False
+            # A large request's translation runs in a worker thread, as its decoding did.
             try:
-                internal = adapter.to_internal(request, self.context)
+                internal = await self._run(large, adapter.to_internal, request, self.context)
             except Exception as exc:  # a request kio read but no translation can take: malformed
                 logger.warning("kafka_request_malformed", peer=self.peer, api=adapter.name,
                                api_version=request.version, correlation_id=request.correlation_id,
@@ -109,33 +113,54 @@ class KafkaConnection(ClientConnection):
                                         adapter.to_kafka(response, request, self.context))
                 await self._send_bytes(label, b"".join(parts))
                 return keep_open
+            heavy = large  # translating and encoding the answer is worth a worker thread
             if type(internal) is Direct:
                 body = internal.body
+                if request.api_key == PRODUCE and request.body.acks == 0:
+                    # Refused whole (a partition named twice): Kafka answers no acks=0 request.
+                    errors = _kio_produce_errors(body)
+                    code = errors[0][2] if errors else ErrorCode.INVALID_REQUEST
+                    self._close_for_acks0(request, errors)
+                    return False
             else:
-                outcome = await self._answer(adapter, request, internal)
+                outcome = await self._answer(adapter, request, internal, large)
                 if outcome is None:
                     return False  # the client left a long poll
-                body, response = outcome
-                if response is _FAILED:
-                    code = ErrorCode.UNKNOWN_SERVER_ERROR
-                elif body is None:  # produce with acks=0
+                body, response, heavy = outcome
+                if body is None:  # produce with acks=0: never answered, the connection closed if it failed
+                    if response is _FAILED:
+                        code = ErrorCode.UNKNOWN_SERVER_ERROR
+                        self._close_for_acks0(request, [], "the handler failed on it (request_failed above)")
+                        return False
+                    entry_errors = _entry_errors(response)
+                    errors = _produce_errors(response)
+                    if errors:
+                        code = errors[0][2]
+                        self._close_for_acks0(request, errors)
+                        return False
                     code = ErrorCode.NONE
                     await trio.lowlevel.checkpoint()
                     return True
+                if response is _FAILED:
+                    code = ErrorCode.UNKNOWN_SERVER_ERROR
                 elif type(response) is FetchResult:
                     try:
                         code, entry_errors = ErrorCode.NONE, _entry_errors(response.response)
-                        parts = encode_response(request.api_key, request.version, request.correlation_id, body)
+                        parts = await self._run(heavy, encode_response, request.api_key, request.version,
+                                                request.correlation_id, body)
                         await self._send_parts(label, response, parts, parts_length(parts))
                     finally:
                         response.close()
                     return True
+                elif type(response) is list:  # the answers of a batched request: the body's code
+                    entry_errors = _merged_entry_errors(response)
                 elif response is not None:
                     code, entry_errors = response.error_code, _entry_errors(response)
             if code is None:
                 code = _top_level_code(body)
-            parts = encode_response(request.api_key, request.version, request.correlation_id, body)
-            await self._send_bytes(label, b"".join(parts))
+            payload = await self._run(heavy, _encoded, request.api_key, request.version, request.correlation_id,
+                                      body)
+            await self._send_bytes(label, payload)
             return True
         finally:
             if self.stats is not None:
@@ -143,22 +168,47 @@ class KafkaConnection(ClientConnection):
                 if code is not None:
                     self.stats.request_done(label, int(code), trio.current_time() - start, entry_errors)
 
-    async def _decode(self, frame: bytes | bytearray) -> KafkaRequest:
-        """The request in ``frame`` (bounded first: see request_bounds); a large frame is read in a
-        worker thread, so that decoding it never holds the event loop."""
+    def _close_for_acks0(self, request: KafkaRequest, errors: list[tuple[str, int, int, str | None]],
+                         reason: str | None = None) -> None:
+        """Log why an acks=0 produce closes the connection (the caller closes): Kafka answers none,
+        and closes instead when it failed, which is how the producer learns to refresh metadata."""
+        shown = [f"{topic}-{partition}: {_code_name(code)}" + (f" ({message})" if message else "")
+                 for topic, partition, code, message in errors[:_ERRORS_LOGGED]]
+        if len(errors) > _ERRORS_LOGGED:
+            shown.append(f"... and {len(errors) - _ERRORS_LOGGED} more partitions")
+        logger.warning("kafka_produce_acks0_failed", peer=self.peer, correlation_id=request.correlation_id,
+                       api_version=request.version, errors=shown, reason=reason or "partitions failed",
+                       action="connection closed, as Kafka closes it for a failed acks=0 produce (it sends no "
+                              "response): the producer refreshes its metadata and reconnects")
+
+    async def _decode(self, frame: bytes | bytearray) -> tuple[KafkaRequest, bool]:
+        """(the request in ``frame``, whether it is large): bounded first (see request_bounds); a
+        large frame, or one of many entries, is read in a worker thread, so that decoding it never
+        holds the event loop (and its translations and answer go there too)."""
         if len(frame) <= INLINE_DECODE_BYTES:
-            return _bounded_decode(frame, self.served, self.limits.max_partitions)
+            entries = check_request(frame, self.limits.max_partitions, self.served)
+            if entries <= INLINE_ENTRIES:
+                return decode_request(frame, self.served), False
         outcome = await self.handler.workers.run_sync(_decode_in_thread, frame, self.served,
                                                       self.limits.max_partitions, limiter=self.decode_limiter)
         if isinstance(outcome, Exception):
             raise outcome
-        return outcome
+        return outcome, True
 
-    async def _answer(self, adapter: Adapter, request: KafkaRequest, internal: m.Request):
-        """(the kio body, the handler's response) for ``internal``; (None, None) for acks=0; None
-        if the client hung up during a long poll. A handler failure is answered with the API's
-        error body, UNKNOWN_SERVER_ERROR in every entry, as Kafka answers an unexpected error:
-        (that body, _FAILED)."""
+    async def _run(self, large: bool, fn, *args):
+        """``fn(*args)``: on the event loop, or for ``large`` work in a worker thread (translations
+        and encodings are pure), so that no request holds the other connections up for long."""
+        if not large:
+            return fn(*args)
+        return await self.handler.workers.run_sync(fn, *args, limiter=self.decode_limiter)
+
+    async def _answer(self, adapter: Adapter, request: KafkaRequest, internal: m.Request, large: bool = False):
+        """(the kio body, the handler's response, whether the answer is large enough to encode in a
+        worker thread) for ``internal``; (None, the ProduceResponse, False) for a produce with
+        acks=0, which is never answered; None if the client hung up during a long poll. A handler
+        failure is answered with the API's error body, UNKNOWN_SERVER_ERROR in every entry, as
+        Kafka answers an unexpected error: (that body, _FAILED, large); (None, _FAILED, False)
+        for acks=0. ``large``: the request's frame was; its answer is translated in a worker."""
         try:
             if type(internal) is m.FetchRequest and internal.max_wait_ms > 0:
                 result = await self._handle_watching_for_hangup(internal)
@@ -168,26 +218,39 @@ class KafkaConnection(ClientConnection):
                 response = result.unwrap()
             elif type(internal) is m.ProduceRequest:
                 response = await self.handler.produce_response(internal)
-                if response is None:
-                    return None, None
+                if internal.acks == 0:
+                    return None, response, False
             elif type(internal) is list:
-                response = [await self._handle_one(adapter, request, one) for one in internal]
+                response = []
+                yielded = trio.current_time()
+                for one in internal:
+                    response.append(await self._handle_one(adapter, request, one))
+                    # A coordinator call need not yield: let the others run every few milliseconds.
+                    if trio.current_time() - yielded > YIELD_AFTER_S:
+                        await trio.lowlevel.checkpoint()
+                        yielded = trio.current_time()
             else:
                 response = await self._handle_one(adapter, request, internal)
         except Exception as exc:
             logger.exception("request_failed", peer=self.peer, api=adapter.name, id=request.correlation_id)
+            if type(internal) is m.ProduceRequest and internal.acks == 0:
+                return None, _FAILED, False  # never answered: the caller closes the connection
             message = f"unexpected server error: {type(exc).__name__}: {exc}"
-            body = self._error_body(adapter, request, ErrorCode.UNKNOWN_SERVER_ERROR, message)
+            body = await self._run(large, self._error_body, adapter, request, ErrorCode.UNKNOWN_SERVER_ERROR, message)
             if body is None:
                 raise
-            return body, _FAILED
+            return body, _FAILED, large
         if type(response) is FetchResult:
             try:
-                return adapter.to_kafka(response.response, request, self.context), response
+                heavy = large or _response_entries(response.response) > INLINE_ENTRIES
+                return await self._run(heavy, adapter.to_kafka, response.response, request, self.context), \
+                    response, heavy
             except BaseException:
                 response.close()
                 raise
-        return adapter.to_kafka(response, request, self.context), (response if type(response) is not list else None)
+        heavy = large or _response_entries(response) > INLINE_ENTRIES
+        body = await self._run(heavy, adapter.to_kafka, response, request, self.context)
+        return body, response, heavy
 
     async def _handle_one(self, adapter: Adapter, request: KafkaRequest, internal: m.Request):
         response = await self.handler.handle(internal)
@@ -229,11 +292,82 @@ class KafkaConnection(ClientConnection):
 _PRE_AUTHENTICATION_KEYS = frozenset({API_VERSIONS_KEY, SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY})
 _SASL_REQUESTS = (m.SaslHandshakeRequest, m.SaslAuthenticateRequest)
 
+#: How the msgpack listener's hints begin, and how the Kafka listener's begin instead.
+_MSGPACK_SPEAKS = "this listener speaks triolog's msgpack protocol"
+_KAFKA_SPEAKS = "this is the Kafka-protocol listener (kafka.listeners): it speaks Kafka's protocol"
+
+
+def kafka_listener_hints(hints: dict[str, str]) -> dict[str, str]:
+    """The wrong-protocol hints of the Kafka listener, from the broker's (the msgpack listener's):
+    the same facts (where metrics are served...), said of the Kafka-protocol listener."""
+    out = dict(hints)
+    for protocol, name in (("http", "HTTP"), ("tls", "TLS")):
+        hint = hints.get(protocol, "")
+        if hint.startswith(_MSGPACK_SPEAKS):
+            out[protocol] = _KAFKA_SPEAKS + hint[len(_MSGPACK_SPEAKS):]
+        else:  # a hint true of either listener (TLS to a PLAINTEXT one)
+            out[protocol] = f"{_KAFKA_SPEAKS}, not {name}" + (f"; {hint}" if hint else "")
+    return out
+
+
+class _KafkaListenerLog:
+    """The broker's WrongProtocolLog seen from the Kafka listener: the same rate-limit state (and
+    hints updated once the broker knows its ports), the Kafka listener's wording."""
+
+    def __init__(self, shared: WrongProtocolLog):
+        self._shared = shared
+
+    def __getattr__(self, name: str):
+        return getattr(self._shared, name)
+
+    @property
+    def hints(self) -> dict[str, str]:
+        return kafka_listener_hints(self._shared.hints)
+
+    log = WrongProtocolLog.log
+
 #: The handler failed: the answer is the API's error body, counted as UNKNOWN_SERVER_ERROR.
 _FAILED = object()
 
-#: Frames up to this long are bounded and decoded on the event loop (well under a millisecond).
+#: Frames up to this long are bounded, decoded and translated on the event loop (well under a
+#: millisecond); longer ones in a worker thread, and their answers translated and encoded there.
 INLINE_DECODE_BYTES = 64 * 1024
+#: An answer of more entries (topics, partitions, groups...: a Metadata of every topic, say) is
+#: translated and encoded in a worker thread, whatever its request's size.
+INLINE_ENTRIES = 1000
+#: A request that is a list of internal requests (FindCoordinator v4's keys, OffsetFetch v8's
+#: groups, DescribeGroups' chunks) yields to the other connections once its calls took this long.
+YIELD_AFTER_S = 0.002
+
+
+def _encoded(api_key: int, version: int, correlation_id: int, body) -> bytes:
+    return b"".join(encode_response(api_key, version, correlation_id, body))
+
+
+def _merged_entry_errors(responses: list) -> dict[int, int] | None:
+    counts: dict[int, int] = {}
+    for response in responses:
+        for code, n in (_entry_errors(response) or {}).items():
+            counts[code] = counts.get(code, 0) + n
+    return counts or None
+
+
+def _response_entries(response) -> int:
+    """The entries of a handler's answer (a list of answers too), two levels deep, counted up to
+    just past INLINE_ENTRIES: how long translating and encoding it takes, roughly."""
+    if response is None or response is _FAILED:
+        return 0
+    answers = response if type(response) is list else (response,)
+    count = len(answers) if type(response) is list else 0
+    for answer in answers:
+        for name in _entry_fields(type(answer)):
+            for entry in getattr(answer, name):
+                count += 1
+                for sub in _entry_fields(type(entry)):
+                    count += len(getattr(entry, sub))
+                if count > INLINE_ENTRIES:
+                    return count
+    return count
 
 
 def _bounded_decode(frame, served, max_partitions: int) -> KafkaRequest:
@@ -249,6 +383,30 @@ def _decode_in_thread(frame, served, max_partitions: int) -> KafkaRequest | Exce
     except (MalformedRequest, UnsupportedVersion) as exc:
         exc.__traceback__ = exc.__context__ = exc.__cause__ = None
         return exc
+
+
+#: An acks=0 produce's failed partitions named in its WARNING at most.
+_ERRORS_LOGGED = 10
+PRODUCE = 0
+
+
+def _produce_errors(response: m.ProduceResponse) -> list[tuple[str, int, int, str | None]]:
+    """(topic, partition, error code, message) of the failed partitions of ``response``."""
+    return [(t.name, p.partition, int(p.error_code), p.error_message)
+            for t in response.topics for p in t.partitions if p.error_code]
+
+
+def _kio_produce_errors(body) -> list[tuple[str, int, int, str | None]]:
+    """The same of a kio produce response body (a Direct answer)."""
+    return [(t.name, p.index, int(p.error_code), p.error_message)
+            for t in body.responses for p in t.partition_responses if p.error_code]
+
+
+def _code_name(code: int) -> str:
+    try:
+        return ErrorCode(code).name
+    except ValueError:  # a Kafka code triolog's table does not name (INVALID_REQUIRED_ACKS...)
+        return f"error {code}"
 
 
 def _top_level_code(body) -> int:

@@ -33,6 +33,9 @@ _SOURCES = {"topic": DYNAMIC_TOPIC_CONFIG, "broker": STATIC_BROKER_CONFIG, "defa
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 INVALID_REPLICA_ASSIGNMENT = 39
 UNKNOWN_TOPIC_ID = 100
+UNSUPPORTED_ENDPOINT_TYPE = 119
+#: DescribeCluster's endpoint_type of brokers (2 is controllers).
+BROKERS = 1
 _ZERO_UUID = uuid.UUID(int=0)
 
 
@@ -47,11 +50,30 @@ def _envelope(req: KafkaRequest) -> dict[str, Any]:
 # -- CreateTopics -------------------------------------------------------------------------------
 
 
+def _duplicate_names(req: KafkaRequest) -> set[str]:
+    """The topic names a CreateTopics request gives more than once."""
+    seen: set[str] = set()
+    duplicates: set[str] = set()
+    for t in req.body.topics:
+        (duplicates if t.name in seen else seen).add(t.name)
+    return duplicates
+
+
+def _duplicate_entry(req: KafkaRequest, name: str) -> dict[str, Any]:
+    # Kafka's answer to every entry of a duplicated name; none of them is created.
+    return {"name": name, "error_code": ErrorCode.INVALID_REQUEST,
+            "error_message": f"Create topics request from client `{req.client_id}` contains duplicate topic "
+                             f"name {name!r}: no entry of that name is created"}
+
+
 def create_topics_to_internal(req: KafkaRequest, ctx: KafkaContext):
     body = req.body
+    duplicates = _duplicate_names(req)
     topics = []
     refused: dict[str, tuple[int, str]] = {}
     for t in body.topics:
+        if t.name in duplicates:
+            continue
         count = t.num_partitions
         if t.assignments:
             # A manual assignment on one broker: every replica list must be this broker alone.
@@ -66,10 +88,13 @@ def create_topics_to_internal(req: KafkaRequest, ctx: KafkaContext):
                                  configs=configs))
     if refused:
         return Direct(_create_topics_body(req, [
+            _duplicate_entry(req, t.name) if t.name in duplicates else
             {"name": t.name, "error_code": refused[t.name][0], "error_message": refused[t.name][1]}
             if t.name in refused else {"name": t.name, "error_code": ErrorCode.INVALID_REQUEST,
                                        "error_message": "another topic of this request was refused"}
             for t in body.topics]))
+    if not topics and duplicates:
+        return Direct(_create_topics_body(req, [_duplicate_entry(req, t.name) for t in body.topics]))
     return m.CreateTopicsRequest(**_envelope(req), topics=tuple(topics), validate_only=body.validate_only)
 
 
@@ -79,7 +104,8 @@ def _create_topics_body(req: KafkaRequest, topics: list[dict[str, Any]]):
 
 def create_topics_to_kafka(response: m.CreateTopicsResponse, req: KafkaRequest, ctx: KafkaContext):
     given = {t.name: {c.name for c in t.configs} for t in req.body.topics}
-    out = []
+    duplicates = _duplicate_names(req)
+    out = [_duplicate_entry(req, t.name) for t in req.body.topics if t.name in duplicates]
     for t in response.topics:
         entry: dict[str, Any] = {"name": t.name, "error_code": t.error_code, "error_message": t.error_message}
         if not t.error_code:
@@ -284,6 +310,14 @@ def create_partitions_error(req: KafkaRequest, ctx: KafkaContext, code: int, mes
 
 
 def describe_cluster_to_internal(req: KafkaRequest, ctx: KafkaContext):
+    endpoint_type = getattr(req.body, "endpoint_type", BROKERS)
+    if endpoint_type != BROKERS:
+        # v1 may ask for the controllers (2): a broker endpoint serves only its brokers, as Kafka's.
+        return Direct(_body(req, {
+            "error_code": UNSUPPORTED_ENDPOINT_TYPE, "cluster_id": ctx.cluster_id or "", "controller_id": -1,
+            "error_message": f"endpoint_type {endpoint_type} is not served: this is a broker endpoint, it answers "
+                             f"endpoint_type {BROKERS} (brokers) only",
+            "brokers": [], "cluster_authorized_operations": -2147483648, "endpoint_type": BROKERS}))
     return Direct(_body(req, {
         "error_code": 0, "cluster_id": ctx.cluster_id or "", "controller_id": ctx.node_id,
         "brokers": [{"broker_id": ctx.node_id, "host": ctx.host, "port": ctx.port, "rack": None}],

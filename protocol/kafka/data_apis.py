@@ -175,13 +175,11 @@ def metadata_to_internal(req: KafkaRequest, ctx: KafkaContext):
         topics = None  # v0: an empty list asks for every topic
     names = None
     if topics is not None:
-        names = []
-        for topic in topics:
-            if topic.name is None:  # by topic id (v10+): triolog's topics have none
-                return Direct(metadata_unknown_ids(req, ctx))
-            if topic.name not in names:
-                names.append(topic.name)
-        names = tuple(names)
+        # Deduplicated in one pass, first naming first (a list's ``in`` made 20,000 names take
+        # seconds on the event loop).
+        names = tuple(dict.fromkeys(topic.name for topic in topics))
+        if None in names:  # by topic id (v10+): triolog's topics have none
+            return Direct(metadata_unknown_ids(req, ctx))
     allow = getattr(body, "allow_auto_topic_creation", True)
     return m.MetadataRequest(id=req.correlation_id, client_id=req.client_id, topics=names,
                              allow_auto_topic_creation=allow)

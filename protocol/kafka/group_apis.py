@@ -3,7 +3,8 @@ msgpack protocol's: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup
 OffsetFetch, ListGroups, DescribeGroups and DeleteGroups.
 
 Where a Kafka version says something the internal API says differently, the adapter bridges it:
-a batched FindCoordinator (v4) or OffsetFetch (v8+) is one internal request per key or group;
+a batched FindCoordinator (v4) or OffsetFetch (v8+) is one internal request per key or group,
+a DescribeGroups one per DESCRIBE_GROUPS_PER_CALL groups;
 a JoinGroup older than v4, whose client does not know MEMBER_ID_REQUIRED, is joined again at
 once with the id the coordinator gave (what Kafka's coordinator does itself for those versions).
 """
@@ -245,12 +246,19 @@ def list_groups_to_kafka(response: m.ListGroupsResponse, req: KafkaRequest, ctx:
          "group_type": CLASSIC} for g in groups]})
 
 
+#: A DescribeGroups request is asked of the coordinator this many groups at a time (the listener
+#: yields between its calls): describing 10,000 groups in one call held the event loop ~100 ms.
+DESCRIBE_GROUPS_PER_CALL = 256
+
+
 def describe_groups_to_internal(req: KafkaRequest, ctx: KafkaContext):
-    return m.DescribeGroupsRequest(**_envelope(req), groups=tuple(dict.fromkeys(req.body.groups)))
+    groups = tuple(dict.fromkeys(req.body.groups))
+    return [m.DescribeGroupsRequest(**_envelope(req), groups=groups[at:at + DESCRIBE_GROUPS_PER_CALL])
+            for at in range(0, max(len(groups), 1), DESCRIBE_GROUPS_PER_CALL)]
 
 
-def describe_groups_to_kafka(response: m.DescribeGroupsResponse, req: KafkaRequest, ctx: KafkaContext):
-    described = {g.group_id: g for g in response.groups}
+def describe_groups_to_kafka(responses: list, req: KafkaRequest, ctx: KafkaContext):
+    described = {g.group_id: g for response in responses for g in response.groups}
     return _body(req, {"groups": [_described(described[name]) for name in req.body.groups if name in described]})
 
 

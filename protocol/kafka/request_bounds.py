@@ -2,16 +2,20 @@
 
 kio's reader amplifies as msgpack does: a Metadata request of 2,000,000 empty topic names is
 4 MB on the wire and 2M Python objects (over a second of CPU holding the GIL, ~170 MB); a frame at
-socket.request.max.bytes would take half a minute and gigabytes. No client needs that. Every API
-but Produce carries names, ids and offsets only, and real clients' requests of them stay far
-below ``MAX_SMALL_FRAME_BYTES`` (a Metadata request naming 10,000 topics is ~300 KB), so a larger
-one is refused unread. A Produce request is large because of its record bytes, which decode to
-one bytes object per partition; what amplifies is its count of entries, so a walk over its
-array lengths (skipping strings and records by their lengths, without copying) refuses one that
-names more partitions than the broker may hold (``max.broker.partitions``), before decoding.
-Every other request is walked over its schema (kio's classes say each field's wire type) before
-kio reads it: an array, string or bytes length larger than what is left of the frame is refused
-there. kio's reader trusts such lengths and reserves memory for them up front: one mutated frame
+socket.request.max.bytes would take half a minute and gigabytes. No client needs that. Most APIs
+carry names, ids and offsets only, and real clients' requests of them stay far below
+``MAX_SMALL_FRAME_BYTES`` (a Metadata request naming 10,000 topics is ~300 KB), so a larger one
+is refused unread; Produce (record bytes) and JoinGroup, SyncGroup and OffsetCommit (opaque
+member metadata, assignments and committed metadata, over a megabyte in large groups) may go up
+to socket.request.max.bytes (``LARGE_FRAME_APIS``). What amplifies is a request's count of
+entries, and every entry also costs the event loop a translation, a handler call and an answer
+to encode: so a walk over its array lengths (skipping strings and records by their lengths,
+without copying) refuses, before decoding, a Produce request that names more partitions than
+the broker may hold (``max.broker.partitions``), and any other request holding more entries
+than its API's budget (:func:`entry_budget`: twice max.broker.partitions for the APIs naming
+topics and partitions, ``MAX_GROUP_ENTRIES`` for the group APIs). Every request but Produce is
+walked over its schema (kio's classes say each field's wire type) before kio reads it: an
+array, string or bytes length larger than what is left of the frame is refused there too. kio's reader trusts such lengths and reserves memory for them up front: one mutated frame
 claiming an array of billions of entries made it ask for 99 GB and abort the broker process.
 Pure and sans-IO: the connection calls :func:`check_request` on each frame.
 """
@@ -27,11 +31,24 @@ from kio.serial._introspect import EntityField, EntityTupleField, classify_field
 from .requests import MalformedRequest
 from .schema import UnknownSchema, request_class
 
-__all__ = ["MAX_SMALL_FRAME_BYTES", "RequestTooLarge", "check_request"]
+__all__ = ["LARGE_FRAME_APIS", "MAX_GROUP_ENTRIES", "MAX_SMALL_FRAME_BYTES", "RequestTooLarge", "check_request",
+           "entry_budget"]
 
-#: The largest frame of any API but Produce.
+#: The largest frame of any API but those of ``LARGE_FRAME_APIS``.
 MAX_SMALL_FRAME_BYTES = 1 << 20
 PRODUCE = 0
+#: APIs whose frames may be as large as socket.request.max.bytes (the frame decoder's bound):
+#: Produce's record bytes, and the opaque bytes the group APIs carry, which legitimately exceed a
+#: megabyte in large groups (JoinGroup's member metadata, SyncGroup's assignments, OffsetCommit's
+#: committed metadata). What they amplify into is bounded by their entry counts, as any API's.
+LARGE_FRAME_APIS = frozenset({PRODUCE, 8, 11, 14})  # Produce, OffsetCommit, JoinGroup, SyncGroup
+#: The group APIs, whose arrays are group ids, coordinator keys, members and protocols.
+GROUP_APIS = frozenset({10, 11, 12, 13, 14, 15, 16, 42})
+#: The entries (every array's, nested ones too) a request of a group API may hold: FindCoordinator
+#: keys, DescribeGroups and DeleteGroups ids, a JoinGroup's protocols, a SyncGroup's or
+#: LeaveGroup's members. Ten thousand groups or members is far more than one request of a real
+#: client names; each costs the event loop a translation and a coordinator call.
+MAX_GROUP_ENTRIES = 10_000
 #: The first flexible (compact, tagged) version of Produce, and of its request header (v2).
 PRODUCE_FLEXIBLE = 9
 
@@ -44,13 +61,14 @@ class RequestTooLarge(MalformedRequest):
 
 
 def check_request(frame: bytes | bytearray | memoryview, max_partitions: int,
-                  served: dict[int, tuple[int, int]] | None = None) -> None:
-    """Raise RequestTooLarge if ``frame`` exceeds what its API may hold; MalformedRequest if the
+                  served: dict[int, tuple[int, int]] | None = None) -> int:
+    """The entries ``frame`` holds (every array's, counted by the walk; 0 where it is left to the
+    decoder): what translating it will cost. Raise RequestTooLarge if ``frame`` exceeds what its API may hold; MalformedRequest if the
     walk finds it cut short or a length beyond its end (both naming the request's header).
     Frames too short to name their API, and APIs or versions outside ``served`` (None: any kio
     knows), are left to the decoder."""
     try:
-        _check(frame, max_partitions, served)
+        return _check(frame, max_partitions, served)
     except MalformedRequest as exc:
         if len(frame) >= 8:
             exc.api_key, exc.version, exc.correlation_id = struct.unpack_from(">hhi", frame)
@@ -58,41 +76,66 @@ def check_request(frame: bytes | bytearray | memoryview, max_partitions: int,
 
 
 def _check(frame: bytes | bytearray | memoryview, max_partitions: int,
-           served: dict[int, tuple[int, int]] | None) -> None:
+           served: dict[int, tuple[int, int]] | None) -> int:
     if len(frame) < 4:
-        return
+        return 0
     api_key, version = struct.unpack_from(">hh", frame)
     if api_key != PRODUCE:
-        if len(frame) > MAX_SMALL_FRAME_BYTES:
+        if api_key not in LARGE_FRAME_APIS and len(frame) > MAX_SMALL_FRAME_BYTES:
             raise RequestTooLarge(f"a request of api_key {api_key} of {len(frame)} bytes is over the "
                                   f"{MAX_SMALL_FRAME_BYTES} bytes any such request needs", api_key, version)
         versions = served.get(api_key) if served is not None else (version, version)
         if versions is None or not versions[0] <= version <= versions[1]:
-            return
+            return 0
         try:
             cls = request_class(api_key, version)
         except UnknownSchema:
-            return
+            return 0
         walk = _Walk(memoryview(frame), 8, False, api_key)
+        walk.budget, walk.bound = entry_budget(api_key, max_partitions)
         walk.legacy_string()  # client_id: a legacy string in every header version
         if cls.__header_schema__.__flexible__:
             walk.flexible = True
             walk.tagged_fields()
         walk.flexible = cls.__flexible__
         walk.entity(cls)
-        return
+        return walk.entries
     count = _produce_entries(memoryview(frame), version >= PRODUCE_FLEXIBLE, 2 * max_partitions)
     if count > 2 * max_partitions:
         raise RequestTooLarge(f"a produce request naming more than {max_partitions} partitions "
                               f"(max.broker.partitions)", api_key, version)
+    return count
+
+
+def entry_budget(api_key: int, max_partitions: int) -> tuple[int, str]:
+    """(the entries a request of ``api_key`` may hold, counting every array's entries, nested
+    ones too; what that bound is). The APIs naming topics and partitions (Fetch, ListOffsets,
+    Metadata, OffsetCommit, OffsetFetch, DeleteRecords, the admin APIs...) get Produce's budget:
+    two entries per partition the broker may hold (a topic and a partition each); the group APIs
+    ``MAX_GROUP_ENTRIES``. Every entry costs the event loop a translation, a handler call or an
+    answer to encode: the budget bounds how long one request may take."""
+    if api_key in GROUP_APIS:
+        return MAX_GROUP_ENTRIES, f"{MAX_GROUP_ENTRIES} entries (groups, keys or members) per request"
+    return 2 * max_partitions, f"{2 * max_partitions} entries (topics and partitions), twice max.broker.partitions"
 
 
 class _Walk:
-    __slots__ = ("data", "at", "flexible", "api_key", "end")
+    __slots__ = ("data", "at", "flexible", "api_key", "end", "entries", "budget", "bound")
 
     def __init__(self, data: memoryview, at: int, flexible: bool, api_key: int = PRODUCE):
         self.data, self.at, self.flexible, self.api_key = data, at, flexible, api_key
         self.end = len(data)
+        self.entries = 0
+        self.budget = 1 << 62
+        self.bound = ""
+
+    def entries_of(self, nullable: bool) -> int:
+        """An array's length (as array_length), counted against the request's entry budget."""
+        n = self.array_length(nullable)
+        self.entries += n
+        if self.entries > self.budget:
+            raise RequestTooLarge(f"a request of api_key {self.api_key} holding more than {self.bound}", self.api_key)
+        return n
 
     def _need(self, n: int) -> None:
         if n < 0 or self.at + n > self.end:
@@ -166,7 +209,7 @@ class _Walk:
         fields, tagged = _plan(cls)
         for kind, arg, array, nullable in fields:
             if array:
-                for _ in range(self.array_length(nullable)):
+                for _ in range(self.entries_of(nullable)):
                     self.value(kind, arg, False)
             else:
                 self.value(kind, arg, nullable)
@@ -182,7 +225,7 @@ class _Walk:
                 end, self.end = self.end, self.at + size  # a known tag is read by kio: walk it too
                 kind, arg, array, nullable = known
                 if array:
-                    for _ in range(self.array_length(nullable)):
+                    for _ in range(self.entries_of(nullable)):
                         self.value(kind, arg, False)
                 else:
                     self.value(kind, arg, nullable)

@@ -152,7 +152,9 @@ def test_describe_groups_every_version(version):
         group_id="g", group_state="Stable", protocol_type="consumer", protocol_data="range", members=(
             m.DescribedGroupMember(member_id="a", client_id="c", client_host="/127.0.0.1", member_metadata=b"M",
                                    member_assignment=b"A"),)),))
-    decoded = _decoded(request, group_apis.describe_groups_to_kafka(answer, request, CTX))
+    assert group_apis.describe_groups_to_internal(request, CTX) == [
+        m.DescribeGroupsRequest(id=request.correlation_id, client_id=request.client_id, groups=("g",))]
+    decoded = _decoded(request, group_apis.describe_groups_to_kafka([answer], request, CTX))
     (group,) = decoded.groups
     assert (group.group_id, group.group_state, group.protocol_data) == ("g", "Stable", "range")
     assert [(p.member_id, p.client_host, p.member_assignment) for p in group.members] == [("a", "/127.0.0.1", b"A")]

@@ -117,3 +117,21 @@ def test_a_kafka_client_on_the_msgpack_port_is_pointed_at_the_kafka_listener(kaf
         assert _closed(sock)
     wait_for(lambda: any(e.get("protocol") == "kafka" and bootstrap in e.get("hint", "")
                          for e in _warnings(kafka_broker, "wrong_protocol")), 10, "the hint naming the Kafka port")
+
+
+def test_an_http_client_on_the_kafka_port_is_told_this_is_the_kafka_listener(kafka_broker, bootstrap):
+    with connect(bootstrap) as sock:
+        sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert _closed(sock)
+    with connect(bootstrap) as sock:
+        sock.sendall(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + b"\x00" * 64)  # a TLS ClientHello
+        assert _closed(sock)
+
+    def hints():
+        return {e.get("protocol"): e.get("hint", "") for e in kafka_broker.events() if e.get("event") == "wrong_protocol"
+                and e.get("peer", "").startswith("127.0.0.1") and e.get("protocol") in ("http", "tls")}
+
+    wait_for(lambda: len(hints()) == 2, 10, "both wrong-protocol WARNINGs")
+    for hint in hints().values():
+        assert "Kafka-protocol listener" in hint and "msgpack" not in hint
+    assert "not HTTP" in hints()["http"] and "not TLS" in hints()["tls"]

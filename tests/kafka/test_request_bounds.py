@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from triolog.protocol.kafka.request_bounds import MAX_SMALL_FRAME_BYTES, RequestTooLarge, check_request
+from triolog.protocol.kafka.request_bounds import MAX_GROUP_ENTRIES, MAX_SMALL_FRAME_BYTES, RequestTooLarge, check_request
 from triolog.protocol.kafka.requests import MalformedRequest
 from triolog.protocol.kafka.schema import build, request_class
 from triolog.protocol.kafka.served import SERVED_VERSIONS
@@ -136,3 +136,62 @@ def test_every_served_request_built_by_kio_passes_the_walk(api_key):
         check_request(frame, max_partitions=10_000, served=SERVED_VERSIONS)
         with pytest.raises(MalformedRequest):  # and the same cut short by a byte is refused
             check_request(frame[:-1], max_partitions=10_000, served=SERVED_VERSIONS)
+
+
+def _frame(api_key: int, version: int, values: dict) -> bytes:
+    return encode_request(api_key, version, 1, build(request_class(api_key, version), values))[4:]
+
+
+#: Requests of the APIs naming topics and partitions, of one topic and ``n`` partitions.
+_PARTITION_REQUESTS = {
+    "Fetch": lambda n: _frame(1, 12, {"topics": [{"topic": "t", "partitions": [
+        {"partition": i} for i in range(n)]}]}),
+    "ListOffsets": lambda n: _frame(2, 7, {"topics": [{"name": "t", "partitions": [
+        {"partition_index": i, "timestamp": -1} for i in range(n)]}]}),
+    "OffsetCommit": lambda n: _frame(8, 8, {"group_id": "g", "topics": [{"name": "t", "partitions": [
+        {"partition_index": i, "committed_offset": 1} for i in range(n)]}]}),
+    "OffsetFetch": lambda n: _frame(9, 8, {"groups": [{"group_id": "g", "topics": [
+        {"name": "t", "partition_indexes": list(range(n))}]}]}),
+    "DeleteRecords": lambda n: _frame(21, 2, {"topics": [{"name": "t", "partitions": [
+        {"partition_index": i, "offset": 1} for i in range(n)]}]}),
+}
+
+
+@pytest.mark.parametrize("api", sorted(_PARTITION_REQUESTS))
+def test_requests_naming_partitions_are_bounded_by_twice_max_broker_partitions(api):
+    # Each entry costs the event loop a translation, a handler call and an answer to encode:
+    # 55,000 ListOffsets partitions held it 0.7 s, 30,000 Fetch partitions 1.4 s.
+    make = _PARTITION_REQUESTS[api]
+    groups = 1 if api == "OffsetFetch" else 0  # its group is an entry too
+    check_request(make(2 * 1000 - 1 - groups), max_partitions=1000, served=SERVED_VERSIONS)
+    with pytest.raises(RequestTooLarge, match="max.broker.partitions"):
+        check_request(make(2 * 1000 - groups), max_partitions=1000, served=SERVED_VERSIONS)
+
+
+@pytest.mark.parametrize("api_key, version, field", [(10, 4, "coordinator_keys"), (15, 5, "groups"),
+                                                     (42, 2, "groups_names")])
+def test_requests_naming_groups_are_bounded_by_max_group_entries(api_key, version, field):
+    # FindCoordinator v4 of 190,000 keys held the event loop 6 s, DescribeGroups of 130,000 groups 8 s.
+    names = [f"g{i}" for i in range(MAX_GROUP_ENTRIES + 1)]
+    check_request(_frame(api_key, version, {field: names[:-1]}), max_partitions=10, served=SERVED_VERSIONS)
+    started = time.perf_counter()
+    with pytest.raises(RequestTooLarge, match=f"{MAX_GROUP_ENTRIES} entries"):
+        check_request(_frame(api_key, version, {field: names}), max_partitions=10, served=SERVED_VERSIONS)
+    assert time.perf_counter() - started < 0.5
+
+
+def test_the_group_apis_carrying_opaque_bytes_may_exceed_a_megabyte():
+    # A large group's member metadata, assignments and committed metadata legitimately exceed
+    # 1 MiB: JoinGroup, SyncGroup and OffsetCommit go up to socket.request.max.bytes.
+    blob = b"m" * (2 * MAX_SMALL_FRAME_BYTES)
+    for frame in (
+            _frame(11, 9, {"group_id": "g", "member_id": "", "protocol_type": "consumer",
+                           "protocols": [{"name": "range", "metadata": blob}]}),
+            _frame(14, 5, {"group_id": "g", "generation_id": 1, "member_id": "m",
+                           "assignments": [{"member_id": "m", "assignment": blob}]}),
+            _frame(8, 8, {"group_id": "g", "topics": [{"name": "t", "partitions": [
+                {"partition_index": 0, "committed_offset": 1, "committed_metadata": "x" * len(blob)}]}]})):
+        check_request(frame, max_partitions=10, served=SERVED_VERSIONS)
+    with pytest.raises(RequestTooLarge, match="bytes any such request needs"):  # others still may not
+        check_request(_frame(15, 5, {"groups": ["g" * (2 * MAX_SMALL_FRAME_BYTES // 3)] * 3}), max_partitions=10,
+                      served=SERVED_VERSIONS)
