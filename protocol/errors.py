@@ -195,3 +195,17 @@ class InvalidProducerEpochError(TriologError):
 
 class UnknownProducerIdError(TriologError):
     code = ErrorCode.UNKNOWN_PRODUCER_ID
+
+
+class TopicAuthorizationFailedError(TriologError):
+    """The principal may not do this to the topic (Kafka's ACLs)."""
+
+    code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+
+
+class GroupAuthorizationFailedError(TriologError):
+    code = ErrorCode.GROUP_AUTHORIZATION_FAILED
+
+
+class ClusterAuthorizationFailedError(TriologError):
+    code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED

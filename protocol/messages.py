@@ -102,6 +102,11 @@ SUPPORTED_APIS: dict[str, tuple[int, int]] = {
         "delete_groups",
         "sasl_handshake",
         "sasl_authenticate",
+        "create_acls",
+        "describe_acls",
+        "delete_acls",
+        "describe_user_scram_credentials",
+        "alter_user_scram_credentials",
     )
 }
 
@@ -1057,6 +1062,174 @@ class SaslAuthenticateResponse(Response):
     session_lifetime_ms: Int64 = 0
 
 
+# -- ACLs (Kafka's CreateAcls, DescribeAcls, DeleteAcls) ------------------------------------------
+
+#: Kafka's names of its ACL enums, as its tools print them; ANY (and MATCH) only in filters.
+AclResourceType = Annotated[str, OneOf("ANY", "TOPIC", "GROUP", "CLUSTER", "TRANSACTIONAL_ID")]
+AclPatternType = Annotated[str, OneOf("ANY", "MATCH", "LITERAL", "PREFIXED")]
+AclOperationName = Annotated[str, OneOf("ANY", "ALL", "READ", "WRITE", "CREATE", "DELETE", "ALTER", "DESCRIBE",
+                                        "CLUSTER_ACTION", "DESCRIBE_CONFIGS", "ALTER_CONFIGS", "IDEMPOTENT_WRITE")]
+AclPermission = Annotated[str, OneOf("ANY", "DENY", "ALLOW")]
+
+
+@dataclass(frozen=True, kw_only=True)
+class AclEntry:
+    """One ACL: who (principal, host) may or may not (permission_type) do what (operation) to
+    which resources (resource_type, resource_name, pattern_type)."""
+
+    resource_type: AclResourceType
+    resource_name: str
+    pattern_type: AclPatternType = "LITERAL"
+    principal: str
+    host: str = "*"
+    operation: AclOperationName
+    permission_type: AclPermission
+
+
+@dataclass(frozen=True, kw_only=True)
+class AclFilter:
+    """Selects ACLs: every field that is ANY or nil matches anything."""
+
+    resource_type: AclResourceType = "ANY"
+    resource_name: str | None = None
+    pattern_type: AclPatternType = "ANY"
+    principal: str | None = None
+    host: str | None = None
+    operation: AclOperationName = "ANY"
+    permission_type: AclPermission = "ANY"
+
+
+@dataclass(frozen=True, kw_only=True)
+class CreateAclsRequest(Request):
+    api: ClassVar[str] = "create_acls"
+    creations: tuple[AclEntry, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class AclResult:
+    error_code: ErrorCodeValue = ErrorCode.NONE
+    error_message: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class CreateAclsResponse(Response):
+    api: ClassVar[str] = "create_acls"
+    #: One per creation, in the request's order.
+    results: tuple[AclResult, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class DescribeAclsRequest(Request):
+    """The ACLs one filter selects (the filter's fields inline, as Kafka's DescribeAcls)."""
+
+    api: ClassVar[str] = "describe_acls"
+    resource_type: AclResourceType = "ANY"
+    resource_name: str | None = None
+    pattern_type: AclPatternType = "ANY"
+    principal: str | None = None
+    host: str | None = None
+    operation: AclOperationName = "ANY"
+    permission_type: AclPermission = "ANY"
+
+
+@dataclass(frozen=True, kw_only=True)
+class DescribeAclsResponse(Response):
+    api: ClassVar[str] = "describe_acls"
+    acls: tuple[AclEntry, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeleteAclsRequest(Request):
+    api: ClassVar[str] = "delete_acls"
+    filters: tuple[AclFilter, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeleteAclsFilterResult:
+    error_code: ErrorCodeValue = ErrorCode.NONE
+    error_message: str | None = None
+    #: The ACLs this filter deleted.
+    matching_acls: tuple[AclEntry, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeleteAclsResponse(Response):
+    api: ClassVar[str] = "delete_acls"
+    #: One per filter, in the request's order.
+    filter_results: tuple[DeleteAclsFilterResult, ...] = ()
+
+
+# -- SCRAM users (Kafka's DescribeUserScramCredentials, AlterUserScramCredentials) ---------------
+
+ScramMechanismName = Annotated[str, OneOf("SCRAM-SHA-256", "SCRAM-SHA-512")]
+
+
+@dataclass(frozen=True, kw_only=True)
+class DescribeUserScramCredentialsRequest(Request):
+    api: ClassVar[str] = "describe_user_scram_credentials"
+    #: nil = every user.
+    users: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class CredentialInfo:
+    mechanism: ScramMechanismName
+    iterations: Int32
+
+
+@dataclass(frozen=True, kw_only=True)
+class UserScramCredentials:
+    user: str
+    error_code: ErrorCodeValue = ErrorCode.NONE
+    error_message: str | None = None
+    credential_infos: tuple[CredentialInfo, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class DescribeUserScramCredentialsResponse(Response):
+    api: ClassVar[str] = "describe_user_scram_credentials"
+    results: tuple[UserScramCredentials, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScramCredentialDeletion:
+    name: str
+    mechanism: ScramMechanismName
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScramCredentialUpsertion:
+    """A credential as Kafka's AlterUserScramCredentials carries it: the client salts and hashes
+    the password (PBKDF2 with ``iterations``), so the password itself never travels."""
+
+    name: str
+    mechanism: ScramMechanismName
+    iterations: Int32
+    salt: bytes
+    salted_password: bytes
+
+
+@dataclass(frozen=True, kw_only=True)
+class AlterUserScramCredentialsRequest(Request):
+    api: ClassVar[str] = "alter_user_scram_credentials"
+    deletions: tuple[ScramCredentialDeletion, ...] = ()
+    upsertions: tuple[ScramCredentialUpsertion, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class AlterUserScramCredentialsResult:
+    user: str
+    error_code: ErrorCodeValue = ErrorCode.NONE
+    error_message: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class AlterUserScramCredentialsResponse(Response):
+    api: ClassVar[str] = "alter_user_scram_credentials"
+    #: One per user named in the request.
+    results: tuple[AlterUserScramCredentialsResult, ...] = ()
+
+
 REQUEST_TYPES: dict[str, type[Request]] = {
     cls.api: cls
     for cls in (
@@ -1085,6 +1258,11 @@ REQUEST_TYPES: dict[str, type[Request]] = {
         DeleteGroupsRequest,
         SaslHandshakeRequest,
         SaslAuthenticateRequest,
+        CreateAclsRequest,
+        DescribeAclsRequest,
+        DeleteAclsRequest,
+        DescribeUserScramCredentialsRequest,
+        AlterUserScramCredentialsRequest,
     )
 }
 RESPONSE_TYPES: dict[str, type[Response]] = {
@@ -1115,6 +1293,11 @@ RESPONSE_TYPES: dict[str, type[Response]] = {
         DeleteGroupsResponse,
         SaslHandshakeResponse,
         SaslAuthenticateResponse,
+        CreateAclsResponse,
+        DescribeAclsResponse,
+        DeleteAclsResponse,
+        DescribeUserScramCredentialsResponse,
+        AlterUserScramCredentialsResponse,
     )
 }
 assert REQUEST_TYPES.keys() == RESPONSE_TYPES.keys() == SUPPORTED_APIS.keys()

@@ -27,6 +27,7 @@ from triolog.broker.storage.clock import SYSTEM_CLOCK, Clock
 from triolog.broker.storage.log import Log
 from triolog.broker.storage.log_manager import LogManager
 from triolog.broker.storage.topics import TopicManager
+from triolog.broker.security.acl_store import AclStore
 from triolog.broker.security.sasl import SaslServerSession, offered_mechanisms
 from triolog.broker.security.scram import CredentialStore
 from triolog.broker.security.tls import TlsConfigError, server_context
@@ -36,6 +37,7 @@ from triolog.protocol.kafka.apis import KafkaContext
 
 from triolog.protocol.request_limits import RequestLimits
 
+from .authorization import CLIENT_IP, RequestAuthorizer
 from .connection import ClientConnection, WrongProtocolLog, wrong_protocol_hints
 from .group_commit import GroupCommitter
 from .group_handlers import CLIENT_HOST, GroupService
@@ -147,6 +149,9 @@ class BrokerServer:
         self.ssl_context = None
         #: SCRAM credentials (triolog-users.json in the first log dir), loaded with the storage.
         self.credentials: CredentialStore | None = None
+        #: ACLs (triolog-acls.json in the first log dir), loaded with the storage; enforced when
+        #: authorizer.class.name is set.
+        self.acls: AclStore | None = None
 
     def shutdown(self) -> None:
         self._shutdown.set()
@@ -174,6 +179,8 @@ class BrokerServer:
                                               self.notifier, self.limiter, on_roll=self._on_roll,
                                               workers=self.workers)
                 self.handler.producer_ids = self.producer_ids
+                self.handler.authz = RequestAuthorizer(self.acls if self.config.authorizer_enabled else None)
+                self.handler.acl_store, self.handler.credentials = self.acls, self.credentials
                 await nursery.start(self.committer.run)
                 # The group coordinator: loads __consumer_offsets (if it exists) while serving.
                 self.groups = GroupService(self.config, self.topics, self.committer, self.notifier, self.workers,
@@ -262,7 +269,12 @@ class BrokerServer:
     def _start_storage(self) -> None:
         self.topics.load()
         self.log_manager.startup()
-        self.credentials = CredentialStore(self.log_manager.log_dirs[0].path, self.log_manager.fs)
+        first_dir = self.log_manager.log_dirs[0].path
+        self.credentials = CredentialStore(first_dir, self.log_manager.fs)
+        # Loaded whether or not an authorizer is on, so that a corrupt file is found at startup and
+        # ACLs can be managed before the authorizer is turned on (as Kafka's metadata keeps them).
+        self.acls = AclStore(first_dir, self.log_manager.fs, super_users=self.config.super_users,
+                             allow_everyone_if_no_acl_found=self.config.allow_everyone_if_no_acl_found)
         self.topics.adopt_loaded_partitions()
         # Ids found in the logs count as handed out, even if the block file was lost: they are
         # accepted from their producers and never handed out again.
@@ -359,6 +371,7 @@ class BrokerServer:
             connection = ClientConnection(transport, self.handler, **options)
         self._per_ip[host] = self._per_ip.get(host, 0) + 1
         CLIENT_HOST.set(f"/{host}")  # this connection's task: a joining member's client_host (Kafka's form)
+        CLIENT_IP.set(host)  # the host ACLs are checked against
         self.metrics.server.connection_opened()
         # Opening and closing are routine (every CLI call, every client): DEBUG, one event each.
         logger.debug("connection_opened", peer=peer)

@@ -70,6 +70,7 @@ from triolog.protocol.frames import (
 )
 from triolog.protocol.request_limits import RequestLimits, count_objects
 
+from .authorization import ANONYMOUS, PRINCIPAL
 from .handlers import EncodedResponse, FetchResult, RequestHandler
 from .memory_pool import RequestMemoryPool
 
@@ -298,6 +299,7 @@ class ClientConnection:
             return False
         self.tls_established = True
         self.principal = certificate_principal(self.stream.getpeercert()) or ANONYMOUS
+        PRINCIPAL.set(self.principal)  # this connection's task: what the handlers authorize
         return True
 
     def _release(self) -> None:
@@ -539,6 +541,7 @@ class ClientConnection:
                 return m.SaslAuthenticateResponse(id=request.id, error_code=exc.code, error_message=str(exc)), False
             if session.authenticated:
                 self.principal = session.principal
+                PRINCIPAL.set(self.principal)
                 self.decoder.max_frame_bytes = self.max_frame_bytes
                 logger.debug("authenticated", peer=self.peer, principal=session.principal, mechanism=session.mechanism)
                 if self.stats is not None:
@@ -692,8 +695,6 @@ TLS_SEND_BYTES = 256 * 1024
 _TLS_HANDSHAKE_RECORD = 0x16
 #: The SASL exchange's own APIs (answered by the connection, not the handler).
 _SASL_APIS = frozenset({"sasl_handshake", "sasl_authenticate"})
-#: Kafka's principal of a client that has not authenticated.
-ANONYMOUS = "User:ANONYMOUS"
 
 #: Linux's TCP_CORK (None elsewhere): hold partial segments until uncorked.
 _TCP_CORK = getattr(socket, "TCP_CORK", None)

@@ -22,6 +22,7 @@ GroupService owns the coordinator's contact with the rest of the broker:
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import time
 
 import structlog
@@ -42,6 +43,8 @@ from triolog.broker.coordinator.group.group_metadata_manager import (
 from triolog.protocol import messages as m
 from triolog.protocol.errors import ErrorCode, TriologError
 from triolog.protocol.records import build_batch
+
+from .authorization import PRINCIPAL, Op
 
 logger = structlog.get_logger("triolog.server")
 
@@ -273,6 +276,11 @@ async def _parked(start):
     return box[0]
 
 
+def _denied_group(operation: Op, group_id: str) -> dict:
+    return {"error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED,
+            "error_message": f"{PRINCIPAL.get()} is not authorized to {operation.name.lower()} group {group_id!r}"}
+
+
 def _fields(error) -> dict:
     if error is None:
         return {}
@@ -299,6 +307,8 @@ class GroupHandlers:
             return m.FindCoordinatorResponse(id=request.id, error_code=ErrorCode.INVALID_REQUEST,
                                              error_message="this broker has no transaction coordinator "
                                                            "(key_type 1); only consumer groups (key_type 0)")
+        if not self.authz.group(Op.DESCRIBE, request.key):
+            return m.FindCoordinatorResponse(id=request.id, **_denied_group(Op.DESCRIBE, request.key))
         coordinator = await self._coordinator()
         if coordinator is None or not coordinator.active:
             return m.FindCoordinatorResponse(id=request.id, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
@@ -307,6 +317,9 @@ class GroupHandlers:
                                          port=self.advertised_port)
 
     async def _join_group(self, request: m.JoinGroupRequest) -> m.Response:
+        if not self.authz.group(Op.READ, request.group_id):
+            return m.JoinGroupResponse(id=request.id, member_id=request.member_id,
+                                       **_denied_group(Op.READ, request.group_id))
         coordinator = await self._coordinator()
         if coordinator is None:
             return m.JoinGroupResponse(id=request.id, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
@@ -324,6 +337,8 @@ class GroupHandlers:
                           for mid, iid, meta in result.members))
 
     async def _sync_group(self, request: m.SyncGroupRequest) -> m.Response:
+        if not self.authz.group(Op.READ, request.group_id):
+            return m.SyncGroupResponse(id=request.id, **_denied_group(Op.READ, request.group_id))
         coordinator = await self._coordinator()
         if coordinator is None:
             return m.SyncGroupResponse(id=request.id, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
@@ -337,6 +352,8 @@ class GroupHandlers:
                                    assignment=result.assignment)
 
     async def _heartbeat(self, request: m.HeartbeatRequest) -> m.Response:
+        if not self.authz.group(Op.READ, request.group_id):
+            return m.HeartbeatResponse(id=request.id, **_denied_group(Op.READ, request.group_id))
         coordinator = await self._coordinator()
         if coordinator is None:
             return m.HeartbeatResponse(id=request.id, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
@@ -345,6 +362,8 @@ class GroupHandlers:
         return m.HeartbeatResponse(id=request.id, **_fields(error))
 
     async def _leave_group(self, request: m.LeaveGroupRequest) -> m.Response:
+        if not self.authz.group(Op.READ, request.group_id):
+            return m.LeaveGroupResponse(id=request.id, **_denied_group(Op.READ, request.group_id))
         coordinator = await self._coordinator()
         if coordinator is None:
             return m.LeaveGroupResponse(id=request.id, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
@@ -356,6 +375,12 @@ class GroupHandlers:
 
     async def _offset_commit(self, request: m.OffsetCommitRequest) -> m.Response:
         started = time.perf_counter()
+        if not self.authz.group(Op.READ, request.group_id):  # every partition gets the group's error
+            denied = _denied_group(Op.READ, request.group_id)
+            return m.OffsetCommitResponse(id=request.id, topics=tuple(
+                m.OffsetCommitTopicResult(name=t.name, partitions=tuple(
+                    m.OffsetCommitPartitionResult(partition=p.partition, **denied) for p in t.partitions))
+                for t in request.topics))
         coordinator = await self._coordinator()
         if coordinator is None:
             # Group-level errors go to every partition, as Kafka's OffsetCommit answers them.
@@ -369,8 +394,13 @@ class GroupHandlers:
         commits = []
         for t in request.topics:
             topic = self.topics.get(t.name)
+            readable = self.authz.topic(Op.READ, t.name)
             for p in t.partitions:
-                if topic is None or not 0 <= p.partition < topic.num_partitions:
+                if not readable:
+                    unknown[(t.name, p.partition)] = (
+                        ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                        f"{PRINCIPAL.get()} is not authorized to read topic {t.name!r}")
+                elif topic is None or not 0 <= p.partition < topic.num_partitions:
                     unknown[(t.name, p.partition)] = (
                         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                         f"topic {t.name!r} partition {p.partition} does not exist: no offset is committed for it")
@@ -390,6 +420,9 @@ class GroupHandlers:
         return m.OffsetCommitResponse(id=request.id, topics=topics)
 
     async def _offset_fetch(self, request: m.OffsetFetchRequest) -> m.Response:
+        authz = self.authz
+        if not authz.group(Op.DESCRIBE, request.group_id):
+            return m.OffsetFetchResponse(id=request.id, **_denied_group(Op.DESCRIBE, request.group_id))
         coordinator = await self._coordinator()
         if coordinator is None:
             return m.OffsetFetchResponse(id=request.id, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
@@ -401,7 +434,16 @@ class GroupHandlers:
         if error is not None:
             return m.OffsetFetchResponse(id=request.id, **_fields(error))
         by_topic: dict[str, list[m.OffsetFetchPartitionResult]] = {}
+        describable: dict[str, bool] = {}
         for topic, partition, entry in rows:
+            if topic not in describable:  # all of a group's offsets: only the topics it may describe
+                describable[topic] = authz.topic(Op.DESCRIBE, topic, log=request.topics is not None)
+            if not describable[topic]:
+                if request.topics is not None:
+                    by_topic.setdefault(topic, []).append(m.OffsetFetchPartitionResult(
+                        partition=partition, metadata="", error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                        error_message=f"{PRINCIPAL.get()} is not authorized to describe topic {topic!r}"))
+                continue
             by_topic.setdefault(topic, []).append(
                 m.OffsetFetchPartitionResult(partition=partition, metadata="")
                 if entry is None else
@@ -418,6 +460,8 @@ class GroupHandlers:
                                             error_message=_NOT_AVAILABLE)
             return m.ListGroupsResponse(id=request.id)  # no __consumer_offsets yet: no groups
         error, groups = coordinator.handle_list_groups(set(request.states_filter))
+        if not self.authz.cluster(Op.DESCRIBE):  # else only the groups the principal may describe
+            groups = [g for g in groups if self.authz.group(Op.DESCRIBE, g[0], log=False)]
         return m.ListGroupsResponse(id=request.id, groups=tuple(
             m.ListedGroup(group_id=g, protocol_type=t, group_state=s) for g, t, s in groups), **_fields(error))
 
@@ -425,6 +469,9 @@ class GroupHandlers:
         coordinator = await self._coordinator(create=False)
         out = []
         for group_id in request.groups:
+            if not self.authz.group(Op.DESCRIBE, group_id):
+                out.append(m.DescribedGroup(group_id=group_id, **_denied_group(Op.DESCRIBE, group_id)))
+                continue
             if coordinator is None:
                 if self.group_service is None:
                     out.append(m.DescribedGroup(group_id=group_id, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
@@ -443,6 +490,14 @@ class GroupHandlers:
         return m.DescribeGroupsResponse(id=request.id, groups=tuple(out))
 
     async def _delete_groups(self, request: m.DeleteGroupsRequest) -> m.Response:
+        denied = {g: _denied_group(Op.DELETE, g) for g in request.groups_names if not self.authz.group(Op.DELETE, g)}
+        if denied:
+            allowed = tuple(g for g in request.groups_names if g not in denied)
+            answer = await self._delete_groups(dataclasses.replace(request, groups_names=allowed)) if allowed else None
+            results = {r.group_id: r for r in (answer.results if answer is not None else ())}
+            return m.DeleteGroupsResponse(id=request.id, results=tuple(
+                results[g] if g in results else m.DeletableGroupResult(group_id=g, **denied[g])
+                for g in request.groups_names))
         coordinator = await self._coordinator(create=False)
         if coordinator is None:
             code = ErrorCode.COORDINATOR_NOT_AVAILABLE if self.group_service is None else ErrorCode.GROUP_ID_NOT_FOUND

@@ -51,14 +51,17 @@ from triolog.protocol.errors import (
     PolicyViolationError,
     RequestTimedOutError,
     StorageError,
+    TopicAuthorizationFailedError,
     TriologError,
     UnknownTopicOrPartitionError,
 )
 
+from .authorization import PRINCIPAL, Op, RequestAuthorizer
 from .group_commit import GroupCommitter
 from .group_handlers import GroupHandlers
 from .notifier import AppendNotifier
 from .producer_handlers import ProducerIdHandlers
+from .security_handlers import SecurityHandlers
 
 logger = structlog.get_logger("triolog.server")
 
@@ -431,7 +434,7 @@ class FetchResult:
         self.regions = []
 
 
-class RequestHandler(ProducerIdHandlers, GroupHandlers):
+class RequestHandler(ProducerIdHandlers, GroupHandlers, SecurityHandlers):
     def __init__(self, config: BrokerConfig, log_manager: LogManager, topics: TopicManager,
                  committer: GroupCommitter, notifier: AppendNotifier, limiter: trio.CapacityLimiter,
                  on_roll: Callable[[Log, str], None] | None = None, workers: WorkerThreads | None = None):
@@ -466,6 +469,8 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers):
         self.inline_held = 0
         #: When (``clock``) the last inline attempt held the loop past INLINE_SLOW_S.
         self._last_hold_at = -math.inf
+        #: Kafka's authorization checks (the server gives it the ACLs when an authorizer is on).
+        self.authz = RequestAuthorizer(None)
 
     def close(self) -> None:
         """Release what the handler holds open (the meter's clock file)."""
@@ -560,13 +565,20 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers):
         return EncodedResponse(_API_VERSIONS.payload(request.id))
 
     async def _metadata(self, request: m.MetadataRequest) -> m.Response:
+        authz = self.authz
+
         def work() -> list[m.TopicMetadata]:
-            names = sorted(self.topics.all()) if request.topics is None else list(request.topics)
+            if request.topics is None:  # every topic the principal may describe (others unmentioned)
+                names = [n for n in sorted(self.topics.all()) if authz.topic(Op.DESCRIBE, n, log=False)]
+            else:
+                names = list(request.topics)
             out = []
             for name in names:
                 try:
                     if request.topics is not None:
-                        self._existing_or_auto_created(name, may_create=request.allow_auto_topic_creation)
+                        authz.require_topic(Op.DESCRIBE, name)
+                        self._existing_or_auto_created(
+                            name, may_create=request.allow_auto_topic_creation and authz.may_create_topic(name))
                     topic = self.topics.get(name)
                     if topic is None:
                         raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
@@ -593,6 +605,9 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers):
             out = []
             for new in request.topics:
                 try:
+                    if not self.authz.may_create_topic(new.name):
+                        raise TopicAuthorizationFailedError(
+                            f"{PRINCIPAL.get()} is not authorized to create topic {new.name!r}")
                     with self._create_lock:
                         count, config = self.topics.validate_new_topic(
                             new.name, new.num_partitions, new.replication_factor, new.configs,
@@ -623,6 +638,7 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers):
             for name in request.topics:
                 try:
                     validate_topic_name(name)
+                    self.authz.require_topic(Op.DELETE, name)
                     topic = self.topics.get(name)
                     if topic is not None:
                         gone.extend((name, p) for p in range(topic.num_partitions))
@@ -657,6 +673,7 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers):
             for entry in request.topics:
                 try:
                     validate_topic_name(entry.name)
+                    self.authz.require_topic(Op.ALTER, entry.name)
                     with self._create_lock:
                         topic = self.topics.validate_new_partitions(entry.name, entry.count)
                         self._check_partition_room(entry.name, entry.count - topic.num_partitions)
@@ -716,6 +733,7 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers):
             out = []
             for name in request.brokers:
                 try:
+                    self.authz.require_cluster(Op.DESCRIBE_CONFIGS)
                     out.append(m.DescribeConfigsResult(name=name, configs=self._broker_configs(name)))
                 except Exception as exc:
                     code, message = error_of(exc, broker=name)
@@ -727,6 +745,7 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers):
             for name in request.topics:
                 try:
                     validate_topic_name(name)
+                    self.authz.require_topic(Op.DESCRIBE_CONFIGS, name)
                     topic = self.topics.get(name)
                     if topic is None:
                         raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
@@ -751,6 +770,7 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers):
             for entry in request.topics:
                 try:
                     validate_topic_name(entry.name)
+                    self.authz.require_topic(Op.ALTER_CONFIGS, entry.name)
                     self.topics.alter_configs(entry.name, entry.configs, tuple(entry.delete),
                                               validate_only=request.validate_only, replace=entry.replace,
                                               append=entry.append, subtract=entry.subtract)
@@ -791,6 +811,7 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers):
             rows = done[t][1]
             topic_error = None
             try:
+                self.authz.require_topic(Op.WRITE, topic.name)
                 self._existing_or_auto_created(topic.name, may_create=False)
                 if is_internal(topic.name):
                     raise InvalidTopicError(f"cannot append to internal topic {topic.name}")
@@ -957,6 +978,7 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers):
                 for part in topic.partitions:
                     try:
                         validate_topic_name(topic.name)
+                        self.authz.require_topic(Op.READ, topic.name)
                         log = (self._inline_log(topic.name, part.partition) if inline
                                else self.topics.log(topic.name, part.partition))
                         budget = max(0, min(part.partition_max_bytes, remaining))
@@ -1017,6 +1039,7 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers):
                 for part in topic.partitions:
                     try:
                         validate_topic_name(topic.name)
+                        self.authz.require_topic(Op.DESCRIBE, topic.name)
                         found = self.topics.log(topic.name, part.partition).fetch_offset_by_timestamp(part.timestamp)
                         timestamp, offset = (found.timestamp, found.offset) if found is not None else (-1, -1)
                         partitions.append(m.ListOffsetsPartitionResult(partition=part.partition, timestamp=timestamp,
@@ -1038,6 +1061,7 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers):
                 for part in topic.partitions:
                     try:
                         validate_topic_name(topic.name)
+                        self.authz.require_topic(Op.DELETE, topic.name)
                         log = self.topics.log(topic.name, part.partition)
                         if part.offset < -1:
                             raise OffsetOutOfRangeError(f"offset {part.offset} is not an offset (use -1 for the high watermark)")
@@ -1059,6 +1083,10 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers):
         """Kafka's DescribeLogDirs: per log dir, the size and segment count of each partition it
         holds (from the segments the Log already knows: no directory walk). Requested topics or
         partitions found in no log dir are listed in ``errors``, one error per partition."""
+        if not self.authz.cluster(Op.DESCRIBE):
+            return m.DescribeLogDirsResponse(id=request.id, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                                             error_message=f"{PRINCIPAL.get()} is not authorized to describe the "
+                                                           f"cluster (describe_log_dirs)")
         log_dirs, errors = await self._in_thread(self._read_log_dirs, request.topics)
         return m.DescribeLogDirsResponse(id=request.id, log_dirs=log_dirs, errors=errors)
 

@@ -19,6 +19,8 @@ from triolog.broker.coordinator.producer_id_manager import ProducerIdBlockError,
 from triolog.protocol import messages as m
 from triolog.protocol.errors import ErrorCode, UnknownProducerIdError
 
+from .authorization import PRINCIPAL
+
 #: A batch's producerId (int64) sits at byte 43; a batch is at least 61 bytes.
 _PRODUCER_ID = struct.Struct(">q")
 _BATCH_LENGTH = struct.Struct(">i")
@@ -75,6 +77,11 @@ class ProducerIdHandlers:
                 id=request.id, error_code=ErrorCode.INVALID_REQUEST,
                 error_message="transactions are not served: init_producer_id needs transactional_id nil "
                               "(an idempotent producer)")
+        if not self.authz.may_write_idempotently():
+            return m.InitProducerIdResponse(
+                id=request.id, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                error_message=f"{PRINCIPAL.get()} is not authorized to write idempotently (IDEMPOTENT_WRITE on the "
+                              f"cluster, or WRITE on some topic)")
         manager = self.producer_ids
         if manager is None:
             return m.InitProducerIdResponse(id=request.id, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,

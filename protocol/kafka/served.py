@@ -12,7 +12,7 @@ from typing import Any
 
 from triolog.protocol.errors import ErrorCode
 
-from . import admin_apis, data_apis, group_apis, sasl_apis
+from . import admin_apis, data_apis, group_apis, sasl_apis, security_apis
 from .apis import Adapter, Direct, KafkaContext
 from .requests import KafkaRequest
 from .schema import build, response_class
@@ -56,6 +56,7 @@ ADAPTERS: dict[int, Adapter] = {
     **group_apis.ADAPTERS,
     **admin_apis.ADAPTERS,
     **sasl_apis.ADAPTERS,
+    **security_apis.ADAPTERS,
 }
 
 SERVED_VERSIONS: dict[int, tuple[int, int]] = {key: (a.min_version, a.max_version) for key, a in ADAPTERS.items()}

@@ -280,6 +280,18 @@ EXAMPLE_REQUESTS: dict[str, Request] = {
     "delete_groups": DeleteGroupsRequest(id=22, groups_names=("old-reports", "orders-app")),
     "sasl_handshake": m.SaslHandshakeRequest(id=23, mechanism="SCRAM-SHA-512"),
     "sasl_authenticate": m.SaslAuthenticateRequest(id=24, auth_bytes=b"n,,n=alice,r=fyko+d2lbbFgONRv9qkxdawL"),
+    "create_acls": m.CreateAclsRequest(id=25, creations=(m.AclEntry(resource_type="TOPIC", resource_name="orders", pattern_type="LITERAL", principal="User:alice", host="*", operation="READ", permission_type="ALLOW"),)),
+    "describe_acls": m.DescribeAclsRequest(id=26, resource_type="TOPIC", resource_name="orders", pattern_type="MATCH",
+                                           principal="User:alice", host="*", operation="ANY", permission_type="ANY"),
+    "delete_acls": m.DeleteAclsRequest(id=27, filters=(m.AclFilter(resource_type="TOPIC", resource_name="orders",
+                                                                   pattern_type="LITERAL", principal="User:alice",
+                                                                   host="*", operation="READ",
+                                                                   permission_type="ALLOW"),)),
+    "describe_user_scram_credentials": m.DescribeUserScramCredentialsRequest(id=28, users=("alice",)),
+    "alter_user_scram_credentials": m.AlterUserScramCredentialsRequest(
+        id=29, deletions=(m.ScramCredentialDeletion(name="bob", mechanism="SCRAM-SHA-256"),),
+        upsertions=(m.ScramCredentialUpsertion(name="alice", mechanism="SCRAM-SHA-512", iterations=8192,
+                                               salt=b"0123456789abcdef", salted_password=b"\x01" * 64),)),
 }
 
 EXAMPLE_RESPONSES: dict[str, Response] = {
@@ -479,6 +491,18 @@ EXAMPLE_RESPONSES: dict[str, Response] = {
     "sasl_handshake": m.SaslHandshakeResponse(id=23, mechanisms=("SCRAM-SHA-256", "SCRAM-SHA-512")),
     "sasl_authenticate": m.SaslAuthenticateResponse(
         id=24, auth_bytes=b"r=fyko+d2lbbFgONRv9qkxdawL3rfcNHYJY1ZVvWVs7j,s=QSXCR+Q6sek8bf92,i=4096"),
+    "create_acls": m.CreateAclsResponse(id=25, results=(m.AclResult(),)),
+    "describe_acls": m.DescribeAclsResponse(id=26, acls=(m.AclEntry(resource_type="TOPIC", resource_name="orders", pattern_type="LITERAL", principal="User:alice", host="*", operation="READ", permission_type="ALLOW"),)),
+    "delete_acls": m.DeleteAclsResponse(id=27, filter_results=(m.DeleteAclsFilterResult(matching_acls=(m.AclEntry(resource_type="TOPIC", resource_name="orders", pattern_type="LITERAL", principal="User:alice", host="*", operation="READ", permission_type="ALLOW"),)),)),
+    "describe_user_scram_credentials": m.DescribeUserScramCredentialsResponse(id=28, results=(
+        m.UserScramCredentials(user="alice", credential_infos=(
+            m.CredentialInfo(mechanism="SCRAM-SHA-256", iterations=4096),
+            m.CredentialInfo(mechanism="SCRAM-SHA-512", iterations=8192))),)),
+    "alter_user_scram_credentials": m.AlterUserScramCredentialsResponse(id=29, results=(
+        m.AlterUserScramCredentialsResult(user="bob", error_code=ErrorCode.RESOURCE_NOT_FOUND,
+                                          error_message="Attempt to delete a user credential that does not exist: "
+                                                        "bob SCRAM-SHA-256"),
+        m.AlterUserScramCredentialsResult(user="alice"))),
 }
 
 
@@ -637,7 +661,8 @@ def test_supported_apis_lists_every_api_at_version_1():
             "alter_configs", "create_partitions", "produce", "fetch", "list_offsets", "delete_records", "describe_log_dirs",
             "init_producer_id", "find_coordinator", "join_group", "sync_group", "heartbeat", "leave_group",
             "offset_commit", "offset_fetch", "list_groups", "describe_groups", "delete_groups",
-            "sasl_handshake", "sasl_authenticate",
+            "sasl_handshake", "sasl_authenticate", "create_acls", "describe_acls", "delete_acls",
+            "describe_user_scram_credentials", "alter_user_scram_credentials",
         )
     }
     assert REQUEST_TYPES.keys() == RESPONSE_TYPES.keys() == SUPPORTED_APIS.keys()
@@ -1036,6 +1061,22 @@ FIELD_TYPES: dict[str, dict[str, str]] = {
     "delete_groups": {"groups_names": "an array", "groups_names[0]": "a str"},
     "sasl_handshake": {"mechanism": "a str"},
     "sasl_authenticate": {"auth_bytes": "a bin"},
+    "create_acls": {"creations": "an array", "creations[0]": "a map", "creations[0].resource_type": "a str",
+                    "creations[0].resource_name": "a str", "creations[0].pattern_type": "a str",
+                    "creations[0].principal": "a str", "creations[0].host": "a str", "creations[0].operation": "a str",
+                    "creations[0].permission_type": "a str"},
+    "describe_acls": {"resource_type": "a str", "resource_name": "a str", "pattern_type": "a str",
+                      "principal": "a str", "host": "a str", "operation": "a str", "permission_type": "a str"},
+    "delete_acls": {"filters": "an array", "filters[0]": "a map", "filters[0].resource_type": "a str",
+                    "filters[0].resource_name": "a str", "filters[0].pattern_type": "a str",
+                    "filters[0].principal": "a str", "filters[0].host": "a str", "filters[0].operation": "a str",
+                    "filters[0].permission_type": "a str"},
+    "describe_user_scram_credentials": {"users": "an array", "users[0]": "a str"},
+    "alter_user_scram_credentials": {"deletions": "an array", "deletions[0]": "a map", "deletions[0].name": "a str",
+                                     "deletions[0].mechanism": "a str", "upsertions": "an array",
+                                     "upsertions[0]": "a map", "upsertions[0].name": "a str",
+                                     "upsertions[0].mechanism": "a str", "upsertions[0].iterations": "an int",
+                                     "upsertions[0].salt": "a bin", "upsertions[0].salted_password": "a bin"},
 }
 #: Fields a request may leave out (or send as nil), with the value the broker then uses.
 OPTIONAL_FIELDS: dict[tuple[str, str], Any] = {
@@ -1080,6 +1121,25 @@ OPTIONAL_FIELDS: dict[tuple[str, str], Any] = {
     ("offset_fetch", "topics"): None,
     ("offset_fetch", "require_stable"): False,
     ("list_groups", "states_filter"): (),
+    ("create_acls", "creations[0].pattern_type"): "LITERAL",
+    ("create_acls", "creations[0].host"): "*",
+    ("describe_acls", "resource_type"): "ANY",
+    ("describe_acls", "resource_name"): None,
+    ("describe_acls", "pattern_type"): "ANY",
+    ("describe_acls", "principal"): None,
+    ("describe_acls", "host"): None,
+    ("describe_acls", "operation"): "ANY",
+    ("describe_acls", "permission_type"): "ANY",
+    ("delete_acls", "filters[0].resource_type"): "ANY",
+    ("delete_acls", "filters[0].resource_name"): None,
+    ("delete_acls", "filters[0].pattern_type"): "ANY",
+    ("delete_acls", "filters[0].principal"): None,
+    ("delete_acls", "filters[0].host"): None,
+    ("delete_acls", "filters[0].operation"): "ANY",
+    ("delete_acls", "filters[0].permission_type"): "ANY",
+    ("describe_user_scram_credentials", "users"): None,
+    ("alter_user_scram_credentials", "deletions"): (),
+    ("alter_user_scram_credentials", "upsertions"): (),
 }
 # A value of another msgpack type for each expected type: str for bin and bin for str, an int
 # for a bool, a map for an array.
@@ -1433,6 +1493,16 @@ SPEC_RESPONSE_KEYS: dict[str, dict[str, set[str]]] = {
     "delete_groups": {"": {"results"}, "results[]": {"group_id", "error_code", "error_message"}},
     "sasl_handshake": {"": {"mechanisms"}},
     "sasl_authenticate": {"": {"auth_bytes", "session_lifetime_ms"}},
+    "create_acls": {"": {"results"}, "results[]": {"error_code", "error_message"}},
+    "describe_acls": {"": {"acls"}, "acls[]": {"resource_type", "resource_name", "pattern_type", "principal", "host",
+                                               "operation", "permission_type"}},
+    "delete_acls": {"": {"filter_results"}, "filter_results[]": {"error_code", "error_message", "matching_acls"},
+                    "filter_results[].matching_acls[]": {"resource_type", "resource_name", "pattern_type",
+                                                         "principal", "host", "operation", "permission_type"}},
+    "describe_user_scram_credentials": {"": {"results"}, "results[]": {"user", "error_code", "error_message",
+                                                                       "credential_infos"},
+                                        "results[].credential_infos[]": {"mechanism", "iterations"}},
+    "alter_user_scram_credentials": {"": {"results"}, "results[]": {"user", "error_code", "error_message"}},
 }  # fmt: skip
 
 

@@ -5,7 +5,6 @@ client, including what a client that gets it wrong sees."""
 
 from __future__ import annotations
 
-import socket
 import struct
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from tests.e2e.broker_process import ROOT, BrokerProcess
 from triolog.protocol import messages as m
 from triolog.protocol.errors import ErrorCode
 
+from .sasl_client import MsgpackClient
 from .tls_certs import make_tls_files
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
@@ -99,48 +99,6 @@ def test_plain_is_not_offered_without_tls(sasl_broker):
 # -- the msgpack listener's exchange --------------------------------------------------------------
 
 
-class MsgpackClient:
-    def __init__(self, port: int):
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
-        self.ids = 0
-
-    def send(self, payload: bytes) -> None:
-        self.sock.sendall(struct.pack(">I", len(payload)) + payload)
-
-    def call(self, request_class, **fields) -> dict:
-        self.ids += 1
-        self.send(m.encode_request(request_class(id=self.ids, **fields)))
-        (length,) = struct.unpack(">I", self._exactly(4))
-        return msgpack.unpackb(self._exactly(length), raw=False, strict_map_key=False)
-
-    def _exactly(self, n: int) -> bytes:
-        data = b""
-        while len(data) < n:
-            chunk = self.sock.recv(n - len(data))
-            if not chunk:
-                raise EOFError("closed by the broker")
-            data += chunk
-        return data
-
-    def closed(self) -> bool:
-        try:
-            return self.sock.recv(1) == b""
-        except ConnectionResetError:
-            return True
-
-    def authenticate(self, user: str, password: str, mechanism: str = "SCRAM-SHA-256") -> dict:
-        assert self.call(m.SaslHandshakeRequest, mechanism=mechanism)["error_code"] == 0
-        scram = ScramClient([mechanism], user, password)
-        first = self.call(m.SaslAuthenticateRequest, auth_bytes=scram.get_client_first().encode())
-        if first["error_code"]:
-            return first
-        scram.set_server_first(first["auth_bytes"].decode())
-        final = self.call(m.SaslAuthenticateRequest, auth_bytes=scram.get_client_final().encode())
-        if not final["error_code"]:
-            scram.set_server_final(final["auth_bytes"].decode())  # the broker proved it knows the key
-        return final
-
-
 def test_msgpack_clients_authenticate_then_use_the_broker(sasl_broker):
     client = MsgpackClient(sasl_broker.port)
     assert client.call(m.ApiVersionsRequest)["error_code"] == 0  # allowed before authentication
@@ -192,8 +150,8 @@ def test_a_replayed_client_final_is_refused(sasl_broker):
 def test_a_frame_over_the_pre_authentication_limit_closes_the_connection(sasl_broker):
     client = MsgpackClient(sasl_broker.port)
     client.sock.sendall(struct.pack(">I", 524288 + 1) + b"\x80" * 1024)
-    answer = struct.unpack(">I", client._exactly(4))[0]
-    doc = msgpack.unpackb(client._exactly(answer), raw=False)
+    answer = struct.unpack(">I", client.exactly(4))[0]
+    doc = msgpack.unpackb(client.exactly(answer), raw=False)
     assert doc["error_code"] == ErrorCode.INVALID_REQUEST
     assert client.closed()
 

@@ -1,0 +1,227 @@
+"""Kafka's security admin APIs: ACLs (CreateAcls, DescribeAcls, DeleteAcls) and SCRAM users
+(DescribeUserScramCredentials, AlterUserScramCredentials), over the broker's AclStore and
+CredentialStore. Both stores rewrite a file with an fsync: the work runs in a worker thread.
+
+As Kafka: the ACL APIs need ALTER (create, delete) or DESCRIBE (describe) on the cluster and
+answer SECURITY_DISABLED while no authorizer is configured; the user APIs need ALTER or DESCRIBE
+on the cluster once one is.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import structlog
+
+from triolog.broker.security.acl import (
+    AccessControlEntry,
+    AclBinding,
+    AclBindingFilter,
+    InvalidAclError,
+    ResourcePattern,
+)
+from triolog.broker.security.acl_store import AclStore
+from triolog.broker.security.scram import (
+    CredentialNotFoundError,
+    CredentialStore,
+    ScramMechanism,
+    UnacceptableCredentialError,
+    credential_from_salted_password,
+)
+from triolog.protocol import messages as m
+from triolog.protocol.errors import ErrorCode
+
+from .authorization import PRINCIPAL, Op
+
+logger = structlog.get_logger("triolog.server")
+
+_NO_AUTHORIZER = ("no authorizer is configured on the broker (authorizer.class.name is empty): ACLs can be "
+                  "managed offline with `triolog acls`, and are enforced once the authorizer is on")
+
+
+class SecurityHandlers:
+    #: Set by the server once the storage is loaded.
+    acl_store: AclStore | None = None
+    credentials: CredentialStore | None = None
+
+    def _cluster_denied(self, operation: Op) -> dict | None:
+        if self.authz.cluster(operation):
+            return None
+        return {"error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                "error_message": f"{PRINCIPAL.get()} is not authorized to {operation.name.lower()} the cluster"}
+
+    # -- ACLs ------------------------------------------------------------------------------------
+
+    async def _create_acls(self, request: m.CreateAclsRequest) -> m.Response:
+        refusal = self._acl_refusal(Op.ALTER)
+        if refusal is not None:
+            return m.CreateAclsResponse(id=request.id, results=tuple(m.AclResult(**refusal) for _ in request.creations))
+
+        def work() -> list[m.AclResult]:
+            results: list[m.AclResult | None] = [None] * len(request.creations)
+            valid: list[tuple[int, AclBinding]] = []
+            for i, entry in enumerate(request.creations):
+                try:
+                    valid.append((i, _binding(entry).validate()))
+                except InvalidAclError as exc:
+                    results[i] = m.AclResult(error_code=ErrorCode.INVALID_REQUEST, error_message=str(exc))
+            if valid:
+                self.acl_store.create(binding for _, binding in valid)
+                for i, binding in valid:
+                    results[i] = m.AclResult()
+                self._log_acls("acls_created", [b for _, b in valid])
+            return results
+
+        return m.CreateAclsResponse(id=request.id, results=tuple(await self._in_thread(work)))
+
+    async def _describe_acls(self, request: m.DescribeAclsRequest) -> m.Response:
+        refusal = self._acl_refusal(Op.DESCRIBE)
+        if refusal is not None:
+            return m.DescribeAclsResponse(id=request.id, **refusal)
+        try:
+            found = self.acl_store.describe(_filter(request).validate())
+        except InvalidAclError as exc:
+            return m.DescribeAclsResponse(id=request.id, error_code=ErrorCode.INVALID_REQUEST, error_message=str(exc))
+        return m.DescribeAclsResponse(id=request.id, acls=tuple(_entry(b) for b in found))
+
+    async def _delete_acls(self, request: m.DeleteAclsRequest) -> m.Response:
+        refusal = self._acl_refusal(Op.ALTER)
+        if refusal is not None:
+            return m.DeleteAclsResponse(id=request.id, filter_results=tuple(
+                m.DeleteAclsFilterResult(**refusal) for _ in request.filters))
+
+        def work() -> list[m.DeleteAclsFilterResult]:
+            results: list[m.DeleteAclsFilterResult | None] = [None] * len(request.filters)
+            valid: list[tuple[int, AclBindingFilter]] = []
+            for i, wire in enumerate(request.filters):
+                try:
+                    valid.append((i, _filter(wire).validate()))
+                except InvalidAclError as exc:
+                    results[i] = m.DeleteAclsFilterResult(error_code=ErrorCode.INVALID_REQUEST, error_message=str(exc))
+            if valid:
+                deleted = self.acl_store.delete(f for _, f in valid)
+                for (i, _), gone in zip(valid, deleted):
+                    results[i] = m.DeleteAclsFilterResult(matching_acls=tuple(_entry(b) for b in gone))
+                self._log_acls("acls_deleted", [b for gone in deleted for b in gone])
+            return results
+
+        return m.DeleteAclsResponse(id=request.id, filter_results=tuple(await self._in_thread(work)))
+
+    def _acl_refusal(self, operation: Op) -> dict | None:
+        if not self.authz.enabled:
+            return {"error_code": ErrorCode.SECURITY_DISABLED, "error_message": _NO_AUTHORIZER}
+        return self._cluster_denied(operation)
+
+    @staticmethod
+    def _log_acls(event: str, bindings: list[AclBinding]) -> None:
+        if bindings:
+            logger.info(event, by=PRINCIPAL.get(), acls=[_text(b) for b in bindings])
+
+    # -- SCRAM users -----------------------------------------------------------------------------
+
+    async def _describe_user_scram_credentials(self, request: m.DescribeUserScramCredentialsRequest) -> m.Response:
+        denied = self._cluster_denied(Op.DESCRIBE)
+        if denied is not None:  # as Kafka: the error at the top, no results
+            return m.DescribeUserScramCredentialsResponse(id=request.id, **denied)
+        store = self.credentials
+        if request.users is None:
+            described = store.describe()
+            return m.DescribeUserScramCredentialsResponse(id=request.id, results=tuple(
+                _described(user, infos) for user, infos in described.items()))
+        counts = Counter(request.users)
+        described = store.describe(list(counts))
+        results = []
+        for user in dict.fromkeys(request.users):
+            if counts[user] > 1:
+                results.append(m.UserScramCredentials(user=user, error_code=ErrorCode.DUPLICATE_RESOURCE,
+                                                      error_message=f"Cannot describe SCRAM credentials for the same "
+                                                                    f"user twice in a single request: {user}"))
+            elif user not in described:
+                results.append(m.UserScramCredentials(user=user, error_code=ErrorCode.RESOURCE_NOT_FOUND,
+                                                      error_message=f"Attempt to describe a user credential that does "
+                                                                    f"not exist: {user}"))
+            else:
+                results.append(_described(user, described[user]))
+        return m.DescribeUserScramCredentialsResponse(id=request.id, results=tuple(results))
+
+    async def _alter_user_scram_credentials(self, request: m.AlterUserScramCredentialsRequest) -> m.Response:
+        users = list(dict.fromkeys([d.name for d in request.deletions] + [u.name for u in request.upsertions]))
+        denied = self._cluster_denied(Op.ALTER)
+        if denied is not None:
+            return m.AlterUserScramCredentialsResponse(id=request.id, results=tuple(
+                m.AlterUserScramCredentialsResult(user=u, **denied) for u in users))
+
+        def work() -> list[m.AlterUserScramCredentialsResult]:
+            store = self.credentials
+            pairs = Counter([(d.name, d.mechanism) for d in request.deletions]
+                            + [(u.name, u.mechanism) for u in request.upsertions])
+            errors: dict[str, tuple[ErrorCode, str]] = {}
+            credentials = {}
+            for (user, mechanism), count in pairs.items():
+                if count > 1 and user not in errors:
+                    errors[user] = (ErrorCode.DUPLICATE_RESOURCE,
+                                    f"A user credential cannot be altered twice in the same request: {user} {mechanism}")
+            for user in users:
+                if not user and user not in errors:
+                    errors[user] = (ErrorCode.UNACCEPTABLE_CREDENTIAL, "Username must not be empty")
+            for upsertion in request.upsertions:
+                if upsertion.name in errors:
+                    continue
+                try:
+                    credentials[(upsertion.name, upsertion.mechanism)] = credential_from_salted_password(
+                        upsertion.mechanism, upsertion.salt, upsertion.salted_password, upsertion.iterations)
+                except UnacceptableCredentialError as exc:
+                    errors[upsertion.name] = (ErrorCode.UNACCEPTABLE_CREDENTIAL, str(exc))
+            for deletion in request.deletions:
+                if deletion.name not in errors and store.get(deletion.name, deletion.mechanism) is None:
+                    errors[deletion.name] = (ErrorCode.RESOURCE_NOT_FOUND,
+                                             f"Attempt to delete a user credential that does not exist: "
+                                             f"{deletion.name} {deletion.mechanism}")
+            for deletion in request.deletions:  # a user's alterations apply together, or none of them
+                if deletion.name not in errors:
+                    try:
+                        store.delete(deletion.name, deletion.mechanism)
+                    except CredentialNotFoundError as exc:  # deleted meanwhile by another request
+                        errors[deletion.name] = (ErrorCode.RESOURCE_NOT_FOUND, str(exc))
+            for (user, _), credential in credentials.items():
+                if user not in errors:
+                    store.upsert(user, credential)
+            for user in users:
+                if user not in errors:
+                    logger.info("user_credentials_altered", user=user, by=PRINCIPAL.get(),
+                                deleted=[d.mechanism for d in request.deletions if d.name == user],
+                                upserted=[u.mechanism for u in request.upsertions if u.name == user])
+            return [m.AlterUserScramCredentialsResult(user=user) if user not in errors else
+                    m.AlterUserScramCredentialsResult(user=user, error_code=errors[user][0],
+                                                      error_message=errors[user][1]) for user in users]
+
+        return m.AlterUserScramCredentialsResponse(id=request.id, results=tuple(await self._in_thread(work)))
+
+
+def _described(user: str, infos) -> m.UserScramCredentials:
+    return m.UserScramCredentials(user=user, credential_infos=tuple(
+        m.CredentialInfo(mechanism=str(ScramMechanism.parse(mechanism)), iterations=iterations)
+        for mechanism, iterations in infos))
+
+
+def _binding(entry: m.AclEntry) -> AclBinding:
+    return AclBinding(ResourcePattern(entry.resource_type, entry.resource_name, entry.pattern_type),
+                      AccessControlEntry(entry.principal, entry.host, entry.operation, entry.permission_type))
+
+
+def _filter(wire: m.AclFilter | m.DescribeAclsRequest) -> AclBindingFilter:
+    return AclBindingFilter(wire.resource_type, wire.resource_name, wire.pattern_type, wire.principal, wire.host,
+                            wire.operation, wire.permission_type)
+
+
+def _entry(binding: AclBinding) -> m.AclEntry:
+    p, e = binding.pattern, binding.entry
+    return m.AclEntry(resource_type=p.resource_type.name, resource_name=p.name, pattern_type=p.pattern_type.name,
+                      principal=e.principal, host=e.host, operation=e.operation.name,
+                      permission_type=e.permission_type.name)
+
+
+def _text(binding: AclBinding) -> str:
+    p, e = binding.pattern, binding.entry
+    return (f"{e.principal} from {e.host} {e.permission_type.name} {e.operation.name} on "
+            f"{p.resource_type.name}:{p.pattern_type.name}:{p.name}")

@@ -1,0 +1,64 @@
+"""A msgpack-protocol client over a plain socket that authenticates with SASL/SCRAM (scramp's
+client): what the security tests drive the broker with, request by request."""
+
+from __future__ import annotations
+
+import socket
+import struct
+
+import msgpack
+from scramp import ScramClient
+
+from triolog.protocol import messages as m
+
+
+class MsgpackClient:
+    def __init__(self, port: int, timeout_s: float = 10.0):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout_s)
+        self.ids = 0
+
+    def send(self, payload: bytes) -> None:
+        self.sock.sendall(struct.pack(">I", len(payload)) + payload)
+
+    def call(self, request_class, **fields) -> dict:
+        self.ids += 1
+        self.send(m.encode_request(request_class(id=self.ids, **fields)))
+        (length,) = struct.unpack(">I", self.exactly(4))
+        return msgpack.unpackb(self.exactly(length), raw=False, strict_map_key=False)
+
+    def exactly(self, n: int) -> bytes:
+        data = b""
+        while len(data) < n:
+            chunk = self.sock.recv(n - len(data))
+            if not chunk:
+                raise EOFError("closed by the broker")
+            data += chunk
+        return data
+
+    def closed(self) -> bool:
+        try:
+            return self.sock.recv(1) == b""
+        except ConnectionResetError:
+            return True
+
+    def authenticate(self, user: str, password: str, mechanism: str = "SCRAM-SHA-256") -> dict:
+        assert self.call(m.SaslHandshakeRequest, mechanism=mechanism)["error_code"] == 0
+        scram = ScramClient([mechanism], user, password)
+        first = self.call(m.SaslAuthenticateRequest, auth_bytes=scram.get_client_first().encode())
+        if first["error_code"]:
+            return first
+        scram.set_server_first(first["auth_bytes"].decode())
+        final = self.call(m.SaslAuthenticateRequest, auth_bytes=scram.get_client_final().encode())
+        if not final["error_code"]:
+            scram.set_server_final(final["auth_bytes"].decode())  # the broker proved it knows the key
+        return final
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def logged_in(port: int, user: str, password: str) -> MsgpackClient:
+    client = MsgpackClient(port)
+    answer = client.authenticate(user, password)
+    assert answer["error_code"] == 0, answer
+    return client
