@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import gc
+import ipaddress
 import math
 import os
 import signal
@@ -219,6 +220,8 @@ class BrokerServer:
                     address = BrokerAddress(listen.host or "0.0.0.0", port, metrics_port, kafka_port)
                     logger.info("broker_started", host=address.host, port=port, metrics_port=metrics_port,
                                 kafka_port=kafka_port, log_dirs=list(self.config.log_dirs))
+                    for warning in exposure_warnings(self.config):
+                        logger.warning("listener_without_authentication", **warning)
                     task_status.started(address)
                     await self._shutdown.wait()
                     logger.info("broker_stopping", open_connections=len(self._connections),
@@ -468,6 +471,37 @@ def raise_open_file_limit() -> tuple[int, int, int]:
     now = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     logger.info("open_file_limit", soft_before=soft, soft=now, hard=hard)
     return soft, now, hard
+
+
+def exposure_warnings(config: BrokerConfig) -> list[dict]:
+    """One warning per listener reachable from other hosts (not bound to loopback) that lets any
+    client in: no SASL and no required client certificate; and for the metrics endpoint, which
+    has no authentication at all and names every topic."""
+    out = []
+    for key, endpoint in (("listeners", config.listener), ("kafka.listeners", config.kafka_listener)):
+        if endpoint is None or _is_loopback(endpoint.host):
+            continue
+        if uses_sasl(endpoint) or (uses_tls(endpoint) and config.ssl_client_auth == "required"):
+            continue
+        out.append({"key": key, "listener": str(endpoint),
+                    "hint": "any client that reaches this address may read, write and delete every topic: use a "
+                            "SASL_SSL listener (or SSL with ssl.client.auth=required) and authorizer.class.name, "
+                            "or bind it to 127.0.0.1"})
+    metrics = config.metrics_listener
+    if metrics is not None and not _is_loopback(metrics.host):
+        out.append({"key": "metrics.listener", "listener": str(metrics),
+                    "hint": "/metrics has no authentication and names every topic: bind it to 127.0.0.1, or put it "
+                            "behind a proxy that authenticates, or restrict the port with a firewall"})
+    return out
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # "" (every interface) or a name: reachable, as far as we can tell
 
 
 async def _close(stream: trio.SocketStream | trio.SSLStream, tls_established: bool) -> None:
