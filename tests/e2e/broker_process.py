@@ -35,6 +35,8 @@ class BrokerProcess:
     #: The listeners' security protocols (their ssl.* and sasl.* keys go in ``overrides``).
     security: str = "PLAINTEXT"
     kafka_security: str = "PLAINTEXT"
+    #: A server.properties file (serve's --config), under the overrides.
+    config_file: Path | None = None
     #: (soft, hard) RLIMIT_NOFILE to start the process with; None keeps the test runner's.
     rlimit_nofile: tuple[int, int] | None = None
     log_path: Path = field(init=False)
@@ -45,6 +47,7 @@ class BrokerProcess:
     def start(self, timeout_s: float = 30.0) -> "BrokerProcess":
         args = [
             sys.executable, "-m", "triolog.broker.cli", "serve",
+            *(("--config", str(self.config_file)) if self.config_file is not None else ()),
             "--override", f"log.dirs={self.data_dir}",
             "--override", f"listeners={self.security}://127.0.0.1:{self.port}",
             "--override", "metrics.listener=" + ("http://127.0.0.1:0" if self.metrics else ""),
