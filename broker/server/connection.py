@@ -540,12 +540,7 @@ class ClientConnection:
                 await trio.sleep(self.auth_failure_delay_s)  # slows password guessing
                 return m.SaslAuthenticateResponse(id=request.id, error_code=exc.code, error_message=str(exc)), False
             if session.authenticated:
-                self.principal = session.principal
-                PRINCIPAL.set(self.principal)
-                self.decoder.max_frame_bytes = self.max_frame_bytes
-                logger.debug("authenticated", peer=self.peer, principal=session.principal, mechanism=session.mechanism)
-                if self.stats is not None:
-                    self.stats.authenticated(session.mechanism)
+                self._authenticated(session)
             return m.SaslAuthenticateResponse(id=request.id, auth_bytes=answer), True
         if request.api in PRE_AUTHENTICATION_APIS:
             return None, True
@@ -554,6 +549,14 @@ class ClientConnection:
         return _refusal(request, ErrorCode.ILLEGAL_SASL_STATE,
                         f"{request.api} before authentication: this listener requires SASL "
                         f"(sasl_handshake, then sasl_authenticate) first"), False
+
+    def _authenticated(self, session: SaslServerSession) -> None:
+        self.principal = session.principal
+        PRINCIPAL.set(self.principal)
+        self.decoder.max_frame_bytes = self.max_frame_bytes
+        logger.debug("authenticated", peer=self.peer, principal=session.principal, mechanism=session.mechanism)
+        if self.stats is not None:
+            self.stats.authenticated(session.mechanism)
 
     def _auth_failed(self, mechanism: str | None) -> None:
         if self.stats is not None:

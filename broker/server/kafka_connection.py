@@ -35,6 +35,8 @@ from triolog.protocol.kafka.schema import build, field_names, parts_length, resp
 from triolog.protocol.kafka.sasl_apis import SASL_AUTHENTICATE_KEY, SASL_HANDSHAKE_KEY
 from triolog.protocol.kafka.served import ADAPTERS, API_VERSIONS_KEY, SERVED_VERSIONS, unsupported_api_versions_body
 
+from triolog.broker.security.scram import AuthenticationFailed
+
 from .connection import ClientConnection, WrongProtocolLog, _entry_errors, _entry_fields
 from .handlers import FetchResult
 
@@ -56,6 +58,8 @@ class KafkaConnection(ClientConnection):
         # hints of this listener: what it speaks is Kafka's protocol, not triolog's msgpack.
         self.wrong_protocol_log = _KafkaListenerLog(self.wrong_protocol_log)
         self.context = context
+        #: After a SaslHandshake v0, the SASL exchange's messages come as bare frames.
+        self._raw_sasl_tokens = False
         self.adapters = adapters
         self.served = served
 
@@ -69,6 +73,8 @@ class KafkaConnection(ClientConnection):
         entry_errors: dict[int, int] | None = None
         frame, self._frame = self._frame, None
         frame_bytes = len(frame) + PREFIX_SIZE
+        if self._raw_sasl_tokens:
+            return await self._raw_sasl_token(frame)
         try:
             if frame and frame[0] in _MSGPACK_MAP_FIRST:
                 self._wrong_protocol("msgpack")
@@ -109,6 +115,9 @@ class KafkaConnection(ClientConnection):
             if type(internal) in _SASL_REQUESTS:
                 response, keep_open = await self._sasl_request(internal)
                 code = response.error_code
+                if request.api_key == SASL_HANDSHAKE_KEY and request.version == 0 and not code:
+                    # SaslHandshake v0: the mechanism's messages follow as bare frames, no header.
+                    self._raw_sasl_tokens = True
                 parts = encode_response(request.api_key, request.version, request.correlation_id,
                                         adapter.to_kafka(response, request, self.context))
                 await self._send_bytes(label, b"".join(parts))
@@ -167,6 +176,25 @@ class KafkaConnection(ClientConnection):
                 self.stats.bytes_in(label, frame_bytes)
                 if code is not None:
                     self.stats.request_done(label, int(code), trio.current_time() - start, entry_errors)
+
+    async def _raw_sasl_token(self, token: bytes | bytearray) -> bool:
+        """One SASL message after SaslHandshake v0 (a bare frame), answered with a bare frame; a
+        failure closes the connection without an answer, as Kafka does for v0 clients."""
+        session = self.sasl
+        try:
+            answer = await self.handler.workers.run_sync(session.authenticate, bytes(token),
+                                                         limiter=self.decode_limiter)
+        except AuthenticationFailed as exc:
+            logger.warning("authentication_failed", peer=self.peer, mechanism=session.mechanism, reason=str(exc),
+                           delay_ms=round(self.auth_failure_delay_s * 1000), handshake_version=0)
+            self._auth_failed(session.mechanism)
+            await trio.sleep(self.auth_failure_delay_s)
+            return False
+        if session.authenticated:
+            self._raw_sasl_tokens = False
+            self._authenticated(session)
+        await self._send_bytes("sasl_authenticate", answer)
+        return True
 
     def _close_for_acks0(self, request: KafkaRequest, errors: list[tuple[str, int, int, str | None]],
                          reason: str | None = None) -> None:

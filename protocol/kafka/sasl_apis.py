@@ -2,8 +2,9 @@
 SaslAuthenticate carries the mechanism's messages, as the msgpack protocol's sasl_handshake and
 sasl_authenticate do (one connection-level authenticator answers both listeners).
 
-SaslHandshake v0 is not served: after it a client sends the mechanism's messages as bare frames
-with no Kafka header, which no current client does when v1 is offered.
+SaslHandshake v0 is served too: librdkafka 2.0 (Debian's kcat) enables SASL only when ApiVersions
+lists v0 (and then uses v1). A client that does send v0 follows it with the mechanism's messages
+as bare frames, no Kafka header: the listener's connection reads those itself.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ def authenticate_to_kafka(response: m.SaslAuthenticateResponse, req: KafkaReques
 
 
 ADAPTERS = {
-    SASL_HANDSHAKE_KEY: Adapter(SASL_HANDSHAKE_KEY, "SaslHandshake", 1, 1, handshake_to_internal, handshake_to_kafka,
+    SASL_HANDSHAKE_KEY: Adapter(SASL_HANDSHAKE_KEY, "SaslHandshake", 0, 1, handshake_to_internal, handshake_to_kafka,
                                 "sasl_handshake"),
     SASL_AUTHENTICATE_KEY: Adapter(SASL_AUTHENTICATE_KEY, "SaslAuthenticate", 0, 2, authenticate_to_internal,
                                    authenticate_to_kafka, "sasl_authenticate"),
