@@ -198,6 +198,18 @@ def requests_seeds() -> dict[str, bytes]:
         "list_groups": m.ListGroupsRequest(id=22, states_filter=("Stable",)),
         "describe_groups": m.DescribeGroupsRequest(id=23, groups=("g", "h")),
         "delete_groups": m.DeleteGroupsRequest(id=24, groups_names=("g",)),
+        "sasl_handshake": m.SaslHandshakeRequest(id=26, mechanism="SCRAM-SHA-256"),
+        "sasl_authenticate": m.SaslAuthenticateRequest(id=27, auth_bytes=b"n,,n=alice,r=fyko+d2lbbFgONRv9qkxdawL"),
+        "create_acls": m.CreateAclsRequest(id=28, creations=(m.AclEntry(
+            resource_type="TOPIC", resource_name="t", pattern_type="PREFIXED", principal="User:alice", host="*",
+            operation="READ", permission_type="ALLOW"),)),
+        "describe_acls": m.DescribeAclsRequest(id=29, resource_type="TOPIC", resource_name="t", pattern_type="MATCH"),
+        "delete_acls": m.DeleteAclsRequest(id=30, filters=(m.AclFilter(principal="User:alice"), m.AclFilter())),
+        "describe_user_scram_credentials": m.DescribeUserScramCredentialsRequest(id=31, users=("alice",)),
+        "alter_user_scram_credentials": m.AlterUserScramCredentialsRequest(
+            id=32, deletions=(m.ScramCredentialDeletion(name="bob", mechanism="SCRAM-SHA-256"),),
+            upsertions=(m.ScramCredentialUpsertion(name="alice", mechanism="SCRAM-SHA-512", iterations=4096,
+                                                   salt=b"0123456789ab", salted_password=b"\x00" * 64),)),
     }
     assert {type(r).api for r in requests.values()} == set(m.REQUEST_TYPES), "a seed for every API"
     seeds = {f"valid-{name}": b"\x00" + encode_frame(m.encode_request(r)) for name, r in requests.items()}
