@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import base64
 import enum
+import hashlib
 import hmac as _hmac
 import os
 import re
@@ -326,7 +327,10 @@ def _dummy_credential(mechanism: ScramMechanism, user: str) -> ScramCredential:
     hf = mechanism.hf
     seed = _hmac.new(_DUMMY_SECRET, f"{mechanism.value}\0{user}".encode("utf-8", "surrogatepass"), hf).digest()
     size = hf().digest_size
-    return ScramCredential(mechanism, seed[:16] + b"dummy-salt",
+    # Shaped as a real user's (a 32-byte random-looking salt, the default iterations): the
+    # server-first message must not tell whether the user exists.
+    salt = _hmac.new(seed, b"salt", hashlib.sha256).digest()
+    return ScramCredential(mechanism, salt,
                            _hmac.new(seed, b"stored", hf).digest()[:size],
                            _hmac.new(seed, b"server", hf).digest()[:size], MIN_ITERATIONS)
 
@@ -410,7 +414,7 @@ class ScramServerExchange(_Exchange):
             raise self._fail("Authentication failed: delegation tokens are not supported (tokenauth extension)")
         self.extensions = extensions
 
-        def credential_of(user: str):
+        def credential_of(user: str):  # scramp has unescaped =2C and =3D already
             credential = self.store.get(user, self.mechanism)
             if credential is None:
                 self._unknown_user = True

@@ -63,6 +63,7 @@ ACCEPT_RETRY_S = 0.1
 TLS_CLOSE_S = 1.0
 #: Worker threads decoding large requests (each holds at most one request's object budget).
 DECODE_THREADS = 2
+AUTH_THREADS = 1
 
 
 class StartupError(OSError):
@@ -128,6 +129,9 @@ class BrokerServer:
         self.request_pool = RequestMemoryPool(None if queued < 0 else queued)
         self.request_limits = RequestLimits(max_partitions=config.max_broker_partitions)
         self.decode_limiter = trio.CapacityLimiter(DECODE_THREADS)
+        #: Worker threads for SASL steps (PBKDF2 for PLAIN), apart from decoding: a flood of login
+        #: attempts queues behind itself, not in front of requests.
+        self.auth_limiter = trio.CapacityLimiter(AUTH_THREADS)
         #: This broker's own metrics registry; served over HTTP only if ``metrics.listener`` is set.
         self.metrics = BrokerMetrics(self.log_manager)
         self.handler: RequestHandler | None = None
@@ -365,7 +369,7 @@ class BrokerServer:
             options.update(
                 sasl=SaslServerSession(offered_mechanisms(config.sasl_enabled_mechanisms, tls), self.credentials),
                 auth_failure_delay_s=config.connection_failed_authentication_delay_ms / 1000,
-                sasl_max_frame_bytes=config.sasl_server_max_receive_size)
+                sasl_max_frame_bytes=config.sasl_server_max_receive_size, auth_limiter=self.auth_limiter)
         # A TLS listener's connection handshakes first thing in serve(), under its time limits.
         transport = trio.SSLStream(stream, self.ssl_context, server_side=True) if tls else stream
         if kafka:
@@ -475,18 +479,22 @@ def raise_open_file_limit() -> tuple[int, int, int]:
 
 def exposure_warnings(config: BrokerConfig) -> list[dict]:
     """One warning per listener reachable from other hosts (not bound to loopback) that lets any
-    client in: no SASL and no required client certificate; and for the metrics endpoint, which
-    has no authentication at all and names every topic."""
+    client in (no SASL, no required client certificate) or lets every authenticated client do
+    everything (no authorizer); and for the metrics endpoint, which has no authentication at all
+    and names every topic."""
     out = []
     for key, endpoint in (("listeners", config.listener), ("kafka.listeners", config.kafka_listener)):
         if endpoint is None or _is_loopback(endpoint.host):
             continue
-        if uses_sasl(endpoint) or (uses_tls(endpoint) and config.ssl_client_auth == "required"):
-            continue
-        out.append({"key": key, "listener": str(endpoint),
-                    "hint": "any client that reaches this address may read, write and delete every topic: use a "
-                            "SASL_SSL listener (or SSL with ssl.client.auth=required) and authorizer.class.name, "
-                            "or bind it to 127.0.0.1"})
+        if not (uses_sasl(endpoint) or (uses_tls(endpoint) and config.ssl_client_auth == "required")):
+            out.append({"key": key, "listener": str(endpoint),
+                        "hint": "any client that reaches this address may read, write and delete every topic: use a "
+                                "SASL_SSL listener (or SSL with ssl.client.auth=required) and authorizer.class.name, "
+                                "or bind it to 127.0.0.1"})
+        elif not config.authorizer_enabled:
+            out.append({"key": key, "listener": str(endpoint),
+                        "hint": "clients must authenticate, but no authorizer is configured: every one that does may "
+                                "do everything, other users' credentials included; set authorizer.class.name"})
     metrics = config.metrics_listener
     if metrics is not None and not _is_loopback(metrics.host):
         out.append({"key": "metrics.listener", "listener": str(metrics),

@@ -55,7 +55,7 @@ import trio
 from triolog.broker.security.sasl import PRE_AUTHENTICATION_APIS, SaslServerSession
 from triolog.broker.security.scram import AuthenticationFailed
 from triolog.broker.security.tls import certificate_principal
-from triolog.config.broker_config import Endpoint
+from triolog.config.broker_config import SASL_MECHANISMS, Endpoint
 from triolog.protocol.kafka.apis import KafkaContext
 from triolog.protocol import messages as m
 from triolog.protocol.errors import ErrorCode
@@ -206,7 +206,7 @@ class ClientConnection:
                  decode_limiter: trio.CapacityLimiter | None = None,
                  wrong_protocol_log: WrongProtocolLog | None = None,
                  sasl: SaslServerSession | None = None, auth_failure_delay_s: float = 0.1,
-                 sasl_max_frame_bytes: int | None = None):
+                 sasl_max_frame_bytes: int | None = None, auth_limiter: trio.CapacityLimiter | None = None):
         self.stream = stream
         #: A TLS listener's connection: bytes go through the SSLStream (encrypted in user space, so
         #: fetched records are read from the segment and sent through it: no sendfile).
@@ -224,6 +224,8 @@ class ClientConnection:
         #: completes, frames are bounded by ``sasl_max_frame_bytes`` (sasl.server.max.receive.size).
         self.sasl = sasl
         self.auth_failure_delay_s = auth_failure_delay_s
+        #: The worker threads SASL steps may use, shared by the broker's connections.
+        self.auth_limiter = auth_limiter if auth_limiter is not None else trio.CapacityLimiter(1)
         self.max_frame_bytes = max_frame_bytes
         if sasl is not None and sasl_max_frame_bytes is not None:
             max_frame_bytes = min(max_frame_bytes, sasl_max_frame_bytes)
@@ -249,6 +251,11 @@ class ClientConnection:
         self._reserved = 0
         #: The frame received and not yet decoded.
         self._frame: bytes | bytearray | None = None
+
+    @property
+    def _unauthenticated(self) -> bool:
+        """A SASL listener's client that has not logged in (yet)."""
+        return self.sasl is not None and not self.sasl.authenticated
 
     @property
     def reserved_bytes(self) -> int:
@@ -350,9 +357,11 @@ class ClientConnection:
                 await self._refuse_frame(str(exc))
                 return False
             length = decoder.frame_length if frame is NEED_DATA else len(frame)
-            if length is not None and not reserved and length <= READ_AHEAD_BYTES:
+            if length is not None and not reserved and (length <= READ_AHEAD_BYTES or self._unauthenticated):
                 # A small frame takes nothing from the pool: it is bounded per connection like the
-                # read-ahead, so it never queues behind large frames parked in the pool.
+                # read-ahead, so it never queues behind large frames parked in the pool. Nor does
+                # one before SASL authentication (bounded by sasl.server.max.receive.size): a peer
+                # that has not logged in must not hold memory the clients that have wait for.
                 reserved = True
             if length is not None and not reserved:
                 if not self.pool.fits(length):
@@ -452,6 +461,10 @@ class ClientConnection:
                 api, code = request.api, request.code
                 await self._send_bytes(api, m.encode_response(
                     m.error_response(request.request_id, request.code, str(request), request.api)))
+                if self._unauthenticated:  # a peer that has not logged in gets one answer, then the door
+                    logger.warning("request_before_authentication", peer=self.peer, api=request.api,
+                                   reason=str(request), action="answered, connection closed")
+                    return False
                 return True
             api = request.api
             if api in _SASL_APIS or (self.sasl is not None and not self.sasl.authenticated):
@@ -525,20 +538,22 @@ class ClientConnection:
         if type(request) is m.SaslHandshakeRequest:
             code, message = session.handshake(request.mechanism)
             if code:
-                logger.warning("authentication_failed", peer=self.peer, mechanism=request.mechanism, reason=message)
+                logger.warning("authentication_failed", peer=self.peer, mechanism=_shown(request.mechanism),
+                               reason=message)
                 self._auth_failed(request.mechanism)
             return m.SaslHandshakeResponse(id=request.id, error_code=code, error_message=message,
                                            mechanisms=session.mechanisms), not code
         if type(request) is m.SaslAuthenticateRequest:
             try:
-                answer = await self.handler.workers.run_sync(session.authenticate, request.auth_bytes,
-                                                             limiter=self.decode_limiter)
+                answer = await self._authenticate_step(session, request.auth_bytes)
             except AuthenticationFailed as exc:
                 logger.warning("authentication_failed", peer=self.peer, mechanism=session.mechanism, reason=str(exc),
                                delay_ms=round(self.auth_failure_delay_s * 1000))
                 self._auth_failed(session.mechanism)
                 await trio.sleep(self.auth_failure_delay_s)  # slows password guessing
                 return m.SaslAuthenticateResponse(id=request.id, error_code=exc.code, error_message=str(exc)), False
+            if answer is None:  # the client hung up while its step waited
+                raise trio.BrokenResourceError("the client hung up during SASL authentication")
             if session.authenticated:
                 self._authenticated(session)
             return m.SaslAuthenticateResponse(id=request.id, auth_bytes=answer), True
@@ -559,8 +574,25 @@ class ClientConnection:
             self.stats.authenticated(session.mechanism)
 
     def _auth_failed(self, mechanism: str | None) -> None:
+        """Counted by mechanism; a name no listener offers is "unsupported" (the client chooses
+        it: a label per name would let anyone grow the metrics without bound)."""
         if self.stats is not None:
-            self.stats.authentication_failed(mechanism or "none")
+            self.stats.authentication_failed(mechanism if mechanism in SASL_MECHANISMS else "unsupported")
+
+    async def _authenticate_step(self, session: SaslServerSession, auth_bytes: bytes) -> bytes | None:
+        """One SASL message answered in a worker thread (PBKDF2 for PLAIN is milliseconds of CPU),
+        of the few authentication may use (``auth_limiter``): logins never queue decoding, nor
+        decoding logins. None if the client hung up meanwhile (its queued work is dropped)."""
+        result = None
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._cancel_on_hangup, nursery.cancel_scope)
+            try:
+                result = outcome.Value(await self.handler.workers.run_sync(
+                    session.authenticate, auth_bytes, limiter=self.auth_limiter))
+            except AuthenticationFailed as exc:
+                result = outcome.Error(exc)
+            nursery.cancel_scope.cancel()
+        return None if result is None else result.unwrap()
 
     async def _handle_watching_for_hangup(self, request: m.Request) -> outcome.Outcome | None:
         """The handler's outcome, or None if the client hung up (EOF or reset) first.
@@ -703,6 +735,11 @@ _SASL_APIS = frozenset({"sasl_handshake", "sasl_authenticate"})
 _TCP_CORK = getattr(socket, "TCP_CORK", None)
 #: The largest response sent corked (see _send_parts).
 _CORK_MAX_BYTES = 64 * 1024
+
+
+def _shown(name: str, limit: int = 64) -> str:
+    """A client-chosen name as a log line shows it: bounded."""
+    return name if len(name) <= limit else name[:limit] + f"... ({len(name)} characters)"
 
 
 def _refusal(request: m.Request, code: ErrorCode, message: str) -> m.Response:

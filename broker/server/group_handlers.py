@@ -44,7 +44,9 @@ from triolog.protocol import messages as m
 from triolog.protocol.errors import ErrorCode, TriologError
 from triolog.protocol.records import build_batch
 
-from .authorization import PRINCIPAL, Op
+from triolog.broker.security.acl import ResourceType
+
+from .authorization import CLUSTER, PRINCIPAL, Op
 
 logger = structlog.get_logger("triolog.server")
 
@@ -460,7 +462,7 @@ class GroupHandlers:
                                             error_message=_NOT_AVAILABLE)
             return m.ListGroupsResponse(id=request.id)  # no __consumer_offsets yet: no groups
         error, groups = coordinator.handle_list_groups(set(request.states_filter))
-        if not self.authz.cluster(Op.DESCRIBE):  # else only the groups the principal may describe
+        if not self.authz.allowed(Op.DESCRIBE, ResourceType.CLUSTER, CLUSTER, log=False):  # else those it may describe
             groups = [g for g in groups if self.authz.group(Op.DESCRIBE, g[0], log=False)]
         return m.ListGroupsResponse(id=request.id, groups=tuple(
             m.ListedGroup(group_id=g, protocol_type=t, group_state=s) for g, t, s in groups), **_fields(error))

@@ -577,8 +577,12 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers, SecurityHandlers):
                 try:
                     if request.topics is not None:
                         authz.require_topic(Op.DESCRIBE, name)
-                        self._existing_or_auto_created(
-                            name, may_create=request.allow_auto_topic_creation and authz.may_create_topic(name))
+                        may_create = request.allow_auto_topic_creation and self.config.auto_create_topics_enable
+                        if may_create and self.topics.get(name) is None and not authz.may_create_topic(name):
+                            # Kafka: a topic the client would auto-create but may not create
+                            raise TopicAuthorizationFailedError(
+                                f"{PRINCIPAL.get()} is not authorized to create topic {name!r}")
+                        self._existing_or_auto_created(name, may_create=may_create)
                     topic = self.topics.get(name)
                     if topic is None:
                         raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
@@ -619,9 +623,11 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers, SecurityHandlers):
                             count, config = topic.num_partitions, self.topics.config_for(new.name)
                     if not request.validate_only:
                         logger.info("topic_created", topic=new.name, partitions=count, configs=dict(new.configs))
+                    # Kafka returns the new topic's configs only to a principal that may describe them
+                    shown = self.authz.topic(Op.DESCRIBE_CONFIGS, new.name, log=False)
                     out.append(m.CreateTopicResult(
                         name=new.name, num_partitions=count,
-                        configs={k: config_value_text(config.value_of(k)) for k in TOPIC_CONFIGS},
+                        configs={k: config_value_text(config.value_of(k)) for k in TOPIC_CONFIGS} if shown else {},
                     ))
                 except Exception as exc:
                     code, message = error_of(exc, topic=new.name)

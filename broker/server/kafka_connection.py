@@ -79,6 +79,16 @@ class KafkaConnection(ClientConnection):
             if frame and frame[0] in _MSGPACK_MAP_FIRST:
                 self._wrong_protocol("msgpack")
                 return False
+            if self._unauthenticated and len(frame) >= 2:
+                api_key = int.from_bytes(frame[:2], "big", signed=True)
+                if api_key not in _PRE_AUTHENTICATION_KEYS:  # refused from its header: nothing decoded
+                    adapter = self.adapters.get(api_key)
+                    label = adapter.label if adapter is not None else None
+                    logger.warning("request_before_authentication", peer=self.peer, api_key=api_key,
+                                   api=adapter.name if adapter is not None else None,
+                                   action="connection closed, as Kafka closes it (SaslHandshake and SaslAuthenticate first)")
+                    code = ErrorCode.ILLEGAL_SASL_STATE
+                    return False
             try:
                 request, large = await self._decode(frame)
             except UnsupportedVersion as exc:
@@ -98,11 +108,6 @@ class KafkaConnection(ClientConnection):
             del frame
             adapter = self.adapters[request.api_key]
             label = adapter.label
-            if self.sasl is not None and not self.sasl.authenticated and request.api_key not in _PRE_AUTHENTICATION_KEYS:
-                logger.warning("request_before_authentication", peer=self.peer, api=adapter.name,
-                               action="connection closed, as Kafka closes it (SaslHandshake and SaslAuthenticate first)")
-                code = ErrorCode.ILLEGAL_SASL_STATE
-                return False
             # A large request's translation runs in a worker thread, as its decoding did.
             try:
                 internal = await self._run(large, adapter.to_internal, request, self.context)
@@ -182,13 +187,14 @@ class KafkaConnection(ClientConnection):
         failure closes the connection without an answer, as Kafka does for v0 clients."""
         session = self.sasl
         try:
-            answer = await self.handler.workers.run_sync(session.authenticate, bytes(token),
-                                                         limiter=self.decode_limiter)
+            answer = await self._authenticate_step(session, bytes(token))
         except AuthenticationFailed as exc:
             logger.warning("authentication_failed", peer=self.peer, mechanism=session.mechanism, reason=str(exc),
                            delay_ms=round(self.auth_failure_delay_s * 1000), handshake_version=0)
             self._auth_failed(session.mechanism)
             await trio.sleep(self.auth_failure_delay_s)
+            return False
+        if answer is None:  # the client hung up while its step waited
             return False
         if session.authenticated:
             self._raw_sasl_tokens = False

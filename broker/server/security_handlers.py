@@ -124,7 +124,7 @@ class SecurityHandlers:
         if denied is not None:  # as Kafka: the error at the top, no results
             return m.DescribeUserScramCredentialsResponse(id=request.id, **denied)
         store = self.credentials
-        if request.users is None:
+        if not request.users:  # nil or empty: every user, as Kafka
             described = store.describe()
             return m.DescribeUserScramCredentialsResponse(id=request.id, results=tuple(
                 _described(user, infos) for user, infos in described.items()))

@@ -317,3 +317,20 @@ def test_kafka_clients_manage_acls_and_users_and_are_authorized(broker):
         alice.alter_user_scram_credentials([kadmin.UserScramCredentialDeletion(
             "carol", kadmin.ScramMechanism.SCRAM_SHA_512)])["carol"].result(timeout=10)
     assert refused.value.args[0].code() == confluent_kafka.KafkaError.CLUSTER_AUTHORIZATION_FAILED
+
+
+def test_metadata_auto_creation_needs_create_and_else_is_topic_authorization_failed(broker):
+    """Kafka: a topic metadata would auto-create, for a principal that may describe but not create
+    it, is TOPIC_AUTHORIZATION_FAILED (so a producer fails fast instead of retrying)."""
+    _revoke_all(broker)
+    _grant(broker, _acl("DESCRIBE", name="auto-", pattern="PREFIXED"))
+    try:
+        alice = logged_in(broker.port, "alice", "alice-secret")
+        answer = alice.call(m.MetadataRequest, topics=("auto-one",))
+        assert answer["topics"][0]["error_code"] == E.TOPIC_AUTHORIZATION_FAILED
+        assert alice.call(m.MetadataRequest, topics=("auto-one",), allow_auto_topic_creation=False
+                          )["topics"][0]["error_code"] == E.UNKNOWN_TOPIC_OR_PARTITION
+        _grant(broker, _acl("CREATE", name="auto-", pattern="PREFIXED"))
+        assert alice.call(m.MetadataRequest, topics=("auto-one",))["topics"][0]["error_code"] == E.NONE
+    finally:
+        _revoke_all(broker)

@@ -27,8 +27,20 @@ def test_an_unauthenticated_listener_on_every_interface_is_warned_about(tmp_path
 def test_loopback_and_authenticated_listeners_are_not_warned_about(tmp_path):
     tls = make_tls_files(tmp_path / "tls")
     broker = BrokerProcess(tmp_path / "data", metrics=True, kafka=True, overrides=(
-        "listeners=SASL_SSL://0.0.0.0:0", f"ssl.keystore.location={tls.keystore}")).start()
+        "listeners=SASL_SSL://0.0.0.0:0", f"ssl.keystore.location={tls.keystore}",
+        "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer")).start()
     try:
         assert any(e.get("event") == "broker_started" for e in broker.events()) and _warnings(broker) == {}
+    finally:
+        broker.stop()
+
+
+def test_an_authenticated_listener_without_an_authorizer_is_warned_about(tmp_path):
+    tls = make_tls_files(tmp_path / "tls")
+    broker = BrokerProcess(tmp_path / "data", overrides=(
+        "listeners=SASL_SSL://0.0.0.0:0", f"ssl.keystore.location={tls.keystore}")).start()
+    try:
+        warnings = _warnings(broker)
+        assert set(warnings) == {"listeners"} and "no authorizer" in warnings["listeners"]["hint"]
     finally:
         broker.stop()

@@ -307,3 +307,25 @@ def test_exchanges_are_plain_python_callable_from_a_thread(store):
 
 def test_base64_of_gs2_headers():
     assert base64.b64decode("biws") == b"n,," and base64.b64decode("eSws") == b"y,,"
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS, ids=str)
+def test_a_name_holding_an_escape_sequence_is_unescaped_once(mechanism, store):
+    """The client sends "x=2Cy" as n=x=3D2Cy: the user is "x=2Cy", never "x,y"."""
+    store.upsert("x=2Cy", make_credential(mechanism, "pw-1"))
+    store.upsert("x,y", make_credential(mechanism, "pw-2"))
+    server, *_ = run(mechanism, store, user="x=2Cy", password="pw-1")
+    assert server.principal == "User:x=2Cy"
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS, ids=str)
+def test_the_server_first_message_of_an_unknown_user_looks_like_a_real_one(mechanism, store):
+    """Salt length and iterations of a user that does not exist are those of one that does."""
+    def salt_and_iterations(user):
+        client = scramp.ScramClient([mechanism.value], user, "whatever")
+        first = ScramServerExchange(mechanism, store).step(client.get_client_first().encode()).decode()
+        fields = dict(f.split("=", 1) for f in first.split(","))
+        return len(base64.b64decode(fields["s"])), fields["i"]
+
+    store.upsert("real", make_credential(mechanism, "pw"))
+    assert salt_and_iterations("real") == salt_and_iterations("nobody-by-that-name")

@@ -260,3 +260,56 @@ def test_kcat_logs_in_with_plain_over_sasl_ssl(tmp_path):
         assert refused.returncode != 0 and b"Authentication failed" in refused.stderr
     finally:
         broker.stop()
+
+
+def test_a_client_chosen_mechanism_name_is_neither_a_label_nor_logged_whole(sasl_broker):
+    """Found by review: each refused name became a metric label and a whole log line."""
+    for i in range(3):
+        client = MsgpackClient(sasl_broker.port)
+        answer = client.call(m.SaslHandshakeRequest, mechanism=f"BOGUS-{i}-" + "x" * 20_000)
+        assert answer["error_code"] == ErrorCode.UNSUPPORTED_SASL_MECHANISM and client.closed()
+    assert _auth_failures(sasl_broker, "unsupported") >= 3
+    scrape = sasl_broker.scrape()
+    assert "BOGUS" not in scrape
+    logged = [e for e in sasl_broker.events() if e.get("event") == "authentication_failed"
+              and str(e.get("mechanism", "")).startswith("BOGUS")]
+    assert logged and all(len(e["mechanism"]) < 100 for e in logged)
+
+
+def test_a_malformed_request_before_authentication_is_answered_then_closed(sasl_broker):
+    client = MsgpackClient(sasl_broker.port)
+    client.send(msgpack.packb({"api": "metadata", "id": 1}))  # no version
+    (length,) = struct.unpack(">I", client.exactly(4))
+    assert msgpack.unpackb(client.exactly(length), raw=False)["error_code"] == ErrorCode.INVALID_REQUEST
+    assert client.closed()
+
+
+def test_peers_that_have_not_logged_in_hold_no_request_memory(tmp_path):
+    """Found by review: two unauthenticated peers announcing 520 kB frames and trickling them
+    held a 1 MB queued.max.request.bytes, and a logged-in client's large request waited for
+    their receive timeout. Their frames are bounded by sasl.server.max.receive.size instead."""
+    add_user(tmp_path / "data", "alice", "alice-secret")
+    broker = BrokerProcess(tmp_path / "data", security="SASL_PLAINTEXT", overrides=(
+        "queued.max.request.bytes=1048576", "request.receive.timeout.ms=20000")).start()
+    try:
+        squatters = []
+        for _ in range(2):
+            squatter = socket.create_connection(("127.0.0.1", broker.port), timeout=10)
+            squatter.sendall(struct.pack(">I", 520_000) + b"\x80" * 10)
+            squatters.append(squatter)
+        time.sleep(0.3)
+        alice = MsgpackClient(broker.port)
+        assert alice.authenticate("alice", "alice-secret")["error_code"] == 0
+        alice.call(m.CreateTopicsRequest, topics=(m.NewTopic(name="big", num_partitions=1, replication_factor=1),))
+        from triolog.protocol.records import build_batch
+
+        batch = build_batch([(b"k", b"v" * 900_000, int(time.time() * 1000), ())])
+        started = time.monotonic()
+        answer = alice.call(m.ProduceRequest, acks=1, timeout_ms=10_000, topics=(
+            m.ProduceTopic(name="big", partitions=(m.ProducePartition(partition=0, records=batch),)),))
+        assert time.monotonic() - started < 3.0, "the logged-in client waited for the squatters"
+        assert answer["topics"][0]["partitions"][0]["error_code"] in (0, ErrorCode.MESSAGE_TOO_LARGE)
+        for squatter in squatters:
+            squatter.close()
+    finally:
+        broker.stop()
