@@ -52,29 +52,5 @@ def save_json(fs: FileSystem, path: Path, doc: dict) -> None:
 
 def save_private_json(fs: FileSystem, path: Path, doc: dict) -> None:
     """As save_json, for secrets: the file is created with mode 0600 and never exists, even as
-    its temporary copy, with wider permissions (atomic_write creates 0644, then a chmod would
-    leave a window). A stale temporary file from a crash is removed first."""
-    data = dump_json(doc)
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        fs.unlink(tmp)
-    except FileNotFoundError:
-        pass
-    try:
-        fd = fs.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            view = memoryview(data)
-            position = 0
-            while position < len(view):
-                position += fs.pwrite(fd, view[position:], position)
-            fs.fsync(fd)
-        finally:
-            fs.close(fd)
-        fs.replace(tmp, path)
-    except BaseException:
-        try:
-            fs.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    fs.fsync_dir(path.absolute().parent)
+    its temporary copy, with wider permissions."""
+    atomic_write(path, dump_json(doc), fs, mode=0o600)

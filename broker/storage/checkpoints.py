@@ -72,17 +72,24 @@ def fsync_dir(path: str | os.PathLike[str], fs: FileSystem = OS_FS) -> None:
     fs.fsync_dir(path)
 
 
-def atomic_write(path: str | os.PathLike[str], data: bytes, fs: FileSystem = OS_FS) -> None:
+def atomic_write(path: str | os.PathLike[str], data: bytes, fs: FileSystem = OS_FS, *, mode: int = 0o644) -> None:
     """Replace ``path`` with ``data`` so that a crash leaves the old or the new file, whole.
 
     Kafka's protocol: write ``<path>.tmp``, flush and fsync it, rename it over the target, then
     fsync the parent directory so the rename itself survives a power loss. A failure (a full
-    disk) leaves the old file as it was and removes the temporary one.
+    disk) leaves the old file as it was and removes the temporary one. ``mode``: the new file's
+    permissions, from its creation on (a secret's 0600 is never preceded by a wider mode: a
+    temporary file left by a crash is removed, not reused).
     """
     target = Path(path)
     tmp = target.with_name(target.name + ".tmp")
+    if mode != 0o644:
+        try:
+            fs.unlink(tmp)
+        except FileNotFoundError:
+            pass
     try:
-        fd = fs.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = fs.open(tmp, os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if mode == 0o644 else os.O_EXCL), mode)
         try:
             view = memoryview(data)
             position = 0
