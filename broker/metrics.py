@@ -84,6 +84,13 @@ several brokers in one process, as in tests, do not collide):
   triolog_auth_failures_total               counter   failed SASL authentications, by
                                                       ``mechanism`` (an unsupported one too)
   triolog_auth_successes_total              counter   SASL authentications, by ``mechanism``
+  triolog_quota_bytes_total                 counter   bytes metered against a client quota, by
+                                                      ``quota`` (producer_byte_rate,
+                                                      consumer_byte_rate) and the quota's
+                                                      entity (``user``, ``client_id``: a name,
+                                                      <default>, or empty)
+  triolog_quota_throttle_seconds_total      counter   throttle time given to clients over their
+                                                      quota, by the same labels
   triolog_server_request_latency_seconds    histogram by ``api``: frame read to response written
   triolog_server_bytes_in_total             counter   by ``api``: request frames, prefix included
   triolog_server_bytes_out_total            counter   by ``api``: response frames, prefix included
@@ -229,6 +236,14 @@ class ServerMetrics:
             "triolog_auth_failures_total", "Failed SASL authentications, by mechanism.", ("mechanism",),
             registry=registry,
         )
+        self._quota_bytes = Counter(
+            "triolog_quota_bytes_total", "Bytes metered against a client quota, by quota and its entity.",
+            ("quota", "user", "client_id"), registry=registry,
+        )
+        self._quota_throttle = Counter(
+            "triolog_quota_throttle_seconds_total", "Throttle time given to clients over their quota.",
+            ("quota", "user", "client_id"), registry=registry,
+        )
         self._auth_successes = Counter(
             "triolog_auth_successes_total", "SASL authentications, by mechanism.", ("mechanism",),
             registry=registry,
@@ -344,6 +359,12 @@ class ServerMetrics:
 
     def tls_handshake_failed(self) -> None:
         self._tls_handshake_failures.inc()
+
+    def quota_recorded(self, quota: str, entity, nbytes: int, throttle_s: float) -> None:
+        labels = (quota, entity.label("user"), entity.label("client-id"))
+        self._quota_bytes.labels(*labels).inc(nbytes)
+        if throttle_s:
+            self._quota_throttle.labels(*labels).inc(throttle_s)
 
     def authenticated(self, mechanism: str) -> None:
         self._auth_successes.labels(mechanism).inc()

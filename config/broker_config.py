@@ -641,6 +641,15 @@ def _security_keys() -> Iterator[BrokerConfigKey]:
         group, attr="super_users", parser=_parse_super_users,
         allowed="semicolon-separated principals Type:name, or empty")
     yield BrokerConfigKey(
+        "quota.window.size.seconds", "int", 1,
+        "Client quotas (producer_byte_rate, consumer_byte_rate, set with AlterClientQuotas): a client "
+        "may burst this many seconds' worth of its quota before it is throttled.",
+        group, attr="quota_window_size_seconds", minimum=1)
+    yield BrokerConfigKey(
+        "quota.window.num", "int", 11,
+        "Client quotas: the longest single throttle is this many quota windows.",
+        group, attr="quota_window_num", minimum=1)
+    yield BrokerConfigKey(
         "allow.everyone.if.no.acl.found", "boolean", False,
         "With the authorizer on, whether a resource no ACL applies to is open to everyone (true) or "
         "to super users only (false, Kafka's default).",
@@ -828,6 +837,8 @@ class BrokerConfig:
     authorizer_class_name: str = ""
     super_users: tuple[str, ...] = ()
     allow_everyone_if_no_acl_found: bool = False
+    quota_window_size_seconds: int = 1
+    quota_window_num: int = 11
 
     log_retention_check_interval_ms: int = 300000
     log_flush_offset_checkpoint_interval_ms: int = 60000

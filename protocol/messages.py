@@ -107,6 +107,8 @@ SUPPORTED_APIS: dict[str, tuple[int, int]] = {
         "delete_acls",
         "describe_user_scram_credentials",
         "alter_user_scram_credentials",
+        "describe_client_quotas",
+        "alter_client_quotas",
     )
 }
 
@@ -1230,6 +1232,83 @@ class AlterUserScramCredentialsResponse(Response):
     results: tuple[AlterUserScramCredentialsResult, ...] = ()
 
 
+# -- client quotas (Kafka's DescribeClientQuotas, AlterClientQuotas) ----------------------------
+
+QuotaEntityType = Annotated[str, OneOf("user", "client-id", "ip")]
+#: Quota values: whole bytes (or connections) per second, at least 1.
+QuotaValue = Annotated[int, IntRange(1, 2**63 - 1)]
+
+
+@dataclass(frozen=True, kw_only=True)
+class QuotaEntityPart:
+    entity_type: QuotaEntityType
+    #: nil: the default entity of the type (Kafka's <default>).
+    entity_name: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class QuotaFilterComponent:
+    entity_type: QuotaEntityType
+    #: exact: the entity named ``match``; default: the type's default entity; any: every entity
+    #: of the type, the default included.
+    match_type: Annotated[str, OneOf("exact", "default", "any")] = "exact"
+    match: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class DescribeClientQuotasRequest(Request):
+    api: ClassVar[str] = "describe_client_quotas"
+    components: tuple[QuotaFilterComponent, ...] = ()
+    strict: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class QuotaEntry:
+    entity: tuple[QuotaEntityPart, ...]
+    values: dict[str, QuotaValue] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DescribeClientQuotasResponse(Response):
+    api: ClassVar[str] = "describe_client_quotas"
+    entries: tuple[QuotaEntry, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class QuotaOp:
+    key: str
+    #: The new value (ignored when ``remove``).
+    value: Int64 = 0
+    remove: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class QuotaAlteration:
+    entity: tuple[QuotaEntityPart, ...]
+    ops: tuple[QuotaOp, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class AlterClientQuotasRequest(Request):
+    api: ClassVar[str] = "alter_client_quotas"
+    entries: tuple[QuotaAlteration, ...]
+    validate_only: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class QuotaAlterationResult:
+    error_code: ErrorCodeValue = ErrorCode.NONE
+    error_message: str | None = None
+    entity: tuple[QuotaEntityPart, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class AlterClientQuotasResponse(Response):
+    api: ClassVar[str] = "alter_client_quotas"
+    #: One per entry of the request, in its order.
+    entries: tuple[QuotaAlterationResult, ...] = ()
+
+
 REQUEST_TYPES: dict[str, type[Request]] = {
     cls.api: cls
     for cls in (
@@ -1263,6 +1342,8 @@ REQUEST_TYPES: dict[str, type[Request]] = {
         DeleteAclsRequest,
         DescribeUserScramCredentialsRequest,
         AlterUserScramCredentialsRequest,
+        DescribeClientQuotasRequest,
+        AlterClientQuotasRequest,
     )
 }
 RESPONSE_TYPES: dict[str, type[Response]] = {
@@ -1298,6 +1379,8 @@ RESPONSE_TYPES: dict[str, type[Response]] = {
         DeleteAclsResponse,
         DescribeUserScramCredentialsResponse,
         AlterUserScramCredentialsResponse,
+        DescribeClientQuotasResponse,
+        AlterClientQuotasResponse,
     )
 }
 assert REQUEST_TYPES.keys() == RESPONSE_TYPES.keys() == SUPPORTED_APIS.keys()

@@ -29,6 +29,7 @@ from triolog.broker.storage.log import Log
 from triolog.broker.storage.log_manager import LogManager
 from triolog.broker.storage.topics import TopicManager
 from triolog.broker.security.acl_store import AclStore
+from triolog.broker.security.quotas import QuotaStore
 from triolog.broker.security.sasl import SaslServerSession, offered_mechanisms
 from triolog.broker.security.scram import CredentialStore
 from triolog.broker.security.tls import TlsConfigError, server_context
@@ -45,6 +46,7 @@ from .group_handlers import CLIENT_HOST, GroupService
 from .handlers import RequestHandler, WorkerThreads
 from .kafka_connection import KafkaConnection
 from .memory_pool import RequestMemoryPool
+from .quota_manager import ClientQuotas
 from .notifier import AppendNotifier
 
 logger = structlog.get_logger("triolog.server")
@@ -157,6 +159,8 @@ class BrokerServer:
         #: ACLs (triolog-acls.json in the first log dir), loaded with the storage; enforced when
         #: authorizer.class.name is set.
         self.acls: AclStore | None = None
+        #: Client quotas (triolog-quotas.json in the first log dir) and their managers.
+        self.quotas: ClientQuotas | None = None
 
     def shutdown(self) -> None:
         self._shutdown.set()
@@ -186,6 +190,7 @@ class BrokerServer:
                 self.handler.producer_ids = self.producer_ids
                 self.handler.authz = RequestAuthorizer(self.acls if self.config.authorizer_enabled else None)
                 self.handler.acl_store, self.handler.credentials = self.acls, self.credentials
+                self.handler.quota_store = self.quotas.store
                 await nursery.start(self.committer.run)
                 # The group coordinator: loads __consumer_offsets (if it exists) while serving.
                 self.groups = GroupService(self.config, self.topics, self.committer, self.notifier, self.workers,
@@ -282,6 +287,9 @@ class BrokerServer:
         # ACLs can be managed before the authorizer is turned on (as Kafka's metadata keeps them).
         self.acls = AclStore(first_dir, self.log_manager.fs, super_users=self.config.super_users,
                              allow_everyone_if_no_acl_found=self.config.allow_everyone_if_no_acl_found)
+        self.quotas = ClientQuotas(QuotaStore(first_dir, self.log_manager.fs),
+                                   window_s=self.config.quota_window_size_seconds, windows=self.config.quota_window_num,
+                                   on_throttle=self.metrics.server.quota_recorded)
         self.topics.adopt_loaded_partitions()
         # Ids found in the logs count as handed out, even if the block file was lost: they are
         # accepted from their producers and never handed out again.
@@ -370,6 +378,7 @@ class BrokerServer:
                 sasl=SaslServerSession(offered_mechanisms(config.sasl_enabled_mechanisms, tls), self.credentials),
                 auth_failure_delay_s=config.connection_failed_authentication_delay_ms / 1000,
                 sasl_max_frame_bytes=config.sasl_server_max_receive_size, auth_limiter=self.auth_limiter)
+        options["quotas"] = self.quotas
         # A TLS listener's connection handshakes first thing in serve(), under its time limits.
         transport = trio.SSLStream(stream, self.ssl_context, server_side=True) if tls else stream
         if kafka:

@@ -21,13 +21,16 @@ from triolog.protocol.errors import (
     TopicAuthorizationFailedError,
 )
 
-__all__ = ["ANONYMOUS", "CLIENT_IP", "CLUSTER", "PRINCIPAL", "RequestAuthorizer"]
+__all__ = ["ANONYMOUS", "CLIENT_IP", "CLUSTER", "PRINCIPAL", "RESPONSE_THROTTLE_MS", "RequestAuthorizer"]
 
 ANONYMOUS = "User:ANONYMOUS"
 #: Kafka's name of the one cluster resource.
 CLUSTER = "kafka-cluster"
 PRINCIPAL: ContextVar[str] = ContextVar("triolog_principal", default=ANONYMOUS)
 CLIENT_IP: ContextVar[str] = ContextVar("triolog_client_ip", default="")
+#: The throttle_ms the answer to the request being served carries (a client over its quota):
+#: set by the connection, which knows the request's size, read where the answer is encoded.
+RESPONSE_THROTTLE_MS: ContextVar[int] = ContextVar("triolog_response_throttle_ms", default=0)
 
 logger = structlog.get_logger("triolog.authorizer")
 

@@ -38,6 +38,7 @@ this broker serves its metrics); a Kafka client gets no answer.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import socket
@@ -70,9 +71,10 @@ from triolog.protocol.frames import (
 )
 from triolog.protocol.request_limits import RequestLimits, count_objects
 
-from .authorization import ANONYMOUS, PRINCIPAL
+from .authorization import ANONYMOUS, PRINCIPAL, RESPONSE_THROTTLE_MS
 from .handlers import EncodedResponse, FetchResult, RequestHandler
 from .memory_pool import RequestMemoryPool
+from .quota_manager import ClientQuotaManager, ClientQuotas, throttle_ms
 
 logger = structlog.get_logger("triolog.server")
 
@@ -206,7 +208,8 @@ class ClientConnection:
                  decode_limiter: trio.CapacityLimiter | None = None,
                  wrong_protocol_log: WrongProtocolLog | None = None,
                  sasl: SaslServerSession | None = None, auth_failure_delay_s: float = 0.1,
-                 sasl_max_frame_bytes: int | None = None, auth_limiter: trio.CapacityLimiter | None = None):
+                 sasl_max_frame_bytes: int | None = None, auth_limiter: trio.CapacityLimiter | None = None,
+                 quotas: ClientQuotas | None = None):
         self.stream = stream
         #: A TLS listener's connection: bytes go through the SSLStream (encrypted in user space, so
         #: fetched records are read from the segment and sent through it: no sendfile).
@@ -224,6 +227,10 @@ class ClientConnection:
         #: completes, frames are bounded by ``sasl_max_frame_bytes`` (sasl.server.max.receive.size).
         self.sasl = sasl
         self.auth_failure_delay_s = auth_failure_delay_s
+        #: The byte-rate quotas (None: no quota is enforced on this broker).
+        self.quotas = quotas
+        #: When (trio time) a throttled client may be read from again (KIP-219's muted channel).
+        self._muted_until = 0.0
         #: The worker threads SASL steps may use, shared by the broker's connections.
         self.auth_limiter = auth_limiter if auth_limiter is not None else trio.CapacityLimiter(1)
         self.max_frame_bytes = max_frame_bytes
@@ -320,6 +327,9 @@ class ClientConnection:
 
     async def _serve(self, shutdown: trio.Event) -> None:
         while not shutdown.is_set():
+            if self._muted_until:  # throttled: nothing is read from the client until then
+                await trio.sleep_until(self._muted_until)
+                self._muted_until = 0.0
             if not await self._receive_frame():
                 return
             self.busy = True
@@ -473,6 +483,8 @@ class ClientConnection:
                     code = response.error_code
                     await self._send_bytes(api, m.encode_response(response))
                     return keep_open
+            if self.quotas is not None and api == "produce":
+                self._meter(self.quotas.produce, request.client_id, frame_bytes)
             try:
                 if isinstance(request, m.FetchRequest) and request.max_wait_ms > 0:
                     result = await self._handle_watching_for_hangup(request)
@@ -499,6 +511,7 @@ class ClientConnection:
                 await self._send_bytes(api, response.payload)
                 return True
             if isinstance(response, FetchResult):
+                self._meter_fetch(response, request.client_id)
                 code = ErrorCode.NONE
                 entry_errors = _entry_errors(response.response)
                 try:
@@ -564,6 +577,25 @@ class ClientConnection:
         return _refusal(request, ErrorCode.ILLEGAL_SASL_STATE,
                         f"{request.api} before authentication: this listener requires SASL "
                         f"(sasl_handshake, then sasl_authenticate) first"), False
+
+    def _meter(self, quota: ClientQuotaManager, client_id: str | None, nbytes: int) -> float:
+        """Count ``nbytes`` against the client's quota; if it is over, its answer says how long
+        it is throttled (RESPONSE_THROTTLE_MS) and nothing more is read from it until then."""
+        user = self.principal.partition(":")[2]
+        throttle_s = quota.record(user, client_id or "", nbytes)
+        RESPONSE_THROTTLE_MS.set(throttle_ms(throttle_s))
+        if throttle_s:
+            self._muted_until = max(self._muted_until, trio.current_time() + throttle_s)
+        return throttle_s
+
+    def _meter_fetch(self, result: FetchResult, client_id: str | None) -> None:
+        """A fetch is metered by the record bytes it answers with (Kafka: the response's size)."""
+        if self.quotas is None or result.response is None:
+            return
+        throttle_s = self._meter(self.quotas.fetch, client_id, sum(region.length for region in result.regions))
+        RESPONSE_THROTTLE_MS.set(0)
+        if throttle_s:
+            result.response = dataclasses.replace(result.response, throttle_ms=throttle_ms(throttle_s))
 
     def _authenticated(self, session: SaslServerSession) -> None:
         self.principal = session.principal

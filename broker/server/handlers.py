@@ -56,7 +56,7 @@ from triolog.protocol.errors import (
     UnknownTopicOrPartitionError,
 )
 
-from .authorization import PRINCIPAL, Op, RequestAuthorizer
+from .authorization import PRINCIPAL, RESPONSE_THROTTLE_MS, Op, RequestAuthorizer
 from .group_commit import GroupCommitter
 from .group_handlers import GroupHandlers
 from .notifier import AppendNotifier
@@ -293,7 +293,8 @@ def produce_payload(request_id: int, results: list) -> EncodedResponse:
                                    "base_offset": info.first_offset, "log_append_time": info.log_append_time_ms,
                                    "log_start_offset": info.log_start_offset})
         topics.append({"name": name, "partitions": partitions})
-    wire = {"id": request_id, "error_code": 0, "error_message": None, "topics": topics, "throttle_ms": 0}
+    wire = {"id": request_id, "error_code": 0, "error_message": None, "topics": topics,
+            "throttle_ms": RESPONSE_THROTTLE_MS.get()}
     return EncodedResponse(_packb(wire), 0, errors)
 
 
@@ -312,7 +313,7 @@ def produce_response(request_id: int, results: list) -> m.ProduceResponse:
                     partition=partition, base_offset=info.first_offset, log_append_time=info.log_append_time_ms,
                     log_start_offset=info.log_start_offset))
         topics.append(m.ProduceTopicResult(name=name, partitions=tuple(partitions)))
-    return m.ProduceResponse(id=request_id, topics=tuple(topics))
+    return m.ProduceResponse(id=request_id, topics=tuple(topics), throttle_ms=RESPONSE_THROTTLE_MS.get())
 
 
 def _packb(wire: dict) -> bytes:

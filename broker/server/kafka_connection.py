@@ -127,6 +127,8 @@ class KafkaConnection(ClientConnection):
                                         adapter.to_kafka(response, request, self.context))
                 await self._send_bytes(label, b"".join(parts))
                 return keep_open
+            if self.quotas is not None and request.api_key == PRODUCE:
+                self._meter(self.quotas.produce, request.client_id, frame_bytes)
             heavy = large  # translating and encoding the answer is worth a worker thread
             if type(internal) is Direct:
                 body = internal.body
@@ -276,6 +278,7 @@ class KafkaConnection(ClientConnection):
             return body, _FAILED, large
         if type(response) is FetchResult:
             try:
+                self._meter_fetch(response, request.client_id)
                 heavy = large or _response_entries(response.response) > INLINE_ENTRIES
                 return await self._run(heavy, adapter.to_kafka, response.response, request, self.context), \
                     response, heavy

@@ -21,6 +21,7 @@ from triolog.broker.security.acl import (
     ResourcePattern,
 )
 from triolog.broker.security.acl_store import AclStore
+from triolog.broker.security.quotas import InvalidQuotaError, QuotaEntity, QuotaStore
 from triolog.broker.security.scram import (
     CredentialNotFoundError,
     CredentialStore,
@@ -117,6 +118,52 @@ class SecurityHandlers:
         if bindings:
             logger.info(event, by=PRINCIPAL.get(), acls=[_text(b) for b in bindings])
 
+    # -- client quotas ---------------------------------------------------------------------------
+
+    quota_store: QuotaStore | None = None
+
+    async def _describe_client_quotas(self, request: m.DescribeClientQuotasRequest) -> m.Response:
+        denied = self._cluster_denied(Op.DESCRIBE_CONFIGS)
+        if denied is not None:
+            return m.DescribeClientQuotasResponse(id=request.id, **denied)
+        try:
+            found = self.quota_store.describe(_matcher(request))
+        except InvalidQuotaError as exc:
+            return m.DescribeClientQuotasResponse(id=request.id, error_code=ErrorCode.INVALID_REQUEST,
+                                                  error_message=str(exc))
+        return m.DescribeClientQuotasResponse(id=request.id, entries=tuple(
+            m.QuotaEntry(entity=_parts(entity), values={k: round(v) for k, v in values.items()})
+            for entity, values in sorted(found.items())))
+
+    async def _alter_client_quotas(self, request: m.AlterClientQuotasRequest) -> m.Response:
+        denied = self._cluster_denied(Op.ALTER_CONFIGS)
+        if denied is not None:
+            return m.AlterClientQuotasResponse(id=request.id, entries=tuple(
+                m.QuotaAlterationResult(entity=e.entity, **denied) for e in request.entries))
+
+        def work() -> list[m.QuotaAlterationResult]:
+            out = []
+            for entry in request.entries:  # each entry on its own, as Kafka answers them
+                try:
+                    entity = _entity(entry.entity)
+                    ops = {}
+                    for op in entry.ops:
+                        if op.key in ops:
+                            raise InvalidQuotaError(f"the entry sets {op.key} twice")
+                        ops[op.key] = None if op.remove else op.value
+                    self.quota_store.alter([(entity, ops)], validate_only=request.validate_only)
+                    if not request.validate_only:
+                        logger.info("client_quotas_altered", entity=str(entity), by=PRINCIPAL.get(),
+                                    set={k: v for k, v in ops.items() if v is not None},
+                                    removed=[k for k, v in ops.items() if v is None])
+                    out.append(m.QuotaAlterationResult(entity=entry.entity))
+                except InvalidQuotaError as exc:
+                    out.append(m.QuotaAlterationResult(entity=entry.entity, error_code=ErrorCode.INVALID_REQUEST,
+                                                       error_message=str(exc)))
+            return out
+
+        return m.AlterClientQuotasResponse(id=request.id, entries=tuple(await self._in_thread(work)))
+
     # -- SCRAM users -----------------------------------------------------------------------------
 
     async def _describe_user_scram_credentials(self, request: m.DescribeUserScramCredentialsRequest) -> m.Response:
@@ -196,6 +243,46 @@ class SecurityHandlers:
                                                       error_message=errors[user][1]) for user in users]
 
         return m.AlterUserScramCredentialsResponse(id=request.id, results=tuple(await self._in_thread(work)))
+
+
+def _entity(parts: tuple[m.QuotaEntityPart, ...]) -> QuotaEntity:
+    names: dict[str, str | None] = {}
+    for part in parts:
+        if part.entity_type in names:
+            raise InvalidQuotaError(f"the entity names {part.entity_type} twice")
+        names[part.entity_type] = part.entity_name
+    return QuotaEntity.from_parts(names)
+
+
+def _parts(entity: QuotaEntity) -> tuple[m.QuotaEntityPart, ...]:
+    return tuple(m.QuotaEntityPart(entity_type=kind, entity_name=name) for kind, name in entity.parts)
+
+
+def _matcher(request: m.DescribeClientQuotasRequest):
+    """Kafka's DescribeClientQuotas filter: every component must match a part of the entity (exact
+    name, the default, or any); ``strict``: the entity has no other parts."""
+    components = request.components
+    kinds = [c.entity_type for c in components]
+    if len(set(kinds)) != len(kinds):
+        raise InvalidQuotaError("a filter names an entity type twice")
+    for c in components:
+        if c.match_type not in ("exact", "default", "any"):
+            raise InvalidQuotaError(f"unknown match type {c.match_type!r} (exact 0, default 1, any 2)")
+        if c.match_type == "exact" and not c.match:
+            raise InvalidQuotaError(f"an exact filter of {c.entity_type} needs a name to match")
+
+    def match(entity: QuotaEntity) -> bool:
+        for c in components:
+            if c.entity_type not in entity.types:
+                return False
+            name = entity.get(c.entity_type)
+            if c.match_type == "exact" and name != c.match:
+                return False
+            if c.match_type == "default" and name is not None:
+                return False
+        return not request.strict or entity.types == set(kinds)
+
+    return match
 
 
 def _described(user: str, infos) -> m.UserScramCredentials:

@@ -71,7 +71,7 @@ def produce_error_body(req: KafkaRequest, ctx: KafkaContext, code: int, message:
 
 
 def produce_to_kafka(response: m.ProduceResponse, req: KafkaRequest, ctx: KafkaContext):
-    return _body(req, {"responses": [
+    return _body(req, {"throttle_time": response.throttle_ms, "responses": [
         {"name": topic.name, "partition_responses": [
             {"index": p.partition, "error_code": p.error_code, "base_offset": p.base_offset,
              "log_append_time": None if p.log_append_time < 0 else p.log_append_time,
@@ -120,7 +120,7 @@ def fetch_error_body(req: KafkaRequest, ctx: KafkaContext, code: int, message: s
 
 
 def fetch_to_kafka(response: m.FetchResponse, req: KafkaRequest, ctx: KafkaContext):
-    return _body(req, {"error_code": 0, "session_id": 0, "responses": [
+    return _body(req, {"error_code": 0, "session_id": 0, "throttle_time": response.throttle_ms, "responses": [
         {"topic": topic.name, "partitions": [
             {"partition_index": p.partition, "error_code": p.error_code, "high_watermark": p.high_watermark,
              "last_stable_offset": p.last_stable_offset, "log_start_offset": p.log_start_offset,

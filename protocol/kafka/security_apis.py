@@ -1,6 +1,6 @@
-"""Kafka's ACL and SCRAM-user admin APIs on the Kafka listener: CreateAcls, DescribeAcls,
-DeleteAcls, DescribeUserScramCredentials, AlterUserScramCredentials, translated to the msgpack
-protocol's create_acls ... alter_user_scram_credentials.
+"""Kafka's security admin APIs on the Kafka listener: CreateAcls, DescribeAcls, DeleteAcls,
+DescribeUserScramCredentials, AlterUserScramCredentials, DescribeClientQuotas, AlterClientQuotas,
+translated to the msgpack protocol's create_acls ... alter_client_quotas.
 
 Kafka's wire carries the ACL enums as int8 codes; the internal messages carry Kafka's names.
 A code Kafka does not define becomes UNKNOWN, which the broker refuses as Kafka does. The ACL
@@ -173,3 +173,58 @@ ADAPTERS = {
     51: Adapter(51, "AlterUserScramCredentials", 0, 0, alter_users_to_internal, alter_users_to_kafka,
                 "alter_user_scram_credentials", alter_users_error),
 }
+
+
+# -- DescribeClientQuotas (48), AlterClientQuotas (49) -------------------------------------------
+
+_MATCH_TYPES = {0: "exact", 1: "default", 2: "any"}
+
+
+def _parts(entity) -> tuple[m.QuotaEntityPart, ...]:
+    return tuple(m.QuotaEntityPart(entity_type=p.entity_type, entity_name=p.entity_name) for p in entity)
+
+
+def describe_quotas_to_internal(req: KafkaRequest, ctx: KafkaContext):
+    body = req.body
+    return m.DescribeClientQuotasRequest(**_envelope(req), strict=body.strict, components=tuple(
+        m.QuotaFilterComponent(entity_type=c.entity_type, match_type=_MATCH_TYPES.get(int(c.match_type), "unknown"),
+                               match=c.match) for c in body.components))
+
+
+def describe_quotas_to_kafka(response: m.DescribeClientQuotasResponse, req: KafkaRequest, ctx: KafkaContext):
+    entries = None if response.error_code else [
+        {"entity": [{"entity_type": p.entity_type, "entity_name": p.entity_name} for p in e.entity],
+         "values": [{"key": k, "value": float(v)} for k, v in e.values.items()]} for e in response.entries]
+    return _body(req, {"error_code": response.error_code, "error_message": response.error_message,
+                       "entries": entries})
+
+
+def alter_quotas_to_internal(req: KafkaRequest, ctx: KafkaContext):
+    """Kafka's values are doubles; triolog keeps whole units per second (a fraction is rounded,
+    and a value under 1 becomes 1)."""
+    return m.AlterClientQuotasRequest(**_envelope(req), validate_only=req.body.validate_only, entries=tuple(
+        m.QuotaAlteration(entity=_parts(e.entity), ops=tuple(
+            m.QuotaOp(key=op.key, value=max(1, round(float(op.value))) if float(op.value) > 0 else 0,
+                      remove=op.remove) for op in e.ops)) for e in req.body.entries))
+
+
+def alter_quotas_to_kafka(response: m.AlterClientQuotasResponse, req: KafkaRequest, ctx: KafkaContext):
+    return _body(req, {"entries": [
+        {"error_code": r.error_code, "error_message": r.error_message,
+         "entity": [{"entity_type": p.entity_type, "entity_name": p.entity_name} for p in r.entity]}
+        for r in response.entries]})
+
+
+def alter_quotas_error(req: KafkaRequest, ctx: KafkaContext, code: int, message: str):
+    return _body(req, {"entries": [
+        {"error_code": code, "error_message": message,
+         "entity": [{"entity_type": p.entity_type, "entity_name": p.entity_name} for p in e.entity]}
+        for e in req.body.entries]})
+
+
+ADAPTERS.update({
+    48: Adapter(48, "DescribeClientQuotas", 0, 1, describe_quotas_to_internal, describe_quotas_to_kafka,
+                "describe_client_quotas", _top_level_error),
+    49: Adapter(49, "AlterClientQuotas", 0, 1, alter_quotas_to_internal, alter_quotas_to_kafka,
+                "alter_client_quotas", alter_quotas_error),
+})

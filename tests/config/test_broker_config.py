@@ -58,6 +58,8 @@ KAFKA_DEFAULTS = {
     "authorizer.class.name": "",
     "super.users": (),
     "allow.everyone.if.no.acl.found": False,
+    "quota.window.size.seconds": 1,
+    "quota.window.num": 11,
     "log.retention.check.interval.ms": 300000,
     "log.flush.offset.checkpoint.interval.ms": 60000,
     "log.flush.start.offset.checkpoint.interval.ms": 60000,

@@ -210,6 +210,10 @@ def requests_seeds() -> dict[str, bytes]:
             id=32, deletions=(m.ScramCredentialDeletion(name="bob", mechanism="SCRAM-SHA-256"),),
             upsertions=(m.ScramCredentialUpsertion(name="alice", mechanism="SCRAM-SHA-512", iterations=4096,
                                                    salt=b"0123456789ab", salted_password=b"\x00" * 64),)),
+        "describe_client_quotas": m.DescribeClientQuotasRequest(id=33, components=(
+            m.QuotaFilterComponent(entity_type="client-id", match_type="any"),)),
+        "alter_client_quotas": m.AlterClientQuotasRequest(id=34, entries=(m.QuotaAlteration(
+            entity=(m.QuotaEntityPart(entity_type="user"),), ops=(m.QuotaOp(key="producer_byte_rate", value=1000),)),)),
     }
     assert {type(r).api for r in requests.values()} == set(m.REQUEST_TYPES), "a seed for every API"
     seeds = {f"valid-{name}": b"\x00" + encode_frame(m.encode_request(r)) for name, r in requests.items()}

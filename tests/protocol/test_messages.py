@@ -292,6 +292,11 @@ EXAMPLE_REQUESTS: dict[str, Request] = {
         id=29, deletions=(m.ScramCredentialDeletion(name="bob", mechanism="SCRAM-SHA-256"),),
         upsertions=(m.ScramCredentialUpsertion(name="alice", mechanism="SCRAM-SHA-512", iterations=8192,
                                                salt=b"0123456789abcdef", salted_password=b"\x01" * 64),)),
+    "describe_client_quotas": m.DescribeClientQuotasRequest(id=30, components=(
+        m.QuotaFilterComponent(entity_type="user", match_type="exact", match="alice"),), strict=True),
+    "alter_client_quotas": m.AlterClientQuotasRequest(id=31, validate_only=True, entries=(m.QuotaAlteration(
+        entity=(m.QuotaEntityPart(entity_type="user", entity_name="alice"), m.QuotaEntityPart(entity_type="client-id")), ops=(m.QuotaOp(key="producer_byte_rate", value=1048576),
+                             m.QuotaOp(key="consumer_byte_rate", remove=True))),)),
 }
 
 EXAMPLE_RESPONSES: dict[str, Response] = {
@@ -503,6 +508,9 @@ EXAMPLE_RESPONSES: dict[str, Response] = {
                                           error_message="Attempt to delete a user credential that does not exist: "
                                                         "bob SCRAM-SHA-256"),
         m.AlterUserScramCredentialsResult(user="alice"))),
+    "describe_client_quotas": m.DescribeClientQuotasResponse(id=30, entries=(
+        m.QuotaEntry(entity=(m.QuotaEntityPart(entity_type="user", entity_name="alice"), m.QuotaEntityPart(entity_type="client-id")), values={"producer_byte_rate": 1048576}),)),
+    "alter_client_quotas": m.AlterClientQuotasResponse(id=31, entries=(m.QuotaAlterationResult(entity=(m.QuotaEntityPart(entity_type="user", entity_name="alice"), m.QuotaEntityPart(entity_type="client-id"))),)),
 }
 
 
@@ -662,7 +670,8 @@ def test_supported_apis_lists_every_api_at_version_1():
             "init_producer_id", "find_coordinator", "join_group", "sync_group", "heartbeat", "leave_group",
             "offset_commit", "offset_fetch", "list_groups", "describe_groups", "delete_groups",
             "sasl_handshake", "sasl_authenticate", "create_acls", "describe_acls", "delete_acls",
-            "describe_user_scram_credentials", "alter_user_scram_credentials",
+            "describe_user_scram_credentials", "alter_user_scram_credentials", "describe_client_quotas",
+            "alter_client_quotas",
         )
     }
     assert REQUEST_TYPES.keys() == RESPONSE_TYPES.keys() == SUPPORTED_APIS.keys()
@@ -1077,6 +1086,15 @@ FIELD_TYPES: dict[str, dict[str, str]] = {
                                      "upsertions[0]": "a map", "upsertions[0].name": "a str",
                                      "upsertions[0].mechanism": "a str", "upsertions[0].iterations": "an int",
                                      "upsertions[0].salt": "a bin", "upsertions[0].salted_password": "a bin"},
+    "describe_client_quotas": {"components": "an array", "components[0]": "a map",
+                               "components[0].entity_type": "a str", "components[0].match_type": "a str",
+                               "components[0].match": "a str", "strict": "a bool"},
+    "alter_client_quotas": {"entries": "an array", "entries[0]": "a map", "entries[0].entity": "an array",
+                            "entries[0].entity[0]": "a map", "entries[0].entity[0].entity_type": "a str",
+                            "entries[0].entity[0].entity_name": "a str", "entries[0].ops": "an array",
+                            "entries[0].ops[0]": "a map", "entries[0].ops[0].key": "a str",
+                            "entries[0].ops[0].value": "an int", "entries[0].ops[1].remove": "a bool",
+                            "validate_only": "a bool"},
 }
 #: Fields a request may leave out (or send as nil), with the value the broker then uses.
 OPTIONAL_FIELDS: dict[tuple[str, str], Any] = {
@@ -1140,6 +1158,14 @@ OPTIONAL_FIELDS: dict[tuple[str, str], Any] = {
     ("describe_user_scram_credentials", "users"): None,
     ("alter_user_scram_credentials", "deletions"): (),
     ("alter_user_scram_credentials", "upsertions"): (),
+    ("describe_client_quotas", "components"): (),
+    ("describe_client_quotas", "components[0].match_type"): "exact",
+    ("describe_client_quotas", "components[0].match"): None,
+    ("describe_client_quotas", "strict"): False,
+    ("alter_client_quotas", "entries[0].entity[0].entity_name"): None,
+    ("alter_client_quotas", "entries[0].ops[0].value"): 0,
+    ("alter_client_quotas", "entries[0].ops[1].remove"): False,
+    ("alter_client_quotas", "validate_only"): False,
 }
 # A value of another msgpack type for each expected type: str for bin and bin for str, an int
 # for a bool, a map for an array.
@@ -1503,6 +1529,10 @@ SPEC_RESPONSE_KEYS: dict[str, dict[str, set[str]]] = {
                                                                        "credential_infos"},
                                         "results[].credential_infos[]": {"mechanism", "iterations"}},
     "alter_user_scram_credentials": {"": {"results"}, "results[]": {"user", "error_code", "error_message"}},
+    "describe_client_quotas": {"": {"entries"}, "entries[]": {"entity", "values"},
+                               "entries[].entity[]": {"entity_type", "entity_name"}},
+    "alter_client_quotas": {"": {"entries"}, "entries[]": {"error_code", "error_message", "entity"},
+                            "entries[].entity[]": {"entity_type", "entity_name"}},
 }  # fmt: skip
 
 
@@ -1510,7 +1540,7 @@ def key_sets(doc: Any, path: str = "") -> dict[str, set[str]]:
     """The keys of every map in a response, by path; config maps are data, so their entries are []."""
     found: dict[str, set[str]] = {}
     if isinstance(doc, dict):
-        data_map = path.endswith("configs")
+        data_map = path.endswith(("configs", "].values"))  # str-keyed maps of data: configs, quota values
         if not data_map:
             found[path] = set(doc)
         for key, value in doc.items():

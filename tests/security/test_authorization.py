@@ -112,6 +112,10 @@ CALLS = {
     "describe_user_scram_credentials": (m.DescribeUserScramCredentialsRequest, dict(), lambda d: d["error_code"]),
     "alter_user_scram_credentials": (m.AlterUserScramCredentialsRequest, dict(deletions=(m.ScramCredentialDeletion(
         name="nobody", mechanism="SCRAM-SHA-512"),)), lambda d: d["results"][0]["error_code"]),
+    "describe_client_quotas": (m.DescribeClientQuotasRequest, dict(), lambda d: d["error_code"]),
+    "alter_client_quotas": (m.AlterClientQuotasRequest, dict(validate_only=True, entries=(m.QuotaAlteration(
+        entity=(m.QuotaEntityPart(entity_type="user", entity_name="bob"),),
+        ops=(m.QuotaOp(key="producer_byte_rate", value=1000),)),)), lambda d: d["entries"][0]["error_code"]),
 }
 
 # api -> (the code with no ACL at all, the ACLs Kafka asks for, the code then)
@@ -156,6 +160,10 @@ MATRIX = {
     "alter_user_scram_credentials": (E.CLUSTER_AUTHORIZATION_FAILED, [_acl("ALTER", resource_type="CLUSTER",
                                                                            name="kafka-cluster")],
                                      E.RESOURCE_NOT_FOUND),
+    "describe_client_quotas": (E.CLUSTER_AUTHORIZATION_FAILED, [_acl("DESCRIBE_CONFIGS", resource_type="CLUSTER",
+                                                                     name="kafka-cluster")], E.NONE),
+    "alter_client_quotas": (E.CLUSTER_AUTHORIZATION_FAILED, [_acl("ALTER_CONFIGS", resource_type="CLUSTER",
+                                                                  name="kafka-cluster")], E.NONE),
 }
 
 
