@@ -299,6 +299,7 @@ def security_from_properties(properties: Mapping[str, str], *, prefix: str = "",
     where = f" ({source})" if source else ""
     settings: dict = {}
     jaas_user = jaas_password = None
+    jaas_plain = False
     for raw_key, value in properties.items():
         key = raw_key.lower()
         if prefix:
@@ -313,6 +314,8 @@ def security_from_properties(properties: Mapping[str, str], *, prefix: str = "",
             settings[name] = value or None
         elif key == "sasl.jaas.config":
             jaas_user, jaas_password = _parse_jaas(value, f"{prefix}{key}{where}")
+            if "PlainLoginModule" in value:
+                jaas_plain = True
         elif key == "ssl.endpoint.identification.algorithm":
             settings["ssl_check_hostname"] = bool(value) and value.lower() != "none"
     if jaas_user is not None:
@@ -321,6 +324,8 @@ def security_from_properties(properties: Mapping[str, str], *, prefix: str = "",
         settings["sasl_username"] = jaas_user
     if jaas_password is not None:
         settings.setdefault("sasl_password", jaas_password)
+    if jaas_plain:  # Kafka's PlainLoginModule is the PLAIN mechanism's
+        settings.setdefault("sasl_mechanism", "PLAIN")
     try:
         return SecurityConfig(**settings)
     except SecurityConfigError as exc:
