@@ -47,6 +47,7 @@ from .errors import SaslAuthenticationFailedError, SecurityConfigError, SslHands
 __all__ = [
     "MECHANISMS",
     "PLAINTEXT",
+    "PROPERTY_NAMES",
     "PROTOCOLS",
     "SECURITY_KEYS",
     "SecurityConfig",
@@ -289,7 +290,11 @@ _PROPERTIES = {
     "ssl.key.location": "ssl_keyfile",
     "ssl.key.password": "ssl_password",
     "ssl.keystore.password": "ssl_password",
+    "ssl.password": "ssl_password",
 }
+#: Every property name :func:`security_from_properties` reads.
+PROPERTY_NAMES = frozenset(_PROPERTIES) | {"sasl.jaas.config", "ssl.endpoint.identification.algorithm",
+                                          "ssl.check.hostname"}
 
 
 def security_from_properties(properties: Mapping[str, str], *, prefix: str = "", source: str = "") -> SecurityConfig:
@@ -318,6 +323,10 @@ def security_from_properties(properties: Mapping[str, str], *, prefix: str = "",
                 jaas_plain = True
         elif key == "ssl.endpoint.identification.algorithm":
             settings["ssl_check_hostname"] = bool(value) and value.lower() != "none"
+        elif key == "ssl.check.hostname":
+            if value.lower() not in ("true", "false"):
+                raise SecurityConfigError(f"{prefix}{key}{where}: expected true or false, got {value!r}")
+            settings["ssl_check_hostname"] = value.lower() == "true"
     if jaas_user is not None:
         if settings.get("sasl_username") not in (None, jaas_user):
             raise SecurityConfigError(f"sasl.jaas.config{where}: its username differs from sasl.username")
