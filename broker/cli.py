@@ -30,10 +30,19 @@ def _add_dump_log(subparsers) -> None:
 def _add_users(subparsers) -> None:
     from triolog.broker.tools import users
 
-    parser = subparsers.add_parser("users", help="add, delete and list SASL/SCRAM users (offline)",
+    parser = subparsers.add_parser("users", help="add, delete and list SASL/SCRAM users (online or offline)",
                                    description=users.DESCRIPTION)
     users.add_arguments(parser)
     parser.set_defaults(run=users.run)
+
+
+def _add_acls(subparsers) -> None:
+    from triolog.broker.tools import acls
+
+    parser = subparsers.add_parser("acls", help="add, remove and list ACLs, like kafka-acls.sh (online or offline)",
+                                   description=acls.DESCRIPTION)
+    acls.add_arguments(parser)
+    parser.set_defaults(run=acls.run)
 
 
 def _add_serve(subparsers) -> None:
@@ -115,7 +124,7 @@ _CLIENT_TOOLS = {name: _client_tool(name, module, help_text) for name, module, h
 
 #: Subcommand registrars, in the order ``triolog --help`` lists them.
 SUBCOMMANDS = (_add_serve, *(register for name, register in _CLIENT_TOOLS.items() if name != "health"),
-               _add_users, _add_dump_log, _CLIENT_TOOLS["health"])
+               _add_users, _add_acls, _add_dump_log, _CLIENT_TOOLS["health"])
 
 #: The shell's exit code for a process ended by Ctrl-C (128 + SIGINT).
 EXIT_INTERRUPTED = 130

@@ -35,6 +35,10 @@ _LAZY = {
     "RecordFutures": "producer",
     "murmur2": "partitioner",
     "partition_for_key": "partitioner",
+    "SecurityConfig": "security",
+    **{name: "admin_core" for name in ("AclBinding", "AclBindingFilter", "ScramCredentialInfo",
+                                       "UserScramCredentialDeletion", "UserScramCredentialUpsertion",
+                                       "UserScramCredentialsDescription")},
     **{name: "types" for name in ("ConfigEntry", "ConsumerRecord", "NewTopic", "OffsetAndTimestamp",
                                    "PartitionInfo", "RecordMetadata", "TopicDescription", "TopicPartition")},
 }

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from .admin_core import AdminCore, BrokerConfigEntry, ConsumerGroupDescription, ConsumerGroupListing
+from .admin_core import (AclBinding, AclBindingFilter, AdminCore, BrokerConfigEntry, ConsumerGroupDescription,
+                         ConsumerGroupListing, UserScramCredentialsDescription)
 from .connection import DEFAULT_BOOTSTRAP, SyncConnection
+from .security import split_security
 from .ops import run_sync
 from .types import ConfigEntry, LogDirDescription, OffsetAndTimestamp, TopicDescription, TopicPartition
 
@@ -11,9 +13,16 @@ __all__ = ["AdminClient"]
 
 
 class AdminClient:
+    """``AdminClient("host:port")``; keyword arguments: ``request_timeout_ms``, ``client_id``, and
+    the TLS/SASL settings of :mod:`triolog.client.security` (``security_protocol``,
+    ``sasl_mechanism``, ``sasl_username``, ``sasl_password``, ``ssl_cafile``...)."""
+
     def __init__(self, bootstrap_servers: str = DEFAULT_BOOTSTRAP, *, request_timeout_ms: int = 30_000,
-                 client_id: str = "triolog-admin") -> None:
-        self._conn = SyncConnection(bootstrap_servers, client_id=client_id)
+                 client_id: str = "triolog-admin", **security) -> None:
+        self.security, unknown = split_security(security)
+        if unknown:
+            raise TypeError(f"unexpected keyword arguments: {', '.join(sorted(unknown))}")
+        self._conn = SyncConnection(bootstrap_servers, client_id=client_id, security=self.security)
         self._core = AdminCore(request_timeout_ms)
 
     def __enter__(self) -> AdminClient:
@@ -91,3 +100,27 @@ class AdminClient:
     def alter_consumer_group_offsets(self, group_id: str, offsets: dict) -> None:
         """Set a group's committed offsets ({tp: offset}); only while the group has no members."""
         self._run(self._core.alter_group_offsets_op(group_id, offsets))
+
+    # -- ACLs and SCRAM users (Kafka's Admin API names) ------------------------------------------
+
+    def create_acls(self, acls) -> None:
+        """Add :class:`AclBinding`s; the first failing one's error (SecurityDisabledError without an
+        authorizer, ClusterAuthorizationFailedError, InvalidRequestError...) is raised."""
+        self._run(self._core.create_acls_op(acls))
+
+    def describe_acls(self, acl_filter: AclBindingFilter | None = None) -> list[AclBinding]:
+        """The ACLs an :class:`AclBindingFilter` selects (all without one)."""
+        return self._run(self._core.describe_acls_op(acl_filter))
+
+    def delete_acls(self, filters) -> list[list[AclBinding]]:
+        """Delete the ACLs each filter selects; per filter, the ACLs it deleted."""
+        return self._run(self._core.delete_acls_op(filters))
+
+    def describe_user_scram_credentials(self, users=None) -> dict[str, UserScramCredentialsDescription]:
+        """User -> its SCRAM mechanisms and iterations (every user, or ``users``)."""
+        return self._run(self._core.describe_user_scram_credentials_op(users))
+
+    def alter_user_scram_credentials(self, alterations) -> None:
+        """:class:`UserScramCredentialUpsertion` (a password, salted and hashed here) and
+        :class:`UserScramCredentialDeletion` items."""
+        self._run(self._core.alter_user_scram_credentials_op(alterations))

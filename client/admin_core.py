@@ -30,7 +30,9 @@ from .types import (
     TopicPartition,
 )
 
-__all__ = ["AdminCore", "BrokerConfigEntry", "ConsumerGroupDescription", "ConsumerGroupListing", "MemberDescription"]
+__all__ = ["AclBinding", "AclBindingFilter", "AdminCore", "BrokerConfigEntry", "ConsumerGroupDescription",
+           "ConsumerGroupListing", "MemberDescription", "ScramCredentialInfo", "UserScramCredentialDeletion",
+           "UserScramCredentialUpsertion", "UserScramCredentialsDescription"]
 
 
 class BrokerConfigEntry(NamedTuple):
@@ -84,7 +86,185 @@ def _raise_first(errors: list[TriologClientError]) -> None:
         raise errors[0]
 
 
-class AdminCore:
+# -- ACLs and SCRAM users ----------------------------------------------------------------------
+
+class AclBinding(NamedTuple):
+    """One ACL (Kafka's AclBinding): ``principal`` (``User:alice``) from ``host`` is ALLOWed or
+    DENYed ``operation`` on the resources ``resource_type``/``resource_name``/``pattern_type``
+    names. Enum fields take Kafka's names in any case and CamelCase (``"Read"``,
+    ``"DescribeConfigs"``, ``"topic"``), kept in Kafka's upper-case spelling."""
+
+    resource_type: str
+    resource_name: str
+    principal: str
+    operation: str
+    permission_type: str = "ALLOW"
+    host: str = "*"
+    pattern_type: str = "LITERAL"
+
+
+class AclBindingFilter(NamedTuple):
+    """Selects ACLs (Kafka's AclBindingFilter): ``ANY`` or None matches anything; pattern_type
+    ``MATCH`` with a name selects every ACL that applies to that resource."""
+
+    resource_type: str = "ANY"
+    resource_name: str | None = None
+    principal: str | None = None
+    operation: str = "ANY"
+    permission_type: str = "ANY"
+    host: str | None = None
+    pattern_type: str = "ANY"
+
+
+class ScramCredentialInfo(NamedTuple):
+    mechanism: str
+    iterations: int
+
+
+class UserScramCredentialsDescription(NamedTuple):
+    """A user's SCRAM credentials: which mechanisms, with how many iterations (never the keys)."""
+
+    user: str
+    credential_infos: tuple[ScramCredentialInfo, ...]
+
+
+class UserScramCredentialUpsertion(NamedTuple):
+    """Set ``user``'s ``mechanism`` credential to ``password``: the client salts it (a random
+    salt of 32 bytes) and hashes it (PBKDF2 with ``iterations``); the password never travels."""
+
+    user: str
+    mechanism: str
+    password: str
+    iterations: int = 4096
+
+
+class UserScramCredentialDeletion(NamedTuple):
+    user: str
+    mechanism: str
+
+
+_SCRAM_HASHES = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
+
+
+def acl_enum(value: str, allowed, what: str) -> str:
+    """Kafka's upper-case name of an ACL enum value given as ``Read``, ``read``, ``DescribeConfigs``
+    or ``DESCRIBE_CONFIGS``; ValueError naming the allowed values otherwise."""
+    import re
+
+    text = str(value).strip()
+    name = (re.sub(r"(?<=[a-z])(?=[A-Z])", "_", text) if "_" not in text else text).upper().replace("-", "_")
+    if name not in allowed:
+        raise ValueError(f"unknown {what} {value!r} (one of {', '.join(allowed)})")
+    return name
+
+
+_RESOURCE_TYPES = ("ANY", "TOPIC", "GROUP", "CLUSTER", "TRANSACTIONAL_ID")
+_PATTERN_TYPES = ("ANY", "MATCH", "LITERAL", "PREFIXED")
+_OPERATIONS = ("ANY", "ALL", "READ", "WRITE", "CREATE", "DELETE", "ALTER", "DESCRIBE", "CLUSTER_ACTION",
+               "DESCRIBE_CONFIGS", "ALTER_CONFIGS", "IDEMPOTENT_WRITE")
+_PERMISSIONS = ("ANY", "DENY", "ALLOW")
+
+
+def _wire_entry(acl) -> m.AclEntry:
+    acl = AclBinding(*acl) if not isinstance(acl, AclBinding) else acl
+    return m.AclEntry(resource_type=acl_enum(acl.resource_type, _RESOURCE_TYPES, "resource type"),
+                      resource_name=acl.resource_name, principal=acl.principal, host=acl.host or "*",
+                      pattern_type=acl_enum(acl.pattern_type, _PATTERN_TYPES, "pattern type"),
+                      operation=acl_enum(acl.operation, _OPERATIONS, "operation"),
+                      permission_type=acl_enum(acl.permission_type, _PERMISSIONS, "permission type"))
+
+
+def _wire_filter(flt) -> dict:
+    flt = AclBindingFilter() if flt is None else flt
+    return dict(resource_type=acl_enum(flt.resource_type, _RESOURCE_TYPES, "resource type"),
+                resource_name=flt.resource_name, principal=flt.principal, host=flt.host,
+                pattern_type=acl_enum(flt.pattern_type, _PATTERN_TYPES, "pattern type"),
+                operation=acl_enum(flt.operation, _OPERATIONS, "operation"),
+                permission_type=acl_enum(flt.permission_type, _PERMISSIONS, "permission type"))
+
+
+def _binding(doc: dict) -> AclBinding:
+    return AclBinding(resource_type=doc["resource_type"], resource_name=doc["resource_name"],
+                      principal=doc["principal"], operation=doc["operation"], permission_type=doc["permission_type"],
+                      host=doc.get("host") or "*", pattern_type=doc.get("pattern_type") or "LITERAL")
+
+
+def salted_upsertion(upsertion: UserScramCredentialUpsertion, salt: bytes | None = None) -> m.ScramCredentialUpsertion:
+    """The wire upsertion of a password: PBKDF2-HMAC of its SASLprep form with a random salt."""
+    import hashlib
+    import os
+
+    from scramp.core import saslprep
+
+    mechanism = str(upsertion.mechanism).upper()
+    if mechanism not in _SCRAM_HASHES:
+        raise ValueError(f"unknown SCRAM mechanism {upsertion.mechanism!r} (SCRAM-SHA-256 or SCRAM-SHA-512)")
+    salt = os.urandom(32) if salt is None else salt
+    salted = hashlib.pbkdf2_hmac(_SCRAM_HASHES[mechanism], saslprep(upsertion.password).encode("utf-8"), salt,
+                                 upsertion.iterations)
+    return m.ScramCredentialUpsertion(name=upsertion.user, mechanism=mechanism, iterations=upsertion.iterations,
+                                      salt=salt, salted_password=salted)
+
+
+class SecurityAdminOps:
+    """The ACL and SCRAM-user operations (mixed into AdminCore)."""
+
+    timeout_s: float
+
+    def create_acls_op(self, acls) -> Op[None]:
+        """Add AclBindings (a binding already present is not added twice); the first failing
+        binding's error is raised after the others were applied."""
+        entries = tuple(_wire_entry(acl) for acl in acls)
+        doc = check_response((yield Call(m.CreateAclsRequest(id=0, creations=entries), self.timeout_s)))
+        _raise_first([error_for(r["error_code"], r.get("error_message")) for r in doc["results"] if r["error_code"]])
+
+    def describe_acls_op(self, acl_filter: AclBindingFilter | None = None) -> Op[list[AclBinding]]:
+        """The ACLs ``acl_filter`` selects (every ACL without one)."""
+        doc = check_response((yield Call(m.DescribeAclsRequest(id=0, **_wire_filter(acl_filter)), self.timeout_s)))
+        return [_binding(acl) for acl in doc["acls"]]
+
+    def delete_acls_op(self, filters) -> Op[list[list[AclBinding]]]:
+        """Delete the ACLs each filter selects; per filter, the ACLs it deleted."""
+        wire = tuple(m.AclFilter(**_wire_filter(f)) for f in filters)
+        doc = check_response((yield Call(m.DeleteAclsRequest(id=0, filters=wire), self.timeout_s)))
+        _raise_first([error_for(r["error_code"], r.get("error_message")) for r in doc["filter_results"]
+                      if r["error_code"]])
+        return [[_binding(acl) for acl in r["matching_acls"]] for r in doc["filter_results"]]
+
+    def describe_user_scram_credentials_op(self, users=None) -> Op[dict[str, UserScramCredentialsDescription]]:
+        """Every user's SCRAM mechanisms (of ``users`` only, if given: an unknown one raises
+        ResourceNotFoundError after the others are read)."""
+        request = m.DescribeUserScramCredentialsRequest(id=0, users=None if users is None else tuple(users))
+        doc = check_response((yield Call(request, self.timeout_s)))
+        out, errors = {}, []
+        for result in doc["results"]:
+            if result["error_code"]:
+                errors.append(error_for(result["error_code"], result.get("error_message")))
+                continue
+            out[result["user"]] = UserScramCredentialsDescription(result["user"], tuple(
+                ScramCredentialInfo(info["mechanism"], info["iterations"]) for info in result["credential_infos"]))
+        _raise_first(errors)
+        return out
+
+    def alter_user_scram_credentials_op(self, alterations) -> Op[None]:
+        """Apply UserScramCredentialUpsertions (salted and hashed here) and
+        UserScramCredentialDeletions; the first failing user's error is raised."""
+        upsertions, deletions = [], []
+        for alteration in alterations:
+            if isinstance(alteration, UserScramCredentialUpsertion):
+                upsertions.append(salted_upsertion(alteration))
+            elif isinstance(alteration, UserScramCredentialDeletion):
+                deletions.append(m.ScramCredentialDeletion(name=alteration.user,
+                                                           mechanism=str(alteration.mechanism).upper()))
+            else:
+                raise TypeError(f"expected UserScramCredentialUpsertion or UserScramCredentialDeletion, "
+                                f"got {type(alteration).__name__}")
+        request = m.AlterUserScramCredentialsRequest(id=0, deletions=tuple(deletions), upsertions=tuple(upsertions))
+        doc = check_response((yield Call(request, self.timeout_s)))
+        _raise_first([error_for(r["error_code"], r.get("error_message")) for r in doc["results"] if r["error_code"]])
+
+
+class AdminCore(SecurityAdminOps):
     def __init__(self, request_timeout_ms: int = 30_000) -> None:
         self.timeout_s = request_timeout_ms / 1000
         # allow_auto_create=False: an admin's metadata requests never create a topic.
@@ -344,3 +524,4 @@ class AdminCore:
             break
         _raise_first([error_for(p["error_code"], p.get("error_message"), topic=t["name"], partition=p["partition"])
                       for t in doc["topics"] for p in t["partitions"] if p["error_code"]])
+

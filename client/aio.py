@@ -22,6 +22,7 @@ same order (:meth:`AsyncConnection.result`).
 from __future__ import annotations
 
 import logging
+import ssl
 from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -30,9 +31,9 @@ import trio
 
 from triolog.protocol.frames import NEED_DATA, FrameDecoder, ProtocolError
 
-from .admin_core import AdminCore
+from .admin_core import AclBinding, AclBindingFilter, AdminCore, UserScramCredentialsDescription
 from .connection import (DEFAULT_BOOTSTRAP, CorrelationIds, connect_order, decode_answer, no_broker_message,
-                         parse_bootstrap_servers, prepare_parts)
+                         parse_bootstrap_servers, prepare, prepare_parts)
 from .address import format_address
 from .consumer_coordinator import COORDINATOR_APIS
 from .consumer_core import ConsumerConfig, ConsumerCore, Polled, PolledColumns
@@ -41,6 +42,7 @@ from .errors import (ClientTimeoutError, InvalidResponseError, ProducerClosedErr
 from .ops import Call, Op, Sleep, Submit, T, now
 from .producer import SEND_MANY_SLICE, _values_size
 from .producer_core import ProducerConfig, ProducerCore, RecordFuture, RecordFutures
+from .security import PLAINTEXT, SecurityConfig, sasl_exchange, split_security, tls_error
 from .types import EARLIEST, LATEST, ConfigEntry, ConsumerRecord, OffsetAndTimestamp, RecordMetadata, TopicDescription, TopicPartition
 
 __all__ = ["AsyncAdminClient", "AsyncConnection", "AsyncConsumer", "AsyncProducer", "AsyncRecordFuture", "AsyncRecordFutures",
@@ -89,18 +91,21 @@ class _Slot:
 class _Link:
     """One TCP connection and the requests awaiting its responses, oldest first."""
 
-    def __init__(self, stream: trio.SocketStream) -> None:
+    def __init__(self, stream: trio.abc.Stream, decoder: FrameDecoder | None = None) -> None:
         self.stream = stream
+        self.decoder = decoder or FrameDecoder()
         self.pending: deque[_Slot] = deque()
         self.broken: BaseException | None = None
         self.cancel_scope = trio.CancelScope()
 
 
 class AsyncConnection:
-    """A trio connection to one broker; concurrent calls are pipelined on it."""
+    """A trio connection to one broker; concurrent calls are pipelined on it. ``security``: TLS
+    (trio's SSLStream) and SASL, done on every new connection before its first request."""
 
     def __init__(self, bootstrap: str | list[str], nursery: trio.Nursery, *, client_id: str | None = None,
-                 connect_timeout_s: float = 10.0) -> None:
+                 connect_timeout_s: float = 10.0, security: SecurityConfig | None = None) -> None:
+        self.security = security or PLAINTEXT
         self.addresses = parse_bootstrap_servers(bootstrap)
         self._last_good = 0
         self.host, self.port = self.addresses[0]
@@ -121,7 +126,10 @@ class AsyncConnection:
                 raise RequestNotSentError("connection closed by the client")
             if self._link is None or self._link.broken is not None:
                 stream = await self._open_stream()
-                self._link = _Link(stream)
+                decoder = FrameDecoder()
+                if not self.security.is_plaintext:
+                    stream = await self._secure(stream, decoder)
+                self._link = _Link(stream, decoder)
                 self._nursery.start_soon(self._reader, self._link)
             return self._link
 
@@ -140,6 +148,58 @@ class AsyncConnection:
             self.host, self.port = host, port
             return stream
         raise RequestNotSentError(no_broker_message(failures))
+
+    async def _secure(self, stream: trio.SocketStream, decoder: FrameDecoder) -> trio.abc.Stream:
+        """TLS then SASL, as configured, on a new stream (closed on failure): see
+        :meth:`triolog.client.connection.SyncConnection._secure` for the errors."""
+        name = format_address((self.host, self.port))
+        try:
+            if self.security.uses_tls:
+                stream = trio.SSLStream(stream, self.security.ssl_context(), server_hostname=self.host)
+                try:
+                    with trio.fail_after(self.connect_timeout_s):
+                        await stream.do_handshake()
+                except trio.TooSlowError:
+                    raise RequestNotSentError(f"TLS handshake with {name} timed out") from None
+                except trio.BrokenResourceError as exc:
+                    cause = exc.__cause__
+                    if isinstance(cause, ssl.SSLError):
+                        raise tls_error(name, cause) from None
+                    raise RequestNotSentError(f"TLS handshake with {name} failed: {cause or exc!r}") from None
+            if self.security.uses_sasl:
+                with trio.fail_after(self.connect_timeout_s):
+                    await self._authenticate(stream, name, decoder)
+            return stream
+        except BaseException as exc:
+            with trio.CancelScope(shield=True):
+                await trio.aclose_forcefully(stream)
+            if isinstance(exc, trio.TooSlowError):
+                raise RequestNotSentError(f"SASL authentication with {name} timed out") from None
+            raise
+
+    async def _authenticate(self, stream: trio.abc.Stream, name: str, decoder: FrameDecoder) -> None:
+        exchange = sasl_exchange(self.security, name)
+        request = next(exchange)
+        while True:
+            request, frame = prepare(request, self._ids.next(), self.client_id)
+            try:
+                await stream.send_all(frame)
+                while (answer := decoder.next_frame()) is NEED_DATA:
+                    data = await stream.receive_some(_RECV_SIZE)
+                    if not data:
+                        raise ConnectionError("connection closed by the broker")
+                    decoder.receive_data(data)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                cause = exc.__cause__
+                if isinstance(cause, ssl.SSLError):
+                    raise tls_error(name, cause) from None
+                raise RequestNotSentError(f"SASL authentication with {name} failed: {cause or exc!r}") from None
+            except ProtocolError as exc:
+                raise InvalidResponseError(f"{name}: {exc}") from None
+            try:
+                request = exchange.send(decode_answer(answer, request))
+            except StopIteration:
+                return
 
     async def call(self, request, timeout_s: float) -> dict | None:
         slot = await self.submit(request)
@@ -205,7 +265,7 @@ class AsyncConnection:
         link.cancel_scope.cancel()
 
     async def _reader(self, link: _Link) -> None:
-        decoder = FrameDecoder()
+        decoder = link.decoder
         try:
             with link.cancel_scope:
                 while True:
@@ -251,9 +311,10 @@ class _AsyncClient:
 
     _client_id = "triolog"
 
-    def __init__(self, bootstrap_servers: str | list[str]) -> None:
+    def __init__(self, bootstrap_servers: str | list[str], security: SecurityConfig = PLAINTEXT) -> None:
         parse_bootstrap_servers(bootstrap_servers)  # fail early on a bad address
         self._bootstrap = bootstrap_servers
+        self.security = security
         self._conn: AsyncConnection | None = None
         self._cm = None
 
@@ -267,7 +328,7 @@ class _AsyncClient:
     @asynccontextmanager
     async def _lifecycle(self):
         async with trio.open_nursery() as nursery:
-            self._conn = AsyncConnection(self._bootstrap, nursery, client_id=self._client_id)
+            self._conn = AsyncConnection(self._bootstrap, nursery, client_id=self._client_id, security=self.security)
             try:
                 self._start(nursery)
                 yield self
@@ -341,7 +402,8 @@ class AsyncProducer(_AsyncClient):
 
     def __init__(self, bootstrap_servers: str | list[str] = DEFAULT_BOOTSTRAP, *, key_serializer=None,
                  value_serializer=None, **config) -> None:
-        super().__init__(bootstrap_servers)
+        security, config = split_security(config)
+        super().__init__(bootstrap_servers, security)
         self.config = ProducerConfig(**config)
         self._client_id = self.config.client_id
         self._core = ProducerCore(self.config, key_serializer=key_serializer, value_serializer=value_serializer)
@@ -517,6 +579,7 @@ class _AsyncGroupConnections:
 
     def __init__(self, main: AsyncConnection, group, nursery: trio.Nursery, client_id: str) -> None:
         self.main, self.group, self._nursery, self.client_id = main, group, nursery, client_id
+        self.security = main.security
         self._coordinator: AsyncConnection | None = None
         self._address = None
 
@@ -529,7 +592,8 @@ class _AsyncGroupConnections:
         if self._coordinator is None or address != self._address:
             if self._coordinator is not None:
                 await self._coordinator.aclose()
-            self._coordinator = AsyncConnection(format_address(address), self._nursery, client_id=self.client_id)
+            self._coordinator = AsyncConnection(format_address(address), self._nursery, client_id=self.client_id,
+                                                security=self.security)
             self._address = address
         return self._coordinator
 
@@ -558,7 +622,8 @@ class AsyncConsumer(_AsyncClient):
 
     def __init__(self, bootstrap_servers: str | list[str] = DEFAULT_BOOTSTRAP, *, key_deserializer=None,
                  value_deserializer=None, **config) -> None:
-        super().__init__(bootstrap_servers)
+        security, config = split_security(config)
+        super().__init__(bootstrap_servers, security)
         self.config = ConsumerConfig(**config)
         self._client_id = self.config.client_id
         self._core = ConsumerCore(self.config, key_deserializer=key_deserializer,
@@ -671,8 +736,14 @@ class AsyncConsumer(_AsyncClient):
 class AsyncAdminClient(_AsyncClient):
     _client_id = "triolog-admin"
 
-    def __init__(self, bootstrap_servers: str = DEFAULT_BOOTSTRAP, *, request_timeout_ms: int = 30_000) -> None:
-        super().__init__(bootstrap_servers)
+    def __init__(self, bootstrap_servers: str = DEFAULT_BOOTSTRAP, *, request_timeout_ms: int = 30_000,
+                 client_id: str = "triolog-admin", **security) -> None:
+        """``security``: the TLS and SASL settings, as :class:`triolog.client.AdminClient`'s."""
+        sec, unknown = split_security(security)
+        if unknown:
+            raise TypeError(f"unexpected keyword arguments: {', '.join(sorted(unknown))}")
+        super().__init__(bootstrap_servers, sec)
+        self._client_id = client_id
         self._core = AdminCore(request_timeout_ms)
 
     async def create_topics(self, topics, validate_only: bool = False) -> dict[str, dict[str, str]]:
@@ -727,3 +798,27 @@ class AsyncAdminClient(_AsyncClient):
 
     async def alter_consumer_group_offsets(self, group_id: str, offsets: dict) -> None:
         await self._run(self._core.alter_group_offsets_op(group_id, offsets))
+
+    # -- ACLs and SCRAM users (Kafka's Admin API names) ------------------------------------------
+
+    async def create_acls(self, acls) -> None:
+        """Add :class:`AclBinding`s; the first failing one's error (SecurityDisabledError without an
+        authorizer, ClusterAuthorizationFailedError, InvalidRequestError...) is raised."""
+        await self._run(self._core.create_acls_op(acls))
+
+    async def describe_acls(self, acl_filter: AclBindingFilter | None = None) -> list[AclBinding]:
+        """The ACLs an :class:`AclBindingFilter` selects (all without one)."""
+        return await self._run(self._core.describe_acls_op(acl_filter))
+
+    async def delete_acls(self, filters) -> list[list[AclBinding]]:
+        """Delete the ACLs each filter selects; per filter, the ACLs it deleted."""
+        return await self._run(self._core.delete_acls_op(filters))
+
+    async def describe_user_scram_credentials(self, users=None) -> dict[str, UserScramCredentialsDescription]:
+        """User -> its SCRAM mechanisms and iterations (every user, or ``users``)."""
+        return await self._run(self._core.describe_user_scram_credentials_op(users))
+
+    async def alter_user_scram_credentials(self, alterations) -> None:
+        """:class:`UserScramCredentialUpsertion` (a password, salted and hashed here) and
+        :class:`UserScramCredentialDeletion` items."""
+        await self._run(self._core.alter_user_scram_credentials_op(alterations))

@@ -14,6 +14,12 @@ A produce request's record batches are never copied into the frame: the frame is
 parts (the msgpack around the batches, then each batch's own bytes) with one scatter/gather
 ``sendmsg``.
 
+With TLS or SASL (:mod:`triolog.client.security`), each new socket is wrapped in TLS and
+authenticated before the link is used; a TLS link's socket is then non-blocking, each TLS call
+made under the link's lock (OpenSSL's objects are not for two threads at once) and waits done
+with poll outside it (after checking the bytes TLS already decrypted: ``pending()``). A
+PLAINTEXT link is untouched: the same sendmsg path as ever.
+
 With several bootstrap servers, a connection is opened to the first that accepts one, tried in
 order (the one that answered last, first); when none does, the error names every address tried.
 
@@ -29,6 +35,7 @@ import dataclasses
 import itertools
 import select
 import socket
+import ssl
 import threading
 import time
 from collections import deque
@@ -38,6 +45,7 @@ from triolog.protocol.frames import NEED_DATA, FrameDecoder, ProtocolError, enco
 
 from .address import DEFAULT_BOOTSTRAP, format_address, parse_bootstrap, parse_bootstrap_servers
 from .errors import InvalidResponseError, RequestNotSentError, ResponseLostError
+from .security import PLAINTEXT, SecurityConfig, sasl_exchange, tls_error
 
 __all__ = ["DEFAULT_BOOTSTRAP", "InFlight", "SyncConnection", "parse_bootstrap"]
 
@@ -149,22 +157,66 @@ class _Link:
     """One TCP connection: its socket, its frame decoder, and its requests awaiting a response
     (oldest first: the broker answers in order)."""
 
-    def __init__(self, sock: socket.socket, address: tuple[str, int]) -> None:
+    def __init__(self, sock: socket.socket, address: tuple[str, int], tls: bool = False,
+                 decoder: FrameDecoder | None = None) -> None:
         self.sock = sock
         self.address = address
-        self.decoder = FrameDecoder()
+        #: A TLS socket (non-blocking; every TLS call under tls_lock).
+        self.tls = tls
+        self.tls_lock = threading.Lock() if tls else None
+        self.decoder = decoder or FrameDecoder()
         self.pending: deque[InFlight] = deque()
         self.broken: BaseException | None = None
         self.poller = select.poll()
         self.poller.register(sock, select.POLLIN)
 
 
+def _tls_send(link: _Link, parts: list, timeout_s: float) -> None:
+    """Write every part on a TLS link (SSLSocket has no sendmsg), within ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    sock, lock = link.sock, link.tls_lock
+    for part in parts:
+        view = memoryview(part).cast("B")
+        while view:
+            with lock:
+                try:
+                    sent, want = sock.send(view), 0
+                except ssl.SSLWantWriteError:
+                    sent, want = 0, select.POLLOUT
+                except ssl.SSLWantReadError:
+                    sent, want = 0, select.POLLIN
+            if sent:
+                view = view[sent:]
+                continue
+            remaining_ms = int((deadline - time.monotonic()) * 1000)
+            if remaining_ms <= 0:
+                raise TimeoutError(f"timed out after {timeout_s:.3g} s")
+            poller = select.poll()
+            poller.register(sock, want)
+            poller.poll(remaining_ms)
+
+
+def _tls_receive(link: _Link, remaining_ms: int) -> bytes | None:
+    """Bytes from a TLS link: b"" at its end, None if none came within ``remaining_ms`` (or only a
+    part of a TLS record did)."""
+    sock = link.sock
+    if not sock.pending() and not link.poller.poll(remaining_ms):
+        return None
+    with link.tls_lock:
+        try:
+            return sock.recv(_RECV_SIZE)
+        except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+            return None
+
+
 class SyncConnection:
     """A blocking connection to one broker; thread-safe. Requests from several threads (or several
-    :meth:`send` calls from one) are pipelined on one socket; :meth:`call` is one round trip."""
+    :meth:`send` calls from one) are pipelined on one socket; :meth:`call` is one round trip.
+    ``security``: TLS and SASL settings (:class:`triolog.client.security.SecurityConfig`)."""
 
     def __init__(self, bootstrap: str | list[str] = DEFAULT_BOOTSTRAP, *, client_id: str | None = None,
-                 connect_timeout_s: float = 10.0) -> None:
+                 connect_timeout_s: float = 10.0, security: SecurityConfig | None = None) -> None:
+        self.security = security or PLAINTEXT
         self.addresses = parse_bootstrap_servers(bootstrap)
         self._last_good = 0
         self.host, self.port = self.addresses[0]
@@ -200,8 +252,59 @@ class SyncConnection:
             self._last_good = index
             self.host, self.port = self.addresses[index]
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            link = self._link = _Link(sock, self.addresses[index])
+            if self.security.is_plaintext:
+                link = _Link(sock, self.addresses[index])
+            else:
+                link = self._secure(sock, self.addresses[index])
+            self._link = link
         return link
+
+    def _secure(self, sock: socket.socket, address: tuple[str, int]) -> _Link:
+        """TLS (when configured) then SASL (likewise) on a new socket; its link. Closes the socket
+        and raises SslHandshakeError, the broker's SASL error, or RequestNotSentError (the
+        connection failed meanwhile: retriable)."""
+        security, name = self.security, format_address(address)
+        try:
+            if security.uses_tls:
+                try:
+                    sock = security.ssl_context().wrap_socket(sock, server_hostname=address[0])
+                except ssl.SSLError as exc:
+                    raise tls_error(name, exc) from None
+                except OSError as exc:
+                    raise RequestNotSentError(f"TLS handshake with {name} failed: {exc}") from None
+            decoder = FrameDecoder()
+            if security.uses_sasl:
+                self._authenticate(sock, name, decoder)
+            if security.uses_tls:
+                sock.setblocking(False)
+            return _Link(sock, address, tls=security.uses_tls, decoder=decoder)
+        except BaseException:
+            sock.close()
+            raise
+
+    def _authenticate(self, sock: socket.socket, name: str, decoder: FrameDecoder) -> None:
+        """The SASL exchange on a new (blocking) socket, before any other request."""
+        exchange = sasl_exchange(self.security, name)
+        request = next(exchange)
+        while True:
+            request, frame = prepare(request, self._ids.next(), self.client_id)
+            try:
+                sock.sendall(frame)
+                while (answer := decoder.next_frame()) is NEED_DATA:
+                    data = sock.recv(_RECV_SIZE)
+                    if not data:
+                        raise ConnectionError("connection closed by the broker")
+                    decoder.receive_data(data)
+            except ssl.SSLError as exc:
+                raise tls_error(name, exc) from None
+            except OSError as exc:
+                raise RequestNotSentError(f"SASL authentication with {name} failed: {exc}") from None
+            except ProtocolError as exc:
+                raise InvalidResponseError(f"{name}: {exc}") from None
+            try:
+                request = exchange.send(decode_answer(answer, request))
+            except StopIteration:
+                return
 
     def _break(self, link: _Link, error: BaseException) -> None:
         """Close ``link``: every request still awaiting a response on it gets ``error``."""
@@ -236,8 +339,11 @@ class SyncConnection:
                     if len(link.pending) > self.max_in_flight_seen:
                         self.max_in_flight_seen = len(link.pending)
             try:
-                link.sock.settimeout(timeout_s)
-                send_parts(link.sock, parts)
+                if link.tls:
+                    _tls_send(link, parts, timeout_s)
+                else:
+                    link.sock.settimeout(timeout_s)
+                    send_parts(link.sock, parts)
             except OSError as exc:  # the frame was not handed over whole
                 error = RequestNotSentError(f"sending {request.api} to {self.host}:{self.port} failed: {exc}")
                 if waiting is not None:
@@ -302,9 +408,14 @@ class SyncConnection:
             return True
         remaining_ms = max(0, int((deadline - time.monotonic()) * 1000))
         try:
-            if not link.poller.poll(remaining_ms):
-                return False
-            data = link.sock.recv(_RECV_SIZE)
+            if link.tls:
+                data = _tls_receive(link, remaining_ms)
+                if data is None:
+                    return remaining_ms > 0
+            else:
+                if not link.poller.poll(remaining_ms):
+                    return False
+                data = link.sock.recv(_RECV_SIZE)
         except (OSError, ValueError) as exc:  # ValueError: the socket was closed under us
             self._break(link, ResponseLostError(
                 f"response from {format_address(link.address)} lost: {exc}"))

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 from .address import format_address
 from .connection import DEFAULT_BOOTSTRAP, SyncConnection
+from .security import split_security
 from .consumer_coordinator import COORDINATOR_APIS, CommitFailedError, RebalanceListener
 from .consumer_core import ConsumerConfig, ConsumerCore, Polled, PolledColumns
 from .ops import run_sync
@@ -41,7 +42,8 @@ class _GroupConnections:
             if self._coordinator is None or address != self._address:
                 if self._coordinator is not None:
                     self._coordinator.close()
-                self._coordinator = SyncConnection(format_address(address), client_id=self.client_id)
+                self._coordinator = SyncConnection(format_address(address), client_id=self.client_id,
+                                                   security=self.main.security)
                 self._address = address
             return self._coordinator
 
@@ -70,7 +72,9 @@ class Consumer:
     ``bootstrap_servers``: ``"host:port"``, ``"h1:9092,h2:9092"`` or a list of them, tried in
     order until one answers. ``key_deserializer``/``value_deserializer``: functions turning each
     non-null key/value's bytes into what the records carry (kafka-python's options). Other
-    keyword arguments are :class:`triolog.client.consumer_core.ConsumerConfig` fields. Not
+    keyword arguments are :class:`triolog.client.consumer_core.ConsumerConfig` fields, or the
+    TLS/SASL settings of :mod:`triolog.client.security` (``security_protocol``, ``sasl_mechanism``,
+    ``sasl_username``, ``sasl_password``, ``ssl_cafile``...). Not
     thread-safe (like Kafka's consumer): use it from one thread.
 
     With ``group_id``, subscribe() joins that consumer group (see
@@ -80,10 +84,12 @@ class Consumer:
 
     def __init__(self, bootstrap_servers: str | list[str] = DEFAULT_BOOTSTRAP, *, key_deserializer=None,
                  value_deserializer=None, **config) -> None:
+        self.security, config = split_security(config)
         self.config = ConsumerConfig(**config)
         self._core = ConsumerCore(self.config, key_deserializer=key_deserializer,
                                   value_deserializer=value_deserializer)
-        self._conn = _GroupConnections(SyncConnection(bootstrap_servers, client_id=self.config.client_id),
+        self._conn = _GroupConnections(SyncConnection(bootstrap_servers, client_id=self.config.client_id,
+                                                      security=self.security),
                                        self._core.group, self.config.client_id)
         self._stop = threading.Event()
         self._heartbeat: threading.Thread | None = None

@@ -59,8 +59,10 @@ __all__ = [
     "ResourceNotFoundError",
     "ResponseLostError",
     "SaslAuthenticationFailedError",
+    "SecurityConfigError",
     "SecurityDisabledError",
     "SerializationError",
+    "SslHandshakeError",
     "ThrottlingQuotaExceededError",
     "TopicAlreadyExistsError",
     "TopicAuthorizationFailedError",
@@ -410,6 +412,17 @@ class ResponseLostError(BrokerConnectionError):
 
 class InvalidResponseError(ResponseLostError):
     """The broker answered with bytes the protocol forbids; the connection is dropped."""
+
+
+class SslHandshakeError(TriologClientError):
+    """Kafka's SslAuthenticationException: the TLS handshake with the broker failed (its
+    certificate is not trusted or does not name the host, it refused ours, or the listener does
+    not speak TLS). Not retried: the same handshake would fail again."""
+
+
+class SecurityConfigError(TriologClientError, ValueError):
+    """The client's security settings are invalid or do not go together (e.g. SASL without
+    credentials, TLS files that do not load)."""
 
 
 class ClientTimeoutError(TriologClientError):

@@ -13,6 +13,7 @@ import threading
 import time
 
 from .connection import DEFAULT_BOOTSTRAP, SyncConnection
+from .security import split_security
 from .errors import ClientTimeoutError, ProducerClosedError
 from .ops import Call, run_sync
 from .producer_core import ProducerConfig, ProducerCore, RecordFuture, RecordFutures
@@ -50,9 +51,10 @@ class Producer:
 
     def __init__(self, bootstrap_servers: str | list[str] = DEFAULT_BOOTSTRAP, *, key_serializer=None,
                  value_serializer=None, **config) -> None:
+        self.security, config = split_security(config)
         self.config = ProducerConfig(**config)
         self._core = ProducerCore(self.config, key_serializer=key_serializer, value_serializer=value_serializer)
-        self._conn = SyncConnection(bootstrap_servers, client_id=self.config.client_id)
+        self._conn = SyncConnection(bootstrap_servers, client_id=self.config.client_id, security=self.security)
         self._wakeup = threading.Event()
         #: Notified whenever records complete (which also frees buffer space).
         self._space = threading.Condition()

@@ -124,7 +124,7 @@ def _fetch(conn: SyncConnection, config: ConsumerConfig, tp: TopicPartition, off
 
 
 def read_range(bootstrap: str, config: ConsumerConfig, topic: str, partition: int, start: int, end: int, *,
-               fail_on_data_loss: bool, include_headers: bool) -> Iterator[pa.RecordBatch]:
+               fail_on_data_loss: bool, include_headers: bool, security=None) -> Iterator[pa.RecordBatch]:
     """The records of offsets [start, end) of one partition, one Arrow batch per fetch response.
 
     The next fetch is asked for (on a helper thread, the same connection) as soon as this one's
@@ -132,7 +132,7 @@ def read_range(bootstrap: str, config: ConsumerConfig, topic: str, partition: in
     decoded and Spark consumes its batch.
     """
     tp = TopicPartition(topic, partition)
-    conn = SyncConnection(bootstrap, client_id=config.client_id)
+    conn = SyncConnection(bootstrap, client_id=config.client_id, security=security)
     prefetch = ThreadPoolExecutor(1, thread_name_prefix=f"triolog-fetch-{topic}-{partition}")
     ahead = None  # (offset, future of its fetch response)
     try:

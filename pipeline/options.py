@@ -20,6 +20,7 @@ from typing import Any
 
 from triolog.client.consumer_core import ConsumerConfig
 from triolog.client.producer_core import ProducerConfig
+from triolog.client.security import PLAINTEXT, PROPERTY_NAMES, SecurityConfig, security_from_properties
 from triolog.client.types import EARLIEST, LATEST, TopicPartition
 
 __all__ = [
@@ -118,6 +119,8 @@ class ReadOptions:
     #: The group each completed micro-batch's end offsets are committed to (commitOffsetsToGroup
     #: with triolog.group.id), or None: no commits, as Spark's Kafka source.
     commit_group: str | None = None
+    #: TLS and SASL (``triolog.security.protocol``, ``triolog.sasl.*``, ``triolog.ssl.*``).
+    security: SecurityConfig = PLAINTEXT
 
     def consumer_config(self) -> ConsumerConfig:
         return ConsumerConfig(**self.client)
@@ -129,6 +132,8 @@ class WriteOptions:
     topic: str | None
     #: ProducerConfig fields from ``triolog.*`` options; acks is always -1 (all).
     client: dict[str, Any]
+    #: TLS and SASL, as ReadOptions'.
+    security: SecurityConfig = PLAINTEXT
 
     def producer_config(self) -> ProducerConfig:
         return ProducerConfig(**{**self.client, "acks": -1})
@@ -149,6 +154,8 @@ def _client_settings(options: Mapping[str, str], config_cls, fixed: dict[str, st
         if not key.startswith("triolog.") or key == "triolog.bootstrap.servers":
             continue
         kafka_name = key[len("triolog."):]
+        if kafka_name in PROPERTY_NAMES:  # security settings: see _security
+            continue
         if kafka_name in fixed:
             raise OptionError(key, f"cannot be set: it is decided by {fixed[kafka_name]}")
         field_name = _CLIENT_RENAMES.get(kafka_name, kafka_name.replace(".", "_"))
@@ -180,6 +187,19 @@ def _client_settings(options: Mapping[str, str], config_cls, fixed: dict[str, st
     except (TypeError, ValueError) as exc:
         raise OptionError("triolog.*", str(exc)) from None
     return out
+
+
+def _security(options: Mapping[str, str]) -> SecurityConfig:
+    """``triolog.security.protocol``, ``triolog.sasl.mechanism``, ``triolog.sasl.username``,
+    ``triolog.sasl.password`` (or ``triolog.sasl.jaas.config``), ``triolog.ssl.cafile`` (or
+    ``triolog.ssl.truststore.location``, PEM), ``triolog.ssl.certfile``, ``triolog.ssl.keyfile``,
+    ``triolog.ssl.password``, ``triolog.ssl.check.hostname``: Kafka's client settings."""
+    try:
+        return security_from_properties({k: v for k, v in options.items()}, prefix="triolog.")
+    except ValueError as exc:
+        names = sorted(k for k in options if k.lower().startswith(("triolog.security.", "triolog.sasl.",
+                                                                   "triolog.ssl.")))
+        raise OptionError(names[0] if names else "triolog.security.protocol", str(exc)) from None
 
 
 def _bootstrap(options: Mapping[str, str]) -> str:
@@ -381,6 +401,7 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool | None = N
         max_offsets_per_trigger=_int(options, "maxoffsetspertrigger", 1),
         include_headers=_bool(options, "includeheaders", False),
         client=_client_settings(options, ConsumerConfig, _READ_FIXED, _READ_CLIENT_SETTINGS),
+        security=_security(options),
     )
 
 
@@ -393,4 +414,5 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
         bootstrap=_bootstrap(options),
         topic=topic.strip() if topic else None,
         client=_client_settings(options, ProducerConfig, _WRITE_FIXED),
+        security=_security(options),
     )

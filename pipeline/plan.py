@@ -42,9 +42,10 @@ class BrokerView:
     The connection is dropped when the object is pickled (Spark ships readers to workers).
     """
 
-    def __init__(self, bootstrap: str, config: ConsumerConfig) -> None:
+    def __init__(self, bootstrap: str, config: ConsumerConfig, security=None) -> None:
         self.bootstrap = bootstrap
         self.config = config
+        self.security = security
         self._conn: SyncConnection | None = None
 
     def __getstate__(self) -> dict:
@@ -52,7 +53,7 @@ class BrokerView:
 
     def _run(self, op):
         if self._conn is None:
-            self._conn = SyncConnection(self.bootstrap, client_id=self.config.client_id)
+            self._conn = SyncConnection(self.bootstrap, client_id=self.config.client_id, security=self.security)
         return run_sync(op, self._conn)
 
     def close(self) -> None:

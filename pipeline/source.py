@@ -94,7 +94,7 @@ def _read(options: ReadOptions, partition: InputPartition):
         return iter(())
     return read_range(options.bootstrap, options.consumer_config(), partition.topic, partition.partition,
                       partition.start, partition.end, fail_on_data_loss=options.fail_on_data_loss,
-                      include_headers=options.include_headers)
+                      include_headers=options.include_headers, security=options.security)
 
 
 def _ranges(options: ReadOptions, start: dict[TopicPartition, int], end: dict[TopicPartition, int]) -> list:
@@ -108,7 +108,7 @@ class TriologBatchReader(DataSourceReader):
 
     def partitions(self) -> list[InputPartition]:
         options = self.options
-        view = BrokerView(options.bootstrap, options.consumer_config())
+        view = BrokerView(options.bootstrap, options.consumer_config(), options.security)
         try:
             tps = view.partitions(options.subscription, must_exist=True)
             start = view.resolve(options.starting, tps, starting=True, strategy=options.timestamp_strategy)
@@ -152,7 +152,7 @@ class TriologStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def __init__(self, options: ReadOptions) -> None:
         self.options = options
-        self._view = BrokerView(options.bootstrap, options.consumer_config())
+        self._view = BrokerView(options.bootstrap, options.consumer_config(), options.security)
         #: Trigger.AvailableNow: the latest offsets when the query started; never read past them.
         self._target: dict[TopicPartition, int] | None = None
 
@@ -214,7 +214,7 @@ class TriologStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         from triolog.client.errors import TriologClientError
 
         try:
-            with AdminClient(self.options.bootstrap) as admin:
+            with AdminClient(self.options.bootstrap, security=self.options.security) as admin:
                 admin.alter_consumer_group_offsets(group, offsets_from_json(end))
         except TriologClientError as exc:
             logging.getLogger(__name__).warning("committing the micro-batch's end offsets to group %r failed: %s",

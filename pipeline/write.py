@@ -57,7 +57,7 @@ def produce_batches(options: WriteOptions, batches: Iterator[pa.RecordBatch]) ->
     next is read, so a failure stops the task early and memory stays bounded. Rows go through
     ``Producer.send_many``, one call per run of rows with the same topic and partition."""
     written = 0
-    with Producer(options.bootstrap, **{**options.client, "acks": -1}) as producer:
+    with Producer(options.bootstrap, **{**options.client, "acks": -1}, security=options.security) as producer:
         for batch in batches:
             rows = batch.num_rows
             if not rows:

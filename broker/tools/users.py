@@ -1,11 +1,15 @@
 """``triolog users``: SASL/SCRAM users, as Kafka's ``kafka-configs.sh --alter --entity-type users
 --add-config 'SCRAM-SHA-256=[...]'`` and ``kafka-storage.sh format --add-scram``.
 
-Offline (the form here): on a stopped broker's data, found through the same ``--config`` and
-``--override`` options as ``serve``; the change takes effect when the broker starts. The log
-directory's lock is held meanwhile, so a running broker is never edited under its feet.
-Credentials are stored salted and hashed (triolog-users.json, mode 0600); the password itself is
-never written.
+Offline: on a stopped broker's data, found through the same ``--config`` and ``--override``
+options as ``serve``; the change takes effect when the broker starts. The log directory's lock is
+held meanwhile, so a running broker is never edited under its feet. Credentials are stored salted
+and hashed (triolog-users.json, mode 0600); the password itself is never written.
+
+Online: ``--bootstrap-server HOST:PORT`` (and ``--command-config FILE``, Kafka's client properties,
+for a TLS/SASL listener) changes a running broker's users through alter/describe_user_scram_credentials
+(Kafka's ``kafka-configs.sh --bootstrap-server``): the password is salted and hashed here, only
+the salted password travels. The same --add/--delete/--list options.
 """
 
 from __future__ import annotations
@@ -16,8 +20,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 DESCRIPTION = (
-    "Add, delete and list the SASL/SCRAM users of a broker. Offline, on a stopped broker's log.dirs "
-    "(found through --config and --override, as serve finds them); the change takes effect at the next start.")
+    "Add, delete and list the SASL/SCRAM users of a broker. Online through --bootstrap-server (and "
+    "--command-config for TLS/SASL), or offline on a stopped broker's log.dirs (found through --config and "
+    "--override, as serve finds them; the change takes effect at the next start).")
 
 MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 
@@ -34,9 +39,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "mechanism a listener offers works; --delete: every mechanism of the user by default")
     parser.add_argument("--iterations", type=int, default=4096, metavar="N",
                         help="SCRAM iterations, 4096..16384 (default 4096, Kafka's minimum)")
-    parser.add_argument("--config", metavar="FILE", help="the broker's server.properties file, as for serve")
-    parser.add_argument("--override", metavar="KEY=VALUE", action="append", default=[],
-                        help="one config key, as for serve (repeatable)")
+    online = parser.add_argument_group("online (through a running broker)")
+    online.add_argument("--bootstrap-server", metavar="HOST:PORT", help="the broker to connect to")
+    online.add_argument("--command-config", metavar="FILE",
+                        help="Kafka client properties for TLS/SASL (security.protocol, sasl.*, ssl.*)")
+    offline = parser.add_argument_group("offline (a stopped broker's data)")
+    offline.add_argument("--config", metavar="FILE", help="the broker's server.properties file, as for serve")
+    offline.add_argument("--override", metavar="KEY=VALUE", action="append", default=[],
+                         help="one config key, as for serve (repeatable)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -49,6 +59,12 @@ def run(args: argparse.Namespace) -> int:
         return _fail("--user is required with --add and --delete")
     if args.add and args.password is None:
         return _fail("--password is required with --add")
+    if getattr(args, "bootstrap_server", None):
+        if args.config or args.override:
+            return _fail("give --bootstrap-server (online) or --config/--override (offline), not both")
+        return _run_online(args)
+    if getattr(args, "command_config", None):
+        return _fail("--command-config goes with --bootstrap-server")
     try:
         config, _ = load_config(args.config, args.override)
     except ConfigError as exc:
@@ -85,6 +101,42 @@ def run(args: argparse.Namespace) -> int:
         return _fail(str(exc))
     except OSError as exc:
         return _fail(f"cannot write {directory}: {exc.strerror or exc}")
+
+
+def _run_online(args: argparse.Namespace) -> int:
+    """--add/--delete/--list through a running broker (alter/describe_user_scram_credentials)."""
+    from triolog.client.admin import AdminClient
+    from triolog.client.admin_core import UserScramCredentialDeletion, UserScramCredentialUpsertion
+    from triolog.client.errors import TriologClientError
+    from triolog.client.security import load_command_config
+
+    try:
+        security = {"security": load_command_config(args.command_config)} if args.command_config else {}
+        with AdminClient(args.bootstrap_server, client_id="triolog-users", **security) as admin:
+            if args.list:
+                for user, described in sorted(admin.describe_user_scram_credentials().items()):
+                    print(f"User:{user} " + " ".join(f"{i.mechanism}(iterations={i.iterations})"
+                                                     for i in described.credential_infos))
+                return 0
+            if args.add:
+                mechanisms = args.mechanism or list(MECHANISMS)
+                admin.alter_user_scram_credentials([UserScramCredentialUpsertion(args.user, mechanism, args.password,
+                                                                                 args.iterations)
+                                                    for mechanism in mechanisms])
+                print(f"User:{args.user}: {', '.join(mechanisms)} credentials set on {args.bootstrap_server}")
+                return 0
+            described = admin.describe_user_scram_credentials().get(args.user)
+            present = [i.mechanism for i in described.credential_infos] if described else []
+            wanted = args.mechanism or present
+            missing = [m for m in wanted if m not in present]
+            if not present or missing:
+                return _fail(f"User:{args.user} has no {', '.join(missing) or 'SCRAM'} credential on "
+                             f"{args.bootstrap_server}")
+            admin.alter_user_scram_credentials([UserScramCredentialDeletion(args.user, m) for m in wanted])
+            print(f"User:{args.user}: {', '.join(wanted)} credentials deleted on {args.bootstrap_server}")
+            return 0
+    except (TriologClientError, ValueError) as exc:
+        return _fail(str(exc))
 
 
 @contextmanager

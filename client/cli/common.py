@@ -1,4 +1,5 @@
-"""What every client subcommand shares: ``--bootstrap-server``, ``--output``, and turning errors into exit codes."""
+"""What every client subcommand shares: ``--bootstrap-server``, ``--command-config``, ``--output``,
+and turning errors into exit codes."""
 
 from __future__ import annotations
 
@@ -31,6 +32,25 @@ def add_bootstrap(parser: argparse.ArgumentParser) -> None:
     default = os.environ.get(BOOTSTRAP_ENV) or DEFAULT_BOOTSTRAP
     parser.add_argument("--bootstrap-server", metavar="HOST:PORT", default=default, type=_bootstrap,
                         help=f"the broker to connect to (default: ${BOOTSTRAP_ENV} if set, else {DEFAULT_BOOTSTRAP})")
+    add_command_config(parser)
+
+
+def add_command_config(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--command-config", metavar="FILE",
+                        help="a Kafka client properties file: security.protocol, sasl.mechanism, sasl.username, "
+                             "sasl.password or sasl.jaas.config, ssl.truststore.location (PEM)... as Kafka's tools "
+                             "take it")
+
+
+def client_security(args: argparse.Namespace) -> dict:
+    """The clients' keyword arguments for ``--command-config`` ({} without one); a bad file
+    raises SecurityConfigError (reported as ``Error: ...``)."""
+    path = getattr(args, "command_config", None)
+    if not path:
+        return {}
+    from triolog.client.security import load_command_config
+
+    return {"security": load_command_config(path)}
 
 
 def add_output(parser: argparse.ArgumentParser, what: str = "one JSON document") -> None:

@@ -24,7 +24,7 @@ import signal
 import sys
 import threading
 
-from .common import EXIT_OK, add_bootstrap, add_output, bytes_field, non_negative, reports_errors
+from .common import EXIT_OK, add_bootstrap, add_output, bytes_field, client_security, non_negative, reports_errors
 
 DESCRIPTION = "Print records of a topic to stdout, like Kafka's kafka-console-consumer.sh."
 
@@ -85,7 +85,8 @@ def run(args: argparse.Namespace) -> int:
     from triolog.client.errors import UnknownTopicOrPartitionError
     from triolog.client.types import TopicPartition
 
-    with AdminClient(args.bootstrap_server) as admin:
+    security = client_security(args)
+    with AdminClient(args.bootstrap_server, **security) as admin:
         partitions = [p.partition for p in admin.describe_topics([args.topic])[args.topic].partitions]
     if args.partition is not None:
         if args.partition not in partitions:
@@ -100,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
     # Ctrl-C and a closed stdout (| head) end in triolog.broker.cli.main: 130 and 0, quietly.
     try:
         with Consumer(args.bootstrap_server, auto_offset_reset=reset,
-                      consumer_timeout_ms=args.timeout_ms) as consumer:
+                      consumer_timeout_ms=args.timeout_ms, **security) as consumer:
             consumer.assign(tps)
             if args.offset is not None:
                 for tp in tps:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from .common import EXIT_ERROR, EXIT_OK, EXIT_USAGE, add_bootstrap, add_output, error, print_json, reports_errors
+from .common import EXIT_ERROR, EXIT_OK, EXIT_USAGE, add_bootstrap, add_output, error, print_json, client_security, reports_errors
 
 DESCRIPTION = ("Delete the records of partitions below an offset (move their log start offset), like Kafka's "
                "kafka-delete-records.sh. Offset -1 means the high watermark: everything written so far.")
@@ -104,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
     from triolog.client.admin import AdminClient
     from triolog.client.types import TopicPartition
 
-    with AdminClient(args.bootstrap_server) as admin:
+    with AdminClient(args.bootstrap_server, **client_security(args)) as admin:
         # The broker applies each partition on its own: report every one (its new low watermark
         # or its error), as Kafka's tool does, and exit 1 if any failed.
         results = admin.delete_records({TopicPartition(*tp): offset for tp, offset in offsets.items()},

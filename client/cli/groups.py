@@ -24,7 +24,7 @@ import argparse
 import datetime as dt
 import sys
 
-from .common import EXIT_ERROR, EXIT_OK, EXIT_USAGE, add_bootstrap, add_output, error, print_json, reports_errors
+from .common import EXIT_ERROR, EXIT_OK, EXIT_USAGE, add_bootstrap, add_output, error, print_json, client_security, reports_errors
 
 DESCRIPTION = ("List, describe, delete consumer groups or reset their offsets, like Kafka's kafka-consumer-groups.sh. "
                "Exactly one of --list, --describe, --reset-offsets, --delete.")
@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
                                                                      and not args.group):
         error("--group is required (or --all-groups with --describe)")
         return EXIT_USAGE
-    with AdminClient(args.bootstrap_server) as admin:
+    with AdminClient(args.bootstrap_server, **client_security(args)) as admin:
         if args.list:
             return _list(admin, args)
         if args.describe:

@@ -38,8 +38,16 @@ def run(args: argparse.Namespace) -> int:
     from triolog.client.errors import TriologClientError
     from triolog.client.ops import run_sync
 
+    from .common import client_security
+
     start = time.monotonic()
-    conn = SyncConnection(args.bootstrap_server, client_id="triolog-health", connect_timeout_s=args.timeout)
+    try:
+        security = client_security(args).get("security")
+    except TriologClientError as exc:
+        error(str(exc))
+        return EXIT_ERROR
+    conn = SyncConnection(args.bootstrap_server, client_id="triolog-health", connect_timeout_s=args.timeout,
+                          security=security)
     try:
         response = run_sync(AdminCore(request_timeout_ms=int(args.timeout * 1000)).api_versions_op(), conn)
     except TriologClientError as exc:

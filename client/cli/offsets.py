@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 
-from .common import EXIT_OK, add_bootstrap, add_output, print_json, reports_errors
+from .common import EXIT_OK, add_bootstrap, add_output, print_json, client_security, reports_errors
 
 DESCRIPTION = "Print partition offsets for a time, like Kafka's kafka-get-offsets.sh."
 
@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     from triolog.client.admin import AdminClient
     from triolog.client.types import TopicPartition
 
-    with AdminClient(args.bootstrap_server) as admin:
+    with AdminClient(args.bootstrap_server, **client_security(args)) as admin:
         partitions = args.partitions
         if partitions is None:
             partitions = [p.partition for p in admin.describe_topics([args.topic])[args.topic].partitions]

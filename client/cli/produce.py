@@ -24,7 +24,7 @@ import argparse
 import sys
 import time
 
-from .common import EXIT_ERROR, EXIT_OK, add_bootstrap, error, non_negative, reports_errors
+from .common import EXIT_ERROR, EXIT_OK, add_bootstrap, client_security, error, non_negative, reports_errors
 
 DESCRIPTION = ("Read lines from stdin (or --file) and produce one record per line, like Kafka's "
                "kafka-console-producer.sh. Line format: [TIMESTAMP<TAB>][HEADERS<TAB>][KEY<SEP>]VALUE, "
@@ -202,7 +202,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         with source, Producer(args.bootstrap_server, acks=args.acks, compression=args.compression,
                               linger_ms=args.linger_ms, batch_size=args.batch_size,
-                              max_block_ms=args.max_block_ms) as producer:
+                              max_block_ms=args.max_block_ms, **client_security(args)) as producer:
             for lines in _line_chunks(source):
                 values, keys, headers, timestamps = [], [], [], []
                 for line in lines:

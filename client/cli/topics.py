@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import argparse
 
-from .common import EXIT_OK, EXIT_USAGE, add_bootstrap, add_output, error, key_value, print_json, reports_errors
+from .common import EXIT_OK, EXIT_USAGE, add_bootstrap, add_output, error, key_value, print_json, client_security, reports_errors
 
 DESCRIPTION = ("Create, list, describe, delete topics, add partitions or alter their configs, like Kafka's "
                "kafka-topics.sh. "
@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     from triolog.client.admin import AdminClient
 
-    with AdminClient(args.bootstrap_server) as admin:
+    with AdminClient(args.bootstrap_server, **client_security(args)) as admin:
         if args.create:
             return _create(admin, args)
         if args.list:

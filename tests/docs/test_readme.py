@@ -31,7 +31,7 @@ README = ROOT / "README.md"
 RUN_BLOCKS = 9
 #: make run/test, pip install, the Spark fragment, the Spark job and its command, the Spark
 #: example pipeline, docker, docker compose, make bench.
-SKIPPED_BLOCKS = 11
+SKIPPED_BLOCKS = 13
 CODE_LANGUAGES = {"sh", "bash", "shell", "console", "python", "py", "pycon"}
 
 _FENCE = re.compile(r"^```([\w-]*)\s*$")
