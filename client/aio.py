@@ -119,6 +119,8 @@ class AsyncConnection:
         self._closed = False
         #: The most requests seen awaiting a response at once on this connection (for tests and stats).
         self.max_in_flight_seen = 0
+        #: Until when (trio time) the broker throttles this client (a quota): submits wait.
+        self.throttled_until = 0.0
 
     async def _get_link(self) -> _Link:
         async with self._connect_lock:
@@ -211,6 +213,8 @@ class AsyncConnection:
         """Write one request; its slot for :meth:`result`, or None when it gets no response
         (acks=0). Requests submitted one after another by one task leave in that order.
         A produce request's batches are written as they are, not copied into the frame."""
+        if self.throttled_until > trio.current_time():  # the broker throttled this client (a quota)
+            await trio.sleep_until(self.throttled_until)
         link = await self._get_link()
         request, parts = prepare_parts(request, self._ids.next(), self.client_id)
         slot = _Slot(request, link) if request.expects_response else None
@@ -288,6 +292,10 @@ class AsyncConnection:
                         slot = link.pending.popleft()
                         try:
                             slot.doc = decode_answer(frame, slot.request)
+                            throttle = slot.doc.get("throttle_ms")
+                            if throttle:  # KIP-219: the next request waits as the broker does
+                                self.throttled_until = max(self.throttled_until,
+                                                           trio.current_time() + throttle / 1000)
                         except TriologClientError as exc:
                             slot.error = exc
                             raise

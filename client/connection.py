@@ -231,6 +231,8 @@ class SyncConnection:
         self._state_lock = threading.Lock()
         self._link: _Link | None = None
         self._closed = False
+        #: Until when (time.monotonic) the broker throttles this client: sends wait for it.
+        self.throttled_until = 0.0
         #: The most requests seen awaiting a response at once on this connection (for tests and stats).
         self.max_in_flight_seen = 0
 
@@ -327,6 +329,9 @@ class SyncConnection:
         or None when it gets no response (acks=0). RequestNotSentError if the frame did not leave
         whole (the broker cannot have acted on it; the connection is closed, the next call reconnects)."""
         with self._send_lock:
+            wait = self.throttled_until - time.monotonic()
+            if wait > 0:  # the broker throttled this client (a quota): nothing is sent until then
+                time.sleep(wait)
             link = self._connect()
             request, parts = prepare_parts(request, self._ids.next(), self.client_id)
             waiting = None
@@ -399,7 +404,9 @@ class SyncConnection:
                 self._break(link, InvalidResponseError("the broker sent a response to no request"))
                 return True
             try:
-                waiting._settle(decode_answer(frame, waiting.request), None)
+                doc = decode_answer(frame, waiting.request)
+                self._note_throttle(doc)
+                waiting._settle(doc, None)
             except InvalidResponseError as exc:
                 waiting._settle(None, exc)
                 self._break(link, exc)
@@ -425,6 +432,14 @@ class SyncConnection:
             return True
         link.decoder.receive_data(data)
         return True
+
+    def _note_throttle(self, doc: dict) -> None:
+        """KIP-219: a throttled answer (throttle_ms, a quota) holds this client's next request
+        back until then, as the broker holds its reading; waiting on our side sends nothing the
+        broker would only queue."""
+        throttle = doc.get("throttle_ms")
+        if throttle:
+            self.throttled_until = max(self.throttled_until, time.monotonic() + throttle / 1000)
 
     def call(self, request: m.Request, timeout_s: float) -> dict | None:
         """One request; its response dict, or None when the request gets no response (acks=0)."""

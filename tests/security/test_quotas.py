@@ -152,3 +152,24 @@ def test_kafka_clients_alter_and_describe_quotas_and_are_throttled(tmp_path):
         producer.purge()
     finally:
         process.stop()
+
+
+def test_triolog_producers_wait_out_their_throttle(broker):
+    """The client honours throttle_ms (KIP-219): under a quota it sends no request the broker
+    would only hold, and its rate is the quota."""
+    from triolog.client import AdminClient, Producer
+
+    client = MsgpackClient(broker.port)
+    assert _alter(client, _entity(client_id="polite"), producer_byte_rate=QUOTA)["error_code"] == 0
+    with AdminClient(f"127.0.0.1:{broker.port}") as admin:
+        admin.create_topics([__import__("triolog.client", fromlist=["NewTopic"]).NewTopic("polite", 1)])
+    value = b"v" * 1000
+    with Producer(f"127.0.0.1:{broker.port}", client_id="polite", acks=1, linger_ms=5) as producer:
+        started = time.monotonic()
+        futures = [producer.send("polite", value, partition=0) for _ in range(5000)]  # 5 MB
+        producer.flush()
+        elapsed = time.monotonic() - started
+        assert all(f.get(timeout=30).offset >= 0 for f in futures)
+        throttled_until = producer._conn.throttled_until
+    assert elapsed >= 4.0, elapsed  # 5 MB at 1 MB/s (less the last batch's wait)
+    assert throttled_until > 0
