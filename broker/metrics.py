@@ -96,7 +96,8 @@ several brokers in one process, as in tests, do not collide):
   triolog_server_bytes_out_total            counter   by ``api``: response frames, prefix included
   triolog_server_connections                gauge     open client connections
   triolog_server_connections_opened_total   counter   connections accepted
-  triolog_server_connections_refused_total  counter   by ``limit`` (max.connections.per.ip)
+  triolog_server_connections_refused_total  counter   by ``limit`` (max.connections.per.ip,
+                                                      connection_creation_rate)
   triolog_server_connections_closed_total   counter   closed by the broker, by ``limit``
                                                       (connections.max.idle.ms,
                                                       request.receive.timeout.ms,

@@ -144,6 +144,8 @@ class BrokerServer:
         self._shutdown = trio.Event()
         self._connections: dict[ClientConnection, trio.CancelScope] = {}
         self._per_ip: dict[str, int] = {}
+        #: Connections refused for their IP's connection_creation_rate (logged 1 in 1000).
+        self._refused_by_rate = 0
         #: One per open connection; accepting waits for one (max.connections).
         self._connection_slots = trio.Semaphore(config.max_connections)
         #: True while accepting is paused at max.connections.
@@ -361,6 +363,16 @@ class BrokerServer:
             logger.warning("connection_refused", peer=peer, limit="max.connections.per.ip",
                            value=config.max_connections_per_ip)
             self.metrics.server.connection_refused("max.connections.per.ip")
+            with trio.CancelScope(shield=True):
+                await stream.aclose()
+            return
+        if self.quotas is not None and self.quotas.connection_rate_exceeded(host):
+            # Kafka's connection_creation_rate of an IP entity: a connection over it is closed.
+            self._refused_by_rate += 1
+            if self._refused_by_rate == 1 or self._refused_by_rate % 1000 == 0:
+                logger.warning("connection_refused", peer=peer, limit="connection_creation_rate",
+                               refused=self._refused_by_rate)
+            self.metrics.server.connection_refused("connection_creation_rate")
             with trio.CancelScope(shield=True):
                 await stream.aclose()
             return

@@ -112,3 +112,26 @@ class ClientQuotas:
 
         self.produce = manager("producer_byte_rate")
         self.fetch = manager("consumer_byte_rate")
+        self.clock = clock
+        #: Per IP with a connection_creation_rate: its allowance of new connections.
+        self._connections: dict[str, TokenBucket] = {}
+
+    def connection_rate_exceeded(self, ip: str) -> bool:
+        """Whether a new connection from ``ip`` would exceed its connection_creation_rate (its
+        own, else the default IP's): it is then refused. An allowance of one second's worth."""
+        rate = self.store.ip_quota(ip)
+        if rate is None:
+            return False
+        now = self.clock()
+        bucket = self._connections.get(ip)
+        if bucket is None:
+            if len(self._connections) > 100_000:  # scanned from many addresses: forget the idle
+                self._connections = {k: b for k, b in self._connections.items() if now - b.at < 60}
+            bucket = self._connections[ip] = TokenBucket(rate, max(rate, 1.0), now)
+            bucket.balance = bucket.burst
+        elif bucket.rate != rate:
+            bucket.rate, bucket.burst = rate, max(rate, 1.0)
+        if bucket.spend(1, now) > 0:
+            bucket.balance += 1  # a refused connection uses none of the allowance
+            return True
+        return False

@@ -173,3 +173,26 @@ def test_triolog_producers_wait_out_their_throttle(broker):
         throttled_until = producer._conn.throttled_until
     assert elapsed >= 4.0, elapsed  # 5 MB at 1 MB/s (less the last batch's wait)
     assert throttled_until > 0
+
+
+def test_connections_over_an_ips_creation_rate_are_refused(broker):
+    import socket
+
+    client = MsgpackClient(broker.port)
+    assert _alter(client, _entity(ip=None), connection_creation_rate=5)["error_code"] == 0
+    accepted = refused = 0
+    for _ in range(40):  # as fast as possible: far over 5 a second
+        probe = MsgpackClient(broker.port)
+        try:
+            probe.call(m.ApiVersionsRequest)
+            accepted += 1
+        except (EOFError, ConnectionError):
+            refused += 1
+        probe.close()
+    assert accepted <= 10 and refused >= 30, (accepted, refused)
+    assert broker.sample("triolog_server_connections_refused_total", limit="connection_creation_rate") == refused
+    time.sleep(1.2)  # the allowance comes back
+    MsgpackClient(broker.port).call(m.ApiVersionsRequest)
+    assert _alter(client, _entity(ip=None), connection_creation_rate=None)["error_code"] == 0
+    for _ in range(20):
+        MsgpackClient(broker.port).call(m.ApiVersionsRequest)
