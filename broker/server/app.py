@@ -61,8 +61,7 @@ SEGMENT_DELETE_CHECK_INTERVAL_MS = 500
 #: (trio's serve_listeners list): the listener waits this long and accepts again.
 ACCEPT_CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
 ACCEPT_RETRY_S = 0.1
-#: How long closing a TLS connection may spend sending its close_notify.
-TLS_CLOSE_S = 1.0
+
 #: Worker threads decoding large requests (each holds at most one request's object budget).
 DECODE_THREADS = 2
 AUTH_THREADS = 1
@@ -392,11 +391,12 @@ class BrokerServer:
                 sasl_max_frame_bytes=config.sasl_server_max_receive_size, auth_limiter=self.auth_limiter)
         options["quotas"] = self.quotas
         # A TLS listener's connection handshakes first thing in serve(), under its time limits.
-        transport = trio.SSLStream(stream, self.ssl_context, server_side=True) if tls else stream
+        if tls:
+            options["ssl_context"] = self.ssl_context
         if kafka:
-            connection = KafkaConnection(transport, self.handler, context=self.kafka_context, **options)
+            connection = KafkaConnection(stream, self.handler, context=self.kafka_context, **options)
         else:
-            connection = ClientConnection(transport, self.handler, **options)
+            connection = ClientConnection(stream, self.handler, **options)
         self._per_ip[host] = self._per_ip.get(host, 0) + 1
         CLIENT_HOST.set(f"/{host}")  # this connection's task: a joining member's client_host (Kafka's form)
         CLIENT_IP.set(host)  # the host ACLs are checked against
@@ -418,8 +418,9 @@ class BrokerServer:
             self._per_ip[host] -= 1
             if not self._per_ip[host]:
                 del self._per_ip[host]
+            connection.close_tls()
             with trio.CancelScope(shield=True):
-                await _close(transport, connection.tls_established)
+                await stream.aclose()
             if broken is None:
                 logger.debug("connection_closed", peer=peer)
             else:
@@ -531,17 +532,6 @@ def _is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False  # "" (every interface) or a name: reachable, as far as we can tell
-
-
-async def _close(stream: trio.SocketStream | trio.SSLStream, tls_established: bool) -> None:
-    """Close a connection; a TLS one whose handshake completed sends its close_notify first if
-    it can within TLS_CLOSE_S (a client that does not read is not waited for)."""
-    if isinstance(stream, trio.SSLStream):
-        if tls_established:
-            with trio.move_on_after(TLS_CLOSE_S):
-                await stream.aclose()
-        stream = stream.transport_stream
-    await stream.aclose()
 
 
 async def _open_listeners(listen, key: str) -> list[trio.SocketListener]:

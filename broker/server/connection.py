@@ -42,6 +42,7 @@ import dataclasses
 import math
 import os
 import socket
+import ssl
 import time
 import typing
 from collections import OrderedDict
@@ -75,6 +76,7 @@ from .authorization import ANONYMOUS, PRINCIPAL, RESPONSE_THROTTLE_MS
 from .handlers import EncodedResponse, FetchResult, RequestHandler
 from .memory_pool import RequestMemoryPool
 from .quota_manager import ClientQuotaManager, ClientQuotas, throttle_ms
+from .tls_session import TlsClosed, TlsSession
 
 logger = structlog.get_logger("triolog.server")
 
@@ -201,7 +203,7 @@ class _SendStalled(Exception):
 
 
 class ClientConnection:
-    def __init__(self, stream: trio.SocketStream | trio.SSLStream, handler: RequestHandler, *, max_frame_bytes: int,
+    def __init__(self, stream: trio.SocketStream, handler: RequestHandler, *, max_frame_bytes: int,
                  idle_timeout_s: float, peer: str, stats: ConnectionStats | None = None,
                  receive_timeout_s: float = math.inf, pool: RequestMemoryPool | None = None,
                  limits: RequestLimits = m.DEFAULT_REQUEST_LIMITS,
@@ -209,12 +211,12 @@ class ClientConnection:
                  wrong_protocol_log: WrongProtocolLog | None = None,
                  sasl: SaslServerSession | None = None, auth_failure_delay_s: float = 0.1,
                  sasl_max_frame_bytes: int | None = None, auth_limiter: trio.CapacityLimiter | None = None,
-                 quotas: ClientQuotas | None = None):
+                 quotas: ClientQuotas | None = None, ssl_context: ssl.SSLContext | None = None):
         self.stream = stream
-        #: A TLS listener's connection: bytes go through the SSLStream (encrypted in user space, so
-        #: fetched records are read from the segment and sent through it: no sendfile).
-        self._tls = isinstance(stream, trio.SSLStream)
-        self._socket = (stream.transport_stream if self._tls else stream).socket
+        #: A TLS listener's connection: its TLS session (encrypted in user space, so fetched
+        #: records are read from the segment and encrypted: no sendfile). None on plaintext.
+        self._tls = TlsSession(ssl_context) if ssl_context is not None else None
+        self._socket = stream.socket
         #: The socket's descriptor, for the writes and reads done straight on it (plaintext only).
         self._fd = self._socket.fileno()
         #: Who the client is (Kafka's KafkaPrincipal): ANONYMOUS until a verified client
@@ -299,20 +301,36 @@ class ClientConnection:
             if first[0] != _TLS_HANDSHAKE_RECORD:
                 self._wrong_protocol("plaintext")
                 return False
+            tls = self._tls
             try:
-                await self.stream.do_handshake()
-            except trio.BrokenResourceError as exc:
-                reason = exc.__cause__ if exc.__cause__ is not None else exc
-                logger.warning("tls_handshake_failed", peer=self.peer, reason=str(reason) or type(reason).__name__)
+                while True:
+                    done = tls.handshake()
+                    out = tls.pending_output()
+                    if out:
+                        await self._send_raw(out)
+                    if done:
+                        break
+                    raw = await self._receive_raw(RECEIVE_BYTES)
+                    if not raw:
+                        return False  # the client left mid-handshake
+                    tls.feed(raw)
+            except ssl.SSLError as exc:
+                logger.warning("tls_handshake_failed", peer=self.peer, reason=exc.reason or str(exc))
                 if self.stats is not None:
                     self.stats.tls_handshake_failed()
+                out = tls.pending_output()  # the alert saying why, if OpenSSL made one
+                if out:
+                    try:
+                        os.write(self._fd, out)
+                    except OSError:
+                        pass
                 return False
         if timer.cancelled_caught:
             logger.warning("tls_handshake_timeout", peer=self.peer, timeout_s=timeout_s)
             self._closed_by("request.receive.timeout.ms")
             return False
         self.tls_established = True
-        self.principal = certificate_principal(self.stream.getpeercert()) or ANONYMOUS
+        self.principal = certificate_principal(self._tls.getpeercert()) or ANONYMOUS
         PRINCIPAL.set(self.principal)  # this connection's task: what the handlers authorize
         return True
 
@@ -395,8 +413,8 @@ class ClientConnection:
             size = decoder.read_size(RECEIVE_BYTES, READ_AHEAD_BYTES)
             # Bytes already there are read at once (the client's next request is often in);
             # the send of every response is the checkpoint that keeps this fair.
-            if self._tls:
-                data = None  # through the SSLStream, which may hold decrypted bytes already
+            if self._tls is not None:
+                data = await self._tls_read_now(size)
             else:
                 try:
                     data = os.read(self._fd, size)
@@ -409,7 +427,12 @@ class ClientConnection:
             else:
                 timeout_at = deadline if started else trio.current_time() + self.idle_timeout_s
                 with trio.move_on_at(timeout_at) as timer:
-                    data = await self.stream.receive_some(size)
+                    if self._tls is not None:
+                        while data is None:
+                            await trio.lowlevel.wait_readable(self._socket)
+                            data = await self._tls_read_now(size)
+                    else:
+                        data = await self.stream.receive_some(size)
             if timer is not None and timer.cancelled_caught:
                 if started:
                     logger.warning("connection_receive_timeout", peer=self.peer,
@@ -426,6 +449,52 @@ class ClientConnection:
                 deadline = trio.current_time() + self.receive_timeout_s
             self._received_bytes += len(data)
             decoder.receive_data(data)
+
+    async def _tls_read_now(self, size: int) -> bytes | None:
+        """Up to ``size`` bytes of plaintext without waiting: decrypted from what was read, else
+        from one non-blocking read of the socket; None if a wait is needed, b"" at the end."""
+        tls = self._tls
+        try:
+            data = tls.read(size)
+            if data:
+                return data
+            try:
+                raw = os.read(self._fd, RECEIVE_BYTES)
+            except BlockingIOError:
+                return None
+            except OSError as exc:
+                raise trio.BrokenResourceError(f"receive failed: {exc}") from exc
+            if not raw:
+                return b""
+            tls.feed(raw)
+            data = tls.read(size)
+        except TlsClosed:
+            return b""
+        except ssl.SSLError as exc:
+            raise trio.BrokenResourceError(f"TLS failed: {exc.reason or exc}") from exc
+        out = tls.pending_output()  # a TLS 1.3 key update's answer, say
+        if out:
+            await self._send_raw(out, checkpoint=False)
+        return data or None
+
+    async def _receive_raw(self, size: int) -> bytes:
+        """Bytes from the socket, waiting for them if none are there."""
+        while True:
+            try:
+                return os.read(self._fd, size)
+            except BlockingIOError:
+                await trio.lowlevel.wait_readable(self._socket)
+            except OSError as exc:
+                raise trio.BrokenResourceError(f"receive failed: {exc}") from exc
+
+    def close_tls(self) -> None:
+        """Send close_notify if the socket takes it at once (a client that does not read is not
+        waited for); the caller closes the socket."""
+        if self._tls is not None and self.tls_established:
+            try:
+                os.write(self._fd, self._tls.close_notify())
+            except OSError:
+                pass
 
     def _wrong_protocol(self, protocol: str, **details) -> None:
         """Log and count a client speaking ``protocol``; the caller answers (or not) and closes."""
@@ -660,8 +729,12 @@ class ClientConnection:
         (for writability, under the stall limit), so a response that fits costs one write. The
         checkpoint every send owes the other tasks (``checkpoint``) comes after the write, off
         the client's round trip: the response is on its way while the scheduler runs the others."""
-        if self._tls:
+        if self._tls is not None:
             return await self._send_all_tls(data)
+        await self._send_raw(data, checkpoint)
+
+    async def _send_raw(self, data: bytes | memoryview, checkpoint: bool = True) -> None:
+        """``data`` as it is to the socket (see _send_all)."""
         fd = self._fd
         view = memoryview(data)
         sent = 0
@@ -681,28 +754,28 @@ class ClientConnection:
             await trio.lowlevel.checkpoint()
 
     async def _send_all_tls(self, data: bytes | memoryview) -> None:
-        """``data`` through the SSLStream, a piece at a time, each under the stall limit (a
-        cancelled TLS send breaks the stream, and the connection closes, as it must then)."""
+        """``data`` encrypted, TLS_SEND_BYTES at a time (the ciphertext held is bounded so), each
+        piece sent under the stall limit."""
         view = memoryview(data)
         for start in range(0, len(view), TLS_SEND_BYTES):
-            with trio.move_on_after(self.send_stall_s) as timer:
-                await self.stream.send_all(view[start:start + TLS_SEND_BYTES])
-            if timer.cancelled_caught:
-                raise _SendStalled
+            await self._send_raw(self._tls.encrypt(view[start:start + TLS_SEND_BYTES]), checkpoint=False)
+        await trio.lowlevel.checkpoint()
 
     async def _send_region(self, fd: int, position: int, count: int) -> None:
-        """Segment bytes to the client: sendfile on plaintext; on TLS read (in a worker thread, as
-        all disk reads) and encrypted through the SSLStream, TLS_SEND_BYTES at a time."""
-        if not self._tls:
+        """Segment bytes to the client: sendfile on plaintext; on TLS read and encrypted in a
+        worker thread (OpenSSL lets the event loop run meanwhile), TLS_SEND_BYTES at a time. The
+        session is used by one thread at a time: this connection's sends are sequential."""
+        if self._tls is None:
             return await _sendfile(self._socket, fd, position, count, self.send_stall_s)
         while count > 0:
-            data = await self.handler.workers.run_sync(os.pread, fd, min(count, TLS_SEND_BYTES), position,
-                                                       limiter=self.handler.limiter)
-            if not data:
+            ciphertext, n = await self.handler.workers.run_sync(_read_and_encrypt, self._tls, fd,
+                                                                min(count, TLS_SEND_BYTES), position,
+                                                                limiter=self.handler.limiter)
+            if not n:
                 raise trio.BrokenResourceError("segment file ended before the fetched region")
-            await self._send_all_tls(data)
-            position += len(data)
-            count -= len(data)
+            await self._send_raw(ciphertext, checkpoint=False)
+            position += n
+            count -= n
 
     async def _send_bytes(self, api: str | None, payload: bytes) -> None:
         await self._send_all(frame_prefix(len(payload)) + payload)
@@ -767,6 +840,11 @@ _SASL_APIS = frozenset({"sasl_handshake", "sasl_authenticate"})
 _TCP_CORK = getattr(socket, "TCP_CORK", None)
 #: The largest response sent corked (see _send_parts).
 _CORK_MAX_BYTES = 64 * 1024
+
+
+def _read_and_encrypt(tls: TlsSession, fd: int, count: int, position: int) -> tuple[bytes, int]:
+    data = os.pread(fd, count, position)
+    return (tls.encrypt(data) if data else b""), len(data)
 
 
 def _shown(name: str, limit: int = 64) -> str:
