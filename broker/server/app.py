@@ -357,21 +357,18 @@ class BrokerServer:
             return
         peer = f"{host}:{port}"
         config = self.config
+        refusal = None
         if self._per_ip.get(host, 0) >= config.max_connections_per_ip:
             # Kafka closes connections over the per-IP limit at once.
-            logger.warning("connection_refused", peer=peer, limit="max.connections.per.ip",
-                           value=config.max_connections_per_ip)
-            self.metrics.server.connection_refused("max.connections.per.ip")
-            with trio.CancelScope(shield=True):
-                await stream.aclose()
-            return
-        if self.quotas is not None and self.quotas.connection_rate_exceeded(host):
+            refusal = {"limit": "max.connections.per.ip", "value": config.max_connections_per_ip}
+        elif self.quotas is not None and self.quotas.connection_rate_exceeded(host):
             # Kafka's connection_creation_rate of an IP entity: a connection over it is closed.
             self._refused_by_rate += 1
-            if self._refused_by_rate == 1 or self._refused_by_rate % 1000 == 0:
-                logger.warning("connection_refused", peer=peer, limit="connection_creation_rate",
-                               refused=self._refused_by_rate)
-            self.metrics.server.connection_refused("connection_creation_rate")
+            refusal = {"limit": "connection_creation_rate", "refused": self._refused_by_rate}
+        if refusal is not None:
+            if refusal.get("refused", 1) % 1000 == 1:  # a flood logs 1 line in 1000
+                logger.warning("connection_refused", peer=peer, **refusal)
+            self.metrics.server.connection_refused(refusal["limit"])
             with trio.CancelScope(shield=True):
                 await stream.aclose()
             return

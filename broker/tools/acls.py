@@ -22,6 +22,8 @@ import argparse
 import sys
 from collections.abc import Iterable
 
+from triolog.broker.tools import add_location_arguments
+
 DESCRIPTION = (
     "Add, remove and list ACLs, like Kafka's kafka-acls.sh: online through --bootstrap-server (and "
     "--command-config for TLS/SASL), or offline on a stopped broker's log dir (--config/--override, as serve).")
@@ -55,14 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a transactional id resource (repeatable)")
     parser.add_argument("--resource-pattern-type", default=None, metavar="TYPE",
                         help="literal (default) or prefixed; --list and --remove also take match and any")
-    online = parser.add_argument_group("online (through a running broker)")
-    online.add_argument("--bootstrap-server", metavar="HOST:PORT", help="the broker to connect to")
-    online.add_argument("--command-config", metavar="FILE",
-                        help="Kafka client properties for TLS/SASL (security.protocol, sasl.*, ssl.*)")
-    offline = parser.add_argument_group("offline (a stopped broker's data)")
-    offline.add_argument("--config", metavar="FILE", help="the broker's server.properties file, as for serve")
-    offline.add_argument("--override", metavar="KEY=VALUE", action="append", default=[],
-                         help="one config key, as for serve (repeatable)")
+    add_location_arguments(parser)
 
 
 class UsageError(Exception):

@@ -19,6 +19,8 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
+from triolog.broker.tools import add_location_arguments
+
 DESCRIPTION = (
     "Add, delete and list the SASL/SCRAM users of a broker. Online through --bootstrap-server (and "
     "--command-config for TLS/SASL), or offline on a stopped broker's log.dirs (found through --config and "
@@ -39,14 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "mechanism a listener offers works; --delete: every mechanism of the user by default")
     parser.add_argument("--iterations", type=int, default=4096, metavar="N",
                         help="SCRAM iterations, 4096..16384 (default 4096, Kafka's minimum)")
-    online = parser.add_argument_group("online (through a running broker)")
-    online.add_argument("--bootstrap-server", metavar="HOST:PORT", help="the broker to connect to")
-    online.add_argument("--command-config", metavar="FILE",
-                        help="Kafka client properties for TLS/SASL (security.protocol, sasl.*, ssl.*)")
-    offline = parser.add_argument_group("offline (a stopped broker's data)")
-    offline.add_argument("--config", metavar="FILE", help="the broker's server.properties file, as for serve")
-    offline.add_argument("--override", metavar="KEY=VALUE", action="append", default=[],
-                         help="one config key, as for serve (repeatable)")
+    add_location_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
