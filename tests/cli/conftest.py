@@ -11,14 +11,14 @@ from dataclasses import dataclass
 
 import pytest
 
-from tests.e2e.broker_process import ROOT, BrokerProcess
+from tests.e2e.broker_process import KEEP_OLD_RECORDS, ROOT, BrokerProcess
 
 _names = itertools.count()
 
 
 @pytest.fixture(scope="session")
 def broker(tmp_path_factory) -> BrokerProcess:
-    process = BrokerProcess(tmp_path_factory.mktemp("cli-broker") / "data", metrics=True).start()
+    process = BrokerProcess(tmp_path_factory.mktemp("cli-broker") / "data", KEEP_OLD_RECORDS, metrics=True).start()
     yield process
     process.kill()
 

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from tests.cli.conftest import ROOT, Result, cli_env
-from tests.e2e.broker_process import BrokerProcess
+from tests.e2e.broker_process import KEEP_OLD_RECORDS, BrokerProcess
 from triolog.client import AdminClient, Consumer, Producer
 from triolog.client.types import NewTopic, TopicPartition
 
@@ -23,7 +23,8 @@ FAST = dict(session_timeout_ms=6000, heartbeat_interval_ms=300, fetch_max_wait_m
 @pytest.fixture(scope="module")
 def group_broker(tmp_path_factory) -> BrokerProcess:
     process = BrokerProcess(tmp_path_factory.mktemp("groups-cli") / "data",
-                            ("group.initial.rebalance.delay.ms=0", "group.min.session.timeout.ms=1000")).start()
+                            ("group.initial.rebalance.delay.ms=0", "group.min.session.timeout.ms=1000",
+                             *KEEP_OLD_RECORDS)).start()
     yield process
     process.kill()
 

@@ -14,14 +14,14 @@ import pytest
 
 from triolog.protocol import messages as m
 from triolog.protocol.records import iter_batches
-from tests.e2e.broker_process import BrokerProcess
+from tests.e2e.broker_process import KEEP_OLD_RECORDS, BrokerProcess
 
 _names = itertools.count()
 
 
 @pytest.fixture(scope="session")
 def broker(tmp_path_factory) -> BrokerProcess:
-    process = BrokerProcess(tmp_path_factory.mktemp("client-broker") / "data").start()
+    process = BrokerProcess(tmp_path_factory.mktemp("client-broker") / "data", KEEP_OLD_RECORDS).start()
     yield process
     process.kill()
 

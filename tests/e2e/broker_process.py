@@ -18,6 +18,11 @@ from triolog.protocol import messages as m
 
 ROOT = Path(__file__).resolve().parents[2]
 
+#: For a broker shared by many tests that write records stamped long ago (timestamp 42, 1000...):
+#: with the default retention.ms (7 days) the retention task, every 300 s, may delete such a
+#: record between a test's produce and its consume, as Kafka would. Retention tests start their own.
+KEEP_OLD_RECORDS = ("log.retention.ms=-1",)
+
 
 @dataclass
 class BrokerProcess:

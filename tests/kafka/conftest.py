@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from tests.e2e.broker_process import BrokerProcess
+from tests.e2e.broker_process import KEEP_OLD_RECORDS, BrokerProcess
 
 
 @pytest.fixture(scope="module")
 def kafka_broker(tmp_path_factory) -> BrokerProcess:
-    broker = BrokerProcess(tmp_path_factory.mktemp("kafka") / "data", kafka=True)
+    broker = BrokerProcess(tmp_path_factory.mktemp("kafka") / "data", KEEP_OLD_RECORDS, kafka=True)
     broker.start()
     yield broker
     broker.kill()
