@@ -81,8 +81,10 @@ several brokers in one process, as in tests, do not collide):
   triolog_server_tls_handshake_failures_total
                                             counter   TLS handshakes that failed (wrong CA, no
                                                       client certificate, no shared version)
-  triolog_auth_failures_total               counter   failed SASL authentications, by
-                                                      ``mechanism`` (an unsupported one too)
+  triolog_auth_failures_total               counter   failed authentications, by SASL
+                                                      ``mechanism`` (an unsupported one too;
+                                                      SSL: a certificate no
+                                                      ssl.principal.mapping.rules rule names)
   triolog_auth_successes_total              counter   SASL authentications, by ``mechanism``
   triolog_quota_bytes_total                 counter   bytes metered against a client quota, by
                                                       ``quota`` (producer_byte_rate,
@@ -234,7 +236,9 @@ class ServerMetrics:
             "TLS handshakes of client connections that failed.", registry=registry,
         )
         self._auth_failures = Counter(
-            "triolog_auth_failures_total", "Failed SASL authentications, by mechanism.", ("mechanism",),
+            "triolog_auth_failures_total",
+            "Failed authentications, by SASL mechanism (SSL: a client certificate no ssl.principal.mapping.rules rule names).",
+            ("mechanism",),
             registry=registry,
         )
         self._quota_bytes = Counter(

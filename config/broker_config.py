@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping
 
 from .log_config import INT_MAX, LONG_MAX, TOPIC_CONFIGS, ConfigError, LogConfig
+from .principal_rules import DEFAULT_RULES, PrincipalMappingRules
 
 #: Java's Double.MAX_VALUE, Kafka's "no limit" for log.cleaner.io.max.bytes.per.second.
 DOUBLE_MAX = sys.float_info.max
@@ -612,6 +613,15 @@ def _security_keys() -> Iterator[BrokerConfigKey]:
         group, attr="ssl_cipher_suites", parser=_parse_cipher_suites,
         allowed="comma-separated OpenSSL cipher names, or empty")
     yield BrokerConfigKey(
+        "ssl.principal.mapping.rules", "string", PrincipalMappingRules(DEFAULT_RULES),
+        "How a TLS client's certificate subject becomes its user name, as Kafka: rules tried in "
+        "order, separated by commas; DEFAULT is the subject itself (CN=alice,OU=eng,O=acme), "
+        "RULE:pattern/replacement/ with an optional L or U after it applies when the regular "
+        "expression matches the whole subject (RULE:^CN=([^,]*),.*$/$1/L names that client "
+        "alice). A client no rule applies to is refused.",
+        group, attr="ssl_principal_mapping_rules", parser=PrincipalMappingRules,
+        allowed="DEFAULT and RULE:pattern/replacement/[LU], comma-separated")
+    yield BrokerConfigKey(
         "sasl.enabled.mechanisms", "list", ("SCRAM-SHA-256", "SCRAM-SHA-512"),
         "SASL mechanisms SASL_PLAINTEXT and SASL_SSL listeners offer; users and their SCRAM "
         "credentials are managed with `triolog users`. PLAIN checks the password against the "
@@ -831,6 +841,7 @@ class BrokerConfig:
     ssl_client_auth: str = "none"
     ssl_enabled_protocols: tuple[str, ...] = _TLS_PROTOCOLS
     ssl_cipher_suites: tuple[str, ...] = ()
+    ssl_principal_mapping_rules: PrincipalMappingRules = PrincipalMappingRules(DEFAULT_RULES)
     sasl_enabled_mechanisms: tuple[str, ...] = ("SCRAM-SHA-256", "SCRAM-SHA-512")
     sasl_server_max_receive_size: int = 524288
     connection_failed_authentication_delay_ms: int = 100

@@ -10,8 +10,9 @@ from __future__ import annotations
 import ssl
 
 from triolog.config.broker_config import BrokerConfig
+from triolog.config.principal_rules import NoMatchingRule, PrincipalMappingRules
 
-__all__ = ["TlsConfigError", "certificate_principal", "server_context"]
+__all__ = ["NoMatchingRule", "TlsConfigError", "certificate_principal", "server_context"]
 
 _VERSIONS = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}
 _CLIENT_AUTH = {"none": ssl.CERT_NONE, "requested": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED}
@@ -61,16 +62,19 @@ _SHORT_NAMES = {
 }
 
 
-def certificate_principal(peer_certificate: dict | None) -> str | None:
-    """``User:<subject>`` for a verified client certificate, the subject written as RFC 2253
-    (most specific attribute first: ``CN=alice,OU=eng,O=acme``), which is what Kafka's default
-    principal builder names a TLS client; None without a certificate."""
+def certificate_principal(peer_certificate: dict | None,
+                          rules: PrincipalMappingRules | None = None) -> str | None:
+    """``User:<name>`` for a verified client certificate, None without one. The name is what
+    ``rules`` (ssl.principal.mapping.rules) make of the subject written as RFC 2253, most specific
+    attribute first (``CN=alice,OU=eng,O=acme``), as Kafka's default principal builder does; the
+    subject itself without rules. Raises NoMatchingRule when no rule applies."""
     if not peer_certificate or not peer_certificate.get("subject"):
         return None
     rdns = []
     for rdn in reversed(peer_certificate["subject"]):
         rdns.append("+".join(f"{_SHORT_NAMES.get(kind, kind)}={_escape(value)}" for kind, value in rdn))
-    return "User:" + ",".join(rdns)
+    subject = ",".join(rdns)
+    return "User:" + (subject if rules is None else rules.name(subject))
 
 
 def _escape(value: str) -> str:

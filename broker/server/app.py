@@ -389,7 +389,7 @@ class BrokerServer:
         options["quotas"] = self.quotas
         # A TLS listener's connection handshakes first thing in serve(), under its time limits.
         if tls:
-            options["ssl_context"] = self.ssl_context
+            options.update(ssl_context=self.ssl_context, principal_rules=config.ssl_principal_mapping_rules)
         if kafka:
             connection = KafkaConnection(stream, self.handler, context=self.kafka_context, **options)
         else:

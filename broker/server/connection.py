@@ -56,8 +56,9 @@ import trio
 
 from triolog.broker.security.sasl import PRE_AUTHENTICATION_APIS, SaslServerSession
 from triolog.broker.security.scram import AuthenticationFailed
-from triolog.broker.security.tls import certificate_principal
+from triolog.broker.security.tls import NoMatchingRule, certificate_principal
 from triolog.config.broker_config import SASL_MECHANISMS, Endpoint
+from triolog.config.principal_rules import PrincipalMappingRules
 from triolog.protocol.kafka.apis import KafkaContext
 from triolog.protocol import messages as m
 from triolog.protocol.errors import ErrorCode
@@ -211,11 +212,14 @@ class ClientConnection:
                  wrong_protocol_log: WrongProtocolLog | None = None,
                  sasl: SaslServerSession | None = None, auth_failure_delay_s: float = 0.1,
                  sasl_max_frame_bytes: int | None = None, auth_limiter: trio.CapacityLimiter | None = None,
-                 quotas: ClientQuotas | None = None, ssl_context: ssl.SSLContext | None = None):
+                 quotas: ClientQuotas | None = None, ssl_context: ssl.SSLContext | None = None,
+                 principal_rules: PrincipalMappingRules | None = None):
         self.stream = stream
         #: A TLS listener's connection: its TLS session (encrypted in user space, so fetched
         #: records are read from the segment and encrypted: no sendfile). None on plaintext.
         self._tls = TlsSession(ssl_context) if ssl_context is not None else None
+        #: ssl.principal.mapping.rules: the user a client certificate names on an SSL listener.
+        self.principal_rules = principal_rules
         self._socket = stream.socket
         #: The socket's descriptor, for the writes and reads done straight on it (plaintext only).
         self._fd = self._socket.fileno()
@@ -330,7 +334,14 @@ class ClientConnection:
             self._closed_by("request.receive.timeout.ms")
             return False
         self.tls_established = True
-        self.principal = certificate_principal(self._tls.getpeercert()) or ANONYMOUS
+        try:  # on a SASL_SSL listener SASL names the client; the certificate only on SSL
+            self.principal = certificate_principal(
+                self._tls.getpeercert(), None if self.sasl is not None else self.principal_rules) or ANONYMOUS
+        except NoMatchingRule as exc:
+            logger.warning("tls_principal_unmapped", peer=self.peer, reason=str(exc))
+            if self.stats is not None:
+                self.stats.authentication_failed("SSL")
+            return False
         PRINCIPAL.set(self.principal)  # this connection's task: what the handlers authorize
         return True
 

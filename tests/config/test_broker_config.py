@@ -17,6 +17,7 @@ from triolog.config.broker_config import (
     parse_metrics_listener,
 )
 from triolog.config.log_config import INT_MAX, LONG_MAX, TOPIC_CONFIGS, ConfigError, LogConfig
+from triolog.config.principal_rules import PrincipalMappingRules
 
 # Kafka 3.9's KafkaConfig defaults, except where triolog sets its own:
 # node.id (Kafka -1), listeners (Kafka PLAINTEXT://:9092), queued.max.request.bytes (Kafka -1:
@@ -52,6 +53,7 @@ KAFKA_DEFAULTS = {
     "ssl.client.auth": "none",
     "ssl.enabled.protocols": ("TLSv1.2", "TLSv1.3"),
     "ssl.cipher.suites": (),
+    "ssl.principal.mapping.rules": PrincipalMappingRules("DEFAULT"),
     "sasl.enabled.mechanisms": ("SCRAM-SHA-256", "SCRAM-SHA-512"),
     "sasl.server.max.receive.size": 524288,
     "connection.failed.authentication.delay.ms": 100,
