@@ -8,11 +8,11 @@ of the Kafka protocol, in one run, as ratios to PLAINTEXT.
 One broker process per security protocol (its Kafka listener named so; certificates made by
 trustme at the start), the client kcat (librdkafka in C: the broker's cost, not a Python
 client's). On PLAINTEXT a fetch is sendfile from the page cache to the socket; on SSL and
-SASL_SSL it is read from the segment and encrypted in user space (the ssl module's SSLObject: no kernel
-TLS), which is the difference the consume column shows. SASL costs one exchange per connection,
-nothing per record: SASL_SSL logs in with PLAIN because Debian's kcat (librdkafka 2.0) repeats
-the client nonce in SCRAM's client-final message, which triolog refuses as Kafka 4 does
-(librdkafka 2.6.1 fixed it).
+SASL_SSL it is read from the segment and encrypted in user space (the ssl module's SSLObject:
+no kernel TLS), which is the difference the consume column shows. SASL costs one exchange per
+connection, nothing per record: SASL_SSL logs in with PLAIN because Debian's kcat (librdkafka
+2.0) repeats the client nonce in SCRAM's client-final message, which triolog refuses as Kafka 4
+does (librdkafka 2.6.1 fixed it).
 """
 
 from __future__ import annotations
