@@ -43,8 +43,16 @@ PRODUCER_TUNING = {"linger.ms": "5", "batch.size": str(1 << 20), "batch.num.mess
                    "queue.buffering.max.messages": "2000000", "queue.buffering.max.kbytes": "2000000"}
 
 
-def kcat_produce(bootstrap: str, topic: str, lines: Path, count: int, acks: str) -> float:
-    options = [x for k, v in {**PRODUCER_TUNING, "acks": acks}.items() for x in ("-X", f"{k}={v}")]
+def kcat_options(settings: dict[str, str]) -> list[str]:
+    """librdkafka properties as kcat's -X arguments."""
+    return [x for k, v in settings.items() for x in ("-X", f"{k}={v}")]
+
+
+def kcat_produce(bootstrap: str, topic: str, lines: Path, count: int, acks: str,
+                 extra: dict[str, str] | None = None) -> float:
+    """Seconds for kcat to produce the file's lines to partition 0; ``extra``: more librdkafka
+    properties (security.protocol, ssl.*, sasl.*)."""
+    options = kcat_options({**PRODUCER_TUNING, "acks": acks, **(extra or {})})
     started = time.perf_counter()
     with open(lines, "rb") as source:
         done = subprocess.run(["kcat", "-b", bootstrap, "-P", "-t", topic, "-p", "0", *options], stdin=source,
@@ -55,11 +63,13 @@ def kcat_produce(bootstrap: str, topic: str, lines: Path, count: int, acks: str)
     return elapsed
 
 
-def kcat_consume(bootstrap: str, topic: str, count: int) -> float:
+def kcat_consume(bootstrap: str, topic: str, count: int, extra: dict[str, str] | None = None) -> float:
+    """Seconds for kcat to read ``count`` records of partition 0 from the beginning; ``extra`` as
+    :func:`kcat_produce`'s."""
+    options = kcat_options({"fetch.max.bytes": "52428800", **(extra or {})})
     started = time.perf_counter()
     done = subprocess.run(["kcat", "-b", bootstrap, "-C", "-t", topic, "-p", "0", "-o", "beginning", "-c", str(count),
-                           "-q", "-X", "fetch.max.bytes=52428800"], stdout=subprocess.DEVNULL,
-                          stderr=subprocess.PIPE, timeout=600)
+                           "-q", *options], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=600)
     elapsed = time.perf_counter() - started
     if done.returncode != 0:
         raise RuntimeError(done.stderr.decode())

@@ -8,11 +8,11 @@ of the Kafka protocol, in one run, as ratios to PLAINTEXT.
 One broker process per security protocol (its Kafka listener named so; certificates made by
 trustme at the start), the client kcat (librdkafka in C: the broker's cost, not a Python
 client's). On PLAINTEXT a fetch is sendfile from the page cache to the socket; on SSL and
-SASL_SSL it is read from the segment and encrypted in user space (trio's SSLStream: no kernel
-TLS), which is the difference the consume column shows. SASL costs one exchange per connection,
-nothing per record: SASL_SSL logs in with PLAIN because Debian's kcat (librdkafka 2.0) repeats
-the client nonce in SCRAM's client-final message, which triolog refuses as Kafka 4 does
-(librdkafka 2.6.1 fixed it).
+SASL_SSL it is read from the segment and encrypted in user space (the ssl module's SSLObject:
+no kernel TLS), which is the difference the consume column shows. SASL costs one exchange per
+connection, nothing per record: SASL_SSL logs in with PLAIN because Debian's kcat (librdkafka
+2.0) repeats the client nonce in SCRAM's client-final message, which triolog refuses as Kafka 4
+does (librdkafka 2.6.1 fixed it).
 """
 
 from __future__ import annotations
@@ -22,13 +22,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.kafka_clients import PRODUCER_TUNING  # noqa: E402
+from bench.kafka_clients import kcat_consume, kcat_produce  # noqa: E402
 from tests.e2e.broker_process import BrokerProcess  # noqa: E402
 from tests.security.tls_certs import make_tls_files  # noqa: E402
 
@@ -36,34 +35,14 @@ MB = 1_000_000
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_SSL")
 
 
-def client_options(protocol: str, ca: Path) -> list[str]:
+def client_settings(protocol: str, ca: Path) -> dict[str, str]:
+    """kcat's librdkafka properties for a listener of ``protocol``."""
     settings = {"security.protocol": protocol}
     if "SSL" in protocol:
         settings["ssl.ca.location"] = str(ca)
     if protocol.startswith("SASL"):
         settings.update({"sasl.mechanism": "PLAIN", "sasl.username": "bench", "sasl.password": "bench-secret"})
-    return [x for k, v in settings.items() for x in ("-X", f"{k}={v}")]
-
-
-def produce(bootstrap: str, options: list[str], topic: str, lines: Path) -> float:
-    tuning = [x for k, v in {**PRODUCER_TUNING, "acks": "1"}.items() for x in ("-X", f"{k}={v}")]
-    started = time.perf_counter()
-    with open(lines, "rb") as source:
-        done = subprocess.run(["kcat", "-b", bootstrap, "-P", "-t", topic, "-p", "0", *tuning, *options],
-                              stdin=source, capture_output=True, timeout=600)
-    if done.returncode != 0:
-        raise RuntimeError(done.stderr.decode())
-    return time.perf_counter() - started
-
-
-def consume(bootstrap: str, options: list[str], topic: str, count: int) -> float:
-    started = time.perf_counter()
-    done = subprocess.run(["kcat", "-b", bootstrap, "-C", "-t", topic, "-p", "0", "-o", "beginning", "-c", str(count),
-                           "-q", "-X", "fetch.max.bytes=52428800", *options], stdout=subprocess.DEVNULL,
-                          stderr=subprocess.PIPE, timeout=600)
-    if done.returncode != 0:
-        raise RuntimeError(done.stderr.decode())
-    return time.perf_counter() - started
+    return settings
 
 
 def main() -> int:
@@ -86,15 +65,15 @@ def main() -> int:
             broker = BrokerProcess(data, ("log.segment.bytes=1073741824", f"ssl.keystore.location={tls.keystore}",
                                           "sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-512"),
                                    kafka=True, kafka_security=protocol).start(timeout_s=120)
-            bootstrap, options = f"127.0.0.1:{broker.kafka_port}", client_options(protocol, tls.ca_pem)
+            bootstrap, settings = f"127.0.0.1:{broker.kafka_port}", client_settings(protocol, tls.ca_pem)
             try:
                 for size, count in plans:
                     lines = Path(tmp) / f"lines-{size}"
                     if not lines.exists():
                         lines.write_bytes((b"x" * (size - 1) + b"\n") * count)
                     topic = f"bench-{size}"
-                    produced = produce(bootstrap, options, topic, lines)
-                    consumed = consume(bootstrap, options, topic, count)
+                    produced = kcat_produce(bootstrap, topic, lines, count, "1", settings)
+                    consumed = kcat_consume(bootstrap, topic, count, settings)
                     rows.append((protocol, size, count / produced, count / consumed))
                 print(f"{protocol}: done", file=sys.stderr, flush=True)
             finally:

@@ -22,7 +22,6 @@ same order (:meth:`AsyncConnection.result`).
 from __future__ import annotations
 
 import logging
-import ssl
 from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -42,7 +41,7 @@ from .errors import (ClientTimeoutError, InvalidResponseError, ProducerClosedErr
 from .ops import Call, Op, Sleep, Submit, T, now
 from .producer import SEND_MANY_SLICE, _values_size
 from .producer_core import ProducerConfig, ProducerCore, RecordFuture, RecordFutures
-from .security import PLAINTEXT, SecurityConfig, sasl_exchange, split_security, tls_error
+from .security import PLAINTEXT, SecurityConfig, login_error, sasl_exchange, split_security
 from .types import EARLIEST, LATEST, ConfigEntry, ConsumerRecord, OffsetAndTimestamp, RecordMetadata, TopicDescription, TopicPartition
 
 __all__ = ["AsyncAdminClient", "AsyncConnection", "AsyncConsumer", "AsyncProducer", "AsyncRecordFuture", "AsyncRecordFutures",
@@ -164,10 +163,7 @@ class AsyncConnection:
                 except trio.TooSlowError:
                     raise RequestNotSentError(f"TLS handshake with {name} timed out") from None
                 except trio.BrokenResourceError as exc:
-                    cause = exc.__cause__
-                    if isinstance(cause, ssl.SSLError):
-                        raise tls_error(name, cause) from None
-                    raise RequestNotSentError(f"TLS handshake with {name} failed: {cause or exc!r}") from None
+                    raise login_error("TLS handshake", name, exc) from None
             if self.security.uses_sasl:
                 with trio.fail_after(self.connect_timeout_s):
                     await self._authenticate(stream, name, decoder)
@@ -191,13 +187,8 @@ class AsyncConnection:
                     if not data:
                         raise ConnectionError("connection closed by the broker")
                     decoder.receive_data(data)
-            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-                cause = exc.__cause__
-                if isinstance(cause, ssl.SSLError):
-                    raise tls_error(name, cause) from None
-                raise RequestNotSentError(f"SASL authentication with {name} failed: {cause or exc!r}") from None
-            except ProtocolError as exc:
-                raise InvalidResponseError(f"{name}: {exc}") from None
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError, ProtocolError) as exc:
+                raise login_error("SASL authentication", name, exc) from None
             try:
                 request = exchange.send(decode_answer(answer, request))
             except StopIteration:

@@ -45,7 +45,7 @@ from triolog.protocol.frames import NEED_DATA, FrameDecoder, ProtocolError, enco
 
 from .address import DEFAULT_BOOTSTRAP, format_address, parse_bootstrap, parse_bootstrap_servers
 from .errors import InvalidResponseError, RequestNotSentError, ResponseLostError
-from .security import PLAINTEXT, SecurityConfig, sasl_exchange, tls_error
+from .security import PLAINTEXT, SecurityConfig, login_error, sasl_exchange
 
 __all__ = ["DEFAULT_BOOTSTRAP", "InFlight", "SyncConnection", "parse_bootstrap"]
 
@@ -270,10 +270,8 @@ class SyncConnection:
             if security.uses_tls:
                 try:
                     sock = security.ssl_context().wrap_socket(sock, server_hostname=address[0])
-                except ssl.SSLError as exc:
-                    raise tls_error(name, exc) from None
                 except OSError as exc:
-                    raise RequestNotSentError(f"TLS handshake with {name} failed: {exc}") from None
+                    raise login_error("TLS handshake", name, exc) from None
             decoder = FrameDecoder()
             if security.uses_sasl:
                 self._authenticate(sock, name, decoder)
@@ -297,12 +295,8 @@ class SyncConnection:
                     if not data:
                         raise ConnectionError("connection closed by the broker")
                     decoder.receive_data(data)
-            except ssl.SSLError as exc:
-                raise tls_error(name, exc) from None
-            except OSError as exc:
-                raise RequestNotSentError(f"SASL authentication with {name} failed: {exc}") from None
-            except ProtocolError as exc:
-                raise InvalidResponseError(f"{name}: {exc}") from None
+            except (OSError, ProtocolError) as exc:
+                raise login_error("SASL authentication", name, exc) from None
             try:
                 request = exchange.send(decode_answer(answer, request))
             except StopIteration:

@@ -41,8 +41,10 @@ from collections.abc import Generator, Mapping
 from dataclasses import dataclass
 
 from triolog.protocol import messages as m
+from triolog.protocol.frames import ProtocolError
 
-from .errors import SaslAuthenticationFailedError, SecurityConfigError, SslHandshakeError, error_for
+from .errors import (InvalidResponseError, RequestNotSentError, SaslAuthenticationFailedError, SecurityConfigError,
+                     SslHandshakeError, TriologClientError, error_for)
 
 __all__ = [
     "MECHANISMS",
@@ -52,6 +54,7 @@ __all__ = [
     "SECURITY_KEYS",
     "SecurityConfig",
     "load_command_config",
+    "login_error",
     "parse_properties",
     "sasl_exchange",
     "security_from_properties",
@@ -196,6 +199,21 @@ def tls_error(address: str, exc: BaseException) -> SslHandshakeError:
     elif "WRONG_VERSION_NUMBER" in str(exc) or "wrong version number" in str(exc):
         hint = " (is this a TLS listener? security_protocol must match the broker's listener)"
     return SslHandshakeError(f"TLS handshake with {address} failed: {reason}{hint}")
+
+
+def login_error(step: str, address: str, exc: BaseException) -> TriologClientError:
+    """The client error for ``exc``, raised while a new connection to ``address`` took ``step``
+    ("TLS handshake" or "SASL authentication"), the same for the blocking and the trio connection:
+    a TLS failure (trio's BrokenResourceError carries it as its cause) is SslHandshakeError, not
+    retried; a frame that does not decode, InvalidResponseError; any other failure of the
+    connection, RequestNotSentError (no request was sent on it yet: retriable)."""
+    tls = exc if isinstance(exc, ssl.SSLError) else exc.__cause__
+    if isinstance(tls, ssl.SSLError):
+        return tls_error(address, tls)
+    if isinstance(exc, ProtocolError):
+        return InvalidResponseError(f"{address}: {exc}")
+    detail = exc.__cause__ or exc
+    return RequestNotSentError(f"{step} with {address} failed: {str(detail) or repr(detail)}")
 
 
 # -- the SASL exchange (sans-IO) -----------------------------------------------------------------

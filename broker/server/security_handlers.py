@@ -194,9 +194,9 @@ class SecurityHandlers:
     async def _alter_user_scram_credentials(self, request: m.AlterUserScramCredentialsRequest) -> m.Response:
         users = list(dict.fromkeys([d.name for d in request.deletions] + [u.name for u in request.upsertions]))
         denied = self._cluster_denied(Op.ALTER)
-        if denied is not None:
+        if denied is not None:  # as Kafka: each user once, sorted
             return m.AlterUserScramCredentialsResponse(id=request.id, results=tuple(
-                m.AlterUserScramCredentialsResult(user=u, **denied) for u in users))
+                m.AlterUserScramCredentialsResult(user=u, **denied) for u in sorted(users)))
 
         def work() -> list[m.AlterUserScramCredentialsResult]:
             store = self.credentials

@@ -131,10 +131,20 @@ def describe_users_to_internal(req: KafkaRequest, ctx: KafkaContext):
 
 
 def describe_users_to_kafka(response: m.DescribeUserScramCredentialsResponse, req: KafkaRequest, ctx: KafkaContext):
+    if response.error_code:
+        return describe_users_error(req, ctx, response.error_code, response.error_message)
     return _body(req, {"error_code": response.error_code, "error_message": response.error_message, "results": [
         {"user": r.user, "error_code": r.error_code, "error_message": r.error_message, "credential_infos": [
             {"mechanism": _code(MECHANISMS, c.mechanism), "iterations": c.iterations} for c in r.credential_infos]}
         for r in response.results]})
+
+
+def describe_users_error(req: KafkaRequest, ctx: KafkaContext, code: int, message: str):
+    """Kafka's getErrorResponse: the code at the top and in a result per user asked for (whose
+    user name Kafka leaves empty)."""
+    return _body(req, {"error_code": code, "error_message": message, "results": [
+        {"user": "", "error_code": code, "error_message": message, "credential_infos": []}
+        for _ in req.body.users or ()]})
 
 
 def alter_users_to_internal(req: KafkaRequest, ctx: KafkaContext):
@@ -157,7 +167,7 @@ def alter_users_to_kafka(response: m.AlterUserScramCredentialsResponse, req: Kaf
 
 
 def alter_users_error(req: KafkaRequest, ctx: KafkaContext, code: int, message: str):
-    names = dict.fromkeys([d.name for d in req.body.deletions] + [u.name for u in req.body.upsertions])
+    names = sorted({x.name for x in (*req.body.deletions, *req.body.upsertions)})  # as Kafka: once each, sorted
     return _body(req, {"results": [{"user": n, "error_code": code, "error_message": message} for n in names]})
 
 
@@ -169,7 +179,7 @@ ADAPTERS = {
     31: Adapter(31, "DeleteAcls", 1, 3, delete_acls_to_internal, delete_acls_to_kafka, "delete_acls",
                 delete_acls_error),
     50: Adapter(50, "DescribeUserScramCredentials", 0, 0, describe_users_to_internal, describe_users_to_kafka,
-                "describe_user_scram_credentials", _top_level_error),
+                "describe_user_scram_credentials", describe_users_error),
     51: Adapter(51, "AlterUserScramCredentials", 0, 0, alter_users_to_internal, alter_users_to_kafka,
                 "alter_user_scram_credentials", alter_users_error),
 }

@@ -1,9 +1,10 @@
-"""A msgpack-protocol client over a plain socket that authenticates with SASL/SCRAM (scramp's
-client): what the security tests drive the broker with, request by request."""
+"""A msgpack-protocol client over a plain or TLS socket that authenticates with SASL/SCRAM
+(scramp's client): what the security tests drive the broker with, request by request."""
 
 from __future__ import annotations
 
 import socket
+import ssl
 import struct
 
 import msgpack
@@ -13,8 +14,18 @@ from triolog.protocol import messages as m
 
 
 class MsgpackClient:
-    def __init__(self, port: int, timeout_s: float = 10.0):
+    """msgpack frames to 127.0.0.1:``port``; over TLS given an ``ssl_context`` (the handshake
+    happens here, so a refused certificate raises from the constructor)."""
+
+    def __init__(self, port: int, timeout_s: float = 10.0, *, ssl_context: ssl.SSLContext | None = None,
+                 server_hostname: str = "127.0.0.1"):
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout_s)
+        if ssl_context is not None:
+            try:
+                self.sock = ssl_context.wrap_socket(self.sock, server_hostname=server_hostname)
+            except BaseException:
+                self.sock.close()
+                raise
         self.ids = 0
 
     def send(self, payload: bytes) -> None:
@@ -24,7 +35,9 @@ class MsgpackClient:
         self.ids += 1
         self.send(m.encode_request(request_class(id=self.ids, **fields)))
         (length,) = struct.unpack(">I", self.exactly(4))
-        return msgpack.unpackb(self.exactly(length), raw=False, strict_map_key=False)
+        doc = msgpack.unpackb(self.exactly(length), raw=False, strict_map_key=False)
+        assert doc.get("id") == self.ids, doc
+        return doc
 
     def exactly(self, n: int) -> bytes:
         data = b""

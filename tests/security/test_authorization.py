@@ -14,7 +14,7 @@ from triolog.protocol import messages as m
 from triolog.protocol.errors import ErrorCode
 from triolog.protocol.records import build_batch
 
-from .sasl_client import logged_in
+from .sasl_client import MsgpackClient, logged_in
 from .test_sasl_listeners import add_user
 
 E = ErrorCode
@@ -262,7 +262,7 @@ def test_acls_survive_a_restart(tmp_path):
 def test_acl_apis_without_an_authorizer_are_security_disabled(tmp_path):
     process = BrokerProcess(tmp_path / "data").start()
     try:
-        client = __import__("tests.security.sasl_client", fromlist=["MsgpackClient"]).MsgpackClient(process.port)
+        client = MsgpackClient(process.port)
         assert client.call(m.DescribeAclsRequest)["error_code"] == E.SECURITY_DISABLED
         answer = client.call(m.CreateAclsRequest, creations=(_acl("READ"),))
         assert answer["results"][0]["error_code"] == E.SECURITY_DISABLED

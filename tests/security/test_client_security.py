@@ -5,8 +5,11 @@ wrong CA gives; ACLs and SCRAM users managed through AdminClient."""
 
 from __future__ import annotations
 
+import contextlib
+import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -18,8 +21,11 @@ from triolog.client import (AclBinding, AclBindingFilter, AdminClient, Consumer,
                             SaslAuthenticationFailedError, TopicAuthorizationFailedError, TopicPartition,
                             UserScramCredentialDeletion, UserScramCredentialUpsertion)
 from triolog.client.aio import AsyncAdminClient, AsyncConsumer, AsyncProducer
-from triolog.client.errors import SecurityConfigError, SslHandshakeError
+from triolog.client.aio import AsyncConnection
+from triolog.client.connection import SyncConnection
+from triolog.client.errors import InvalidResponseError, RequestNotSentError, SecurityConfigError, SslHandshakeError
 from triolog.client.security import SecurityConfig
+from triolog.protocol import messages as m
 
 from .tls_certs import make_tls_files
 
@@ -191,6 +197,54 @@ async def test_a_wrong_ca_gives_a_clear_tls_error_on_trio(sasl_ssl, tmp_path):
                                 sasl_username="admin", sasl_password="admin-secret", ssl_cafile=str(other)) as admin:
         with pytest.raises(SslHandshakeError, match="certificate"):
             await admin.list_topics()
+
+
+@contextlib.contextmanager
+def _failing_peer(answer: bytes | None):
+    """A listener on 127.0.0.1 (its port) that takes each connection's first frame (the SASL
+    handshake) and then hangs up (``answer`` None) or writes ``answer``: a broker failing mid-login."""
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def serve():
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            with conn:
+                conn.recv(4096)
+                if answer is not None:
+                    conn.sendall(answer)
+                    time.sleep(0.5)
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        yield server.getsockname()[1]
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize("answer, error, message", [
+    (None, RequestNotSentError, "SASL authentication with 127.0.0.1:[0-9]+ failed"),  # retriable: nothing was sent
+    (b"\x7f\xff\xff\xff", InvalidResponseError, "127.0.0.1:[0-9]+: "),  # a frame length no broker sends
+])
+def test_a_login_cut_short_gives_the_same_error_on_both_connection_kinds(answer, error, message):
+    security = SecurityConfig(security_protocol="SASL_PLAINTEXT", sasl_username="alice", sasl_password="secret")
+    with _failing_peer(answer) as port:
+        connection = SyncConnection(f"127.0.0.1:{port}", security=security, connect_timeout_s=5)
+        with pytest.raises(error, match=message):
+            connection.call(m.ApiVersionsRequest(id=0), timeout_s=5)
+        connection.close()
+
+        async def on_trio():
+            async with trio.open_nursery() as nursery:
+                connection = AsyncConnection(f"127.0.0.1:{port}", nursery, security=security, connect_timeout_s=5)
+                with pytest.raises(error, match=message):
+                    await connection.call(m.ApiVersionsRequest(id=0), timeout_s=5)
+                await connection.aclose()
+                nursery.cancel_scope.cancel()
+
+        trio.run(on_trio)
 
 
 def test_plaintext_client_on_a_tls_listener_and_tls_client_on_a_sasl_plaintext_one(sasl_plaintext, tls):

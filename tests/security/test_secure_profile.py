@@ -6,18 +6,16 @@ service sets them) runs a broker that admits only authenticated TLS clients, the
 from __future__ import annotations
 
 import shutil
-import socket
 import ssl
-import struct
 import subprocess
 
-import msgpack
 import pytest
 
 from tests.e2e.broker_process import ROOT, BrokerProcess
 from triolog.protocol import messages as m
 from triolog.protocol.errors import ErrorCode
 
+from .sasl_client import MsgpackClient
 from .test_sasl_listeners import add_user
 
 SECURE = ROOT / "deploy" / "secure"
@@ -41,13 +39,9 @@ def test_the_secure_profile_admits_only_authenticated_tls_clients(tmp_path):
     broker.start()
     try:
         context = ssl.create_default_context(cafile=str(certs / "ca.pem"))  # verifies the name: localhost
-        with socket.create_connection(("127.0.0.1", broker.port), timeout=10) as raw:
-            with context.wrap_socket(raw, server_hostname="localhost") as sock:
-                payload = m.encode_request(m.MetadataRequest(id=1))
-                sock.sendall(struct.pack(">I", len(payload)) + payload)
-                (length,) = struct.unpack(">I", sock.recv(4))
-                answer = msgpack.unpackb(sock.recv(length), raw=False)
-                assert answer["error_code"] == ErrorCode.ILLEGAL_SASL_STATE  # authenticate first
+        client = MsgpackClient(broker.port, ssl_context=context, server_hostname="localhost")
+        assert client.call(m.MetadataRequest)["error_code"] == ErrorCode.ILLEGAL_SASL_STATE  # authenticate first
+        client.close()
         started = [e for e in broker.events() if e.get("event") == "broker_started"]
         assert started and not [e for e in broker.events() if e.get("event") == "listener_without_authentication"]
     finally:

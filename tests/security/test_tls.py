@@ -9,7 +9,6 @@ import ssl
 import struct
 import time
 
-import msgpack
 import pytest
 import trustme
 
@@ -17,6 +16,7 @@ from tests.e2e.broker_process import BrokerProcess
 from triolog.protocol import messages as m
 from triolog.protocol.records import build_batch, iter_batches
 
+from .sasl_client import MsgpackClient
 from .tls_certs import make_tls_files
 
 
@@ -30,37 +30,7 @@ def _broker(tmp_path, tls, *overrides, kafka=False, security="SSL", **kwargs) ->
                          overrides=(f"ssl.keystore.location={tls.keystore}", *overrides), **kwargs).start()
 
 
-class TlsClient:
-    """msgpack frames over a TLS socket."""
-
-    def __init__(self, port: int, context: ssl.SSLContext):
-        raw = socket.create_connection(("127.0.0.1", port), timeout=10)
-        self.sock = context.wrap_socket(raw, server_hostname="127.0.0.1")
-        self.ids = 0
-
-    def call(self, request_class, **fields) -> dict:
-        self.ids += 1
-        payload = m.encode_request(request_class(id=self.ids, **fields))
-        self.sock.sendall(struct.pack(">I", len(payload)) + payload)
-        (length,) = struct.unpack(">I", self._exactly(4))
-        doc = msgpack.unpackb(self._exactly(length), raw=False, strict_map_key=False)
-        assert doc["id"] == self.ids
-        return doc
-
-    def _exactly(self, n: int) -> bytes:
-        data = b""
-        while len(data) < n:
-            chunk = self.sock.recv(n - len(data))
-            if not chunk:
-                raise EOFError("closed by the broker")
-            data += chunk
-        return data
-
-    def close(self):
-        self.sock.close()
-
-
-def _produce_and_fetch(client: TlsClient, topic: str, values: list[bytes]) -> list[bytes]:
+def _produce_and_fetch(client: MsgpackClient, topic: str, values: list[bytes]) -> list[bytes]:
     assert client.call(m.CreateTopicsRequest, topics=(m.NewTopic(name=topic, num_partitions=1, replication_factor=1),)
                        )["topics"][0]["error_code"] == 0
     for start in range(0, len(values), 20):  # batches under max.message.bytes
@@ -78,7 +48,7 @@ def _produce_and_fetch(client: TlsClient, topic: str, values: list[bytes]) -> li
 def test_msgpack_listener_over_tls_produces_and_fetches_the_same_bytes(tmp_path, tls):
     broker = _broker(tmp_path, tls)
     try:
-        client = TlsClient(broker.port, tls.client_context())
+        client = MsgpackClient(broker.port, ssl_context=tls.client_context())
         # ~3 MiB of records: the fetch is read from the segment and sent through TLS in pieces
         values = [bytes([i % 251]) * 30_000 for i in range(100)]
         assert _produce_and_fetch(client, "over-tls", values) == values
@@ -92,12 +62,12 @@ def test_a_client_that_does_not_trust_the_broker_certificate_cannot_connect(tmp_
     broker = _broker(tmp_path, tls)
     try:
         with pytest.raises(ssl.SSLCertVerificationError):
-            TlsClient(broker.port, tls.client_context(ca=trustme.CA()))
+            MsgpackClient(broker.port, ssl_context=tls.client_context(ca=trustme.CA()))
         _wait_for(lambda: broker.sample("triolog_server_tls_handshake_failures_total") == 1)
         failed = [e for e in broker.events() if e.get("event") == "tls_handshake_failed"]
         assert failed and failed[0]["level"] == "warning" and failed[0]["reason"]
         # the broker is unharmed: a client trusting the right CA goes on
-        TlsClient(broker.port, tls.client_context()).call(m.ApiVersionsRequest)
+        MsgpackClient(broker.port, ssl_context=tls.client_context()).call(m.ApiVersionsRequest)
     finally:
         broker.stop()
 
@@ -124,9 +94,9 @@ def test_required_client_auth_refuses_a_client_without_a_certificate(tmp_path, t
     try:
         with pytest.raises((ssl.SSLError, ConnectionError, EOFError)):
             # TLS 1.3: the refusal arrives after the client's side of the handshake completed
-            TlsClient(broker.port, tls.client_context()).call(m.ApiVersionsRequest)
+            MsgpackClient(broker.port, ssl_context=tls.client_context()).call(m.ApiVersionsRequest)
         _wait_for(lambda: broker.sample("triolog_server_tls_handshake_failures_total") == 1)
-        client = TlsClient(broker.port, tls.client_context(with_certificate=True))
+        client = MsgpackClient(broker.port, ssl_context=tls.client_context(with_certificate=True))
         assert client.call(m.ApiVersionsRequest)["error_code"] == 0
         client.close()
     finally:
@@ -154,7 +124,8 @@ def test_an_encrypted_key_needs_its_password(tmp_path):
                            overrides=(f"ssl.keystore.location={files.keystore}", "ssl.key.password=s3cret"))
     broker.start()
     try:
-        assert TlsClient(broker.port, files.client_context()).call(m.ApiVersionsRequest)["error_code"] == 0
+        client = MsgpackClient(broker.port, ssl_context=files.client_context())
+        assert client.call(m.ApiVersionsRequest)["error_code"] == 0
     finally:
         broker.stop()
 
