@@ -220,7 +220,7 @@ def _act(args, quotas, pairs, added, deleted) -> int:
                   + ", ".join(f"{key}={java_double(value)}" for key, value in sorted(found[entity].items())))
         return 0
     entity = _entity(pairs)
-    current = quotas.describe(_filter(pairs)).get(entity, {})
+    current = quotas.describe(_filter(pairs)).get(entity, {}) if deleted else {}
     missing = [key for key in deleted if key not in current]
     if missing:  # as kafka-configs.sh: deleting what is not set is an error
         raise _Failed(f"Invalid config(s): {','.join(missing)} (not set for {describe_entity(entity)})")
