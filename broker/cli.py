@@ -45,6 +45,15 @@ def _add_acls(subparsers) -> None:
     parser.set_defaults(run=acls.run)
 
 
+def _add_configs(subparsers) -> None:
+    from triolog.broker.tools import configs
+
+    parser = subparsers.add_parser("configs", help="set, delete and describe client quotas, like kafka-configs.sh "
+                                                   "(online or offline)", description=configs.DESCRIPTION)
+    configs.add_arguments(parser)
+    parser.set_defaults(run=configs.run)
+
+
 def _add_serve(subparsers) -> None:
     parser = subparsers.add_parser(
         "serve",
@@ -124,7 +133,7 @@ _CLIENT_TOOLS = {name: _client_tool(name, module, help_text) for name, module, h
 
 #: Subcommand registrars, in the order ``triolog --help`` lists them.
 SUBCOMMANDS = (_add_serve, *(register for name, register in _CLIENT_TOOLS.items() if name != "health"),
-               _add_users, _add_acls, _add_dump_log, _CLIENT_TOOLS["health"])
+               _add_users, _add_acls, _add_configs, _add_dump_log, _CLIENT_TOOLS["health"])
 
 #: The shell's exit code for a process ended by Ctrl-C (128 + SIGINT).
 EXIT_INTERRUPTED = 130

@@ -39,8 +39,10 @@ _LAZY = {
     **{name: "admin_core" for name in ("AclBinding", "AclBindingFilter", "ScramCredentialInfo",
                                        "UserScramCredentialDeletion", "UserScramCredentialUpsertion",
                                        "UserScramCredentialsDescription")},
-    **{name: "types" for name in ("ConfigEntry", "ConsumerRecord", "NewTopic", "OffsetAndTimestamp",
-                                   "PartitionInfo", "RecordMetadata", "TopicDescription", "TopicPartition")},
+    **{name: "types" for name in ("ClientQuotaAlteration", "ClientQuotaEntity", "ClientQuotaFilter",
+                                   "ClientQuotaFilterComponent", "ConfigEntry", "ConsumerRecord", "NewTopic",
+                                   "OffsetAndTimestamp", "PartitionInfo", "RecordMetadata", "TopicDescription",
+                                   "TopicPartition")},
 }
 
 __all__ = [*sorted(_LAZY), *_errors_all]

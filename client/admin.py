@@ -7,7 +7,8 @@ from .admin_core import (AclBinding, AclBindingFilter, AdminCore, BrokerConfigEn
 from .connection import DEFAULT_BOOTSTRAP, SyncConnection
 from .security import split_security
 from .ops import run_sync
-from .types import ConfigEntry, LogDirDescription, OffsetAndTimestamp, TopicDescription, TopicPartition
+from .types import (ClientQuotaEntity, ClientQuotaFilter, ConfigEntry, LogDirDescription, OffsetAndTimestamp,
+                    TopicDescription, TopicPartition)
 
 __all__ = ["AdminClient"]
 
@@ -124,3 +125,16 @@ class AdminClient:
         """:class:`UserScramCredentialUpsertion` (a password, salted and hashed here) and
         :class:`UserScramCredentialDeletion` items."""
         self._run(self._core.alter_user_scram_credentials_op(alterations))
+
+    # -- client quotas (Kafka's describeClientQuotas / alterClientQuotas) ---------------------------
+
+    def describe_client_quotas(self, quota_filter: ClientQuotaFilter | None = None
+                               ) -> dict[ClientQuotaEntity, dict[str, float]]:
+        """Entity -> its quotas, for the entities a :class:`ClientQuotaFilter` selects (all without one)."""
+        return self._run(self._core.describe_client_quotas_op(quota_filter))
+
+    def alter_client_quotas(self, alterations, validate_only: bool = False, raise_errors: bool = True) -> dict:
+        """Apply :class:`ClientQuotaAlteration`s, each on its own; per entity None or its error
+        (InvalidRequestError for an unknown key or a value under 1, ClusterAuthorizationFailedError
+        without ALTER_CONFIGS on the cluster), the first raised with ``raise_errors``."""
+        return self._run(self._core.alter_client_quotas_op(alterations, validate_only, raise_errors))

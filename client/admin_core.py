@@ -21,6 +21,9 @@ from .errors import TriologClientError, UnknownTopicOrPartitionError, error_for
 from .metadata import MetadataCache, describe
 from .ops import Call, Op, Sleep, check_response, now
 from .types import (
+    ClientQuotaAlteration,
+    ClientQuotaEntity,
+    ClientQuotaFilter,
     ConfigEntry,
     LogDirDescription,
     LogDirPartitionInfo,
@@ -28,6 +31,7 @@ from .types import (
     OffsetAndTimestamp,
     TopicDescription,
     TopicPartition,
+    quota_value,
 )
 
 __all__ = ["AclBinding", "AclBindingFilter", "AdminCore", "BrokerConfigEntry", "ConsumerGroupDescription",
@@ -262,6 +266,50 @@ class SecurityAdminOps:
         request = m.AlterUserScramCredentialsRequest(id=0, deletions=tuple(deletions), upsertions=tuple(upsertions))
         doc = check_response((yield Call(request, self.timeout_s)))
         _raise_first([error_for(r["error_code"], r.get("error_message")) for r in doc["results"] if r["error_code"]])
+
+    # -- client quotas -----------------------------------------------------------------------------
+
+    def describe_client_quotas_op(self, quota_filter: ClientQuotaFilter | None = None
+                                  ) -> Op[dict[ClientQuotaEntity, dict[str, float]]]:
+        """Entity -> its quotas (key -> value, a float as Kafka's Admin gives it) for the entities
+        ``quota_filter`` selects (every one without it)."""
+        flt = ClientQuotaFilter.all() if quota_filter is None else quota_filter
+        request = m.DescribeClientQuotasRequest(id=0, strict=bool(flt.strict), components=tuple(
+            m.QuotaFilterComponent(entity_type=c.entity_type, match_type=c.match_type, match=c.match)
+            for c in flt.components))
+        doc = check_response((yield Call(request, self.timeout_s)))
+        return {ClientQuotaEntity({p["entity_type"]: p["entity_name"] for p in entry["entity"]}):
+                {key: float(value) for key, value in sorted(entry["values"].items())}
+                for entry in doc["entries"]}
+
+    def alter_client_quotas_op(self, alterations, validate_only: bool = False, raise_errors: bool = True
+                               ) -> Op[dict[ClientQuotaEntity, TriologClientError | None]]:
+        """Apply :class:`ClientQuotaAlteration`s; the broker takes or refuses each on its own.
+        Per entity None or its error (``error.entity`` names it), the first raised with
+        ``raise_errors``."""
+        alterations = [a if isinstance(a, ClientQuotaAlteration) else ClientQuotaAlteration(*a) for a in alterations]
+        entries = []
+        for alteration in alterations:
+            if not isinstance(alteration.entity, ClientQuotaEntity):
+                raise TypeError(f"expected a ClientQuotaEntity, got {type(alteration.entity).__name__}")
+            ops = tuple(m.QuotaOp(key=op.key, remove=True) if op.value is None
+                        else m.QuotaOp(key=op.key, value=quota_value(op.key, op.value))
+                        for op in (ClientQuotaAlteration.Op(*op) for op in alteration.ops))
+            entries.append(m.QuotaAlteration(entity=tuple(
+                m.QuotaEntityPart(entity_type=kind, entity_name=name) for kind, name in alteration.entity.entries.items()),
+                ops=ops))
+        request = m.AlterClientQuotasRequest(id=0, entries=tuple(entries), validate_only=validate_only)
+        doc = check_response((yield Call(request, self.timeout_s)))
+        out: dict[ClientQuotaEntity, TriologClientError | None] = {}
+        for alteration, result in zip(alterations, doc["entries"]):
+            error = None
+            if result["error_code"]:
+                error = error_for(result["error_code"], result.get("error_message"))
+                error.entity = alteration.entity
+            out[alteration.entity] = error
+        if raise_errors:
+            _raise_first([error for error in out.values() if error is not None])
+        return out
 
 
 class AdminCore(SecurityAdminOps):

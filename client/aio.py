@@ -821,3 +821,13 @@ class AsyncAdminClient(_AsyncClient):
         """:class:`UserScramCredentialUpsertion` (a password, salted and hashed here) and
         :class:`UserScramCredentialDeletion` items."""
         await self._run(self._core.alter_user_scram_credentials_op(alterations))
+
+    # -- client quotas (Kafka's describeClientQuotas / alterClientQuotas) ---------------------------
+
+    async def describe_client_quotas(self, quota_filter=None) -> dict:
+        """Entity -> its quotas, for the entities a ClientQuotaFilter selects (all without one)."""
+        return await self._run(self._core.describe_client_quotas_op(quota_filter))
+
+    async def alter_client_quotas(self, alterations, validate_only: bool = False, raise_errors: bool = True) -> dict:
+        """Apply ClientQuotaAlterations, each on its own: see AdminClient.alter_client_quotas."""
+        return await self._run(self._core.alter_client_quotas_op(alterations, validate_only, raise_errors))

@@ -85,11 +85,13 @@ class TriologClientError(Exception):
     """Base of every error this client raises.
 
     ``topic``/``partition`` name the entry a per-topic or per-partition error belongs to, when
-    there is one, so a caller handling many partitions knows which one failed.
+    there is one, so a caller handling many partitions knows which one failed; ``entity`` the
+    ClientQuotaEntity an alter_client_quotas error belongs to.
     """
 
     code: ErrorCode | int | None = None
     retriable: bool = False
+    entity = None
 
     def __init__(self, error_message: str | None = None, *, code: ErrorCode | int | None = None,
                  topic: str | None = None, partition: int | None = None) -> None:

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
 __all__ = [
+    "ClientQuotaAlteration",
+    "ClientQuotaAlterationOp",
+    "ClientQuotaEntity",
+    "ClientQuotaFilter",
+    "ClientQuotaFilterComponent",
     "ConfigEntry",
     "ConsumerRecord",
     "LogDirDescription",
@@ -168,3 +175,147 @@ class LogDirDescription(NamedTuple):
     total_bytes: int
     usable_bytes: int
     partitions: dict[TopicPartition, LogDirPartitionInfo]
+
+
+# -- client quotas (Kafka's org.apache.kafka.common.quota) --------------------------------------
+
+
+class ClientQuotaEntity:
+    """Kafka's ClientQuotaEntity: whom a quota applies to, as a mapping of entity type (``user``,
+    ``client-id`` or ``ip``) to a name, or to None for that type's default entity (Kafka's
+    ``<default>``). ``ClientQuotaEntity({"user": "alice", "client-id": None})``: alice's clients
+    that have no quota of their own. Hashable: describe_client_quotas maps entities to quotas."""
+
+    USER = "user"
+    CLIENT_ID = "client-id"
+    IP = "ip"
+    TYPES = (USER, CLIENT_ID, IP)
+
+    __slots__ = ("_parts",)
+
+    def __init__(self, entries: Mapping[str, str | None]) -> None:
+        parts = dict(entries)
+        if not parts:
+            raise ValueError("a quota entity names at least one entity type")
+        for kind, name in parts.items():
+            if kind not in self.TYPES:
+                raise ValueError(f"unknown quota entity type {kind!r} (one of {', '.join(self.TYPES)})")
+            if name is not None and not isinstance(name, str):
+                raise ValueError(f"the {kind} of a quota entity is a string, or None for the default")
+        self._parts = tuple(sorted(parts.items(), key=lambda part: part[0]))
+
+    @property
+    def entries(self) -> dict[str, str | None]:
+        return dict(self._parts)
+
+    def get(self, kind: str, missing=None):
+        return self.entries.get(kind, missing)
+
+    def __contains__(self, kind: object) -> bool:
+        return any(k == kind for k, _ in self._parts)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ClientQuotaEntity) and self._parts == other._parts
+
+    def __hash__(self) -> int:
+        return hash(self._parts)
+
+    def sort_key(self) -> tuple:
+        """Users, then client ids, then IPs; the default before named entities."""
+        entries = self.entries
+        return tuple((kind in entries, entries.get(kind) is not None, entries.get(kind) or "")
+                     for kind in self.TYPES)
+
+    def __repr__(self) -> str:
+        return f"ClientQuotaEntity({self.entries!r})"
+
+
+class ClientQuotaAlterationOp(NamedTuple):
+    """Set ``key`` to ``value`` (units per second), or remove it (``value`` None): Kafka's
+    ClientQuotaAlteration.Op. Keys: ``producer_byte_rate``, ``consumer_byte_rate`` (user and
+    client-id entities), ``connection_creation_rate`` (IP entities)."""
+
+    key: str
+    value: float | None = None
+
+
+class ClientQuotaAlteration(NamedTuple):
+    """The changes to one entity's quotas (Kafka's ClientQuotaAlteration)."""
+
+    entity: ClientQuotaEntity
+    ops: tuple[ClientQuotaAlterationOp, ...]
+
+    #: Kafka spells the op ``ClientQuotaAlteration.Op``.
+    Op = ClientQuotaAlterationOp
+
+
+class ClientQuotaFilterComponent(NamedTuple):
+    """One entity type a filter matches (Kafka's ClientQuotaFilterComponent): build it with
+    :meth:`of_entity` (the entity named), :meth:`of_default_entity` (the type's default entity) or
+    :meth:`of_entity_type` (any entity of the type, the default included)."""
+
+    entity_type: str
+    #: "exact", "default" or "any".
+    match_type: str
+    match: str | None = None
+
+    @classmethod
+    def of_entity(cls, entity_type: str, name: str) -> "ClientQuotaFilterComponent":
+        return cls(_entity_type(entity_type), "exact", name)
+
+    @classmethod
+    def of_default_entity(cls, entity_type: str) -> "ClientQuotaFilterComponent":
+        return cls(_entity_type(entity_type), "default")
+
+    @classmethod
+    def of_entity_type(cls, entity_type: str) -> "ClientQuotaFilterComponent":
+        return cls(_entity_type(entity_type), "any")
+
+    def matches(self, entity: ClientQuotaEntity) -> bool:
+        if self.entity_type not in entity:
+            return False
+        name = entity.get(self.entity_type)
+        if self.match_type == "exact":
+            return name == self.match
+        return name is None if self.match_type == "default" else True
+
+
+class ClientQuotaFilter(NamedTuple):
+    """Which entities describe_client_quotas returns (Kafka's ClientQuotaFilter): those every
+    component matches; ``strict`` (:meth:`contains_only`) also leaves out entities with parts of
+    other types. :meth:`all`: every entity."""
+
+    components: tuple[ClientQuotaFilterComponent, ...] = ()
+    strict: bool = False
+
+    @classmethod
+    def contains(cls, components: Iterable[ClientQuotaFilterComponent]) -> "ClientQuotaFilter":
+        return cls(tuple(components), False)
+
+    @classmethod
+    def contains_only(cls, components: Iterable[ClientQuotaFilterComponent]) -> "ClientQuotaFilter":
+        return cls(tuple(components), True)
+
+    @classmethod
+    def all(cls) -> "ClientQuotaFilter":
+        return cls((), False)
+
+    def matches(self, entity: ClientQuotaEntity) -> bool:
+        """The broker's rule (docs/protocol.md, describe_client_quotas), for a stopped broker's file."""
+        if not all(c.matches(entity) for c in self.components):
+            return False
+        return not self.strict or set(entity.entries) == {c.entity_type for c in self.components}
+
+
+def _entity_type(kind: str) -> str:
+    if kind not in ClientQuotaEntity.TYPES:
+        raise ValueError(f"unknown quota entity type {kind!r} (one of {', '.join(ClientQuotaEntity.TYPES)})")
+    return kind
+
+
+def quota_value(key: str, value) -> int:
+    """A quota value as the wire carries it: a whole number per second (Kafka's doubles rounded,
+    as the broker's Kafka listener rounds them); ValueError for what is not a finite number."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"the value of {key} must be a finite number, got {value!r}")
+    return round(value)

@@ -1,9 +1,9 @@
-"""Command-line tools on the broker's files: dump-log reads segments; users and acls change a
-stopped broker's security files, or a running one's through its admin API."""
+"""Command-line tools on the broker's files: dump-log reads segments; users, acls and configs (client
+quotas) change a stopped broker's security files, or a running one's through its admin API."""
 
 
 def add_location_arguments(parser) -> None:
-    """Where `triolog users` and `triolog acls` act: online through a running broker, or offline
+    """Where `triolog users`, `triolog acls` and `triolog configs` act: online through a running broker, or offline
     on a stopped broker's data (found as serve finds it)."""
     online = parser.add_argument_group("online (through a running broker)")
     online.add_argument("--bootstrap-server", metavar="HOST:PORT", help="the broker to connect to")

@@ -17,14 +17,15 @@ def test_cli_help_for_each_client_subcommand(triolog, command):
     assert "--bootstrap-server" in result.out and "127.0.0.1:9092" in result.out
 
 
-@pytest.mark.parametrize("args", [["--help"], ["serve", "--help"], ["dump-log", "--help"]], ids=" ".join)
+@pytest.mark.parametrize("args", [["--help"], ["serve", "--help"], ["dump-log", "--help"], ["configs", "--help"]],
+                         ids=" ".join)
 def test_cli_help_for_the_command_and_existing_subcommands(triolog, args):
     result = triolog(*args)
     assert result.code == 0, result.stderr
     assert result.out.startswith("usage: triolog")
     if args == ["--help"]:
         assert all(c in result.out for c in ("serve", "topics", "produce", "consume", "offsets", "delete-records",
-                                             "dump-log", "--version"))
+                                             "dump-log", "users", "acls", "configs", "--version"))
 
 
 def test_cli_topics_create_list_describe_alter_delete(triolog, server, topic):

@@ -27,8 +27,9 @@ from tests.e2e.broker_process import ROOT, BrokerProcess
 
 README = ROOT / "README.md"
 #: The tour, the Python client snippet, the consumer group snippet, the CLI block, the groups
-#: CLI block, dump-log under "Inspecting segments".
-RUN_BLOCKS = 9
+#: CLI block, the Kafka clients' snippet and commands, triolog configs under "Quotas", dump-log
+#: under "Inspecting segments".
+RUN_BLOCKS = 10
 #: make run/test, pip install, the Spark fragment, the Spark job and its command, the Spark
 #: example pipeline, docker, docker compose, make bench.
 SKIPPED_BLOCKS = 13
@@ -161,7 +162,8 @@ def test_the_readme_blocks_run(newcomer):
         assert done.returncode == 0, f"{where} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
         assert "Traceback" not in done.stderr, f"{where}:\n{done.stderr}"
         outputs.append(done.stdout)
-    tour, client_snippet, group_snippet, cli, cli_reference, groups_cli, kafka_snippet, kafka_cli, dump = outputs
+    (tour, client_snippet, group_snippet, cli, cli_reference, groups_cli, kafka_snippet, kafka_cli, quotas,
+     dump) = outputs
 
     # What the README says each block shows.
     assert "Offset:40\tuser-1\tclick 41\n" in tour  # the first record at/after $SINCE
@@ -186,6 +188,12 @@ def test_the_readme_blocks_run(newcomer):
     assert sorted(record["value"] for record in consumed) == ["17 EUR", "42 EUR"], cli_reference
     headers = sorted((h["key"], h["value"]) for record in consumed for h in record["headers"])
     assert headers == [("source", "shell"), ("source", "web")], consumed
+    # The describe lines the Quotas block shows as comments, each after its command.
+    assert quotas.splitlines() == [
+        "Completed updating config for user alice.", "Completed updating default config for clients in the cluster.",
+        "Quota configs for user-principal 'alice' are consumer_byte_rate=2097152.0, producer_byte_rate=1048576.0",
+        "Quota configs for the default client-id are producer_byte_rate=5242880.0",
+        "Completed updating default config for clients in the cluster."], quotas
     assert "baseOffset: 0 " in dump
     _check_the_dump_log_mismatch_explained(home, env)
 

@@ -1,5 +1,6 @@
 """The CLI against secured brokers: ``--command-config`` (Kafka's client properties) on the client
-tools, ``triolog acls`` online and offline, ``triolog users`` online; real broker processes."""
+tools, ``triolog acls`` online and offline, ``triolog users`` and ``triolog configs`` online; real broker
+processes."""
 
 from __future__ import annotations
 
@@ -184,3 +185,30 @@ def test_users_online_add_authenticate_delete(broker, tls, admin_config, tmp_pat
     assert done.returncode == 1 and "SASL_AUTHENTICATION_FAILED" in done.stderr
     done = cli("users", *server, "--delete", "--user", "erin")
     assert done.returncode == 1 and "has no" in done.stderr
+
+
+def test_configs_quotas_need_the_cluster_acls(broker, tls, admin_config, tmp_path):
+    """`triolog configs` online, as Kafka authorizes it: DESCRIBE_CONFIGS on the cluster to
+    describe quotas, ALTER_CONFIGS to change them (a super user may do both)."""
+    server = ["--bootstrap-server", f"127.0.0.1:{broker.port}"]
+    alice = [*server, "--command-config", _properties(tmp_path / "alice.properties", tls, "alice", "alice-secret")]
+    admin = [*server, "--command-config", admin_config]
+    done = cli("configs", *alice, "--describe", "--entity-type", "users")
+    assert done.returncode == 1 and "CLUSTER_AUTHORIZATION_FAILED" in done.stderr, done.stderr
+    done = cli("configs", *alice, "--alter", "--user", "alice", "--add-config", "producer_byte_rate=999999")
+    assert done.returncode == 1 and "CLUSTER_AUTHORIZATION_FAILED" in done.stderr, done.stderr
+    done = cli("configs", *admin, "--alter", "--user", "carol", "--add-config", "consumer_byte_rate=123456")
+    assert done.returncode == 0, done.stderr
+    done = cli("acls", *admin, "--add", "--allow-principal", "User:alice", "--operation", "DescribeConfigs",
+               "--cluster")
+    assert done.returncode == 0, done.stderr
+    try:
+        done = cli("configs", *alice, "--describe", "--entity-type", "users")
+        assert (done.returncode, done.stdout) == (
+            0, "Quota configs for user-principal 'carol' are consumer_byte_rate=123456.0\n"), done.stderr
+        done = cli("configs", *alice, "--alter", "--user", "carol", "--delete-config", "consumer_byte_rate")
+        assert done.returncode == 1 and "CLUSTER_AUTHORIZATION_FAILED" in done.stderr, done.stderr
+    finally:
+        assert cli("acls", *admin, "--remove", "--cluster").returncode == 0
+        assert cli("configs", *admin, "--alter", "--user", "carol", "--delete-config", "consumer_byte_rate"
+                   ).returncode == 0
