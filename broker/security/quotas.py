@@ -35,11 +35,19 @@ class InvalidQuotaError(ValueError):
     """An entity or a key AlterClientQuotas refuses (INVALID_REQUEST); the message says why."""
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True)
 class QuotaEntity:
     """``parts``: sorted (type, name) pairs; a name None is that type's default."""
 
     parts: tuple[tuple[str, str | None], ...]
+
+    def __lt__(self, other: "QuotaEntity") -> bool:
+        """Listed in a stable order, each type's default before its names (None and a name
+        do not compare)."""
+        return self._sort_key() < other._sort_key()
+
+    def _sort_key(self) -> tuple:
+        return tuple((kind, name is not None, name or "") for kind, name in self.parts)
 
     @classmethod
     def of(cls, **parts: str | None) -> "QuotaEntity":

@@ -80,9 +80,6 @@ def test_default_entities(triolog, online):
     assert triolog("configs", *online, "--describe", "--entity-type", "ips").out == ""
 
 
-@pytest.mark.xfail(strict=True, reason="broker bug, not this tool's: QuotaStore sorts QuotaEntity parts (type, name) "
-                   "and a default (None) beside a name of the same type raises TypeError, so a default user and a "
-                   "named user cannot both have quotas (UNKNOWN_SERVER_ERROR); broker/security/quotas.py")
 def test_a_default_and_named_overrides_of_one_type(triolog, online):
     """Kafka's usual setup: every user gets the default, some users their own."""
     done = triolog("configs", *online, "--alter", "--user-defaults", "--add-config", "producer_byte_rate=500000")

@@ -227,3 +227,20 @@ def test_stores_take_concurrent_changes(tmp_path):
     assert len(AclStore(tmp_path).describe(AclBindingFilter())) == 60
     assert len(CredentialStore(tmp_path).describe()) == 60
     assert leftovers(tmp_path) == []
+
+
+def test_default_and_named_quota_entities_of_one_type_are_kept_side_by_side(tmp_path):
+    """Kafka's usual setup, every user the default and some their own: stored, listed (defaults
+    first) and reloaded, and each user gets the quota Kafka's precedence gives it."""
+    from triolog.broker.security.quotas import QuotaEntity, QuotaStore
+
+    store = QuotaStore(tmp_path)
+    store.alter([(QuotaEntity.of(user=None), {"producer_byte_rate": 500_000.0})])
+    store.alter([(QuotaEntity.of(user="alice"), {"producer_byte_rate": 2_000_000.0}),
+                 (QuotaEntity.of(client_id="app"), {"consumer_byte_rate": 10.0}),
+                 (QuotaEntity.of(client_id=None), {"consumer_byte_rate": 20.0})])
+    reloaded = QuotaStore(tmp_path)
+    assert [str(e) for e in sorted(reloaded.describe())] == [
+        "client-id=<default>", "client-id=app", "user=<default>", "user=alice"]
+    assert reloaded.quota_for("producer_byte_rate", "alice", "x")[0] == 2_000_000
+    assert reloaded.quota_for("producer_byte_rate", "bob", "x")[0] == 500_000
