@@ -67,13 +67,15 @@ run: $(RUNTIME_STAMP) $(CORE_STAMP)
 
 # The tests start hundreds of broker and CLI processes. Where PYTHONDONTWRITEBYTECODE is set
 # (CI machines often set it) each would compile triolog from source, about 1 s a process: the
-# test run keeps bytecode in .venv/pycache instead, never in the checkout.
-TEST_ENV := PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX=$(CURDIR)/$(VENV)/pycache
+# test run keeps bytecode in .venv/pycache instead, never in the checkout (an empty
+# PYTHONDONTWRITEBYTECODE counts as unset).
+test: export PYTHONDONTWRITEBYTECODE :=
+test: export PYTHONPYCACHEPREFIX := $(abspath $(VENV))/pycache
 
 # system-deps first: the compiled core is built (CORE_STAMP) with the C compiler it provides.
 test: system-deps $(TEST_STAMP) $(CORE_STAMP)
-	$(TEST_ENV) $(BIN)/python -m pytest -q $(PYTEST_ARGS)
-	$(if $(PYTEST_ARGS),,$(TEST_ENV) TRIOLOG_PURE_PYTHON=1 $(BIN)/python -m pytest -q $(PURE_TESTS))
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	$(if $(PYTEST_ARGS),,TRIOLOG_PURE_PYTHON=1 $(BIN)/python -m pytest -q $(PURE_TESTS))
 
 # Debian packages the tests run: prometheus (its server and promtool) and tini (the image's
 # PID 1) for tests/ops, kcat (librdkafka's command-line client) against the Kafka listener, a Java 17+ runtime for PySpark 4 in tests/pipeline (17, or 21 where the
