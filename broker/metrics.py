@@ -89,8 +89,13 @@ several brokers in one process, as in tests, do not collide):
                                                       consumer_byte_rate) and the quota's
                                                       entity (``user``, ``client_id``: a name,
                                                       <default>, or empty)
+  triolog_quota_request_time_seconds_total  counter   request handling time metered against a
+                                                      client's request_percentage, by the
+                                                      quota's entity (``user``, ``client_id``)
   triolog_quota_throttle_seconds_total      counter   throttle time given to clients over their
-                                                      quota, by the same labels
+                                                      quota, by ``quota`` (producer_byte_rate,
+                                                      consumer_byte_rate, request_percentage)
+                                                      and the quota's entity
   triolog_server_request_latency_seconds    histogram by ``api``: frame read to response written
   triolog_server_bytes_in_total             counter   by ``api``: request frames, prefix included
   triolog_server_bytes_out_total            counter   by ``api``: response frames, prefix included
@@ -241,6 +246,11 @@ class ServerMetrics:
             "triolog_quota_bytes_total", "Bytes metered against a client quota, by quota and its entity.",
             ("quota", "user", "client_id"), registry=registry,
         )
+        self._quota_request_time = Counter(
+            "triolog_quota_request_time_seconds_total",
+            "Request handling time metered against a client's request_percentage, by its entity.",
+            ("user", "client_id"), registry=registry,
+        )
         self._quota_throttle = Counter(
             "triolog_quota_throttle_seconds_total", "Throttle time given to clients over their quota.",
             ("quota", "user", "client_id"), registry=registry,
@@ -361,9 +371,14 @@ class ServerMetrics:
     def tls_handshake_failed(self) -> None:
         self._tls_handshake_failures.inc()
 
-    def quota_recorded(self, quota: str, entity, nbytes: int, throttle_s: float) -> None:
+    def quota_recorded(self, quota: str, entity, amount: float, throttle_s: float) -> None:
+        """``amount``: bytes, or for request_percentage percent-seconds (handling seconds x 100)."""
         labels = (quota, entity.label("user"), entity.label("client-id"))
-        self._quota_bytes.labels(*labels).inc(nbytes)
+        if quota == "request_percentage":
+            if amount:
+                self._quota_request_time.labels(*labels[1:]).inc(amount / 100)
+        else:
+            self._quota_bytes.labels(*labels).inc(amount)
         if throttle_s:
             self._quota_throttle.labels(*labels).inc(throttle_s)
 
