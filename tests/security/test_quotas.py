@@ -300,3 +300,21 @@ def test_a_client_over_its_request_percentage_is_throttled(tmp_path):
     finally:
         process.stop()
 
+
+def test_the_broker_wide_connection_creation_rate_delays_accepting(tmp_path):
+    """max.connection.creation.rate: over it, new connections wait to be accepted (none is
+    refused), unlike an IP's connection_creation_rate."""
+    process = BrokerProcess(tmp_path / "data", ("max.connection.creation.rate=5",), metrics=True).start()
+    try:
+        time.sleep(1.2)  # the allowance of a second saved
+        started = time.monotonic()
+        clients = [MsgpackClient(process.port, timeout_s=30) for _ in range(20)]
+        for client in clients:
+            assert client.call(m.ApiVersionsRequest)["error_code"] == 0
+        elapsed = time.monotonic() - started
+        assert elapsed >= 2.7, elapsed  # 5 at once, then 15 at 5 a second
+        assert process.sample("triolog_server_connection_accept_throttle_seconds_total", listener="listeners") > 2
+        with pytest.raises(KeyError):  # no connection refused for any limit
+            process.sample("triolog_server_connections_refused_total", limit="connection_creation_rate")
+    finally:
+        process.stop()
