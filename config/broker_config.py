@@ -648,12 +648,13 @@ def _security_keys() -> Iterator[BrokerConfigKey]:
         allowed="semicolon-separated principals Type:name, or empty")
     yield BrokerConfigKey(
         "quota.window.size.seconds", "int", 1,
-        "Client quotas (producer_byte_rate, consumer_byte_rate, set with AlterClientQuotas): a client "
-        "may burst this many seconds' worth of its quota before it is throttled.",
+        "Client quotas (producer_byte_rate, consumer_byte_rate, request_percentage, set with "
+        "AlterClientQuotas): a client may burst this many seconds' worth of its quota before it is throttled.",
         group, attr="quota_window_size_seconds", minimum=1)
     yield BrokerConfigKey(
         "quota.window.num", "int", 11,
-        "Client quotas: the longest single throttle is this many quota windows.",
+        "Client quotas: the longest single throttle is this many quota windows, and a fetch under a "
+        "consumer_byte_rate returns at most that many windows' worth of it.",
         group, attr="quota_window_num", minimum=1)
     yield BrokerConfigKey(
         "allow.everyone.if.no.acl.found", "boolean", False,
