@@ -72,13 +72,11 @@ class ClientQuotaManager:
         self._sensors: dict[tuple[QuotaEntity, str, str], TokenBucket] = {}
         self._last_sweep = 0.0
 
-    def _bucket(self, user: str, client_id: str, now: float) -> tuple[TokenBucket, QuotaEntity] | None:
-        """The client's allowance and the entity whose quota applies (None: no quota applies).
-        Kept per client under that entity, as Kafka keeps a sensor per client (its own user and
-        client id) under a default entity."""
-        found = self.store.quota_for(self.key, user, client_id)
-        if found is None:
-            return None
+    def _bucket(self, user: str, client_id: str, found: tuple[float, QuotaEntity],
+                now: float) -> tuple[TokenBucket, QuotaEntity]:
+        """The client's allowance under ``found``, the quota that applies and its entity: kept per
+        client under that entity, as Kafka keeps a sensor per client (its own user and client id)
+        under a default entity."""
         quota, entity = found
         key = (entity, user if USER in entity.types else "", client_id if CLIENT_ID in entity.types else "")
         bucket = self._sensors.get(key)
@@ -92,11 +90,11 @@ class ClientQuotaManager:
     def record(self, user: str, client_id: str, nbytes: float) -> float:
         """Count ``nbytes`` for the client; the seconds it is to be throttled (0 if within quota
         or without one)."""
-        now = self.clock()
-        found = self._bucket(user, client_id, now)
-        if found is None:
+        found = self.store.quota_for(self.key, user, client_id)
+        if found is None:  # before reading the clock: every request asks for request_percentage
             return 0.0
-        bucket, entity = found
+        now = self.clock()
+        bucket, entity = self._bucket(user, client_id, found, now)
         throttle = min(bucket.spend(nbytes, now), self.max_throttle_s)
         if self.on_throttle is not None:
             self.on_throttle(entity, nbytes, throttle)
@@ -106,11 +104,11 @@ class ClientQuotaManager:
         """The seconds the client is still in debt (0 if not, or without a quota), spending
         nothing: a fetch is answered without records while this is above THROTTLE_EPSILON_S
         (the throttle it then gives is reported to ``on_throttle``, with nothing recorded)."""
-        now = self.clock()
-        found = self._bucket(user, client_id, now)
+        found = self.store.quota_for(self.key, user, client_id)
         if found is None:
             return 0.0
-        bucket, entity = found
+        now = self.clock()
+        bucket, entity = self._bucket(user, client_id, found, now)
         throttle = min(bucket.debt_s(now), self.max_throttle_s)
         if throttle > THROTTLE_EPSILON_S and self.on_throttle is not None:
             self.on_throttle(entity, 0, throttle)
