@@ -149,6 +149,10 @@ class QuotaStore:
         with self._lock:
             return {e: dict(v) for e, v in self._quotas.items() if match is None or match(e)}
 
+    def has_key(self, key: str) -> bool:
+        """Whether any entity sets ``key``."""
+        return key in self._keys
+
     def quota_for(self, key: str, user: str | None, client_id: str) -> tuple[float, QuotaEntity] | None:
         """The quota ``key`` that applies to a (user, client id), and the entity it comes from:
         Kafka's precedence, the most specific entity that sets the key. ``user`` None: a client

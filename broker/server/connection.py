@@ -682,7 +682,11 @@ class ClientConnection:
         return throttle_s
 
     def _begin_request(self) -> None:
-        """A request's frame is taken up: its handling time runs from now (request_percentage)."""
+        """A request's frame is taken up: its handling time runs from now, if any entity has a
+        request_percentage (otherwise the request costs nothing here)."""
+        if self.quotas is None or not self.quotas.request.active:
+            self._request_throttle_s = 0.0
+            return
         self._request_started = trio.current_time()
         self._request_parked = [0.0]
         self._request_throttle_s = None
@@ -697,11 +701,9 @@ class ClientConnection:
         and in worker threads included, a fetch's wait for data and a produce's wait for its
         fsync (REQUEST_PARKED_S) not, nor the time to send the response."""
         if self._request_throttle_s is None:
-            throttle_s = 0.0
-            if self.quotas is not None:
-                handled = trio.current_time() - self._request_started - self._request_parked[0]
-                throttle_s = self.quotas.request.record(self._user, client_id or "", max(handled, 0.0) * 100)
-                self._mute(throttle_s)
+            handled = trio.current_time() - self._request_started - self._request_parked[0]
+            throttle_s = self.quotas.request.record(self._user, client_id or "", max(handled, 0.0) * 100)
+            self._mute(throttle_s)
             self._request_throttle_s = throttle_s
         return self._request_throttle_s
 

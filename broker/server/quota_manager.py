@@ -114,6 +114,11 @@ class ClientQuotaManager:
             self.on_throttle(entity, 0, throttle)
         return throttle
 
+    @property
+    def active(self) -> bool:
+        """Whether any entity sets this quota."""
+        return self.store.has_key(self.key)
+
     def max_value_in_window(self, user: str, client_id: str) -> float | None:
         """The most the client could ever get through in one response (Kafka's
         getMaxValueInQuotaWindow: quota x the window span); None without a quota."""
