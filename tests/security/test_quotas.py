@@ -286,7 +286,9 @@ def test_a_client_over_its_request_percentage_is_throttled(tmp_path):
         assert sum(t > 0 for t in busy_throttles) >= len(busy_throttles) // 2, busy_throttles
         assert busy_rate < free_rate / 5, (busy_rate, free_rate)
         handled = process.sample("triolog_quota_request_time_seconds_total", user="", client_id="busy")
-        assert 0 < handled <= 0.01 * 4 + 0.02, handled  # 1% of the 4 s, plus the first second's allowance
+        # 1% of the 4 s and the first second's allowance (0.05 s), plus the last request's debt,
+        # never waited: unthrottled, a second of these requests takes a third of a second
+        assert 0 < handled < 0.25, handled
         assert process.sample("triolog_quota_throttle_seconds_total", quota="request_percentage", user="",
                               client_id="busy") > 2
         # the Kafka listener's answers carry it in throttle_time_ms (Metadata, say)
