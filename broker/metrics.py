@@ -113,8 +113,8 @@ several brokers in one process, as in tests, do not collide):
                                                       (EMFILE, ENFILE, ENOMEM, ENOBUFS)
   triolog_server_connection_accept_throttle_seconds_total
                                             counter   time accepting waited for
-                                                      max.connection.creation.rate, by
-                                                      ``listener`` (listeners, kafka.listeners)
+                                                      max.connection.creation.rate (both
+                                                      listeners: the limit is broker-wide)
   triolog_server_queued_request_bytes       gauge     request bytes held (queued.max.request.bytes)
   triolog_server_queued_request_waiters     gauge     connections waiting for those bytes
   triolog_server_delayed_fetches            gauge     long polls waiting for data
@@ -305,11 +305,9 @@ class ServerMetrics:
             self._accept_errors.labels(error)
         self._accept_throttle = Counter(
             "triolog_server_connection_accept_throttle_seconds_total",
-            "Time accepting waited for max.connection.creation.rate (Kafka's connection-accept-throttle-time), "
-            "by listener.", ("listener",), registry=registry,
+            "Time accepting waited for max.connection.creation.rate (Kafka's connection-accept-throttle-time).",
+            registry=registry,
         )
-        for listener in ("listeners", "kafka.listeners"):
-            self._accept_throttle.labels(listener)
         self._accept_paused = Gauge(
             "triolog_server_accept_paused",
             "1 while the broker accepts no connection because max.connections are open, else 0.",
@@ -405,8 +403,8 @@ class ServerMetrics:
     def connection_closed_by_limit(self, limit: str) -> None:
         self._closed.labels(limit).inc()
 
-    def accept_throttled(self, listener: str, delay_s: float) -> None:
-        self._accept_throttle.labels(listener).inc(delay_s)
+    def accept_throttled(self, delay_s: float) -> None:
+        self._accept_throttle.inc(delay_s)
 
     def accept_error(self, error: str) -> None:
         self._accept_errors.labels(error).inc()

@@ -348,7 +348,7 @@ class BrokerServer:
                     slots.release()
                     raise
                 try:
-                    await self._throttle_accept(kafka)
+                    await self._throttle_accept()
                 except BaseException:  # the broker stops meanwhile
                     slots.release()
                     with trio.CancelScope(shield=True):
@@ -356,7 +356,7 @@ class BrokerServer:
                     raise
                 connections.start_soon(self._serve_connection, stream, kafka, endpoint)
 
-    async def _throttle_accept(self, kafka: bool) -> None:
+    async def _throttle_accept(self) -> None:
         """max.connection.creation.rate, as Kafka's acceptor enforces it: over the rate, the
         connection just accepted waits (and with it the listener: the next ones wait in the
         backlog) until the rate allows it; it is not refused (an IP's connection_creation_rate
@@ -368,7 +368,7 @@ class BrokerServer:
             return
         delay = bucket.spend(1, time.monotonic())
         if delay > 0:
-            self.metrics.server.accept_throttled("kafka.listeners" if kafka else "listeners", delay)
+            self.metrics.server.accept_throttled(delay)
             await trio.sleep(delay)
 
     async def _serve_connection(self, stream: trio.SocketStream, kafka: bool, endpoint: Endpoint) -> None:
