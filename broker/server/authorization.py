@@ -33,7 +33,7 @@ CLIENT_IP: ContextVar[str] = ContextVar("triolog_client_ip", default="")
 #: set by the connection, which knows the request's size, read where the answer is encoded.
 RESPONSE_THROTTLE_MS: ContextVar[int] = ContextVar("triolog_response_throttle_ms", default=0)
 #: Seconds the request being served spent parked, not handled: a fetch's long poll waiting for
-#: data, a produce waiting for its fsync (acks=-1). Not counted against request_percentage, as
+#: data, a produce waiting for its fsync (acks=-1), a group request parked in the coordinator. Not counted against request_percentage, as
 #: Kafka counts no time in purgatory. A one-element list set by the connection per request.
 REQUEST_PARKED_S: ContextVar[list[float] | None] = ContextVar("triolog_request_parked_s", default=None)
 

@@ -698,8 +698,9 @@ class ClientConnection:
 
         What is measured (Kafka measures its request handler thread's time): the wall time from
         the frame taken up to the response ready to send, decoding and the work on the event loop
-        and in worker threads included, a fetch's wait for data and a produce's wait for its
-        fsync (REQUEST_PARKED_S) not, nor the time to send the response."""
+        and in worker threads included; not the time parked (REQUEST_PARKED_S: a fetch's wait
+        for data, a produce's wait for its fsync, a join or sync waiting for the group), nor
+        the time to send the response."""
         if self._request_throttle_s is None:
             handled = trio.current_time() - self._request_started - self._request_parked[0]
             throttle_s = self.quotas.request.record(self._user, client_id or "", max(handled, 0.0) * 100)
