@@ -324,6 +324,8 @@ class BrokerServer:
         accept waits a little and tries again: the listener is never lost to it."""
         slots = self._connection_slots
         async with listener:
+            if self.config.max_connection_creation_rate == 0:  # Kafka's 0: no connection is accepted
+                await trio.sleep_forever()
             while True:
                 if slots.value == 0 and not self.accept_paused:
                     self.accept_paused = True
@@ -360,9 +362,7 @@ class BrokerServer:
         """max.connection.creation.rate, as Kafka's acceptor enforces it: over the rate, the
         connection just accepted waits (and with it the listener: the next ones wait in the
         backlog) until the rate allows it; it is not refused (an IP's connection_creation_rate
-        quota refuses). 0: nothing is ever served."""
-        if self.config.max_connection_creation_rate == 0:
-            await trio.sleep_forever()
+        quota refuses)."""
         bucket = self._accept_rate
         if bucket is None:
             return

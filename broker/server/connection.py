@@ -238,7 +238,7 @@ class ClientConnection:
         #: spent parked (REQUEST_PARKED_S), and its request_percentage throttle once recorded.
         self._request_started = 0.0
         self._request_parked = [0.0]
-        self._request_throttle_s: float | None = None
+        self._request_throttle_s: float | None = 0.0
         #: The worker threads SASL steps may use, shared by the broker's connections.
         self.auth_limiter = auth_limiter if auth_limiter is not None else trio.CapacityLimiter(1)
         self.max_frame_bytes = max_frame_bytes
