@@ -91,8 +91,13 @@ several brokers in one process, as in tests, do not collide):
                                                       consumer_byte_rate) and the quota's
                                                       entity (``user``, ``client_id``: a name,
                                                       <default>, or empty)
+  triolog_quota_request_time_seconds_total  counter   request handling time metered against a
+                                                      client's request_percentage, by the
+                                                      quota's entity (``user``, ``client_id``)
   triolog_quota_throttle_seconds_total      counter   throttle time given to clients over their
-                                                      quota, by the same labels
+                                                      quota, by ``quota`` (producer_byte_rate,
+                                                      consumer_byte_rate, request_percentage)
+                                                      and the quota's entity
   triolog_server_request_latency_seconds    histogram by ``api``: frame read to response written
   triolog_server_bytes_in_total             counter   by ``api``: request frames, prefix included
   triolog_server_bytes_out_total            counter   by ``api``: response frames, prefix included
@@ -108,6 +113,10 @@ several brokers in one process, as in tests, do not collide):
   triolog_server_accept_paused              gauge     1 while accepting waits at max.connections
   triolog_server_accept_errors_total        counter   accept() failures retried, by ``error``
                                                       (EMFILE, ENFILE, ENOMEM, ENOBUFS)
+  triolog_server_connection_accept_throttle_seconds_total
+                                            counter   time accepting waited for
+                                                      max.connection.creation.rate (both
+                                                      listeners: the limit is broker-wide)
   triolog_server_queued_request_bytes       gauge     request bytes held (queued.max.request.bytes)
   triolog_server_queued_request_waiters     gauge     connections waiting for those bytes
   triolog_server_delayed_fetches            gauge     long polls waiting for data
@@ -245,6 +254,11 @@ class ServerMetrics:
             "triolog_quota_bytes_total", "Bytes metered against a client quota, by quota and its entity.",
             ("quota", "user", "client_id"), registry=registry,
         )
+        self._quota_request_time = Counter(
+            "triolog_quota_request_time_seconds_total",
+            "Request handling time metered against a client's request_percentage, by its entity.",
+            ("user", "client_id"), registry=registry,
+        )
         self._quota_throttle = Counter(
             "triolog_quota_throttle_seconds_total", "Throttle time given to clients over their quota.",
             ("quota", "user", "client_id"), registry=registry,
@@ -293,6 +307,11 @@ class ServerMetrics:
         )
         for error in ACCEPT_ERRORS:
             self._accept_errors.labels(error)
+        self._accept_throttle = Counter(
+            "triolog_server_connection_accept_throttle_seconds_total",
+            "Time accepting waited for max.connection.creation.rate (Kafka's connection-accept-throttle-time).",
+            registry=registry,
+        )
         self._accept_paused = Gauge(
             "triolog_server_accept_paused",
             "1 while the broker accepts no connection because max.connections are open, else 0.",
@@ -365,9 +384,14 @@ class ServerMetrics:
     def tls_handshake_failed(self) -> None:
         self._tls_handshake_failures.inc()
 
-    def quota_recorded(self, quota: str, entity, nbytes: int, throttle_s: float) -> None:
+    def quota_recorded(self, quota: str, entity, amount: float, throttle_s: float) -> None:
+        """``amount``: bytes, or for request_percentage percent-seconds (handling seconds x 100)."""
         labels = (quota, entity.label("user"), entity.label("client-id"))
-        self._quota_bytes.labels(*labels).inc(nbytes)
+        if quota == "request_percentage":
+            if amount:
+                self._quota_request_time.labels(*labels[1:]).inc(amount / 100)
+        else:
+            self._quota_bytes.labels(*labels).inc(amount)
         if throttle_s:
             self._quota_throttle.labels(*labels).inc(throttle_s)
 
@@ -382,6 +406,9 @@ class ServerMetrics:
 
     def connection_closed_by_limit(self, limit: str) -> None:
         self._closed.labels(limit).inc()
+
+    def accept_throttled(self, delay_s: float) -> None:
+        self._accept_throttle.inc(delay_s)
 
     def accept_error(self, error: str) -> None:
         self._accept_errors.labels(error).inc()

@@ -400,6 +400,12 @@ def _server_keys() -> Iterator[BrokerConfigKey]:
         "Connections accepted from one client address; further ones are closed at once.",
         group, attr="max_connections_per_ip", minimum=0)
     yield BrokerConfigKey(
+        "max.connection.creation.rate", "int", INT_MAX,
+        "New connections the broker accepts per second, over all its listeners (Kafka's broker-wide "
+        "limit): past it, accepting waits (new connections wait in the listen backlog) instead of "
+        "refusing them, unlike an IP's connection_creation_rate quota, which closes them. 0 accepts none.",
+        group, attr="max_connection_creation_rate", minimum=0)
+    yield BrokerConfigKey(
         "connections.max.idle.ms", "long", 600000,
         "Close a connection with no request for this long; -1 never closes idle connections.",
         group, attr="connections_max_idle_ms", minimum=-1)
@@ -652,12 +658,13 @@ def _security_keys() -> Iterator[BrokerConfigKey]:
         allowed="semicolon-separated principals Type:name, or empty")
     yield BrokerConfigKey(
         "quota.window.size.seconds", "int", 1,
-        "Client quotas (producer_byte_rate, consumer_byte_rate, set with AlterClientQuotas): a client "
-        "may burst this many seconds' worth of its quota before it is throttled.",
+        "Client quotas (producer_byte_rate, consumer_byte_rate, request_percentage, set with "
+        "AlterClientQuotas): a client may burst this many seconds' worth of its quota before it is throttled.",
         group, attr="quota_window_size_seconds", minimum=1)
     yield BrokerConfigKey(
         "quota.window.num", "int", 11,
-        "Client quotas: the longest single throttle is this many quota windows.",
+        "Client quotas: the longest single throttle is this many quota windows, and a fetch under a "
+        "consumer_byte_rate returns at most that many windows' worth of it.",
         group, attr="quota_window_num", minimum=1)
     yield BrokerConfigKey(
         "allow.everyone.if.no.acl.found", "boolean", False,
@@ -825,6 +832,7 @@ class BrokerConfig:
     socket_request_max_bytes: int = 104857600
     max_connections: int = INT_MAX
     max_connections_per_ip: int = INT_MAX
+    max_connection_creation_rate: int = INT_MAX
     connections_max_idle_ms: int = 600000
     queued_max_request_bytes: int = 268435456
     request_receive_timeout_ms: int = 30000

@@ -1,5 +1,5 @@
-"""Client quotas, Kafka's model: byte rates per user and/or client id, connection creation rates
-per IP address, kept durably in ``triolog-quotas.json`` in the first log directory (Kafka keeps
+"""Client quotas, Kafka's model: byte rates and request time per user and/or client id,
+connection creation rates per IP address, kept durably in ``triolog-quotas.json`` in the first log directory (Kafka keeps
 them in its metadata) and managed with Kafka's AlterClientQuotas / DescribeClientQuotas.
 
 An entity names a user, a client id, both, or an IP; each part either a name or the default
@@ -21,12 +21,17 @@ from triolog.broker.storage.fs import OS_FS, FileSystem
 
 from .files import CorruptSecurityFileError, load_json, save_json
 
-__all__ = ["QUOTAS_FILE", "QuotaEntity", "QuotaStore", "InvalidQuotaError", "BYTE_RATE_KEYS", "IP_KEYS"]
+__all__ = ["QUOTAS_FILE", "QuotaEntity", "QuotaStore", "InvalidQuotaError", "BYTE_RATE_KEYS", "CLIENT_KEYS",
+           "IP_KEYS"]
 
 QUOTAS_FILE = "triolog-quotas.json"
 USER, CLIENT_ID, IP = "user", "client-id", "ip"
 #: The byte-rate keys of user/client-id entities (bytes per second), and what each meters.
 BYTE_RATE_KEYS = {"producer_byte_rate": "produce", "consumer_byte_rate": "fetch"}
+#: Every key of user/client-id entities: the byte rates, and Kafka's request quota (KIP-124): the
+#: percent of one thread's time the client's requests may take to handle (a double > 0; 200 = two
+#: threads' worth).
+CLIENT_KEYS = frozenset(BYTE_RATE_KEYS) | {"request_percentage"}
 #: The key of IP entities: new connections per second.
 IP_KEYS = frozenset({"connection_creation_rate"})
 
@@ -88,7 +93,7 @@ class QuotaEntity:
 
 
 def _check_value(key: str, entity: QuotaEntity, value: float) -> float:
-    allowed = IP_KEYS if entity.types == {IP} else set(BYTE_RATE_KEYS)
+    allowed = IP_KEYS if entity.types == {IP} else CLIENT_KEYS
     if key not in allowed:
         raise InvalidQuotaError(f"{key} is not a quota of a {'/'.join(sorted(entity.types))} entity "
                                 f"(allowed: {', '.join(sorted(allowed))})")
@@ -106,6 +111,9 @@ class QuotaStore:
         self.path = Path(directory) / QUOTAS_FILE
         self._lock = threading.Lock()
         self._quotas: dict[QuotaEntity, dict[str, float]] = self._load()
+        #: The keys some entity sets: a key none sets is answered without a look-up (every
+        #: request asks for request_percentage).
+        self._keys = frozenset(k for values in self._quotas.values() for k in values)
         #: Bumped on every change: the quota managers re-resolve their sensors' quotas.
         self.version = 0
 
@@ -141,6 +149,7 @@ class QuotaStore:
             save_json(self.fs, self.path, {"version": 1, "quotas": [
                 {"entity": dict(e.parts), "values": dict(sorted(v.items()))} for e, v in sorted(quotas.items())]})
             self._quotas = quotas
+            self._keys = frozenset(k for values in quotas.values() for k in values)
             self.version += 1
 
     def describe(self, match=None) -> dict[QuotaEntity, dict[str, float]]:
@@ -148,13 +157,17 @@ class QuotaStore:
         with self._lock:
             return {e: dict(v) for e, v in self._quotas.items() if match is None or match(e)}
 
+    def has_key(self, key: str) -> bool:
+        """Whether any entity sets ``key``."""
+        return key in self._keys
+
     def quota_for(self, key: str, user: str | None, client_id: str) -> tuple[float, QuotaEntity] | None:
         """The quota ``key`` that applies to a (user, client id), and the entity it comes from:
         Kafka's precedence, the most specific entity that sets the key. ``user`` None: a client
         with no user entity (never the case on a broker: an anonymous client is ANONYMOUS);
         ``client_id`` "" for a client that sent none."""
         quotas = self._quotas
-        if not quotas:
+        if key not in self._keys:
             return None
         candidates = []
         if user is not None:

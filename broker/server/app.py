@@ -15,6 +15,7 @@ import ipaddress
 import math
 import os
 import signal
+import time
 from dataclasses import dataclass
 from functools import partial
 
@@ -34,6 +35,7 @@ from triolog.broker.security.sasl import SaslServerSession, offered_mechanisms
 from triolog.broker.security.scram import CredentialStore
 from triolog.broker.security.tls import TlsConfigError, server_context
 from triolog.config.broker_config import BrokerConfig, Endpoint, uses_sasl, uses_tls
+from triolog.config.log_config import INT_MAX
 from triolog.protocol.errors import TriologError
 from triolog.protocol.kafka.apis import KafkaContext
 
@@ -46,7 +48,7 @@ from .group_handlers import CLIENT_HOST, GroupService
 from .handlers import RequestHandler, WorkerThreads
 from .kafka_connection import KafkaConnection
 from .memory_pool import RequestMemoryPool
-from .quota_manager import ClientQuotas
+from .quota_manager import ClientQuotas, TokenBucket
 from .notifier import AppendNotifier
 
 logger = structlog.get_logger("triolog.server")
@@ -149,6 +151,13 @@ class BrokerServer:
         self._connection_slots = trio.Semaphore(config.max_connections)
         #: True while accepting is paused at max.connections.
         self.accept_paused = False
+        #: max.connection.creation.rate, broker-wide: the allowance of new connections (one
+        #: second's worth, saved from the start), None when unlimited (Kafka's default, Int.MaxValue).
+        rate = config.max_connection_creation_rate
+        self._accept_rate: TokenBucket | None = None
+        if 0 < rate < INT_MAX:
+            self._accept_rate = TokenBucket(rate, rate, time.monotonic())
+            self._accept_rate.balance = rate
         self._nursery: trio.Nursery | None = None
         #: Clients speaking another protocol, logged for all connections (its HTTP hint names the
         #: metrics endpoint, set once that is bound).
@@ -315,6 +324,8 @@ class BrokerServer:
         accept waits a little and tries again: the listener is never lost to it."""
         slots = self._connection_slots
         async with listener:
+            if self.config.max_connection_creation_rate == 0:  # Kafka's 0: no connection is accepted
+                await trio.sleep_forever()
             while True:
                 if slots.value == 0 and not self.accept_paused:
                     self.accept_paused = True
@@ -338,7 +349,27 @@ class BrokerServer:
                 except BaseException:
                     slots.release()
                     raise
+                try:
+                    await self._throttle_accept()
+                except BaseException:  # the broker stops meanwhile
+                    slots.release()
+                    with trio.CancelScope(shield=True):
+                        await stream.aclose()
+                    raise
                 connections.start_soon(self._serve_connection, stream, kafka, endpoint)
+
+    async def _throttle_accept(self) -> None:
+        """max.connection.creation.rate, as Kafka's acceptor enforces it: over the rate, the
+        connection just accepted waits (and with it the listener: the next ones wait in the
+        backlog) until the rate allows it; it is not refused (an IP's connection_creation_rate
+        quota refuses)."""
+        bucket = self._accept_rate
+        if bucket is None:
+            return
+        delay = bucket.spend(1, time.monotonic())
+        if delay > 0:
+            self.metrics.server.accept_throttled(delay)
+            await trio.sleep(delay)
 
     async def _serve_connection(self, stream: trio.SocketStream, kafka: bool, endpoint: Endpoint) -> None:
         """Serve one accepted connection; it holds one of the max.connections slots (shared by

@@ -21,7 +21,8 @@ from triolog.protocol.errors import (
     TopicAuthorizationFailedError,
 )
 
-__all__ = ["ANONYMOUS", "CLIENT_IP", "CLUSTER", "PRINCIPAL", "RESPONSE_THROTTLE_MS", "RequestAuthorizer"]
+__all__ = ["ANONYMOUS", "CLIENT_IP", "CLUSTER", "PRINCIPAL", "REQUEST_PARKED_S", "RESPONSE_THROTTLE_MS",
+           "RequestAuthorizer", "parked"]
 
 ANONYMOUS = "User:ANONYMOUS"
 #: Kafka's name of the one cluster resource.
@@ -31,6 +32,17 @@ CLIENT_IP: ContextVar[str] = ContextVar("triolog_client_ip", default="")
 #: The throttle_ms the answer to the request being served carries (a client over its quota):
 #: set by the connection, which knows the request's size, read where the answer is encoded.
 RESPONSE_THROTTLE_MS: ContextVar[int] = ContextVar("triolog_response_throttle_ms", default=0)
+#: Seconds the request being served spent parked, not handled: a fetch's long poll waiting for
+#: data, a produce waiting for its fsync (acks=-1), a group request parked in the coordinator. Not counted against request_percentage, as
+#: Kafka counts no time in purgatory. A one-element list set by the connection per request.
+REQUEST_PARKED_S: ContextVar[list[float] | None] = ContextVar("triolog_request_parked_s", default=None)
+
+
+def parked(seconds: float) -> None:
+    """Add ``seconds`` to the parked time of the request being served."""
+    total = REQUEST_PARKED_S.get()
+    if total is not None:
+        total[0] += seconds
 
 logger = structlog.get_logger("triolog.authorizer")
 

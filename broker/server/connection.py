@@ -50,6 +50,7 @@ from collections.abc import Callable
 from dataclasses import fields, is_dataclass
 from typing import Protocol
 
+import msgpack
 import outcome
 import structlog
 import trio
@@ -73,10 +74,10 @@ from triolog.protocol.frames import (
 )
 from triolog.protocol.request_limits import RequestLimits, count_objects
 
-from .authorization import ANONYMOUS, PRINCIPAL, RESPONSE_THROTTLE_MS
+from .authorization import ANONYMOUS, PRINCIPAL, REQUEST_PARKED_S, RESPONSE_THROTTLE_MS
 from .handlers import EncodedResponse, FetchResult, RequestHandler
 from .memory_pool import RequestMemoryPool
-from .quota_manager import ClientQuotaManager, ClientQuotas, throttle_ms
+from .quota_manager import THROTTLE_EPSILON_S, ClientQuotaManager, ClientQuotas, throttle_ms
 from .tls_session import TlsClosed, TlsSession
 
 logger = structlog.get_logger("triolog.server")
@@ -237,6 +238,11 @@ class ClientConnection:
         self.quotas = quotas
         #: When (trio time) a throttled client may be read from again (KIP-219's muted channel).
         self._muted_until = 0.0
+        #: The request being handled: when its frame was taken up (trio time), the seconds it
+        #: spent parked (REQUEST_PARKED_S), and its request_percentage throttle once recorded.
+        self._request_started = 0.0
+        self._request_parked = [0.0]
+        self._request_throttle_s: float | None = 0.0
         #: The worker threads SASL steps may use, shared by the broker's connections.
         self.auth_limiter = auth_limiter if auth_limiter is not None else trio.CapacityLimiter(1)
         self.max_frame_bytes = max_frame_bytes
@@ -533,6 +539,7 @@ class ClientConnection:
         written (or the write failing); a request cancelled before it has an outcome (shutdown
         grace expired, client gone) is not counted."""
         start = trio.current_time()
+        self._begin_request()
         api: str | None = None
         code: int | None = None
         entry_errors: dict[int, int] | None = None
@@ -565,6 +572,8 @@ class ClientConnection:
                     return keep_open
             if self.quotas is not None and api == "produce":
                 self._meter(self.quotas.produce, request.client_id, frame_bytes)
+            if self.quotas is not None and api == "fetch":
+                request = self._capped_fetch(request)
             try:
                 if isinstance(request, m.FetchRequest) and request.max_wait_ms > 0:
                     result = await self._handle_watching_for_hangup(request)
@@ -581,6 +590,8 @@ class ClientConnection:
                     request.id, ErrorCode.UNKNOWN_SERVER_ERROR,
                     f"unexpected server error: {type(exc).__name__}: {exc}", request.api)))
                 return True
+            # request_percentage: a fetch records it with its bytes (_meter_fetch); the others here.
+            request_s = 0.0 if isinstance(response, FetchResult) else self._request_throttle(request.client_id)
             if response is None:  # produce with acks=0
                 code = ErrorCode.NONE
                 await trio.lowlevel.checkpoint()  # no send, so no send's checkpoint: stay fair
@@ -588,7 +599,10 @@ class ClientConnection:
             if type(response) is EncodedResponse:
                 code = response.error_code
                 entry_errors = response.entry_errors
-                await self._send_bytes(api, response.payload)
+                payload = response.payload
+                if request_s and api == "produce":
+                    payload = _with_throttle(payload, throttle_ms(request_s))
+                await self._send_bytes(api, payload)
                 return True
             if isinstance(response, FetchResult):
                 self._meter_fetch(response, request.client_id)
@@ -600,6 +614,8 @@ class ClientConnection:
                 finally:
                     response.close()
                 return True
+            if request_s and hasattr(response, "throttle_ms"):
+                response = dataclasses.replace(response, throttle_ms=max(response.throttle_ms, throttle_ms(request_s)))
             try:
                 # The hot paths skip the schema re-check (still refusing an error without a message).
                 payload = m.encode_response(response, check_schema=api not in _HOT_APIS)
@@ -658,21 +674,81 @@ class ClientConnection:
                         f"{request.api} before authentication: this listener requires SASL "
                         f"(sasl_handshake, then sasl_authenticate) first"), False
 
+    @property
+    def _user(self) -> str:
+        """The quota user: the principal's name (ANONYMOUS without authentication)."""
+        return self.principal.partition(":")[2]
+
+    def _mute(self, throttle_s: float) -> None:
+        """Read nothing more from the client for ``throttle_s`` (KIP-219's muted channel)."""
+        if throttle_s:
+            self._muted_until = max(self._muted_until, trio.current_time() + throttle_s)
+
     def _meter(self, quota: ClientQuotaManager, client_id: str | None, nbytes: int) -> float:
         """Count ``nbytes`` against the client's quota; if it is over, its answer says how long
         it is throttled (RESPONSE_THROTTLE_MS) and nothing more is read from it until then."""
-        user = self.principal.partition(":")[2]
-        throttle_s = quota.record(user, client_id or "", nbytes)
+        throttle_s = quota.record(self._user, client_id or "", nbytes)
         RESPONSE_THROTTLE_MS.set(throttle_ms(throttle_s))
-        if throttle_s:
-            self._muted_until = max(self._muted_until, trio.current_time() + throttle_s)
+        self._mute(throttle_s)
         return throttle_s
 
+    def _begin_request(self) -> None:
+        """A request's frame is taken up: its handling time runs from now, if any entity has a
+        request_percentage (otherwise the request costs nothing here)."""
+        if self.quotas is None or not self.quotas.request.active:
+            self._request_throttle_s = 0.0
+            return
+        self._request_started = trio.current_time()
+        self._request_parked = [0.0]
+        self._request_throttle_s = None
+        REQUEST_PARKED_S.set(self._request_parked)
+
+    def _request_throttle(self, client_id: str | None) -> float:
+        """Record the request's handling time against the client's request_percentage (once per
+        request; later calls return the same throttle) and mute the client if it is over.
+
+        What is measured (Kafka measures its request handler thread's time): the wall time from
+        the frame taken up to the response ready to send, decoding and the work on the event loop
+        and in worker threads included; not the time parked (REQUEST_PARKED_S: a fetch's wait
+        for data, a produce's wait for its fsync, a join or sync waiting for the group), nor
+        the time to send the response."""
+        if self._request_throttle_s is None:
+            handled = trio.current_time() - self._request_started - self._request_parked[0]
+            throttle_s = self.quotas.request.record(self._user, client_id or "", max(handled, 0.0) * 100)
+            self._mute(throttle_s)
+            self._request_throttle_s = throttle_s
+        return self._request_throttle_s
+
+    def _capped_fetch(self, request: m.FetchRequest) -> m.FetchRequest:
+        """As Kafka: a fetch under a consumer_byte_rate asks for at most what the quota lets
+        through in its whole window span (quota x quota.window.num x quota.window.size.seconds),
+        so no single response is larger than what could ever pass."""
+        if self.quotas is None:
+            return request
+        cap = self.quotas.fetch.max_value_in_window(self._user, request.client_id or "")
+        if cap is None or cap >= request.max_bytes:
+            return request
+        cap = max(int(cap), 1)
+        return dataclasses.replace(request, max_bytes=cap, min_bytes=min(request.min_bytes, cap))
+
     def _meter_fetch(self, result: FetchResult, client_id: str | None) -> None:
-        """A fetch is metered by the record bytes it answers with (Kafka: the response's size)."""
+        """Kafka's throttled fetch: a client still in debt for its consumer_byte_rate, or over
+        its request_percentage, is answered without records (its partitions' offsets only) and
+        charged nothing (Kafka records, then unrecords, the response); the answer carries the
+        longer throttle and the client is muted for it. Otherwise the records go out and their
+        bytes are charged (Kafka: the response's size)."""
+        request_s = self._request_throttle(client_id)
         if self.quotas is None or result.response is None:
             return
-        throttle_s = self._meter(self.quotas.fetch, client_id, sum(region.length for region in result.regions))
+        debt_s = self.quotas.fetch.throttle_time(self._user, client_id or "")
+        if debt_s > THROTTLE_EPSILON_S or request_s:
+            throttle_s = max(debt_s, request_s)
+            self._mute(throttle_s)
+            result.close()  # no regions: nothing is read from the segments
+            result.response = _without_records(result.response, throttle_ms(throttle_s))
+            return
+        throttle_s = max(self._meter(self.quotas.fetch, client_id, sum(region.length for region in result.regions)),
+                         request_s)
         RESPONSE_THROTTLE_MS.set(0)
         if throttle_s:
             result.response = dataclasses.replace(result.response, throttle_ms=throttle_ms(throttle_s))
@@ -851,6 +927,21 @@ _SASL_APIS = frozenset({"sasl_handshake", "sasl_authenticate"})
 _TCP_CORK = getattr(socket, "TCP_CORK", None)
 #: The largest response sent corked (see _send_parts).
 _CORK_MAX_BYTES = 64 * 1024
+
+
+def _without_records(response: m.FetchResponse, throttle: int) -> m.FetchResponse:
+    """A throttled fetch's answer: every partition as it was, its records left out."""
+    return dataclasses.replace(response, throttle_ms=throttle, topics=tuple(
+        dataclasses.replace(topic, partitions=tuple(
+            dataclasses.replace(p, records=b"") if p.records else p for p in topic.partitions))
+        for topic in response.topics))
+
+
+def _with_throttle(payload: bytes, throttle: int) -> bytes:
+    """An encoded response (a produce's) carrying ``throttle`` ms if that is longer than its own."""
+    doc = msgpack.unpackb(payload, raw=False)
+    doc["throttle_ms"] = max(doc.get("throttle_ms") or 0, throttle)
+    return msgpack.packb(doc, use_bin_type=True)
 
 
 def _read_and_encrypt(tls: TlsSession, fd: int, count: int, position: int) -> tuple[bytes, int]:

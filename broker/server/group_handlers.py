@@ -46,7 +46,7 @@ from triolog.protocol.records import build_batch
 
 from triolog.broker.security.acl import ResourceType
 
-from .authorization import CLUSTER, PRINCIPAL, Op
+from .authorization import CLUSTER, PRINCIPAL, Op, parked
 
 logger = structlog.get_logger("triolog.server")
 
@@ -273,8 +273,12 @@ async def _parked(start):
         event.set()
 
     start(respond)
-    if not box:
-        await event.wait()
+    if not box:  # parked in the coordinator (a join, a sync, a commit's fsync): no handling time
+        waiting_since = trio.current_time()
+        try:
+            await event.wait()
+        finally:
+            parked(trio.current_time() - waiting_since)
     return box[0]
 
 

@@ -56,7 +56,7 @@ from triolog.protocol.errors import (
     UnknownTopicOrPartitionError,
 )
 
-from .authorization import PRINCIPAL, RESPONSE_THROTTLE_MS, Op, RequestAuthorizer
+from .authorization import PRINCIPAL, RESPONSE_THROTTLE_MS, Op, RequestAuthorizer, parked
 from .group_commit import GroupCommitter
 from .group_handlers import GroupHandlers
 from .notifier import AppendNotifier
@@ -895,7 +895,9 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers, SecurityHandlers):
                     if info.roll_reason is not None and self.on_roll is not None:
                         self.on_roll(log, info.roll_reason)
         if request.acks == -1:
+            waiting_since = trio.current_time()
             results = await self._wait_flushed(results, request.timeout_ms)
+            parked(trio.current_time() - waiting_since)
         else:
             results = [(name, [(p, info, None if type(log) is _FlushBefore else log) for p, info, log in rows])
                        for name, rows in results]
@@ -962,11 +964,13 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers, SecurityHandlers):
                     return result
                 result.close()
                 self.delayed_fetches += 1
+                waiting_since = trio.current_time()
                 try:
                     with trio.move_on_at(deadline):
                         await event.wait()
                 finally:
                     self.delayed_fetches -= 1
+                    parked(trio.current_time() - waiting_since)
             finally:
                 self.notifier.unregister(tps, event)
 

@@ -16,6 +16,9 @@ served, so the client can pick one).
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
+
 import structlog
 import trio
 
@@ -39,6 +42,7 @@ from triolog.broker.security.scram import AuthenticationFailed
 
 from .connection import ClientConnection, WrongProtocolLog, _entry_errors, _entry_fields
 from .handlers import FetchResult
+from .quota_manager import throttle_ms
 
 logger = structlog.get_logger("triolog.server")
 
@@ -68,6 +72,7 @@ class KafkaConnection(ClientConnection):
 
     async def _handle_frame(self) -> bool:
         start = trio.current_time()
+        self._begin_request()
         label: str | None = None
         code: int | None = None
         entry_errors: dict[int, int] | None = None
@@ -129,6 +134,8 @@ class KafkaConnection(ClientConnection):
                 return keep_open
             if self.quotas is not None and request.api_key == PRODUCE:
                 self._meter(self.quotas.produce, request.client_id, frame_bytes)
+            if self.quotas is not None and type(internal) is m.FetchRequest:
+                internal = self._capped_fetch(internal)
             heavy = large  # translating and encoding the answer is worth a worker thread
             if type(internal) is Direct:
                 body = internal.body
@@ -155,6 +162,7 @@ class KafkaConnection(ClientConnection):
                         self._close_for_acks0(request, errors)
                         return False
                     code = ErrorCode.NONE
+                    self._request_throttle(request.client_id)  # no answer to carry it: muted only
                     await trio.lowlevel.checkpoint()
                     return True
                 if response is _FAILED:
@@ -174,6 +182,7 @@ class KafkaConnection(ClientConnection):
                     code, entry_errors = response.error_code, _entry_errors(response)
             if code is None:
                 code = _top_level_code(body)
+            body = _with_throttle(body, self._request_throttle(request.client_id))
             payload = await self._run(heavy, _encoded, request.api_key, request.version, request.correlation_id,
                                       body)
             await self._send_bytes(label, payload)
@@ -375,6 +384,15 @@ INLINE_ENTRIES = 1000
 #: A request that is a list of internal requests (FindCoordinator v4's keys, OffsetFetch v8's
 #: groups, DescribeGroups' chunks) yields to the other connections once its calls took this long.
 YIELD_AFTER_S = 0.002
+
+
+def _with_throttle(body, throttle_s: float):
+    """``body`` carrying the request_percentage throttle in its throttle_time_ms if that is longer
+    than its own (every Kafka response that has the field; ApiVersions v0 has none)."""
+    if not throttle_s or "throttle_time" not in field_names(type(body)):
+        return body
+    throttle = datetime.timedelta(milliseconds=throttle_ms(throttle_s))
+    return dataclasses.replace(body, throttle_time=max(body.throttle_time, throttle))
 
 
 def _encoded(api_key: int, version: int, correlation_id: int, body) -> bytes:

@@ -1,10 +1,12 @@
-"""Enforcing client quotas, as Kafka's ClientQuotaManager does: each client's bytes are metered
-against its quota and a client over it is throttled: the response says for how long
+"""Enforcing client quotas, as Kafka's ClientQuotaManager and ClientRequestQuotaManager do: each
+client's bytes (producer_byte_rate, consumer_byte_rate) and the time its requests take to handle
+(request_percentage) are metered against its quota and a client over it is throttled: the response says for how long
 (``throttle_ms``, Kafka's throttle_time_ms) and the connection reads nothing more from the client
 until then (KIP-219: the broker mutes the channel; a well-behaved client waits too). The
 allowance for bursts is one ``quota.window.size.seconds`` of the quota.
 
-Sans I/O: the connections feed in byte counts with the time, and get a throttle time back.
+Sans I/O: the connections feed in byte counts (or handling seconds) with the time, and get a
+throttle time back.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from collections.abc import Callable
 
 from triolog.broker.security.quotas import CLIENT_ID, USER, QuotaEntity, QuotaStore
 
-__all__ = ["ClientQuotaManager", "ClientQuotas", "TokenBucket", "throttle_ms"]
+__all__ = ["ClientQuotaManager", "ClientQuotas", "THROTTLE_EPSILON_S", "TokenBucket", "throttle_ms"]
 
 #: A client's sensor not used for this long is dropped (Kafka's inactive sensor expiry, 1 h),
 #: so client-chosen client ids cannot grow memory without bound.
@@ -43,15 +45,24 @@ class TokenBucket:
         self.at = now
         return -self.balance / self.rate if self.balance < 0 else 0.0
 
+    def debt_s(self, now: float) -> float:
+        """The seconds until the balance is back to zero (0 if it is not below), spending nothing."""
+        balance = min(self.burst, self.balance + (now - self.at) * self.rate)
+        return -balance / self.rate if balance < 0 else 0.0
+
 
 class ClientQuotaManager:
-    """One kind of byte-rate quota (``key``: producer_byte_rate or consumer_byte_rate)."""
+    """One kind of client quota (``key``: producer_byte_rate, consumer_byte_rate, or
+    request_percentage: then what is recorded is percent-seconds, handling seconds x 100, so that
+    its rate is a percent of one thread)."""
 
     def __init__(self, store: QuotaStore, key: str, *, window_s: float = 1.0, max_throttle_s: float = 11.0,
                  clock: Callable[[], float] = time.monotonic, on_throttle=None):
         self.store = store
         self.key = key
         self.window_s = window_s
+        #: The span Kafka's rate is measured over (quota.window.num x quota.window.size.seconds).
+        self.span_s = max_throttle_s
         #: The longest single throttle (Kafka's: the quota window span, quota.window.num windows).
         self.max_throttle_s = max_throttle_s
         self.clock = clock
@@ -61,15 +72,12 @@ class ClientQuotaManager:
         self._sensors: dict[tuple[QuotaEntity, str, str], TokenBucket] = {}
         self._last_sweep = 0.0
 
-    def record(self, user: str, client_id: str, nbytes: int) -> float:
-        """Count ``nbytes`` for the client; the seconds it is to be throttled (0 if within quota
-        or without one). The allowance is kept per client under the entity whose quota applies,
-        as Kafka keeps a sensor per client (its own user and client id) under a default entity."""
-        found = self.store.quota_for(self.key, user, client_id)
-        if found is None:
-            return 0.0
+    def _bucket(self, user: str, client_id: str, found: tuple[float, QuotaEntity],
+                now: float) -> tuple[TokenBucket, QuotaEntity]:
+        """The client's allowance under ``found``, the quota that applies and its entity: kept per
+        client under that entity, as Kafka keeps a sensor per client (its own user and client id)
+        under a default entity."""
         quota, entity = found
-        now = self.clock()
         key = (entity, user if USER in entity.types else "", client_id if CLIENT_ID in entity.types else "")
         bucket = self._sensors.get(key)
         if bucket is None:
@@ -77,10 +85,45 @@ class ClientQuotaManager:
             self._sweep(now)
         elif bucket.rate != quota:  # the quota was altered
             bucket.rate, bucket.burst = quota, quota * self.window_s
+        return bucket, entity
+
+    def record(self, user: str, client_id: str, nbytes: float) -> float:
+        """Count ``nbytes`` for the client; the seconds it is to be throttled (0 if within quota
+        or without one)."""
+        found = self.store.quota_for(self.key, user, client_id)
+        if found is None:  # before reading the clock: every request asks for request_percentage
+            return 0.0
+        now = self.clock()
+        bucket, entity = self._bucket(user, client_id, found, now)
         throttle = min(bucket.spend(nbytes, now), self.max_throttle_s)
         if self.on_throttle is not None:
             self.on_throttle(entity, nbytes, throttle)
         return throttle
+
+    def throttle_time(self, user: str, client_id: str) -> float:
+        """The seconds the client is still in debt (0 if not, or without a quota), spending
+        nothing: a fetch is answered without records while this is above THROTTLE_EPSILON_S
+        (the throttle it then gives is reported to ``on_throttle``, with nothing recorded)."""
+        found = self.store.quota_for(self.key, user, client_id)
+        if found is None:
+            return 0.0
+        now = self.clock()
+        bucket, entity = self._bucket(user, client_id, found, now)
+        throttle = min(bucket.debt_s(now), self.max_throttle_s)
+        if throttle > THROTTLE_EPSILON_S and self.on_throttle is not None:
+            self.on_throttle(entity, 0, throttle)
+        return throttle
+
+    @property
+    def active(self) -> bool:
+        """Whether any entity sets this quota."""
+        return self.store.has_key(self.key)
+
+    def max_value_in_window(self, user: str, client_id: str) -> float | None:
+        """The most the client could ever get through in one response (Kafka's
+        getMaxValueInQuotaWindow: quota x the window span); None without a quota."""
+        found = self.store.quota_for(self.key, user, client_id)
+        return None if found is None else found[0] * self.span_s
 
     def _sweep(self, now: float) -> None:
         if now - self._last_sweep < SENSOR_IDLE_S / 10:
@@ -98,8 +141,13 @@ def throttle_ms(seconds: float) -> int:
     return int(math.ceil(seconds * 1000)) if seconds > 0 else 0
 
 
+#: A debt shorter than this is no debt: a client muted until its debt was repaid comes back a few
+#: microseconds early or late by rounding, and must not get an empty answer for that.
+THROTTLE_EPSILON_S = 0.001
+
+
 class ClientQuotas:
-    """The broker's byte-rate quota managers, over one store."""
+    """The broker's client quota managers (produce, fetch, request), over one store."""
 
     def __init__(self, store: QuotaStore, *, window_s: float = 1.0, windows: int = 11,
                  clock: Callable[[], float] = time.monotonic, on_throttle=None):
@@ -112,6 +160,7 @@ class ClientQuotas:
 
         self.produce = manager("producer_byte_rate")
         self.fetch = manager("consumer_byte_rate")
+        self.request = manager("request_percentage")
         self.clock = clock
         #: Per IP with a connection_creation_rate: its allowance of new connections.
         self._connections: dict[str, TokenBucket] = {}

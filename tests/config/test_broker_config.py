@@ -36,6 +36,7 @@ KAFKA_DEFAULTS = {
     "socket.request.max.bytes": 104857600,
     "max.connections": INT_MAX,
     "max.connections.per.ip": INT_MAX,
+    "max.connection.creation.rate": INT_MAX,
     "connections.max.idle.ms": 600000,
     "queued.max.request.bytes": 268435456,
     "request.receive.timeout.ms": 30000,

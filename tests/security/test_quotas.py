@@ -91,6 +91,10 @@ def test_quotas_are_described_validated_and_survive_a_restart(tmp_path):
         bad = _alter(client, _entity(user="alice"), consumer_byte_rat=5)
         assert bad["error_code"] == ErrorCode.INVALID_REQUEST and "consumer_byte_rat" in bad["error_message"]
         assert _alter(client, _entity(ip="1.2.3.4"), producer_byte_rate=5)["error_code"] == ErrorCode.INVALID_REQUEST
+        assert _alter(client, _entity(user="alice", client_id=None), request_percentage=50)["error_code"] == 0
+        for bad in ({"request_percentage": 0}, {"request_percentage": -1}):  # Kafka's: a double > 0
+            assert _alter(client, _entity(user="bob"), **bad)["error_code"] == ErrorCode.INVALID_REQUEST
+        assert _alter(client, _entity(ip=None), request_percentage=5)["error_code"] == ErrorCode.INVALID_REQUEST
     finally:
         process.stop()
     process = BrokerProcess(tmp_path / "data").start()
@@ -100,7 +104,7 @@ def test_quotas_are_described_validated_and_survive_a_restart(tmp_path):
             m.QuotaFilterComponent(entity_type="user", match_type="exact", match="alice"),))["entries"]
         assert entries == [{"entity": [{"entity_type": "client-id", "entity_name": None},
                                        {"entity_type": "user", "entity_name": "alice"}],
-                            "values": {"producer_byte_rate": 5000}}]
+                            "values": {"producer_byte_rate": 5000, "request_percentage": 50}}]
         everything = client.call(m.DescribeClientQuotasRequest)["entries"]
         assert len(everything) == 2
         assert _alter(client, _entity(ip=None), connection_creation_rate=None)["error_code"] == 0
@@ -196,3 +200,123 @@ def test_connections_over_an_ips_creation_rate_are_refused(broker):
     assert _alter(client, _entity(ip=None), connection_creation_rate=None)["error_code"] == 0
     for _ in range(20):
         MsgpackClient(broker.port).call(m.ApiVersionsRequest)
+
+
+def _fetch(client, topic, client_id, max_bytes=64 << 20):
+    return client.call(m.FetchRequest, client_id=client_id, max_wait_ms=0, min_bytes=1, max_bytes=max_bytes, topics=(
+        m.FetchTopic(name=topic, partitions=(m.FetchPartition(partition=0, fetch_offset=0,
+                                                              partition_max_bytes=max_bytes),)),))
+
+
+def test_a_fetch_in_debt_gets_no_records_and_a_fetch_is_capped_to_the_quota_window(tmp_path):
+    """Kafka's throttled fetch: one response is at most quota x window span (11 s); a client
+    still in debt gets its partitions without records and a throttle time, on either listener,
+    and is charged nothing for it."""
+    import socket
+
+    from tests.kafka.kafka_wire import decode_response, encode_request, read_frame
+    from triolog.protocol.kafka.schema import build, request_class
+
+    process = BrokerProcess(tmp_path / "data", kafka=True, metrics=True).start()
+    try:
+        client = MsgpackClient(process.port, timeout_s=30)
+        client.call(m.CreateTopicsRequest, topics=(m.NewTopic(name="t", num_partitions=1, replication_factor=1),))
+        batch = build_batch([(b"k", b"v" * 1000, int(time.time() * 1000), ()) for _ in range(100)])  # ~100 kB
+        for _ in range(30):  # 3 MB
+            client.call(m.ProduceRequest, acks=1, timeout_ms=10_000, topics=(
+                m.ProduceTopic(name="t", partitions=(m.ProducePartition(partition=0, records=batch),)),))
+        rate = 100_000
+        assert _alter(client, _entity(client_id="slow"), consumer_byte_rate=rate)["error_code"] == 0
+        first = _fetch(MsgpackClient(process.port), "t", "slow")["topics"][0]["partitions"][0]
+        # capped at 100 kB/s x 11 s (quota.window.num x quota.window.size.seconds), not 64 MB
+        assert 0 < len(first["records"]) <= 11 * rate, len(first["records"])
+        charged = process.sample("triolog_quota_bytes_total", quota="consumer_byte_rate", user="", client_id="slow")
+        assert charged == len(first["records"])
+        # another connection of the same client, at once: still ~10 s in debt
+        answer = _fetch(MsgpackClient(process.port), "t", "slow")
+        partition = answer["topics"][0]["partitions"][0]
+        assert answer["throttle_ms"] > 5000 and partition["records"] == b""
+        assert partition["error_code"] == 0 and partition["high_watermark"] == 3000
+        sock = socket.create_connection(("127.0.0.1", process.kafka_port), timeout=10)
+        body = build(request_class(1, 12), {
+            "max_wait": 0, "min_bytes": 1, "max_bytes": 64 << 20, "session_epoch": -1,
+            "topics": [{"topic": "t", "partitions": [{"partition": 0, "fetch_offset": 0,
+                                                      "partition_max_bytes": 64 << 20}]}]})
+        sock.sendall(encode_request(1, 12, 7, body, client_id="slow"))
+        _, kafka_answer = decode_response(1, 12, read_frame(sock))
+        (kafka_partition,) = kafka_answer.responses[0].partitions
+        assert kafka_answer.throttle_time.total_seconds() > 5 and not kafka_partition.records
+        assert kafka_partition.high_watermark == 3000
+        # the throttled answers cost nothing; a client without the quota is served in full
+        assert process.sample("triolog_quota_bytes_total", quota="consumer_byte_rate", user="",
+                              client_id="slow") == charged
+        assert len(_fetch(client, "t", "other")["topics"][0]["partitions"][0]["records"]) > 2_900_000
+    finally:
+        process.stop()
+
+
+def test_a_client_over_its_request_percentage_is_throttled(tmp_path):
+    """request_percentage (KIP-124): cheap requests in a loop are held to 1% of a thread's time;
+    the answers say for how long (msgpack throttle_ms, Kafka throttle_time_ms)."""
+    import socket
+
+    from tests.kafka.kafka_wire import decode_response, encode_request, read_frame
+    from triolog.protocol.kafka.schema import build, request_class
+
+    process = BrokerProcess(tmp_path / "data", kafka=True, metrics=True).start()
+    try:
+        admin = MsgpackClient(process.port, timeout_s=30)
+        admin.call(m.CreateTopicsRequest, topics=(m.NewTopic(name="e", num_partitions=1, replication_factor=1),))
+        assert _alter(admin, _entity(client_id="busy"), request_percentage=1)["error_code"] == 0
+
+        def loop(client_id, seconds):
+            client = MsgpackClient(process.port, timeout_s=30)
+            done, throttles = 0, []
+            started = time.monotonic()
+            while time.monotonic() - started < seconds:
+                answer = _fetch(client, "e", client_id)  # nothing to read: a cheap request
+                assert answer["topics"][0]["partitions"][0]["error_code"] == 0
+                throttles.append(answer["throttle_ms"])
+                done += 1
+            return done / (time.monotonic() - started), throttles
+
+        free_rate, free_throttles = loop("free", 2)
+        busy_rate, busy_throttles = loop("busy", 4)
+        assert not any(free_throttles)
+        assert sum(t > 0 for t in busy_throttles) >= len(busy_throttles) // 2, busy_throttles
+        assert busy_rate < free_rate / 5, (busy_rate, free_rate)
+        handled = process.sample("triolog_quota_request_time_seconds_total", user="", client_id="busy")
+        # 1% of the 4 s and the first second's allowance (0.05 s), plus the last request's debt,
+        # never waited: unthrottled, a second of these requests takes a third of a second
+        assert 0 < handled < 0.25, handled
+        assert process.sample("triolog_quota_throttle_seconds_total", quota="request_percentage", user="",
+                              client_id="busy") > 2
+        # the Kafka listener's answers carry it in throttle_time_ms (Metadata, say)
+        sock = socket.create_connection(("127.0.0.1", process.kafka_port), timeout=30)
+        throttled = []
+        for correlation_id in range(20):
+            sock.sendall(encode_request(3, 12, correlation_id, build(request_class(3, 12), {
+                "topics": [], "allow_auto_topic_creation": False}), client_id="busy"))
+            throttled.append(decode_response(3, 12, read_frame(sock))[1].throttle_time.total_seconds())
+        assert max(throttled) > 0, throttled
+    finally:
+        process.stop()
+
+
+def test_the_broker_wide_connection_creation_rate_delays_accepting(tmp_path):
+    """max.connection.creation.rate: over it, new connections wait to be accepted (none is
+    refused), unlike an IP's connection_creation_rate."""
+    process = BrokerProcess(tmp_path / "data", ("max.connection.creation.rate=5",), metrics=True).start()
+    try:
+        time.sleep(1.2)  # the allowance of a second saved
+        started = time.monotonic()
+        clients = [MsgpackClient(process.port, timeout_s=30) for _ in range(20)]
+        for client in clients:
+            assert client.call(m.ApiVersionsRequest)["error_code"] == 0
+        elapsed = time.monotonic() - started
+        assert elapsed >= 2.7, elapsed  # 5 at once, then 15 at 5 a second
+        assert process.sample("triolog_server_connection_accept_throttle_seconds_total") > 2
+        with pytest.raises(KeyError):  # no connection refused for any limit
+            process.sample("triolog_server_connections_refused_total", limit="connection_creation_rate")
+    finally:
+        process.stop()
