@@ -231,9 +231,10 @@ class ClientQuotaEntity:
 
 
 class ClientQuotaAlterationOp(NamedTuple):
-    """Set ``key`` to ``value`` (units per second), or remove it (``value`` None): Kafka's
-    ClientQuotaAlteration.Op. Keys: ``producer_byte_rate``, ``consumer_byte_rate`` (user and
-    client-id entities), ``connection_creation_rate`` (IP entities)."""
+    """Set ``key`` to ``value``, or remove it (``value`` None): Kafka's ClientQuotaAlteration.Op.
+    Keys: ``producer_byte_rate``, ``consumer_byte_rate`` (bytes per second) and
+    ``request_percentage`` (percent of one thread's time) of user and client-id entities,
+    ``connection_creation_rate`` (per second) of IP entities."""
 
     key: str
     value: float | None = None

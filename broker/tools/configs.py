@@ -27,7 +27,8 @@ from decimal import Decimal
 from triolog.broker.tools import add_location_arguments
 
 DESCRIPTION = (
-    "Set, delete and describe client quotas (producer_byte_rate, consumer_byte_rate per user and/or client id; "
+    "Set, delete and describe client quotas (producer_byte_rate, consumer_byte_rate, request_percentage per user "
+    "and/or client id; "
     "connection_creation_rate per IP), like Kafka's kafka-configs.sh: online through --bootstrap-server (and "
     "--command-config for TLS/SASL), or offline on a stopped broker's log dir (--config/--override, as serve).")
 
@@ -75,8 +76,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         entity.add_argument(f"{flag}-defaults", action=_Entity, const=f"{kind}-default", nargs=0,
                             help=f"the default {default}: --entity-type {kind} --entity-default")
     parser.add_argument("--add-config", action="append", default=[], metavar="K=V,K2=V2",
-                        help="quotas to set: producer_byte_rate, consumer_byte_rate (users, clients) or "
-                             "connection_creation_rate (ips), in units per second")
+                        help="quotas to set: producer_byte_rate, consumer_byte_rate (bytes per second), "
+                             "request_percentage (percent of a thread's time) for users and clients; "
+                             "connection_creation_rate (per second) for ips")
     parser.add_argument("--delete-config", action="append", default=[], metavar="K,K2",
                         help="quotas to remove (comma-separated, repeatable)")
     add_location_arguments(parser)

@@ -53,7 +53,12 @@ def test_set_describe_and_delete_quotas_online(triolog, online):
     assert done.out == "Quota configs for user-principal 'alice' are consumer_byte_rate=2097152.0\n"
     again = triolog("configs", *online, "--alter", "--user", "alice", "--delete-config", "producer_byte_rate")
     assert again.code == 1 and "Invalid config(s): producer_byte_rate" in again.stderr
-    done = triolog("configs", *online, "--alter", "--user", "alice", "--delete-config", "consumer_byte_rate")
+    done = triolog("configs", *online, "--alter", "--user", "alice", "--delete-config", "consumer_byte_rate",
+                   "--add-config", "request_percentage=50")
+    assert done.code == 0, done.stderr
+    done = triolog("configs", *online, "--describe", "--user", "alice")
+    assert done.out == "Quota configs for user-principal 'alice' are request_percentage=50.0\n"
+    done = triolog("configs", *online, "--alter", "--user", "alice", "--delete-config", "request_percentage")
     assert done.code == 0, done.stderr
     done = triolog("configs", *online, "--describe", "--user", "alice")
     assert (done.code, done.out) == (0, "")  # no quota left: nothing to print, as kafka-configs.sh
@@ -95,7 +100,7 @@ def test_bad_keys_and_values_are_clear_errors(triolog, online):
     done = triolog("configs", *online, "--alter", "--user", "alice", "--add-config", "producer_byte_rat=100")
     assert done.code == 1
     assert done.stderr == ("triolog configs: INVALID_REQUEST: producer_byte_rat is not a quota of a user entity "
-                           "(allowed: consumer_byte_rate, producer_byte_rate)\n")
+                           "(allowed: consumer_byte_rate, producer_byte_rate, request_percentage)\n")
     done = triolog("configs", *online, "--alter", "--ip", "10.0.0.1", "--add-config", "producer_byte_rate=100")
     assert done.code == 1 and "allowed: connection_creation_rate" in done.stderr
     done = triolog("configs", *online, "--alter", "--user", "alice", "--add-config", "producer_byte_rate=fast")
