@@ -1,6 +1,47 @@
 """Command-line tools on the broker's files: dump-log reads segments; users, acls and configs (client
 quotas) change a stopped broker's security files, or a running one's through its admin API."""
 
+import contextlib
+from pathlib import Path
+
+
+class ToolError(Exception):
+    """What a tool reports as one line on stderr, exiting 1."""
+
+
+@contextlib.contextmanager
+def offline_store(args, open_store, what: str):
+    """``open_store(directory, fs)`` on the first log dir of a stopped broker (its config found as
+    serve finds it, from --config/--override), under that directory's lock, the broker's own:
+    a running broker holds it. Failures to get there are ToolError saying what to do; ``what``
+    names what the tool changes ("users", "ACLs", "quotas")."""
+    from triolog.broker.storage.fs import OS_FS
+    from triolog.broker.storage.log_manager import LOCK_FILE
+    from triolog.config.loader import load_config
+    from triolog.config.log_config import ConfigError
+
+    try:
+        config, _ = load_config(args.config, args.override)
+    except ConfigError as exc:
+        raise ToolError(f"invalid configuration: {exc}") from None
+    except OSError as exc:
+        raise ToolError(f"cannot read the configuration: {exc.strerror}: {exc.filename}") from None
+    directory = Path(config.log_dirs[0])
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd = OS_FS.lock(directory / LOCK_FILE)
+    except BlockingIOError:
+        raise ToolError(f"the broker is running on {directory} (its lock is held): stop it first, or change "
+                        f"{what} online with --bootstrap-server") from None
+    except OSError as exc:
+        raise ToolError(f"cannot write {directory}: {exc.strerror or exc}") from None
+    try:
+        yield open_store(directory, OS_FS)
+    except OSError as exc:
+        raise ToolError(f"cannot write {directory}: {exc.strerror or exc}") from None
+    finally:
+        OS_FS.close(fd)
+
 
 def add_location_arguments(parser) -> None:
     """Where `triolog users`, `triolog acls` and `triolog configs` act: online through a running broker, or offline

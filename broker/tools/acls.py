@@ -22,7 +22,7 @@ import argparse
 import sys
 from collections.abc import Iterable
 
-from triolog.broker.tools import add_location_arguments
+from triolog.broker.tools import ToolError, add_location_arguments, offline_store
 
 DESCRIPTION = (
     "Add, remove and list ACLs, like Kafka's kafka-acls.sh: online through --bootstrap-server (and "
@@ -86,16 +86,12 @@ def run(args: argparse.Namespace) -> int:
     backend = _Online(args) if online else _Offline(args)
     try:
         return backend.run(lambda acls: _act(args, acls, resources, pattern_type, operations))
-    except _Failed as exc:
+    except ToolError as exc:
         return _fail(str(exc), 1)
 
 
 _OPERATION_NAMES = ("ALL", "READ", "WRITE", "CREATE", "DELETE", "ALTER", "DESCRIBE", "CLUSTER_ACTION",
                     "DESCRIBE_CONFIGS", "ALTER_CONFIGS", "IDEMPOTENT_WRITE")
-
-
-class _Failed(Exception):
-    pass
 
 
 def _mode(args) -> bool:
@@ -220,9 +216,9 @@ class _Online:
                 self.admin = admin
                 return act(self)
         except TriologClientError as exc:
-            raise _Failed(str(exc)) from None
+            raise ToolError(str(exc)) from None
         except ValueError as exc:
-            raise _Failed(str(exc)) from None
+            raise ToolError(str(exc)) from None
 
     def create(self, bindings) -> None:
         self.admin.create_acls(bindings)
@@ -241,34 +237,14 @@ class _Offline:
         self.args = args
 
     def run(self, act) -> int:
-        from pathlib import Path
-
         from triolog.broker.security.acl import InvalidAclError
         from triolog.broker.security.acl_store import AclStore
-        from triolog.broker.storage.fs import OS_FS
-        from triolog.config.loader import load_config
-        from triolog.config.log_config import ConfigError
-
-        from .users import _locked
 
         try:
-            config, _ = load_config(self.args.config, self.args.override)
-        except ConfigError as exc:
-            raise _Failed(f"invalid configuration: {exc}") from None
-        except OSError as exc:
-            raise _Failed(f"cannot read the configuration: {exc.strerror}: {exc.filename}") from None
-        directory = Path(config.log_dirs[0])
-        try:
-            with _locked(directory, OS_FS):
-                self.store = AclStore(directory, OS_FS)
+            with offline_store(self.args, AclStore, "ACLs") as self.store:
                 return act(self)
-        except BlockingIOError:
-            raise _Failed(f"the broker is running on {directory} (its lock is held): stop it first, or change "
-                          f"ACLs online with --bootstrap-server") from None
         except (InvalidAclError, ValueError) as exc:
-            raise _Failed(str(exc)) from None
-        except OSError as exc:
-            raise _Failed(f"cannot write {directory}: {exc.strerror or exc}") from None
+            raise ToolError(str(exc)) from None
 
     def create(self, bindings) -> None:
         from triolog.broker.security.acl import AccessControlEntry, AclBinding, ResourcePattern

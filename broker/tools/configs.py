@@ -24,7 +24,7 @@ import re
 import sys
 from decimal import Decimal
 
-from triolog.broker.tools import add_location_arguments
+from triolog.broker.tools import ToolError, add_location_arguments, offline_store
 
 DESCRIPTION = (
     "Set, delete and describe client quotas (producer_byte_rate, consumer_byte_rate, request_percentage per user "
@@ -88,10 +88,6 @@ class UsageError(Exception):
     pass
 
 
-class _Failed(Exception):
-    pass
-
-
 def run(args: argparse.Namespace) -> int:
     try:
         online = _mode(args)
@@ -104,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
     backend = _Online(args) if online else _Offline(args)
     try:
         return backend.run(lambda quotas: _act(args, quotas, pairs, added, deleted))
-    except _Failed as exc:
+    except ToolError as exc:
         return _fail(str(exc), 1)
 
 
@@ -225,7 +221,7 @@ def _act(args, quotas, pairs, added, deleted) -> int:
     current = quotas.describe(_filter(pairs)).get(entity, {}) if deleted else {}
     missing = [key for key in deleted if key not in current]
     if missing:  # as kafka-configs.sh: deleting what is not set is an error
-        raise _Failed(f"Invalid config(s): {','.join(missing)} (not set for {describe_entity(entity)})")
+        raise ToolError(f"Invalid config(s): {','.join(missing)} (not set for {describe_entity(entity)})")
     ops = [ClientQuotaAlteration.Op(key, value) for key, value in added.items()]
     ops += [ClientQuotaAlteration.Op(key, None) for key in deleted]
     quotas.alter(ClientQuotaAlteration(entity, tuple(ops)))
@@ -277,7 +273,7 @@ class _Online:
                 self.admin = admin
                 return act(self)
         except (TriologClientError, ValueError) as exc:
-            raise _Failed(str(exc)) from None
+            raise ToolError(str(exc)) from None
 
     def describe(self, quota_filter) -> dict:
         return self.admin.describe_client_quotas(quota_filter)
@@ -293,36 +289,14 @@ class _Offline:
         self.args = args
 
     def run(self, act) -> int:
-        from pathlib import Path
-
         from triolog.broker.security.files import CorruptSecurityFileError
         from triolog.broker.security.quotas import InvalidQuotaError, QuotaStore
-        from triolog.broker.storage.fs import OS_FS
-        from triolog.config.loader import load_config
-        from triolog.config.log_config import ConfigError
-
-        from .users import _locked
 
         try:
-            config, _ = load_config(self.args.config, self.args.override)
-        except ConfigError as exc:
-            raise _Failed(f"invalid configuration: {exc}") from None
-        except OSError as exc:
-            raise _Failed(f"cannot read the configuration: {exc.strerror}: {exc.filename}") from None
-        directory = Path(config.log_dirs[0])
-        try:
-            with _locked(directory, OS_FS):
-                self.store = QuotaStore(directory, OS_FS)
+            with offline_store(self.args, QuotaStore, "quotas") as self.store:
                 return act(self)
-        except BlockingIOError:
-            raise _Failed(f"the broker is running on {directory} (its lock is held): stop it first, or change "
-                          f"quotas online with --bootstrap-server") from None
-        except CorruptSecurityFileError as exc:
-            raise _Failed(str(exc)) from None
-        except (InvalidQuotaError, ValueError) as exc:
-            raise _Failed(str(exc)) from None
-        except OSError as exc:
-            raise _Failed(f"cannot write {directory}: {exc.strerror or exc}") from None
+        except (CorruptSecurityFileError, InvalidQuotaError, ValueError) as exc:
+            raise ToolError(str(exc)) from None
 
     def describe(self, quota_filter) -> dict:
         from triolog.client.types import ClientQuotaEntity

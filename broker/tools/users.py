@@ -16,10 +16,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from contextlib import contextmanager
-from pathlib import Path
 
-from triolog.broker.tools import add_location_arguments
+from triolog.broker.tools import ToolError, add_location_arguments, offline_store
 
 DESCRIPTION = (
     "Add, delete and list the SASL/SCRAM users of a broker. Online through --bootstrap-server (and "
@@ -46,9 +44,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from triolog.broker.security.scram import CredentialStore, UnacceptableCredentialError, make_credential
-    from triolog.broker.storage.fs import OS_FS
-    from triolog.config.loader import load_config
-    from triolog.config.log_config import ConfigError
 
     if (args.add or args.delete) and not args.user:
         return _fail("--user is required with --add and --delete")
@@ -61,15 +56,7 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "command_config", None):
         return _fail("--command-config goes with --bootstrap-server")
     try:
-        config, _ = load_config(args.config, args.override)
-    except ConfigError as exc:
-        return _fail(f"invalid configuration: {exc}")
-    except OSError as exc:
-        return _fail(f"cannot read the configuration: {exc.strerror}: {exc.filename}")
-    directory = Path(config.log_dirs[0])
-    try:
-        with _locked(directory, OS_FS):
-            store = CredentialStore(directory, OS_FS)
+        with offline_store(args, CredentialStore, "users") as store:
             if args.list:
                 for user, mechanisms in sorted(store.describe().items()):
                     print(f"User:{user} " + " ".join(f"{m}(iterations={n})" for m, n in mechanisms))
@@ -89,13 +76,8 @@ def run(args: argparse.Namespace) -> int:
                 store.delete(args.user, mechanism)
             print(f"User:{args.user}: {', '.join(wanted)} credentials deleted from {store.path}")
             return 0
-    except BlockingIOError:
-        return _fail(f"the broker is running on {directory} (its lock is held): stop it first, or change users "
-                     f"online with --bootstrap-server")
-    except (UnacceptableCredentialError, ValueError) as exc:
+    except (ToolError, UnacceptableCredentialError, ValueError) as exc:
         return _fail(str(exc))
-    except OSError as exc:
-        return _fail(f"cannot write {directory}: {exc.strerror or exc}")
 
 
 def _run_online(args: argparse.Namespace) -> int:
@@ -132,19 +114,6 @@ def _run_online(args: argparse.Namespace) -> int:
             return 0
     except (TriologClientError, ValueError) as exc:
         return _fail(str(exc))
-
-
-@contextmanager
-def _locked(directory: Path, fs):
-    """The log directory's lock (the broker's own: created like it), held while editing."""
-    from triolog.broker.storage.log_manager import LOCK_FILE
-
-    directory.mkdir(parents=True, exist_ok=True)
-    fd = fs.lock(directory / LOCK_FILE)
-    try:
-        yield
-    finally:
-        fs.close(fd)
 
 
 def _fail(message: str) -> int:

@@ -212,3 +212,24 @@ def test_configs_quotas_need_the_cluster_acls(broker, tls, admin_config, tmp_pat
         assert cli("acls", *admin, "--remove", "--cluster").returncode == 0
         assert cli("configs", *admin, "--alter", "--user", "carol", "--delete-config", "consumer_byte_rate"
                    ).returncode == 0
+
+
+def test_users_offline_then_refused_while_the_broker_runs(tmp_path):
+    data = tmp_path / "data"
+    offline = ["--override", f"log.dirs={data}"]
+    done = cli("users", *offline, "--add", "--user", "carol", "--password", "carol-secret")
+    assert done.returncode == 0, done.stderr
+    done = cli("users", *offline, "--list")
+    assert done.stdout == "User:carol SCRAM-SHA-256(iterations=4096) SCRAM-SHA-512(iterations=4096)\n"
+    bad = cli("users", "--override", "log.dirs=", "--list")
+    assert bad.returncode == 1 and bad.stderr.startswith("triolog users: invalid configuration:"), bad.stderr
+    process = BrokerProcess(data).start()
+    try:
+        done = cli("users", *offline, "--delete", "--user", "carol")
+        assert done.returncode == 1
+        assert done.stderr == (f"triolog users: the broker is running on {data} (its lock is held): stop it first, "
+                               "or change users online with --bootstrap-server\n")
+    finally:
+        process.stop()
+    assert cli("users", *offline, "--delete", "--user", "carol").returncode == 0
+    assert cli("users", *offline, "--list").stdout == ""
