@@ -54,3 +54,20 @@ def add_location_arguments(parser) -> None:
     offline.add_argument("--config", metavar="FILE", help="the broker's server.properties file, as for serve")
     offline.add_argument("--override", metavar="KEY=VALUE", action="append", default=[],
                          help="one config key, as for serve (repeatable)")
+
+
+@contextlib.contextmanager
+def online_admin(args, client_id: str):
+    """An AdminClient to ``--bootstrap-server``, secured as ``--command-config`` says; a client
+    error (or a bad properties file) inside the ``with`` becomes ToolError."""
+    from triolog.client.admin import AdminClient
+    from triolog.client.errors import TriologClientError
+    from triolog.client.security import load_command_config
+
+    try:
+        security = load_command_config(args.command_config) if args.command_config else None
+        kwargs = {"security": security} if security is not None else {}
+        with AdminClient(args.bootstrap_server, client_id=client_id, **kwargs) as admin:
+            yield admin
+    except (TriologClientError, ValueError) as exc:
+        raise ToolError(str(exc)) from None

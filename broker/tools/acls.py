@@ -22,7 +22,7 @@ import argparse
 import sys
 from collections.abc import Iterable
 
-from triolog.broker.tools import ToolError, add_location_arguments, offline_store
+from triolog.broker.tools import ToolError, add_location_arguments, offline_store, online_admin
 
 DESCRIPTION = (
     "Add, remove and list ACLs, like Kafka's kafka-acls.sh: online through --bootstrap-server (and "
@@ -205,20 +205,8 @@ class _Online:
         self.args = args
 
     def run(self, act) -> int:
-        from triolog.client.admin import AdminClient
-        from triolog.client.errors import TriologClientError
-        from triolog.client.security import load_command_config
-
-        try:
-            security = load_command_config(self.args.command_config) if self.args.command_config else None
-            kwargs = {"security": security} if security is not None else {}
-            with AdminClient(self.args.bootstrap_server, client_id="triolog-acls", **kwargs) as admin:
-                self.admin = admin
-                return act(self)
-        except TriologClientError as exc:
-            raise ToolError(str(exc)) from None
-        except ValueError as exc:
-            raise ToolError(str(exc)) from None
+        with online_admin(self.args, "triolog-acls") as self.admin:
+            return act(self)
 
     def create(self, bindings) -> None:
         self.admin.create_acls(bindings)

@@ -24,7 +24,7 @@ import re
 import sys
 from decimal import Decimal
 
-from triolog.broker.tools import ToolError, add_location_arguments, offline_store
+from triolog.broker.tools import ToolError, add_location_arguments, offline_store, online_admin
 
 DESCRIPTION = (
     "Set, delete and describe client quotas (producer_byte_rate, consumer_byte_rate, request_percentage per user "
@@ -262,18 +262,8 @@ class _Online:
         self.args = args
 
     def run(self, act) -> int:
-        from triolog.client.admin import AdminClient
-        from triolog.client.errors import TriologClientError
-        from triolog.client.security import load_command_config
-
-        try:
-            security = load_command_config(self.args.command_config) if self.args.command_config else None
-            kwargs = {"security": security} if security is not None else {}
-            with AdminClient(self.args.bootstrap_server, client_id="triolog-configs", **kwargs) as admin:
-                self.admin = admin
-                return act(self)
-        except (TriologClientError, ValueError) as exc:
-            raise ToolError(str(exc)) from None
+        with online_admin(self.args, "triolog-configs") as self.admin:
+            return act(self)
 
     def describe(self, quota_filter) -> dict:
         return self.admin.describe_client_quotas(quota_filter)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from triolog.broker.tools import ToolError, add_location_arguments, offline_store
+from triolog.broker.tools import ToolError, add_location_arguments, offline_store, online_admin
 
 DESCRIPTION = (
     "Add, delete and list the SASL/SCRAM users of a broker. Online through --bootstrap-server (and "
@@ -82,14 +82,10 @@ def run(args: argparse.Namespace) -> int:
 
 def _run_online(args: argparse.Namespace) -> int:
     """--add/--delete/--list through a running broker (alter/describe_user_scram_credentials)."""
-    from triolog.client.admin import AdminClient
     from triolog.client.admin_core import UserScramCredentialDeletion, UserScramCredentialUpsertion
-    from triolog.client.errors import TriologClientError
-    from triolog.client.security import load_command_config
 
     try:
-        security = {"security": load_command_config(args.command_config)} if args.command_config else {}
-        with AdminClient(args.bootstrap_server, client_id="triolog-users", **security) as admin:
+        with online_admin(args, "triolog-users") as admin:
             if args.list:
                 for user, described in sorted(admin.describe_user_scram_credentials().items()):
                     print(f"User:{user} " + " ".join(f"{i.mechanism}(iterations={i.iterations})"
@@ -112,7 +108,7 @@ def _run_online(args: argparse.Namespace) -> int:
             admin.alter_user_scram_credentials([UserScramCredentialDeletion(args.user, m) for m in wanted])
             print(f"User:{args.user}: {', '.join(wanted)} credentials deleted on {args.bootstrap_server}")
             return 0
-    except (TriologClientError, ValueError) as exc:
+    except ToolError as exc:
         return _fail(str(exc))
 
 
