@@ -9,6 +9,25 @@ class ToolError(Exception):
     """What a tool reports as one line on stderr, exiting 1."""
 
 
+class UsageError(Exception):
+    """Options that do not go together; reported on stderr, exiting 2."""
+
+
+def online_mode(args) -> bool:
+    """Whether `triolog acls`/`configs` act online (--bootstrap-server) or offline (serve's
+    --config/--override, which they need explicitly: an offline change to the embedded default's
+    ./data is rarely meant); UsageError for neither, both, or --command-config offline."""
+    offline = bool(args.config or args.override)
+    if args.bootstrap_server and offline:
+        raise UsageError("give --bootstrap-server (online) or --config/--override (offline), not both")
+    if not args.bootstrap_server and not offline:
+        raise UsageError("give --bootstrap-server (online, with --command-config for TLS/SASL) or "
+                         "--config/--override (offline, on a stopped broker)")
+    if args.command_config and not args.bootstrap_server:
+        raise UsageError("--command-config goes with --bootstrap-server")
+    return bool(args.bootstrap_server)
+
+
 @contextlib.contextmanager
 def offline_store(args, open_store, what: str):
     """``open_store(directory, fs)`` on the first log dir of a stopped broker (its config found as

@@ -22,7 +22,7 @@ import argparse
 import sys
 from collections.abc import Iterable
 
-from triolog.broker.tools import ToolError, add_location_arguments, offline_store, online_admin
+from triolog.broker.tools import ToolError, UsageError, add_location_arguments, offline_store, online_admin, online_mode
 
 DESCRIPTION = (
     "Add, remove and list ACLs, like Kafka's kafka-acls.sh: online through --bootstrap-server (and "
@@ -60,15 +60,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_location_arguments(parser)
 
 
-class UsageError(Exception):
-    pass
-
-
 def run(args: argparse.Namespace) -> int:
     from triolog.client.admin_core import acl_enum
 
     try:
-        online = _mode(args)
+        online = online_mode(args)
         pattern_type = _pattern_type(args)
         resources = _resources(args)
         operations = [acl_enum(op, _OPERATION_NAMES, "operation") for op in args.operation]
@@ -92,19 +88,6 @@ def run(args: argparse.Namespace) -> int:
 
 _OPERATION_NAMES = ("ALL", "READ", "WRITE", "CREATE", "DELETE", "ALTER", "DESCRIBE", "CLUSTER_ACTION",
                     "DESCRIBE_CONFIGS", "ALTER_CONFIGS", "IDEMPOTENT_WRITE")
-
-
-def _mode(args) -> bool:
-    """True online, False offline."""
-    offline = bool(args.config or args.override)
-    if args.bootstrap_server and offline:
-        raise UsageError("give --bootstrap-server (online) or --config/--override (offline), not both")
-    if not args.bootstrap_server and not offline:
-        raise UsageError("give --bootstrap-server (online, with --command-config for TLS/SASL) or "
-                         "--config/--override (offline, on a stopped broker)")
-    if args.command_config and not args.bootstrap_server:
-        raise UsageError("--command-config goes with --bootstrap-server")
-    return bool(args.bootstrap_server)
 
 
 def _pattern_type(args) -> str | None:

@@ -24,7 +24,7 @@ import re
 import sys
 from decimal import Decimal
 
-from triolog.broker.tools import ToolError, add_location_arguments, offline_store, online_admin
+from triolog.broker.tools import ToolError, UsageError, add_location_arguments, offline_store, online_admin, online_mode
 
 DESCRIPTION = (
     "Set, delete and describe client quotas (producer_byte_rate, consumer_byte_rate, request_percentage per user "
@@ -84,13 +84,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_location_arguments(parser)
 
 
-class UsageError(Exception):
-    pass
-
-
 def run(args: argparse.Namespace) -> int:
     try:
-        online = _mode(args)
+        online = online_mode(args)
         pairs = _entity_pairs(args)
         added = _parse_added(args.add_config)
         deleted = [key.strip() for text in args.delete_config for key in text.split(",") if key.strip()]
@@ -102,19 +98,6 @@ def run(args: argparse.Namespace) -> int:
         return backend.run(lambda quotas: _act(args, quotas, pairs, added, deleted))
     except ToolError as exc:
         return _fail(str(exc), 1)
-
-
-def _mode(args) -> bool:
-    """True online, False offline."""
-    offline = bool(args.config or args.override)
-    if args.bootstrap_server and offline:
-        raise UsageError("give --bootstrap-server (online) or --config/--override (offline), not both")
-    if not args.bootstrap_server and not offline:
-        raise UsageError("give --bootstrap-server (online, with --command-config for TLS/SASL) or "
-                         "--config/--override (offline, on a stopped broker)")
-    if args.command_config and not args.bootstrap_server:
-        raise UsageError("--command-config goes with --bootstrap-server")
-    return bool(args.bootstrap_server)
 
 
 def _entity_pairs(args) -> list[tuple[str, str | None]]:
