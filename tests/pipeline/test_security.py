@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tests.e2e.broker_process import BrokerProcess
-from tests.security.test_client_security import add_user
+from tests.security.brokers import add_user
 from tests.security.tls_certs import make_tls_files
 from triolog.client import AdminClient, NewTopic, Producer
 from triolog.pipeline.options import OptionError, parse_read_options, parse_write_options

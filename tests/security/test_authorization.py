@@ -15,7 +15,7 @@ from triolog.protocol.errors import ErrorCode
 from triolog.protocol.records import build_batch
 
 from .sasl_client import MsgpackClient, logged_in
-from .test_sasl_listeners import add_user
+from .brokers import add_user
 
 E = ErrorCode
 TOPIC, GROUP = "orders", "billing"

@@ -12,7 +12,7 @@ import pytest
 from tests.e2e.broker_process import ROOT, BrokerProcess
 from triolog.client.security import load_command_config, parse_properties
 
-from .test_client_security import AUTHORIZER, add_user
+from .brokers import AUTHORIZER, add_user, sasl_ssl_broker
 from .tls_certs import make_tls_files
 
 
@@ -28,12 +28,7 @@ def tls(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory, tls):
-    data = tmp_path_factory.mktemp("cli-sasl-ssl") / "data"
-    for user in ("admin", "alice"):
-        add_user(data, user, f"{user}-secret")
-    process = BrokerProcess(data, security="SASL_SSL", overrides=(
-        f"ssl.keystore.location={tls.keystore}", "sasl.enabled.mechanisms=SCRAM-SHA-512,SCRAM-SHA-256",
-        AUTHORIZER, "super.users=User:admin", "group.initial.rebalance.delay.ms=0")).start()
+    process = sasl_ssl_broker(tmp_path_factory.mktemp("cli-sasl-ssl") / "data", tls, "SCRAM-SHA-512,SCRAM-SHA-256")
     yield process
     process.stop()
 

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import socket
-import subprocess
-import sys
 import threading
 import time
 
@@ -16,7 +14,7 @@ import pytest
 import trio
 import trustme
 
-from tests.e2e.broker_process import ROOT, BrokerProcess
+from tests.e2e.broker_process import BrokerProcess
 from triolog.client import (AclBinding, AclBindingFilter, AdminClient, Consumer, NewTopic, Producer,
                             SaslAuthenticationFailedError, TopicAuthorizationFailedError, TopicPartition,
                             UserScramCredentialDeletion, UserScramCredentialUpsertion)
@@ -27,17 +25,8 @@ from triolog.client.errors import InvalidResponseError, RequestNotSentError, Sec
 from triolog.client.security import SecurityConfig
 from triolog.protocol import messages as m
 
+from .brokers import add_user, sasl_ssl_broker
 from .tls_certs import make_tls_files
-
-AUTHORIZER = "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer"
-
-
-def add_user(data_dir, user: str, password: str) -> None:
-    done = subprocess.run([sys.executable, "-m", "triolog.broker.cli", "users", "--add", "--user", user,
-                           "--password", password, "--override", f"log.dirs={data_dir}"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-
 
 @pytest.fixture(scope="module")
 def tls(tmp_path_factory):
@@ -47,12 +36,7 @@ def tls(tmp_path_factory):
 @pytest.fixture(scope="module")
 def sasl_ssl(tmp_path_factory, tls):
     """SASL_SSL (SCRAM-SHA-512, SCRAM-SHA-256 and PLAIN) with an authorizer: admin is a super user."""
-    data = tmp_path_factory.mktemp("sasl-ssl") / "data"
-    for user in ("admin", "alice"):
-        add_user(data, user, f"{user}-secret")
-    broker = BrokerProcess(data, security="SASL_SSL", overrides=(
-        f"ssl.keystore.location={tls.keystore}", "sasl.enabled.mechanisms=SCRAM-SHA-512,SCRAM-SHA-256,PLAIN",
-        AUTHORIZER, "super.users=User:admin", "group.initial.rebalance.delay.ms=0")).start()
+    broker = sasl_ssl_broker(tmp_path_factory.mktemp("sasl-ssl") / "data", tls, "SCRAM-SHA-512,SCRAM-SHA-256,PLAIN")
     yield broker
     broker.stop()
 

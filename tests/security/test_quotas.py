@@ -180,8 +180,6 @@ def test_triolog_producers_wait_out_their_throttle(broker):
 
 
 def test_connections_over_an_ips_creation_rate_are_refused(broker):
-    import socket
-
     client = MsgpackClient(broker.port)
     assert _alter(client, _entity(ip=None), connection_creation_rate=5)["error_code"] == 0
     accepted = refused = 0

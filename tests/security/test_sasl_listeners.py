@@ -8,30 +8,21 @@ from __future__ import annotations
 import socket
 import struct
 import subprocess
-import sys
 import time
 
 import msgpack
 import pytest
 from scramp import ScramClient
 
-from tests.e2e.broker_process import ROOT, BrokerProcess
+from tests.e2e.broker_process import BrokerProcess
 from triolog.protocol import messages as m
 from triolog.protocol.errors import ErrorCode
 
+from .brokers import add_user
 from .sasl_client import MsgpackClient
 from .tls_certs import make_tls_files
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
-
-
-def add_user(data_dir, user: str, password: str, *mechanisms: str) -> None:
-    args = [sys.executable, "-m", "triolog.broker.cli", "users", "--add", "--user", user, "--password", password,
-            "--override", f"log.dirs={data_dir}"]
-    for mechanism in mechanisms:
-        args += ["--mechanism", mechanism]
-    done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
 
 
 @pytest.fixture(scope="module")

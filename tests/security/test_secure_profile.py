@@ -16,7 +16,7 @@ from triolog.protocol import messages as m
 from triolog.protocol.errors import ErrorCode
 
 from .sasl_client import MsgpackClient
-from .test_sasl_listeners import add_user
+from .brokers import add_user
 
 SECURE = ROOT / "deploy" / "secure"
 
