@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from triolog.client import Producer
@@ -106,8 +108,24 @@ def test_describe_log_dirs_refuses_malformed_requests_and_stays_usable(broker, f
 
 
 def test_describe_log_dirs_is_counted_in_the_request_metrics(broker, admin):
-    before = broker.sample("triolog_server_requests_total", api="describe_log_dirs", error="NONE")
+    def count() -> float:
+        return broker.sample("triolog_server_requests_total", api="describe_log_dirs", error="NONE")
+
+    # A request is counted once its response is written, so the previous test's last one may be
+    # counted after that test ended: start from a count that has settled, then wait for ours.
+    before = _settled(count)
     admin.describe_log_dirs([])
-    # Counted once the response is written: wait for it rather than race it.
-    wait_for(lambda: broker.sample("triolog_server_requests_total", api="describe_log_dirs", error="NONE")
-             == before + 1, 10, "describe_log_dirs counted in triolog_server_requests_total")
+    wait_for(lambda: count() == before + 1, 10, "describe_log_dirs counted in triolog_server_requests_total")
+
+
+def _settled(sample, quiet_s: float = 0.2, timeout_s: float = 10.0) -> float:
+    """``sample()`` once it has not changed for ``quiet_s``."""
+    deadline = time.monotonic() + timeout_s
+    value = sample()
+    while time.monotonic() < deadline:
+        time.sleep(quiet_s)
+        again = sample()
+        if again == value:
+            return value
+        value = again
+    raise AssertionError(f"still changing after {timeout_s} s: {value}")
