@@ -331,20 +331,28 @@ def make_values(boot: str, name: str, partitions: int, records: int, start: int)
     return values
 
 
-def test_subscribing_again_during_a_join_rejoins_with_the_new_topics(boot, group, topic):
-    make_topic(boot, f"{topic}.a", 1, 2)
-    make_topic(boot, f"{topic}.b", 1, 2)
-    with Consumer(boot, group_id=group, auto_offset_reset="earliest", **FAST) as consumer:
-        consumer.subscribe([f"{topic}.a"])
-        # poll(0) until the join with the member id (after MEMBER_ID_REQUIRED) is written and
-        # its answer not yet taken: later polls await it
-        group_state = consumer._core.group
-        wait_for(lambda: consumer.poll(0) == {} and group_state.member_id and group_state._join is not None, 10,
-                 "a join in flight with a member id")
-        consumer.subscribe([f"{topic}.a", f"{topic}.b"])
-        got = consume(consumer, 4)
-        assert {r.topic for r in got} == {f"{topic}.a", f"{topic}.b"}
-        assert consumer.assignment() == {TopicPartition(f"{topic}.a", 0), TopicPartition(f"{topic}.b", 0)}
+def test_subscribing_again_during_a_join_rejoins_with_the_new_topics(tmp_path, topic):
+    # Kafka's initial rebalance delay holds the first member's join (the one with its member id)
+    # for 2 s on this broker, so the resubscription lands while that join is surely in flight
+    # (on the shared broker, with no delay, a slow machine could see the join finish first).
+    slow_join = BrokerProcess(tmp_path / "data", ("group.initial.rebalance.delay.ms=2000",)).start()
+    try:
+        boot = f"127.0.0.1:{slow_join.port}"
+        make_topic(boot, f"{topic}.a", 1, 2)
+        make_topic(boot, f"{topic}.b", 1, 2)
+        with Consumer(boot, group_id="resubscribing", auto_offset_reset="earliest", **FAST) as consumer:
+            consumer.subscribe([f"{topic}.a"])
+            # poll(0) until the join with the member id (after MEMBER_ID_REQUIRED) is written and
+            # its answer not yet taken: later polls await it
+            group_state = consumer._core.group
+            wait_for(lambda: consumer.poll(0) == {} and group_state.member_id and group_state._join is not None,
+                     10, "a join in flight with a member id")
+            consumer.subscribe([f"{topic}.a", f"{topic}.b"])
+            got = consume(consumer, 4)
+            assert {r.topic for r in got} == {f"{topic}.a", f"{topic}.b"}
+            assert consumer.assignment() == {TopicPartition(f"{topic}.a", 0), TopicPartition(f"{topic}.b", 0)}
+    finally:
+        slow_join.kill()
 
 
 def test_an_unexpected_sync_group_error_rejoins_after_a_backoff_instead_of_raising():
