@@ -86,6 +86,9 @@ several brokers in one process, as in tests, do not collide):
                                                       SSL: a certificate no
                                                       ssl.principal.mapping.rules rule names)
   triolog_auth_successes_total              counter   SASL authentications, by ``mechanism``
+  triolog_auth_reauthentications_total      counter   SASL re-authentications of open
+                                                      connections (connections.max.reauth.ms),
+                                                      by ``mechanism``
   triolog_quota_bytes_total                 counter   bytes metered against a client quota, by
                                                       ``quota`` (producer_byte_rate,
                                                       consumer_byte_rate) and the quota's
@@ -109,7 +112,9 @@ several brokers in one process, as in tests, do not collide):
                                                       (connections.max.idle.ms,
                                                       request.receive.timeout.ms,
                                                       socket.request.max.bytes,
-                                                      queued.max.request.bytes)
+                                                      queued.max.request.bytes,
+                                                      connections.max.reauth.ms: a SASL
+                                                      session expired unrenewed)
   triolog_server_accept_paused              gauge     1 while accepting waits at max.connections
   triolog_server_accept_errors_total        counter   accept() failures retried, by ``error``
                                                       (EMFILE, ENFILE, ENOMEM, ENOBUFS)
@@ -188,7 +193,7 @@ _KNOWN_APIS = frozenset(API_LABELS)
 
 #: The ``limit`` label's values of triolog_server_connections_closed_total.
 CLOSE_LIMITS = ("connections.max.idle.ms", "request.receive.timeout.ms", "socket.request.max.bytes",
-                "queued.max.request.bytes")
+                "queued.max.request.bytes", "connections.max.reauth.ms")
 #: The ``error`` label's values of triolog_server_accept_errors_total (the errnos accept retries).
 ACCEPT_ERRORS = ("EMFILE", "ENFILE", "ENOMEM", "ENOBUFS")
 #: The ``protocol`` label's values of triolog_server_wrong_protocol_connections_total.
@@ -266,6 +271,11 @@ class ServerMetrics:
         self._auth_successes = Counter(
             "triolog_auth_successes_total", "SASL authentications, by mechanism.", ("mechanism",),
             registry=registry,
+        )
+        self._reauthentications = Counter(
+            "triolog_auth_reauthentications_total",
+            "SASL re-authentications of open connections (connections.max.reauth.ms), by mechanism; "
+            "also counted in triolog_auth_successes_total.", ("mechanism",), registry=registry,
         )
         for protocol in WRONG_PROTOCOLS:
             self._wrong_protocol.labels(protocol)
@@ -395,8 +405,10 @@ class ServerMetrics:
         if throttle_s:
             self._quota_throttle.labels(*labels).inc(throttle_s)
 
-    def authenticated(self, mechanism: str) -> None:
+    def authenticated(self, mechanism: str, reauthenticated: bool = False) -> None:
         self._auth_successes.labels(mechanism).inc()
+        if reauthenticated:
+            self._reauthentications.labels(mechanism).inc()
 
     def authentication_failed(self, mechanism: str) -> None:
         self._auth_failures.labels(mechanism).inc()

@@ -641,6 +641,14 @@ def _security_keys() -> Iterator[BrokerConfigKey]:
         "Longest frame a client may send before it has authenticated on a SASL listener.",
         group, attr="sasl_server_max_receive_size", minimum=1)
     yield BrokerConfigKey(
+        "connections.max.reauth.ms", "long", 0,
+        "How long a SASL session lasts (KIP-368). When it is over 0, the broker tells each client "
+        "its session lifetime when it authenticates; the client must authenticate again on the "
+        "same connection before then (Kafka clients and librdkafka 2.2 or later do; triolog's "
+        "clients open a new connection), or the broker closes the connection at its next request. "
+        "A deleted user's or a changed password's connections end this way. 0: sessions never expire.",
+        group, attr="connections_max_reauth_ms", minimum=0)
+    yield BrokerConfigKey(
         "connection.failed.authentication.delay.ms", "int", 100,
         "How long the broker waits before answering a failed authentication (and closing the "
         "connection), which slows password guessing.",
@@ -853,6 +861,7 @@ class BrokerConfig:
     sasl_enabled_mechanisms: tuple[str, ...] = ("SCRAM-SHA-256", "SCRAM-SHA-512")
     sasl_server_max_receive_size: int = 524288
     connection_failed_authentication_delay_ms: int = 100
+    connections_max_reauth_ms: int = 0
     authorizer_class_name: str = ""
     super_users: tuple[str, ...] = ()
     allow_everyone_if_no_acl_found: bool = False

@@ -1060,7 +1060,8 @@ class SaslAuthenticateResponse(Response):
     api: ClassVar[str] = "sasl_authenticate"
     #: The server's SASL message (SCRAM's server-first or server-final).
     auth_bytes: bytes = b""
-    #: 0: the session does not expire (no re-authentication, KIP-368).
+    #: When the exchange completes: how long the session lasts before the client must
+    #: re-authenticate (KIP-368, connections.max.reauth.ms); 0: it never expires.
     session_lifetime_ms: Int64 = 0
 
 

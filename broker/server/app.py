@@ -414,7 +414,8 @@ class BrokerServer:
         tls = uses_tls(endpoint)
         if uses_sasl(endpoint):
             options.update(
-                sasl=SaslServerSession(offered_mechanisms(config.sasl_enabled_mechanisms, tls), self.credentials),
+                sasl=SaslServerSession(offered_mechanisms(config.sasl_enabled_mechanisms, tls), self.credentials,
+                                       max_reauth_ms=config.connections_max_reauth_ms),
                 auth_failure_delay_s=config.connection_failed_authentication_delay_ms / 1000,
                 sasl_max_frame_bytes=config.sasl_server_max_receive_size, auth_limiter=self.auth_limiter)
         options["quotas"] = self.quotas

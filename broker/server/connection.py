@@ -195,7 +195,7 @@ class ConnectionStats(Protocol):
 
     def tls_handshake_failed(self) -> None: ...
 
-    def authenticated(self, mechanism: str) -> None: ...
+    def authenticated(self, mechanism: str, reauthenticated: bool = False) -> None: ...
 
     def authentication_failed(self, mechanism: str) -> None: ...
 
@@ -564,6 +564,8 @@ class ClientConnection:
                     return False
                 return True
             api = request.api
+            if self._session_expired(api == "sasl_handshake"):
+                return False
             if api in _SASL_APIS or (self.sasl is not None and not self.sasl.authenticated):
                 response, keep_open = await self._sasl_request(request)
                 if response is not None:
@@ -645,27 +647,34 @@ class ClientConnection:
                             "this listener does not authenticate with SASL (it is not a SASL_PLAINTEXT "
                             "or SASL_SSL listener)"), True
         if type(request) is m.SaslHandshakeRequest:
-            code, message = session.handshake(request.mechanism)
+            was_authenticated = session.authenticated
+            code, message = session.handshake(request.mechanism, trio.current_time())
+            if code == ErrorCode.ILLEGAL_SASL_STATE and was_authenticated:
+                # Kafka hands it to its request handlers, which refuse it: the connection stays
+                return m.SaslHandshakeResponse(id=request.id, error_code=code, error_message=message,
+                                               mechanisms=session.mechanisms), True
             if code:
                 logger.warning("authentication_failed", peer=self.peer, mechanism=_shown(request.mechanism),
-                               reason=message)
+                               reason=message, reauthentication=was_authenticated)
                 self._auth_failed(request.mechanism)
             return m.SaslHandshakeResponse(id=request.id, error_code=code, error_message=message,
                                            mechanisms=session.mechanisms), not code
         if type(request) is m.SaslAuthenticateRequest:
+            reauthenticating = session.reauthenticating
             try:
                 answer = await self._authenticate_step(session, request.auth_bytes)
             except AuthenticationFailed as exc:
                 logger.warning("authentication_failed", peer=self.peer, mechanism=session.mechanism, reason=str(exc),
-                               delay_ms=round(self.auth_failure_delay_s * 1000))
+                               delay_ms=round(self.auth_failure_delay_s * 1000), reauthentication=reauthenticating)
                 self._auth_failed(session.mechanism)
                 await trio.sleep(self.auth_failure_delay_s)  # slows password guessing
                 return m.SaslAuthenticateResponse(id=request.id, error_code=exc.code, error_message=str(exc)), False
             if answer is None:  # the client hung up while its step waited
                 raise trio.BrokenResourceError("the client hung up during SASL authentication")
+            lifetime_ms = 0
             if session.authenticated:
-                self._authenticated(session)
-            return m.SaslAuthenticateResponse(id=request.id, auth_bytes=answer), True
+                lifetime_ms = self._authenticated(session, reauthenticating)
+            return m.SaslAuthenticateResponse(id=request.id, auth_bytes=answer, session_lifetime_ms=lifetime_ms), True
         if request.api in PRE_AUTHENTICATION_APIS:
             return None, True
         logger.warning("request_before_authentication", peer=self.peer, api=request.api,
@@ -753,13 +762,31 @@ class ClientConnection:
         if throttle_s:
             result.response = dataclasses.replace(result.response, throttle_ms=throttle_ms(throttle_s))
 
-    def _authenticated(self, session: SaslServerSession) -> None:
+    def _authenticated(self, session: SaslServerSession, reauthenticated: bool = False) -> int:
+        """The exchange completed: act as its principal; the session's lifetime in ms (0: forever)."""
+        lifetime_ms = session.begin_session(trio.current_time())
         self.principal = session.principal
         PRINCIPAL.set(self.principal)
         self.decoder.max_frame_bytes = self.max_frame_bytes
-        logger.debug("authenticated", peer=self.peer, principal=session.principal, mechanism=session.mechanism)
+        logger.debug("reauthenticated" if reauthenticated else "authenticated", peer=self.peer,
+                     principal=session.principal, mechanism=session.mechanism, session_lifetime_ms=lifetime_ms)
         if self.stats is not None:
-            self.stats.authenticated(session.mechanism)
+            self.stats.authenticated(session.mechanism, reauthenticated)
+        return lifetime_ms
+
+    def _session_expired(self, handshake: bool) -> bool:
+        """KIP-368: a request on a session past its lifetime closes the connection unanswered,
+        unless it is the handshake that begins a re-authentication."""
+        session = self.sasl
+        if session is None or session.expires_at is None:
+            return False
+        now = trio.current_time()
+        if not session.expired(now) or (handshake and session.may_reauthenticate(now)):
+            return False
+        logger.info("sasl_session_expired", peer=self.peer, principal=self.principal,
+                    action="connection closed: the client did not re-authenticate (connections.max.reauth.ms)")
+        self._closed_by("connections.max.reauth.ms")
+        return True
 
     def _auth_failed(self, mechanism: str | None) -> None:
         """Counted by mechanism; a name no listener offers is "unsupported" (the client chooses

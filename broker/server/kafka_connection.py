@@ -24,7 +24,7 @@ import trio
 
 from triolog.protocol import messages as m
 from triolog.protocol.errors import ErrorCode
-from triolog.protocol.frames import PREFIX_SIZE, frame_prefix
+from triolog.protocol.frames import PREFIX_SIZE
 from triolog.protocol.kafka.apis import Adapter, Direct, KafkaContext
 from triolog.protocol.kafka.request_bounds import RequestTooLarge, check_request
 from triolog.protocol.kafka.requests import (
@@ -94,6 +94,9 @@ class KafkaConnection(ClientConnection):
                                    action="connection closed, as Kafka closes it (SaslHandshake and SaslAuthenticate first)")
                     code = ErrorCode.ILLEGAL_SASL_STATE
                     return False
+            if self.sasl is not None and len(frame) >= 2 and self._session_expired(
+                    int.from_bytes(frame[:2], "big", signed=True) == SASL_HANDSHAKE_KEY):
+                return False  # unanswered, as Kafka's SocketServer closes an expired channel
             try:
                 request, large = await self._decode(frame)
             except UnsupportedVersion as exc:
@@ -197,6 +200,7 @@ class KafkaConnection(ClientConnection):
         """One SASL message after SaslHandshake v0 (a bare frame), answered with a bare frame; a
         failure closes the connection without an answer, as Kafka does for v0 clients."""
         session = self.sasl
+        reauthenticating = session.reauthenticating
         try:
             answer = await self._authenticate_step(session, bytes(token))
         except AuthenticationFailed as exc:
@@ -209,7 +213,7 @@ class KafkaConnection(ClientConnection):
             return False
         if session.authenticated:
             self._raw_sasl_tokens = False
-            self._authenticated(session)
+            self._authenticated(session, reauthenticating)
         await self._send_bytes("sasl_authenticate", answer)
         return True
 

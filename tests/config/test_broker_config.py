@@ -58,6 +58,7 @@ KAFKA_DEFAULTS = {
     "sasl.enabled.mechanisms": ("SCRAM-SHA-256", "SCRAM-SHA-512"),
     "sasl.server.max.receive.size": 524288,
     "connection.failed.authentication.delay.ms": 100,
+    "connections.max.reauth.ms": 0,
     "authorizer.class.name": "",
     "super.users": (),
     "allow.everyone.if.no.acl.found": False,
