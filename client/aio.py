@@ -41,7 +41,7 @@ from .errors import (ClientTimeoutError, InvalidResponseError, ProducerClosedErr
 from .ops import Call, Op, Sleep, Submit, T, now
 from .producer import SEND_MANY_SLICE, _values_size
 from .producer_core import ProducerConfig, ProducerCore, RecordFuture, RecordFutures
-from .security import PLAINTEXT, SecurityConfig, login_error, sasl_exchange, split_security
+from .security import PLAINTEXT, SecurityConfig, login_error, renewal_time, sasl_exchange, split_security
 from .types import EARLIEST, LATEST, ConfigEntry, ConsumerRecord, OffsetAndTimestamp, RecordMetadata, TopicDescription, TopicPartition
 
 __all__ = ["AsyncAdminClient", "AsyncConnection", "AsyncConsumer", "AsyncProducer", "AsyncRecordFuture", "AsyncRecordFutures",
@@ -96,6 +96,10 @@ class _Link:
         self.pending: deque[_Slot] = deque()
         self.broken: BaseException | None = None
         self.cancel_scope = trio.CancelScope()
+        #: When (trio time) this link stops taking requests: its SASL session ends soon.
+        self.renew_at: float | None = None
+        #: No longer the connection's link: closed once its last response is in.
+        self.retired = False
 
 
 class AsyncConnection:
@@ -125,14 +129,27 @@ class AsyncConnection:
         async with self._connect_lock:
             if self._closed:
                 raise RequestNotSentError("connection closed by the client")
+            link = self._link
+            if link is not None and link.renew_at is not None and trio.current_time() >= link.renew_at:
+                self._retire(link)
             if self._link is None or self._link.broken is not None:
                 stream = await self._open_stream()
                 decoder = FrameDecoder()
+                lifetime_ms = 0
                 if not self.security.is_plaintext:
-                    stream = await self._secure(stream, decoder)
+                    stream, lifetime_ms = await self._secure(stream, decoder)
                 self._link = _Link(stream, decoder)
+                self._link.renew_at = renewal_time(trio.current_time(), lifetime_ms)
                 self._nursery.start_soon(self._reader, self._link)
             return self._link
+
+    def _retire(self, link: _Link) -> None:
+        """Send nothing more on ``link`` (its SASL session is about to expire); its reader closes
+        it once no response is due on it."""
+        self._link = None
+        link.retired = True
+        if not link.pending:
+            self._break(link, ResponseLostError("connection renewed: its SASL session was about to expire"))
 
     async def _open_stream(self) -> trio.SocketStream:
         """A stream to the first bootstrap server that accepts (see :mod:`triolog.client.connection`)."""
@@ -150,8 +167,9 @@ class AsyncConnection:
             return stream
         raise RequestNotSentError(no_broker_message(failures))
 
-    async def _secure(self, stream: trio.SocketStream, decoder: FrameDecoder) -> trio.abc.Stream:
-        """TLS then SASL, as configured, on a new stream (closed on failure): see
+    async def _secure(self, stream: trio.SocketStream, decoder: FrameDecoder) -> tuple[trio.abc.Stream, int]:
+        """TLS then SASL, as configured, on a new stream (closed on failure), and the SASL
+        session's lifetime in ms (0: none): see
         :meth:`triolog.client.connection.SyncConnection._secure` for the errors."""
         name = format_address((self.host, self.port))
         try:
@@ -164,10 +182,11 @@ class AsyncConnection:
                     raise RequestNotSentError(f"TLS handshake with {name} timed out") from None
                 except trio.BrokenResourceError as exc:
                     raise login_error("TLS handshake", name, exc) from None
+            lifetime_ms = 0
             if self.security.uses_sasl:
                 with trio.fail_after(self.connect_timeout_s):
-                    await self._authenticate(stream, name, decoder)
-            return stream
+                    lifetime_ms = await self._authenticate(stream, name, decoder)
+            return stream, lifetime_ms
         except BaseException as exc:
             with trio.CancelScope(shield=True):
                 await trio.aclose_forcefully(stream)
@@ -175,7 +194,7 @@ class AsyncConnection:
                 raise RequestNotSentError(f"SASL authentication with {name} timed out") from None
             raise
 
-    async def _authenticate(self, stream: trio.abc.Stream, name: str, decoder: FrameDecoder) -> None:
+    async def _authenticate(self, stream: trio.abc.Stream, name: str, decoder: FrameDecoder) -> int:
         exchange = sasl_exchange(self.security, name)
         request = next(exchange)
         while True:
@@ -191,8 +210,8 @@ class AsyncConnection:
                 raise login_error("SASL authentication", name, exc) from None
             try:
                 request = exchange.send(decode_answer(answer, request))
-            except StopIteration:
-                return
+            except StopIteration as done:
+                return done.value
 
     async def call(self, request, timeout_s: float) -> dict | None:
         slot = await self.submit(request)
@@ -292,6 +311,8 @@ class AsyncConnection:
                             raise
                         finally:
                             slot.event.set()
+                        if link.retired and not link.pending:
+                            return  # renewed: the finally below closes it
         except TriologClientError as exc:
             self._break(link, exc)
         finally:

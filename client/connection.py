@@ -45,7 +45,7 @@ from triolog.protocol.frames import NEED_DATA, FrameDecoder, ProtocolError, enco
 
 from .address import DEFAULT_BOOTSTRAP, format_address, parse_bootstrap, parse_bootstrap_servers
 from .errors import InvalidResponseError, RequestNotSentError, ResponseLostError
-from .security import PLAINTEXT, SecurityConfig, login_error, sasl_exchange
+from .security import PLAINTEXT, SecurityConfig, login_error, renewal_time, sasl_exchange
 
 __all__ = ["DEFAULT_BOOTSTRAP", "InFlight", "SyncConnection", "parse_bootstrap"]
 
@@ -167,6 +167,10 @@ class _Link:
         self.decoder = decoder or FrameDecoder()
         self.pending: deque[InFlight] = deque()
         self.broken: BaseException | None = None
+        #: When (time.monotonic) this link stops taking requests: its SASL session ends soon.
+        self.renew_at: float | None = None
+        #: No longer the connection's link: closed once its last response is in.
+        self.retired = False
         self.poller = select.poll()
         self.poller.register(sock, select.POLLIN)
 
@@ -241,6 +245,9 @@ class SyncConnection:
         if self._closed:
             raise RequestNotSentError("connection closed by the client")
         link = self._link
+        if link is not None and link.renew_at is not None and time.monotonic() >= link.renew_at:
+            self._retire(link)
+            link = None
         if link is None or link.broken is not None:
             failures = []
             for index in connect_order(self.addresses, self._last_good):
@@ -273,17 +280,21 @@ class SyncConnection:
                 except OSError as exc:
                     raise login_error("TLS handshake", name, exc) from None
             decoder = FrameDecoder()
+            renew_at = None
             if security.uses_sasl:
-                self._authenticate(sock, name, decoder)
+                renew_at = renewal_time(time.monotonic(), self._authenticate(sock, name, decoder))
             if security.uses_tls:
                 sock.setblocking(False)
-            return _Link(sock, address, tls=security.uses_tls, decoder=decoder)
+            link = _Link(sock, address, tls=security.uses_tls, decoder=decoder)
+            link.renew_at = renew_at
+            return link
         except BaseException:
             sock.close()
             raise
 
-    def _authenticate(self, sock: socket.socket, name: str, decoder: FrameDecoder) -> None:
-        """The SASL exchange on a new (blocking) socket, before any other request."""
+    def _authenticate(self, sock: socket.socket, name: str, decoder: FrameDecoder) -> int:
+        """The SASL exchange on a new (blocking) socket, before any other request; the session's
+        lifetime in ms (0: it never expires)."""
         exchange = sasl_exchange(self.security, name)
         request = next(exchange)
         while True:
@@ -299,8 +310,19 @@ class SyncConnection:
                 raise login_error("SASL authentication", name, exc) from None
             try:
                 request = exchange.send(decode_answer(answer, request))
-            except StopIteration:
-                return
+            except StopIteration as done:
+                return done.value
+
+    def _retire(self, link: _Link) -> None:
+        """Send nothing more on ``link`` (its SASL session is about to expire); close it now if no
+        response is due on it, else when the last one is read."""
+        with self._state_lock:
+            if self._link is link:
+                self._link = None
+            link.retired = True
+            idle = not link.pending
+        if idle:
+            self._break(link, ResponseLostError("connection renewed: its SASL session was about to expire"))
 
     def _break(self, link: _Link, error: BaseException) -> None:
         """Close ``link``: every request still awaiting a response on it gets ``error``."""
@@ -404,6 +426,8 @@ class SyncConnection:
             except InvalidResponseError as exc:
                 waiting._settle(None, exc)
                 self._break(link, exc)
+            if link.retired and not link.pending:
+                self._break(link, ResponseLostError("connection renewed: its SASL session was about to expire"))
             return True
         if link.broken is not None:
             return True

@@ -25,7 +25,10 @@ password), ``ssl.truststore.location`` (a PEM file) or ``ssl.cafile``, ``ssl.key
 SASL runs on every (re)connection, after TLS and before the first request
 (:func:`sasl_exchange`, a sans-IO generator both connection kinds drive). SCRAM's server-final
 signature is verified (scramp's ``set_server_final``), so a broker that does not know the
-password's key cannot pass. A refusal raises :class:`SaslAuthenticationFailedError` (or the typed
+password's key cannot pass. When the broker gives sessions a lifetime (KIP-368,
+``connections.max.reauth.ms``), a connection takes no new request after 85-95% of it
+(:func:`renewal_time`): the next one goes on a new connection, which logs in again, while the
+old one delivers its last responses and closes. A refusal raises :class:`SaslAuthenticationFailedError` (or the typed
 error of the broker's code) with the broker's message; a failed TLS handshake raises
 :class:`SslHandshakeError`. Neither is retried.
 """
@@ -35,6 +38,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import random
 import re
 import ssl
 from collections.abc import Generator, Mapping
@@ -56,6 +60,7 @@ __all__ = [
     "load_command_config",
     "login_error",
     "parse_properties",
+    "renewal_time",
     "sasl_exchange",
     "security_from_properties",
     "split_security",
@@ -219,9 +224,10 @@ def login_error(step: str, address: str, exc: BaseException) -> TriologClientErr
 # -- the SASL exchange (sans-IO) -----------------------------------------------------------------
 
 
-def sasl_exchange(security: SecurityConfig, address: str) -> Generator[m.Request, dict, None]:
+def sasl_exchange(security: SecurityConfig, address: str) -> Generator[m.Request, dict, int]:
     """The requests of one SASL authentication: send each yielded request, send back its
-    response dict; returns when authenticated, raises the typed error otherwise."""
+    response dict; returns the session's lifetime in ms when authenticated (0: it never
+    expires; see :func:`renewal_time`), raises the typed error otherwise."""
     from scramp import ScramClient, ScramException
 
     mechanism = security.sasl_mechanism
@@ -234,7 +240,7 @@ def sasl_exchange(security: SecurityConfig, address: str) -> Generator[m.Request
     if mechanism == "PLAIN":
         doc = yield m.SaslAuthenticateRequest(id=0, auth_bytes=b"\0" + user.encode() + b"\0" + password.encode())
         _check_sasl(doc, address, user)
-        return
+        return int(doc.get("session_lifetime_ms") or 0)
     scram = ScramClient([mechanism], user, password)
     doc = yield m.SaslAuthenticateRequest(id=0, auth_bytes=scram.get_client_first().encode())
     _check_sasl(doc, address, user)
@@ -250,6 +256,17 @@ def sasl_exchange(security: SecurityConfig, address: str) -> Generator[m.Request
     except (ScramException, UnicodeDecodeError) as exc:
         raise SaslAuthenticationFailedError(
             f"{address} did not prove it knows User:{user}'s credential (SCRAM server signature: {exc})") from None
+    return int(doc.get("session_lifetime_ms") or 0)
+
+
+def renewal_time(authenticated_at: float, session_lifetime_ms: int) -> float | None:
+    """When a connection whose SASL session lasts ``session_lifetime_ms`` (KIP-368,
+    connections.max.reauth.ms) stops taking new requests, so that a new connection logs in
+    again before the broker would close this one: at 85-95% of the lifetime, at random, as
+    Kafka's clients re-authenticate; None for a session that never expires."""
+    if session_lifetime_ms <= 0:
+        return None
+    return authenticated_at + random.uniform(0.85, 0.95) * session_lifetime_ms / 1000
 
 
 def _check_sasl(doc: dict, address: str, user: str) -> None:

@@ -329,3 +329,64 @@ def test_the_server_first_message_of_an_unknown_user_looks_like_a_real_one(mecha
 
     store.upsert("real", make_credential(mechanism, "pw"))
     assert salt_and_iterations("real") == salt_and_iterations("nobody-by-that-name")
+
+
+def _login(session, now: float, user: str = "alice", password: str = "alice-pw") -> int:
+    """A SCRAM-SHA-256 exchange through a SaslServerSession: its session lifetime (ms)."""
+    from triolog.protocol.errors import ErrorCode
+
+    assert session.handshake("SCRAM-SHA-256", now) == (ErrorCode.NONE, None)
+    client = scramp.ScramClient(["SCRAM-SHA-256"], user, password)
+    client.set_server_first(session.authenticate(client.get_client_first().encode()).decode())
+    client.set_server_final(session.authenticate(client.get_client_final().encode()).decode())
+    assert session.authenticated
+    return session.begin_session(now)
+
+
+def test_a_session_lifetime_ends_the_session_unless_renewed_at_most_once_a_second(store):
+    from triolog.broker.security.sasl import SaslServerSession
+    from triolog.protocol.errors import ErrorCode
+
+    session = SaslServerSession(("SCRAM-SHA-256", "SCRAM-SHA-512"), store, max_reauth_ms=1500)
+    assert _login(session, now=100.0) == 1500
+    assert not session.expired(101.5) and session.expired(101.6)
+    assert _login(session, now=101.6) == 1500  # renewing may come after the end (Kafka's order)
+    assert not session.expired(103.0) and session.expired(103.2)
+    code, message = session.handshake("SCRAM-SHA-256", 102.5)  # under a second since the last
+    assert code == ErrorCode.ILLEGAL_SASL_STATE and session.authenticated and session.principal == "User:alice"
+    assert _login(session, now=102.7) == 1500
+
+
+def test_renewing_as_another_user_or_with_another_mechanism_fails(store):
+    from triolog.broker.security.sasl import SaslServerSession
+
+    session = SaslServerSession(("SCRAM-SHA-256", "SCRAM-SHA-512"), store, max_reauth_ms=1000)
+    _login(session, now=0.0)
+    with pytest.raises(AuthenticationFailed, match="Cannot change principals during re-authentication "
+                                                   "from User.alice: User.only256"):
+        _login(session, now=5.0, user="only256", password="pw-256")
+    assert not session.authenticated
+
+    session = SaslServerSession(("SCRAM-SHA-256", "SCRAM-SHA-512"), store, max_reauth_ms=1000)
+    _login(session, now=0.0)
+    assert session.handshake("SCRAM-SHA-512", 5.0)[0] == 0
+    client = scramp.ScramClient(["SCRAM-SHA-512"], "alice", "alice-pw")
+    with pytest.raises(AuthenticationFailed, match="not supported for re-authentication of mechanism 'SCRAM-SHA-256'"):
+        session.authenticate(client.get_client_first().encode())
+
+
+def test_without_a_lifetime_sessions_never_end_nor_renew(store):
+    from triolog.broker.security.sasl import SaslServerSession
+
+    session = SaslServerSession(("SCRAM-SHA-256",), store)
+    assert _login(session, now=0.0) == 0
+    assert not session.expired(1e9)
+    assert session.handshake("SCRAM-SHA-256", 10.0)[0] != 0 and session.authenticated
+
+
+def test_clients_renew_at_85_to_95_percent_of_the_lifetime():
+    from triolog.client.security import renewal_time
+
+    assert renewal_time(10.0, 0) is None
+    times = [renewal_time(10.0, 2000) for _ in range(200)]
+    assert all(11.7 <= t <= 11.9 for t in times) and max(times) - min(times) > 0.1
