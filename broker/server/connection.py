@@ -754,13 +754,17 @@ class ClientConnection:
             throttle_s = max(debt_s, request_s)
             self._mute(throttle_s)
             result.close()  # no regions: nothing is read from the segments
-            result.response = _without_records(result.response, throttle_ms(throttle_s))
+            result.response = self._throttled_fetch_response(result.response, throttle_ms(throttle_s))
             return
         throttle_s = max(self._meter(self.quotas.fetch, client_id, sum(region.length for region in result.regions)),
                          request_s)
         RESPONSE_THROTTLE_MS.set(0)
         if throttle_s:
             result.response = dataclasses.replace(result.response, throttle_ms=throttle_ms(throttle_s))
+
+    def _throttled_fetch_response(self, response: m.FetchResponse, throttle: int) -> m.FetchResponse:
+        """The msgpack protocol's throttled fetch: every partition as it was, without records."""
+        return _without_records(response, throttle)
 
     def _authenticated(self, session: SaslServerSession, reauthenticated: bool = False) -> int:
         """The exchange completed: act as its principal; the session's lifetime in ms (0: forever)."""

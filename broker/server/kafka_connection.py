@@ -67,6 +67,10 @@ class KafkaConnection(ClientConnection):
         self.adapters = adapters
         self.served = served
 
+    def _throttled_fetch_response(self, response: m.FetchResponse, throttle: int) -> m.FetchResponse:
+        """Kafka's throttled fetch (FetchContext.getThrottledResponse): no partitions at all."""
+        return dataclasses.replace(response, throttle_ms=throttle, topics=())
+
     async def _refuse_frame(self, message: str) -> None:
         """Kafka answers nothing to a frame it refuses for its length: the caller closes."""
 
