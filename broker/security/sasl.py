@@ -72,7 +72,8 @@ class SaslServerSession:
         return self._reauth_started is not None and self._state is _State.AUTHENTICATE
 
     def expired(self, now: float) -> bool:
-        return self.expires_at is not None and now > self.expires_at
+        """Past the session's end, and not re-authenticating (that exchange may finish late)."""
+        return self._state is _State.COMPLETE and self.expires_at is not None and now > self.expires_at
 
     def may_reauthenticate(self, now: float) -> bool:
         """Whether a handshake now begins a re-authentication (KafkaChannel's
