@@ -644,8 +644,8 @@ def _security_keys() -> Iterator[BrokerConfigKey]:
         "connections.max.reauth.ms", "long", 0,
         "How long a SASL session lasts (KIP-368). When it is over 0, the broker tells each client "
         "its session lifetime when it authenticates; the client must authenticate again on the "
-        "same connection before then (Kafka clients and librdkafka 2.2 or later do; triolog's "
-        "clients open a new connection), or the broker closes the connection at its next request. "
+        "same connection before then (Kafka's Java clients, librdkafka 2.2 or later and kafka-python 3 "
+        "do; triolog's clients open a new connection), or the broker closes the connection at its next request. "
         "A deleted user's or a changed password's connections end this way. 0: sessions never expire.",
         group, attr="connections_max_reauth_ms", minimum=0)
     yield BrokerConfigKey(

@@ -1,8 +1,9 @@
 """SASL sessions with a lifetime (KIP-368, ``connections.max.reauth.ms``), against the real broker
 process: the lifetime announced at login, re-authentication on the same connection (same user,
 same mechanism, at most once a second), an expired connection closed unanswered at its next
-request, a deleted user's connection ending at its next re-authentication, librdkafka
-re-authenticating by itself, and triolog's clients renewing their connections in time."""
+request, a deleted user's connection ending at its next re-authentication, librdkafka and
+kafka-python re-authenticating by themselves, aiokafka (which does not) reconnecting, and
+triolog's clients renewing their connections in time."""
 
 from __future__ import annotations
 
@@ -195,6 +196,53 @@ def test_librdkafka_reauthenticates_in_place_and_keeps_producing(broker):
     assert errors == [] and len(delivered) == sent and set(delivered) == {None}
     assert _reauthentications(broker) - before >= 2
     assert _expired_closes(broker) == closed_before  # it renewed in time
+
+
+def test_kafka_python_reauthenticates_in_place(broker):
+    kafka = pytest.importorskip("kafka")
+    before, closed_before = _reauthentications(broker), _expired_closes(broker)
+    producer = kafka.KafkaProducer(
+        bootstrap_servers=f"127.0.0.1:{broker.kafka_port}", security_protocol="SASL_PLAINTEXT",
+        sasl_mechanism="SCRAM-SHA-256", sasl_plain_username="bob", sasl_plain_password="bob-secret", linger_ms=5)
+    try:
+        futures, started = [], time.monotonic()
+        while time.monotonic() - started < 2.2 * LIFETIME_MS / 1000:
+            futures.append(producer.send("reauth-kafka-python", b"v"))
+            time.sleep(0.02)
+        producer.flush(20)
+        assert sorted(f.get(10).offset for f in futures) == list(range(len(futures)))
+    finally:
+        producer.close(5)
+    assert _reauthentications(broker) - before >= 2
+    assert _expired_closes(broker) == closed_before
+
+
+def test_aiokafka_which_does_not_reauthenticate_is_closed_and_reconnects(broker):
+    """aiokafka 0.14 has no KIP-368: each session's end closes its connection at its next
+    request; it reconnects, logs in again and retries, and nothing acknowledged is lost."""
+    aiokafka = pytest.importorskip("aiokafka")
+    import asyncio
+
+    closed_before = _expired_closes(broker)
+
+    async def produce() -> list[int]:
+        producer = aiokafka.AIOKafkaProducer(
+            bootstrap_servers=f"127.0.0.1:{broker.kafka_port}", security_protocol="SASL_PLAINTEXT",
+            sasl_mechanism="SCRAM-SHA-256", sasl_plain_username="bob", sasl_plain_password="bob-secret",
+            enable_idempotence=True)
+        await producer.start()
+        try:
+            offsets, started = [], time.monotonic()
+            while time.monotonic() - started < 2.2 * LIFETIME_MS / 1000:
+                offsets.append((await producer.send_and_wait("reauth-aiokafka", b"v")).offset)
+                await asyncio.sleep(0.02)
+            return offsets
+        finally:
+            await producer.stop()
+
+    offsets = asyncio.run(produce())
+    assert offsets == list(range(len(offsets)))  # idempotent retries: each record once
+    assert _expired_closes(broker) - closed_before >= 1
 
 
 def test_our_producer_and_trio_admin_renew_their_connections_before_the_session_ends(broker):
