@@ -731,9 +731,7 @@ class ClientConnection:
     def _capped_fetch(self, request: m.FetchRequest) -> m.FetchRequest:
         """As Kafka: a fetch under a consumer_byte_rate asks for at most what the quota lets
         through in its whole window span (quota x quota.window.num x quota.window.size.seconds),
-        so no single response is larger than what could ever pass."""
-        if self.quotas is None:
-            return request
+        so no single response is larger than what could ever pass (called with quotas on)."""
         cap = self.quotas.fetch.max_value_in_window(self._user, request.client_id or "")
         if cap is None or cap >= request.max_bytes:
             return request

@@ -41,13 +41,18 @@ class TokenBucket:
 
     def spend(self, amount: float, now: float) -> float:
         """Spend ``amount``; the seconds to wait before the balance is back to zero (0 if none)."""
-        self.balance = min(self.burst, self.balance + (now - self.at) * self.rate) - amount
+        self.balance = self._balance_at(now) - amount
         self.at = now
-        return -self.balance / self.rate if self.balance < 0 else 0.0
+        return self._wait_s(self.balance)
 
     def debt_s(self, now: float) -> float:
         """The seconds until the balance is back to zero (0 if it is not below), spending nothing."""
-        balance = min(self.burst, self.balance + (now - self.at) * self.rate)
+        return self._wait_s(self._balance_at(now))
+
+    def _balance_at(self, now: float) -> float:
+        return min(self.burst, self.balance + (now - self.at) * self.rate)
+
+    def _wait_s(self, balance: float) -> float:
         return -balance / self.rate if balance < 0 else 0.0
 
 
@@ -61,9 +66,8 @@ class ClientQuotaManager:
         self.store = store
         self.key = key
         self.window_s = window_s
-        #: The span Kafka's rate is measured over (quota.window.num x quota.window.size.seconds).
-        self.span_s = max_throttle_s
-        #: The longest single throttle (Kafka's: the quota window span, quota.window.num windows).
+        #: The longest single throttle, and the most one fetch may carry at the quota: Kafka's
+        #: quota window span (quota.window.num x quota.window.size.seconds).
         self.max_throttle_s = max_throttle_s
         self.clock = clock
         #: Called with (entity, bytes, throttle seconds) per recording under a quota (metrics).
@@ -123,7 +127,7 @@ class ClientQuotaManager:
         """The most the client could ever get through in one response (Kafka's
         getMaxValueInQuotaWindow: quota x the window span); None without a quota."""
         found = self.store.quota_for(self.key, user, client_id)
-        return None if found is None else found[0] * self.span_s
+        return None if found is None else found[0] * self.max_throttle_s
 
     def _sweep(self, now: float) -> None:
         if now - self._last_sweep < SENSOR_IDLE_S / 10:
