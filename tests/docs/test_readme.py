@@ -1,14 +1,16 @@
-"""README.md's commands, run the way a newcomer pastes them, so that the README cannot rot.
+"""README.md's and docs/'s commands, run the way a newcomer pastes them, so that they cannot rot.
 
-Every ``sh`` and ``python`` block of the README carries a mark on the line before it:
+Every ``sh`` and ``python`` block of README.md and of docs/*.md carries a mark on the line before it:
 ``<!-- readme-test: run -->`` or ``<!-- readme-test: skip (why) -->`` (``make run`` itself,
-Docker, Spark, installs). The marked-run blocks run in README order, each in a fresh ``bash -e -o
-pipefail`` (or Python), against one real broker process, from a directory whose ``data/`` is the
-broker's log dir and whose ``.venv/bin/triolog`` is this checkout's CLI. ``127.0.0.1:9092`` and
-``127.0.0.1:9404`` (the addresses ``make run`` serves) become the test broker's free ports; the
-CLI's default ``--bootstrap-server`` is pointed there too, as for a user of ``make run``. The
-counts of both marks are pinned, so a block cannot silently stop running. Links must resolve
-inside the repository: a clone is all a reader has.
+Docker, Spark, installs). The marked-run blocks run in the order of ``DOCUMENTS`` and, within a
+document, top to bottom, each in a fresh ``bash -e -o pipefail`` (or Python), against one real
+broker process, from a directory whose ``data/`` is the broker's log dir and whose
+``.venv/bin/triolog`` is this checkout's CLI. ``127.0.0.1:9092`` and ``127.0.0.1:9404`` (the
+addresses ``make run`` serves) become the test broker's free ports; the CLI's default
+``--bootstrap-server`` is pointed there too, as for a user of ``make run``. The counts of both marks
+are pinned per document, so a block cannot silently stop running. Links must resolve inside the
+repository, to a file that exists and, for an ``#anchor``, to a heading it has: a clone is all a
+reader has.
 """
 
 from __future__ import annotations
@@ -26,17 +28,25 @@ import pytest
 from tests.e2e.broker_process import ROOT, BrokerProcess
 
 README = ROOT / "README.md"
-#: The tour, the Python client snippet, the consumer group snippet, the CLI block, the groups
-#: CLI block, the Kafka clients' snippet and commands, triolog configs under "Quotas", dump-log
-#: under "Inspecting segments".
-RUN_BLOCKS = 10
-#: make run/test, pip install, the Spark fragment, the Spark job and its command, the Spark
-#: example pipeline, docker, docker compose, make bench.
-SKIPPED_BLOCKS = 13
+#: The documents whose blocks run, in the order they run (a later block reads what an earlier one
+#: wrote: the groups CLI the Python client's group, dump-log the tour's topic), each with its
+#: pinned numbers of (run, skipped) blocks. A document of docs/ with code blocks must be listed.
+DOCUMENTS: dict[str, tuple[int, int]] = {
+    # The tour, the Python client snippet, the consumer group snippet, the CLI block, the groups
+    # CLI block, the Kafka clients' snippet and commands, triolog configs under "Quotas", dump-log
+    # under "Inspecting segments"; make run/test, pip install, the Spark fragment, the Spark job
+    # and its command, the Spark example pipeline, docker, docker compose, make bench.
+    "README.md": (10, 13),
+}
 CODE_LANGUAGES = {"sh", "bash", "shell", "console", "python", "py", "pycon"}
 
 _FENCE = re.compile(r"^```([\w-]*)\s*$")
 _MARK = re.compile(r"^<!-- readme-test: (run|skip)(?: \(([^)]+)\))? -->$")
+
+
+def markdown_files() -> list[Path]:
+    """README.md and every page of docs/."""
+    return [README, *sorted((ROOT / "docs").glob("*.md"))]
 
 
 @dataclass
@@ -68,14 +78,28 @@ def readme_blocks(text: str) -> list[Block]:
     return blocks
 
 
-def test_every_code_block_is_marked_and_none_drops_out():
-    blocks = [b for b in readme_blocks(README.read_text()) if b.language in CODE_LANGUAGES]
+def _code_blocks(path: Path) -> list[Block]:
+    return [b for b in readme_blocks(path.read_text(encoding="utf-8")) if b.language in CODE_LANGUAGES]
+
+
+@pytest.mark.parametrize("path", markdown_files(), ids=lambda path: str(path.relative_to(ROOT)))
+def test_every_code_block_is_marked_and_none_drops_out(path):
+    name = str(path.relative_to(ROOT))
+    blocks = _code_blocks(path)
     unmarked = [b.line for b in blocks if b.mark is None]
-    assert not unmarked, f"README.md code blocks without a readme-test mark, at lines {unmarked}"
+    assert not unmarked, f"{name} code blocks without a readme-test mark, at lines {unmarked}"
     skipped = [b for b in blocks if b.mark == "skip"]
     assert all(b.reason for b in skipped), "a skipped block must say why: <!-- readme-test: skip (why) -->"
-    assert len(skipped) == SKIPPED_BLOCKS, [(b.line, b.reason) for b in skipped]
-    assert len([b for b in blocks if b.mark == "run"]) == RUN_BLOCKS
+    if name not in DOCUMENTS:
+        assert not blocks, f"{name} has code blocks: add it to DOCUMENTS in {Path(__file__).name} with their counts"
+        return
+    runs, skips = DOCUMENTS[name]
+    assert len(skipped) == skips, [(b.line, b.reason) for b in skipped]
+    assert len([b for b in blocks if b.mark == "run"]) == runs
+
+
+def test_every_listed_document_exists():
+    assert [name for name in DOCUMENTS if not (ROOT / name).is_file()] == []
 
 
 def test_the_parser_sees_marks_and_fences():
@@ -91,24 +115,86 @@ def _anchor(heading: str) -> str:
     return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
 
 
-def test_links_resolve_inside_the_repository():
-    """A clone has everything the README points at: headings for #anchors, files for paths."""
-    text = README.read_text()
-    prose = re.sub(r"^```.*?^```$", "", text, flags=re.M | re.S)
-    anchors = {_anchor(h) for h in re.findall(r"^#{1,6} (.+)$", prose, re.M)}
-    links = re.findall(r"\]\(([^)\s]+)\)", prose)
-    assert links, "the README links its own sections"
-    for target in links:
-        if re.match(r"[a-z]+://", target):
-            continue
-        path, _, anchor = target.partition("#")
-        if path:
-            resolved = (ROOT / path).resolve()
-            assert resolved.is_relative_to(ROOT) and resolved.exists(), f"README.md links {target}"
+def _prose(text: str) -> str:
+    """The text outside fenced code blocks and inline code spans (whose `#` and `](` are no markup)."""
+    text = re.sub(r"^```.*?^```$", "", text, flags=re.M | re.S)
+    return re.sub(r"`[^`\n]*`", "", text)
+
+
+def anchors(text: str) -> set[str]:
+    """The anchors GitHub gives the headings of a markdown text (a repeated one gets -1, -2, ...)."""
+    seen: dict[str, int] = {}
+    found = set()
+    for heading in re.findall(r"^#{1,6} (.+)$", re.sub(r"^```.*?^```$", "", text, flags=re.M | re.S), re.M):
+        anchor = _anchor(heading)
+        if anchor in seen:
+            seen[anchor] += 1
+            anchor = f"{anchor}-{seen[anchor]}"
         else:
-            assert anchor in anchors, f"README.md links #{anchor}, which is no heading"
+            seen[anchor] = 0
+        found.add(anchor)
+    return found
+
+
+def links(text: str) -> list[str]:
+    """The targets of a markdown text's inline links and images and of its reference definitions."""
+    prose = _prose(text)
+    return re.findall(r"\]\(([^)\s]+)[^)]*\)", prose) + re.findall(r"^ {0,3}\[[^\]]+\]:\s*(\S+)", prose, re.M)
+
+
+def broken_links(path: Path, root: Path) -> list[str]:
+    """Every relative link of ``path`` that leaves ``root``, names no file, or names no heading."""
+    text = path.read_text(encoding="utf-8")
+    broken = []
+    for target in links(text):
+        if re.match(r"[a-z][a-z0-9+.-]*:", target):  # https://, mailto: ...
+            continue
+        file, _, anchor = target.partition("#")
+        resolved = (path.parent / file).resolve() if file else path
+        if not resolved.is_relative_to(root.resolve()) or not resolved.exists():
+            broken.append(f"{target} (no such file in the repository)")
+        elif anchor and (resolved.suffix != ".md" or anchor not in anchors(resolved.read_text(encoding="utf-8"))):
+            broken.append(f"{target} (no heading #{anchor} in {resolved.relative_to(root.resolve())})")
+    return broken
+
+
+@pytest.mark.parametrize("path", markdown_files(), ids=lambda path: str(path.relative_to(ROOT)))
+def test_links_resolve_inside_the_repository(path):
+    """A clone has everything the README and docs/ point at: files for paths, headings for #anchors."""
+    assert broken_links(path, ROOT) == [], f"{path.relative_to(ROOT)} links"
     # A clone has nothing above its root and no one's home directory.
-    assert not re.search(r"(/home/|/Users/|\.\./)", text), "a path outside the repository"
+    assert not re.search(r"(/home/|/Users/|\.\./shared)", path.read_text(encoding="utf-8")), "a path outside the repository"
+
+
+def test_the_readme_links_every_page_of_docs():
+    linked = {(README.parent / target.partition("#")[0]).resolve() for target in links(README.read_text())}
+    pages = set((ROOT / "docs").glob("*.md"))
+    assert pages and sorted(p.name for p in pages if p.resolve() not in linked) == []
+    assert not re.search(r"\.\./", README.read_text()), "README.md is read from the repository root"
+
+
+def test_the_link_checker_finds_missing_files_and_headings(tmp_path):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.md").write_text("# A page\n\n## Same\n\n## Same\n\n```sh\n# not a heading\n```\n")
+    page = tmp_path / "README.md"
+    page.write_text("# Top\n\n[ok](docs/a.md#a-page) [dup](docs/a.md#same-1) [self](#top) [web](https://x.org/#y)\n"
+                    "[gone](docs/b.md) [no](docs/a.md#not-a-heading) [up](../outside.md) [here](#nowhere)\n"
+                    "`[code](docs/c.md)`\n\n[ref]: docs/d.md\n")
+    assert broken_links(page, tmp_path) == [
+        "docs/b.md (no such file in the repository)", "docs/a.md#not-a-heading (no heading #not-a-heading in docs/a.md)",
+        "../outside.md (no such file in the repository)", "#nowhere (no heading #nowhere in README.md)",
+        "docs/d.md (no such file in the repository)"]
+
+
+def test_the_readme_keeps_the_two_commands_ci_runs():
+    """A newcomer's first section: make run and make test, the command .ci/run runs."""
+    text = README.read_text()
+    section = text[text.index("\n## The two commands\n"):text.index("\n## ", text.index("\n## The two commands\n") + 1)]
+    block = next(b for b in readme_blocks(section) if b.language == "sh")
+    assert [line.split("#")[0].strip() for line in block.code.splitlines()] == ["make run", "make test"]
+    assert "Both need `python3` (3.11 or newer" in section and "and `make`" in section
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert re.search(r"^make test$", ci, re.M), ci
 
 
 _CLI_SHIM = """#!{python}
@@ -151,21 +237,22 @@ def _substitute(code: str, broker: BrokerProcess) -> str:
 def test_the_readme_blocks_run(newcomer):
     home, broker, env = newcomer
     outputs = []
-    for block in [b for b in readme_blocks(README.read_text()) if b.mark == "run"]:
-        code = _substitute(block.code, broker)
-        if block.language in ("python", "py"):
-            command = [sys.executable, "-c", code]
-        else:
-            command = ["bash", "-e", "-o", "pipefail", "-c", code]
-        done = subprocess.run(command, cwd=home, env=env, capture_output=True, text=True, timeout=90)
-        where = f"README.md block at line {block.line}"
-        assert done.returncode == 0, f"{where} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
-        assert "Traceback" not in done.stderr, f"{where}:\n{done.stderr}"
-        outputs.append(done.stdout)
+    for name in DOCUMENTS:
+        for block in [b for b in readme_blocks((ROOT / name).read_text(encoding="utf-8")) if b.mark == "run"]:
+            code = _substitute(block.code, broker)
+            if block.language in ("python", "py"):
+                command = [sys.executable, "-c", code]
+            else:
+                command = ["bash", "-e", "-o", "pipefail", "-c", code]
+            done = subprocess.run(command, cwd=home, env=env, capture_output=True, text=True, timeout=90)
+            where = f"{name} block at line {block.line}"
+            assert done.returncode == 0, f"{where} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
+            assert "Traceback" not in done.stderr, f"{where}:\n{done.stderr}"
+            outputs.append(done.stdout)
     (tour, client_snippet, group_snippet, cli, cli_reference, groups_cli, kafka_snippet, kafka_cli, quotas,
      dump) = outputs
 
-    # What the README says each block shows.
+    # What the README and docs/ say each block shows.
     assert "Offset:40\tuser-1\tclick 41\n" in tour  # the first record at/after $SINCE
     assert len(list((home / "data" / "tour-0").glob("*.log"))) > 1  # tiny segments rolled
     assert re.search(r'^triolog_log_rolls_total\{.*topic="tour".*\} [1-9]', tour, re.M)
