@@ -1,8 +1,9 @@
-"""The README's generated references (config/reference.py) are complete and up to date.
+"""The generated references of docs/ (config/reference.py) are complete and up to date.
 
-``test_readme_references_are_up_to_date`` fails until README.md has the markers
-``<!-- config-reference:begin/end -->`` and ``<!-- metrics-reference:begin/end -->`` and
-``python -m triolog.config.reference --write README.md`` has been run.
+``test_docs_references_are_up_to_date`` fails until each document of ``DOCUMENTS``
+(docs/configuration.md, docs/metrics.md, docs/kafka-clients.md) holds its markers
+(``<!-- config-reference:begin/end -->``...) and ``python -m triolog.config.reference --write`` has
+been run.
 """
 
 from __future__ import annotations
@@ -11,10 +12,12 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from triolog.config.broker_config import BROKER_CONFIGS
 from triolog.config.loader import env_var_name
 from triolog.config.log_config import TOPIC_CONFIGS
-from triolog.config.reference import METRICS_SOURCE, check, config_reference, metrics_reference
+from triolog.config.reference import DOCUMENTS, MARKERS, METRICS_SOURCE, check, config_reference, metrics_reference
 from tests.ops.dockerfile import ROOT
 
 
@@ -23,9 +26,20 @@ def _reference(*args: str, cwd=ROOT) -> subprocess.CompletedProcess:
                           cwd=cwd, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, timeout=60)
 
 
-def test_readme_references_are_up_to_date():
-    problems = check(ROOT / "README.md")
+@pytest.mark.parametrize("document", DOCUMENTS)
+def test_docs_references_are_up_to_date(document):
+    problems = check(ROOT / document)
     assert problems == [], "\n".join(problems)
+
+
+def test_every_reference_has_one_document():
+    placed = [name for names in DOCUMENTS.values() for name in names]
+    assert sorted(placed) == sorted(MARKERS)
+
+
+def test_check_without_a_file_checks_the_documents_of_the_checkout():
+    result = _reference("--check", cwd="/")
+    assert result.returncode == 0, result.stderr
 
 
 def test_config_reference_lists_every_key_with_its_env_var_and_topic_key():
@@ -41,7 +55,7 @@ def test_config_reference_lists_every_key_with_its_env_var_and_topic_key():
 
 
 def test_metrics_reference_documents_every_metric_the_broker_registers():
-    """Every metric name in broker/metrics.py's code is in its docstring's tables, so in the README."""
+    """Every metric name in broker/metrics.py's code is in its docstring's tables, so in docs/metrics.md."""
     source = METRICS_SOURCE.read_text()
     code = source[source.index('"""', 3) + 3:]  # after the module docstring
     registered = set(re.findall(r'"(triolog_[a-z_]+)"', code))
