@@ -1,7 +1,7 @@
 """Broker-level configuration (Kafka's KafkaConfig): one frozen object for the whole broker.
 
 Every key is declared once in ``BROKER_CONFIGS`` with Kafka's name, type, default, what it allows
-and what it means; parsing, validation and the generated README reference all read that table.
+and what it means; parsing, validation and the generated reference (docs/configuration.md) all read that table.
 The broker-level synonyms of topic keys (``log.segment.bytes`` for ``segment.bytes``...) are
 generated from ``TOPIC_CONFIGS`` so the two tables cannot drift, and together they yield
 ``BrokerConfig.log_config``: the ``LogConfig`` of every topic without overrides.
@@ -316,7 +316,7 @@ class BrokerConfigKey:
 
     @property
     def default_text(self) -> str:
-        """The default as the README shows it, naming Java's MAX constants."""
+        """The default as docs/configuration.md shows it, naming Java's MAX constants."""
         value = self.default
         if value is None:
             return f"unset (falls back to {self.fallback})" if self.fallback else "unset"

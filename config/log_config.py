@@ -2,7 +2,7 @@
 
 Each key is declared once in ``TOPIC_CONFIGS`` with its topic-level name, the broker-level key
 that supplies its default, its type, default, validator and meaning. The broker config, the
-describe/alter APIs and the generated README reference all read this table, so they cannot drift.
+describe/alter APIs and the generated reference (docs/configuration.md) all read this table, so they cannot drift.
 """
 
 from __future__ import annotations
