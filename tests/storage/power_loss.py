@@ -74,6 +74,7 @@ class Incarnation:
     keys: list = field(default_factory=list)  # offset -> key bytes (the compacted topic)
     acked: int = 0  # offsets below this were acknowledged (a flush covering them returned)
     max_start: int = 0  # the highest log start offset delete_records or retention produced
+    durable: int = 0  # offsets below this were synced (the log's recovery point when the cleaner swapped)
 
 
 @dataclass
@@ -300,7 +301,7 @@ class Life:
         for p in range(PARTITIONS):
             log = self.manager.get_log(COMPACTED, p)
             if log is not None and "replace_segments" not in vars(log):
-                log.replace_segments = self._counted_swap(log.replace_segments)
+                log.replace_segments = self._counted_swap(log.replace_segments, log, p)
         self.in_cleaning = True
         for _ in range(4):
             errors = cleaner.metrics().errors
@@ -312,8 +313,10 @@ class Life:
             self.stats.cleaning_rounds += 1
         self.in_cleaning = False
 
-    def _counted_swap(self, replace_segments):
+    def _counted_swap(self, replace_segments, log, p: int):
         def swap(new_segments, old_segments):
+            inc = self.model[COMPACTED].partitions[p]
+            inc.durable = max(inc.durable, log.recovery_point)
             try:
                 replace_segments(new_segments, old_segments)
             except PowerLoss:
@@ -480,8 +483,10 @@ class Life:
             self.stats.keys_checked += 1
             if o in served or any(s > o and k == key for s, (k, _) in served.items()):
                 continue
-            if inc.values[o] is None and not any(s < o and k == key for s, (k, _) in served.items()):
-                continue  # a tombstone the cleaner removed together with every older record of its key
+            tombstones = [t for t in range(o, min(max(inc.durable, o + 1), len(inc.values)))
+                          if inc.keys[t] == key and inc.values[t] is None]
+            if any(not any(s < t and k == key for s, (k, _) in served.items()) for t in tombstones):
+                continue  # a tombstone (this one, or a newer synced one) the cleaner removed with every older record
             self.stats.lost_acknowledged += 1
             raise Violation(f"{where}: the latest acknowledged record of key {key!r} (offset {o}, "
                             f"{inc.values[o]!r}) is gone and no newer record of that key is served")

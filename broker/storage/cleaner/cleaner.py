@@ -150,9 +150,16 @@ class CleanerStats:
     bytes_written: int = 0
     invalid_records: int = 0
     buffer_utilization: float = 0.0
+    #: The earliest delete horizon of the tombstones and markers the round kept (None: it kept
+    #: none): when it passes they may go, and the manager cleans the log again for them alone.
+    delete_horizon_ms: int | None = None
     start_s: float = field(default_factory=time.monotonic)
     map_done_s: float = 0.0
     end_s: float = 0.0
+
+    def keep_delete_horizon(self, horizon_ms: int) -> None:
+        if self.delete_horizon_ms is None or horizon_ms < self.delete_horizon_ms:
+            self.delete_horizon_ms = horizon_ms
 
     @property
     def records_removed(self) -> int:
@@ -419,6 +426,10 @@ class Cleaner:
         self._bitmap_bits = min(max(end - start, 0), offset_map.memory)  # <= memory/8 bytes
         self._bitmap = bytearray((self._bitmap_bits + 7) // 8)
         max_entries = int(offset_map.slots * self.load_factor)
+        if not dirty:
+            # Nothing dirty (a round for expired tombstones only): everything below the first
+            # dirty offset is the latest of its key, so pass 2 keeps it all but what expired.
+            offset_map.update_latest_offset(start - 1)
         for segment, next_start in dirty:
             if self._map_segment(job, segment, start, next_start, max_entries, stats, transactions):
                 logger.debug("offset map of %s is full at segment %d", job.name, segment.base_offset)
@@ -512,7 +523,7 @@ class Cleaner:
             if attributes & CONTROL_FLAG:
                 can_discard = transactions.on_control_batch_read(fields[9], fields[0] + fields[6],
                                                                  _control_type(fields, batch))
-                out, read, kept = self._filter_control_batch(fields, batch, now, job, producers, can_discard)
+                out, read, kept = self._filter_control_batch(fields, batch, now, job, producers, can_discard, stats)
             elif attributes & TRANSACTIONAL_FLAG and transactions.on_batch_read(fields[9], fields[0] + fields[6]):
                 # Aborted: every record goes; the header stays only where Kafka keeps an empty batch.
                 read = max(fields[12], 0)
@@ -561,13 +572,15 @@ class Cleaner:
         if not kept:
             return (_empty_header(fields) if self._retain_empty(fields, producers, job) else None), count, 0
         need_horizon = has_tombstone and not has_horizon
+        horizon = now + job.delete_retention_ms if need_horizon else (fields[7] if has_horizon else None)
+        if has_tombstone and (need_horizon or horizon > now):  # (an expired one kept: past the mapped range)
+            stats.keep_delete_horizon(horizon)
         if all_kept and not need_horizon:
             return batch, count, count
-        horizon = now + job.delete_retention_ms if need_horizon else (fields[7] if has_horizon else None)
         return _rebuild(self.core, fields, data, spans, kept, horizon), count, kept
 
     def _filter_control_batch(self, fields, batch, now: int, job: CleanJob, producers: _ProducerInfo,
-                              can_discard: bool):
+                              can_discard: bool, stats: CleanerStats):
         """A marker is kept while its transaction has batches in the log; once it may go, it
         gets a delete horizon (now + delete.retention.ms) and goes in the first round after it,
         so consumers that were reading below it still see it (Kafka's rule for tombstones)."""
@@ -575,17 +588,22 @@ class Cleaner:
         has_horizon = bool(fields[5] & DELETE_HORIZON_FLAG)
         if count <= 0 or (can_discard and has_horizon and fields[7] <= now):
             return (_empty_header(fields) if self._retain_empty(fields, producers, job) else None), max(count, 0), 0
-        if can_discard and not has_horizon:
-            data = _records_data(fields, batch)
-            spans = array("q")
-            pos = 0
-            for _ in range(count):
-                length, start = _varint32(data, pos)
-                ts_delta, ts_end = _varint64(data, start + 1)
-                spans.extend((pos, ts_delta, ts_end, start + length))
-                pos = start + length
-            return _rebuild(self.core, fields, data, spans, count, now + job.delete_retention_ms), count, count
-        return batch, count, count
+        if not can_discard:
+            return batch, count, count
+        if has_horizon:
+            stats.keep_delete_horizon(fields[7])
+            return batch, count, count
+        data = _records_data(fields, batch)
+        spans = array("q")
+        pos = 0
+        for _ in range(count):
+            length, start = _varint32(data, pos)
+            ts_delta, ts_end = _varint64(data, start + 1)
+            spans.extend((pos, ts_delta, ts_end, start + length))
+            pos = start + length
+        horizon = now + job.delete_retention_ms
+        stats.keep_delete_horizon(horizon)
+        return _rebuild(self.core, fields, data, spans, count, horizon), count, count
 
 
 def _control_type(fields, batch) -> ControlRecordType | None:

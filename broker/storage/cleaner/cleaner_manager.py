@@ -3,9 +3,20 @@
 Kafka's LogCleanerManager: the ``cleaner-offset-checkpoint`` of each log dir (first dirty offset
 per partition), the choice of the filthiest log (largest dirty ratio at least
 ``min.cleanable.dirty.ratio``, or any cleanable bytes once ``max.compaction.lag.ms`` is exceeded),
-the cleanable range [first dirty, first uncleanable), the in-progress / aborted / paused state of
+the cleanable range [first dirty, first uncleanable), a log whose kept tombstones' delete horizon
+has passed when no log is dirty enough (below), the in-progress / aborted / paused state of
 each partition (so deleting a partition can wait for its cleaning to stop), and the partitions
 marked uncleanable after an unexpected error.
+
+Expired tombstones: a round stamps each tombstone (and each marker that may go) with a delete
+horizon and removes it only in a later round once the horizon has passed (KIP-534). With the
+dirty ratio alone that later round waits for enough new writes, on an idle log forever. So the
+manager keeps, per log, the earliest horizon the last completed round kept, and when no log is
+cleanable by ratio or lag it picks one whose horizon has passed: one round per horizon, no more.
+This is the rule of KIP-534's pull request (``logsWithTombstonesExpired``, after
+``log.latestDeleteHorizon``), which Kafka dropped before the merge over the reviewers' worries:
+the extra round on idle partitions (here at most one per stamping round) and the horizon being
+unknown after a restart (here too: kept in memory, learnt again by the log's next round).
 """
 
 from __future__ import annotations
@@ -136,6 +147,9 @@ class LogCleanerManager:
         self._paused_cond = threading.Condition(self._lock)
         self._in_progress: dict[TopicPartition, object] = {}
         self._uncleanable: dict[Path, set[TopicPartition]] = {}
+        #: The earliest delete horizon kept by each log's last completed round, with the log
+        #: it is about (a partition deleted and created again is another log).
+        self._delete_horizons: dict[TopicPartition, tuple[Log, int]] = {}
         #: Metrics of the last selection (Kafka's max-dirty-percent, max-compaction-delay-secs).
         self.dirtiest_log_cleanable_ratio = 0.0
         self.max_compaction_delay_ms = 0
@@ -212,10 +226,25 @@ class LogCleanerManager:
                          if (c.need_compaction_now and c.cleanable_bytes > 0)
                          or c.cleanable_ratio > c.log.config.min_cleanable_dirty_ratio]
             if not cleanable:
-                return None
+                cleanable = [c for c in candidates if self._delete_horizon_passed(c.topic_partition, c.log, now)]
+                if not cleanable:
+                    return None
             filthiest = max(cleanable, key=lambda c: c.cleanable_ratio)
             self._in_progress[filthiest.topic_partition] = IN_PROGRESS
             return filthiest
+
+    def _delete_horizon_passed(self, tp: TopicPartition, log: Log, now_ms: int) -> bool:
+        entry = self._delete_horizons.get(tp)
+        return entry is not None and entry[0] is log and entry[1] <= now_ms
+
+    def update_delete_horizon(self, tp: TopicPartition, log: Log, horizon_ms: int | None) -> None:
+        """What a completed round of ``log`` kept: the earliest delete horizon (None: nothing
+        waits for one)."""
+        with self._lock:
+            if horizon_ms is None:
+                self._delete_horizons.pop(tp, None)
+            else:
+                self._delete_horizons[tp] = (log, horizon_ms)
 
     def deletable_logs(self) -> list[tuple[TopicPartition, Log]]:
         """Compacted logs for the cleaner thread's retention pass (marked in progress)."""
@@ -323,18 +352,22 @@ class LogCleanerManager:
             return any(tp in parts for parts in self._uncleanable.values())
 
     def remove_partition(self, tp: TopicPartition) -> None:
-        """Forget a deleted partition's uncleanable mark."""
+        """Forget a deleted partition's uncleanable mark and delete horizon."""
         with self._lock:
             for parts in self._uncleanable.values():
                 parts.discard(tp)
+            self._delete_horizons.pop(tp, None)
 
     def maintain_uncleanable_partitions(self) -> None:
-        """Drop marks of partitions that no longer exist (Kafka's maintainUncleanablePartitions)."""
+        """Drop marks of partitions that no longer exist (Kafka's maintainUncleanablePartitions),
+        and the delete horizons of logs that are gone."""
         logs = self._logs()
         with self._lock:
             for parts in self._uncleanable.values():
                 for tp in [tp for tp in parts if tp not in logs]:
                     parts.discard(tp)
+            for tp in [tp for tp, (log, _) in self._delete_horizons.items() if logs.get(tp) is not log]:
+                del self._delete_horizons[tp]
 
     def uncleanable_partitions(self) -> dict[Path, set[TopicPartition]]:
         with self._lock:

@@ -421,6 +421,7 @@ class LogCleaner:
                 job, lambda result: swap_in_group(log, job, result, self.clock), lambda: thread.check_done(tp),
                 fs=log.fs)
             self._record(thread.thread_id, stats)
+            self.manager.update_delete_horizon(tp, log, stats.delete_horizon_ms)
             logger.info(
                 "cleaned %s: offsets [%d, %d), %.1f MB read, %.1f MB written, %d records kept, %d removed in %.2f s",
                 log.directory.name, ltc.first_dirty_offset, end_offset, stats.bytes_read / 1e6,
