@@ -46,6 +46,7 @@ from dataclasses import dataclass
 
 from triolog.protocol import messages as m
 from triolog.protocol.frames import ProtocolError
+from triolog.protocol.properties import parse_properties
 
 from .errors import (InvalidResponseError, RequestNotSentError, SaslAuthenticationFailedError, SecurityConfigError,
                      SslHandshakeError, TriologClientError, error_for)
@@ -280,35 +281,6 @@ def _check_sasl(doc: dict, address: str, user: str) -> None:
 _JAAS = re.compile(r"""(\w+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|'([^']*)'|([^\s;]+))""")
 
 
-def parse_properties(text: str) -> dict[str, str]:
-    """A Java-properties document (``key=value`` or ``key: value`` lines, ``#``/``!`` comments,
-    backslash continuations) as a dict."""
-    out: dict[str, str] = {}
-    logical, pending = [], ""
-    for line in text.splitlines():
-        stripped = line.lstrip()
-        if not pending and (not stripped or stripped[0] in "#!"):
-            continue
-        pending += stripped
-        trailing = len(pending) - len(pending.rstrip("\\"))
-        if trailing % 2:
-            pending = pending[:-1]
-            continue
-        logical.append(pending)
-        pending = ""
-    if pending:
-        logical.append(pending)
-    for line in logical:
-        match = re.match(r"((?:[^\s=:\\]|\\.)+)\s*[=:\s]\s*(.*)$", line)
-        if match is None:
-            out[line.strip()] = ""
-            continue
-        key, value = match.group(1), match.group(2).rstrip()
-        out[key.replace("\\", "")] = re.sub(r"\\(.)", lambda mt: {"n": "\n", "t": "\t"}.get(mt.group(1), mt.group(1)),
-                                            value)
-    return out
-
-
 #: Kafka client property -> SecurityConfig field.
 _PROPERTIES = {
     "security.protocol": "security_protocol",
@@ -400,4 +372,8 @@ def load_command_config(path: str | os.PathLike) -> SecurityConfig:
             text = handle.read()
     except OSError as exc:
         raise SecurityConfigError(f"cannot read --command-config file {path}: {exc.strerror or exc}") from None
-    return security_from_properties(parse_properties(text), source=str(path))
+    try:
+        properties = parse_properties(text)
+    except ValueError as exc:  # a malformed \uXXXX escape, which Kafka's tools refuse too
+        raise SecurityConfigError(f"--command-config file {path}: {exc}") from None
+    return security_from_properties(properties, source=str(path))

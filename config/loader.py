@@ -25,9 +25,10 @@ from __future__ import annotations
 import difflib
 import importlib.resources
 import os
-import re
 from pathlib import Path
-from typing import Iterator, Mapping, Sequence
+from typing import Mapping, Sequence
+
+from triolog.protocol.properties import format_properties, parse_properties
 
 from .broker_config import BROKER_CONFIGS, BrokerConfig
 from .log_config import ConfigError
@@ -62,107 +63,15 @@ ENV_KEYS: dict[str, str] = {env_var_name(key): key for key in BROKER_CONFIGS}
 
 # -- Java .properties --------------------------------------------------------------------------
 
-_WHITESPACE = " \t\f"  # java.util.Properties' whitespace; not str.isspace()
-_SEPARATORS = "=:"
-_NEWLINE = re.compile(r"\r\n|\r|\n")  # not str.splitlines(), which also splits on \v, \x1c, \u2028...
-_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+#: What Java's String.trim removes (every char up to U+0020): Kafka's ConfigDef trims each value it
+#: parses, so a value's surrounding whitespace in a file, which .properties syntax keeps, is not
+#: part of the setting.
+_KAFKA_TRIM = "".join(map(chr, range(0x21)))
 
 
-def _logical_lines(text: str) -> Iterator[tuple[int, str]]:
-    """Yield (first line number, logical line): comments and blanks dropped, continuations joined."""
-    lines = _NEWLINE.split(text)
-    index = 0
-    while index < len(lines):
-        line_no = index + 1
-        line = lines[index].lstrip(_WHITESPACE)
-        index += 1
-        if not line or line[0] in "#!":
-            continue
-        parts = []
-        # An odd number of trailing backslashes escapes the line end; the next line's indent is dropped.
-        while (len(line) - len(line.rstrip("\\"))) % 2 == 1:
-            parts.append(line[:-1])
-            if index >= len(lines):
-                line = ""
-                break
-            line = lines[index].lstrip(_WHITESPACE)
-            index += 1
-        parts.append(line)
-        yield line_no, "".join(parts)
-
-
-def _unescape(line: str, line_no: int) -> list[tuple[str, bool]]:
-    """The characters of a logical line, each flagged True if it was written escaped."""
-    chars: list[tuple[str, bool]] = []
-    i = 0
-    while i < len(line):
-        ch = line[i]
-        if ch != "\\":
-            chars.append((ch, False))
-            i += 1
-            continue
-        nxt = line[i + 1] if i + 1 < len(line) else ""
-        if nxt == "u":
-            digits = line[i + 2:i + 6]
-            if len(digits) != 4 or not all(c in "0123456789abcdefABCDEF" for c in digits):
-                raise ValueError(f"line {line_no}: malformed \\uXXXX escape {line[i:i + 6]!r}")
-            chars.append((chr(int(digits, 16)), True))
-            i += 6
-        else:
-            chars.append((_ESCAPES.get(nxt, nxt), True))
-            i += 2
-    return chars
-
-
-def parse_properties(text: str) -> dict[str, str]:
-    """Parse Java ``.properties`` text: what Kafka's ``server.properties`` files are written in.
-
-    ``#``/``!`` comment lines; key and value separated by ``=``, ``:`` or whitespace; a line
-    ending in an odd number of backslashes continues on the next (whose indent is dropped);
-    escapes ``\\t \\n \\r \\f \\uXXXX`` and ``\\`` before any other character. Unlike Java, unescaped
-    trailing whitespace of a value is trimmed too (a stray space after a number is never meant),
-    and the text is Unicode rather than ISO-8859-1. The last of duplicate keys wins. Raises
-    ValueError for a malformed ``\\u`` escape.
-    """
-    props: dict[str, str] = {}
-    for line_no, line in _logical_lines(text):
-        chars = _unescape(line, line_no)
-        i = 0
-        while i < len(chars) and not (not chars[i][1] and chars[i][0] in _WHITESPACE + _SEPARATORS):
-            i += 1
-        key = "".join(ch for ch, _ in chars[:i])
-        while i < len(chars) and not chars[i][1] and chars[i][0] in _WHITESPACE:
-            i += 1
-        if i < len(chars) and not chars[i][1] and chars[i][0] in _SEPARATORS:
-            i += 1
-            while i < len(chars) and not chars[i][1] and chars[i][0] in _WHITESPACE:
-                i += 1
-        end = len(chars)
-        while end > i and not chars[end - 1][1] and chars[end - 1][0] in _WHITESPACE:
-            end -= 1
-        props[key] = "".join(ch for ch, _ in chars[i:end])
-    return props
-
-
-def _escape(text: str, is_key: bool) -> str:
-    out = []
-    for pos, ch in enumerate(text):
-        if ch == "\\":
-            out.append("\\\\")
-        elif ch in "\t\n\r\f":
-            out.append("\\" + {"\t": "t", "\n": "n", "\r": "r", "\f": "f"}[ch])
-        elif ord(ch) < 0x20 or ch == "\x7f" or ch in "\x85\u2028\u2029":
-            out.append(f"\\u{ord(ch):04x}")
-        elif ch in "=:#!" or (ch == " " and (is_key or pos == 0 or pos == len(text) - 1)):
-            out.append("\\" + ch)
-        else:
-            out.append(ch)
-    return "".join(out)
-
-
-def format_properties(props: Mapping[str, str]) -> str:
-    """``key=value`` lines that ``parse_properties`` reads back as ``props``."""
-    return "".join(f"{_escape(key, True)}={_escape(value, False)}\n" for key, value in props.items())
+def _config_properties(text: str) -> dict[str, str]:
+    """The settings of a server.properties text: Java's syntax, values trimmed as Kafka's are."""
+    return {key: value.strip(_KAFKA_TRIM) for key, value in parse_properties(text).items()}
 
 
 # -- the layers --------------------------------------------------------------------------------
@@ -181,7 +90,7 @@ def _read_config_file(path: str) -> dict[str, str]:
     except UnicodeDecodeError as exc:
         raise ConfigError([f"config file {path} is not UTF-8: {exc}"]) from None
     try:
-        return parse_properties(text)
+        return _config_properties(text)
     except ValueError as exc:
         raise ConfigError([f"config file {path}: {exc}"]) from None
 
@@ -229,7 +138,7 @@ def load_config(
     overrides and invalid values, all problems at once where they can be collected together.
     """
     layers: list[tuple[str, Mapping[str, str]]] = [
-        (f"embedded {EMBEDDED_CONFIG}", parse_properties(embedded_properties())),
+        (f"embedded {EMBEDDED_CONFIG}", _config_properties(embedded_properties())),
     ]
     if path is not None:
         layers.append((str(path), _read_config_file(str(path))))

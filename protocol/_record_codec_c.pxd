@@ -7,6 +7,14 @@
 cdef long _ZZ1_C[128]
 cdef int _ZZ2_C[32768]
 
+# record_batch.py's header layout (sizes, flags, field offsets), assigned at import from its
+# names: C integers, so the compiled check_batch_header adds them to a pointer and compares them
+# as it did the literals they replace.
+cdef Py_ssize_t _HEADER_SIZE, _LOG_OVERHEAD
+cdef int _MAGIC, _CONTROL_FLAG, _COMPRESSION_MASK, _MAX_CODEC
+cdef Py_ssize_t _AT_BATCH_LENGTH, _AT_MAGIC, _AT_CRC, _AT_ATTRIBUTES, _AT_LAST_OFFSET_DELTA, _AT_BASE_TIMESTAMP
+cdef Py_ssize_t _AT_MAX_TIMESTAMP, _AT_PRODUCER_ID, _AT_BASE_SEQUENCE, _AT_RECORDS_COUNT
+
 # The readers of a varint (int32, zig-zag) and of a varlong (int64) at ``position`` of a typed
 # view: (value, position after it). They are the project's one varint loop: the cleaner's core
 # cimports them (broker/storage/cleaner/cleaner_core.py) rather than repeating them.

@@ -8,90 +8,107 @@ from __future__ import annotations
 
 import enum
 
+from . import kafka as _kafka  # noqa: F401  (first: it loads kio with hypothesis hidden, see there)
+
+from kio.schema.errors import ErrorCode as _KafkaErrorCode  # noqa: E402
+
 
 class ErrorCode(enum.IntEnum):
-    """Kafka's numbers and names, as used by the wire protocol."""
+    """Kafka's error codes, every one, by Kafka's names (kio's, upper-cased as Kafka's Java enum
+    spells them). The numbers come from kio, which generates them from Kafka's own list, so no
+    code is typed here: the Kafka listener's adapters send the codes the msgpack protocol never
+    needs (INVALID_REQUIRED_ACKS...) from this same enum."""
 
-    #: An unexpected server-side failure; the broker logs the traceback.
-    UNKNOWN_SERVER_ERROR = -1
-    NONE = 0
-    #: The requested offset is below the log start offset or above the log end offset.
-    OFFSET_OUT_OF_RANGE = 1
-    #: A batch failed its CRC, size or structural checks.
-    CORRUPT_MESSAGE = 2
-    UNKNOWN_TOPIC_OR_PARTITION = 3
-    REQUEST_TIMED_OUT = 7
-    #: A batch is larger than max.message.bytes (or a record set larger than a segment).
-    MESSAGE_TOO_LARGE = 10
-    #: offset_commit: committed_metadata longer than offset.metadata.max.bytes.
-    OFFSET_METADATA_TOO_LARGE = 12
-    #: The group coordinator is still loading its __consumer_offsets partition.
-    COORDINATOR_LOAD_IN_PROGRESS = 14
-    COORDINATOR_NOT_AVAILABLE = 15
-    #: The group's __consumer_offsets partition is not served by this broker.
-    NOT_COORDINATOR = 16
-    INVALID_TOPIC_EXCEPTION = 17
-    #: A group request names a generation that is not the group's current one.
-    ILLEGAL_GENERATION = 22
-    #: A member's protocol type or protocols do not match the group's.
-    INCONSISTENT_GROUP_PROTOCOL = 23
-    INVALID_GROUP_ID = 24
-    UNKNOWN_MEMBER_ID = 25
-    INVALID_SESSION_TIMEOUT = 26
-    #: The group is rebalancing: the member must join again.
-    REBALANCE_IN_PROGRESS = 27
-    INVALID_COMMIT_OFFSET_SIZE = 28
-    TOPIC_AUTHORIZATION_FAILED = 29
-    #: The principal may not perform the operation on the consumer group (ACLs).
-    GROUP_AUTHORIZATION_FAILED = 30
-    #: The principal may not perform the operation on the cluster resource (ACLs).
-    CLUSTER_AUTHORIZATION_FAILED = 31
-    #: A record timestamp lies outside the allowed window, or the client set LogAppendTime.
-    INVALID_TIMESTAMP = 32
-    #: sasl_handshake: the client asked for a SASL mechanism the listener does not enable.
-    UNSUPPORTED_SASL_MECHANISM = 33
-    #: A SASL request out of order (sasl_authenticate before sasl_handshake, or a step too many).
-    ILLEGAL_SASL_STATE = 34
-    UNSUPPORTED_VERSION = 35
-    TOPIC_ALREADY_EXISTS = 36
-    INVALID_PARTITIONS = 37
-    INVALID_REPLICATION_FACTOR = 38
-    INVALID_CONFIG = 40
-    INVALID_REQUEST = 42
-    #: Magic < 2 on produce: triolog stores only RecordBatch v2.
-    UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
-    POLICY_VIOLATION = 44
-    #: An idempotent producer's batch does not follow its last sequence for the partition.
-    OUT_OF_ORDER_SEQUENCE_NUMBER = 45
-    #: An idempotent producer's batch is older than the batches the broker remembers for it.
-    DUPLICATE_SEQUENCE_NUMBER = 46
-    #: A batch's producer epoch is older than the producer id's current epoch.
-    INVALID_PRODUCER_EPOCH = 47
-    #: The principal may not use the transactional id (ACLs).
-    TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
-    #: An ACL or credential request to a broker that has no authorizer or SASL configured.
-    SECURITY_DISABLED = 54
-    #: The log directory failed an I/O operation and went offline.
-    KAFKA_STORAGE_ERROR = 56
-    SASL_AUTHENTICATION_FAILED = 58
-    #: The partition has no state for the producer id and the batch does not start at sequence 0.
-    UNKNOWN_PRODUCER_ID = 59
-    #: delete_groups: the group still has members.
-    NON_EMPTY_GROUP = 68
-    GROUP_ID_NOT_FOUND = 69
-    #: join_group: the first join of a member gets its id with this error and joins again with it.
-    MEMBER_ID_REQUIRED = 79
-    GROUP_MAX_SIZE_REACHED = 81
-    #: A batch is well-formed but breaks a rule (bad offsets, keyless record on a compacted topic).
-    INVALID_RECORD = 87
-    #: The request would pass the principal's controller mutation quota.
-    THROTTLING_QUOTA_EXCEEDED = 89
-    #: alter/describe user SCRAM credentials: the user has no credential for that mechanism.
-    RESOURCE_NOT_FOUND = 91
-    #: alter user SCRAM credentials: one user and mechanism named twice in one request.
-    DUPLICATE_RESOURCE = 92
-    #: A SCRAM credential the broker refuses: iterations outside 4096..16384, empty user, short salt.
-    UNACCEPTABLE_CREDENTIAL = 93
+    _ignore_ = "_kafka_code"
+    for _kafka_code in _KafkaErrorCode:
+        vars()[_kafka_code.name.upper()] = _kafka_code.value
+
+
+#: The codes the broker's handlers answer with, on either listener: the msgpack protocol's
+#: error codes (docs/protocol.md's table lists exactly these; the client has an exception class
+#: for each). Where a code's use in triolog needs saying, the comment above it says it.
+BROKER_CODES: frozenset[ErrorCode] = frozenset({
+    # An unexpected server-side failure; the broker logs the traceback.
+    ErrorCode.UNKNOWN_SERVER_ERROR,
+    ErrorCode.NONE,
+    # The requested offset is below the log start offset or above the log end offset.
+    ErrorCode.OFFSET_OUT_OF_RANGE,
+    # A batch failed its CRC, size or structural checks.
+    ErrorCode.CORRUPT_MESSAGE,
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+    ErrorCode.REQUEST_TIMED_OUT,
+    # A batch is larger than max.message.bytes (or a record set larger than a segment).
+    ErrorCode.MESSAGE_TOO_LARGE,
+    # offset_commit: committed_metadata longer than offset.metadata.max.bytes.
+    ErrorCode.OFFSET_METADATA_TOO_LARGE,
+    # The group coordinator is still loading its __consumer_offsets partition.
+    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+    ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    # The group's __consumer_offsets partition is not served by this broker.
+    ErrorCode.NOT_COORDINATOR,
+    ErrorCode.INVALID_TOPIC_EXCEPTION,
+    # A group request names a generation that is not the group's current one.
+    ErrorCode.ILLEGAL_GENERATION,
+    # A member's protocol type or protocols do not match the group's.
+    ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
+    ErrorCode.INVALID_GROUP_ID,
+    ErrorCode.UNKNOWN_MEMBER_ID,
+    ErrorCode.INVALID_SESSION_TIMEOUT,
+    # The group is rebalancing: the member must join again.
+    ErrorCode.REBALANCE_IN_PROGRESS,
+    ErrorCode.INVALID_COMMIT_OFFSET_SIZE,
+    ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+    # The principal may not perform the operation on the consumer group (ACLs).
+    ErrorCode.GROUP_AUTHORIZATION_FAILED,
+    # The principal may not perform the operation on the cluster resource (ACLs).
+    ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+    # A record timestamp lies outside the allowed window, or the client set LogAppendTime.
+    ErrorCode.INVALID_TIMESTAMP,
+    # sasl_handshake: the client asked for a SASL mechanism the listener does not enable.
+    ErrorCode.UNSUPPORTED_SASL_MECHANISM,
+    # A SASL request out of order (sasl_authenticate before sasl_handshake, or a step too many).
+    ErrorCode.ILLEGAL_SASL_STATE,
+    ErrorCode.UNSUPPORTED_VERSION,
+    ErrorCode.TOPIC_ALREADY_EXISTS,
+    ErrorCode.INVALID_PARTITIONS,
+    ErrorCode.INVALID_REPLICATION_FACTOR,
+    ErrorCode.INVALID_CONFIG,
+    ErrorCode.INVALID_REQUEST,
+    # Magic < 2 on produce: triolog stores only RecordBatch v2.
+    ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT,
+    ErrorCode.POLICY_VIOLATION,
+    # An idempotent producer's batch does not follow its last sequence for the partition.
+    ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+    # An idempotent producer's batch is older than the batches the broker remembers for it.
+    ErrorCode.DUPLICATE_SEQUENCE_NUMBER,
+    # A batch's producer epoch is older than the producer id's current epoch.
+    ErrorCode.INVALID_PRODUCER_EPOCH,
+    # The principal may not use the transactional id (ACLs).
+    ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+    # An ACL or credential request to a broker that has no authorizer or SASL configured.
+    ErrorCode.SECURITY_DISABLED,
+    # The log directory failed an I/O operation and went offline.
+    ErrorCode.KAFKA_STORAGE_ERROR,
+    ErrorCode.SASL_AUTHENTICATION_FAILED,
+    # The partition has no state for the producer id and the batch does not start at sequence 0.
+    ErrorCode.UNKNOWN_PRODUCER_ID,
+    # delete_groups: the group still has members.
+    ErrorCode.NON_EMPTY_GROUP,
+    ErrorCode.GROUP_ID_NOT_FOUND,
+    # join_group: the first join of a member gets its id with this error and joins again with it.
+    ErrorCode.MEMBER_ID_REQUIRED,
+    ErrorCode.GROUP_MAX_SIZE_REACHED,
+    # A batch is well-formed but breaks a rule (bad offsets, keyless record on a compacted topic).
+    ErrorCode.INVALID_RECORD,
+    # The request would pass the principal's controller mutation quota.
+    ErrorCode.THROTTLING_QUOTA_EXCEEDED,
+    # alter/describe user SCRAM credentials: the user has no credential for that mechanism.
+    ErrorCode.RESOURCE_NOT_FOUND,
+    # alter user SCRAM credentials: one user and mechanism named twice in one request.
+    ErrorCode.DUPLICATE_RESOURCE,
+    # A SCRAM credential the broker refuses: iterations outside 4096..16384, empty user, short salt.
+    ErrorCode.UNACCEPTABLE_CREDENTIAL,
+})
 
 
 class TriologError(Exception):

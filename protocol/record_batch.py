@@ -1,60 +1,84 @@
 """RecordBatch v2 header: the 61 bytes the broker reads, checks and rewrites without touching records.
 
-Byte layout (big-endian), Kafka's DefaultRecordBatch::
-
-    off size field
-      0   8  base_offset              first offset of the batch (clients send 0)
-      8   4  batch_length             bytes after this field: total size - 12
-     12   4  partition_leader_epoch   not covered by the CRC
-     16   1  magic                    2
-     17   4  crc                      CRC-32C (Castagnoli) of bytes [21, end)
-     21   2  attributes               bits 0-2 codec, 3 timestamp type, 4 transactional,
-                                      5 control, 6 delete horizon set
-     23   4  last_offset_delta
-     27   8  base_timestamp           or the delete horizon when attribute bit 6 is set
-     35   8  max_timestamp
-     43   8  producer_id
-     51   2  producer_epoch
-     53   4  base_sequence
-     57   4  records_count
-     61   .. records (compressed as one stream when the codec is not none)
-
-Offsets 0..16 are common to every magic, so a reader reads 17 bytes and dispatches on magic.
-The broker's produce and fetch paths only ever look at this header: records stay opaque bytes.
+The layout is Kafka's DefaultRecordBatch, big-endian, written once below (``_LAYOUT``: one field a
+line); ``HEADER`` and every ``*_OFFSET`` are derived from it, and every other module that reads or
+patches a header field imports them from here. Offsets 0..16 are common to every magic, so a reader
+reads 17 bytes and dispatches on magic. The broker's produce and fetch paths only ever look at this
+header: records stay opaque bytes (61.., compressed as one stream when the codec is not none).
 """
 
 from __future__ import annotations
 
 import enum
 import struct
-from typing import NamedTuple
+from collections import namedtuple
 
 from crc32c import crc32c
 
 from .errors import CorruptRecordError, UnsupportedForMessageFormatError
 
-HEADER = struct.Struct(">qiibIhiqqqhii")
+#: RecordBatch v2's header fields in order: (name, struct code), as kafka-python's HEADER_STRUCT.
+_LAYOUT = (
+    ("base_offset", "q"),             # first offset of the batch (clients send 0)
+    ("batch_length", "i"),            # bytes after this field: total size - 12
+    ("partition_leader_epoch", "i"),  # not covered by the CRC
+    ("magic", "b"),                   # 2
+    ("crc", "I"),                     # CRC-32C (Castagnoli) of bytes [attributes, end)
+    ("attributes", "h"),              # bits 0-2 codec, 3 timestamp type, 4 transactional, 5 control,
+                                      # 6 delete horizon set
+    ("last_offset_delta", "i"),       # records_count - 1 for a producer's batch
+    ("base_timestamp", "q"),          # or the delete horizon when attribute bit 6 is set
+    ("max_timestamp", "q"),
+    ("producer_id", "q"),             # -1: not idempotent
+    ("producer_epoch", "h"),
+    ("base_sequence", "i"),
+    ("records_count", "i"),
+)
+_NAMES = tuple(name for name, _ in _LAYOUT)
+
+
+def _format(first: str, last: str) -> str:
+    return ">" + "".join(code for _, code in _LAYOUT[_NAMES.index(first):_NAMES.index(last) + 1])
+
+
+def offset_of(field: str) -> int:
+    """The byte offset of a header field (``producer_id`` -> 43)."""
+    return struct.calcsize(_format(_NAMES[0], field)) - struct.calcsize(_format(field, field))
+
+
+def fields_struct(first: str, last: str | None = None) -> struct.Struct:
+    """A struct of the consecutive header fields ``first``..``last`` (``first`` alone if None), to
+    read or patch them at ``offset_of(first)``; build it once, at module level."""
+    return struct.Struct(_format(first, last or first))
+
+
+HEADER = struct.Struct(_format(_NAMES[0], _NAMES[-1]))
 HEADER_SIZE = HEADER.size  # 61
 assert HEADER_SIZE == 61
 
-#: base_offset + batch_length: the part of every batch not counted by batch_length.
-LOG_OVERHEAD = 12
-#: Bytes common to all magics: enough to know a batch's size, last offset field and magic.
-MAGIC_OFFSET = 16
-HEADER_PREFIX = struct.Struct(">qiib")  # base_offset, batch_length, leader_epoch, magic
-assert HEADER_PREFIX.size == 17
-
-BASE_OFFSET_OFFSET = 0
-BATCH_LENGTH_OFFSET = 8
-PARTITION_LEADER_EPOCH_OFFSET = 12
-CRC_OFFSET = 17
-ATTRIBUTES_OFFSET = 21
-LAST_OFFSET_DELTA_OFFSET = 23
-BASE_TIMESTAMP_OFFSET = 27
-MAX_TIMESTAMP_OFFSET = 35
-RECORDS_COUNT_OFFSET = 57
+BASE_OFFSET_OFFSET = offset_of("base_offset")  # 0
+BATCH_LENGTH_OFFSET = offset_of("batch_length")  # 8
+PARTITION_LEADER_EPOCH_OFFSET = offset_of("partition_leader_epoch")  # 12
+MAGIC_OFFSET = offset_of("magic")  # 16
+CRC_OFFSET = offset_of("crc")  # 17
+ATTRIBUTES_OFFSET = offset_of("attributes")  # 21
+LAST_OFFSET_DELTA_OFFSET = offset_of("last_offset_delta")  # 23
+BASE_TIMESTAMP_OFFSET = offset_of("base_timestamp")  # 27
+MAX_TIMESTAMP_OFFSET = offset_of("max_timestamp")  # 35
+PRODUCER_ID_OFFSET = offset_of("producer_id")  # 43
+PRODUCER_EPOCH_OFFSET = offset_of("producer_epoch")  # 51
+BASE_SEQUENCE_OFFSET = offset_of("base_sequence")  # 53
+RECORDS_COUNT_OFFSET = offset_of("records_count")  # 57
 #: The CRC covers everything from the attributes to the end of the batch.
 CRC_START = ATTRIBUTES_OFFSET
+
+#: base_offset + batch_length: the part of every batch not counted by batch_length.
+LOG_OVERHEAD = PARTITION_LEADER_EPOCH_OFFSET
+#: Bytes common to all magics: enough to know a batch's size, last offset field and magic.
+HEADER_PREFIX = fields_struct("base_offset", "magic")  # base_offset, batch_length, leader_epoch, magic
+assert HEADER_PREFIX.size == 17
+#: producer_id, producer_epoch, base_sequence (at PRODUCER_ID_OFFSET): what idempotence reads.
+PRODUCER_FIELDS = fields_struct("producer_id", "base_sequence")
 
 #: The smallest legal batch_length for v2: an empty batch.
 MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD  # 49
@@ -97,22 +121,11 @@ class TimestampType(enum.IntEnum):
         return "CreateTime" if self is TimestampType.CREATE_TIME else "LogAppendTime"
 
 
-class BatchHeader(NamedTuple):
-    """The decoded 61-byte header; ``size`` and ``last_offset`` are what the log needs most."""
+class BatchHeader(namedtuple("BatchHeader", _NAMES)):
+    """The decoded 61-byte header (a field per ``_LAYOUT`` entry, ints); ``size`` and
+    ``last_offset`` are what the log needs most."""
 
-    base_offset: int
-    batch_length: int
-    partition_leader_epoch: int
-    magic: int
-    crc: int
-    attributes: int
-    last_offset_delta: int
-    base_timestamp: int
-    max_timestamp: int
-    producer_id: int
-    producer_epoch: int
-    base_sequence: int
-    records_count: int
+    __slots__ = ()
 
     @property
     def size(self) -> int:

@@ -33,7 +33,26 @@ except (ImportError, AttributeError):
     pass
 
 from .errors import CorruptRecordError, InvalidRecordError, InvalidTimestampError
-from .record_batch import HEADER, NO_TIMESTAMP
+from .record_batch import (
+    ATTRIBUTES_OFFSET,
+    BASE_SEQUENCE_OFFSET,
+    BASE_TIMESTAMP_OFFSET,
+    BATCH_LENGTH_OFFSET,
+    COMPRESSION_MASK,
+    CONTROL_FLAG,
+    CRC_OFFSET,
+    CURRENT_MAGIC,
+    HEADER,
+    HEADER_SIZE,
+    LAST_OFFSET_DELTA_OFFSET,
+    LOG_OVERHEAD,
+    MAGIC_OFFSET,
+    MAX_TIMESTAMP_OFFSET,
+    NO_TIMESTAMP,
+    PRODUCER_ID_OFFSET,
+    RECORDS_COUNT_OFFSET,
+    CompressionType,
+)
 
 __all__ = [
     "check_batch_header",
@@ -1002,8 +1021,25 @@ def walk_records(
 # The validator's header checks (broker/storage/validator.py): one producer batch's 61 bytes
 # ---------------------------------------------------------------------------------------------
 
-_HEADER_SIZE = 61
 _HEADER_UNPACK = HEADER.unpack_from
+# record_batch's layout as plain ints: compiled, C integers (declared in _record_codec_c.pxd), so
+# the check's pointer arithmetic and compares never touch a Python object.
+_HEADER_SIZE = HEADER_SIZE
+_LOG_OVERHEAD = LOG_OVERHEAD
+_MAGIC = CURRENT_MAGIC
+_CONTROL_FLAG = CONTROL_FLAG
+_COMPRESSION_MASK = COMPRESSION_MASK
+_MAX_CODEC = int(max(CompressionType))
+_AT_BATCH_LENGTH = BATCH_LENGTH_OFFSET
+_AT_MAGIC = MAGIC_OFFSET
+_AT_CRC = CRC_OFFSET
+_AT_ATTRIBUTES = ATTRIBUTES_OFFSET
+_AT_LAST_OFFSET_DELTA = LAST_OFFSET_DELTA_OFFSET
+_AT_BASE_TIMESTAMP = BASE_TIMESTAMP_OFFSET
+_AT_MAX_TIMESTAMP = MAX_TIMESTAMP_OFFSET
+_AT_PRODUCER_ID = PRODUCER_ID_OFFSET
+_AT_BASE_SEQUENCE = BASE_SEQUENCE_OFFSET
+_AT_RECORDS_COUNT = RECORDS_COUNT_OFFSET
 
 
 @cython.cfunc
@@ -1043,24 +1079,24 @@ def check_batch_header(data, max_bytes: int):
     if cython.compiled:
         buf = data
         p = cython.address(buf[0])
-        base_offset = cython.cast(cython.longlong, _be(p, 8))
-        batch_length = cython.cast(cython.int, cython.cast(cython.uint, _be(p + 8, 4)))
-        magic = cython.cast(cython.schar, p[16])
-        crc = _be(p + 17, 4)
-        attributes = cython.cast(cython.short, cython.cast(cython.ushort, _be(p + 21, 2)))
-        last_offset_delta = cython.cast(cython.int, cython.cast(cython.uint, _be(p + 23, 4)))
-        base_timestamp = cython.cast(cython.longlong, _be(p + 27, 8))
-        max_timestamp = cython.cast(cython.longlong, _be(p + 35, 8))
-        producer_id = cython.cast(cython.longlong, _be(p + 43, 8))
-        base_sequence = cython.cast(cython.int, cython.cast(cython.uint, _be(p + 53, 4)))
-        count = cython.cast(cython.int, cython.cast(cython.uint, _be(p + 57, 4)))
+        base_offset = cython.cast(cython.longlong, _be(p, 8))  # at 0
+        batch_length = cython.cast(cython.int, cython.cast(cython.uint, _be(p + _AT_BATCH_LENGTH, 4)))
+        magic = cython.cast(cython.schar, p[_AT_MAGIC])
+        crc = _be(p + _AT_CRC, 4)
+        attributes = cython.cast(cython.short, cython.cast(cython.ushort, _be(p + _AT_ATTRIBUTES, 2)))
+        last_offset_delta = cython.cast(cython.int, cython.cast(cython.uint, _be(p + _AT_LAST_OFFSET_DELTA, 4)))
+        base_timestamp = cython.cast(cython.longlong, _be(p + _AT_BASE_TIMESTAMP, 8))
+        max_timestamp = cython.cast(cython.longlong, _be(p + _AT_MAX_TIMESTAMP, 8))
+        producer_id = cython.cast(cython.longlong, _be(p + _AT_PRODUCER_ID, 8))
+        base_sequence = cython.cast(cython.int, cython.cast(cython.uint, _be(p + _AT_BASE_SEQUENCE, 4)))
+        count = cython.cast(cython.int, cython.cast(cython.uint, _be(p + _AT_RECORDS_COUNT, 4)))
     else:
         (base_offset, batch_length, _, magic, crc, attributes, last_offset_delta, base_timestamp,
          max_timestamp, producer_id, _, base_sequence, count) = _HEADER_UNPACK(data, 0)
-    if magic != 2 or batch_length + 12 != size:
+    if magic != _MAGIC or batch_length + _LOG_OVERHEAD != size:
         return None
-    if base_offset != 0 or last_offset_delta + 1 != count or count <= 0 or attributes & 0x20 \
-            or (producer_id >= 0 and base_sequence < 0) or attributes & 0x07 > 4:
+    if base_offset != 0 or last_offset_delta + 1 != count or count <= 0 or attributes & _CONTROL_FLAG \
+            or (producer_id >= 0 and base_sequence < 0) or attributes & _COMPRESSION_MASK > _MAX_CODEC:
         return None
     if size > limit:
         return None

@@ -44,6 +44,7 @@ from triolog import core
 from .compression import compress, decompress
 from .errors import CorruptRecordError, UnsupportedForMessageFormatError
 from .record_batch import (
+    BATCH_LENGTH_OFFSET,
     COMPRESSION_MASK,
     CONTROL_FLAG,
     CRC_OFFSET,
@@ -53,6 +54,7 @@ from .record_batch import (
     HEADER_PREFIX,
     HEADER_SIZE,
     LOG_OVERHEAD,
+    MAGIC_OFFSET,
     MIN_BATCH_LENGTH,
     NO_PARTITION_LEADER_EPOCH,
     NO_PRODUCER_EPOCH,
@@ -66,6 +68,7 @@ from .record_batch import (
     TimestampType,
     check_batch,
     compute_crc,
+    fields_struct,
     read_header,
 )
 
@@ -92,8 +95,8 @@ __all__ = [
 
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
 
-_U32 = struct.Struct(">I")
-_I32 = struct.Struct(">i")
+_CRC = fields_struct("crc")
+_BATCH_LENGTH = fields_struct("batch_length")
 
 # ---------------------------------------------------------------------------------------------
 # varint / varlong
@@ -305,7 +308,7 @@ def _seal(batch: bytearray, base_offset, partition_leader_epoch, attributes, las
         )
     except struct.error as exc:
         raise ValueError(f"record batch header field out of range: {exc}") from None
-    _U32.pack_into(batch, CRC_OFFSET, compute_crc(batch))
+    _CRC.pack_into(batch, CRC_OFFSET, compute_crc(batch))
     return bytes(batch)
 
 
@@ -420,9 +423,9 @@ def iter_batch_spans(buf) -> Iterator[tuple[int, int]]:
     total = len(view)
     position = 0
     while total - position >= LOG_OVERHEAD:
-        (batch_length,) = _I32.unpack_from(view, position + 8)
+        (batch_length,) = _BATCH_LENGTH.unpack_from(view, position + BATCH_LENGTH_OFFSET)
         if total - position >= HEADER_PREFIX.size:
-            magic = view[position + 16]
+            magic = view[position + MAGIC_OFFSET]
             if magic in (0, 1):
                 raise UnsupportedForMessageFormatError(
                     f"record batch at position {position} has legacy magic {magic}; only magic 2 is decoded"

@@ -18,6 +18,7 @@ from crc32c import crc32c
 from triolog.broker.coordinator.producer_id_manager import ProducerIdBlockError, ProducerIdManager
 from triolog.protocol import messages as m
 from triolog.protocol.errors import ErrorCode, UnknownProducerIdError
+from triolog.protocol.record_batch import PRODUCER_ID_OFFSET
 
 from .authorization import PRINCIPAL
 
@@ -25,7 +26,7 @@ from .authorization import PRINCIPAL
 _PRODUCER_ID = struct.Struct(">q")
 _BATCH_LENGTH = struct.Struct(">i")
 _CRC = struct.Struct(">I")
-_PRODUCER_ID_OFFSET = 43
+_PRODUCER_ID_OFFSET = PRODUCER_ID_OFFSET
 _BATCH_HEADER_SIZE = 61
 
 

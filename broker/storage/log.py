@@ -19,7 +19,6 @@ from __future__ import annotations
 import bisect
 import logging
 import os
-import struct
 import threading
 import time
 from collections import Counter
@@ -32,7 +31,10 @@ from triolog.protocol.record_batch import (
     COMPRESSION_MASK,
     CONTROL_FLAG,
     NO_TIMESTAMP,
+    PRODUCER_FIELDS,
+    PRODUCER_ID_OFFSET,
     CompressionType,
+    fields_struct,
 )
 
 from . import filenames
@@ -57,10 +59,7 @@ from .validator import ValidatedBatch, target_codec, validate_and_assign_offsets
 
 logger = logging.getLogger(__name__)
 
-_BASE_OFFSET = struct.Struct(">q")
-#: producer id, producer epoch, base sequence: at byte 43 of a v2 batch header.
-_PRODUCER_FIELDS = struct.Struct(">qhi")
-_PRODUCER_ID_OFFSET = 43
+_BASE_OFFSET = fields_struct("base_offset")
 #: Kafka's producer.id.expiration.ms default (the broker passes its setting).
 DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000
 
@@ -338,7 +337,7 @@ class Log:
         self._check_open()
         (buffers, size, first_offset, last_offset, max_timestamp, shallow_offset, log_append_time_ms,
          record_count, _) = validated
-        producer_id, producer_epoch, base_sequence = _PRODUCER_FIELDS.unpack_from(buffers[0], _PRODUCER_ID_OFFSET)
+        producer_id, producer_epoch, base_sequence = PRODUCER_FIELDS.unpack_from(buffers[0], PRODUCER_ID_OFFSET)
         if producer_id >= 0:
             # Before any roll or write: a duplicate or a refused batch changes nothing.
             offset_delta = last_offset - first_offset

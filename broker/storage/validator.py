@@ -28,7 +28,6 @@ against 600 ns interpreted for 100-byte records (bench/codec.py).
 
 from __future__ import annotations
 
-import struct
 import threading
 from typing import NamedTuple, NoReturn
 
@@ -48,10 +47,12 @@ from triolog.protocol.record_batch import (
     LOG_OVERHEAD,
     MAX_TIMESTAMP_OFFSET,
     NO_TIMESTAMP,
+    PRODUCER_ID_OFFSET,
     TIMESTAMP_TYPE_MASK,
     TRANSACTIONAL_FLAG,
     BatchHeader,
     CompressionType,
+    fields_struct,
     read_header,
     split_batches,
 )
@@ -70,13 +71,13 @@ from .errors import (
     RecordTooLargeError,
 )
 
-_INT64 = struct.Struct(">q")
-_OFFSET_LENGTH_EPOCH = struct.Struct(">qii")
-_UINT32 = struct.Struct(">I")
-_INT16 = struct.Struct(">h")
-#: producerId (int64) and producerEpoch (int16) at byte 43 of a batch.
-_PRODUCER_ID_EPOCH = struct.Struct(">qh")
-_PRODUCER_ID_OFFSET = 43
+# The header fields this module reads or patches (record_batch.py's layout), each at its *_OFFSET.
+_BASE_OFFSET = fields_struct("base_offset")
+_OFFSET_LENGTH_EPOCH = fields_struct("base_offset", "partition_leader_epoch")
+_CRC = fields_struct("crc")
+_ATTRIBUTES = fields_struct("attributes")
+_MAX_TIMESTAMP = fields_struct("max_timestamp")
+_PRODUCER_ID_EPOCH = fields_struct("producer_id", "producer_epoch")
 
 _TOPIC_CODECS = {
     "uncompressed": CompressionType.NONE,
@@ -132,7 +133,7 @@ def with_base_offset(batch: ValidatedBatch, offset: int) -> ValidatedBatch:
     shift = offset - batch.first_offset
     if not shift:
         return batch
-    _INT64.pack_into(batch.records[0], 0, offset)
+    _BASE_OFFSET.pack_into(batch.records[0], 0, offset)
     return batch._replace(
         first_offset=offset, last_offset=batch.last_offset + shift,
         shallow_offset_of_max_timestamp=batch.shallow_offset_of_max_timestamp + shift,
@@ -177,7 +178,7 @@ def validate_and_assign_offsets(
     if fields is None:
         _raise_header_error(records, config)
     batch_length, crc, attributes, last_offset_delta, base_timestamp, max_timestamp, count = fields
-    producer_id, producer_epoch = _PRODUCER_ID_EPOCH.unpack_from(records, _PRODUCER_ID_OFFSET)
+    producer_id, producer_epoch = _PRODUCER_ID_EPOCH.unpack_from(records, PRODUCER_ID_OFFSET)
     if producer_id >= 0 and producer_epoch < 0:
         # Kafka's client never sends it; the producer state has no epoch to check it against.
         raise InvalidRecordError(
@@ -235,14 +236,14 @@ def validate_and_assign_offsets(
         _OFFSET_LENGTH_EPOCH.pack_into(head, 0, offset, batch_length, leader_epoch)
         body = view[HEADER_SIZE:]
         if log_append_time:
-            _INT16.pack_into(head, ATTRIBUTES_OFFSET, attributes | TIMESTAMP_TYPE_MASK)
-            _INT64.pack_into(head, MAX_TIMESTAMP_OFFSET, now_ms)
-            _UINT32.pack_into(head, CRC_OFFSET, crc32c(body, crc32c(memoryview(head)[CRC_START:])))
+            _ATTRIBUTES.pack_into(head, ATTRIBUTES_OFFSET, attributes | TIMESTAMP_TYPE_MASK)
+            _MAX_TIMESTAMP.pack_into(head, MAX_TIMESTAMP_OFFSET, now_ms)
+            _CRC.pack_into(head, CRC_OFFSET, crc32c(body, crc32c(memoryview(head)[CRC_START:])))
             return ValidatedBatch([head, body], size, offset, last_offset, now_ms, last_offset, now_ms, count,
                                   offset_of_max)
         if new_max != max_timestamp:
-            _INT64.pack_into(head, MAX_TIMESTAMP_OFFSET, new_max)
-            _UINT32.pack_into(head, CRC_OFFSET, crc32c(body, crc32c(memoryview(head)[CRC_START:])))
+            _MAX_TIMESTAMP.pack_into(head, MAX_TIMESTAMP_OFFSET, new_max)
+            _CRC.pack_into(head, CRC_OFFSET, crc32c(body, crc32c(memoryview(head)[CRC_START:])))
         return _new_tuple(ValidatedBatch, ([head, body], size, offset, last_offset, new_max, last_offset, -1, count,
                                            offset_of_max))
     finally:
@@ -352,7 +353,7 @@ def _rebuild(data, start: int, header: BatchHeader, codec: int, *, offset: int, 
                      count - 1, header.base_timestamp, max_timestamp, header.producer_id, header.producer_epoch,
                      header.base_sequence, count)
     built[HEADER_SIZE:] = body
-    _UINT32.pack_into(built, CRC_OFFSET, crc32c(memoryview(built)[CRC_START:]))
+    _CRC.pack_into(built, CRC_OFFSET, crc32c(memoryview(built)[CRC_START:]))
     if len(built) > config.max_message_bytes:
         raise RecordTooLargeError(
             f"record batch recompressed to {len(built)} bytes exceeds max.message.bytes ({config.max_message_bytes})"

@@ -16,7 +16,7 @@ from typing import Any
 from triolog.protocol import messages as m
 from triolog.protocol.errors import ErrorCode
 
-from .apis import Adapter, Direct, KafkaContext
+from .apis import Adapter, ApiKey, Direct, KafkaContext, by_key
 from .requests import KafkaRequest
 from .schema import build, millis, response_class
 
@@ -31,9 +31,6 @@ DEFAULT_CONFIG = 5
 _SOURCES = {"topic": DYNAMIC_TOPIC_CONFIG, "broker": STATIC_BROKER_CONFIG, "default": DEFAULT_CONFIG}
 #: IncrementalAlterConfigs' operations.
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
-INVALID_REPLICA_ASSIGNMENT = 39
-UNKNOWN_TOPIC_ID = 100
-UNSUPPORTED_ENDPOINT_TYPE = 119
 #: DescribeCluster's endpoint_type of brokers (2 is controllers).
 BROKERS = 1
 _ZERO_UUID = uuid.UUID(int=0)
@@ -79,9 +76,9 @@ def create_topics_to_internal(req: KafkaRequest, ctx: KafkaContext):
             # A manual assignment on one broker: every replica list must be this broker alone.
             if count != -1 or t.replication_factor != -1 or any(tuple(a.broker_ids) != (ctx.node_id,)
                                                                for a in t.assignments):
-                refused[t.name] = (INVALID_REPLICA_ASSIGNMENT, f"a replica assignment on this single broker must "
-                                   f"give every partition the replicas [{ctx.node_id}], with num_partitions and "
-                                   f"replication_factor -1")
+                refused[t.name] = (ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                                   f"a replica assignment on this single broker must give every partition the "
+                                   f"replicas [{ctx.node_id}], with num_partitions and replication_factor -1")
             count = len(t.assignments)
         configs = {c.name: c.value for c in t.configs if c.value is not None}
         topics.append(m.NewTopic(name=t.name, num_partitions=count, replication_factor=t.replication_factor,
@@ -135,7 +132,8 @@ def delete_topics_to_internal(req: KafkaRequest, ctx: KafkaContext):
     names = _delete_names(req)
     if any(name is None for name, _ in names):  # by topic id: triolog's topics have none
         return Direct(_body(req, {"responses": [
-            {"name": name, "topic_id": topic_id, "error_code": UNKNOWN_TOPIC_ID if name is None else ErrorCode.INVALID_REQUEST,
+            {"name": name, "topic_id": topic_id,
+             "error_code": ErrorCode.UNKNOWN_TOPIC_ID if name is None else ErrorCode.INVALID_REQUEST,
              "error_message": "triolog's topics have no topic id: name them" if name is None else
              "another topic of this request was named by id"} for name, topic_id in names]}))
     return m.DeleteTopicsRequest(**_envelope(req), topics=tuple(dict.fromkeys(name for name, _ in names)))
@@ -243,7 +241,7 @@ def alter_configs_to_internal(req: KafkaRequest, ctx: KafkaContext):
         return Direct(_alter_body(req, refused, {}))
     entries = []
     for resource in targets:
-        if req.api_key == 33:  # AlterConfigs: the given set replaces every override
+        if req.api_key == ApiKey.ALTER_CONFIGS:  # the given set replaces every override
             given = {c.name: c.value for c in resource.configs}
             entries.append(m.AlterConfigsTopic(
                 name=resource.resource_name, configs={k: v for k, v in given.items() if v is not None},
@@ -288,7 +286,7 @@ def create_partitions_to_internal(req: KafkaRequest, ctx: KafkaContext):
     body = req.body
     for t in body.topics:
         if t.assignments and any(tuple(a.broker_ids) != (ctx.node_id,) for a in t.assignments):
-            return Direct(create_partitions_error(req, ctx, INVALID_REPLICA_ASSIGNMENT,
+            return Direct(create_partitions_error(req, ctx, ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                                                   f"on this single broker every new partition's replicas are "
                                                   f"[{ctx.node_id}]"))
     return m.CreatePartitionsRequest(**_envelope(req), topics=tuple(
@@ -314,7 +312,7 @@ def describe_cluster_to_internal(req: KafkaRequest, ctx: KafkaContext):
     if endpoint_type != BROKERS:
         # v1 may ask for the controllers (2): a broker endpoint serves only its brokers, as Kafka's.
         return Direct(_body(req, {
-            "error_code": UNSUPPORTED_ENDPOINT_TYPE, "cluster_id": ctx.cluster_id or "", "controller_id": -1,
+            "error_code": ErrorCode.UNSUPPORTED_ENDPOINT_TYPE, "cluster_id": ctx.cluster_id or "", "controller_id": -1,
             "error_message": f"endpoint_type {endpoint_type} is not served: this is a broker endpoint, it answers "
                              f"endpoint_type {BROKERS} (brokers) only",
             "brokers": [], "cluster_authorized_operations": -2147483648, "endpoint_type": BROKERS}))
@@ -328,20 +326,20 @@ def _never(response, req, ctx):  # pragma: no cover - always answered directly
     raise AssertionError("DescribeCluster has no internal request")
 
 
-ADAPTERS = {
-    19: Adapter(19, "CreateTopics", 2, 7, create_topics_to_internal, create_topics_to_kafka, "create_topics",
-                create_topics_error),
-    20: Adapter(20, "DeleteTopics", 1, 6, delete_topics_to_internal, delete_topics_to_kafka, "delete_topics",
-                delete_topics_error),
-    21: Adapter(21, "DeleteRecords", 0, 2, delete_records_to_internal, delete_records_to_kafka, "delete_records",
-                delete_records_error),
-    32: Adapter(32, "DescribeConfigs", 1, 4, describe_configs_to_internal, describe_configs_to_kafka,
-                "describe_configs", describe_configs_error),
-    33: Adapter(33, "AlterConfigs", 0, 2, alter_configs_to_internal, alter_configs_to_kafka, "alter_configs",
-                alter_configs_error),
-    37: Adapter(37, "CreatePartitions", 0, 3, create_partitions_to_internal, create_partitions_to_kafka,
-                "create_partitions", create_partitions_error),
-    44: Adapter(44, "IncrementalAlterConfigs", 0, 1, alter_configs_to_internal, alter_configs_to_kafka,
-                "alter_configs", alter_configs_error),
-    60: Adapter(60, "DescribeCluster", 0, 1, describe_cluster_to_internal, _never, "describe_cluster"),
-}
+ADAPTERS = by_key(
+    Adapter(ApiKey.CREATE_TOPICS, 2, 7, create_topics_to_internal, create_topics_to_kafka, "create_topics",
+            create_topics_error),
+    Adapter(ApiKey.DELETE_TOPICS, 1, 6, delete_topics_to_internal, delete_topics_to_kafka, "delete_topics",
+            delete_topics_error),
+    Adapter(ApiKey.DELETE_RECORDS, 0, 2, delete_records_to_internal, delete_records_to_kafka, "delete_records",
+            delete_records_error),
+    Adapter(ApiKey.DESCRIBE_CONFIGS, 1, 4, describe_configs_to_internal, describe_configs_to_kafka,
+            "describe_configs", describe_configs_error),
+    Adapter(ApiKey.ALTER_CONFIGS, 0, 2, alter_configs_to_internal, alter_configs_to_kafka, "alter_configs",
+            alter_configs_error),
+    Adapter(ApiKey.CREATE_PARTITIONS, 0, 3, create_partitions_to_internal, create_partitions_to_kafka,
+            "create_partitions", create_partitions_error),
+    Adapter(ApiKey.INCREMENTAL_ALTER_CONFIGS, 0, 1, alter_configs_to_internal, alter_configs_to_kafka,
+            "alter_configs", alter_configs_error),
+    Adapter(ApiKey.DESCRIBE_CLUSTER, 0, 1, describe_cluster_to_internal, _never, "describe_cluster"),
+)

@@ -11,13 +11,31 @@ the :class:`KafkaContext` the listener passes in.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from kio.schema.index import api_key_map
+
 from .requests import KafkaRequest
 
-__all__ = ["Adapter", "Direct", "KafkaContext", "served_versions"]
+__all__ = ["Adapter", "ApiKey", "Direct", "KafkaContext", "by_key", "served_versions"]
+
+
+class ApiKey(enum.IntEnum):
+    """Kafka's API keys, every one kio has schemas for, by kio's names upper-cased (PRODUCE,
+    API_VERSIONS...). The numbers come from kio's index, generated from Kafka's JSON schemas, so
+    no key is typed here."""
+
+    _ignore_ = "_key _name"
+    for _key, _name in api_key_map.items():
+        vars()[_name.upper()] = _key
+
+    @property
+    def kafka_name(self) -> str:
+        """Kafka's name of the API: ApiVersions, Produce, DescribeUserScramCredentials."""
+        return "".join(word.capitalize() for word in self.name.split("_"))
 
 
 @dataclass(frozen=True)
@@ -41,9 +59,7 @@ class Direct:
 
 @dataclass(frozen=True)
 class Adapter:
-    api_key: int
-    #: Kafka's name of the API (ApiVersions, Produce...).
-    name: str
+    api_key: ApiKey
     min_version: int
     max_version: int
     #: The Kafka request as the handler's request (or a list of them, answered in order, for a
@@ -61,6 +77,16 @@ class Adapter:
     #: Given the handler's answer, the internal request to make next in its place, or None: for a
     #: Kafka version that expects in one exchange what the internal API does in two.
     follow_up: Callable[[Any, Any, KafkaRequest], Any] | None = None
+
+    @property
+    def name(self) -> str:
+        """Kafka's name of the API (ApiVersions, Produce...)."""
+        return self.api_key.kafka_name
+
+
+def by_key(*adapters: Adapter) -> dict[int, Adapter]:
+    """The adapters by their API key (so no key is written twice)."""
+    return {adapter.api_key: adapter for adapter in adapters}
 
 
 def served_versions(adapters: dict[int, Adapter]) -> dict[int, tuple[int, int]]:

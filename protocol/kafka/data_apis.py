@@ -13,16 +13,12 @@ from typing import Any
 from triolog.protocol import messages as m
 from triolog.protocol.errors import ErrorCode
 
-from .apis import Adapter, Direct, KafkaContext
+from .apis import Adapter, ApiKey, Direct, KafkaContext, by_key
 from .requests import KafkaRequest
 from .schema import RecordsRegion, build, millis, response_class
 
 __all__ = ["ADAPTERS"]
 
-#: Kafka's error codes that triolog's own table does not name (the msgpack protocol never needs them).
-INVALID_REQUIRED_ACKS = 21
-FETCH_SESSION_ID_NOT_FOUND = 70
-UNKNOWN_TOPIC_ID = 100
 #: Kafka's "no leader epoch known": clients then skip the leader-epoch checks (KIP-320) that a
 #: single broker without replicas has no use for.
 NO_EPOCH = -1
@@ -53,7 +49,7 @@ def produce_to_internal(req: KafkaRequest, ctx: KafkaContext):
                                                  records=b"" if records is None else records))
         topics.append(m.ProduceTopic(name=topic.name, partitions=tuple(partitions)))
     if acks not in (-1, 0, 1):
-        return Direct(produce_error_body(req, ctx, INVALID_REQUIRED_ACKS,
+        return Direct(produce_error_body(req, ctx, ErrorCode.INVALID_REQUIRED_ACKS,
                                          f"acks={acks} is not one of -1 (all), 0 and 1"))
     if duplicate:
         return Direct(produce_error_body(req, ctx, ErrorCode.INVALID_REQUEST,
@@ -90,7 +86,8 @@ def fetch_to_internal(req: KafkaRequest, ctx: KafkaContext):
     if session_id != 0 or session_epoch > 0:
         # No fetch session was ever created here (every answer says session_id 0, which clients
         # take as "fetch without a session"): an incremental fetch names one that does not exist.
-        return Direct(_body(req, {"error_code": FETCH_SESSION_ID_NOT_FOUND, "session_id": 0, "responses": []}))
+        return Direct(_body(req, {"error_code": ErrorCode.FETCH_SESSION_ID_NOT_FOUND, "session_id": 0,
+                                  "responses": []}))
     topics = []
     for topic in body.topics:
         topics.append(m.FetchTopic(name=topic.topic, partitions=tuple(
@@ -191,8 +188,8 @@ def _brokers(ctx: KafkaContext) -> list[dict]:
 
 def metadata_unknown_ids(req: KafkaRequest, ctx: KafkaContext):
     return _body(req, {"brokers": _brokers(ctx), "cluster_id": ctx.cluster_id, "controller_id": ctx.node_id,
-                       "topics": [{"error_code": UNKNOWN_TOPIC_ID, "name": t.name or "", "topic_id": t.topic_id,
-                                   "partitions": []} for t in req.body.topics]})
+                       "topics": [{"error_code": ErrorCode.UNKNOWN_TOPIC_ID, "name": t.name or "",
+                                   "topic_id": t.topic_id, "partitions": []} for t in req.body.topics]})
 
 
 def metadata_error_body(req: KafkaRequest, ctx: KafkaContext, code: int, message: str):
@@ -235,12 +232,12 @@ def init_producer_id_to_kafka(response: m.InitProducerIdResponse, req: KafkaRequ
                        "producer_epoch": response.producer_epoch})
 
 
-ADAPTERS = {
-    0: Adapter(0, "Produce", 3, 11, produce_to_internal, produce_to_kafka, "produce", produce_error_body),
-    1: Adapter(1, "Fetch", 4, 12, fetch_to_internal, fetch_to_kafka, "fetch", fetch_error_body),
-    2: Adapter(2, "ListOffsets", 1, 7, list_offsets_to_internal, list_offsets_to_kafka, "list_offsets",
-               list_offsets_error_body),
-    3: Adapter(3, "Metadata", 0, 12, metadata_to_internal, metadata_to_kafka, "metadata", metadata_error_body),
-    22: Adapter(22, "InitProducerId", 0, 5, init_producer_id_to_internal, init_producer_id_to_kafka,
-                "init_producer_id"),
-}
+ADAPTERS = by_key(
+    Adapter(ApiKey.PRODUCE, 3, 11, produce_to_internal, produce_to_kafka, "produce", produce_error_body),
+    Adapter(ApiKey.FETCH, 4, 12, fetch_to_internal, fetch_to_kafka, "fetch", fetch_error_body),
+    Adapter(ApiKey.LIST_OFFSETS, 1, 7, list_offsets_to_internal, list_offsets_to_kafka, "list_offsets",
+            list_offsets_error_body),
+    Adapter(ApiKey.METADATA, 0, 12, metadata_to_internal, metadata_to_kafka, "metadata", metadata_error_body),
+    Adapter(ApiKey.INIT_PRODUCER_ID, 0, 5, init_producer_id_to_internal, init_producer_id_to_kafka,
+            "init_producer_id"),
+)

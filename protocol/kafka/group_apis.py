@@ -17,7 +17,7 @@ from typing import Any
 from triolog.protocol import messages as m
 from triolog.protocol.errors import ErrorCode
 
-from .apis import Adapter, KafkaContext
+from .apis import Adapter, ApiKey, KafkaContext, by_key
 from .requests import KafkaRequest
 from .schema import build, millis, response_class
 
@@ -288,23 +288,23 @@ def delete_groups_error(req: KafkaRequest, ctx: KafkaContext, code: int, message
     return _body(req, {"results": [{"group_id": g, "error_code": code} for g in req.body.groups_names]})
 
 
-ADAPTERS = {
-    10: Adapter(10, "FindCoordinator", 0, 4, find_coordinator_to_internal, find_coordinator_to_kafka,
-                "find_coordinator", find_coordinator_error),
-    11: Adapter(11, "JoinGroup", 0, 9, join_group_to_internal, join_group_to_kafka, "join_group",
-                join_group_error, follow_up=join_group_follow_up),
-    12: Adapter(12, "Heartbeat", 0, 4, heartbeat_to_internal, heartbeat_to_kafka, "heartbeat", _top_level_error),
-    13: Adapter(13, "LeaveGroup", 0, 5, leave_group_to_internal, leave_group_to_kafka, "leave_group",
-                _top_level_error),
-    14: Adapter(14, "SyncGroup", 0, 5, sync_group_to_internal, sync_group_to_kafka, "sync_group", sync_group_error),
-    8: Adapter(8, "OffsetCommit", 2, 9, offset_commit_to_internal, offset_commit_to_kafka, "offset_commit",
-               offset_commit_error),
-    9: Adapter(9, "OffsetFetch", 1, 9, offset_fetch_to_internal, offset_fetch_to_kafka, "offset_fetch",
-               offset_fetch_error),
-    16: Adapter(16, "ListGroups", 0, 5, list_groups_to_internal, list_groups_to_kafka, "list_groups",
-                _top_level_error),
-    15: Adapter(15, "DescribeGroups", 0, 5, describe_groups_to_internal, describe_groups_to_kafka,
-                "describe_groups", describe_groups_error),
-    42: Adapter(42, "DeleteGroups", 0, 2, delete_groups_to_internal, delete_groups_to_kafka, "delete_groups",
-                delete_groups_error),
-}
+ADAPTERS = by_key(
+    Adapter(ApiKey.FIND_COORDINATOR, 0, 4, find_coordinator_to_internal, find_coordinator_to_kafka,
+            "find_coordinator", find_coordinator_error),
+    Adapter(ApiKey.JOIN_GROUP, 0, 9, join_group_to_internal, join_group_to_kafka, "join_group",
+            join_group_error, follow_up=join_group_follow_up),
+    Adapter(ApiKey.HEARTBEAT, 0, 4, heartbeat_to_internal, heartbeat_to_kafka, "heartbeat", _top_level_error),
+    Adapter(ApiKey.LEAVE_GROUP, 0, 5, leave_group_to_internal, leave_group_to_kafka, "leave_group",
+            _top_level_error),
+    Adapter(ApiKey.SYNC_GROUP, 0, 5, sync_group_to_internal, sync_group_to_kafka, "sync_group", sync_group_error),
+    Adapter(ApiKey.OFFSET_COMMIT, 2, 9, offset_commit_to_internal, offset_commit_to_kafka, "offset_commit",
+            offset_commit_error),
+    Adapter(ApiKey.OFFSET_FETCH, 1, 9, offset_fetch_to_internal, offset_fetch_to_kafka, "offset_fetch",
+            offset_fetch_error),
+    Adapter(ApiKey.LIST_GROUPS, 0, 5, list_groups_to_internal, list_groups_to_kafka, "list_groups",
+            _top_level_error),
+    Adapter(ApiKey.DESCRIBE_GROUPS, 0, 5, describe_groups_to_internal, describe_groups_to_kafka,
+            "describe_groups", describe_groups_error),
+    Adapter(ApiKey.DELETE_GROUPS, 0, 2, delete_groups_to_internal, delete_groups_to_kafka, "delete_groups",
+            delete_groups_error),
+)

@@ -28,6 +28,7 @@ import struct
 
 from kio.serial._introspect import EntityField, EntityTupleField, classify_field, get_field_tag, is_optional
 
+from .apis import ApiKey
 from .requests import MalformedRequest
 from .schema import UnknownSchema, request_class
 
@@ -36,14 +37,15 @@ __all__ = ["LARGE_FRAME_APIS", "MAX_GROUP_ENTRIES", "MAX_SMALL_FRAME_BYTES", "Re
 
 #: The largest frame of any API but those of ``LARGE_FRAME_APIS``.
 MAX_SMALL_FRAME_BYTES = 1 << 20
-PRODUCE = 0
+PRODUCE = ApiKey.PRODUCE
 #: APIs whose frames may be as large as socket.request.max.bytes (the frame decoder's bound):
 #: Produce's record bytes, and the opaque bytes the group APIs carry, which legitimately exceed a
 #: megabyte in large groups (JoinGroup's member metadata, SyncGroup's assignments, OffsetCommit's
 #: committed metadata). What they amplify into is bounded by their entry counts, as any API's.
-LARGE_FRAME_APIS = frozenset({PRODUCE, 8, 11, 14})  # Produce, OffsetCommit, JoinGroup, SyncGroup
+LARGE_FRAME_APIS = frozenset({PRODUCE, ApiKey.OFFSET_COMMIT, ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP})
 #: The group APIs, whose arrays are group ids, coordinator keys, members and protocols.
-GROUP_APIS = frozenset({10, 11, 12, 13, 14, 15, 16, 42})
+GROUP_APIS = frozenset({ApiKey.FIND_COORDINATOR, ApiKey.JOIN_GROUP, ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP,
+                        ApiKey.SYNC_GROUP, ApiKey.DESCRIBE_GROUPS, ApiKey.LIST_GROUPS, ApiKey.DELETE_GROUPS})
 #: The entries (every array's, nested ones too) a request of a group API may hold: FindCoordinator
 #: keys, DescribeGroups and DeleteGroups ids, a JoinGroup's protocols, a SyncGroup's or
 #: LeaveGroup's members. Ten thousand groups or members is far more than one request of a real

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from triolog.protocol import messages as m
 
-from .apis import Adapter, KafkaContext
+from .apis import Adapter, ApiKey, KafkaContext, by_key
 from .requests import KafkaRequest
 from .schema import build, response_class
 
-SASL_HANDSHAKE_KEY = 17
-SASL_AUTHENTICATE_KEY = 36
+# (the names the listener imports)
+SASL_HANDSHAKE_KEY = ApiKey.SASL_HANDSHAKE
+SASL_AUTHENTICATE_KEY = ApiKey.SASL_AUTHENTICATE
 
 
 def _envelope(req: KafkaRequest) -> dict:
@@ -42,9 +43,7 @@ def authenticate_to_kafka(response: m.SaslAuthenticateResponse, req: KafkaReques
         "auth_bytes": response.auth_bytes, "session_lifetime": response.session_lifetime_ms})
 
 
-ADAPTERS = {
-    SASL_HANDSHAKE_KEY: Adapter(SASL_HANDSHAKE_KEY, "SaslHandshake", 0, 1, handshake_to_internal, handshake_to_kafka,
-                                "sasl_handshake"),
-    SASL_AUTHENTICATE_KEY: Adapter(SASL_AUTHENTICATE_KEY, "SaslAuthenticate", 0, 2, authenticate_to_internal,
-                                   authenticate_to_kafka, "sasl_authenticate"),
-}
+ADAPTERS = by_key(
+    Adapter(SASL_HANDSHAKE_KEY, 0, 1, handshake_to_internal, handshake_to_kafka, "sasl_handshake"),
+    Adapter(SASL_AUTHENTICATE_KEY, 0, 2, authenticate_to_internal, authenticate_to_kafka, "sasl_authenticate"),
+)

@@ -13,7 +13,7 @@ from typing import Any
 
 from triolog.protocol import messages as m
 
-from .apis import Adapter, KafkaContext
+from .apis import Adapter, ApiKey, KafkaContext, by_key
 from .requests import KafkaRequest
 from .schema import build, response_class
 
@@ -171,18 +171,18 @@ def alter_users_error(req: KafkaRequest, ctx: KafkaContext, code: int, message: 
     return _body(req, {"results": [{"user": n, "error_code": code, "error_message": message} for n in names]})
 
 
-ADAPTERS = {
-    29: Adapter(29, "DescribeAcls", 1, 3, describe_acls_to_internal, describe_acls_to_kafka, "describe_acls",
-                _top_level_error),
-    30: Adapter(30, "CreateAcls", 1, 3, create_acls_to_internal, create_acls_to_kafka, "create_acls",
-                create_acls_error),
-    31: Adapter(31, "DeleteAcls", 1, 3, delete_acls_to_internal, delete_acls_to_kafka, "delete_acls",
-                delete_acls_error),
-    50: Adapter(50, "DescribeUserScramCredentials", 0, 0, describe_users_to_internal, describe_users_to_kafka,
-                "describe_user_scram_credentials", describe_users_error),
-    51: Adapter(51, "AlterUserScramCredentials", 0, 0, alter_users_to_internal, alter_users_to_kafka,
-                "alter_user_scram_credentials", alter_users_error),
-}
+ADAPTERS = by_key(
+    Adapter(ApiKey.DESCRIBE_ACLS, 1, 3, describe_acls_to_internal, describe_acls_to_kafka, "describe_acls",
+            _top_level_error),
+    Adapter(ApiKey.CREATE_ACLS, 1, 3, create_acls_to_internal, create_acls_to_kafka, "create_acls",
+            create_acls_error),
+    Adapter(ApiKey.DELETE_ACLS, 1, 3, delete_acls_to_internal, delete_acls_to_kafka, "delete_acls",
+            delete_acls_error),
+    Adapter(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, 0, describe_users_to_internal, describe_users_to_kafka,
+            "describe_user_scram_credentials", describe_users_error),
+    Adapter(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, 0, alter_users_to_internal, alter_users_to_kafka,
+            "alter_user_scram_credentials", alter_users_error),
+)
 
 
 # -- DescribeClientQuotas (48), AlterClientQuotas (49) -------------------------------------------
@@ -232,9 +232,9 @@ def alter_quotas_error(req: KafkaRequest, ctx: KafkaContext, code: int, message:
         for e in req.body.entries]})
 
 
-ADAPTERS.update({
-    48: Adapter(48, "DescribeClientQuotas", 0, 1, describe_quotas_to_internal, describe_quotas_to_kafka,
-                "describe_client_quotas", _top_level_error),
-    49: Adapter(49, "AlterClientQuotas", 0, 1, alter_quotas_to_internal, alter_quotas_to_kafka,
-                "alter_client_quotas", alter_quotas_error),
-})
+ADAPTERS.update(by_key(
+    Adapter(ApiKey.DESCRIBE_CLIENT_QUOTAS, 0, 1, describe_quotas_to_internal, describe_quotas_to_kafka,
+            "describe_client_quotas", _top_level_error),
+    Adapter(ApiKey.ALTER_CLIENT_QUOTAS, 0, 1, alter_quotas_to_internal, alter_quotas_to_kafka,
+            "alter_client_quotas", alter_quotas_error),
+))

@@ -13,14 +13,13 @@ from typing import Any
 from triolog.protocol.errors import ErrorCode
 
 from . import admin_apis, data_apis, group_apis, sasl_apis, security_apis
-from .apis import Adapter, Direct, KafkaContext
+from .apis import Adapter, ApiKey, Direct, KafkaContext, by_key
 from .requests import KafkaRequest
 from .schema import build, response_class
 
 __all__ = ["ADAPTERS", "SERVED_VERSIONS", "API_VERSIONS_KEY", "unsupported_api_versions_body"]
 
-API_VERSIONS_KEY = 18
-UNSUPPORTED_VERSION = 35
+API_VERSIONS_KEY = ApiKey.API_VERSIONS  # (the name the listener imports)
 #: Kafka's rule for ApiVersions v3's client_software_name and client_software_version.
 _SOFTWARE = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 
@@ -42,7 +41,8 @@ def api_versions_to_internal(req: KafkaRequest, ctx: KafkaContext):
 def unsupported_api_versions_body() -> Any:
     """Kafka's answer to an ApiVersions request of a version it does not know: a v0 response
     with UNSUPPORTED_VERSION and the versions served, from which the client picks one it has."""
-    return build(response_class(API_VERSIONS_KEY, 0), {"error_code": UNSUPPORTED_VERSION, "api_keys": _api_keys()})
+    return build(response_class(API_VERSIONS_KEY, 0),
+                 {"error_code": ErrorCode.UNSUPPORTED_VERSION, "api_keys": _api_keys()})
 
 
 def _never(response, req, ctx):  # pragma: no cover - ApiVersions is always answered directly
@@ -50,8 +50,7 @@ def _never(response, req, ctx):  # pragma: no cover - ApiVersions is always answ
 
 
 ADAPTERS: dict[int, Adapter] = {
-    API_VERSIONS_KEY: Adapter(API_VERSIONS_KEY, "ApiVersions", 0, 4, api_versions_to_internal, _never,
-                              "api_versions"),
+    **by_key(Adapter(API_VERSIONS_KEY, 0, 4, api_versions_to_internal, _never, "api_versions")),
     **data_apis.ADAPTERS,
     **group_apis.ADAPTERS,
     **admin_apis.ADAPTERS,

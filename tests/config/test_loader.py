@@ -7,8 +7,6 @@ import importlib.resources
 from pathlib import Path
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
 from triolog.config.broker_config import BROKER_CONFIGS, BrokerConfig, Endpoint
 from triolog.config.loader import (
@@ -33,86 +31,26 @@ def write_config(tmp_path: Path):
     return write
 
 
-# -- .properties syntax ------------------------------------------------------------------------
+# -- .properties files ------------------------------------------------------------------------
+# (the syntax itself: tests/protocol/test_properties.py, the one parser's tests)
 
 
-@pytest.mark.parametrize(
-    "text, expected",
-    [
-        ("a=1", {"a": "1"}),
-        ("a:1", {"a": "1"}),
-        ("a 1", {"a": "1"}),
-        ("a\t1", {"a": "1"}),
-        ("  a  =  1  ", {"a": "1"}),
-        ("a = b = c", {"a": "b = c"}),
-        ("a:=1", {"a": "=1"}),
-        ("a =:1", {"a": ":1"}),
-        ("a", {"a": ""}),
-        ("a=", {"a": ""}),
-        ("=1", {"": "1"}),
-        ("# comment\n! also a comment\n   # indented comment\na=1", {"a": "1"}),
-        ("a=1 # not a comment", {"a": "1 # not a comment"}),
-        ("\n\n   \na=1\n\n", {"a": "1"}),
-        ("a=1\r\nb=2\rc=3\n", {"a": "1", "b": "2", "c": "3"}),
-        ("a=1\na=2", {"a": "2"}),
-        ("a=x,\\\n    y,\\\n\ty", {"a": "x,y,y"}),
-        ("a=1\\\n", {"a": "1"}),
-        ("a=1\\", {"a": "1"}),
-        ("a=1\\\\\nb=2", {"a": "1\\", "b": "2"}),
-        ("a=1\\\\\\\n2", {"a": "1\\2"}),
-        ("# comment \\\na=1", {"a": "1"}),
-        ("a=1\\\n# continued, not a comment", {"a": "1# continued, not a comment"}),
-        ("a=1\\\n\nb=2", {"a": "1", "b": "2"}),
-        ("key\\ with\\ spaces = v", {"key with spaces": "v"}),
-        ("k\\=e\\:y=v", {"k=e:y": "v"}),
-        ("a=tab\\there\\nline\\r\\f", {"a": "tab\there\nline\r\f"}),
-        ("a=\\u0041\\u00e9\\u20AC", {"a": "Aé€"}),
-        ("a=\\q\\#", {"a": "q#"}),
-        ("a=trailing\\ ", {"a": "trailing "}),
-        ("a=\\ leading", {"a": " leading"}),
-        ("a=é€ unicode", {"a": "é€ unicode"}),
-        ("a=1\x0b", {"a": "1\x0b"}),
-        ("a=1\u2028b=2", {"a": "1\u2028b=2"}),
-        ("\fa=1", {"a": "1"}),
-        ("", {}),
-    ],
-)
-def test_parse_properties_follows_java_syntax(text, expected):
-    assert parse_properties(text) == expected
+def test_load_config_reads_java_syntax_and_trims_values_as_kafka_does(write_config):
+    path = write_config("# c\nnum.partitions = 3  \t\nlog.dirs : /a,\\\n    /b\\ \n"
+                        "listeners=\\u0020PLAINTEXT://127.0.0.1:9092\n")
+    config, warnings = load_config(path, environ={})
+    assert warnings == []
+    assert (config.num_partitions, config.log_dirs) == (3, ("/a", "/b"))
+    assert config.originals["num.partitions"] == "3" and config.originals["log.dirs"] == "/a,/b"
+    assert config.originals["listeners"] == "PLAINTEXT://127.0.0.1:9092"
 
 
-@pytest.mark.parametrize("text", ["a=\\u12", "a=\\u12zz", "a=\\uXYZW"])
-def test_parse_properties_rejects_malformed_unicode_escape(text):
-    with pytest.raises(ValueError, match=r"line 1: malformed \\uXXXX escape"):
-        parse_properties(text)
+def test_the_loader_and_the_client_read_properties_with_one_parser():
+    from triolog.client import security
+    from triolog.protocol import properties
 
-
-def test_parse_properties_reports_the_line_of_a_bad_escape():
-    with pytest.raises(ValueError, match="line 3"):
-        parse_properties("# c\na=1\nb=\\u1")
-
-
-_WORD = st.text("abcdefghijklmnopqrstuvwxyz0123456789", min_size=1, max_size=8)
-_SIMPLE_KEY = st.lists(_WORD, min_size=1, max_size=4).map(".".join)
-_SIMPLE_VALUE = st.text("abcXYZ0189/.,_+-:= ", max_size=20).map(str.strip)
-
-
-@given(st.dictionaries(_SIMPLE_KEY, _SIMPLE_VALUE))
-def test_parse_properties_reads_simple_key_value_lines(props):
-    text = "".join(f"# {key}\n{key} = {value}  \n\n" for key, value in props.items())
-    assert parse_properties(text) == props
-
-
-_ANY_TEXT = st.text(st.characters(blacklist_categories=("Cs",)))
-
-
-@given(st.dictionaries(_ANY_TEXT, _ANY_TEXT))
-def test_format_properties_round_trips_through_parse(props):
-    assert parse_properties(format_properties(props)) == props
-
-
-def test_format_properties_writes_readable_lines():
-    assert format_properties({"log.dirs": "/data", "a b": " x=y "}) == "log.dirs=/data\na\\ b=\\ x\\=y\\ \n"
+    assert parse_properties is properties.parse_properties is security.parse_properties
+    assert format_properties is properties.format_properties
 
 
 # -- environment names -------------------------------------------------------------------------

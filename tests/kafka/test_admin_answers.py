@@ -49,7 +49,8 @@ def test_describe_cluster_asking_for_the_controllers_is_unsupported_endpoint_typ
         sock.sendall(encode_request(60, 1, 1, DescribeClusterRequest(
             include_cluster_authorized_operations=False, endpoint_type=2)))
         _, body = decode_response(60, 1, read_frame(sock))
-        assert int(body.error_code) == 119 and body.error_message and not body.brokers
+        # Kafka's UNSUPPORTED_ENDPOINT_TYPE (Errors.java: 115; 119 is INVALID_REGISTRATION)
+        assert int(body.error_code) == 115 and body.error_message and not body.brokers
         sock.sendall(encode_request(60, 1, 2, DescribeClusterRequest(
             include_cluster_authorized_operations=False, endpoint_type=1)))
         _, body = decode_response(60, 1, read_frame(sock))

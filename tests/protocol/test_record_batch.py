@@ -10,13 +10,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from triolog.protocol.errors import CorruptRecordError, UnsupportedForMessageFormatError
+from triolog.protocol import record_batch
 from triolog.protocol.record_batch import (
+    HEADER,
     HEADER_SIZE,
     BatchHeader,
     CompressionType,
     TimestampType,
     check_batch,
     compute_crc,
+    fields_struct,
+    offset_of,
     read_header,
     split_batches,
 )
@@ -60,6 +64,43 @@ def _raw_batch(
 def _sample_batch(base_offset=0, n=3) -> bytes:
     records = [Record(base_offset + i, 1_000 + i, b"k%d" % i, b"value-%d" % i) for i in range(n)]
     return encode_batch(records, base_offset=base_offset)
+
+
+#: Kafka's DefaultRecordBatch constants (clients/.../record/DefaultRecordBatch.java), by our names.
+KAFKA_OFFSETS = {
+    "BASE_OFFSET_OFFSET": 0, "BATCH_LENGTH_OFFSET": 8, "PARTITION_LEADER_EPOCH_OFFSET": 12, "MAGIC_OFFSET": 16,
+    "CRC_OFFSET": 17, "ATTRIBUTES_OFFSET": 21, "LAST_OFFSET_DELTA_OFFSET": 23, "BASE_TIMESTAMP_OFFSET": 27,
+    "MAX_TIMESTAMP_OFFSET": 35, "PRODUCER_ID_OFFSET": 43, "PRODUCER_EPOCH_OFFSET": 51, "BASE_SEQUENCE_OFFSET": 53,
+    "RECORDS_COUNT_OFFSET": 57, "HEADER_SIZE": 61, "LOG_OVERHEAD": 12,
+}
+
+
+def test_layout_offsets_are_kafkas():
+    assert {name: getattr(record_batch, name) for name in KAFKA_OFFSETS} == KAFKA_OFFSETS
+
+
+_FIELD_VALUES = {
+    "q": st.integers(-(1 << 63), (1 << 63) - 1), "i": st.integers(-(1 << 31), (1 << 31) - 1),
+    "I": st.integers(0, (1 << 32) - 1), "h": st.integers(-(1 << 15), (1 << 15) - 1), "b": st.integers(-128, 127),
+}
+
+
+@given(data=st.data())
+def test_each_field_struct_reads_at_its_offset_what_the_whole_header_holds(data):
+    """A module that reads or patches one field (the validator, the log, the producer) with
+    fields_struct at offset_of sees exactly the value read_header sees, and a patch changes only it."""
+    values = [data.draw(_FIELD_VALUES[code]) for code in HEADER.format[1:]]
+    raw = bytearray(HEADER.pack(*values))
+    names = BatchHeader._fields
+    first = data.draw(st.sampled_from(names))
+    last = data.draw(st.sampled_from(names[names.index(first):]))
+    fields = fields_struct(first, last)
+    chosen = values[names.index(first):names.index(last) + 1]
+    assert list(fields.unpack_from(raw, offset_of(first))) == chosen
+    replacement = [data.draw(_FIELD_VALUES[code]) for code in fields.format[1:]]
+    fields.pack_into(raw, offset_of(first), *replacement)
+    expected = values[:names.index(first)] + replacement + values[names.index(last) + 1:]
+    assert list(read_header(raw)) == expected
 
 
 def test_read_header_decodes_every_field_and_derived_property():

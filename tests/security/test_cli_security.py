@@ -65,6 +65,17 @@ def test_properties_files_parse_as_kafka_reads_them(tmp_path, tls):
         "bob", "s3 cr=t", "SCRAM-SHA-256")
 
 
+def test_command_config_escapes_are_javas(tmp_path):
+    """\\uXXXX, \\r, escaped separators and backslashes mean in a --command-config file what
+    Kafka's tools (java.util.Properties) make of them; a malformed escape names the file and line."""
+    (tmp_path / "p").write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-256\n"
+                                "sasl.username=r\\u00e9n\\u00e9e\\=\\\\x\\ry\nsasl.password=p\n")
+    assert load_command_config(tmp_path / "p").sasl_username == "rénée=\\x\ry"
+    (tmp_path / "bad").write_text("security.protocol=SASL_PLAINTEXT\nsasl.password=\\u00\n")
+    with pytest.raises(ValueError, match=f"{tmp_path / 'bad'}: line 2: malformed"):
+        load_command_config(tmp_path / "bad")
+
+
 def test_produce_and_consume_with_command_config(broker, admin_config):
     server = f"127.0.0.1:{broker.port}"
     done = cli("topics", "--bootstrap-server", server, "--command-config", admin_config, "--create", "--topic", "cli-t")
