@@ -36,7 +36,7 @@ import structlog
 
 from crc32c import crc32c
 
-from triolog.protocol.record_batch import HEADER_SIZE
+from triolog.protocol.record_batch import CRC_OFFSET, CRC_START, HEADER_SIZE, PRODUCER_FIELDS, PRODUCER_ID_OFFSET
 
 from triolog import core
 
@@ -52,9 +52,7 @@ _monotonic = time.monotonic
 _INT64_MAX = 2**63 - 1
 _time = time.time
 _Batch_HEADER = HEADER_SIZE
-#: producerId int64, producerEpoch int16, baseSequence int32 at byte 43 of a v2 batch; the CRC-32C
-#: at byte 17 covers bytes 21 to the end.
-_PRODUCER_STATE = struct.Struct(">qhi")
+#: A batch's CRC-32C (at CRC_OFFSET, covering CRC_START to the end), rewritten with its producer fields.
 _CRC = struct.Struct(">I")
 
 
@@ -222,8 +220,8 @@ class ProducerBatch:
             self._sequence_reset = True
         if self._encoded is not None:
             data = bytearray(self._encoded)
-            _PRODUCER_STATE.pack_into(data, 43, producer_id, producer_epoch, base_sequence)
-            _CRC.pack_into(data, 17, crc32c(memoryview(data)[21:]))
+            PRODUCER_FIELDS.pack_into(data, PRODUCER_ID_OFFSET, producer_id, producer_epoch, base_sequence)
+            _CRC.pack_into(data, CRC_OFFSET, crc32c(memoryview(data)[CRC_START:]))
             self._encoded = bytes(data)
 
     def record_size(self, key, value, timestamp: int, headers) -> int:

@@ -55,11 +55,14 @@ from triolog.protocol.compression import compress, decompress
 from triolog.protocol.record_batch import (
     COMPRESSION_MASK,
     CONTROL_FLAG,
+    BATCH_LENGTH_OFFSET,
+    CRC_OFFSET,
     CURRENT_MAGIC,
     DELETE_HORIZON_FLAG,
     HEADER,
     HEADER_SIZE,
     LOG_OVERHEAD,
+    MAX_TIMESTAMP_OFFSET,
     MIN_BATCH_LENGTH,
     NO_TIMESTAMP,
     TIMESTAMP_TYPE_MASK,
@@ -317,8 +320,8 @@ def _iter_batches(fs: FileSystem, path: str, start: int, end: int, buffer_bytes:
                 yield position + off, fields, view[off:off + size]
                 off += size
             if off == 0:  # not even one batch fits the window: grow it
-                if total >= 12:
-                    size = struct.unpack_from(">i", window, 8)[0] + LOG_OVERHEAD
+                if total >= LOG_OVERHEAD:
+                    size = struct.unpack_from(">i", window, BATCH_LENGTH_OFFSET)[0] + LOG_OVERHEAD
                     if position + size > end:
                         raise CorruptRecordError(
                             f"batch at position {position} of {path} declares {size} bytes but only "
@@ -534,7 +537,7 @@ class Cleaner:
             stats.records_kept += kept
             if out is not None:
                 last_offset = fields[0] + fields[6]
-                max_timestamp = struct.unpack_from(">q", out, 35)[0]
+                max_timestamp = struct.unpack_from(">q", out, MAX_TIMESTAMP_OFFSET)[0]
                 dest.append(last_offset, max_timestamp, last_offset, out)
                 stats.bytes_written += len(out)
                 if self.throttler is not None:
@@ -646,7 +649,7 @@ def _rebuild(core_module, fields, data: bytes, spans, kept: int, horizon: int | 
     HEADER.pack_into(out, 0, base_offset, len(out) - LOG_OVERHEAD, leader_epoch, CURRENT_MAGIC, 0, attributes,
                      last_offset_delta, new_base_ts, new_max, producer_id, producer_epoch, base_sequence, kept)
     out[HEADER_SIZE:] = body
-    _U32.pack_into(out, 17, compute_crc(out))
+    _U32.pack_into(out, CRC_OFFSET, compute_crc(out))
     return bytes(out)
 
 
@@ -658,5 +661,5 @@ def _empty_header(fields) -> bytes:
     out = bytearray(HEADER_SIZE)
     HEADER.pack_into(out, 0, base_offset, HEADER_SIZE - LOG_OVERHEAD, leader_epoch, CURRENT_MAGIC, 0, attributes,
                      last_offset_delta, NO_TIMESTAMP, max_ts, producer_id, producer_epoch, base_sequence, 0)
-    _U32.pack_into(out, 17, compute_crc(out))
+    _U32.pack_into(out, CRC_OFFSET, compute_crc(out))
     return bytes(out)
