@@ -2,13 +2,27 @@
 
 from __future__ import annotations
 
-from .admin_core import (AclBinding, AclBindingFilter, AdminCore, BrokerConfigEntry, ConsumerGroupDescription,
-                         ConsumerGroupListing, UserScramCredentialsDescription)
+from .admin_core import (
+    AclBinding,
+    AclBindingFilter,
+    AdminCore,
+    BrokerConfigEntry,
+    ConsumerGroupDescription,
+    ConsumerGroupListing,
+    UserScramCredentialsDescription,
+)
 from .connection import DEFAULT_BOOTSTRAP, SyncConnection
-from .security import split_security
 from .ops import run_sync
-from .types import (ClientQuotaEntity, ClientQuotaFilter, ConfigEntry, LogDirDescription, OffsetAndTimestamp,
-                    TopicDescription, TopicPartition)
+from .security import split_security
+from .types import (
+    ClientQuotaEntity,
+    ClientQuotaFilter,
+    ConfigEntry,
+    LogDirDescription,
+    OffsetAndTimestamp,
+    TopicDescription,
+    TopicPartition,
+)
 
 __all__ = ["AdminClient"]
 

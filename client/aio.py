@@ -30,19 +30,42 @@ import trio
 
 from triolog.protocol.frames import NEED_DATA, FrameDecoder, ProtocolError
 
-from .admin_core import AclBinding, AclBindingFilter, AdminCore, UserScramCredentialsDescription
-from .connection import (DEFAULT_BOOTSTRAP, CorrelationIds, connect_order, decode_answer, no_broker_message,
-                         parse_bootstrap_servers, prepare, prepare_parts)
 from .address import format_address
+from .admin_core import AclBinding, AclBindingFilter, AdminCore, UserScramCredentialsDescription
+from .connection import (
+    DEFAULT_BOOTSTRAP,
+    CorrelationIds,
+    connect_order,
+    decode_answer,
+    no_broker_message,
+    parse_bootstrap_servers,
+    prepare,
+    prepare_parts,
+)
 from .consumer_coordinator import COORDINATOR_APIS
 from .consumer_core import ConsumerConfig, ConsumerCore, Polled, PolledColumns
-from .errors import (ClientTimeoutError, InvalidResponseError, ProducerClosedError, RequestNotSentError,
-                     ResponseLostError, TriologClientError)
+from .errors import (
+    ClientTimeoutError,
+    InvalidResponseError,
+    ProducerClosedError,
+    RequestNotSentError,
+    ResponseLostError,
+    TriologClientError,
+)
 from .ops import Call, Op, Sleep, Submit, T, now
 from .producer import SEND_MANY_SLICE, _values_size
 from .producer_core import ProducerConfig, ProducerCore, RecordFuture, RecordFutures
 from .security import PLAINTEXT, SecurityConfig, login_error, renewal_time, sasl_exchange, split_security
-from .types import EARLIEST, LATEST, ConfigEntry, ConsumerRecord, OffsetAndTimestamp, RecordMetadata, TopicDescription, TopicPartition
+from .types import (
+    EARLIEST,
+    LATEST,
+    ConfigEntry,
+    ConsumerRecord,
+    OffsetAndTimestamp,
+    RecordMetadata,
+    TopicDescription,
+    TopicPartition,
+)
 
 __all__ = ["AsyncAdminClient", "AsyncConnection", "AsyncConsumer", "AsyncProducer", "AsyncRecordFuture", "AsyncRecordFutures",
            "run_async"]

@@ -9,10 +9,10 @@ from collections.abc import Iterator
 
 from .address import format_address
 from .connection import DEFAULT_BOOTSTRAP, SyncConnection
-from .security import split_security
 from .consumer_coordinator import COORDINATOR_APIS, CommitFailedError, RebalanceListener
 from .consumer_core import ConsumerConfig, ConsumerCore, Polled, PolledColumns
 from .ops import run_sync
+from .security import split_security
 from .types import EARLIEST, LATEST, ConsumerRecord, OffsetAndTimestamp, TopicPartition
 
 __all__ = ["CommitFailedError", "Consumer", "RebalanceListener"]

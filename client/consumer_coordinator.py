@@ -38,8 +38,14 @@ import logging
 import re
 
 from triolog.protocol import messages as m
-from triolog.protocol.consumer_protocol import (PROTOCOL_TYPE, Subscription, decode_assignment, decode_subscription,
-                                                encode_assignment, encode_subscription)
+from triolog.protocol.consumer_protocol import (
+    PROTOCOL_TYPE,
+    Subscription,
+    decode_assignment,
+    decode_subscription,
+    encode_assignment,
+    encode_subscription,
+)
 from triolog.protocol.errors import ErrorCode
 
 from .assignors import Member, assign

@@ -50,11 +50,17 @@ from triolog.protocol.errors import CorruptRecordError, ErrorCode
 from triolog.protocol.record_batch import HEADER_SIZE, TIMESTAMP_TYPE_MASK, read_header
 from triolog.protocol.records import iter_batch_spans, records_data
 
-from .errors import (BrokerConnectionError, CorruptMessageError, NoOffsetForPartitionError, RecordDeserializationError,
-                     TriologClientError, error_for)
+from .errors import (
+    BrokerConnectionError,
+    CorruptMessageError,
+    NoOffsetForPartitionError,
+    RecordDeserializationError,
+    TriologClientError,
+    error_for,
+)
 from .metadata import MetadataCache
-from .serde import Deserializer, as_topic_function
 from .ops import Await, Call, Op, Sleep, Submit, check_response, now
+from .serde import Deserializer, as_topic_function
 from .types import EARLIEST, LATEST, ConsumerRecord, OffsetAndTimestamp, RecordColumns, TopicPartition
 
 __all__ = ["ConsumerConfig", "ConsumerCore", "Polled", "PolledColumns", "list_offsets_op"]

@@ -13,10 +13,10 @@ import threading
 import time
 
 from .connection import DEFAULT_BOOTSTRAP, SyncConnection
-from .security import split_security
 from .errors import ClientTimeoutError, ProducerClosedError
 from .ops import Call, run_sync
 from .producer_core import ProducerConfig, ProducerCore, RecordFuture, RecordFutures
+from .security import split_security
 
 __all__ = ["FutureRecordMetadata", "Producer", "RecordFutures"]
 

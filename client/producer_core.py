@@ -59,15 +59,20 @@ import time
 from dataclasses import dataclass
 from typing import NamedTuple
 
-
+from triolog import core
 from triolog.protocol import messages as m
 from triolog.protocol.errors import ErrorCode
 from triolog.protocol.record_batch import CompressionType
 
-from triolog import core
-
-from .errors import (BrokerConnectionError, InvalidResponseError, ProducerClosedError, RequestNotSentError,
-                     SerializationError, TriologClientError, error_for)
+from .errors import (
+    BrokerConnectionError,
+    InvalidResponseError,
+    ProducerClosedError,
+    RequestNotSentError,
+    SerializationError,
+    TriologClientError,
+    error_for,
+)
 from .metadata import MetadataCache
 from .ops import Call, Op, Sleep, check_response, now
 from .serde import Serializer, as_topic_function

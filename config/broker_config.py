@@ -27,8 +27,9 @@ import math
 import os
 import re
 import sys
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any
 
 from .log_config import INT_MAX, LONG_MAX, TOPIC_CONFIGS, ConfigError, LogConfig
 from .principal_rules import DEFAULT_RULES, PrincipalMappingRules
@@ -908,7 +909,7 @@ class BrokerConfig:
     @classmethod
     def from_properties(
         cls, props: Mapping[str, Any], *, sources: Mapping[str, str] | None = None
-    ) -> tuple["BrokerConfig", list[str]]:
+    ) -> tuple[BrokerConfig, list[str]]:
         """Parse broker properties into a config plus warnings (one per unknown key, which is ignored).
 
         Raises ConfigError naming every invalid key at once, each with its value and what is

@@ -20,8 +20,8 @@ import argparse
 import ast
 import re
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 from .broker_config import BROKER_CONFIGS, BrokerConfigKey
 from .loader import ENV_PREFIX, embedded_properties, env_var_name, parse_properties
@@ -185,7 +185,7 @@ def update(text: str) -> tuple[str, list[str]]:
             missing.append(name)
             continue
         block = _block(name, render())
-        text = pattern.sub(lambda _: block, text, count=1)
+        text = pattern.sub(lambda _, block=block: block, text, count=1)
     return text, missing
 
 

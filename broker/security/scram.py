@@ -86,7 +86,7 @@ class ScramMechanism(str, enum.Enum):
         return scramp.ScramMechanism(self.value).hf
 
     @classmethod
-    def parse(cls, value: "str | int | ScramMechanism") -> "ScramMechanism":
+    def parse(cls, value: str | int | ScramMechanism) -> ScramMechanism:
         if isinstance(value, cls):
             return value
         if isinstance(value, int) and not isinstance(value, bool):
@@ -169,7 +169,7 @@ class ScramCredential:
                 "iterations": self.iterations}
 
     @classmethod
-    def from_json(cls, mechanism: str, doc: dict) -> "ScramCredential":
+    def from_json(cls, mechanism: str, doc: dict) -> ScramCredential:
         d64 = lambda s: base64.b64decode(s, validate=True)  # noqa: E731
         return cls(mechanism, d64(doc["salt"]), d64(doc["stored_key"]), d64(doc["server_key"]), doc["iterations"])
 

@@ -695,7 +695,7 @@ class CleanShutdownFile:
     def write(self, broker_epoch: int = 0) -> None:
         if isinstance(broker_epoch, bool) or not _INT64_MIN <= int(broker_epoch) <= _INT64_MAX:
             raise ValueError(f"broker epoch {broker_epoch!r} does not fit a Java long")
-        body = '{"broker_epoch":"%d","version":"%d"}' % (int(broker_epoch), self.VERSION)
+        body = f'{{"broker_epoch":"{int(broker_epoch):d}","version":"{self.VERSION:d}"}}'
         atomic_write(self.path, body.encode("utf-8"), self.fs)
 
     def read_broker_epoch(self) -> int:

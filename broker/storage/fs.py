@@ -21,8 +21,9 @@ import functools
 import mmap as _mmap
 import os
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable, Protocol
+from typing import Protocol
 
 from .descriptors import DescriptorCache
 

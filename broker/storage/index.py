@@ -39,8 +39,9 @@ import mmap
 import os
 import struct
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Generic, NamedTuple, TypeVar
+from typing import Generic, NamedTuple, TypeVar
 
 from triolog.broker.storage.errors import CorruptIndexError, IndexFullError, InvalidOffsetError
 from triolog.broker.storage.fs import OS_FS, FileSystem

@@ -29,8 +29,9 @@ import logging
 import os
 import struct
 from collections import deque
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable, NamedTuple
+from typing import NamedTuple
 
 from crc32c import crc32c
 

@@ -16,7 +16,17 @@ from __future__ import annotations
 import argparse
 import json
 
-from .common import EXIT_ERROR, EXIT_OK, EXIT_USAGE, add_bootstrap, add_output, error, print_json, client_security, reports_errors
+from .common import (
+    EXIT_ERROR,
+    EXIT_OK,
+    EXIT_USAGE,
+    add_bootstrap,
+    add_output,
+    client_security,
+    error,
+    print_json,
+    reports_errors,
+)
 
 DESCRIPTION = ("Delete the records of partitions below an offset (move their log start offset), like Kafka's "
                "kafka-delete-records.sh. Offset -1 means the high watermark: everything written so far.")

@@ -19,7 +19,17 @@ from __future__ import annotations
 
 import argparse
 
-from .common import EXIT_OK, EXIT_USAGE, add_bootstrap, add_output, error, key_value, print_json, client_security, reports_errors
+from .common import (
+    EXIT_OK,
+    EXIT_USAGE,
+    add_bootstrap,
+    add_output,
+    client_security,
+    error,
+    key_value,
+    print_json,
+    reports_errors,
+)
 
 DESCRIPTION = ("Create, list, describe, delete topics, add partitions or alter their configs, like Kafka's "
                "kafka-topics.sh. "

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import heapq
 import uuid
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Callable, Iterable
 
 from triolog.protocol.errors import ErrorCode
 
@@ -53,7 +53,7 @@ class GroupConfig:
     offsets_retention_ms: int = 10080 * 60000
 
     @classmethod
-    def from_broker_config(cls, config) -> "GroupConfig":
+    def from_broker_config(cls, config) -> GroupConfig:
         return cls(num_partitions=config.offsets_topic_num_partitions,
                    initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
                    min_session_timeout_ms=config.group_min_session_timeout_ms,

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import enum
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 
 class GroupState(enum.Enum):
