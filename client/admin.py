@@ -12,6 +12,7 @@ from .admin_core import (
     UserScramCredentialsDescription,
 )
 from .connection import DEFAULT_BOOTSTRAP, SyncConnection
+from .errors import TriologClientError
 from .ops import run_sync
 from .security import split_security
 from .types import (
@@ -84,7 +85,8 @@ class AdminClient:
         """Grow topics to the given total partition counts, e.g. ``{"t": 6}``."""
         self._run(self._core.create_partitions_op(counts, validate_only))
 
-    def delete_records(self, offsets: dict, raise_errors: bool = True) -> dict[TopicPartition, int]:
+    def delete_records(self, offsets: dict, raise_errors: bool = True
+                       ) -> dict[TopicPartition, int | TriologClientError]:
         """New low watermarks; with ``raise_errors=False`` a failed partition maps to its error."""
         return self._run(self._core.delete_records_op(offsets, raise_errors))
 

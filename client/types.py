@@ -246,8 +246,10 @@ class ClientQuotaAlteration(NamedTuple):
     entity: ClientQuotaEntity
     ops: tuple[ClientQuotaAlterationOp, ...]
 
-    #: Kafka spells the op ``ClientQuotaAlteration.Op``.
-    Op = ClientQuotaAlterationOp
+
+#: Kafka spells the op ``ClientQuotaAlteration.Op`` (a class attribute, not a field: set after the
+#: class, since a NamedTuple's body may declare fields only).
+ClientQuotaAlteration.Op = ClientQuotaAlterationOp  # type: ignore[attr-defined]
 
 
 class ClientQuotaFilterComponent(NamedTuple):

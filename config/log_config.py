@@ -59,6 +59,7 @@ class ConfigKey:
 
     def parse(self, raw: Any) -> Any:
         """Turn a string (or an already typed value) into this key's type, or raise ValueError."""
+        value: Any
         if self.type in ("int", "long"):
             if isinstance(raw, bool):
                 raise ValueError("must be an integer")

@@ -176,6 +176,11 @@ def _block(name: str, body: str) -> str:
             f" edit the sources, not this text -->\n\n{body}\n<!-- {name}:end -->")
 
 
+def _constant(text: str) -> Callable[[re.Match[str]], str]:
+    """A re.sub replacement that is ``text`` as it is (no backslash or group processing)."""
+    return lambda _: text
+
+
 def update(text: str) -> tuple[str, list[str]]:
     """``text`` with every marked block regenerated, and the marker names that are missing."""
     missing = []
@@ -185,7 +190,7 @@ def update(text: str) -> tuple[str, list[str]]:
             missing.append(name)
             continue
         block = _block(name, render())
-        text = pattern.sub(lambda _, block=block: block, text, count=1)
+        text = pattern.sub(_constant(block), text, count=1)
     return text, missing
 
 

@@ -16,6 +16,7 @@ import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from triolog.broker.storage.fs import OS_FS, FileSystem
 
@@ -71,7 +72,7 @@ class QuotaEntity:
                 raise InvalidQuotaError(f"an empty {kind} name: use the default entity instead")
         return cls(tuple(sorted(parts.items())))
 
-    def get(self, kind: str, missing: object = ...) -> str | None:
+    def get(self, kind: str, missing: Any = ...) -> str | None:
         for k, v in self.parts:
             if k == kind:
                 return v

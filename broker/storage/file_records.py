@@ -234,7 +234,7 @@ class FileRecords:
         self._check_prefix(raw, position)
         return read_header(raw)
 
-    def _check_prefix(self, raw: bytes, position: int) -> None:
+    def _check_prefix(self, raw: bytes | memoryview, position: int) -> None:
         _, batch_length, _, magic = HEADER_PREFIX.unpack_from(raw)
         if batch_length + LOG_OVERHEAD < MIN_LEGACY_SIZE:
             raise CorruptRecordError(

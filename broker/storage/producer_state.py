@@ -286,7 +286,7 @@ def decode_snapshot(data) -> list[ProducerStateEntry]:
 
 
 def _decode_entries(data) -> list[ProducerStateEntry]:
-    entries = []
+    entries: list[ProducerStateEntry] = []
     append = entries.append
     new_entry, new_tuple = ProducerStateEntry.__new__, _new_tuple
     for (producer_id, epoch, last_seq, last_offset, offset_delta, timestamp, coordinator_epoch,
