@@ -143,8 +143,7 @@ def version_text() -> str:
     """Version, Python, and which core this install runs (compiled or the pure-Python fallback)."""
     import platform
 
-    from triolog import __version__
-    from triolog import core
+    from triolog import __version__, core
 
     return f"triolog {__version__} (Python {platform.python_version()}; core: {core.status()})"
 

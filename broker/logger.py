@@ -10,7 +10,7 @@ import structlog
 
 
 def configure_logging(fmt: str = "console", level: str = "INFO") -> None:
-    shared = [
+    shared: list[structlog.types.Processor] = [
         structlog.contextvars.merge_contextvars,
         structlog.stdlib.add_log_level,
         structlog.stdlib.add_logger_name,

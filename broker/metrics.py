@@ -496,9 +496,10 @@ class LogCollector(Collector):
             dir_total.add_metric([str(log_dir.path)], fs.f_blocks * fs.f_frsize)
         return families
 
-    def _families(self) -> list[Metric]:
+    def _families(self) -> list[GaugeMetricFamily | CounterMetricFamily]:
         labels = ["topic", "partition"]
-        families: list[Metric] = [GaugeMetricFamily(name, doc, labels=labels) for name, doc in self._GAUGES]
+        families: list[GaugeMetricFamily | CounterMetricFamily] = [
+            GaugeMetricFamily(name, doc, labels=labels) for name, doc in self._GAUGES]
         families.append(CounterMetricFamily(
             "triolog_log_rolls", "Segment rolls of the partition since startup, by reason.",
             labels=[*labels, "reason"],
@@ -600,11 +601,11 @@ class CleanerCollector(Collector):
         snapshot = cleaner.metrics()
         for family, (_, field, _) in zip(counters, self._COUNTERS):
             family.add_metric([], getattr(snapshot, field))
-        for family, (_, field, _) in zip(gauges, self._GAUGES):
-            family.add_metric([], getattr(snapshot, field))
+        for gauge, (_, field, _) in zip(gauges, self._GAUGES):
+            gauge.add_metric([], getattr(snapshot, field))
         return counters + gauges
 
-    def _families(self) -> tuple[list[Metric], list[Metric]]:
+    def _families(self) -> tuple[list[CounterMetricFamily], list[GaugeMetricFamily]]:
         return ([CounterMetricFamily(name, doc) for name, _, doc in self._COUNTERS],
                 [GaugeMetricFamily(name, doc) for name, _, doc in self._GAUGES])
 

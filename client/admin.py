@@ -2,13 +2,28 @@
 
 from __future__ import annotations
 
-from .admin_core import (AclBinding, AclBindingFilter, AdminCore, BrokerConfigEntry, ConsumerGroupDescription,
-                         ConsumerGroupListing, UserScramCredentialsDescription)
+from .admin_core import (
+    AclBinding,
+    AclBindingFilter,
+    AdminCore,
+    BrokerConfigEntry,
+    ConsumerGroupDescription,
+    ConsumerGroupListing,
+    UserScramCredentialsDescription,
+)
 from .connection import DEFAULT_BOOTSTRAP, SyncConnection
-from .security import split_security
+from .errors import TriologClientError
 from .ops import run_sync
-from .types import (ClientQuotaEntity, ClientQuotaFilter, ConfigEntry, LogDirDescription, OffsetAndTimestamp,
-                    TopicDescription, TopicPartition)
+from .security import split_security
+from .types import (
+    ClientQuotaEntity,
+    ClientQuotaFilter,
+    ConfigEntry,
+    LogDirDescription,
+    OffsetAndTimestamp,
+    TopicDescription,
+    TopicPartition,
+)
 
 __all__ = ["AdminClient"]
 
@@ -70,7 +85,8 @@ class AdminClient:
         """Grow topics to the given total partition counts, e.g. ``{"t": 6}``."""
         self._run(self._core.create_partitions_op(counts, validate_only))
 
-    def delete_records(self, offsets: dict, raise_errors: bool = True) -> dict[TopicPartition, int]:
+    def delete_records(self, offsets: dict, raise_errors: bool = True
+                       ) -> dict[TopicPartition, int | TriologClientError]:
         """New low watermarks; with ``raise_errors=False`` a failed partition maps to its error."""
         return self._run(self._core.delete_records_op(offsets, raise_errors))
 

@@ -22,6 +22,7 @@ from .metadata import MetadataCache, describe
 from .ops import Call, Op, Sleep, check_response, now
 from .types import (
     ClientQuotaAlteration,
+    ClientQuotaAlterationOp,
     ClientQuotaEntity,
     ClientQuotaFilter,
     ConfigEntry,
@@ -294,7 +295,7 @@ class SecurityAdminOps:
                 raise TypeError(f"expected a ClientQuotaEntity, got {type(alteration.entity).__name__}")
             ops = tuple(m.QuotaOp(key=op.key, remove=True) if op.value is None
                         else m.QuotaOp(key=op.key, value=quota_value(op.key, op.value))
-                        for op in (ClientQuotaAlteration.Op(*op) for op in alteration.ops))
+                        for op in (ClientQuotaAlterationOp(*op) for op in alteration.ops))
             entries.append(m.QuotaAlteration(entity=tuple(
                 m.QuotaEntityPart(entity_type=kind, entity_name=name) for kind, name in alteration.entity.entries.items()),
                 ops=ops))
@@ -423,14 +424,16 @@ class AdminCore(SecurityAdminOps):
         request = m.DeleteRecordsRequest(id=0, topics=tuple(
             m.DeleteRecordsTopic(name=name, partitions=tuple(parts)) for name, parts in by_topic.items()))
         doc = check_response((yield Call(request, self.timeout_s)))
-        errors, out = [], {}
+        errors: list[TriologClientError] = []
+        out: dict[TopicPartition, int | TriologClientError] = {}
         for topic in doc["topics"]:
             for part in topic["partitions"]:
                 tp = TopicPartition(topic["name"], part["partition"])
                 if part["error_code"]:
-                    out[tp] = error_for(part["error_code"], part.get("error_message"), topic=tp.topic,
-                                        partition=tp.partition)
-                    errors.append(out[tp])
+                    error = error_for(part["error_code"], part.get("error_message"), topic=tp.topic,
+                                      partition=tp.partition)
+                    out[tp] = error
+                    errors.append(error)
                 else:
                     out[tp] = part["low_watermark"]
         if raise_errors:
@@ -504,7 +507,7 @@ class AdminCore(SecurityAdminOps):
                 continue
             members = []
             for member in group["members"]:
-                assigned = frozenset()
+                assigned: frozenset[TopicPartition] = frozenset()
                 if group["protocol_type"] == PROTOCOL_TYPE and member["member_assignment"]:
                     try:
                         assigned = frozenset(TopicPartition(t, p) for t, p in

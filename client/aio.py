@@ -24,25 +24,49 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import cast
 
 import trio
 
 from triolog.protocol.frames import NEED_DATA, FrameDecoder, ProtocolError
 
-from .admin_core import AclBinding, AclBindingFilter, AdminCore, UserScramCredentialsDescription
-from .connection import (DEFAULT_BOOTSTRAP, CorrelationIds, connect_order, decode_answer, no_broker_message,
-                         parse_bootstrap_servers, prepare, prepare_parts)
 from .address import format_address
+from .admin_core import AclBinding, AclBindingFilter, AdminCore, UserScramCredentialsDescription
+from .connection import (
+    DEFAULT_BOOTSTRAP,
+    CorrelationIds,
+    connect_order,
+    decode_answer,
+    no_broker_message,
+    parse_bootstrap_servers,
+    prepare,
+    prepare_parts,
+)
 from .consumer_coordinator import COORDINATOR_APIS
 from .consumer_core import ConsumerConfig, ConsumerCore, Polled, PolledColumns
-from .errors import (ClientTimeoutError, InvalidResponseError, ProducerClosedError, RequestNotSentError,
-                     ResponseLostError, TriologClientError)
+from .errors import (
+    ClientTimeoutError,
+    InvalidResponseError,
+    ProducerClosedError,
+    RequestNotSentError,
+    ResponseLostError,
+    TriologClientError,
+)
 from .ops import Call, Op, Sleep, Submit, T, now
 from .producer import SEND_MANY_SLICE, _values_size
 from .producer_core import ProducerConfig, ProducerCore, RecordFuture, RecordFutures
 from .security import PLAINTEXT, SecurityConfig, login_error, renewal_time, sasl_exchange, split_security
-from .types import EARLIEST, LATEST, ConfigEntry, ConsumerRecord, OffsetAndTimestamp, RecordMetadata, TopicDescription, TopicPartition
+from .types import (
+    EARLIEST,
+    LATEST,
+    ConfigEntry,
+    ConsumerRecord,
+    OffsetAndTimestamp,
+    RecordMetadata,
+    TopicDescription,
+    TopicPartition,
+)
 
 __all__ = ["AsyncAdminClient", "AsyncConnection", "AsyncConsumer", "AsyncProducer", "AsyncRecordFuture", "AsyncRecordFutures",
            "run_async"]
@@ -50,7 +74,8 @@ __all__ = ["AsyncAdminClient", "AsyncConnection", "AsyncConsumer", "AsyncProduce
 _RECV_SIZE = 256 * 1024
 
 
-async def run_async(op: Op[T], conn: AsyncConnection, value=None, error: BaseException | None = None) -> T:
+async def run_async(op: Op[T], conn: AsyncConnection | _AsyncGroupConnections, value=None,
+                    error: BaseException | None = None) -> T:
     """Drive ``op`` to completion on trio: the async twin of :func:`triolog.client.ops.run_sync`
     (``value``/``error``: what to resume it with, as there)."""
     try:
@@ -61,12 +86,11 @@ async def run_async(op: Op[T], conn: AsyncConnection, value=None, error: BaseExc
                 return stop.value
             value = error = None
             try:
-                kind = type(effect)
-                if kind is Call:
+                if type(effect) is Call:
                     value = await conn.call(effect.request, effect.timeout_s)
-                elif kind is Sleep:
+                elif type(effect) is Sleep:
                     await trio.sleep(max(0.0, effect.seconds))
-                elif kind is Submit:
+                elif type(effect) is Submit:
                     value = await conn.submit(effect.request)
                 else:
                     value = await conn.result(effect.handle, effect.wait_s, give_up=False)
@@ -133,7 +157,7 @@ class AsyncConnection:
             if link is not None and link.renew_at is not None and trio.current_time() >= link.renew_at:
                 self._retire(link)
             if self._link is None or self._link.broken is not None:
-                stream = await self._open_stream()
+                stream: trio.abc.Stream = await self._open_stream()
                 decoder = FrameDecoder()
                 lifetime_ms = 0
                 if not self.security.is_plaintext:
@@ -167,7 +191,7 @@ class AsyncConnection:
             return stream
         raise RequestNotSentError(no_broker_message(failures))
 
-    async def _secure(self, stream: trio.SocketStream, decoder: FrameDecoder) -> tuple[trio.abc.Stream, int]:
+    async def _secure(self, stream: trio.abc.Stream, decoder: FrameDecoder) -> tuple[trio.abc.Stream, int]:
         """TLS then SASL, as configured, on a new stream (closed on failure), and the SASL
         session's lifetime in ms (0: none): see
         :meth:`triolog.client.connection.SyncConnection._secure` for the errors."""
@@ -205,7 +229,7 @@ class AsyncConnection:
                     data = await stream.receive_some(_RECV_SIZE)
                     if not data:
                         raise ConnectionError("connection closed by the broker")
-                    decoder.receive_data(data)
+                    decoder.receive_data(data)  # type: ignore[arg-type]  # (bytes or bytearray: it takes both)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError, ProtocolError) as exc:
                 raise login_error("SASL authentication", name, exc) from None
             try:
@@ -289,7 +313,7 @@ class AsyncConnection:
                         raise ResponseLostError(f"connection to {self.host}:{self.port} lost: {exc!r}") from None
                     if not data:
                         raise ResponseLostError("connection closed by the broker")
-                    decoder.receive_data(data)
+                    decoder.receive_data(data)  # type: ignore[arg-type]  # (bytes or bytearray: it takes both)
                     while True:
                         try:
                             frame = decoder.next_frame()
@@ -336,13 +360,14 @@ class _AsyncClient:
         self._bootstrap = bootstrap_servers
         self.security = security
         self._conn: AsyncConnection | None = None
-        self._cm = None
+        self._cm: AbstractAsyncContextManager | None = None
 
     async def __aenter__(self):
         self._cm = self._lifecycle()
         return await self._cm.__aenter__()
 
     async def __aexit__(self, *exc_info):
+        assert self._cm is not None  # (entered)
         return await self._cm.__aexit__(*exc_info)
 
     @asynccontextmanager
@@ -389,10 +414,10 @@ class AsyncRecordFuture(RecordFuture):
 
     __slots__ = ()
 
-    async def wait(self) -> None:
+    async def wait(self) -> None:  # type: ignore[override]
         await _batch_done(self.batch)
 
-    async def get(self) -> RecordMetadata:
+    async def get(self) -> RecordMetadata:  # type: ignore[override]
         await _batch_done(self.batch)
         return self.result()
 
@@ -437,7 +462,9 @@ class AsyncProducer(_AsyncClient):
         self._wakeup.set()
 
     def _start(self, nursery: trio.Nursery) -> None:
-        self._slots = trio.Semaphore(self.config.max_in_flight_requests_per_connection)
+        in_flight = self.config.max_in_flight_requests_per_connection
+        assert in_flight is not None  # (ProducerConfig resolves it)
+        self._slots = trio.Semaphore(in_flight)
         # Unbounded: the slots bound it. Responses are handled in the order requests were written.
         self._written, received = trio.open_memory_channel(float("inf"))
         nursery.start_soon(self._receiver, received)
@@ -462,7 +489,7 @@ class AsyncProducer(_AsyncClient):
             return future
         record = await self._run(self._core.prepare_op(topic, value, key, headers, partition, timestamp_ms))
         await self._wait_for_space(record.size, topic)
-        return self._core.append(record)
+        return cast(AsyncRecordFuture, self._core.append(record))  # (set_wakeup named the class)
 
     async def send_many(self, topic: str, values, keys=None, headers=None, partition: int | None = None,
                         timestamps=None) -> AsyncRecordFutures:
@@ -522,6 +549,7 @@ class AsyncProducer(_AsyncClient):
 
     async def _sender(self) -> None:
         accumulator, conn = self._core.accumulator, self._conn
+        assert conn is not None  # (started by _lifecycle, which made it)
         while not self._stopping:
             self._wakeup = trio.Event()
             if self._core.needs_producer_id and accumulator.has_queued() and not await self._init_producer_id():
@@ -555,6 +583,7 @@ class AsyncProducer(_AsyncClient):
                 # The batches may be sent again: let the receiver put them back before anything
                 # newer is written (on a fresh connection a newer batch would overtake them).
                 limit = self.config.max_in_flight_requests_per_connection
+                assert limit is not None  # (ProducerConfig resolves it)
                 for _ in range(limit):
                     await self._slots.acquire()
                 for _ in range(limit):
@@ -563,6 +592,7 @@ class AsyncProducer(_AsyncClient):
     async def _init_producer_id(self) -> bool:
         """An idempotent producer's id, before its first batch; False (the queued batches failed
         with the error, after a backoff) if the broker did not give one."""
+        assert self._conn is not None  # (_lifecycle made it)
         try:
             await run_async(self._core.init_producer_id_op(), self._conn)
             return True
@@ -576,6 +606,7 @@ class AsyncProducer(_AsyncClient):
     async def _receiver(self, written) -> None:
         """Handle each written request's response, in the order the requests were written."""
         conn = self._conn
+        assert conn is not None  # (started by _lifecycle, which made it)
         async for op, slot, timeout_s, error in written:
             value = None
             try:
@@ -651,18 +682,20 @@ class AsyncConsumer(_AsyncClient):
         self._router: _AsyncGroupConnections | None = None
 
     def _start(self, nursery: trio.Nursery) -> None:
+        assert self._conn is not None  # (_lifecycle made it)
         self._router = _AsyncGroupConnections(self._conn, self._core.group, nursery, self._client_id)
         if self._core.group is not None:
             nursery.start_soon(self._heartbeat_loop)
 
     async def _heartbeat_loop(self) -> None:
-        core = self._core
+        core, group, router = self._core, self._core.group, self._router
+        assert group is not None and router is not None  # (started for a group, after _start made the router)
         while True:
-            await trio.sleep(min(core.group.heartbeat_due(), 1.0))
+            await trio.sleep(min(group.heartbeat_due(), 1.0))
             try:
-                await run_async(core.heartbeat_op(), self._router)
+                await run_async(core.heartbeat_op(), router)
             except Exception as exc:  # the next beat tries again; poll() sees what matters
-                logging.getLogger(__name__).warning("heartbeat of group %s failed: %s", core.group.group_id, exc)
+                logging.getLogger(__name__).warning("heartbeat of group %s failed: %s", group.group_id, exc)
 
     async def _finish(self) -> None:
         if self._core.group is not None:
@@ -670,6 +703,7 @@ class AsyncConsumer(_AsyncClient):
                 await self._run(self._core.close_op())
             except Exception as exc:  # the session timeout removes the member
                 logging.getLogger(__name__).warning("consumer close: group commit/leave failed: %s", exc)
+        assert self._router is not None  # (_start made it)
         await self._router.aclose()
 
     async def _run(self, op: Op[T]) -> T:
@@ -740,7 +774,7 @@ class AsyncConsumer(_AsyncClient):
         idle_limit = self.config.consumer_timeout_ms
         last = now()
         while True:
-            wait_ms = self.config.fetch_max_wait_ms
+            wait_ms: float = self.config.fetch_max_wait_ms
             if idle_limit is not None:
                 wait_ms = max(0.0, min(wait_ms, idle_limit - (now() - last) * 1000))
             polled = await self.poll(wait_ms)
@@ -793,7 +827,8 @@ class AsyncAdminClient(_AsyncClient):
         """Grow topics to the given total partition counts, e.g. ``{"t": 6}``."""
         await self._run(self._core.create_partitions_op(counts, validate_only))
 
-    async def delete_records(self, offsets: dict, raise_errors: bool = True) -> dict[TopicPartition, int]:
+    async def delete_records(self, offsets: dict, raise_errors: bool = True
+                             ) -> dict[TopicPartition, int | TriologClientError]:
         """New low watermarks; with ``raise_errors=False`` a failed partition maps to its error."""
         return await self._run(self._core.delete_records_op(offsets, raise_errors))
 

@@ -39,6 +39,8 @@ import ssl
 import threading
 import time
 from collections import deque
+from collections.abc import Sequence
+from typing import Any, cast
 
 from triolog.protocol import messages as m
 from triolog.protocol.frames import NEED_DATA, FrameDecoder, ProtocolError, encode_frame, frame_prefix
@@ -84,7 +86,7 @@ def prepare_parts(request: m.Request, correlation_id: int, client_id: str | None
     parts = m.pack_parts(request, check_schema=False)
     out: list = [frame_prefix(m.parts_length(parts))]
     for part in parts:
-        data = part.ref if type(part) is m.ExternalBin else part
+        data: Any = part.ref if type(part) is m.ExternalBin else part
         if len(data) < _JOIN_BELOW and type(out[-1]) is bytes and len(out[-1]) < _JOIN_BELOW:
             out[-1] += bytes(data)
         else:
@@ -129,7 +131,7 @@ def connect_order(addresses: list[tuple[str, int]], last_good: int) -> list[int]
     return [last_good, *(i for i in range(len(addresses)) if i != last_good)]
 
 
-def no_broker_message(failures: list[tuple[tuple[str, int], object]]) -> str:
+def no_broker_message(failures: Sequence[tuple[tuple[str, int], object]]) -> str:
     if len(failures) == 1:
         address, reason = failures[0]
         return f"cannot connect to {format_address(address)}: {reason}"
@@ -179,6 +181,7 @@ def _tls_send(link: _Link, parts: list, timeout_s: float) -> None:
     """Write every part on a TLS link (SSLSocket has no sendmsg), within ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
     sock, lock = link.sock, link.tls_lock
+    assert lock is not None  # (a TLS link)
     for part in parts:
         view = memoryview(part).cast("B")
         while view:
@@ -203,10 +206,11 @@ def _tls_send(link: _Link, parts: list, timeout_s: float) -> None:
 def _tls_receive(link: _Link, remaining_ms: int) -> bytes | None:
     """Bytes from a TLS link: b"" at its end, None if none came within ``remaining_ms`` (or only a
     part of a TLS record did)."""
-    sock = link.sock
+    sock, lock = cast(ssl.SSLSocket, link.sock), link.tls_lock
+    assert lock is not None  # (a TLS link)
     if not sock.pending() and not link.poller.poll(remaining_ms):
         return None
-    with link.tls_lock:
+    with lock:
         try:
             return sock.recv(_RECV_SIZE)
         except (ssl.SSLWantReadError, ssl.SSLWantWriteError):

@@ -9,10 +9,10 @@ from collections.abc import Iterator
 
 from .address import format_address
 from .connection import DEFAULT_BOOTSTRAP, SyncConnection
-from .security import split_security
 from .consumer_coordinator import COORDINATOR_APIS, CommitFailedError, RebalanceListener
 from .consumer_core import ConsumerConfig, ConsumerCore, Polled, PolledColumns
 from .ops import run_sync
+from .security import split_security
 from .types import EARLIEST, LATEST, ConsumerRecord, OffsetAndTimestamp, TopicPartition
 
 __all__ = ["CommitFailedError", "Consumer", "RebalanceListener"]
@@ -121,11 +121,13 @@ class Consumer:
 
     def _heartbeat_loop(self) -> None:
         core = self._core
-        while not self._stop.wait(min(core.group.heartbeat_due(), 1.0)):
+        group = core.group
+        assert group is not None  # (the thread runs for a group member only)
+        while not self._stop.wait(min(group.heartbeat_due(), 1.0)):
             try:
                 run_sync(core.heartbeat_op(), self._conn)
             except Exception as exc:  # the next beat tries again; poll() sees what matters
-                log.warning("heartbeat of group %s failed: %s", core.group.group_id, exc)
+                log.warning("heartbeat of group %s failed: %s", group.group_id, exc)
 
     def assign(self, partitions) -> None:
         self._core.assign(partitions)
@@ -201,7 +203,7 @@ class Consumer:
         idle_limit = self.config.consumer_timeout_ms
         last = time.monotonic()
         while True:
-            wait_ms = self.config.fetch_max_wait_ms
+            wait_ms: float = self.config.fetch_max_wait_ms
             if idle_limit is not None:
                 wait_ms = max(0.0, min(wait_ms, idle_limit - (time.monotonic() - last) * 1000))
             polled = self.poll(wait_ms)

@@ -38,8 +38,14 @@ import logging
 import re
 
 from triolog.protocol import messages as m
-from triolog.protocol.consumer_protocol import (PROTOCOL_TYPE, Subscription, decode_assignment, decode_subscription,
-                                                encode_assignment, encode_subscription)
+from triolog.protocol.consumer_protocol import (
+    PROTOCOL_TYPE,
+    Subscription,
+    decode_assignment,
+    decode_subscription,
+    encode_assignment,
+    encode_subscription,
+)
 from triolog.protocol.errors import ErrorCode
 
 from .assignors import Member, assign
@@ -327,7 +333,9 @@ class ConsumerCoordinator:
                       if not entry["error_code"] and entry["partitions"]}
         self._assigned_counts = {topic: counts.get(topic, 0) for topic in topics}
         self._counts_checked, self._counts_missed = now(), 0
-        result = assign(self.protocol, counts, group)
+        protocol = self.protocol
+        assert protocol is not None  # (the join that made this member the leader chose it)
+        result = assign(protocol, counts, group)
         return tuple(m.SyncGroupAssignment(member_id=member_id, assignment=encode_assignment(assignment))
                      for member_id, assignment in result.items())
 

@@ -43,6 +43,7 @@ import re
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import cast
 
 from triolog import core
 from triolog.protocol import messages as m
@@ -50,11 +51,17 @@ from triolog.protocol.errors import CorruptRecordError, ErrorCode
 from triolog.protocol.record_batch import HEADER_SIZE, TIMESTAMP_TYPE_MASK, read_header
 from triolog.protocol.records import iter_batch_spans, records_data
 
-from .errors import (BrokerConnectionError, CorruptMessageError, NoOffsetForPartitionError, RecordDeserializationError,
-                     TriologClientError, error_for)
+from .errors import (
+    BrokerConnectionError,
+    CorruptMessageError,
+    NoOffsetForPartitionError,
+    RecordDeserializationError,
+    TriologClientError,
+    error_for,
+)
 from .metadata import MetadataCache
-from .serde import Deserializer, as_topic_function
 from .ops import Await, Call, Op, Sleep, Submit, check_response, now
+from .serde import Deserializer, as_topic_function
 from .types import EARLIEST, LATEST, ConsumerRecord, OffsetAndTimestamp, RecordColumns, TopicPartition
 
 __all__ = ["ConsumerConfig", "ConsumerCore", "Polled", "PolledColumns", "list_offsets_op"]
@@ -360,15 +367,15 @@ class ConsumerCore:
         if missing:
             found.update((yield from list_offsets_op(missing, self._timeout_s)))
         for tp, answer in found.items():
-            state = self._states.get(tp)
-            if state is not None and state.position is None:
-                state.position, state.pending_reset = answer.offset, None
+            known = self._states.get(tp)
+            if known is not None and known.position is None:
+                known.position, known.pending_reset = answer.offset, None
 
     def position_op(self, tp) -> Op[int]:
         """The offset of the next record poll will return for ``tp``."""
         self._state(tp)
         yield from self._resolve_positions_op()
-        return self._state(tp).position
+        return self._state(tp).position  # type: ignore[return-value]  # (resolved just above)
 
     def offsets_for_times_op(self, timestamps: dict) -> Op[dict[TopicPartition, OffsetAndTimestamp | None]]:
         """Per partition, the first (offset, timestamp) with timestamp >= the given one; None if none."""
@@ -431,6 +438,7 @@ class ConsumerCore:
                     yield Sleep(min(remaining_ms / 1000, max(0.0, self._next_lookup - now())))
                     continue
                 if self._prefetch_useful():
+                    assert self._in_flight is not None  # (what _prefetch_useful looked at)
                     handle, requested = self._in_flight
                     doc = yield Await(handle, remaining_ms / 1000)
                     if doc is None:  # not back yet: it stays in flight for the next poll
@@ -459,6 +467,7 @@ class ConsumerCore:
         """What a poll does for the group first: note the poll (max_poll_interval_ms), auto-commit
         when due, and (subscribed) join or rejoin; False while the rebalance outlasts ``deadline``."""
         group = self.group
+        assert group is not None  # (poll steps the group only when there is one)
         group.last_poll = now()
         yield from group.maybe_auto_commit_op()
         if not self.is_group_subscribed():
@@ -484,7 +493,7 @@ class ConsumerCore:
 
     def unsubscribe_op(self) -> Op[None]:
         """Drop the subscription or assignment; a group member commits (auto-commit on) and leaves."""
-        if self.is_group_subscribed():
+        if self.group is not None and self.is_group_subscribed():
             yield from self.group.close_op()
         self._subscription, self._pattern, self._states, self._unresolved = (), None, {}, []
         self._in_flight = None
@@ -493,7 +502,7 @@ class ConsumerCore:
         """What close() sends: the group member's last commit (auto-commit on) and its leave_group."""
         if self.group is None:
             return
-        if self.is_group_subscribed():
+        if self.group is not None and self.is_group_subscribed():
             yield from self.group.close_op()
         elif self.config.enable_auto_commit and self._states:
             yield from self.group.commit_op(None)
@@ -519,7 +528,8 @@ class ConsumerCore:
             topics=tuple(m.FetchTopic(name=name, partitions=tuple(parts)) for name, parts in by_topic.items()))
 
     def _fetch_op(self, tps: list[TopicPartition], max_wait_ms: int) -> Op[None]:
-        requested = {tp: self._fetch_from(self._states[tp]) for tp in tps}
+        # (a partition is fetchable once it has a position: no None here)
+        requested = cast("dict[TopicPartition, int]", {tp: self._fetch_from(self._states[tp]) for tp in tps})
         request = self._fetch_request(requested, max_wait_ms)
         doc = yield Call(request, self._timeout_s + max_wait_ms / 1000)
         self._take_fetch(doc, requested)
@@ -582,6 +592,7 @@ class ConsumerCore:
         the partition's position)."""
         if position is None:
             position = state.position
+            assert position is not None  # (a partition is fetched once it has a position)
         pending = []
         next_offset = None
         if type(data) is not bytes:

@@ -104,6 +104,7 @@ class MetadataCache:
                     raise
                 yield Sleep(self.retry_backoff_s)
                 continue
+            message: str | None
             if entry is None:
                 code, message = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {topic!r} is not in the metadata response"
             elif entry["error_code"] == ErrorCode.NONE:

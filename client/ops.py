@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Generator
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, final
 
 from triolog.protocol import messages as m
 
@@ -23,6 +23,7 @@ __all__ = ["Await", "Call", "Op", "Sleep", "Submit", "check_response", "run_sync
 T = TypeVar("T")
 
 
+@final  # (so that `type(effect) is Call` narrows the other branches, for the type checker)
 @dataclass(frozen=True, slots=True)
 class Call:
     """Send ``request`` (its ``id`` is assigned by the connection) and return the response dict.
@@ -35,11 +36,13 @@ class Call:
     timeout_s: float
 
 
+@final
 @dataclass(frozen=True, slots=True)
 class Sleep:
     seconds: float
 
 
+@final
 @dataclass(frozen=True, slots=True)
 class Submit:
     """Write ``request`` and return at once with a handle for :class:`Await` (a request kept in
@@ -49,6 +52,7 @@ class Submit:
     timeout_s: float
 
 
+@final
 @dataclass(frozen=True, slots=True)
 class Await:
     """The response to a Submit's ``handle``, waiting at most ``wait_s``; None if it has not
@@ -65,6 +69,10 @@ Op = Generator[Effect, Any, T]
 class SyncCaller(Protocol):
     def call(self, request: m.Request, timeout_s: float) -> dict | None: ...
 
+    def send(self, request: m.Request, timeout_s: float) -> Any: ...
+
+    def receive(self, handle: Any, timeout_s: float, give_up: bool = True) -> dict | None: ...
+
 
 def run_sync(op: Op[T], conn: SyncCaller, value: Any = None, error: BaseException | None = None) -> T:
     """Drive ``op`` to completion with blocking I/O; returns its value or raises its exception.
@@ -79,12 +87,11 @@ def run_sync(op: Op[T], conn: SyncCaller, value: Any = None, error: BaseExceptio
                 return stop.value
             value = error = None
             try:
-                kind = type(effect)
-                if kind is Call:
+                if type(effect) is Call:
                     value = conn.call(effect.request, effect.timeout_s)
-                elif kind is Sleep:
+                elif type(effect) is Sleep:
                     time.sleep(max(0.0, effect.seconds))
-                elif kind is Submit:
+                elif type(effect) is Submit:
                     value = conn.send(effect.request, effect.timeout_s)
                 else:
                     value = conn.receive(effect.handle, effect.wait_s, give_up=False)

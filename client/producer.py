@@ -13,10 +13,10 @@ import threading
 import time
 
 from .connection import DEFAULT_BOOTSTRAP, SyncConnection
-from .security import split_security
 from .errors import ClientTimeoutError, ProducerClosedError
 from .ops import Call, run_sync
 from .producer_core import ProducerConfig, ProducerCore, RecordFuture, RecordFutures
+from .security import split_security
 
 __all__ = ["FutureRecordMetadata", "Producer", "RecordFutures"]
 
@@ -65,9 +65,11 @@ class Producer:
         if type(self).send is Producer.send:
             # send() in the common case is one compiled call, not a Python frame around one (the
             # accumulator calls _send_slow for what its fast path declines, closed included).
-            self.send = self._core.accumulator.bind_send(self._send_slow)
+            self.send = self._core.accumulator.bind_send(self._send_slow)  # type: ignore[method-assign]
         #: One slot per produce request that may be outstanding; the receiver frees it.
-        self._slots = threading.Semaphore(self.config.max_in_flight_requests_per_connection)
+        in_flight = self.config.max_in_flight_requests_per_connection
+        assert in_flight is not None  # (ProducerConfig resolves it)
+        self._slots = threading.Semaphore(in_flight)
         #: (operation, InFlight handle or None, timeout, error) per request written, in order.
         self._in_flight: queue.SimpleQueue = queue.SimpleQueue()
         self._receiver = threading.Thread(target=self._run_receiver, name="triolog-producer-receiver", daemon=True)
@@ -275,6 +277,7 @@ class Producer:
     def _wait_until_idle(self) -> None:
         """Until every written request has been handled (every slot free), or the producer stops."""
         limit, slots, held = self.config.max_in_flight_requests_per_connection, self._slots, 0
+        assert limit is not None  # (ProducerConfig resolves it)
         try:
             while held < limit and not self._stopping:
                 if slots.acquire(timeout=0.1):

@@ -57,27 +57,35 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
-
+from triolog import core
 from triolog.protocol import messages as m
 from triolog.protocol.errors import ErrorCode
 from triolog.protocol.record_batch import CompressionType
 
-from triolog import core
-
-from .errors import (BrokerConnectionError, InvalidResponseError, ProducerClosedError, RequestNotSentError,
-                     SerializationError, TriologClientError, error_for)
+from .errors import (
+    BrokerConnectionError,
+    InvalidResponseError,
+    ProducerClosedError,
+    RequestNotSentError,
+    SerializationError,
+    TriologClientError,
+    error_for,
+)
 from .metadata import MetadataCache
 from .ops import Call, Op, Sleep, check_response, now
 from .serde import Serializer, as_topic_function
 
 #: The accumulator this process runs: compiled when built (see :mod:`triolog.core`).
 accumulator_module = core.load("client.accumulator")
-ProducerBatch = accumulator_module.ProducerBatch
-RecordAccumulator = accumulator_module.RecordAccumulator
-RecordFuture = accumulator_module.RecordFuture
-RecordFutures = accumulator_module.RecordFutures
+if TYPE_CHECKING:  # the type checker reads the pure-Python module, whose classes the compiled one has
+    from .accumulator import ProducerBatch, RecordAccumulator, RecordFuture, RecordFutures
+else:
+    ProducerBatch = accumulator_module.ProducerBatch
+    RecordAccumulator = accumulator_module.RecordAccumulator
+    RecordFuture = accumulator_module.RecordFuture
+    RecordFutures = accumulator_module.RecordFutures
 partition_for_key = core.load("client.partitioner").partition_for_key
 
 Headers = tuple[tuple[str, bytes | None], ...]
@@ -455,6 +463,8 @@ class ProducerCore:
         """Get a producer id and epoch (Kafka's InitProducerId with a null transactional id),
         retrying retriable errors until ``max_block_ms``."""
         config = self.config
+        idempotence = self.idempotence
+        assert idempotence is not None  # (needs_producer_id: an idempotent producer's)
         deadline = now() + config.max_block_ms / 1000
         while True:
             request = m.InitProducerIdRequest(id=0, transactional_id=None, transaction_timeout_ms=INT32_MAX)
@@ -467,7 +477,7 @@ class ProducerCore:
                     yield Sleep(config.retry_backoff_ms / 1000)
                     continue
                 raise
-            self.idempotence.set_producer_id(doc["producer_id"], doc["producer_epoch"])
+            idempotence.set_producer_id(doc["producer_id"], doc["producer_epoch"])
             _log.debug("producer id %d, epoch %d assigned", doc["producer_id"], doc["producer_epoch"])
             return
 
@@ -508,8 +518,9 @@ class ProducerCore:
         key, value = to_bytes(key, "key"), to_bytes(value, "value")
         headers = normalize_headers(headers)
         timestamp = int(time.time() * 1000) if timestamp_ms is None else check_timestamp(timestamp_ms, "timestamp_ms")
-        num_partitions = len(description.partitions)
-        self.accumulator.learn(topic, num_partitions, now() + KNOWN_TOPIC_S)
+        partition_count = len(description.partitions)
+        self.accumulator.learn(topic, partition_count, now() + KNOWN_TOPIC_S)
+        num_partitions: int | None = partition_count
         if partition is not None:
             if isinstance(partition, bool) or not isinstance(partition, int) or partition < 0:
                 raise ValueError(f"partition must be an int >= 0, got {partition!r}")
@@ -610,7 +621,8 @@ class ProducerCore:
             records = batch.encode(config.compression, config.compression_level)
             # Framed without a copy: the connection sends the batch's own bytes (see prepare_parts).
             by_topic.setdefault(batch.tp.topic, []).append(m.ProducePartition(
-                partition=batch.tp.partition, records=m.ExternalBin(len(records), records)))
+                partition=batch.tp.partition,
+                records=m.ExternalBin(len(records), records)))  # type: ignore[arg-type]  # (messages says bytes)
         topics = tuple(m.ProduceTopic(name=name, partitions=tuple(parts)) for name, parts in by_topic.items())
         return m.ProduceRequest(id=0, acks=config.acks, timeout_ms=config.request_timeout_ms, topics=topics)
 
@@ -674,6 +686,7 @@ class ProducerCore:
                     if code in (ErrorCode.REQUEST_TIMED_OUT, ErrorCode.KAFKA_STORAGE_ERROR):
                         idempotence.maybe_appended(batch)
                     if code in (ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.UNKNOWN_PRODUCER_ID):
+                        assert sent is not None  # (made with idempotence)
                         idempotence.reaction(batch, code, sent[batch], result.get("log_start_offset", -1))
                     self._retry_or_fail(batch, error)
                 else:

@@ -7,7 +7,8 @@ The producer and consumer call the result as ``f(topic, headers, data)`` either 
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 Serializer = Callable[[Any], Any]
 Deserializer = Callable[[bytes], Any]

@@ -246,8 +246,10 @@ class ClientQuotaAlteration(NamedTuple):
     entity: ClientQuotaEntity
     ops: tuple[ClientQuotaAlterationOp, ...]
 
-    #: Kafka spells the op ``ClientQuotaAlteration.Op``.
-    Op = ClientQuotaAlterationOp
+
+#: Kafka spells the op ``ClientQuotaAlteration.Op`` (a class attribute, not a field: set after the
+#: class, since a NamedTuple's body may declare fields only).
+ClientQuotaAlteration.Op = ClientQuotaAlterationOp  # type: ignore[attr-defined]
 
 
 class ClientQuotaFilterComponent(NamedTuple):
@@ -261,15 +263,15 @@ class ClientQuotaFilterComponent(NamedTuple):
     match: str | None = None
 
     @classmethod
-    def of_entity(cls, entity_type: str, name: str) -> "ClientQuotaFilterComponent":
+    def of_entity(cls, entity_type: str, name: str) -> ClientQuotaFilterComponent:
         return cls(_entity_type(entity_type), "exact", name)
 
     @classmethod
-    def of_default_entity(cls, entity_type: str) -> "ClientQuotaFilterComponent":
+    def of_default_entity(cls, entity_type: str) -> ClientQuotaFilterComponent:
         return cls(_entity_type(entity_type), "default")
 
     @classmethod
-    def of_entity_type(cls, entity_type: str) -> "ClientQuotaFilterComponent":
+    def of_entity_type(cls, entity_type: str) -> ClientQuotaFilterComponent:
         return cls(_entity_type(entity_type), "any")
 
     def matches(self, entity: ClientQuotaEntity) -> bool:
@@ -290,15 +292,15 @@ class ClientQuotaFilter(NamedTuple):
     strict: bool = False
 
     @classmethod
-    def contains(cls, components: Iterable[ClientQuotaFilterComponent]) -> "ClientQuotaFilter":
+    def contains(cls, components: Iterable[ClientQuotaFilterComponent]) -> ClientQuotaFilter:
         return cls(tuple(components), False)
 
     @classmethod
-    def contains_only(cls, components: Iterable[ClientQuotaFilterComponent]) -> "ClientQuotaFilter":
+    def contains_only(cls, components: Iterable[ClientQuotaFilterComponent]) -> ClientQuotaFilter:
         return cls(tuple(components), True)
 
     @classmethod
-    def all(cls) -> "ClientQuotaFilter":
+    def all(cls) -> ClientQuotaFilter:
         return cls((), False)
 
     def matches(self, entity: ClientQuotaEntity) -> bool:

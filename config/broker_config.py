@@ -27,8 +27,9 @@ import math
 import os
 import re
 import sys
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any
 
 from .log_config import INT_MAX, LONG_MAX, TOPIC_CONFIGS, ConfigError, LogConfig
 from .principal_rules import DEFAULT_RULES, PrincipalMappingRules
@@ -99,8 +100,8 @@ def parse_endpoint(text: str, scheme: str | tuple[str, ...]) -> Endpoint:
     match = _ENDPOINT.fullmatch(text)
     if match is None:
         raise ValueError(f"not of the form {schemes[0]}://host:port")
-    scheme = next((s for s in schemes if s.upper() == match["scheme"].upper()), None)
-    if scheme is None:
+    chosen = next((s for s in schemes if s.upper() == match["scheme"].upper()), None)
+    if chosen is None:
         raise ValueError(f"scheme {match['scheme']!r} is not supported, only {' or '.join(schemes)}")
     if match["ipv6"] is not None:
         host = match["ipv6"]
@@ -115,7 +116,7 @@ def parse_endpoint(text: str, scheme: str | tuple[str, ...]) -> Endpoint:
     port = int(match["port"])
     if port > 65535:
         raise ValueError(f"port {port} is not in 0..65535")
-    return Endpoint(scheme, host, port)
+    return Endpoint(chosen, host, port)
 
 
 #: Kafka's security protocols, each a listener name (Kafka's default listener.security.protocol.map):
@@ -211,6 +212,7 @@ _INTEGER = re.compile(r"[+-]?[0-9]+")
 
 def _convert(type_: str, raw: Any) -> Any:
     """Turn a property string (or an already typed value) into ``type_``, with a readable error."""
+    value: Any
     if type_ in ("int", "long"):
         if isinstance(raw, bool):
             raise ValueError("not an integer")
@@ -908,7 +910,7 @@ class BrokerConfig:
     @classmethod
     def from_properties(
         cls, props: Mapping[str, Any], *, sources: Mapping[str, str] | None = None
-    ) -> tuple["BrokerConfig", list[str]]:
+    ) -> tuple[BrokerConfig, list[str]]:
         """Parse broker properties into a config plus warnings (one per unknown key, which is ignored).
 
         Raises ConfigError naming every invalid key at once, each with its value and what is

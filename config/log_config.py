@@ -8,8 +8,9 @@ describe/alter APIs and the generated reference (docs/configuration.md) all read
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 LONG_MAX = 2**63 - 1
 INT_MAX = 2**31 - 1
@@ -58,6 +59,7 @@ class ConfigKey:
 
     def parse(self, raw: Any) -> Any:
         """Turn a string (or an already typed value) into this key's type, or raise ValueError."""
+        value: Any
         if self.type in ("int", "long"):
             if isinstance(raw, bool):
                 raise ValueError("must be an integer")
@@ -262,7 +264,7 @@ class LogConfig:
             max_segment_ms = min(self.segment_ms, self.max_compaction_lag_ms)
         object.__setattr__(self, "max_segment_ms", max_segment_ms)
 
-    def with_overrides(self, props: Mapping[str, Any]) -> "LogConfig":
+    def with_overrides(self, props: Mapping[str, Any]) -> LogConfig:
         """A new config with topic-level ``props`` applied on top of this one (which holds the defaults).
 
         Every invalid or unknown key is reported at once in a ConfigError.

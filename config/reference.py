@@ -22,8 +22,8 @@ import argparse
 import ast
 import re
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 from .broker_config import BROKER_CONFIGS, BrokerConfigKey
 from .loader import ENV_PREFIX, embedded_properties, env_var_name, parse_properties
@@ -187,6 +187,11 @@ def _block(name: str, body: str) -> str:
             f" edit the sources, not this text -->\n\n{body}\n<!-- {name}:end -->")
 
 
+def _constant(text: str) -> Callable[[re.Match[str]], str]:
+    """A re.sub replacement that is ``text`` as it is (no backslash or group processing)."""
+    return lambda _: text
+
+
 def markers_of(path: Path) -> tuple[str, ...]:
     """The markers ``path`` must hold: its own if it is one of ``DOCUMENTS``, else all of them."""
     for document, names in DOCUMENTS.items():
@@ -204,7 +209,7 @@ def update(text: str, names: Sequence[str] = tuple(MARKERS)) -> tuple[str, list[
             missing.append(name)
             continue
         block = _block(name, MARKERS[name]())
-        text = pattern.sub(lambda _: block, text, count=1)
+        text = pattern.sub(_constant(block), text, count=1)
     return text, missing
 
 

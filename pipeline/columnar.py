@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import struct
 
+from triolog import core
+from triolog.client.types import RecordColumns
 from triolog.protocol.compression import decompress
 from triolog.protocol.errors import CorruptRecordError, UnsupportedForMessageFormatError
 from triolog.protocol.record_batch import (
@@ -26,8 +28,6 @@ from triolog.protocol.record_batch import (
     check_batch,
     read_header,
 )
-from triolog import core
-from triolog.client.types import RecordColumns
 
 __all__ = ["decode_into", "next_position"]
 

@@ -119,7 +119,9 @@ def _fetch(conn: SyncConnection, config: ConsumerConfig, tp: TopicPartition, off
         id=0, max_wait_ms=0, min_bytes=1, max_bytes=config.fetch_max_bytes,
         topics=(m.FetchTopic(name=tp.topic, partitions=(m.FetchPartition(
             partition=tp.partition, fetch_offset=offset, partition_max_bytes=config.max_partition_fetch_bytes),)),))
-    doc = check_response(conn.call(request, config.request_timeout_ms / 1000))
+    response = conn.call(request, config.request_timeout_ms / 1000)
+    assert response is not None  # (None is an acks=0 produce's)
+    doc = check_response(response)
     return doc["topics"][0]["partitions"][0]
 
 

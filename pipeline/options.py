@@ -80,6 +80,7 @@ class Subscription:
         if self.kind == "subscribe":
             return topic in self.topics
         if self.kind == "subscribePattern":
+            assert self.pattern is not None  # (set with the kind)
             return re.fullmatch(self.pattern, topic) is not None  # Java's Matcher.matches()
         return any(tp.topic == topic for tp in self.partitions)
 

@@ -115,8 +115,11 @@ class BrokerView:
             return self.earliest(tps)
         if spec.kind == "latest":
             return self.latest(tps)
+        queries: dict[TopicPartition, int]
         if spec.kind == "timestamp":
-            queries = {tp: spec.timestamp for tp in tps}
+            timestamp = spec.timestamp
+            assert timestamp is not None  # (set with the kind)
+            queries = {tp: timestamp for tp in tps}
         else:
             given = spec.per_partition
             missing = [tp for tp in tps if tp not in given]
@@ -158,7 +161,7 @@ def split_ranges(ranges: list[PartitionRange], min_partitions: int | None) -> li
     if not min_partitions or len(ranges) >= min_partitions:
         return ranges
     total = sum(r.size for r in ranges)
-    out = []
+    out: list[PartitionRange] = []
     for r in ranges:
         parts = max(1, round(r.size / total * min_partitions))
         step = r.size / parts

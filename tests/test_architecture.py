@@ -1,84 +1,86 @@
-"""Dependencies point one way: protocol <- storage <- server. This walks every import to keep it so."""
+"""Dependencies point one way: protocol <- storage <- server; client <- pipeline.
+
+The rules are import-linter contracts in pyproject.toml ([tool.importlinter]), checked here by
+running ``lint-imports`` (``make lint`` runs it too); what a contract cannot say is checked below.
+"""
 
 from __future__ import annotations
 
 import ast
+import shutil
+import subprocess
+import sys
 from pathlib import Path
-
-import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# package folder -> modules it must never import
-FORBIDDEN = {
-    "protocol": {"triolog.broker", "triolog.config", "triolog.client", "triolog.pipeline",
-                 "trio", "prometheus_client", "structlog", "socket"},
-    "config": {"triolog.broker", "triolog.client", "triolog.pipeline", "trio", "prometheus_client"},
-    "broker/storage": {"trio", "socket", "prometheus_client", "triolog.broker.server", "triolog.client"},
-    # Coordinators decide (groups, producer ids) from requests, a clock and storage callbacks:
-    # no event loop, no sockets, no server, no client.
-    "broker/coordinator": {"trio", "socket", "prometheus_client", "triolog.broker.server", "triolog.client"},
-}
 # The repository's folders are installed as subpackages of ``triolog``; importing them by their
 # bare folder names works nowhere but a source checkout and collides with other distributions.
 FOLDERS = ("broker", "protocol", "config", "client", "pipeline")
+CONTRACTS = 6  # the [[tool.importlinter.contracts]] in pyproject.toml
 
 
-def _imports(path: Path, root: Path = ROOT) -> set[str]:
-    """Every module ``path`` imports, relative imports resolved to absolute names.
+def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
+    """``lint-imports`` run on the ``triolog`` package of the checkout at ``root``, uncached."""
+    code = "import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())"
+    return subprocess.run(
+        [sys.executable, "-c", code, "--no-cache"], cwd=root, capture_output=True, text=True, timeout=120
+    )
 
-    ``from ..server import x`` in broker/storage/log.py is ``triolog.broker.server`` (and
-    ``triolog.broker.server.x``, which may be a module), so a relative import cannot slip past the
-    check.
+
+def test_architecture_import_contracts_are_kept():
+    result = lint_imports(ROOT)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"Contracts: {CONTRACTS} kept, 0 broken." in result.stdout
+
+
+def test_architecture_contracts_see_through_the_symlinks(tmp_path):
+    """triolog/broker etc. are symlinks to the folders: a violation inside one breaks its contract.
+
+    A copy of the checkout whose storage imports the server (relatively, as a module would) and
+    trio, and whose client imports the tests: lint-imports names each of them.
     """
-    tree = ast.parse(path.read_text(), filename=str(path))
-    package = ["triolog", *path.relative_to(root).parts[:-1]]  # what a relative import is relative to
+    for folder in FOLDERS:
+        shutil.copytree(ROOT / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+    shutil.copytree(ROOT / "triolog", tmp_path / "triolog", symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path)
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "__init__.py").write_text("")
+    with open(tmp_path / "broker" / "storage" / "segment.py", "a") as module:
+        module.write("\nfrom ..server import app\nimport trio\n")
+    with open(tmp_path / "client" / "serde.py", "a") as module:
+        module.write("\nimport tests\n")
+
+    result = lint_imports(tmp_path)
+    assert result.returncode == 1, result.stdout + result.stderr
+    report = " ".join(result.stdout.split())
+    assert f"Contracts: {CONTRACTS - 3} kept, 3 broken." in report
+    assert "triolog.broker.storage is not allowed to import triolog.broker.server" in report
+    assert "triolog.broker.storage is not allowed to import trio:" in report
+    assert "triolog.client is not allowed to import tests" in report
+
+
+def _absolute_imports(path: Path) -> set[str]:
     names: set[str] = set()
-    for node in ast.walk(tree):
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level == 0:
-                base = node.module or ""
-            else:
-                parent = package[: len(package) - (node.level - 1)] if node.level > 1 else package
-                base = ".".join(parent + ([node.module] if node.module else []))
-            if base:
-                names.add(base)
-            names.update(f"{base}.{alias.name}" if base else alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module)
     return names
 
 
-@pytest.mark.parametrize("package", sorted(FORBIDDEN))
-def test_architecture_imports_point_one_way(package):
-    files = sorted((ROOT / package).rglob("*.py"))
-    assert files, f"no modules found under {package}"
-    violations = []
-    for path in files:
-        for name in _imports(path):
-            for banned in FORBIDDEN[package]:
-                if name == banned or name.startswith(banned + "."):
-                    violations.append(f"{path.relative_to(ROOT)} imports {name}")
-    assert violations == []
-
-
-def test_relative_imports_are_resolved(tmp_path):
-    """The checker itself: a relative import from storage into the server is seen as triolog.broker.server."""
-    module = tmp_path / "broker" / "storage" / "log.py"
-    module.parent.mkdir(parents=True)
-    module.write_text("from ..server import handlers\nfrom . import index\nfrom .segment import LogSegment\n")
-    names = _imports(module, tmp_path)
-    assert "triolog.broker.server" in names and "triolog.broker.server.handlers" in names
-    assert "triolog.broker.storage.index" in names and "triolog.broker.storage.segment" in names
-    assert any(n.startswith("triolog.broker.server") for n in names
-               if n.startswith(tuple(FORBIDDEN["broker/storage"])))
-
-
 def test_nothing_imports_the_bare_folder_names():
-    """Every module, test and bench script imports ``triolog.broker``, never ``broker``."""
-    files = [path for path in ROOT.rglob("*.py")
-             if not {".venv", "build", ".git"} & set(path.relative_to(ROOT).parts)]
+    """Every module, test and bench script imports ``triolog.broker``, never ``broker``.
+
+    (import-linter sees only the ``triolog`` package, where ``import broker`` is an external one.)
+    """
+    files = [path for path in ROOT.rglob("*.py") if not {".venv", "build", ".git"} & set(path.relative_to(ROOT).parts)]
     assert len(files) > 100
-    violations = [f"{path.relative_to(ROOT)} imports {name}" for path in files for name in _imports(path)
-                  if name.split(".")[0] in FOLDERS]
+    violations = [
+        f"{path.relative_to(ROOT)} imports {name}"
+        for path in files
+        for name in _absolute_imports(path)
+        if name.split(".")[0] in FOLDERS
+    ]
     assert violations == []

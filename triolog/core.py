@@ -95,7 +95,7 @@ def stale(name: str) -> bool:
     source = _CHECKOUT.joinpath(*name.split(".")).with_suffix(".py")
     try:
         built = compiled.stat().st_mtime
-        return any(built < path.stat().st_mtime for path in _build_inputs(source))
+        return any(built < path.stat().st_mtime for path in _build_inputs(source, _CHECKOUT))
     except OSError:
         return False
 
@@ -103,7 +103,7 @@ def stale(name: str) -> bool:
 _CIMPORT = re.compile(rf"cython\.cimports\.{_ROOT}\.([\w.]+)\s+import")
 
 
-def _build_inputs(source: Path) -> list[Path]:
+def _build_inputs(source: Path, checkout: Path) -> list[Path]:
     """The files a twin is compiled from: its source, its own C declarations (``_<module>_c.pxd``)
     if any, and the declarations of other twins it cimports (a changed one changes the C calls it
     makes into them)."""
@@ -112,7 +112,7 @@ def _build_inputs(source: Path) -> list[Path]:
     if own.exists():
         inputs.append(own)
     for dotted in _CIMPORT.findall(source.read_text(encoding="utf-8")):
-        declarations = _CHECKOUT.joinpath(*dotted.split(".")).with_suffix(".pxd")
+        declarations = checkout.joinpath(*dotted.split(".")).with_suffix(".pxd")
         if declarations.exists():
             inputs.append(declarations)
     return inputs

@@ -20,8 +20,8 @@ from __future__ import annotations
 import enum
 import threading
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from sortedcontainers import SortedList
 
@@ -61,7 +61,7 @@ class _KafkaEnum(enum.IntEnum):
     ``"DescribeConfigs"``, ``"describe_configs"`` and ``"DESCRIBE-CONFIGS"`` are one member."""
 
     @classmethod
-    def parse(cls, value: "int | str | _KafkaEnum"):
+    def parse(cls, value: int | str | _KafkaEnum):
         if isinstance(value, cls):
             return value
         if isinstance(value, bool):
@@ -212,7 +212,7 @@ class AclBinding:
     pattern: ResourcePattern
     entry: AccessControlEntry
 
-    def validate(self) -> "AclBinding":
+    def validate(self) -> AclBinding:
         """Raise InvalidAclError if CreateAcls would refuse this binding; else return it."""
         self.pattern.validate()
         self.entry.validate()
@@ -232,7 +232,7 @@ class AclBinding:
         }
 
     @classmethod
-    def from_json(cls, doc: dict) -> "AclBinding":
+    def from_json(cls, doc: dict) -> AclBinding:
         return cls(ResourcePattern(doc["resource_type"], doc["name"], doc["pattern_type"]),
                    AccessControlEntry(doc["principal"], doc["host"], doc["operation"], doc["permission_type"]))
 
@@ -260,12 +260,12 @@ class AclBindingFilter:
              permission_type=AclPermissionType.parse(self.permission_type))
 
     @classmethod
-    def exact(cls, binding: AclBinding) -> "AclBindingFilter":
+    def exact(cls, binding: AclBinding) -> AclBindingFilter:
         """The filter that matches this binding only."""
         p, e = binding.pattern, binding.entry
         return cls(p.resource_type, p.name, p.pattern_type, e.principal, e.host, e.operation, e.permission_type)
 
-    def validate(self) -> "AclBindingFilter":
+    def validate(self) -> AclBindingFilter:
         """Kafka refuses filters with UNKNOWN fields."""
         unknown = [key for key in ("resource_type", "pattern_type", "operation", "permission_type")
                    if getattr(self, key).name == "UNKNOWN"]

@@ -16,6 +16,7 @@ import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from triolog.broker.storage.fs import OS_FS, FileSystem
 
@@ -46,7 +47,7 @@ class QuotaEntity:
 
     parts: tuple[tuple[str, str | None], ...]
 
-    def __lt__(self, other: "QuotaEntity") -> bool:
+    def __lt__(self, other: QuotaEntity) -> bool:
         """Listed in a stable order, each type's default before its names (None and a name
         do not compare)."""
         return self._sort_key() < other._sort_key()
@@ -55,12 +56,12 @@ class QuotaEntity:
         return tuple((kind, name is not None, name or "") for kind, name in self.parts)
 
     @classmethod
-    def of(cls, **parts: str | None) -> "QuotaEntity":
+    def of(cls, **parts: str | None) -> QuotaEntity:
         """QuotaEntity.of(user="alice", client_id=None): keyword names with _ for -."""
         return cls.from_parts({k.replace("_", "-"): v for k, v in parts.items()})
 
     @classmethod
-    def from_parts(cls, parts: dict[str, str | None]) -> "QuotaEntity":
+    def from_parts(cls, parts: dict[str, str | None]) -> QuotaEntity:
         types = set(parts)
         if not types or not (types <= {USER, CLIENT_ID} or types == {IP}):
             raise InvalidQuotaError(f"invalid quota entity {sorted(types)}: user, client-id, both, or ip")
@@ -71,7 +72,7 @@ class QuotaEntity:
                 raise InvalidQuotaError(f"an empty {kind} name: use the default entity instead")
         return cls(tuple(sorted(parts.items())))
 
-    def get(self, kind: str, missing: object = ...) -> str | None:
+    def get(self, kind: str, missing: Any = ...) -> str | None:
         for k, v in self.parts:
             if k == kind:
                 return v

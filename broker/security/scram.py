@@ -86,7 +86,7 @@ class ScramMechanism(str, enum.Enum):
         return scramp.ScramMechanism(self.value).hf
 
     @classmethod
-    def parse(cls, value: "str | int | ScramMechanism") -> "ScramMechanism":
+    def parse(cls, value: str | int | ScramMechanism) -> ScramMechanism:
         if isinstance(value, cls):
             return value
         if isinstance(value, int) and not isinstance(value, bool):
@@ -169,9 +169,10 @@ class ScramCredential:
                 "iterations": self.iterations}
 
     @classmethod
-    def from_json(cls, mechanism: str, doc: dict) -> "ScramCredential":
+    def from_json(cls, mechanism: str, doc: dict) -> ScramCredential:
         d64 = lambda s: base64.b64decode(s, validate=True)  # noqa: E731
-        return cls(mechanism, d64(doc["salt"]), d64(doc["stored_key"]), d64(doc["server_key"]), doc["iterations"])
+        return cls(ScramMechanism.parse(mechanism), d64(doc["salt"]), d64(doc["stored_key"]), d64(doc["server_key"]),
+                   doc["iterations"])
 
 
 def _check_iterations(mechanism: ScramMechanism, iterations: int) -> None:
@@ -383,7 +384,7 @@ class ScramServerExchange(_Exchange):
                                         "no further message is expected")
         if self._server is None:
             return self._client_first(self._decode(client_message, "client-first message"))
-        return self._client_final(self._decode(client_message, "client-final message"))
+        return self._client_final(self._server, self._decode(client_message, "client-final message"))
 
     def _malformed(self, what: str, detail: str) -> AuthenticationFailed:
         return self._fail(f"Authentication failed: invalid SCRAM {what} message: {detail}")
@@ -435,8 +436,7 @@ class ScramServerExchange(_Exchange):
         self._nonce = str(server.nonce)
         return server_first.encode("utf-8")
 
-    def _client_final(self, text: str) -> bytes:
-        server = self._server
+    def _client_final(self, server: scramp.core.ScramServer, text: str) -> bytes:
         nonces = [field[2:] for field in text.split(",") if field.startswith("r=")]
         if len(nonces) != 1:
             raise self._malformed("client-final", "expected one r=<nonce>")

@@ -28,6 +28,7 @@ def server_context(config: BrokerConfig) -> ssl.SSLContext:
     context.minimum_version, context.maximum_version = min(versions), max(versions)
     context.options |= ssl.OP_NO_COMPRESSION | ssl.OP_CIPHER_SERVER_PREFERENCE | ssl.OP_NO_RENEGOTIATION
     location = config.ssl_keystore_location
+    assert location is not None, "BrokerConfig requires ssl.keystore.location for a TLS listener"
     try:
         context.load_cert_chain(location, password=config.ssl_key_password)
     except FileNotFoundError:

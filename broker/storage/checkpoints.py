@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from triolog.broker.storage.errors import CorruptCheckpointError
 from triolog.broker.storage.fs import OS_FS, FileSystem, read_file
@@ -227,8 +227,8 @@ class OffsetCheckpointFile(_CheckpointFile):
         """The stored offsets; a partition listed twice keeps its last offset (as Kafka's HashMap)."""
         return dict(self._read_entries())  # type: ignore[arg-type]
 
-    def _format_entry(self, entry: object) -> str:
-        (topic, partition), offset = entry  # type: ignore[misc]
+    def _format_entry(self, entry: Any) -> str:
+        (topic, partition), offset = entry
         return f"{topic} {int(partition)} {int(offset)}"
 
     def _parse_entry(self, fields: list[str]) -> object | None:
@@ -261,8 +261,8 @@ class LeaderEpochCheckpointFile(_CheckpointFile):
     def read(self) -> list[EpochEntry]:
         return self._read_entries()  # type: ignore[return-value]
 
-    def _format_entry(self, entry: object) -> str:
-        epoch, start_offset = entry  # type: ignore[misc]
+    def _format_entry(self, entry: Any) -> str:
+        epoch, start_offset = entry
         return f"{epoch} {start_offset}"
 
     def _parse_entry(self, fields: list[str]) -> object | None:
@@ -695,7 +695,7 @@ class CleanShutdownFile:
     def write(self, broker_epoch: int = 0) -> None:
         if isinstance(broker_epoch, bool) or not _INT64_MIN <= int(broker_epoch) <= _INT64_MAX:
             raise ValueError(f"broker epoch {broker_epoch!r} does not fit a Java long")
-        body = '{"broker_epoch":"%d","version":"%d"}' % (int(broker_epoch), self.VERSION)
+        body = f'{{"broker_epoch":"{int(broker_epoch):d}","version":"{self.VERSION:d}"}}'
         atomic_write(self.path, body.encode("utf-8"), self.fs)
 
     def read_broker_epoch(self) -> int:

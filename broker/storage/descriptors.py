@@ -84,7 +84,7 @@ class DescriptorCache:
         closed = 0
         with self._lock:
             sweeps = 2 * len(self._ring)
-            candidates = []
+            candidates: list[Holder] = []
             while self._ring and sweeps > 0 and len(candidates) < count:
                 sweeps -= 1
                 holder = self._ring.popleft()

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator, NamedTuple
+from typing import NamedTuple
 
 from triolog.protocol.record_batch import (
     CURRENT_MAGIC,
@@ -33,7 +34,7 @@ RECOVERY_READ_BYTES = 1 << 20
 class FileRegion(NamedTuple):
     """Whole batches of one segment file, to be copied to a socket with sendfile."""
 
-    records: "FileRecords"
+    records: FileRecords
     position: int
     length: int
 
@@ -233,7 +234,7 @@ class FileRecords:
         self._check_prefix(raw, position)
         return read_header(raw)
 
-    def _check_prefix(self, raw: bytes, position: int) -> None:
+    def _check_prefix(self, raw: bytes | memoryview, position: int) -> None:
         _, batch_length, _, magic = HEADER_PREFIX.unpack_from(raw)
         if batch_length + LOG_OVERHEAD < MIN_LEGACY_SIZE:
             raise CorruptRecordError(

@@ -53,8 +53,9 @@ def producer_snapshot_file(directory: Path, offset: int, suffix: str = "") -> Pa
 
 def spare_files(directory: Path) -> tuple[Path, Path, Path]:
     """The spare .log, .index and .timeindex of a partition directory."""
-    return tuple(directory / ("next" + suffix + SPARE_FILE_SUFFIX)
-                 for suffix in (LOG_FILE_SUFFIX, INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX))
+    log, index, time_index = (directory / ("next" + suffix + SPARE_FILE_SUFFIX)
+                              for suffix in (LOG_FILE_SUFFIX, INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX))
+    return log, index, time_index
 
 
 def txn_index_file(directory: Path, offset: int, suffix: str = "") -> Path:

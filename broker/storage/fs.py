@@ -21,8 +21,9 @@ import functools
 import mmap as _mmap
 import os
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Iterable, Protocol
+from typing import Any, Protocol
 
 from .descriptors import DescriptorCache
 
@@ -39,8 +40,11 @@ __all__ = [
 
 
 class StatResult(Protocol):
-    st_size: int
-    st_mtime_ns: int
+    @property
+    def st_size(self) -> int: ...
+
+    @property
+    def st_mtime_ns(self) -> int: ...
 
 
 class DirEntry(Protocol):
@@ -78,7 +82,7 @@ class FileSystem(Protocol):
 
     def pwrite(self, fd: int, data, offset: int) -> int: ...
 
-    def pwritev(self, fd: int, buffers: Iterable, offset: int) -> int: ...
+    def pwritev(self, fd: int, buffers: Sequence[Any], offset: int) -> int: ...
 
     def fsync(self, fd: int) -> None: ...
 
@@ -195,7 +199,7 @@ class _ReadOnlyMappingBase(_MappingBase):
 
 
 @functools.lru_cache(maxsize=1024)
-def _mapping_type(length: int, writable: bool) -> type:
+def _mapping_type(length: int, writable: bool) -> type[Any]:
     base = _MappingBase if writable else _ReadOnlyMappingBase
     return type("Mapping", (base,), {"_type_": ctypes.c_char, "_length_": length})
 

@@ -39,8 +39,9 @@ import mmap
 import os
 import struct
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Generic, NamedTuple, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 from triolog.broker.storage.errors import CorruptIndexError, IndexFullError, InvalidOffsetError
 from triolog.broker.storage.fs import OS_FS, FileSystem
@@ -127,7 +128,9 @@ class _AbstractIndex:
         self._read_only = not self._writable  # is the current mapping read-only?
         self._warm_entries = _WARM_BYTES // es
         self._lock = threading.RLock()  # serialises appends (Kafka's `lock`)
-        self._mmap: mmap.mmap | None = None
+        # FileSystem.mmap's Mapping (or an mmap), None while empty or closed. Any: appends pack
+        # into it on the hot path, where they check no None (an append to a closed index fails).
+        self._mmap: Any = None
         self._closed = False
         #: Bytes from the start of the file known to have real blocks under them (see
         #: ALLOCATION_CHUNK); appends reserve more before they write past it.
@@ -146,7 +149,7 @@ class _AbstractIndex:
                 fd = fs.open(self._path, os.O_RDWR if fresh else os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
                 newly_created = True
             except FileExistsError:
-                fd = None
+                pass  # opened below, as an existing index
             if newly_created:
                 try:
                     if self._max_index_size < es:
@@ -821,7 +824,7 @@ class LazyIndex(Generic[T]):
         fs: FileSystem = OS_FS,
         fresh: bool = False,
     ) -> LazyIndex[OffsetIndex]:
-        return cls(path, _loader(OffsetIndex, base_offset, max_index_size, fs, fresh), writable, fs)
+        return LazyIndex(path, _loader(OffsetIndex, base_offset, max_index_size, fs, fresh), writable, fs)
 
     @classmethod
     def for_time(
@@ -833,7 +836,7 @@ class LazyIndex(Generic[T]):
         fs: FileSystem = OS_FS,
         fresh: bool = False,
     ) -> LazyIndex[TimeIndex]:
-        return cls(path, _loader(TimeIndex, base_offset, max_index_size, fs, fresh), writable, fs)
+        return LazyIndex(path, _loader(TimeIndex, base_offset, max_index_size, fs, fresh), writable, fs)
 
     @property
     def path(self) -> Path:

@@ -114,7 +114,9 @@ class LogLoader:
                 if segment is not active:
                     segment.log.close()  # inactive segments hold no descriptors
             self.fs.fsync_dir(self.directory)
-        log_start_offset = max(self.log_start_offset_checkpoint, self.segments.first_segment().base_offset)
+        first = self.segments.first_segment()
+        assert first is not None  # (loading leaves at least the active segment)
+        log_start_offset = max(self.log_start_offset_checkpoint, first.base_offset)
         return LoadedLogOffsets(
             log_start_offset=log_start_offset,
             recovery_point=min(recovery_point, next_offset),
@@ -258,6 +260,7 @@ class LogLoader:
         if self.segments.is_empty:
             return max(self.log_start_offset_checkpoint, 0), 0
         last = self.segments.last_segment()
+        assert last is not None  # (not empty, above)
         # From the segment holding the offset before the recovery point: when the recovery point
         # is a segment's base offset, the segment below it was active when the checkpoint was
         # written, and the roll that sealed it afterwards (final time index entry, trimmed

@@ -10,8 +10,8 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Callable, Iterable
 
 from triolog.config.log_config import LogConfig
 
@@ -26,12 +26,12 @@ from .checkpoints import (
     OffsetCheckpointFile,
     random_kafka_uuid,
 )
+from .cleaner.log_cleaner import CleanerConfig, LogCleaner
 from .clock import SYSTEM_CLOCK, Clock
 from .errors import CorruptCheckpointError, StorageError
 from .fs import OS_FS, FileSystem, make_dirs
 from .log import DEFAULT_PRODUCER_ID_EXPIRATION_MS, Log
 from .segment_deleter import SegmentDeleter
-from .cleaner.log_cleaner import CleanerConfig, LogCleaner
 
 logger = logging.getLogger(__name__)
 
@@ -297,7 +297,7 @@ class LogManager:
         if not online:
             raise StorageError("no log directory is online")
         counts = {d.path: 0 for d in online}
-        for tp, d in self._log_dir_of.items():
+        for d in self._log_dir_of.values():
             if d.path in counts:
                 counts[d.path] += 1
         return min(online, key=lambda d: counts[d.path])

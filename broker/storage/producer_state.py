@@ -29,8 +29,9 @@ import logging
 import os
 import struct
 from collections import deque
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable, NamedTuple
+from typing import NamedTuple
 
 from crc32c import crc32c
 
@@ -285,7 +286,7 @@ def decode_snapshot(data) -> list[ProducerStateEntry]:
 
 
 def _decode_entries(data) -> list[ProducerStateEntry]:
-    entries = []
+    entries: list[ProducerStateEntry] = []
     append = entries.append
     new_entry, new_tuple = ProducerStateEntry.__new__, _new_tuple
     for (producer_id, epoch, last_seq, last_offset, offset_delta, timestamp, coordinator_epoch,

@@ -108,7 +108,7 @@ class LogSegment:
         fs: FileSystem = OS_FS,
         spare: bool = False,
         paths: tuple[Path, Path, Path] | None = None,
-    ) -> "LogSegment":
+    ) -> LogSegment:
         """``spare``: the three files exist already, empty (a Log's spare files renamed to this
         segment's names), and are set up as new ones; creating files costs the file system far
         more than renaming them. ``paths``: the segment's .log, .index and .timeindex, when the

@@ -31,7 +31,7 @@ class SegmentDeleter:
     def __init__(self, clock: Clock = SYSTEM_CLOCK) -> None:
         self._clock = clock
         self._lock = threading.Lock()
-        self._queue: list[tuple[int, int, LogSegment]] = []
+        self._queue: list[tuple[int, int, LogSegment | DeletedFile]] = []
         self._tiebreak = itertools.count()
 
     def schedule(self, segments: list[LogSegment | DeletedFile], delay_ms: int) -> None:
@@ -52,7 +52,7 @@ class SegmentDeleter:
     def run_due(self) -> int:
         """Delete the files whose delay has passed; returns how many segments were removed."""
         now = self._clock.milliseconds()
-        due: list[LogSegment] = []
+        due: list[LogSegment | DeletedFile] = []
         with self._lock:
             while self._queue and self._queue[0][0] <= now:
                 due.append(heapq.heappop(self._queue)[2])

@@ -5,7 +5,7 @@ Finding the segment for an offset is a floor lookup: O(log n) however many segme
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 from sortedcontainers import SortedDict
 

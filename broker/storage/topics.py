@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
 
 from triolog.config.log_config import TOPIC_CONFIGS, ConfigError, LogConfig, unknown_topic_config
 from triolog.protocol.errors import (

@@ -3,6 +3,7 @@ quotas) change a stopped broker's security files, or a running one's through its
 
 import contextlib
 from pathlib import Path
+from typing import Any
 
 
 class ToolError(Exception):
@@ -85,7 +86,7 @@ def online_admin(args, client_id: str):
 
     try:
         security = load_command_config(args.command_config) if args.command_config else None
-        kwargs = {"security": security} if security is not None else {}
+        kwargs: dict[str, Any] = {"security": security} if security is not None else {}
         with AdminClient(args.bootstrap_server, client_id=client_id, **kwargs) as admin:
             yield admin
     except (TriologClientError, ValueError) as exc:

@@ -151,15 +151,14 @@ def _act(args, acls, resources, pattern_type, operations) -> int:
             print("No ACLs matched: nothing removed")
         return 0
     found: list = []
-    principals = args.principal or [None]
+    wanted: list[str | None] = args.principal or [None]
     if resources:
         for kind, name in resources:
-            for principal in principals:
-                found += acls.describe(AclBindingFilter(kind, name, principal,
-                                                        pattern_type=pattern_type or "LITERAL"))
+            for who in wanted:
+                found += acls.describe(AclBindingFilter(kind, name, who, pattern_type=pattern_type or "LITERAL"))
     else:
-        for principal in principals:
-            found += acls.describe(AclBindingFilter(principal=principal, pattern_type=pattern_type or "ANY"))
+        for who in wanted:
+            found += acls.describe(AclBindingFilter(principal=who, pattern_type=pattern_type or "ANY"))
     for key, group in _by_pattern(list(dict.fromkeys(found))).items():
         _print_resource("Current ACLs for resource", key, group)
     return 0

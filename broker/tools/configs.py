@@ -192,7 +192,7 @@ def _filter(pairs):
 
 def _act(args, quotas, pairs, added, deleted) -> int:
     """The action, on ``quotas`` (the online or offline backend)."""
-    from triolog.client.types import ClientQuotaAlteration
+    from triolog.client.types import ClientQuotaAlteration, ClientQuotaAlterationOp
 
     if args.describe:
         found = quotas.describe(_filter(pairs))
@@ -205,8 +205,8 @@ def _act(args, quotas, pairs, added, deleted) -> int:
     missing = [key for key in deleted if key not in current]
     if missing:  # as kafka-configs.sh: deleting what is not set is an error
         raise ToolError(f"Invalid config(s): {','.join(missing)} (not set for {describe_entity(entity)})")
-    ops = [ClientQuotaAlteration.Op(key, value) for key, value in added.items()]
-    ops += [ClientQuotaAlteration.Op(key, None) for key in deleted]
+    ops = [ClientQuotaAlterationOp(key, value) for key, value in added.items()]
+    ops += [ClientQuotaAlterationOp(key, None) for key in deleted]
     quotas.alter(ClientQuotaAlteration(entity, tuple(ops)))
     kind, name = pairs[0]
     if name:
@@ -235,7 +235,7 @@ def java_double(value: float) -> str:
     sign, digits, exponent = Decimal(repr(value)).normalize().as_tuple()
     text = "".join(map(str, digits))
     mantissa = text[0] + "." + (text[1:] or "0")
-    return f"{'-' if sign else ''}{mantissa}E{len(text) - 1 + exponent}"
+    return f"{'-' if sign else ''}{mantissa}E{len(text) - 1 + int(exponent)}"  # (finite: an int)
 
 
 class _Online:

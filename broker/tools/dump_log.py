@@ -462,6 +462,7 @@ class _Dumper:
     def _control_text(self, path: str, position: int, record: Record) -> str:
         try:
             _, control_type = parse_control_record_key(record.key)
+            assert record.key is not None  # parse_control_record_key raised otherwise
             type_id = _I16.unpack_from(record.key, 2)[0]
             if control_type in (ControlRecordType.ABORT, ControlRecordType.COMMIT):
                 epoch = parse_end_txn_marker_value(record.value)

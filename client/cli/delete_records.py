@@ -15,8 +15,19 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING
 
-from .common import EXIT_ERROR, EXIT_OK, EXIT_USAGE, add_bootstrap, add_output, error, print_json, client_security, reports_errors
+from .common import (
+    EXIT_ERROR,
+    EXIT_OK,
+    EXIT_USAGE,
+    add_bootstrap,
+    add_output,
+    client_security,
+    error,
+    print_json,
+    reports_errors,
+)
 
 DESCRIPTION = ("Delete the records of partitions below an offset (move their log start offset), like Kafka's "
                "kafka-delete-records.sh. Offset -1 means the high watermark: everything written so far.")
@@ -117,9 +128,13 @@ def run(args: argparse.Namespace) -> int:
         for tp, result in sorted(results.items()):
             outcome = f"error: {_error_text(result)}" if tp in failed else f"low_watermark: {result}"
             print(f"partition: {tp.topic}-{tp.partition}\t{outcome}")
-    for exc in failed.values():
-        error(str(exc))
+    for failure in failed.values():
+        error(str(failure))
     return EXIT_ERROR if failed else EXIT_OK
+
+
+if TYPE_CHECKING:
+    from ..errors import TriologClientError
 
 
 def _error_code(exc) -> str | int:
@@ -130,7 +145,7 @@ def _error_text(exc) -> str:
     return f"{_error_code(exc)}: {exc.error_message}" if exc.error_message else str(_error_code(exc))
 
 
-def _json_result(tp, result) -> dict:
+def _json_result(tp, result: int | TriologClientError) -> dict:
     doc = {"topic": tp.topic, "partition": tp.partition}
     if isinstance(result, Exception):
         return {**doc, "error": _error_code(result), "error_message": result.error_message}

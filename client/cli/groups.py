@@ -24,7 +24,17 @@ import argparse
 import datetime as dt
 import sys
 
-from .common import EXIT_ERROR, EXIT_OK, EXIT_USAGE, add_bootstrap, add_output, error, print_json, client_security, reports_errors
+from .common import (
+    EXIT_ERROR,
+    EXIT_OK,
+    EXIT_USAGE,
+    add_bootstrap,
+    add_output,
+    client_security,
+    error,
+    print_json,
+    reports_errors,
+)
 
 DESCRIPTION = ("List, describe, delete consumer groups or reset their offsets, like Kafka's kafka-consumer-groups.sh. "
                "Exactly one of --list, --describe, --reset-offsets, --delete.")

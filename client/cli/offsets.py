@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 
-from .common import EXIT_OK, add_bootstrap, add_output, print_json, client_security, reports_errors
+from .common import EXIT_OK, add_bootstrap, add_output, client_security, print_json, reports_errors
 
 DESCRIPTION = "Print partition offsets for a time, like Kafka's kafka-get-offsets.sh."
 

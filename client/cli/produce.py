@@ -189,7 +189,7 @@ def run(args: argparse.Namespace) -> int:
     from triolog.client.producer import Producer
 
     try:
-        source = open(args.file, "rb") if args.file is not None else sys.stdin.buffer
+        source = open(args.file, "rb") if args.file is not None else sys.stdin.buffer  # noqa: SIM115 (the `with` below)
     except OSError as exc:
         error(f"cannot read {args.file}: {exc.strerror}")
         return EXIT_ERROR

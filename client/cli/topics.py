@@ -19,7 +19,17 @@ from __future__ import annotations
 
 import argparse
 
-from .common import EXIT_OK, EXIT_USAGE, add_bootstrap, add_output, error, key_value, print_json, client_security, reports_errors
+from .common import (
+    EXIT_OK,
+    EXIT_USAGE,
+    add_bootstrap,
+    add_output,
+    client_security,
+    error,
+    key_value,
+    print_json,
+    reports_errors,
+)
 
 DESCRIPTION = ("Create, list, describe, delete topics, add partitions or alter their configs, like Kafka's "
                "kafka-topics.sh. "
@@ -158,9 +168,9 @@ def _describe(admin, topic: str | None, as_json: bool) -> int:
         return EXIT_OK
     for topic_doc in out:
         name = topic_doc["name"]
-        overrides = ",".join(f"{k}={v}" for k, v in topic_doc["configs"].items())
+        configs_text = ",".join(f"{k}={v}" for k, v in topic_doc["configs"].items())
         print(f"Topic: {name}\tPartitionCount: {topic_doc['partition_count']}\tReplicationFactor: 1\t"
-              f"Configs: {overrides}")
+              f"Configs: {configs_text}")
         for p in topic_doc["partitions"]:
             print(f"\tTopic: {name}\tPartition: {p['partition']}\tLeader: {p['leader']}\tReplicas: {p['leader']}\t"
                   f"Isr: {p['leader']}\tLogStartOffset: {p['log_start_offset']}\tHighWatermark: {p['high_watermark']}\t"

@@ -152,8 +152,7 @@ def run(spark, bootstrap: str, *, seconds: float, rate: int, checkpoint: str, ev
 
 def totals_table(spark, bootstrap: str, totals_topic: str = TOTALS):
     """The compacted topic as a table: the newest record per key, as the log cleaner keeps it."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
+    from pyspark.sql import Window, functions as F
 
     records = (spark.read.format("triolog")
                .option("triolog.bootstrap.servers", bootstrap)

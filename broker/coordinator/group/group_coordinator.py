@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import heapq
 import uuid
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import Any
 
 from triolog.protocol.errors import ErrorCode
 
@@ -53,7 +54,7 @@ class GroupConfig:
     offsets_retention_ms: int = 10080 * 60000
 
     @classmethod
-    def from_broker_config(cls, config) -> "GroupConfig":
+    def from_broker_config(cls, config) -> GroupConfig:
         return cls(num_partitions=config.offsets_topic_num_partitions,
                    initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
                    min_session_timeout_ms=config.group_min_session_timeout_ms,
@@ -160,7 +161,8 @@ class GroupCoordinator:
         self.active = False
         #: __consumer_offsets partitions being loaded: their groups answer COORDINATOR_LOAD_IN_PROGRESS.
         self.loading: set[int] = set()
-        self._timers: list[tuple[int, int, str, str, object]] = []
+        #: (deadline, sequence, kind, group id, key): the key is what the kind's handler takes.
+        self._timers: list[tuple[int, int, str, str, Any]] = []
         self._seq = 0
         self._delayed_joins: dict[str, _DelayedJoin] = {}
         #: Counters for metrics.
@@ -337,13 +339,13 @@ class GroupCoordinator:
                                       "join again with the member_id given in this response", member_id=new_id))
         if member_id in group.pending_members:
             group.pending_members.discard(member_id)
-            member = MemberMetadata(member_id, group_instance_id, client_id, client_host, rebalance_timeout_ms,
+            joined = MemberMetadata(member_id, group_instance_id, client_id, client_host, rebalance_timeout_ms,
                                     session_timeout_ms, protocol_type, tuple(protocols), awaiting_join=respond,
                                     is_new=True)
             if group.is_in(GroupState.PREPARING_REBALANCE) and group.generation_id == 0:
                 group.new_member_added = True
-            group.add(member)
-            self._schedule_heartbeat(group, member, NEW_MEMBER_JOIN_TIMEOUT_MS)
+            group.add(joined)
+            self._schedule_heartbeat(group, joined, NEW_MEMBER_JOIN_TIMEOUT_MS)
             self._maybe_prepare_rebalance(group, f"member {member_id} joined")
             self._try_complete_join(group)
             return None
@@ -395,7 +397,7 @@ class GroupCoordinator:
         member.awaiting_join = respond
 
     def _join_result(self, group: GroupMetadata, member: MemberMetadata, include_members: bool = True) -> JoinResult:
-        members = ()
+        members: tuple[tuple[str, str | None, bytes], ...] = ()
         if include_members and group.is_leader(member.member_id):
             members = tuple((m.member_id, m.group_instance_id, m.metadata(group.protocol_name))
                             for m in group.members.values())

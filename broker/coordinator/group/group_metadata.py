@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import enum
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 
 class GroupState(enum.Enum):
@@ -70,7 +70,7 @@ class MemberMetadata:
     def protocols(self) -> set[str]:
         return {name for name, _ in self.supported_protocols}
 
-    def metadata(self, protocol: str) -> bytes:
+    def metadata(self, protocol: str | None) -> bytes:
         for name, data in self.supported_protocols:
             if name == protocol:
                 return data

@@ -13,8 +13,8 @@ Loading a partition replays its records in offset order (the last record per key
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 from triolog.protocol.records import iter_batches
 
