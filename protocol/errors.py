@@ -7,21 +7,32 @@ exception class names the code it becomes, so the server's mapping table stays o
 from __future__ import annotations
 
 import enum
+from typing import TYPE_CHECKING
 
 from . import kafka as _kafka  # noqa: F401  (first: it loads kio with hypothesis hidden, see there)
 
-from kio.schema.errors import ErrorCode as _KafkaErrorCode  # noqa: E402
+# isort: split
+from kio.schema.errors import ErrorCode as _KafkaErrorCode
 
+if TYPE_CHECKING:
+    class _ErrorCodeType(enum.EnumMeta):
+        """What a type checker sees: the members are made at import from kio's list (below), so
+        it cannot list them; every ``ErrorCode.NAME`` is an ErrorCode (the tests check names)."""
 
-class ErrorCode(enum.IntEnum):
-    """Kafka's error codes, every one, by Kafka's names (kio's, upper-cased as Kafka's Java enum
-    spells them). The numbers come from kio, which generates them from Kafka's own list, so no
-    code is typed here: the Kafka listener's adapters send the codes the msgpack protocol never
-    needs (INVALID_REQUIRED_ACKS...) from this same enum."""
+        def __getattr__(cls, name: str) -> ErrorCode: ...
 
-    _ignore_ = "_kafka_code"
-    for _kafka_code in _KafkaErrorCode:
-        vars()[_kafka_code.name.upper()] = _kafka_code.value
+    class ErrorCode(enum.IntEnum, metaclass=_ErrorCodeType):
+        pass
+else:
+    class ErrorCode(enum.IntEnum):
+        """Kafka's error codes, every one, by Kafka's names (kio's, upper-cased as Kafka's Java enum
+        spells them). The numbers come from kio, which generates them from Kafka's own list, so no
+        code is typed here: the Kafka listener's adapters send the codes the msgpack protocol never
+        needs (INVALID_REQUIRED_ACKS...) from this same enum."""
+
+        _ignore_ = "_kafka_code"
+        for _kafka_code in _KafkaErrorCode:
+            vars()[_kafka_code.name.upper()] = _kafka_code.value
 
 
 #: The codes the broker's handlers answer with, on either listener: the msgpack protocol's

@@ -11,30 +11,38 @@ from __future__ import annotations
 
 import enum
 import struct
-from collections import namedtuple
+import typing
+from typing import Annotated, NamedTuple
 
 from crc32c import crc32c
 
 from .errors import CorruptRecordError, UnsupportedForMessageFormatError
 
-#: RecordBatch v2's header fields in order: (name, struct code), as kafka-python's HEADER_STRUCT.
-_LAYOUT = (
-    ("base_offset", "q"),             # first offset of the batch (clients send 0)
-    ("batch_length", "i"),            # bytes after this field: total size - 12
-    ("partition_leader_epoch", "i"),  # not covered by the CRC
-    ("magic", "b"),                   # 2
-    ("crc", "I"),                     # CRC-32C (Castagnoli) of bytes [attributes, end)
-    ("attributes", "h"),              # bits 0-2 codec, 3 timestamp type, 4 transactional, 5 control,
-                                      # 6 delete horizon set
-    ("last_offset_delta", "i"),       # records_count - 1 for a producer's batch
-    ("base_timestamp", "q"),          # or the delete horizon when attribute bit 6 is set
-    ("max_timestamp", "q"),
-    ("producer_id", "q"),             # -1: not idempotent
-    ("producer_epoch", "h"),
-    ("base_sequence", "i"),
-    ("records_count", "i"),
-)
-_NAMES = tuple(name for name, _ in _LAYOUT)
+
+class _HeaderFields(NamedTuple):
+    """RecordBatch v2's header fields in order, each with its struct code (as kafka-python's
+    HEADER_STRUCT); :class:`BatchHeader` is this tuple with what the log asks of it."""
+
+    base_offset: Annotated[int, "q"]             # first offset of the batch (clients send 0)
+    batch_length: Annotated[int, "i"]            # bytes after this field: total size - 12
+    partition_leader_epoch: Annotated[int, "i"]  # not covered by the CRC
+    magic: Annotated[int, "b"]                   # 2
+    crc: Annotated[int, "I"]                     # CRC-32C (Castagnoli) of bytes [attributes, end)
+    attributes: Annotated[int, "h"]              # bits 0-2 codec, 3 timestamp type, 4 transactional,
+                                                 # 5 control, 6 delete horizon set
+    last_offset_delta: Annotated[int, "i"]       # records_count - 1 for a producer's batch
+    base_timestamp: Annotated[int, "q"]          # or the delete horizon when attribute bit 6 is set
+    max_timestamp: Annotated[int, "q"]
+    producer_id: Annotated[int, "q"]             # -1: not idempotent
+    producer_epoch: Annotated[int, "h"]
+    base_sequence: Annotated[int, "i"]
+    records_count: Annotated[int, "i"]
+
+
+#: (name, struct code) of each header field, in order.
+_LAYOUT = tuple((name, typing.get_args(hint)[1])
+                for name, hint in typing.get_type_hints(_HeaderFields, include_extras=True).items())
+_NAMES = _HeaderFields._fields
 
 
 def _format(first: str, last: str) -> str:
@@ -121,8 +129,8 @@ class TimestampType(enum.IntEnum):
         return "CreateTime" if self is TimestampType.CREATE_TIME else "LogAppendTime"
 
 
-class BatchHeader(namedtuple("BatchHeader", _NAMES)):
-    """The decoded 61-byte header (a field per ``_LAYOUT`` entry, ints); ``size`` and
+class BatchHeader(_HeaderFields):
+    """The decoded 61-byte header (a field per ``_HeaderFields`` entry, ints); ``size`` and
     ``last_offset`` are what the log needs most."""
 
     __slots__ = ()
