@@ -135,15 +135,23 @@ def parse_properties(text: str) -> dict[str, str]:
         i = 0
         while i < len(chars) and not _is(chars, i, _WHITESPACE + _SEPARATORS):
             i += 1
-        key = "".join(ch for ch, _ in chars[:i])
+        key = _joined("".join(ch for ch, _ in chars[:i]))
         while _is(chars, i, _WHITESPACE):
             i += 1
         if _is(chars, i, _SEPARATORS):
             i += 1
             while _is(chars, i, _WHITESPACE):
                 i += 1
-        props[key] = "".join(ch for ch, _ in chars[i:])
+        props[key] = _joined("".join(ch for ch, _ in chars[i:]))
     return props
+
+
+def _joined(text: str) -> str:
+    """``text`` with the UTF-16 surrogate pairs of ``\\uXXXX`` escapes joined into one character, as
+    they are one character in Java's strings (a lone surrogate stays as it is)."""
+    if not any("\ud800" <= ch <= "\udfff" for ch in text):
+        return text
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
 
 
 def _escape(text: str, is_key: bool) -> str:

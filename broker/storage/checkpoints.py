@@ -24,6 +24,7 @@ from typing import Any, NamedTuple
 
 from triolog.broker.storage.errors import CorruptCheckpointError
 from triolog.broker.storage.fs import OS_FS, FileSystem, read_file
+from triolog.protocol.properties import parse_properties
 
 __all__ = [
     "CLEANER_OFFSET_CHECKPOINT",
@@ -501,83 +502,6 @@ def _utf16_units(ch: str) -> list[int]:
     return [int.from_bytes(data[i : i + 2], "big") for i in range(0, len(data), 2)]
 
 
-_PROPERTIES_UNESCAPE = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
-
-
-def _properties_load(text: str) -> dict[str, str]:
-    """``Properties.load``: comments (# or !), blank lines, continuation lines ending in an odd
-    number of backslashes, key/value split at the first unescaped '=', ':' or whitespace."""
-    physical = _LINE_BREAK.split(text)
-    logical: list[str] = []
-    i = 0
-    while i < len(physical):
-        line = physical[i].lstrip(" \t\f")
-        i += 1
-        if not line or line[0] in "#!":
-            continue
-        while _ends_with_odd_backslashes(line) and i < len(physical):
-            line = line[:-1] + physical[i].lstrip(" \t\f")
-            i += 1
-        if _ends_with_odd_backslashes(line):
-            line = line[:-1]
-        logical.append(line)
-
-    props: dict[str, str] = {}
-    for line in logical:
-        key_end = value_start = len(line)
-        has_separator = False
-        j = 0
-        while j < len(line):
-            c = line[j]
-            if c == "\\":
-                j += 2
-                continue
-            if c in "=: \t\f":
-                key_end, value_start, has_separator = j, j + 1, c in "=:"
-                break
-            j += 1
-        # Whitespace around the separator is skipped; at most one '=' or ':' is consumed.
-        while value_start < len(line):
-            c = line[value_start]
-            if c in " \t\f":
-                value_start += 1
-            elif not has_separator and c in "=:":
-                has_separator = True
-                value_start += 1
-            else:
-                break
-        props[_properties_unescape(line[:key_end])] = _properties_unescape(line[value_start:])
-    return props
-
-
-def _ends_with_odd_backslashes(line: str) -> bool:
-    n = len(line) - len(line.rstrip("\\"))
-    return n % 2 == 1
-
-
-def _properties_unescape(text: str) -> str:
-    out = []
-    i = 0
-    while i < len(text):
-        c = text[i]
-        if c != "\\" or i + 1 >= len(text):
-            out.append(c)
-            i += 1
-            continue
-        nxt = text[i + 1]
-        if nxt == "u":
-            digits = text[i + 2 : i + 6]
-            if len(digits) != 4 or not re.fullmatch(r"[0-9A-Fa-f]{4}", digits):
-                raise ValueError(f"malformed \\uxxxx escape in {text!r}")
-            out.append(chr(int(digits, 16)))
-            i += 6
-        else:
-            out.append(_PROPERTIES_UNESCAPE.get(nxt, nxt))
-            i += 2
-    # Join UTF-16 surrogate pairs produced by \u escapes.
-    return "".join(out).encode("utf-16", "surrogatepass").decode("utf-16")
-
-
 @dataclass(frozen=True, kw_only=True)
 class MetaProperties:
     """A KRaft log dir's identity (``meta.properties`` version 1, KIP-858).
@@ -638,7 +562,7 @@ class MetaProperties:
 
         try:
             # Java's Properties.load(InputStream) reads ISO-8859-1.
-            props = _properties_load(raw.decode("latin-1"))
+            props = parse_properties(raw.decode("latin-1"))
         except ValueError as e:
             raise corrupt(str(e)) from None
         version_text = props.get("version", "0")

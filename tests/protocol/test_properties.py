@@ -127,7 +127,9 @@ _JAVA = textwrap.dedent("""
 
 
 def _unhex(text: str) -> str:
-    return "".join(chr(int(text[i:i + 4], 16)) for i in range(0, len(text), 4))
+    """Java's UTF-16 units back into a string: a surrogate pair is one character, as in Java."""
+    units = bytes.fromhex(text)
+    return units.decode("utf-16-be", "surrogatepass")
 
 
 def _java_load(tmp_path, texts: list[str]) -> list[dict[str, str] | None]:
@@ -153,7 +155,8 @@ def _java_load(tmp_path, texts: list[str]) -> list[dict[str, str] | None]:
 
 #: Texts made of what the syntax is about (separators, whitespace, escapes, comments, line ends).
 _TRICKY = st.lists(st.sampled_from(["=", ":", " ", "\t", "\f", "\\", "#", "!", "\n", "\r", "\r\n", "u", "0",
-                                    "4", "1", "a", "b", "t", "n", "é", "\x0b", "\u2028", "\\u0041", "\\u003d"]),
+                                    "4", "1", "a", "b", "t", "n", "é", "\x0b", "\u2028", "\\u0041", "\\u003d",
+                                    "\\uD83D", "\\uDE00"]),
                    max_size=30).map("".join)
 
 
@@ -172,3 +175,10 @@ def test_parse_properties_reads_what_java_reads(tmp_path, texts):
     java = _java_load(tmp_path, texts)
     mismatches = [(text, _ours(text), theirs) for text, theirs in zip(texts, java) if _ours(text) != theirs]
     assert mismatches == []
+
+
+def test_parse_properties_joins_an_escaped_surrogate_pair_into_one_character():
+    """Properties.store writes a character beyond the BMP as two \\uXXXX escapes (meta.properties
+    is written so): read back, they are that one character again."""
+    assert parse_properties("k\\uD83D\\uDE00=v\\uD83D\\uDE00\\u00e9\n") == {"k\U0001F600": "v\U0001F600\u00e9"}
+    assert parse_properties("k=\\uD83D") == {"k": "\ud83d"}  # a lone surrogate stays, as in Java
