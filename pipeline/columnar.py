@@ -17,11 +17,13 @@ from triolog.client.types import RecordColumns
 from triolog.protocol.compression import decompress
 from triolog.protocol.errors import CorruptRecordError, UnsupportedForMessageFormatError
 from triolog.protocol.record_batch import (
+    BATCH_LENGTH_OFFSET,
     COMPRESSION_MASK,
     CONTROL_FLAG,
     CURRENT_MAGIC,
     HEADER_SIZE,
     LOG_OVERHEAD,
+    MAGIC_OFFSET,
     MIN_BATCH_LENGTH,
     TIMESTAMP_TYPE_MASK,
     CompressionType,
@@ -88,8 +90,8 @@ def _whole_batches(view):
     total = len(view)
     at = 0
     while total - at >= LOG_OVERHEAD + 5:
-        (batch_length,) = _I32.unpack_from(view, at + 8)
-        magic = view[at + 16]
+        (batch_length,) = _I32.unpack_from(view, at + BATCH_LENGTH_OFFSET)
+        magic = view[at + MAGIC_OFFSET]
         if magic != CURRENT_MAGIC:
             if magic in (0, 1):
                 raise UnsupportedForMessageFormatError(f"record batch at position {at} has legacy magic {magic}")
