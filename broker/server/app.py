@@ -41,10 +41,10 @@ from triolog.protocol.kafka.apis import KafkaContext
 
 from triolog.protocol.request_limits import RequestLimits
 
-from .authorization import CLIENT_IP, RequestAuthorizer
+from .authorization import RequestAuthorizer
 from .connection import ClientConnection, WrongProtocolLog, wrong_protocol_hints
 from .group_commit import GroupCommitter
-from .group_handlers import CLIENT_HOST, GroupService
+from .group_handlers import GroupService
 from .handlers import RequestHandler, WorkerThreads
 from .kafka_connection import KafkaConnection
 from .memory_pool import RequestMemoryPool
@@ -410,7 +410,8 @@ class BrokerServer:
             idle_timeout_s=idle_ms / 1000 if idle_ms >= 0 else math.inf,
             receive_timeout_s=receive_ms / 1000 if receive_ms >= 0 else math.inf,
             peer=peer, stats=self.metrics.server, pool=self.request_pool, limits=self.request_limits,
-            decode_limiter=self.decode_limiter, wrong_protocol_log=self.wrong_protocol_log)
+            decode_limiter=self.decode_limiter, wrong_protocol_log=self.wrong_protocol_log,
+            listener="kafka.listeners" if kafka else "listeners", security_protocol=endpoint.scheme)
         tls = uses_tls(endpoint)
         if uses_sasl(endpoint):
             options.update(
@@ -427,8 +428,6 @@ class BrokerServer:
         else:
             connection = ClientConnection(stream, self.handler, **options)
         self._per_ip[host] = self._per_ip.get(host, 0) + 1
-        CLIENT_HOST.set(f"/{host}")  # this connection's task: a joining member's client_host (Kafka's form)
-        CLIENT_IP.set(host)  # the host ACLs are checked against
         self.metrics.server.connection_opened()
         # Opening and closing are routine (every CLI call, every client): DEBUG, one event each.
         logger.debug("connection_opened", peer=peer)

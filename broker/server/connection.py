@@ -74,10 +74,10 @@ from triolog.protocol.frames import (
 )
 from triolog.protocol.request_limits import RequestLimits, count_objects
 
-from .authorization import ANONYMOUS, PRINCIPAL, REQUEST_PARKED_S, RESPONSE_THROTTLE_MS
 from .handlers import EncodedResponse, FetchResult, RequestHandler
 from .memory_pool import RequestMemoryPool
 from .quota_manager import THROTTLE_EPSILON_S, ClientQuotaManager, ClientQuotas, throttle_ms
+from .request_context import ANONYMOUS, RequestAccounting, RequestContext, request_context
 from .tls_session import TlsClosed, TlsSession
 
 logger = structlog.get_logger("triolog.server")
@@ -214,7 +214,8 @@ class ClientConnection:
                  sasl: SaslServerSession | None = None, auth_failure_delay_s: float = 0.1,
                  sasl_max_frame_bytes: int | None = None, auth_limiter: trio.CapacityLimiter | None = None,
                  quotas: ClientQuotas | None = None, ssl_context: ssl.SSLContext | None = None,
-                 principal_rules: PrincipalMappingRules | None = None):
+                 principal_rules: PrincipalMappingRules | None = None, listener: str = "listeners",
+                 security_protocol: str = "PLAINTEXT"):
         self.stream = stream
         #: A TLS listener's connection: its TLS session (encrypted in user space, so fetched
         #: records are read from the segment and encrypted: no sendfile). None on plaintext.
@@ -227,6 +228,10 @@ class ClientConnection:
         #: Who the client is (Kafka's KafkaPrincipal): ANONYMOUS until a verified client
         #: certificate or SASL says otherwise.
         self.principal = ANONYMOUS
+        #: What each request's RequestContext says of where it came from.
+        self.client_address = peer.rsplit(":", 1)[0]
+        self.listener = listener
+        self.security_protocol = security_protocol
         #: The TLS handshake completed (a close then sends close_notify).
         self.tls_established = False
         self.handler = handler
@@ -238,10 +243,11 @@ class ClientConnection:
         self.quotas = quotas
         #: When (trio time) a throttled client may be read from again (KIP-219's muted channel).
         self._muted_until = 0.0
-        #: The request being handled: when its frame was taken up (trio time), the seconds it
-        #: spent parked (REQUEST_PARKED_S), and its request_percentage throttle once recorded.
+        #: The request being handled: when its frame was taken up (trio time), its accounting
+        #: (time parked, the throttle its answer carries), and its request_percentage throttle
+        #: once recorded.
         self._request_started = 0.0
-        self._request_parked = [0.0]
+        self._accounting = RequestAccounting()
         self._request_throttle_s: float | None = 0.0
         #: The worker threads SASL steps may use, shared by the broker's connections.
         self.auth_limiter = auth_limiter if auth_limiter is not None else trio.CapacityLimiter(1)
@@ -348,7 +354,6 @@ class ClientConnection:
             if self.stats is not None:
                 self.stats.authentication_failed("SSL")
             return False
-        PRINCIPAL.set(self.principal)  # this connection's task: what the handlers authorize
         return True
 
     def _release(self) -> None:
@@ -564,6 +569,7 @@ class ClientConnection:
                     return False
                 return True
             api = request.api
+            ctx = self._context(api, 0, request.id, request.client_id)
             if self._session_expired(api == "sasl_handshake"):
                 return False
             if api in _SASL_APIS or (self.sasl is not None and not self.sasl.authenticated):
@@ -578,13 +584,13 @@ class ClientConnection:
                 request = self._capped_fetch(request)
             try:
                 if isinstance(request, m.FetchRequest) and request.max_wait_ms > 0:
-                    result = await self._handle_watching_for_hangup(request)
+                    result = await self._handle_watching_for_hangup(request, ctx)
                     if result is None:
                         logger.debug("long_poll_abandoned", peer=self.peer, id=request.id)
                         return False
                     response = result.unwrap()
                 else:
-                    response = await self.handler.handle(request)
+                    response = await self.handler.handle(request, ctx)
             except Exception as exc:
                 logger.exception("request_failed", peer=self.peer, api=request.api, id=request.id)
                 code = ErrorCode.UNKNOWN_SERVER_ERROR
@@ -695,22 +701,26 @@ class ClientConnection:
 
     def _meter(self, quota: ClientQuotaManager, client_id: str | None, nbytes: int) -> float:
         """Count ``nbytes`` against the client's quota; if it is over, its answer says how long
-        it is throttled (RESPONSE_THROTTLE_MS) and nothing more is read from it until then."""
+        it is throttled (the request's accounting) and nothing more is read from it until then."""
         throttle_s = quota.record(self._user, client_id or "", nbytes)
-        RESPONSE_THROTTLE_MS.set(throttle_ms(throttle_s))
+        self._accounting.throttle_ms = throttle_ms(throttle_s)
         self._mute(throttle_s)
         return throttle_s
 
     def _begin_request(self) -> None:
-        """A request's frame is taken up: its handling time runs from now, if any entity has a
-        request_percentage (otherwise the request costs nothing here)."""
+        """A request's frame is taken up: fresh accounting; its handling time runs from now, if
+        any entity has a request_percentage (otherwise the request costs nothing here)."""
+        self._accounting = RequestAccounting()
         if self.quotas is None or not self.quotas.request.active:
             self._request_throttle_s = 0.0
             return
         self._request_started = trio.current_time()
-        self._request_parked = [0.0]
         self._request_throttle_s = None
-        REQUEST_PARKED_S.set(self._request_parked)
+
+    def _context(self, api: str, version: int, correlation_id: int | None, client_id: str | None) -> RequestContext:
+        """The context of the request being served (its accounting begun with its frame)."""
+        return request_context(api, version, correlation_id, client_id, self.principal, self.client_address,
+                               self.listener, self.security_protocol, self._accounting)
 
     def _request_throttle(self, client_id: str | None) -> float:
         """Record the request's handling time against the client's request_percentage (once per
@@ -718,11 +728,11 @@ class ClientConnection:
 
         What is measured (Kafka measures its request handler thread's time): the wall time from
         the frame taken up to the response ready to send, decoding and the work on the event loop
-        and in worker threads included; not the time parked (REQUEST_PARKED_S: a fetch's wait
+        and in worker threads included; not the time parked (RequestAccounting: a fetch's wait
         for data, a produce's wait for its fsync, a join or sync waiting for the group), nor
         the time to send the response."""
         if self._request_throttle_s is None:
-            handled = trio.current_time() - self._request_started - self._request_parked[0]
+            handled = trio.current_time() - self._request_started - self._accounting.parked_s
             throttle_s = self.quotas.request.record(self._user, client_id or "", max(handled, 0.0) * 100)
             self._mute(throttle_s)
             self._request_throttle_s = throttle_s
@@ -756,7 +766,6 @@ class ClientConnection:
             return
         throttle_s = max(self._meter(self.quotas.fetch, client_id, sum(region.length for region in result.regions)),
                          request_s)
-        RESPONSE_THROTTLE_MS.set(0)
         if throttle_s:
             result.response = dataclasses.replace(result.response, throttle_ms=throttle_ms(throttle_s))
 
@@ -768,7 +777,6 @@ class ClientConnection:
         """The exchange completed: act as its principal; the session's lifetime in ms (0: forever)."""
         lifetime_ms = session.begin_session(trio.current_time())
         self.principal = session.principal
-        PRINCIPAL.set(self.principal)
         self.decoder.max_frame_bytes = self.max_frame_bytes
         logger.debug("reauthenticated" if reauthenticated else "authenticated", peer=self.peer,
                      principal=session.principal, mechanism=session.mechanism, session_lifetime_ms=lifetime_ms)
@@ -811,7 +819,7 @@ class ClientConnection:
             nursery.cancel_scope.cancel()
         return None if result is None else result.unwrap()
 
-    async def _handle_watching_for_hangup(self, request: m.Request) -> outcome.Outcome | None:
+    async def _handle_watching_for_hangup(self, request: m.Request, ctx: RequestContext) -> outcome.Outcome | None:
         """The handler's outcome, or None if the client hung up (EOF or reset) first.
 
         A long poll may wait up to max_wait_ms (days, if the client says so); a client that
@@ -823,7 +831,7 @@ class ClientConnection:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._cancel_on_hangup, nursery.cancel_scope)
             try:
-                result = outcome.Value(await self.handler.handle(request))
+                result = outcome.Value(await self.handler.handle(request, ctx))
             except Exception as exc:
                 result = outcome.Error(exc)
             nursery.cancel_scope.cancel()

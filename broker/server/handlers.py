@@ -56,11 +56,12 @@ from triolog.protocol.errors import (
     UnknownTopicOrPartitionError,
 )
 
-from .authorization import PRINCIPAL, RESPONSE_THROTTLE_MS, Op, RequestAuthorizer, parked
+from .authorization import Op, RequestAuthorizer
 from .group_commit import GroupCommitter
 from .group_handlers import GroupHandlers
 from .notifier import AppendNotifier
 from .producer_handlers import ProducerIdHandlers
+from .request_context import RequestContext
 from .security_handlers import SecurityHandlers
 
 logger = structlog.get_logger("triolog.server")
@@ -270,7 +271,7 @@ class ApiVersionsAnswer:
         return b"".join((self._head, msgpack.packb(request_id), self._tail))
 
 
-def produce_payload(request_id: int, results: list) -> EncodedResponse:
+def produce_payload(request_id: int, results: list, throttle_ms: int = 0) -> EncodedResponse:
     """The produce response for ``results`` ((topic, [(partition, info | (code, message), log)])
     from RequestHandler._produce), packed from the same wire map as
     ``m.encode_response(m.ProduceResponse(...))`` gives, without building the message objects."""
@@ -294,11 +295,11 @@ def produce_payload(request_id: int, results: list) -> EncodedResponse:
                                    "log_start_offset": info.log_start_offset})
         topics.append({"name": name, "partitions": partitions})
     wire = {"id": request_id, "error_code": 0, "error_message": None, "topics": topics,
-            "throttle_ms": RESPONSE_THROTTLE_MS.get()}
+            "throttle_ms": throttle_ms}
     return EncodedResponse(_packb(wire), 0, errors)
 
 
-def produce_response(request_id: int, results: list) -> m.ProduceResponse:
+def produce_response(request_id: int, results: list, throttle_ms: int = 0) -> m.ProduceResponse:
     """The produce response for ``results`` (as produce_payload takes them) as message objects."""
     topics = []
     for name, rows in results:
@@ -313,7 +314,7 @@ def produce_response(request_id: int, results: list) -> m.ProduceResponse:
                     partition=partition, base_offset=info.first_offset, log_append_time=info.log_append_time_ms,
                     log_start_offset=info.log_start_offset))
         topics.append(m.ProduceTopicResult(name=name, partitions=tuple(partitions)))
-    return m.ProduceResponse(id=request_id, topics=tuple(topics), throttle_ms=RESPONSE_THROTTLE_MS.get())
+    return m.ProduceResponse(id=request_id, topics=tuple(topics), throttle_ms=throttle_ms)
 
 
 def _packb(wire: dict) -> bytes:
@@ -506,9 +507,9 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers, SecurityHandlers):
     async def _in_thread(self, fn, *args):
         return await self.workers.run_sync(fn, *args, limiter=self.limiter)
 
-    async def handle(self, request: m.Request) -> m.Response | EncodedResponse | FetchResult | None:
+    async def handle(self, request: m.Request, ctx: RequestContext) -> m.Response | EncodedResponse | FetchResult | None:
         handler = getattr(self, "_" + request.api)
-        return await handler(request)
+        return await handler(request, ctx)
 
     # -- topics ------------------------------------------------------------------------------
 
@@ -562,27 +563,27 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers, SecurityHandlers):
                     f"topic {topic!r} partition {partition} was deleted while the request was served")
         return error_of(exc, topic=topic, partition=partition)
 
-    async def _api_versions(self, request: m.ApiVersionsRequest) -> EncodedResponse:
+    async def _api_versions(self, request: m.ApiVersionsRequest, ctx: RequestContext) -> EncodedResponse:
         return EncodedResponse(_API_VERSIONS.payload(request.id))
 
-    async def _metadata(self, request: m.MetadataRequest) -> m.Response:
+    async def _metadata(self, request: m.MetadataRequest, ctx: RequestContext) -> m.Response:
         authz = self.authz
 
         def work() -> list[m.TopicMetadata]:
             if request.topics is None:  # every topic the principal may describe (others unmentioned)
-                names = [n for n in sorted(self.topics.all()) if authz.topic(Op.DESCRIBE, n, log=False)]
+                names = [n for n in sorted(self.topics.all()) if authz.topic(ctx, Op.DESCRIBE, n, log=False)]
             else:
                 names = list(request.topics)
             out = []
             for name in names:
                 try:
                     if request.topics is not None:
-                        authz.require_topic(Op.DESCRIBE, name)
+                        authz.require_topic(ctx, Op.DESCRIBE, name)
                         may_create = request.allow_auto_topic_creation and self.config.auto_create_topics_enable
-                        if may_create and self.topics.get(name) is None and not authz.may_create_topic(name):
+                        if may_create and self.topics.get(name) is None and not authz.may_create_topic(ctx, name):
                             # Kafka: a topic the client would auto-create but may not create
                             raise TopicAuthorizationFailedError(
-                                f"{PRINCIPAL.get()} is not authorized to create topic {name!r}")
+                                f"{ctx.principal} is not authorized to create topic {name!r}")
                         self._existing_or_auto_created(name, may_create=may_create)
                     topic = self.topics.get(name)
                     if topic is None:
@@ -605,14 +606,14 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers, SecurityHandlers):
         return m.MetadataResponse(id=request.id, brokers=(broker,), controller_id=self.config.node_id,
                                   topics=tuple(topics))
 
-    async def _create_topics(self, request: m.CreateTopicsRequest) -> m.Response:
+    async def _create_topics(self, request: m.CreateTopicsRequest, ctx: RequestContext) -> m.Response:
         def work() -> list[m.CreateTopicResult]:
             out = []
             for new in request.topics:
                 try:
-                    if not self.authz.may_create_topic(new.name):
+                    if not self.authz.may_create_topic(ctx, new.name):
                         raise TopicAuthorizationFailedError(
-                            f"{PRINCIPAL.get()} is not authorized to create topic {new.name!r}")
+                            f"{ctx.principal} is not authorized to create topic {new.name!r}")
                     with self._create_lock:
                         count, config = self.topics.validate_new_topic(
                             new.name, new.num_partitions, new.replication_factor, new.configs,
@@ -625,7 +626,7 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers, SecurityHandlers):
                     if not request.validate_only:
                         logger.info("topic_created", topic=new.name, partitions=count, configs=dict(new.configs))
                     # Kafka returns the new topic's configs only to a principal that may describe them
-                    shown = self.authz.topic(Op.DESCRIBE_CONFIGS, new.name, log=False)
+                    shown = self.authz.topic(ctx, Op.DESCRIBE_CONFIGS, new.name, log=False)
                     out.append(m.CreateTopicResult(
                         name=new.name, num_partitions=count,
                         configs={k: config_value_text(config.value_of(k)) for k in TOPIC_CONFIGS} if shown else {},
@@ -637,7 +638,7 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers, SecurityHandlers):
 
         return m.CreateTopicsResponse(id=request.id, topics=tuple(await self._in_thread(work)))
 
-    async def _delete_topics(self, request: m.DeleteTopicsRequest) -> m.Response:
+    async def _delete_topics(self, request: m.DeleteTopicsRequest, ctx: RequestContext) -> m.Response:
         gone: list[tuple[str, int]] = []
 
         def work() -> list[m.TopicResult]:
@@ -645,7 +646,7 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers, SecurityHandlers):
             for name in request.topics:
                 try:
                     validate_topic_name(name)
-                    self.authz.require_topic(Op.DELETE, name)
+                    self.authz.require_topic(ctx, Op.DELETE, name)
                     topic = self.topics.get(name)
                     if topic is not None:
                         gone.extend((name, p) for p in range(topic.num_partitions))
@@ -673,14 +674,14 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers, SecurityHandlers):
             return "broker"
         return "default"
 
-    async def _create_partitions(self, request: m.CreatePartitionsRequest) -> m.Response:
+    async def _create_partitions(self, request: m.CreatePartitionsRequest, ctx: RequestContext) -> m.Response:
         """Kafka's CreatePartitions: grow topics to ``count`` partitions, each on its own."""
         def work() -> list[m.TopicResult]:
             out = []
             for entry in request.topics:
                 try:
                     validate_topic_name(entry.name)
-                    self.authz.require_topic(Op.ALTER, entry.name)
+                    self.authz.require_topic(ctx, Op.ALTER, entry.name)
                     with self._create_lock:
                         topic = self.topics.validate_new_partitions(entry.name, entry.count)
                         self._check_partition_room(entry.name, entry.count - topic.num_partitions)
@@ -735,12 +736,12 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers, SecurityHandlers):
                 entries[key.name] = m.ConfigEntry(value=value, source=source, read_only=True)
         return entries
 
-    async def _describe_configs(self, request: m.DescribeConfigsRequest) -> m.Response:
+    async def _describe_configs(self, request: m.DescribeConfigsRequest, ctx: RequestContext) -> m.Response:
         def brokers() -> list[m.DescribeConfigsResult]:
             out = []
             for name in request.brokers:
                 try:
-                    self.authz.require_cluster(Op.DESCRIBE_CONFIGS)
+                    self.authz.require_cluster(ctx, Op.DESCRIBE_CONFIGS)
                     out.append(m.DescribeConfigsResult(name=name, configs=self._broker_configs(name)))
                 except Exception as exc:
                     code, message = error_of(exc, broker=name)
@@ -752,7 +753,7 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers, SecurityHandlers):
             for name in request.topics:
                 try:
                     validate_topic_name(name)
-                    self.authz.require_topic(Op.DESCRIBE_CONFIGS, name)
+                    self.authz.require_topic(ctx, Op.DESCRIBE_CONFIGS, name)
                     topic = self.topics.get(name)
                     if topic is None:
                         raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
@@ -771,13 +772,13 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers, SecurityHandlers):
         topics = await self._in_thread(work) if request.topics else []
         return m.DescribeConfigsResponse(id=request.id, topics=tuple(topics), brokers=tuple(brokers()))
 
-    async def _alter_configs(self, request: m.AlterConfigsRequest) -> m.Response:
+    async def _alter_configs(self, request: m.AlterConfigsRequest, ctx: RequestContext) -> m.Response:
         def work() -> list[m.TopicResult]:
             out = []
             for entry in request.topics:
                 try:
                     validate_topic_name(entry.name)
-                    self.authz.require_topic(Op.ALTER_CONFIGS, entry.name)
+                    self.authz.require_topic(ctx, Op.ALTER_CONFIGS, entry.name)
                     self.topics.alter_configs(entry.name, entry.configs, tuple(entry.delete),
                                               validate_only=request.validate_only, replace=entry.replace,
                                               append=entry.append, subtract=entry.subtract)
@@ -806,7 +807,7 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers, SecurityHandlers):
             raise _WouldBlock
         return log
 
-    def _produce_rows(self, request: m.ProduceRequest, done: list, inline: bool) -> None:
+    def _produce_rows(self, request: m.ProduceRequest, ctx: RequestContext, done: list, inline: bool) -> None:
         """Append the request's partitions in order into ``done`` (topic, [(partition, info |
         (code, message), log)]), from where an earlier call left off; ``inline`` raises
         _WouldBlock at the first partition that cannot be appended without waiting."""
@@ -818,7 +819,7 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers, SecurityHandlers):
             rows = done[t][1]
             topic_error = None
             try:
-                self.authz.require_topic(Op.WRITE, topic.name)
+                self.authz.require_topic(ctx, Op.WRITE, topic.name)
                 self._existing_or_auto_created(topic.name, may_create=False)
                 if is_internal(topic.name):
                     raise InvalidTopicError(f"cannot append to internal topic {topic.name}")
@@ -854,19 +855,20 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers, SecurityHandlers):
                         wait = _FlushBefore(log, exc.flush_before)  # acks=all: the original on disk first
                     rows.append((part.partition, (code, message, start), wait))
 
-    async def _produce(self, request: m.ProduceRequest) -> EncodedResponse | None:
-        results = await self.produce_results(request)
-        return None if results is None else produce_payload(request.id, results)
+    async def _produce(self, request: m.ProduceRequest, ctx: RequestContext) -> EncodedResponse | None:
+        results = await self.produce_results(request, ctx)
+        return None if results is None else produce_payload(request.id, results, ctx.accounting.throttle_ms)
 
-    async def produce_response(self, request: m.ProduceRequest) -> m.ProduceResponse:
+    async def produce_response(self, request: m.ProduceRequest, ctx: RequestContext) -> m.ProduceResponse:
         """The produce response as message objects (for the Kafka listener, which re-encodes it),
         for acks=0 too: Kafka sends no answer to one, but closes the connection when any of its
         partitions failed (how the producer learns to refresh its metadata), so the listener
         needs the outcome."""
-        results = await self.produce_results(request, acks0_results=True)
-        return produce_response(request.id, results)
+        results = await self.produce_results(request, ctx, acks0_results=True)
+        return produce_response(request.id, results, ctx.accounting.throttle_ms)
 
-    async def produce_results(self, request: m.ProduceRequest, *, acks0_results: bool = False) -> list | None:
+    async def produce_results(self, request: m.ProduceRequest, ctx: RequestContext, *,
+                              acks0_results: bool = False) -> list | None:
         """Append the request's batches: (topic, [(partition, info | (code, message, start), log)])
         once acknowledged as acks asks; for acks=0 None (the msgpack listener answers nothing),
         unless ``acks0_results``: then the results as soon as appended."""
@@ -878,11 +880,11 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers, SecurityHandlers):
                 raise _WouldBlock
             started = self._inline_start()
             try:
-                self._produce_rows(request, results, inline=True)
+                self._produce_rows(request, ctx, results, inline=True)
             finally:
                 self._inline_took(started)
         except _WouldBlock:  # the rest (all of it, or from the first partition that would wait)
-            await self._in_thread(self._produce_rows, request, results, False)
+            await self._in_thread(self._produce_rows, request, ctx, results, False)
         for name, rows in results:
             for partition, info, log in rows:
                 if log is not None and type(log) is not _FlushBefore:
@@ -897,7 +899,7 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers, SecurityHandlers):
         if request.acks == -1:
             waiting_since = trio.current_time()
             results = await self._wait_flushed(results, request.timeout_ms)
-            parked(trio.current_time() - waiting_since)
+            ctx.accounting.parked(trio.current_time() - waiting_since)
         else:
             results = [(name, [(p, info, None if type(log) is _FlushBefore else log) for p, info, log in rows])
                        for name, rows in results]
@@ -937,7 +939,7 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers, SecurityHandlers):
 
     # -- fetch -------------------------------------------------------------------------------
 
-    async def _fetch(self, request: m.FetchRequest) -> FetchResult:
+    async def _fetch(self, request: m.FetchRequest, ctx: RequestContext) -> FetchResult:
         tps = [(t.name, p.partition) for t in request.topics for p in t.partitions]
         deadline = trio.current_time() + request.max_wait_ms / 1000
         while True:
@@ -948,13 +950,13 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers, SecurityHandlers):
                 if sum(len(t.partitions) for t in request.topics) <= INLINE_PARTITIONS and self._inline_allowed():
                     started = self._inline_start()
                     try:
-                        read = self._read_fetch(request, inline=True)
+                        read = self._read_fetch(request, ctx, inline=True)
                     except _WouldBlock:
                         pass
                     finally:
                         self._inline_took(started)
                 if read is None:
-                    read = await self._in_thread(self._read_fetch, request)
+                    read = await self._in_thread(self._read_fetch, request, ctx)
                 result, total, errors = read
                 # Kafka's rule: answer at once when min_bytes are there, a partition has an error,
                 # there is nothing to fetch (an empty request has nothing to wait for), or time is
@@ -970,11 +972,11 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers, SecurityHandlers):
                         await event.wait()
                 finally:
                     self.delayed_fetches -= 1
-                    parked(trio.current_time() - waiting_since)
+                    ctx.accounting.parked(trio.current_time() - waiting_since)
             finally:
                 self.notifier.unregister(tps, event)
 
-    def _read_fetch(self, request: m.FetchRequest, inline: bool = False) -> tuple[FetchResult, int, bool]:
+    def _read_fetch(self, request: m.FetchRequest, ctx: RequestContext, inline: bool = False) -> tuple[FetchResult, int, bool]:
         """Plan the fetch's response; ``inline`` (on the event loop) raises _WouldBlock, with
         nothing held, where a partition's read could wait (see Log.try_read_tail)."""
         remaining = request.max_bytes
@@ -989,7 +991,7 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers, SecurityHandlers):
                 for part in topic.partitions:
                     try:
                         validate_topic_name(topic.name)
-                        self.authz.require_topic(Op.READ, topic.name)
+                        self.authz.require_topic(ctx, Op.READ, topic.name)
                         log = (self._inline_log(topic.name, part.partition) if inline
                                else self.topics.log(topic.name, part.partition))
                         budget = max(0, min(part.partition_max_bytes, remaining))
@@ -1042,7 +1044,7 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers, SecurityHandlers):
 
     # -- offsets -----------------------------------------------------------------------------
 
-    async def _list_offsets(self, request: m.ListOffsetsRequest) -> m.Response:
+    async def _list_offsets(self, request: m.ListOffsetsRequest, ctx: RequestContext) -> m.Response:
         def work():
             topics = []
             for topic in request.topics:
@@ -1050,7 +1052,7 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers, SecurityHandlers):
                 for part in topic.partitions:
                     try:
                         validate_topic_name(topic.name)
-                        self.authz.require_topic(Op.DESCRIBE, topic.name)
+                        self.authz.require_topic(ctx, Op.DESCRIBE, topic.name)
                         found = self.topics.log(topic.name, part.partition).fetch_offset_by_timestamp(part.timestamp)
                         timestamp, offset = (found.timestamp, found.offset) if found is not None else (-1, -1)
                         partitions.append(m.ListOffsetsPartitionResult(partition=part.partition, timestamp=timestamp,
@@ -1064,7 +1066,7 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers, SecurityHandlers):
 
         return m.ListOffsetsResponse(id=request.id, topics=tuple(await self._in_thread(work)))
 
-    async def _delete_records(self, request: m.DeleteRecordsRequest) -> m.Response:
+    async def _delete_records(self, request: m.DeleteRecordsRequest, ctx: RequestContext) -> m.Response:
         def work():
             topics = []
             for topic in request.topics:
@@ -1072,7 +1074,7 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers, SecurityHandlers):
                 for part in topic.partitions:
                     try:
                         validate_topic_name(topic.name)
-                        self.authz.require_topic(Op.DELETE, topic.name)
+                        self.authz.require_topic(ctx, Op.DELETE, topic.name)
                         log = self.topics.log(topic.name, part.partition)
                         if part.offset < -1:
                             raise OffsetOutOfRangeError(f"offset {part.offset} is not an offset (use -1 for the high watermark)")
@@ -1090,13 +1092,13 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers, SecurityHandlers):
 
     # -- log dirs ----------------------------------------------------------------------------
 
-    async def _describe_log_dirs(self, request: m.DescribeLogDirsRequest) -> m.Response:
+    async def _describe_log_dirs(self, request: m.DescribeLogDirsRequest, ctx: RequestContext) -> m.Response:
         """Kafka's DescribeLogDirs: per log dir, the size and segment count of each partition it
         holds (from the segments the Log already knows: no directory walk). Requested topics or
         partitions found in no log dir are listed in ``errors``, one error per partition."""
-        if not self.authz.cluster(Op.DESCRIBE):
+        if not self.authz.cluster(ctx, Op.DESCRIBE):
             return m.DescribeLogDirsResponse(id=request.id, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
-                                             error_message=f"{PRINCIPAL.get()} is not authorized to describe the "
+                                             error_message=f"{ctx.principal} is not authorized to describe the "
                                                            f"cluster (describe_log_dirs)")
         log_dirs, errors = await self._in_thread(self._read_log_dirs, request.topics)
         return m.DescribeLogDirsResponse(id=request.id, log_dirs=log_dirs, errors=errors)

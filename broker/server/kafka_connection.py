@@ -43,6 +43,7 @@ from triolog.broker.security.scram import AuthenticationFailed
 from .connection import ClientConnection, WrongProtocolLog, _entry_errors, _entry_fields
 from .handlers import FetchResult
 from .quota_manager import throttle_ms
+from .request_context import RequestContext
 
 logger = structlog.get_logger("triolog.server")
 
@@ -120,6 +121,7 @@ class KafkaConnection(ClientConnection):
             del frame
             adapter = self.adapters[request.api_key]
             label = adapter.label
+            ctx = self._context(label, request.version, request.correlation_id, request.client_id)
             # A large request's translation runs in a worker thread, as its decoding did.
             try:
                 internal = await self._run(large, adapter.to_internal, request, self.context)
@@ -153,7 +155,7 @@ class KafkaConnection(ClientConnection):
                     self._close_for_acks0(request, errors)
                     return False
             else:
-                outcome = await self._answer(adapter, request, internal, large)
+                outcome = await self._answer(adapter, request, internal, ctx, large)
                 if outcome is None:
                     return False  # the client left a long poll
                 body, response, heavy = outcome
@@ -255,7 +257,8 @@ class KafkaConnection(ClientConnection):
             return fn(*args)
         return await self.handler.workers.run_sync(fn, *args, limiter=self.decode_limiter)
 
-    async def _answer(self, adapter: Adapter, request: KafkaRequest, internal: m.Request, large: bool = False):
+    async def _answer(self, adapter: Adapter, request: KafkaRequest, internal: m.Request, ctx: RequestContext,
+                      large: bool = False):
         """(the kio body, the handler's response, whether the answer is large enough to encode in a
         worker thread) for ``internal``; (None, the ProduceResponse, False) for a produce with
         acks=0, which is never answered; None if the client hung up during a long poll. A handler
@@ -264,26 +267,26 @@ class KafkaConnection(ClientConnection):
         for acks=0. ``large``: the request's frame was; its answer is translated in a worker."""
         try:
             if type(internal) is m.FetchRequest and internal.max_wait_ms > 0:
-                result = await self._handle_watching_for_hangup(internal)
+                result = await self._handle_watching_for_hangup(internal, ctx)
                 if result is None:
                     logger.debug("long_poll_abandoned", peer=self.peer, id=internal.id)
                     return None
                 response = result.unwrap()
             elif type(internal) is m.ProduceRequest:
-                response = await self.handler.produce_response(internal)
+                response = await self.handler.produce_response(internal, ctx)
                 if internal.acks == 0:
                     return None, response, False
             elif type(internal) is list:
                 response = []
                 yielded = trio.current_time()
                 for one in internal:
-                    response.append(await self._handle_one(adapter, request, one))
+                    response.append(await self._handle_one(adapter, request, one, ctx))
                     # A coordinator call need not yield: let the others run every few milliseconds.
                     if trio.current_time() - yielded > YIELD_AFTER_S:
                         await trio.lowlevel.checkpoint()
                         yielded = trio.current_time()
             else:
-                response = await self._handle_one(adapter, request, internal)
+                response = await self._handle_one(adapter, request, internal, ctx)
         except Exception as exc:
             logger.exception("request_failed", peer=self.peer, api=adapter.name, id=request.correlation_id)
             if type(internal) is m.ProduceRequest and internal.acks == 0:
@@ -306,12 +309,12 @@ class KafkaConnection(ClientConnection):
         body = await self._run(heavy, adapter.to_kafka, response, request, self.context)
         return body, response, heavy
 
-    async def _handle_one(self, adapter: Adapter, request: KafkaRequest, internal: m.Request):
-        response = await self.handler.handle(internal)
+    async def _handle_one(self, adapter: Adapter, request: KafkaRequest, internal: m.Request, ctx: RequestContext):
+        response = await self.handler.handle(internal, ctx)
         if adapter.follow_up is not None:
             while (after := adapter.follow_up(response, internal, request)) is not None:
                 internal = after
-                response = await self.handler.handle(internal)
+                response = await self.handler.handle(internal, ctx)
         return response
 
     def _error_body(self, adapter: Adapter, request: KafkaRequest, code: int, message: str):

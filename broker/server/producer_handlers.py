@@ -19,7 +19,7 @@ from triolog.broker.coordinator.producer_id_manager import ProducerIdBlockError,
 from triolog.protocol import messages as m
 from triolog.protocol.errors import ErrorCode, UnknownProducerIdError
 
-from .authorization import PRINCIPAL
+from .request_context import RequestContext
 
 #: A batch's producerId (int64) sits at byte 43; a batch is at least 61 bytes.
 _PRODUCER_ID = struct.Struct(">q")
@@ -71,16 +71,16 @@ class ProducerIdHandlers:
         self._seed_producer_ids(manager)
         return manager.generate_producer_id()
 
-    async def _init_producer_id(self, request: m.InitProducerIdRequest) -> m.Response:
+    async def _init_producer_id(self, request: m.InitProducerIdRequest, ctx: RequestContext) -> m.Response:
         if request.transactional_id is not None:
             return m.InitProducerIdResponse(
                 id=request.id, error_code=ErrorCode.INVALID_REQUEST,
                 error_message="transactions are not served: init_producer_id needs transactional_id nil "
                               "(an idempotent producer)")
-        if not self.authz.may_write_idempotently():
+        if not self.authz.may_write_idempotently(ctx):
             return m.InitProducerIdResponse(
                 id=request.id, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
-                error_message=f"{PRINCIPAL.get()} is not authorized to write idempotently (IDEMPOTENT_WRITE on the "
+                error_message=f"{ctx.principal} is not authorized to write idempotently (IDEMPOTENT_WRITE on the "
                               f"cluster, or WRITE on some topic)")
         manager = self.producer_ids
         if manager is None:

@@ -32,7 +32,8 @@ from triolog.broker.security.scram import (
 from triolog.protocol import messages as m
 from triolog.protocol.errors import ErrorCode
 
-from .authorization import PRINCIPAL, Op
+from .authorization import Op
+from .request_context import RequestContext
 
 logger = structlog.get_logger("triolog.server")
 
@@ -45,16 +46,16 @@ class SecurityHandlers:
     acl_store: AclStore | None = None
     credentials: CredentialStore | None = None
 
-    def _cluster_denied(self, operation: Op) -> dict | None:
-        if self.authz.cluster(operation):
+    def _cluster_denied(self, ctx: RequestContext, operation: Op) -> dict | None:
+        if self.authz.cluster(ctx, operation):
             return None
         return {"error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
-                "error_message": f"{PRINCIPAL.get()} is not authorized to {operation.name.lower()} the cluster"}
+                "error_message": f"{ctx.principal} is not authorized to {operation.name.lower()} the cluster"}
 
     # -- ACLs ------------------------------------------------------------------------------------
 
-    async def _create_acls(self, request: m.CreateAclsRequest) -> m.Response:
-        refusal = self._acl_refusal(Op.ALTER)
+    async def _create_acls(self, request: m.CreateAclsRequest, ctx: RequestContext) -> m.Response:
+        refusal = self._acl_refusal(ctx, Op.ALTER)
         if refusal is not None:
             return m.CreateAclsResponse(id=request.id, results=tuple(m.AclResult(**refusal) for _ in request.creations))
 
@@ -70,13 +71,13 @@ class SecurityHandlers:
                 self.acl_store.create(binding for _, binding in valid)
                 for i, binding in valid:
                     results[i] = m.AclResult()
-                self._log_acls("acls_created", [b for _, b in valid])
+                self._log_acls(ctx, "acls_created", [b for _, b in valid])
             return results
 
         return m.CreateAclsResponse(id=request.id, results=tuple(await self._in_thread(work)))
 
-    async def _describe_acls(self, request: m.DescribeAclsRequest) -> m.Response:
-        refusal = self._acl_refusal(Op.DESCRIBE)
+    async def _describe_acls(self, request: m.DescribeAclsRequest, ctx: RequestContext) -> m.Response:
+        refusal = self._acl_refusal(ctx, Op.DESCRIBE)
         if refusal is not None:
             return m.DescribeAclsResponse(id=request.id, **refusal)
         try:
@@ -85,8 +86,8 @@ class SecurityHandlers:
             return m.DescribeAclsResponse(id=request.id, error_code=ErrorCode.INVALID_REQUEST, error_message=str(exc))
         return m.DescribeAclsResponse(id=request.id, acls=tuple(_entry(b) for b in found))
 
-    async def _delete_acls(self, request: m.DeleteAclsRequest) -> m.Response:
-        refusal = self._acl_refusal(Op.ALTER)
+    async def _delete_acls(self, request: m.DeleteAclsRequest, ctx: RequestContext) -> m.Response:
+        refusal = self._acl_refusal(ctx, Op.ALTER)
         if refusal is not None:
             return m.DeleteAclsResponse(id=request.id, filter_results=tuple(
                 m.DeleteAclsFilterResult(**refusal) for _ in request.filters))
@@ -103,27 +104,27 @@ class SecurityHandlers:
                 deleted = self.acl_store.delete(f for _, f in valid)
                 for (i, _), gone in zip(valid, deleted):
                     results[i] = m.DeleteAclsFilterResult(matching_acls=tuple(_entry(b) for b in gone))
-                self._log_acls("acls_deleted", [b for gone in deleted for b in gone])
+                self._log_acls(ctx, "acls_deleted", [b for gone in deleted for b in gone])
             return results
 
         return m.DeleteAclsResponse(id=request.id, filter_results=tuple(await self._in_thread(work)))
 
-    def _acl_refusal(self, operation: Op) -> dict | None:
+    def _acl_refusal(self, ctx: RequestContext, operation: Op) -> dict | None:
         if not self.authz.enabled:
             return {"error_code": ErrorCode.SECURITY_DISABLED, "error_message": _NO_AUTHORIZER}
-        return self._cluster_denied(operation)
+        return self._cluster_denied(ctx, operation)
 
     @staticmethod
-    def _log_acls(event: str, bindings: list[AclBinding]) -> None:
+    def _log_acls(ctx: RequestContext, event: str, bindings: list[AclBinding]) -> None:
         if bindings:
-            logger.info(event, by=PRINCIPAL.get(), acls=[_text(b) for b in bindings])
+            logger.info(event, by=ctx.principal, acls=[_text(b) for b in bindings])
 
     # -- client quotas ---------------------------------------------------------------------------
 
     quota_store: QuotaStore | None = None
 
-    async def _describe_client_quotas(self, request: m.DescribeClientQuotasRequest) -> m.Response:
-        denied = self._cluster_denied(Op.DESCRIBE_CONFIGS)
+    async def _describe_client_quotas(self, request: m.DescribeClientQuotasRequest, ctx: RequestContext) -> m.Response:
+        denied = self._cluster_denied(ctx, Op.DESCRIBE_CONFIGS)
         if denied is not None:
             return m.DescribeClientQuotasResponse(id=request.id, **denied)
         try:
@@ -135,8 +136,8 @@ class SecurityHandlers:
             m.QuotaEntry(entity=_parts(entity), values={k: round(v) for k, v in values.items()})
             for entity, values in sorted(found.items())))
 
-    async def _alter_client_quotas(self, request: m.AlterClientQuotasRequest) -> m.Response:
-        denied = self._cluster_denied(Op.ALTER_CONFIGS)
+    async def _alter_client_quotas(self, request: m.AlterClientQuotasRequest, ctx: RequestContext) -> m.Response:
+        denied = self._cluster_denied(ctx, Op.ALTER_CONFIGS)
         if denied is not None:
             return m.AlterClientQuotasResponse(id=request.id, entries=tuple(
                 m.QuotaAlterationResult(entity=e.entity, **denied) for e in request.entries))
@@ -153,7 +154,7 @@ class SecurityHandlers:
                         ops[op.key] = None if op.remove else op.value
                     self.quota_store.alter([(entity, ops)], validate_only=request.validate_only)
                     if not request.validate_only:
-                        logger.info("client_quotas_altered", entity=str(entity), by=PRINCIPAL.get(),
+                        logger.info("client_quotas_altered", entity=str(entity), by=ctx.principal,
                                     set={k: v for k, v in ops.items() if v is not None},
                                     removed=[k for k, v in ops.items() if v is None])
                     out.append(m.QuotaAlterationResult(entity=entry.entity))
@@ -166,8 +167,8 @@ class SecurityHandlers:
 
     # -- SCRAM users -----------------------------------------------------------------------------
 
-    async def _describe_user_scram_credentials(self, request: m.DescribeUserScramCredentialsRequest) -> m.Response:
-        denied = self._cluster_denied(Op.DESCRIBE)
+    async def _describe_user_scram_credentials(self, request: m.DescribeUserScramCredentialsRequest, ctx: RequestContext) -> m.Response:
+        denied = self._cluster_denied(ctx, Op.DESCRIBE)
         if denied is not None:  # as Kafka: the error at the top, no results
             return m.DescribeUserScramCredentialsResponse(id=request.id, **denied)
         store = self.credentials
@@ -191,9 +192,9 @@ class SecurityHandlers:
                 results.append(_described(user, described[user]))
         return m.DescribeUserScramCredentialsResponse(id=request.id, results=tuple(results))
 
-    async def _alter_user_scram_credentials(self, request: m.AlterUserScramCredentialsRequest) -> m.Response:
+    async def _alter_user_scram_credentials(self, request: m.AlterUserScramCredentialsRequest, ctx: RequestContext) -> m.Response:
         users = list(dict.fromkeys([d.name for d in request.deletions] + [u.name for u in request.upsertions]))
-        denied = self._cluster_denied(Op.ALTER)
+        denied = self._cluster_denied(ctx, Op.ALTER)
         if denied is not None:  # as Kafka: each user once, sorted
             return m.AlterUserScramCredentialsResponse(id=request.id, results=tuple(
                 m.AlterUserScramCredentialsResult(user=u, **denied) for u in sorted(users)))
@@ -235,7 +236,7 @@ class SecurityHandlers:
                     store.upsert(user, credential)
             for user in users:
                 if user not in errors:
-                    logger.info("user_credentials_altered", user=user, by=PRINCIPAL.get(),
+                    logger.info("user_credentials_altered", user=user, by=ctx.principal,
                                 deleted=[d.mechanism for d in request.deletions if d.name == user],
                                 upserted=[u.mechanism for u in request.upsertions if u.name == user])
             return [m.AlterUserScramCredentialsResult(user=user) if user not in errors else

@@ -159,8 +159,8 @@ def slowing_inline_appends(handler, fake: FakeMeter, **attempt) -> None:
     """Every inline append of ``handler`` takes what ``attempt`` says (FakeMeter.slow_attempt)."""
     real_append = handler._produce_rows
 
-    def slow_inline(request, done, inline):
-        real_append(request, done, inline)
+    def slow_inline(request, ctx, done, inline):
+        real_append(request, ctx, done, inline)
         if inline:
             fake.slow_attempt(**attempt)
 
