@@ -44,10 +44,12 @@ from triolog.protocol.request_limits import RequestLimits
 from .authorization import RequestAuthorizer
 from .connection import ClientConnection, WrongProtocolLog, wrong_protocol_hints
 from .group_commit import GroupCommitter
-from .group_handlers import GroupService
+from .group_handlers import GroupApis, GroupService
 from .handlers import RequestHandler, WorkerThreads
 from .kafka_connection import KafkaConnection
 from .memory_pool import RequestMemoryPool
+from .producer_handlers import ProducerIdApis
+from .security_handlers import SecurityApis
 from .quota_manager import ClientQuotas, TokenBucket
 from .notifier import AppendNotifier
 
@@ -194,19 +196,10 @@ class BrokerServer:
             metrics_port = await self._start_metrics_endpoint()
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
-                self.handler = RequestHandler(self.config, self.log_manager, self.topics, self.committer,
-                                              self.notifier, self.limiter, on_roll=self._on_roll,
-                                              workers=self.workers)
-                self.handler.producer_ids = self.producer_ids
-                self.handler.authz = RequestAuthorizer(self.acls if self.config.authorizer_enabled else None)
-                self.handler.acl_store, self.handler.credentials = self.acls, self.credentials
-                self.handler.quota_store = self.quotas.store
                 await nursery.start(self.committer.run)
                 # The group coordinator: loads __consumer_offsets (if it exists) while serving.
                 self.groups = GroupService(self.config, self.topics, self.committer, self.notifier, self.workers,
                                            self.limiter, self.clock)
-                self.handler.group_service = self.groups
-                self.handler.group_metrics = self.metrics.groups
                 self.metrics.groups.watch(lambda: self.groups.coordinator)
                 await nursery.start(self.groups.run)
                 self.metrics.server.watch(self)
@@ -216,6 +209,9 @@ class BrokerServer:
                     kafka_listen = self.config.kafka_listener
                     kafka_listeners = [] if kafka_listen is None else await _open_listeners(
                         kafka_listen, "kafka.listeners")
+                    port = listeners[0].socket.getsockname()[1]
+                    # Before the first accept: its answers name the port bound (listeners with port 0).
+                    self.handler = self._request_handler(listen.host or "localhost", port)
                     accepting = trio.CancelScope()
 
                     async def accept_all() -> None:
@@ -228,8 +224,6 @@ class BrokerServer:
                                                             kafka_listen)
 
                     connections.start_soon(accept_all)
-                    port = listeners[0].socket.getsockname()[1]
-                    self.handler.advertised_port = port
                     kafka_port = kafka_listeners[0].socket.getsockname()[1] if kafka_listeners else None
                     self.kafka_context = self._kafka_context(kafka_port)
                     self.wrong_protocol_log.hints = wrong_protocol_hints(
@@ -262,6 +256,22 @@ class BrokerServer:
                 if self.handler is not None:
                     self.handler.close()
                 logger.info("broker_stopped")
+
+    def _request_handler(self, advertised_host: str, advertised_port: int) -> RequestHandler:
+        """The request handler, with the coordinators and security stores it serves from."""
+        authz = RequestAuthorizer(self.acls if self.config.authorizer_enabled else None)
+        threads = dict(workers=self.workers, limiter=self.limiter)
+        return RequestHandler(
+            config=self.config, log_manager=self.log_manager, topics=self.topics, committer=self.committer,
+            notifier=self.notifier, on_roll=self._on_roll, authz=authz,
+            advertised_host=advertised_host, advertised_port=advertised_port,
+            groups=GroupApis(config=self.config, topics=self.topics, authz=authz, service=self.groups,
+                             advertised_host=advertised_host, advertised_port=advertised_port,
+                             metrics=self.metrics.groups),
+            security=SecurityApis(authz=authz, acl_store=self.acls, credentials=self.credentials,
+                                  quota_store=self.quotas.store, **threads),
+            producers=ProducerIdApis(manager=self.producer_ids, log_manager=self.log_manager, authz=authz, **threads),
+            **threads)
 
     def _kafka_context(self, kafka_port: int | None) -> KafkaContext | None:
         """What the Kafka listener's answers say about this broker (None without the listener)."""

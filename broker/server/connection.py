@@ -50,7 +50,6 @@ from collections.abc import Callable
 from dataclasses import fields, is_dataclass
 from typing import Protocol
 
-import msgpack
 import outcome
 import structlog
 import trio
@@ -74,7 +73,7 @@ from triolog.protocol.frames import (
 )
 from triolog.protocol.request_limits import RequestLimits, count_objects
 
-from .handlers import EncodedResponse, FetchResult, RequestHandler
+from .handlers import EncodedResponse, FetchResult, RequestHandler, produce_payload
 from .memory_pool import RequestMemoryPool
 from .quota_manager import THROTTLE_EPSILON_S, ClientQuotaManager, ClientQuotas, throttle_ms
 from .request_context import ANONYMOUS, RequestAccounting, RequestContext, request_context
@@ -600,17 +599,17 @@ class ClientConnection:
                 return True
             # request_percentage: a fetch records it with its bytes (_meter_fetch); the others here.
             request_s = 0.0 if isinstance(response, FetchResult) else self._request_throttle(request.client_id)
-            if response is None:  # produce with acks=0
-                code = ErrorCode.NONE
-                await trio.lowlevel.checkpoint()  # no send, so no send's checkpoint: stay fair
-                return True
+            if type(request) is m.ProduceRequest:
+                if request.acks == 0:  # never answered
+                    code = ErrorCode.NONE
+                    await trio.lowlevel.checkpoint()  # no send, so no send's checkpoint: stay fair
+                    return True
+                response = produce_payload(request.id, response,
+                                           max(ctx.accounting.throttle_ms, throttle_ms(request_s)))
             if type(response) is EncodedResponse:
                 code = response.error_code
                 entry_errors = response.entry_errors
-                payload = response.payload
-                if request_s and api == "produce":
-                    payload = _with_throttle(payload, throttle_ms(request_s))
-                await self._send_bytes(api, payload)
+                await self._send_bytes(api, response.payload)
                 return True
             if isinstance(response, FetchResult):
                 self._meter_fetch(response, request.client_id)
@@ -972,13 +971,6 @@ def _without_records(response: m.FetchResponse, throttle: int) -> m.FetchRespons
         dataclasses.replace(topic, partitions=tuple(
             dataclasses.replace(p, records=b"") if p.records else p for p in topic.partitions))
         for topic in response.topics))
-
-
-def _with_throttle(payload: bytes, throttle: int) -> bytes:
-    """An encoded response (a produce's) carrying ``throttle`` ms if that is longer than its own."""
-    doc = msgpack.unpackb(payload, raw=False)
-    doc["throttle_ms"] = max(doc.get("throttle_ms") or 0, throttle)
-    return msgpack.packb(doc, use_bin_type=True)
 
 
 def _read_and_encrypt(tls: TlsSession, fd: int, count: int, position: int) -> tuple[bytes, int]:

@@ -1,8 +1,8 @@
 """The consumer-group APIs of the request handler (find_coordinator, join_group, ... delete_groups),
 and :class:`GroupService`, which runs the pure :class:`GroupCoordinator` inside the broker.
 
-The handlers are a mixin of :class:`triolog.broker.server.handlers.RequestHandler`, so that the
-group coordinator's wiring lives beside, not inside, the log APIs. A JoinGroup or SyncGroup the
+:class:`GroupApis` serves them for the request handler (which is given one), so that the group
+coordinator's wiring lives beside, not inside, the log APIs. A JoinGroup or SyncGroup the
 coordinator parks is a callback here that sets a trio Event the request waits on. Until the
 service runs, every group API answers COORDINATOR_NOT_AVAILABLE, Kafka's answer while no
 coordinator serves the group.
@@ -40,12 +40,13 @@ from triolog.broker.coordinator.group.group_metadata_manager import (
     read_partition_records,
 )
 from triolog.protocol import messages as m
-from triolog.protocol.errors import ErrorCode, TriologError
+from triolog.protocol.errors import ErrorCode
 from triolog.protocol.records import build_batch
 
 from triolog.broker.security.acl import ResourceType
 
-from .authorization import CLUSTER, Op
+from .authorization import CLUSTER, Op, RequestAuthorizer
+from .error_mapping import ApiError, error_of
 from .request_context import RequestContext
 
 logger = structlog.get_logger("triolog.server")
@@ -57,13 +58,8 @@ LOAD_RETRY_S = 1.0
 TIMER_MAX_S = 0.5
 
 
-def _storage_error(exc: BaseException) -> tuple[ErrorCode, str]:
-    if isinstance(exc, TriologError):
-        return exc.code, str(exc) or exc.code.name
-    if isinstance(exc, OSError):
-        return ErrorCode.KAFKA_STORAGE_ERROR, f"I/O error writing {OFFSETS_TOPIC}: {exc}"
-    logger.exception("offsets_store_failed")
-    return ErrorCode.UNKNOWN_SERVER_ERROR, f"unexpected server error: {type(exc).__name__}: {exc}"
+def _storage_error(exc: BaseException) -> ApiError:
+    return error_of(exc, io_error=f"I/O error writing {OFFSETS_TOPIC}", topic=OFFSETS_TOPIC)
 
 
 class GroupService:
@@ -290,21 +286,30 @@ def _fields(error) -> dict:
     return {"error_code": error[0], "error_message": error[1]}
 
 
-class GroupHandlers:
-    #: Set by the server when it runs the group coordinator.
-    group_service: GroupService | None = None
-    #: The broker's GroupMetrics (commit latency), when metered.
-    group_metrics = None
+class GroupApis:
+    """The group APIs of the request handler, over the running coordinator (``service``)."""
+
+    def __init__(self, *, config, topics, authz: RequestAuthorizer, service: GroupService | None,
+                 advertised_host: str, advertised_port: int, metrics=None):
+        self.config = config
+        self.topics = topics
+        self.authz = authz
+        #: None: no coordinator runs on this broker (every group API answers COORDINATOR_NOT_AVAILABLE).
+        self.service = service
+        self.advertised_host = advertised_host
+        self.advertised_port = advertised_port
+        #: The broker's GroupMetrics (commit latency), when metered.
+        self.metrics = metrics
 
     async def _coordinator(self, create: bool = True) -> GroupCoordinator | None:
-        service = self.group_service
+        service = self.service
         if service is None:
             return None
         if create:
             return await service.ready()
         return service.coordinator
 
-    async def _find_coordinator(self, request: m.FindCoordinatorRequest, ctx: RequestContext) -> m.Response:
+    async def find_coordinator(self, request: m.FindCoordinatorRequest, ctx: RequestContext) -> m.Response:
         if request.key_type != 0:
             # Not COORDINATOR_NOT_AVAILABLE: that is retriable, and no retry will ever find one.
             return m.FindCoordinatorResponse(id=request.id, error_code=ErrorCode.INVALID_REQUEST,
@@ -319,7 +324,7 @@ class GroupHandlers:
         return m.FindCoordinatorResponse(id=request.id, node_id=self.config.node_id, host=self.advertised_host,
                                          port=self.advertised_port)
 
-    async def _join_group(self, request: m.JoinGroupRequest, ctx: RequestContext) -> m.Response:
+    async def join_group(self, request: m.JoinGroupRequest, ctx: RequestContext) -> m.Response:
         if not self.authz.group(ctx, Op.READ, request.group_id):
             return m.JoinGroupResponse(id=request.id, member_id=request.member_id,
                                        **_denied_group(ctx, Op.READ, request.group_id))
@@ -339,7 +344,7 @@ class GroupHandlers:
             members=tuple(m.JoinGroupMember(member_id=mid, group_instance_id=iid, metadata=meta)
                           for mid, iid, meta in result.members))
 
-    async def _sync_group(self, request: m.SyncGroupRequest, ctx: RequestContext) -> m.Response:
+    async def sync_group(self, request: m.SyncGroupRequest, ctx: RequestContext) -> m.Response:
         if not self.authz.group(ctx, Op.READ, request.group_id):
             return m.SyncGroupResponse(id=request.id, **_denied_group(ctx, Op.READ, request.group_id))
         coordinator = await self._coordinator()
@@ -354,7 +359,7 @@ class GroupHandlers:
                                    protocol_type=result.protocol_type, protocol_name=result.protocol_name,
                                    assignment=result.assignment)
 
-    async def _heartbeat(self, request: m.HeartbeatRequest, ctx: RequestContext) -> m.Response:
+    async def heartbeat(self, request: m.HeartbeatRequest, ctx: RequestContext) -> m.Response:
         if not self.authz.group(ctx, Op.READ, request.group_id):
             return m.HeartbeatResponse(id=request.id, **_denied_group(ctx, Op.READ, request.group_id))
         coordinator = await self._coordinator()
@@ -364,7 +369,7 @@ class GroupHandlers:
         error = coordinator.handle_heartbeat(request.group_id, request.generation_id, request.member_id)
         return m.HeartbeatResponse(id=request.id, **_fields(error))
 
-    async def _leave_group(self, request: m.LeaveGroupRequest, ctx: RequestContext) -> m.Response:
+    async def leave_group(self, request: m.LeaveGroupRequest, ctx: RequestContext) -> m.Response:
         if not self.authz.group(ctx, Op.READ, request.group_id):
             return m.LeaveGroupResponse(id=request.id, **_denied_group(ctx, Op.READ, request.group_id))
         coordinator = await self._coordinator()
@@ -376,7 +381,7 @@ class GroupHandlers:
                         for x, e in zip(request.members, per_member))
         return m.LeaveGroupResponse(id=request.id, members=members, **_fields(error))
 
-    async def _offset_commit(self, request: m.OffsetCommitRequest, ctx: RequestContext) -> m.Response:
+    async def offset_commit(self, request: m.OffsetCommitRequest, ctx: RequestContext) -> m.Response:
         started = time.perf_counter()
         if not self.authz.group(ctx, Op.READ, request.group_id):  # every partition gets the group's error
             denied = _denied_group(ctx, Op.READ, request.group_id)
@@ -418,11 +423,11 @@ class GroupHandlers:
         topics = tuple(m.OffsetCommitTopicResult(name=t.name, partitions=tuple(
             m.OffsetCommitPartitionResult(partition=p.partition, **_fields(next(results))) for p in t.partitions))
             for t in request.topics)
-        if self.group_metrics is not None:
-            self.group_metrics.commit_done(time.perf_counter() - started)
+        if self.metrics is not None:
+            self.metrics.commit_done(time.perf_counter() - started)
         return m.OffsetCommitResponse(id=request.id, topics=topics)
 
-    async def _offset_fetch(self, request: m.OffsetFetchRequest, ctx: RequestContext) -> m.Response:
+    async def offset_fetch(self, request: m.OffsetFetchRequest, ctx: RequestContext) -> m.Response:
         authz = self.authz
         if not authz.group(ctx, Op.DESCRIBE, request.group_id):
             return m.OffsetFetchResponse(id=request.id, **_denied_group(ctx, Op.DESCRIBE, request.group_id))
@@ -455,10 +460,10 @@ class GroupHandlers:
         return m.OffsetFetchResponse(id=request.id, topics=tuple(
             m.OffsetFetchTopicResult(name=name, partitions=tuple(parts)) for name, parts in by_topic.items()))
 
-    async def _list_groups(self, request: m.ListGroupsRequest, ctx: RequestContext) -> m.Response:
+    async def list_groups(self, request: m.ListGroupsRequest, ctx: RequestContext) -> m.Response:
         coordinator = await self._coordinator(create=False)
         if coordinator is None:
-            if self.group_service is None:
+            if self.service is None:
                 return m.ListGroupsResponse(id=request.id, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
                                             error_message=_NOT_AVAILABLE)
             return m.ListGroupsResponse(id=request.id)  # no __consumer_offsets yet: no groups
@@ -468,7 +473,7 @@ class GroupHandlers:
         return m.ListGroupsResponse(id=request.id, groups=tuple(
             m.ListedGroup(group_id=g, protocol_type=t, group_state=s) for g, t, s in groups), **_fields(error))
 
-    async def _describe_groups(self, request: m.DescribeGroupsRequest, ctx: RequestContext) -> m.Response:
+    async def describe_groups(self, request: m.DescribeGroupsRequest, ctx: RequestContext) -> m.Response:
         coordinator = await self._coordinator(create=False)
         out = []
         for group_id in request.groups:
@@ -476,7 +481,7 @@ class GroupHandlers:
                 out.append(m.DescribedGroup(group_id=group_id, **_denied_group(ctx, Op.DESCRIBE, group_id)))
                 continue
             if coordinator is None:
-                if self.group_service is None:
+                if self.service is None:
                     out.append(m.DescribedGroup(group_id=group_id, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
                                                 error_message=_NOT_AVAILABLE))
                 else:
@@ -492,11 +497,11 @@ class GroupHandlers:
                     for s in summary.members)))
         return m.DescribeGroupsResponse(id=request.id, groups=tuple(out))
 
-    async def _delete_groups(self, request: m.DeleteGroupsRequest, ctx: RequestContext) -> m.Response:
+    async def delete_groups(self, request: m.DeleteGroupsRequest, ctx: RequestContext) -> m.Response:
         denied = {g: _denied_group(ctx, Op.DELETE, g) for g in request.groups_names if not self.authz.group(ctx, Op.DELETE, g)}
         if denied:
             allowed = tuple(g for g in request.groups_names if g not in denied)
-            answer = (await self._delete_groups(dataclasses.replace(request, groups_names=allowed), ctx)
+            answer = (await self.delete_groups(dataclasses.replace(request, groups_names=allowed), ctx)
                       if allowed else None)
             results = {r.group_id: r for r in (answer.results if answer is not None else ())}
             return m.DeleteGroupsResponse(id=request.id, results=tuple(
@@ -504,8 +509,8 @@ class GroupHandlers:
                 for g in request.groups_names))
         coordinator = await self._coordinator(create=False)
         if coordinator is None:
-            code = ErrorCode.COORDINATOR_NOT_AVAILABLE if self.group_service is None else ErrorCode.GROUP_ID_NOT_FOUND
-            message = _NOT_AVAILABLE if self.group_service is None else "no group exists on this broker"
+            code = ErrorCode.COORDINATOR_NOT_AVAILABLE if self.service is None else ErrorCode.GROUP_ID_NOT_FOUND
+            message = _NOT_AVAILABLE if self.service is None else "no group exists on this broker"
             return m.DeleteGroupsResponse(id=request.id, results=tuple(
                 m.DeletableGroupResult(group_id=g, error_code=code, error_message=message)
                 for g in request.groups_names))

@@ -1,6 +1,6 @@
-"""One handler per API: decoded request in, response out. The one place where storage errors
-become wire error codes (``TriologError.code``); anything unexpected becomes
-UNKNOWN_SERVER_ERROR, logged with its traceback, and the connection stays up.
+"""Kafka's KafkaApis: one handler per API, decoded request and its RequestContext in, answer out.
+Errors of one topic or partition become its entry's code (:mod:`.error_mapping`); anything the
+handler itself raises is answered UNKNOWN_SERVER_ERROR by the connection, which stays up.
 
 Storage work (appends, reads, fsync, topic changes) runs in worker threads, one thread hop per
 request, so a slow disk never stalls the event loop for other connections. Two exceptions, the
@@ -27,7 +27,7 @@ import resource
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, NamedTuple
+from typing import Any, Awaitable, Callable
 
 import msgpack
 import structlog
@@ -35,7 +35,7 @@ import trio
 
 from triolog import __version__
 from triolog.broker.storage.filenames import validate_topic_name
-from triolog.broker.storage.log import Log
+from triolog.broker.storage.log import Log, LogAppendInfo
 from triolog.broker.storage.log_manager import LogManager
 from triolog.broker.storage.topics import TopicManager, is_internal
 from triolog.config.broker_config import BROKER_CONFIGS, BrokerConfig
@@ -58,27 +58,17 @@ from triolog.protocol.errors import (
 
 from .authorization import Op, RequestAuthorizer
 from .group_commit import GroupCommitter
-from .group_handlers import GroupHandlers
+from .error_mapping import ApiError, error_of
+from .group_handlers import GroupApis
 from .notifier import AppendNotifier
-from .producer_handlers import ProducerIdHandlers
+from .producer_handlers import ProducerIdApis
 from .request_context import RequestContext
-from .security_handlers import SecurityHandlers
+from .security_handlers import SecurityApis
 
 logger = structlog.get_logger("triolog.server")
 
 #: What api_versions answers (and ``triolog health`` prints): the version and which core this broker runs.
 BROKER_VERSION = f"triolog {__version__}, core: {core.status()}"
-
-
-def error_of(exc: BaseException, **context: Any) -> tuple[ErrorCode, str]:
-    """(code, message) for an exception raised while serving one topic or partition."""
-    if isinstance(exc, TriologError):
-        return exc.code, str(exc) or exc.code.name
-    if isinstance(exc, OSError):
-        logger.error("storage_error", error=str(exc), **context)
-        return ErrorCode.KAFKA_STORAGE_ERROR, f"I/O error: {exc}"
-    logger.exception("unexpected_error", **context)
-    return ErrorCode.UNKNOWN_SERVER_ERROR, f"unexpected server error: {type(exc).__name__}: {exc}"
 
 
 @functools.cache
@@ -271,49 +261,68 @@ class ApiVersionsAnswer:
         return b"".join((self._head, msgpack.packb(request_id), self._tail))
 
 
-def produce_payload(request_id: int, results: list, throttle_ms: int = 0) -> EncodedResponse:
-    """The produce response for ``results`` ((topic, [(partition, info | (code, message), log)])
-    from RequestHandler._produce), packed from the same wire map as
+@dataclass(slots=True)
+class PartitionAppend:
+    """One partition's outcome of a produce: appended (``info``), or refused (``error``)."""
+
+    partition: int
+    info: LogAppendInfo | None = None
+    error: ApiError | None = None
+    #: An error's log start offset, as Kafka's ReplicaManager answers it (-1: unknown).
+    log_start_offset: int = -1
+    #: The log an acks=all answer waits to see fsynced: below ``info``'s end, or, for an error
+    #: (DUPLICATE_SEQUENCE_NUMBER), below ``flush_before``, where the original batch lies.
+    log: Log | None = None
+    flush_before: int = 0
+
+
+@dataclass(slots=True)
+class TopicAppends:
+    name: str
+    partitions: list[PartitionAppend]
+
+
+def produce_payload(request_id: int, results: list[TopicAppends], throttle_ms: int = 0) -> EncodedResponse:
+    """The msgpack produce response for ``results``, packed from the same wire map as
     ``m.encode_response(m.ProduceResponse(...))`` gives, without building the message objects."""
     topics = []
     errors: dict[int, int] | None = None
-    for name, rows in results:
+    for topic in results:
         partitions = []
-        for partition, info, log in rows:
-            if log is None:
-                code, message = info[0], info[1]
-                code = int(code)
+        for row in topic.partitions:
+            info = row.info
+            if info is None:
+                code = int(row.error.code)
                 if errors is None:
                     errors = {}
                 errors[code] = errors.get(code, 0) + 1
-                partitions.append({"partition": partition, "error_code": code, "error_message": message,
-                                   "base_offset": -1, "log_append_time": -1,
-                                   "log_start_offset": info[2] if len(info) > 2 else -1})
+                partitions.append({"partition": row.partition, "error_code": code, "error_message": row.error.message,
+                                   "base_offset": -1, "log_append_time": -1, "log_start_offset": row.log_start_offset})
             else:
-                partitions.append({"partition": partition, "error_code": 0, "error_message": None,
+                partitions.append({"partition": row.partition, "error_code": 0, "error_message": None,
                                    "base_offset": info.first_offset, "log_append_time": info.log_append_time_ms,
                                    "log_start_offset": info.log_start_offset})
-        topics.append({"name": name, "partitions": partitions})
-    wire = {"id": request_id, "error_code": 0, "error_message": None, "topics": topics,
-            "throttle_ms": throttle_ms}
+        topics.append({"name": topic.name, "partitions": partitions})
+    wire = {"id": request_id, "error_code": 0, "error_message": None, "topics": topics, "throttle_ms": throttle_ms}
     return EncodedResponse(_packb(wire), 0, errors)
 
 
-def produce_response(request_id: int, results: list, throttle_ms: int = 0) -> m.ProduceResponse:
-    """The produce response for ``results`` (as produce_payload takes them) as message objects."""
+def produce_response(request_id: int, results: list[TopicAppends], throttle_ms: int = 0) -> m.ProduceResponse:
+    """The produce response for ``results`` as message objects (what the Kafka listener translates)."""
     topics = []
-    for name, rows in results:
+    for topic in results:
         partitions = []
-        for partition, info, log in rows:
-            if log is None:
+        for row in topic.partitions:
+            info = row.info
+            if info is None:
                 partitions.append(m.ProducePartitionResult(
-                    partition=partition, error_code=int(info[0]), error_message=info[1],
-                    log_start_offset=info[2] if len(info) > 2 else -1))
+                    partition=row.partition, error_code=int(row.error.code), error_message=row.error.message,
+                    log_start_offset=row.log_start_offset))
             else:
                 partitions.append(m.ProducePartitionResult(
-                    partition=partition, base_offset=info.first_offset, log_append_time=info.log_append_time_ms,
+                    partition=row.partition, base_offset=info.first_offset, log_append_time=info.log_append_time_ms,
                     log_start_offset=info.log_start_offset))
-        topics.append(m.ProduceTopicResult(name=name, partitions=tuple(partitions)))
+        topics.append(m.ProduceTopicResult(name=topic.name, partitions=tuple(partitions)))
     return m.ProduceResponse(id=request_id, topics=tuple(topics), throttle_ms=throttle_ms)
 
 
@@ -323,14 +332,6 @@ def _packb(wire: dict) -> bytes:
 
 class _WouldBlock(Exception):
     """Raised inside an inline attempt: this request goes to a worker thread after all."""
-
-
-class _FlushBefore(NamedTuple):
-    """In a produce row's log slot: an error row (DUPLICATE_SEQUENCE_NUMBER) that acks=all answers
-    only once ``log`` is fsynced below ``offset`` (where the original batch lies)."""
-
-    log: Log
-    offset: int
 
 
 class DescriptorBudget:
@@ -376,6 +377,10 @@ class FetchResult:
         self.regions = regions
         #: The response the parts encode (its partition error codes are counted in the metrics).
         self.response: m.FetchResponse | None = None
+        #: Record bytes the response holds, and whether a partition has an error (what decides
+        #: whether a long poll answers now).
+        self.total_bytes = 0
+        self.has_errors = False
         self._budget = budget
         #: Regions before this one have had their descriptor (and may have been sent).
         self._next = 0
@@ -436,10 +441,15 @@ class FetchResult:
         self.regions = []
 
 
-class RequestHandler(ProducerIdHandlers, GroupHandlers, SecurityHandlers):
-    def __init__(self, config: BrokerConfig, log_manager: LogManager, topics: TopicManager,
+class RequestHandler:
+    """Kafka's KafkaApis: each request to the handler of its API (:meth:`handle`'s table), with the
+    coordinators and security stores it was built with."""
+
+    def __init__(self, *, config: BrokerConfig, log_manager: LogManager, topics: TopicManager,
                  committer: GroupCommitter, notifier: AppendNotifier, limiter: trio.CapacityLimiter,
-                 on_roll: Callable[[Log, str], None] | None = None, workers: WorkerThreads | None = None):
+                 workers: WorkerThreads, authz: RequestAuthorizer, groups: GroupApis, security: SecurityApis,
+                 producers: ProducerIdApis, advertised_host: str, advertised_port: int,
+                 on_roll: Callable[[Log, str], None] | None = None):
         self.config = config
         self.log_manager = log_manager
         self.topics = topics
@@ -447,8 +457,14 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers, SecurityHandlers):
         self.notifier = notifier
         self.limiter = limiter
         self.on_roll = on_roll
-        self.advertised_host = config.listener.host or "localhost"
-        self.advertised_port = config.listener.port
+        #: Where clients reach this broker (Metadata's broker, FindCoordinator's answer).
+        self.advertised_host = advertised_host
+        self.advertised_port = advertised_port
+        #: Kafka's authorization checks (with the ACLs when an authorizer is on).
+        self.authz = authz
+        self.groups = groups
+        self.security = security
+        self.producers = producers
         #: Long polls waiting for data right now (Kafka's delayed fetch purgatory size).
         self.delayed_fetches = 0
         #: Produce batches answered as duplicates of an idempotent producer's earlier batch
@@ -463,7 +479,7 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers, SecurityHandlers):
         self.inline_paused_until = 0.0
         self.clock = time.monotonic
         #: Measures how long each inline attempt held the event loop.
-        self.workers = workers if workers is not None else WorkerThreads()
+        self.workers = workers
         self.meter = LoopHoldMeter(workers=self.workers)
         #: Inline attempts that took longer than INLINE_SLOW_S of wall time, and those of them
         #: found to have held the loop that long (and so paused inline serving).
@@ -471,8 +487,40 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers, SecurityHandlers):
         self.inline_held = 0
         #: When (``clock``) the last inline attempt held the loop past INLINE_SLOW_S.
         self._last_hold_at = -math.inf
-        #: Kafka's authorization checks (the server gives it the ACLs when an authorizer is on).
-        self.authz = RequestAuthorizer(None)
+        #: Every API the handler serves, and the method serving it (as KafkaApis.handle lists its
+        #: cases). SaslHandshake and SaslAuthenticate are the connection's: they change its state.
+        self.apis: dict[str, Callable[[Any, RequestContext], Awaitable[Any]]] = {
+            "api_versions": self._api_versions,
+            "metadata": self._metadata,
+            "produce": self._produce,
+            "fetch": self._fetch,
+            "list_offsets": self._list_offsets,
+            "delete_records": self._delete_records,
+            "create_topics": self._create_topics,
+            "delete_topics": self._delete_topics,
+            "create_partitions": self._create_partitions,
+            "describe_configs": self._describe_configs,
+            "alter_configs": self._alter_configs,
+            "describe_log_dirs": self._describe_log_dirs,
+            "init_producer_id": producers.init_producer_id,
+            "find_coordinator": groups.find_coordinator,
+            "join_group": groups.join_group,
+            "sync_group": groups.sync_group,
+            "heartbeat": groups.heartbeat,
+            "leave_group": groups.leave_group,
+            "offset_commit": groups.offset_commit,
+            "offset_fetch": groups.offset_fetch,
+            "list_groups": groups.list_groups,
+            "describe_groups": groups.describe_groups,
+            "delete_groups": groups.delete_groups,
+            "create_acls": security.create_acls,
+            "describe_acls": security.describe_acls,
+            "delete_acls": security.delete_acls,
+            "describe_client_quotas": security.describe_client_quotas,
+            "alter_client_quotas": security.alter_client_quotas,
+            "describe_user_scram_credentials": security.describe_user_scram_credentials,
+            "alter_user_scram_credentials": security.alter_user_scram_credentials,
+        }
 
     def close(self) -> None:
         """Release what the handler holds open (the meter's clock file)."""
@@ -507,9 +555,10 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers, SecurityHandlers):
     async def _in_thread(self, fn, *args):
         return await self.workers.run_sync(fn, *args, limiter=self.limiter)
 
-    async def handle(self, request: m.Request, ctx: RequestContext) -> m.Response | EncodedResponse | FetchResult | None:
-        handler = getattr(self, "_" + request.api)
-        return await handler(request, ctx)
+    async def handle(self, request: m.Request, ctx: RequestContext) -> Any:
+        """The answer to ``request``: a response, an EncodedResponse, a FetchResult (records in
+        files), or a produce's list of TopicAppends (each listener encodes it its own way)."""
+        return await self.apis[request.api](request, ctx)
 
     # -- topics ------------------------------------------------------------------------------
 
@@ -552,7 +601,7 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers, SecurityHandlers):
                 f"{held + new_partitions} partitions, over max.broker.partitions={cap} "
                 f"({held} held now); nothing was created")
 
-    def _partition_error(self, exc: BaseException, topic: str, partition: int) -> tuple[ErrorCode, str]:
+    def _partition_error(self, exc: BaseException, topic: str, partition: int) -> ApiError:
         """(code, message) for one partition. A partition deleted while the request held its log
         (the log closed, its directory renamed away) is UNKNOWN_TOPIC_OR_PARTITION, as in Kafka, not a
         disk failure."""
@@ -807,16 +856,17 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers, SecurityHandlers):
             raise _WouldBlock
         return log
 
-    def _produce_rows(self, request: m.ProduceRequest, ctx: RequestContext, done: list, inline: bool) -> None:
-        """Append the request's partitions in order into ``done`` (topic, [(partition, info |
-        (code, message), log)]), from where an earlier call left off; ``inline`` raises
-        _WouldBlock at the first partition that cannot be appended without waiting."""
+    def _produce_rows(self, request: m.ProduceRequest, ctx: RequestContext, done: list[TopicAppends],
+                      inline: bool) -> None:
+        """Append the request's partitions in order into ``done``, from where an earlier call left
+        off; ``inline`` raises _WouldBlock at the first partition that cannot be appended without
+        waiting."""
         for t, topic in enumerate(request.topics):
             if t < len(done) - 1:
                 continue
             if t == len(done):
-                done.append((topic.name, []))
-            rows = done[t][1]
+                done.append(TopicAppends(topic.name, []))
+            rows = done[t].partitions
             topic_error = None
             try:
                 self.authz.require_topic(ctx, Op.WRITE, topic.name)
@@ -827,52 +877,37 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers, SecurityHandlers):
                 topic_error = error_of(exc, topic=topic.name)
             for part in topic.partitions[len(rows):]:
                 if topic_error is not None:
-                    rows.append((part.partition, topic_error, None))
+                    rows.append(PartitionAppend(part.partition, error=topic_error))
                     continue
                 log = None
                 try:
                     if inline:
                         log = self._inline_log(topic.name, part.partition)
-                        self._check_producer_id(part.records, log)
+                        self.producers.check_producer_id(part.records, log)
                         info = log.try_append_as_leader(part.records, max_bytes=INLINE_PRODUCE_BYTES)
                         if info is None:
                             raise _WouldBlock
                     else:
                         log = self.topics.log(topic.name, part.partition)
-                        self._check_producer_id(part.records, log)
+                        self.producers.check_producer_id(part.records, log)
                         info = log.append_as_leader(part.records)
-                    rows.append((part.partition, info, log))
+                    rows.append(PartitionAppend(part.partition, info, log=log))
                 except _WouldBlock:
                     raise
                 except Exception as exc:
-                    code, message = self._partition_error(exc, topic.name, part.partition)
                     # With the partition's log start offset, as Kafka's ReplicaManager answers: an
                     # idempotent producer needs it to react to UNKNOWN_PRODUCER_ID. From the log in
                     # hand (no topic lock, no log created on the event loop); -1 without one.
-                    start = log.log_start_offset if log is not None else -1
-                    wait = None
+                    row = PartitionAppend(part.partition, error=self._partition_error(exc, topic.name, part.partition),
+                                          log_start_offset=log.log_start_offset if log is not None else -1)
                     if isinstance(exc, DuplicateSequenceNumberError) and log is not None and exc.flush_before > 0:
-                        wait = _FlushBefore(log, exc.flush_before)  # acks=all: the original on disk first
-                    rows.append((part.partition, (code, message, start), wait))
+                        row.log, row.flush_before = log, exc.flush_before  # acks=all: the original on disk first
+                    rows.append(row)
 
-    async def _produce(self, request: m.ProduceRequest, ctx: RequestContext) -> EncodedResponse | None:
-        results = await self.produce_results(request, ctx)
-        return None if results is None else produce_payload(request.id, results, ctx.accounting.throttle_ms)
-
-    async def produce_response(self, request: m.ProduceRequest, ctx: RequestContext) -> m.ProduceResponse:
-        """The produce response as message objects (for the Kafka listener, which re-encodes it),
-        for acks=0 too: Kafka sends no answer to one, but closes the connection when any of its
-        partitions failed (how the producer learns to refresh its metadata), so the listener
-        needs the outcome."""
-        results = await self.produce_results(request, ctx, acks0_results=True)
-        return produce_response(request.id, results, ctx.accounting.throttle_ms)
-
-    async def produce_results(self, request: m.ProduceRequest, ctx: RequestContext, *,
-                              acks0_results: bool = False) -> list | None:
-        """Append the request's batches: (topic, [(partition, info | (code, message, start), log)])
-        once acknowledged as acks asks; for acks=0 None (the msgpack listener answers nothing),
-        unless ``acks0_results``: then the results as soon as appended."""
-        results: list = []  # (topic, [(partition, info | (code, message), log)])
+    async def _produce(self, request: m.ProduceRequest, ctx: RequestContext) -> list[TopicAppends]:
+        """Append the request's batches; the outcome once acknowledged as acks asks (for acks=0 as
+        soon as appended: no answer is sent, but the Kafka listener closes when one failed)."""
+        results: list[TopicAppends] = []
         try:
             if (sum(len(t.partitions) for t in request.topics) > INLINE_PARTITIONS
                     or sum(len(p.records) for t in request.topics for p in t.partitions) > INLINE_PRODUCE_BYTES
@@ -885,57 +920,46 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers, SecurityHandlers):
                 self._inline_took(started)
         except _WouldBlock:  # the rest (all of it, or from the first partition that would wait)
             await self._in_thread(self._produce_rows, request, ctx, results, False)
-        for name, rows in results:
-            for partition, info, log in rows:
-                if log is not None and type(log) is not _FlushBefore:
+        for topic in results:
+            for row in topic.partitions:
+                info = row.info
+                if info is not None:
                     if info.duplicate:
                         # Nothing new to wake fetchers for; acks=all below still waits for the
                         # fsync of the original's offsets, which may not be durable yet.
                         self.produce_duplicates += 1
                         continue
-                    self.notifier.notify((name, partition))
+                    self.notifier.notify((topic.name, row.partition))
                     if info.roll_reason is not None and self.on_roll is not None:
-                        self.on_roll(log, info.roll_reason)
+                        self.on_roll(row.log, info.roll_reason)
         if request.acks == -1:
             waiting_since = trio.current_time()
-            results = await self._wait_flushed(results, request.timeout_ms)
+            await self._wait_flushed(results, request.timeout_ms)
             ctx.accounting.parked(trio.current_time() - waiting_since)
-        else:
-            results = [(name, [(p, info, None if type(log) is _FlushBefore else log) for p, info, log in rows])
-                       for name, rows in results]
-        if request.acks == 0 and not acks0_results:
-            return None
         return results
 
-    async def _wait_flushed(self, results, timeout_ms: int):
+    async def _wait_flushed(self, results: list[TopicAppends], timeout_ms: int) -> None:
         """acks=all: every appended partition fsynced (group commit) within timeout_ms, else
         REQUEST_TIMED_OUT (the data is in the log, but not yet known to be on disk)."""
-        out = []
-        for name, rows in results:
-            new_rows = []
-            for partition, info, log in rows:
+        for topic in results:
+            for row in topic.partitions:
+                log = row.log
                 if log is None:
-                    new_rows.append((partition, info, log))
                     continue
-                pending = type(log) is _FlushBefore  # DUPLICATE_SEQUENCE_NUMBER: the original first
+                pending = row.info is None  # DUPLICATE_SEQUENCE_NUMBER: the original first
                 try:
                     with trio.fail_after(max(timeout_ms, 1) / 1000):
-                        if pending:
-                            await self.committer.wait_flushed(log.log, log.offset)
-                        else:
-                            await self.committer.wait_flushed(log, info.last_offset + 1)
-                    new_rows.append((partition, info, None) if pending else (partition, info, log))
+                        await self.committer.wait_flushed(log, row.flush_before if pending else row.info.last_offset + 1)
                 except trio.TooSlowError:
-                    exc = RequestTimedOutError(
-                        f"the original of this duplicate batch (below offset {log.offset}) is not fsynced "
+                    row.error = error_of(RequestTimedOutError(
+                        f"the original of this duplicate batch (below offset {row.flush_before}) is not fsynced "
                         f"within timeout_ms={timeout_ms}" if pending else
-                        f"records were appended at offset {info.first_offset} but not fsynced within "
-                        f"timeout_ms={timeout_ms}")
-                    new_rows.append((partition, error_of(exc), None))
+                        f"records were appended at offset {row.info.first_offset} but not fsynced within "
+                        f"timeout_ms={timeout_ms}"))
+                    row.info, row.log_start_offset = None, -1
                 except Exception as exc:
-                    new_rows.append((partition, self._partition_error(exc, name, partition), None))
-            out.append((name, new_rows))
-        return out
+                    row.error = self._partition_error(exc, topic.name, row.partition)
+                    row.info, row.log_start_offset = None, -1
 
     # -- fetch -------------------------------------------------------------------------------
 
@@ -957,14 +981,13 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers, SecurityHandlers):
                         self._inline_took(started)
                 if read is None:
                     read = await self._in_thread(self._read_fetch, request, ctx)
-                result, total, errors = read
                 # Kafka's rule: answer at once when min_bytes are there, a partition has an error,
                 # there is nothing to fetch (an empty request has nothing to wait for), or time is
                 # up; and, as Kafka completes its delayed operations on shutdown, when the broker stops.
-                if (total >= request.min_bytes or errors or not tps or trio.current_time() >= deadline
-                        or self.notifier.closed):
-                    return result
-                result.close()
+                if (read.total_bytes >= request.min_bytes or read.has_errors or not tps
+                        or trio.current_time() >= deadline or self.notifier.closed):
+                    return read
+                read.close()
                 self.delayed_fetches += 1
                 waiting_since = trio.current_time()
                 try:
@@ -976,7 +999,7 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers, SecurityHandlers):
             finally:
                 self.notifier.unregister(tps, event)
 
-    def _read_fetch(self, request: m.FetchRequest, ctx: RequestContext, inline: bool = False) -> tuple[FetchResult, int, bool]:
+    def _read_fetch(self, request: m.FetchRequest, ctx: RequestContext, inline: bool = False) -> FetchResult:
         """Plan the fetch's response; ``inline`` (on the event loop) raises _WouldBlock, with
         nothing held, where a partition's read could wait (see Log.try_read_tail)."""
         remaining = request.max_bytes
@@ -1037,7 +1060,8 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers, SecurityHandlers):
                                                                  error_message=message, **extra))
                 topics.append(m.FetchTopicResult(name=topic.name, partitions=tuple(partitions)))
             result.response = m.FetchResponse(id=request.id, topics=tuple(topics))
-            return result, total, errors
+            result.total_bytes, result.has_errors = total, errors
+            return result
         except BaseException:
             result.close()
             raise

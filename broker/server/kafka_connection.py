@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+from dataclasses import dataclass
+from typing import Any
 
 import structlog
 import trio
@@ -41,7 +43,7 @@ from triolog.protocol.kafka.served import ADAPTERS, API_VERSIONS_KEY, SERVED_VER
 from triolog.broker.security.scram import AuthenticationFailed
 
 from .connection import ClientConnection, WrongProtocolLog, _entry_errors, _entry_fields
-from .handlers import FetchResult
+from .handlers import FetchResult, produce_response
 from .quota_manager import throttle_ms
 from .request_context import RequestContext
 
@@ -155,12 +157,12 @@ class KafkaConnection(ClientConnection):
                     self._close_for_acks0(request, errors)
                     return False
             else:
-                outcome = await self._answer(adapter, request, internal, ctx, large)
-                if outcome is None:
+                answer = await self._answer(adapter, request, internal, ctx, large)
+                if answer is None:
                     return False  # the client left a long poll
-                body, response, heavy = outcome
+                body, response, heavy = answer.body, answer.response, answer.heavy
                 if body is None:  # produce with acks=0: never answered, the connection closed if it failed
-                    if response is _FAILED:
+                    if answer.failed:
                         code = ErrorCode.UNKNOWN_SERVER_ERROR
                         self._close_for_acks0(request, [], "the handler failed on it (request_failed above)")
                         return False
@@ -174,7 +176,7 @@ class KafkaConnection(ClientConnection):
                     self._request_throttle(request.client_id)  # no answer to carry it: muted only
                     await trio.lowlevel.checkpoint()
                     return True
-                if response is _FAILED:
+                if answer.failed:
                     code = ErrorCode.UNKNOWN_SERVER_ERROR
                 elif type(response) is FetchResult:
                     try:
@@ -259,12 +261,11 @@ class KafkaConnection(ClientConnection):
 
     async def _answer(self, adapter: Adapter, request: KafkaRequest, internal: m.Request, ctx: RequestContext,
                       large: bool = False):
-        """(the kio body, the handler's response, whether the answer is large enough to encode in a
-        worker thread) for ``internal``; (None, the ProduceResponse, False) for a produce with
-        acks=0, which is never answered; None if the client hung up during a long poll. A handler
-        failure is answered with the API's error body, UNKNOWN_SERVER_ERROR in every entry, as
-        Kafka answers an unexpected error: (that body, _FAILED, large); (None, _FAILED, False)
-        for acks=0. ``large``: the request's frame was; its answer is translated in a worker."""
+        """The answer to ``internal``; one without a body for a produce with acks=0, which is never
+        answered; None if the client hung up during a long poll. A handler failure is answered
+        with the API's error body, UNKNOWN_SERVER_ERROR in every entry, as Kafka answers an
+        unexpected error (``failed``; no body for acks=0). ``large``: the request's frame was;
+        its answer is translated in a worker."""
         try:
             if type(internal) is m.FetchRequest and internal.max_wait_ms > 0:
                 result = await self._handle_watching_for_hangup(internal, ctx)
@@ -273,9 +274,10 @@ class KafkaConnection(ClientConnection):
                     return None
                 response = result.unwrap()
             elif type(internal) is m.ProduceRequest:
-                response = await self.handler.produce_response(internal, ctx)
+                response = produce_response(internal.id, await self.handler.handle(internal, ctx),
+                                            ctx.accounting.throttle_ms)
                 if internal.acks == 0:
-                    return None, response, False
+                    return _Answer(None, response)
             elif type(internal) is list:
                 response = []
                 yielded = trio.current_time()
@@ -290,24 +292,24 @@ class KafkaConnection(ClientConnection):
         except Exception as exc:
             logger.exception("request_failed", peer=self.peer, api=adapter.name, id=request.correlation_id)
             if type(internal) is m.ProduceRequest and internal.acks == 0:
-                return None, _FAILED, False  # never answered: the caller closes the connection
+                return _Answer(None, None, failed=True)  # never answered: the caller closes the connection
             message = f"unexpected server error: {type(exc).__name__}: {exc}"
             body = await self._run(large, self._error_body, adapter, request, ErrorCode.UNKNOWN_SERVER_ERROR, message)
             if body is None:
                 raise
-            return body, _FAILED, large
+            return _Answer(body, None, large, failed=True)
         if type(response) is FetchResult:
             try:
                 self._meter_fetch(response, request.client_id)
                 heavy = large or _response_entries(response.response) > INLINE_ENTRIES
-                return await self._run(heavy, adapter.to_kafka, response.response, request, self.context), \
-                    response, heavy
+                return _Answer(await self._run(heavy, adapter.to_kafka, response.response, request, self.context),
+                               response, heavy)
             except BaseException:
                 response.close()
                 raise
         heavy = large or _response_entries(response) > INLINE_ENTRIES
         body = await self._run(heavy, adapter.to_kafka, response, request, self.context)
-        return body, response, heavy
+        return _Answer(body, response, heavy)
 
     async def _handle_one(self, adapter: Adapter, request: KafkaRequest, internal: m.Request, ctx: RequestContext):
         response = await self.handler.handle(internal, ctx)
@@ -383,8 +385,17 @@ class _KafkaListenerLog:
 
     log = WrongProtocolLog.log
 
-#: The handler failed: the answer is the API's error body, counted as UNKNOWN_SERVER_ERROR.
-_FAILED = object()
+@dataclass(slots=True)
+class _Answer:
+    """The handler's answer to one Kafka request: the kio body to send (None: none is sent, a
+    produce with acks=0), the handler's response it was translated from, whether encoding it is
+    worth a worker thread; ``failed``: the handler raised, the body is the API's error body
+    (UNKNOWN_SERVER_ERROR)."""
+
+    body: Any
+    response: Any
+    heavy: bool = False
+    failed: bool = False
 
 #: Frames up to this long are bounded, decoded and translated on the event loop (well under a
 #: millisecond); longer ones in a worker thread, and their answers translated and encoded there.
@@ -421,7 +432,7 @@ def _merged_entry_errors(responses: list) -> dict[int, int] | None:
 def _response_entries(response) -> int:
     """The entries of a handler's answer (a list of answers too), two levels deep, counted up to
     just past INLINE_ENTRIES: how long translating and encoding it takes, roughly."""
-    if response is None or response is _FAILED:
+    if response is None:
         return 0
     answers = response if type(response) is list else (response,)
     count = len(answers) if type(response) is list else 0

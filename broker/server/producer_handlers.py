@@ -1,6 +1,7 @@
 """init_producer_id: the request handler's side of idempotent producers.
 
-A mixin of :class:`triolog.broker.server.handlers.RequestHandler`. Producer ids are handed out by
+Served for :class:`triolog.broker.server.handlers.RequestHandler` by :class:`ProducerIdApis`, which
+it is given. Producer ids are handed out by
 the broker (:class:`triolog.broker.coordinator.producer_id_manager.ProducerIdManager`); each
 partition's producer state (sequence checks, duplicates) lives in storage.
 
@@ -19,6 +20,7 @@ from triolog.broker.coordinator.producer_id_manager import ProducerIdBlockError,
 from triolog.protocol import messages as m
 from triolog.protocol.errors import ErrorCode, UnknownProducerIdError
 
+from .authorization import RequestAuthorizer
 from .request_context import RequestContext
 
 #: A batch's producerId (int64) sits at byte 43; a batch is at least 61 bytes.
@@ -29,13 +31,20 @@ _PRODUCER_ID_OFFSET = 43
 _BATCH_HEADER_SIZE = 61
 
 
-class ProducerIdHandlers:
-    #: Set by the server (BrokerServer) once storage is loaded; None answers COORDINATOR_NOT_AVAILABLE.
-    producer_ids: ProducerIdManager | None = None
-    #: The manager was told the largest producer id found in the logs (at the first init).
-    _producer_ids_seeded = False
+class ProducerIdApis:
+    """init_producer_id for the request handler, and the producer-id check of its produce path."""
 
-    def _check_producer_id(self, records, log) -> None:
+    def __init__(self, *, manager: ProducerIdManager | None, log_manager, authz: RequestAuthorizer, workers, limiter):
+        #: None answers COORDINATOR_NOT_AVAILABLE.
+        self.producer_ids = manager
+        self.log_manager = log_manager
+        self.authz = authz
+        self.workers = workers
+        self.limiter = limiter
+        #: The manager was told the largest producer id found in the logs (at the first init).
+        self._producer_ids_seeded = False
+
+    def check_producer_id(self, records, log) -> None:
         """Refuse a producer id this broker never handed out (at or past the reserved block's
         end) unless the partition already knows it (recovered from its log or snapshot): any
         client could otherwise make the broker keep state for unboundedly many ids. Cheap: one
@@ -71,7 +80,7 @@ class ProducerIdHandlers:
         self._seed_producer_ids(manager)
         return manager.generate_producer_id()
 
-    async def _init_producer_id(self, request: m.InitProducerIdRequest, ctx: RequestContext) -> m.Response:
+    async def init_producer_id(self, request: m.InitProducerIdRequest, ctx: RequestContext) -> m.Response:
         if request.transactional_id is not None:
             return m.InitProducerIdResponse(
                 id=request.id, error_code=ErrorCode.INVALID_REQUEST,

@@ -32,7 +32,8 @@ from triolog.broker.security.scram import (
 from triolog.protocol import messages as m
 from triolog.protocol.errors import ErrorCode
 
-from .authorization import Op
+from .authorization import Op, RequestAuthorizer
+from .error_mapping import error_of
 from .request_context import RequestContext
 
 logger = structlog.get_logger("triolog.server")
@@ -41,10 +42,21 @@ _NO_AUTHORIZER = ("no authorizer is configured on the broker (authorizer.class.n
                   "managed offline with `triolog acls`, and are enforced once the authorizer is on")
 
 
-class SecurityHandlers:
-    #: Set by the server once the storage is loaded.
-    acl_store: AclStore | None = None
-    credentials: CredentialStore | None = None
+class SecurityApis:
+    """The security admin APIs of the request handler, over the broker's stores."""
+
+    def __init__(self, *, authz: RequestAuthorizer, acl_store: AclStore, credentials: CredentialStore,
+                 quota_store: QuotaStore, workers, limiter):
+        self.authz = authz
+        self.acl_store = acl_store
+        self.credentials = credentials
+        self.quota_store = quota_store
+        self.workers = workers
+        self.limiter = limiter
+
+    async def _in_thread(self, fn, *args):
+        """The stores rewrite their file with an fsync: never on the event loop."""
+        return await self.workers.run_sync(fn, *args, limiter=self.limiter)
 
     def _cluster_denied(self, ctx: RequestContext, operation: Op) -> dict | None:
         if self.authz.cluster(ctx, operation):
@@ -54,7 +66,7 @@ class SecurityHandlers:
 
     # -- ACLs ------------------------------------------------------------------------------------
 
-    async def _create_acls(self, request: m.CreateAclsRequest, ctx: RequestContext) -> m.Response:
+    async def create_acls(self, request: m.CreateAclsRequest, ctx: RequestContext) -> m.Response:
         refusal = self._acl_refusal(ctx, Op.ALTER)
         if refusal is not None:
             return m.CreateAclsResponse(id=request.id, results=tuple(m.AclResult(**refusal) for _ in request.creations))
@@ -66,7 +78,7 @@ class SecurityHandlers:
                 try:
                     valid.append((i, _binding(entry).validate()))
                 except InvalidAclError as exc:
-                    results[i] = m.AclResult(error_code=ErrorCode.INVALID_REQUEST, error_message=str(exc))
+                    results[i] = m.AclResult(**error_of(exc).fields())
             if valid:
                 self.acl_store.create(binding for _, binding in valid)
                 for i, binding in valid:
@@ -76,17 +88,17 @@ class SecurityHandlers:
 
         return m.CreateAclsResponse(id=request.id, results=tuple(await self._in_thread(work)))
 
-    async def _describe_acls(self, request: m.DescribeAclsRequest, ctx: RequestContext) -> m.Response:
+    async def describe_acls(self, request: m.DescribeAclsRequest, ctx: RequestContext) -> m.Response:
         refusal = self._acl_refusal(ctx, Op.DESCRIBE)
         if refusal is not None:
             return m.DescribeAclsResponse(id=request.id, **refusal)
         try:
             found = self.acl_store.describe(_filter(request).validate())
         except InvalidAclError as exc:
-            return m.DescribeAclsResponse(id=request.id, error_code=ErrorCode.INVALID_REQUEST, error_message=str(exc))
+            return m.DescribeAclsResponse(id=request.id, **error_of(exc).fields())
         return m.DescribeAclsResponse(id=request.id, acls=tuple(_entry(b) for b in found))
 
-    async def _delete_acls(self, request: m.DeleteAclsRequest, ctx: RequestContext) -> m.Response:
+    async def delete_acls(self, request: m.DeleteAclsRequest, ctx: RequestContext) -> m.Response:
         refusal = self._acl_refusal(ctx, Op.ALTER)
         if refusal is not None:
             return m.DeleteAclsResponse(id=request.id, filter_results=tuple(
@@ -99,7 +111,7 @@ class SecurityHandlers:
                 try:
                     valid.append((i, _filter(wire).validate()))
                 except InvalidAclError as exc:
-                    results[i] = m.DeleteAclsFilterResult(error_code=ErrorCode.INVALID_REQUEST, error_message=str(exc))
+                    results[i] = m.DeleteAclsFilterResult(**error_of(exc).fields())
             if valid:
                 deleted = self.acl_store.delete(f for _, f in valid)
                 for (i, _), gone in zip(valid, deleted):
@@ -121,22 +133,19 @@ class SecurityHandlers:
 
     # -- client quotas ---------------------------------------------------------------------------
 
-    quota_store: QuotaStore | None = None
-
-    async def _describe_client_quotas(self, request: m.DescribeClientQuotasRequest, ctx: RequestContext) -> m.Response:
+    async def describe_client_quotas(self, request: m.DescribeClientQuotasRequest, ctx: RequestContext) -> m.Response:
         denied = self._cluster_denied(ctx, Op.DESCRIBE_CONFIGS)
         if denied is not None:
             return m.DescribeClientQuotasResponse(id=request.id, **denied)
         try:
             found = self.quota_store.describe(_matcher(request))
         except InvalidQuotaError as exc:
-            return m.DescribeClientQuotasResponse(id=request.id, error_code=ErrorCode.INVALID_REQUEST,
-                                                  error_message=str(exc))
+            return m.DescribeClientQuotasResponse(id=request.id, **error_of(exc).fields())
         return m.DescribeClientQuotasResponse(id=request.id, entries=tuple(
             m.QuotaEntry(entity=_parts(entity), values={k: round(v) for k, v in values.items()})
             for entity, values in sorted(found.items())))
 
-    async def _alter_client_quotas(self, request: m.AlterClientQuotasRequest, ctx: RequestContext) -> m.Response:
+    async def alter_client_quotas(self, request: m.AlterClientQuotasRequest, ctx: RequestContext) -> m.Response:
         denied = self._cluster_denied(ctx, Op.ALTER_CONFIGS)
         if denied is not None:
             return m.AlterClientQuotasResponse(id=request.id, entries=tuple(
@@ -159,15 +168,14 @@ class SecurityHandlers:
                                     removed=[k for k, v in ops.items() if v is None])
                     out.append(m.QuotaAlterationResult(entity=entry.entity))
                 except InvalidQuotaError as exc:
-                    out.append(m.QuotaAlterationResult(entity=entry.entity, error_code=ErrorCode.INVALID_REQUEST,
-                                                       error_message=str(exc)))
+                    out.append(m.QuotaAlterationResult(entity=entry.entity, **error_of(exc).fields()))
             return out
 
         return m.AlterClientQuotasResponse(id=request.id, entries=tuple(await self._in_thread(work)))
 
     # -- SCRAM users -----------------------------------------------------------------------------
 
-    async def _describe_user_scram_credentials(self, request: m.DescribeUserScramCredentialsRequest, ctx: RequestContext) -> m.Response:
+    async def describe_user_scram_credentials(self, request: m.DescribeUserScramCredentialsRequest, ctx: RequestContext) -> m.Response:
         denied = self._cluster_denied(ctx, Op.DESCRIBE)
         if denied is not None:  # as Kafka: the error at the top, no results
             return m.DescribeUserScramCredentialsResponse(id=request.id, **denied)
@@ -192,7 +200,7 @@ class SecurityHandlers:
                 results.append(_described(user, described[user]))
         return m.DescribeUserScramCredentialsResponse(id=request.id, results=tuple(results))
 
-    async def _alter_user_scram_credentials(self, request: m.AlterUserScramCredentialsRequest, ctx: RequestContext) -> m.Response:
+    async def alter_user_scram_credentials(self, request: m.AlterUserScramCredentialsRequest, ctx: RequestContext) -> m.Response:
         users = list(dict.fromkeys([d.name for d in request.deletions] + [u.name for u in request.upsertions]))
         denied = self._cluster_denied(ctx, Op.ALTER)
         if denied is not None:  # as Kafka: each user once, sorted
@@ -219,7 +227,7 @@ class SecurityHandlers:
                     credentials[(upsertion.name, upsertion.mechanism)] = credential_from_salted_password(
                         upsertion.mechanism, upsertion.salt, upsertion.salted_password, upsertion.iterations)
                 except UnacceptableCredentialError as exc:
-                    errors[upsertion.name] = (ErrorCode.UNACCEPTABLE_CREDENTIAL, str(exc))
+                    errors[upsertion.name] = error_of(exc)
             for deletion in request.deletions:
                 if deletion.name not in errors and store.get(deletion.name, deletion.mechanism) is None:
                     errors[deletion.name] = (ErrorCode.RESOURCE_NOT_FOUND,
@@ -230,7 +238,7 @@ class SecurityHandlers:
                     try:
                         store.delete(deletion.name, deletion.mechanism)
                     except CredentialNotFoundError as exc:  # deleted meanwhile by another request
-                        errors[deletion.name] = (ErrorCode.RESOURCE_NOT_FOUND, str(exc))
+                        errors[deletion.name] = error_of(exc)
             for (user, _), credential in credentials.items():
                 if user not in errors:
                     store.upsert(user, credential)
