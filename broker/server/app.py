@@ -42,16 +42,18 @@ from triolog.protocol.kafka.apis import KafkaContext
 from triolog.protocol.request_limits import RequestLimits
 
 from .authorization import RequestAuthorizer
-from .connection import ClientConnection, WrongProtocolLog, wrong_protocol_hints
+from .connection import ClientConnection
 from .group_commit import GroupCommitter
 from .group_handlers import GroupApis, GroupService
-from .handlers import RequestHandler, WorkerThreads
+from .handlers import RequestHandler
 from .kafka_connection import KafkaConnection
+from .loop_hold import WorkerThreads
 from .memory_pool import RequestMemoryPool
 from .producer_handlers import ProducerIdApis
 from .security_handlers import SecurityApis
 from .quota_manager import ClientQuotas, TokenBucket
 from .notifier import AppendNotifier
+from .wrong_protocol import WrongProtocolLog, wrong_protocol_hints
 
 logger = structlog.get_logger("triolog.server")
 
@@ -125,7 +127,7 @@ class BrokerServer:
         self.log_manager.topic_config = self.topics.config_for
         self.limiter = trio.CapacityLimiter(storage_threads)
         #: Every call of the running broker into a worker thread goes through this (counted: see
-        #: handlers.LoopHoldMeter).
+        #: loop_hold.LoopHoldMeter).
         self.workers = WorkerThreads()
         self.committer = GroupCommitter(run_sync=self.workers.run_sync)
         self.notifier = AppendNotifier()

@@ -13,19 +13,15 @@ write into the page cache can still block (the kernel throttling writers when th
 behind), so an inline request that held the event loop longer than INLINE_SLOW_S sends every
 request to the worker threads for INLINE_PAUSE_S (if it happened twice in that time, or held it
 past INLINE_STALL_S): the event loop stalls at most twice per pause.
-What counts is the time the loop was held by the request's own work (:class:`LoopHoldMeter`), not
-the time it waited for the GIL while a worker thread ran Python (a big fetch, a metadata walk):
-that wait is the same with or without inline serving, and must not turn it off.
+(:mod:`.loop_hold` measures the hold.) A fetch response's descriptors are bounded by
+:mod:`.fetch_descriptors`.
 """
 
 from __future__ import annotations
 
 import functools
-import math
 import os
-import resource
 import threading
-import time
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
@@ -57,9 +53,11 @@ from triolog.protocol.errors import (
 )
 
 from .authorization import Op, RequestAuthorizer
+from .fetch_descriptors import SPARE_FETCH_DESCRIPTORS, DescriptorBudget, FetchRegion, FetchResult
 from .group_commit import GroupCommitter
 from .error_mapping import ApiError, error_of
 from .group_handlers import GroupApis
+from .loop_hold import InlineServing, WorkerThreads
 from .notifier import AppendNotifier
 from .producer_handlers import ProducerIdApis
 from .request_context import RequestContext
@@ -98,14 +96,6 @@ def config_value_text(value: Any) -> str:
     return str(value)
 
 
-#: Descriptors one fetch response holds at most at once: a fetch naming thousands of partitions
-#: opens them a few at a time as it sends, each closed right after its sendfile.
-DESCRIPTORS_PER_RESPONSE = 8
-#: Descriptors all fetch responses in flight hold together beyond the one each may always hold
-#: (as its connection holds its socket): clients that do not read cannot pin more than this.
-SPARE_FETCH_DESCRIPTORS = 256
-
-
 #: A produce request whose batches hold at most this many bytes in all (and names at most
 #: INLINE_PARTITIONS partitions) is appended on the event loop when it can be (see the module
 #: docstring). Validation walks every record: with the compiled walk a 16 KiB batch of ~160
@@ -113,123 +103,6 @@ SPARE_FETCH_DESCRIPTORS = 256
 INLINE_PRODUCE_BYTES = 16 * 1024 if core.COMPILED else 2 * 1024
 #: Partitions a produce or fetch may name and still be served on the event loop.
 INLINE_PARTITIONS = 4
-#: An inline request that held the event loop longer than this (its own computation, or a sleep
-#: in the kernel: a write throttled by the kernel, a page fault reading from disk), not merely
-#: preempted by another process or waiting for the GIL, turns inline serving off for
-#: INLINE_PAUSE_S (see INLINE_STALL_S).
-INLINE_SLOW_S = 0.002
-INLINE_PAUSE_S = 1.0
-#: One hold pauses at once only if this long; a shorter one pauses when another came within
-#: INLINE_PAUSE_S before it: a kernel throttling writers holds every write, while a one-off wait
-#: (a journal commit on a busy disk) would otherwise cost a second of thread hops for nothing.
-INLINE_STALL_S = 0.02
-
-
-class ThreadClock:
-    """The calling thread's CPU time (``time.thread_time``), its time spent runnable but waiting
-    for a CPU (Linux's /proc/thread-self/schedstat, kept open: one read per call), both in
-    seconds, and how many times it went to sleep (``ru_nvcsw``). Where schedstat is missing the
-    wait reads 0; where the count is missing, -1 (every slow moment then counts as a sleep).
-    Bound to the thread that creates it (the event loop's, which creates the handler); its
-    descriptor is opened at once, so it is there from the broker's start, not from its first use."""
-
-    def __init__(self):
-        self._fd: int | None = None
-        try:
-            self._fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
-        except OSError:
-            pass
-
-    def __call__(self) -> tuple[float, float, int]:
-        cpu = time.thread_time()  # first: it also brings the kernel's runtime figures up to date
-        try:
-            sleeps = resource.getrusage(resource.RUSAGE_THREAD).ru_nvcsw
-        except (AttributeError, OSError):
-            sleeps = -1
-        if self._fd is None:
-            return cpu, 0.0, sleeps
-        try:
-            return cpu, int(os.pread(self._fd, 96, 0).split()[1]) / 1e9, sleeps
-        except (OSError, ValueError, IndexError):
-            self.close()
-            return cpu, 0.0, sleeps
-
-    def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-
-
-class WorkerThreads:
-    """The broker's calls into worker threads, counted on the event loop (so without a lock):
-    while any is outstanding, the loop sleeping may be the loop waiting for the GIL a worker holds
-    (running Python, or preempted while holding it on a loaded machine)."""
-
-    def __init__(self):
-        self.outstanding = 0
-
-    async def run_sync(self, fn, *args, limiter: trio.CapacityLimiter | None = None):
-        self.outstanding += 1
-        try:
-            return await trio.to_thread.run_sync(fn, *args, limiter=limiter)
-        finally:
-            self.outstanding -= 1
-
-
-class LoopHoldMeter:
-    """How long an inline attempt held up the event loop, from clocks the kernel keeps.
-
-    Wall time overstates it three times over. Preemption: the thread was runnable, waiting for a
-    CPU other processes had (its schedstat run delay). Steal: the virtual machine's CPU was not
-    running at all (the thread neither slept nor waited, its CPU clock stood still). And waits
-    for the GIL while one of our worker threads held it: the thread slept on a futex, for work
-    the loop would have waited for anyway, inline serving or not. So the hold is the thread's
-    own CPU time in the attempt (decode, validation, copies), plus, only if it went to sleep and
-    no worker thread of ours was busy (:class:`WorkerThreads`), the time it was neither on a CPU
-    nor waiting for one: a sleep then is the kernel holding the thread (a write throttled by the
-    kernel, a page fault reading from disk).
-
-    The price: a kernel stall of the loop while workers are busy is not seen (a GIL holder that
-    is itself preempted or asleep, common on a loaded machine, looks the same from here); a
-    thread not started through WorkerThreads (the cleaner's, which runs its rounds in a worker
-    process by default) can still make a GIL wait look like a hold. The loop's own computation
-    always counts. Three cheap kernel reads per attempt; the process's CPU clock, which would
-    tell the other threads' share, costs as much again and is left out.
-    """
-
-    __slots__ = ("wall", "thread", "workers")
-
-    def __init__(self, wall: Callable[[], float] = time.monotonic,
-                 thread: Callable[[], tuple[float, float, int]] | None = None,
-                 workers: WorkerThreads | None = None):
-        self.wall = wall
-        #: () -> (this thread's CPU seconds, its seconds waiting for a CPU, its sleeps so far).
-        self.thread = thread if thread is not None else ThreadClock()
-        self.workers = workers if workers is not None else WorkerThreads()
-
-    def start(self) -> tuple[float, tuple[float, float, int], bool]:
-        # The wall interval encloses the thread's (read first here, last in measure).
-        return self.wall(), self.thread(), self.workers.outstanding > 0
-
-    def measure(self, started: tuple[float, tuple[float, float, int], bool],
-                limit_s: float = 0.0) -> tuple[float, float]:
-        """(wall seconds, seconds the loop was held) of the attempt begun at ``started``. Up to
-        ``limit_s`` of wall time the hold is taken to be the wall time, without reading the CPU
-        clocks (the common, fast case)."""
-        wall = self.wall() - started[0]
-        if wall <= limit_s:
-            return wall, wall
-        on_cpu, waiting, sleeps = self.thread()
-        wall = self.wall() - started[0]
-        own = max(0.0, on_cpu - started[1][0])
-        if started[2] or (sleeps >= 0 and sleeps == started[1][2]):
-            # A worker was busy (a sleep may have been a wait for the GIL), or no sleep at all
-            # (the rest was preemption or steal).
-            return wall, own
-        preempted = max(0.0, waiting - started[1][1])
-        return wall, own + max(0.0, wall - own - preempted)
-
-
 class EncodedResponse:
     """A response already packed by its handler (the hot paths build the wire map straight from
     their results, without the message objects): the connection sends ``payload`` as it is."""
@@ -334,113 +207,6 @@ class _WouldBlock(Exception):
     """Raised inside an inline attempt: this request goes to a worker thread after all."""
 
 
-class DescriptorBudget:
-    """A broker-wide count of descriptors taken by fetch responses; thread-safe (taken in workers)."""
-
-    def __init__(self, capacity: int):
-        self.capacity = capacity
-        self.held = 0
-        self._lock = threading.Lock()
-
-    def take(self) -> bool:
-        with self._lock:
-            if self.held >= self.capacity:
-                return False
-            self.held += 1
-            return True
-
-    def give(self) -> None:
-        with self._lock:
-            self.held -= 1
-
-
-@dataclass
-class FetchRegion:
-    """A region of a segment file to sendfile; its descriptor is taken shortly before it is sent
-    (``fd`` None until then) and closed right after."""
-
-    records: Any  # the segment's FileRecords: reopened by the object, so a rename does not lose it
-    position: int
-    length: int
-    fd: int | None = None
-
-
-class FetchResult:
-    """A fetch response whose record bytes stay in files: the connection sends it with sendfile.
-
-    It holds at most DESCRIPTORS_PER_RESPONSE descriptors at once, and beyond its first only
-    what the broker-wide budget allows, however many partitions the fetch names: a client that
-    does not read pins a bounded number of descriptors until its connection is dropped."""
-
-    def __init__(self, parts: list | None, regions: list[FetchRegion], budget: DescriptorBudget):
-        self._parts = parts
-        self.regions = regions
-        #: The response the parts encode (its partition error codes are counted in the metrics).
-        self.response: m.FetchResponse | None = None
-        #: Record bytes the response holds, and whether a partition has an error (what decides
-        #: whether a long poll answers now).
-        self.total_bytes = 0
-        self.has_errors = False
-        self._budget = budget
-        #: Regions before this one have had their descriptor (and may have been sent).
-        self._next = 0
-        self._held = 0
-
-    @property
-    def parts(self) -> list:
-        """The msgpack protocol's response: its bytes, and the regions as ExternalBin parts (packed
-        when first asked for: the Kafka listener encodes ``response`` its own way)."""
-        if self._parts is None:
-            self._parts = m.pack_parts(self.response, check_schema=False)
-        return self._parts
-
-    def _may_open(self) -> bool:
-        """Whether one more descriptor may be taken now (taking a budget unit if beyond the first)."""
-        if self._held == 0:
-            return True
-        return self._held < DESCRIPTORS_PER_RESPONSE and self._budget.take()
-
-    def _opened(self, region: FetchRegion, fd: int) -> None:
-        region.fd = fd
-        self._held += 1
-
-    def _return_unit(self) -> None:
-        """Give back what _may_open took for a descriptor that was not opened after all."""
-        if self._held:
-            self._budget.give()
-
-    def open_descriptors(self) -> None:
-        """Take descriptors for the next regions (run in a worker thread: taking one may wait for
-        the segment's lock, held during an fsync). FileNotFoundError if a segment's files were
-        removed meanwhile (retention with file.delete.delay.ms=0): the response cannot be completed."""
-        while self._next < len(self.regions):
-            region = self.regions[self._next]
-            if region.fd is None:
-                if not self._may_open():
-                    return
-                try:
-                    fd = region.records.dup_fd()
-                except BaseException:
-                    self._return_unit()
-                    raise
-                self._opened(region, fd)
-            self._next += 1
-
-    def close_region(self, region: FetchRegion) -> None:
-        if region.fd is None:
-            return
-        fd, region.fd = region.fd, None
-        self._held -= 1
-        if self._held:
-            self._budget.give()
-        os.close(fd)
-
-    def close(self) -> None:
-        for region in self.regions:
-            self.close_region(region)
-        self.regions = []
-
-
 class RequestHandler:
     """Kafka's KafkaApis: each request to the handler of its API (:meth:`handle`'s table), with the
     coordinators and security stores it was built with."""
@@ -475,18 +241,9 @@ class RequestHandler:
         # see room for themselves and together pass the cap.
         self._create_lock = threading.Lock()
         self.fetch_descriptors = DescriptorBudget(SPARE_FETCH_DESCRIPTORS)
-        #: Monotonic seconds (``clock``) until which nothing is served inline (see INLINE_SLOW_S).
-        self.inline_paused_until = 0.0
-        self.clock = time.monotonic
-        #: Measures how long each inline attempt held the event loop.
         self.workers = workers
-        self.meter = LoopHoldMeter(workers=self.workers)
-        #: Inline attempts that took longer than INLINE_SLOW_S of wall time, and those of them
-        #: found to have held the loop that long (and so paused inline serving).
-        self.inline_slow = 0
-        self.inline_held = 0
-        #: When (``clock``) the last inline attempt held the loop past INLINE_SLOW_S.
-        self._last_hold_at = -math.inf
+        #: Whether small requests are served on the event loop now (see loop_hold).
+        self.inline = InlineServing(workers)
         #: Every API the handler serves, and the method serving it (as KafkaApis.handle lists its
         #: cases). SaslHandshake and SaslAuthenticate are the connection's: they change its state.
         self.apis: dict[str, Callable[[Any, RequestContext], Awaitable[Any]]] = {
@@ -523,34 +280,8 @@ class RequestHandler:
         }
 
     def close(self) -> None:
-        """Release what the handler holds open (the meter's clock file)."""
-        close = getattr(self.meter.thread, "close", None)
-        if close is not None:
-            close()
-
-    def _inline_allowed(self) -> bool:
-        return self.clock() >= self.inline_paused_until
-
-    def _inline_start(self) -> tuple:
-        return self.meter.start()
-
-    def _inline_took(self, started: tuple) -> None:
-        """Turn inline serving off for a while if the inline attempt begun at ``started`` held the
-        event loop longer than INLINE_SLOW_S (see LoopHoldMeter)."""
-        wall, held = self.meter.measure(started, INLINE_SLOW_S)
-        if wall <= INLINE_SLOW_S:
-            return
-        self.inline_slow += 1
-        if held <= INLINE_SLOW_S:
-            return
-        self.inline_held += 1
-        now = self.clock()
-        previous, self._last_hold_at = self._last_hold_at, now
-        if held <= INLINE_STALL_S and now - previous > INLINE_PAUSE_S:
-            return
-        self.inline_paused_until = now + INLINE_PAUSE_S
-        logger.info("inline_requests_paused", held_ms=round(held * 1000, 3), took_ms=round(wall * 1000, 3),
-                    pause_s=INLINE_PAUSE_S, limit_ms=INLINE_SLOW_S * 1000)
+        """Release what the handler holds open (the hold meter's clock file)."""
+        self.inline.close()
 
     async def _in_thread(self, fn, *args):
         return await self.workers.run_sync(fn, *args, limiter=self.limiter)
@@ -911,13 +642,13 @@ class RequestHandler:
         try:
             if (sum(len(t.partitions) for t in request.topics) > INLINE_PARTITIONS
                     or sum(len(p.records) for t in request.topics for p in t.partitions) > INLINE_PRODUCE_BYTES
-                    or not self._inline_allowed()):
+                    or not self.inline.allowed()):
                 raise _WouldBlock
-            started = self._inline_start()
+            started = self.inline.start()
             try:
                 self._produce_rows(request, ctx, results, inline=True)
             finally:
-                self._inline_took(started)
+                self.inline.took(started)
         except _WouldBlock:  # the rest (all of it, or from the first partition that would wait)
             await self._in_thread(self._produce_rows, request, ctx, results, False)
         for topic in results:
@@ -971,14 +702,14 @@ class RequestHandler:
             event = self.notifier.register(tps)
             try:
                 read = None
-                if sum(len(t.partitions) for t in request.topics) <= INLINE_PARTITIONS and self._inline_allowed():
-                    started = self._inline_start()
+                if sum(len(t.partitions) for t in request.topics) <= INLINE_PARTITIONS and self.inline.allowed():
+                    started = self.inline.start()
                     try:
                         read = self._read_fetch(request, ctx, inline=True)
                     except _WouldBlock:
                         pass
                     finally:
-                        self._inline_took(started)
+                        self.inline.took(started)
                 if read is None:
                     read = await self._in_thread(self._read_fetch, request, ctx)
                 # Kafka's rule: answer at once when min_bytes are there, a partition has an error,

@@ -42,17 +42,13 @@ from triolog.protocol.kafka.served import ADAPTERS, API_VERSIONS_KEY, SERVED_VER
 
 from triolog.broker.security.scram import AuthenticationFailed
 
-from .connection import ClientConnection, WrongProtocolLog, _entry_errors, _entry_fields
+from .connection import ClientConnection, _entry_errors, _entry_fields
 from .handlers import FetchResult, produce_response
 from .quota_manager import throttle_ms
 from .request_context import RequestContext
+from .wrong_protocol import MSGPACK_MAP_FIRST, KafkaListenerLog
 
 logger = structlog.get_logger("triolog.server")
-
-#: A msgpack map's first byte (fixmap, map16, map32): a triolog client on the Kafka port. No
-#: Kafka request starts with one (its first byte is the high byte of a small api_key: 0).
-_MSGPACK_MAP_FIRST = frozenset(range(0x80, 0x90)) | {0xDE, 0xDF}
-
 
 class KafkaConnection(ClientConnection):
     """A connection of the Kafka listener (``kafka.listeners``)."""
@@ -63,7 +59,7 @@ class KafkaConnection(ClientConnection):
         super().__init__(stream, handler, **kwargs)
         # The broker's log (its per-host rate limit shared with the msgpack listener), with the
         # hints of this listener: what it speaks is Kafka's protocol, not triolog's msgpack.
-        self.wrong_protocol_log = _KafkaListenerLog(self.wrong_protocol_log)
+        self.wrong_protocol_log = KafkaListenerLog(self.wrong_protocol_log)
         self.context = context
         #: After a SaslHandshake v0, the SASL exchange's messages come as bare frames.
         self._raw_sasl_tokens = False
@@ -88,7 +84,7 @@ class KafkaConnection(ClientConnection):
         if self._raw_sasl_tokens:
             return await self._raw_sasl_token(frame)
         try:
-            if frame and frame[0] in _MSGPACK_MAP_FIRST:
+            if frame and frame[0] in MSGPACK_MAP_FIRST:
                 self._wrong_protocol("msgpack")
                 return False
             if self._unauthenticated and len(frame) >= 2:
@@ -350,40 +346,6 @@ class KafkaConnection(ClientConnection):
 #: SaslAuthenticate.
 _PRE_AUTHENTICATION_KEYS = frozenset({API_VERSIONS_KEY, SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY})
 _SASL_REQUESTS = (m.SaslHandshakeRequest, m.SaslAuthenticateRequest)
-
-#: How the msgpack listener's hints begin, and how the Kafka listener's begin instead.
-_MSGPACK_SPEAKS = "this listener speaks triolog's msgpack protocol"
-_KAFKA_SPEAKS = "this is the Kafka-protocol listener (kafka.listeners): it speaks Kafka's protocol"
-
-
-def kafka_listener_hints(hints: dict[str, str]) -> dict[str, str]:
-    """The wrong-protocol hints of the Kafka listener, from the broker's (the msgpack listener's):
-    the same facts (where metrics are served...), said of the Kafka-protocol listener."""
-    out = dict(hints)
-    for protocol, name in (("http", "HTTP"), ("tls", "TLS")):
-        hint = hints.get(protocol, "")
-        if hint.startswith(_MSGPACK_SPEAKS):
-            out[protocol] = _KAFKA_SPEAKS + hint[len(_MSGPACK_SPEAKS):]
-        else:  # a hint true of either listener (TLS to a PLAINTEXT one)
-            out[protocol] = f"{_KAFKA_SPEAKS}, not {name}" + (f"; {hint}" if hint else "")
-    return out
-
-
-class _KafkaListenerLog:
-    """The broker's WrongProtocolLog seen from the Kafka listener: the same rate-limit state (and
-    hints updated once the broker knows its ports), the Kafka listener's wording."""
-
-    def __init__(self, shared: WrongProtocolLog):
-        self._shared = shared
-
-    def __getattr__(self, name: str):
-        return getattr(self._shared, name)
-
-    @property
-    def hints(self) -> dict[str, str]:
-        return kafka_listener_hints(self._shared.hints)
-
-    log = WrongProtocolLog.log
 
 @dataclass(slots=True)
 class _Answer:
