@@ -46,9 +46,10 @@ from .connection import ClientConnection
 from .group_commit import GroupCommitter
 from .group_handlers import GroupApis, GroupService
 from .handlers import RequestHandler
-from .kafka_connection import KafkaConnection
+from .kafka_codec import KafkaCodec
 from .loop_hold import WorkerThreads
 from .memory_pool import RequestMemoryPool
+from .msgpack_codec import MsgpackCodec
 from .producer_handlers import ProducerIdApis
 from .security_handlers import SecurityApis
 from .quota_manager import ClientQuotas, TokenBucket
@@ -435,10 +436,8 @@ class BrokerServer:
         # A TLS listener's connection handshakes first thing in serve(), under its time limits.
         if tls:
             options.update(ssl_context=self.ssl_context, principal_rules=config.ssl_principal_mapping_rules)
-        if kafka:
-            connection = KafkaConnection(stream, self.handler, context=self.kafka_context, **options)
-        else:
-            connection = ClientConnection(stream, self.handler, **options)
+        codec = KafkaCodec(self.kafka_context, self.request_limits) if kafka else MsgpackCodec(self.request_limits)
+        connection = ClientConnection(stream, self.handler, codec=codec, **options)
         self._per_ip[host] = self._per_ip.get(host, 0) + 1
         self.metrics.server.connection_opened()
         # Opening and closing are routine (every CLI call, every client): DEBUG, one event each.

@@ -39,7 +39,8 @@ class RequestAuthorizer:
     def enabled(self) -> bool:
         return self.acls is not None
 
-    def allowed(self, ctx: RequestContext, operation: AclOperation, resource_type: ResourceType, name: str, *, log: bool = True) -> bool:
+    def allowed(self, ctx: RequestContext, operation: AclOperation, resource_type: ResourceType, name: str, *,
+                log: bool = True) -> bool:
         """``log=False`` for a check that filters what a listing shows (as Kafka's)."""
         acls = self.acls
         if acls is None:

@@ -1,8 +1,8 @@
 """The one place where an exception raised while serving a request becomes a wire error code.
 
 A :class:`TriologError` names its own code (each class's ``code``: storage's, the SCRAM store's,
-SASL's); the other exceptions of storage and security are in :data:`ERROR_CODES`; anything else is a bug of ours: answered
-UNKNOWN_SERVER_ERROR and logged with its traceback.
+SASL's); the other exceptions of storage and security are in :data:`ERROR_CODES`; anything else
+is a bug of ours: answered UNKNOWN_SERVER_ERROR and logged with its traceback.
 """
 
 from __future__ import annotations

@@ -468,7 +468,8 @@ class GroupApis:
                                             error_message=_NOT_AVAILABLE)
             return m.ListGroupsResponse(id=request.id)  # no __consumer_offsets yet: no groups
         error, groups = coordinator.handle_list_groups(set(request.states_filter))
-        if not self.authz.allowed(ctx, Op.DESCRIBE, ResourceType.CLUSTER, CLUSTER, log=False):  # else those it may describe
+        # Those it may describe, unless it may describe the cluster.
+        if not self.authz.allowed(ctx, Op.DESCRIBE, ResourceType.CLUSTER, CLUSTER, log=False):
             groups = [g for g in groups if self.authz.group(ctx, Op.DESCRIBE, g[0], log=False)]
         return m.ListGroupsResponse(id=request.id, groups=tuple(
             m.ListedGroup(group_id=g, protocol_type=t, group_state=s) for g, t, s in groups), **_fields(error))
@@ -498,7 +499,8 @@ class GroupApis:
         return m.DescribeGroupsResponse(id=request.id, groups=tuple(out))
 
     async def delete_groups(self, request: m.DeleteGroupsRequest, ctx: RequestContext) -> m.Response:
-        denied = {g: _denied_group(ctx, Op.DELETE, g) for g in request.groups_names if not self.authz.group(ctx, Op.DELETE, g)}
+        denied = {g: _denied_group(ctx, Op.DELETE, g) for g in request.groups_names
+                  if not self.authz.group(ctx, Op.DELETE, g)}
         if denied:
             allowed = tuple(g for g in request.groups_names if g not in denied)
             answer = (await self.delete_groups(dataclasses.replace(request, groups_names=allowed), ctx)
@@ -514,6 +516,7 @@ class GroupApis:
             return m.DeleteGroupsResponse(id=request.id, results=tuple(
                 m.DeletableGroupResult(group_id=g, error_code=code, error_message=message)
                 for g in request.groups_names))
-        results = await _parked(ctx, lambda respond: coordinator.handle_delete_groups(list(request.groups_names), respond))
+        results = await _parked(ctx, lambda respond: coordinator.handle_delete_groups(list(request.groups_names),
+                                                                                      respond))
         return m.DeleteGroupsResponse(id=request.id, results=tuple(
             m.DeletableGroupResult(group_id=g, **_fields(results[g])) for g in request.groups_names))

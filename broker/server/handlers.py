@@ -680,7 +680,8 @@ class RequestHandler:
                 pending = row.info is None  # DUPLICATE_SEQUENCE_NUMBER: the original first
                 try:
                     with trio.fail_after(max(timeout_ms, 1) / 1000):
-                        await self.committer.wait_flushed(log, row.flush_before if pending else row.info.last_offset + 1)
+                        await self.committer.wait_flushed(log, row.flush_before if pending
+                                                          else row.info.last_offset + 1)
                 except trio.TooSlowError:
                     row.error = error_of(RequestTimedOutError(
                         f"the original of this duplicate batch (below offset {row.flush_before}) is not fsynced "

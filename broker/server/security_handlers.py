@@ -175,7 +175,8 @@ class SecurityApis:
 
     # -- SCRAM users -----------------------------------------------------------------------------
 
-    async def describe_user_scram_credentials(self, request: m.DescribeUserScramCredentialsRequest, ctx: RequestContext) -> m.Response:
+    async def describe_user_scram_credentials(self, request: m.DescribeUserScramCredentialsRequest,
+                                              ctx: RequestContext) -> m.Response:
         denied = self._cluster_denied(ctx, Op.DESCRIBE)
         if denied is not None:  # as Kafka: the error at the top, no results
             return m.DescribeUserScramCredentialsResponse(id=request.id, **denied)
@@ -200,7 +201,8 @@ class SecurityApis:
                 results.append(_described(user, described[user]))
         return m.DescribeUserScramCredentialsResponse(id=request.id, results=tuple(results))
 
-    async def alter_user_scram_credentials(self, request: m.AlterUserScramCredentialsRequest, ctx: RequestContext) -> m.Response:
+    async def alter_user_scram_credentials(self, request: m.AlterUserScramCredentialsRequest,
+                                           ctx: RequestContext) -> m.Response:
         users = list(dict.fromkeys([d.name for d in request.deletions] + [u.name for u in request.upsertions]))
         denied = self._cluster_denied(ctx, Op.ALTER)
         if denied is not None:  # as Kafka: each user once, sorted

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from hypothesis import given
 from hypothesis import strategies as st
 
-from triolog.broker.server.connection import _entry_errors
+from triolog.broker.server.codec import entry_errors
 from triolog.broker.server.error_mapping import ApiError
 from triolog.broker.server.handlers import (
     BROKER_VERSION,
@@ -66,4 +66,4 @@ def test_produce_payload_is_the_encoded_response(request_id, done, throttle):
     encoded = produce_payload(request_id, done, throttle)
     assert encoded.payload == m.encode_response(reference, check_schema=False)
     assert encoded.error_code == 0
-    assert encoded.entry_errors == _entry_errors(reference)
+    assert encoded.entry_errors == entry_errors(reference)
