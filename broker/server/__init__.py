@@ -7,7 +7,7 @@ How to read it (Kafka's SocketServer, RequestChannel, KafkaApis and RequestConte
 - ``connection.py``: ClientConnection: one client's bytes (frames, request memory pool, time
   limits, TLS, sendfile) and the one request pipeline every listener's requests go through
   (SASL state, quotas and throttling, long polls and hang-ups, acks=0, metrics, failures).
-- ``codec.py``: what a listener's codec hands the pipeline (Decoded, Refusal, Encoded).
+- ``codec.py``: what a listener's codec hands the pipeline (Decoded, Refusal, EncodedResponse).
 - ``msgpack_codec.py``, ``kafka_codec.py``: the two listeners, each reduced to its codec (sans I/O;
   the Kafka one wraps the adapters of protocol/kafka); where they differ on purpose, they say so.
 - ``request_context.py``: RequestContext: who asks what, from where, on which listener; passed to

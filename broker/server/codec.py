@@ -11,7 +11,7 @@ from typing import Any
 
 from triolog.protocol import messages as m
 
-__all__ = ["Decoded", "Encoded", "Refusal", "entry_errors", "entry_fields"]
+__all__ = ["Decoded", "EncodedResponse", "Refusal", "entry_errors", "entry_fields"]
 
 
 @dataclass(slots=True)
@@ -59,13 +59,17 @@ class Refusal:
     answered_before_authentication: bool = False
 
 
-@dataclass(slots=True)
-class Encoded:
-    """An answer ready to send, with what the metrics count of it."""
+class EncodedResponse:
+    """An answer ready to send (the hot paths' handlers pack theirs straight from their results,
+    without the message objects), with what the metrics count of it."""
 
-    payload: bytes
-    code: int
-    entry_errors: dict[int, int] | None = None
+    __slots__ = ("payload", "error_code", "entry_errors")
+
+    def __init__(self, payload: bytes, error_code: int = 0, entry_errors: dict[int, int] | None = None):
+        self.payload = payload
+        self.error_code = error_code
+        #: The entries' error codes, counted (as connection._entry_errors counts them).
+        self.entry_errors = entry_errors
 
 
 def entry_errors(response: m.Response | None) -> dict[int, int] | None:

@@ -165,6 +165,8 @@ class ClientConnection:
         self._request_started = 0.0
         self._accounting = RequestAccounting()
         self._request_throttle_s: float | None = 0.0
+        #: What the metrics count of the request being served (one at a time: reused).
+        self._served = _Served()
         #: The worker threads SASL steps may use, shared by the broker's connections.
         self.auth_limiter = auth_limiter if auth_limiter is not None else trio.CapacityLimiter(1)
         self.max_frame_bytes = max_frame_bytes
@@ -447,15 +449,6 @@ class ClientConnection:
         if answer is not None:
             await self._send_bytes(None, answer)
 
-    async def _decode(self, frame: bytes | bytearray) -> Decoded | Refusal:
-        """The codec's decoding of ``frame``: on the event loop, or, for a frame it finds too large
-        for that, in a worker thread (decoding is pure), so none holds the others up for long."""
-        decoded = self.codec.decode(frame, may_defer=True)
-        if decoded is None:
-            decoded = await self.handler.workers.run_sync(partial(self.codec.decode, frame),
-                                                          limiter=self.decode_limiter)
-        return decoded
-
     async def _run(self, large: bool, fn, *args):
         """``fn(*args)``: on the event loop, or for ``large`` work (a codec's translations and
         encodings, which are pure) in a worker thread."""
@@ -473,7 +466,8 @@ class ClientConnection:
         start = trio.current_time()
         self._begin_request()
         codec = self.codec
-        served = _Served()
+        served = self._served
+        served.api = served.code = served.entry_errors = None
         frame, self._frame = self._frame, None
         frame_bytes = len(frame) + PREFIX_SIZE
         if codec.raw_sasl_tokens:
@@ -489,7 +483,10 @@ class ClientConnection:
                 served.api = peek.api
                 if not self._admitted(peek.api, served, peek.fields):
                     return False
-            decoded = await self._decode(frame)
+            decoded = codec.decode(frame, may_defer=True)
+            if decoded is None:  # too large to decode on the event loop (decoding is pure)
+                decoded = await self.handler.workers.run_sync(partial(codec.decode, frame),
+                                                              limiter=self.decode_limiter)
             del frame
             if type(decoded) is Refusal:
                 served.api, served.code = decoded.api, decoded.code
@@ -531,43 +528,53 @@ class ClientConnection:
                     served.code = errors[0][2] if errors else ErrorCode.INVALID_REQUEST
                     self._close_for_acks0(decoded, errors)
                     return False
-                return await self._answer(decoded, None, served)
-            try:
-                response = await self._handle(decoded, request, ctx)
-            except Exception as exc:
-                logger.exception("request_failed", peer=self.peer, api=api, id=decoded.correlation_id)
-                served.code = ErrorCode.UNKNOWN_SERVER_ERROR
-                answer = codec.failure(decoded, f"unexpected server error: {type(exc).__name__}: {exc}")
-                if answer is None:  # an acks=0 produce, or an API without an error code: closed
-                    if decoded.unacknowledged_produce and codec.closes_after_failed_acks0():
-                        self._close_for_acks0(decoded, [], "the handler failed on it (request_failed above)")
-                    return False
-                await self._send_bytes(api, answer)
-                return True
-            if response is None:  # the client hung up during a long poll
-                logger.debug("long_poll_abandoned", peer=self.peer, id=decoded.correlation_id)
-                return False
-            if type(response) is FetchResult:
+                response = None
+            else:
                 try:
-                    self._meter_fetch(response, decoded.client_id)
-                    served.code, served.entry_errors = ErrorCode.NONE, entry_errors(response.response)
-                    parts = await self._run(codec.large_answer(decoded, response), codec.fetch_parts, decoded,
-                                            response)
-                    await self._send_parts(api, response, parts, m.parts_length(parts))
-                finally:
-                    response.close()
-                return True
-            if decoded.unacknowledged_produce:  # never answered
-                errors = _produce_errors(response)
-                if errors and codec.closes_after_failed_acks0():
-                    served.code = errors[0][2]
-                    self._close_for_acks0(decoded, errors)
+                    if type(request) in _HOT_REQUESTS or (type(request) is m.FetchRequest and not request.max_wait_ms):
+                        response = await self.handler.handle(request, ctx)  # hot: no follow-up, no long poll
+                    else:
+                        response = await self._handle(decoded, request, ctx)
+                except Exception as exc:
+                    logger.exception("request_failed", peer=self.peer, api=api, id=decoded.correlation_id)
+                    served.code = ErrorCode.UNKNOWN_SERVER_ERROR
+                    answer = codec.failure(decoded, f"unexpected server error: {type(exc).__name__}: {exc}")
+                    if answer is None:  # an acks=0 produce, or an API without an error code: closed
+                        if decoded.unacknowledged_produce and codec.closes_after_failed_acks0():
+                            self._close_for_acks0(decoded, [], "the handler failed on it (request_failed above)")
+                        return False
+                    await self._send_bytes(api, answer)
+                    return True
+                if response is None:  # the client hung up during a long poll
+                    logger.debug("long_poll_abandoned", peer=self.peer, id=decoded.correlation_id)
                     return False
-                served.code = ErrorCode.NONE
-                self._request_throttle(decoded.client_id)  # no answer to carry it: muted only
-                await trio.lowlevel.checkpoint()  # no send, so no send's checkpoint: stay fair
-                return True
-            return await self._answer(decoded, response, served)
+                if type(response) is FetchResult:
+                    try:
+                        self._meter_fetch(response, decoded.client_id)
+                        served.code, served.entry_errors = ErrorCode.NONE, entry_errors(response.response)
+                        parts = await self._run(codec.large_answer(decoded, response), codec.fetch_parts, decoded,
+                                                response)
+                        await self._send_parts(api, response, parts, m.parts_length(parts))
+                    finally:
+                        response.close()
+                    return True
+                if decoded.unacknowledged_produce:  # never answered
+                    errors = _produce_errors(response)
+                    if errors and codec.closes_after_failed_acks0():
+                        served.code = errors[0][2]
+                        self._close_for_acks0(decoded, errors)
+                        return False
+                    served.code = ErrorCode.NONE
+                    self._request_throttle(decoded.client_id)  # no answer to carry it: muted only
+                    await trio.lowlevel.checkpoint()  # no send, so no send's checkpoint: stay fair
+                    return True
+            throttle = self._answer_throttle(decoded)
+            if codec.large_answer(decoded, response):  # translated and encoded in a worker thread
+                payload = await self._run(True, self._encode, codec, decoded, response, throttle, served)
+            else:
+                payload = self._encode(codec, decoded, response, throttle, served)
+            await self._send_bytes(api, payload)
+            return True
         finally:
             if self.stats is not None:
                 self.stats.bytes_in(served.api, frame_bytes)
@@ -606,25 +613,30 @@ class ClientConnection:
         return await self._handle_one(decoded, request, ctx)
 
     async def _handle_one(self, decoded: Decoded, request, ctx: RequestContext):
+        """The handler's answer to one request, and to the requests the codec follows it up with."""
         response = await self.handler.handle(request, ctx)
         while (after := self.codec.follow_up(decoded, response, request)) is not None:
             request = after
             response = await self.handler.handle(request, ctx)
         return response
 
-    async def _answer(self, decoded: Decoded, response, served: _Served) -> bool:
-        """Encode and send the answer, carrying the request's throttle (request_percentage, and a
-        produce's byte rate)."""
-        throttle = max(self._accounting.throttle_ms, throttle_ms(self._request_throttle(decoded.client_id)))
+    def _answer_throttle(self, decoded: Decoded) -> int:
+        """The throttle (ms) the answer carries: request_percentage (recorded now, the handling
+        done), and a produce's byte rate."""
+        request_s = self._request_throttle(decoded.client_id)
+        throttle = self._accounting.throttle_ms
+        return max(throttle, throttle_ms(request_s)) if request_s else throttle
+
+    @staticmethod
+    def _encode(codec, decoded: Decoded, response, throttle: int, served: _Served) -> bytes:
+        """The answer's bytes (its code and entries counted in ``served``)."""
         try:
-            encoded = await self._run(self.codec.large_answer(decoded, response), self.codec.encode, decoded,
-                                      response, throttle)
+            encoded = codec.encode(decoded, response, throttle)
         except Exception:
             served.code = ErrorCode.UNKNOWN_SERVER_ERROR  # a bug on our side; the connection closes
             raise
-        served.code, served.entry_errors = encoded.code, encoded.entry_errors
-        await self._send_bytes(decoded.api, encoded.payload)
-        return True
+        served.code, served.entry_errors = encoded.error_code, encoded.entry_errors
+        return encoded.payload
 
     async def _raw_sasl_token(self, token: bytes | bytearray) -> bool:
         """One SASL message after SaslHandshake v0 (a bare frame), answered with a bare frame; a
@@ -723,7 +735,8 @@ class ClientConnection:
     def _begin_request(self) -> None:
         """A request's frame is taken up: fresh accounting; its handling time runs from now, if
         any entity has a request_percentage (otherwise the request costs nothing here)."""
-        self._accounting = RequestAccounting()
+        accounting = self._accounting  # one request at a time: reused
+        accounting.parked_s, accounting.throttle_ms = 0.0, 0
         if self.quotas is None or not self.quotas.request.active:
             self._request_throttle_s = 0.0
             return
@@ -968,6 +981,8 @@ TLS_SEND_BYTES = 256 * 1024
 _TLS_HANDSHAKE_RECORD = 0x16
 #: The SASL exchange's own requests (answered by the connection, not the handler).
 _SASL_REQUESTS = (m.SaslHandshakeRequest, m.SaslAuthenticateRequest)
+#: Requests no codec follows up with another (nor parks as a long poll): handled straight away.
+_HOT_REQUESTS = frozenset({m.ProduceRequest, m.ApiVersionsRequest})
 #: A request that is a list of internal requests (FindCoordinator v4's keys, OffsetFetch v8's
 #: groups, DescribeGroups' chunks) yields to the other connections once its calls took this long.
 YIELD_AFTER_S = 0.002

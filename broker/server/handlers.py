@@ -55,6 +55,7 @@ from triolog.protocol.errors import (
 from .authorization import Op, RequestAuthorizer
 from .fetch_descriptors import SPARE_FETCH_DESCRIPTORS, DescriptorBudget, FetchRegion, FetchResult
 from .group_commit import GroupCommitter
+from .codec import EncodedResponse
 from .error_mapping import ApiError, error_of
 from .group_handlers import GroupApis
 from .loop_hold import InlineServing, WorkerThreads
@@ -103,19 +104,6 @@ def config_value_text(value: Any) -> str:
 INLINE_PRODUCE_BYTES = 16 * 1024 if core.COMPILED else 2 * 1024
 #: Partitions a produce or fetch may name and still be served on the event loop.
 INLINE_PARTITIONS = 4
-class EncodedResponse:
-    """A response already packed by its handler (the hot paths build the wire map straight from
-    their results, without the message objects): the connection sends ``payload`` as it is."""
-
-    __slots__ = ("payload", "error_code", "entry_errors")
-
-    def __init__(self, payload: bytes, error_code: int = 0, entry_errors: dict[int, int] | None = None):
-        self.payload = payload
-        self.error_code = error_code
-        #: The entries' error codes, counted (as connection._entry_errors counts them).
-        self.entry_errors = entry_errors
-
-
 class ApiVersionsAnswer:
     """api_versions' answer, the same for every request but its id: packed once, the id's
     encoding spliced in per request (a map whose first key is ``id``)."""

@@ -35,7 +35,7 @@ from triolog.protocol.kafka.schema import build, field_names, response_class
 from triolog.protocol.kafka.served import ADAPTERS, API_VERSIONS_KEY, SERVED_VERSIONS, unsupported_api_versions_body
 from triolog.protocol.request_limits import RequestLimits
 
-from .codec import Decoded, Encoded, Refusal, entry_errors, entry_fields
+from .codec import Decoded, EncodedResponse, Refusal, entry_errors, entry_fields
 from .fetch_descriptors import FetchResult
 from .handlers import produce_response
 from .wrong_protocol import MSGPACK_MAP_FIRST, KafkaListenerLog
@@ -204,7 +204,7 @@ class KafkaCodec:
         return encode_response(wire.api_key, wire.version, wire.correlation_id,
                                decoded.adapter.to_kafka(result.response, wire, self.context))
 
-    def encode(self, decoded: Decoded, response, throttle_ms: int) -> Encoded:
+    def encode(self, decoded: Decoded, response, throttle_ms: int) -> EncodedResponse:
         """The kio answer's bytes, carrying ``throttle_ms`` in its throttle_time_ms if that is longer
         than its own (every Kafka response that has the field; ApiVersions v0 has none)."""
         wire = decoded.wire
@@ -225,7 +225,7 @@ class KafkaCodec:
         if throttle_ms and "throttle_time" in field_names(type(body)):
             throttle = datetime.timedelta(milliseconds=throttle_ms)
             body = dataclasses.replace(body, throttle_time=max(body.throttle_time, throttle))
-        return Encoded(_encoded(wire, body), code, counts)
+        return EncodedResponse(_encoded(wire, body), code, counts)
 
 
 _PRODUCE = 0

@@ -14,9 +14,9 @@ from triolog.protocol.errors import ErrorCode
 from triolog.protocol.frames import kafka_request_header
 from triolog.protocol.request_limits import RequestLimits, count_objects
 
-from .codec import Decoded, Encoded, Refusal, entry_errors
+from .codec import Decoded, EncodedResponse, Refusal, entry_errors
 from .fetch_descriptors import FetchResult
-from .handlers import EncodedResponse, produce_payload
+from .handlers import produce_payload
 
 __all__ = ["INLINE_DECODE_OBJECTS", "MsgpackCodec"]
 
@@ -112,14 +112,14 @@ class MsgpackCodec:
         """The fetch response's bytes, with its record regions as parts to sendfile."""
         return result.parts
 
-    def encode(self, decoded: Decoded, response, throttle_ms: int) -> Encoded:
+    def encode(self, decoded: Decoded, response, throttle_ms: int) -> EncodedResponse:
         """The answer's bytes, carrying ``throttle_ms`` if that is longer than its own."""
         if type(decoded.request) is m.ProduceRequest:
             response = produce_payload(decoded.correlation_id, response, throttle_ms)
         if type(response) is EncodedResponse:
-            return Encoded(response.payload, response.error_code, response.entry_errors)
+            return response
         if throttle_ms and hasattr(response, "throttle_ms"):
             response = dataclasses.replace(response, throttle_ms=max(response.throttle_ms, throttle_ms))
         # The hot paths skip the schema re-check (still refusing an error without a message).
         payload = m.encode_response(response, check_schema=decoded.api not in _HOT_APIS)
-        return Encoded(payload, response.error_code, entry_errors(response))
+        return EncodedResponse(payload, response.error_code, entry_errors(response))
