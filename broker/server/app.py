@@ -41,15 +41,20 @@ from triolog.protocol.kafka.apis import KafkaContext
 
 from triolog.protocol.request_limits import RequestLimits
 
-from .authorization import CLIENT_IP, RequestAuthorizer
-from .connection import ClientConnection, WrongProtocolLog, wrong_protocol_hints
+from .authorization import RequestAuthorizer
+from .connection import ClientConnection
 from .group_commit import GroupCommitter
-from .group_handlers import CLIENT_HOST, GroupService
-from .handlers import RequestHandler, WorkerThreads
-from .kafka_connection import KafkaConnection
+from .group_handlers import GroupApis, GroupService
+from .handlers import RequestHandler
+from .kafka_codec import KafkaCodec
+from .loop_hold import WorkerThreads
 from .memory_pool import RequestMemoryPool
+from .msgpack_codec import MsgpackCodec
+from .producer_handlers import ProducerIdApis
+from .security_handlers import SecurityApis
 from .quota_manager import ClientQuotas, TokenBucket
 from .notifier import AppendNotifier
+from .wrong_protocol import WrongProtocolLog, wrong_protocol_hints
 
 logger = structlog.get_logger("triolog.server")
 
@@ -123,7 +128,7 @@ class BrokerServer:
         self.log_manager.topic_config = self.topics.config_for
         self.limiter = trio.CapacityLimiter(storage_threads)
         #: Every call of the running broker into a worker thread goes through this (counted: see
-        #: handlers.LoopHoldMeter).
+        #: loop_hold.LoopHoldMeter).
         self.workers = WorkerThreads()
         self.committer = GroupCommitter(run_sync=self.workers.run_sync)
         self.notifier = AppendNotifier()
@@ -194,19 +199,10 @@ class BrokerServer:
             metrics_port = await self._start_metrics_endpoint()
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
-                self.handler = RequestHandler(self.config, self.log_manager, self.topics, self.committer,
-                                              self.notifier, self.limiter, on_roll=self._on_roll,
-                                              workers=self.workers)
-                self.handler.producer_ids = self.producer_ids
-                self.handler.authz = RequestAuthorizer(self.acls if self.config.authorizer_enabled else None)
-                self.handler.acl_store, self.handler.credentials = self.acls, self.credentials
-                self.handler.quota_store = self.quotas.store
                 await nursery.start(self.committer.run)
                 # The group coordinator: loads __consumer_offsets (if it exists) while serving.
                 self.groups = GroupService(self.config, self.topics, self.committer, self.notifier, self.workers,
                                            self.limiter, self.clock)
-                self.handler.group_service = self.groups
-                self.handler.group_metrics = self.metrics.groups
                 self.metrics.groups.watch(lambda: self.groups.coordinator)
                 await nursery.start(self.groups.run)
                 self.metrics.server.watch(self)
@@ -216,6 +212,9 @@ class BrokerServer:
                     kafka_listen = self.config.kafka_listener
                     kafka_listeners = [] if kafka_listen is None else await _open_listeners(
                         kafka_listen, "kafka.listeners")
+                    port = listeners[0].socket.getsockname()[1]
+                    # Before the first accept: its answers name the port bound (listeners with port 0).
+                    self.handler = self._request_handler(listen.host or "localhost", port)
                     accepting = trio.CancelScope()
 
                     async def accept_all() -> None:
@@ -228,8 +227,6 @@ class BrokerServer:
                                                             kafka_listen)
 
                     connections.start_soon(accept_all)
-                    port = listeners[0].socket.getsockname()[1]
-                    self.handler.advertised_port = port
                     kafka_port = kafka_listeners[0].socket.getsockname()[1] if kafka_listeners else None
                     self.kafka_context = self._kafka_context(kafka_port)
                     self.wrong_protocol_log.hints = wrong_protocol_hints(
@@ -262,6 +259,22 @@ class BrokerServer:
                 if self.handler is not None:
                     self.handler.close()
                 logger.info("broker_stopped")
+
+    def _request_handler(self, advertised_host: str, advertised_port: int) -> RequestHandler:
+        """The request handler, with the coordinators and security stores it serves from."""
+        authz = RequestAuthorizer(self.acls if self.config.authorizer_enabled else None)
+        threads = dict(workers=self.workers, limiter=self.limiter)
+        return RequestHandler(
+            config=self.config, log_manager=self.log_manager, topics=self.topics, committer=self.committer,
+            notifier=self.notifier, on_roll=self._on_roll, authz=authz,
+            advertised_host=advertised_host, advertised_port=advertised_port,
+            groups=GroupApis(config=self.config, topics=self.topics, authz=authz, service=self.groups,
+                             advertised_host=advertised_host, advertised_port=advertised_port,
+                             metrics=self.metrics.groups),
+            security=SecurityApis(authz=authz, acl_store=self.acls, credentials=self.credentials,
+                                  quota_store=self.quotas.store, **threads),
+            producers=ProducerIdApis(manager=self.producer_ids, log_manager=self.log_manager, authz=authz, **threads),
+            **threads)
 
     def _kafka_context(self, kafka_port: int | None) -> KafkaContext | None:
         """What the Kafka listener's answers say about this broker (None without the listener)."""
@@ -410,7 +423,8 @@ class BrokerServer:
             idle_timeout_s=idle_ms / 1000 if idle_ms >= 0 else math.inf,
             receive_timeout_s=receive_ms / 1000 if receive_ms >= 0 else math.inf,
             peer=peer, stats=self.metrics.server, pool=self.request_pool, limits=self.request_limits,
-            decode_limiter=self.decode_limiter, wrong_protocol_log=self.wrong_protocol_log)
+            decode_limiter=self.decode_limiter, wrong_protocol_log=self.wrong_protocol_log,
+            listener="kafka.listeners" if kafka else "listeners", security_protocol=endpoint.scheme)
         tls = uses_tls(endpoint)
         if uses_sasl(endpoint):
             options.update(
@@ -422,13 +436,9 @@ class BrokerServer:
         # A TLS listener's connection handshakes first thing in serve(), under its time limits.
         if tls:
             options.update(ssl_context=self.ssl_context, principal_rules=config.ssl_principal_mapping_rules)
-        if kafka:
-            connection = KafkaConnection(stream, self.handler, context=self.kafka_context, **options)
-        else:
-            connection = ClientConnection(stream, self.handler, **options)
+        codec = KafkaCodec(self.kafka_context, self.request_limits) if kafka else MsgpackCodec(self.request_limits)
+        connection = ClientConnection(stream, self.handler, codec=codec, **options)
         self._per_ip[host] = self._per_ip.get(host, 0) + 1
-        CLIENT_HOST.set(f"/{host}")  # this connection's task: a joining member's client_host (Kafka's form)
-        CLIENT_IP.set(host)  # the host ACLs are checked against
         self.metrics.server.connection_opened()
         # Opening and closing are routine (every CLI call, every client): DEBUG, one event each.
         logger.debug("connection_opened", peer=peer)

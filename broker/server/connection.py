@@ -1,10 +1,14 @@
-"""One client connection: bytes in through the sans-IO FrameDecoder, responses out in request order.
+"""One client connection of either listener: frames in through the sans-IO FrameDecoder, answers
+out in request order, and the one request pipeline (:meth:`ClientConnection._handle_frame`).
 
+The pipeline serves every request the same way whatever the listener: authentication state
+(the SASL exchange, the pre-authentication rule, session expiry), quotas and throttling, long
+polls and hang-ups, acks=0, timing, metrics and the answer to a handler failure. The listener is
+only its codec (:mod:`.msgpack_codec`, :mod:`.kafka_codec`): a frame decoded into the handler's
+request, an answer encoded, and where the two listeners differ on purpose, the codec says how.
 Requests of one connection are handled one at a time, in the order they arrived (as Kafka
 mutes a channel while it has a request in flight), so pipelined responses come back in order.
-Fetch responses go out as msgpack parts with the record bytes copied from the segment files by
-sendfile. Every error a handler does not map is contained here: the connection answers
-UNKNOWN_SERVER_ERROR and stays up; only unreadable framing closes it.
+Fetch responses go out with the record bytes copied from the segment files by sendfile.
 
 What one client can hold is bounded:
 
@@ -16,7 +20,7 @@ What one client can hold is bounded:
   most one such frame plus its read-ahead, and ``max.connections`` bounds the connections), so
   a small request is never queued behind large frames whose senders parked them in the pool;
   decoding is bounded by :mod:`triolog.protocol.request_limits`, and a frame that holds more than
-  ``INLINE_DECODE_OBJECTS`` msgpack objects is walked and decoded in a worker thread, not on the
+  ``msgpack_codec.INLINE_DECODE_OBJECTS`` msgpack objects is walked and decoded in a worker thread, not on the
   event loop;
 * time: between requests a connection may stay silent ``connections.max.idle.ms``; once a
   frame's first byte is in, the whole frame must arrive within ``request.receive.timeout.ms``
@@ -24,7 +28,7 @@ What one client can hold is bounded:
   ``connections.max.idle.ms`` (a client that does not read) closes the connection, and with it
   the sendfile descriptors of a fetch;
 * descriptors: a fetch response takes its segments' descriptors a few at a time as it sends
-  (:class:`triolog.broker.server.handlers.FetchResult`), each closed after its sendfile, so a client
+  (:class:`triolog.broker.server.fetch_descriptors.FetchResult`), each closed after its sendfile, so a client
   that does not read pins a bounded number, not one per partition it named;
 * long polls: a fetch waiting for data watches its socket and ends when the client hangs up.
 
@@ -43,14 +47,10 @@ import math
 import os
 import socket
 import ssl
-import time
-import typing
-from collections import OrderedDict
-from collections.abc import Callable
-from dataclasses import fields, is_dataclass
+from dataclasses import dataclass
+from functools import partial
 from typing import Protocol
 
-import msgpack
 import outcome
 import structlog
 import trio
@@ -58,9 +58,8 @@ import trio
 from triolog.broker.security.sasl import PRE_AUTHENTICATION_APIS, SaslServerSession
 from triolog.broker.security.scram import AuthenticationFailed
 from triolog.broker.security.tls import NoMatchingRule, certificate_principal
-from triolog.config.broker_config import SASL_MECHANISMS, Endpoint
+from triolog.config.broker_config import SASL_MECHANISMS
 from triolog.config.principal_rules import PrincipalMappingRules
-from triolog.protocol.kafka.apis import KafkaContext
 from triolog.protocol import messages as m
 from triolog.protocol.errors import ErrorCode
 from triolog.protocol.frames import (
@@ -70,15 +69,19 @@ from triolog.protocol.frames import (
     FrameTooLargeError,
     foreign_protocol_of_prefix,
     frame_prefix,
-    kafka_request_header,
 )
-from triolog.protocol.request_limits import RequestLimits, count_objects
+from triolog.protocol.request_limits import RequestLimits
 
-from .authorization import ANONYMOUS, PRINCIPAL, REQUEST_PARKED_S, RESPONSE_THROTTLE_MS
-from .handlers import EncodedResponse, FetchResult, RequestHandler
+from .codec import Decoded, Refusal, entry_errors
+from .fetch_descriptors import FetchResult
+from .handlers import RequestHandler, TopicAppends
+from .kafka_codec import KafkaCodec
 from .memory_pool import RequestMemoryPool
+from .msgpack_codec import MsgpackCodec
 from .quota_manager import THROTTLE_EPSILON_S, ClientQuotaManager, ClientQuotas, throttle_ms
+from .request_context import ANONYMOUS, RequestAccounting, RequestContext, request_context
 from .tls_session import TlsClosed, TlsSession
+from .wrong_protocol import WrongProtocolLog, wrong_protocol_hints
 
 logger = structlog.get_logger("triolog.server")
 
@@ -88,95 +91,6 @@ RECEIVE_BYTES = 256 * 1024
 #: each. They are held outside the request pool until their frame's length is reserved, so each
 #: connection may hold this much beyond the pool, like its socket's own buffers.
 READ_AHEAD_BYTES = 16 * 1024
-#: APIs whose responses are encoded without re-checking them against the schema (built from typed
-#: values on the request path; the conformance tests check their shape).
-_HOT_APIS = frozenset({"produce", "fetch", "api_versions"})
-#: Requests holding at most this many msgpack objects are decoded on the event loop (tens of
-#: microseconds); larger ones in a worker thread, so a decoding bomb never stalls the others.
-INLINE_DECODE_OBJECTS = 1024
-#: What the log (and the refusal a TLS client gets) says about a client speaking another protocol
-#: here; the HTTP hint names this broker's metrics endpoint (:func:`wrong_protocol_hints`).
-_NOT_KAFKA = ("this listener speaks triolog's msgpack protocol, not Kafka's, and this broker has no Kafka-protocol "
-              "listener (kafka.listeners is empty): set kafka.listeners, or connect with triolog's client "
-              "(triolog.client) or the triolog CLI")
-_NOT_TLS = ("this listener is PLAINTEXT, not TLS: connect without TLS, or to a listener the broker serves as "
-            "SSL:// or SASL_SSL:// (listeners, kafka.listeners)")
-_NOT_PLAINTEXT = ("this listener speaks TLS (an SSL:// or SASL_SSL:// listener): the client must connect with TLS "
-                  "(Kafka clients: security.protocol=SSL or SASL_SSL; triolog's: the same setting)")
-#: A client speaking another protocol is logged at WARNING once per (peer host, protocol) in this
-#: long, at DEBUG in between: a Kafka client retrying its bootstrap would log one per attempt.
-WRONG_PROTOCOL_WARN_INTERVAL_S = 600.0
-#: (host, protocol) pairs remembered for that; past this many, the oldest is forgotten (and may
-#: warn again early), so a scan from many addresses holds bounded memory.
-WRONG_PROTOCOL_MAX_PEERS = 256
-
-
-def wrong_protocol_hints(metrics_listener: Endpoint | None, metrics_port: int | None = None,
-                         kafka: KafkaContext | None = None) -> dict[str, str]:
-    """The hint for each protocol; the HTTP one says where this broker serves Prometheus metrics
-    (``metrics_port``: the port it bound, for a listener configured with port 0), or that it
-    serves none; the Kafka one where Kafka clients connect (``kafka``: the Kafka listener's
-    advertised address), if anywhere. "msgpack" is for a triolog client on the Kafka port."""
-    if metrics_listener is None:
-        http = ("this listener speaks triolog's msgpack protocol, not HTTP, and this broker serves no HTTP "
-                "endpoint: Prometheus metrics are disabled (metrics.listener is empty)")
-    else:
-        port = metrics_listener.port if metrics_port is None else metrics_port
-        host = metrics_listener.host
-        if host in ("", "0.0.0.0", "::"):
-            host = "<any address of this host>"
-        elif ":" in host:
-            host = f"[{host}]"
-        http = (f"this listener speaks triolog's msgpack protocol, not HTTP: Prometheus metrics are served at "
-                f"http://{host}:{port}/metrics (metrics.listener={metrics_listener})")
-    not_kafka = _NOT_KAFKA
-    if kafka is not None:
-        host = f"[{kafka.host}]" if ":" in kafka.host else kafka.host
-        not_kafka = (f"this listener speaks triolog's msgpack protocol, not Kafka's: Kafka clients connect to "
-                     f"{host}:{kafka.port} (kafka.listeners)")
-    msgpack = ("this listener speaks Kafka's protocol, not triolog's msgpack protocol: triolog's client and CLI "
-               "connect to the broker's listeners address")
-    return {"kafka": not_kafka, "http": http, "tls": _NOT_TLS, "msgpack": msgpack, "plaintext": _NOT_PLAINTEXT}
-
-
-class WrongProtocolLog:
-    """Logs the clients that speak another protocol to the listener, for the whole broker: WARNING
-    for the first connection of a (peer host, protocol) in ``interval_s``, DEBUG for the others
-    (the metric counts them all). ``clock`` is monotonic seconds."""
-
-    def __init__(self, hints: dict[str, str], *, clock: Callable[[], float] = time.monotonic,
-                 interval_s: float = WRONG_PROTOCOL_WARN_INTERVAL_S, max_peers: int = WRONG_PROTOCOL_MAX_PEERS):
-        self.hints = hints
-        self.clock = clock
-        self.interval_s = interval_s
-        self.max_peers = max_peers
-        #: (host, protocol) -> when it was last logged at WARNING, oldest first.
-        self._warned: OrderedDict[tuple[str, str], float] = OrderedDict()
-
-    def log(self, host: str, protocol: str, **fields) -> str:
-        """Log one connection of ``host`` speaking ``protocol``; the level used ("warning", "debug")."""
-        now = self.clock()
-        warned = self._warned
-        while warned:  # forget what has expired (entries are in the order they were warned)
-            key, at = next(iter(warned.items()))
-            if now - at < self.interval_s:
-                break
-            del warned[key]
-        key = (host, protocol)
-        if key in warned:
-            logger.debug("wrong_protocol", protocol=protocol, hint=self.hints[protocol], **fields)
-            return "debug"
-        warned[key] = now
-        if len(warned) > self.max_peers:
-            warned.popitem(last=False)
-        logger.warning("wrong_protocol", protocol=protocol, hint=self.hints[protocol],
-                       repeats=f"further connections of this host speaking it are logged at DEBUG for "
-                               f"{self.interval_s:g} s, all counted in triolog_server_wrong_protocol_connections_total",
-                       **fields)
-        return "warning"
-
-    def __len__(self) -> int:
-        return len(self._warned)
 
 
 class ConnectionStats(Protocol):
@@ -214,8 +128,11 @@ class ClientConnection:
                  sasl: SaslServerSession | None = None, auth_failure_delay_s: float = 0.1,
                  sasl_max_frame_bytes: int | None = None, auth_limiter: trio.CapacityLimiter | None = None,
                  quotas: ClientQuotas | None = None, ssl_context: ssl.SSLContext | None = None,
-                 principal_rules: PrincipalMappingRules | None = None):
+                 principal_rules: PrincipalMappingRules | None = None, listener: str = "listeners",
+                 security_protocol: str = "PLAINTEXT", codec: MsgpackCodec | KafkaCodec | None = None):
         self.stream = stream
+        #: The listener's codec: the msgpack protocol's unless given (the Kafka listener's).
+        self.codec = codec if codec is not None else MsgpackCodec(limits)
         #: A TLS listener's connection: its TLS session (encrypted in user space, so fetched
         #: records are read from the segment and encrypted: no sendfile). None on plaintext.
         self._tls = TlsSession(ssl_context) if ssl_context is not None else None
@@ -227,6 +144,10 @@ class ClientConnection:
         #: Who the client is (Kafka's KafkaPrincipal): ANONYMOUS until a verified client
         #: certificate or SASL says otherwise.
         self.principal = ANONYMOUS
+        #: What each request's RequestContext says of where it came from.
+        self.client_address = peer.rsplit(":", 1)[0]
+        self.listener = listener
+        self.security_protocol = security_protocol
         #: The TLS handshake completed (a close then sends close_notify).
         self.tls_established = False
         self.handler = handler
@@ -238,11 +159,14 @@ class ClientConnection:
         self.quotas = quotas
         #: When (trio time) a throttled client may be read from again (KIP-219's muted channel).
         self._muted_until = 0.0
-        #: The request being handled: when its frame was taken up (trio time), the seconds it
-        #: spent parked (REQUEST_PARKED_S), and its request_percentage throttle once recorded.
+        #: The request being handled: when its frame was taken up (trio time), its accounting
+        #: (time parked, the throttle its answer carries), and its request_percentage throttle
+        #: once recorded.
         self._request_started = 0.0
-        self._request_parked = [0.0]
+        self._accounting = RequestAccounting()
         self._request_throttle_s: float | None = 0.0
+        #: What the metrics count of the request being served (one at a time: reused).
+        self._served = _Served()
         #: The worker threads SASL steps may use, shared by the broker's connections.
         self.auth_limiter = auth_limiter if auth_limiter is not None else trio.CapacityLimiter(1)
         self.max_frame_bytes = max_frame_bytes
@@ -259,8 +183,8 @@ class ClientConnection:
         self.limits = limits
         self.decode_limiter = decode_limiter
         #: Shared by the broker's connections (it rate-limits the WARNINGs per peer host).
-        self.wrong_protocol_log = (wrong_protocol_log if wrong_protocol_log is not None
-                                   else WrongProtocolLog(wrong_protocol_hints(None)))
+        self.wrong_protocol_log = self.codec.wrong_protocol_log(
+            wrong_protocol_log if wrong_protocol_log is not None else WrongProtocolLog(wrong_protocol_hints(None)))
         #: True while a request is being handled: shutdown lets it finish, and cancels idle ones.
         self.busy = False
         #: Bytes read from the socket, and those of them that formed whole frames (for stats).
@@ -348,7 +272,6 @@ class ClientConnection:
             if self.stats is not None:
                 self.stats.authentication_failed("SSL")
             return False
-        PRINCIPAL.set(self.principal)  # this connection's task: what the handlers authorize
         return True
 
     def _release(self) -> None:
@@ -521,122 +444,236 @@ class ClientConnection:
             self.stats.wrong_protocol(protocol)
 
     async def _refuse_frame(self, message: str) -> None:
-        """Answer a frame refused for its length (its id unread, so nil); the caller closes."""
-        await self._send_bytes(None, m.encode_response(
-            m.error_response(None, ErrorCode.INVALID_REQUEST, message)))
+        """Answer a frame refused for its length, if the codec answers one; the caller closes."""
+        answer = self.codec.refuse_frame(message)
+        if answer is not None:
+            await self._send_bytes(None, answer)
 
-    async def _decode(self, frame: bytes | bytearray) -> m.Request | m.RequestError:
-        # Every msgpack object takes at least one byte: a frame this short needs no count.
-        if len(frame) <= INLINE_DECODE_OBJECTS or count_objects(frame, INLINE_DECODE_OBJECTS) <= INLINE_DECODE_OBJECTS:
-            return _decode_request(frame, self.limits)
-        return await self.handler.workers.run_sync(_decode_request, frame, self.limits, limiter=self.decode_limiter)
+    async def _run(self, large: bool, fn, *args):
+        """``fn(*args)``: on the event loop, or for ``large`` work (a codec's translations and
+        encodings, which are pure) in a worker thread."""
+        if not large:
+            return fn(*args)
+        return await self.handler.workers.run_sync(fn, *args, limiter=self.decode_limiter)
 
     async def _handle_frame(self) -> bool:
-        """Answer the request in ``_frame``; False if the connection is to close (the client left
-        a long poll). The frame is dropped once decoded: a request holds its decoded form only.
+        """Serve the request in ``_frame``, whatever the listener (its codec decodes and encodes);
+        False if the connection is to close. The frame is dropped once decoded.
 
-        A request is counted once its outcome is known, with the time from here to its response
+        A request is counted once its outcome is known, with the time from here to its answer
         written (or the write failing); a request cancelled before it has an outcome (shutdown
         grace expired, client gone) is not counted."""
         start = trio.current_time()
         self._begin_request()
-        api: str | None = None
-        code: int | None = None
-        entry_errors: dict[int, int] | None = None
+        codec = self.codec
+        served = self._served
+        served.api = served.code = served.entry_errors = None
         frame, self._frame = self._frame, None
         frame_bytes = len(frame) + PREFIX_SIZE
+        if codec.raw_sasl_tokens:
+            return await self._raw_sasl_token(frame)
         try:
-            kafka = kafka_request_header(frame)
-            if kafka is not None:  # not counted as a request: the client speaks another protocol
-                # No answer: a Kafka client could not read ours. Closing ends its attempt at once.
-                self._wrong_protocol("kafka", kafka_api_key=kafka.api_key, kafka_api_version=kafka.api_version,
-                                     kafka_client_id=kafka.client_id)
+            foreign = codec.foreign_protocol(frame)
+            if foreign is not None:  # not counted as a request: the client speaks another protocol
+                # No answer: it could not read ours. Closing ends its attempt at once.
+                self._wrong_protocol(foreign[0], **foreign[1])
                 return False
-            request = await self._decode(frame)
-            del frame
-            if isinstance(request, m.RequestError):
-                api, code = request.api, request.code
-                await self._send_bytes(api, m.encode_response(
-                    m.error_response(request.request_id, request.code, str(request), request.api)))
-                if self._unauthenticated:  # a peer that has not logged in gets one answer, then the door
-                    logger.warning("request_before_authentication", peer=self.peer, api=request.api,
-                                   reason=str(request), action="answered, connection closed")
+            peek = codec.peek_api(frame)
+            if peek is not None:  # refused from its header, nothing decoded
+                served.api = peek.api
+                if not self._admitted(peek.api, served, peek.fields):
                     return False
-                return True
-            api = request.api
-            if self._session_expired(api == "sasl_handshake"):
+            decoded = codec.decode(frame, may_defer=True)
+            if decoded is None:  # too large to decode on the event loop (decoding is pure)
+                decoded = await self.handler.workers.run_sync(partial(codec.decode, frame),
+                                                              limiter=self.decode_limiter)
+            del frame
+            if type(decoded) is Refusal:
+                served.api, served.code = decoded.api, decoded.code
+                if decoded.warning is not None:
+                    logger.warning(decoded.warning[0], peer=self.peer, **decoded.warning[1])
+                if decoded.answer is not None:
+                    await self._send_bytes(decoded.api, decoded.answer)
+                if self._unauthenticated and not decoded.close and not decoded.answered_before_authentication:
+                    # a peer that has not logged in gets one answer, then the door
+                    logger.warning("request_before_authentication", peer=self.peer, api=decoded.api,
+                                   reason=decoded.reason, action="answered, connection closed")
+                    return False
+                return not decoded.close
+            served.api = api = decoded.api
+            if peek is None and not self._admitted(api, served):
+                if self._unauthenticated:  # answered ILLEGAL_SASL_STATE (where the codec answers), then closed
+                    served.code = ErrorCode.ILLEGAL_SASL_STATE
+                    answer = codec.refusal(decoded, ErrorCode.ILLEGAL_SASL_STATE,
+                                          f"{api} before authentication: this listener requires SASL "
+                                          f"(sasl_handshake, then sasl_authenticate) first")
+                    if answer is not None:
+                        await self._send_bytes(api, answer)
                 return False
-            if api in _SASL_APIS or (self.sasl is not None and not self.sasl.authenticated):
+            request = decoded.request
+            if type(request) in _SASL_REQUESTS:
                 response, keep_open = await self._sasl_request(request)
-                if response is not None:
-                    code = response.error_code
-                    await self._send_bytes(api, m.encode_response(response))
-                    return keep_open
-            if self.quotas is not None and api == "produce":
-                self._meter(self.quotas.produce, request.client_id, frame_bytes)
-            if self.quotas is not None and api == "fetch":
-                request = self._capped_fetch(request)
-            try:
-                if isinstance(request, m.FetchRequest) and request.max_wait_ms > 0:
-                    result = await self._handle_watching_for_hangup(request)
-                    if result is None:
-                        logger.debug("long_poll_abandoned", peer=self.peer, id=request.id)
-                        return False
-                    response = result.unwrap()
-                else:
-                    response = await self.handler.handle(request)
-            except Exception as exc:
-                logger.exception("request_failed", peer=self.peer, api=request.api, id=request.id)
-                code = ErrorCode.UNKNOWN_SERVER_ERROR
-                await self._send_bytes(api, m.encode_response(m.error_response(
-                    request.id, ErrorCode.UNKNOWN_SERVER_ERROR,
-                    f"unexpected server error: {type(exc).__name__}: {exc}", request.api)))
-                return True
-            # request_percentage: a fetch records it with its bytes (_meter_fetch); the others here.
-            request_s = 0.0 if isinstance(response, FetchResult) else self._request_throttle(request.client_id)
-            if response is None:  # produce with acks=0
-                code = ErrorCode.NONE
-                await trio.lowlevel.checkpoint()  # no send, so no send's checkpoint: stay fair
-                return True
-            if type(response) is EncodedResponse:
-                code = response.error_code
-                entry_errors = response.entry_errors
-                payload = response.payload
-                if request_s and api == "produce":
-                    payload = _with_throttle(payload, throttle_ms(request_s))
-                await self._send_bytes(api, payload)
-                return True
-            if isinstance(response, FetchResult):
-                self._meter_fetch(response, request.client_id)
-                code = ErrorCode.NONE
-                entry_errors = _entry_errors(response.response)
+                served.code = response.error_code
+                await self._send_bytes(api, codec.sasl_answer(decoded, response))
+                return keep_open
+            ctx = self._context(api, decoded.version, decoded.correlation_id, decoded.client_id)
+            if self.quotas is not None:
+                if api == "produce":
+                    self._meter(self.quotas.produce, decoded.client_id, frame_bytes)
+                elif type(request) is m.FetchRequest:
+                    request = decoded.request = self._capped_fetch(request)
+            if decoded.direct is not None:  # answered by the codec, without the handler
+                errors = codec.direct_acks0_failure(decoded)
+                if errors is not None:  # refused whole: an acks=0 produce gets no answer
+                    served.code = errors[0][2] if errors else ErrorCode.INVALID_REQUEST
+                    self._close_for_acks0(decoded, errors)
+                    return False
+                response = None
+            else:
                 try:
-                    parts = response.parts
-                    await self._send_parts(api, response, parts, m.parts_length(parts))
-                finally:
-                    response.close()
-                return True
-            if request_s and hasattr(response, "throttle_ms"):
-                response = dataclasses.replace(response, throttle_ms=max(response.throttle_ms, throttle_ms(request_s)))
-            try:
-                # The hot paths skip the schema re-check (still refusing an error without a message).
-                payload = m.encode_response(response, check_schema=api not in _HOT_APIS)
-            except Exception:
-                code = ErrorCode.UNKNOWN_SERVER_ERROR  # a bug on our side; the connection closes
-                raise
-            code = response.error_code
-            entry_errors = _entry_errors(response)
+                    if type(request) in _HOT_REQUESTS or (type(request) is m.FetchRequest and not request.max_wait_ms):
+                        response = await self.handler.handle(request, ctx)  # hot: no follow-up, no long poll
+                    else:
+                        response = await self._handle(decoded, request, ctx)
+                except Exception as exc:
+                    logger.exception("request_failed", peer=self.peer, api=api, id=decoded.correlation_id)
+                    served.code = ErrorCode.UNKNOWN_SERVER_ERROR
+                    answer = codec.failure(decoded, f"unexpected server error: {type(exc).__name__}: {exc}")
+                    if answer is None:  # an acks=0 produce, or an API without an error code: closed
+                        if decoded.unacknowledged_produce and codec.closes_after_failed_acks0():
+                            self._close_for_acks0(decoded, [], "the handler failed on it (request_failed above)")
+                        return False
+                    await self._send_bytes(api, answer)
+                    return True
+                if response is None:  # the client hung up during a long poll
+                    logger.debug("long_poll_abandoned", peer=self.peer, id=decoded.correlation_id)
+                    return False
+                if type(response) is FetchResult:
+                    try:
+                        self._meter_fetch(response, decoded.client_id)
+                        served.code, served.entry_errors = ErrorCode.NONE, entry_errors(response.response)
+                        parts = await self._run(codec.large_answer(decoded, response), codec.fetch_parts, decoded,
+                                                response)
+                        await self._send_parts(api, response, parts, m.parts_length(parts))
+                    finally:
+                        response.close()
+                    return True
+                if decoded.unacknowledged_produce:  # never answered
+                    errors = _produce_errors(response)
+                    if errors and codec.closes_after_failed_acks0():
+                        served.code = errors[0][2]
+                        self._close_for_acks0(decoded, errors)
+                        return False
+                    served.code = ErrorCode.NONE
+                    self._request_throttle(decoded.client_id)  # no answer to carry it: muted only
+                    await trio.lowlevel.checkpoint()  # no send, so no send's checkpoint: stay fair
+                    return True
+            throttle = self._answer_throttle(decoded)
+            if codec.large_answer(decoded, response):  # translated and encoded in a worker thread
+                payload = await self._run(True, self._encode, codec, decoded, response, throttle, served)
+            else:
+                payload = self._encode(codec, decoded, response, throttle, served)
             await self._send_bytes(api, payload)
             return True
         finally:
             if self.stats is not None:
-                self.stats.bytes_in(api, frame_bytes)
-                if code is not None:
-                    self.stats.request_done(api, int(code), trio.current_time() - start, entry_errors)
+                self.stats.bytes_in(served.api, frame_bytes)
+                if served.code is not None:
+                    self.stats.request_done(served.api, int(served.code), trio.current_time() - start,
+                                            served.entry_errors)
 
-    async def _sasl_request(self, request: m.Request) -> tuple[m.Response | None, bool]:
-        """(the answer, keep the connection open) for a SASL request, or for any request before
-        the client has authenticated; (None, True) for one the handler answers (ApiVersions).
+    def _admitted(self, api: str | None, served: _Served, fields: dict | None = None) -> bool:
+        """Whether a request of ``api`` may be served now: before SASL authentication only the
+        PRE_AUTHENTICATION_APIS (else ILLEGAL_SASL_STATE, and the connection closes); on a
+        session past its lifetime (KIP-368) only the handshake that begins a re-authentication
+        (else the connection closes unanswered, as Kafka's SocketServer closes an expired channel)."""
+        if self._unauthenticated and api not in PRE_AUTHENTICATION_APIS:
+            served.code = ErrorCode.ILLEGAL_SASL_STATE
+            logger.warning("request_before_authentication", peer=self.peer, **(fields or {"api": api}),
+                           action="connection closed (sasl_handshake and sasl_authenticate first)")
+            return False
+        return not self._session_expired(api == "sasl_handshake")
+
+    async def _handle(self, decoded: Decoded, request, ctx: RequestContext):
+        """The handler's answer to ``request`` (a list of answers for a list of requests, each
+        followed up as the codec says); None if the client hung up during a long poll."""
+        if type(request) is m.FetchRequest and request.max_wait_ms > 0:
+            result = await self._handle_watching_for_hangup(request, ctx)
+            return None if result is None else result.unwrap()
+        if type(request) is list:
+            responses = []
+            yielded = trio.current_time()
+            for one in request:
+                responses.append(await self._handle_one(decoded, one, ctx))
+                # A coordinator call need not yield: let the others run every few milliseconds.
+                if trio.current_time() - yielded > YIELD_AFTER_S:
+                    await trio.lowlevel.checkpoint()
+                    yielded = trio.current_time()
+            return responses
+        return await self._handle_one(decoded, request, ctx)
+
+    async def _handle_one(self, decoded: Decoded, request, ctx: RequestContext):
+        """The handler's answer to one request, and to the requests the codec follows it up with."""
+        response = await self.handler.handle(request, ctx)
+        while (after := self.codec.follow_up(decoded, response, request)) is not None:
+            request = after
+            response = await self.handler.handle(request, ctx)
+        return response
+
+    def _answer_throttle(self, decoded: Decoded) -> int:
+        """The throttle (ms) the answer carries: request_percentage (recorded now, the handling
+        done), and a produce's byte rate."""
+        request_s = self._request_throttle(decoded.client_id)
+        throttle = self._accounting.throttle_ms
+        return max(throttle, throttle_ms(request_s)) if request_s else throttle
+
+    @staticmethod
+    def _encode(codec, decoded: Decoded, response, throttle: int, served: _Served) -> bytes:
+        """The answer's bytes (its code and entries counted in ``served``)."""
+        try:
+            encoded = codec.encode(decoded, response, throttle)
+        except Exception:
+            served.code = ErrorCode.UNKNOWN_SERVER_ERROR  # a bug on our side; the connection closes
+            raise
+        served.code, served.entry_errors = encoded.error_code, encoded.entry_errors
+        return encoded.payload
+
+    async def _raw_sasl_token(self, token: bytes | bytearray) -> bool:
+        """One SASL message after SaslHandshake v0 (a bare frame), answered with a bare frame; a
+        failure closes the connection without an answer, as Kafka does for v0 clients."""
+        session = self.sasl
+        reauthenticating = session.reauthenticating
+        try:
+            answer = await self._authenticate_step(session, bytes(token))
+        except AuthenticationFailed as exc:
+            logger.warning("authentication_failed", peer=self.peer, mechanism=session.mechanism, reason=str(exc),
+                           delay_ms=round(self.auth_failure_delay_s * 1000), handshake_version=0)
+            self._auth_failed(session.mechanism)
+            await trio.sleep(self.auth_failure_delay_s)
+            return False
+        if answer is None:  # the client hung up while its step waited
+            return False
+        if session.authenticated:
+            self.codec.raw_sasl_tokens = False
+            self._authenticated(session, reauthenticating)
+        await self._send_bytes("sasl_authenticate", answer)
+        return True
+
+    def _close_for_acks0(self, decoded: Decoded, errors: list[tuple[str, int, int, str | None]],
+                         reason: str | None = None) -> None:
+        """Log why an acks=0 produce closes the connection (the caller closes)."""
+        shown = [f"{topic}-{partition}: {_code_name(code)}" + (f" ({message})" if message else "")
+                 for topic, partition, code, message in errors[:_ERRORS_LOGGED]]
+        if len(errors) > _ERRORS_LOGGED:
+            shown.append(f"... and {len(errors) - _ERRORS_LOGGED} more partitions")
+        logger.warning("kafka_produce_acks0_failed", peer=self.peer, correlation_id=decoded.correlation_id,
+                       api_version=decoded.version, errors=shown, reason=reason or "partitions failed",
+                       action="connection closed, as Kafka closes it for a failed acks=0 produce (it sends no "
+                              "response): the producer refreshes its metadata and reconnects")
+
+    async def _sasl_request(self, request: m.Request) -> tuple[m.Response, bool]:
+        """(the answer, keep the connection open) for a SASL request (the connection's, not the
+        handler's: it changes who the client is).
 
         As Kafka: a refused mechanism, a failed authentication (answered after
         connection.failed.authentication.delay.ms) and a request out of order each close the
@@ -675,13 +712,7 @@ class ClientConnection:
             if session.authenticated:
                 lifetime_ms = self._authenticated(session, reauthenticating)
             return m.SaslAuthenticateResponse(id=request.id, auth_bytes=answer, session_lifetime_ms=lifetime_ms), True
-        if request.api in PRE_AUTHENTICATION_APIS:
-            return None, True
-        logger.warning("request_before_authentication", peer=self.peer, api=request.api,
-                       action="answered ILLEGAL_SASL_STATE, connection closed")
-        return _refusal(request, ErrorCode.ILLEGAL_SASL_STATE,
-                        f"{request.api} before authentication: this listener requires SASL "
-                        f"(sasl_handshake, then sasl_authenticate) first"), False
+        raise AssertionError(f"not a SASL request: {request.api}")
 
     @property
     def _user(self) -> str:
@@ -695,22 +726,27 @@ class ClientConnection:
 
     def _meter(self, quota: ClientQuotaManager, client_id: str | None, nbytes: int) -> float:
         """Count ``nbytes`` against the client's quota; if it is over, its answer says how long
-        it is throttled (RESPONSE_THROTTLE_MS) and nothing more is read from it until then."""
+        it is throttled (the request's accounting) and nothing more is read from it until then."""
         throttle_s = quota.record(self._user, client_id or "", nbytes)
-        RESPONSE_THROTTLE_MS.set(throttle_ms(throttle_s))
+        self._accounting.throttle_ms = throttle_ms(throttle_s)
         self._mute(throttle_s)
         return throttle_s
 
     def _begin_request(self) -> None:
-        """A request's frame is taken up: its handling time runs from now, if any entity has a
-        request_percentage (otherwise the request costs nothing here)."""
+        """A request's frame is taken up: fresh accounting; its handling time runs from now, if
+        any entity has a request_percentage (otherwise the request costs nothing here)."""
+        accounting = self._accounting  # one request at a time: reused
+        accounting.parked_s, accounting.throttle_ms = 0.0, 0
         if self.quotas is None or not self.quotas.request.active:
             self._request_throttle_s = 0.0
             return
         self._request_started = trio.current_time()
-        self._request_parked = [0.0]
         self._request_throttle_s = None
-        REQUEST_PARKED_S.set(self._request_parked)
+
+    def _context(self, api: str, version: int, correlation_id: int | None, client_id: str | None) -> RequestContext:
+        """The context of the request being served (its accounting begun with its frame)."""
+        return request_context(api, version, correlation_id, client_id, self.principal, self.client_address,
+                               self.listener, self.security_protocol, self._accounting)
 
     def _request_throttle(self, client_id: str | None) -> float:
         """Record the request's handling time against the client's request_percentage (once per
@@ -718,11 +754,11 @@ class ClientConnection:
 
         What is measured (Kafka measures its request handler thread's time): the wall time from
         the frame taken up to the response ready to send, decoding and the work on the event loop
-        and in worker threads included; not the time parked (REQUEST_PARKED_S: a fetch's wait
+        and in worker threads included; not the time parked (RequestAccounting: a fetch's wait
         for data, a produce's wait for its fsync, a join or sync waiting for the group), nor
         the time to send the response."""
         if self._request_throttle_s is None:
-            handled = trio.current_time() - self._request_started - self._request_parked[0]
+            handled = trio.current_time() - self._request_started - self._accounting.parked_s
             throttle_s = self.quotas.request.record(self._user, client_id or "", max(handled, 0.0) * 100)
             self._mute(throttle_s)
             self._request_throttle_s = throttle_s
@@ -752,23 +788,17 @@ class ClientConnection:
             throttle_s = max(debt_s, request_s)
             self._mute(throttle_s)
             result.close()  # no regions: nothing is read from the segments
-            result.response = self._throttled_fetch_response(result.response, throttle_ms(throttle_s))
+            result.response = self.codec.throttled_fetch(result.response, throttle_ms(throttle_s))
             return
         throttle_s = max(self._meter(self.quotas.fetch, client_id, sum(region.length for region in result.regions)),
                          request_s)
-        RESPONSE_THROTTLE_MS.set(0)
         if throttle_s:
             result.response = dataclasses.replace(result.response, throttle_ms=throttle_ms(throttle_s))
-
-    def _throttled_fetch_response(self, response: m.FetchResponse, throttle: int) -> m.FetchResponse:
-        """The msgpack protocol's throttled fetch: every partition as it was, without records."""
-        return _without_records(response, throttle)
 
     def _authenticated(self, session: SaslServerSession, reauthenticated: bool = False) -> int:
         """The exchange completed: act as its principal; the session's lifetime in ms (0: forever)."""
         lifetime_ms = session.begin_session(trio.current_time())
         self.principal = session.principal
-        PRINCIPAL.set(self.principal)
         self.decoder.max_frame_bytes = self.max_frame_bytes
         logger.debug("reauthenticated" if reauthenticated else "authenticated", peer=self.peer,
                      principal=session.principal, mechanism=session.mechanism, session_lifetime_ms=lifetime_ms)
@@ -811,7 +841,7 @@ class ClientConnection:
             nursery.cancel_scope.cancel()
         return None if result is None else result.unwrap()
 
-    async def _handle_watching_for_hangup(self, request: m.Request) -> outcome.Outcome | None:
+    async def _handle_watching_for_hangup(self, request: m.Request, ctx: RequestContext) -> outcome.Outcome | None:
         """The handler's outcome, or None if the client hung up (EOF or reset) first.
 
         A long poll may wait up to max_wait_ms (days, if the client says so); a client that
@@ -823,7 +853,7 @@ class ClientConnection:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._cancel_on_hangup, nursery.cancel_scope)
             try:
-                result = outcome.Value(await self.handler.handle(request))
+                result = outcome.Value(await self.handler.handle(request, ctx))
             except Exception as exc:
                 result = outcome.Error(exc)
             nursery.cancel_scope.cancel()
@@ -949,28 +979,42 @@ class ClientConnection:
 TLS_SEND_BYTES = 256 * 1024
 #: The first byte of every TLS connection (a handshake record's content type).
 _TLS_HANDSHAKE_RECORD = 0x16
-#: The SASL exchange's own APIs (answered by the connection, not the handler).
-_SASL_APIS = frozenset({"sasl_handshake", "sasl_authenticate"})
+#: The SASL exchange's own requests (answered by the connection, not the handler).
+_SASL_REQUESTS = (m.SaslHandshakeRequest, m.SaslAuthenticateRequest)
+#: Requests no codec follows up with another (nor parks as a long poll): handled straight away.
+_HOT_REQUESTS = frozenset({m.ProduceRequest, m.ApiVersionsRequest})
+#: A request that is a list of internal requests (FindCoordinator v4's keys, OffsetFetch v8's
+#: groups, DescribeGroups' chunks) yields to the other connections once its calls took this long.
+YIELD_AFTER_S = 0.002
+#: An acks=0 produce's failed partitions named in its WARNING at most.
+_ERRORS_LOGGED = 10
+
+
+@dataclass(slots=True)
+class _Served:
+    """What the metrics count of the request being served, as it becomes known."""
+
+    api: str | None = None
+    code: int | None = None
+    entry_errors: dict[int, int] | None = None
+
+
+def _produce_errors(results: list[TopicAppends]) -> list[tuple[str, int, int, str | None]]:
+    """(topic, partition, error code, message) of the failed partitions of a produce."""
+    return [(topic.name, row.partition, int(row.error.code), row.error.message)
+            for topic in results for row in topic.partitions if row.info is None]
+
+
+def _code_name(code: int) -> str:
+    try:
+        return ErrorCode(code).name
+    except ValueError:  # a number Kafka has no code for
+        return f"error {code}"
 
 #: Linux's TCP_CORK (None elsewhere): hold partial segments until uncorked.
 _TCP_CORK = getattr(socket, "TCP_CORK", None)
 #: The largest response sent corked (see _send_parts).
 _CORK_MAX_BYTES = 64 * 1024
-
-
-def _without_records(response: m.FetchResponse, throttle: int) -> m.FetchResponse:
-    """A throttled fetch's answer: every partition as it was, its records left out."""
-    return dataclasses.replace(response, throttle_ms=throttle, topics=tuple(
-        dataclasses.replace(topic, partitions=tuple(
-            dataclasses.replace(p, records=b"") if p.records else p for p in topic.partitions))
-        for topic in response.topics))
-
-
-def _with_throttle(payload: bytes, throttle: int) -> bytes:
-    """An encoded response (a produce's) carrying ``throttle`` ms if that is longer than its own."""
-    doc = msgpack.unpackb(payload, raw=False)
-    doc["throttle_ms"] = max(doc.get("throttle_ms") or 0, throttle)
-    return msgpack.packb(doc, use_bin_type=True)
 
 
 def _read_and_encrypt(tls: TlsSession, fd: int, count: int, position: int) -> tuple[bytes, int]:
@@ -986,62 +1030,6 @@ def _shown(name: str, limit: int = 64) -> str:
 def _refusal(request: m.Request, code: ErrorCode, message: str) -> m.Response:
     """The response refusing ``request`` as a whole, its API's other fields empty."""
     return m.RESPONSE_TYPES.get(request.api, m.Response)(id=request.id, error_code=code, error_message=message)
-
-
-def _entry_errors(response: m.Response | None) -> dict[int, int] | None:
-    """The error codes of ``response``'s entries (every nested result with an ``error_code``: the
-    topics and partitions of most APIs, describe_log_dirs' log dirs and its errors' topics and
-    partitions), counted in the order first met; None when there is none. The top-level code is
-    not an entry's."""
-    if response is None:
-        return None
-    counts: dict[int, int] = {}
-    _count_entry_errors(response, counts)
-    return counts or None
-
-
-def _count_entry_errors(node: object, counts: dict[int, int]) -> None:
-    for name in _entry_fields(type(node)):
-        for entry in getattr(node, name):
-            code = getattr(entry, "error_code", 0)
-            if code:
-                counts[code] = counts.get(code, 0) + 1
-            _count_entry_errors(entry, counts)
-
-
-#: Per message class, its fields holding tuples of nested results in which an ``error_code`` is
-#: found (at that level or below); derived from the schema's type hints once per class.
-_ENTRY_FIELDS: dict[type, tuple[str, ...]] = {}
-
-
-def _entry_fields(cls: type) -> tuple[str, ...]:
-    found = _ENTRY_FIELDS.get(cls)
-    if found is None:
-        _ENTRY_FIELDS[cls] = ()  # a cycle in the schema would end here
-        hints = typing.get_type_hints(cls)
-        names = []
-        for f in fields(cls):
-            hint = hints[f.name]
-            if typing.get_origin(hint) is not tuple:
-                continue
-            element = typing.get_args(hint)[0]
-            if is_dataclass(element) and (
-                    any(g.name == "error_code" for g in fields(element)) or _entry_fields(element)):
-                names.append(f.name)
-        found = _ENTRY_FIELDS[cls] = tuple(names)
-    return found
-
-
-def _decode_request(frame: bytes | bytearray, limits: RequestLimits) -> m.Request | m.RequestError:
-    """The request, or the error refusing it, returned rather than raised: a raised error's
-    traceback holds the decoder's frames, and with them the frame's bytes, in a reference cycle
-    (through the worker thread's outcome) that lives until the garbage collector's next full
-    pass, far beyond the frame's reservation in the pool. The returned error has none."""
-    try:
-        return m.decode_request(frame, limits)
-    except m.RequestError as exc:
-        exc.__traceback__ = exc.__context__ = exc.__cause__ = None
-        return exc
 
 
 async def _sendfile(sock, fd: int, position: int, count: int, stall_s: float = math.inf) -> None:

@@ -1,8 +1,8 @@
 """The consumer-group APIs of the request handler (find_coordinator, join_group, ... delete_groups),
 and :class:`GroupService`, which runs the pure :class:`GroupCoordinator` inside the broker.
 
-The handlers are a mixin of :class:`triolog.broker.server.handlers.RequestHandler`, so that the
-group coordinator's wiring lives beside, not inside, the log APIs. A JoinGroup or SyncGroup the
+:class:`GroupApis` serves them for the request handler (which is given one), so that the group
+coordinator's wiring lives beside, not inside, the log APIs. A JoinGroup or SyncGroup the
 coordinator parks is a callback here that sets a trio Event the request waits on. Until the
 service runs, every group API answers COORDINATOR_NOT_AVAILABLE, Kafka's answer while no
 coordinator serves the group.
@@ -21,7 +21,6 @@ GroupService owns the coordinator's contact with the rest of the broker:
 
 from __future__ import annotations
 
-import contextvars
 import dataclasses
 import time
 
@@ -41,32 +40,26 @@ from triolog.broker.coordinator.group.group_metadata_manager import (
     read_partition_records,
 )
 from triolog.protocol import messages as m
-from triolog.protocol.errors import ErrorCode, TriologError
+from triolog.protocol.errors import ErrorCode
 from triolog.protocol.records import build_batch
 
 from triolog.broker.security.acl import ResourceType
 
-from .authorization import CLUSTER, PRINCIPAL, Op, parked
+from .authorization import CLUSTER, Op, RequestAuthorizer
+from .error_mapping import ApiError, error_of
+from .request_context import RequestContext
 
 logger = structlog.get_logger("triolog.server")
 
 _NOT_AVAILABLE = "the group coordinator is not available on this broker"
-#: The peer host of the connection a request came on (set per connection task by the server),
-#: stored as a member's client_host.
-CLIENT_HOST: contextvars.ContextVar[str] = contextvars.ContextVar("client_host", default="")
 #: How long a __consumer_offsets partition that could not be read waits before it is read again.
 LOAD_RETRY_S = 1.0
 #: Longest the timer task sleeps without looking at the coordinator's deadlines.
 TIMER_MAX_S = 0.5
 
 
-def _storage_error(exc: BaseException) -> tuple[ErrorCode, str]:
-    if isinstance(exc, TriologError):
-        return exc.code, str(exc) or exc.code.name
-    if isinstance(exc, OSError):
-        return ErrorCode.KAFKA_STORAGE_ERROR, f"I/O error writing {OFFSETS_TOPIC}: {exc}"
-    logger.exception("offsets_store_failed")
-    return ErrorCode.UNKNOWN_SERVER_ERROR, f"unexpected server error: {type(exc).__name__}: {exc}"
+def _storage_error(exc: BaseException) -> ApiError:
+    return error_of(exc, io_error=f"I/O error writing {OFFSETS_TOPIC}", topic=OFFSETS_TOPIC)
 
 
 class GroupService:
@@ -263,7 +256,7 @@ class GroupService:
                     logger.exception("background_task_failed", task="offsets_expiry")
 
 
-async def _parked(start):
+async def _parked(ctx: RequestContext, start):
     """Run ``start(respond)``; the result it answers with, now or when the coordinator decides."""
     box: list = []
     event = trio.Event()
@@ -278,13 +271,13 @@ async def _parked(start):
         try:
             await event.wait()
         finally:
-            parked(trio.current_time() - waiting_since)
+            ctx.accounting.parked(trio.current_time() - waiting_since)
     return box[0]
 
 
-def _denied_group(operation: Op, group_id: str) -> dict:
+def _denied_group(ctx: RequestContext, operation: Op, group_id: str) -> dict:
     return {"error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED,
-            "error_message": f"{PRINCIPAL.get()} is not authorized to {operation.name.lower()} group {group_id!r}"}
+            "error_message": f"{ctx.principal} is not authorized to {operation.name.lower()} group {group_id!r}"}
 
 
 def _fields(error) -> dict:
@@ -293,28 +286,37 @@ def _fields(error) -> dict:
     return {"error_code": error[0], "error_message": error[1]}
 
 
-class GroupHandlers:
-    #: Set by the server when it runs the group coordinator.
-    group_service: GroupService | None = None
-    #: The broker's GroupMetrics (commit latency), when metered.
-    group_metrics = None
+class GroupApis:
+    """The group APIs of the request handler, over the running coordinator (``service``)."""
+
+    def __init__(self, *, config, topics, authz: RequestAuthorizer, service: GroupService | None,
+                 advertised_host: str, advertised_port: int, metrics=None):
+        self.config = config
+        self.topics = topics
+        self.authz = authz
+        #: None: no coordinator runs on this broker (every group API answers COORDINATOR_NOT_AVAILABLE).
+        self.service = service
+        self.advertised_host = advertised_host
+        self.advertised_port = advertised_port
+        #: The broker's GroupMetrics (commit latency), when metered.
+        self.metrics = metrics
 
     async def _coordinator(self, create: bool = True) -> GroupCoordinator | None:
-        service = self.group_service
+        service = self.service
         if service is None:
             return None
         if create:
             return await service.ready()
         return service.coordinator
 
-    async def _find_coordinator(self, request: m.FindCoordinatorRequest) -> m.Response:
+    async def find_coordinator(self, request: m.FindCoordinatorRequest, ctx: RequestContext) -> m.Response:
         if request.key_type != 0:
             # Not COORDINATOR_NOT_AVAILABLE: that is retriable, and no retry will ever find one.
             return m.FindCoordinatorResponse(id=request.id, error_code=ErrorCode.INVALID_REQUEST,
                                              error_message="this broker has no transaction coordinator "
                                                            "(key_type 1); only consumer groups (key_type 0)")
-        if not self.authz.group(Op.DESCRIBE, request.key):
-            return m.FindCoordinatorResponse(id=request.id, **_denied_group(Op.DESCRIBE, request.key))
+        if not self.authz.group(ctx, Op.DESCRIBE, request.key):
+            return m.FindCoordinatorResponse(id=request.id, **_denied_group(ctx, Op.DESCRIBE, request.key))
         coordinator = await self._coordinator()
         if coordinator is None or not coordinator.active:
             return m.FindCoordinatorResponse(id=request.id, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
@@ -322,18 +324,18 @@ class GroupHandlers:
         return m.FindCoordinatorResponse(id=request.id, node_id=self.config.node_id, host=self.advertised_host,
                                          port=self.advertised_port)
 
-    async def _join_group(self, request: m.JoinGroupRequest) -> m.Response:
-        if not self.authz.group(Op.READ, request.group_id):
+    async def join_group(self, request: m.JoinGroupRequest, ctx: RequestContext) -> m.Response:
+        if not self.authz.group(ctx, Op.READ, request.group_id):
             return m.JoinGroupResponse(id=request.id, member_id=request.member_id,
-                                       **_denied_group(Op.READ, request.group_id))
+                                       **_denied_group(ctx, Op.READ, request.group_id))
         coordinator = await self._coordinator()
         if coordinator is None:
             return m.JoinGroupResponse(id=request.id, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
                                        error_message=_NOT_AVAILABLE, member_id=request.member_id)
         protocols = tuple((p.name, p.metadata) for p in request.protocols)
-        result: JoinResult = await _parked(lambda respond: coordinator.handle_join_group(
+        result: JoinResult = await _parked(ctx, lambda respond: coordinator.handle_join_group(
             request.group_id, request.member_id, request.group_instance_id, request.client_id or "",
-            CLIENT_HOST.get(), request.rebalance_timeout_ms, request.session_timeout_ms, request.protocol_type,
+            ctx.client_host, request.rebalance_timeout_ms, request.session_timeout_ms, request.protocol_type,
             protocols, respond))
         return m.JoinGroupResponse(
             id=request.id, error_code=result.error_code, error_message=result.error_message,
@@ -342,24 +344,24 @@ class GroupHandlers:
             members=tuple(m.JoinGroupMember(member_id=mid, group_instance_id=iid, metadata=meta)
                           for mid, iid, meta in result.members))
 
-    async def _sync_group(self, request: m.SyncGroupRequest) -> m.Response:
-        if not self.authz.group(Op.READ, request.group_id):
-            return m.SyncGroupResponse(id=request.id, **_denied_group(Op.READ, request.group_id))
+    async def sync_group(self, request: m.SyncGroupRequest, ctx: RequestContext) -> m.Response:
+        if not self.authz.group(ctx, Op.READ, request.group_id):
+            return m.SyncGroupResponse(id=request.id, **_denied_group(ctx, Op.READ, request.group_id))
         coordinator = await self._coordinator()
         if coordinator is None:
             return m.SyncGroupResponse(id=request.id, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
                                        error_message=_NOT_AVAILABLE)
         assignments = {a.member_id: a.assignment for a in request.assignments}
-        result: SyncResult = await _parked(lambda respond: coordinator.handle_sync_group(
+        result: SyncResult = await _parked(ctx, lambda respond: coordinator.handle_sync_group(
             request.group_id, request.generation_id, request.member_id, request.protocol_type,
             request.protocol_name, assignments, respond))
         return m.SyncGroupResponse(id=request.id, error_code=result.error_code, error_message=result.error_message,
                                    protocol_type=result.protocol_type, protocol_name=result.protocol_name,
                                    assignment=result.assignment)
 
-    async def _heartbeat(self, request: m.HeartbeatRequest) -> m.Response:
-        if not self.authz.group(Op.READ, request.group_id):
-            return m.HeartbeatResponse(id=request.id, **_denied_group(Op.READ, request.group_id))
+    async def heartbeat(self, request: m.HeartbeatRequest, ctx: RequestContext) -> m.Response:
+        if not self.authz.group(ctx, Op.READ, request.group_id):
+            return m.HeartbeatResponse(id=request.id, **_denied_group(ctx, Op.READ, request.group_id))
         coordinator = await self._coordinator()
         if coordinator is None:
             return m.HeartbeatResponse(id=request.id, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
@@ -367,9 +369,9 @@ class GroupHandlers:
         error = coordinator.handle_heartbeat(request.group_id, request.generation_id, request.member_id)
         return m.HeartbeatResponse(id=request.id, **_fields(error))
 
-    async def _leave_group(self, request: m.LeaveGroupRequest) -> m.Response:
-        if not self.authz.group(Op.READ, request.group_id):
-            return m.LeaveGroupResponse(id=request.id, **_denied_group(Op.READ, request.group_id))
+    async def leave_group(self, request: m.LeaveGroupRequest, ctx: RequestContext) -> m.Response:
+        if not self.authz.group(ctx, Op.READ, request.group_id):
+            return m.LeaveGroupResponse(id=request.id, **_denied_group(ctx, Op.READ, request.group_id))
         coordinator = await self._coordinator()
         if coordinator is None:
             return m.LeaveGroupResponse(id=request.id, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
@@ -379,10 +381,10 @@ class GroupHandlers:
                         for x, e in zip(request.members, per_member))
         return m.LeaveGroupResponse(id=request.id, members=members, **_fields(error))
 
-    async def _offset_commit(self, request: m.OffsetCommitRequest) -> m.Response:
+    async def offset_commit(self, request: m.OffsetCommitRequest, ctx: RequestContext) -> m.Response:
         started = time.perf_counter()
-        if not self.authz.group(Op.READ, request.group_id):  # every partition gets the group's error
-            denied = _denied_group(Op.READ, request.group_id)
+        if not self.authz.group(ctx, Op.READ, request.group_id):  # every partition gets the group's error
+            denied = _denied_group(ctx, Op.READ, request.group_id)
             return m.OffsetCommitResponse(id=request.id, topics=tuple(
                 m.OffsetCommitTopicResult(name=t.name, partitions=tuple(
                     m.OffsetCommitPartitionResult(partition=p.partition, **denied) for p in t.partitions))
@@ -400,12 +402,12 @@ class GroupHandlers:
         commits = []
         for t in request.topics:
             topic = self.topics.get(t.name)
-            readable = self.authz.topic(Op.READ, t.name)
+            readable = self.authz.topic(ctx, Op.READ, t.name)
             for p in t.partitions:
                 if not readable:
                     unknown[(t.name, p.partition)] = (
                         ErrorCode.TOPIC_AUTHORIZATION_FAILED,
-                        f"{PRINCIPAL.get()} is not authorized to read topic {t.name!r}")
+                        f"{ctx.principal} is not authorized to read topic {t.name!r}")
                 elif topic is None or not 0 <= p.partition < topic.num_partitions:
                     unknown[(t.name, p.partition)] = (
                         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
@@ -413,7 +415,7 @@ class GroupHandlers:
                 else:
                     commits.append(CommitRequest(t.name, p.partition, p.committed_offset, p.committed_leader_epoch,
                                                  p.committed_metadata))
-        errors = await _parked(lambda respond: coordinator.handle_commit_offsets(
+        errors = await _parked(ctx, lambda respond: coordinator.handle_commit_offsets(
             request.group_id, request.generation_id, request.member_id, commits, respond)) if commits else []
         known = iter(errors)
         results = iter([unknown[(t.name, p.partition)] if (t.name, p.partition) in unknown else next(known)
@@ -421,14 +423,14 @@ class GroupHandlers:
         topics = tuple(m.OffsetCommitTopicResult(name=t.name, partitions=tuple(
             m.OffsetCommitPartitionResult(partition=p.partition, **_fields(next(results))) for p in t.partitions))
             for t in request.topics)
-        if self.group_metrics is not None:
-            self.group_metrics.commit_done(time.perf_counter() - started)
+        if self.metrics is not None:
+            self.metrics.commit_done(time.perf_counter() - started)
         return m.OffsetCommitResponse(id=request.id, topics=topics)
 
-    async def _offset_fetch(self, request: m.OffsetFetchRequest) -> m.Response:
+    async def offset_fetch(self, request: m.OffsetFetchRequest, ctx: RequestContext) -> m.Response:
         authz = self.authz
-        if not authz.group(Op.DESCRIBE, request.group_id):
-            return m.OffsetFetchResponse(id=request.id, **_denied_group(Op.DESCRIBE, request.group_id))
+        if not authz.group(ctx, Op.DESCRIBE, request.group_id):
+            return m.OffsetFetchResponse(id=request.id, **_denied_group(ctx, Op.DESCRIBE, request.group_id))
         coordinator = await self._coordinator()
         if coordinator is None:
             return m.OffsetFetchResponse(id=request.id, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
@@ -443,12 +445,12 @@ class GroupHandlers:
         describable: dict[str, bool] = {}
         for topic, partition, entry in rows:
             if topic not in describable:  # all of a group's offsets: only the topics it may describe
-                describable[topic] = authz.topic(Op.DESCRIBE, topic, log=request.topics is not None)
+                describable[topic] = authz.topic(ctx, Op.DESCRIBE, topic, log=request.topics is not None)
             if not describable[topic]:
                 if request.topics is not None:
                     by_topic.setdefault(topic, []).append(m.OffsetFetchPartitionResult(
                         partition=partition, metadata="", error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
-                        error_message=f"{PRINCIPAL.get()} is not authorized to describe topic {topic!r}"))
+                        error_message=f"{ctx.principal} is not authorized to describe topic {topic!r}"))
                 continue
             by_topic.setdefault(topic, []).append(
                 m.OffsetFetchPartitionResult(partition=partition, metadata="")
@@ -458,28 +460,29 @@ class GroupHandlers:
         return m.OffsetFetchResponse(id=request.id, topics=tuple(
             m.OffsetFetchTopicResult(name=name, partitions=tuple(parts)) for name, parts in by_topic.items()))
 
-    async def _list_groups(self, request: m.ListGroupsRequest) -> m.Response:
+    async def list_groups(self, request: m.ListGroupsRequest, ctx: RequestContext) -> m.Response:
         coordinator = await self._coordinator(create=False)
         if coordinator is None:
-            if self.group_service is None:
+            if self.service is None:
                 return m.ListGroupsResponse(id=request.id, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
                                             error_message=_NOT_AVAILABLE)
             return m.ListGroupsResponse(id=request.id)  # no __consumer_offsets yet: no groups
         error, groups = coordinator.handle_list_groups(set(request.states_filter))
-        if not self.authz.allowed(Op.DESCRIBE, ResourceType.CLUSTER, CLUSTER, log=False):  # else those it may describe
-            groups = [g for g in groups if self.authz.group(Op.DESCRIBE, g[0], log=False)]
+        # Those it may describe, unless it may describe the cluster.
+        if not self.authz.allowed(ctx, Op.DESCRIBE, ResourceType.CLUSTER, CLUSTER, log=False):
+            groups = [g for g in groups if self.authz.group(ctx, Op.DESCRIBE, g[0], log=False)]
         return m.ListGroupsResponse(id=request.id, groups=tuple(
             m.ListedGroup(group_id=g, protocol_type=t, group_state=s) for g, t, s in groups), **_fields(error))
 
-    async def _describe_groups(self, request: m.DescribeGroupsRequest) -> m.Response:
+    async def describe_groups(self, request: m.DescribeGroupsRequest, ctx: RequestContext) -> m.Response:
         coordinator = await self._coordinator(create=False)
         out = []
         for group_id in request.groups:
-            if not self.authz.group(Op.DESCRIBE, group_id):
-                out.append(m.DescribedGroup(group_id=group_id, **_denied_group(Op.DESCRIBE, group_id)))
+            if not self.authz.group(ctx, Op.DESCRIBE, group_id):
+                out.append(m.DescribedGroup(group_id=group_id, **_denied_group(ctx, Op.DESCRIBE, group_id)))
                 continue
             if coordinator is None:
-                if self.group_service is None:
+                if self.service is None:
                     out.append(m.DescribedGroup(group_id=group_id, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
                                                 error_message=_NOT_AVAILABLE))
                 else:
@@ -495,22 +498,25 @@ class GroupHandlers:
                     for s in summary.members)))
         return m.DescribeGroupsResponse(id=request.id, groups=tuple(out))
 
-    async def _delete_groups(self, request: m.DeleteGroupsRequest) -> m.Response:
-        denied = {g: _denied_group(Op.DELETE, g) for g in request.groups_names if not self.authz.group(Op.DELETE, g)}
+    async def delete_groups(self, request: m.DeleteGroupsRequest, ctx: RequestContext) -> m.Response:
+        denied = {g: _denied_group(ctx, Op.DELETE, g) for g in request.groups_names
+                  if not self.authz.group(ctx, Op.DELETE, g)}
         if denied:
             allowed = tuple(g for g in request.groups_names if g not in denied)
-            answer = await self._delete_groups(dataclasses.replace(request, groups_names=allowed)) if allowed else None
+            answer = (await self.delete_groups(dataclasses.replace(request, groups_names=allowed), ctx)
+                      if allowed else None)
             results = {r.group_id: r for r in (answer.results if answer is not None else ())}
             return m.DeleteGroupsResponse(id=request.id, results=tuple(
                 results[g] if g in results else m.DeletableGroupResult(group_id=g, **denied[g])
                 for g in request.groups_names))
         coordinator = await self._coordinator(create=False)
         if coordinator is None:
-            code = ErrorCode.COORDINATOR_NOT_AVAILABLE if self.group_service is None else ErrorCode.GROUP_ID_NOT_FOUND
-            message = _NOT_AVAILABLE if self.group_service is None else "no group exists on this broker"
+            code = ErrorCode.COORDINATOR_NOT_AVAILABLE if self.service is None else ErrorCode.GROUP_ID_NOT_FOUND
+            message = _NOT_AVAILABLE if self.service is None else "no group exists on this broker"
             return m.DeleteGroupsResponse(id=request.id, results=tuple(
                 m.DeletableGroupResult(group_id=g, error_code=code, error_message=message)
                 for g in request.groups_names))
-        results = await _parked(lambda respond: coordinator.handle_delete_groups(list(request.groups_names), respond))
+        results = await _parked(ctx, lambda respond: coordinator.handle_delete_groups(list(request.groups_names),
+                                                                                      respond))
         return m.DeleteGroupsResponse(id=request.id, results=tuple(
             m.DeletableGroupResult(group_id=g, **_fields(results[g])) for g in request.groups_names))

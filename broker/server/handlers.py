@@ -1,6 +1,6 @@
-"""One handler per API: decoded request in, response out. The one place where storage errors
-become wire error codes (``TriologError.code``); anything unexpected becomes
-UNKNOWN_SERVER_ERROR, logged with its traceback, and the connection stays up.
+"""Kafka's KafkaApis: one handler per API, decoded request and its RequestContext in, answer out.
+Errors of one topic or partition become its entry's code (:mod:`.error_mapping`); anything the
+handler itself raises is answered UNKNOWN_SERVER_ERROR by the connection, which stays up.
 
 Storage work (appends, reads, fsync, topic changes) runs in worker threads, one thread hop per
 request, so a slow disk never stalls the event loop for other connections. Two exceptions, the
@@ -13,21 +13,17 @@ write into the page cache can still block (the kernel throttling writers when th
 behind), so an inline request that held the event loop longer than INLINE_SLOW_S sends every
 request to the worker threads for INLINE_PAUSE_S (if it happened twice in that time, or held it
 past INLINE_STALL_S): the event loop stalls at most twice per pause.
-What counts is the time the loop was held by the request's own work (:class:`LoopHoldMeter`), not
-the time it waited for the GIL while a worker thread ran Python (a big fetch, a metadata walk):
-that wait is the same with or without inline serving, and must not turn it off.
+(:mod:`.loop_hold` measures the hold.) A fetch response's descriptors are bounded by
+:mod:`.fetch_descriptors`.
 """
 
 from __future__ import annotations
 
 import functools
-import math
 import os
-import resource
 import threading
-import time
 from dataclasses import dataclass
-from typing import Any, Callable, NamedTuple
+from typing import Any, Awaitable, Callable
 
 import msgpack
 import structlog
@@ -35,7 +31,7 @@ import trio
 
 from triolog import __version__
 from triolog.broker.storage.filenames import validate_topic_name
-from triolog.broker.storage.log import Log
+from triolog.broker.storage.log import Log, LogAppendInfo
 from triolog.broker.storage.log_manager import LogManager
 from triolog.broker.storage.topics import TopicManager, is_internal
 from triolog.config.broker_config import BROKER_CONFIGS, BrokerConfig
@@ -56,28 +52,22 @@ from triolog.protocol.errors import (
     UnknownTopicOrPartitionError,
 )
 
-from .authorization import PRINCIPAL, RESPONSE_THROTTLE_MS, Op, RequestAuthorizer, parked
+from .authorization import Op, RequestAuthorizer
+from .fetch_descriptors import SPARE_FETCH_DESCRIPTORS, DescriptorBudget, FetchRegion, FetchResult
 from .group_commit import GroupCommitter
-from .group_handlers import GroupHandlers
+from .codec import EncodedResponse
+from .error_mapping import ApiError, error_of
+from .group_handlers import GroupApis
+from .loop_hold import InlineServing, WorkerThreads
 from .notifier import AppendNotifier
-from .producer_handlers import ProducerIdHandlers
-from .security_handlers import SecurityHandlers
+from .producer_handlers import ProducerIdApis
+from .request_context import RequestContext
+from .security_handlers import SecurityApis
 
 logger = structlog.get_logger("triolog.server")
 
 #: What api_versions answers (and ``triolog health`` prints): the version and which core this broker runs.
 BROKER_VERSION = f"triolog {__version__}, core: {core.status()}"
-
-
-def error_of(exc: BaseException, **context: Any) -> tuple[ErrorCode, str]:
-    """(code, message) for an exception raised while serving one topic or partition."""
-    if isinstance(exc, TriologError):
-        return exc.code, str(exc) or exc.code.name
-    if isinstance(exc, OSError):
-        logger.error("storage_error", error=str(exc), **context)
-        return ErrorCode.KAFKA_STORAGE_ERROR, f"I/O error: {exc}"
-    logger.exception("unexpected_error", **context)
-    return ErrorCode.UNKNOWN_SERVER_ERROR, f"unexpected server error: {type(exc).__name__}: {exc}"
 
 
 @functools.cache
@@ -107,14 +97,6 @@ def config_value_text(value: Any) -> str:
     return str(value)
 
 
-#: Descriptors one fetch response holds at most at once: a fetch naming thousands of partitions
-#: opens them a few at a time as it sends, each closed right after its sendfile.
-DESCRIPTORS_PER_RESPONSE = 8
-#: Descriptors all fetch responses in flight hold together beyond the one each may always hold
-#: (as its connection holds its socket): clients that do not read cannot pin more than this.
-SPARE_FETCH_DESCRIPTORS = 256
-
-
 #: A produce request whose batches hold at most this many bytes in all (and names at most
 #: INLINE_PARTITIONS partitions) is appended on the event loop when it can be (see the module
 #: docstring). Validation walks every record: with the compiled walk a 16 KiB batch of ~160
@@ -122,136 +104,6 @@ SPARE_FETCH_DESCRIPTORS = 256
 INLINE_PRODUCE_BYTES = 16 * 1024 if core.COMPILED else 2 * 1024
 #: Partitions a produce or fetch may name and still be served on the event loop.
 INLINE_PARTITIONS = 4
-#: An inline request that held the event loop longer than this (its own computation, or a sleep
-#: in the kernel: a write throttled by the kernel, a page fault reading from disk), not merely
-#: preempted by another process or waiting for the GIL, turns inline serving off for
-#: INLINE_PAUSE_S (see INLINE_STALL_S).
-INLINE_SLOW_S = 0.002
-INLINE_PAUSE_S = 1.0
-#: One hold pauses at once only if this long; a shorter one pauses when another came within
-#: INLINE_PAUSE_S before it: a kernel throttling writers holds every write, while a one-off wait
-#: (a journal commit on a busy disk) would otherwise cost a second of thread hops for nothing.
-INLINE_STALL_S = 0.02
-
-
-class ThreadClock:
-    """The calling thread's CPU time (``time.thread_time``), its time spent runnable but waiting
-    for a CPU (Linux's /proc/thread-self/schedstat, kept open: one read per call), both in
-    seconds, and how many times it went to sleep (``ru_nvcsw``). Where schedstat is missing the
-    wait reads 0; where the count is missing, -1 (every slow moment then counts as a sleep).
-    Bound to the thread that creates it (the event loop's, which creates the handler); its
-    descriptor is opened at once, so it is there from the broker's start, not from its first use."""
-
-    def __init__(self):
-        self._fd: int | None = None
-        try:
-            self._fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
-        except OSError:
-            pass
-
-    def __call__(self) -> tuple[float, float, int]:
-        cpu = time.thread_time()  # first: it also brings the kernel's runtime figures up to date
-        try:
-            sleeps = resource.getrusage(resource.RUSAGE_THREAD).ru_nvcsw
-        except (AttributeError, OSError):
-            sleeps = -1
-        if self._fd is None:
-            return cpu, 0.0, sleeps
-        try:
-            return cpu, int(os.pread(self._fd, 96, 0).split()[1]) / 1e9, sleeps
-        except (OSError, ValueError, IndexError):
-            self.close()
-            return cpu, 0.0, sleeps
-
-    def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-
-
-class WorkerThreads:
-    """The broker's calls into worker threads, counted on the event loop (so without a lock):
-    while any is outstanding, the loop sleeping may be the loop waiting for the GIL a worker holds
-    (running Python, or preempted while holding it on a loaded machine)."""
-
-    def __init__(self):
-        self.outstanding = 0
-
-    async def run_sync(self, fn, *args, limiter: trio.CapacityLimiter | None = None):
-        self.outstanding += 1
-        try:
-            return await trio.to_thread.run_sync(fn, *args, limiter=limiter)
-        finally:
-            self.outstanding -= 1
-
-
-class LoopHoldMeter:
-    """How long an inline attempt held up the event loop, from clocks the kernel keeps.
-
-    Wall time overstates it three times over. Preemption: the thread was runnable, waiting for a
-    CPU other processes had (its schedstat run delay). Steal: the virtual machine's CPU was not
-    running at all (the thread neither slept nor waited, its CPU clock stood still). And waits
-    for the GIL while one of our worker threads held it: the thread slept on a futex, for work
-    the loop would have waited for anyway, inline serving or not. So the hold is the thread's
-    own CPU time in the attempt (decode, validation, copies), plus, only if it went to sleep and
-    no worker thread of ours was busy (:class:`WorkerThreads`), the time it was neither on a CPU
-    nor waiting for one: a sleep then is the kernel holding the thread (a write throttled by the
-    kernel, a page fault reading from disk).
-
-    The price: a kernel stall of the loop while workers are busy is not seen (a GIL holder that
-    is itself preempted or asleep, common on a loaded machine, looks the same from here); a
-    thread not started through WorkerThreads (the cleaner's, which runs its rounds in a worker
-    process by default) can still make a GIL wait look like a hold. The loop's own computation
-    always counts. Three cheap kernel reads per attempt; the process's CPU clock, which would
-    tell the other threads' share, costs as much again and is left out.
-    """
-
-    __slots__ = ("wall", "thread", "workers")
-
-    def __init__(self, wall: Callable[[], float] = time.monotonic,
-                 thread: Callable[[], tuple[float, float, int]] | None = None,
-                 workers: WorkerThreads | None = None):
-        self.wall = wall
-        #: () -> (this thread's CPU seconds, its seconds waiting for a CPU, its sleeps so far).
-        self.thread = thread if thread is not None else ThreadClock()
-        self.workers = workers if workers is not None else WorkerThreads()
-
-    def start(self) -> tuple[float, tuple[float, float, int], bool]:
-        # The wall interval encloses the thread's (read first here, last in measure).
-        return self.wall(), self.thread(), self.workers.outstanding > 0
-
-    def measure(self, started: tuple[float, tuple[float, float, int], bool],
-                limit_s: float = 0.0) -> tuple[float, float]:
-        """(wall seconds, seconds the loop was held) of the attempt begun at ``started``. Up to
-        ``limit_s`` of wall time the hold is taken to be the wall time, without reading the CPU
-        clocks (the common, fast case)."""
-        wall = self.wall() - started[0]
-        if wall <= limit_s:
-            return wall, wall
-        on_cpu, waiting, sleeps = self.thread()
-        wall = self.wall() - started[0]
-        own = max(0.0, on_cpu - started[1][0])
-        if started[2] or (sleeps >= 0 and sleeps == started[1][2]):
-            # A worker was busy (a sleep may have been a wait for the GIL), or no sleep at all
-            # (the rest was preemption or steal).
-            return wall, own
-        preempted = max(0.0, waiting - started[1][1])
-        return wall, own + max(0.0, wall - own - preempted)
-
-
-class EncodedResponse:
-    """A response already packed by its handler (the hot paths build the wire map straight from
-    their results, without the message objects): the connection sends ``payload`` as it is."""
-
-    __slots__ = ("payload", "error_code", "entry_errors")
-
-    def __init__(self, payload: bytes, error_code: int = 0, entry_errors: dict[int, int] | None = None):
-        self.payload = payload
-        self.error_code = error_code
-        #: The entries' error codes, counted (as connection._entry_errors counts them).
-        self.entry_errors = entry_errors
-
-
 class ApiVersionsAnswer:
     """api_versions' answer, the same for every request but its id: packed once, the id's
     encoding spliced in per request (a map whose first key is ``id``)."""
@@ -270,50 +122,69 @@ class ApiVersionsAnswer:
         return b"".join((self._head, msgpack.packb(request_id), self._tail))
 
 
-def produce_payload(request_id: int, results: list) -> EncodedResponse:
-    """The produce response for ``results`` ((topic, [(partition, info | (code, message), log)])
-    from RequestHandler._produce), packed from the same wire map as
+@dataclass(slots=True)
+class PartitionAppend:
+    """One partition's outcome of a produce: appended (``info``), or refused (``error``)."""
+
+    partition: int
+    info: LogAppendInfo | None = None
+    error: ApiError | None = None
+    #: An error's log start offset, as Kafka's ReplicaManager answers it (-1: unknown).
+    log_start_offset: int = -1
+    #: The log an acks=all answer waits to see fsynced: below ``info``'s end, or, for an error
+    #: (DUPLICATE_SEQUENCE_NUMBER), below ``flush_before``, where the original batch lies.
+    log: Log | None = None
+    flush_before: int = 0
+
+
+@dataclass(slots=True)
+class TopicAppends:
+    name: str
+    partitions: list[PartitionAppend]
+
+
+def produce_payload(request_id: int, results: list[TopicAppends], throttle_ms: int = 0) -> EncodedResponse:
+    """The msgpack produce response for ``results``, packed from the same wire map as
     ``m.encode_response(m.ProduceResponse(...))`` gives, without building the message objects."""
     topics = []
     errors: dict[int, int] | None = None
-    for name, rows in results:
+    for topic in results:
         partitions = []
-        for partition, info, log in rows:
-            if log is None:
-                code, message = info[0], info[1]
-                code = int(code)
+        for row in topic.partitions:
+            info = row.info
+            if info is None:
+                code = int(row.error.code)
                 if errors is None:
                     errors = {}
                 errors[code] = errors.get(code, 0) + 1
-                partitions.append({"partition": partition, "error_code": code, "error_message": message,
-                                   "base_offset": -1, "log_append_time": -1,
-                                   "log_start_offset": info[2] if len(info) > 2 else -1})
+                partitions.append({"partition": row.partition, "error_code": code, "error_message": row.error.message,
+                                   "base_offset": -1, "log_append_time": -1, "log_start_offset": row.log_start_offset})
             else:
-                partitions.append({"partition": partition, "error_code": 0, "error_message": None,
+                partitions.append({"partition": row.partition, "error_code": 0, "error_message": None,
                                    "base_offset": info.first_offset, "log_append_time": info.log_append_time_ms,
                                    "log_start_offset": info.log_start_offset})
-        topics.append({"name": name, "partitions": partitions})
-    wire = {"id": request_id, "error_code": 0, "error_message": None, "topics": topics,
-            "throttle_ms": RESPONSE_THROTTLE_MS.get()}
+        topics.append({"name": topic.name, "partitions": partitions})
+    wire = {"id": request_id, "error_code": 0, "error_message": None, "topics": topics, "throttle_ms": throttle_ms}
     return EncodedResponse(_packb(wire), 0, errors)
 
 
-def produce_response(request_id: int, results: list) -> m.ProduceResponse:
-    """The produce response for ``results`` (as produce_payload takes them) as message objects."""
+def produce_response(request_id: int, results: list[TopicAppends], throttle_ms: int = 0) -> m.ProduceResponse:
+    """The produce response for ``results`` as message objects (what the Kafka listener translates)."""
     topics = []
-    for name, rows in results:
+    for topic in results:
         partitions = []
-        for partition, info, log in rows:
-            if log is None:
+        for row in topic.partitions:
+            info = row.info
+            if info is None:
                 partitions.append(m.ProducePartitionResult(
-                    partition=partition, error_code=int(info[0]), error_message=info[1],
-                    log_start_offset=info[2] if len(info) > 2 else -1))
+                    partition=row.partition, error_code=int(row.error.code), error_message=row.error.message,
+                    log_start_offset=row.log_start_offset))
             else:
                 partitions.append(m.ProducePartitionResult(
-                    partition=partition, base_offset=info.first_offset, log_append_time=info.log_append_time_ms,
+                    partition=row.partition, base_offset=info.first_offset, log_append_time=info.log_append_time_ms,
                     log_start_offset=info.log_start_offset))
-        topics.append(m.ProduceTopicResult(name=name, partitions=tuple(partitions)))
-    return m.ProduceResponse(id=request_id, topics=tuple(topics), throttle_ms=RESPONSE_THROTTLE_MS.get())
+        topics.append(m.ProduceTopicResult(name=topic.name, partitions=tuple(partitions)))
+    return m.ProduceResponse(id=request_id, topics=tuple(topics), throttle_ms=throttle_ms)
 
 
 def _packb(wire: dict) -> bytes:
@@ -324,121 +195,15 @@ class _WouldBlock(Exception):
     """Raised inside an inline attempt: this request goes to a worker thread after all."""
 
 
-class _FlushBefore(NamedTuple):
-    """In a produce row's log slot: an error row (DUPLICATE_SEQUENCE_NUMBER) that acks=all answers
-    only once ``log`` is fsynced below ``offset`` (where the original batch lies)."""
+class RequestHandler:
+    """Kafka's KafkaApis: each request to the handler of its API (:meth:`handle`'s table), with the
+    coordinators and security stores it was built with."""
 
-    log: Log
-    offset: int
-
-
-class DescriptorBudget:
-    """A broker-wide count of descriptors taken by fetch responses; thread-safe (taken in workers)."""
-
-    def __init__(self, capacity: int):
-        self.capacity = capacity
-        self.held = 0
-        self._lock = threading.Lock()
-
-    def take(self) -> bool:
-        with self._lock:
-            if self.held >= self.capacity:
-                return False
-            self.held += 1
-            return True
-
-    def give(self) -> None:
-        with self._lock:
-            self.held -= 1
-
-
-@dataclass
-class FetchRegion:
-    """A region of a segment file to sendfile; its descriptor is taken shortly before it is sent
-    (``fd`` None until then) and closed right after."""
-
-    records: Any  # the segment's FileRecords: reopened by the object, so a rename does not lose it
-    position: int
-    length: int
-    fd: int | None = None
-
-
-class FetchResult:
-    """A fetch response whose record bytes stay in files: the connection sends it with sendfile.
-
-    It holds at most DESCRIPTORS_PER_RESPONSE descriptors at once, and beyond its first only
-    what the broker-wide budget allows, however many partitions the fetch names: a client that
-    does not read pins a bounded number of descriptors until its connection is dropped."""
-
-    def __init__(self, parts: list | None, regions: list[FetchRegion], budget: DescriptorBudget):
-        self._parts = parts
-        self.regions = regions
-        #: The response the parts encode (its partition error codes are counted in the metrics).
-        self.response: m.FetchResponse | None = None
-        self._budget = budget
-        #: Regions before this one have had their descriptor (and may have been sent).
-        self._next = 0
-        self._held = 0
-
-    @property
-    def parts(self) -> list:
-        """The msgpack protocol's response: its bytes, and the regions as ExternalBin parts (packed
-        when first asked for: the Kafka listener encodes ``response`` its own way)."""
-        if self._parts is None:
-            self._parts = m.pack_parts(self.response, check_schema=False)
-        return self._parts
-
-    def _may_open(self) -> bool:
-        """Whether one more descriptor may be taken now (taking a budget unit if beyond the first)."""
-        if self._held == 0:
-            return True
-        return self._held < DESCRIPTORS_PER_RESPONSE and self._budget.take()
-
-    def _opened(self, region: FetchRegion, fd: int) -> None:
-        region.fd = fd
-        self._held += 1
-
-    def _return_unit(self) -> None:
-        """Give back what _may_open took for a descriptor that was not opened after all."""
-        if self._held:
-            self._budget.give()
-
-    def open_descriptors(self) -> None:
-        """Take descriptors for the next regions (run in a worker thread: taking one may wait for
-        the segment's lock, held during an fsync). FileNotFoundError if a segment's files were
-        removed meanwhile (retention with file.delete.delay.ms=0): the response cannot be completed."""
-        while self._next < len(self.regions):
-            region = self.regions[self._next]
-            if region.fd is None:
-                if not self._may_open():
-                    return
-                try:
-                    fd = region.records.dup_fd()
-                except BaseException:
-                    self._return_unit()
-                    raise
-                self._opened(region, fd)
-            self._next += 1
-
-    def close_region(self, region: FetchRegion) -> None:
-        if region.fd is None:
-            return
-        fd, region.fd = region.fd, None
-        self._held -= 1
-        if self._held:
-            self._budget.give()
-        os.close(fd)
-
-    def close(self) -> None:
-        for region in self.regions:
-            self.close_region(region)
-        self.regions = []
-
-
-class RequestHandler(ProducerIdHandlers, GroupHandlers, SecurityHandlers):
-    def __init__(self, config: BrokerConfig, log_manager: LogManager, topics: TopicManager,
+    def __init__(self, *, config: BrokerConfig, log_manager: LogManager, topics: TopicManager,
                  committer: GroupCommitter, notifier: AppendNotifier, limiter: trio.CapacityLimiter,
-                 on_roll: Callable[[Log, str], None] | None = None, workers: WorkerThreads | None = None):
+                 workers: WorkerThreads, authz: RequestAuthorizer, groups: GroupApis, security: SecurityApis,
+                 producers: ProducerIdApis, advertised_host: str, advertised_port: int,
+                 on_roll: Callable[[Log, str], None] | None = None):
         self.config = config
         self.log_manager = log_manager
         self.topics = topics
@@ -446,8 +211,14 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers, SecurityHandlers):
         self.notifier = notifier
         self.limiter = limiter
         self.on_roll = on_roll
-        self.advertised_host = config.listener.host or "localhost"
-        self.advertised_port = config.listener.port
+        #: Where clients reach this broker (Metadata's broker, FindCoordinator's answer).
+        self.advertised_host = advertised_host
+        self.advertised_port = advertised_port
+        #: Kafka's authorization checks (with the ACLs when an authorizer is on).
+        self.authz = authz
+        self.groups = groups
+        self.security = security
+        self.producers = producers
         #: Long polls waiting for data right now (Kafka's delayed fetch purgatory size).
         self.delayed_fetches = 0
         #: Produce batches answered as duplicates of an idempotent producer's earlier batch
@@ -458,57 +229,55 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers, SecurityHandlers):
         # see room for themselves and together pass the cap.
         self._create_lock = threading.Lock()
         self.fetch_descriptors = DescriptorBudget(SPARE_FETCH_DESCRIPTORS)
-        #: Monotonic seconds (``clock``) until which nothing is served inline (see INLINE_SLOW_S).
-        self.inline_paused_until = 0.0
-        self.clock = time.monotonic
-        #: Measures how long each inline attempt held the event loop.
-        self.workers = workers if workers is not None else WorkerThreads()
-        self.meter = LoopHoldMeter(workers=self.workers)
-        #: Inline attempts that took longer than INLINE_SLOW_S of wall time, and those of them
-        #: found to have held the loop that long (and so paused inline serving).
-        self.inline_slow = 0
-        self.inline_held = 0
-        #: When (``clock``) the last inline attempt held the loop past INLINE_SLOW_S.
-        self._last_hold_at = -math.inf
-        #: Kafka's authorization checks (the server gives it the ACLs when an authorizer is on).
-        self.authz = RequestAuthorizer(None)
+        self.workers = workers
+        #: Whether small requests are served on the event loop now (see loop_hold).
+        self.inline = InlineServing(workers)
+        #: Every API the handler serves, and the method serving it (as KafkaApis.handle lists its
+        #: cases). SaslHandshake and SaslAuthenticate are the connection's: they change its state.
+        self.apis: dict[str, Callable[[Any, RequestContext], Awaitable[Any]]] = {
+            "api_versions": self._api_versions,
+            "metadata": self._metadata,
+            "produce": self._produce,
+            "fetch": self._fetch,
+            "list_offsets": self._list_offsets,
+            "delete_records": self._delete_records,
+            "create_topics": self._create_topics,
+            "delete_topics": self._delete_topics,
+            "create_partitions": self._create_partitions,
+            "describe_configs": self._describe_configs,
+            "alter_configs": self._alter_configs,
+            "describe_log_dirs": self._describe_log_dirs,
+            "init_producer_id": producers.init_producer_id,
+            "find_coordinator": groups.find_coordinator,
+            "join_group": groups.join_group,
+            "sync_group": groups.sync_group,
+            "heartbeat": groups.heartbeat,
+            "leave_group": groups.leave_group,
+            "offset_commit": groups.offset_commit,
+            "offset_fetch": groups.offset_fetch,
+            "list_groups": groups.list_groups,
+            "describe_groups": groups.describe_groups,
+            "delete_groups": groups.delete_groups,
+            "create_acls": security.create_acls,
+            "describe_acls": security.describe_acls,
+            "delete_acls": security.delete_acls,
+            "describe_client_quotas": security.describe_client_quotas,
+            "alter_client_quotas": security.alter_client_quotas,
+            "describe_user_scram_credentials": security.describe_user_scram_credentials,
+            "alter_user_scram_credentials": security.alter_user_scram_credentials,
+        }
 
     def close(self) -> None:
-        """Release what the handler holds open (the meter's clock file)."""
-        close = getattr(self.meter.thread, "close", None)
-        if close is not None:
-            close()
-
-    def _inline_allowed(self) -> bool:
-        return self.clock() >= self.inline_paused_until
-
-    def _inline_start(self) -> tuple:
-        return self.meter.start()
-
-    def _inline_took(self, started: tuple) -> None:
-        """Turn inline serving off for a while if the inline attempt begun at ``started`` held the
-        event loop longer than INLINE_SLOW_S (see LoopHoldMeter)."""
-        wall, held = self.meter.measure(started, INLINE_SLOW_S)
-        if wall <= INLINE_SLOW_S:
-            return
-        self.inline_slow += 1
-        if held <= INLINE_SLOW_S:
-            return
-        self.inline_held += 1
-        now = self.clock()
-        previous, self._last_hold_at = self._last_hold_at, now
-        if held <= INLINE_STALL_S and now - previous > INLINE_PAUSE_S:
-            return
-        self.inline_paused_until = now + INLINE_PAUSE_S
-        logger.info("inline_requests_paused", held_ms=round(held * 1000, 3), took_ms=round(wall * 1000, 3),
-                    pause_s=INLINE_PAUSE_S, limit_ms=INLINE_SLOW_S * 1000)
+        """Release what the handler holds open (the hold meter's clock file)."""
+        self.inline.close()
 
     async def _in_thread(self, fn, *args):
         return await self.workers.run_sync(fn, *args, limiter=self.limiter)
 
-    async def handle(self, request: m.Request) -> m.Response | EncodedResponse | FetchResult | None:
-        handler = getattr(self, "_" + request.api)
-        return await handler(request)
+    async def handle(self, request: m.Request, ctx: RequestContext) -> Any:
+        """The answer to ``request``: a response, an EncodedResponse, a FetchResult (records in
+        files), or a produce's list of TopicAppends (each listener encodes it its own way)."""
+        return await self.apis[request.api](request, ctx)
 
     # -- topics ------------------------------------------------------------------------------
 
@@ -551,7 +320,7 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers, SecurityHandlers):
                 f"{held + new_partitions} partitions, over max.broker.partitions={cap} "
                 f"({held} held now); nothing was created")
 
-    def _partition_error(self, exc: BaseException, topic: str, partition: int) -> tuple[ErrorCode, str]:
+    def _partition_error(self, exc: BaseException, topic: str, partition: int) -> ApiError:
         """(code, message) for one partition. A partition deleted while the request held its log
         (the log closed, its directory renamed away) is UNKNOWN_TOPIC_OR_PARTITION, as in Kafka, not a
         disk failure."""
@@ -562,27 +331,27 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers, SecurityHandlers):
                     f"topic {topic!r} partition {partition} was deleted while the request was served")
         return error_of(exc, topic=topic, partition=partition)
 
-    async def _api_versions(self, request: m.ApiVersionsRequest) -> EncodedResponse:
+    async def _api_versions(self, request: m.ApiVersionsRequest, ctx: RequestContext) -> EncodedResponse:
         return EncodedResponse(_API_VERSIONS.payload(request.id))
 
-    async def _metadata(self, request: m.MetadataRequest) -> m.Response:
+    async def _metadata(self, request: m.MetadataRequest, ctx: RequestContext) -> m.Response:
         authz = self.authz
 
         def work() -> list[m.TopicMetadata]:
             if request.topics is None:  # every topic the principal may describe (others unmentioned)
-                names = [n for n in sorted(self.topics.all()) if authz.topic(Op.DESCRIBE, n, log=False)]
+                names = [n for n in sorted(self.topics.all()) if authz.topic(ctx, Op.DESCRIBE, n, log=False)]
             else:
                 names = list(request.topics)
             out = []
             for name in names:
                 try:
                     if request.topics is not None:
-                        authz.require_topic(Op.DESCRIBE, name)
+                        authz.require_topic(ctx, Op.DESCRIBE, name)
                         may_create = request.allow_auto_topic_creation and self.config.auto_create_topics_enable
-                        if may_create and self.topics.get(name) is None and not authz.may_create_topic(name):
+                        if may_create and self.topics.get(name) is None and not authz.may_create_topic(ctx, name):
                             # Kafka: a topic the client would auto-create but may not create
                             raise TopicAuthorizationFailedError(
-                                f"{PRINCIPAL.get()} is not authorized to create topic {name!r}")
+                                f"{ctx.principal} is not authorized to create topic {name!r}")
                         self._existing_or_auto_created(name, may_create=may_create)
                     topic = self.topics.get(name)
                     if topic is None:
@@ -605,14 +374,14 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers, SecurityHandlers):
         return m.MetadataResponse(id=request.id, brokers=(broker,), controller_id=self.config.node_id,
                                   topics=tuple(topics))
 
-    async def _create_topics(self, request: m.CreateTopicsRequest) -> m.Response:
+    async def _create_topics(self, request: m.CreateTopicsRequest, ctx: RequestContext) -> m.Response:
         def work() -> list[m.CreateTopicResult]:
             out = []
             for new in request.topics:
                 try:
-                    if not self.authz.may_create_topic(new.name):
+                    if not self.authz.may_create_topic(ctx, new.name):
                         raise TopicAuthorizationFailedError(
-                            f"{PRINCIPAL.get()} is not authorized to create topic {new.name!r}")
+                            f"{ctx.principal} is not authorized to create topic {new.name!r}")
                     with self._create_lock:
                         count, config = self.topics.validate_new_topic(
                             new.name, new.num_partitions, new.replication_factor, new.configs,
@@ -625,7 +394,7 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers, SecurityHandlers):
                     if not request.validate_only:
                         logger.info("topic_created", topic=new.name, partitions=count, configs=dict(new.configs))
                     # Kafka returns the new topic's configs only to a principal that may describe them
-                    shown = self.authz.topic(Op.DESCRIBE_CONFIGS, new.name, log=False)
+                    shown = self.authz.topic(ctx, Op.DESCRIBE_CONFIGS, new.name, log=False)
                     out.append(m.CreateTopicResult(
                         name=new.name, num_partitions=count,
                         configs={k: config_value_text(config.value_of(k)) for k in TOPIC_CONFIGS} if shown else {},
@@ -637,7 +406,7 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers, SecurityHandlers):
 
         return m.CreateTopicsResponse(id=request.id, topics=tuple(await self._in_thread(work)))
 
-    async def _delete_topics(self, request: m.DeleteTopicsRequest) -> m.Response:
+    async def _delete_topics(self, request: m.DeleteTopicsRequest, ctx: RequestContext) -> m.Response:
         gone: list[tuple[str, int]] = []
 
         def work() -> list[m.TopicResult]:
@@ -645,7 +414,7 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers, SecurityHandlers):
             for name in request.topics:
                 try:
                     validate_topic_name(name)
-                    self.authz.require_topic(Op.DELETE, name)
+                    self.authz.require_topic(ctx, Op.DELETE, name)
                     topic = self.topics.get(name)
                     if topic is not None:
                         gone.extend((name, p) for p in range(topic.num_partitions))
@@ -673,14 +442,14 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers, SecurityHandlers):
             return "broker"
         return "default"
 
-    async def _create_partitions(self, request: m.CreatePartitionsRequest) -> m.Response:
+    async def _create_partitions(self, request: m.CreatePartitionsRequest, ctx: RequestContext) -> m.Response:
         """Kafka's CreatePartitions: grow topics to ``count`` partitions, each on its own."""
         def work() -> list[m.TopicResult]:
             out = []
             for entry in request.topics:
                 try:
                     validate_topic_name(entry.name)
-                    self.authz.require_topic(Op.ALTER, entry.name)
+                    self.authz.require_topic(ctx, Op.ALTER, entry.name)
                     with self._create_lock:
                         topic = self.topics.validate_new_partitions(entry.name, entry.count)
                         self._check_partition_room(entry.name, entry.count - topic.num_partitions)
@@ -735,12 +504,12 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers, SecurityHandlers):
                 entries[key.name] = m.ConfigEntry(value=value, source=source, read_only=True)
         return entries
 
-    async def _describe_configs(self, request: m.DescribeConfigsRequest) -> m.Response:
+    async def _describe_configs(self, request: m.DescribeConfigsRequest, ctx: RequestContext) -> m.Response:
         def brokers() -> list[m.DescribeConfigsResult]:
             out = []
             for name in request.brokers:
                 try:
-                    self.authz.require_cluster(Op.DESCRIBE_CONFIGS)
+                    self.authz.require_cluster(ctx, Op.DESCRIBE_CONFIGS)
                     out.append(m.DescribeConfigsResult(name=name, configs=self._broker_configs(name)))
                 except Exception as exc:
                     code, message = error_of(exc, broker=name)
@@ -752,7 +521,7 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers, SecurityHandlers):
             for name in request.topics:
                 try:
                     validate_topic_name(name)
-                    self.authz.require_topic(Op.DESCRIBE_CONFIGS, name)
+                    self.authz.require_topic(ctx, Op.DESCRIBE_CONFIGS, name)
                     topic = self.topics.get(name)
                     if topic is None:
                         raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
@@ -771,13 +540,13 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers, SecurityHandlers):
         topics = await self._in_thread(work) if request.topics else []
         return m.DescribeConfigsResponse(id=request.id, topics=tuple(topics), brokers=tuple(brokers()))
 
-    async def _alter_configs(self, request: m.AlterConfigsRequest) -> m.Response:
+    async def _alter_configs(self, request: m.AlterConfigsRequest, ctx: RequestContext) -> m.Response:
         def work() -> list[m.TopicResult]:
             out = []
             for entry in request.topics:
                 try:
                     validate_topic_name(entry.name)
-                    self.authz.require_topic(Op.ALTER_CONFIGS, entry.name)
+                    self.authz.require_topic(ctx, Op.ALTER_CONFIGS, entry.name)
                     self.topics.alter_configs(entry.name, entry.configs, tuple(entry.delete),
                                               validate_only=request.validate_only, replace=entry.replace,
                                               append=entry.append, subtract=entry.subtract)
@@ -806,19 +575,20 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers, SecurityHandlers):
             raise _WouldBlock
         return log
 
-    def _produce_rows(self, request: m.ProduceRequest, done: list, inline: bool) -> None:
-        """Append the request's partitions in order into ``done`` (topic, [(partition, info |
-        (code, message), log)]), from where an earlier call left off; ``inline`` raises
-        _WouldBlock at the first partition that cannot be appended without waiting."""
+    def _produce_rows(self, request: m.ProduceRequest, ctx: RequestContext, done: list[TopicAppends],
+                      inline: bool) -> None:
+        """Append the request's partitions in order into ``done``, from where an earlier call left
+        off; ``inline`` raises _WouldBlock at the first partition that cannot be appended without
+        waiting."""
         for t, topic in enumerate(request.topics):
             if t < len(done) - 1:
                 continue
             if t == len(done):
-                done.append((topic.name, []))
-            rows = done[t][1]
+                done.append(TopicAppends(topic.name, []))
+            rows = done[t].partitions
             topic_error = None
             try:
-                self.authz.require_topic(Op.WRITE, topic.name)
+                self.authz.require_topic(ctx, Op.WRITE, topic.name)
                 self._existing_or_auto_created(topic.name, may_create=False)
                 if is_internal(topic.name):
                     raise InvalidTopicError(f"cannot append to internal topic {topic.name}")
@@ -826,118 +596,94 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers, SecurityHandlers):
                 topic_error = error_of(exc, topic=topic.name)
             for part in topic.partitions[len(rows):]:
                 if topic_error is not None:
-                    rows.append((part.partition, topic_error, None))
+                    rows.append(PartitionAppend(part.partition, error=topic_error))
                     continue
                 log = None
                 try:
                     if inline:
                         log = self._inline_log(topic.name, part.partition)
-                        self._check_producer_id(part.records, log)
+                        self.producers.check_producer_id(part.records, log)
                         info = log.try_append_as_leader(part.records, max_bytes=INLINE_PRODUCE_BYTES)
                         if info is None:
                             raise _WouldBlock
                     else:
                         log = self.topics.log(topic.name, part.partition)
-                        self._check_producer_id(part.records, log)
+                        self.producers.check_producer_id(part.records, log)
                         info = log.append_as_leader(part.records)
-                    rows.append((part.partition, info, log))
+                    rows.append(PartitionAppend(part.partition, info, log=log))
                 except _WouldBlock:
                     raise
                 except Exception as exc:
-                    code, message = self._partition_error(exc, topic.name, part.partition)
                     # With the partition's log start offset, as Kafka's ReplicaManager answers: an
                     # idempotent producer needs it to react to UNKNOWN_PRODUCER_ID. From the log in
                     # hand (no topic lock, no log created on the event loop); -1 without one.
-                    start = log.log_start_offset if log is not None else -1
-                    wait = None
+                    row = PartitionAppend(part.partition, error=self._partition_error(exc, topic.name, part.partition),
+                                          log_start_offset=log.log_start_offset if log is not None else -1)
                     if isinstance(exc, DuplicateSequenceNumberError) and log is not None and exc.flush_before > 0:
-                        wait = _FlushBefore(log, exc.flush_before)  # acks=all: the original on disk first
-                    rows.append((part.partition, (code, message, start), wait))
+                        row.log, row.flush_before = log, exc.flush_before  # acks=all: the original on disk first
+                    rows.append(row)
 
-    async def _produce(self, request: m.ProduceRequest) -> EncodedResponse | None:
-        results = await self.produce_results(request)
-        return None if results is None else produce_payload(request.id, results)
-
-    async def produce_response(self, request: m.ProduceRequest) -> m.ProduceResponse:
-        """The produce response as message objects (for the Kafka listener, which re-encodes it),
-        for acks=0 too: Kafka sends no answer to one, but closes the connection when any of its
-        partitions failed (how the producer learns to refresh its metadata), so the listener
-        needs the outcome."""
-        results = await self.produce_results(request, acks0_results=True)
-        return produce_response(request.id, results)
-
-    async def produce_results(self, request: m.ProduceRequest, *, acks0_results: bool = False) -> list | None:
-        """Append the request's batches: (topic, [(partition, info | (code, message, start), log)])
-        once acknowledged as acks asks; for acks=0 None (the msgpack listener answers nothing),
-        unless ``acks0_results``: then the results as soon as appended."""
-        results: list = []  # (topic, [(partition, info | (code, message), log)])
+    async def _produce(self, request: m.ProduceRequest, ctx: RequestContext) -> list[TopicAppends]:
+        """Append the request's batches; the outcome once acknowledged as acks asks (for acks=0 as
+        soon as appended: no answer is sent, but the Kafka listener closes when one failed)."""
+        results: list[TopicAppends] = []
         try:
             if (sum(len(t.partitions) for t in request.topics) > INLINE_PARTITIONS
                     or sum(len(p.records) for t in request.topics for p in t.partitions) > INLINE_PRODUCE_BYTES
-                    or not self._inline_allowed()):
+                    or not self.inline.allowed()):
                 raise _WouldBlock
-            started = self._inline_start()
+            started = self.inline.start()
             try:
-                self._produce_rows(request, results, inline=True)
+                self._produce_rows(request, ctx, results, inline=True)
             finally:
-                self._inline_took(started)
+                self.inline.took(started)
         except _WouldBlock:  # the rest (all of it, or from the first partition that would wait)
-            await self._in_thread(self._produce_rows, request, results, False)
-        for name, rows in results:
-            for partition, info, log in rows:
-                if log is not None and type(log) is not _FlushBefore:
+            await self._in_thread(self._produce_rows, request, ctx, results, False)
+        for topic in results:
+            for row in topic.partitions:
+                info = row.info
+                if info is not None:
                     if info.duplicate:
                         # Nothing new to wake fetchers for; acks=all below still waits for the
                         # fsync of the original's offsets, which may not be durable yet.
                         self.produce_duplicates += 1
                         continue
-                    self.notifier.notify((name, partition))
+                    self.notifier.notify((topic.name, row.partition))
                     if info.roll_reason is not None and self.on_roll is not None:
-                        self.on_roll(log, info.roll_reason)
+                        self.on_roll(row.log, info.roll_reason)
         if request.acks == -1:
             waiting_since = trio.current_time()
-            results = await self._wait_flushed(results, request.timeout_ms)
-            parked(trio.current_time() - waiting_since)
-        else:
-            results = [(name, [(p, info, None if type(log) is _FlushBefore else log) for p, info, log in rows])
-                       for name, rows in results]
-        if request.acks == 0 and not acks0_results:
-            return None
+            await self._wait_flushed(results, request.timeout_ms)
+            ctx.accounting.parked(trio.current_time() - waiting_since)
         return results
 
-    async def _wait_flushed(self, results, timeout_ms: int):
+    async def _wait_flushed(self, results: list[TopicAppends], timeout_ms: int) -> None:
         """acks=all: every appended partition fsynced (group commit) within timeout_ms, else
         REQUEST_TIMED_OUT (the data is in the log, but not yet known to be on disk)."""
-        out = []
-        for name, rows in results:
-            new_rows = []
-            for partition, info, log in rows:
+        for topic in results:
+            for row in topic.partitions:
+                log = row.log
                 if log is None:
-                    new_rows.append((partition, info, log))
                     continue
-                pending = type(log) is _FlushBefore  # DUPLICATE_SEQUENCE_NUMBER: the original first
+                pending = row.info is None  # DUPLICATE_SEQUENCE_NUMBER: the original first
                 try:
                     with trio.fail_after(max(timeout_ms, 1) / 1000):
-                        if pending:
-                            await self.committer.wait_flushed(log.log, log.offset)
-                        else:
-                            await self.committer.wait_flushed(log, info.last_offset + 1)
-                    new_rows.append((partition, info, None) if pending else (partition, info, log))
+                        await self.committer.wait_flushed(log, row.flush_before if pending
+                                                          else row.info.last_offset + 1)
                 except trio.TooSlowError:
-                    exc = RequestTimedOutError(
-                        f"the original of this duplicate batch (below offset {log.offset}) is not fsynced "
+                    row.error = error_of(RequestTimedOutError(
+                        f"the original of this duplicate batch (below offset {row.flush_before}) is not fsynced "
                         f"within timeout_ms={timeout_ms}" if pending else
-                        f"records were appended at offset {info.first_offset} but not fsynced within "
-                        f"timeout_ms={timeout_ms}")
-                    new_rows.append((partition, error_of(exc), None))
+                        f"records were appended at offset {row.info.first_offset} but not fsynced within "
+                        f"timeout_ms={timeout_ms}"))
+                    row.info, row.log_start_offset = None, -1
                 except Exception as exc:
-                    new_rows.append((partition, self._partition_error(exc, name, partition), None))
-            out.append((name, new_rows))
-        return out
+                    row.error = self._partition_error(exc, topic.name, row.partition)
+                    row.info, row.log_start_offset = None, -1
 
     # -- fetch -------------------------------------------------------------------------------
 
-    async def _fetch(self, request: m.FetchRequest) -> FetchResult:
+    async def _fetch(self, request: m.FetchRequest, ctx: RequestContext) -> FetchResult:
         tps = [(t.name, p.partition) for t in request.topics for p in t.partitions]
         deadline = trio.current_time() + request.max_wait_ms / 1000
         while True:
@@ -945,24 +691,23 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers, SecurityHandlers):
             event = self.notifier.register(tps)
             try:
                 read = None
-                if sum(len(t.partitions) for t in request.topics) <= INLINE_PARTITIONS and self._inline_allowed():
-                    started = self._inline_start()
+                if sum(len(t.partitions) for t in request.topics) <= INLINE_PARTITIONS and self.inline.allowed():
+                    started = self.inline.start()
                     try:
-                        read = self._read_fetch(request, inline=True)
+                        read = self._read_fetch(request, ctx, inline=True)
                     except _WouldBlock:
                         pass
                     finally:
-                        self._inline_took(started)
+                        self.inline.took(started)
                 if read is None:
-                    read = await self._in_thread(self._read_fetch, request)
-                result, total, errors = read
+                    read = await self._in_thread(self._read_fetch, request, ctx)
                 # Kafka's rule: answer at once when min_bytes are there, a partition has an error,
                 # there is nothing to fetch (an empty request has nothing to wait for), or time is
                 # up; and, as Kafka completes its delayed operations on shutdown, when the broker stops.
-                if (total >= request.min_bytes or errors or not tps or trio.current_time() >= deadline
-                        or self.notifier.closed):
-                    return result
-                result.close()
+                if (read.total_bytes >= request.min_bytes or read.has_errors or not tps
+                        or trio.current_time() >= deadline or self.notifier.closed):
+                    return read
+                read.close()
                 self.delayed_fetches += 1
                 waiting_since = trio.current_time()
                 try:
@@ -970,11 +715,11 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers, SecurityHandlers):
                         await event.wait()
                 finally:
                     self.delayed_fetches -= 1
-                    parked(trio.current_time() - waiting_since)
+                    ctx.accounting.parked(trio.current_time() - waiting_since)
             finally:
                 self.notifier.unregister(tps, event)
 
-    def _read_fetch(self, request: m.FetchRequest, inline: bool = False) -> tuple[FetchResult, int, bool]:
+    def _read_fetch(self, request: m.FetchRequest, ctx: RequestContext, inline: bool = False) -> FetchResult:
         """Plan the fetch's response; ``inline`` (on the event loop) raises _WouldBlock, with
         nothing held, where a partition's read could wait (see Log.try_read_tail)."""
         remaining = request.max_bytes
@@ -989,7 +734,7 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers, SecurityHandlers):
                 for part in topic.partitions:
                     try:
                         validate_topic_name(topic.name)
-                        self.authz.require_topic(Op.READ, topic.name)
+                        self.authz.require_topic(ctx, Op.READ, topic.name)
                         log = (self._inline_log(topic.name, part.partition) if inline
                                else self.topics.log(topic.name, part.partition))
                         budget = max(0, min(part.partition_max_bytes, remaining))
@@ -1035,14 +780,15 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers, SecurityHandlers):
                                                                  error_message=message, **extra))
                 topics.append(m.FetchTopicResult(name=topic.name, partitions=tuple(partitions)))
             result.response = m.FetchResponse(id=request.id, topics=tuple(topics))
-            return result, total, errors
+            result.total_bytes, result.has_errors = total, errors
+            return result
         except BaseException:
             result.close()
             raise
 
     # -- offsets -----------------------------------------------------------------------------
 
-    async def _list_offsets(self, request: m.ListOffsetsRequest) -> m.Response:
+    async def _list_offsets(self, request: m.ListOffsetsRequest, ctx: RequestContext) -> m.Response:
         def work():
             topics = []
             for topic in request.topics:
@@ -1050,7 +796,7 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers, SecurityHandlers):
                 for part in topic.partitions:
                     try:
                         validate_topic_name(topic.name)
-                        self.authz.require_topic(Op.DESCRIBE, topic.name)
+                        self.authz.require_topic(ctx, Op.DESCRIBE, topic.name)
                         found = self.topics.log(topic.name, part.partition).fetch_offset_by_timestamp(part.timestamp)
                         timestamp, offset = (found.timestamp, found.offset) if found is not None else (-1, -1)
                         partitions.append(m.ListOffsetsPartitionResult(partition=part.partition, timestamp=timestamp,
@@ -1064,7 +810,7 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers, SecurityHandlers):
 
         return m.ListOffsetsResponse(id=request.id, topics=tuple(await self._in_thread(work)))
 
-    async def _delete_records(self, request: m.DeleteRecordsRequest) -> m.Response:
+    async def _delete_records(self, request: m.DeleteRecordsRequest, ctx: RequestContext) -> m.Response:
         def work():
             topics = []
             for topic in request.topics:
@@ -1072,7 +818,7 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers, SecurityHandlers):
                 for part in topic.partitions:
                     try:
                         validate_topic_name(topic.name)
-                        self.authz.require_topic(Op.DELETE, topic.name)
+                        self.authz.require_topic(ctx, Op.DELETE, topic.name)
                         log = self.topics.log(topic.name, part.partition)
                         if part.offset < -1:
                             raise OffsetOutOfRangeError(f"offset {part.offset} is not an offset (use -1 for the high watermark)")
@@ -1090,13 +836,13 @@ class RequestHandler(ProducerIdHandlers, GroupHandlers, SecurityHandlers):
 
     # -- log dirs ----------------------------------------------------------------------------
 
-    async def _describe_log_dirs(self, request: m.DescribeLogDirsRequest) -> m.Response:
+    async def _describe_log_dirs(self, request: m.DescribeLogDirsRequest, ctx: RequestContext) -> m.Response:
         """Kafka's DescribeLogDirs: per log dir, the size and segment count of each partition it
         holds (from the segments the Log already knows: no directory walk). Requested topics or
         partitions found in no log dir are listed in ``errors``, one error per partition."""
-        if not self.authz.cluster(Op.DESCRIBE):
+        if not self.authz.cluster(ctx, Op.DESCRIBE):
             return m.DescribeLogDirsResponse(id=request.id, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
-                                             error_message=f"{PRINCIPAL.get()} is not authorized to describe the "
+                                             error_message=f"{ctx.principal} is not authorized to describe the "
                                                            f"cluster (describe_log_dirs)")
         log_dirs, errors = await self._in_thread(self._read_log_dirs, request.topics)
         return m.DescribeLogDirsResponse(id=request.id, log_dirs=log_dirs, errors=errors)

@@ -1,6 +1,7 @@
 """init_producer_id: the request handler's side of idempotent producers.
 
-A mixin of :class:`triolog.broker.server.handlers.RequestHandler`. Producer ids are handed out by
+Served for :class:`triolog.broker.server.handlers.RequestHandler` by :class:`ProducerIdApis`, which
+it is given. Producer ids are handed out by
 the broker (:class:`triolog.broker.coordinator.producer_id_manager.ProducerIdManager`); each
 partition's producer state (sequence checks, duplicates) lives in storage.
 
@@ -18,39 +19,52 @@ from crc32c import crc32c
 from triolog.broker.coordinator.producer_id_manager import ProducerIdBlockError, ProducerIdManager
 from triolog.protocol import messages as m
 from triolog.protocol.errors import ErrorCode, UnknownProducerIdError
-from triolog.protocol.record_batch import PRODUCER_ID_OFFSET
+from triolog.protocol.record_batch import (
+    BATCH_LENGTH_OFFSET,
+    CRC_OFFSET,
+    CRC_START,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    PRODUCER_ID_OFFSET,
+)
 
-from .authorization import PRINCIPAL
+from .authorization import RequestAuthorizer
+from .request_context import RequestContext
 
-#: A batch's producerId (int64) sits at byte 43; a batch is at least 61 bytes.
 _PRODUCER_ID = struct.Struct(">q")
 _BATCH_LENGTH = struct.Struct(">i")
 _CRC = struct.Struct(">I")
-_PRODUCER_ID_OFFSET = PRODUCER_ID_OFFSET
-_BATCH_HEADER_SIZE = 61
 
 
-class ProducerIdHandlers:
-    #: Set by the server (BrokerServer) once storage is loaded; None answers COORDINATOR_NOT_AVAILABLE.
-    producer_ids: ProducerIdManager | None = None
-    #: The manager was told the largest producer id found in the logs (at the first init).
-    _producer_ids_seeded = False
+class ProducerIdApis:
+    """init_producer_id for the request handler, and the producer-id check of its produce path."""
 
-    def _check_producer_id(self, records, log) -> None:
+    def __init__(self, *, manager: ProducerIdManager | None, log_manager, authz: RequestAuthorizer, workers, limiter):
+        #: None answers COORDINATOR_NOT_AVAILABLE.
+        self.producer_ids = manager
+        self.log_manager = log_manager
+        self.authz = authz
+        self.workers = workers
+        self.limiter = limiter
+        #: The manager was told the largest producer id found in the logs (at the first init).
+        self._producer_ids_seeded = False
+
+    def check_producer_id(self, records, log) -> None:
         """Refuse a producer id this broker never handed out (at or past the reserved block's
         end) unless the partition already knows it (recovered from its log or snapshot): any
         client could otherwise make the broker keep state for unboundedly many ids. Cheap: one
         header read, on the produce path."""
         manager = self.producer_ids
-        if manager is None or len(records) < _BATCH_HEADER_SIZE:
+        if manager is None or len(records) < HEADER_SIZE:
             return  # not ready (nothing is served then), or a batch the validator refuses
-        (producer_id,) = _PRODUCER_ID.unpack_from(records, _PRODUCER_ID_OFFSET)
+        (producer_id,) = _PRODUCER_ID.unpack_from(records, PRODUCER_ID_OFFSET)
         if producer_id < 0:
             return
         # Bytes that are not a whole batch with a good CRC are the validator's to refuse
         # (CORRUPT_MESSAGE, as Kafka answers them), not a producer id to judge.
-        (length,) = _BATCH_LENGTH.unpack_from(records, 8)
-        if length + 12 != len(records) or _CRC.unpack_from(records, 17)[0] != crc32c(memoryview(records)[21:]):
+        (length,) = _BATCH_LENGTH.unpack_from(records, BATCH_LENGTH_OFFSET)
+        if (length + LOG_OVERHEAD != len(records)
+                or _CRC.unpack_from(records, CRC_OFFSET)[0] != crc32c(memoryview(records)[CRC_START:])):
             return
         limit = manager.issued_limit()
         if producer_id >= limit and producer_id not in log.producer_state_manager.producers:
@@ -72,16 +86,16 @@ class ProducerIdHandlers:
         self._seed_producer_ids(manager)
         return manager.generate_producer_id()
 
-    async def _init_producer_id(self, request: m.InitProducerIdRequest) -> m.Response:
+    async def init_producer_id(self, request: m.InitProducerIdRequest, ctx: RequestContext) -> m.Response:
         if request.transactional_id is not None:
             return m.InitProducerIdResponse(
                 id=request.id, error_code=ErrorCode.INVALID_REQUEST,
                 error_message="transactions are not served: init_producer_id needs transactional_id nil "
                               "(an idempotent producer)")
-        if not self.authz.may_write_idempotently():
+        if not self.authz.may_write_idempotently(ctx):
             return m.InitProducerIdResponse(
                 id=request.id, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
-                error_message=f"{PRINCIPAL.get()} is not authorized to write idempotently (IDEMPOTENT_WRITE on the "
+                error_message=f"{ctx.principal} is not authorized to write idempotently (IDEMPOTENT_WRITE on the "
                               f"cluster, or WRITE on some topic)")
         manager = self.producer_ids
         if manager is None:

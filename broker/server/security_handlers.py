@@ -32,7 +32,9 @@ from triolog.broker.security.scram import (
 from triolog.protocol import messages as m
 from triolog.protocol.errors import ErrorCode
 
-from .authorization import PRINCIPAL, Op
+from .authorization import Op, RequestAuthorizer
+from .error_mapping import error_of
+from .request_context import RequestContext
 
 logger = structlog.get_logger("triolog.server")
 
@@ -40,21 +42,32 @@ _NO_AUTHORIZER = ("no authorizer is configured on the broker (authorizer.class.n
                   "managed offline with `triolog acls`, and are enforced once the authorizer is on")
 
 
-class SecurityHandlers:
-    #: Set by the server once the storage is loaded.
-    acl_store: AclStore | None = None
-    credentials: CredentialStore | None = None
+class SecurityApis:
+    """The security admin APIs of the request handler, over the broker's stores."""
 
-    def _cluster_denied(self, operation: Op) -> dict | None:
-        if self.authz.cluster(operation):
+    def __init__(self, *, authz: RequestAuthorizer, acl_store: AclStore, credentials: CredentialStore,
+                 quota_store: QuotaStore, workers, limiter):
+        self.authz = authz
+        self.acl_store = acl_store
+        self.credentials = credentials
+        self.quota_store = quota_store
+        self.workers = workers
+        self.limiter = limiter
+
+    async def _in_thread(self, fn, *args):
+        """The stores rewrite their file with an fsync: never on the event loop."""
+        return await self.workers.run_sync(fn, *args, limiter=self.limiter)
+
+    def _cluster_denied(self, ctx: RequestContext, operation: Op) -> dict | None:
+        if self.authz.cluster(ctx, operation):
             return None
         return {"error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
-                "error_message": f"{PRINCIPAL.get()} is not authorized to {operation.name.lower()} the cluster"}
+                "error_message": f"{ctx.principal} is not authorized to {operation.name.lower()} the cluster"}
 
     # -- ACLs ------------------------------------------------------------------------------------
 
-    async def _create_acls(self, request: m.CreateAclsRequest) -> m.Response:
-        refusal = self._acl_refusal(Op.ALTER)
+    async def create_acls(self, request: m.CreateAclsRequest, ctx: RequestContext) -> m.Response:
+        refusal = self._acl_refusal(ctx, Op.ALTER)
         if refusal is not None:
             return m.CreateAclsResponse(id=request.id, results=tuple(m.AclResult(**refusal) for _ in request.creations))
 
@@ -65,28 +78,28 @@ class SecurityHandlers:
                 try:
                     valid.append((i, _binding(entry).validate()))
                 except InvalidAclError as exc:
-                    results[i] = m.AclResult(error_code=ErrorCode.INVALID_REQUEST, error_message=str(exc))
+                    results[i] = m.AclResult(**error_of(exc).fields())
             if valid:
                 self.acl_store.create(binding for _, binding in valid)
                 for i, binding in valid:
                     results[i] = m.AclResult()
-                self._log_acls("acls_created", [b for _, b in valid])
+                self._log_acls(ctx, "acls_created", [b for _, b in valid])
             return results
 
         return m.CreateAclsResponse(id=request.id, results=tuple(await self._in_thread(work)))
 
-    async def _describe_acls(self, request: m.DescribeAclsRequest) -> m.Response:
-        refusal = self._acl_refusal(Op.DESCRIBE)
+    async def describe_acls(self, request: m.DescribeAclsRequest, ctx: RequestContext) -> m.Response:
+        refusal = self._acl_refusal(ctx, Op.DESCRIBE)
         if refusal is not None:
             return m.DescribeAclsResponse(id=request.id, **refusal)
         try:
             found = self.acl_store.describe(_filter(request).validate())
         except InvalidAclError as exc:
-            return m.DescribeAclsResponse(id=request.id, error_code=ErrorCode.INVALID_REQUEST, error_message=str(exc))
+            return m.DescribeAclsResponse(id=request.id, **error_of(exc).fields())
         return m.DescribeAclsResponse(id=request.id, acls=tuple(_entry(b) for b in found))
 
-    async def _delete_acls(self, request: m.DeleteAclsRequest) -> m.Response:
-        refusal = self._acl_refusal(Op.ALTER)
+    async def delete_acls(self, request: m.DeleteAclsRequest, ctx: RequestContext) -> m.Response:
+        refusal = self._acl_refusal(ctx, Op.ALTER)
         if refusal is not None:
             return m.DeleteAclsResponse(id=request.id, filter_results=tuple(
                 m.DeleteAclsFilterResult(**refusal) for _ in request.filters))
@@ -98,45 +111,42 @@ class SecurityHandlers:
                 try:
                     valid.append((i, _filter(wire).validate()))
                 except InvalidAclError as exc:
-                    results[i] = m.DeleteAclsFilterResult(error_code=ErrorCode.INVALID_REQUEST, error_message=str(exc))
+                    results[i] = m.DeleteAclsFilterResult(**error_of(exc).fields())
             if valid:
                 deleted = self.acl_store.delete(f for _, f in valid)
                 for (i, _), gone in zip(valid, deleted):
                     results[i] = m.DeleteAclsFilterResult(matching_acls=tuple(_entry(b) for b in gone))
-                self._log_acls("acls_deleted", [b for gone in deleted for b in gone])
+                self._log_acls(ctx, "acls_deleted", [b for gone in deleted for b in gone])
             return results
 
         return m.DeleteAclsResponse(id=request.id, filter_results=tuple(await self._in_thread(work)))
 
-    def _acl_refusal(self, operation: Op) -> dict | None:
+    def _acl_refusal(self, ctx: RequestContext, operation: Op) -> dict | None:
         if not self.authz.enabled:
             return {"error_code": ErrorCode.SECURITY_DISABLED, "error_message": _NO_AUTHORIZER}
-        return self._cluster_denied(operation)
+        return self._cluster_denied(ctx, operation)
 
     @staticmethod
-    def _log_acls(event: str, bindings: list[AclBinding]) -> None:
+    def _log_acls(ctx: RequestContext, event: str, bindings: list[AclBinding]) -> None:
         if bindings:
-            logger.info(event, by=PRINCIPAL.get(), acls=[_text(b) for b in bindings])
+            logger.info(event, by=ctx.principal, acls=[_text(b) for b in bindings])
 
     # -- client quotas ---------------------------------------------------------------------------
 
-    quota_store: QuotaStore | None = None
-
-    async def _describe_client_quotas(self, request: m.DescribeClientQuotasRequest) -> m.Response:
-        denied = self._cluster_denied(Op.DESCRIBE_CONFIGS)
+    async def describe_client_quotas(self, request: m.DescribeClientQuotasRequest, ctx: RequestContext) -> m.Response:
+        denied = self._cluster_denied(ctx, Op.DESCRIBE_CONFIGS)
         if denied is not None:
             return m.DescribeClientQuotasResponse(id=request.id, **denied)
         try:
             found = self.quota_store.describe(_matcher(request))
         except InvalidQuotaError as exc:
-            return m.DescribeClientQuotasResponse(id=request.id, error_code=ErrorCode.INVALID_REQUEST,
-                                                  error_message=str(exc))
+            return m.DescribeClientQuotasResponse(id=request.id, **error_of(exc).fields())
         return m.DescribeClientQuotasResponse(id=request.id, entries=tuple(
             m.QuotaEntry(entity=_parts(entity), values={k: round(v) for k, v in values.items()})
             for entity, values in sorted(found.items())))
 
-    async def _alter_client_quotas(self, request: m.AlterClientQuotasRequest) -> m.Response:
-        denied = self._cluster_denied(Op.ALTER_CONFIGS)
+    async def alter_client_quotas(self, request: m.AlterClientQuotasRequest, ctx: RequestContext) -> m.Response:
+        denied = self._cluster_denied(ctx, Op.ALTER_CONFIGS)
         if denied is not None:
             return m.AlterClientQuotasResponse(id=request.id, entries=tuple(
                 m.QuotaAlterationResult(entity=e.entity, **denied) for e in request.entries))
@@ -153,21 +163,21 @@ class SecurityHandlers:
                         ops[op.key] = None if op.remove else op.value
                     self.quota_store.alter([(entity, ops)], validate_only=request.validate_only)
                     if not request.validate_only:
-                        logger.info("client_quotas_altered", entity=str(entity), by=PRINCIPAL.get(),
+                        logger.info("client_quotas_altered", entity=str(entity), by=ctx.principal,
                                     set={k: v for k, v in ops.items() if v is not None},
                                     removed=[k for k, v in ops.items() if v is None])
                     out.append(m.QuotaAlterationResult(entity=entry.entity))
                 except InvalidQuotaError as exc:
-                    out.append(m.QuotaAlterationResult(entity=entry.entity, error_code=ErrorCode.INVALID_REQUEST,
-                                                       error_message=str(exc)))
+                    out.append(m.QuotaAlterationResult(entity=entry.entity, **error_of(exc).fields()))
             return out
 
         return m.AlterClientQuotasResponse(id=request.id, entries=tuple(await self._in_thread(work)))
 
     # -- SCRAM users -----------------------------------------------------------------------------
 
-    async def _describe_user_scram_credentials(self, request: m.DescribeUserScramCredentialsRequest) -> m.Response:
-        denied = self._cluster_denied(Op.DESCRIBE)
+    async def describe_user_scram_credentials(self, request: m.DescribeUserScramCredentialsRequest,
+                                              ctx: RequestContext) -> m.Response:
+        denied = self._cluster_denied(ctx, Op.DESCRIBE)
         if denied is not None:  # as Kafka: the error at the top, no results
             return m.DescribeUserScramCredentialsResponse(id=request.id, **denied)
         store = self.credentials
@@ -191,9 +201,10 @@ class SecurityHandlers:
                 results.append(_described(user, described[user]))
         return m.DescribeUserScramCredentialsResponse(id=request.id, results=tuple(results))
 
-    async def _alter_user_scram_credentials(self, request: m.AlterUserScramCredentialsRequest) -> m.Response:
+    async def alter_user_scram_credentials(self, request: m.AlterUserScramCredentialsRequest,
+                                           ctx: RequestContext) -> m.Response:
         users = list(dict.fromkeys([d.name for d in request.deletions] + [u.name for u in request.upsertions]))
-        denied = self._cluster_denied(Op.ALTER)
+        denied = self._cluster_denied(ctx, Op.ALTER)
         if denied is not None:  # as Kafka: each user once, sorted
             return m.AlterUserScramCredentialsResponse(id=request.id, results=tuple(
                 m.AlterUserScramCredentialsResult(user=u, **denied) for u in sorted(users)))
@@ -218,7 +229,7 @@ class SecurityHandlers:
                     credentials[(upsertion.name, upsertion.mechanism)] = credential_from_salted_password(
                         upsertion.mechanism, upsertion.salt, upsertion.salted_password, upsertion.iterations)
                 except UnacceptableCredentialError as exc:
-                    errors[upsertion.name] = (ErrorCode.UNACCEPTABLE_CREDENTIAL, str(exc))
+                    errors[upsertion.name] = error_of(exc)
             for deletion in request.deletions:
                 if deletion.name not in errors and store.get(deletion.name, deletion.mechanism) is None:
                     errors[deletion.name] = (ErrorCode.RESOURCE_NOT_FOUND,
@@ -229,13 +240,13 @@ class SecurityHandlers:
                     try:
                         store.delete(deletion.name, deletion.mechanism)
                     except CredentialNotFoundError as exc:  # deleted meanwhile by another request
-                        errors[deletion.name] = (ErrorCode.RESOURCE_NOT_FOUND, str(exc))
+                        errors[deletion.name] = error_of(exc)
             for (user, _), credential in credentials.items():
                 if user not in errors:
                     store.upsert(user, credential)
             for user in users:
                 if user not in errors:
-                    logger.info("user_credentials_altered", user=user, by=PRINCIPAL.get(),
+                    logger.info("user_credentials_altered", user=user, by=ctx.principal,
                                 deleted=[d.mechanism for d in request.deletions if d.name == user],
                                 upserted=[u.mechanism for u in request.upsertions if u.name == user])
             return [m.AlterUserScramCredentialsResult(user=user) if user not in errors else

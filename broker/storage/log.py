@@ -335,8 +335,10 @@ class Log:
         """Place a validated batch at the log end offset and write it (caller holds the lock).
         ``inline``: give up (None, nothing changed) rather than roll, flush or record an epoch."""
         self._check_open()
-        (buffers, size, first_offset, last_offset, max_timestamp, shallow_offset, log_append_time_ms,
-         record_count, _) = validated
+        buffers, size, first_offset, last_offset = (validated.records, validated.size, validated.first_offset,
+                                                    validated.last_offset)
+        max_timestamp, shallow_offset = validated.max_timestamp, validated.shallow_offset_of_max_timestamp
+        log_append_time_ms, record_count = validated.log_append_time_ms, validated.record_count
         producer_id, producer_epoch, base_sequence = PRODUCER_FIELDS.unpack_from(buffers[0], PRODUCER_ID_OFFSET)
         if producer_id >= 0:
             # Before any roll or write: a duplicate or a refused batch changes nothing.

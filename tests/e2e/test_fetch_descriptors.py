@@ -9,7 +9,7 @@ import time
 
 import msgpack
 
-from triolog.broker.server.handlers import DESCRIPTORS_PER_RESPONSE
+from triolog.broker.server.fetch_descriptors import DESCRIPTORS_PER_RESPONSE
 from triolog.protocol.records import build_batch, iter_batches
 from tests.waiting import wait_for
 

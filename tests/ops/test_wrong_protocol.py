@@ -24,7 +24,7 @@ from kafka.errors import KafkaError
 from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
 from kafka.protocol.parser import KafkaProtocol
 
-from triolog.broker.server.connection import WrongProtocolLog, wrong_protocol_hints
+from triolog.broker.server.wrong_protocol import WrongProtocolLog, wrong_protocol_hints
 from triolog.client import AdminClient, NewTopic, Producer
 from triolog.config.broker_config import Endpoint
 from triolog.protocol import messages as m

@@ -9,13 +9,8 @@ import os
 
 import pytest
 
-from triolog.broker.server.handlers import (
-    DESCRIPTORS_PER_RESPONSE,
-    DescriptorBudget,
-    FetchRegion,
-    FetchResult,
-    _read_with_descriptor,
-)
+from triolog.broker.server.fetch_descriptors import DESCRIPTORS_PER_RESPONSE, DescriptorBudget, FetchRegion, FetchResult
+from triolog.broker.server.handlers import _read_with_descriptor
 from triolog.broker.storage.errors import OffsetOutOfRangeError
 
 from ..storage.helpers import open_log, producer_batch

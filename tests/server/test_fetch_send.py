@@ -9,7 +9,7 @@ import struct
 
 import trio
 
-from triolog.broker.server.handlers import DESCRIPTORS_PER_RESPONSE
+from triolog.broker.server.fetch_descriptors import DESCRIPTORS_PER_RESPONSE
 from triolog.protocol import messages as m
 
 from .inprocess import Client, running_broker, wait_until

@@ -135,7 +135,7 @@ class FakeMeter:
     hypervisor (not ``slept``)."""
 
     def __init__(self):
-        from triolog.broker.server.handlers import LoopHoldMeter
+        from triolog.broker.server.loop_hold import LoopHoldMeter
 
         self.now = 1000.0
         self.own = self.waiting = 0.0
@@ -145,8 +145,8 @@ class FakeMeter:
     def install(self, handler) -> None:
         """Measure ``handler``'s inline attempts (and its pauses) by this fake clock."""
         self.meter.workers = handler.workers
-        handler.clock = lambda: self.now
-        handler.meter = self.meter
+        handler.inline.clock = lambda: self.now
+        handler.inline.meter = self.meter
 
     def slow_attempt(self, wall_s: float, cpu_s: float = 0.0, preempted_s: float = 0.0, slept: bool = True) -> None:
         self.now += wall_s
@@ -159,8 +159,8 @@ def slowing_inline_appends(handler, fake: FakeMeter, **attempt) -> None:
     """Every inline append of ``handler`` takes what ``attempt`` says (FakeMeter.slow_attempt)."""
     real_append = handler._produce_rows
 
-    def slow_inline(request, done, inline):
-        real_append(request, done, inline)
+    def slow_inline(request, ctx, done, inline):
+        real_append(request, ctx, done, inline)
         if inline:
             fake.slow_attempt(**attempt)
 
@@ -170,7 +170,7 @@ def slowing_inline_appends(handler, fake: FakeMeter, **attempt) -> None:
 async def test_inline_requests_held_twice_send_the_next_ones_to_workers_for_a_while(tmp_path):
     """A kernel throttling writes holds the event loop in every inline write: after the second
     such hold within INLINE_PAUSE_S, inline serving pauses for INLINE_PAUSE_S."""
-    from triolog.broker.server import handlers
+    from triolog.broker.server import loop_hold
 
     async with running_broker(tmp_path) as (server, port):
         client = await Client.connect(port)
@@ -180,7 +180,7 @@ async def test_inline_requests_held_twice_send_the_next_ones_to_workers_for_a_wh
         fake = FakeMeter()
         fake.install(handler)
         # Asleep in the kernel for twice the limit while no other thread ran.
-        slowing_inline_appends(handler, fake, wall_s=handlers.INLINE_SLOW_S * 2, cpu_s=0.0001)
+        slowing_inline_appends(handler, fake, wall_s=loop_hold.INLINE_SLOW_S * 2, cpu_s=0.0001)
         hops = counting_thread_hops(handler)
         assert (await client.produce("slow", [b"a"]))["base_offset"] == 1  # inline, held: a one-off?
         assert (await client.produce("slow", [b"b"]))["base_offset"] == 2  # inline, held again: pause
@@ -188,18 +188,18 @@ async def test_inline_requests_held_twice_send_the_next_ones_to_workers_for_a_wh
         assert (await client.produce("slow", [b"c"]))["base_offset"] == 3  # paused: a worker
         assert (await client.fetch("slow", 0))["records"]  # fetches too
         assert len(hops) == 2
-        fake.now += handlers.INLINE_PAUSE_S  # the pause is over
+        fake.now += loop_hold.INLINE_PAUSE_S  # the pause is over
         assert (await client.produce("slow", [b"d"]))["base_offset"] == 4  # inline, held (the last long ago)
         assert len(hops) == 2
         assert (await client.produce("slow", [b"e"]))["base_offset"] == 5  # held again: pause
         fetched = values_of((await client.fetch("slow", 0))["records"])
         assert fetched == [b"first", b"a", b"b", b"c", b"d", b"e"]
         assert len(hops) == 3
-        assert (handler.inline_slow, handler.inline_held) == (4, 4)
+        assert (handler.inline.slow, handler.inline.held) == (4, 4)
 
 
 async def test_one_inline_request_held_past_the_stall_limit_pauses_at_once(tmp_path):
-    from triolog.broker.server import handlers
+    from triolog.broker.server import loop_hold
 
     async with running_broker(tmp_path) as (server, port):
         client = await Client.connect(port)
@@ -208,7 +208,7 @@ async def test_one_inline_request_held_past_the_stall_limit_pauses_at_once(tmp_p
         handler = server.handler
         fake = FakeMeter()
         fake.install(handler)
-        slowing_inline_appends(handler, fake, wall_s=handlers.INLINE_STALL_S * 1.5, cpu_s=0.0001)
+        slowing_inline_appends(handler, fake, wall_s=loop_hold.INLINE_STALL_S * 1.5, cpu_s=0.0001)
         hops = counting_thread_hops(handler)
         assert (await client.produce("stall", [b"a"]))["base_offset"] == 1
         assert hops == []
@@ -218,7 +218,7 @@ async def test_one_inline_request_held_past_the_stall_limit_pauses_at_once(tmp_p
 
 async def test_inline_computation_longer_than_the_limit_pauses(tmp_path):
     """The loop busy with the request itself (no sleep at all) is held just the same."""
-    from triolog.broker.server import handlers
+    from triolog.broker.server import loop_hold
 
     async with running_broker(tmp_path) as (server, port):
         client = await Client.connect(port)
@@ -227,8 +227,8 @@ async def test_inline_computation_longer_than_the_limit_pauses(tmp_path):
         handler = server.handler
         fake = FakeMeter()
         fake.install(handler)
-        slowing_inline_appends(handler, fake, wall_s=handlers.INLINE_SLOW_S * 2,
-                               cpu_s=handlers.INLINE_SLOW_S * 1.5, preempted_s=handlers.INLINE_SLOW_S * 0.5)
+        slowing_inline_appends(handler, fake, wall_s=loop_hold.INLINE_SLOW_S * 2,
+                               cpu_s=loop_hold.INLINE_SLOW_S * 1.5, preempted_s=loop_hold.INLINE_SLOW_S * 0.5)
         hops = counting_thread_hops(handler)
         assert (await client.produce("cpu", [b"a"]))["base_offset"] == 1
         assert (await client.produce("cpu", [b"b"]))["base_offset"] == 2
@@ -239,7 +239,7 @@ async def test_inline_computation_longer_than_the_limit_pauses(tmp_path):
 
 async def test_a_slow_inline_request_that_was_only_preempted_does_not_pause(tmp_path):
     """Taking long without blocking (another process had the CPU) is no reason to pause."""
-    from triolog.broker.server import handlers
+    from triolog.broker.server import loop_hold
 
     async with running_broker(tmp_path) as (server, port):
         client = await Client.connect(port)
@@ -248,19 +248,19 @@ async def test_a_slow_inline_request_that_was_only_preempted_does_not_pause(tmp_
         handler = server.handler
         fake = FakeMeter()
         fake.install(handler)
-        slowing_inline_appends(handler, fake, wall_s=handlers.INLINE_SLOW_S * 2, cpu_s=0.0001,
-                               preempted_s=handlers.INLINE_SLOW_S * 2 - 0.0001)
+        slowing_inline_appends(handler, fake, wall_s=loop_hold.INLINE_SLOW_S * 2, cpu_s=0.0001,
+                               preempted_s=loop_hold.INLINE_SLOW_S * 2 - 0.0001)
         hops = counting_thread_hops(handler)
         assert (await client.produce("busy-cpu", [b"a"]))["base_offset"] == 1
         assert (await client.produce("busy-cpu", [b"b"]))["base_offset"] == 2
         assert hops == []
-        assert (handler.inline_slow, handler.inline_held) == (2, 0)
+        assert (handler.inline.slow, handler.inline.held) == (2, 0)
 
 
 async def test_a_slow_inline_request_whose_cpu_was_stolen_does_not_pause(tmp_path):
     """A virtual machine's CPU not running (steal): the thread neither slept nor waited for a
     CPU, its CPU clock stood still. Not the request's doing."""
-    from triolog.broker.server import handlers
+    from triolog.broker.server import loop_hold
 
     async with running_broker(tmp_path) as (server, port):
         client = await Client.connect(port)
@@ -269,17 +269,17 @@ async def test_a_slow_inline_request_whose_cpu_was_stolen_does_not_pause(tmp_pat
         handler = server.handler
         fake = FakeMeter()
         fake.install(handler)
-        slowing_inline_appends(handler, fake, wall_s=handlers.INLINE_SLOW_S * 4, cpu_s=0.0001, slept=False)
+        slowing_inline_appends(handler, fake, wall_s=loop_hold.INLINE_SLOW_S * 4, cpu_s=0.0001, slept=False)
         hops = counting_thread_hops(handler)
         for value in (b"a", b"b", b"c"):
             assert (await client.produce("steal", [value]))["error_code"] == 0
         assert hops == []
-        assert (handler.inline_slow, handler.inline_held) == (3, 0)
+        assert (handler.inline.slow, handler.inline.held) == (3, 0)
 
 
 async def test_a_sleep_while_a_worker_thread_is_busy_does_not_pause(tmp_path):
     """Asleep while one of our workers had a request: perhaps waiting for the GIL it held."""
-    from triolog.broker.server import handlers
+    from triolog.broker.server import loop_hold
 
     async with running_broker(tmp_path) as (server, port):
         client, other = await Client.connect(port), await Client.connect(port)
@@ -288,7 +288,7 @@ async def test_a_sleep_while_a_worker_thread_is_busy_does_not_pause(tmp_path):
         handler = server.handler
         fake = FakeMeter()
         fake.install(handler)
-        slowing_inline_appends(handler, fake, wall_s=handlers.INLINE_SLOW_S * 3, cpu_s=0.0001)
+        slowing_inline_appends(handler, fake, wall_s=loop_hold.INLINE_SLOW_S * 3, cpu_s=0.0001)
         log = server.topics.log("busy-worker", 0)
         hops = counting_thread_hops(handler)
         with HeldLock(log._lock):  # a fetch of the held log waits in a worker meanwhile
@@ -299,9 +299,9 @@ async def test_a_sleep_while_a_worker_thread_is_busy_does_not_pause(tmp_path):
             assert (await client.produce("free", [b"a"]))["base_offset"] == 1  # inline, slow, no pause
             assert (await client.produce("free", [b"b"]))["base_offset"] == 2
         assert values_of((await other.receive_doc())["topics"][0]["partitions"][0]["records"]) == [b"first"]
-        assert (handler.inline_slow, handler.inline_held) == (2, 0)
+        assert (handler.inline.slow, handler.inline.held) == (2, 0)
         assert (await client.produce("free", [b"c"]))["base_offset"] == 3  # workers idle: slow, held
-        assert handler.inline_held == 1
+        assert handler.inline.held == 1
         assert hops.count("slow_inline") == 1  # only the first append of "free"
 
 
@@ -309,7 +309,7 @@ async def test_worker_threads_running_python_do_not_turn_inline_serving_off(tmp_
     """Real load, real clocks: wide fetches (too many partitions to serve inline) keep worker
     threads busy running Python, so the event loop waits for the GIL in its inline requests, often
     longer than the limit. That is not the inline work holding the loop: serving stays inline."""
-    from triolog.broker.server import handlers
+    from triolog.broker.server import loop_hold
     from triolog.protocol import messages as m
 
     async with running_broker(tmp_path) as (server, port):
@@ -339,20 +339,20 @@ async def test_worker_threads_running_python_do_not_turn_inline_serving_off(tmp_
             fetched = 0
             # Until the loop was seen waiting past the limit often enough (or 20 s on a slow machine).
             with trio.move_on_after(20):
-                while handler.inline_slow < 20 or fetched < 200:
+                while handler.inline.slow < 20 or fetched < 200:
                     assert values_of((await small.fetch("small", 0))["records"]) == [b"first"]
                     fetched += 1
             done.set()
-        assert handler.inline_slow >= 20, f"the loop never waited past the limit ({handler.inline_slow})"
+        assert handler.inline.slow >= 20, f"the loop never waited past the limit ({handler.inline.slow})"
         # Only the loop's own computation past the limit (a garbage collection in the middle of a
         # request) may still pause, not the waits for the workers.
-        assert handler.inline_held * 5 <= handler.inline_slow, (handler.inline_held, handler.inline_slow)
+        assert handler.inline.held * 5 <= handler.inline.slow, (handler.inline.held, handler.inline.slow)
 
 
 def test_the_thread_clock_tells_computation_from_sleep():
     import time
 
-    from triolog.broker.server.handlers import ThreadClock
+    from triolog.broker.server.loop_hold import ThreadClock
 
     clock = ThreadClock()
     try:
@@ -373,7 +373,7 @@ def test_the_meter_counts_a_real_sleep_and_real_computation_as_held():
     """Real clocks, no worker busy: a sleep in the kernel is held; so is computing."""
     import time
 
-    from triolog.broker.server.handlers import LoopHoldMeter
+    from triolog.broker.server.loop_hold import LoopHoldMeter
 
     meter = LoopHoldMeter()
     try:
@@ -397,7 +397,7 @@ async def test_the_meter_does_not_count_waiting_for_the_gil_a_worker_holds():
     time, not the time it waited for the GIL in between."""
     import time
 
-    from triolog.broker.server.handlers import LoopHoldMeter, WorkerThreads
+    from triolog.broker.server.loop_hold import LoopHoldMeter, WorkerThreads
 
     def spin(seconds):
         end = time.monotonic() + seconds

@@ -70,10 +70,10 @@ async def test_an_append_landing_while_the_long_poll_reads_still_wakes_it(tmp_pa
         real_read = handler._read_fetch
         produced = []
 
-        def read_then_produce(request, inline=False):
+        def read_then_produce(request, ctx, inline=False):
             if inline:  # on the event loop nothing can land between the read and the wait: the
                 raise handlers._WouldBlock  # window is the worker thread's, which this takes
-            result = real_read(request)  # in a worker thread: the read has seen an empty log
+            result = real_read(request, ctx)  # in a worker thread: the read has seen an empty log
             if not produced:
                 produced.append(trio.from_thread.run(producer.produce, "window", [b"in the window"]))
             return result
