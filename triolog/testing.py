@@ -207,8 +207,14 @@ class InProcessBroker:
         """Start and wait until the listeners are bound (``port``... set); RuntimeError if it
         cannot start (what ``triolog serve`` would print, and the log so far)."""
         from triolog.config.loader import load_config
+        from triolog.config.log_config import ConfigError
 
-        config, warnings = load_config(self.config_file, self.config_items())
+        try:
+            config, warnings = load_config(self.config_file, self.config_items())
+        except ConfigError as exc:  # what `triolog serve` prints before exiting with 1
+            raise RuntimeError(f"triolog: invalid configuration: {exc}") from exc
+        except OSError as exc:
+            raise RuntimeError(f"triolog: cannot read the configuration: {exc.strerror}: {exc.filename}") from exc
         self.level = _LEVELS.get(config.logger_level.lower(), logging.INFO)
         self._started.clear()
         self._failure = None
