@@ -328,8 +328,14 @@ class InProcessBroker:
 
     # -- its metrics --------------------------------------------------------------------------------
 
-    def scrape(self) -> str:
-        """The Prometheus text exposition of this broker's registry (as GET /metrics answers)."""
+    def scrape(self, timeout_s: float = 10.0) -> str:
+        """The Prometheus text exposition: GET /metrics of the endpoint when the broker serves one
+        (``metrics=True``), else its registry rendered the same way."""
+        if self.metrics_port is not None:
+            import urllib.request
+
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=timeout_s) as r:
+                return r.read().decode()
         from prometheus_client import generate_latest
 
         return generate_latest(self.server.metrics.registry).decode()
