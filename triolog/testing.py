@@ -279,6 +279,9 @@ class InProcessBroker:
             return 0
         if thread.is_alive() and self._token is not None and self.server is not None:
             try:
+                if self.mock_clock is not None:  # the shutdown's waits pass at once, not never
+                    trio.from_thread.run_sync(setattr, self.mock_clock, "autojump_threshold", 0.0,
+                                              trio_token=self._token)
                 trio.from_thread.run_sync(self.server.shutdown, trio_token=self._token)
             except trio.RunFinishedError:
                 pass
