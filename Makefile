@@ -29,11 +29,19 @@ CORE_SOURCES := $(shell sed -n '/^MODULES = (/,/^)/s/^ *"\([A-Za-z0-9_.]*\)",.*/
 # and the C declarations compiled with them (_<module>_c.pxd beside a source), where one exists
 CORE_DECLARATIONS := $(wildcard $(foreach source,$(CORE_SOURCES),$(dir $(source))_$(basename $(notdir $(source)))_c.pxd))
 
-# The core-touching suites, run a second time on the pure-Python core (TRIOLOG_PURE_PYTHON is
-# read at import, so that takes a second process). `make test PYTEST_ARGS=...` runs only the
-# first pass.
-PURE_TESTS := tests/protocol tests/client tests/storage/cleaner tests/storage/test_validator.py \
-	tests/pipeline/test_columnar.py
+# The tests of the compiled modules themselves (triolog/core.py's MODULES: the record codec, the
+# accumulator, the partitioner, the cleaner's core), run a second time on the pure-Python core
+# (TRIOLOG_PURE_PYTHON is read at import, so that takes a second process). Not repeated there:
+# the end-to-end tests that reach the core through a broker or a client (tests/client's broker
+# tests, the cleaner's threads, worker process and swap faults), which the first pass ran; the
+# compiled and pure cores give the same bytes, which the codec tests check directly.
+# `make test PYTEST_ARGS=...` runs only the first pass.
+PURE_TESTS := tests/protocol tests/client/test_accumulator.py tests/client/test_partitioner.py \
+	tests/client/test_consumer_protocol.py tests/storage/cleaner/test_cleaner_core.py \
+	tests/storage/cleaner/test_offset_map.py tests/storage/cleaner/test_selection.py \
+	tests/storage/cleaner/test_compaction.py tests/storage/cleaner/test_transactions.py \
+	tests/storage/cleaner/test_cleaner_producers.py tests/storage/cleaner/test_crash_recovery.py \
+	tests/storage/test_validator.py tests/pipeline/test_columnar.py
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -65,10 +73,11 @@ install: $(RUNTIME_STAMP) $(CORE_STAMP)
 run: $(RUNTIME_STAMP) $(CORE_STAMP)
 	$(BIN)/triolog serve
 
-# The tests start hundreds of broker and CLI processes. Where PYTHONDONTWRITEBYTECODE is set
-# (CI machines often set it) each would compile triolog from source, about 1 s a process: the
-# test run keeps bytecode in .venv/pycache instead, never in the checkout (an empty
-# PYTHONDONTWRITEBYTECODE counts as unset).
+# Most tests run the broker and the CLI in-process (triolog.testing); those of the process itself
+# (kill -9, signals, exit codes, rlimits, the image) still start dozens. Where
+# PYTHONDONTWRITEBYTECODE is set (CI machines often set it) each would compile triolog from source,
+# about 1 s a process: the test run keeps bytecode in .venv/pycache instead, never in the checkout
+# (an empty PYTHONDONTWRITEBYTECODE counts as unset).
 test: export PYTHONDONTWRITEBYTECODE :=
 test: export PYTHONPYCACHEPREFIX := $(abspath $(VENV))/pycache
 

@@ -1,6 +1,13 @@
 import pytest
+from hypothesis import settings
 
 from triolog.broker.storage.clock import ManualClock
+
+# No per-example deadline: an example's wall time depends on the machine's load (and, with
+# in-process brokers, on a broker thread of the same process), not on what the properties check;
+# a test that hangs is failed by pytest-timeout (pyproject.toml).
+settings.register_profile("triolog", deadline=None)
+settings.load_profile("triolog")
 
 
 @pytest.fixture

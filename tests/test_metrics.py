@@ -32,7 +32,7 @@ from triolog.protocol import messages as m
 from triolog.protocol.errors import ErrorCode
 from triolog.protocol.records import Record, build_batch, encode_batch, iter_batches
 
-from .e2e.broker_process import BrokerProcess, WireClient
+from .e2e.broker_process import InProcessBroker, WireClient
 from .storage.helpers import producer_batch
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -467,7 +467,7 @@ class _MeteredClient(WireClient):
         return response["topics"][0]["partitions"][0]
 
 
-def _scrape_until(broker: BrokerProcess, check, timeout_s: float = 5.0) -> Samples:
+def _scrape_until(broker: InProcessBroker, check, timeout_s: float = 5.0) -> Samples:
     """Requests are counted once their response is written: poll until ``check`` stops failing."""
     deadline = time.monotonic() + timeout_s
     while True:
@@ -483,11 +483,11 @@ def _scrape_until(broker: BrokerProcess, check, timeout_s: float = 5.0) -> Sampl
 
 @pytest.fixture
 def metered_broker(tmp_path):
-    broker = BrokerProcess(tmp_path / "data", ("log.segment.bytes=1024",), metrics=True)
+    broker = InProcessBroker(tmp_path / "data", ("log.segment.bytes=1024",), metrics=True)
     try:
         yield broker.start()
     finally:
-        broker.kill()
+        broker.stop()
 
 
 def test_metrics_endpoint_of_the_real_broker_reports_storage_and_requests(metered_broker, tmp_path):

@@ -1,4 +1,6 @@
-"""Fixtures: the REAL broker as a subprocess, and the CLI run as a subprocess against it."""
+"""Fixtures: the real broker in this process (triolog.testing), and the CLI run through its
+``main()`` against it; ``cli_command``/``cli_env`` for the tests of the command as a process
+(tests/cli/test_process_endings.py)."""
 
 from __future__ import annotations
 
@@ -7,36 +9,25 @@ import os
 import re
 import subprocess
 import sys
-from dataclasses import dataclass
 
 import pytest
 
-from tests.e2e.broker_process import KEEP_OLD_RECORDS, ROOT, BrokerProcess
+from triolog.testing import CliResult as Result, run_cli
+from tests.e2e.broker_process import KEEP_OLD_RECORDS, ROOT, InProcessBroker
 
 _names = itertools.count()
 
 
 @pytest.fixture(scope="session")
-def broker(tmp_path_factory) -> BrokerProcess:
-    process = BrokerProcess(tmp_path_factory.mktemp("cli-broker") / "data", KEEP_OLD_RECORDS, metrics=True).start()
-    yield process
-    process.kill()
+def broker(tmp_path_factory) -> InProcessBroker:
+    broker = InProcessBroker(tmp_path_factory.mktemp("cli-broker") / "data", KEEP_OLD_RECORDS, metrics=True).start()
+    yield broker
+    broker.stop()
 
 
 @pytest.fixture
 def topic(request) -> str:
     return re.sub(r"[^a-zA-Z0-9._-]", "_", request.node.name)[:180] + f"-{next(_names)}"
-
-
-@dataclass
-class Result:
-    code: int
-    stdout: bytes
-    stderr: str
-
-    @property
-    def out(self) -> str:
-        return self.stdout.decode()
 
 
 def cli_env() -> dict[str, str]:
@@ -51,15 +42,13 @@ def cli_command(*args: str) -> list[str]:
 
 @pytest.fixture
 def triolog():
-    """``triolog(*args, stdin=b"", env={})``: ``python -m triolog.broker.cli ARGS`` as a subprocess.
+    """``triolog(*args, stdin=b"", env={})``: ``triolog ARGS`` through ``triolog.broker.cli.main``
+    in this process (stdout, stderr and the exit code captured: triolog.testing.run_cli).
 
     ``env`` adds variables; TRIOLOG_BOOTSTRAP_SERVER is unset unless given there."""
 
     def run(*args: str, stdin: bytes = b"", timeout: float = 20, env: dict | None = None) -> Result:
-        env = {**cli_env(), **(env or {})}
-        done = subprocess.run(cli_command(*args), input=stdin, capture_output=True,
-                              cwd=ROOT, env=env, timeout=timeout)
-        return Result(done.returncode, done.stdout, done.stderr.decode(errors="replace"))
+        return run_cli(*args, stdin=stdin, env=env)
 
     return run
 

@@ -1,4 +1,4 @@
-"""The client subcommands run as subprocesses (``python -m triolog.broker.cli ...``) against the real broker."""
+"""The client subcommands run through ``triolog.broker.cli.main`` against the real broker (both in-process)."""
 
 from __future__ import annotations
 

@@ -8,15 +8,15 @@ import time
 
 import pytest
 
-from tests.e2e.broker_process import BrokerProcess
+from tests.e2e.broker_process import InProcessBroker
 from triolog.client import Producer
 
 
 @pytest.fixture
 def quota_broker(tmp_path):
-    process = BrokerProcess(tmp_path / "data").start()
-    yield process
-    process.kill()
+    broker = InProcessBroker(tmp_path / "data").start()
+    yield broker
+    broker.stop()
 
 
 @pytest.fixture
@@ -177,7 +177,7 @@ def test_offline_on_a_stopped_broker_then_refused_while_it_runs(triolog, tmp_pat
     assert done.code == 1 and "producer_byte_rat is not a quota of a user entity" in done.stderr
     done = triolog("configs", *offline, "--describe", "--entity-type", "users")
     assert done.out == "Quota configs for user-principal 'alice' are producer_byte_rate=1048576.0\n", done.stderr
-    process = BrokerProcess(data).start()
+    process = InProcessBroker(data).start()  # its lock on the log dir is held by another open file: flock
     try:
         done = triolog("configs", *offline, "--describe", "--user", "alice")
         assert done.code == 1 and "the broker is running" in done.stderr

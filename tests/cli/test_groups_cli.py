@@ -1,19 +1,17 @@
-"""``triolog groups`` (kafka-consumer-groups.sh) as a subprocess against the real broker.
+"""``triolog groups`` (kafka-consumer-groups.sh) against the real broker, both in this process.
 
-Run as ``python -m triolog.broker.cli groups``, the ``triolog`` entry point's own parser."""
+Run through ``triolog.broker.cli.main``, the ``triolog`` entry point's own parser."""
 
 from __future__ import annotations
 
 import datetime as dt
 import json
-import subprocess
-import sys
 import time
 
 import pytest
 
-from tests.cli.conftest import ROOT, Result, cli_env
-from tests.e2e.broker_process import KEEP_OLD_RECORDS, BrokerProcess
+from tests.e2e.broker_process import KEEP_OLD_RECORDS, InProcessBroker
+from triolog.testing import run_cli
 from triolog.client import AdminClient, Consumer, Producer
 from triolog.client.types import NewTopic, TopicPartition
 
@@ -21,12 +19,12 @@ FAST = dict(session_timeout_ms=6000, heartbeat_interval_ms=300, fetch_max_wait_m
 
 
 @pytest.fixture(scope="module")
-def group_broker(tmp_path_factory) -> BrokerProcess:
-    process = BrokerProcess(tmp_path_factory.mktemp("groups-cli") / "data",
+def group_broker(tmp_path_factory) -> InProcessBroker:
+    process = InProcessBroker(tmp_path_factory.mktemp("groups-cli") / "data",
                             ("group.initial.rebalance.delay.ms=0", "group.min.session.timeout.ms=1000",
                              *KEEP_OLD_RECORDS)).start()
     yield process
-    process.kill()
+    process.stop()
 
 
 @pytest.fixture
@@ -36,11 +34,8 @@ def boot(group_broker) -> str:
 
 @pytest.fixture
 def groups(boot):
-    def run(*args: str) -> Result:
-        done = subprocess.run([sys.executable, "-m", "triolog.broker.cli", "groups", "--bootstrap-server", boot,
-                               *args],
-                              capture_output=True, cwd=ROOT, env=cli_env(), timeout=30)
-        return Result(done.returncode, done.stdout, done.stderr.decode(errors="replace"))
+    def run(*args: str):
+        return run_cli("groups", "--bootstrap-server", boot, *args)
 
     return run
 

@@ -1,4 +1,4 @@
-"""``--output json`` / ``-J``: every JSON output parses (json.loads on the real subprocess output)."""
+"""``--output json`` / ``-J``: every JSON output parses (json.loads on the output of the real command, run in-process)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Fixtures: the REAL broker as a subprocess (tests/e2e/broker_process.py), shared per session.
+"""Fixtures: the real broker in this process (tests/e2e/broker_process.py InProcessBroker), shared per session.
 
 Every test gets its own topic names, so one broker serves them all; tests that need a broker
 configured differently start their own.
@@ -14,42 +14,44 @@ import pytest
 
 from triolog.protocol import messages as m
 from triolog.protocol.records import iter_batches
-from tests.e2e.broker_process import KEEP_OLD_RECORDS, BrokerProcess
+from tests.e2e.broker_process import KEEP_OLD_RECORDS, BrokerProcess, InProcessBroker
 
 _names = itertools.count()
 
 
 @pytest.fixture(scope="session")
-def broker(tmp_path_factory) -> BrokerProcess:
-    process = BrokerProcess(tmp_path_factory.mktemp("client-broker") / "data", KEEP_OLD_RECORDS).start()
-    yield process
-    process.kill()
+def broker(tmp_path_factory) -> InProcessBroker:
+    broker = InProcessBroker(tmp_path_factory.mktemp("client-broker") / "data", KEEP_OLD_RECORDS).start()
+    yield broker
+    broker.stop()
 
 
 @pytest.fixture(scope="session")
-def no_autocreate_broker(tmp_path_factory) -> BrokerProcess:
+def no_autocreate_broker(tmp_path_factory) -> InProcessBroker:
     """A broker that refuses to auto-create topics (as production Kafka clusters often do)."""
-    process = BrokerProcess(tmp_path_factory.mktemp("strict-broker") / "data",
-                            ("auto.create.topics.enable=false",)).start()
-    yield process
-    process.kill()
+    broker = InProcessBroker(tmp_path_factory.mktemp("strict-broker") / "data",
+                             ("auto.create.topics.enable=false",)).start()
+    yield broker
+    broker.stop()
 
 
 @pytest.fixture
 def broker_factory_port(tmp_path):
-    """(start, port): a free port now, and a function that starts a broker on it later."""
+    """(start, port): a free port now, and ``start(process=False)`` that starts a broker on it later."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     started = []
 
-    def start() -> BrokerProcess:
-        started.append(BrokerProcess(tmp_path / "late-data", port=port).start())
+    def start(process: bool = False) -> InProcessBroker | BrokerProcess:
+        """In this process, or as a subprocess (``process=True``) for a test that kills it -9."""
+        kind = BrokerProcess if process else InProcessBroker
+        started.append(kind(tmp_path / "late-data", port=port).start())
         return started[-1]
 
     yield start, port
-    for process in started:
-        process.kill()
+    for broker in started:
+        broker.kill() if isinstance(broker, BrokerProcess) else broker.stop()
 
 
 @pytest.fixture

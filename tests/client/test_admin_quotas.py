@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.e2e.broker_process import BrokerProcess
+from tests.e2e.broker_process import InProcessBroker
 from triolog.client import (AdminClient, ClientQuotaAlteration, ClientQuotaEntity, ClientQuotaFilter,
                             ClientQuotaFilterComponent as Component, InvalidRequestError)
 from triolog.client.aio import AsyncAdminClient
@@ -18,9 +18,9 @@ APP = ClientQuotaEntity({"client-id": "app"})
 
 @pytest.fixture
 def bootstrap(tmp_path):
-    process = BrokerProcess(tmp_path / "data").start()
+    process = InProcessBroker(tmp_path / "data").start()
     yield f"127.0.0.1:{process.port}"
-    process.kill()
+    process.stop()
 
 
 def test_quotas_are_set_described_by_filter_and_removed(bootstrap):

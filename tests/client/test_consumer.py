@@ -186,7 +186,7 @@ def test_consumer_beginning_and_end_offsets(bootstrap, admin, filled):
 def test_consumer_poll_rides_out_a_broker_restart(broker_factory_port, topic):
     start_broker, port = broker_factory_port
     bootstrap = f"127.0.0.1:{port}"
-    first = start_broker()
+    first = start_broker(process=True)  # killed -9 below
     tp = TopicPartition(topic, 0)
     _produce(bootstrap, topic, [b"before"])
     with Consumer(bootstrap, auto_offset_reset="earliest", retry_backoff_ms=50) as consumer:

@@ -10,7 +10,7 @@ import threading
 import pytest
 import trio
 
-from tests.e2e.broker_process import BrokerProcess
+from tests.e2e.broker_process import InProcessBroker
 from tests.waiting import wait_for
 from triolog.client import AdminClient, Consumer, Producer
 from triolog.client.errors import CommitFailedError
@@ -25,10 +25,10 @@ FAST = dict(session_timeout_ms=6000, heartbeat_interval_ms=300, fetch_max_wait_m
 
 
 @pytest.fixture(scope="module")
-def group_broker(tmp_path_factory) -> BrokerProcess:
-    process = BrokerProcess(tmp_path_factory.mktemp("group-broker") / "data", GROUP_BROKER_CONFIG).start()
+def group_broker(tmp_path_factory) -> InProcessBroker:
+    process = InProcessBroker(tmp_path_factory.mktemp("group-broker") / "data", GROUP_BROKER_CONFIG).start()
     yield process
-    process.kill()
+    process.stop()
 
 
 @pytest.fixture
@@ -335,7 +335,7 @@ def test_subscribing_again_during_a_join_rejoins_with_the_new_topics(tmp_path, t
     # Kafka's initial rebalance delay holds the first member's join (the one with its member id)
     # for 2 s on this broker, so the resubscription lands while that join is surely in flight
     # (on the shared broker, with no delay, a slow machine could see the join finish first).
-    slow_join = BrokerProcess(tmp_path / "data", ("group.initial.rebalance.delay.ms=2000",)).start()
+    slow_join = InProcessBroker(tmp_path / "data", ("group.initial.rebalance.delay.ms=2000",)).start()
     try:
         boot = f"127.0.0.1:{slow_join.port}"
         make_topic(boot, f"{topic}.a", 1, 2)
@@ -352,7 +352,7 @@ def test_subscribing_again_during_a_join_rejoins_with_the_new_topics(tmp_path, t
             assert {r.topic for r in got} == {f"{topic}.a", f"{topic}.b"}
             assert consumer.assignment() == {TopicPartition(f"{topic}.a", 0), TopicPartition(f"{topic}.b", 0)}
     finally:
-        slow_join.kill()
+        slow_join.stop()
 
 
 def test_an_unexpected_sync_group_error_rejoins_after_a_backoff_instead_of_raising():

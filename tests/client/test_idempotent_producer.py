@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 import trio
 
-from tests.e2e.broker_process import BrokerProcess
+from tests.e2e.broker_process import InProcessBroker
 from tests.e2e.fault_proxy import FaultProxy
 from triolog import core
 from triolog.client import Consumer, MessageTooLargeError, NewTopic, Producer
@@ -318,7 +318,7 @@ def test_a_producer_the_broker_forgot_bumps_its_epoch_and_starts_again_at_sequen
     """The broker drops a producer whose last batch is older than producer.id.expiration.ms
     (here when it loads its snapshot after a restart): the next batch, sequence > 0, gets
     UNKNOWN_PRODUCER_ID; Kafka's client bumps its epoch locally and renumbers from 0."""
-    broker = BrokerProcess(tmp_path / "data").start()
+    broker = InProcessBroker(tmp_path / "data").start()
     try:
         bootstrap = f"127.0.0.1:{broker.port}"
         with Producer(bootstrap, linger_ms=0, retry_backoff_ms=20, request_timeout_ms=5000) as producer:
@@ -342,4 +342,4 @@ def test_a_producer_the_broker_forgot_bumps_its_epoch_and_starts_again_at_sequen
         assert [(b.producer_epoch, b.base_sequence, [r.value for r in b.records]) for b in stored] == [
             (0, 0, [b"first"]), (1, 0, [b"second"])]
     finally:
-        broker.kill()
+        broker.stop()

@@ -90,7 +90,7 @@ def test_broker_killed_mid_stream_loses_and_duplicates_no_acknowledged_record(tm
     """kill -9 the broker while requests are in flight, restart it, keep producing: every
     acknowledged record is in the log exactly once and in order; no record is there twice."""
     start, port = broker_factory_port
-    broker = start()
+    broker = start(process=True)  # killed -9 below
     bootstrap = f"127.0.0.1:{port}"
     from triolog.client import AdminClient
 
@@ -129,7 +129,7 @@ def test_broker_killed_mid_stream_loses_and_duplicates_no_acknowledged_record(tm
         assert position.get(i) == offset, f"record {i} acknowledged at {offset}, in the log at {position.get(i)}"
     acked_in_log_order = [n for n in numbers if n in acknowledged]
     assert acked_in_log_order == sorted(acked_in_log_order)  # acknowledged records kept their order
-    restarted.kill()
+    restarted.stop()
 
 
 async def test_aio_pipelined_produce_keeps_order_and_stores_each_record_once(bootstrap, topic):

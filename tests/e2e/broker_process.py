@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from triolog import testing
 from triolog.protocol import messages as m
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -216,3 +217,24 @@ class WireClient:
 
     def close(self) -> None:
         self.sock.close()
+
+
+class InProcessBroker(testing.InProcessBroker):
+    """The broker in a thread of the test process (triolog.testing), with BrokerProcess's
+    interface and defaults (no Kafka listener unless ``kafka=True``): the default for every test
+    that does not test the process itself (signals, SIGKILL, exit codes, rlimits, stdout)."""
+
+    def __init__(self, data_dir: Path, overrides: tuple[str, ...] = (), *, kafka: bool = False, **options):
+        super().__init__(data_dir, overrides, kafka=kafka, **options)
+
+    def client(self) -> WireClient:
+        return WireClient("127.0.0.1", self.port)
+
+    def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 60.0) -> int:
+        """As SIGTERM would (``sig`` is for BrokerProcess's signature: in-process, always that)."""
+        return super().stop(timeout_s)
+
+    def kill(self) -> None:
+        """No kill -9 in-process: a test of what survives one starts a BrokerProcess."""
+        raise TypeError("an in-process broker cannot be killed -9; start a BrokerProcess "
+                        "(broker_factory(..., process=True)) for that")

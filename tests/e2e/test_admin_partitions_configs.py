@@ -30,7 +30,7 @@ def _count(admin, topic: str) -> int:
 
 
 def test_create_partitions_grows_a_topic_keeping_its_data_and_survives_a_restart(broker_factory, tmp_path):
-    broker = broker_factory()
+    broker = broker_factory(process=True)  # killed -9 below
     bootstrap = _bootstrap(broker)
     with AdminClient(bootstrap) as admin:
         admin.create_topics([NewTopic("grow", num_partitions=2)])
@@ -159,7 +159,7 @@ def test_a_broker_killed_while_creating_the_new_partitions_restarts_with_the_new
     is there, most are not): the count was made durable first, so the restart has the new count,
     every partition usable and the old data whole."""
     data = tmp_path / "data"
-    broker = broker_factory("max.broker.partitions=5000")
+    broker = broker_factory("max.broker.partitions=5000", process=True)
     bootstrap = _bootstrap(broker)
     with AdminClient(bootstrap) as admin:
         admin.create_topics([NewTopic("big", num_partitions=2)])
@@ -173,7 +173,8 @@ def test_a_broker_killed_while_creating_the_new_partitions_restarts_with_the_new
     broker.kill()
     wire.close()
 
-    broker = broker_factory("max.broker.partitions=5000", data_dir=data)
+    # The recovery of a thousand partitions, CPU-bound: in a process of its own, as before.
+    broker = broker_factory("max.broker.partitions=5000", data_dir=data, process=True)
     bootstrap = _bootstrap(broker)
     with AdminClient(bootstrap) as admin:
         assert _count(admin, "big") == 1000

@@ -1,4 +1,4 @@
-"""Bad input against the real broker process: each case asserts the exact error, that the same
+"""Bad input against the real broker (in this process): each case asserts the exact error, that the same
 connection still works when docs/protocol.md says it should, that another connection always works, and
 that acknowledged data is intact (checked after every test by an autouse fixture).
 
@@ -23,7 +23,7 @@ from triolog.protocol.records import build_batch, iter_batches
 
 from tests.waiting import wait_for
 
-from .broker_process import BrokerProcess, WireClient
+from .broker_process import InProcessBroker, WireClient
 
 NONE = 0
 OFFSET_OUT_OF_RANGE = 1
@@ -122,7 +122,7 @@ def tree(root: Path) -> set[str]:
     return {str(p.relative_to(root)) for p in root.rglob("*") if not p.name.endswith((".tmp", "-broker.log"))}
 
 
-def server_errors(broker: BrokerProcess) -> list[dict]:
+def server_errors(broker: InProcessBroker) -> list[dict]:
     return [e for e in broker.events() if e.get("level") in ("error", "critical")]
 
 
@@ -131,15 +131,15 @@ def server_errors(broker: BrokerProcess) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    broker = BrokerProcess(tmp_path_factory.mktemp("bad-input") / "data",
-                           (f"socket.request.max.bytes={MAX_FRAME}",)).start()
+    broker = InProcessBroker(tmp_path_factory.mktemp("bad-input") / "data",
+                             (f"socket.request.max.bytes={MAX_FRAME}",)).start()
     client = broker.client()
     assert create(client, SENTINEL_TOPIC)["error_code"] == NONE
     for value in SENTINEL_VALUES:
         assert produce_part(client, SENTINEL_TOPIC, 0, batch(value), acks=-1)["error_code"] == NONE
     client.close()
     yield broker
-    alive = broker.process.poll() is None
+    alive = broker.running
     code = broker.stop()
     assert alive, "the broker died on bad input"
     assert code == 0
@@ -151,7 +151,7 @@ def still_serving(server):
     and nothing was logged as an unexpected server error."""
     before = len(server_errors(server))
     yield
-    assert server.process.poll() is None, "the broker process exited"
+    assert server.running, "the broker's thread ended"
     other = server.client()
     assert_usable(other)
     sentinel = fetch_part(other, SENTINEL_TOPIC, 0, 0)
@@ -665,7 +665,7 @@ def test_connections_max_connections_per_ip_closes_the_extra_connection(broker_f
 
 
 def test_connections_max_connections_bounds_open_connections(broker_factory):
-    broker = broker_factory("max.connections=2")
+    broker = broker_factory("max.connections=2", process=True)  # its descriptors are counted
     first, second = broker.client(), broker.client()
     assert _served(first) and _served(second)
     descriptors = broker.open_descriptors()

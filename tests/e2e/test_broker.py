@@ -11,7 +11,7 @@ from triolog.protocol.records import build_batch, iter_batches
 
 from tests.waiting import wait_for
 
-from .broker_process import BrokerProcess
+from .broker_process import InProcessBroker
 
 
 def _produce(client, topic, partition, values, acks=1, timeout_ms=5000):
@@ -73,7 +73,7 @@ def test_broker_auto_creates_topics_on_metadata_not_on_produce(broker):
 
 
 def test_broker_long_poll_is_woken_by_an_append(tmp_path):
-    broker = BrokerProcess(tmp_path / "data", metrics=True).start()
+    broker = InProcessBroker(tmp_path / "data", metrics=True).start()
     try:
         client, producer = broker.client(), broker.client()
         _create(client, "poll")
@@ -92,7 +92,7 @@ def test_broker_long_poll_is_woken_by_an_append(tmp_path):
         assert _values(outcome["result"]) == [b"late"]
         assert outcome["answered"] - produced < 10  # woken by the append, not by max_wait_ms
     finally:
-        broker.kill()
+        broker.stop()
 
 
 def test_broker_long_poll_returns_empty_after_max_wait(broker):
@@ -124,7 +124,7 @@ def test_broker_restart_keeps_acknowledged_data_and_topic_configs(broker_factory
 
 
 def test_broker_kill_9_loses_nothing_acknowledged(broker_factory, tmp_path):
-    broker = broker_factory()
+    broker = broker_factory(process=True)
     client = broker.client()
     _create(client, "crash", 1, {"segment.bytes": "300"})
     acked = []

@@ -1,4 +1,4 @@
-"""Wire-protocol conformance of the real broker process, one API at a time.
+"""Wire-protocol conformance of the real broker (run in this process), one API at a time.
 
 Every request here is a plain msgpack map spelled from docs/protocol.md, the written protocol
 reference, and every response is checked against its field lists with our own shape table, not
@@ -21,7 +21,7 @@ from triolog.protocol.records import build_batch, iter_batches
 
 from tests.waiting import wait_for
 
-from .broker_process import BrokerProcess, WireClient
+from .broker_process import InProcessBroker, WireClient
 
 # -- error codes, from docs/protocol.md ------------------------------------------------------
 
@@ -230,12 +230,12 @@ def create(client, name, partitions=1, configs=None, replication_factor=1, valid
     return doc["topics"][0]
 
 
-def parked_long_polls(server: BrokerProcess) -> int:
+def parked_long_polls(server: InProcessBroker) -> int:
     """Fetches waiting for data in the broker right now (its triolog_server_delayed_fetches)."""
     return int(server.sample("triolog_server_delayed_fetches"))
 
 
-def start_long_poll(server: BrokerProcess, poll) -> threading.Thread:
+def start_long_poll(server: InProcessBroker, poll) -> threading.Thread:
     """Run ``poll`` (a blocking fetch) in a thread and return once the broker holds it waiting:
     what happens next happens to a parked long poll, not to a read that was still on its way."""
     before = parked_long_polls(server)
@@ -289,7 +289,7 @@ def dir_listing(root: Path) -> set[str]:
     return {str(p.relative_to(root)) for p in root.rglob("*") if not p.name.endswith((".tmp", "-broker.log"))}
 
 
-def would_be_dirs(server: BrokerProcess, name: str) -> list[Path]:
+def would_be_dirs(server: InProcessBroker, name: str) -> list[Path]:
     """Where partition 0 of ``name`` would land if the name reached the file system unchecked."""
     try:
         return [Path(os.path.normpath(base / f"{name}-0")) for base in (server.data_dir, Path.cwd())]
@@ -302,9 +302,9 @@ def would_be_dirs(server: BrokerProcess, name: str) -> list[Path]:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    broker = BrokerProcess(tmp_path_factory.mktemp("conformance") / "data", BROKER_OVERRIDES, metrics=True).start()
+    broker = InProcessBroker(tmp_path_factory.mktemp("conformance") / "data", BROKER_OVERRIDES, metrics=True).start()
     yield broker
-    alive = broker.process.poll() is None
+    alive = broker.running
     code = broker.stop()
     assert alive, "the broker died during the conformance tests"
     assert code == 0
@@ -313,12 +313,12 @@ def server(tmp_path_factory):
 @pytest.fixture(scope="module")
 def strict_server(tmp_path_factory):
     """auto.create.topics.enable=false."""
-    broker = BrokerProcess(tmp_path_factory.mktemp("strict") / "data", ("auto.create.topics.enable=false",)).start()
+    broker = InProcessBroker(tmp_path_factory.mktemp("strict") / "data", ("auto.create.topics.enable=false",)).start()
     yield broker
-    broker.kill()
+    broker.stop()
 
 
-def _server_errors(broker: BrokerProcess) -> list[dict]:
+def _server_errors(broker: InProcessBroker) -> list[dict]:
     return [e for e in broker.events() if e.get("level") in ("error", "critical")]
 
 

@@ -108,7 +108,8 @@ def landed_commits(bootstrap: str) -> dict[tuple[str, int], list[int]]:
 
 
 def test_every_record_processed_exactly_once_across_a_kill_and_a_join(broker_factory, tmp_path):
-    broker = broker_factory("group.initial.rebalance.delay.ms=0", "group.min.session.timeout.ms=1000")
+    broker = broker_factory("group.initial.rebalance.delay.ms=0", "group.min.session.timeout.ms=1000",
+                            process=True)  # killed -9 below
     bootstrap = f"127.0.0.1:{broker.port}"
     with AdminClient(bootstrap) as admin:
         admin.create_topics([NewTopic(TOPIC, PARTITIONS)])

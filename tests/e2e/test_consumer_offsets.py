@@ -53,7 +53,7 @@ def fetch_offsets(client, group: str) -> dict[tuple[str, int], int] | None:
 @pytest.mark.parametrize("stop", ["kill -9", "SIGTERM"])
 def test_committed_offsets_survive_a_broker_restart(broker_factory, tmp_path, stop):
     props = ("offsets.topic.num.partitions=3",)
-    broker = broker_factory(*props)
+    broker = broker_factory(*props, process=stop == "kill -9")
     client = broker.client()
     create_topic(client, "orders", 4)
     expected: dict[str, dict[tuple[str, int], int]] = {}

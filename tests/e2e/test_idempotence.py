@@ -97,7 +97,7 @@ def test_lost_responses_are_retried_hundreds_of_times_and_stored_once_in_order(b
 
 @pytest.mark.parametrize("restart", ["kill-9", "clean"])
 def test_a_retry_whose_first_attempt_landed_before_a_restart_gets_the_original_offsets(broker_factory, restart):
-    broker = broker_factory()
+    broker = broker_factory(process=restart == "kill-9")
     topic = f"idempotent-restart-{restart}"
     _create(broker.port, topic, partitions=1)
     with FaultProxy(broker.port, drop_every=1) as proxy:
@@ -125,7 +125,7 @@ def test_a_retry_whose_first_attempt_landed_before_a_restart_gets_the_original_o
 
 
 def test_stored_once_in_order_across_broker_kills_and_restarts_under_load(broker_factory):
-    broker = broker_factory()
+    broker = broker_factory(process=True)  # kill -9
     topic = "idempotent-restarts-under-load"
     _create(broker.port, topic)
     sent = _values(8_000)

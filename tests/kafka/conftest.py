@@ -1,19 +1,19 @@
-"""A real broker process with its Kafka listener on, shared by a module's tests (each test uses
+"""A real broker (in this process) with its Kafka listener on, shared by a module's tests (each test uses
 its own topics), and what talking to it takes."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.e2e.broker_process import KEEP_OLD_RECORDS, BrokerProcess
+from tests.e2e.broker_process import KEEP_OLD_RECORDS, InProcessBroker
 
 
 @pytest.fixture(scope="module")
-def kafka_broker(tmp_path_factory) -> BrokerProcess:
-    broker = BrokerProcess(tmp_path_factory.mktemp("kafka") / "data", KEEP_OLD_RECORDS, kafka=True)
+def kafka_broker(tmp_path_factory) -> InProcessBroker:
+    broker = InProcessBroker(tmp_path_factory.mktemp("kafka") / "data", KEEP_OLD_RECORDS, kafka=True)
     broker.start()
     yield broker
-    broker.kill()
+    broker.stop()
 
 
 @pytest.fixture

@@ -16,9 +16,19 @@ from triolog.protocol.kafka.requests import MalformedRequest
 from triolog.protocol.kafka.schema import build, request_class
 from triolog.protocol.kafka.served import SERVED_VERSIONS
 
+from tests.e2e.broker_process import KEEP_OLD_RECORDS, BrokerProcess
 from tests.waiting import wait_for
 
 from .kafka_wire import connect, encode_request, read_frame
+
+
+@pytest.fixture(scope="module")
+def kafka_broker(tmp_path_factory) -> BrokerProcess:
+    """A broker process, not the in-process one of conftest: a test reads its peak memory."""
+    broker = BrokerProcess(tmp_path_factory.mktemp("kafka") / "data", KEEP_OLD_RECORDS, kafka=True).start()
+    yield broker
+    broker.kill()
+
 
 PRODUCE_VERSIONS = list(range(SERVED_VERSIONS[0][0], SERVED_VERSIONS[0][1] + 1))
 

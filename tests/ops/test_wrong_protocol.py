@@ -30,7 +30,7 @@ from triolog.config.broker_config import Endpoint
 from triolog.protocol import messages as m
 from triolog.protocol.errors import ErrorCode
 from triolog.protocol.frames import KafkaRequestHeader, foreign_protocol_of_prefix, kafka_request_header
-from tests.e2e.broker_process import BrokerProcess
+from tests.e2e.broker_process import InProcessBroker
 from tests.server.inprocess import running_broker
 from tests.waiting import wait_for
 
@@ -99,19 +99,19 @@ def test_http_and_tls_prefixes_are_recognised_and_nothing_else():
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
     # DEBUG: the repeated connections of a peer are logged at that level.
-    process = BrokerProcess(tmp_path_factory.mktemp("wrong-protocol") / "data", ("logger.level=DEBUG",),
+    process = InProcessBroker(tmp_path_factory.mktemp("wrong-protocol") / "data", ("logger.level=DEBUG",),
                             metrics=True).start()
     try:
         yield process
     finally:
-        process.kill()
+        process.stop()
 
 
-def _wrong_protocol_events(broker: BrokerProcess, protocol: str) -> list[dict]:
+def _wrong_protocol_events(broker: InProcessBroker, protocol: str) -> list[dict]:
     return [e for e in broker.events() if e.get("event") == "wrong_protocol" and e.get("protocol") == protocol]
 
 
-def _hints(broker: BrokerProcess) -> dict[str, str]:
+def _hints(broker: InProcessBroker) -> dict[str, str]:
     """The hints this broker gives: its metrics listener is http://127.0.0.1:0, bound to metrics_port."""
     return wrong_protocol_hints(Endpoint("http", "127.0.0.1", 0), broker.metrics_port)
 
@@ -133,7 +133,7 @@ def _closed_by_broker(sock: socket.socket) -> bool:
         return True
 
 
-def _still_serves(broker: BrokerProcess, topic: str) -> None:
+def _still_serves(broker: InProcessBroker, topic: str) -> None:
     bootstrap = f"127.0.0.1:{broker.port}"
     with AdminClient(bootstrap) as admin:
         admin.create_topics([NewTopic(topic, 1)])
@@ -141,7 +141,7 @@ def _still_serves(broker: BrokerProcess, topic: str) -> None:
         producer.send(topic, b"still here").get(10)
 
 
-def _unknown_requests(broker: BrokerProcess) -> float:
+def _unknown_requests(broker: InProcessBroker) -> float:
     """Requests counted as api=unknown (frames that are no readable request), whatever the error."""
     from prometheus_client.parser import text_string_to_metric_families
 
@@ -149,7 +149,7 @@ def _unknown_requests(broker: BrokerProcess) -> float:
                if s.name == "triolog_server_requests_total" and s.labels["api"] == "unknown")
 
 
-def _count(broker: BrokerProcess, protocol: str) -> float:
+def _count(broker: InProcessBroker, protocol: str) -> float:
     return broker.sample("triolog_server_wrong_protocol_connections_total", protocol=protocol)
 
 
@@ -227,13 +227,13 @@ def test_a_tls_client_is_recognised_and_disconnected(broker):
     _still_serves(broker, "after-tls")
 
 
-def _speak_kafka(broker: BrokerProcess) -> None:
+def _speak_kafka(broker: InProcessBroker) -> None:
     with socket.create_connection(("127.0.0.1", broker.port), timeout=10) as sock:
         sock.sendall(LIBRDKAFKA_API_VERSIONS)
         assert _closed_by_broker(sock)
 
 
-def _speak_http(broker: BrokerProcess) -> None:
+def _speak_http(broker: InProcessBroker) -> None:
     with socket.create_connection(("127.0.0.1", broker.port), timeout=10) as sock:
         sock.sendall(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n")
         length = struct.unpack(">I", _recv_exact(sock, 4))[0]

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from tests.e2e.broker_process import ROOT, BrokerProcess
+from tests.e2e.broker_process import ROOT, InProcessBroker
 
 _names = itertools.count()
 
@@ -59,14 +59,14 @@ def spark(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def broker(tmp_path_factory) -> BrokerProcess:
+def broker(tmp_path_factory) -> InProcessBroker:
     # The retention task runs at once and often, so segments below a delete_records offset really
     # go; no time limit, since the tests write records with timestamps years in the past.
-    process = BrokerProcess(tmp_path_factory.mktemp("pipeline-broker") / "data",
+    process = InProcessBroker(tmp_path_factory.mktemp("pipeline-broker") / "data",
                             ("log.retention.check.interval.ms=200", "log.initial.task.delay.ms=0",
                              "log.retention.ms=-1")).start()
     yield process
-    process.kill()
+    process.stop()
 
 
 @pytest.fixture(scope="session")

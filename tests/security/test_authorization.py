@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tests.e2e.broker_process import BrokerProcess
+from tests.e2e.broker_process import InProcessBroker
 from triolog.protocol import messages as m
 from triolog.protocol.errors import ErrorCode
 from triolog.protocol.records import build_batch
@@ -26,7 +26,7 @@ def broker(tmp_path_factory):
     data = tmp_path_factory.mktemp("authz") / "data"
     for user in ("admin", "alice", "bob"):
         add_user(data, user, f"{user}-secret")
-    process = BrokerProcess(data, security="SASL_PLAINTEXT", kafka=True, kafka_security="SASL_PLAINTEXT", overrides=(
+    process = InProcessBroker(data, security="SASL_PLAINTEXT", kafka=True, kafka_security="SASL_PLAINTEXT", overrides=(
         "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer", "super.users=User:admin",
         "group.initial.rebalance.delay.ms=0"))
     process.start()
@@ -239,14 +239,14 @@ def test_acls_survive_a_restart(tmp_path):
     add_user(data, "alice", "alice-secret")
     overrides = ("authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
                  "super.users=User:admin")
-    process = BrokerProcess(data, security="SASL_PLAINTEXT", overrides=overrides).start()
+    process = InProcessBroker(data, security="SASL_PLAINTEXT", overrides=overrides).start()
     try:
         _admin(process).call(m.CreateTopicsRequest, topics=(m.NewTopic(name=TOPIC, num_partitions=1,
                                                                        replication_factor=1),))
         _grant(process, _acl("WRITE"))
     finally:
         process.stop()
-    process = BrokerProcess(data, security="SASL_PLAINTEXT", overrides=overrides).start()
+    process = InProcessBroker(data, security="SASL_PLAINTEXT", overrides=overrides).start()
     try:
         alice = logged_in(process.port, "alice", "alice-secret")
         assert _call(alice, "produce") == E.NONE
@@ -260,7 +260,7 @@ def test_acls_survive_a_restart(tmp_path):
 
 
 def test_acl_apis_without_an_authorizer_are_security_disabled(tmp_path):
-    process = BrokerProcess(tmp_path / "data").start()
+    process = InProcessBroker(tmp_path / "data").start()
     try:
         client = MsgpackClient(process.port)
         assert client.call(m.DescribeAclsRequest)["error_code"] == E.SECURITY_DISABLED

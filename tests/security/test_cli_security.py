@@ -5,11 +5,11 @@ processes."""
 from __future__ import annotations
 
 import subprocess
-import sys
 
 import pytest
 
-from tests.e2e.broker_process import ROOT, BrokerProcess
+from tests.e2e.broker_process import InProcessBroker
+from triolog.testing import run_cli
 from triolog.client.security import load_command_config, parse_properties
 
 from .brokers import AUTHORIZER, add_user, sasl_ssl_broker
@@ -17,8 +17,9 @@ from .tls_certs import make_tls_files
 
 
 def cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "triolog.broker.cli", *args], cwd=ROOT, input=stdin,
-                          capture_output=True, text=True, timeout=120)
+    """``triolog ARGS`` through its main() in this process (triolog.testing.run_cli), as text."""
+    done = run_cli(*args, stdin=(stdin or "").encode())
+    return subprocess.CompletedProcess(["triolog", *args], done.code, done.out, done.stderr)
 
 
 @pytest.fixture(scope="module")
@@ -154,7 +155,7 @@ def test_acls_offline_then_refused_while_the_broker_runs(tmp_path, tls):
     done = cli("acls", *offline, "--remove", "--transactional-id", "tx")
     assert done.returncode == 0 and "User:mallory" in done.stdout
     add_user(data, "admin", "admin-secret")
-    process = BrokerProcess(data, security="SASL_SSL", overrides=(
+    process = InProcessBroker(data, security="SASL_SSL", overrides=(
         f"ssl.keystore.location={tls.keystore}", AUTHORIZER, "super.users=User:admin")).start()
     try:
         done = cli("acls", *offline, "--list")
@@ -229,7 +230,7 @@ def test_users_offline_then_refused_while_the_broker_runs(tmp_path):
     assert done.stdout == "User:carol SCRAM-SHA-256(iterations=4096) SCRAM-SHA-512(iterations=4096)\n"
     bad = cli("users", "--override", "log.dirs=", "--list")
     assert bad.returncode == 1 and bad.stderr.startswith("triolog users: invalid configuration:"), bad.stderr
-    process = BrokerProcess(data).start()
+    process = InProcessBroker(data).start()
     try:
         done = cli("users", *offline, "--delete", "--user", "carol")
         assert done.returncode == 1

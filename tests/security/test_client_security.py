@@ -14,7 +14,7 @@ import pytest
 import trio
 import trustme
 
-from tests.e2e.broker_process import BrokerProcess
+from tests.e2e.broker_process import InProcessBroker
 from triolog.client import (AclBinding, AclBindingFilter, AdminClient, Consumer, NewTopic, Producer,
                             SaslAuthenticationFailedError, TopicAuthorizationFailedError, TopicPartition,
                             UserScramCredentialDeletion, UserScramCredentialUpsertion)
@@ -45,7 +45,7 @@ def sasl_ssl(tmp_path_factory, tls):
 def sasl_plaintext(tmp_path_factory):
     data = tmp_path_factory.mktemp("sasl-plain") / "data"
     add_user(data, "alice", "alice-secret")
-    broker = BrokerProcess(data, security="SASL_PLAINTEXT", overrides=(
+    broker = InProcessBroker(data, security="SASL_PLAINTEXT", overrides=(
         "group.initial.rebalance.delay.ms=0",)).start()
     yield broker
     broker.stop()
@@ -54,7 +54,7 @@ def sasl_plaintext(tmp_path_factory):
 @pytest.fixture(scope="module")
 def mtls(tmp_path_factory, tls):
     data = tmp_path_factory.mktemp("mtls") / "data"
-    broker = BrokerProcess(data, security="SSL", overrides=(
+    broker = InProcessBroker(data, security="SSL", overrides=(
         f"ssl.keystore.location={tls.keystore}", "ssl.client.auth=required", f"ssl.truststore.location={tls.ca_pem}",
         "group.initial.rebalance.delay.ms=0")).start()
     yield broker

@@ -3,17 +3,17 @@ authenticating, and about a metrics endpoint they can reach; not about loopback 
 
 from __future__ import annotations
 
-from tests.e2e.broker_process import BrokerProcess
+from tests.e2e.broker_process import InProcessBroker
 
 from .tls_certs import make_tls_files
 
 
-def _warnings(broker: BrokerProcess) -> dict[str, dict]:
+def _warnings(broker: InProcessBroker) -> dict[str, dict]:
     return {e["key"]: e for e in broker.events() if e.get("event") == "listener_without_authentication"}
 
 
 def test_an_unauthenticated_listener_on_every_interface_is_warned_about(tmp_path):
-    broker = BrokerProcess(tmp_path / "data", overrides=("listeners=PLAINTEXT://0.0.0.0:0",
+    broker = InProcessBroker(tmp_path / "data", overrides=("listeners=PLAINTEXT://0.0.0.0:0",
                                                          "metrics.listener=http://0.0.0.0:0")).start()
     try:
         warnings = _warnings(broker)
@@ -26,7 +26,7 @@ def test_an_unauthenticated_listener_on_every_interface_is_warned_about(tmp_path
 
 def test_loopback_and_authenticated_listeners_are_not_warned_about(tmp_path):
     tls = make_tls_files(tmp_path / "tls")
-    broker = BrokerProcess(tmp_path / "data", metrics=True, kafka=True, overrides=(
+    broker = InProcessBroker(tmp_path / "data", metrics=True, kafka=True, overrides=(
         "listeners=SASL_SSL://0.0.0.0:0", f"ssl.keystore.location={tls.keystore}",
         "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer")).start()
     try:
@@ -37,7 +37,7 @@ def test_loopback_and_authenticated_listeners_are_not_warned_about(tmp_path):
 
 def test_an_authenticated_listener_without_an_authorizer_is_warned_about(tmp_path):
     tls = make_tls_files(tmp_path / "tls")
-    broker = BrokerProcess(tmp_path / "data", overrides=(
+    broker = InProcessBroker(tmp_path / "data", overrides=(
         "listeners=SASL_SSL://0.0.0.0:0", f"ssl.keystore.location={tls.keystore}")).start()
     try:
         warnings = _warnings(broker)

@@ -8,7 +8,7 @@ from cryptography import x509
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.e2e.broker_process import BrokerProcess
+from tests.e2e.broker_process import InProcessBroker
 from triolog.client import AdminClient
 from triolog.client.errors import TopicAuthorizationFailedError, TriologClientError
 from triolog.config.broker_config import BrokerConfig, ConfigError
@@ -67,11 +67,11 @@ def tls(tmp_path_factory):
     return make_tls_files(tmp_path_factory.mktemp("tls"))
 
 
-def _mtls_broker(tmp_path, tls, *overrides) -> BrokerProcess:
+def _mtls_broker(tmp_path, tls, *overrides) -> InProcessBroker:
     """An SSL listener that requires a client certificate, with an authorizer: who the client
     is decides whether it may create a topic."""
     tmp_path.mkdir(exist_ok=True)
-    return BrokerProcess(tmp_path / "data", security="SSL", metrics=True, overrides=(
+    return InProcessBroker(tmp_path / "data", security="SSL", metrics=True, overrides=(
         f"ssl.keystore.location={tls.keystore}", f"ssl.truststore.location={tls.ca_pem}",
         "ssl.client.auth=required", "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
         *overrides)).start()

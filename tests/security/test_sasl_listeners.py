@@ -14,7 +14,7 @@ import msgpack
 import pytest
 from scramp import ScramClient
 
-from tests.e2e.broker_process import BrokerProcess
+from tests.e2e.broker_process import InProcessBroker
 from triolog.protocol import messages as m
 from triolog.protocol.errors import ErrorCode
 
@@ -31,7 +31,7 @@ def sasl_broker(tmp_path_factory):
     data = tmp_path_factory.mktemp("sasl") / "data"
     add_user(data, "alice", "alice-secret")
     add_user(data, "bob", "bob-secret", "SCRAM-SHA-512")
-    broker = BrokerProcess(data, security="SASL_PLAINTEXT", kafka=True, kafka_security="SASL_PLAINTEXT",
+    broker = InProcessBroker(data, security="SASL_PLAINTEXT", kafka=True, kafka_security="SASL_PLAINTEXT",
                            metrics=True, overrides=("connection.failed.authentication.delay.ms=300",))
     broker.start()
     yield broker
@@ -151,7 +151,7 @@ def test_a_frame_over_the_pre_authentication_limit_closes_the_connection(sasl_br
 def test_kafka_clients_use_plain_over_sasl_ssl(tmp_path):
     tls = make_tls_files(tmp_path / "tls")
     add_user(tmp_path / "data", "carol", "carol-secret")
-    broker = BrokerProcess(tmp_path / "data", kafka=True, kafka_security="SASL_SSL", metrics=True, overrides=(
+    broker = InProcessBroker(tmp_path / "data", kafka=True, kafka_security="SASL_SSL", metrics=True, overrides=(
         f"ssl.keystore.location={tls.keystore}", "sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-512")).start()
     try:
         settings = {"bootstrap.servers": f"127.0.0.1:{broker.kafka_port}", "security.protocol": "SASL_SSL",
@@ -236,7 +236,7 @@ def test_kcat_logs_in_with_plain_over_sasl_ssl(tmp_path):
         pytest.skip("kcat is not installed (make test installs it)")
     tls = make_tls_files(tmp_path / "tls")
     add_user(tmp_path / "data", "dave", "dave-secret")
-    broker = BrokerProcess(tmp_path / "data", kafka=True, kafka_security="SASL_SSL", overrides=(
+    broker = InProcessBroker(tmp_path / "data", kafka=True, kafka_security="SASL_SSL", overrides=(
         f"ssl.keystore.location={tls.keystore}", "sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-512")).start()
     options = ["-b", f"127.0.0.1:{broker.kafka_port}", "-X", "security.protocol=SASL_SSL", "-X",
                f"ssl.ca.location={tls.ca_pem}", "-X", "sasl.mechanism=PLAIN", "-X", "sasl.username=dave"]
@@ -280,7 +280,7 @@ def test_peers_that_have_not_logged_in_hold_no_request_memory(tmp_path):
     held a 1 MB queued.max.request.bytes, and a logged-in client's large request waited for
     their receive timeout. Their frames are bounded by sasl.server.max.receive.size instead."""
     add_user(tmp_path / "data", "alice", "alice-secret")
-    broker = BrokerProcess(tmp_path / "data", security="SASL_PLAINTEXT", overrides=(
+    broker = InProcessBroker(tmp_path / "data", security="SASL_PLAINTEXT", overrides=(
         "queued.max.request.bytes=1048576", "request.receive.timeout.ms=20000")).start()
     try:
         squatters = []

@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from tests.e2e.broker_process import ROOT, BrokerProcess
+from tests.e2e.broker_process import ROOT, InProcessBroker
 from triolog.protocol import messages as m
 from triolog.protocol.errors import ErrorCode
 
@@ -33,7 +33,7 @@ def test_the_secure_profile_admits_only_authenticated_tls_clients(tmp_path):
     add_user(data, "admin", "admin-secret")
     # The listeners as the compose service sets them (on free ports of 127.0.0.1 here), the rest
     # from the profile's file; the keystore where make-certs.sh wrote it.
-    broker = BrokerProcess(data, security="SASL_SSL", kafka=True, kafka_security="SASL_SSL",
+    broker = InProcessBroker(data, security="SASL_SSL", kafka=True, kafka_security="SASL_SSL",
                            config_file=copy / "server.properties",
                            overrides=(f"ssl.keystore.location={certs / 'broker.pem'}", "logger.format=json"))
     broker.start()

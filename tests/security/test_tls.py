@@ -12,7 +12,7 @@ import time
 import pytest
 import trustme
 
-from tests.e2e.broker_process import BrokerProcess
+from tests.e2e.broker_process import InProcessBroker
 from triolog.protocol import messages as m
 from triolog.protocol.records import build_batch, iter_batches
 
@@ -25,8 +25,8 @@ def tls(tmp_path_factory):
     return make_tls_files(tmp_path_factory.mktemp("tls"))
 
 
-def _broker(tmp_path, tls, *overrides, kafka=False, security="SSL", **kwargs) -> BrokerProcess:
-    return BrokerProcess(tmp_path / "data", security=security, kafka=kafka, kafka_security="SSL", metrics=True,
+def _broker(tmp_path, tls, *overrides, kafka=False, security="SSL", **kwargs) -> InProcessBroker:
+    return InProcessBroker(tmp_path / "data", security=security, kafka=kafka, kafka_security="SSL", metrics=True,
                          overrides=(f"ssl.keystore.location={tls.keystore}", *overrides), **kwargs).start()
 
 
@@ -104,10 +104,10 @@ def test_required_client_auth_refuses_a_client_without_a_certificate(tmp_path, t
 
 
 def test_a_tls_listener_without_a_usable_keystore_stops_the_broker_naming_the_key(tmp_path, tls):
-    broker = BrokerProcess(tmp_path / "data", security="SSL")
+    broker = InProcessBroker(tmp_path / "data", security="SSL")
     with pytest.raises(RuntimeError, match="ssl.keystore.location"):
         broker.start()
-    broker = BrokerProcess(tmp_path / "data2", security="SSL",
+    broker = InProcessBroker(tmp_path / "data2", security="SSL",
                            overrides=(f"ssl.keystore.location={tmp_path / 'missing.pem'}",))
     with pytest.raises(RuntimeError, match="missing.pem: no such file"):
         broker.start()
@@ -115,12 +115,12 @@ def test_a_tls_listener_without_a_usable_keystore_stops_the_broker_naming_the_ke
 
 def test_an_encrypted_key_needs_its_password(tmp_path):
     files = make_tls_files(tmp_path / "tls", key_password=b"s3cret")
-    broker = BrokerProcess(tmp_path / "data", security="SSL", overrides=(f"ssl.keystore.location={files.keystore}",
+    broker = InProcessBroker(tmp_path / "data", security="SSL", overrides=(f"ssl.keystore.location={files.keystore}",
                                                                           "ssl.key.password=wrong"))
     with pytest.raises(RuntimeError, match="ssl.key.password"):
         broker.start()
     assert "wrong" not in broker.log_text().replace("is wrong", "")  # the password is never logged
-    broker = BrokerProcess(tmp_path / "data2", security="SSL", metrics=True,
+    broker = InProcessBroker(tmp_path / "data2", security="SSL", metrics=True,
                            overrides=(f"ssl.keystore.location={files.keystore}", "ssl.key.password=s3cret"))
     broker.start()
     try:
