@@ -49,6 +49,8 @@ DOCUMENTS: dict[str, tuple[int, int]] = {
     "docs/operations.md": (0, 3),
     # make bench.
     "docs/benchmarks.md": (0, 1),
+    # The plugin's example, run by tests/test_testing_plugin.py in a pytest of its own.
+    "docs/testing.md": (0, 1),
 }
 CODE_LANGUAGES = {"sh", "bash", "shell", "console", "python", "py", "pycon"}
 
