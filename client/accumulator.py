@@ -33,12 +33,10 @@ except ModuleNotFoundError:  # Cython is a build-time dependency only
     from triolog.protocol import _cython_shim as cython
 
 import structlog
-
 from crc32c import crc32c
 
-from triolog.protocol.record_batch import CRC_OFFSET, CRC_START, HEADER_SIZE, PRODUCER_FIELDS, PRODUCER_ID_OFFSET
-
 from triolog import core
+from triolog.protocol.record_batch import CRC_OFFSET, CRC_START, HEADER_SIZE, PRODUCER_FIELDS, PRODUCER_ID_OFFSET
 
 from .partitioner import StickyPartitioner
 from .types import RecordMetadata, TopicPartition

@@ -48,8 +48,15 @@ from triolog.protocol import messages as m
 from triolog.protocol.frames import ProtocolError
 from triolog.protocol.properties import parse_properties
 
-from .errors import (InvalidResponseError, RequestNotSentError, SaslAuthenticationFailedError, SecurityConfigError,
-                     SslHandshakeError, TriologClientError, error_for)
+from .errors import (
+    InvalidResponseError,
+    RequestNotSentError,
+    SaslAuthenticationFailedError,
+    SecurityConfigError,
+    SslHandshakeError,
+    TriologClientError,
+    error_for,
+)
 
 __all__ = [
     "MECHANISMS",

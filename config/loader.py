@@ -25,8 +25,8 @@ from __future__ import annotations
 import difflib
 import importlib.resources
 import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 
 from triolog.protocol.properties import format_properties, parse_properties
 

@@ -38,7 +38,7 @@ def _identity_decorator(*_args, **_kwargs):
     return decorate
 
 
-locals = boundscheck = wraparound = cdivision = _identity_decorator  # noqa: A001
+locals = boundscheck = wraparound = cdivision = _identity_decorator
 
 
 def cast(_type, value):

@@ -730,7 +730,7 @@ def _decode(data, origin, stop, count, base_offset, base_timestamp, append_time,
                 if interpreted:
                     add(record)
                 else:
-                    PyObject_GC_UnTrack(record)  # noqa: F821 (declared in _record_codec_c.pxd)
+                    PyObject_GC_UnTrack(record)
                     out.append(record)
             elif to_records:
                 record = new_object(record_type)

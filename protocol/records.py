@@ -41,6 +41,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from triolog import core
+
 from .compression import compress, decompress
 from .errors import CorruptRecordError, UnsupportedForMessageFormatError
 from .record_batch import (

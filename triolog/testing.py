@@ -46,7 +46,7 @@ import pytest
 __all__ = ["InProcessBroker", "CliResult", "run_cli", "free_topic_name"]
 
 #: The broker whose thread (or task, or worker thread) is running: where its log events go.
-_CURRENT: contextvars.ContextVar["InProcessBroker | None"] = contextvars.ContextVar("triolog_testing_broker",
+_CURRENT: contextvars.ContextVar[InProcessBroker | None] = contextvars.ContextVar("triolog_testing_broker",
                                                                                      default=None)
 _LEVELS = {"debug": 10, "info": 20, "warning": 30, "warn": 30, "error": 40, "exception": 40, "critical": 50,
            "fatal": 50}
@@ -63,7 +63,7 @@ class _LogRouting:
         self._handler: logging.Handler | None = None
         self._saved_level = logging.NOTSET
 
-    def add(self, broker: "InProcessBroker") -> None:
+    def add(self, broker: InProcessBroker) -> None:
         import structlog
 
         with self._lock:
@@ -83,7 +83,7 @@ class _LogRouting:
                 triolog_logger.addHandler(self._handler)
             logging.getLogger("triolog.broker").setLevel(min(b.level for b in self._running))
 
-    def remove(self, broker: "InProcessBroker") -> None:
+    def remove(self, broker: InProcessBroker) -> None:
         import structlog
 
         with self._lock:
@@ -102,7 +102,7 @@ class _LogRouting:
             else:
                 structlog.configure(**self._saved)
 
-    def targets(self, logger_name: str = "") -> list["InProcessBroker"]:
+    def targets(self, logger_name: str = "") -> list[InProcessBroker]:
         """The broker of the calling context. Outside every broker's context: none from the main
         thread (the test's own code) or the client library; from another thread (one the storage
         layer started itself) every running broker, since the event may be any one's."""
@@ -203,7 +203,7 @@ class InProcessBroker:
 
     # -- starting and stopping ---------------------------------------------------------------------
 
-    def start(self, timeout_s: float = 30.0) -> "InProcessBroker":
+    def start(self, timeout_s: float = 30.0) -> InProcessBroker:
         """Start and wait until the listeners are bound (``port``... set); RuntimeError if it
         cannot start (what ``triolog serve`` would print, and the log so far)."""
         from triolog.config.loader import load_config
@@ -351,7 +351,7 @@ class InProcessBroker:
 
     # -- context manager ----------------------------------------------------------------------------
 
-    def __enter__(self) -> "InProcessBroker":
+    def __enter__(self) -> InProcessBroker:
         return self if self.running else self.start()
 
     def __exit__(self, *exc) -> None:

@@ -18,7 +18,13 @@ import enum
 
 from triolog.protocol.errors import ErrorCode
 
-from .scram import AuthenticationFailed, CredentialStore, IllegalSaslStateError, PlainServerExchange, ScramServerExchange
+from .scram import (
+    AuthenticationFailed,
+    CredentialStore,
+    IllegalSaslStateError,
+    PlainServerExchange,
+    ScramServerExchange,
+)
 
 __all__ = ["MIN_REAUTH_INTERVAL_S", "PRE_AUTHENTICATION_APIS", "SaslServerSession", "offered_mechanisms"]
 

@@ -24,21 +24,20 @@ import trio
 
 from triolog.broker.coordinator.producer_id_manager import ProducerIdManager
 from triolog.broker.metrics import BrokerMetrics
-from triolog.broker.storage.cleaner.log_cleaner import CleanerConfig
-from triolog.broker.storage.clock import SYSTEM_CLOCK, Clock
-from triolog.broker.storage.log import Log
-from triolog.broker.storage.log_manager import LogManager
-from triolog.broker.storage.topics import TopicManager
 from triolog.broker.security.acl_store import AclStore
 from triolog.broker.security.quotas import QuotaStore
 from triolog.broker.security.sasl import SaslServerSession, offered_mechanisms
 from triolog.broker.security.scram import CredentialStore
 from triolog.broker.security.tls import TlsConfigError, server_context
+from triolog.broker.storage.cleaner.log_cleaner import CleanerConfig
+from triolog.broker.storage.clock import SYSTEM_CLOCK, Clock
+from triolog.broker.storage.log import Log
+from triolog.broker.storage.log_manager import LogManager
+from triolog.broker.storage.topics import TopicManager
 from triolog.config.broker_config import BrokerConfig, Endpoint, uses_sasl, uses_tls
 from triolog.config.log_config import INT_MAX
 from triolog.protocol.errors import TriologError
 from triolog.protocol.kafka.apis import KafkaContext
-
 from triolog.protocol.request_limits import RequestLimits
 
 from .authorization import RequestAuthorizer
@@ -50,10 +49,10 @@ from .kafka_codec import KafkaCodec
 from .loop_hold import WorkerThreads
 from .memory_pool import RequestMemoryPool
 from .msgpack_codec import MsgpackCodec
-from .producer_handlers import ProducerIdApis
-from .security_handlers import SecurityApis
-from .quota_manager import ClientQuotas, TokenBucket
 from .notifier import AppendNotifier
+from .producer_handlers import ProducerIdApis
+from .quota_manager import ClientQuotas, TokenBucket
+from .security_handlers import SecurityApis
 from .wrong_protocol import WrongProtocolLog, wrong_protocol_hints
 
 logger = structlog.get_logger("triolog.server")

@@ -1043,7 +1043,7 @@ async def _sendfile(sock, fd: int, position: int, count: int, stall_s: float = m
             with trio.move_on_after(stall_s) as timer:
                 await trio.lowlevel.wait_writable(sock)
             if timer.cancelled_caught:
-                raise _SendStalled
+                raise _SendStalled from None
             continue
         if sent == 0:  # the file shrank under us: the frame cannot be completed
             raise trio.BrokenResourceError("segment file ended before the fetched region")

@@ -39,11 +39,10 @@ from triolog.broker.coordinator.group.group_metadata_manager import (
     LoadedPartition,
     read_partition_records,
 )
+from triolog.broker.security.acl import ResourceType
 from triolog.protocol import messages as m
 from triolog.protocol.errors import ErrorCode
 from triolog.protocol.records import build_batch
-
-from triolog.broker.security.acl import ResourceType
 
 from .authorization import CLUSTER, Op, RequestAuthorizer
 from .error_mapping import ApiError, error_of

@@ -22,21 +22,21 @@ from __future__ import annotations
 import functools
 import os
 import threading
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 import msgpack
 import structlog
 import trio
 
-from triolog import __version__
+from triolog import __version__, core
 from triolog.broker.storage.filenames import validate_topic_name
 from triolog.broker.storage.log import Log, LogAppendInfo
 from triolog.broker.storage.log_manager import LogManager
 from triolog.broker.storage.topics import TopicManager, is_internal
 from triolog.config.broker_config import BROKER_CONFIGS, BrokerConfig
 from triolog.config.log_config import TOPIC_CONFIGS, LogConfig
-from triolog import core
 from triolog.protocol import messages as m
 from triolog.protocol.errors import (
     DuplicateSequenceNumberError,
@@ -53,10 +53,10 @@ from triolog.protocol.errors import (
 )
 
 from .authorization import Op, RequestAuthorizer
-from .fetch_descriptors import SPARE_FETCH_DESCRIPTORS, DescriptorBudget, FetchRegion, FetchResult
-from .group_commit import GroupCommitter
 from .codec import EncodedResponse
 from .error_mapping import ApiError, error_of
+from .fetch_descriptors import SPARE_FETCH_DESCRIPTORS, DescriptorBudget, FetchRegion, FetchResult
+from .group_commit import GroupCommitter
 from .group_handlers import GroupApis
 from .loop_hold import InlineServing, WorkerThreads
 from .notifier import AppendNotifier

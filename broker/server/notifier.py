@@ -4,7 +4,7 @@ broker begins to shut down (a long poll then answers what it has at once)."""
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Iterable
+from collections.abc import Iterable
 
 import trio
 

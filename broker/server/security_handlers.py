@@ -81,7 +81,7 @@ class SecurityApis:
                     results[i] = m.AclResult(**error_of(exc).fields())
             if valid:
                 self.acl_store.create(binding for _, binding in valid)
-                for i, binding in valid:
+                for i, _ in valid:
                     results[i] = m.AclResult()
                 self._log_acls(ctx, "acls_created", [b for _, b in valid])
             return results

@@ -22,8 +22,9 @@ import os
 import threading
 import time
 from collections import Counter
-from typing import Callable, NamedTuple, NoReturn
+from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple, NoReturn
 
 from triolog.config.log_config import LogConfig
 from triolog.protocol.record_batch import (
@@ -49,7 +50,6 @@ from .segment import (
     FetchDataInfo,
     LogOffsetMetadata,
     LogSegment,
-    RollParams,
     TimestampAndOffset,
     rolling_jitter_ms,
 )
@@ -149,7 +149,7 @@ class Log:
         self.offline = False
         #: Called with (log, error) when an I/O error takes the log offline (the LogManager
         #: takes the whole log directory offline then, as Kafka's LogDirFailureChannel does).
-        self.on_offline: Callable[["Log", OSError], None] | None = None
+        self.on_offline: Callable[[Log, OSError], None] | None = None
         self._closed = False
         self._timestamp_prefix: list[int] = []
         self._timestamp_prefix_key: tuple[int, int, int] | None = None
@@ -169,7 +169,7 @@ class Log:
         segment_deleter: SegmentDeleter | None = None,
         fs: FileSystem = OS_FS,
         producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
-    ) -> "Log":
+    ) -> Log:
         """Open (creating if needed) the log in ``directory``, recovering it if it was not shut down cleanly.
 
         Producer state comes from the newest ``.snapshot`` at or below the recovered log end

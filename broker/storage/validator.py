@@ -33,6 +33,7 @@ from typing import NamedTuple, NoReturn
 
 from crc32c import crc32c
 
+from triolog import core
 from triolog.config.log_config import LogConfig
 from triolog.protocol.compression import MAX_DECOMPRESSED_BYTES, DecompressionLimitError, compress, decompress
 from triolog.protocol.record_batch import (
@@ -56,13 +57,6 @@ from triolog.protocol.record_batch import (
     read_header,
     split_batches,
 )
-from triolog import core
-
-# The walk of the compiled core (Cython) where it was built, else the same source interpreted.
-_record_codec = core.load("protocol.record_codec")
-walk_records = _record_codec.walk_records
-renumber_records = _record_codec.renumber_records
-check_batch_header = _record_codec.check_batch_header
 
 from .errors import (
     CorruptRecordError,
@@ -70,6 +64,12 @@ from .errors import (
     InvalidTimestampError,
     RecordTooLargeError,
 )
+
+# The walk of the compiled core (Cython) where it was built, else the same source interpreted.
+_record_codec = core.load("protocol.record_codec")
+walk_records = _record_codec.walk_records
+renumber_records = _record_codec.renumber_records
+check_batch_header = _record_codec.check_batch_header
 
 # The header fields this module reads or patches (record_batch.py's layout), each at its *_OFFSET.
 _BASE_OFFSET = fields_struct("base_offset")

@@ -170,7 +170,7 @@ def _timedelta(value) -> datetime.timedelta:
     return datetime.timedelta(milliseconds=int(value))
 
 
-_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
 
 def _datetime(value) -> datetime.datetime:

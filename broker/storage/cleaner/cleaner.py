@@ -43,19 +43,20 @@ from __future__ import annotations
 
 import logging
 import os
-from array import array
 import struct
 import time
+from array import array
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 from triolog import core
 from triolog.protocol.compression import compress, decompress
 from triolog.protocol.record_batch import (
+    BATCH_LENGTH_OFFSET,
     COMPRESSION_MASK,
     CONTROL_FLAG,
-    BATCH_LENGTH_OFFSET,
     CRC_OFFSET,
     CURRENT_MAGIC,
     DELETE_HORIZON_FLAG,
@@ -73,7 +74,7 @@ from triolog.protocol.record_batch import (
 from triolog.protocol.records import ControlRecordType, _varint32, _varint64, parse_control_record_key
 
 from .. import filenames
-from ..clock import Clock, SYSTEM_CLOCK
+from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import CorruptRecordError
 from ..fs import OS_FS, FileSystem
 from ..segment import LogSegment

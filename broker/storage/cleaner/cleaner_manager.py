@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from ..checkpoints import OffsetCheckpointFile
-from ..clock import Clock, SYSTEM_CLOCK
+from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import CorruptCheckpointError
 from ..log import Log
 from .cleaner import LogCleaningAbortedError

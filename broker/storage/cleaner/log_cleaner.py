@@ -28,13 +28,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from .. import filenames
 from ..checkpoints import OffsetCheckpointFile
-from ..clock import Clock, SYSTEM_CLOCK
+from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import StorageError
 from ..fs import FileSystem, OsFileSystem
 from ..log import Log
@@ -82,7 +82,7 @@ class CleanerConfig:
         return max(self.io_buffer_size // max(self.num_threads, 1) // 2, 4096)
 
     @classmethod
-    def from_broker_config(cls, config) -> "CleanerConfig":
+    def from_broker_config(cls, config) -> CleanerConfig:
         """From a BrokerConfig's log_cleaner_* fields (and message.max.bytes)."""
         return cls(
             num_threads=config.log_cleaner_threads,
@@ -204,7 +204,7 @@ def swap_in_group(log: Log, job: CleanJob, result: GroupResult, clock: Clock) ->
 class CleanerThread(threading.Thread):
     """One cleaner: a thread with its own offset map (or worker process)."""
 
-    def __init__(self, owner: "LogCleaner", thread_id: int):
+    def __init__(self, owner: LogCleaner, thread_id: int):
         super().__init__(name=f"kafka-log-cleaner-thread-{thread_id}", daemon=True)
         self.owner = owner
         self.thread_id = thread_id
