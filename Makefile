@@ -88,8 +88,10 @@ test: export PYTHONPYCACHEPREFIX := $(abspath $(VENV))/pycache
 TEST_WORKERS ?= 3
 PARALLEL := -n $(TEST_WORKERS) --dist loadfile
 
-# system-deps first: the compiled core is built (CORE_STAMP) with the C compiler it provides.
+# system-deps first: the compiled core is built (CORE_STAMP) with the C compiler it provides. The
+# whole run starts with `make lint` (a minute); PYTEST_ARGS runs only the tests named.
 test: system-deps $(TEST_STAMP) $(CORE_STAMP)
+	$(if $(PYTEST_ARGS),,$(MAKE) --no-print-directory lint)
 	$(BIN)/python -m pytest -q $(if $(PYTEST_ARGS),$(PYTEST_ARGS),$(PARALLEL))
 	$(if $(PYTEST_ARGS),,TRIOLOG_PURE_PYTHON=1 $(BIN)/python -m pytest -q $(PARALLEL) $(PURE_TESTS))
 
@@ -119,21 +121,13 @@ system-deps:
 bench: $(TEST_STAMP) $(CORE_STAMP)
 	$(BIN)/python bench/storage.py
 
-# Static checks, configured in pyproject.toml: ruff's lint rules and mypy on the product code, the
-# import-layer contracts (lint-imports: also run by tests/test_architecture.py), and ruff's
-# formatter on the files already in its style. FORMATTED lists them: the rest of the code is
-# reformatted in one commit once the parallel refactors have merged, and then the list goes.
+# Static checks, configured in pyproject.toml, run first by `make test`: ruff's lint rules and its
+# formatter (check only) on the product code, mypy, and the import-layer contracts (lint-imports:
+# also run by tests/test_architecture.py).
 .PHONY: lint
 LINT_PATHS := broker client config pipeline protocol triolog pyspark_triolog.py setup.py
-FORMATTED := broker/__init__.py broker/allocator.py broker/coordinator/__init__.py \
-	broker/coordinator/group/__init__.py broker/security/__init__.py broker/security/files.py \
-	broker/storage/__init__.py broker/storage/checkpoints.py broker/storage/clock.py \
-	broker/storage/descriptors.py broker/storage/errors.py broker/storage/fs.py \
-	broker/storage/segment_deleter.py broker/storage/segments.py client/ops.py config/__init__.py \
-	pipeline/__init__.py pipeline/examples/__init__.py pyspark_triolog.py triolog/__init__.py \
-	tests/test_architecture.py tests/client/test_layering.py tests/pipeline/test_layering.py
 lint: $(TEST_STAMP)
 	$(BIN)/ruff check $(LINT_PATHS)
-	$(BIN)/ruff format --check $(FORMATTED)
+	$(BIN)/ruff format --check $(LINT_PATHS)
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-cache
