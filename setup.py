@@ -114,9 +114,13 @@ def _extensions():
     extensions = []
     for name in CORE_MODULES:
         package, _, module = name.rpartition(".")
-        extensions.append(Extension(
-            f"triolog.{package}._{module}_c", [f"{package.replace('.', '/')}/{module}.py"], optional=True,
-        ))
+        extensions.append(
+            Extension(
+                f"triolog.{package}._{module}_c",
+                [f"{package.replace('.', '/')}/{module}.py"],
+                optional=True,
+            )
+        )
     return extensions
 
 

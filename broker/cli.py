@@ -30,8 +30,9 @@ def _add_dump_log(subparsers) -> None:
 def _add_users(subparsers) -> None:
     from triolog.broker.tools import users
 
-    parser = subparsers.add_parser("users", help="add, delete and list SASL/SCRAM users (online or offline)",
-                                   description=users.DESCRIPTION)
+    parser = subparsers.add_parser(
+        "users", help="add, delete and list SASL/SCRAM users (online or offline)", description=users.DESCRIPTION
+    )
     users.add_arguments(parser)
     parser.set_defaults(run=users.run)
 
@@ -39,8 +40,9 @@ def _add_users(subparsers) -> None:
 def _add_acls(subparsers) -> None:
     from triolog.broker.tools import acls
 
-    parser = subparsers.add_parser("acls", help="add, remove and list ACLs, like kafka-acls.sh (online or offline)",
-                                   description=acls.DESCRIPTION)
+    parser = subparsers.add_parser(
+        "acls", help="add, remove and list ACLs, like kafka-acls.sh (online or offline)", description=acls.DESCRIPTION
+    )
     acls.add_arguments(parser)
     parser.set_defaults(run=acls.run)
 
@@ -48,8 +50,11 @@ def _add_acls(subparsers) -> None:
 def _add_configs(subparsers) -> None:
     from triolog.broker.tools import configs
 
-    parser = subparsers.add_parser("configs", help="set, delete and describe client quotas, like kafka-configs.sh "
-                                                   "(online or offline)", description=configs.DESCRIPTION)
+    parser = subparsers.add_parser(
+        "configs",
+        help="set, delete and describe client quotas, like kafka-configs.sh (online or offline)",
+        description=configs.DESCRIPTION,
+    )
     configs.add_arguments(parser)
     parser.set_defaults(run=configs.run)
 
@@ -63,8 +68,13 @@ def _add_serve(subparsers) -> None:
         "TRIOLOG_<KEY> environment variables (log.retention.ms -> TRIOLOG_LOG_RETENTION_MS), --override.",
     )
     parser.add_argument("--config", metavar="FILE", help="a server.properties file")
-    parser.add_argument("--override", metavar="KEY=VALUE", action="append", default=[],
-                        help="set one config key (repeatable), e.g. --override log.segment.bytes=1048576")
+    parser.add_argument(
+        "--override",
+        metavar="KEY=VALUE",
+        action="append",
+        default=[],
+        help="set one config key (repeatable), e.g. --override log.segment.bytes=1048576",
+    )
     parser.set_defaults(run=_run_serve)
 
 
@@ -132,8 +142,15 @@ def _client_tool(name: str, module_name: str, help_text: str):
 _CLIENT_TOOLS = {name: _client_tool(name, module, help_text) for name, module, help_text in TOOLS}
 
 #: Subcommand registrars, in the order ``triolog --help`` lists them.
-SUBCOMMANDS = (_add_serve, *(register for name, register in _CLIENT_TOOLS.items() if name != "health"),
-               _add_users, _add_acls, _add_configs, _add_dump_log, _CLIENT_TOOLS["health"])
+SUBCOMMANDS = (
+    _add_serve,
+    *(register for name, register in _CLIENT_TOOLS.items() if name != "health"),
+    _add_users,
+    _add_acls,
+    _add_configs,
+    _add_dump_log,
+    _CLIENT_TOOLS["health"],
+)
 
 #: The shell's exit code for a process ended by Ctrl-C (128 + SIGINT).
 EXIT_INTERRUPTED = 130
@@ -152,7 +169,9 @@ class _VersionAction(argparse.Action):
     """``--version``, computed only when asked (importing the package metadata costs a little)."""
 
     def __init__(self, option_strings, dest, **kwargs):
-        super().__init__(option_strings, dest, nargs=0, help="print the version of triolog and Python and which core runs, and exit")
+        super().__init__(
+            option_strings, dest, nargs=0, help="print the version of triolog and Python and which core runs, and exit"
+        )
 
     def __call__(self, parser, namespace, values, option_string=None):
         print(version_text())

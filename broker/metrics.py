@@ -180,7 +180,15 @@ from triolog.broker.storage.segment import ROLL_REASONS
 from triolog.protocol.errors import ErrorCode
 from triolog.protocol.messages import SUPPORTED_APIS
 
-__all__ = ["API_LABELS", "WRONG_PROTOCOLS", "BrokerMetrics", "GroupMetrics", "LogCollector", "MetricsEndpoint", "ServerMetrics"]
+__all__ = [
+    "API_LABELS",
+    "WRONG_PROTOCOLS",
+    "BrokerMetrics",
+    "GroupMetrics",
+    "LogCollector",
+    "MetricsEndpoint",
+    "ServerMetrics",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -192,8 +200,13 @@ API_LABELS: tuple[str, ...] = (*SUPPORTED_APIS, *KAFKA_ONLY_APIS, UNKNOWN_API)
 _KNOWN_APIS = frozenset(API_LABELS)
 
 #: The ``limit`` label's values of triolog_server_connections_closed_total.
-CLOSE_LIMITS = ("connections.max.idle.ms", "request.receive.timeout.ms", "socket.request.max.bytes",
-                "queued.max.request.bytes", "connections.max.reauth.ms")
+CLOSE_LIMITS = (
+    "connections.max.idle.ms",
+    "request.receive.timeout.ms",
+    "socket.request.max.bytes",
+    "queued.max.request.bytes",
+    "connections.max.reauth.ms",
+)
 #: The ``error`` label's values of triolog_server_accept_errors_total (the errnos accept retries).
 ACCEPT_ERRORS = ("EMFILE", "ENFILE", "ENOMEM", "ENOBUFS")
 #: The ``protocol`` label's values of triolog_server_wrong_protocol_connections_total.
@@ -233,21 +246,25 @@ class ServerMetrics:
             "triolog_server_requests_total",
             "Requests answered, by API and error code: the response's top-level code, or when that is "
             "NONE the first error of its entries (topics, partitions, log dirs; NONE = wholly successful).",
-            ("api", "error"), registry=registry,
+            ("api", "error"),
+            registry=registry,
         )
         self._partition_errors = Counter(
             "triolog_server_partition_errors_total",
             "Entries of responses (topics, partitions, log dirs) that carried an error code, by API and code.",
-            ("api", "error"), registry=registry,
+            ("api", "error"),
+            registry=registry,
         )
         self._wrong_protocol = Counter(
             "triolog_server_wrong_protocol_connections_total",
             "Connections closed because the client spoke another protocol than its listener's.",
-            ("protocol",), registry=registry,
+            ("protocol",),
+            registry=registry,
         )
         self._tls_handshake_failures = Counter(
             "triolog_server_tls_handshake_failures_total",
-            "TLS handshakes of client connections that failed.", registry=registry,
+            "TLS handshakes of client connections that failed.",
+            registry=registry,
         )
         self._auth_failures = Counter(
             "triolog_auth_failures_total",
@@ -256,64 +273,81 @@ class ServerMetrics:
             registry=registry,
         )
         self._quota_bytes = Counter(
-            "triolog_quota_bytes_total", "Bytes metered against a client quota, by quota and its entity.",
-            ("quota", "user", "client_id"), registry=registry,
+            "triolog_quota_bytes_total",
+            "Bytes metered against a client quota, by quota and its entity.",
+            ("quota", "user", "client_id"),
+            registry=registry,
         )
         self._quota_request_time = Counter(
             "triolog_quota_request_time_seconds_total",
             "Request handling time metered against a client's request_percentage, by its entity.",
-            ("user", "client_id"), registry=registry,
+            ("user", "client_id"),
+            registry=registry,
         )
         self._quota_throttle = Counter(
-            "triolog_quota_throttle_seconds_total", "Throttle time given to clients over their quota.",
-            ("quota", "user", "client_id"), registry=registry,
+            "triolog_quota_throttle_seconds_total",
+            "Throttle time given to clients over their quota.",
+            ("quota", "user", "client_id"),
+            registry=registry,
         )
         self._auth_successes = Counter(
-            "triolog_auth_successes_total", "SASL authentications, by mechanism.", ("mechanism",),
+            "triolog_auth_successes_total",
+            "SASL authentications, by mechanism.",
+            ("mechanism",),
             registry=registry,
         )
         self._reauthentications = Counter(
             "triolog_auth_reauthentications_total",
             "SASL re-authentications of open connections (connections.max.reauth.ms), by mechanism; "
-            "also counted in triolog_auth_successes_total.", ("mechanism",), registry=registry,
+            "also counted in triolog_auth_successes_total.",
+            ("mechanism",),
+            registry=registry,
         )
         for protocol in WRONG_PROTOCOLS:
             self._wrong_protocol.labels(protocol)
         latency = Histogram(
             "triolog_server_request_latency_seconds",
             "Time from a request frame being read to its response being written, by API.",
-            ("api",), buckets=LATENCY_BUCKETS_S, registry=registry,
+            ("api",),
+            buckets=LATENCY_BUCKETS_S,
+            registry=registry,
         )
         bytes_in = Counter(
             "triolog_server_bytes_in_total",
             "Bytes of request frames received (length prefix included), by API; bytes that never "
             "formed a whole frame count as api=unknown.",
-            ("api",), registry=registry,
+            ("api",),
+            registry=registry,
         )
         bytes_out = Counter(
             "triolog_server_bytes_out_total",
             "Bytes of response frames sent (length prefix included), by API.",
-            ("api",), registry=registry,
+            ("api",),
+            registry=registry,
         )
         self._connections = Gauge("triolog_server_connections", "Open client connections.", registry=registry)
         self._opened = Counter(
-            "triolog_server_connections_opened_total", "Client connections accepted.", registry=registry)
+            "triolog_server_connections_opened_total", "Client connections accepted.", registry=registry
+        )
         self._refused = Counter(
             "triolog_server_connections_refused_total",
             "Client connections closed at once because a limit was reached, by the limit's config key.",
-            ("limit",), registry=registry,
+            ("limit",),
+            registry=registry,
         )
         self._closed = Counter(
             "triolog_server_connections_closed_total",
             "Client connections the broker closed because a limit was reached, by the limit's config key.",
-            ("limit",), registry=registry,
+            ("limit",),
+            registry=registry,
         )
         for limit in CLOSE_LIMITS:
             self._closed.labels(limit)
         self._accept_errors = Counter(
             "triolog_server_accept_errors_total",
             "accept() failures for lack of descriptors or memory (retried), by errno name.",
-            ("error",), registry=registry,
+            ("error",),
+            registry=registry,
         )
         for error in ACCEPT_ERRORS:
             self._accept_errors.labels(error)
@@ -325,18 +359,21 @@ class ServerMetrics:
         self._accept_paused = Gauge(
             "triolog_server_accept_paused",
             "1 while the broker accepts no connection because max.connections are open, else 0.",
-            registry=registry)
+            registry=registry,
+        )
         self._queued_bytes = Gauge(
             "triolog_server_queued_request_bytes",
             "Request bytes held in memory by all connections (bounded by queued.max.request.bytes).",
-            registry=registry)
+            registry=registry,
+        )
         self._queued_waiters = Gauge(
             "triolog_server_queued_request_waiters",
             "Connections that stopped reading until queued.max.request.bytes has room for their frame.",
-            registry=registry)
+            registry=registry,
+        )
         self._delayed_fetches = Gauge(
-            "triolog_server_delayed_fetches",
-            "Fetches waiting for data (long polls) right now.", registry=registry)
+            "triolog_server_delayed_fetches", "Fetches waiting for data (long polls) right now.", registry=registry
+        )
         self._latency = {api: latency.labels(api) for api in API_LABELS}
         self._bytes_in = {api: bytes_in.labels(api) for api in API_LABELS}
         self._bytes_out = {api: bytes_out.labels(api) for api in API_LABELS}
@@ -361,8 +398,9 @@ class ServerMetrics:
 
     # -- the interface ClientConnection and BrokerServer call --------------------------------
 
-    def request_done(self, api: str | None, code: int, latency_s: float | None = None,
-                     entry_errors: Mapping[int, int] | None = None) -> None:
+    def request_done(
+        self, api: str | None, code: int, latency_s: float | None = None, entry_errors: Mapping[int, int] | None = None
+    ) -> None:
         """One request answered with top-level ``code``; ``entry_errors`` counts its entries
         (topics, partitions, log dirs) by error code (errors only, in the order first met)."""
         label = _api_label(api)
@@ -431,8 +469,7 @@ class ServerMetrics:
         self._accept_paused.set_function(lambda: 1 if server.accept_paused else 0)
         self._queued_bytes.set_function(lambda: server.request_pool.used)
         self._queued_waiters.set_function(lambda: server.request_pool.waiting)
-        self._delayed_fetches.set_function(
-            lambda: server.handler.delayed_fetches if server.handler is not None else 0)
+        self._delayed_fetches.set_function(lambda: server.handler.delayed_fetches if server.handler is not None else 0)
 
 
 # -- storage -----------------------------------------------------------------------------------
@@ -466,9 +503,10 @@ class LogCollector(Collector):
 
     def collect(self) -> Iterable[Metric]:
         families = self._families()
-        gauges = families[:len(self._GAUGES)]
-        (rolls, deleted_segments, deleted_bytes, duplicates, dir_offline, dir_free,
-         dir_total) = families[len(self._GAUGES):]
+        gauges = families[: len(self._GAUGES)]
+        (rolls, deleted_segments, deleted_bytes, duplicates, dir_offline, dir_free, dir_total) = families[
+            len(self._GAUGES) :
+        ]
         for (topic, partition), log in sorted(self.log_manager.all_logs().items()):
             row = self._read(topic, partition, log)
             if row is None:
@@ -499,37 +537,58 @@ class LogCollector(Collector):
     def _families(self) -> list[GaugeMetricFamily | CounterMetricFamily]:
         labels = ["topic", "partition"]
         families: list[GaugeMetricFamily | CounterMetricFamily] = [
-            GaugeMetricFamily(name, doc, labels=labels) for name, doc in self._GAUGES]
-        families.append(CounterMetricFamily(
-            "triolog_log_rolls", "Segment rolls of the partition since startup, by reason.",
-            labels=[*labels, "reason"],
-        ))
-        families.append(CounterMetricFamily(
-            "triolog_log_segments_deleted", "Segments deleted by retention since startup, by reason.",
-            labels=[*labels, "reason"],
-        ))
-        families.append(CounterMetricFamily(
-            "triolog_log_deleted_bytes", "Bytes of the segments deleted by retention since startup, by reason.",
-            labels=[*labels, "reason"],
-        ))
-        families.append(CounterMetricFamily(
-            "triolog_log_duplicate_batches",
-            "Batches of idempotent producers answered as duplicates (original offsets, nothing appended) "
-            "since startup: retries after a lost response.",
-            labels=labels,
-        ))
-        families.append(GaugeMetricFamily(
-            "triolog_log_dir_offline", "1 when the log directory went offline after an I/O error.",
-            labels=["log_dir"],
-        ))
-        families.append(GaugeMetricFamily(
-            "triolog_log_dir_free_bytes",
-            "Bytes available to the broker on the file system of the log directory (statvfs f_bavail).",
-            labels=["log_dir"],
-        ))
-        families.append(GaugeMetricFamily(
-            "triolog_log_dir_total_bytes", "Size of the file system of the log directory.", labels=["log_dir"],
-        ))
+            GaugeMetricFamily(name, doc, labels=labels) for name, doc in self._GAUGES
+        ]
+        families.append(
+            CounterMetricFamily(
+                "triolog_log_rolls",
+                "Segment rolls of the partition since startup, by reason.",
+                labels=[*labels, "reason"],
+            )
+        )
+        families.append(
+            CounterMetricFamily(
+                "triolog_log_segments_deleted",
+                "Segments deleted by retention since startup, by reason.",
+                labels=[*labels, "reason"],
+            )
+        )
+        families.append(
+            CounterMetricFamily(
+                "triolog_log_deleted_bytes",
+                "Bytes of the segments deleted by retention since startup, by reason.",
+                labels=[*labels, "reason"],
+            )
+        )
+        families.append(
+            CounterMetricFamily(
+                "triolog_log_duplicate_batches",
+                "Batches of idempotent producers answered as duplicates (original offsets, nothing appended) "
+                "since startup: retries after a lost response.",
+                labels=labels,
+            )
+        )
+        families.append(
+            GaugeMetricFamily(
+                "triolog_log_dir_offline",
+                "1 when the log directory went offline after an I/O error.",
+                labels=["log_dir"],
+            )
+        )
+        families.append(
+            GaugeMetricFamily(
+                "triolog_log_dir_free_bytes",
+                "Bytes available to the broker on the file system of the log directory (statvfs f_bavail).",
+                labels=["log_dir"],
+            )
+        )
+        families.append(
+            GaugeMetricFamily(
+                "triolog_log_dir_total_bytes",
+                "Size of the file system of the log directory.",
+                labels=["log_dir"],
+            )
+        )
         return families
 
     @staticmethod
@@ -537,12 +596,21 @@ class LogCollector(Collector):
         error: Exception | None = None
         for _ in range(_READ_ATTEMPTS):
             try:
-                values = (log.size, log.num_segments, log.log_start_offset, log.log_end_offset,
-                          log.high_watermark, log.recovery_point, len(log.producer_state_manager.producers))
+                values = (
+                    log.size,
+                    log.num_segments,
+                    log.log_start_offset,
+                    log.log_end_offset,
+                    log.high_watermark,
+                    log.recovery_point,
+                    len(log.producer_state_manager.producers),
+                )
                 # .get per known reason: iterating the Counter could meet a key added concurrently.
                 rolls = tuple(log.roll_counts.get(reason, 0) for reason in ROLL_REASONS)
-                deletions = tuple((log.deleted_segment_counts.get(reason, 0), log.deleted_bytes.get(reason, 0))
-                                  for reason in DELETION_REASONS)
+                deletions = tuple(
+                    (log.deleted_segment_counts.get(reason, 0), log.deleted_bytes.get(reason, 0))
+                    for reason in DELETION_REASONS
+                )
                 return values, rolls, deletions, log.duplicate_batches
             except Exception as exc:  # the segment map changed under us, or the log was deleted
                 error = exc
@@ -564,26 +632,47 @@ class CleanerCollector(Collector):
         ("triolog_cleaner_bytes_read", "bytes_read", "Bytes of segments read by the cleaner since startup."),
         ("triolog_cleaner_bytes_written", "bytes_written", "Bytes of cleaned segments written since startup."),
         ("triolog_cleaner_records_kept", "records_kept", "Records copied into cleaned segments since startup."),
-        ("triolog_cleaner_records_removed", "records_removed",
-         "Records dropped by compaction (superseded keys, expired tombstones) since startup."),
+        (
+            "triolog_cleaner_records_removed",
+            "records_removed",
+            "Records dropped by compaction (superseded keys, expired tombstones) since startup.",
+        ),
         ("triolog_cleaner_errors", "errors", "Cleaning runs that failed and marked their partition uncleanable."),
     )
     _GAUGES = (
         ("triolog_cleaner_last_run_duration_seconds", "last_run_duration_s", "Duration of the last cleaning run."),
-        ("triolog_cleaner_buffer_utilization_ratio", "max_buffer_utilization",
-         "Fill of the offset map in the last run (0..1); Kafka's max-buffer-utilization-percent / 100."),
-        ("triolog_cleaner_recopy_ratio", "max_recopy_ratio",
-         "Bytes written / bytes read in the last run (0..1); Kafka's cleaner-recopy-percent / 100."),
-        ("triolog_cleaner_max_dirty_ratio", "max_dirty_ratio",
-         "Largest dirty ratio among the compacted logs now (Kafka's max-dirty-percent / 100)."),
-        ("triolog_cleaner_seconds_since_last_run", "seconds_since_last_run",
-         "Seconds since a cleaner thread last looked for a log to clean (Kafka's time-since-last-run-ms / 1000)."),
-        ("triolog_cleaner_uncleanable_partitions", "uncleanable_partitions",
-         "Partitions the cleaner gave up on after an error (Kafka's uncleanable-partitions-count)."),
+        (
+            "triolog_cleaner_buffer_utilization_ratio",
+            "max_buffer_utilization",
+            "Fill of the offset map in the last run (0..1); Kafka's max-buffer-utilization-percent / 100.",
+        ),
+        (
+            "triolog_cleaner_recopy_ratio",
+            "max_recopy_ratio",
+            "Bytes written / bytes read in the last run (0..1); Kafka's cleaner-recopy-percent / 100.",
+        ),
+        (
+            "triolog_cleaner_max_dirty_ratio",
+            "max_dirty_ratio",
+            "Largest dirty ratio among the compacted logs now (Kafka's max-dirty-percent / 100).",
+        ),
+        (
+            "triolog_cleaner_seconds_since_last_run",
+            "seconds_since_last_run",
+            "Seconds since a cleaner thread last looked for a log to clean (Kafka's time-since-last-run-ms / 1000).",
+        ),
+        (
+            "triolog_cleaner_uncleanable_partitions",
+            "uncleanable_partitions",
+            "Partitions the cleaner gave up on after an error (Kafka's uncleanable-partitions-count).",
+        ),
         ("triolog_cleaner_uncleanable_bytes", "uncleanable_bytes", "Dirty bytes of the uncleanable partitions."),
         ("triolog_cleaner_dead_threads", "dead_threads", "Cleaner threads that died (Kafka's DeadThreadCount)."),
-        ("triolog_cleaner_max_compaction_delay_seconds", "max_compaction_delay_s",
-         "How far past max.compaction.lag.ms the most overdue log is (Kafka's max-compaction-delay-secs)."),
+        (
+            "triolog_cleaner_max_compaction_delay_seconds",
+            "max_compaction_delay_s",
+            "How far past max.compaction.lag.ms the most overdue log is (Kafka's max-compaction-delay-secs).",
+        ),
     )
 
     def __init__(self, log_manager: LogManager):
@@ -606,8 +695,10 @@ class CleanerCollector(Collector):
         return counters + gauges
 
     def _families(self) -> tuple[list[CounterMetricFamily], list[GaugeMetricFamily]]:
-        return ([CounterMetricFamily(name, doc) for name, _, doc in self._COUNTERS],
-                [GaugeMetricFamily(name, doc) for name, _, doc in self._GAUGES])
+        return (
+            [CounterMetricFamily(name, doc) for name, _, doc in self._COUNTERS],
+            [GaugeMetricFamily(name, doc) for name, _, doc in self._GAUGES],
+        )
 
 
 class GroupMetrics(Collector):
@@ -621,7 +712,9 @@ class GroupMetrics(Collector):
         self.commit_latency = Histogram(
             "triolog_group_offset_commit_latency_seconds",
             "offset_commit: request handled to durable answer (the record fsynced).",
-            buckets=LATENCY_BUCKETS_S, registry=registry)
+            buckets=LATENCY_BUCKETS_S,
+            registry=registry,
+        )
         registry.register(self)
 
     def watch(self, coordinator) -> None:
@@ -636,14 +729,21 @@ class GroupMetrics(Collector):
 
     def _families(self) -> list[Metric]:
         return [
-            GaugeMetricFamily("triolog_group_committed_offset", "Committed offset of a group for a partition.",
-                              labels=("group", "topic", "partition")),
-            GaugeMetricFamily("triolog_group_lag", "Log end offset minus the group's committed offset.",
-                              labels=("group", "topic", "partition")),
+            GaugeMetricFamily(
+                "triolog_group_committed_offset",
+                "Committed offset of a group for a partition.",
+                labels=("group", "topic", "partition"),
+            ),
+            GaugeMetricFamily(
+                "triolog_group_lag",
+                "Log end offset minus the group's committed offset.",
+                labels=("group", "topic", "partition"),
+            ),
             GaugeMetricFamily("triolog_group_members", "Members of the group.", labels=("group",)),
             CounterMetricFamily("triolog_group_rebalances", "Rebalances started since startup."),
-            CounterMetricFamily("triolog_group_rebalance_seconds",
-                                "Seconds from rebalance start to its end (Stable or Empty), summed."),
+            CounterMetricFamily(
+                "triolog_group_rebalance_seconds", "Seconds from rebalance start to its end (Stable or Empty), summed."
+            ),
         ]
 
     def collect(self) -> Iterable[Metric]:
@@ -739,4 +839,3 @@ class BrokerMetrics:
         endpoint, self.endpoint = self.endpoint, None
         if endpoint is not None:
             endpoint.close()
-

@@ -36,13 +36,34 @@ _LAZY = {
     "murmur2": "partitioner",
     "partition_for_key": "partitioner",
     "SecurityConfig": "security",
-    **{name: "admin_core" for name in ("AclBinding", "AclBindingFilter", "ScramCredentialInfo",
-                                       "UserScramCredentialDeletion", "UserScramCredentialUpsertion",
-                                       "UserScramCredentialsDescription")},
-    **{name: "types" for name in ("ClientQuotaAlteration", "ClientQuotaEntity", "ClientQuotaFilter",
-                                   "ClientQuotaFilterComponent", "ConfigEntry", "ConsumerRecord", "NewTopic",
-                                   "OffsetAndTimestamp", "PartitionInfo", "RecordMetadata", "TopicDescription",
-                                   "TopicPartition")},
+    **{
+        name: "admin_core"
+        for name in (
+            "AclBinding",
+            "AclBindingFilter",
+            "ScramCredentialInfo",
+            "UserScramCredentialDeletion",
+            "UserScramCredentialUpsertion",
+            "UserScramCredentialsDescription",
+        )
+    },
+    **{
+        name: "types"
+        for name in (
+            "ClientQuotaAlteration",
+            "ClientQuotaEntity",
+            "ClientQuotaFilter",
+            "ClientQuotaFilterComponent",
+            "ConfigEntry",
+            "ConsumerRecord",
+            "NewTopic",
+            "OffsetAndTimestamp",
+            "PartitionInfo",
+            "RecordMetadata",
+            "TopicDescription",
+            "TopicPartition",
+        )
+    },
 }
 
 __all__ = [*sorted(_LAZY), *_errors_all]

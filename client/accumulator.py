@@ -207,8 +207,9 @@ class ProducerBatch:
     def record_count(self) -> int:
         return len(self._records)
 
-    def set_producer_state(self, producer_id: int, producer_epoch: int, base_sequence: int,
-                           reset: bool = False) -> None:
+    def set_producer_state(
+        self, producer_id: int, producer_epoch: int, base_sequence: int, reset: bool = False
+    ) -> None:
         """Stamp the batch with its producer id, epoch and base sequence. Already encoded (a
         renumbered retry), its header is patched and its CRC recomputed, not the records re-encoded."""
         self._producer_id = producer_id
@@ -245,9 +246,15 @@ class ProducerBatch:
             # (a top-level import would be circular while triolog.core chooses its modules).
             from triolog.protocol.records import build_batch
 
-            self._encoded = build_batch(self._records, compression=compression, compression_level=level,
-                                        producer_id=self._producer_id, producer_epoch=self._producer_epoch,
-                                        base_sequence=self._base_sequence, size_hint=self._size)
+            self._encoded = build_batch(
+                self._records,
+                compression=compression,
+                compression_level=level,
+                producer_id=self._producer_id,
+                producer_epoch=self._producer_epoch,
+                base_sequence=self._base_sequence,
+                size_hint=self._size,
+            )
         return self._encoded
 
     # -- outcome -------------------------------------------------------------------------------
@@ -496,8 +503,9 @@ class RecordAccumulator:
     _slow_send: object
     _next_sequence: cython.longlong
 
-    def __init__(self, *, batch_size: int, linger_s: float, rng=None, wakeup=None, waiter=None,
-                 future_type=None) -> None:
+    def __init__(
+        self, *, batch_size: int, linger_s: float, rng=None, wakeup=None, waiter=None, future_type=None
+    ) -> None:
         self._batch_size = batch_size
         self._linger_s = linger_s
         self._lock = threading.RLock()
@@ -581,8 +589,9 @@ class RecordAccumulator:
         return future
 
     @cython.cfunc
-    @cython.locals(size=cython.Py_ssize_t, count=cython.Py_ssize_t, ts=cython.longlong, wake=cython.bint,
-                   batch=ProducerBatch)
+    @cython.locals(
+        size=cython.Py_ssize_t, count=cython.Py_ssize_t, ts=cython.longlong, wake=cython.bint, batch=ProducerBatch
+    )
     def _append_one(self, topic, partition, num_partitions, key, value, timestamp, headers, now) -> ProducerBatch:
         """The body of append, under the lock: the batch the record went to; its index in
         ``_last_index``, whether to wake the sender in ``_last_wake``."""
@@ -682,9 +691,18 @@ class RecordAccumulator:
         return future
 
     @cython.cfunc
-    @cython.locals(n=cython.Py_ssize_t, ts=cython.longlong, size=cython.Py_ssize_t, vlen=cython.Py_ssize_t,
-                   klen=cython.Py_ssize_t, count=cython.Py_ssize_t, batch=ProducerBatch, now=cython.double,
-                   held=cython.Py_ssize_t, wall=cython.double)
+    @cython.locals(
+        n=cython.Py_ssize_t,
+        ts=cython.longlong,
+        size=cython.Py_ssize_t,
+        vlen=cython.Py_ssize_t,
+        klen=cython.Py_ssize_t,
+        count=cython.Py_ssize_t,
+        batch=ProducerBatch,
+        now=cython.double,
+        held=cython.Py_ssize_t,
+        wall=cython.double,
+    )
     def _try(self, topic, value, key, headers, partition, timestamp_ms):
         if not self._fast or headers:
             return None
@@ -740,8 +758,15 @@ class RecordAccumulator:
             self._wakeup()
         return future
 
-    @cython.locals(i=cython.Py_ssize_t, end=cython.Py_ssize_t, count=cython.Py_ssize_t, run=cython.Py_ssize_t,
-                   first=cython.Py_ssize_t, batch=ProducerBatch, wake=cython.bint)
+    @cython.locals(
+        i=cython.Py_ssize_t,
+        end=cython.Py_ssize_t,
+        count=cython.Py_ssize_t,
+        run=cython.Py_ssize_t,
+        first=cython.Py_ssize_t,
+        batch=ProducerBatch,
+        wake=cython.bint,
+    )
     def append_many(self, topic, values, keys, headers, partition, timestamps, num_partitions, now):
         """Append every record (checked by the caller: bytes or None, headers normalised or
         None, timestamps ints or None); returns a RecordFutures."""
@@ -768,9 +793,16 @@ class RecordAccumulator:
                     p = partition
                     if p is None and key is not None:
                         p = partition_for_key(key, num_partitions)
-                    batch = self._append_one(topic, p, num_partitions, key, values[i],
-                                             default_ts if timestamps is None else timestamps[i],
-                                             no_headers if headers is None else headers[i], now)
+                    batch = self._append_one(
+                        topic,
+                        p,
+                        num_partitions,
+                        key,
+                        values[i],
+                        default_ts if timestamps is None else timestamps[i],
+                        no_headers if headers is None else headers[i],
+                        now,
+                    )
                     if self._last_wake:
                         wake = True
                     if batch is last:

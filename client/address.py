@@ -16,11 +16,12 @@ DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 def _parse_one(text: str, given) -> tuple[str, int]:
     entry = text.strip()
     if entry.startswith("PLAINTEXT://"):
-        entry = entry[len("PLAINTEXT://"):]
+        entry = entry[len("PLAINTEXT://") :]
     host, sep, port = entry.rpartition(":")
     if not sep or not host or not port.isdigit() or int(port) > 65535:
-        raise ValueError(f"bootstrap server must be host:port, got {text.strip()!r}"
-                         + ("" if given == text else f" in {given!r}"))
+        raise ValueError(
+            f"bootstrap server must be host:port, got {text.strip()!r}" + ("" if given == text else f" in {given!r}")
+        )
     return host.strip("[]"), int(port)
 
 

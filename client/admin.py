@@ -33,8 +33,14 @@ class AdminClient:
     the TLS/SASL settings of :mod:`triolog.client.security` (``security_protocol``,
     ``sasl_mechanism``, ``sasl_username``, ``sasl_password``, ``ssl_cafile``...)."""
 
-    def __init__(self, bootstrap_servers: str = DEFAULT_BOOTSTRAP, *, request_timeout_ms: int = 30_000,
-                 client_id: str = "triolog-admin", **security) -> None:
+    def __init__(
+        self,
+        bootstrap_servers: str = DEFAULT_BOOTSTRAP,
+        *,
+        request_timeout_ms: int = 30_000,
+        client_id: str = "triolog-admin",
+        **security,
+    ) -> None:
         self.security, unknown = split_security(security)
         if unknown:
             raise TypeError(f"unexpected keyword arguments: {', '.join(sorted(unknown))}")
@@ -73,20 +79,31 @@ class AdminClient:
         """Every broker config key: value, source ("broker" or "default"), read_only, is_sensitive."""
         return self._run(self._core.describe_broker_configs_op(broker))
 
-    def alter_configs(self, configs: dict[str, dict[str, str]], delete: dict[str, list[str]] | None = None, *,
-                      replace: bool = False, append: dict[str, dict[str, str]] | None = None,
-                      subtract: dict[str, dict[str, str]] | None = None, validate_only: bool = False) -> None:
+    def alter_configs(
+        self,
+        configs: dict[str, dict[str, str]],
+        delete: dict[str, list[str]] | None = None,
+        *,
+        replace: bool = False,
+        append: dict[str, dict[str, str]] | None = None,
+        subtract: dict[str, dict[str, str]] | None = None,
+        validate_only: bool = False,
+    ) -> None:
         """Set ``configs`` and remove ``delete`` overrides per topic; ``replace`` makes ``configs``
         the whole override set; ``append``/``subtract`` change list configs item by item."""
-        self._run(self._core.alter_configs_op(configs, delete, replace=replace, append=append, subtract=subtract,
-                                              validate_only=validate_only))
+        self._run(
+            self._core.alter_configs_op(
+                configs, delete, replace=replace, append=append, subtract=subtract, validate_only=validate_only
+            )
+        )
 
     def create_partitions(self, counts: dict[str, int], validate_only: bool = False) -> None:
         """Grow topics to the given total partition counts, e.g. ``{"t": 6}``."""
         self._run(self._core.create_partitions_op(counts, validate_only))
 
-    def delete_records(self, offsets: dict, raise_errors: bool = True
-                       ) -> dict[TopicPartition, int | TriologClientError]:
+    def delete_records(
+        self, offsets: dict, raise_errors: bool = True
+    ) -> dict[TopicPartition, int | TriologClientError]:
         """New low watermarks; with ``raise_errors=False`` a failed partition maps to its error."""
         return self._run(self._core.delete_records_op(offsets, raise_errors))
 
@@ -144,8 +161,9 @@ class AdminClient:
 
     # -- client quotas (Kafka's describeClientQuotas / alterClientQuotas) ---------------------------
 
-    def describe_client_quotas(self, quota_filter: ClientQuotaFilter | None = None
-                               ) -> dict[ClientQuotaEntity, dict[str, float]]:
+    def describe_client_quotas(
+        self, quota_filter: ClientQuotaFilter | None = None
+    ) -> dict[ClientQuotaEntity, dict[str, float]]:
         """Entity -> its quotas, for the entities a :class:`ClientQuotaFilter` selects (all without one)."""
         return self._run(self._core.describe_client_quotas_op(quota_filter))
 

@@ -35,9 +35,19 @@ from .types import (
     quota_value,
 )
 
-__all__ = ["AclBinding", "AclBindingFilter", "AdminCore", "BrokerConfigEntry", "ConsumerGroupDescription",
-           "ConsumerGroupListing", "MemberDescription", "ScramCredentialInfo", "UserScramCredentialDeletion",
-           "UserScramCredentialUpsertion", "UserScramCredentialsDescription"]
+__all__ = [
+    "AclBinding",
+    "AclBindingFilter",
+    "AdminCore",
+    "BrokerConfigEntry",
+    "ConsumerGroupDescription",
+    "ConsumerGroupListing",
+    "MemberDescription",
+    "ScramCredentialInfo",
+    "UserScramCredentialDeletion",
+    "UserScramCredentialUpsertion",
+    "UserScramCredentialsDescription",
+]
 
 
 class BrokerConfigEntry(NamedTuple):
@@ -82,8 +92,9 @@ class ConsumerGroupDescription(NamedTuple):
 
 
 #: Group-level errors that pass: the coordinator is loading or moving (retried within the timeout).
-_COORDINATOR_BUSY = frozenset({ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                               ErrorCode.NOT_COORDINATOR})
+_COORDINATOR_BUSY = frozenset(
+    {ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR}
+)
 
 
 def _raise_first(errors: list[TriologClientError]) -> None:
@@ -92,6 +103,7 @@ def _raise_first(errors: list[TriologClientError]) -> None:
 
 
 # -- ACLs and SCRAM users ----------------------------------------------------------------------
+
 
 class AclBinding(NamedTuple):
     """One ACL (Kafka's AclBinding): ``principal`` (``User:alice``) from ``host`` is ALLOWed or
@@ -165,33 +177,59 @@ def acl_enum(value: str, allowed, what: str) -> str:
 
 _RESOURCE_TYPES = ("ANY", "TOPIC", "GROUP", "CLUSTER", "TRANSACTIONAL_ID")
 _PATTERN_TYPES = ("ANY", "MATCH", "LITERAL", "PREFIXED")
-_OPERATIONS = ("ANY", "ALL", "READ", "WRITE", "CREATE", "DELETE", "ALTER", "DESCRIBE", "CLUSTER_ACTION",
-               "DESCRIBE_CONFIGS", "ALTER_CONFIGS", "IDEMPOTENT_WRITE")
+_OPERATIONS = (
+    "ANY",
+    "ALL",
+    "READ",
+    "WRITE",
+    "CREATE",
+    "DELETE",
+    "ALTER",
+    "DESCRIBE",
+    "CLUSTER_ACTION",
+    "DESCRIBE_CONFIGS",
+    "ALTER_CONFIGS",
+    "IDEMPOTENT_WRITE",
+)
 _PERMISSIONS = ("ANY", "DENY", "ALLOW")
 
 
 def _wire_entry(acl) -> m.AclEntry:
     acl = AclBinding(*acl) if not isinstance(acl, AclBinding) else acl
-    return m.AclEntry(resource_type=acl_enum(acl.resource_type, _RESOURCE_TYPES, "resource type"),
-                      resource_name=acl.resource_name, principal=acl.principal, host=acl.host or "*",
-                      pattern_type=acl_enum(acl.pattern_type, _PATTERN_TYPES, "pattern type"),
-                      operation=acl_enum(acl.operation, _OPERATIONS, "operation"),
-                      permission_type=acl_enum(acl.permission_type, _PERMISSIONS, "permission type"))
+    return m.AclEntry(
+        resource_type=acl_enum(acl.resource_type, _RESOURCE_TYPES, "resource type"),
+        resource_name=acl.resource_name,
+        principal=acl.principal,
+        host=acl.host or "*",
+        pattern_type=acl_enum(acl.pattern_type, _PATTERN_TYPES, "pattern type"),
+        operation=acl_enum(acl.operation, _OPERATIONS, "operation"),
+        permission_type=acl_enum(acl.permission_type, _PERMISSIONS, "permission type"),
+    )
 
 
 def _wire_filter(flt) -> dict:
     flt = AclBindingFilter() if flt is None else flt
-    return dict(resource_type=acl_enum(flt.resource_type, _RESOURCE_TYPES, "resource type"),
-                resource_name=flt.resource_name, principal=flt.principal, host=flt.host,
-                pattern_type=acl_enum(flt.pattern_type, _PATTERN_TYPES, "pattern type"),
-                operation=acl_enum(flt.operation, _OPERATIONS, "operation"),
-                permission_type=acl_enum(flt.permission_type, _PERMISSIONS, "permission type"))
+    return dict(
+        resource_type=acl_enum(flt.resource_type, _RESOURCE_TYPES, "resource type"),
+        resource_name=flt.resource_name,
+        principal=flt.principal,
+        host=flt.host,
+        pattern_type=acl_enum(flt.pattern_type, _PATTERN_TYPES, "pattern type"),
+        operation=acl_enum(flt.operation, _OPERATIONS, "operation"),
+        permission_type=acl_enum(flt.permission_type, _PERMISSIONS, "permission type"),
+    )
 
 
 def _binding(doc: dict) -> AclBinding:
-    return AclBinding(resource_type=doc["resource_type"], resource_name=doc["resource_name"],
-                      principal=doc["principal"], operation=doc["operation"], permission_type=doc["permission_type"],
-                      host=doc.get("host") or "*", pattern_type=doc.get("pattern_type") or "LITERAL")
+    return AclBinding(
+        resource_type=doc["resource_type"],
+        resource_name=doc["resource_name"],
+        principal=doc["principal"],
+        operation=doc["operation"],
+        permission_type=doc["permission_type"],
+        host=doc.get("host") or "*",
+        pattern_type=doc.get("pattern_type") or "LITERAL",
+    )
 
 
 def salted_upsertion(upsertion: UserScramCredentialUpsertion, salt: bytes | None = None) -> m.ScramCredentialUpsertion:
@@ -205,10 +243,12 @@ def salted_upsertion(upsertion: UserScramCredentialUpsertion, salt: bytes | None
     if mechanism not in _SCRAM_HASHES:
         raise ValueError(f"unknown SCRAM mechanism {upsertion.mechanism!r} (SCRAM-SHA-256 or SCRAM-SHA-512)")
     salt = os.urandom(32) if salt is None else salt
-    salted = hashlib.pbkdf2_hmac(_SCRAM_HASHES[mechanism], saslprep(upsertion.password).encode("utf-8"), salt,
-                                 upsertion.iterations)
-    return m.ScramCredentialUpsertion(name=upsertion.user, mechanism=mechanism, iterations=upsertion.iterations,
-                                      salt=salt, salted_password=salted)
+    salted = hashlib.pbkdf2_hmac(
+        _SCRAM_HASHES[mechanism], saslprep(upsertion.password).encode("utf-8"), salt, upsertion.iterations
+    )
+    return m.ScramCredentialUpsertion(
+        name=upsertion.user, mechanism=mechanism, iterations=upsertion.iterations, salt=salt, salted_password=salted
+    )
 
 
 class SecurityAdminOps:
@@ -232,8 +272,9 @@ class SecurityAdminOps:
         """Delete the ACLs each filter selects; per filter, the ACLs it deleted."""
         wire = tuple(m.AclFilter(**_wire_filter(f)) for f in filters)
         doc = check_response((yield Call(m.DeleteAclsRequest(id=0, filters=wire), self.timeout_s)))
-        _raise_first([error_for(r["error_code"], r.get("error_message")) for r in doc["filter_results"]
-                      if r["error_code"]])
+        _raise_first(
+            [error_for(r["error_code"], r.get("error_message")) for r in doc["filter_results"] if r["error_code"]]
+        )
         return [[_binding(acl) for acl in r["matching_acls"]] for r in doc["filter_results"]]
 
     def describe_user_scram_credentials_op(self, users=None) -> Op[dict[str, UserScramCredentialsDescription]]:
@@ -246,8 +287,12 @@ class SecurityAdminOps:
             if result["error_code"]:
                 errors.append(error_for(result["error_code"], result.get("error_message")))
                 continue
-            out[result["user"]] = UserScramCredentialsDescription(result["user"], tuple(
-                ScramCredentialInfo(info["mechanism"], info["iterations"]) for info in result["credential_infos"]))
+            out[result["user"]] = UserScramCredentialsDescription(
+                result["user"],
+                tuple(
+                    ScramCredentialInfo(info["mechanism"], info["iterations"]) for info in result["credential_infos"]
+                ),
+            )
         _raise_first(errors)
         return out
 
@@ -259,32 +304,45 @@ class SecurityAdminOps:
             if isinstance(alteration, UserScramCredentialUpsertion):
                 upsertions.append(salted_upsertion(alteration))
             elif isinstance(alteration, UserScramCredentialDeletion):
-                deletions.append(m.ScramCredentialDeletion(name=alteration.user,
-                                                           mechanism=str(alteration.mechanism).upper()))
+                deletions.append(
+                    m.ScramCredentialDeletion(name=alteration.user, mechanism=str(alteration.mechanism).upper())
+                )
             else:
-                raise TypeError(f"expected UserScramCredentialUpsertion or UserScramCredentialDeletion, "
-                                f"got {type(alteration).__name__}")
+                raise TypeError(
+                    f"expected UserScramCredentialUpsertion or UserScramCredentialDeletion, "
+                    f"got {type(alteration).__name__}"
+                )
         request = m.AlterUserScramCredentialsRequest(id=0, deletions=tuple(deletions), upsertions=tuple(upsertions))
         doc = check_response((yield Call(request, self.timeout_s)))
         _raise_first([error_for(r["error_code"], r.get("error_message")) for r in doc["results"] if r["error_code"]])
 
     # -- client quotas -----------------------------------------------------------------------------
 
-    def describe_client_quotas_op(self, quota_filter: ClientQuotaFilter | None = None
-                                  ) -> Op[dict[ClientQuotaEntity, dict[str, float]]]:
+    def describe_client_quotas_op(
+        self, quota_filter: ClientQuotaFilter | None = None
+    ) -> Op[dict[ClientQuotaEntity, dict[str, float]]]:
         """Entity -> its quotas (key -> value, a float as Kafka's Admin gives it) for the entities
         ``quota_filter`` selects (every one without it)."""
         flt = ClientQuotaFilter.all() if quota_filter is None else quota_filter
-        request = m.DescribeClientQuotasRequest(id=0, strict=bool(flt.strict), components=tuple(
-            m.QuotaFilterComponent(entity_type=c.entity_type, match_type=c.match_type, match=c.match)
-            for c in flt.components))
+        request = m.DescribeClientQuotasRequest(
+            id=0,
+            strict=bool(flt.strict),
+            components=tuple(
+                m.QuotaFilterComponent(entity_type=c.entity_type, match_type=c.match_type, match=c.match)
+                for c in flt.components
+            ),
+        )
         doc = check_response((yield Call(request, self.timeout_s)))
-        return {ClientQuotaEntity({p["entity_type"]: p["entity_name"] for p in entry["entity"]}):
-                {key: float(value) for key, value in sorted(entry["values"].items())}
-                for entry in doc["entries"]}
+        return {
+            ClientQuotaEntity({p["entity_type"]: p["entity_name"] for p in entry["entity"]}): {
+                key: float(value) for key, value in sorted(entry["values"].items())
+            }
+            for entry in doc["entries"]
+        }
 
-    def alter_client_quotas_op(self, alterations, validate_only: bool = False, raise_errors: bool = True
-                               ) -> Op[dict[ClientQuotaEntity, TriologClientError | None]]:
+    def alter_client_quotas_op(
+        self, alterations, validate_only: bool = False, raise_errors: bool = True
+    ) -> Op[dict[ClientQuotaEntity, TriologClientError | None]]:
         """Apply :class:`ClientQuotaAlteration`s; the broker takes or refuses each on its own.
         Per entity None or its error (``error.entity`` names it), the first raised with
         ``raise_errors``."""
@@ -293,12 +351,21 @@ class SecurityAdminOps:
         for alteration in alterations:
             if not isinstance(alteration.entity, ClientQuotaEntity):
                 raise TypeError(f"expected a ClientQuotaEntity, got {type(alteration.entity).__name__}")
-            ops = tuple(m.QuotaOp(key=op.key, remove=True) if op.value is None
-                        else m.QuotaOp(key=op.key, value=quota_value(op.key, op.value))
-                        for op in (ClientQuotaAlterationOp(*op) for op in alteration.ops))
-            entries.append(m.QuotaAlteration(entity=tuple(
-                m.QuotaEntityPart(entity_type=kind, entity_name=name) for kind, name in alteration.entity.entries.items()),
-                ops=ops))
+            ops = tuple(
+                m.QuotaOp(key=op.key, remove=True)
+                if op.value is None
+                else m.QuotaOp(key=op.key, value=quota_value(op.key, op.value))
+                for op in (ClientQuotaAlterationOp(*op) for op in alteration.ops)
+            )
+            entries.append(
+                m.QuotaAlteration(
+                    entity=tuple(
+                        m.QuotaEntityPart(entity_type=kind, entity_name=name)
+                        for kind, name in alteration.entity.entries.items()
+                    ),
+                    ops=ops,
+                )
+            )
         request = m.AlterClientQuotasRequest(id=0, entries=tuple(entries), validate_only=validate_only)
         doc = check_response((yield Call(request, self.timeout_s)))
         out: dict[ClientQuotaEntity, TriologClientError | None] = {}
@@ -322,9 +389,19 @@ class AdminCore(SecurityAdminOps):
     def create_topics_op(self, topics, validate_only: bool = False) -> Op[dict[str, dict[str, str]]]:
         """Create ``NewTopic``s (or names); returns name -> the topic's effective configs."""
         new = [NewTopic(t) if isinstance(t, str) else NewTopic(*t) for t in topics]
-        request = m.CreateTopicsRequest(id=0, validate_only=validate_only, topics=tuple(
-            m.NewTopic(name=t.name, num_partitions=t.num_partitions, replication_factor=t.replication_factor,
-                       configs={str(k): str(v) for k, v in dict(t.configs or {}).items()}) for t in new))
+        request = m.CreateTopicsRequest(
+            id=0,
+            validate_only=validate_only,
+            topics=tuple(
+                m.NewTopic(
+                    name=t.name,
+                    num_partitions=t.num_partitions,
+                    replication_factor=t.replication_factor,
+                    configs={str(k): str(v) for k, v in dict(t.configs or {}).items()},
+                )
+                for t in new
+            ),
+        )
         doc = check_response((yield Call(request, self.timeout_s)))
         errors, out = [], {}
         for topic in doc["topics"]:
@@ -337,8 +414,13 @@ class AdminCore(SecurityAdminOps):
 
     def delete_topics_op(self, names) -> Op[None]:
         doc = check_response((yield Call(m.DeleteTopicsRequest(id=0, topics=tuple(names)), self.timeout_s)))
-        _raise_first([error_for(t["error_code"], t.get("error_message"), topic=t["name"])
-                      for t in doc["topics"] if t["error_code"]])
+        _raise_first(
+            [
+                error_for(t["error_code"], t.get("error_message"), topic=t["name"])
+                for t in doc["topics"]
+                if t["error_code"]
+            ]
+        )
 
     def list_topics_op(self) -> Op[list[str]]:
         return sorted((yield from self.metadata.all_topics_op()))
@@ -379,21 +461,37 @@ class AdminCore(SecurityAdminOps):
         (entry,) = doc["brokers"]
         if entry["error_code"]:
             raise error_for(entry["error_code"], entry.get("error_message"))
-        return {k: BrokerConfigEntry(v["value"], v["source"], v.get("read_only", False), v.get("is_sensitive", False))
-                for k, v in entry["configs"].items()}
+        return {
+            k: BrokerConfigEntry(v["value"], v["source"], v.get("read_only", False), v.get("is_sensitive", False))
+            for k, v in entry["configs"].items()
+        }
 
     def create_partitions_op(self, counts: dict[str, int], validate_only: bool = False) -> Op[None]:
         """Grow each topic to ``counts[topic]`` partitions in total (Kafka's createPartitions)."""
-        request = m.CreatePartitionsRequest(id=0, validate_only=validate_only, topics=tuple(
-            m.CreatePartitionsTopic(name=name, count=int(count)) for name, count in counts.items()))
+        request = m.CreatePartitionsRequest(
+            id=0,
+            validate_only=validate_only,
+            topics=tuple(m.CreatePartitionsTopic(name=name, count=int(count)) for name, count in counts.items()),
+        )
         doc = check_response((yield Call(request, self.timeout_s)))
-        _raise_first([error_for(t["error_code"], t.get("error_message"), topic=t["name"])
-                      for t in doc["topics"] if t["error_code"]])
+        _raise_first(
+            [
+                error_for(t["error_code"], t.get("error_message"), topic=t["name"])
+                for t in doc["topics"]
+                if t["error_code"]
+            ]
+        )
 
-    def alter_configs_op(self, configs: dict[str, dict[str, str]], delete: dict[str, list[str]] | None = None, *,
-                         replace: bool = False, append: dict[str, dict[str, str]] | None = None,
-                         subtract: dict[str, dict[str, str]] | None = None,
-                         validate_only: bool = False) -> Op[None]:
+    def alter_configs_op(
+        self,
+        configs: dict[str, dict[str, str]],
+        delete: dict[str, list[str]] | None = None,
+        *,
+        replace: bool = False,
+        append: dict[str, dict[str, str]] | None = None,
+        subtract: dict[str, dict[str, str]] | None = None,
+        validate_only: bool = False,
+    ) -> Op[None]:
         """Set ``configs[topic]`` and remove the overrides named in ``delete[topic]``. ``replace``:
         ``configs[topic]`` becomes the topic's whole override set (Kafka's AlterConfigs).
         ``append``/``subtract``: items added to or removed from list configs (cleanup.policy)."""
@@ -403,17 +501,33 @@ class AdminCore(SecurityAdminOps):
         def texts(values) -> dict[str, str]:
             return {str(k): str(v) for k, v in values.items()}
 
-        request = m.AlterConfigsRequest(id=0, validate_only=validate_only, topics=tuple(
-            m.AlterConfigsTopic(name=name, configs=texts(configs.get(name, {})), delete=tuple(delete.get(name, ())),
-                                replace=replace, append=texts(append.get(name, {})),
-                                subtract=texts(subtract.get(name, {})))
-            for name in names))
+        request = m.AlterConfigsRequest(
+            id=0,
+            validate_only=validate_only,
+            topics=tuple(
+                m.AlterConfigsTopic(
+                    name=name,
+                    configs=texts(configs.get(name, {})),
+                    delete=tuple(delete.get(name, ())),
+                    replace=replace,
+                    append=texts(append.get(name, {})),
+                    subtract=texts(subtract.get(name, {})),
+                )
+                for name in names
+            ),
+        )
         doc = check_response((yield Call(request, self.timeout_s)))
-        _raise_first([error_for(t["error_code"], t.get("error_message"), topic=t["name"])
-                      for t in doc["topics"] if t["error_code"]])
+        _raise_first(
+            [
+                error_for(t["error_code"], t.get("error_message"), topic=t["name"])
+                for t in doc["topics"]
+                if t["error_code"]
+            ]
+        )
 
-    def delete_records_op(self, offsets: dict,
-                          raise_errors: bool = True) -> Op[dict[TopicPartition, int | TriologClientError]]:
+    def delete_records_op(
+        self, offsets: dict, raise_errors: bool = True
+    ) -> Op[dict[TopicPartition, int | TriologClientError]]:
         """Move each partition's log start to the offset (-1: the high watermark); returns the
         new low watermarks. The broker applies each partition on its own: with ``raise_errors``
         false, a failed partition maps to its error instead of raising the first one, so a caller
@@ -421,8 +535,10 @@ class AdminCore(SecurityAdminOps):
         by_topic: dict[str, list[m.DeleteRecordsPartition]] = {}
         for (topic, partition), offset in offsets.items():
             by_topic.setdefault(topic, []).append(m.DeleteRecordsPartition(partition=partition, offset=offset))
-        request = m.DeleteRecordsRequest(id=0, topics=tuple(
-            m.DeleteRecordsTopic(name=name, partitions=tuple(parts)) for name, parts in by_topic.items()))
+        request = m.DeleteRecordsRequest(
+            id=0,
+            topics=tuple(m.DeleteRecordsTopic(name=name, partitions=tuple(parts)) for name, parts in by_topic.items()),
+        )
         doc = check_response((yield Call(request, self.timeout_s)))
         errors: list[TriologClientError] = []
         out: dict[TopicPartition, int | TriologClientError] = {}
@@ -430,8 +546,9 @@ class AdminCore(SecurityAdminOps):
             for part in topic["partitions"]:
                 tp = TopicPartition(topic["name"], part["partition"])
                 if part["error_code"]:
-                    error = error_for(part["error_code"], part.get("error_message"), topic=tp.topic,
-                                      partition=tp.partition)
+                    error = error_for(
+                        part["error_code"], part.get("error_message"), topic=tp.topic, partition=tp.partition
+                    )
                     out[tp] = error
                     errors.append(error)
                 else:
@@ -448,25 +565,32 @@ class AdminCore(SecurityAdminOps):
             wanted = None
         else:
             items = topics.items() if isinstance(topics, dict) else ((name, None) for name in topics)
-            wanted = tuple(m.DescribeLogDirsTopic(name=name, partitions=None if parts is None else tuple(parts))
-                           for name, parts in items)
+            wanted = tuple(
+                m.DescribeLogDirsTopic(name=name, partitions=None if parts is None else tuple(parts))
+                for name, parts in items
+            )
         doc = check_response((yield Call(m.DescribeLogDirsRequest(id=0, topics=wanted), self.timeout_s)))
         out = {}
         for log_dir in doc["log_dirs"]:
             partitions = {
                 TopicPartition(topic["name"], p["partition"]): LogDirPartitionInfo(
-                    p["size_bytes"], p["segments"], p["log_start_offset"], p["log_end_offset"])
-                for topic in log_dir["topics"] for p in topic["partitions"]
+                    p["size_bytes"], p["segments"], p["log_start_offset"], p["log_end_offset"]
+                )
+                for topic in log_dir["topics"]
+                for p in topic["partitions"]
             }
             error = (log_dir.get("error_message") or "error") if log_dir["error_code"] else None
-            out[log_dir["path"]] = LogDirDescription(log_dir["path"], error, log_dir["total_bytes"],
-                                                     log_dir["usable_bytes"], partitions)
+            out[log_dir["path"]] = LogDirDescription(
+                log_dir["path"], error, log_dir["total_bytes"], log_dir["usable_bytes"], partitions
+            )
         errors = []
         for topic in doc["errors"]:
             if topic["error_code"]:
                 errors.append(error_for(topic["error_code"], topic.get("error_message"), topic=topic["name"]))
-            errors.extend(error_for(p["error_code"], p.get("error_message"), topic=topic["name"],
-                                    partition=p["partition"]) for p in topic["partitions"])
+            errors.extend(
+                error_for(p["error_code"], p.get("error_message"), topic=topic["name"], partition=p["partition"])
+                for p in topic["partitions"]
+            )
         _raise_first(errors)
         return out
 
@@ -510,15 +634,27 @@ class AdminCore(SecurityAdminOps):
                 assigned: frozenset[TopicPartition] = frozenset()
                 if group["protocol_type"] == PROTOCOL_TYPE and member["member_assignment"]:
                     try:
-                        assigned = frozenset(TopicPartition(t, p) for t, p in
-                                             decode_assignment(member["member_assignment"]).partitions())
+                        assigned = frozenset(
+                            TopicPartition(t, p) for t, p in decode_assignment(member["member_assignment"]).partitions()
+                        )
                     except ConsumerProtocolError:
                         pass  # not our bytes to judge: shown without an assignment
-                members.append(MemberDescription(member["member_id"], member.get("group_instance_id"),
-                                                 member["client_id"], member["client_host"], assigned))
+                members.append(
+                    MemberDescription(
+                        member["member_id"],
+                        member.get("group_instance_id"),
+                        member["client_id"],
+                        member["client_host"],
+                        assigned,
+                    )
+                )
             out[group["group_id"]] = ConsumerGroupDescription(
-                group["group_id"], group["group_state"], group["protocol_type"], group["protocol_data"],
-                tuple(sorted(members)))
+                group["group_id"],
+                group["group_state"],
+                group["protocol_type"],
+                group["protocol_data"],
+                tuple(sorted(members)),
+            )
         _raise_first(errors)
         return out
 
@@ -526,8 +662,10 @@ class AdminCore(SecurityAdminOps):
         """Delete empty groups with their committed offsets; per group None or its error
         (GroupIdNotFoundError, NonEmptyGroupError...), the first raised with ``raise_errors``."""
         doc = yield from self._group_call_op(m.DeleteGroupsRequest(id=0, groups_names=tuple(dict.fromkeys(group_ids))))
-        out = {r["group_id"]: (error_for(r["error_code"], r.get("error_message")) if r["error_code"] else None)
-               for r in doc["results"]}
+        out = {
+            r["group_id"]: (error_for(r["error_code"], r.get("error_message")) if r["error_code"] else None)
+            for r in doc["results"]
+        }
         if raise_errors:
             _raise_first([error for error in out.values() if error is not None])
         return out
@@ -540,15 +678,22 @@ class AdminCore(SecurityAdminOps):
             by_topic: dict[str, set[int]] = {}
             for topic, partition in partitions:
                 by_topic.setdefault(topic, set()).add(partition)
-            topics = tuple(m.OffsetFetchTopic(name=name, partitions=tuple(sorted(parts)))
-                           for name, parts in by_topic.items())
+            topics = tuple(
+                m.OffsetFetchTopic(name=name, partitions=tuple(sorted(parts))) for name, parts in by_topic.items()
+            )
         doc = yield from self._group_call_op(m.OffsetFetchRequest(id=0, group_id=group_id, topics=topics))
         out, errors = {}, []
         for topic in doc["topics"]:
             for part in topic["partitions"]:
                 if part["error_code"]:
-                    errors.append(error_for(part["error_code"], part.get("error_message"), topic=topic["name"],
-                                            partition=part["partition"]))
+                    errors.append(
+                        error_for(
+                            part["error_code"],
+                            part.get("error_message"),
+                            topic=topic["name"],
+                            partition=part["partition"],
+                        )
+                    )
                 elif part["committed_offset"] >= 0:
                     out[TopicPartition(topic["name"], part["partition"])] = part["committed_offset"]
         _raise_first(errors)
@@ -561,8 +706,13 @@ class AdminCore(SecurityAdminOps):
         by_topic: dict[str, list[m.OffsetCommitPartition]] = {}
         for (topic, partition), offset in offsets.items():
             by_topic.setdefault(topic, []).append(m.OffsetCommitPartition(partition=partition, committed_offset=offset))
-        request = m.OffsetCommitRequest(id=0, group_id=group_id, generation_id=-1, member_id="", topics=tuple(
-            m.OffsetCommitTopic(name=name, partitions=tuple(parts)) for name, parts in by_topic.items()))
+        request = m.OffsetCommitRequest(
+            id=0,
+            group_id=group_id,
+            generation_id=-1,
+            member_id="",
+            topics=tuple(m.OffsetCommitTopic(name=name, partitions=tuple(parts)) for name, parts in by_topic.items()),
+        )
         deadline = now() + self.timeout_s
         while True:
             doc = yield from self._group_call_op(request)
@@ -573,6 +723,11 @@ class AdminCore(SecurityAdminOps):
                 yield Sleep(0.1)
                 continue
             break
-        _raise_first([error_for(p["error_code"], p.get("error_message"), topic=t["name"], partition=p["partition"])
-                      for t in doc["topics"] for p in t["partitions"] if p["error_code"]])
-
+        _raise_first(
+            [
+                error_for(p["error_code"], p.get("error_message"), topic=t["name"], partition=p["partition"])
+                for t in doc["topics"]
+                for p in t["partitions"]
+                if p["error_code"]
+            ]
+        )

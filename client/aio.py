@@ -68,14 +68,22 @@ from .types import (
     TopicPartition,
 )
 
-__all__ = ["AsyncAdminClient", "AsyncConnection", "AsyncConsumer", "AsyncProducer", "AsyncRecordFuture", "AsyncRecordFutures",
-           "run_async"]
+__all__ = [
+    "AsyncAdminClient",
+    "AsyncConnection",
+    "AsyncConsumer",
+    "AsyncProducer",
+    "AsyncRecordFuture",
+    "AsyncRecordFutures",
+    "run_async",
+]
 
 _RECV_SIZE = 256 * 1024
 
 
-async def run_async(op: Op[T], conn: AsyncConnection | _AsyncGroupConnections, value=None,
-                    error: BaseException | None = None) -> T:
+async def run_async(
+    op: Op[T], conn: AsyncConnection | _AsyncGroupConnections, value=None, error: BaseException | None = None
+) -> T:
     """Drive ``op`` to completion on trio: the async twin of :func:`triolog.client.ops.run_sync`
     (``value``/``error``: what to resume it with, as there)."""
     try:
@@ -130,8 +138,15 @@ class AsyncConnection:
     """A trio connection to one broker; concurrent calls are pipelined on it. ``security``: TLS
     (trio's SSLStream) and SASL, done on every new connection before its first request."""
 
-    def __init__(self, bootstrap: str | list[str], nursery: trio.Nursery, *, client_id: str | None = None,
-                 connect_timeout_s: float = 10.0, security: SecurityConfig | None = None) -> None:
+    def __init__(
+        self,
+        bootstrap: str | list[str],
+        nursery: trio.Nursery,
+        *,
+        client_id: str | None = None,
+        connect_timeout_s: float = 10.0,
+        security: SecurityConfig | None = None,
+    ) -> None:
         self.security = security or PLAINTEXT
         self.addresses = parse_bootstrap_servers(bootstrap)
         self._last_good = 0
@@ -265,8 +280,12 @@ class AsyncConnection:
                 error = RequestNotSentError(f"sending {request.api} to {self.host}:{self.port} failed: {exc!r}")
                 if slot is not None:
                     link.pending.remove(slot)
-                self._break(link, ResponseLostError(
-                    f"connection to {self.host}:{self.port} failed while sending a later request: {exc!r}"))
+                self._break(
+                    link,
+                    ResponseLostError(
+                        f"connection to {self.host}:{self.port} failed while sending a later request: {exc!r}"
+                    ),
+                )
                 raise error from None
             except BaseException:  # cancelled mid-frame: the stream is unusable
                 if slot is not None:
@@ -285,7 +304,8 @@ class AsyncConnection:
             if not give_up:
                 return None
             error = ResponseLostError(
-                f"no {slot.request.api} response from {self.host}:{self.port} within {timeout_s:.3g} s")
+                f"no {slot.request.api} response from {self.host}:{self.port} within {timeout_s:.3g} s"
+            )
             self._break(slot.link, error)
             raise error
         if slot.error is not None:
@@ -328,8 +348,7 @@ class AsyncConnection:
                             slot.doc = decode_answer(frame, slot.request)
                             throttle = slot.doc.get("throttle_ms")
                             if throttle:  # KIP-219: the next request waits as the broker does
-                                self.throttled_until = max(self.throttled_until,
-                                                           trio.current_time() + throttle / 1000)
+                                self.throttled_until = max(self.throttled_until, trio.current_time() + throttle / 1000)
                         except TriologClientError as exc:
                             slot.error = exc
                             raise
@@ -445,8 +464,14 @@ class AsyncProducer(_AsyncClient):
     fields). Leaving the ``async with`` block normally flushes; leaving it with an exception
     fails unsent records."""
 
-    def __init__(self, bootstrap_servers: str | list[str] = DEFAULT_BOOTSTRAP, *, key_serializer=None,
-                 value_serializer=None, **config) -> None:
+    def __init__(
+        self,
+        bootstrap_servers: str | list[str] = DEFAULT_BOOTSTRAP,
+        *,
+        key_serializer=None,
+        value_serializer=None,
+        **config,
+    ) -> None:
         security, config = split_security(config)
         super().__init__(bootstrap_servers, security)
         self.config = ProducerConfig(**config)
@@ -478,8 +503,15 @@ class AsyncProducer(_AsyncClient):
         self._wakeup.set()
         self._core.abort_queued("the producer was closed before the record was sent")
 
-    async def send(self, topic: str, value=None, key=None, headers=(), partition: int | None = None,
-                   timestamp_ms: int | None = None) -> AsyncRecordFuture:
+    async def send(
+        self,
+        topic: str,
+        value=None,
+        key=None,
+        headers=(),
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+    ) -> AsyncRecordFuture:
         """Queue one record (see :meth:`triolog.client.Producer.send`); ``await`` the result for its metadata."""
         if self._closed:
             raise ProducerClosedError("send() after close()", topic=topic)
@@ -491,8 +523,9 @@ class AsyncProducer(_AsyncClient):
         await self._wait_for_space(record.size, topic)
         return cast(AsyncRecordFuture, self._core.append(record))  # (set_wakeup named the class)
 
-    async def send_many(self, topic: str, values, keys=None, headers=None, partition: int | None = None,
-                        timestamps=None) -> AsyncRecordFutures:
+    async def send_many(
+        self, topic: str, values, keys=None, headers=None, partition: int | None = None, timestamps=None
+    ) -> AsyncRecordFutures:
         """Queue many records in one call (see :meth:`triolog.client.Producer.send_many`, same
         arguments and checks); ``await result.wait()`` / ``await result.get()``."""
         if self._closed:
@@ -510,9 +543,15 @@ class AsyncProducer(_AsyncClient):
             end = start + SEND_MANY_SLICE
             part = values[start:end]
             await self._wait_for_space(80 * len(part) + _values_size(part), topic)
-            futures = core.append_many(topic, part, None if keys is None else keys[start:end],
-                                       None if headers is None else headers[start:end], partition,
-                                       None if timestamps is None else timestamps[start:end], num_partitions)
+            futures = core.append_many(
+                topic,
+                part,
+                None if keys is None else keys[start:end],
+                None if headers is None else headers[start:end],
+                partition,
+                None if timestamps is None else timestamps[start:end],
+                num_partitions,
+            )
             runs.extend(futures._runs)
         return AsyncRecordFutures(runs, count)
 
@@ -530,7 +569,8 @@ class AsyncProducer(_AsyncClient):
             if not has_space():
                 raise ClientTimeoutError(
                     f"buffer_memory ({self.config.buffer_memory} bytes) still full after {self.config.max_block_ms} ms",
-                    topic=topic)
+                    topic=topic,
+                )
 
     def metrics(self) -> dict[str, int]:
         """The producer's counters: ``record-retry-total``, ``batch-retry-total`` (Kafka's names),
@@ -643,8 +683,9 @@ class _AsyncGroupConnections:
         if self._coordinator is None or address != self._address:
             if self._coordinator is not None:
                 await self._coordinator.aclose()
-            self._coordinator = AsyncConnection(format_address(address), self._nursery, client_id=self.client_id,
-                                                security=self.security)
+            self._coordinator = AsyncConnection(
+                format_address(address), self._nursery, client_id=self.client_id, security=self.security
+            )
             self._address = address
         return self._coordinator
 
@@ -671,14 +712,19 @@ class AsyncConsumer(_AsyncClient):
     member, and leaving the ``async with`` block normally commits (enable_auto_commit) and
     leaves the group."""
 
-    def __init__(self, bootstrap_servers: str | list[str] = DEFAULT_BOOTSTRAP, *, key_deserializer=None,
-                 value_deserializer=None, **config) -> None:
+    def __init__(
+        self,
+        bootstrap_servers: str | list[str] = DEFAULT_BOOTSTRAP,
+        *,
+        key_deserializer=None,
+        value_deserializer=None,
+        **config,
+    ) -> None:
         security, config = split_security(config)
         super().__init__(bootstrap_servers, security)
         self.config = ConsumerConfig(**config)
         self._client_id = self.config.client_id
-        self._core = ConsumerCore(self.config, key_deserializer=key_deserializer,
-                                  value_deserializer=value_deserializer)
+        self._core = ConsumerCore(self.config, key_deserializer=key_deserializer, value_deserializer=value_deserializer)
         self._router: _AsyncGroupConnections | None = None
 
     def _start(self, nursery: trio.Nursery) -> None:
@@ -790,8 +836,14 @@ class AsyncConsumer(_AsyncClient):
 class AsyncAdminClient(_AsyncClient):
     _client_id = "triolog-admin"
 
-    def __init__(self, bootstrap_servers: str = DEFAULT_BOOTSTRAP, *, request_timeout_ms: int = 30_000,
-                 client_id: str = "triolog-admin", **security) -> None:
+    def __init__(
+        self,
+        bootstrap_servers: str = DEFAULT_BOOTSTRAP,
+        *,
+        request_timeout_ms: int = 30_000,
+        client_id: str = "triolog-admin",
+        **security,
+    ) -> None:
         """``security``: the TLS and SASL settings, as :class:`triolog.client.AdminClient`'s."""
         sec, unknown = split_security(security)
         if unknown:
@@ -818,17 +870,22 @@ class AsyncAdminClient(_AsyncClient):
     async def describe_broker_configs(self, broker: str | int = "") -> dict:
         return await self._run(self._core.describe_broker_configs_op(broker))
 
-    async def alter_configs(self, configs, delete=None, *, replace: bool = False, append=None, subtract=None,
-                            validate_only: bool = False) -> None:
-        await self._run(self._core.alter_configs_op(configs, delete, replace=replace, append=append,
-                                                    subtract=subtract, validate_only=validate_only))
+    async def alter_configs(
+        self, configs, delete=None, *, replace: bool = False, append=None, subtract=None, validate_only: bool = False
+    ) -> None:
+        await self._run(
+            self._core.alter_configs_op(
+                configs, delete, replace=replace, append=append, subtract=subtract, validate_only=validate_only
+            )
+        )
 
     async def create_partitions(self, counts: dict[str, int], validate_only: bool = False) -> None:
         """Grow topics to the given total partition counts, e.g. ``{"t": 6}``."""
         await self._run(self._core.create_partitions_op(counts, validate_only))
 
-    async def delete_records(self, offsets: dict, raise_errors: bool = True
-                             ) -> dict[TopicPartition, int | TriologClientError]:
+    async def delete_records(
+        self, offsets: dict, raise_errors: bool = True
+    ) -> dict[TopicPartition, int | TriologClientError]:
         """New low watermarks; with ``raise_errors=False`` a failed partition maps to its error."""
         return await self._run(self._core.delete_records_op(offsets, raise_errors))
 

@@ -45,9 +45,12 @@ def _order(member: Member) -> tuple:
 
 
 def _assignments(members: list[Member], owned: dict[str, dict[str, list[int]]]) -> dict[str, Assignment]:
-    return {member.member_id: Assignment(tuple((topic, tuple(parts))
-                                               for topic, parts in sorted(owned[member.member_id].items())))
-            for member in members}
+    return {
+        member.member_id: Assignment(
+            tuple((topic, tuple(parts)) for topic, parts in sorted(owned[member.member_id].items()))
+        )
+        for member in members
+    }
 
 
 def range_assign(partitions_per_topic: Mapping[str, int], members: list[Member]) -> dict[str, Assignment]:
@@ -74,8 +77,9 @@ def roundrobin_assign(partitions_per_topic: Mapping[str, int], members: list[Mem
     owned: dict[str, dict[str, list[int]]] = {member.member_id: {} for member in members}
     ordered = sorted(members, key=_order)
     subscribed = {member.member_id: set(member.subscription.topics) for member in members}
-    topics = sorted({topic for member in members for topic in member.subscription.topics
-                     if topic in partitions_per_topic})
+    topics = sorted(
+        {topic for member in members for topic in member.subscription.topics if topic in partitions_per_topic}
+    )
     turn = 0
     for topic in topics:
         for partition in range(partitions_per_topic[topic]):

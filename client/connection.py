@@ -102,7 +102,7 @@ def send_parts(sock: socket.socket, parts: list) -> None:
     views = [memoryview(part).cast("B") for part in parts]
     index = 0
     while index < len(views):
-        sent = sock.sendmsg(views[index:index + _IOV_MAX])
+        sent = sock.sendmsg(views[index : index + _IOV_MAX])
         while sent:
             size = len(views[index])
             if sent >= size:
@@ -159,8 +159,9 @@ class _Link:
     """One TCP connection: its socket, its frame decoder, and its requests awaiting a response
     (oldest first: the broker answers in order)."""
 
-    def __init__(self, sock: socket.socket, address: tuple[str, int], tls: bool = False,
-                 decoder: FrameDecoder | None = None) -> None:
+    def __init__(
+        self, sock: socket.socket, address: tuple[str, int], tls: bool = False, decoder: FrameDecoder | None = None
+    ) -> None:
         self.sock = sock
         self.address = address
         #: A TLS socket (non-blocking; every TLS call under tls_lock).
@@ -222,8 +223,14 @@ class SyncConnection:
     :meth:`send` calls from one) are pipelined on one socket; :meth:`call` is one round trip.
     ``security``: TLS and SASL settings (:class:`triolog.client.security.SecurityConfig`)."""
 
-    def __init__(self, bootstrap: str | list[str] = DEFAULT_BOOTSTRAP, *, client_id: str | None = None,
-                 connect_timeout_s: float = 10.0, security: SecurityConfig | None = None) -> None:
+    def __init__(
+        self,
+        bootstrap: str | list[str] = DEFAULT_BOOTSTRAP,
+        *,
+        client_id: str | None = None,
+        connect_timeout_s: float = 10.0,
+        security: SecurityConfig | None = None,
+    ) -> None:
         self.security = security or PLAINTEXT
         self.addresses = parse_bootstrap_servers(bootstrap)
         self._last_good = 0
@@ -373,8 +380,12 @@ class SyncConnection:
                 error = RequestNotSentError(f"sending {request.api} to {self.host}:{self.port} failed: {exc}")
                 if waiting is not None:
                     waiting._settle(None, error)
-                self._break(link, ResponseLostError(
-                    f"connection to {self.host}:{self.port} failed while sending a later request: {exc}"))
+                self._break(
+                    link,
+                    ResponseLostError(
+                        f"connection to {self.host}:{self.port} failed while sending a later request: {exc}"
+                    ),
+                )
                 raise error from None
             return waiting
 
@@ -405,9 +416,13 @@ class SyncConnection:
 
     def _time_out(self, waiting: InFlight, timeout_s: float) -> None:
         if not waiting.done:
-            self._break(waiting.link, ResponseLostError(
-                f"no {waiting.request.api} response from {format_address(waiting.link.address)} "
-                f"within {timeout_s:.3g} s"))
+            self._break(
+                waiting.link,
+                ResponseLostError(
+                    f"no {waiting.request.api} response from {format_address(waiting.link.address)} "
+                    f"within {timeout_s:.3g} s"
+                ),
+            )
 
     def _read_some(self, link: _Link, deadline: float) -> bool:
         """Hand out the responses buffered or readable on ``link`` before ``deadline``; False if
@@ -446,8 +461,7 @@ class SyncConnection:
                     return False
                 data = link.sock.recv(_RECV_SIZE)
         except (OSError, ValueError) as exc:  # ValueError: the socket was closed under us
-            self._break(link, ResponseLostError(
-                f"response from {format_address(link.address)} lost: {exc}"))
+            self._break(link, ResponseLostError(f"response from {format_address(link.address)} lost: {exc}"))
             return True
         if not data:
             self._break(link, ResponseLostError("connection closed by the broker"))

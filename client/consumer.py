@@ -42,8 +42,9 @@ class _GroupConnections:
             if self._coordinator is None or address != self._address:
                 if self._coordinator is not None:
                     self._coordinator.close()
-                self._coordinator = SyncConnection(format_address(address), client_id=self.client_id,
-                                                   security=self.main.security)
+                self._coordinator = SyncConnection(
+                    format_address(address), client_id=self.client_id, security=self.main.security
+                )
                 self._address = address
             return self._coordinator
 
@@ -82,15 +83,22 @@ class Consumer:
     heartbeat thread, and close() commits and leaves the group.
     """
 
-    def __init__(self, bootstrap_servers: str | list[str] = DEFAULT_BOOTSTRAP, *, key_deserializer=None,
-                 value_deserializer=None, **config) -> None:
+    def __init__(
+        self,
+        bootstrap_servers: str | list[str] = DEFAULT_BOOTSTRAP,
+        *,
+        key_deserializer=None,
+        value_deserializer=None,
+        **config,
+    ) -> None:
         self.security, config = split_security(config)
         self.config = ConsumerConfig(**config)
-        self._core = ConsumerCore(self.config, key_deserializer=key_deserializer,
-                                  value_deserializer=value_deserializer)
-        self._conn = _GroupConnections(SyncConnection(bootstrap_servers, client_id=self.config.client_id,
-                                                      security=self.security),
-                                       self._core.group, self.config.client_id)
+        self._core = ConsumerCore(self.config, key_deserializer=key_deserializer, value_deserializer=value_deserializer)
+        self._conn = _GroupConnections(
+            SyncConnection(bootstrap_servers, client_id=self.config.client_id, security=self.security),
+            self._core.group,
+            self.config.client_id,
+        )
         self._stop = threading.Event()
         self._heartbeat: threading.Thread | None = None
         self._closed = False

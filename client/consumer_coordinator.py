@@ -59,14 +59,13 @@ log = logging.getLogger(__name__)
 
 #: The requests the drivers send to the coordinator's connection (find_coordinator goes to the
 #: bootstrap connection, as does everything else).
-COORDINATOR_APIS = frozenset({"join_group", "sync_group", "heartbeat", "leave_group", "offset_commit",
-                              "offset_fetch"})
+COORDINATOR_APIS = frozenset({"join_group", "sync_group", "heartbeat", "leave_group", "offset_commit", "offset_fetch"})
 
 _COORDINATOR_GONE = frozenset({ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR})
 _RETRY = frozenset({ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.REBALANCE_IN_PROGRESS})
-_LOST_GENERATION = frozenset({ErrorCode.REBALANCE_IN_PROGRESS, ErrorCode.ILLEGAL_GENERATION,
-                              ErrorCode.UNKNOWN_MEMBER_ID})
-
+_LOST_GENERATION = frozenset(
+    {ErrorCode.REBALANCE_IN_PROGRESS, ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID}
+)
 
 
 class RebalanceListener:
@@ -175,8 +174,9 @@ class ConsumerCoordinator:
             return
         topics = yield from self.core.metadata.all_topics_op()
         self._pattern_checked = now()
-        matched = tuple(sorted(name for name, topic in topics.items()
-                               if not topic.internal and self.pattern.fullmatch(name)))
+        matched = tuple(
+            sorted(name for name, topic in topics.items() if not topic.internal and self.pattern.fullmatch(name))
+        )
         if matched != self.subscription:
             self.subscription = matched
             self.request_rejoin(f"pattern now matches {len(matched)} topics")
@@ -188,11 +188,17 @@ class ConsumerCoordinator:
         metadata = self._subscription_bytes()
         config = self.config
         return m.JoinGroupRequest(
-            id=0, group_id=self.group_id, session_timeout_ms=config.session_timeout_ms,
-            rebalance_timeout_ms=config.max_poll_interval_ms, member_id=self.member_id,
-            group_instance_id=config.group_instance_id, protocol_type=PROTOCOL_TYPE,
-            protocols=tuple(m.JoinGroupProtocol(name=name, metadata=metadata)
-                            for name in config.partition_assignment_strategy))
+            id=0,
+            group_id=self.group_id,
+            session_timeout_ms=config.session_timeout_ms,
+            rebalance_timeout_ms=config.max_poll_interval_ms,
+            member_id=self.member_id,
+            group_instance_id=config.group_instance_id,
+            protocol_type=PROTOCOL_TYPE,
+            protocols=tuple(
+                m.JoinGroupProtocol(name=name, metadata=metadata) for name in config.partition_assignment_strategy
+            ),
+        )
 
     def _join_timeout_s(self) -> float:
         """Kafka's: the rebalance timeout plus 5 s, at least the request timeout."""
@@ -277,9 +283,16 @@ class ConsumerCoordinator:
         assignments: tuple[m.SyncGroupAssignment, ...] = ()
         if self.leader == self.member_id:
             assignments = yield from self._assign_op(doc["members"])
-        request = m.SyncGroupRequest(id=0, group_id=self.group_id, generation_id=self.generation,
-                                     member_id=self.member_id, group_instance_id=self.config.group_instance_id,
-                                     protocol_type=PROTOCOL_TYPE, protocol_name=self.protocol, assignments=assignments)
+        request = m.SyncGroupRequest(
+            id=0,
+            group_id=self.group_id,
+            generation_id=self.generation,
+            member_id=self.member_id,
+            group_instance_id=self.config.group_instance_id,
+            protocol_type=PROTOCOL_TYPE,
+            protocol_name=self.protocol,
+            assignments=assignments,
+        )
         try:
             sync = yield Call(request, self._join_timeout_s())
         except BrokerConnectionError as exc:
@@ -301,12 +314,17 @@ class ConsumerCoordinator:
         if code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL:
             check_response(sync)  # the caller's configuration: raise
         if code != ErrorCode.NONE:  # e.g. UNKNOWN_SERVER_ERROR (the assignment could not be stored)
-            log.warning("sync_group of group %r failed (%s: %s); rejoining after a backoff", self.group_id,
-                        ErrorCode(code).name, sync.get("error_message"))
+            log.warning(
+                "sync_group of group %r failed (%s: %s); rejoining after a backoff",
+                self.group_id,
+                ErrorCode(code).name,
+                sync.get("error_message"),
+            )
             self.rejoin_needed = True
             return False
-        assigned = [TopicPartition(topic, partition)
-                    for topic, partition in decode_assignment(sync["assignment"]).partitions()]
+        assigned = [
+            TopicPartition(topic, partition) for topic, partition in decode_assignment(sync["assignment"]).partitions()
+        ]
         # Positions from the group's committed offsets; none: auto_offset_reset, at the next poll.
         committed = yield from self.fetch_committed_op(assigned)
         self.core.set_group_assignment(assigned, committed)
@@ -316,28 +334,41 @@ class ConsumerCoordinator:
         self.next_heartbeat = now() + self.config.heartbeat_interval_ms / 1000
         self.last_poll = now()
         self.joins += 1
-        log.info("group %s: member %s joined generation %d (%s) with %d partitions", self.group_id, self.member_id,
-                 self.generation, self.protocol, len(assigned))
+        log.info(
+            "group %s: member %s joined generation %d (%s) with %d partitions",
+            self.group_id,
+            self.member_id,
+            self.generation,
+            self.protocol,
+            len(assigned),
+        )
         _notify(self.listener, "on_partitions_assigned", set(assigned))
         return True
 
     def _assign_op(self, members: list[dict]) -> Op[tuple[m.SyncGroupAssignment, ...]]:
         """The leader's work: run the group's assignor over every member's subscription."""
-        group = [Member(member["member_id"], member.get("group_instance_id"), decode_subscription(member["metadata"]))
-                 for member in members]
+        group = [
+            Member(member["member_id"], member.get("group_instance_id"), decode_subscription(member["metadata"]))
+            for member in members
+        ]
         topics = sorted({topic for member in group for topic in member.subscription.topics})
         counts: dict[str, int] = {}
         if topics:
             entries = yield from self.core.metadata.fetch_op(topics)
-            counts = {name: len(entry["partitions"]) for name, entry in entries.items()
-                      if not entry["error_code"] and entry["partitions"]}
+            counts = {
+                name: len(entry["partitions"])
+                for name, entry in entries.items()
+                if not entry["error_code"] and entry["partitions"]
+            }
         self._assigned_counts = {topic: counts.get(topic, 0) for topic in topics}
         self._counts_checked, self._counts_missed = now(), 0
         protocol = self.protocol
         assert protocol is not None  # (the join that made this member the leader chose it)
         result = assign(protocol, counts, group)
-        return tuple(m.SyncGroupAssignment(member_id=member_id, assignment=encode_assignment(assignment))
-                     for member_id, assignment in result.items())
+        return tuple(
+            m.SyncGroupAssignment(member_id=member_id, assignment=encode_assignment(assignment))
+            for member_id, assignment in result.items()
+        )
 
     def _leader_metadata_op(self) -> Op[None]:
         """The leader watches the partition counts it assigned (Kafka's metadata snapshot): a
@@ -350,15 +381,20 @@ class ConsumerCoordinator:
         missing = any(count == 0 for count in counts.values())
         interval = self.config.metadata_max_age_ms / 1000
         if missing:
-            interval = min(interval, max(self._backoff_s, min(self._backoff_s * 2 ** self._counts_missed, 1.0))
-                           if self._counts_missed < 8 else 5.0)
+            interval = min(
+                interval,
+                max(self._backoff_s, min(self._backoff_s * 2**self._counts_missed, 1.0))
+                if self._counts_missed < 8
+                else 5.0,
+            )
         if now() - self._counts_checked < interval:
             return
         self._counts_checked = now()
         self._counts_missed += 1
         entries = yield from self.core.metadata.fetch_op(sorted(counts))
-        current = {topic: (len(entry["partitions"]) if not entry["error_code"] else 0)
-                   for topic, entry in entries.items()}
+        current = {
+            topic: (len(entry["partitions"]) if not entry["error_code"] else 0) for topic, entry in entries.items()
+        }
         for topic, count in counts.items():
             if current.get(topic, 0) != count:
                 self.request_rejoin(f"topic {topic!r} has {current.get(topic, 0)} partitions, assigned with {count}")
@@ -379,8 +415,11 @@ class ConsumerCoordinator:
             self.next_heartbeat = now() + self.config.heartbeat_interval_ms / 1000
             return
         if now() - self.last_poll > self.config.max_poll_interval_ms / 1000:
-            log.warning("group %s: poll() not called for max_poll_interval_ms=%d; leaving the group", self.group_id,
-                        self.config.max_poll_interval_ms)
+            log.warning(
+                "group %s: poll() not called for max_poll_interval_ms=%d; leaving the group",
+                self.group_id,
+                self.config.max_poll_interval_ms,
+            )
             yield from self.leave_op("consumer poll timeout has expired")
             return
         if now() < self.next_heartbeat:
@@ -388,9 +427,16 @@ class ConsumerCoordinator:
         generation, member_id = self.generation, self.member_id
         self.next_heartbeat = now() + self.config.heartbeat_interval_ms / 1000
         try:
-            doc = yield Call(m.HeartbeatRequest(id=0, group_id=self.group_id, generation_id=generation,
-                                                member_id=member_id, group_instance_id=self.config.group_instance_id),
-                             self._timeout_s)
+            doc = yield Call(
+                m.HeartbeatRequest(
+                    id=0,
+                    group_id=self.group_id,
+                    generation_id=generation,
+                    member_id=member_id,
+                    group_instance_id=self.config.group_instance_id,
+                ),
+                self._timeout_s,
+            )
         except BrokerConnectionError as exc:  # find it again at the next poll; the membership stands
             self._coordinator_unknown(str(exc))
             return
@@ -419,8 +465,9 @@ class ConsumerCoordinator:
         self._reset_generation(keep_member_id=False)
         if not member_id or self.coordinator is None:
             return
-        request = m.LeaveGroupRequest(id=0, group_id=self.group_id,
-                                      members=(m.MemberIdentity(member_id=member_id, reason=reason),))
+        request = m.LeaveGroupRequest(
+            id=0, group_id=self.group_id, members=(m.MemberIdentity(member_id=member_id, reason=reason),)
+        )
         try:
             doc = yield Call(request, self._timeout_s)
         except BrokerConnectionError as exc:
@@ -440,8 +487,11 @@ class ConsumerCoordinator:
     def maybe_auto_commit_op(self) -> Op[None]:
         """At poll time, every auto_commit_interval_ms: commit the positions, i.e. what earlier
         polls returned (at-least-once, as Kafka's auto-commit). Failures are logged, not raised."""
-        if not self.config.enable_auto_commit or now() < self.next_auto_commit \
-                or (self.core.is_group_subscribed() and not self.active):
+        if (
+            not self.config.enable_auto_commit
+            or now() < self.next_auto_commit
+            or (self.core.is_group_subscribed() and not self.active)
+        ):
             return
         self.next_auto_commit = now() + self.config.auto_commit_interval_ms / 1000
         try:
@@ -461,21 +511,31 @@ class ConsumerCoordinator:
         for tp, value in offsets.items():
             tp = TopicPartition(*tp)
             offset, metadata = (value, "") if isinstance(value, int) else (value[0], value[1])
-            by_topic.setdefault(tp.topic, []).append(m.OffsetCommitPartition(
-                partition=tp.partition, committed_offset=offset, committed_metadata=metadata))
+            by_topic.setdefault(tp.topic, []).append(
+                m.OffsetCommitPartition(partition=tp.partition, committed_offset=offset, committed_metadata=metadata)
+            )
         topics = tuple(m.OffsetCommitTopic(name=name, partitions=tuple(parts)) for name, parts in by_topic.items())
         deadline = now() + self._timeout_s
         while True:
             if self.state != STABLE and self.core.is_group_subscribed():
-                raise CommitFailedError("the consumer is not a member of the group (it rejoins at the next "
-                                        "poll): its partitions may already belong to another member")
+                raise CommitFailedError(
+                    "the consumer is not a member of the group (it rejoins at the next "
+                    "poll): its partitions may already belong to another member"
+                )
             generation, member_id = (self.generation, self.member_id) if self.state == STABLE else (-1, "")
             if not (yield from self._ensure_coordinator_op(deadline)):
-                raise error_for(ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                                f"no coordinator found for group {self.group_id!r} to commit to")
-            request = m.OffsetCommitRequest(id=0, group_id=self.group_id, generation_id=generation,
-                                            member_id=member_id, group_instance_id=self.config.group_instance_id,
-                                            topics=topics)
+                raise error_for(
+                    ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                    f"no coordinator found for group {self.group_id!r} to commit to",
+                )
+            request = m.OffsetCommitRequest(
+                id=0,
+                group_id=self.group_id,
+                generation_id=generation,
+                member_id=member_id,
+                group_instance_id=self.config.group_instance_id,
+                topics=topics,
+            )
             try:
                 doc = yield Call(request, self._timeout_s)
             except BrokerConnectionError as exc:  # its fate is unknown: a commit twice is harmless
@@ -488,8 +548,9 @@ class ConsumerCoordinator:
             codes.discard(0)
             if not codes:
                 return
-            first = doc if doc["error_code"] else next(p for t in doc["topics"] for p in t["partitions"]
-                                                        if p["error_code"])
+            first = (
+                doc if doc["error_code"] else next(p for t in doc["topics"] for p in t["partitions"] if p["error_code"])
+            )
             code = first["error_code"]
             if code in _LOST_GENERATION:
                 if (self.generation, self.member_id) == (generation, member_id) and generation >= 0:
@@ -501,9 +562,12 @@ class ConsumerCoordinator:
                         self.request_rejoin("the group is rebalancing")
                 raise CommitFailedError(
                     f"commit of group {self.group_id!r} failed: {first.get('error_message')}; the group has "
-                    f"rebalanced and the partitions may belong to another member now")
-            if code in _COORDINATOR_GONE or code in (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
-                                                     ErrorCode.REQUEST_TIMED_OUT):
+                    f"rebalanced and the partitions may belong to another member now"
+                )
+            if code in _COORDINATOR_GONE or code in (
+                ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                ErrorCode.REQUEST_TIMED_OUT,
+            ):
                 if code in _COORDINATOR_GONE:
                     self._coordinator_unknown(first.get("error_message") or "offset_commit")
                 if now() + self._backoff_s >= deadline:
@@ -520,12 +584,19 @@ class ConsumerCoordinator:
         by_topic: dict[str, list[int]] = {}
         for tp in tps:
             by_topic.setdefault(tp.topic, []).append(tp.partition)
-        request = m.OffsetFetchRequest(id=0, group_id=self.group_id, topics=tuple(
-            m.OffsetFetchTopic(name=name, partitions=tuple(sorted(set(parts)))) for name, parts in by_topic.items()))
+        request = m.OffsetFetchRequest(
+            id=0,
+            group_id=self.group_id,
+            topics=tuple(
+                m.OffsetFetchTopic(name=name, partitions=tuple(sorted(set(parts)))) for name, parts in by_topic.items()
+            ),
+        )
         deadline = now() + self._timeout_s
         while True:
             if not (yield from self._ensure_coordinator_op(deadline)):
-                raise error_for(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"no coordinator found for group {self.group_id!r}")
+                raise error_for(
+                    ErrorCode.COORDINATOR_NOT_AVAILABLE, f"no coordinator found for group {self.group_id!r}"
+                )
             try:
                 doc = yield Call(request, self._timeout_s)
             except BrokerConnectionError as exc:
@@ -547,8 +618,12 @@ class ConsumerCoordinator:
             for topic in doc["topics"]:
                 for part in topic["partitions"]:
                     if part["error_code"]:
-                        raise error_for(part["error_code"], part.get("error_message"), topic=topic["name"],
-                                        partition=part["partition"])
+                        raise error_for(
+                            part["error_code"],
+                            part.get("error_message"),
+                            topic=topic["name"],
+                            partition=part["partition"],
+                        )
                     if part["committed_offset"] >= 0:
                         out[TopicPartition(topic["name"], part["partition"])] = part["committed_offset"]
             return out

@@ -126,18 +126,23 @@ class ConsumerConfig:
             strategy = (strategy,)
         object.__setattr__(self, "partition_assignment_strategy", tuple(strategy))
         from .assignors import ASSIGNORS
+
         unknown = [name for name in self.partition_assignment_strategy if name not in ASSIGNORS]
         if unknown or not self.partition_assignment_strategy:
-            raise ValueError(f"partition_assignment_strategy must name one or more of {', '.join(ASSIGNORS)}, "
-                             f"got {self.partition_assignment_strategy!r}")
+            raise ValueError(
+                f"partition_assignment_strategy must name one or more of {', '.join(ASSIGNORS)}, "
+                f"got {self.partition_assignment_strategy!r}"
+            )
         if self.group_id is not None and not isinstance(self.group_id, str):
             raise ValueError(f"group_id must be a string, got {self.group_id!r}")
         for name in ("session_timeout_ms", "heartbeat_interval_ms", "max_poll_interval_ms", "auto_commit_interval_ms"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.heartbeat_interval_ms >= self.session_timeout_ms:
-            raise ValueError(f"heartbeat_interval_ms ({self.heartbeat_interval_ms}) must be lower than "
-                             f"session_timeout_ms ({self.session_timeout_ms})")
+            raise ValueError(
+                f"heartbeat_interval_ms ({self.heartbeat_interval_ms}) must be lower than "
+                f"session_timeout_ms ({self.session_timeout_ms})"
+            )
 
 
 @dataclass
@@ -152,26 +157,33 @@ class _PartitionState:
     next_fetch_offset: int | None = None
 
 
-def list_offsets_op(queries: dict[TopicPartition, int], timeout_s: float) -> Op[dict[TopicPartition, OffsetAndTimestamp]]:
+def list_offsets_op(
+    queries: dict[TopicPartition, int], timeout_s: float
+) -> Op[dict[TopicPartition, OffsetAndTimestamp]]:
     """One list_offsets request; raises the first partition error, typed."""
     by_topic: dict[str, list[m.ListOffsetsPartition]] = {}
     for (topic, partition), timestamp in queries.items():
         by_topic.setdefault(topic, []).append(m.ListOffsetsPartition(partition=partition, timestamp=timestamp))
-    request = m.ListOffsetsRequest(id=0, topics=tuple(
-        m.ListOffsetsTopic(name=name, partitions=tuple(parts)) for name, parts in by_topic.items()))
+    request = m.ListOffsetsRequest(
+        id=0, topics=tuple(m.ListOffsetsTopic(name=name, partitions=tuple(parts)) for name, parts in by_topic.items())
+    )
     doc = check_response((yield Call(request, timeout_s)))
     out = {}
     for topic in doc["topics"]:
         for part in topic["partitions"]:
             if part["error_code"]:
-                raise error_for(part["error_code"], part.get("error_message"), topic=topic["name"],
-                                partition=part["partition"])
-            out[TopicPartition(topic["name"], part["partition"])] = OffsetAndTimestamp(part["offset"], part["timestamp"])
+                raise error_for(
+                    part["error_code"], part.get("error_message"), topic=topic["name"], partition=part["partition"]
+                )
+            out[TopicPartition(topic["name"], part["partition"])] = OffsetAndTimestamp(
+                part["offset"], part["timestamp"]
+            )
     return out
 
 
-def _deserializing(key_deserializer: Deserializer | None,
-                   value_deserializer: Deserializer | None) -> Callable[[ConsumerRecord], ConsumerRecord] | None:
+def _deserializing(
+    key_deserializer: Deserializer | None, value_deserializer: Deserializer | None
+) -> Callable[[ConsumerRecord], ConsumerRecord] | None:
     """One function applying both deserializers to a record (None stays None), or None if unset."""
     if key_deserializer is None and value_deserializer is None:
         return None
@@ -189,20 +201,30 @@ def _deserializing(key_deserializer: Deserializer | None,
         except Exception as exc:
             raise RecordDeserializationError(
                 f"record at offset {record.offset} does not deserialize: {type(exc).__name__}: {exc}; "
-                f"seek past it to go on", topic=record.topic, partition=record.partition,
-                offset=record.offset) from exc
+                f"seek past it to go on",
+                topic=record.topic,
+                partition=record.partition,
+                offset=record.offset,
+            ) from exc
 
     return deserialize
 
 
 class ConsumerCore:
-    def __init__(self, config: ConsumerConfig, *, key_deserializer: Deserializer | None = None,
-                 value_deserializer: Deserializer | None = None) -> None:
+    def __init__(
+        self,
+        config: ConsumerConfig,
+        *,
+        key_deserializer: Deserializer | None = None,
+        value_deserializer: Deserializer | None = None,
+    ) -> None:
         self.config = config
-        self.metadata = MetadataCache(max_age_s=config.metadata_max_age_ms / 1000,
-                                      request_timeout_s=config.request_timeout_ms / 1000,
-                                      retry_backoff_s=config.retry_backoff_ms / 1000,
-                                      allow_auto_create=config.allow_auto_create_topics)
+        self.metadata = MetadataCache(
+            max_age_s=config.metadata_max_age_ms / 1000,
+            request_timeout_s=config.request_timeout_ms / 1000,
+            retry_backoff_s=config.retry_backoff_ms / 1000,
+            allow_auto_create=config.allow_auto_create_topics,
+        )
         self._deserialize = _deserializing(key_deserializer, value_deserializer)
         self._states: dict[TopicPartition, _PartitionState] = {}
         self._subscription: tuple[str, ...] = ()
@@ -218,6 +240,7 @@ class ConsumerCore:
         self.group = None
         if config.group_id is not None:
             from .consumer_coordinator import ConsumerCoordinator
+
             self.group = ConsumerCoordinator(self)
 
     # -- assignment and seeks (local, no I/O) --------------------------------------------------
@@ -303,7 +326,7 @@ class ConsumerCore:
         state.buffer.clear()
 
     def _seek_lazily(self, tps, target: int) -> None:
-        for tp in (self._states if tps is None else tps):
+        for tp in self._states if tps is None else tps:
             state = self._state(tp)
             state.position, state.pending_reset, state.next_fetch_offset = None, target, None
             state.buffer.clear()
@@ -358,7 +381,10 @@ class ConsumerCore:
                 target = _RESETS[self.config.auto_offset_reset]
                 if target is None:
                     raise NoOffsetForPartitionError(
-                        "no position and auto_offset_reset is 'none': seek first", topic=tp.topic, partition=tp.partition)
+                        "no position and auto_offset_reset is 'none': seek first",
+                        topic=tp.topic,
+                        partition=tp.partition,
+                    )
             queries[tp] = target
         if not queries:
             return
@@ -396,8 +422,10 @@ class ConsumerCore:
         (no object a record). The keys and values are the fetched bytes: not available with
         deserializers. Positions and offsets move exactly as with poll_op; the two mix freely."""
         if self._deserialize is not None:
-            raise ValueError("poll_columns hands out the fetched bytes; it is not available on a consumer with "
-                             "a key_deserializer or value_deserializer: use poll()")
+            raise ValueError(
+                "poll_columns hands out the fetched bytes; it is not available on a consumer with "
+                "a key_deserializer or value_deserializer: use poll()"
+            )
         return (yield from self._poll_op(timeout_ms, max_records, self._drain_columns))
 
     def _poll_op(self, timeout_ms: float, max_records: int | None, drain) -> Op[dict]:
@@ -521,11 +549,18 @@ class ConsumerCore:
         config = self.config
         by_topic: dict[str, list[m.FetchPartition]] = {}
         for tp, offset in requested.items():
-            by_topic.setdefault(tp.topic, []).append(m.FetchPartition(
-                partition=tp.partition, fetch_offset=offset, partition_max_bytes=config.max_partition_fetch_bytes))
+            by_topic.setdefault(tp.topic, []).append(
+                m.FetchPartition(
+                    partition=tp.partition, fetch_offset=offset, partition_max_bytes=config.max_partition_fetch_bytes
+                )
+            )
         return m.FetchRequest(
-            id=0, max_wait_ms=max_wait_ms, min_bytes=config.fetch_min_bytes, max_bytes=config.fetch_max_bytes,
-            topics=tuple(m.FetchTopic(name=name, partitions=tuple(parts)) for name, parts in by_topic.items()))
+            id=0,
+            max_wait_ms=max_wait_ms,
+            min_bytes=config.fetch_min_bytes,
+            max_bytes=config.fetch_max_bytes,
+            topics=tuple(m.FetchTopic(name=name, partitions=tuple(parts)) for name, parts in by_topic.items()),
+        )
 
     def _fetch_op(self, tps: list[TopicPartition], max_wait_ms: int) -> Op[None]:
         # (a partition is fetchable once it has a position: no None here)
@@ -600,7 +635,7 @@ class ConsumerCore:
         whole = memoryview(data)
         try:
             for start, size in iter_batch_spans(whole):
-                view = whole[start:start + size]
+                view = whole[start : start + size]
                 header = read_header(view)
                 next_offset = header.base_offset + header.last_offset_delta + 1
                 if next_offset <= position or header.is_control:
@@ -613,8 +648,9 @@ class ConsumerCore:
                 else:
                     pending.append(_Pending(header, payload, 0, len(payload), position))
         except Exception as exc:  # protocol.errors.CorruptRecordError & co: the broker sent bad bytes
-            raise CorruptMessageError(f"fetched data does not decode: {exc}", topic=tp.topic,
-                                      partition=tp.partition) from None
+            raise CorruptMessageError(
+                f"fetched data does not decode: {exc}", topic=tp.topic, partition=tp.partition
+            ) from None
         state.buffer.extend(pending)
         if next_offset is not None and next_offset > position:
             state.next_fetch_offset = next_offset
@@ -632,8 +668,9 @@ class ConsumerCore:
                 chunk = buffer[0]
                 if type(chunk) is not _Decoded:
                     try:
-                        chunk = buffer[0] = _Decoded(chunk.records(tp) if type(chunk) is _Pending
-                                                     else _as_records(tp, chunk))
+                        chunk = buffer[0] = _Decoded(
+                            chunk.records(tp) if type(chunk) is _Pending else _as_records(tp, chunk)
+                        )
                     except CorruptMessageError:  # stays next: every poll raises until a seek passes it
                         if records:
                             out[tp] = records
@@ -694,7 +731,7 @@ class ConsumerCore:
                         raise
                 elif type(chunk) is _Decoded:  # records decoded for poll()
                     rest = RecordColumns()
-                    for record in chunk.items[chunk.start:]:
+                    for record in chunk.items[chunk.start :]:
                         rest.append_record(record)
                     chunk = buffer[0] = rest
                 room = limit - count
@@ -716,12 +753,24 @@ class ConsumerCore:
 class _Pending:
     """One fetched batch, checked and decompressed, whose records are decoded when handed out."""
 
-    __slots__ = ("count", "base_offset", "base_timestamp", "append_time", "timestamp_name", "payload", "origin",
-                 "stop", "position")
+    __slots__ = (
+        "count",
+        "base_offset",
+        "base_timestamp",
+        "append_time",
+        "timestamp_name",
+        "payload",
+        "origin",
+        "stop",
+        "position",
+    )
 
     def __init__(self, header, payload: bytes, origin: int, stop: int, position: int) -> None:
-        self.count, self.base_offset, self.base_timestamp = header.records_count, header.base_offset, \
-            header.base_timestamp
+        self.count, self.base_offset, self.base_timestamp = (
+            header.records_count,
+            header.base_offset,
+            header.base_timestamp,
+        )
         log_append_time = header.attributes & TIMESTAMP_TYPE_MASK
         self.append_time = header.max_timestamp if log_append_time else None
         self.timestamp_name = _TIMESTAMP_NAMES[1 if log_append_time else 0]
@@ -731,9 +780,21 @@ class _Pending:
         """The records at or after the fetch position, straight from the compiled decoder."""
         out: list[ConsumerRecord] = []
         try:
-            _codec.decode_consumer_records(self.payload, self.count, self.base_offset, self.base_timestamp,
-                                           self.append_time, self.position, out, ConsumerRecord, tp.topic,
-                                           tp.partition, self.timestamp_name, self.origin, self.stop)
+            _codec.decode_consumer_records(
+                self.payload,
+                self.count,
+                self.base_offset,
+                self.base_timestamp,
+                self.append_time,
+                self.position,
+                out,
+                ConsumerRecord,
+                tp.topic,
+                tp.partition,
+                self.timestamp_name,
+                self.origin,
+                self.stop,
+            )
         except CorruptRecordError as exc:
             raise self._error(tp, exc) from None
         return out
@@ -741,15 +802,29 @@ class _Pending:
     def columns(self, tp: TopicPartition) -> RecordColumns:
         out = RecordColumns()
         try:
-            _codec.decode_columns(self.payload, self.count, self.base_offset, self.base_timestamp, self.append_time,
-                                  self.position, None, out, True, self.origin, self.stop)
+            _codec.decode_columns(
+                self.payload,
+                self.count,
+                self.base_offset,
+                self.base_timestamp,
+                self.append_time,
+                self.position,
+                None,
+                out,
+                True,
+                self.origin,
+                self.stop,
+            )
         except CorruptRecordError as exc:
             raise self._error(tp, exc) from None
         return out
 
     def _error(self, tp: TopicPartition, exc: Exception) -> CorruptMessageError:
-        return CorruptMessageError(f"fetched data does not decode: record batch at base offset {self.base_offset}: "
-                                   f"{exc}", topic=tp.topic, partition=tp.partition)
+        return CorruptMessageError(
+            f"fetched data does not decode: record batch at base offset {self.base_offset}: {exc}",
+            topic=tp.topic,
+            partition=tp.partition,
+        )
 
 
 class _Decoded:
@@ -763,6 +838,9 @@ class _Decoded:
 
 def _as_records(tp: TopicPartition, columns: RecordColumns) -> list[ConsumerRecord]:
     """A RecordColumns chunk (decoded for poll_columns) as ConsumerRecords, for poll()."""
-    return [ConsumerRecord(tp.topic, tp.partition, offset, timestamp, key, value, headers, _TIMESTAMP_NAMES[kind])
-            for offset, timestamp, kind, key, value, headers in zip(
-                columns.offsets, columns.timestamps, columns.types, columns.keys, columns.values, columns.headers)]
+    return [
+        ConsumerRecord(tp.topic, tp.partition, offset, timestamp, key, value, headers, _TIMESTAMP_NAMES[kind])
+        for offset, timestamp, kind, key, value, headers in zip(
+            columns.offsets, columns.timestamps, columns.types, columns.keys, columns.values, columns.headers
+        )
+    ]

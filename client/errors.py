@@ -93,8 +93,14 @@ class TriologClientError(Exception):
     retriable: bool = False
     entity = None
 
-    def __init__(self, error_message: str | None = None, *, code: ErrorCode | int | None = None,
-                 topic: str | None = None, partition: int | None = None) -> None:
+    def __init__(
+        self,
+        error_message: str | None = None,
+        *,
+        code: ErrorCode | int | None = None,
+        topic: str | None = None,
+        partition: int | None = None,
+    ) -> None:
         if code is not None:
             self.code = code
         self.error_message = error_message or (self.code.name if isinstance(self.code, ErrorCode) else None)
@@ -332,12 +338,26 @@ class UnacceptableCredentialError(TriologClientError):
 _BY_CODE: dict[int, type[TriologClientError]] = {
     cls.code: cls
     for cls in (
-        UnknownServerError, OffsetOutOfRangeError, CorruptMessageError, UnknownTopicOrPartitionError,
-        RequestTimedOutError, MessageTooLargeError, InvalidTopicError, TopicAuthorizationFailedError,
-        InvalidTimestampError, UnsupportedVersionError, TopicAlreadyExistsError, InvalidPartitionsError,
-        InvalidReplicationFactorError, InvalidConfigError, InvalidRequestError,
-        UnsupportedForMessageFormatError, PolicyViolationError, KafkaStorageError,
-        SaslAuthenticationFailedError, InvalidRecordError,
+        UnknownServerError,
+        OffsetOutOfRangeError,
+        CorruptMessageError,
+        UnknownTopicOrPartitionError,
+        RequestTimedOutError,
+        MessageTooLargeError,
+        InvalidTopicError,
+        TopicAuthorizationFailedError,
+        InvalidTimestampError,
+        UnsupportedVersionError,
+        TopicAlreadyExistsError,
+        InvalidPartitionsError,
+        InvalidReplicationFactorError,
+        InvalidConfigError,
+        InvalidRequestError,
+        UnsupportedForMessageFormatError,
+        PolicyViolationError,
+        KafkaStorageError,
+        SaslAuthenticationFailedError,
+        InvalidRecordError,
         OffsetMetadataTooLargeError,
         CoordinatorLoadInProgressError,
         CoordinatorNotAvailableError,
@@ -376,8 +396,9 @@ def error_class(code: int) -> type[TriologClientError]:
     return _BY_CODE.get(code, TriologClientError)
 
 
-def error_for(code: int, error_message: str | None = None, *, topic: str | None = None,
-              partition: int | None = None) -> TriologClientError:
+def error_for(
+    code: int, error_message: str | None = None, *, topic: str | None = None, partition: int | None = None
+) -> TriologClientError:
     """The exception for a non-zero wire error code, carrying the broker's message."""
     if code == ErrorCode.NONE:
         raise ValueError("error code 0 (NONE) is not an error")

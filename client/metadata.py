@@ -40,8 +40,14 @@ def describe(topic: dict) -> TopicDescription:
 class MetadataCache:
     """Partition counts per topic; the ops here are shared by producer, consumer and admin."""
 
-    def __init__(self, *, max_age_s: float = 300.0, request_timeout_s: float = 30.0,
-                 retry_backoff_s: float = 0.1, allow_auto_create: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        max_age_s: float = 300.0,
+        request_timeout_s: float = 30.0,
+        retry_backoff_s: float = 0.1,
+        allow_auto_create: bool = False,
+    ) -> None:
         #: Sent as the request's allow_auto_topic_creation: the producer's cache sets it, a
         #: consumer's only when asked (Kafka's rule); the broker must allow it too.
         self.allow_auto_create = allow_auto_create
@@ -68,9 +74,12 @@ class MetadataCache:
         Missing names are created by this request only if ``allow_auto_create`` and the broker's
         ``auto.create.topics.enable`` are both on; ``topics=None`` (all topics) never creates anything.
         """
-        doc = yield Call(m.MetadataRequest(id=0, topics=None if topics is None else tuple(topics),
-                                           allow_auto_topic_creation=self.allow_auto_create),
-                         self.request_timeout_s)
+        doc = yield Call(
+            m.MetadataRequest(
+                id=0, topics=None if topics is None else tuple(topics), allow_auto_topic_creation=self.allow_auto_create
+            ),
+            self.request_timeout_s,
+        )
         check_response(doc)
         fetched = now()
         out = {}
@@ -126,4 +135,3 @@ class MetadataCache:
                 raise error_for(entry["error_code"], entry.get("error_message"), topic=name)
             out[name] = describe(entry)
         return out
-

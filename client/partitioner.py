@@ -26,8 +26,16 @@ _MASK = 0xFFFFFFFF
 
 
 @cython.cfunc
-@cython.locals(raw=bytes, buf="const unsigned char *", length=cython.Py_ssize_t, tail=cython.Py_ssize_t,
-               i=cython.Py_ssize_t, remaining=cython.Py_ssize_t, h=cython.uint, k=cython.uint)
+@cython.locals(
+    raw=bytes,
+    buf="const unsigned char *",
+    length=cython.Py_ssize_t,
+    tail=cython.Py_ssize_t,
+    i=cython.Py_ssize_t,
+    remaining=cython.Py_ssize_t,
+    h=cython.uint,
+    k=cython.uint,
+)
 def _murmur2(data) -> cython.uint:
     """Java's murmur2 as an unsigned 32-bit value. Compiled, ``h`` and ``k`` are C unsigned
     32-bit integers over the bytes' own buffer and every ``& 0xFFFFFFFF`` is a no-op;
@@ -38,8 +46,7 @@ def _murmur2(data) -> cython.uint:
     h = (0x9747B28C ^ length) & 0xFFFFFFFF
     tail = length & ~3
     for i in range(0, tail, 4):
-        k = (buf[i] | (buf[i + 1] << 8) | (buf[i + 2] << 16)
-             | (cython.cast(cython.uint, buf[i + 3]) << 24))
+        k = buf[i] | (buf[i + 1] << 8) | (buf[i + 2] << 16) | (cython.cast(cython.uint, buf[i + 3]) << 24)
         k = (k * 0x5BD1E995) & 0xFFFFFFFF
         k ^= k >> 24
         k = (k * 0x5BD1E995) & 0xFFFFFFFF

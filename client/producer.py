@@ -49,8 +49,14 @@ class Producer:
     manager, or call :meth:`close`, so that buffered records are sent.
     """
 
-    def __init__(self, bootstrap_servers: str | list[str] = DEFAULT_BOOTSTRAP, *, key_serializer=None,
-                 value_serializer=None, **config) -> None:
+    def __init__(
+        self,
+        bootstrap_servers: str | list[str] = DEFAULT_BOOTSTRAP,
+        *,
+        key_serializer=None,
+        value_serializer=None,
+        **config,
+    ) -> None:
         self.security, config = split_security(config)
         self.config = ProducerConfig(**config)
         self._core = ProducerCore(self.config, key_serializer=key_serializer, value_serializer=value_serializer)
@@ -83,8 +89,15 @@ class Producer:
     def __exit__(self, *exc_info) -> None:
         self.close()
 
-    def send(self, topic: str, value=None, key=None, headers=(), partition: int | None = None,
-             timestamp_ms: int | None = None) -> FutureRecordMetadata:
+    def send(
+        self,
+        topic: str,
+        value=None,
+        key=None,
+        headers=(),
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+    ) -> FutureRecordMetadata:
         """Queue one record; returns at once (after metadata, if the topic is new to us).
 
         ``key``/``value``: bytes, str (UTF-8) or None, or what the serializers take.
@@ -107,8 +120,9 @@ class Producer:
         self._wait_for_space(record.size, topic)
         return self._core.append(record)
 
-    def send_many(self, topic: str, values, keys=None, headers=None, partition: int | None = None,
-                  timestamps=None) -> RecordFutures:
+    def send_many(
+        self, topic: str, values, keys=None, headers=None, partition: int | None = None, timestamps=None
+    ) -> RecordFutures:
         """Queue many records of one topic in one call; returns one :class:`RecordFutures` for all.
 
         ``values``: a sequence of bytes/str/None (or what the value serializer takes);
@@ -143,9 +157,15 @@ class Producer:
             end = start + SEND_MANY_SLICE
             part = values[start:end]
             self._wait_for_space(80 * len(part) + _values_size(part), topic)
-            futures = core.append_many(topic, part, None if keys is None else keys[start:end],
-                                       None if headers is None else headers[start:end], partition,
-                                       None if timestamps is None else timestamps[start:end], num_partitions)
+            futures = core.append_many(
+                topic,
+                part,
+                None if keys is None else keys[start:end],
+                None if headers is None else headers[start:end],
+                partition,
+                None if timestamps is None else timestamps[start:end],
+                num_partitions,
+            )
             runs.extend(futures._runs)
         return RecordFutures(runs, count)
 
@@ -162,7 +182,8 @@ class Producer:
                 if not self._space.wait_for(has_space, self.config.max_block_ms / 1000):
                     raise ClientTimeoutError(
                         f"buffer_memory ({self.config.buffer_memory} bytes) still full after {self.config.max_block_ms} ms",
-                        topic=topic)
+                        topic=topic,
+                    )
 
     def metrics(self) -> dict[str, int]:
         """The producer's counters: ``record-retry-total``, ``batch-retry-total`` (Kafka's names),

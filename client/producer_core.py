@@ -156,7 +156,9 @@ class ProducerConfig:
     enable_idempotence: bool | None = None
 
     def __post_init__(self) -> None:
-        acks = {"all": -1, "-1": -1, "1": 1, "0": 0}.get(self.acks, self.acks) if isinstance(self.acks, str) else self.acks
+        acks = (
+            {"all": -1, "-1": -1, "1": 1, "0": 0}.get(self.acks, self.acks) if isinstance(self.acks, str) else self.acks
+        )
         if acks not in (0, 1, -1):
             raise ValueError(f"acks must be 0, 1 or -1 ('all'), got {self.acks!r}")
         object.__setattr__(self, "acks", acks)
@@ -176,8 +178,10 @@ class ProducerConfig:
         if self.retries == 0:
             conflicts.append("retries=0 (idempotence needs retries > 0)")
         if in_flight is not None and in_flight > MAX_IN_FLIGHT_IDEMPOTENT:
-            conflicts.append(f"max_in_flight_requests_per_connection={in_flight} "
-                             f"(idempotence needs at most {MAX_IN_FLIGHT_IDEMPOTENT})")
+            conflicts.append(
+                f"max_in_flight_requests_per_connection={in_flight} "
+                f"(idempotence needs at most {MAX_IN_FLIGHT_IDEMPOTENT})"
+            )
         if idempotence is None:
             idempotence = not conflicts
             if conflicts:
@@ -186,8 +190,9 @@ class ProducerConfig:
             raise ValueError("enable_idempotence=True conflicts with " + "; ".join(conflicts))
         object.__setattr__(self, "enable_idempotence", idempotence)
         if in_flight is None:
-            object.__setattr__(self, "max_in_flight_requests_per_connection",
-                               MAX_IN_FLIGHT_IDEMPOTENT if idempotence else 1)
+            object.__setattr__(
+                self, "max_in_flight_requests_per_connection", MAX_IN_FLIGHT_IDEMPOTENT if idempotence else 1
+            )
 
 
 class PreparedRecord(NamedTuple):
@@ -208,8 +213,14 @@ INT16_MAX = 2**15 - 1
 
 #: Errors after which a batch may or may not be in the log: retried only by an idempotent
 #: producer (the broker answers a duplicate with the original's offsets).
-_MAYBE_APPENDED = frozenset((ErrorCode.REQUEST_TIMED_OUT, ErrorCode.KAFKA_STORAGE_ERROR,
-                             ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.UNKNOWN_PRODUCER_ID))
+_MAYBE_APPENDED = frozenset(
+    (
+        ErrorCode.REQUEST_TIMED_OUT,
+        ErrorCode.KAFKA_STORAGE_ERROR,
+        ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+        ErrorCode.UNKNOWN_PRODUCER_ID,
+    )
+)
 
 
 def increment_sequence(sequence: int, increment: int) -> int:
@@ -220,8 +231,17 @@ def increment_sequence(sequence: int, increment: int) -> int:
 class PartitionSequences:
     """One partition's idempotence bookkeeping (Kafka's TxnPartitionEntry, no transactions)."""
 
-    __slots__ = ("producer_id", "epoch", "next_sequence", "last_acked_sequence", "unresolved", "in_flight",
-                 "bump_requested", "maybe_appended", "gap_last")
+    __slots__ = (
+        "producer_id",
+        "epoch",
+        "next_sequence",
+        "last_acked_sequence",
+        "unresolved",
+        "in_flight",
+        "bump_requested",
+        "maybe_appended",
+        "gap_last",
+    )
 
     def __init__(self, producer_id: int, epoch: int) -> None:
         self.producer_id = producer_id
@@ -338,8 +358,13 @@ class IdempotentState:
         state.gap_last = None
         state.maybe_appended.clear()
         self.epoch_bumps += 1
-        _log.info("producer %d bumped its epoch to %d for a partition of %s (%d batches renumbered)",
-                  state.producer_id, state.epoch, batch_topic(state), len(state.unresolved))
+        _log.info(
+            "producer %d bumped its epoch to %d for a partition of %s (%d batches renumbered)",
+            state.producer_id,
+            state.epoch,
+            batch_topic(state),
+            len(state.unresolved),
+        )
         return True
 
     def answered(self, batch) -> None:
@@ -408,8 +433,12 @@ class IdempotentState:
             if code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER:
                 if batch.base_sequence == increment_sequence(state.last_acked_sequence, 1):
                     state.bump_requested = True  # the next batch expected, refused: a real gap
-                elif (state.gap_last is not None and state.unresolved and state.unresolved[0] is batch
-                      and batch.base_sequence == increment_sequence(state.gap_last, 1)):
+                elif (
+                    state.gap_last is not None
+                    and state.unresolved
+                    and state.unresolved[0] is batch
+                    and batch.base_sequence == increment_sequence(state.gap_last, 1)
+                ):
                     state.bump_requested = True  # the unresolved batch is not in the log: a real gap
             elif code == ErrorCode.UNKNOWN_PRODUCER_ID and log_start_offset != -1:
                 state.bump_requested = True  # the broker lost this producer (retention, expiry)
@@ -425,18 +454,26 @@ class ProducerCore:
     send(), as kafka-python's; they return bytes (or str, sent as UTF-8). None is never passed
     to them: it stays a null key or a tombstone."""
 
-    def __init__(self, config: ProducerConfig, *, key_serializer: Serializer | None = None,
-                 value_serializer: Serializer | None = None) -> None:
+    def __init__(
+        self,
+        config: ProducerConfig,
+        *,
+        key_serializer: Serializer | None = None,
+        value_serializer: Serializer | None = None,
+    ) -> None:
         self.config = config
         self.key_serializer = as_topic_function("key_serializer", key_serializer, "serialize")
         self.value_serializer = as_topic_function("value_serializer", value_serializer, "serialize")
-        self.metadata = MetadataCache(max_age_s=config.metadata_max_age_ms / 1000,
-                                      request_timeout_s=config.request_timeout_ms / 1000,
-                                      retry_backoff_s=config.retry_backoff_ms / 1000,
-                                      allow_auto_create=True)
+        self.metadata = MetadataCache(
+            max_age_s=config.metadata_max_age_ms / 1000,
+            request_timeout_s=config.request_timeout_ms / 1000,
+            retry_backoff_s=config.retry_backoff_ms / 1000,
+            allow_auto_create=True,
+        )
         self.accumulator = RecordAccumulator(batch_size=config.batch_size, linger_s=config.linger_ms / 1000)
-        self.accumulator.configure_fast_path(self.key_serializer is None and self.value_serializer is None,
-                                             config.buffer_memory, config.acks)
+        self.accumulator.configure_fast_path(
+            self.key_serializer is None and self.value_serializer is None, config.buffer_memory, config.acks
+        )
         #: The sequence bookkeeping of an idempotent producer (None when idempotence is off).
         self.idempotence = IdempotentState() if config.enable_idempotence else None
         #: What drain() asks before taking a partition's head batch.
@@ -472,8 +509,9 @@ class ProducerCore:
                 doc = yield Call(request, config.request_timeout_ms / 1000)
                 check_response(doc)
             except TriologClientError as exc:
-                if ((exc.retriable or isinstance(exc, BrokerConnectionError))
-                        and now() + config.retry_backoff_ms / 1000 < deadline):
+                if (
+                    exc.retriable or isinstance(exc, BrokerConnectionError)
+                ) and now() + config.retry_backoff_ms / 1000 < deadline:
                     yield Sleep(config.retry_backoff_ms / 1000)
                     continue
                 raise
@@ -488,8 +526,9 @@ class ProducerCore:
 
     # -- send() ------------------------------------------------------------------------------
 
-    def prepare_cached(self, topic: str, value, key=None, headers=(), partition: int | None = None,
-                       timestamp_ms: int | None = None) -> PreparedRecord | None:
+    def prepare_cached(
+        self, topic: str, value, key=None, headers=(), partition: int | None = None, timestamp_ms: int | None = None
+    ) -> PreparedRecord | None:
         """prepare_op without I/O (send()'s fast path): the record, or None when the topic's
         metadata must be fetched first."""
         # Like Kafka's producer (waitOnMetadata), also a record for a given partition waits for
@@ -500,8 +539,9 @@ class ProducerCore:
             return None
         return self._prepare(topic, value, key, headers, partition, timestamp_ms, description)
 
-    def prepare_op(self, topic: str, value, key=None, headers=(), partition: int | None = None,
-                   timestamp_ms: int | None = None) -> Op[PreparedRecord]:
+    def prepare_op(
+        self, topic: str, value, key=None, headers=(), partition: int | None = None, timestamp_ms: int | None = None
+    ) -> Op[PreparedRecord]:
         """Check and encode one record and resolve its partition (metadata only when needed)."""
         if not isinstance(topic, str) or not topic:
             raise TypeError(f"topic must be a non-empty str, got {topic!r}")
@@ -538,17 +578,27 @@ class ProducerCore:
         try:
             out = serializer(topic, list(headers), data)
         except Exception as exc:
-            raise SerializationError(f"{what}_serializer failed on {type(data).__name__}: "
-                                     f"{type(exc).__name__}: {exc}", topic=topic) from exc
+            raise SerializationError(
+                f"{what}_serializer failed on {type(data).__name__}: {type(exc).__name__}: {exc}", topic=topic
+            ) from exc
         if out is not None and not isinstance(out, (bytes, str, bytearray, memoryview)):
-            raise SerializationError(f"{what}_serializer must return bytes, str or None, "
-                                     f"got {type(out).__name__}", topic=topic)
+            raise SerializationError(
+                f"{what}_serializer must return bytes, str or None, got {type(out).__name__}", topic=topic
+            )
         return out
 
     def append(self, record: PreparedRecord) -> RecordFuture:
         """Accumulate; the record's future (the accumulator wakes the sender when needed)."""
-        return self.accumulator.append(record.topic, record.partition, record.num_partitions, record.key,
-                                       record.value, record.timestamp, record.headers, now())
+        return self.accumulator.append(
+            record.topic,
+            record.partition,
+            record.num_partitions,
+            record.key,
+            record.value,
+            record.timestamp,
+            record.headers,
+            now(),
+        )
 
     # -- send_many() ---------------------------------------------------------------------------
 
@@ -579,11 +629,17 @@ class ProducerCore:
             if not any(headers):
                 headers = None
         if value_serializer is not None:
-            values = [None if v is None else self._serialize(value_serializer, topic, headers[i] if headers else (), v, "value")
-                      for i, v in enumerate(values)]
+            values = [
+                None
+                if v is None
+                else self._serialize(value_serializer, topic, headers[i] if headers else (), v, "value")
+                for i, v in enumerate(values)
+            ]
         if keys is not None and key_serializer is not None:
-            keys = [None if k is None else self._serialize(key_serializer, topic, headers[i] if headers else (), k, "key")
-                    for i, k in enumerate(keys)]
+            keys = [
+                None if k is None else self._serialize(key_serializer, topic, headers[i] if headers else (), k, "key")
+                for i, k in enumerate(keys)
+            ]
         total = 80 * count + _bytes_in_place(values, "value")
         if keys is not None:
             total += _bytes_in_place(keys, "key")
@@ -620,9 +676,10 @@ class ProducerCore:
         for batch in batches:
             records = batch.encode(config.compression, config.compression_level)
             # Framed without a copy: the connection sends the batch's own bytes (see prepare_parts).
-            by_topic.setdefault(batch.tp.topic, []).append(m.ProducePartition(
-                partition=batch.tp.partition,
-                records=m.ExternalBin(len(records), records)))  # type: ignore[arg-type]  # (messages says bytes)
+            framed = m.ExternalBin(len(records), records)
+            by_topic.setdefault(batch.tp.topic, []).append(
+                m.ProducePartition(partition=batch.tp.partition, records=framed)  # type: ignore[arg-type]  # (messages says bytes)
+            )
         topics = tuple(m.ProduceTopic(name=name, partitions=tuple(parts)) for name, parts in by_topic.items())
         return m.ProduceRequest(id=0, acks=config.acks, timeout_ms=config.request_timeout_ms, topics=topics)
 
@@ -632,8 +689,12 @@ class ProducerCore:
         try:
             yield from self._send_op(batches)
         except GeneratorExit:  # the driver was cancelled mid-request: the outcome is unknown
-            self.fail_unfinished(batches, ProducerClosedError(
-                "the producer stopped before the broker answered; the records may or may not be in the log"))
+            self.fail_unfinished(
+                batches,
+                ProducerClosedError(
+                    "the producer stopped before the broker answered; the records may or may not be in the log"
+                ),
+            )
             raise
         except BaseException as exc:
             self.fail_unfinished(batches, exc)
@@ -668,8 +729,14 @@ class ProducerCore:
         for batch in batches:
             result = results.get(batch.tp)
             if result is None:
-                self._fail(batch, InvalidResponseError("the produce response has no result for this partition",
-                                                       topic=batch.tp.topic, partition=batch.tp.partition))
+                self._fail(
+                    batch,
+                    InvalidResponseError(
+                        "the produce response has no result for this partition",
+                        topic=batch.tp.topic,
+                        partition=batch.tp.partition,
+                    ),
+                )
             elif result["error_code"] == ErrorCode.NONE:
                 # A retried batch the broker already had is answered with its original offsets.
                 self._complete(batch, result["base_offset"], result["log_append_time"])
@@ -678,8 +745,7 @@ class ProducerCore:
                 self._complete(batch, -1, -1)
             else:
                 code = result["error_code"]
-                error = error_for(code, result.get("error_message"),
-                                  topic=batch.tp.topic, partition=batch.tp.partition)
+                error = error_for(code, result.get("error_message"), topic=batch.tp.topic, partition=batch.tp.partition)
                 if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
                     unknown.append((batch, error))
                 elif idempotence is not None and code in _MAYBE_APPENDED:
@@ -715,14 +781,18 @@ class ProducerCore:
         if error.retriable:
             return True
         # Idempotent: also what may have been appended (the broker dedupes the retry).
-        return self.idempotence is not None and (isinstance(error, BrokerConnectionError)
-                                                 or error.code in _MAYBE_APPENDED)
+        return self.idempotence is not None and (
+            isinstance(error, BrokerConnectionError) or error.code in _MAYBE_APPENDED
+        )
 
     def _retry_or_fail(self, batch: ProducerBatch, error: TriologClientError) -> None:
         config = self.config
         retry_at = now() + config.retry_backoff_ms / 1000
-        if (self._retriable(error) and batch.attempts < config.retries
-                and retry_at < batch.created + config.delivery_timeout_ms / 1000):
+        if (
+            self._retriable(error)
+            and batch.attempts < config.retries
+            and retry_at < batch.created + config.delivery_timeout_ms / 1000
+        ):
             if self.idempotence is not None:
                 self.idempotence.answered(batch)  # before it is queued: the sender may take it at once
             self.batch_retries += 1
@@ -733,7 +803,8 @@ class ProducerCore:
             # ambiguous attempt is remembered by the idempotence state. Kafka marks a batch out of
             # retries unresolved: OUT_OF_ORDER_SEQUENCE_NUMBER / UNKNOWN_PRODUCER_ID too.
             definite = isinstance(error, RequestNotSentError) or (
-                not isinstance(error, BrokerConnectionError) and error.code not in _MAYBE_APPENDED)
+                not isinstance(error, BrokerConnectionError) and error.code not in _MAYBE_APPENDED
+            )
             self._fail(batch, error, definite=definite)
 
     def _complete(self, batch: ProducerBatch, base_offset: int, log_append_time: int) -> None:
@@ -759,9 +830,9 @@ class ProducerCore:
     def abort_queued(self, reason: str) -> None:
         """Fail every batch not yet sent (close() gave up waiting)."""
         for batch in self.accumulator.take_all():
-            self._fail(batch, ProducerClosedError(reason, topic=batch.tp.topic, partition=batch.tp.partition),
-                       definite=True)  # queued, not in flight (an earlier ambiguous attempt is remembered)
-
+            self._fail(
+                batch, ProducerClosedError(reason, topic=batch.tp.topic, partition=batch.tp.partition), definite=True
+            )  # queued, not in flight (an earlier ambiguous attempt is remembered)
 
 
 _BYTES = frozenset((bytes,))

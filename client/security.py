@@ -97,8 +97,9 @@ class SecurityConfig:
     def __post_init__(self) -> None:
         protocol = str(self.security_protocol or "PLAINTEXT").strip().upper()
         if protocol not in PROTOCOLS:
-            raise SecurityConfigError(f"security_protocol must be one of {', '.join(PROTOCOLS)}, "
-                                      f"got {self.security_protocol!r}")
+            raise SecurityConfigError(
+                f"security_protocol must be one of {', '.join(PROTOCOLS)}, got {self.security_protocol!r}"
+            )
         object.__setattr__(self, "security_protocol", protocol)
         if not isinstance(self.ssl_check_hostname, bool):
             raise SecurityConfigError(f"ssl_check_hostname must be True or False, got {self.ssl_check_hostname!r}")
@@ -112,19 +113,23 @@ class SecurityConfig:
         if self.uses_sasl:
             mechanism = str(self.sasl_mechanism or "SCRAM-SHA-256").strip().upper()
             if mechanism not in MECHANISMS:
-                raise SecurityConfigError(f"sasl_mechanism must be one of {', '.join(MECHANISMS)}, "
-                                          f"got {self.sasl_mechanism!r}")
+                raise SecurityConfigError(
+                    f"sasl_mechanism must be one of {', '.join(MECHANISMS)}, got {self.sasl_mechanism!r}"
+                )
             object.__setattr__(self, "sasl_mechanism", mechanism)
             if not self.sasl_username or self.sasl_password is None:
                 raise SecurityConfigError(f"security_protocol={protocol} needs sasl_username and sasl_password")
             if mechanism == "PLAIN" and not self.uses_tls:
-                raise SecurityConfigError("sasl_mechanism=PLAIN sends the password as it is: it needs "
-                                          "security_protocol=SASL_SSL")
+                raise SecurityConfigError(
+                    "sasl_mechanism=PLAIN sends the password as it is: it needs security_protocol=SASL_SSL"
+                )
         else:
             given = [n for n in ("sasl_mechanism", "sasl_username", "sasl_password") if getattr(self, n) is not None]
             if given:
-                raise SecurityConfigError(f"{', '.join(given)} given but security_protocol={protocol} has no SASL "
-                                          f"(use SASL_PLAINTEXT or SASL_SSL)")
+                raise SecurityConfigError(
+                    f"{', '.join(given)} given but security_protocol={protocol} has no SASL "
+                    f"(use SASL_PLAINTEXT or SASL_SSL)"
+                )
         if self.uses_tls:
             for name in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
                 path = getattr(self, name)
@@ -135,8 +140,9 @@ class SecurityConfig:
         else:
             given = [n for n in ("ssl_cafile", "ssl_certfile", "ssl_keyfile", "ssl_password") if getattr(self, n)]
             if given:
-                raise SecurityConfigError(f"{', '.join(given)} given but security_protocol={protocol} has no TLS "
-                                          f"(use SSL or SASL_SSL)")
+                raise SecurityConfigError(
+                    f"{', '.join(given)} given but security_protocol={protocol} has no TLS (use SSL or SASL_SSL)"
+                )
 
     @property
     def uses_tls(self) -> bool:
@@ -152,8 +158,9 @@ class SecurityConfig:
 
     def ssl_context(self) -> ssl.SSLContext:
         """The client's TLS context (built once per distinct setting, then shared)."""
-        return _ssl_context(self.ssl_cafile, self.ssl_certfile, self.ssl_keyfile, self.ssl_password,
-                            self.ssl_check_hostname)
+        return _ssl_context(
+            self.ssl_cafile, self.ssl_certfile, self.ssl_keyfile, self.ssl_password, self.ssl_check_hostname
+        )
 
     @classmethod
     def from_kwargs(cls, **settings) -> SecurityConfig:
@@ -198,8 +205,9 @@ def _ssl_context(cafile, certfile, keyfile, password, check_hostname) -> ssl.SSL
         if certfile:
             context.load_cert_chain(certfile, keyfile, password)
     except (ssl.SSLError, OSError) as exc:
-        raise SecurityConfigError(f"cannot load the TLS files (ssl_cafile={cafile}, ssl_certfile={certfile}, "
-                                  f"ssl_keyfile={keyfile}): {exc}") from None
+        raise SecurityConfigError(
+            f"cannot load the TLS files (ssl_cafile={cafile}, ssl_certfile={certfile}, ssl_keyfile={keyfile}): {exc}"
+        ) from None
     return context
 
 
@@ -242,8 +250,11 @@ def sasl_exchange(security: SecurityConfig, address: str) -> Generator[m.Request
     doc = yield m.SaslHandshakeRequest(id=0, mechanism=mechanism)
     if doc["error_code"]:
         offered = ", ".join(doc.get("mechanisms") or ()) or "none"
-        raise error_for(doc["error_code"], f"{address} refused SASL mechanism {mechanism} "
-                                           f"({doc.get('error_message') or 'no message'}; it offers: {offered})")
+        raise error_for(
+            doc["error_code"],
+            f"{address} refused SASL mechanism {mechanism} "
+            f"({doc.get('error_message') or 'no message'}; it offers: {offered})",
+        )
     user, password = security.sasl_username, security.sasl_password
     if mechanism == "PLAIN":
         doc = yield m.SaslAuthenticateRequest(id=0, auth_bytes=b"\0" + user.encode() + b"\0" + password.encode())
@@ -263,7 +274,8 @@ def sasl_exchange(security: SecurityConfig, address: str) -> Generator[m.Request
         scram.set_server_final(bytes(doc["auth_bytes"]).decode())
     except (ScramException, UnicodeDecodeError) as exc:
         raise SaslAuthenticationFailedError(
-            f"{address} did not prove it knows User:{user}'s credential (SCRAM server signature: {exc})") from None
+            f"{address} did not prove it knows User:{user}'s credential (SCRAM server signature: {exc})"
+        ) from None
     return int(doc.get("session_lifetime_ms") or 0)
 
 
@@ -279,8 +291,10 @@ def renewal_time(authenticated_at: float, session_lifetime_ms: int) -> float | N
 
 def _check_sasl(doc: dict, address: str, user: str) -> None:
     if doc["error_code"]:
-        raise error_for(doc["error_code"], f"authentication of User:{user} with {address} failed: "
-                                           f"{doc.get('error_message') or 'no message'}")
+        raise error_for(
+            doc["error_code"],
+            f"authentication of User:{user} with {address} failed: {doc.get('error_message') or 'no message'}",
+        )
 
 
 # -- Kafka's client properties (--command-config) -----------------------------------------------
@@ -307,8 +321,11 @@ _PROPERTIES = {
     "ssl.password": "ssl_password",
 }
 #: Every property name :func:`security_from_properties` reads.
-PROPERTY_NAMES = frozenset(_PROPERTIES) | {"sasl.jaas.config", "ssl.endpoint.identification.algorithm",
-                                          "ssl.check.hostname"}
+PROPERTY_NAMES = frozenset(_PROPERTIES) | {
+    "sasl.jaas.config",
+    "ssl.endpoint.identification.algorithm",
+    "ssl.check.hostname",
+}
 
 
 def security_from_properties(properties: Mapping[str, str], *, prefix: str = "", source: str = "") -> SecurityConfig:
@@ -324,7 +341,7 @@ def security_from_properties(properties: Mapping[str, str], *, prefix: str = "",
         if prefix:
             if not key.startswith(prefix):
                 continue
-            key = key[len(prefix):]
+            key = key[len(prefix) :]
         value = value.strip() if isinstance(value, str) else value
         if key in _PROPERTIES:
             name = _PROPERTIES[key]
@@ -359,15 +376,21 @@ def _parse_jaas(value: str, name: str) -> tuple[str | None, str | None]:
     """(username, password) of ``org.apache.kafka.common.security.scram.ScramLoginModule required
     username="u" password="p";`` (or PlainLoginModule)."""
     if "LoginModule" not in value:
-        raise SecurityConfigError(f"{name}: expected '<LoginModule class> required username=\"...\" "
-                                  f"password=\"...\";', got something else")
+        raise SecurityConfigError(
+            f'{name}: expected \'<LoginModule class> required username="..." password="...";\', got something else'
+        )
     if not any(module in value for module in ("ScramLoginModule", "PlainLoginModule")):
         raise SecurityConfigError(f"{name}: only ScramLoginModule and PlainLoginModule are supported")
     options = {}
     for match in _JAAS.finditer(value.split("required", 1)[-1]):
         quoted = match.group(2)
-        options[match.group(1)] = (re.sub(r"\\(.)", r"\1", quoted) if quoted is not None
-                                   else match.group(3) if match.group(3) is not None else match.group(4))
+        options[match.group(1)] = (
+            re.sub(r"\\(.)", r"\1", quoted)
+            if quoted is not None
+            else match.group(3)
+            if match.group(3) is not None
+            else match.group(4)
+        )
     return options.get("username"), options.get("password")
 
 

@@ -22,6 +22,5 @@ def as_topic_function(name: str, given, method: str) -> Callable[[str, Any, Any]
     if callable(bound):
         return bound
     if not callable(given):
-        raise TypeError(f"{name} must be a function of the data or have {method}(topic, headers, data), "
-                        f"got {given!r}")
+        raise TypeError(f"{name} must be a function of the data or have {method}(topic, headers, data), got {given!r}")
     return lambda topic, headers, data: given(data)

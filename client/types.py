@@ -115,14 +115,16 @@ class RecordColumns:
         except ImportError:
             raise ImportError("RecordColumns.to_arrow() needs pyarrow: pip install pyarrow") from None
         header_type = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
-        return pa.table({
-            "offset": pa.array(self.offsets, pa.int64()),
-            "timestamp": pa.array(self.timestamps, pa.int64()),
-            "timestamp_type": pa.array(self.types, pa.int8()),
-            "key": pa.array(self.keys, pa.binary()),
-            "value": pa.array(self.values, pa.binary()),
-            "headers": pa.array([[{"key": k, "value": v} for k, v in h] for h in self.headers], header_type),
-        })
+        return pa.table(
+            {
+                "offset": pa.array(self.offsets, pa.int64()),
+                "timestamp": pa.array(self.timestamps, pa.int64()),
+                "timestamp_type": pa.array(self.types, pa.int8()),
+                "key": pa.array(self.keys, pa.binary()),
+                "value": pa.array(self.values, pa.binary()),
+                "headers": pa.array([[{"key": k, "value": v} for k, v in h] for h in self.headers], header_type),
+            }
+        )
 
 
 class OffsetAndTimestamp(NamedTuple):
@@ -223,8 +225,7 @@ class ClientQuotaEntity:
     def sort_key(self) -> tuple:
         """Users, then client ids, then IPs; the default before named entities."""
         entries = self.entries
-        return tuple((kind in entries, entries.get(kind) is not None, entries.get(kind) or "")
-                     for kind in self.TYPES)
+        return tuple((kind in entries, entries.get(kind) is not None, entries.get(kind) or "") for kind in self.TYPES)
 
     def __repr__(self) -> str:
         return f"ClientQuotaEntity({self.entries!r})"

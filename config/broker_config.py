@@ -340,191 +340,356 @@ class BrokerConfigKey:
 def _server_keys() -> Iterator[BrokerConfigKey]:
     group = "server"
     yield BrokerConfigKey(
-        "listeners", "listener", Endpoint("PLAINTEXT", "127.0.0.1", 9092),
+        "listeners",
+        "listener",
+        Endpoint("PLAINTEXT", "127.0.0.1", 9092),
         "Address the broker accepts client connections on, in Kafka's listener syntax, named by "
         "its security protocol: PLAINTEXT, SSL (TLS, see ssl.*), SASL_PLAINTEXT or SASL_SSL "
         "(SASL authentication, see sasl.enabled.mechanisms). triolog serves one listener and, "
         "unlike Kafka (PLAINTEXT://:9092), defaults to loopback so that a bare start is not "
         "reachable from the network.",
-        group, attr="listener", parser=parse_listeners,
+        group,
+        attr="listener",
+        parser=parse_listeners,
         allowed="one PROTOCOL://host:port, PROTOCOL one of PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL "
-                "(empty host = every interface, IPv6 in brackets as PLAINTEXT://[::1]:9092, port "
-                "0..65535 with 0 = any free port)")
+        "(empty host = every interface, IPv6 in brackets as PLAINTEXT://[::1]:9092, port "
+        "0..65535 with 0 = any free port)",
+    )
     yield BrokerConfigKey(
-        "kafka.listeners", "listener", None,
+        "kafka.listeners",
+        "listener",
+        None,
         "Address the broker accepts Kafka's own wire protocol on (Kafka's clients: librdkafka "
         "and confluent-kafka, kcat, kafka-python, aiokafka, the Java client), in Kafka's listener "
         "syntax; empty turns it off. The same logs and handlers serve it as listeners.",
-        group, attr="kafka_listener", parser=parse_kafka_listeners,
+        group,
+        attr="kafka_listener",
+        parser=parse_kafka_listeners,
         allowed="empty, or one PROTOCOL://host:port as listeners (PLAINTEXT, SSL, SASL_PLAINTEXT, "
-                "SASL_SSL; empty host = every interface, IPv6 in brackets, port 0..65535 with 0 = "
-                "any free port)")
+        "SASL_SSL; empty host = every interface, IPv6 in brackets, port 0..65535 with 0 = "
+        "any free port)",
+    )
     yield BrokerConfigKey(
-        "kafka.advertised.listeners", "listener", None,
+        "kafka.advertised.listeners",
+        "listener",
+        None,
         "The address Metadata, FindCoordinator and DescribeCluster give Kafka clients for this "
         "broker, where it differs from kafka.listeners (a container's published port, a host "
         "name). Empty: kafka.listeners' own, with localhost for an empty host.",
-        group, attr="kafka_advertised_listener", parser=parse_kafka_listeners,
-        allowed="empty, or one PROTOCOL://host:port with a host")
+        group,
+        attr="kafka_advertised_listener",
+        parser=parse_kafka_listeners,
+        allowed="empty, or one PROTOCOL://host:port with a host",
+    )
     yield BrokerConfigKey(
-        "node.id", "int", 0,
+        "node.id",
+        "int",
+        0,
         "Id of this broker, written to meta.properties. Kafka's default is -1 (must be set); "
         "a single-node triolog defaults to 0.",
-        group, attr="node_id", minimum=0)
+        group,
+        attr="node_id",
+        minimum=0,
+    )
     yield BrokerConfigKey(
-        "log.dirs", "list", None,
+        "log.dirs",
+        "list",
+        None,
         "Comma-separated directories holding the partition logs; new partitions go to the one "
         "holding the fewest. Relative paths are relative to the working directory.",
-        group, attr="log_dirs", fallback="log.dir", parser=_parse_dirs,
-        allowed="comma-separated directories, none twice")
+        group,
+        attr="log_dirs",
+        fallback="log.dir",
+        parser=_parse_dirs,
+        allowed="comma-separated directories, none twice",
+    )
     yield BrokerConfigKey(
-        "log.dir", "list", ("/tmp/kafka-logs",),
+        "log.dir",
+        "list",
+        ("/tmp/kafka-logs",),
         "Used when log.dirs is unset. The embedded server.properties sets ./data.",
-        group, parser=_parse_dirs, allowed="comma-separated directories, none twice")
+        group,
+        parser=_parse_dirs,
+        allowed="comma-separated directories, none twice",
+    )
     yield BrokerConfigKey(
-        "num.partitions", "int", 1,
+        "num.partitions",
+        "int",
+        1,
         "Partition count of automatically created topics.",
-        group, attr="num_partitions", minimum=1)
+        group,
+        attr="num_partitions",
+        minimum=1,
+    )
     yield BrokerConfigKey(
-        "auto.create.topics.enable", "boolean", True,
+        "auto.create.topics.enable",
+        "boolean",
+        True,
         "Create a missing topic when a metadata request names it and allows creation (producers do, consumers only with allow_auto_create_topics); produce alone never creates.",
-        group, attr="auto_create_topics_enable")
+        group,
+        attr="auto_create_topics_enable",
+    )
     yield BrokerConfigKey(
-        "socket.request.max.bytes", "int", 104857600,
+        "socket.request.max.bytes",
+        "int",
+        104857600,
         "Largest request frame accepted; a longer one is refused and the connection closed.",
-        group, attr="socket_request_max_bytes", minimum=1)
+        group,
+        attr="socket_request_max_bytes",
+        minimum=1,
+    )
     yield BrokerConfigKey(
-        "max.connections", "int", INT_MAX,
+        "max.connections",
+        "int",
+        INT_MAX,
         "Connections the broker holds open at once; further ones wait to be accepted.",
-        group, attr="max_connections", minimum=0)
+        group,
+        attr="max_connections",
+        minimum=0,
+    )
     yield BrokerConfigKey(
-        "max.connections.per.ip", "int", INT_MAX,
+        "max.connections.per.ip",
+        "int",
+        INT_MAX,
         "Connections accepted from one client address; further ones are closed at once.",
-        group, attr="max_connections_per_ip", minimum=0)
+        group,
+        attr="max_connections_per_ip",
+        minimum=0,
+    )
     yield BrokerConfigKey(
-        "max.connection.creation.rate", "int", INT_MAX,
+        "max.connection.creation.rate",
+        "int",
+        INT_MAX,
         "New connections the broker accepts per second, over all its listeners (Kafka's broker-wide "
         "limit): past it, accepting waits (new connections wait in the listen backlog) instead of "
         "refusing them, unlike an IP's connection_creation_rate quota, which closes them. 0 accepts none.",
-        group, attr="max_connection_creation_rate", minimum=0)
+        group,
+        attr="max_connection_creation_rate",
+        minimum=0,
+    )
     yield BrokerConfigKey(
-        "connections.max.idle.ms", "long", 600000,
+        "connections.max.idle.ms",
+        "long",
+        600000,
         "Close a connection with no request for this long; -1 never closes idle connections.",
-        group, attr="connections_max_idle_ms", minimum=-1)
+        group,
+        attr="connections_max_idle_ms",
+        minimum=-1,
+    )
     yield BrokerConfigKey(
-        "queued.max.request.bytes", "long", 268435456,
+        "queued.max.request.bytes",
+        "long",
+        268435456,
         "Request bytes all connections together may hold in memory, from a frame's length prefix "
         "until its request is answered; a connection whose next frame does not fit stops reading "
         "until earlier requests give their bytes back, and a frame longer than the cap is refused. "
         "Kafka's default is -1 (unbounded); -1 turns the cap off.",
-        group, attr="queued_max_request_bytes", minimum=-1)
+        group,
+        attr="queued_max_request_bytes",
+        minimum=-1,
+    )
     yield BrokerConfigKey(
-        "request.receive.timeout.ms", "long", 30000,
+        "request.receive.timeout.ms",
+        "long",
+        30000,
         "triolog key: a request frame must arrive in full within this long of its first byte, "
         "or the connection is closed (a slow sender cannot hold a buffer indefinitely); time spent "
         "waiting for queued.max.request.bytes does not count. -1 waits forever.",
-        group, attr="request_receive_timeout_ms", minimum=-1)
+        group,
+        attr="request_receive_timeout_ms",
+        minimum=-1,
+    )
     yield BrokerConfigKey(
-        "max.broker.partitions", "int", 10000,
+        "max.broker.partitions",
+        "int",
+        10000,
         "Partitions this broker holds at most (KIP-578's name); a create_topics or auto-creation "
         "that would exceed it is refused with POLICY_VIOLATION before anything is created.",
-        group, attr="max_broker_partitions", minimum=1)
+        group,
+        attr="max_broker_partitions",
+        minimum=1,
+    )
     yield BrokerConfigKey(
-        "metrics.listener", "url", Endpoint("http", "127.0.0.1", 9404),
+        "metrics.listener",
+        "url",
+        Endpoint("http", "127.0.0.1", 9404),
         "triolog key: where Prometheus scrapes /metrics over HTTP. Same host rules as "
         "listeners; an empty value turns the endpoint off.",
-        group, attr="metrics_listener", parser=parse_metrics_listener,
-        allowed="http://host:port (empty host = every interface, IPv6 in brackets), "
-                "or empty to disable")
+        group,
+        attr="metrics_listener",
+        parser=parse_metrics_listener,
+        allowed="http://host:port (empty host = every interface, IPv6 in brackets), or empty to disable",
+    )
     yield BrokerConfigKey(
-        "logger.format", "string", "console",
+        "logger.format",
+        "string",
+        "console",
         "triolog key: console writes human-readable lines, json one JSON object per line.",
-        group, attr="logger_format", parser=_parse_logger_format,
-        allowed="one of " + ", ".join(LOGGER_FORMATS))
+        group,
+        attr="logger_format",
+        parser=_parse_logger_format,
+        allowed="one of " + ", ".join(LOGGER_FORMATS),
+    )
     yield BrokerConfigKey(
-        "logger.level", "string", "INFO",
+        "logger.level",
+        "string",
+        "INFO",
         "triolog key: least severe level logged (case-insensitive; WARN means WARNING).",
-        group, attr="logger_level", parser=_parse_logger_level,
-        allowed="one of " + ", ".join(LOGGER_LEVELS))
+        group,
+        attr="logger_level",
+        parser=_parse_logger_level,
+        allowed="one of " + ", ".join(LOGGER_LEVELS),
+    )
 
 
 def _log_manager_keys() -> Iterator[BrokerConfigKey]:
     group = "log manager"
     yield BrokerConfigKey(
-        "log.retention.check.interval.ms", "long", 300000,
+        "log.retention.check.interval.ms",
+        "long",
+        300000,
         "How often the retention task deletes segments past retention.ms or retention.bytes.",
-        group, attr="log_retention_check_interval_ms", minimum=1)
+        group,
+        attr="log_retention_check_interval_ms",
+        minimum=1,
+    )
     yield BrokerConfigKey(
-        "log.flush.offset.checkpoint.interval.ms", "int", 60000,
+        "log.flush.offset.checkpoint.interval.ms",
+        "int",
+        60000,
         "How often each log dir's recovery-point-offset-checkpoint is written; recovery after a "
         "crash starts from there.",
-        group, attr="log_flush_offset_checkpoint_interval_ms", minimum=0)
+        group,
+        attr="log_flush_offset_checkpoint_interval_ms",
+        minimum=0,
+    )
     yield BrokerConfigKey(
-        "log.flush.start.offset.checkpoint.interval.ms", "int", 60000,
+        "log.flush.start.offset.checkpoint.interval.ms",
+        "int",
+        60000,
         "How often each log dir's log-start-offset-checkpoint is written.",
-        group, attr="log_flush_start_offset_checkpoint_interval_ms", minimum=0)
+        group,
+        attr="log_flush_start_offset_checkpoint_interval_ms",
+        minimum=0,
+    )
     yield BrokerConfigKey(
-        "replica.high.watermark.checkpoint.interval.ms", "long", 5000,
+        "replica.high.watermark.checkpoint.interval.ms",
+        "long",
+        5000,
         "How often each log dir's replication-offset-checkpoint (high watermarks) is written.",
-        group, attr="replica_high_watermark_checkpoint_interval_ms", minimum=1)
+        group,
+        attr="replica_high_watermark_checkpoint_interval_ms",
+        minimum=1,
+    )
     yield BrokerConfigKey(
-        "log.flush.scheduler.interval.ms", "long", LONG_MAX,
+        "log.flush.scheduler.interval.ms",
+        "long",
+        LONG_MAX,
         "How often the flusher looks for logs whose last flush is older than flush.ms; also the "
         "default of log.flush.interval.ms. The default never runs it.",
-        group, attr="log_flush_scheduler_interval_ms", minimum=1)
+        group,
+        attr="log_flush_scheduler_interval_ms",
+        minimum=1,
+    )
     yield BrokerConfigKey(
-        "log.initial.task.delay.ms", "long", 30000,
+        "log.initial.task.delay.ms",
+        "long",
+        30000,
         "Delay after startup before the kafka-log-retention task first runs (the flush and "
         "checkpoint tasks start at once: delaying them would only widen what a crash re-validates).",
-        group, attr="log_initial_task_delay_ms", minimum=0)
+        group,
+        attr="log_initial_task_delay_ms",
+        minimum=0,
+    )
     yield BrokerConfigKey(
-        "num.recovery.threads.per.data.dir", "int", 1,
+        "num.recovery.threads.per.data.dir",
+        "int",
+        1,
         "Threads per log dir that load and recover logs at startup and flush them at shutdown.",
-        group, attr="num_recovery_threads_per_data_dir", minimum=1)
+        group,
+        attr="num_recovery_threads_per_data_dir",
+        minimum=1,
+    )
 
 
 def _cleaner_keys() -> Iterator[BrokerConfigKey]:
     group = "log cleaner"
     yield BrokerConfigKey(
-        "log.cleaner.enable", "boolean", True,
+        "log.cleaner.enable",
+        "boolean",
+        True,
         "Run the log cleaner, which compacts topics whose cleanup.policy includes compact.",
-        group, attr="log_cleaner_enable")
+        group,
+        attr="log_cleaner_enable",
+    )
     yield BrokerConfigKey(
-        "log.cleaner.threads", "int", 1,
+        "log.cleaner.threads",
+        "int",
+        1,
         "Cleaner threads; each cleans one log at a time.",
-        group, attr="log_cleaner_threads", minimum=0)
+        group,
+        attr="log_cleaner_threads",
+        minimum=0,
+    )
     yield BrokerConfigKey(
-        "log.cleaner.dedupe.buffer.size", "long", 134217728,
+        "log.cleaner.dedupe.buffer.size",
+        "long",
+        134217728,
         "Memory for the key-to-offset maps of all cleaner threads together; bounds how much of "
         "the dirty section one pass can clean.",
-        group, attr="log_cleaner_dedupe_buffer_size", minimum=1)
+        group,
+        attr="log_cleaner_dedupe_buffer_size",
+        minimum=1,
+    )
     yield BrokerConfigKey(
-        "log.cleaner.io.buffer.size", "int", 524288,
+        "log.cleaner.io.buffer.size",
+        "int",
+        524288,
         "Read and write buffer memory of all cleaner threads together.",
-        group, attr="log_cleaner_io_buffer_size", minimum=0)
+        group,
+        attr="log_cleaner_io_buffer_size",
+        minimum=0,
+    )
     yield BrokerConfigKey(
-        "log.cleaner.io.buffer.load.factor", "double", 0.9,
+        "log.cleaner.io.buffer.load.factor",
+        "double",
+        0.9,
         "Fill ratio of the dedupe offset map, despite the name (Kafka's).",
-        group, attr="log_cleaner_io_buffer_load_factor", parser=_parse_load_factor,
-        allowed="double, > 0 and <= 1")
+        group,
+        attr="log_cleaner_io_buffer_load_factor",
+        parser=_parse_load_factor,
+        allowed="double, > 0 and <= 1",
+    )
     yield BrokerConfigKey(
-        "log.cleaner.io.max.bytes.per.second", "double", DOUBLE_MAX,
+        "log.cleaner.io.max.bytes.per.second",
+        "double",
+        DOUBLE_MAX,
         "Throttle on the cleaner's reads plus writes. The default, Java's Double.MAX (also "
         "written inf), means no limit.",
-        group, attr="log_cleaner_io_max_bytes_per_second", parser=_parse_rate,
-        allowed="double, > 0 (inf or Double.MAX = unlimited)")
+        group,
+        attr="log_cleaner_io_max_bytes_per_second",
+        parser=_parse_rate,
+        allowed="double, > 0 (inf or Double.MAX = unlimited)",
+    )
     yield BrokerConfigKey(
-        "log.cleaner.backoff.ms", "long", 15000,
+        "log.cleaner.backoff.ms",
+        "long",
+        15000,
         "Sleep of a cleaner thread that found no log to clean.",
-        group, attr="log_cleaner_backoff_ms", minimum=0)
+        group,
+        attr="log_cleaner_backoff_ms",
+        minimum=0,
+    )
 
 
 #: What ``sasl.enabled.mechanisms`` may name. PLAIN carries the password itself: it is offered on
 #: SASL_SSL listeners only.
 SASL_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN")
 #: Kafka's authorizer class names; either turns on triolog's ACL authorizer (the same model).
-AUTHORIZER_CLASS_NAMES = ("org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-                          "kafka.security.authorizer.AclAuthorizer")
+AUTHORIZER_CLASS_NAMES = (
+    "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+    "kafka.security.authorizer.AclAuthorizer",
+)
 _TLS_PROTOCOLS = ("TLSv1.2", "TLSv1.3")
 
 
@@ -534,8 +699,9 @@ def _parse_optional(text: str) -> str | None:
 
 def _parse_pem_type(text: str) -> str:
     if text.strip().upper() != "PEM":
-        raise ValueError("triolog reads PEM files only (JKS and PKCS12 keystores: convert them with "
-                         "openssl or keytool)")
+        raise ValueError(
+            "triolog reads PEM files only (JKS and PKCS12 keystores: convert them with openssl or keytool)"
+        )
     return "PEM"
 
 
@@ -580,215 +746,397 @@ def _parse_authorizer(text: str) -> str:
 def _security_keys() -> Iterator[BrokerConfigKey]:
     group = "security"
     yield BrokerConfigKey(
-        "ssl.keystore.type", "string", "PEM",
+        "ssl.keystore.type",
+        "string",
+        "PEM",
         "Format of ssl.keystore.location. Kafka defaults to JKS; triolog reads PEM.",
-        group, attr="ssl_keystore_type", parser=_parse_pem_type, allowed="PEM")
+        group,
+        attr="ssl_keystore_type",
+        parser=_parse_pem_type,
+        allowed="PEM",
+    )
     yield BrokerConfigKey(
-        "ssl.keystore.location", "string", None,
+        "ssl.keystore.location",
+        "string",
+        None,
         "One PEM file holding the broker's private key and its certificate chain (leaf first); "
         "required by an SSL or SASL_SSL listener.",
-        group, attr="ssl_keystore_location", parser=_parse_optional, allowed="a file path, or empty")
+        group,
+        attr="ssl_keystore_location",
+        parser=_parse_optional,
+        allowed="a file path, or empty",
+    )
     yield BrokerConfigKey(
-        "ssl.key.password", "password", None,
-        "Password of the private key in ssl.keystore.location, if it is encrypted. Never shown "
-        "by describe_configs.",
-        group, attr="ssl_key_password", parser=_parse_optional, allowed="a string, or empty",
-        sensitive=True)
+        "ssl.key.password",
+        "password",
+        None,
+        "Password of the private key in ssl.keystore.location, if it is encrypted. Never shown by describe_configs.",
+        group,
+        attr="ssl_key_password",
+        parser=_parse_optional,
+        allowed="a string, or empty",
+        sensitive=True,
+    )
     yield BrokerConfigKey(
-        "ssl.truststore.type", "string", "PEM",
+        "ssl.truststore.type",
+        "string",
+        "PEM",
         "Format of ssl.truststore.location. Kafka defaults to JKS; triolog reads PEM.",
-        group, attr="ssl_truststore_type", parser=_parse_pem_type, allowed="PEM")
+        group,
+        attr="ssl_truststore_type",
+        parser=_parse_pem_type,
+        allowed="PEM",
+    )
     yield BrokerConfigKey(
-        "ssl.truststore.location", "string", None,
+        "ssl.truststore.location",
+        "string",
+        None,
         "PEM file of the CA certificates client certificates are verified against (ssl.client.auth).",
-        group, attr="ssl_truststore_location", parser=_parse_optional, allowed="a file path, or empty")
+        group,
+        attr="ssl_truststore_location",
+        parser=_parse_optional,
+        allowed="a file path, or empty",
+    )
     yield BrokerConfigKey(
-        "ssl.client.auth", "string", "none",
+        "ssl.client.auth",
+        "string",
+        "none",
         "Whether TLS listeners ask clients for a certificate: none, requested (verified if "
         "given) or required (mutual TLS). A verified certificate's subject is the principal "
         "(User:CN=...,O=...) on an SSL listener, as Kafka's default principal builder.",
-        group, attr="ssl_client_auth", choices=("none", "requested", "required"))
+        group,
+        attr="ssl_client_auth",
+        choices=("none", "requested", "required"),
+    )
     yield BrokerConfigKey(
-        "ssl.enabled.protocols", "list", _TLS_PROTOCOLS,
+        "ssl.enabled.protocols",
+        "list",
+        _TLS_PROTOCOLS,
         "TLS versions the TLS listeners accept.",
-        group, attr="ssl_enabled_protocols",
+        group,
+        attr="ssl_enabled_protocols",
         parser=lambda text: _parse_names(text, _TLS_PROTOCOLS, "TLS version", at_least_one=True),
-        allowed="comma-separated list of " + ", ".join(_TLS_PROTOCOLS))
+        allowed="comma-separated list of " + ", ".join(_TLS_PROTOCOLS),
+    )
     yield BrokerConfigKey(
-        "ssl.cipher.suites", "list", (),
+        "ssl.cipher.suites",
+        "list",
+        (),
         "TLS 1.2 cipher suites, in OpenSSL's names (ECDHE-RSA-AES128-GCM-SHA256); empty: "
         "OpenSSL's secure defaults. TLS 1.3's suites are OpenSSL's defaults (Python cannot restrict them).",
-        group, attr="ssl_cipher_suites", parser=_parse_cipher_suites,
-        allowed="comma-separated OpenSSL cipher names, or empty")
+        group,
+        attr="ssl_cipher_suites",
+        parser=_parse_cipher_suites,
+        allowed="comma-separated OpenSSL cipher names, or empty",
+    )
     yield BrokerConfigKey(
-        "ssl.principal.mapping.rules", "string", PrincipalMappingRules(DEFAULT_RULES),
+        "ssl.principal.mapping.rules",
+        "string",
+        PrincipalMappingRules(DEFAULT_RULES),
         "How a TLS client's certificate subject becomes its user name, as Kafka: rules tried in "
         "order, separated by commas; DEFAULT is the subject itself (CN=alice,OU=eng,O=acme), "
         "RULE:pattern/replacement/ with an optional L or U after it applies when the regular "
         "expression matches the whole subject (RULE:^CN=([^,]*),.*$/$1/L names that client "
         "alice). A client no rule applies to is refused.",
-        group, attr="ssl_principal_mapping_rules", parser=PrincipalMappingRules,
-        allowed="DEFAULT and RULE:pattern/replacement/[LU], comma-separated")
+        group,
+        attr="ssl_principal_mapping_rules",
+        parser=PrincipalMappingRules,
+        allowed="DEFAULT and RULE:pattern/replacement/[LU], comma-separated",
+    )
     yield BrokerConfigKey(
-        "sasl.enabled.mechanisms", "list", ("SCRAM-SHA-256", "SCRAM-SHA-512"),
+        "sasl.enabled.mechanisms",
+        "list",
+        ("SCRAM-SHA-256", "SCRAM-SHA-512"),
         "SASL mechanisms SASL_PLAINTEXT and SASL_SSL listeners offer; users and their SCRAM "
         "credentials are managed with `triolog users`. PLAIN checks the password against the "
         "same credentials and is offered on SASL_SSL only, never over plaintext. Kafka's default "
         "is GSSAPI, which triolog does not serve.",
-        group, attr="sasl_enabled_mechanisms",
+        group,
+        attr="sasl_enabled_mechanisms",
         parser=lambda text: _parse_names(text, SASL_MECHANISMS, "SASL mechanism", at_least_one=True),
-        allowed="comma-separated list of " + ", ".join(SASL_MECHANISMS))
+        allowed="comma-separated list of " + ", ".join(SASL_MECHANISMS),
+    )
     yield BrokerConfigKey(
-        "sasl.server.max.receive.size", "int", 524288,
+        "sasl.server.max.receive.size",
+        "int",
+        524288,
         "Longest frame a client may send before it has authenticated on a SASL listener.",
-        group, attr="sasl_server_max_receive_size", minimum=1)
+        group,
+        attr="sasl_server_max_receive_size",
+        minimum=1,
+    )
     yield BrokerConfigKey(
-        "connections.max.reauth.ms", "long", 0,
+        "connections.max.reauth.ms",
+        "long",
+        0,
         "How long a SASL session lasts (KIP-368). When it is over 0, the broker tells each client "
         "its session lifetime when it authenticates; the client must authenticate again on the "
         "same connection before then (Kafka's Java clients, librdkafka 2.2 or later and kafka-python 3 "
         "do; triolog's clients open a new connection), or the broker closes the connection at its next request. "
         "A deleted user's or a changed password's connections end this way. 0: sessions never expire.",
-        group, attr="connections_max_reauth_ms", minimum=0)
+        group,
+        attr="connections_max_reauth_ms",
+        minimum=0,
+    )
     yield BrokerConfigKey(
-        "connection.failed.authentication.delay.ms", "int", 100,
+        "connection.failed.authentication.delay.ms",
+        "int",
+        100,
         "How long the broker waits before answering a failed authentication (and closing the "
         "connection), which slows password guessing.",
-        group, attr="connection_failed_authentication_delay_ms", minimum=0)
+        group,
+        attr="connection_failed_authentication_delay_ms",
+        minimum=0,
+    )
     yield BrokerConfigKey(
-        "authorizer.class.name", "string", "",
+        "authorizer.class.name",
+        "string",
+        "",
         "Empty: every client may do everything. Kafka's StandardAuthorizer or AclAuthorizer class "
         "name turns on triolog's ACL authorizer (Kafka's model, ACLs managed with `triolog acls`).",
-        group, attr="authorizer_class_name", parser=_parse_authorizer,
-        allowed="empty, " + " or ".join(AUTHORIZER_CLASS_NAMES))
+        group,
+        attr="authorizer_class_name",
+        parser=_parse_authorizer,
+        allowed="empty, " + " or ".join(AUTHORIZER_CLASS_NAMES),
+    )
     yield BrokerConfigKey(
-        "super.users", "list", (),
+        "super.users",
+        "list",
+        (),
         "Principals the authorizer allows everything, separated by semicolons (User:admin;User:ops).",
-        group, attr="super_users", parser=_parse_super_users,
-        allowed="semicolon-separated principals Type:name, or empty")
+        group,
+        attr="super_users",
+        parser=_parse_super_users,
+        allowed="semicolon-separated principals Type:name, or empty",
+    )
     yield BrokerConfigKey(
-        "quota.window.size.seconds", "int", 1,
+        "quota.window.size.seconds",
+        "int",
+        1,
         "Client quotas (producer_byte_rate, consumer_byte_rate, request_percentage, set with "
         "AlterClientQuotas): a client may burst this many seconds' worth of its quota before it is throttled.",
-        group, attr="quota_window_size_seconds", minimum=1)
+        group,
+        attr="quota_window_size_seconds",
+        minimum=1,
+    )
     yield BrokerConfigKey(
-        "quota.window.num", "int", 11,
+        "quota.window.num",
+        "int",
+        11,
         "Client quotas: the longest single throttle is this many quota windows, and a fetch under a "
         "consumer_byte_rate returns at most that many windows' worth of it.",
-        group, attr="quota_window_num", minimum=1)
+        group,
+        attr="quota_window_num",
+        minimum=1,
+    )
     yield BrokerConfigKey(
-        "allow.everyone.if.no.acl.found", "boolean", False,
+        "allow.everyone.if.no.acl.found",
+        "boolean",
+        False,
         "With the authorizer on, whether a resource no ACL applies to is open to everyone (true) or "
         "to super users only (false, Kafka's default).",
-        group, attr="allow_everyone_if_no_acl_found")
+        group,
+        attr="allow_everyone_if_no_acl_found",
+    )
 
 
 def _producer_state_keys() -> Iterator[BrokerConfigKey]:
     group = "idempotent producers"
     yield BrokerConfigKey(
-        "producer.id.expiration.ms", "int", 86400000,
+        "producer.id.expiration.ms",
+        "int",
+        86400000,
         "A partition forgets a producer id whose last batch's timestamp is this old: its sequence "
         "state leaves memory, .snapshot files and the cleaner's kept batches, and its next batch "
         "must start at sequence 0.",
-        group, attr="producer_id_expiration_ms", minimum=1)
+        group,
+        attr="producer_id_expiration_ms",
+        minimum=1,
+    )
     yield BrokerConfigKey(
-        "producer.id.expiration.check.interval.ms", "int", 600000,
+        "producer.id.expiration.check.interval.ms",
+        "int",
+        600000,
         "How often every partition removes expired producer ids.",
-        group, attr="producer_id_expiration_check_interval_ms", minimum=1)
+        group,
+        attr="producer_id_expiration_check_interval_ms",
+        minimum=1,
+    )
 
 
 def _group_coordinator_keys() -> Iterator[BrokerConfigKey]:
     group = "group coordinator"
     yield BrokerConfigKey(
-        "offsets.topic.num.partitions", "int", 50,
+        "offsets.topic.num.partitions",
+        "int",
+        50,
         "Partitions of the internal topic __consumer_offsets, fixed when it is first created; a "
         "group's offsets and metadata live in partition abs(java hashCode(group_id)) % this.",
-        group, attr="offsets_topic_num_partitions", minimum=1)
+        group,
+        attr="offsets_topic_num_partitions",
+        minimum=1,
+    )
     yield BrokerConfigKey(
-        "offsets.topic.segment.bytes", "int", 104857600,
+        "offsets.topic.segment.bytes",
+        "int",
+        104857600,
         "segment.bytes of __consumer_offsets, kept small so that compaction and loading are fast.",
-        group, attr="offsets_topic_segment_bytes", minimum=1)
+        group,
+        attr="offsets_topic_segment_bytes",
+        minimum=1,
+    )
     yield BrokerConfigKey(
-        "offsets.topic.replication.factor", "int", 3,
+        "offsets.topic.replication.factor",
+        "int",
+        3,
         "Accepted for Kafka configs; a single triolog broker keeps one replica whatever it says.",
-        group, attr="offsets_topic_replication_factor", minimum=1)
+        group,
+        attr="offsets_topic_replication_factor",
+        minimum=1,
+    )
     yield BrokerConfigKey(
-        "offsets.retention.minutes", "int", 10080,
+        "offsets.retention.minutes",
+        "int",
+        10080,
         "Committed offsets of a group are deleted (tombstoned) this long after the group became "
         "empty, or after their commit for a group without members' protocol.",
-        group, attr="offsets_retention_minutes", minimum=1)
+        group,
+        attr="offsets_retention_minutes",
+        minimum=1,
+    )
     yield BrokerConfigKey(
-        "offsets.retention.check.interval.ms", "long", 600000,
+        "offsets.retention.check.interval.ms",
+        "long",
+        600000,
         "How often expired offsets are looked for.",
-        group, attr="offsets_retention_check_interval_ms", minimum=1)
+        group,
+        attr="offsets_retention_check_interval_ms",
+        minimum=1,
+    )
     yield BrokerConfigKey(
-        "offsets.load.buffer.size", "int", 5242880,
+        "offsets.load.buffer.size",
+        "int",
+        5242880,
         "Bytes read at a time when loading __consumer_offsets at startup.",
-        group, attr="offsets_load_buffer_size", minimum=1)
+        group,
+        attr="offsets_load_buffer_size",
+        minimum=1,
+    )
     yield BrokerConfigKey(
-        "offsets.commit.timeout.ms", "int", 5000,
-        "How long an offset commit waits for its record to be flushed before failing with "
-        "REQUEST_TIMED_OUT.",
-        group, attr="offsets_commit_timeout_ms", minimum=1)
+        "offsets.commit.timeout.ms",
+        "int",
+        5000,
+        "How long an offset commit waits for its record to be flushed before failing with REQUEST_TIMED_OUT.",
+        group,
+        attr="offsets_commit_timeout_ms",
+        minimum=1,
+    )
     yield BrokerConfigKey(
-        "offset.metadata.max.bytes", "int", 4096,
+        "offset.metadata.max.bytes",
+        "int",
+        4096,
         "Longest committed_metadata string an offset commit may carry.",
-        group, attr="offset_metadata_max_bytes", minimum=0)
+        group,
+        attr="offset_metadata_max_bytes",
+        minimum=0,
+    )
     yield BrokerConfigKey(
-        "group.initial.rebalance.delay.ms", "int", 3000,
+        "group.initial.rebalance.delay.ms",
+        "int",
+        3000,
         "How long the first rebalance of an empty group waits for more members to join.",
-        group, attr="group_initial_rebalance_delay_ms", minimum=0)
+        group,
+        attr="group_initial_rebalance_delay_ms",
+        minimum=0,
+    )
     yield BrokerConfigKey(
-        "group.min.session.timeout.ms", "int", 6000,
+        "group.min.session.timeout.ms",
+        "int",
+        6000,
         "Smallest session_timeout_ms a member may ask for.",
-        group, attr="group_min_session_timeout_ms", minimum=0)
+        group,
+        attr="group_min_session_timeout_ms",
+        minimum=0,
+    )
     yield BrokerConfigKey(
-        "group.max.session.timeout.ms", "int", 1800000,
+        "group.max.session.timeout.ms",
+        "int",
+        1800000,
         "Largest session_timeout_ms a member may ask for.",
-        group, attr="group_max_session_timeout_ms", minimum=0)
+        group,
+        attr="group_max_session_timeout_ms",
+        minimum=0,
+    )
     yield BrokerConfigKey(
-        "group.max.size", "int", INT_MAX,
+        "group.max.size",
+        "int",
+        INT_MAX,
         "Members one group may have; a join beyond it gets GROUP_MAX_SIZE_REACHED.",
-        group, attr="group_max_size", minimum=1)
+        group,
+        attr="group_max_size",
+        minimum=1,
+    )
 
 
 # Chain heads: unset by default, falling back to a coarser key (Kafka's precedence).
 _SYNONYM_HEADS: dict[str, dict[str, Any]] = {
     "retention.ms": dict(
-        fallback="log.retention.minutes", minimum=None,
+        fallback="log.retention.minutes",
+        minimum=None,
         doc_extra="Takes precedence over log.retention.minutes and log.retention.hours; "
-                  "any negative value means -1 (unlimited)."),
-    "segment.ms": dict(fallback="log.roll.hours",
-                       doc_extra="Takes precedence over log.roll.hours."),
-    "segment.jitter.ms": dict(fallback="log.roll.jitter.hours",
-                              doc_extra="Takes precedence over log.roll.jitter.hours."),
-    "flush.ms": dict(fallback="log.flush.scheduler.interval.ms",
-                     doc_extra="Takes precedence over log.flush.scheduler.interval.ms."),
+        "any negative value means -1 (unlimited).",
+    ),
+    "segment.ms": dict(fallback="log.roll.hours", doc_extra="Takes precedence over log.roll.hours."),
+    "segment.jitter.ms": dict(
+        fallback="log.roll.jitter.hours", doc_extra="Takes precedence over log.roll.jitter.hours."
+    ),
+    "flush.ms": dict(
+        fallback="log.flush.scheduler.interval.ms", doc_extra="Takes precedence over log.flush.scheduler.interval.ms."
+    ),
 }
 
 # Coarser keys consulted when a chain head is unset, emitted right after it.
 _SYNONYM_FALLBACKS: dict[str, tuple[BrokerConfigKey, ...]] = {
     "retention.ms": (
         BrokerConfigKey(
-            "log.retention.minutes", "int", None,
+            "log.retention.minutes",
+            "int",
+            None,
             "Retention in minutes, used when log.retention.ms is unset; negative = unlimited.",
-            "topic defaults", fallback="log.retention.hours", unit_ms=MS_PER_MINUTE),
+            "topic defaults",
+            fallback="log.retention.hours",
+            unit_ms=MS_PER_MINUTE,
+        ),
         BrokerConfigKey(
-            "log.retention.hours", "int", 168,
-            "Retention in hours, used when log.retention.ms and log.retention.minutes are "
-            "unset; negative = unlimited.",
-            "topic defaults", unit_ms=MS_PER_HOUR),
+            "log.retention.hours",
+            "int",
+            168,
+            "Retention in hours, used when log.retention.ms and log.retention.minutes are unset; negative = unlimited.",
+            "topic defaults",
+            unit_ms=MS_PER_HOUR,
+        ),
     ),
     "segment.ms": (
         BrokerConfigKey(
-            "log.roll.hours", "int", 168, "Segment roll time in hours, used when log.roll.ms is unset.",
-            "topic defaults", unit_ms=MS_PER_HOUR, minimum=1),
+            "log.roll.hours",
+            "int",
+            168,
+            "Segment roll time in hours, used when log.roll.ms is unset.",
+            "topic defaults",
+            unit_ms=MS_PER_HOUR,
+            minimum=1,
+        ),
     ),
     "segment.jitter.ms": (
         BrokerConfigKey(
-            "log.roll.jitter.hours", "int", 0,
+            "log.roll.jitter.hours",
+            "int",
+            0,
             "Roll jitter in hours, used when log.roll.jitter.ms is unset.",
-            "topic defaults", unit_ms=MS_PER_HOUR, minimum=0),
+            "topic defaults",
+            unit_ms=MS_PER_HOUR,
+            minimum=0,
+        ),
     ),
 }
 
@@ -807,15 +1155,23 @@ def _topic_default_keys() -> Iterator[BrokerConfigKey]:
             settings["default"] = topic.default
         settings.update(head)
         doc = f"{topic.doc} Default of topic key {topic.name}." + (f" {extra}" if extra else "")
-        yield BrokerConfigKey(topic.broker_name, topic.type, doc=doc, group="topic defaults",
-                              topic_name=topic.name, **settings)
+        yield BrokerConfigKey(
+            topic.broker_name, topic.type, doc=doc, group="topic defaults", topic_name=topic.name, **settings
+        )
         yield from _SYNONYM_FALLBACKS.get(topic.name, ())
 
 
 BROKER_CONFIGS: dict[str, BrokerConfigKey] = {
     key.name: key
-    for keys in (_server_keys(), _security_keys(), _log_manager_keys(), _cleaner_keys(), _producer_state_keys(),
-                 _group_coordinator_keys(), _topic_default_keys())
+    for keys in (
+        _server_keys(),
+        _security_keys(),
+        _log_manager_keys(),
+        _cleaner_keys(),
+        _producer_state_keys(),
+        _group_coordinator_keys(),
+        _topic_default_keys(),
+    )
     for key in keys
 }
 
@@ -931,19 +1287,22 @@ class BrokerConfig:
             try:
                 parsed[name] = key.parse(raw)
             except (TypeError, ValueError) as exc:
-                problems.append(f"invalid value {raw!r} for {name}{origin}: {exc} "
-                                f"(allowed: {key.describe_allowed()})")
+                problems.append(f"invalid value {raw!r} for {name}{origin}: {exc} (allowed: {key.describe_allowed()})")
 
         fields = {key.attr: _resolve(key.name, parsed) for key in BROKER_CONFIGS.values() if key.attr}
-        topic_values = {TOPIC_CONFIGS[key.topic_name].attr: _resolve(key.name, parsed)
-                        for key in BROKER_CONFIGS.values() if key.topic_name}
+        topic_values = {
+            TOPIC_CONFIGS[key.topic_name].attr: _resolve(key.name, parsed)
+            for key in BROKER_CONFIGS.values()
+            if key.topic_name
+        }
         if topic_values["retention_ms"] < 0:
             topic_values["retention_ms"] = -1  # Kafka: any negative retention means unlimited
         log_config = dataclasses.replace(LogConfig(), **topic_values)
         if log_config.min_compaction_lag_ms > log_config.max_compaction_lag_ms:
             problems.append(
                 f"log.cleaner.min.compaction.lag.ms ({log_config.min_compaction_lag_ms}) must not "
-                f"exceed log.cleaner.max.compaction.lag.ms ({log_config.max_compaction_lag_ms})")
+                f"exceed log.cleaner.max.compaction.lag.ms ({log_config.max_compaction_lag_ms})"
+            )
         problems.extend(_security_problems(fields))
         if problems:
             raise ConfigError(problems)
@@ -964,16 +1323,22 @@ def _security_problems(fields: Mapping[str, Any]) -> list[str]:
     problems = []
     tls = [str(e) for e in listeners if uses_tls(e)]
     if tls and fields["ssl_keystore_location"] is None:
-        problems.append(f"the TLS listener {', '.join(tls)} needs ssl.keystore.location (one PEM file with the "
-                        f"private key and its certificate chain)")
+        problems.append(
+            f"the TLS listener {', '.join(tls)} needs ssl.keystore.location (one PEM file with the "
+            f"private key and its certificate chain)"
+        )
     if tls and fields["ssl_client_auth"] != "none" and fields["ssl_truststore_location"] is None:
-        problems.append(f"ssl.client.auth={fields['ssl_client_auth']} needs ssl.truststore.location (the PEM "
-                        f"CA certificates client certificates are verified against)")
+        problems.append(
+            f"ssl.client.auth={fields['ssl_client_auth']} needs ssl.truststore.location (the PEM "
+            f"CA certificates client certificates are verified against)"
+        )
     plaintext_sasl = [e for e in listeners if e.scheme == "SASL_PLAINTEXT"]
     if plaintext_sasl and fields["sasl_enabled_mechanisms"] == ("PLAIN",):
-        problems.append(f"the SASL_PLAINTEXT listener {plaintext_sasl[0]} would offer no mechanism: PLAIN, the only "
-                        f"one in sasl.enabled.mechanisms, sends the password itself and is offered over TLS only "
-                        f"(SASL_SSL); enable SCRAM-SHA-256 or SCRAM-SHA-512")
+        problems.append(
+            f"the SASL_PLAINTEXT listener {plaintext_sasl[0]} would offer no mechanism: PLAIN, the only "
+            f"one in sasl.enabled.mechanisms, sends the password itself and is offered over TLS only "
+            f"(SASL_SSL); enable SCRAM-SHA-256 or SCRAM-SHA-512"
+        )
     return problems
 
 

@@ -90,9 +90,11 @@ class PrincipalMappingRules:
         for rule in [m.group(1) for m in _SPLITTER.finditer(text.strip())]:
             match = _PARSER.match(rule)
             if match is None or match.end() != len(rule):
-                unmatched = rule if match is None else rule[match.end():]
-                raise ValueError(f"invalid rule {rule!r}: {unmatched!r} is not part of a rule "
-                                 "(DEFAULT, or RULE:pattern/replacement/ with an optional L or U)")
+                unmatched = rule if match is None else rule[match.end() :]
+                raise ValueError(
+                    f"invalid rule {rule!r}: {unmatched!r} is not part of a rule "
+                    "(DEFAULT, or RULE:pattern/replacement/ with an optional L or U)"
+                )
             if match.group(1):
                 self.rules.append(_Rule(rule))
             elif match.group(2) is not None:

@@ -36,6 +36,7 @@ __all__ = ["decode_into", "next_position"]
 _I32 = struct.Struct(">i")
 _codec = core.load("protocol.record_codec")
 
+
 def decode_into(buf, columns: RecordColumns, position: int, end: int, with_headers: bool) -> int:
     """Append the records with ``position <= offset < end`` of the whole batches in ``buf`` (a
     fetch response's bytes; a trailing partial batch is ignored) to ``columns``.
@@ -48,7 +49,7 @@ def decode_into(buf, columns: RecordColumns, position: int, end: int, with_heade
     view = memoryview(buf)
     next_position = position
     for start, size in _whole_batches(view):
-        batch = view[start:start + size]
+        batch = view[start : start + size]
         header = read_header(batch)
         batch_next = header.base_offset + header.last_offset_delta + 1
         if batch_next <= position:
@@ -105,13 +106,24 @@ def _whole_batches(view):
         at += size
 
 
-def _records(data: bytes, origin: int, stop: int, header, columns: RecordColumns, lo: int, hi: int,
-             with_headers: bool) -> None:
+def _records(
+    data: bytes, origin: int, stop: int, header, columns: RecordColumns, lo: int, hi: int, with_headers: bool
+) -> None:
     """One batch's ``records_count`` records (``data[origin:stop]``) into the columns: the compiled
     core's decoder."""
     try:
-        _codec.decode_columns(data, header.records_count, header.base_offset, header.base_timestamp,
-                              header.max_timestamp if header.attributes & TIMESTAMP_TYPE_MASK else None,
-                              lo, hi, columns, with_headers, origin, stop)
+        _codec.decode_columns(
+            data,
+            header.records_count,
+            header.base_offset,
+            header.base_timestamp,
+            header.max_timestamp if header.attributes & TIMESTAMP_TYPE_MASK else None,
+            lo,
+            hi,
+            columns,
+            with_headers,
+            origin,
+            stop,
+        )
     except CorruptRecordError as exc:
         raise CorruptRecordError(f"record batch at base offset {header.base_offset}: {exc}") from None

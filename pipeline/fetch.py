@@ -41,15 +41,17 @@ _HEADER = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary()
 _HEADERS = pa.list_(pa.field("element", _HEADER))
 _TIMESTAMP = pa.timestamp("us", tz="UTC")
 #: Spark's Arrow form of the Kafka source schema (every field nullable, as Spark declares it).
-ARROW_SCHEMA = pa.schema([
-    pa.field("key", pa.binary()),
-    pa.field("value", pa.binary()),
-    pa.field("topic", pa.string()),
-    pa.field("partition", pa.int32()),
-    pa.field("offset", pa.int64()),
-    pa.field("timestamp", _TIMESTAMP),
-    pa.field("timestampType", pa.int32()),
-])
+ARROW_SCHEMA = pa.schema(
+    [
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+        pa.field("topic", pa.string()),
+        pa.field("partition", pa.int32()),
+        pa.field("offset", pa.int64()),
+        pa.field("timestamp", _TIMESTAMP),
+        pa.field("timestampType", pa.int32()),
+    ]
+)
 ARROW_SCHEMA_WITH_HEADERS = ARROW_SCHEMA.append(pa.field("headers", _HEADERS))
 
 
@@ -61,8 +63,10 @@ def data_loss(topic: str, partition: int, first: int, last: int, reason: str, fa
     """Fail (or, with failOnDataLoss=false, log) the loss of offsets ``first``..``last``."""
     where = f"topic {topic!r} partition {partition}: offsets {first} to {last}"
     if fail:
-        raise DataLossError(f"Data loss in {where} are no longer on the broker ({reason}). "
-                            "Set failOnDataLoss=false to skip records that were removed.")
+        raise DataLossError(
+            f"Data loss in {where} are no longer on the broker ({reason}). "
+            "Set failOnDataLoss=false to skip records that were removed."
+        )
     log.warning("skipping lost records in %s (%s); failOnDataLoss is false", where, reason)
 
 
@@ -108,25 +112,51 @@ def _headers_array(per_record: list) -> pa.Array:
             values.append(value)
         offsets.append(len(keys))
         mask.append(not headers)
-    structs = pa.StructArray.from_arrays([pa.array(keys, pa.string()), pa.array(values, pa.binary())],
-                                         fields=list(_HEADER))
-    return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), structs, type=_HEADERS,
-                                    mask=pa.array(mask, pa.bool_()))
+    structs = pa.StructArray.from_arrays(
+        [pa.array(keys, pa.string()), pa.array(values, pa.binary())], fields=list(_HEADER)
+    )
+    return pa.ListArray.from_arrays(
+        pa.array(offsets, pa.int32()), structs, type=_HEADERS, mask=pa.array(mask, pa.bool_())
+    )
 
 
 def _fetch(conn: SyncConnection, config: ConsumerConfig, tp: TopicPartition, offset: int) -> dict:
     request = m.FetchRequest(
-        id=0, max_wait_ms=0, min_bytes=1, max_bytes=config.fetch_max_bytes,
-        topics=(m.FetchTopic(name=tp.topic, partitions=(m.FetchPartition(
-            partition=tp.partition, fetch_offset=offset, partition_max_bytes=config.max_partition_fetch_bytes),)),))
+        id=0,
+        max_wait_ms=0,
+        min_bytes=1,
+        max_bytes=config.fetch_max_bytes,
+        topics=(
+            m.FetchTopic(
+                name=tp.topic,
+                partitions=(
+                    m.FetchPartition(
+                        partition=tp.partition,
+                        fetch_offset=offset,
+                        partition_max_bytes=config.max_partition_fetch_bytes,
+                    ),
+                ),
+            ),
+        ),
+    )
     response = conn.call(request, config.request_timeout_ms / 1000)
     assert response is not None  # (None is an acks=0 produce's)
     doc = check_response(response)
     return doc["topics"][0]["partitions"][0]
 
 
-def read_range(bootstrap: str, config: ConsumerConfig, topic: str, partition: int, start: int, end: int, *,
-               fail_on_data_loss: bool, include_headers: bool, security=None) -> Iterator[pa.RecordBatch]:
+def read_range(
+    bootstrap: str,
+    config: ConsumerConfig,
+    topic: str,
+    partition: int,
+    start: int,
+    end: int,
+    *,
+    fail_on_data_loss: bool,
+    include_headers: bool,
+    security=None,
+) -> Iterator[pa.RecordBatch]:
     """The records of offsets [start, end) of one partition, one Arrow batch per fetch response.
 
     The next fetch is asked for (on a helper thread, the same connection) as soon as this one's
@@ -170,17 +200,27 @@ def read_range(bootstrap: str, config: ConsumerConfig, topic: str, partition: in
             except TriologClientError:
                 raise
             except Exception as exc:  # protocol.errors.CorruptRecordError & co
-                raise CorruptMessageError(f"fetched data does not decode: {exc}", topic=topic,
-                                          partition=partition) from None
+                raise CorruptMessageError(
+                    f"fetched data does not decode: {exc}", topic=topic, partition=partition
+                ) from None
             if next_pos == position:  # no batch at or after the position
                 high_watermark = answer["high_watermark"]
                 if position >= high_watermark:  # the log ends before the planned end offset
-                    data_loss(topic, partition, position, end - 1,
-                              f"the log ends at offset {high_watermark}, before the planned end {end}",
-                              fail_on_data_loss)
+                    data_loss(
+                        topic,
+                        partition,
+                        position,
+                        end - 1,
+                        f"the log ends at offset {high_watermark}, before the planned end {end}",
+                        fail_on_data_loss,
+                    )
                     return
-                raise CorruptMessageError(f"fetch at offset {position} returned no whole record batch; "
-                                          f"raise triolog.max.partition.fetch.bytes?", topic=topic, partition=partition)
+                raise CorruptMessageError(
+                    f"fetch at offset {position} returned no whole record batch; "
+                    f"raise triolog.max.partition.fetch.bytes?",
+                    topic=topic,
+                    partition=partition,
+                )
             position = next_pos
             if len(columns):
                 yield to_arrow(columns, topic, partition, include_headers)
@@ -199,19 +239,32 @@ def _settle(fetch) -> None:
         pass
 
 
-def _out_of_range(conn: SyncConnection, config: ConsumerConfig, tp: TopicPartition, position: int, end: int,
-                  fail: bool) -> int:
+def _out_of_range(
+    conn: SyncConnection, config: ConsumerConfig, tp: TopicPartition, position: int, end: int, fail: bool
+) -> int:
     """Where to continue after OFFSET_OUT_OF_RANGE at ``position`` (``end`` when nothing is left)."""
     timeout_s = config.request_timeout_ms / 1000
     log_start = run_sync(list_offsets_op({tp: EARLIEST}, timeout_s), conn)[tp].offset
     log_end = run_sync(list_offsets_op({tp: LATEST}, timeout_s), conn)[tp].offset
     if position < log_start:
         last = min(log_start, end) - 1
-        data_loss(tp.topic, tp.partition, position, last,
-                  f"the log now starts at offset {log_start}: retention or delete_records removed them", fail)
+        data_loss(
+            tp.topic,
+            tp.partition,
+            position,
+            last,
+            f"the log now starts at offset {log_start}: retention or delete_records removed them",
+            fail,
+        )
         return min(log_start, end)
     if position >= log_end:
-        data_loss(tp.topic, tp.partition, position, end - 1,
-                  f"the log ends at offset {log_end}, before the planned end {end}", fail)
+        data_loss(
+            tp.topic,
+            tp.partition,
+            position,
+            end - 1,
+            f"the log ends at offset {log_end}, before the planned end {end}",
+            fail,
+        )
         return end
     return position  # moved back into range meanwhile: fetch again

@@ -35,10 +35,22 @@ __all__ = [
 
 #: Documented spelling of every option, by its lower-cased key.
 _READ_NAMES = [
-    "triolog.bootstrap.servers", "subscribe", "subscribePattern", "assign",
-    "startingOffsets", "endingOffsets", "startingTimestamp", "endingTimestamp",
-    "startingOffsetsByTimestamp", "endingOffsetsByTimestamp", "startingOffsetsByTimestampStrategy",
-    "failOnDataLoss", "minPartitions", "maxOffsetsPerTrigger", "includeHeaders", "commitOffsetsToGroup",
+    "triolog.bootstrap.servers",
+    "subscribe",
+    "subscribePattern",
+    "assign",
+    "startingOffsets",
+    "endingOffsets",
+    "startingTimestamp",
+    "endingTimestamp",
+    "startingOffsetsByTimestamp",
+    "endingOffsetsByTimestamp",
+    "startingOffsetsByTimestampStrategy",
+    "failOnDataLoss",
+    "minPartitions",
+    "maxOffsetsPerTrigger",
+    "includeHeaders",
+    "commitOffsetsToGroup",
 ]
 _WRITE_NAMES = ["triolog.bootstrap.servers", "topic"]
 #: Options Spark itself may pass along with ours (load(path), writeStream's checkpoint...).
@@ -48,10 +60,12 @@ _CANONICAL = {name.lower(): name for name in _READ_NAMES + _WRITE_NAMES}
 #: ``triolog.<kafka name>`` -> our client's setting, where the names differ by more than dots.
 _CLIENT_RENAMES = {"compression.type": "compression"}
 #: Client settings the source decides itself (a user value would break its semantics).
-_READ_FIXED = {"auto.offset.reset": "startingOffsets and failOnDataLoss",
-               "max.poll.records": "the data source (it reads whole offset ranges)",
-               "consumer.timeout.ms": "the data source (it reads whole offset ranges)",
-               "enable.auto.commit": "the data source (it tracks offsets itself, as Spark's Kafka source)"}
+_READ_FIXED = {
+    "auto.offset.reset": "startingOffsets and failOnDataLoss",
+    "max.poll.records": "the data source (it reads whole offset ranges)",
+    "consumer.timeout.ms": "the data source (it reads whole offset ranges)",
+    "enable.auto.commit": "the data source (it tracks offsets itself, as Spark's Kafka source)",
+}
 _WRITE_FIXED = {"acks": "the data sink (it always produces with acks=all)"}
 #: The consumer settings a read uses (its fetches never wait: the ranges are known to exist).
 _READ_CLIENT_SETTINGS = {"client_id", "fetch_max_bytes", "max_partition_fetch_bytes", "request_timeout_ms"}
@@ -144,8 +158,9 @@ def _name(key: str) -> str:
     return _CANONICAL.get(key.lower(), key)
 
 
-def _client_settings(options: Mapping[str, str], config_cls, fixed: dict[str, str],
-                     used: set[str] | None = None) -> dict[str, Any]:
+def _client_settings(
+    options: Mapping[str, str], config_cls, fixed: dict[str, str], used: set[str] | None = None
+) -> dict[str, Any]:
     """``triolog.<kafka.style.name>`` options (other than bootstrap.servers) as config fields;
     ``used``: the only fields that mean something here (None: all)."""
     fields = {f.name: f for f in dataclasses.fields(config_cls) if used is None or f.name in used}
@@ -154,7 +169,7 @@ def _client_settings(options: Mapping[str, str], config_cls, fixed: dict[str, st
         key = key.lower()
         if not key.startswith("triolog.") or key == "triolog.bootstrap.servers":
             continue
-        kafka_name = key[len("triolog."):]
+        kafka_name = key[len("triolog.") :]
         if kafka_name in PROPERTY_NAMES:  # security settings: see _security
             continue
         if kafka_name in fixed:
@@ -163,8 +178,13 @@ def _client_settings(options: Mapping[str, str], config_cls, fixed: dict[str, st
         field = fields.get(field_name)
         if field is None:
             kafka_names = {v: k for k, v in _CLIENT_RENAMES.items()}
-            known = ", ".join(sorted("triolog." + kafka_names.get(f, f.replace("_", ".")) for f in fields
-                                     if f.replace("_", ".") not in fixed))
+            known = ", ".join(
+                sorted(
+                    "triolog." + kafka_names.get(f, f.replace("_", "."))
+                    for f in fields
+                    if f.replace("_", ".") not in fixed
+                )
+            )
             raise OptionError(key, f"not a client setting this uses (known: {known})")
         kind = str(field.type)  # annotations are strings here: "int", "float | None", "CompressionType | str"
         try:
@@ -198,8 +218,9 @@ def _security(options: Mapping[str, str]) -> SecurityConfig:
     try:
         return security_from_properties({k: v for k, v in options.items()}, prefix="triolog.")
     except ValueError as exc:
-        names = sorted(k for k in options if k.lower().startswith(("triolog.security.", "triolog.sasl.",
-                                                                   "triolog.ssl.")))
+        names = sorted(
+            k for k in options if k.lower().startswith(("triolog.security.", "triolog.sasl.", "triolog.ssl."))
+        )
         raise OptionError(names[0] if names else "triolog.security.protocol", str(exc)) from None
 
 
@@ -225,7 +246,7 @@ def _check_known(options: Mapping[str, str], names: list[str]) -> None:
         if lower in known or lower in _SPARK_GENERIC or lower.startswith("triolog."):
             continue
         if lower.startswith("kafka."):
-            raise OptionError(key, f"this is the triolog source: use 'triolog.{key[len('kafka.'):]}'")
+            raise OptionError(key, f"this is the triolog source: use 'triolog.{key[len('kafka.') :]}'")
         raise OptionError(key, f"unknown option (known: {', '.join(names)}, and triolog.* client settings)")
 
 
@@ -263,7 +284,9 @@ def _subscription(options: Mapping[str, str]) -> Subscription:
     given = [k for k in ("subscribe", "subscribepattern", "assign") if k in options]
     if len(given) != 1:
         which = ", ".join(_name(k) for k in given) if given else "none"
-        raise OptionError("subscribe", f"exactly one of 'subscribe', 'subscribePattern', 'assign' is required, got {which}")
+        raise OptionError(
+            "subscribe", f"exactly one of 'subscribe', 'subscribePattern', 'assign' is required, got {which}"
+        )
     key = given[0]
     if key == "subscribe":
         topics = tuple(t.strip() for t in options[key].split(",") if t.strip())
@@ -280,8 +303,14 @@ def _subscription(options: Mapping[str, str]) -> Subscription:
             raise OptionError("subscribePattern", f"not a valid regular expression: {exc}") from None
         return Subscription("subscribePattern", pattern=pattern)
     doc = _json(options, key)
-    if not isinstance(doc, dict) or not doc or not all(
-            isinstance(parts, list) and parts and all(type(p) is int and p >= 0 for p in parts) for parts in doc.values()):
+    if (
+        not isinstance(doc, dict)
+        or not doc
+        or not all(
+            isinstance(parts, list) and parts and all(type(p) is int and p >= 0 for p in parts)
+            for parts in doc.values()
+        )
+    ):
         raise OptionError("assign", f'expected JSON like {{"topicA": [0, 1]}}, got {options[key]!r}')
     return Subscription("assign", partitions=tuple(TopicPartition(t, p) for t, parts in doc.items() for p in parts))
 
@@ -313,7 +342,9 @@ def _offset_spec(options: Mapping[str, str], which: str) -> OffsetSpec | None:
         pairs = _per_partition_json(options, by_ts_key, "timestamp")
         for tp, ts in pairs:
             if ts < 0:
-                raise OptionError(_name(by_ts_key), f"timestamp for {tp.topic}-{tp.partition} must be >= 0 ms, got {ts}")
+                raise OptionError(
+                    _name(by_ts_key), f"timestamp for {tp.topic}-{tp.partition} must be >= 0 ms, got {ts}"
+                )
         return OffsetSpec("timestamps", _name(by_ts_key), offsets=pairs)
     if offsets_key in options:
         raw = options[offsets_key].strip()
@@ -324,8 +355,10 @@ def _offset_spec(options: Mapping[str, str], which: str) -> OffsetSpec | None:
         pairs = _per_partition_json(options, offsets_key, "offset")
         for tp, offset in pairs:
             if offset < EARLIEST:
-                raise OptionError(_name(offsets_key), f"offset for {tp.topic}-{tp.partition} must be >= 0, "
-                                                      f"-2 (earliest) or -1 (latest), got {offset}")
+                raise OptionError(
+                    _name(offsets_key),
+                    f"offset for {tp.topic}-{tp.partition} must be >= 0, -2 (earliest) or -1 (latest), got {offset}",
+                )
         return OffsetSpec("offsets", _name(offsets_key), offsets=pairs)
     return None
 
@@ -342,12 +375,16 @@ def _commit_group(options: Mapping[str, str], streaming: bool | None) -> str | N
     group = lowered.get("triolog.group.id")
     if not commit:
         if group is not None:
-            raise OptionError("triolog.group.id", "is only used with commitOffsetsToGroup=true (the source "
-                                                  "tracks its offsets in the checkpoint, as Spark's Kafka source)")
+            raise OptionError(
+                "triolog.group.id",
+                "is only used with commitOffsetsToGroup=true (the source "
+                "tracks its offsets in the checkpoint, as Spark's Kafka source)",
+            )
         return None
     if streaming is False:
-        raise OptionError("commitOffsetsToGroup", "is for streaming queries only (a batch query has no progress "
-                                                  "to commit)")
+        raise OptionError(
+            "commitOffsetsToGroup", "is for streaming queries only (a batch query has no progress to commit)"
+        )
     if group is None or not group.strip():
         raise OptionError("commitOffsetsToGroup", "needs 'triolog.group.id', the group to commit to")
     return group.strip()

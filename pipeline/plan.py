@@ -102,8 +102,9 @@ class BrokerView:
     def latest(self, tps) -> dict[TopicPartition, int]:
         return {tp: o for tp, (o, _) in self.list_offsets({tp: LATEST for tp in tps}).items()}
 
-    def resolve(self, spec: OffsetSpec, tps: list[TopicPartition], *, starting: bool,
-                strategy: str = "error") -> dict[TopicPartition, int]:
+    def resolve(
+        self, spec: OffsetSpec, tps: list[TopicPartition], *, starting: bool, strategy: str = "error"
+    ) -> dict[TopicPartition, int]:
         """Concrete offsets of ``tps`` for a starting or ending option.
 
         Per-partition JSON must name every partition (Spark's rule): a silent default for a
@@ -125,12 +126,16 @@ class BrokerView:
             missing = [tp for tp in tps if tp not in given]
             if missing:
                 names = ", ".join(f"{t}-{p}" for t, p in missing)
-                raise OptionError(spec.option, f"must give every partition read; missing {names} "
-                                               "(use -2 for earliest, -1 for latest)")
+                raise OptionError(
+                    spec.option, f"must give every partition read; missing {names} (use -2 for earliest, -1 for latest)"
+                )
             unknown = sorted(set(given) - set(tps))
             if unknown:
-                raise OptionError(spec.option, f"names {', '.join(f'{t}-{p}' for t, p in unknown)}, "
-                                               "which the query does not read (no such partition, or not subscribed)")
+                raise OptionError(
+                    spec.option,
+                    f"names {', '.join(f'{t}-{p}' for t, p in unknown)}, "
+                    "which the query does not read (no such partition, or not subscribed)",
+                )
             queries = {tp: given[tp] for tp in tps}
         if spec.kind == "offsets":
             special = {tp: o for tp, o in queries.items() if o in (EARLIEST, LATEST)}
@@ -147,9 +152,12 @@ class BrokerView:
                 out[tp] = offset
         if unmatched and starting and strategy == "error":
             tp = unmatched[0]
-            raise OptionError(spec.option, f"no record in {tp.topic}-{tp.partition} has a timestamp at or after "
-                                           f"{queries[tp]} ms (set startingOffsetsByTimestampStrategy=latest "
-                                           "to start at the end of such partitions)")
+            raise OptionError(
+                spec.option,
+                f"no record in {tp.topic}-{tp.partition} has a timestamp at or after "
+                f"{queries[tp]} ms (set startingOffsetsByTimestampStrategy=latest "
+                "to start at the end of such partitions)",
+            )
         out.update(self.latest(unmatched))
         return out
 
@@ -170,7 +178,9 @@ def split_ranges(ranges: list[PartitionRange], min_partitions: int | None) -> li
     return out
 
 
-def rate_limit(start: dict[TopicPartition, int], end: dict[TopicPartition, int], limit: int) -> dict[TopicPartition, int]:
+def rate_limit(
+    start: dict[TopicPartition, int], end: dict[TopicPartition, int], limit: int
+) -> dict[TopicPartition, int]:
     """Spark's Kafka rate limit: ``limit`` offsets shared among partitions in proportion to what
     each has available, never starving a small one (a share below 1 rounds up)."""
     sizes = {tp: e - start[tp] for tp, e in end.items() if e - start[tp] > 0}

@@ -25,8 +25,9 @@ try:  # PySpark 4.2 added admission control and Trigger.AvailableNow for Python 
 except ImportError as exc:
     import pyspark
 
-    raise ImportError(f"the triolog data source needs PySpark >= 4.2, found {pyspark.__version__}: "
-                      "pip install '.[spark]'") from exc
+    raise ImportError(
+        f"the triolog data source needs PySpark >= 4.2, found {pyspark.__version__}: pip install '.[spark]'"
+    ) from exc
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructType
 
 from triolog.client.types import TopicPartition
@@ -39,8 +40,7 @@ from .write import produce_batches
 __all__ = ["SCHEMA", "SCHEMA_WITH_HEADERS", "TriologDataSource"]
 
 #: Exactly Spark's Kafka source schema.
-SCHEMA = ("key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
-          "timestampType int")
+SCHEMA = "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, timestampType int"
 SCHEMA_WITH_HEADERS = SCHEMA + ", headers array<struct<key string, value binary>>"
 
 
@@ -69,7 +69,9 @@ class TriologDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> TriologBatchWriter:
         options = parse_write_options(self.options)
         if overwrite:  # Spark's Kafka sink refuses it too: a log cannot be replaced, only appended to
-            raise OptionError("mode", "overwrite is not supported: records are appended to the topic; use mode('append')")
+            raise OptionError(
+                "mode", "overwrite is not supported: records are appended to the topic; use mode('append')"
+            )
         check_write_schema(schema, options)
         return TriologBatchWriter(options)
 
@@ -93,9 +95,17 @@ class OffsetRangePartition(InputPartition):
 def _read(options: ReadOptions, partition: InputPartition):
     if not isinstance(partition, OffsetRangePartition):  # Spark's placeholder when nothing to read
         return iter(())
-    return read_range(options.bootstrap, options.consumer_config(), partition.topic, partition.partition,
-                      partition.start, partition.end, fail_on_data_loss=options.fail_on_data_loss,
-                      include_headers=options.include_headers, security=options.security)
+    return read_range(
+        options.bootstrap,
+        options.consumer_config(),
+        partition.topic,
+        partition.partition,
+        partition.start,
+        partition.end,
+        fail_on_data_loss=options.fail_on_data_loss,
+        include_headers=options.include_headers,
+        security=options.security,
+    )
 
 
 def _ranges(options: ReadOptions, start: dict[TopicPartition, int], end: dict[TopicPartition, int]) -> list:
@@ -118,14 +128,19 @@ class TriologBatchReader(DataSourceReader):
                 latest = view.latest(tps)
                 for tp in tps:
                     if end[tp] > latest[tp]:
-                        raise OptionError("endingOffsets", f"offset {end[tp]} for {tp.topic}-{tp.partition} is "
-                                                           f"past the end of its log ({latest[tp]})")
+                        raise OptionError(
+                            "endingOffsets",
+                            f"offset {end[tp]} for {tp.topic}-{tp.partition} is past the end of its log ({latest[tp]})",
+                        )
         finally:
             view.close()
         for tp in tps:
             if start[tp] > end[tp]:
-                raise OptionError(options.starting.option, f"resolves to offset {start[tp]} in {tp.topic}-{tp.partition}, "
-                                                           f"after the end offset {end[tp]} from {options.ending.option!r}")
+                raise OptionError(
+                    options.starting.option,
+                    f"resolves to offset {start[tp]} in {tp.topic}-{tp.partition}, "
+                    f"after the end offset {end[tp]} from {options.ending.option!r}",
+                )
         return _ranges(options, start, end)
 
     def read(self, partition: InputPartition):
@@ -160,8 +175,9 @@ class TriologStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def initialOffset(self) -> dict:
         options = self.options
         tps = self._view.partitions(options.subscription, must_exist=False)
-        return offsets_to_json(self._view.resolve(options.starting, tps, starting=True,
-                                                  strategy=options.timestamp_strategy))
+        return offsets_to_json(
+            self._view.resolve(options.starting, tps, starting=True, strategy=options.timestamp_strategy)
+        )
 
     def getDefaultReadLimit(self):
         limit = self.options.max_offsets_per_trigger
@@ -195,9 +211,14 @@ class TriologStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin.update(self._view.earliest([tp for tp in until if tp not in begin]))
         for tp in sorted(until):
             if until[tp] < begin[tp]:  # the log went backwards: deleted and recreated
-                data_loss(tp.topic, tp.partition, until[tp], begin[tp] - 1,
-                          f"the partition's offsets went back from {begin[tp]} to {until[tp]}",
-                          self.options.fail_on_data_loss)
+                data_loss(
+                    tp.topic,
+                    tp.partition,
+                    until[tp],
+                    begin[tp] - 1,
+                    f"the partition's offsets went back from {begin[tp]} to {until[tp]}",
+                    self.options.fail_on_data_loss,
+                )
                 until[tp] = begin[tp]
         return _ranges(self.options, begin, until)
 
@@ -218,8 +239,9 @@ class TriologStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             with AdminClient(self.options.bootstrap, security=self.options.security) as admin:
                 admin.alter_consumer_group_offsets(group, offsets_from_json(end))
         except TriologClientError as exc:
-            logging.getLogger(__name__).warning("committing the micro-batch's end offsets to group %r failed: %s",
-                                                group, exc)
+            logging.getLogger(__name__).warning(
+                "committing the micro-batch's end offsets to group %r failed: %s", group, exc
+            )
 
     def stop(self) -> None:
         self._view.close()
@@ -246,11 +268,15 @@ def check_write_schema(schema: StructType, options: WriteOptions) -> None:
     expected_headers = ArrayType(StructType().add("key", StringType()).add("value", BinaryType()))
     if "headers" in fields:
         got = fields["headers"]
-        if not (isinstance(got, ArrayType) and isinstance(got.elementType, StructType)
-                and [(f.name, f.dataType) for f in got.elementType.fields]
-                == [("key", StringType()), ("value", BinaryType())]):
-            raise OptionError("headers", f"column type must be {expected_headers.simpleString()}, "
-                                         f"got {got.simpleString()}")
+        if not (
+            isinstance(got, ArrayType)
+            and isinstance(got.elementType, StructType)
+            and [(f.name, f.dataType) for f in got.elementType.fields]
+            == [("key", StringType()), ("value", BinaryType())]
+        ):
+            raise OptionError(
+                "headers", f"column type must be {expected_headers.simpleString()}, got {got.simpleString()}"
+            )
 
 
 @dataclass

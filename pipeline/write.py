@@ -75,17 +75,22 @@ def produce_batches(options: WriteOptions, batches: Iterator[pa.RecordBatch]) ->
                 run_keys = keys[start:end]
                 run_headers = headers[start:end]
                 try:
-                    results.append(producer.send_many(
-                        topic, values[start:end],
-                        keys=run_keys if any(k is not None for k in run_keys) else None,
-                        headers=[_row_headers(h) for h in run_headers] if any(run_headers) else None,
-                        partition=partitions[start]))
+                    results.append(
+                        producer.send_many(
+                            topic,
+                            values[start:end],
+                            keys=run_keys if any(k is not None for k in run_keys) else None,
+                            headers=[_row_headers(h) for h in run_headers] if any(run_headers) else None,
+                            partition=partitions[start],
+                        )
+                    )
                 except (TriologClientError, TypeError, ValueError) as exc:
                     raise WriteError(f"cannot produce to topic {topic!r}: {exc}") from exc
             producer.flush()
             errors = [error for futures in results for _, error in futures.errors()]
             if errors:
-                raise WriteError(f"{len(errors)} of {rows} records were not acknowledged by the broker; "
-                                 f"first error: {errors[0]}") from errors[0]
+                raise WriteError(
+                    f"{len(errors)} of {rows} records were not acknowledged by the broker; first error: {errors[0]}"
+                ) from errors[0]
             written += rows
     return written

@@ -315,6 +315,7 @@ def _lz4_decompress(data, limit: int) -> bytes:
 
 # --- zstd -----------------------------------------------------------------------------------
 
+
 def _zstd_compress(data, level: int | None) -> bytes:
     if level is None:
         level = ZSTD_DEFAULT_LEVEL
@@ -352,8 +353,12 @@ def _zstd_frames(view) -> list[tuple[int, int, int]]:
         if descriptor & 0x08:
             raise CorruptRecordError("zstd: reserved bit set in the frame header descriptor")
         single_segment = (descriptor >> 5) & 1
-        position += (5 + (1 - single_segment) + _ZSTD_DICT_ID_BYTES[descriptor & 3]
-                     + (_ZSTD_CONTENT_SIZE_BYTES[descriptor >> 6] or single_segment))
+        position += (
+            5
+            + (1 - single_segment)
+            + _ZSTD_DICT_ID_BYTES[descriptor & 3]
+            + (_ZSTD_CONTENT_SIZE_BYTES[descriptor >> 6] or single_segment)
+        )
         most = 0
         last = 0
         while not last:

@@ -25,8 +25,17 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-__all__ = ["Assignment", "ConsumerProtocolError", "LATEST_VERSION", "PROTOCOL_TYPE", "Subscription",
-           "decode_assignment", "decode_subscription", "encode_assignment", "encode_subscription"]
+__all__ = [
+    "Assignment",
+    "ConsumerProtocolError",
+    "LATEST_VERSION",
+    "PROTOCOL_TYPE",
+    "Subscription",
+    "decode_assignment",
+    "decode_subscription",
+    "encode_assignment",
+    "encode_subscription",
+]
 
 #: The JoinGroup protocol_type of consumers.
 PROTOCOL_TYPE = "consumer"
@@ -66,6 +75,7 @@ class Assignment:
 
 
 # -- writing ----------------------------------------------------------------------------------
+
 
 def _string(out: bytearray, text: str | None, nullable: bool = False) -> None:
     if text is None:
@@ -133,6 +143,7 @@ def encode_assignment(assignment: Assignment, version: int | None = None) -> byt
 
 # -- reading ----------------------------------------------------------------------------------
 
+
 class _Reader:
     __slots__ = ("data", "pos", "what")
 
@@ -141,10 +152,11 @@ class _Reader:
 
     def _take(self, size: int) -> memoryview:
         if size < 0 or self.pos + size > len(self.data):
-            raise ConsumerProtocolError(f"{self.what} ends early: {size} bytes wanted at byte {self.pos} of "
-                                        f"{len(self.data)}")
+            raise ConsumerProtocolError(
+                f"{self.what} ends early: {size} bytes wanted at byte {self.pos} of {len(self.data)}"
+            )
         start, self.pos = self.pos, self.pos + size
-        return self.data[start:self.pos]
+        return self.data[start : self.pos]
 
     def int16(self) -> int:
         return _I16.unpack(self._take(2))[0]

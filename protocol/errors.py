@@ -15,6 +15,7 @@ from . import kafka as _kafka  # noqa: F401  (first: it loads kio with hypothesi
 from kio.schema.errors import ErrorCode as _KafkaErrorCode
 
 if TYPE_CHECKING:
+
     class _ErrorCodeType(enum.EnumMeta):
         """What a type checker sees: the members are made at import from kio's list (below), so
         it cannot list them; every ``ErrorCode.NAME`` is an ErrorCode (the tests check names)."""
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     class ErrorCode(enum.IntEnum, metaclass=_ErrorCodeType):
         pass
 else:
+
     class ErrorCode(enum.IntEnum):
         """Kafka's error codes, every one, by Kafka's names (kio's, upper-cased as Kafka's Java enum
         spells them). The numbers come from kio, which generates them from Kafka's own list, so no
@@ -38,88 +40,90 @@ else:
 #: The codes the broker's handlers answer with, on either listener: the msgpack protocol's
 #: error codes (docs/protocol.md's table lists exactly these; the client has an exception class
 #: for each). Where a code's use in triolog needs saying, the comment above it says it.
-BROKER_CODES: frozenset[ErrorCode] = frozenset({
-    # An unexpected server-side failure; the broker logs the traceback.
-    ErrorCode.UNKNOWN_SERVER_ERROR,
-    ErrorCode.NONE,
-    # The requested offset is below the log start offset or above the log end offset.
-    ErrorCode.OFFSET_OUT_OF_RANGE,
-    # A batch failed its CRC, size or structural checks.
-    ErrorCode.CORRUPT_MESSAGE,
-    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-    ErrorCode.REQUEST_TIMED_OUT,
-    # A batch is larger than max.message.bytes (or a record set larger than a segment).
-    ErrorCode.MESSAGE_TOO_LARGE,
-    # offset_commit: committed_metadata longer than offset.metadata.max.bytes.
-    ErrorCode.OFFSET_METADATA_TOO_LARGE,
-    # The group coordinator is still loading its __consumer_offsets partition.
-    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
-    ErrorCode.COORDINATOR_NOT_AVAILABLE,
-    # The group's __consumer_offsets partition is not served by this broker.
-    ErrorCode.NOT_COORDINATOR,
-    ErrorCode.INVALID_TOPIC_EXCEPTION,
-    # A group request names a generation that is not the group's current one.
-    ErrorCode.ILLEGAL_GENERATION,
-    # A member's protocol type or protocols do not match the group's.
-    ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
-    ErrorCode.INVALID_GROUP_ID,
-    ErrorCode.UNKNOWN_MEMBER_ID,
-    ErrorCode.INVALID_SESSION_TIMEOUT,
-    # The group is rebalancing: the member must join again.
-    ErrorCode.REBALANCE_IN_PROGRESS,
-    ErrorCode.INVALID_COMMIT_OFFSET_SIZE,
-    ErrorCode.TOPIC_AUTHORIZATION_FAILED,
-    # The principal may not perform the operation on the consumer group (ACLs).
-    ErrorCode.GROUP_AUTHORIZATION_FAILED,
-    # The principal may not perform the operation on the cluster resource (ACLs).
-    ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
-    # A record timestamp lies outside the allowed window, or the client set LogAppendTime.
-    ErrorCode.INVALID_TIMESTAMP,
-    # sasl_handshake: the client asked for a SASL mechanism the listener does not enable.
-    ErrorCode.UNSUPPORTED_SASL_MECHANISM,
-    # A SASL request out of order (sasl_authenticate before sasl_handshake, or a step too many).
-    ErrorCode.ILLEGAL_SASL_STATE,
-    ErrorCode.UNSUPPORTED_VERSION,
-    ErrorCode.TOPIC_ALREADY_EXISTS,
-    ErrorCode.INVALID_PARTITIONS,
-    ErrorCode.INVALID_REPLICATION_FACTOR,
-    ErrorCode.INVALID_CONFIG,
-    ErrorCode.INVALID_REQUEST,
-    # Magic < 2 on produce: triolog stores only RecordBatch v2.
-    ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT,
-    ErrorCode.POLICY_VIOLATION,
-    # An idempotent producer's batch does not follow its last sequence for the partition.
-    ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
-    # An idempotent producer's batch is older than the batches the broker remembers for it.
-    ErrorCode.DUPLICATE_SEQUENCE_NUMBER,
-    # A batch's producer epoch is older than the producer id's current epoch.
-    ErrorCode.INVALID_PRODUCER_EPOCH,
-    # The principal may not use the transactional id (ACLs).
-    ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-    # An ACL or credential request to a broker that has no authorizer or SASL configured.
-    ErrorCode.SECURITY_DISABLED,
-    # The log directory failed an I/O operation and went offline.
-    ErrorCode.KAFKA_STORAGE_ERROR,
-    ErrorCode.SASL_AUTHENTICATION_FAILED,
-    # The partition has no state for the producer id and the batch does not start at sequence 0.
-    ErrorCode.UNKNOWN_PRODUCER_ID,
-    # delete_groups: the group still has members.
-    ErrorCode.NON_EMPTY_GROUP,
-    ErrorCode.GROUP_ID_NOT_FOUND,
-    # join_group: the first join of a member gets its id with this error and joins again with it.
-    ErrorCode.MEMBER_ID_REQUIRED,
-    ErrorCode.GROUP_MAX_SIZE_REACHED,
-    # A batch is well-formed but breaks a rule (bad offsets, keyless record on a compacted topic).
-    ErrorCode.INVALID_RECORD,
-    # The request would pass the principal's controller mutation quota.
-    ErrorCode.THROTTLING_QUOTA_EXCEEDED,
-    # alter/describe user SCRAM credentials: the user has no credential for that mechanism.
-    ErrorCode.RESOURCE_NOT_FOUND,
-    # alter user SCRAM credentials: one user and mechanism named twice in one request.
-    ErrorCode.DUPLICATE_RESOURCE,
-    # A SCRAM credential the broker refuses: iterations outside 4096..16384, empty user, short salt.
-    ErrorCode.UNACCEPTABLE_CREDENTIAL,
-})
+BROKER_CODES: frozenset[ErrorCode] = frozenset(
+    {
+        # An unexpected server-side failure; the broker logs the traceback.
+        ErrorCode.UNKNOWN_SERVER_ERROR,
+        ErrorCode.NONE,
+        # The requested offset is below the log start offset or above the log end offset.
+        ErrorCode.OFFSET_OUT_OF_RANGE,
+        # A batch failed its CRC, size or structural checks.
+        ErrorCode.CORRUPT_MESSAGE,
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.REQUEST_TIMED_OUT,
+        # A batch is larger than max.message.bytes (or a record set larger than a segment).
+        ErrorCode.MESSAGE_TOO_LARGE,
+        # offset_commit: committed_metadata longer than offset.metadata.max.bytes.
+        ErrorCode.OFFSET_METADATA_TOO_LARGE,
+        # The group coordinator is still loading its __consumer_offsets partition.
+        ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+        ErrorCode.COORDINATOR_NOT_AVAILABLE,
+        # The group's __consumer_offsets partition is not served by this broker.
+        ErrorCode.NOT_COORDINATOR,
+        ErrorCode.INVALID_TOPIC_EXCEPTION,
+        # A group request names a generation that is not the group's current one.
+        ErrorCode.ILLEGAL_GENERATION,
+        # A member's protocol type or protocols do not match the group's.
+        ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
+        ErrorCode.INVALID_GROUP_ID,
+        ErrorCode.UNKNOWN_MEMBER_ID,
+        ErrorCode.INVALID_SESSION_TIMEOUT,
+        # The group is rebalancing: the member must join again.
+        ErrorCode.REBALANCE_IN_PROGRESS,
+        ErrorCode.INVALID_COMMIT_OFFSET_SIZE,
+        ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+        # The principal may not perform the operation on the consumer group (ACLs).
+        ErrorCode.GROUP_AUTHORIZATION_FAILED,
+        # The principal may not perform the operation on the cluster resource (ACLs).
+        ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+        # A record timestamp lies outside the allowed window, or the client set LogAppendTime.
+        ErrorCode.INVALID_TIMESTAMP,
+        # sasl_handshake: the client asked for a SASL mechanism the listener does not enable.
+        ErrorCode.UNSUPPORTED_SASL_MECHANISM,
+        # A SASL request out of order (sasl_authenticate before sasl_handshake, or a step too many).
+        ErrorCode.ILLEGAL_SASL_STATE,
+        ErrorCode.UNSUPPORTED_VERSION,
+        ErrorCode.TOPIC_ALREADY_EXISTS,
+        ErrorCode.INVALID_PARTITIONS,
+        ErrorCode.INVALID_REPLICATION_FACTOR,
+        ErrorCode.INVALID_CONFIG,
+        ErrorCode.INVALID_REQUEST,
+        # Magic < 2 on produce: triolog stores only RecordBatch v2.
+        ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT,
+        ErrorCode.POLICY_VIOLATION,
+        # An idempotent producer's batch does not follow its last sequence for the partition.
+        ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+        # An idempotent producer's batch is older than the batches the broker remembers for it.
+        ErrorCode.DUPLICATE_SEQUENCE_NUMBER,
+        # A batch's producer epoch is older than the producer id's current epoch.
+        ErrorCode.INVALID_PRODUCER_EPOCH,
+        # The principal may not use the transactional id (ACLs).
+        ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+        # An ACL or credential request to a broker that has no authorizer or SASL configured.
+        ErrorCode.SECURITY_DISABLED,
+        # The log directory failed an I/O operation and went offline.
+        ErrorCode.KAFKA_STORAGE_ERROR,
+        ErrorCode.SASL_AUTHENTICATION_FAILED,
+        # The partition has no state for the producer id and the batch does not start at sequence 0.
+        ErrorCode.UNKNOWN_PRODUCER_ID,
+        # delete_groups: the group still has members.
+        ErrorCode.NON_EMPTY_GROUP,
+        ErrorCode.GROUP_ID_NOT_FOUND,
+        # join_group: the first join of a member gets its id with this error and joins again with it.
+        ErrorCode.MEMBER_ID_REQUIRED,
+        ErrorCode.GROUP_MAX_SIZE_REACHED,
+        # A batch is well-formed but breaks a rule (bad offsets, keyless record on a compacted topic).
+        ErrorCode.INVALID_RECORD,
+        # The request would pass the principal's controller mutation quota.
+        ErrorCode.THROTTLING_QUOTA_EXCEEDED,
+        # alter/describe user SCRAM credentials: the user has no credential for that mechanism.
+        ErrorCode.RESOURCE_NOT_FOUND,
+        # alter user SCRAM credentials: one user and mechanism named twice in one request.
+        ErrorCode.DUPLICATE_RESOURCE,
+        # A SCRAM credential the broker refuses: iterations outside 4096..16384, empty user, short salt.
+        ErrorCode.UNACCEPTABLE_CREDENTIAL,
+    }
+)
 
 
 class TriologError(Exception):

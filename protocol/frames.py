@@ -70,8 +70,7 @@ class FrameTooLargeError(RemoteProtocolError):
 
     def __init__(self, length: int, max_frame_bytes: int) -> None:
         super().__init__(
-            f"frame of {length} bytes exceeds the limit of {max_frame_bytes} bytes"
-            " (socket.request.max.bytes)"
+            f"frame of {length} bytes exceeds the limit of {max_frame_bytes} bytes (socket.request.max.bytes)"
         )
         self.length = length
         self.max_frame_bytes = max_frame_bytes
@@ -257,7 +256,7 @@ def kafka_request_header(frame: bytes | bytearray) -> KafkaRequestHeader | None:
     client_id = None
     if client_id_length >= 0:
         try:
-            client_id = bytes(frame[_KAFKA_HEADER.size:_KAFKA_HEADER.size + client_id_length]).decode()
+            client_id = bytes(frame[_KAFKA_HEADER.size : _KAFKA_HEADER.size + client_id_length]).decode()
         except UnicodeDecodeError:
             return None
     return KafkaRequestHeader(api_key, api_version, correlation_id, client_id)

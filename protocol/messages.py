@@ -871,7 +871,6 @@ class DescribeLogDirsResponse(Response):
     errors: tuple[LogDirTopicError, ...] = ()
 
 
-
 @dataclass(frozen=True, kw_only=True)
 class InitProducerIdResponse(Response):
     api: ClassVar[str] = "init_producer_id"
@@ -1070,8 +1069,23 @@ class SaslAuthenticateResponse(Response):
 #: Kafka's names of its ACL enums, as its tools print them; ANY (and MATCH) only in filters.
 AclResourceType = Annotated[str, OneOf("ANY", "TOPIC", "GROUP", "CLUSTER", "TRANSACTIONAL_ID")]
 AclPatternType = Annotated[str, OneOf("ANY", "MATCH", "LITERAL", "PREFIXED")]
-AclOperationName = Annotated[str, OneOf("ANY", "ALL", "READ", "WRITE", "CREATE", "DELETE", "ALTER", "DESCRIBE",
-                                        "CLUSTER_ACTION", "DESCRIBE_CONFIGS", "ALTER_CONFIGS", "IDEMPOTENT_WRITE")]
+AclOperationName = Annotated[
+    str,
+    OneOf(
+        "ANY",
+        "ALL",
+        "READ",
+        "WRITE",
+        "CREATE",
+        "DELETE",
+        "ALTER",
+        "DESCRIBE",
+        "CLUSTER_ACTION",
+        "DESCRIBE_CONFIGS",
+        "ALTER_CONFIGS",
+        "IDEMPOTENT_WRITE",
+    ),
+]
 AclPermission = Annotated[str, OneOf("ANY", "DENY", "ALLOW")]
 
 
@@ -1662,8 +1676,9 @@ def decode_request(payload: bytes, limits: RequestLimits = DEFAULT_REQUEST_LIMIT
             raise RequestError(exc.code, exc.message, exc.request_id, exc.api) from None
     try:
         # use_list=False: arrays as tuples, so even an array used as a map key cannot fail here.
-        doc = msgpack.unpackb(payload, raw=False, use_list=False, strict_map_key=False,
-                              **limits.unpack_options(len(payload), api))
+        doc = msgpack.unpackb(
+            payload, raw=False, use_list=False, strict_map_key=False, **limits.unpack_options(len(payload), api)
+        )
     except _UNPACK_ERRORS as exc:
         message = f"request is not a valid msgpack document ({_unpack_error_text(exc)})"
         raise RequestError(ErrorCode.INVALID_REQUEST, message) from None
@@ -1710,9 +1725,7 @@ def encode_response(response: Response | dict[str, Any], *, check_schema: bool =
         raise LocalProtocolError(f"response cannot be packed whole ({exc}); use pack_parts") from None
 
 
-def error_response(
-    request_id: int | None, code: ErrorCode, message: str, api: str | None = None
-) -> dict[str, Any]:
+def error_response(request_id: int | None, code: ErrorCode, message: str, api: str | None = None) -> dict[str, Any]:
     """The map answering a request refused as a whole; the connection stays usable.
 
     ``id``, ``error_code`` and ``error_message``, plus, for a known ``api``, that API's fields left

@@ -102,9 +102,9 @@ def _unescape(line: str, line_no: int) -> list[tuple[str, bool]]:
             continue
         nxt = line[i + 1] if i + 1 < len(line) else ""
         if nxt == "u":
-            digits = line[i + 2:i + 6]
+            digits = line[i + 2 : i + 6]
             if len(digits) != 4 or not _HEX.issuperset(digits):
-                raise ValueError(f"line {line_no}: malformed \\uXXXX escape {line[i:i + 6]!r}")
+                raise ValueError(f"line {line_no}: malformed \\uXXXX escape {line[i : i + 6]!r}")
             chars.append((chr(int(digits, 16)), True))
             i += 6
         else:

@@ -23,30 +23,31 @@ class _HeaderFields(NamedTuple):
     """RecordBatch v2's header fields in order, each with its struct code (as kafka-python's
     HEADER_STRUCT); :class:`BatchHeader` is this tuple with what the log asks of it."""
 
-    base_offset: Annotated[int, "q"]             # first offset of the batch (clients send 0)
-    batch_length: Annotated[int, "i"]            # bytes after this field: total size - 12
+    base_offset: Annotated[int, "q"]  # first offset of the batch (clients send 0)
+    batch_length: Annotated[int, "i"]  # bytes after this field: total size - 12
     partition_leader_epoch: Annotated[int, "i"]  # not covered by the CRC
-    magic: Annotated[int, "b"]                   # 2
-    crc: Annotated[int, "I"]                     # CRC-32C (Castagnoli) of bytes [attributes, end)
-    attributes: Annotated[int, "h"]              # bits 0-2 codec, 3 timestamp type, 4 transactional,
-                                                 # 5 control, 6 delete horizon set
-    last_offset_delta: Annotated[int, "i"]       # records_count - 1 for a producer's batch
-    base_timestamp: Annotated[int, "q"]          # or the delete horizon when attribute bit 6 is set
+    magic: Annotated[int, "b"]  # 2
+    crc: Annotated[int, "I"]  # CRC-32C (Castagnoli) of bytes [attributes, end)
+    attributes: Annotated[int, "h"]  # bits 0-2 codec, 3 timestamp type, 4 transactional,
+    # 5 control, 6 delete horizon set
+    last_offset_delta: Annotated[int, "i"]  # records_count - 1 for a producer's batch
+    base_timestamp: Annotated[int, "q"]  # or the delete horizon when attribute bit 6 is set
     max_timestamp: Annotated[int, "q"]
-    producer_id: Annotated[int, "q"]             # -1: not idempotent
+    producer_id: Annotated[int, "q"]  # -1: not idempotent
     producer_epoch: Annotated[int, "h"]
     base_sequence: Annotated[int, "i"]
     records_count: Annotated[int, "i"]
 
 
 #: (name, struct code) of each header field, in order.
-_LAYOUT = tuple((name, typing.get_args(hint)[1])
-                for name, hint in typing.get_type_hints(_HeaderFields, include_extras=True).items())
+_LAYOUT = tuple(
+    (name, typing.get_args(hint)[1]) for name, hint in typing.get_type_hints(_HeaderFields, include_extras=True).items()
+)
 _NAMES = _HeaderFields._fields
 
 
 def _format(first: str, last: str) -> str:
-    return ">" + "".join(code for _, code in _LAYOUT[_NAMES.index(first):_NAMES.index(last) + 1])
+    return ">" + "".join(code for _, code in _LAYOUT[_NAMES.index(first) : _NAMES.index(last) + 1])
 
 
 def offset_of(field: str) -> int:

@@ -121,8 +121,10 @@ def encode_varlong(value: int) -> bytes:
 #: Zig-zag varints of -8192..8191 (what record lengths, deltas and key/value sizes nearly always
 #: are), precomputed for the interpreted encoder.
 _SMALL_VARINT_LIMIT = 8192
-_SMALL_VARINTS = [_encode_unsigned(((v << 1) ^ (v >> 63)) & 0xFFFFFFFFFFFFFFFF)
-                  for v in range(-_SMALL_VARINT_LIMIT, _SMALL_VARINT_LIMIT)]
+_SMALL_VARINTS = [
+    _encode_unsigned(((v << 1) ^ (v >> 63)) & 0xFFFFFFFFFFFFFFFF)
+    for v in range(-_SMALL_VARINT_LIMIT, _SMALL_VARINT_LIMIT)
+]
 
 
 def varint_bytes(value: int) -> bytes:
@@ -165,11 +167,19 @@ def decode_varlong(buf, position: int = 0) -> tuple[int, int]:
 
 # The hot loops' readers of the rarer long varints: on a typed view when compiled.
 
+
 @cython.cfunc
 @cython.boundscheck(True)
 @cython.wraparound(False)
-@cython.locals(buf="const unsigned char[:]", start=cython.Py_ssize_t, b=cython.ulonglong, shift=cython.int,
-               u=cython.ulonglong, half=cython.longlong, low=cython.longlong)
+@cython.locals(
+    buf="const unsigned char[:]",
+    start=cython.Py_ssize_t,
+    b=cython.ulonglong,
+    shift=cython.int,
+    u=cython.ulonglong,
+    half=cython.longlong,
+    low=cython.longlong,
+)
 def _long32(buf, position: cython.Py_ssize_t) -> tuple[cython.long, cython.Py_ssize_t]:  # cimported: see the .pxd
     start = position
     b = buf[position]
@@ -192,8 +202,15 @@ def _long32(buf, position: cython.Py_ssize_t) -> tuple[cython.long, cython.Py_ss
 @cython.cfunc
 @cython.boundscheck(True)
 @cython.wraparound(False)
-@cython.locals(buf="const unsigned char[:]", start=cython.Py_ssize_t, b=cython.ulonglong, shift=cython.int,
-               u=cython.ulonglong, half=cython.longlong, low=cython.longlong)
+@cython.locals(
+    buf="const unsigned char[:]",
+    start=cython.Py_ssize_t,
+    b=cython.ulonglong,
+    shift=cython.int,
+    u=cython.ulonglong,
+    half=cython.longlong,
+    low=cython.longlong,
+)
 def _long64(buf, position: cython.Py_ssize_t) -> tuple[cython.longlong, cython.Py_ssize_t]:
     start = position
     b = buf[position]
@@ -292,12 +309,28 @@ def encode_producer_records(records, reserve: int, size_hint: int = 0) -> tuple:
     return _encode(records, 0, records[0][2], reserve, True, size_hint)
 
 
-@cython.locals(previous=cython.longlong, out=bytearray, size=cython.Py_ssize_t, capacity=cython.Py_ssize_t,
-               used=cython.Py_ssize_t, body=cython.Py_ssize_t, total=cython.Py_ssize_t,
-               key_size=cython.Py_ssize_t, value_size=cython.Py_ssize_t, header_size=cython.Py_ssize_t,
-               td=cython.longlong, od=cython.longlong, count=cython.Py_ssize_t, p=cython.p_uchar,
-               src=cython.p_uchar, interpreted=cython.bint, tuples=cython.bint, reserve=cython.Py_ssize_t,
-               index=cython.Py_ssize_t, size_hint=cython.Py_ssize_t)
+@cython.locals(
+    previous=cython.longlong,
+    out=bytearray,
+    size=cython.Py_ssize_t,
+    capacity=cython.Py_ssize_t,
+    used=cython.Py_ssize_t,
+    body=cython.Py_ssize_t,
+    total=cython.Py_ssize_t,
+    key_size=cython.Py_ssize_t,
+    value_size=cython.Py_ssize_t,
+    header_size=cython.Py_ssize_t,
+    td=cython.longlong,
+    od=cython.longlong,
+    count=cython.Py_ssize_t,
+    p=cython.p_uchar,
+    src=cython.p_uchar,
+    interpreted=cython.bint,
+    tuples=cython.bint,
+    reserve=cython.Py_ssize_t,
+    index=cython.Py_ssize_t,
+    size_hint=cython.Py_ssize_t,
+)
 def _encode(records, base_offset, base_timestamp, reserve, tuples, size_hint) -> tuple:
     """encode_records' loop: over Record objects, or (``tuples``) over a producer's queued tuples
     whose offset is their index; ``reserve`` zero bytes first. Returns (bytearray, last offset
@@ -342,7 +375,8 @@ def _encode(records, base_offset, base_timestamp, reserve, tuples, size_hint) ->
         if interpreted:
             parts = [
                 b"\x00",  # attributes
-                small[timestamp_delta + limit] if -limit <= timestamp_delta < limit
+                small[timestamp_delta + limit]
+                if -limit <= timestamp_delta < limit
                 else encode_varlong(timestamp_delta),
                 small[offset_delta + limit] if offset_delta < limit else encode_varint(offset_delta),
             ]
@@ -526,8 +560,25 @@ _tuple_new = tuple.__new__
     types_out=list,
     headers_out=list,
 )
-def _decode(data, origin, stop, count, base_offset, base_timestamp, append_time, lo, hi, mode, out, record_type,
-            topic, partition, timestamp_name, columns, with_headers):
+def _decode(
+    data,
+    origin,
+    stop,
+    count,
+    base_offset,
+    base_timestamp,
+    append_time,
+    lo,
+    hi,
+    mode,
+    out,
+    record_type,
+    topic,
+    partition,
+    timestamp_name,
+    columns,
+    with_headers,
+):
     """The one decoding loop: exactly ``count`` records filling ``data[origin:stop]``, each with
     ``lo <= offset < hi`` (None: unbounded) built as ``mode`` says and appended to ``out``
     (or, for columns, to ``columns``' lists). Raises CorruptRecordError naming the record.
@@ -641,7 +692,7 @@ def _decode(data, origin, stop, count, base_offset, base_timestamp, append_time,
             else:
                 size, position = _long32(buf, position)
             if size >= 0:
-                key = data[position:position + size] if interpreted else _slice(start_of_data, position, size, end)
+                key = data[position : position + size] if interpreted else _slice(start_of_data, position, size, end)
                 position += size
             else:
                 key = None
@@ -655,7 +706,7 @@ def _decode(data, origin, stop, count, base_offset, base_timestamp, append_time,
             else:
                 size, position = _long32(buf, position)
             if size >= 0:
-                value = data[position:position + size] if interpreted else _slice(start_of_data, position, size, end)
+                value = data[position : position + size] if interpreted else _slice(start_of_data, position, size, end)
                 position += size
             else:
                 value = None
@@ -686,8 +737,9 @@ def _decode(data, origin, stop, count, base_offset, base_timestamp, append_time,
                     if size < 0:
                         raise CorruptRecordError(f"record {index} has a header with a null key (length {size})")
                     # Java decodes malformed UTF-8 with replacement characters; so do we.
-                    header_key = (data[position:position + size] if interpreted
-                                  else _slice(start_of_data, position, size, end)).decode("utf-8", "replace")
+                    header_key = (
+                        data[position : position + size] if interpreted else _slice(start_of_data, position, size, end)
+                    ).decode("utf-8", "replace")
                     position += size
                     b = buf[position]
                     if b < 0x80:
@@ -696,8 +748,11 @@ def _decode(data, origin, stop, count, base_offset, base_timestamp, append_time,
                     else:
                         size, position = _long32(buf, position)
                     if size >= 0:
-                        header_value = (data[position:position + size] if interpreted
-                                        else _slice(start_of_data, position, size, end))
+                        header_value = (
+                            data[position : position + size]
+                            if interpreted
+                            else _slice(start_of_data, position, size, end)
+                        )
                         position += size
                     else:
                         header_value = None
@@ -725,8 +780,9 @@ def _decode(data, origin, stop, count, base_offset, base_timestamp, append_time,
                         continue
                 timestamp = append_time if fixed else _add(base_timestamp_c, timestamp_delta)
             if to_consumer:
-                record = tuple_new(record_type, (topic, partition, offset, timestamp, key, value, headers,
-                                                 timestamp_name))
+                record = tuple_new(
+                    record_type, (topic, partition, offset, timestamp, key, value, headers, timestamp_name)
+                )
                 if interpreted:
                     add(record)
                 else:
@@ -779,30 +835,95 @@ def decode_records(data, count, base_offset, base_timestamp, append_time, record
     ``append_time`` is every record's timestamp (LogAppendTime batches) or None."""
     out = []
     data = _as_bytes(data)
-    _decode(data, 0, len(data), count, base_offset, base_timestamp, append_time, None, None, _RECORDS, out,
-            record_type, None, None, None, None, False)
+    _decode(
+        data,
+        0,
+        len(data),
+        count,
+        base_offset,
+        base_timestamp,
+        append_time,
+        None,
+        None,
+        _RECORDS,
+        out,
+        record_type,
+        None,
+        None,
+        None,
+        None,
+        False,
+    )
     return out
 
 
-def decode_consumer_records(data, count, base_offset, base_timestamp, append_time, position, out, record_type, topic,
-                            partition, timestamp_name, origin=0, stop=None) -> None:
+def decode_consumer_records(
+    data,
+    count,
+    base_offset,
+    base_timestamp,
+    append_time,
+    position,
+    out,
+    record_type,
+    topic,
+    partition,
+    timestamp_name,
+    origin=0,
+    stop=None,
+) -> None:
     """Append the records at or after offset ``position`` to ``out`` as ``record_type`` tuples
     (client.types.ConsumerRecord: topic, partition, offset, timestamp, key, value, headers,
     timestamp type name), built straight from the bytes: one object a record. The records section
     is ``data[origin:stop]`` (default: all of it), read in place where compiled."""
     data = _as_bytes(data)
-    _decode(data, origin, len(data) if stop is None else stop, count, base_offset, base_timestamp, append_time,
-            position, None, _CONSUMER, out, record_type, topic, partition, timestamp_name, None, False)
+    _decode(
+        data,
+        origin,
+        len(data) if stop is None else stop,
+        count,
+        base_offset,
+        base_timestamp,
+        append_time,
+        position,
+        None,
+        _CONSUMER,
+        out,
+        record_type,
+        topic,
+        partition,
+        timestamp_name,
+        None,
+        False,
+    )
 
 
-def decode_columns(data, count, base_offset, base_timestamp, append_time, lo, hi, columns, with_headers, origin=0,
-                   stop=None) -> None:
+def decode_columns(
+    data, count, base_offset, base_timestamp, append_time, lo, hi, columns, with_headers, origin=0, stop=None
+) -> None:
     """Append the records with ``lo <= offset < hi`` to the lists ``columns`` holds (keys, values,
     offsets, timestamps, types: 0 CreateTime / 1 LogAppendTime, headers if ``with_headers``); the
     records section is ``data[origin:stop]`` (default: all of it), read in place where compiled."""
     data = _as_bytes(data)
-    _decode(data, origin, len(data) if stop is None else stop, count, base_offset, base_timestamp, append_time, lo,
-            hi, _COLUMNS, None, None, None, None, None, columns, with_headers)
+    _decode(
+        data,
+        origin,
+        len(data) if stop is None else stop,
+        count,
+        base_offset,
+        base_timestamp,
+        append_time,
+        lo,
+        hi,
+        _COLUMNS,
+        None,
+        None,
+        None,
+        None,
+        None,
+        columns,
+        with_headers,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1055,11 +1176,23 @@ def _be(p, n: cython.int) -> cython.ulonglong:
 
 @cython.boundscheck(True)
 @cython.wraparound(False)
-@cython.locals(buf="const unsigned char[::1]", p="const unsigned char*", size=cython.Py_ssize_t,
-               limit=cython.longlong, base_offset=cython.longlong, batch_length=cython.longlong,
-               magic=cython.longlong, crc=cython.longlong, attributes=cython.longlong,
-               last_offset_delta=cython.longlong, base_timestamp=cython.longlong, max_timestamp=cython.longlong,
-               producer_id=cython.longlong, base_sequence=cython.longlong, count=cython.longlong)
+@cython.locals(
+    buf="const unsigned char[::1]",
+    p="const unsigned char*",
+    size=cython.Py_ssize_t,
+    limit=cython.longlong,
+    base_offset=cython.longlong,
+    batch_length=cython.longlong,
+    magic=cython.longlong,
+    crc=cython.longlong,
+    attributes=cython.longlong,
+    last_offset_delta=cython.longlong,
+    base_timestamp=cython.longlong,
+    max_timestamp=cython.longlong,
+    producer_id=cython.longlong,
+    base_sequence=cython.longlong,
+    count=cython.longlong,
+)
 def check_batch_header(data, max_bytes: int):
     """The header fields validation goes on with, when ``data`` is exactly one v2 batch that keeps
     every header rule a producer's batch must keep (Kafka's leader-side checks, in its order: the
@@ -1091,12 +1224,31 @@ def check_batch_header(data, max_bytes: int):
         base_sequence = cython.cast(cython.int, cython.cast(cython.uint, _be(p + _AT_BASE_SEQUENCE, 4)))
         count = cython.cast(cython.int, cython.cast(cython.uint, _be(p + _AT_RECORDS_COUNT, 4)))
     else:
-        (base_offset, batch_length, _, magic, crc, attributes, last_offset_delta, base_timestamp,
-         max_timestamp, producer_id, _, base_sequence, count) = _HEADER_UNPACK(data, 0)
+        (
+            base_offset,
+            batch_length,
+            _,
+            magic,
+            crc,
+            attributes,
+            last_offset_delta,
+            base_timestamp,
+            max_timestamp,
+            producer_id,
+            _,
+            base_sequence,
+            count,
+        ) = _HEADER_UNPACK(data, 0)
     if magic != _MAGIC or batch_length + _LOG_OVERHEAD != size:
         return None
-    if base_offset != 0 or last_offset_delta + 1 != count or count <= 0 or attributes & _CONTROL_FLAG \
-            or (producer_id >= 0 and base_sequence < 0) or attributes & _COMPRESSION_MASK > _MAX_CODEC:
+    if (
+        base_offset != 0
+        or last_offset_delta + 1 != count
+        or count <= 0
+        or attributes & _CONTROL_FLAG
+        or (producer_id >= 0 and base_sequence < 0)
+        or attributes & _COMPRESSION_MASK > _MAX_CODEC
+    ):
         return None
     if size > limit:
         return None
@@ -1129,9 +1281,21 @@ def renumber_records(data, position: int, count: int) -> bytearray:
 
 @cython.boundscheck(True)
 @cython.wraparound(False)
-@cython.locals(buf="const unsigned char[:]", position=cython.Py_ssize_t, record_end=cython.Py_ssize_t,
-               count=cython.Py_ssize_t, index=cython.Py_ssize_t, b=cython.int, c=cython.int, length=cython.long,
-               offset_delta=cython.long, timestamp_delta=cython.longlong, zz="const long*", zz2="const int*", end=cython.Py_ssize_t)
+@cython.locals(
+    buf="const unsigned char[:]",
+    position=cython.Py_ssize_t,
+    record_end=cython.Py_ssize_t,
+    count=cython.Py_ssize_t,
+    index=cython.Py_ssize_t,
+    b=cython.int,
+    c=cython.int,
+    length=cython.long,
+    offset_delta=cython.long,
+    timestamp_delta=cython.longlong,
+    zz="const long*",
+    zz2="const int*",
+    end=cython.Py_ssize_t,
+)
 def first_at_or_after(data, count, base_offset, base_timestamp, append_time, timestamp, min_offset):
     """(timestamp, offset) of the first of the ``count`` records in ``data`` with timestamp >=
     ``timestamp`` and offset >= ``min_offset``, or None; keys, values and headers are skipped by

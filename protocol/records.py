@@ -282,12 +282,34 @@ def encode_batch(
 
     batch = bytearray(HEADER_SIZE + len(body))
     batch[HEADER_SIZE:] = body
-    return _seal(batch, base_offset, partition_leader_epoch, attributes, last_offset_delta, base_timestamp,
-                 max_timestamp, producer_id, producer_epoch, base_sequence, len(records))
+    return _seal(
+        batch,
+        base_offset,
+        partition_leader_epoch,
+        attributes,
+        last_offset_delta,
+        base_timestamp,
+        max_timestamp,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        len(records),
+    )
 
 
-def _seal(batch: bytearray, base_offset, partition_leader_epoch, attributes, last_offset_delta, base_timestamp,
-          max_timestamp, producer_id, producer_epoch, base_sequence, count) -> bytes:
+def _seal(
+    batch: bytearray,
+    base_offset,
+    partition_leader_epoch,
+    attributes,
+    last_offset_delta,
+    base_timestamp,
+    max_timestamp,
+    producer_id,
+    producer_epoch,
+    base_sequence,
+    count,
+) -> bytes:
     """Write the header into ``batch``'s first HEADER_SIZE bytes (the records follow), then its CRC."""
     try:
         HEADER.pack_into(
@@ -331,8 +353,13 @@ def build_batch(
     ``size_hint`` bytes when given (the uncompressed batch's expected size; only a hint)."""
     records = values if type(values) is list else list(values)
     if not records:
-        return encode_batch((), producer_id=producer_id, producer_epoch=producer_epoch,
-                            base_sequence=base_sequence, is_transactional=is_transactional)
+        return encode_batch(
+            (),
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            base_sequence=base_sequence,
+            is_transactional=is_transactional,
+        )
     compression = CompressionType(compression)
     batch, last_delta, max_timestamp = _codec.encode_producer_records(records, HEADER_SIZE, size_hint)
     if compression is not CompressionType.NONE:
@@ -342,8 +369,19 @@ def build_batch(
     attributes = compression  # CREATE_TIME
     if is_transactional:
         attributes |= TRANSACTIONAL_FLAG
-    return _seal(batch, 0, NO_PARTITION_LEADER_EPOCH, attributes, last_delta, records[0][2], max_timestamp,
-                 producer_id, producer_epoch, base_sequence, len(records))
+    return _seal(
+        batch,
+        0,
+        NO_PARTITION_LEADER_EPOCH,
+        attributes,
+        last_delta,
+        records[0][2],
+        max_timestamp,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        len(records),
+    )
 
 
 # --- decode ----------------------------------------------------------------------------------
@@ -557,7 +595,7 @@ def first_record_at_or_after(buf, timestamp: int, min_offset: int) -> tuple[int,
         )
     if header.records_count <= 0:
         return None
-    payload = view[HEADER_SIZE:header.batch_length + LOG_OVERHEAD]
+    payload = view[HEADER_SIZE : header.batch_length + LOG_OVERHEAD]
     data = payload if codec == CompressionType.NONE else decompress(CompressionType(codec), payload)
     base_offset = header.base_offset
     if header.attributes & TIMESTAMP_TYPE_MASK:  # LogAppendTime: every record has the batch's time
@@ -567,10 +605,10 @@ def first_record_at_or_after(buf, timestamp: int, min_offset: int) -> tuple[int,
     else:
         fixed_timestamp = None
     try:
-        return _codec.first_at_or_after(data, header.records_count, base_offset, header.base_timestamp,
-                                        fixed_timestamp, timestamp, min_offset)
+        return _codec.first_at_or_after(
+            data, header.records_count, base_offset, header.base_timestamp, fixed_timestamp, timestamp, min_offset
+        )
     except IndexError:
         raise CorruptRecordError(
             f"record batch at base offset {base_offset}: premature EOF while reading record timestamps"
         ) from None
-

@@ -134,22 +134,43 @@ for _b in range(0xE0, 0x100):  # negative fixint
 for _b in range(0xA0, 0xC0):  # fixstr: at most 31 bytes, never too long
     _SCALAR_EXTRA[_b] = _b - 0xA0
 for _b, _extra in {
-    0xC0: 0, 0xC2: 0, 0xC3: 0,  # nil, false, true
-    0xCA: 4, 0xCB: 8,  # float 32, 64
-    0xCC: 1, 0xCD: 2, 0xCE: 4, 0xCF: 8,  # uint 8..64
-    0xD0: 1, 0xD1: 2, 0xD2: 4, 0xD3: 8,  # int 8..64
-    0xD4: 2, 0xD5: 3, 0xD6: 5, 0xD7: 9, 0xD8: 17,  # fixext 1..16, type byte included
+    0xC0: 0,
+    0xC2: 0,
+    0xC3: 0,  # nil, false, true
+    0xCA: 4,
+    0xCB: 8,  # float 32, 64
+    0xCC: 1,
+    0xCD: 2,
+    0xCE: 4,
+    0xCF: 8,  # uint 8..64
+    0xD0: 1,
+    0xD1: 2,
+    0xD2: 4,
+    0xD3: 8,  # int 8..64
+    0xD4: 2,
+    0xD5: 3,
+    0xD6: 5,
+    0xD7: 9,
+    0xD8: 17,  # fixext 1..16, type byte included
 }.items():
     _SCALAR_EXTRA[_b] = _extra
 
 _STR, _BIN, _EXT, _ARRAY, _MAP = range(5)
 # Per first byte of a length-prefixed type: (kind, width of the length).
 _PREFIXED: dict[int, tuple[int, int]] = {
-    0xD9: (_STR, 1), 0xDA: (_STR, 2), 0xDB: (_STR, 4),
-    0xC4: (_BIN, 1), 0xC5: (_BIN, 2), 0xC6: (_BIN, 4),
-    0xC7: (_EXT, 1), 0xC8: (_EXT, 2), 0xC9: (_EXT, 4),
-    0xDC: (_ARRAY, 2), 0xDD: (_ARRAY, 4),
-    0xDE: (_MAP, 2), 0xDF: (_MAP, 4),
+    0xD9: (_STR, 1),
+    0xDA: (_STR, 2),
+    0xDB: (_STR, 4),
+    0xC4: (_BIN, 1),
+    0xC5: (_BIN, 2),
+    0xC6: (_BIN, 4),
+    0xC7: (_EXT, 1),
+    0xC8: (_EXT, 2),
+    0xC9: (_EXT, 4),
+    0xDC: (_ARRAY, 2),
+    0xDD: (_ARRAY, 4),
+    0xDE: (_MAP, 2),
+    0xDF: (_MAP, 4),
 }
 
 
@@ -182,7 +203,7 @@ def _walk(data, pos: int, end: int, budget: int) -> tuple[int, int]:
             kind, width = prefixed
             if pos + width > end:
                 raise _Malformed
-            length = int.from_bytes(data[pos:pos + width], "big")
+            length = int.from_bytes(data[pos : pos + width], "big")
             pos += width
             if kind == _ARRAY:
                 remaining += length
@@ -245,7 +266,7 @@ def scan_request(data, limits: RequestLimits) -> RequestScan:
             width = 2 if first == 0xDE else 4
             if 1 + width > end:
                 return RequestScan(1, None, None)
-            pairs, pos = int.from_bytes(data[1:1 + width], "big"), 1 + width
+            pairs, pos = int.from_bytes(data[1 : 1 + width], "big"), 1 + width
         else:  # not a map: counted whole, refused by the decoder if it fits the budget
             return RequestScan(_walk(data, 0, end, budget)[1], None, None)
         if 1 + 2 * pairs > budget:
@@ -276,12 +297,22 @@ def scan_request(data, limits: RequestLimits) -> RequestScan:
     except _StrTooLong as exc:
         raise RequestBudgetError(
             f"request holds a str of {exc.length} bytes; no string may be longer than {MAX_STR_BYTES} bytes",
-            request_id, api) from None
+            request_id,
+            api,
+        ) from None
     except _OverBudget as exc:
         per_entry = OBJECTS_PER_ENTRY[api] if api else max(OBJECTS_PER_ENTRY.values())
         what = f"{api} requests" if api else "requests"
-        why = (f"{ENVELOPE_OBJECTS} + {per_entry} per topic or partition named, "
-               f"for max.broker.partitions={limits.max_partitions}") if per_entry else "they name no topic"
+        why = (
+            (
+                f"{ENVELOPE_OBJECTS} + {per_entry} per topic or partition named, "
+                f"for max.broker.partitions={limits.max_partitions}"
+            )
+            if per_entry
+            else "they name no topic"
+        )
         raise RequestBudgetError(
-            f"request holds at least {count + exc.objects} msgpack objects; {what} may hold at most "
-            f"{budget} ({why})", request_id, api) from None
+            f"request holds at least {count + exc.objects} msgpack objects; {what} may hold at most {budget} ({why})",
+            request_id,
+            api,
+        ) from None

@@ -29,8 +29,16 @@ import re
 from pathlib import Path
 from types import ModuleType
 
-__all__ = ["COMPILED", "MODULES", "PURE_PYTHON_ENV", "compiled_available", "implementation", "stale", "status",
-           "warning"]
+__all__ = [
+    "COMPILED",
+    "MODULES",
+    "PURE_PYTHON_ENV",
+    "compiled_available",
+    "implementation",
+    "stale",
+    "status",
+    "warning",
+]
 
 #: Modules (dotted, below ``triolog``) that have a compiled twin ``_<name>_c`` in the same package,
 #: built from the same source. setup.py reads this tuple (it cannot import the package), so it is
@@ -144,17 +152,27 @@ def _choose() -> tuple[bool, str, str | None]:
         return False, f"pure Python ({PURE_PYTHON_ENV} is set)", None
     out_of_date = [name for name in MODULES if stale(name)]
     if out_of_date:
-        return False, "pure Python (extension out of date)", (
-            "triolog's compiled core is older than its source in this checkout, so it is not used: the "
-            "per-record paths run in pure Python until it is rebuilt (`make run` / `make test` do it; "
-            "or `python setup.py build_ext --inplace`); out of date: "
-            + ", ".join(compiled_name(name) for name in out_of_date))
+        return (
+            False,
+            "pure Python (extension out of date)",
+            (
+                "triolog's compiled core is older than its source in this checkout, so it is not used: the "
+                "per-record paths run in pure Python until it is rebuilt (`make run` / `make test` do it; "
+                "or `python setup.py build_ext --inplace`); out of date: "
+                + ", ".join(compiled_name(name) for name in out_of_date)
+            ),
+        )
     missing = [name for name in MODULES if not compiled_available(name)]
     if missing:
-        return False, "pure Python (extension not built)", (
-            "triolog's compiled core is not built (no C compiler at install time?): the per-record "
-            "paths run in pure Python, several times slower; missing: "
-            + ", ".join(compiled_name(name) for name in missing))
+        return (
+            False,
+            "pure Python (extension not built)",
+            (
+                "triolog's compiled core is not built (no C compiler at install time?): the per-record "
+                "paths run in pure Python, several times slower; missing: "
+                + ", ".join(compiled_name(name) for name in missing)
+            ),
+        )
     return True, "compiled (Cython)", None
 
 

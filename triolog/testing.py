@@ -40,16 +40,31 @@ import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    import trio
+
+    from triolog.broker.server.app import BrokerServer
 
 __all__ = ["InProcessBroker", "CliResult", "run_cli", "free_topic_name"]
 
 #: The broker whose thread (or task, or worker thread) is running: where its log events go.
-_CURRENT: contextvars.ContextVar[InProcessBroker | None] = contextvars.ContextVar("triolog_testing_broker",
-                                                                                     default=None)
-_LEVELS = {"debug": 10, "info": 20, "warning": 30, "warn": 30, "error": 40, "exception": 40, "critical": 50,
-           "fatal": 50}
+_CURRENT: contextvars.ContextVar[InProcessBroker | None] = contextvars.ContextVar(
+    "triolog_testing_broker", default=None
+)
+_LEVELS = {
+    "debug": 10,
+    "info": 20,
+    "warning": 30,
+    "warn": 30,
+    "error": 40,
+    "exception": 40,
+    "critical": 50,
+    "fatal": 50,
+}
 
 
 class _LogRouting:
@@ -71,12 +86,17 @@ class _LogRouting:
             if len(self._running) == 1:
                 self._saved = structlog.get_config() if structlog.is_configured() else None
                 structlog.configure(
-                    processors=[structlog.contextvars.merge_contextvars, structlog.stdlib.add_log_level,
-                                structlog.stdlib.add_logger_name,
-                                structlog.processors.TimeStamper(fmt="iso", utc=True), self._route_structlog],
+                    processors=[
+                        structlog.contextvars.merge_contextvars,
+                        structlog.stdlib.add_log_level,
+                        structlog.stdlib.add_logger_name,
+                        structlog.processors.TimeStamper(fmt="iso", utc=True),
+                        self._route_structlog,
+                    ],
                     logger_factory=structlog.stdlib.LoggerFactory(),
                     wrapper_class=structlog.stdlib.BoundLogger,
-                    cache_logger_on_first_use=False)
+                    cache_logger_on_first_use=False,
+                )
                 self._handler = _RoutingHandler(self)
                 triolog_logger = logging.getLogger("triolog.broker")
                 self._saved_level = triolog_logger.level
@@ -94,7 +114,8 @@ class _LogRouting:
             if self._running:
                 triolog_logger.setLevel(min(b.level for b in self._running))
                 return
-            triolog_logger.removeHandler(self._handler)
+            if self._handler is not None:
+                triolog_logger.removeHandler(self._handler)
             triolog_logger.setLevel(self._saved_level)
             self._handler = None
             if self._saved is None:
@@ -110,7 +131,8 @@ class _LogRouting:
         if broker is not None:
             return [broker]
         if threading.current_thread() is threading.main_thread() or logger_name.startswith(
-                ("triolog.client", "triolog.pipeline")):
+            ("triolog.client", "triolog.pipeline")
+        ):
             return []
         with self._lock:
             return list(self._running)
@@ -142,9 +164,14 @@ class _RoutingHandler(logging.Handler):
         targets = self.routing.targets(record.name)
         if not targets:
             return
-        event = {"event": record.getMessage(), "level": record.levelname.lower(), "logger": record.name,
-                 "timestamp": datetime.datetime.fromtimestamp(record.created, datetime.UTC).isoformat()
-                 .replace("+00:00", "Z")}
+        event = {
+            "event": record.getMessage(),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "timestamp": datetime.datetime.fromtimestamp(record.created, datetime.UTC)
+            .isoformat()
+            .replace("+00:00", "Z"),
+        }
         if record.exc_info:
             event["exception"] = logging.Formatter().formatException(record.exc_info)
         for broker in targets:
@@ -164,10 +191,21 @@ class InProcessBroker:
     clock (a ``triolog.broker.storage.clock.ManualClock`` for record timestamps and retention).
     """
 
-    def __init__(self, data_dir: Path, overrides: Sequence[str] = (), *, port: int = 0, kafka: bool = True,
-                 kafka_port: int = 0, metrics: bool = False, security: str = "PLAINTEXT",
-                 kafka_security: str = "PLAINTEXT", config_file: Path | None = None, clock=None,
-                 mock_clock=None):
+    def __init__(
+        self,
+        data_dir: Path,
+        overrides: Sequence[str] = (),
+        *,
+        port: int = 0,
+        kafka: bool = True,
+        kafka_port: int = 0,
+        metrics: bool = False,
+        security: str = "PLAINTEXT",
+        kafka_security: str = "PLAINTEXT",
+        config_file: Path | None = None,
+        clock=None,
+        mock_clock=None,
+    ):
         self.data_dir = Path(data_dir)
         self.overrides = tuple(overrides)
         self.port = port
@@ -181,12 +219,12 @@ class InProcessBroker:
         self.storage_clock = clock
         self.mock_clock = mock_clock
         self.log_path = self.data_dir.parent / f"{self.data_dir.name}-broker.log"
-        self.server = None
+        self.server: BrokerServer | None = None
         self.level = logging.INFO
         self._lines: list[str] = []
         self._lines_lock = threading.Lock()
         self._thread: threading.Thread | None = None
-        self._token = None
+        self._token: trio.lowlevel.TrioToken | None = None
         self._started = threading.Event()
         self._failure: BaseException | None = None
 
@@ -221,8 +259,12 @@ class InProcessBroker:
         _ROUTING.add(self)
         context = contextvars.copy_context()
         context.run(_CURRENT.set, self)
-        self._thread = threading.Thread(target=context.run, args=(self._thread_main, config, warnings),
-                                        name=f"triolog-broker-{self.data_dir.name}", daemon=True)
+        self._thread = threading.Thread(
+            target=context.run,
+            args=(self._thread_main, config, warnings),
+            name=f"triolog-broker-{self.data_dir.name}",
+            daemon=True,
+        )
         self._thread.start()
         if not self._started.wait(timeout_s):
             self.stop()
@@ -256,10 +298,10 @@ class InProcessBroker:
         for warning in warnings:
             log.warning("config_warning", message=warning)
         kwargs = {} if self.storage_clock is None else {"clock": self.storage_clock}
-        self.server = BrokerServer(config, **kwargs)
+        server = self.server = BrokerServer(config, **kwargs)
         self._token = trio.lowlevel.current_trio_token()
         async with trio.open_nursery() as nursery:
-            address = await nursery.start(self.server.run)
+            address = await nursery.start(server.run)
             self.port = address.port
             self.kafka_port = address.kafka_port or 0
             self.metrics_port = address.metrics_port
@@ -280,8 +322,9 @@ class InProcessBroker:
         if thread.is_alive() and self._token is not None and self.server is not None:
             try:
                 if self.mock_clock is not None:  # the shutdown's waits pass at once, not never
-                    trio.from_thread.run_sync(setattr, self.mock_clock, "autojump_threshold", 0.0,
-                                              trio_token=self._token)
+                    trio.from_thread.run_sync(
+                        setattr, self.mock_clock, "autojump_threshold", 0.0, trio_token=self._token
+                    )
                 trio.from_thread.run_sync(self.server.shutdown, trio_token=self._token)
             except trio.RunFinishedError:
                 pass
@@ -341,10 +384,15 @@ class InProcessBroker:
                 return r.read().decode()
         from prometheus_client import generate_latest
 
-        return generate_latest(self.server.metrics.registry).decode()
+        return generate_latest(self._running_server().metrics.registry).decode()
+
+    def _running_server(self) -> BrokerServer:
+        if self.server is None:
+            raise RuntimeError("the broker has not been started")
+        return self.server
 
     def sample(self, name: str, **labels: str) -> float:
-        value = self.server.metrics.registry.get_sample_value(name, labels)
+        value = self._running_server().metrics.registry.get_sample_value(name, labels)
         if value is None:
             raise KeyError(f"no sample {name}{labels}")
         return value
@@ -420,7 +468,11 @@ def _run_cli(args: Sequence[str], stdin: bytes, env: dict[str, str] | None) -> C
             try:
                 code = main(list(args))
             except SystemExit as exc:
-                code = exc.code
+                if exc.code is None or isinstance(exc.code, int):
+                    code = exc.code or 0
+                else:  # sys.exit(message): printed to stderr, status 1, as the interpreter does
+                    print(exc.code, file=sys.stderr)
+                    code = 1
             out_text.flush()
             err_text.flush()
         finally:

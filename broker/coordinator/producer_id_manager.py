@@ -62,8 +62,13 @@ class ProducerIdManager:
             self._load_locked()
             if seen_up_to > self._block_end:
                 start = -(-seen_up_to // self.block_size) * self.block_size
-                _log.warning("producer_id_block_behind_logs", path=str(self.path), block_start=self._block_end,
-                             largest_id_in_logs=seen_up_to - 1, new_block_start=start)
+                _log.warning(
+                    "producer_id_block_behind_logs",
+                    path=str(self.path),
+                    block_start=self._block_end,
+                    largest_id_in_logs=seen_up_to - 1,
+                    new_block_start=start,
+                )
                 self._next_id = self._block_end = start
 
     def _load_locked(self) -> None:

@@ -136,8 +136,7 @@ class AclPermissionType(_KafkaEnum):
 
 #: The operations an ALLOW of which also allows the key (Kafka's implied operations).
 IMPLIED_BY: dict[AclOperation, frozenset[AclOperation]] = {
-    AclOperation.DESCRIBE: frozenset({AclOperation.READ, AclOperation.WRITE, AclOperation.DELETE,
-                                      AclOperation.ALTER}),
+    AclOperation.DESCRIBE: frozenset({AclOperation.READ, AclOperation.WRITE, AclOperation.DELETE, AclOperation.ALTER}),
     AclOperation.DESCRIBE_CONFIGS: frozenset({AclOperation.ALTER_CONFIGS}),
 }
 
@@ -154,8 +153,11 @@ class ResourcePattern:
     pattern_type: PatternType = PatternType.LITERAL
 
     def __post_init__(self) -> None:
-        _set(self, resource_type=ResourceType.parse(self.resource_type),
-             pattern_type=PatternType.parse(self.pattern_type))
+        _set(
+            self,
+            resource_type=ResourceType.parse(self.resource_type),
+            pattern_type=PatternType.parse(self.pattern_type),
+        )
         if not isinstance(self.name, str):
             raise InvalidAclError(f"the resource name must be a string, got {self.name!r}")
 
@@ -164,23 +166,25 @@ class ResourcePattern:
         if self.resource_type in (ResourceType.UNKNOWN, ResourceType.ANY):
             raise InvalidAclError(f"Invalid resource type {self.resource_type.name}: an ACL names one resource type")
         if self.pattern_type not in (PatternType.LITERAL, PatternType.PREFIXED):
-            raise InvalidAclError(f"Invalid pattern type {self.pattern_type.name}: an ACL's pattern is "
-                                  "LITERAL or PREFIXED")
+            raise InvalidAclError(
+                f"Invalid pattern type {self.pattern_type.name}: an ACL's pattern is LITERAL or PREFIXED"
+            )
         if not self.name:
             raise InvalidAclError("Resource name should not be empty")
         if self.resource_type == ResourceType.CLUSTER and self.name != CLUSTER_NAME:
-            raise InvalidAclError(f"The only valid name for the CLUSTER resource is {CLUSTER_NAME}, "
-                                  f"got {self.name!r}")
+            raise InvalidAclError(f"The only valid name for the CLUSTER resource is {CLUSTER_NAME}, got {self.name!r}")
         if self.pattern_type == PatternType.PREFIXED and self.name == WILDCARD_RESOURCE:
-            raise InvalidAclError("A PREFIXED pattern cannot have the name '*': use a LITERAL '*' "
-                                  "for every resource of the type")
+            raise InvalidAclError(
+                "A PREFIXED pattern cannot have the name '*': use a LITERAL '*' for every resource of the type"
+            )
 
 
 def _check_principal(principal: str) -> None:
     kind, sep, name = principal.partition(":")
     if not sep or not kind or not name:
-        raise InvalidAclError(f"Invalid principal {principal!r}: expected principalType:principalName, "
-                              "e.g. User:alice or User:*")
+        raise InvalidAclError(
+            f"Invalid principal {principal!r}: expected principalType:principalName, e.g. User:alice or User:*"
+        )
 
 
 @dataclass(frozen=True)
@@ -191,8 +195,11 @@ class AccessControlEntry:
     permission_type: AclPermissionType
 
     def __post_init__(self) -> None:
-        _set(self, operation=AclOperation.parse(self.operation),
-             permission_type=AclPermissionType.parse(self.permission_type))
+        _set(
+            self,
+            operation=AclOperation.parse(self.operation),
+            permission_type=AclPermissionType.parse(self.permission_type),
+        )
         for key in ("principal", "host"):
             if not isinstance(getattr(self, key), str):
                 raise InvalidAclError(f"the ACL's {key} must be a string, got {getattr(self, key)!r}")
@@ -203,8 +210,7 @@ class AccessControlEntry:
         if self.operation in (AclOperation.UNKNOWN, AclOperation.ANY):
             raise InvalidAclError(f"Invalid operation {self.operation.name}: an ACL names one operation (or ALL)")
         if self.permission_type not in (AclPermissionType.ALLOW, AclPermissionType.DENY):
-            raise InvalidAclError(f"Invalid permission type {self.permission_type.name}: an ACL "
-                                  "allows or denies")
+            raise InvalidAclError(f"Invalid permission type {self.permission_type.name}: an ACL allows or denies")
 
 
 @dataclass(frozen=True)
@@ -233,8 +239,10 @@ class AclBinding:
 
     @classmethod
     def from_json(cls, doc: dict) -> AclBinding:
-        return cls(ResourcePattern(doc["resource_type"], doc["name"], doc["pattern_type"]),
-                   AccessControlEntry(doc["principal"], doc["host"], doc["operation"], doc["permission_type"]))
+        return cls(
+            ResourcePattern(doc["resource_type"], doc["name"], doc["pattern_type"]),
+            AccessControlEntry(doc["principal"], doc["host"], doc["operation"], doc["permission_type"]),
+        )
 
 
 @dataclass(frozen=True)
@@ -254,10 +262,13 @@ class AclBindingFilter:
     permission_type: AclPermissionType = AclPermissionType.ANY
 
     def __post_init__(self) -> None:
-        _set(self, resource_type=ResourceType.parse(self.resource_type),
-             pattern_type=PatternType.parse(self.pattern_type),
-             operation=AclOperation.parse(self.operation),
-             permission_type=AclPermissionType.parse(self.permission_type))
+        _set(
+            self,
+            resource_type=ResourceType.parse(self.resource_type),
+            pattern_type=PatternType.parse(self.pattern_type),
+            operation=AclOperation.parse(self.operation),
+            permission_type=AclPermissionType.parse(self.permission_type),
+        )
 
     @classmethod
     def exact(cls, binding: AclBinding) -> AclBindingFilter:
@@ -267,8 +278,11 @@ class AclBindingFilter:
 
     def validate(self) -> AclBindingFilter:
         """Kafka refuses filters with UNKNOWN fields."""
-        unknown = [key for key in ("resource_type", "pattern_type", "operation", "permission_type")
-                   if getattr(self, key).name == "UNKNOWN"]
+        unknown = [
+            key
+            for key in ("resource_type", "pattern_type", "operation", "permission_type")
+            if getattr(self, key).name == "UNKNOWN"
+        ]
         if unknown:
             raise InvalidAclError(f"The filter contains UNKNOWN elements: {', '.join(unknown)}")
         return self
@@ -290,11 +304,12 @@ class AclBindingFilter:
         return False
 
     def matches_entry(self, entry: AccessControlEntry) -> bool:
-        return ((self.principal is None or self.principal == entry.principal)
-                and (self.host is None or self.host == entry.host)
-                and (self.operation == AclOperation.ANY or self.operation == entry.operation)
-                and (self.permission_type == AclPermissionType.ANY
-                     or self.permission_type == entry.permission_type))
+        return (
+            (self.principal is None or self.principal == entry.principal)
+            and (self.host is None or self.host == entry.host)
+            and (self.operation == AclOperation.ANY or self.operation == entry.operation)
+            and (self.permission_type == AclPermissionType.ANY or self.permission_type == entry.permission_type)
+        )
 
     def matches(self, binding: AclBinding) -> bool:
         return self.matches_pattern(binding.pattern) and self.matches_entry(binding.entry)
@@ -321,8 +336,12 @@ class AclAuthorizer:
     ACLs of each prefix length in use for the type (one lookup per distinct length), never at
     every ACL."""
 
-    def __init__(self, super_users: Iterable[str] = (), allow_everyone_if_no_acl_found: bool = False,
-                 bindings: Iterable[AclBinding] = ()):
+    def __init__(
+        self,
+        super_users: Iterable[str] = (),
+        allow_everyone_if_no_acl_found: bool = False,
+        bindings: Iterable[AclBinding] = (),
+    ):
         self.super_users = frozenset(super_users)
         self.allow_everyone_if_no_acl_found = bool(allow_everyone_if_no_acl_found)
         self._lock = threading.RLock()
@@ -412,8 +431,9 @@ class AclAuthorizer:
                     found += self._prefixed.get((resource_type, name[:length]), ())
             return found
 
-    def authorize(self, principal: str, host: str, operation: AclOperation, resource_type: ResourceType,
-                  name: str) -> bool:
+    def authorize(
+        self, principal: str, host: str, operation: AclOperation, resource_type: ResourceType, name: str
+    ) -> bool:
         """May ``principal`` connected from ``host`` perform ``operation`` on the resource?"""
         operation, resource_type = _check_action(operation, resource_type)
         if self.is_super_user(principal):
@@ -421,16 +441,22 @@ class AclAuthorizer:
         acls = self.matching_acls(resource_type, name)
         if not acls:
             return self.allow_everyone_if_no_acl_found
-        applies = [b.entry for b in acls
-                   if b.entry.principal in (principal, WILDCARD_PRINCIPAL) and b.entry.host in (host, WILDCARD_HOST)]
-        if any(e.permission_type == AclPermissionType.DENY and e.operation in (operation, AclOperation.ALL)
-               for e in applies):
+        applies = [
+            b.entry
+            for b in acls
+            if b.entry.principal in (principal, WILDCARD_PRINCIPAL) and b.entry.host in (host, WILDCARD_HOST)
+        ]
+        if any(
+            e.permission_type == AclPermissionType.DENY and e.operation in (operation, AclOperation.ALL)
+            for e in applies
+        ):
             return False
         allowing = {operation, AclOperation.ALL} | IMPLIED_BY.get(operation, frozenset())
         return any(e.permission_type == AclPermissionType.ALLOW and e.operation in allowing for e in applies)
 
-    def authorize_by_resource_type(self, principal: str, host: str, operation: AclOperation,
-                                   resource_type: ResourceType) -> bool:
+    def authorize_by_resource_type(
+        self, principal: str, host: str, operation: AclOperation, resource_type: ResourceType
+    ) -> bool:
         """Could ``principal`` perform ``operation`` on some resource of the type? (Kafka's
         Authorizer.authorizeByResourceType, used e.g. where IDEMPOTENT_WRITE on the cluster is
         not granted but WRITE on some topic may be.)

@@ -30,8 +30,14 @@ class AclStore:
     manager's file system. The file is loaded by the constructor: a store never exists empty
     because its file could not be read (CorruptSecurityFileError names the file)."""
 
-    def __init__(self, directory: str | os.PathLike, fs: FileSystem = OS_FS, *,
-                 super_users: Iterable[str] = (), allow_everyone_if_no_acl_found: bool = False):
+    def __init__(
+        self,
+        directory: str | os.PathLike,
+        fs: FileSystem = OS_FS,
+        *,
+        super_users: Iterable[str] = (),
+        allow_everyone_if_no_acl_found: bool = False,
+    ):
         self.fs = fs
         self.path = Path(directory) / ACLS_FILE
         self._lock = threading.RLock()
@@ -100,10 +106,12 @@ class AclStore:
 
     # -- checks (the authorizer's) -----------------------------------------------------------
 
-    def authorize(self, principal: str, host: str, operation: AclOperation, resource_type: ResourceType,
-                  name: str) -> bool:
+    def authorize(
+        self, principal: str, host: str, operation: AclOperation, resource_type: ResourceType, name: str
+    ) -> bool:
         return self.authorizer.authorize(principal, host, operation, resource_type, name)
 
-    def authorize_by_resource_type(self, principal: str, host: str, operation: AclOperation,
-                                   resource_type: ResourceType) -> bool:
+    def authorize_by_resource_type(
+        self, principal: str, host: str, operation: AclOperation, resource_type: ResourceType
+    ) -> bool:
         return self.authorizer.authorize_by_resource_type(principal, host, operation, resource_type)

@@ -22,8 +22,7 @@ from triolog.broker.storage.fs import OS_FS, FileSystem
 
 from .files import CorruptSecurityFileError, load_json, save_json
 
-__all__ = ["QUOTAS_FILE", "QuotaEntity", "QuotaStore", "InvalidQuotaError", "BYTE_RATE_KEYS", "CLIENT_KEYS",
-           "IP_KEYS"]
+__all__ = ["QUOTAS_FILE", "QuotaEntity", "QuotaStore", "InvalidQuotaError", "BYTE_RATE_KEYS", "CLIENT_KEYS", "IP_KEYS"]
 
 QUOTAS_FILE = "triolog-quotas.json"
 USER, CLIENT_ID, IP = "user", "client-id", "ip"
@@ -96,8 +95,9 @@ class QuotaEntity:
 def _check_value(key: str, entity: QuotaEntity, value: float) -> float:
     allowed = IP_KEYS if entity.types == {IP} else CLIENT_KEYS
     if key not in allowed:
-        raise InvalidQuotaError(f"{key} is not a quota of a {'/'.join(sorted(entity.types))} entity "
-                                f"(allowed: {', '.join(sorted(allowed))})")
+        raise InvalidQuotaError(
+            f"{key} is not a quota of a {'/'.join(sorted(entity.types))} entity (allowed: {', '.join(sorted(allowed))})"
+        )
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
         raise InvalidQuotaError(f"{key} must be a positive number, got {value!r}")
     return float(value)
@@ -147,8 +147,16 @@ class QuotaStore:
                     del quotas[entity]
             if validate_only:
                 return
-            save_json(self.fs, self.path, {"version": 1, "quotas": [
-                {"entity": dict(e.parts), "values": dict(sorted(v.items()))} for e, v in sorted(quotas.items())]})
+            save_json(
+                self.fs,
+                self.path,
+                {
+                    "version": 1,
+                    "quotas": [
+                        {"entity": dict(e.parts), "values": dict(sorted(v.items()))} for e, v in sorted(quotas.items())
+                    ],
+                },
+            )
             self._quotas = quotas
             self._keys = frozenset(k for values in quotas.values() for k in values)
             self.version += 1

@@ -85,8 +85,11 @@ class SaslServerSession:
         """Whether a handshake now begins a re-authentication (KafkaChannel's
         maybeBeginServerReauthentication): sessions expire, and the last one began over a second
         ago. Otherwise the handshake is refused, and an expired session's connection closes."""
-        return (self._state is _State.COMPLETE and self.expires_at is not None
-                and (self._reauth_started is None or now - self._reauth_started >= MIN_REAUTH_INTERVAL_S))
+        return (
+            self._state is _State.COMPLETE
+            and self.expires_at is not None
+            and (self._reauth_started is None or now - self._reauth_started >= MIN_REAUTH_INTERVAL_S)
+        )
 
     def handshake(self, mechanism: str, now: float = 0.0) -> tuple[int, str | None]:
         """(error code, message): NONE if ``mechanism`` is offered, UNSUPPORTED_SASL_MECHANISM if
@@ -94,23 +97,31 @@ class SaslServerSession:
         connection that may not re-authenticate now stays open, as Kafka's)."""
         reauthenticating = self.may_reauthenticate(now)
         if self._state is not _State.HANDSHAKE and not reauthenticating:
-            why = ("re-authentication needs connections.max.reauth.ms, and at most one a second"
-                   if self._state is _State.COMPLETE else "send sasl_authenticate")
+            why = (
+                "re-authentication needs connections.max.reauth.ms, and at most one a second"
+                if self._state is _State.COMPLETE
+                else "send sasl_authenticate"
+            )
             return ErrorCode.ILLEGAL_SASL_STATE, (
-                f"unexpected sasl_handshake: the connection is in SASL state {self._state.value} ({why})")
+                f"unexpected sasl_handshake: the connection is in SASL state {self._state.value} ({why})"
+            )
         if mechanism not in self.mechanisms:
             self._state = _State.FAILED
             return ErrorCode.UNSUPPORTED_SASL_MECHANISM, (
-                f"unsupported SASL mechanism {mechanism}: this listener offers {', '.join(self.mechanisms)}")
+                f"unsupported SASL mechanism {mechanism}: this listener offers {', '.join(self.mechanisms)}"
+            )
         if reauthenticating:
             self._reauth_started = now
             if mechanism != self.mechanism:
-                self._refusal = (f"SASL mechanism '{mechanism}' requested by client is not supported for "
-                                 f"re-authentication of mechanism '{self.mechanism}'")
+                self._refusal = (
+                    f"SASL mechanism '{mechanism}' requested by client is not supported for "
+                    f"re-authentication of mechanism '{self.mechanism}'"
+                )
         else:
             self.mechanism = mechanism
-        self._exchange = (PlainServerExchange(self.store) if mechanism == "PLAIN"
-                          else ScramServerExchange(mechanism, self.store))
+        self._exchange = (
+            PlainServerExchange(self.store) if mechanism == "PLAIN" else ScramServerExchange(mechanism, self.store)
+        )
         self._state = _State.AUTHENTICATE
         return ErrorCode.NONE, None
 
@@ -127,14 +138,22 @@ class SaslServerSession:
         client is told) ends the session, IllegalSaslStateError if no exchange is under way."""
         if self._state is not _State.AUTHENTICATE or self._exchange is None:
             raise IllegalSaslStateError(
-                "unexpected sasl_authenticate: " + ("send sasl_handshake first" if self._state is _State.HANDSHAKE
-                                                    else f"the connection is in SASL state {self._state.value}"))
+                "unexpected sasl_authenticate: "
+                + (
+                    "send sasl_handshake first"
+                    if self._state is _State.HANDSHAKE
+                    else f"the connection is in SASL state {self._state.value}"
+                )
+            )
         try:
             if self._refusal is not None:
                 raise AuthenticationFailed(self._refusal)
             answer = self._exchange.step(bytes(auth_bytes))
-            if self._exchange.complete and self._reauth_started is not None and (
-                    self._exchange.principal != self.principal):
+            if (
+                self._exchange.complete
+                and self._reauth_started is not None
+                and (self._exchange.principal != self.principal)
+            ):
                 old, new = (p.replace(":", ".", 1) for p in (self.principal, self._exchange.principal))
                 raise AuthenticationFailed(f"Cannot change principals during re-authentication from {old}: {new}")
         except AuthenticationFailed:

@@ -97,8 +97,9 @@ class ScramMechanism(str, enum.Enum):
             for mechanism in cls:
                 if value.upper().replace("_", "-") == mechanism.value:
                     return mechanism
-        raise UnacceptableCredentialError(f"unknown SCRAM mechanism {value!r}: "
-                                          f"one of {', '.join(m.value for m in cls)}")
+        raise UnacceptableCredentialError(
+            f"unknown SCRAM mechanism {value!r}: one of {', '.join(m.value for m in cls)}"
+        )
 
     def __str__(self) -> str:
         return self.value
@@ -153,7 +154,8 @@ class ScramCredential:
             raise UnacceptableCredentialError(
                 f"Iterations {self.iterations} is {'less' if self.iterations < MIN_ITERATIONS else 'more'} "
                 f"than the {'minimum' if self.iterations < MIN_ITERATIONS else 'maximum'} "
-                f"{MIN_ITERATIONS if self.iterations < MIN_ITERATIONS else MAX_ITERATIONS} for {self.mechanism}")
+                f"{MIN_ITERATIONS if self.iterations < MIN_ITERATIONS else MAX_ITERATIONS} for {self.mechanism}"
+            )
         for key in ("salt", "stored_key", "server_key"):
             if not isinstance(getattr(self, key), bytes):
                 raise UnacceptableCredentialError(f"{key} must be bytes")
@@ -165,29 +167,41 @@ class ScramCredential:
 
     def to_json(self) -> dict:
         b64 = lambda b: base64.b64encode(b).decode("ascii")  # noqa: E731
-        return {"salt": b64(self.salt), "stored_key": b64(self.stored_key), "server_key": b64(self.server_key),
-                "iterations": self.iterations}
+        return {
+            "salt": b64(self.salt),
+            "stored_key": b64(self.stored_key),
+            "server_key": b64(self.server_key),
+            "iterations": self.iterations,
+        }
 
     @classmethod
     def from_json(cls, mechanism: str, doc: dict) -> ScramCredential:
         d64 = lambda s: base64.b64decode(s, validate=True)  # noqa: E731
-        return cls(ScramMechanism.parse(mechanism), d64(doc["salt"]), d64(doc["stored_key"]), d64(doc["server_key"]),
-                   doc["iterations"])
+        return cls(
+            ScramMechanism.parse(mechanism),
+            d64(doc["salt"]),
+            d64(doc["stored_key"]),
+            d64(doc["server_key"]),
+            doc["iterations"],
+        )
 
 
 def _check_iterations(mechanism: ScramMechanism, iterations: int) -> None:
     if isinstance(iterations, bool) or not isinstance(iterations, int):
         raise UnacceptableCredentialError(f"iterations must be an integer, got {iterations!r}")
     if iterations < MIN_ITERATIONS:
-        raise UnacceptableCredentialError(f"Iterations {iterations} is less than the minimum {MIN_ITERATIONS} "
-                                          f"for {mechanism}")
+        raise UnacceptableCredentialError(
+            f"Iterations {iterations} is less than the minimum {MIN_ITERATIONS} for {mechanism}"
+        )
     if iterations > MAX_ITERATIONS:
-        raise UnacceptableCredentialError(f"Iterations {iterations} is more than the maximum {MAX_ITERATIONS} "
-                                          f"for {mechanism}")
+        raise UnacceptableCredentialError(
+            f"Iterations {iterations} is more than the maximum {MAX_ITERATIONS} for {mechanism}"
+        )
 
 
-def make_credential(mechanism: ScramMechanism | str, password: str, iterations: int = MIN_ITERATIONS,
-                    salt: bytes | None = None) -> ScramCredential:
+def make_credential(
+    mechanism: ScramMechanism | str, password: str, iterations: int = MIN_ITERATIONS, salt: bytes | None = None
+) -> ScramCredential:
     """The credential for ``password`` (scramp's key derivation; a random salt unless given).
     CPU work: run it off the event loop."""
     mechanism = ScramMechanism.parse(mechanism)
@@ -198,7 +212,8 @@ def make_credential(mechanism: ScramMechanism | str, password: str, iterations: 
         raise UnacceptableCredentialError(f"the salt must be at least {MIN_SALT_BYTES} bytes")
     try:
         salt, stored_key, server_key, iterations = scramp.ScramMechanism(mechanism.value).make_auth_info(
-            password, iteration_count=iterations, salt=salt)
+            password, iteration_count=iterations, salt=salt
+        )
     except ScramException as exc:
         raise UnacceptableCredentialError(f"unacceptable password or salt: {exc}") from None
     return ScramCredential(mechanism, salt, stored_key, server_key, iterations)
@@ -211,15 +226,17 @@ def _keys_from_salted_password(mechanism: ScramMechanism, salted_password: bytes
     return stored_key, server_key
 
 
-def credential_from_salted_password(mechanism: ScramMechanism | str, salt: bytes, salted_password: bytes,
-                                    iterations: int) -> ScramCredential:
+def credential_from_salted_password(
+    mechanism: ScramMechanism | str, salt: bytes, salted_password: bytes, iterations: int
+) -> ScramCredential:
     """The credential AlterUserScramCredentials' upsertion carries (the client salts the password
     itself; the broker never sees it)."""
     mechanism = ScramMechanism.parse(mechanism)
     _check_iterations(mechanism, iterations)
     if not isinstance(salted_password, bytes) or len(salted_password) != mechanism.hf().digest_size:
-        raise UnacceptableCredentialError(f"the salted password of {mechanism} is "
-                                          f"{mechanism.hf().digest_size} bytes long")
+        raise UnacceptableCredentialError(
+            f"the salted password of {mechanism} is {mechanism.hf().digest_size} bytes long"
+        )
     if not isinstance(salt, bytes) or len(salt) < MIN_SALT_BYTES:
         raise UnacceptableCredentialError(f"the salt must be at least {MIN_SALT_BYTES} bytes")
     stored_key, server_key = _keys_from_salted_password(mechanism, salted_password)
@@ -255,10 +272,14 @@ class CredentialStore:
         return loaded
 
     def _save(self, users: dict[str, dict[ScramMechanism, ScramCredential]]) -> None:
-        doc = {"version": 1, "users": {
-            user: {m.value: c.to_json() for m, c in sorted(creds.items())}
-            for user, creds in sorted(users.items()) if creds
-        }}
+        doc = {
+            "version": 1,
+            "users": {
+                user: {m.value: c.to_json() for m, c in sorted(creds.items())}
+                for user, creds in sorted(users.items())
+                if creds
+            },
+        }
         save_private_json(self.fs, self.path, doc)
 
     def upsert(self, user: str, credential: ScramCredential) -> None:
@@ -280,7 +301,8 @@ class CredentialStore:
         with self._lock:
             if mechanism not in self._users.get(user, {}):
                 raise CredentialNotFoundError(
-                    f"Attempt to delete a user credential that does not exist: {user} {mechanism}")
+                    f"Attempt to delete a user credential that does not exist: {user} {mechanism}"
+                )
             users = {u: dict(c) for u, c in self._users.items()}
             del users[user][mechanism]
             if not users[user]:
@@ -299,8 +321,10 @@ class CredentialStore:
         out (Kafka answers RESOURCE_NOT_FOUND for it)."""
         with self._lock:
             names = sorted(self._users) if users is None else [u for u in dict.fromkeys(users) if u in self._users]
-            return {u: [(m, c.iterations) for m, c in sorted(self._users[u].items(), key=lambda mc: mc[0].code)]
-                    for u in names}
+            return {
+                u: [(m, c.iterations) for m, c in sorted(self._users[u].items(), key=lambda mc: mc[0].code)]
+                for u in names
+            }
 
     def users(self) -> list[str]:
         with self._lock:
@@ -331,9 +355,13 @@ def _dummy_credential(mechanism: ScramMechanism, user: str) -> ScramCredential:
     # Shaped as a real user's (a 32-byte random-looking salt, the default iterations): the
     # server-first message must not tell whether the user exists.
     salt = _hmac.new(seed, b"salt", hashlib.sha256).digest()
-    return ScramCredential(mechanism, salt,
-                           _hmac.new(seed, b"stored", hf).digest()[:size],
-                           _hmac.new(seed, b"server", hf).digest()[:size], MIN_ITERATIONS)
+    return ScramCredential(
+        mechanism,
+        salt,
+        _hmac.new(seed, b"stored", hf).digest()[:size],
+        _hmac.new(seed, b"server", hf).digest()[:size],
+        MIN_ITERATIONS,
+    )
 
 
 class _Exchange:
@@ -380,8 +408,9 @@ class ScramServerExchange(_Exchange):
 
     def step(self, client_message: bytes) -> bytes:
         if self._finished:
-            raise IllegalSaslStateError(f"Authentication failed: the {self.mechanism} exchange has ended; "
-                                        "no further message is expected")
+            raise IllegalSaslStateError(
+                f"Authentication failed: the {self.mechanism} exchange has ended; no further message is expected"
+            )
         if self._server is None:
             return self._client_first(self._decode(client_message, "client-first message"))
         return self._client_final(self._server, self._decode(client_message, "client-final message"))
@@ -471,8 +500,9 @@ class PlainServerExchange(_Exchange):
 
     def step(self, client_message: bytes) -> bytes:
         if self._finished:
-            raise IllegalSaslStateError("Authentication failed: the PLAIN exchange has ended; "
-                                        "no further message is expected")
+            raise IllegalSaslStateError(
+                "Authentication failed: the PLAIN exchange has ended; no further message is expected"
+            )
         text = self._decode(client_message, "PLAIN message")
         tokens = text.split("\0")
         if len(tokens) != 3:
@@ -483,10 +513,12 @@ class PlainServerExchange(_Exchange):
         if not password:
             raise self._fail("Authentication failed: password not specified")
         if authzid and authzid != user:
-            raise self._fail("Authentication failed: Client requested an authorization id that is different "
-                             "from username")
-        credential = (self.store.get(user, ScramMechanism.SCRAM_SHA_512)
-                      or self.store.get(user, ScramMechanism.SCRAM_SHA_256))
+            raise self._fail(
+                "Authentication failed: Client requested an authorization id that is different from username"
+            )
+        credential = self.store.get(user, ScramMechanism.SCRAM_SHA_512) or self.store.get(
+            user, ScramMechanism.SCRAM_SHA_256
+        )
         known = credential is not None
         if credential is None:
             credential = _dummy_credential(ScramMechanism.SCRAM_SHA_512, user)

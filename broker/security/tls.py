@@ -36,7 +36,8 @@ def server_context(config: BrokerConfig) -> ssl.SSLContext:
     except ssl.SSLError as exc:
         raise TlsConfigError(
             f"ssl.keystore.location={location}: not one PEM file holding a private key and its certificate "
-            f"chain, or the key's password (ssl.key.password) is wrong: {exc.reason or exc}") from None
+            f"chain, or the key's password (ssl.key.password) is wrong: {exc.reason or exc}"
+        ) from None
     except OSError as exc:
         raise TlsConfigError(f"ssl.keystore.location={location}: {exc.strerror or exc}") from None
     context.verify_mode = _CLIENT_AUTH[config.ssl_client_auth]
@@ -44,27 +45,35 @@ def server_context(config: BrokerConfig) -> ssl.SSLContext:
         try:
             context.load_verify_locations(cafile=config.ssl_truststore_location)
         except (OSError, ssl.SSLError) as exc:
-            raise TlsConfigError(f"ssl.truststore.location={config.ssl_truststore_location}: "
-                                 f"not a readable PEM file of CA certificates: {exc}") from None
+            raise TlsConfigError(
+                f"ssl.truststore.location={config.ssl_truststore_location}: "
+                f"not a readable PEM file of CA certificates: {exc}"
+            ) from None
     if config.ssl_cipher_suites:
         try:
             context.set_ciphers(":".join(config.ssl_cipher_suites))
         except ssl.SSLError:
-            raise TlsConfigError(f"ssl.cipher.suites={','.join(config.ssl_cipher_suites)}: OpenSSL knows none "
-                                 f"of these cipher names") from None
+            raise TlsConfigError(
+                f"ssl.cipher.suites={','.join(config.ssl_cipher_suites)}: OpenSSL knows none of these cipher names"
+            ) from None
     return context
 
 
 # RFC 2253's short names for the attributes Python's ssl reports; others keep ssl's name.
 _SHORT_NAMES = {
-    "commonName": "CN", "organizationName": "O", "organizationalUnitName": "OU", "countryName": "C",
-    "stateOrProvinceName": "ST", "localityName": "L", "streetAddress": "STREET", "domainComponent": "DC",
+    "commonName": "CN",
+    "organizationName": "O",
+    "organizationalUnitName": "OU",
+    "countryName": "C",
+    "stateOrProvinceName": "ST",
+    "localityName": "L",
+    "streetAddress": "STREET",
+    "domainComponent": "DC",
     "userId": "UID",
 }
 
 
-def certificate_principal(peer_certificate: dict | None,
-                          rules: PrincipalMappingRules | None = None) -> str | None:
+def certificate_principal(peer_certificate: dict | None, rules: PrincipalMappingRules | None = None) -> str | None:
     """``User:<name>`` for a verified client certificate, None without one. The name is what
     ``rules`` (ssl.principal.mapping.rules) make of the subject written as RFC 2253, most specific
     attribute first (``CN=alice,OU=eng,O=acme``), as Kafka's default principal builder does; the

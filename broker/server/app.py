@@ -108,8 +108,9 @@ class BrokerAddress:
 
 
 class BrokerServer:
-    def __init__(self, config: BrokerConfig, *, clock: Clock = SYSTEM_CLOCK, storage_threads: int = 16,
-                 freeze_gc: bool = False):
+    def __init__(
+        self, config: BrokerConfig, *, clock: Clock = SYSTEM_CLOCK, storage_threads: int = 16, freeze_gc: bool = False
+    ):
         self.config = config
         #: Once storage is loaded, move every object so far out of the garbage collector's sight
         #: (gc.freeze): a full collection then scans only what came after, not the startup's
@@ -118,9 +119,14 @@ class BrokerServer:
         #: a broker (tests) keeps its collector as it is.
         self.freeze_gc = freeze_gc
         self.clock = clock
-        self.log_manager = LogManager(config.log_dirs, config.log_config, clock=clock, node_id=config.node_id,
-                                      cleaner_config=CleanerConfig.from_broker_config(config),
-                                      producer_id_expiration_ms=config.producer_id_expiration_ms)
+        self.log_manager = LogManager(
+            config.log_dirs,
+            config.log_config,
+            clock=clock,
+            node_id=config.node_id,
+            cleaner_config=CleanerConfig.from_broker_config(config),
+            producer_id_expiration_ms=config.producer_id_expiration_ms,
+        )
         self.topics = TopicManager(self.log_manager, config.log_config)
         #: Producer ids for init_producer_id, reserved in blocks in the first log dir.
         self.producer_ids = ProducerIdManager(config.log_dirs[0])
@@ -188,8 +194,9 @@ class BrokerServer:
         try:
             await trio.to_thread.run_sync(self._start_storage)
         except (TriologError, OSError) as exc:
-            raise StartupError(f"cannot open log.dirs={','.join(map(str, self.config.log_dirs))}: "
-                               f"{_describe_os_error(exc)}") from exc
+            raise StartupError(
+                f"cannot open log.dirs={','.join(map(str, self.config.log_dirs))}: {_describe_os_error(exc)}"
+            ) from exc
         if self.freeze_gc:
             gc.collect()
             gc.freeze()
@@ -200,8 +207,9 @@ class BrokerServer:
                 self._nursery = nursery
                 await nursery.start(self.committer.run)
                 # The group coordinator: loads __consumer_offsets (if it exists) while serving.
-                self.groups = GroupService(self.config, self.topics, self.committer, self.notifier, self.workers,
-                                           self.limiter, self.clock)
+                self.groups = GroupService(
+                    self.config, self.topics, self.committer, self.notifier, self.workers, self.limiter, self.clock
+                )
                 self.metrics.groups.watch(lambda: self.groups.coordinator)
                 await nursery.start(self.groups.run)
                 self.metrics.server.watch(self)
@@ -209,8 +217,9 @@ class BrokerServer:
                     listen = self.config.listener
                     listeners = await _open_listeners(listen, "listeners")
                     kafka_listen = self.config.kafka_listener
-                    kafka_listeners = [] if kafka_listen is None else await _open_listeners(
-                        kafka_listen, "kafka.listeners")
+                    kafka_listeners = (
+                        [] if kafka_listen is None else await _open_listeners(kafka_listen, "kafka.listeners")
+                    )
                     port = listeners[0].socket.getsockname()[1]
                     # Before the first accept: its answers name the port bound (listeners with port 0).
                     self.handler = self._request_handler(listen.host or "localhost", port)
@@ -222,25 +231,36 @@ class BrokerServer:
                                 for listener in listeners:
                                     accept_loops.start_soon(self._accept_loop, listener, connections, False, listen)
                                 for listener in kafka_listeners:
-                                    accept_loops.start_soon(self._accept_loop, listener, connections, True,
-                                                            kafka_listen)
+                                    accept_loops.start_soon(
+                                        self._accept_loop, listener, connections, True, kafka_listen
+                                    )
 
                     connections.start_soon(accept_all)
                     kafka_port = kafka_listeners[0].socket.getsockname()[1] if kafka_listeners else None
                     self.kafka_context = self._kafka_context(kafka_port)
                     self.wrong_protocol_log.hints = wrong_protocol_hints(
-                        self.config.metrics_listener, metrics_port, self.kafka_context)
+                        self.config.metrics_listener, metrics_port, self.kafka_context
+                    )
                     for coro in self._periodic_tasks():
                         nursery.start_soon(coro)
                     address = BrokerAddress(listen.host or "0.0.0.0", port, metrics_port, kafka_port)
-                    logger.info("broker_started", host=address.host, port=port, metrics_port=metrics_port,
-                                kafka_port=kafka_port, log_dirs=list(self.config.log_dirs))
+                    logger.info(
+                        "broker_started",
+                        host=address.host,
+                        port=port,
+                        metrics_port=metrics_port,
+                        kafka_port=kafka_port,
+                        log_dirs=list(self.config.log_dirs),
+                    )
                     for warning in exposure_warnings(self.config):
                         logger.warning("listener_without_authentication", **warning)
                     task_status.started(address)
                     await self._shutdown.wait()
-                    logger.info("broker_stopping", open_connections=len(self._connections),
-                                delayed_fetches=self.handler.delayed_fetches)
+                    logger.info(
+                        "broker_stopping",
+                        open_connections=len(self._connections),
+                        delayed_fetches=self.handler.delayed_fetches,
+                    )
                     # Stop accepting by cancelling the accept loops, which close their listeners.
                     # The connections live in their own nursery and go on; long polls answer
                     # what they have now instead of waiting out their max_wait_ms.
@@ -264,16 +284,30 @@ class BrokerServer:
         authz = RequestAuthorizer(self.acls if self.config.authorizer_enabled else None)
         threads = dict(workers=self.workers, limiter=self.limiter)
         return RequestHandler(
-            config=self.config, log_manager=self.log_manager, topics=self.topics, committer=self.committer,
-            notifier=self.notifier, on_roll=self._on_roll, authz=authz,
-            advertised_host=advertised_host, advertised_port=advertised_port,
-            groups=GroupApis(config=self.config, topics=self.topics, authz=authz, service=self.groups,
-                             advertised_host=advertised_host, advertised_port=advertised_port,
-                             metrics=self.metrics.groups),
-            security=SecurityApis(authz=authz, acl_store=self.acls, credentials=self.credentials,
-                                  quota_store=self.quotas.store, **threads),
+            config=self.config,
+            log_manager=self.log_manager,
+            topics=self.topics,
+            committer=self.committer,
+            notifier=self.notifier,
+            on_roll=self._on_roll,
+            authz=authz,
+            advertised_host=advertised_host,
+            advertised_port=advertised_port,
+            groups=GroupApis(
+                config=self.config,
+                topics=self.topics,
+                authz=authz,
+                service=self.groups,
+                advertised_host=advertised_host,
+                advertised_port=advertised_port,
+                metrics=self.metrics.groups,
+            ),
+            security=SecurityApis(
+                authz=authz, acl_store=self.acls, credentials=self.credentials, quota_store=self.quotas.store, **threads
+            ),
             producers=ProducerIdApis(manager=self.producer_ids, log_manager=self.log_manager, authz=authz, **threads),
-            **threads)
+            **threads,
+        )
 
     def _kafka_context(self, kafka_port: int | None) -> KafkaContext | None:
         """What the Kafka listener's answers say about this broker (None without the listener)."""
@@ -285,8 +319,7 @@ class BrokerServer:
             host, port = advertised.host or "localhost", advertised.port
         else:
             host, port = listen.host or "localhost", kafka_port
-        return KafkaContext(node_id=self.config.node_id, host=host, port=port,
-                            cluster_id=self.log_manager.cluster_id)
+        return KafkaContext(node_id=self.config.node_id, host=host, port=port, cluster_id=self.log_manager.cluster_id)
 
     async def _start_metrics_endpoint(self) -> int | None:
         """Serve /metrics on ``metrics.listener`` (its own threads, off the event loop); its port, or None."""
@@ -296,8 +329,10 @@ class BrokerServer:
         try:
             endpoint = await trio.to_thread.run_sync(self.metrics.start_endpoint, listen.host, listen.port)
         except OSError as exc:
-            raise StartupError(f"cannot serve metrics on {listen.host or '0.0.0.0'}:{listen.port} "
-                               f"(metrics.listener): {_describe_os_error(exc)}") from exc
+            raise StartupError(
+                f"cannot serve metrics on {listen.host or '0.0.0.0'}:{listen.port} "
+                f"(metrics.listener): {_describe_os_error(exc)}"
+            ) from exc
         return endpoint.port
 
     def _start_storage(self) -> None:
@@ -307,16 +342,25 @@ class BrokerServer:
         self.credentials = CredentialStore(first_dir, self.log_manager.fs)
         # Loaded whether or not an authorizer is on, so that a corrupt file is found at startup and
         # ACLs can be managed before the authorizer is turned on (as Kafka's metadata keeps them).
-        self.acls = AclStore(first_dir, self.log_manager.fs, super_users=self.config.super_users,
-                             allow_everyone_if_no_acl_found=self.config.allow_everyone_if_no_acl_found)
-        self.quotas = ClientQuotas(QuotaStore(first_dir, self.log_manager.fs),
-                                   window_s=self.config.quota_window_size_seconds, windows=self.config.quota_window_num,
-                                   on_throttle=self.metrics.server.quota_recorded)
+        self.acls = AclStore(
+            first_dir,
+            self.log_manager.fs,
+            super_users=self.config.super_users,
+            allow_everyone_if_no_acl_found=self.config.allow_everyone_if_no_acl_found,
+        )
+        self.quotas = ClientQuotas(
+            QuotaStore(first_dir, self.log_manager.fs),
+            window_s=self.config.quota_window_size_seconds,
+            windows=self.config.quota_window_num,
+            on_throttle=self.metrics.server.quota_recorded,
+        )
         self.topics.adopt_loaded_partitions()
         # Ids found in the logs count as handed out, even if the block file was lost: they are
         # accepted from their producers and never handed out again.
-        seen = max((max(log.producer_state_manager.producers, default=-1)
-                    for log in self.log_manager.all_logs().values()), default=-1)
+        seen = max(
+            (max(log.producer_state_manager.producers, default=-1) for log in self.log_manager.all_logs().values()),
+            default=-1,
+        )
         self.producer_ids.load(seen + 1)
 
     async def _drain_connections(self) -> None:
@@ -328,8 +372,9 @@ class BrokerServer:
             while self._connections:
                 await trio.sleep(0.01)
 
-    async def _accept_loop(self, listener: trio.SocketListener, connections: trio.Nursery, kafka: bool,
-                           endpoint: Endpoint) -> None:
+    async def _accept_loop(
+        self, listener: trio.SocketListener, connections: trio.Nursery, kafka: bool, endpoint: Endpoint
+    ) -> None:
         """Accept while fewer than max.connections are open. At the limit nothing is accepted:
         new connections wait in the kernel's listen backlog, holding no descriptor of ours, until
         one closes (Kafka's acceptor blocks the same way). Out of descriptors (EMFILE) or memory,
@@ -341,8 +386,12 @@ class BrokerServer:
             while True:
                 if slots.value == 0 and not self.accept_paused:
                     self.accept_paused = True
-                    logger.warning("accept_paused", limit="max.connections", value=self.config.max_connections,
-                                   open_connections=len(self._connections))
+                    logger.warning(
+                        "accept_paused",
+                        limit="max.connections",
+                        value=self.config.max_connections,
+                        open_connections=len(self._connections),
+                    )
                 await slots.acquire()
                 if self.accept_paused:
                     self.accept_paused = False
@@ -353,8 +402,12 @@ class BrokerServer:
                     slots.release()
                     if exc.errno not in ACCEPT_CAPACITY_ERRNOS:
                         raise
-                    logger.error("accept_failed", error=errno.errorcode.get(exc.errno, str(exc.errno)),
-                                 message=os.strerror(exc.errno), retry_s=ACCEPT_RETRY_S)
+                    logger.error(
+                        "accept_failed",
+                        error=errno.errorcode.get(exc.errno, str(exc.errno)),
+                        message=os.strerror(exc.errno),
+                        retry_s=ACCEPT_RETRY_S,
+                    )
                     self.metrics.server.accept_error(errno.errorcode.get(exc.errno, str(exc.errno)))
                     await trio.sleep(ACCEPT_RETRY_S)
                     continue
@@ -421,16 +474,27 @@ class BrokerServer:
             max_frame_bytes=config.socket_request_max_bytes,
             idle_timeout_s=idle_ms / 1000 if idle_ms >= 0 else math.inf,
             receive_timeout_s=receive_ms / 1000 if receive_ms >= 0 else math.inf,
-            peer=peer, stats=self.metrics.server, pool=self.request_pool, limits=self.request_limits,
-            decode_limiter=self.decode_limiter, wrong_protocol_log=self.wrong_protocol_log,
-            listener="kafka.listeners" if kafka else "listeners", security_protocol=endpoint.scheme)
+            peer=peer,
+            stats=self.metrics.server,
+            pool=self.request_pool,
+            limits=self.request_limits,
+            decode_limiter=self.decode_limiter,
+            wrong_protocol_log=self.wrong_protocol_log,
+            listener="kafka.listeners" if kafka else "listeners",
+            security_protocol=endpoint.scheme,
+        )
         tls = uses_tls(endpoint)
         if uses_sasl(endpoint):
             options.update(
-                sasl=SaslServerSession(offered_mechanisms(config.sasl_enabled_mechanisms, tls), self.credentials,
-                                       max_reauth_ms=config.connections_max_reauth_ms),
+                sasl=SaslServerSession(
+                    offered_mechanisms(config.sasl_enabled_mechanisms, tls),
+                    self.credentials,
+                    max_reauth_ms=config.connections_max_reauth_ms,
+                ),
                 auth_failure_delay_s=config.connection_failed_authentication_delay_ms / 1000,
-                sasl_max_frame_bytes=config.sasl_server_max_receive_size, auth_limiter=self.auth_limiter)
+                sasl_max_frame_bytes=config.sasl_server_max_receive_size,
+                auth_limiter=self.auth_limiter,
+            )
         options["quotas"] = self.quotas
         # A TLS listener's connection handshakes first thing in serve(), under its time limits.
         if tls:
@@ -468,8 +532,13 @@ class BrokerServer:
 
     def _on_roll(self, log: Log, reason: str) -> None:
         """Kafka flushes a rolled segment asynchronously: do it now, off the event loop."""
-        logger.info("segment_rolled", topic=log.topic, partition=log.partition, reason=reason,
-                    base_offset=log.active_segment.base_offset)
+        logger.info(
+            "segment_rolled",
+            topic=log.topic,
+            partition=log.partition,
+            reason=reason,
+            base_offset=log.active_segment.base_offset,
+        )
         if self._nursery is not None:
             self._nursery.start_soon(partial(self.workers.run_sync, log.flush_pending, limiter=self.limiter))
 
@@ -478,10 +547,16 @@ class BrokerServer:
         lm = self.log_manager
         return [
             # Kafka's kafka-log-retention task: first run after log.initial.task.delay.ms.
-            partial(self._every, config.log_retention_check_interval_ms, self._retention,
-                    initial_delay_ms=config.log_initial_task_delay_ms),
+            partial(
+                self._every,
+                config.log_retention_check_interval_ms,
+                self._retention,
+                initial_delay_ms=config.log_initial_task_delay_ms,
+            ),
             partial(self._every, SEGMENT_DELETE_CHECK_INTERVAL_MS, lm.segment_deleter.run_due),
-            partial(self._every, min(config.log_flush_scheduler_interval_ms, FLUSH_CHECK_INTERVAL_MS), lm.flush_pending),
+            partial(
+                self._every, min(config.log_flush_scheduler_interval_ms, FLUSH_CHECK_INTERVAL_MS), lm.flush_pending
+            ),
             partial(self._every, config.log_flush_offset_checkpoint_interval_ms, lm.checkpoint_recovery_points),
             partial(self._every, config.log_flush_start_offset_checkpoint_interval_ms, lm.checkpoint_log_start_offsets),
             partial(self._every, config.replica_high_watermark_checkpoint_interval_ms, lm.checkpoint_high_watermarks),
@@ -547,19 +622,34 @@ def exposure_warnings(config: BrokerConfig) -> list[dict]:
         if endpoint is None or _is_loopback(endpoint.host):
             continue
         if not (uses_sasl(endpoint) or (uses_tls(endpoint) and config.ssl_client_auth == "required")):
-            out.append({"key": key, "listener": str(endpoint),
-                        "hint": "any client that reaches this address may read, write and delete every topic: use a "
-                                "SASL_SSL listener (or SSL with ssl.client.auth=required) and authorizer.class.name, "
-                                "or bind it to 127.0.0.1"})
+            out.append(
+                {
+                    "key": key,
+                    "listener": str(endpoint),
+                    "hint": "any client that reaches this address may read, write and delete every topic: use a "
+                    "SASL_SSL listener (or SSL with ssl.client.auth=required) and authorizer.class.name, "
+                    "or bind it to 127.0.0.1",
+                }
+            )
         elif not config.authorizer_enabled:
-            out.append({"key": key, "listener": str(endpoint),
-                        "hint": "clients must authenticate, but no authorizer is configured: every one that does may "
-                                "do everything, other users' credentials included; set authorizer.class.name"})
+            out.append(
+                {
+                    "key": key,
+                    "listener": str(endpoint),
+                    "hint": "clients must authenticate, but no authorizer is configured: every one that does may "
+                    "do everything, other users' credentials included; set authorizer.class.name",
+                }
+            )
     metrics = config.metrics_listener
     if metrics is not None and not _is_loopback(metrics.host):
-        out.append({"key": "metrics.listener", "listener": str(metrics),
-                    "hint": "/metrics has no authentication and names every topic: bind it to 127.0.0.1, or put it "
-                            "behind a proxy that authenticates, or restrict the port with a firewall"})
+        out.append(
+            {
+                "key": "metrics.listener",
+                "listener": str(metrics),
+                "hint": "/metrics has no authentication and names every topic: bind it to 127.0.0.1, or put it "
+                "behind a proxy that authenticates, or restrict the port with a firewall",
+            }
+        )
     return out
 
 
@@ -576,8 +666,9 @@ async def _open_listeners(listen, key: str) -> list[trio.SocketListener]:
     try:
         return await trio.open_tcp_listeners(listen.port, host=listen.bind_host)
     except OSError as exc:
-        raise StartupError(f"cannot listen on {listen.bind_host or '0.0.0.0'}:{listen.port} "
-                           f"({key}): {_describe_os_error(exc)}") from exc
+        raise StartupError(
+            f"cannot listen on {listen.bind_host or '0.0.0.0'}:{listen.port} ({key}): {_describe_os_error(exc)}"
+        ) from exc
 
 
 async def serve(config: BrokerConfig) -> None:

@@ -39,8 +39,9 @@ class RequestAuthorizer:
     def enabled(self) -> bool:
         return self.acls is not None
 
-    def allowed(self, ctx: RequestContext, operation: AclOperation, resource_type: ResourceType, name: str, *,
-                log: bool = True) -> bool:
+    def allowed(
+        self, ctx: RequestContext, operation: AclOperation, resource_type: ResourceType, name: str, *, log: bool = True
+    ) -> bool:
         """``log=False`` for a check that filters what a listing shows (as Kafka's)."""
         acls = self.acls
         if acls is None:
@@ -48,9 +49,13 @@ class RequestAuthorizer:
         if acls.authorize(ctx.principal, ctx.client_address, operation, resource_type, name):
             return True
         if log:  # Kafka's authorizer logs a denial (kafka.authorizer.logger, INFO)
-            logger.info("authorization_denied", principal=ctx.principal, host=ctx.client_address,
-                        operation=operation.name,
-                        resource=f"{resource_type.name}:{name}")
+            logger.info(
+                "authorization_denied",
+                principal=ctx.principal,
+                host=ctx.client_address,
+                operation=operation.name,
+                resource=f"{resource_type.name}:{name}",
+            )
         return False
 
     def topic(self, ctx: RequestContext, operation: AclOperation, name: str, *, log: bool = True) -> bool:
@@ -86,17 +91,20 @@ class RequestAuthorizer:
     def require_topic(self, ctx: RequestContext, operation: AclOperation, name: str) -> None:
         if not self.topic(ctx, operation, name):
             raise TopicAuthorizationFailedError(
-                f"{ctx.principal} is not authorized to {_verb(operation)} topic {name!r}")
+                f"{ctx.principal} is not authorized to {_verb(operation)} topic {name!r}"
+            )
 
     def require_group(self, ctx: RequestContext, operation: AclOperation, name: str) -> None:
         if not self.group(ctx, operation, name):
             raise GroupAuthorizationFailedError(
-                f"{ctx.principal} is not authorized to {_verb(operation)} group {name!r}")
+                f"{ctx.principal} is not authorized to {_verb(operation)} group {name!r}"
+            )
 
     def require_cluster(self, ctx: RequestContext, operation: AclOperation) -> None:
         if not self.cluster(ctx, operation):
             raise ClusterAuthorizationFailedError(
-                f"{ctx.principal} is not authorized to {_verb(operation)} the cluster")
+                f"{ctx.principal} is not authorized to {_verb(operation)} the cluster"
+            )
 
 
 def _verb(operation: AclOperation) -> str:

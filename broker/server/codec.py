@@ -110,7 +110,8 @@ def entry_fields(cls: type) -> tuple[str, ...]:
                 continue
             element = typing.get_args(hint)[0]
             if is_dataclass(element) and (
-                    any(g.name == "error_code" for g in fields(element)) or entry_fields(element)):
+                any(g.name == "error_code" for g in fields(element)) or entry_fields(element)
+            ):
                 names.append(f.name)
         found = _ENTRY_FIELDS[cls] = tuple(names)
     return found

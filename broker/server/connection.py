@@ -96,8 +96,9 @@ READ_AHEAD_BYTES = 16 * 1024
 class ConnectionStats(Protocol):
     """What a connection reports (``triolog.broker.metrics.ServerMetrics``); ``api`` None = not a readable request."""
 
-    def request_done(self, api: str | None, code: int, latency_s: float | None = None,
-                     entry_errors: dict[int, int] | None = None) -> None: ...
+    def request_done(
+        self, api: str | None, code: int, latency_s: float | None = None, entry_errors: dict[int, int] | None = None
+    ) -> None: ...
 
     def bytes_in(self, api: str | None, n: int) -> None: ...
 
@@ -119,17 +120,31 @@ class _SendStalled(Exception):
 
 
 class ClientConnection:
-    def __init__(self, stream: trio.SocketStream, handler: RequestHandler, *, max_frame_bytes: int,
-                 idle_timeout_s: float, peer: str, stats: ConnectionStats | None = None,
-                 receive_timeout_s: float = math.inf, pool: RequestMemoryPool | None = None,
-                 limits: RequestLimits = m.DEFAULT_REQUEST_LIMITS,
-                 decode_limiter: trio.CapacityLimiter | None = None,
-                 wrong_protocol_log: WrongProtocolLog | None = None,
-                 sasl: SaslServerSession | None = None, auth_failure_delay_s: float = 0.1,
-                 sasl_max_frame_bytes: int | None = None, auth_limiter: trio.CapacityLimiter | None = None,
-                 quotas: ClientQuotas | None = None, ssl_context: ssl.SSLContext | None = None,
-                 principal_rules: PrincipalMappingRules | None = None, listener: str = "listeners",
-                 security_protocol: str = "PLAINTEXT", codec: MsgpackCodec | KafkaCodec | None = None):
+    def __init__(
+        self,
+        stream: trio.SocketStream,
+        handler: RequestHandler,
+        *,
+        max_frame_bytes: int,
+        idle_timeout_s: float,
+        peer: str,
+        stats: ConnectionStats | None = None,
+        receive_timeout_s: float = math.inf,
+        pool: RequestMemoryPool | None = None,
+        limits: RequestLimits = m.DEFAULT_REQUEST_LIMITS,
+        decode_limiter: trio.CapacityLimiter | None = None,
+        wrong_protocol_log: WrongProtocolLog | None = None,
+        sasl: SaslServerSession | None = None,
+        auth_failure_delay_s: float = 0.1,
+        sasl_max_frame_bytes: int | None = None,
+        auth_limiter: trio.CapacityLimiter | None = None,
+        quotas: ClientQuotas | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        principal_rules: PrincipalMappingRules | None = None,
+        listener: str = "listeners",
+        security_protocol: str = "PLAINTEXT",
+        codec: MsgpackCodec | KafkaCodec | None = None,
+    ):
         self.stream = stream
         #: The listener's codec: the msgpack protocol's unless given (the Kafka listener's).
         self.codec = codec if codec is not None else MsgpackCodec(limits)
@@ -184,7 +199,8 @@ class ClientConnection:
         self.decode_limiter = decode_limiter
         #: Shared by the broker's connections (it rate-limits the WARNINGs per peer host).
         self.wrong_protocol_log = self.codec.wrong_protocol_log(
-            wrong_protocol_log if wrong_protocol_log is not None else WrongProtocolLog(wrong_protocol_hints(None)))
+            wrong_protocol_log if wrong_protocol_log is not None else WrongProtocolLog(wrong_protocol_hints(None))
+        )
         #: True while a request is being handled: shutdown lets it finish, and cancels idle ones.
         self.busy = False
         #: Bytes read from the socket, and those of them that formed whole frames (for stats).
@@ -211,8 +227,9 @@ class ClientConnection:
                 return
             await self._serve(shutdown)
         except _SendStalled:
-            logger.warning("connection_send_stalled", peer=self.peer, stalled_s=self.send_stall_s,
-                           limit="connections.max.idle.ms")
+            logger.warning(
+                "connection_send_stalled", peer=self.peer, stalled_s=self.send_stall_s, limit="connections.max.idle.ms"
+            )
             self._closed_by("connections.max.idle.ms")
         finally:
             self._release()
@@ -265,8 +282,10 @@ class ClientConnection:
             return False
         self.tls_established = True
         try:  # on a SASL_SSL listener SASL names the client; the certificate only on SSL
-            self.principal = certificate_principal(
-                self._tls.getpeercert(), None if self.sasl is not None else self.principal_rules) or ANONYMOUS
+            self.principal = (
+                certificate_principal(self._tls.getpeercert(), None if self.sasl is not None else self.principal_rules)
+                or ANONYMOUS
+            )
         except NoMatchingRule as exc:
             logger.warning("tls_principal_unmapped", peer=self.peer, reason=str(exc))
             if self.stats is not None:
@@ -319,8 +338,7 @@ class ClientConnection:
                     self._wrong_protocol(protocol)
                     await self._refuse_frame(f"{exc}; {self.wrong_protocol_log.hints[protocol]}")
                     return False
-                logger.warning("frame_too_large", peer=self.peer, length=exc.length,
-                               limit="socket.request.max.bytes")
+                logger.warning("frame_too_large", peer=self.peer, length=exc.length, limit="socket.request.max.bytes")
                 self._closed_by("socket.request.max.bytes")
                 await self._refuse_frame(str(exc))
                 return False
@@ -333,12 +351,12 @@ class ClientConnection:
                 reserved = True
             if length is not None and not reserved:
                 if not self.pool.fits(length):
-                    logger.warning("frame_too_large", peer=self.peer, length=length,
-                                   limit="queued.max.request.bytes")
+                    logger.warning("frame_too_large", peer=self.peer, length=length, limit="queued.max.request.bytes")
                     self._closed_by("queued.max.request.bytes")
                     await self._refuse_frame(
                         f"frame of {length} bytes exceeds the limit of {self.pool.capacity} bytes the "
-                        f"broker holds for all requests together (queued.max.request.bytes)")
+                        f"broker holds for all requests together (queued.max.request.bytes)"
+                    )
                     return False
                 paused_at = trio.current_time()
                 await self.pool.acquire(length)  # backpressure: nothing more is read until it fits
@@ -375,9 +393,14 @@ class ClientConnection:
                         data = await self.stream.receive_some(size)
             if timer is not None and timer.cancelled_caught:
                 if started:
-                    logger.warning("connection_receive_timeout", peer=self.peer,
-                                   received=decoder.pending_bytes, frame_length=decoder.frame_length,
-                                   timeout_s=self.receive_timeout_s, limit="request.receive.timeout.ms")
+                    logger.warning(
+                        "connection_receive_timeout",
+                        peer=self.peer,
+                        received=decoder.pending_bytes,
+                        frame_length=decoder.frame_length,
+                        timeout_s=self.receive_timeout_s,
+                        limit="request.receive.timeout.ms",
+                    )
                     self._closed_by("request.receive.timeout.ms")
                 else:
                     logger.debug("connection_idle_closed", peer=self.peer, idle_s=self.idle_timeout_s)
@@ -485,8 +508,7 @@ class ClientConnection:
                     return False
             decoded = codec.decode(frame, may_defer=True)
             if decoded is None:  # too large to decode on the event loop (decoding is pure)
-                decoded = await self.handler.workers.run_sync(partial(codec.decode, frame),
-                                                              limiter=self.decode_limiter)
+                decoded = await self.handler.workers.run_sync(partial(codec.decode, frame), limiter=self.decode_limiter)
             del frame
             if type(decoded) is Refusal:
                 served.api, served.code = decoded.api, decoded.code
@@ -496,17 +518,25 @@ class ClientConnection:
                     await self._send_bytes(decoded.api, decoded.answer)
                 if self._unauthenticated and not decoded.close and not decoded.answered_before_authentication:
                     # a peer that has not logged in gets one answer, then the door
-                    logger.warning("request_before_authentication", peer=self.peer, api=decoded.api,
-                                   reason=decoded.reason, action="answered, connection closed")
+                    logger.warning(
+                        "request_before_authentication",
+                        peer=self.peer,
+                        api=decoded.api,
+                        reason=decoded.reason,
+                        action="answered, connection closed",
+                    )
                     return False
                 return not decoded.close
             served.api = api = decoded.api
             if peek is None and not self._admitted(api, served):
                 if self._unauthenticated:  # answered ILLEGAL_SASL_STATE (where the codec answers), then closed
                     served.code = ErrorCode.ILLEGAL_SASL_STATE
-                    answer = codec.refusal(decoded, ErrorCode.ILLEGAL_SASL_STATE,
-                                          f"{api} before authentication: this listener requires SASL "
-                                          f"(sasl_handshake, then sasl_authenticate) first")
+                    answer = codec.refusal(
+                        decoded,
+                        ErrorCode.ILLEGAL_SASL_STATE,
+                        f"{api} before authentication: this listener requires SASL "
+                        f"(sasl_handshake, then sasl_authenticate) first",
+                    )
                     if answer is not None:
                         await self._send_bytes(api, answer)
                 return False
@@ -552,8 +582,9 @@ class ClientConnection:
                     try:
                         self._meter_fetch(response, decoded.client_id)
                         served.code, served.entry_errors = ErrorCode.NONE, entry_errors(response.response)
-                        parts = await self._run(codec.large_answer(decoded, response), codec.fetch_parts, decoded,
-                                                response)
+                        parts = await self._run(
+                            codec.large_answer(decoded, response), codec.fetch_parts, decoded, response
+                        )
                         await self._send_parts(api, response, parts, m.parts_length(parts))
                     finally:
                         response.close()
@@ -579,8 +610,9 @@ class ClientConnection:
             if self.stats is not None:
                 self.stats.bytes_in(served.api, frame_bytes)
                 if served.code is not None:
-                    self.stats.request_done(served.api, int(served.code), trio.current_time() - start,
-                                            served.entry_errors)
+                    self.stats.request_done(
+                        served.api, int(served.code), trio.current_time() - start, served.entry_errors
+                    )
 
     def _admitted(self, api: str | None, served: _Served, fields: dict | None = None) -> bool:
         """Whether a request of ``api`` may be served now: before SASL authentication only the
@@ -589,8 +621,12 @@ class ClientConnection:
         (else the connection closes unanswered, as Kafka's SocketServer closes an expired channel)."""
         if self._unauthenticated and api not in PRE_AUTHENTICATION_APIS:
             served.code = ErrorCode.ILLEGAL_SASL_STATE
-            logger.warning("request_before_authentication", peer=self.peer, **(fields or {"api": api}),
-                           action="connection closed (sasl_handshake and sasl_authenticate first)")
+            logger.warning(
+                "request_before_authentication",
+                peer=self.peer,
+                **(fields or {"api": api}),
+                action="connection closed (sasl_handshake and sasl_authenticate first)",
+            )
             return False
         return not self._session_expired(api == "sasl_handshake")
 
@@ -646,8 +682,14 @@ class ClientConnection:
         try:
             answer = await self._authenticate_step(session, bytes(token))
         except AuthenticationFailed as exc:
-            logger.warning("authentication_failed", peer=self.peer, mechanism=session.mechanism, reason=str(exc),
-                           delay_ms=round(self.auth_failure_delay_s * 1000), handshake_version=0)
+            logger.warning(
+                "authentication_failed",
+                peer=self.peer,
+                mechanism=session.mechanism,
+                reason=str(exc),
+                delay_ms=round(self.auth_failure_delay_s * 1000),
+                handshake_version=0,
+            )
             self._auth_failed(session.mechanism)
             await trio.sleep(self.auth_failure_delay_s)
             return False
@@ -659,17 +701,26 @@ class ClientConnection:
         await self._send_bytes("sasl_authenticate", answer)
         return True
 
-    def _close_for_acks0(self, decoded: Decoded, errors: list[tuple[str, int, int, str | None]],
-                         reason: str | None = None) -> None:
+    def _close_for_acks0(
+        self, decoded: Decoded, errors: list[tuple[str, int, int, str | None]], reason: str | None = None
+    ) -> None:
         """Log why an acks=0 produce closes the connection (the caller closes)."""
-        shown = [f"{topic}-{partition}: {_code_name(code)}" + (f" ({message})" if message else "")
-                 for topic, partition, code, message in errors[:_ERRORS_LOGGED]]
+        shown = [
+            f"{topic}-{partition}: {_code_name(code)}" + (f" ({message})" if message else "")
+            for topic, partition, code, message in errors[:_ERRORS_LOGGED]
+        ]
         if len(errors) > _ERRORS_LOGGED:
             shown.append(f"... and {len(errors) - _ERRORS_LOGGED} more partitions")
-        logger.warning("kafka_produce_acks0_failed", peer=self.peer, correlation_id=decoded.correlation_id,
-                       api_version=decoded.version, errors=shown, reason=reason or "partitions failed",
-                       action="connection closed, as Kafka closes it for a failed acks=0 produce (it sends no "
-                              "response): the producer refreshes its metadata and reconnects")
+        logger.warning(
+            "kafka_produce_acks0_failed",
+            peer=self.peer,
+            correlation_id=decoded.correlation_id,
+            api_version=decoded.version,
+            errors=shown,
+            reason=reason or "partitions failed",
+            action="connection closed, as Kafka closes it for a failed acks=0 produce (it sends no "
+            "response): the producer refreshes its metadata and reconnects",
+        )
 
     async def _sasl_request(self, request: m.Request) -> tuple[m.Response, bool]:
         """(the answer, keep the connection open) for a SASL request (the connection's, not the
@@ -680,29 +731,44 @@ class ClientConnection:
         connection after their answer."""
         session = self.sasl
         if session is None:  # a SASL request on a listener without SASL: answered, harmless
-            return _refusal(request, ErrorCode.ILLEGAL_SASL_STATE,
-                            "this listener does not authenticate with SASL (it is not a SASL_PLAINTEXT "
-                            "or SASL_SSL listener)"), True
+            return _refusal(
+                request,
+                ErrorCode.ILLEGAL_SASL_STATE,
+                "this listener does not authenticate with SASL (it is not a SASL_PLAINTEXT or SASL_SSL listener)",
+            ), True
         if type(request) is m.SaslHandshakeRequest:
             was_authenticated = session.authenticated
             code, message = session.handshake(request.mechanism, trio.current_time())
             if code == ErrorCode.ILLEGAL_SASL_STATE and was_authenticated:
                 # Kafka hands it to its request handlers, which refuse it: the connection stays
-                return m.SaslHandshakeResponse(id=request.id, error_code=code, error_message=message,
-                                               mechanisms=session.mechanisms), True
+                return m.SaslHandshakeResponse(
+                    id=request.id, error_code=code, error_message=message, mechanisms=session.mechanisms
+                ), True
             if code:
-                logger.warning("authentication_failed", peer=self.peer, mechanism=_shown(request.mechanism),
-                               reason=message, reauthentication=was_authenticated)
+                logger.warning(
+                    "authentication_failed",
+                    peer=self.peer,
+                    mechanism=_shown(request.mechanism),
+                    reason=message,
+                    reauthentication=was_authenticated,
+                )
                 self._auth_failed(request.mechanism)
-            return m.SaslHandshakeResponse(id=request.id, error_code=code, error_message=message,
-                                           mechanisms=session.mechanisms), not code
+            return m.SaslHandshakeResponse(
+                id=request.id, error_code=code, error_message=message, mechanisms=session.mechanisms
+            ), not code
         if type(request) is m.SaslAuthenticateRequest:
             reauthenticating = session.reauthenticating
             try:
                 answer = await self._authenticate_step(session, request.auth_bytes)
             except AuthenticationFailed as exc:
-                logger.warning("authentication_failed", peer=self.peer, mechanism=session.mechanism, reason=str(exc),
-                               delay_ms=round(self.auth_failure_delay_s * 1000), reauthentication=reauthenticating)
+                logger.warning(
+                    "authentication_failed",
+                    peer=self.peer,
+                    mechanism=session.mechanism,
+                    reason=str(exc),
+                    delay_ms=round(self.auth_failure_delay_s * 1000),
+                    reauthentication=reauthenticating,
+                )
                 self._auth_failed(session.mechanism)
                 await trio.sleep(self.auth_failure_delay_s)  # slows password guessing
                 return m.SaslAuthenticateResponse(id=request.id, error_code=exc.code, error_message=str(exc)), False
@@ -745,8 +811,17 @@ class ClientConnection:
 
     def _context(self, api: str, version: int, correlation_id: int | None, client_id: str | None) -> RequestContext:
         """The context of the request being served (its accounting begun with its frame)."""
-        return request_context(api, version, correlation_id, client_id, self.principal, self.client_address,
-                               self.listener, self.security_protocol, self._accounting)
+        return request_context(
+            api,
+            version,
+            correlation_id,
+            client_id,
+            self.principal,
+            self.client_address,
+            self.listener,
+            self.security_protocol,
+            self._accounting,
+        )
 
     def _request_throttle(self, client_id: str | None) -> float:
         """Record the request's handling time against the client's request_percentage (once per
@@ -790,8 +865,9 @@ class ClientConnection:
             result.close()  # no regions: nothing is read from the segments
             result.response = self.codec.throttled_fetch(result.response, throttle_ms(throttle_s))
             return
-        throttle_s = max(self._meter(self.quotas.fetch, client_id, sum(region.length for region in result.regions)),
-                         request_s)
+        throttle_s = max(
+            self._meter(self.quotas.fetch, client_id, sum(region.length for region in result.regions)), request_s
+        )
         if throttle_s:
             result.response = dataclasses.replace(result.response, throttle_ms=throttle_ms(throttle_s))
 
@@ -800,8 +876,13 @@ class ClientConnection:
         lifetime_ms = session.begin_session(trio.current_time())
         self.principal = session.principal
         self.decoder.max_frame_bytes = self.max_frame_bytes
-        logger.debug("reauthenticated" if reauthenticated else "authenticated", peer=self.peer,
-                     principal=session.principal, mechanism=session.mechanism, session_lifetime_ms=lifetime_ms)
+        logger.debug(
+            "reauthenticated" if reauthenticated else "authenticated",
+            peer=self.peer,
+            principal=session.principal,
+            mechanism=session.mechanism,
+            session_lifetime_ms=lifetime_ms,
+        )
         if self.stats is not None:
             self.stats.authenticated(session.mechanism, reauthenticated)
         return lifetime_ms
@@ -815,8 +896,12 @@ class ClientConnection:
         now = trio.current_time()
         if not session.expired(now) or (handshake and session.may_reauthenticate(now)):
             return False
-        logger.info("sasl_session_expired", peer=self.peer, principal=self.principal,
-                    action="connection closed: the client did not re-authenticate (connections.max.reauth.ms)")
+        logger.info(
+            "sasl_session_expired",
+            peer=self.peer,
+            principal=self.principal,
+            action="connection closed: the client did not re-authenticate (connections.max.reauth.ms)",
+        )
         self._closed_by("connections.max.reauth.ms")
         return True
 
@@ -834,8 +919,9 @@ class ClientConnection:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._cancel_on_hangup, nursery.cancel_scope)
             try:
-                result = outcome.Value(await self.handler.workers.run_sync(
-                    session.authenticate, auth_bytes, limiter=self.auth_limiter))
+                result = outcome.Value(
+                    await self.handler.workers.run_sync(session.authenticate, auth_bytes, limiter=self.auth_limiter)
+                )
             except AuthenticationFailed as exc:
                 result = outcome.Error(exc)
             nursery.cancel_scope.cancel()
@@ -904,7 +990,7 @@ class ClientConnection:
         piece sent under the stall limit."""
         view = memoryview(data)
         for start in range(0, len(view), TLS_SEND_BYTES):
-            await self._send_raw(self._tls.encrypt(view[start:start + TLS_SEND_BYTES]), checkpoint=False)
+            await self._send_raw(self._tls.encrypt(view[start : start + TLS_SEND_BYTES]), checkpoint=False)
         await trio.lowlevel.checkpoint()
 
     async def _send_region(self, fd: int, position: int, count: int) -> None:
@@ -914,9 +1000,9 @@ class ClientConnection:
         if self._tls is None:
             return await _sendfile(self._socket, fd, position, count, self.send_stall_s)
         while count > 0:
-            ciphertext, n = await self.handler.workers.run_sync(_read_and_encrypt, self._tls, fd,
-                                                                min(count, TLS_SEND_BYTES), position,
-                                                                limiter=self.handler.limiter)
+            ciphertext, n = await self.handler.workers.run_sync(
+                _read_and_encrypt, self._tls, fd, min(count, TLS_SEND_BYTES), position, limiter=self.handler.limiter
+            )
             if not n:
                 raise trio.BrokenResourceError("segment file ended before the fetched region")
             await self._send_raw(ciphertext, checkpoint=False)
@@ -1001,8 +1087,12 @@ class _Served:
 
 def _produce_errors(results: list[TopicAppends]) -> list[tuple[str, int, int, str | None]]:
     """(topic, partition, error code, message) of the failed partitions of a produce."""
-    return [(topic.name, row.partition, int(row.error.code), row.error.message)
-            for topic in results for row in topic.partitions if row.info is None]
+    return [
+        (topic.name, row.partition, int(row.error.code), row.error.message)
+        for topic in results
+        for row in topic.partitions
+        if row.info is None
+    ]
 
 
 def _code_name(code: int) -> str:
@@ -1010,6 +1100,7 @@ def _code_name(code: int) -> str:
         return ErrorCode(code).name
     except ValueError:  # a number Kafka has no code for
         return f"error {code}"
+
 
 #: Linux's TCP_CORK (None elsewhere): hold partial segments until uncorked.
 _TCP_CORK = getattr(socket, "TCP_CORK", None)

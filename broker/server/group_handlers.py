@@ -140,8 +140,9 @@ class GroupService:
                 except Exception:
                     # Serving the partition's groups without their offsets would make consumers
                     # reset: it stays loading (COORDINATOR_LOAD_IN_PROGRESS) and is read again.
-                    logger.exception("offsets_load_failed", topic=OFFSETS_TOPIC, partition=partition,
-                                     retry_s=LOAD_RETRY_S)
+                    logger.exception(
+                        "offsets_load_failed", topic=OFFSETS_TOPIC, partition=partition, retry_s=LOAD_RETRY_S
+                    )
                     await trio.sleep(LOAD_RETRY_S)
             total += coordinator.load_partition(partition, loaded)
         self.load_seconds = time.monotonic() - started
@@ -173,10 +174,12 @@ class GroupService:
 
     def _create_topic(self) -> None:
         if self.topics.get(OFFSETS_TOPIC) is None:
-            self.topics.create_offsets_topic(self.config.offsets_topic_num_partitions,
-                                             self.config.offsets_topic_segment_bytes)
-            logger.info("topic_created", topic=OFFSETS_TOPIC, partitions=self.config.offsets_topic_num_partitions,
-                        internal=True)
+            self.topics.create_offsets_topic(
+                self.config.offsets_topic_num_partitions, self.config.offsets_topic_segment_bytes
+            )
+            logger.info(
+                "topic_created", topic=OFFSETS_TOPIC, partitions=self.config.offsets_topic_num_partitions, internal=True
+            )
 
     # -- writes ------------------------------------------------------------------------------
 
@@ -220,9 +223,14 @@ class GroupService:
             with trio.fail_after(self.config.offsets_commit_timeout_ms / 1000):
                 await self.committer.wait_flushed(log, info.last_offset + 1)
         except trio.TooSlowError:
-            done((ErrorCode.REQUEST_TIMED_OUT, f"the {OFFSETS_TOPIC} record was not fsynced within "
-                                               f"offsets.commit.timeout.ms={self.config.offsets_commit_timeout_ms}"),
-                 -1)
+            done(
+                (
+                    ErrorCode.REQUEST_TIMED_OUT,
+                    f"the {OFFSETS_TOPIC} record was not fsynced within "
+                    f"offsets.commit.timeout.ms={self.config.offsets_commit_timeout_ms}",
+                ),
+                -1,
+            )
             return
         except Exception as exc:
             done(_storage_error(exc), -1)
@@ -275,8 +283,10 @@ async def _parked(ctx: RequestContext, start):
 
 
 def _denied_group(ctx: RequestContext, operation: Op, group_id: str) -> dict:
-    return {"error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED,
-            "error_message": f"{ctx.principal} is not authorized to {operation.name.lower()} group {group_id!r}"}
+    return {
+        "error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED,
+        "error_message": f"{ctx.principal} is not authorized to {operation.name.lower()} group {group_id!r}",
+    }
 
 
 def _fields(error) -> dict:
@@ -288,8 +298,17 @@ def _fields(error) -> dict:
 class GroupApis:
     """The group APIs of the request handler, over the running coordinator (``service``)."""
 
-    def __init__(self, *, config, topics, authz: RequestAuthorizer, service: GroupService | None,
-                 advertised_host: str, advertised_port: int, metrics=None):
+    def __init__(
+        self,
+        *,
+        config,
+        topics,
+        authz: RequestAuthorizer,
+        service: GroupService | None,
+        advertised_host: str,
+        advertised_port: int,
+        metrics=None,
+    ):
         self.config = config
         self.topics = topics
         self.authz = authz
@@ -311,60 +330,105 @@ class GroupApis:
     async def find_coordinator(self, request: m.FindCoordinatorRequest, ctx: RequestContext) -> m.Response:
         if request.key_type != 0:
             # Not COORDINATOR_NOT_AVAILABLE: that is retriable, and no retry will ever find one.
-            return m.FindCoordinatorResponse(id=request.id, error_code=ErrorCode.INVALID_REQUEST,
-                                             error_message="this broker has no transaction coordinator "
-                                                           "(key_type 1); only consumer groups (key_type 0)")
+            return m.FindCoordinatorResponse(
+                id=request.id,
+                error_code=ErrorCode.INVALID_REQUEST,
+                error_message="this broker has no transaction coordinator "
+                "(key_type 1); only consumer groups (key_type 0)",
+            )
         if not self.authz.group(ctx, Op.DESCRIBE, request.key):
             return m.FindCoordinatorResponse(id=request.id, **_denied_group(ctx, Op.DESCRIBE, request.key))
         coordinator = await self._coordinator()
         if coordinator is None or not coordinator.active:
-            return m.FindCoordinatorResponse(id=request.id, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                                             error_message=_NOT_AVAILABLE)
-        return m.FindCoordinatorResponse(id=request.id, node_id=self.config.node_id, host=self.advertised_host,
-                                         port=self.advertised_port)
+            return m.FindCoordinatorResponse(
+                id=request.id, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, error_message=_NOT_AVAILABLE
+            )
+        return m.FindCoordinatorResponse(
+            id=request.id, node_id=self.config.node_id, host=self.advertised_host, port=self.advertised_port
+        )
 
     async def join_group(self, request: m.JoinGroupRequest, ctx: RequestContext) -> m.Response:
         if not self.authz.group(ctx, Op.READ, request.group_id):
-            return m.JoinGroupResponse(id=request.id, member_id=request.member_id,
-                                       **_denied_group(ctx, Op.READ, request.group_id))
+            return m.JoinGroupResponse(
+                id=request.id, member_id=request.member_id, **_denied_group(ctx, Op.READ, request.group_id)
+            )
         coordinator = await self._coordinator()
         if coordinator is None:
-            return m.JoinGroupResponse(id=request.id, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                                       error_message=_NOT_AVAILABLE, member_id=request.member_id)
+            return m.JoinGroupResponse(
+                id=request.id,
+                error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                error_message=_NOT_AVAILABLE,
+                member_id=request.member_id,
+            )
         protocols = tuple((p.name, p.metadata) for p in request.protocols)
-        result: JoinResult = await _parked(ctx, lambda respond: coordinator.handle_join_group(
-            request.group_id, request.member_id, request.group_instance_id, request.client_id or "",
-            ctx.client_host, request.rebalance_timeout_ms, request.session_timeout_ms, request.protocol_type,
-            protocols, respond))
+        result: JoinResult = await _parked(
+            ctx,
+            lambda respond: coordinator.handle_join_group(
+                request.group_id,
+                request.member_id,
+                request.group_instance_id,
+                request.client_id or "",
+                ctx.client_host,
+                request.rebalance_timeout_ms,
+                request.session_timeout_ms,
+                request.protocol_type,
+                protocols,
+                respond,
+            ),
+        )
         return m.JoinGroupResponse(
-            id=request.id, error_code=result.error_code, error_message=result.error_message,
-            generation_id=result.generation_id, protocol_type=result.protocol_type,
-            protocol_name=result.protocol_name, leader=result.leader, member_id=result.member_id,
-            members=tuple(m.JoinGroupMember(member_id=mid, group_instance_id=iid, metadata=meta)
-                          for mid, iid, meta in result.members))
+            id=request.id,
+            error_code=result.error_code,
+            error_message=result.error_message,
+            generation_id=result.generation_id,
+            protocol_type=result.protocol_type,
+            protocol_name=result.protocol_name,
+            leader=result.leader,
+            member_id=result.member_id,
+            members=tuple(
+                m.JoinGroupMember(member_id=mid, group_instance_id=iid, metadata=meta)
+                for mid, iid, meta in result.members
+            ),
+        )
 
     async def sync_group(self, request: m.SyncGroupRequest, ctx: RequestContext) -> m.Response:
         if not self.authz.group(ctx, Op.READ, request.group_id):
             return m.SyncGroupResponse(id=request.id, **_denied_group(ctx, Op.READ, request.group_id))
         coordinator = await self._coordinator()
         if coordinator is None:
-            return m.SyncGroupResponse(id=request.id, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                                       error_message=_NOT_AVAILABLE)
+            return m.SyncGroupResponse(
+                id=request.id, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, error_message=_NOT_AVAILABLE
+            )
         assignments = {a.member_id: a.assignment for a in request.assignments}
-        result: SyncResult = await _parked(ctx, lambda respond: coordinator.handle_sync_group(
-            request.group_id, request.generation_id, request.member_id, request.protocol_type,
-            request.protocol_name, assignments, respond))
-        return m.SyncGroupResponse(id=request.id, error_code=result.error_code, error_message=result.error_message,
-                                   protocol_type=result.protocol_type, protocol_name=result.protocol_name,
-                                   assignment=result.assignment)
+        result: SyncResult = await _parked(
+            ctx,
+            lambda respond: coordinator.handle_sync_group(
+                request.group_id,
+                request.generation_id,
+                request.member_id,
+                request.protocol_type,
+                request.protocol_name,
+                assignments,
+                respond,
+            ),
+        )
+        return m.SyncGroupResponse(
+            id=request.id,
+            error_code=result.error_code,
+            error_message=result.error_message,
+            protocol_type=result.protocol_type,
+            protocol_name=result.protocol_name,
+            assignment=result.assignment,
+        )
 
     async def heartbeat(self, request: m.HeartbeatRequest, ctx: RequestContext) -> m.Response:
         if not self.authz.group(ctx, Op.READ, request.group_id):
             return m.HeartbeatResponse(id=request.id, **_denied_group(ctx, Op.READ, request.group_id))
         coordinator = await self._coordinator()
         if coordinator is None:
-            return m.HeartbeatResponse(id=request.id, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                                       error_message=_NOT_AVAILABLE)
+            return m.HeartbeatResponse(
+                id=request.id, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, error_message=_NOT_AVAILABLE
+            )
         error = coordinator.handle_heartbeat(request.group_id, request.generation_id, request.member_id)
         return m.HeartbeatResponse(id=request.id, **_fields(error))
 
@@ -373,29 +437,52 @@ class GroupApis:
             return m.LeaveGroupResponse(id=request.id, **_denied_group(ctx, Op.READ, request.group_id))
         coordinator = await self._coordinator()
         if coordinator is None:
-            return m.LeaveGroupResponse(id=request.id, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                                        error_message=_NOT_AVAILABLE)
+            return m.LeaveGroupResponse(
+                id=request.id, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, error_message=_NOT_AVAILABLE
+            )
         error, per_member = coordinator.handle_leave_group(request.group_id, [x.member_id for x in request.members])
-        members = tuple(m.MemberResponse(member_id=x.member_id, group_instance_id=x.group_instance_id, **_fields(e))
-                        for x, e in zip(request.members, per_member))
+        members = tuple(
+            m.MemberResponse(member_id=x.member_id, group_instance_id=x.group_instance_id, **_fields(e))
+            for x, e in zip(request.members, per_member)
+        )
         return m.LeaveGroupResponse(id=request.id, members=members, **_fields(error))
 
     async def offset_commit(self, request: m.OffsetCommitRequest, ctx: RequestContext) -> m.Response:
         started = time.perf_counter()
         if not self.authz.group(ctx, Op.READ, request.group_id):  # every partition gets the group's error
             denied = _denied_group(ctx, Op.READ, request.group_id)
-            return m.OffsetCommitResponse(id=request.id, topics=tuple(
-                m.OffsetCommitTopicResult(name=t.name, partitions=tuple(
-                    m.OffsetCommitPartitionResult(partition=p.partition, **denied) for p in t.partitions))
-                for t in request.topics))
+            return m.OffsetCommitResponse(
+                id=request.id,
+                topics=tuple(
+                    m.OffsetCommitTopicResult(
+                        name=t.name,
+                        partitions=tuple(
+                            m.OffsetCommitPartitionResult(partition=p.partition, **denied) for p in t.partitions
+                        ),
+                    )
+                    for t in request.topics
+                ),
+            )
         coordinator = await self._coordinator()
         if coordinator is None:
             # Group-level errors go to every partition, as Kafka's OffsetCommit answers them.
-            return m.OffsetCommitResponse(id=request.id, topics=tuple(
-                m.OffsetCommitTopicResult(name=t.name, partitions=tuple(
-                    m.OffsetCommitPartitionResult(partition=p.partition, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                                                  error_message=_NOT_AVAILABLE) for p in t.partitions))
-                for t in request.topics))
+            return m.OffsetCommitResponse(
+                id=request.id,
+                topics=tuple(
+                    m.OffsetCommitTopicResult(
+                        name=t.name,
+                        partitions=tuple(
+                            m.OffsetCommitPartitionResult(
+                                partition=p.partition,
+                                error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                                error_message=_NOT_AVAILABLE,
+                            )
+                            for p in t.partitions
+                        ),
+                    )
+                    for t in request.topics
+                ),
+            )
         # Kafka refuses commits for partitions that do not exist (KafkaApis, before the coordinator).
         unknown: dict[tuple[str, int], tuple[ErrorCode, str]] = {}
         commits = []
@@ -406,22 +493,46 @@ class GroupApis:
                 if not readable:
                     unknown[(t.name, p.partition)] = (
                         ErrorCode.TOPIC_AUTHORIZATION_FAILED,
-                        f"{ctx.principal} is not authorized to read topic {t.name!r}")
+                        f"{ctx.principal} is not authorized to read topic {t.name!r}",
+                    )
                 elif topic is None or not 0 <= p.partition < topic.num_partitions:
                     unknown[(t.name, p.partition)] = (
                         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                        f"topic {t.name!r} partition {p.partition} does not exist: no offset is committed for it")
+                        f"topic {t.name!r} partition {p.partition} does not exist: no offset is committed for it",
+                    )
                 else:
-                    commits.append(CommitRequest(t.name, p.partition, p.committed_offset, p.committed_leader_epoch,
-                                                 p.committed_metadata))
-        errors = await _parked(ctx, lambda respond: coordinator.handle_commit_offsets(
-            request.group_id, request.generation_id, request.member_id, commits, respond)) if commits else []
+                    commits.append(
+                        CommitRequest(
+                            t.name, p.partition, p.committed_offset, p.committed_leader_epoch, p.committed_metadata
+                        )
+                    )
+        errors = (
+            await _parked(
+                ctx,
+                lambda respond: coordinator.handle_commit_offsets(
+                    request.group_id, request.generation_id, request.member_id, commits, respond
+                ),
+            )
+            if commits
+            else []
+        )
         known = iter(errors)
-        results = iter([unknown[(t.name, p.partition)] if (t.name, p.partition) in unknown else next(known)
-                        for t in request.topics for p in t.partitions])
-        topics = tuple(m.OffsetCommitTopicResult(name=t.name, partitions=tuple(
-            m.OffsetCommitPartitionResult(partition=p.partition, **_fields(next(results))) for p in t.partitions))
-            for t in request.topics)
+        results = iter(
+            [
+                unknown[(t.name, p.partition)] if (t.name, p.partition) in unknown else next(known)
+                for t in request.topics
+                for p in t.partitions
+            ]
+        )
+        topics = tuple(
+            m.OffsetCommitTopicResult(
+                name=t.name,
+                partitions=tuple(
+                    m.OffsetCommitPartitionResult(partition=p.partition, **_fields(next(results))) for p in t.partitions
+                ),
+            )
+            for t in request.topics
+        )
         if self.metrics is not None:
             self.metrics.commit_done(time.perf_counter() - started)
         return m.OffsetCommitResponse(id=request.id, topics=topics)
@@ -432,8 +543,9 @@ class GroupApis:
             return m.OffsetFetchResponse(id=request.id, **_denied_group(ctx, Op.DESCRIBE, request.group_id))
         coordinator = await self._coordinator()
         if coordinator is None:
-            return m.OffsetFetchResponse(id=request.id, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                                         error_message=_NOT_AVAILABLE)
+            return m.OffsetFetchResponse(
+                id=request.id, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, error_message=_NOT_AVAILABLE
+            )
         wanted = None
         if request.topics is not None:
             wanted = [(t.name, p) for t in request.topics for p in t.partitions]
@@ -447,31 +559,49 @@ class GroupApis:
                 describable[topic] = authz.topic(ctx, Op.DESCRIBE, topic, log=request.topics is not None)
             if not describable[topic]:
                 if request.topics is not None:
-                    by_topic.setdefault(topic, []).append(m.OffsetFetchPartitionResult(
-                        partition=partition, metadata="", error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
-                        error_message=f"{ctx.principal} is not authorized to describe topic {topic!r}"))
+                    by_topic.setdefault(topic, []).append(
+                        m.OffsetFetchPartitionResult(
+                            partition=partition,
+                            metadata="",
+                            error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                            error_message=f"{ctx.principal} is not authorized to describe topic {topic!r}",
+                        )
+                    )
                 continue
             by_topic.setdefault(topic, []).append(
                 m.OffsetFetchPartitionResult(partition=partition, metadata="")
-                if entry is None else
-                m.OffsetFetchPartitionResult(partition=partition, committed_offset=entry.offset,
-                                             committed_leader_epoch=entry.leader_epoch, metadata=entry.metadata))
-        return m.OffsetFetchResponse(id=request.id, topics=tuple(
-            m.OffsetFetchTopicResult(name=name, partitions=tuple(parts)) for name, parts in by_topic.items()))
+                if entry is None
+                else m.OffsetFetchPartitionResult(
+                    partition=partition,
+                    committed_offset=entry.offset,
+                    committed_leader_epoch=entry.leader_epoch,
+                    metadata=entry.metadata,
+                )
+            )
+        return m.OffsetFetchResponse(
+            id=request.id,
+            topics=tuple(
+                m.OffsetFetchTopicResult(name=name, partitions=tuple(parts)) for name, parts in by_topic.items()
+            ),
+        )
 
     async def list_groups(self, request: m.ListGroupsRequest, ctx: RequestContext) -> m.Response:
         coordinator = await self._coordinator(create=False)
         if coordinator is None:
             if self.service is None:
-                return m.ListGroupsResponse(id=request.id, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                                            error_message=_NOT_AVAILABLE)
+                return m.ListGroupsResponse(
+                    id=request.id, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, error_message=_NOT_AVAILABLE
+                )
             return m.ListGroupsResponse(id=request.id)  # no __consumer_offsets yet: no groups
         error, groups = coordinator.handle_list_groups(set(request.states_filter))
         # Those it may describe, unless it may describe the cluster.
         if not self.authz.allowed(ctx, Op.DESCRIBE, ResourceType.CLUSTER, CLUSTER, log=False):
             groups = [g for g in groups if self.authz.group(ctx, Op.DESCRIBE, g[0], log=False)]
-        return m.ListGroupsResponse(id=request.id, groups=tuple(
-            m.ListedGroup(group_id=g, protocol_type=t, group_state=s) for g, t, s in groups), **_fields(error))
+        return m.ListGroupsResponse(
+            id=request.id,
+            groups=tuple(m.ListedGroup(group_id=g, protocol_type=t, group_state=s) for g, t, s in groups),
+            **_fields(error),
+        )
 
     async def describe_groups(self, request: m.DescribeGroupsRequest, ctx: RequestContext) -> m.Response:
         coordinator = await self._coordinator(create=False)
@@ -482,40 +612,71 @@ class GroupApis:
                 continue
             if coordinator is None:
                 if self.service is None:
-                    out.append(m.DescribedGroup(group_id=group_id, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                                                error_message=_NOT_AVAILABLE))
+                    out.append(
+                        m.DescribedGroup(
+                            group_id=group_id,
+                            error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                            error_message=_NOT_AVAILABLE,
+                        )
+                    )
                 else:
                     out.append(m.DescribedGroup(group_id=group_id, group_state="Dead"))
                 continue
             summary = coordinator.handle_describe_group(group_id)
-            out.append(m.DescribedGroup(
-                group_id=group_id, group_state=summary.state, protocol_type=summary.protocol_type,
-                protocol_data=summary.protocol, **_fields(summary.error),
-                members=tuple(m.DescribedGroupMember(
-                    member_id=s.member_id, group_instance_id=s.group_instance_id, client_id=s.client_id,
-                    client_host=s.client_host, member_metadata=s.metadata, member_assignment=s.assignment)
-                    for s in summary.members)))
+            out.append(
+                m.DescribedGroup(
+                    group_id=group_id,
+                    group_state=summary.state,
+                    protocol_type=summary.protocol_type,
+                    protocol_data=summary.protocol,
+                    **_fields(summary.error),
+                    members=tuple(
+                        m.DescribedGroupMember(
+                            member_id=s.member_id,
+                            group_instance_id=s.group_instance_id,
+                            client_id=s.client_id,
+                            client_host=s.client_host,
+                            member_metadata=s.metadata,
+                            member_assignment=s.assignment,
+                        )
+                        for s in summary.members
+                    ),
+                )
+            )
         return m.DescribeGroupsResponse(id=request.id, groups=tuple(out))
 
     async def delete_groups(self, request: m.DeleteGroupsRequest, ctx: RequestContext) -> m.Response:
-        denied = {g: _denied_group(ctx, Op.DELETE, g) for g in request.groups_names
-                  if not self.authz.group(ctx, Op.DELETE, g)}
+        denied = {
+            g: _denied_group(ctx, Op.DELETE, g) for g in request.groups_names if not self.authz.group(ctx, Op.DELETE, g)
+        }
         if denied:
             allowed = tuple(g for g in request.groups_names if g not in denied)
-            answer = (await self.delete_groups(dataclasses.replace(request, groups_names=allowed), ctx)
-                      if allowed else None)
+            answer = (
+                await self.delete_groups(dataclasses.replace(request, groups_names=allowed), ctx) if allowed else None
+            )
             results = {r.group_id: r for r in (answer.results if answer is not None else ())}
-            return m.DeleteGroupsResponse(id=request.id, results=tuple(
-                results[g] if g in results else m.DeletableGroupResult(group_id=g, **denied[g])
-                for g in request.groups_names))
+            return m.DeleteGroupsResponse(
+                id=request.id,
+                results=tuple(
+                    results[g] if g in results else m.DeletableGroupResult(group_id=g, **denied[g])
+                    for g in request.groups_names
+                ),
+            )
         coordinator = await self._coordinator(create=False)
         if coordinator is None:
             code = ErrorCode.COORDINATOR_NOT_AVAILABLE if self.service is None else ErrorCode.GROUP_ID_NOT_FOUND
             message = _NOT_AVAILABLE if self.service is None else "no group exists on this broker"
-            return m.DeleteGroupsResponse(id=request.id, results=tuple(
-                m.DeletableGroupResult(group_id=g, error_code=code, error_message=message)
-                for g in request.groups_names))
-        results = await _parked(ctx, lambda respond: coordinator.handle_delete_groups(list(request.groups_names),
-                                                                                      respond))
-        return m.DeleteGroupsResponse(id=request.id, results=tuple(
-            m.DeletableGroupResult(group_id=g, **_fields(results[g])) for g in request.groups_names))
+            return m.DeleteGroupsResponse(
+                id=request.id,
+                results=tuple(
+                    m.DeletableGroupResult(group_id=g, error_code=code, error_message=message)
+                    for g in request.groups_names
+                ),
+            )
+        results = await _parked(
+            ctx, lambda respond: coordinator.handle_delete_groups(list(request.groups_names), respond)
+        )
+        return m.DeleteGroupsResponse(
+            id=request.id,
+            results=tuple(m.DeletableGroupResult(group_id=g, **_fields(results[g])) for g in request.groups_names),
+        )

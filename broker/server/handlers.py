@@ -104,6 +104,8 @@ def config_value_text(value: Any) -> str:
 INLINE_PRODUCE_BYTES = 16 * 1024 if core.COMPILED else 2 * 1024
 #: Partitions a produce or fetch may name and still be served on the event loop.
 INLINE_PARTITIONS = 4
+
+
 class ApiVersionsAnswer:
     """api_versions' answer, the same for every request but its id: packed once, the id's
     encoding spliced in per request (a map whose first key is ``id``)."""
@@ -114,9 +116,9 @@ class ApiVersionsAnswer:
 
         zero, one = packed(0), packed(1)
         cut = next(i for i, (a, b) in enumerate(zip(zero, one)) if a != b)
-        if zero[cut + 1:] != one[cut + 1:] or zero[cut] != msgpack.packb(0)[0]:  # pragma: no cover
+        if zero[cut + 1 :] != one[cut + 1 :] or zero[cut] != msgpack.packb(0)[0]:  # pragma: no cover
             raise AssertionError("api_versions' response does not encode its id as one field")
-        self._head, self._tail = zero[:cut], zero[cut + 1:]
+        self._head, self._tail = zero[:cut], zero[cut + 1 :]
 
     def payload(self, request_id: int) -> bytes:
         return b"".join((self._head, msgpack.packb(request_id), self._tail))
@@ -157,12 +159,27 @@ def produce_payload(request_id: int, results: list[TopicAppends], throttle_ms: i
                 if errors is None:
                     errors = {}
                 errors[code] = errors.get(code, 0) + 1
-                partitions.append({"partition": row.partition, "error_code": code, "error_message": row.error.message,
-                                   "base_offset": -1, "log_append_time": -1, "log_start_offset": row.log_start_offset})
+                partitions.append(
+                    {
+                        "partition": row.partition,
+                        "error_code": code,
+                        "error_message": row.error.message,
+                        "base_offset": -1,
+                        "log_append_time": -1,
+                        "log_start_offset": row.log_start_offset,
+                    }
+                )
             else:
-                partitions.append({"partition": row.partition, "error_code": 0, "error_message": None,
-                                   "base_offset": info.first_offset, "log_append_time": info.log_append_time_ms,
-                                   "log_start_offset": info.log_start_offset})
+                partitions.append(
+                    {
+                        "partition": row.partition,
+                        "error_code": 0,
+                        "error_message": None,
+                        "base_offset": info.first_offset,
+                        "log_append_time": info.log_append_time_ms,
+                        "log_start_offset": info.log_start_offset,
+                    }
+                )
         topics.append({"name": topic.name, "partitions": partitions})
     wire = {"id": request_id, "error_code": 0, "error_message": None, "topics": topics, "throttle_ms": throttle_ms}
     return EncodedResponse(_packb(wire), 0, errors)
@@ -176,13 +193,23 @@ def produce_response(request_id: int, results: list[TopicAppends], throttle_ms: 
         for row in topic.partitions:
             info = row.info
             if info is None:
-                partitions.append(m.ProducePartitionResult(
-                    partition=row.partition, error_code=int(row.error.code), error_message=row.error.message,
-                    log_start_offset=row.log_start_offset))
+                partitions.append(
+                    m.ProducePartitionResult(
+                        partition=row.partition,
+                        error_code=int(row.error.code),
+                        error_message=row.error.message,
+                        log_start_offset=row.log_start_offset,
+                    )
+                )
             else:
-                partitions.append(m.ProducePartitionResult(
-                    partition=row.partition, base_offset=info.first_offset, log_append_time=info.log_append_time_ms,
-                    log_start_offset=info.log_start_offset))
+                partitions.append(
+                    m.ProducePartitionResult(
+                        partition=row.partition,
+                        base_offset=info.first_offset,
+                        log_append_time=info.log_append_time_ms,
+                        log_start_offset=info.log_start_offset,
+                    )
+                )
         topics.append(m.ProduceTopicResult(name=topic.name, partitions=tuple(partitions)))
     return m.ProduceResponse(id=request_id, topics=tuple(topics), throttle_ms=throttle_ms)
 
@@ -199,11 +226,24 @@ class RequestHandler:
     """Kafka's KafkaApis: each request to the handler of its API (:meth:`handle`'s table), with the
     coordinators and security stores it was built with."""
 
-    def __init__(self, *, config: BrokerConfig, log_manager: LogManager, topics: TopicManager,
-                 committer: GroupCommitter, notifier: AppendNotifier, limiter: trio.CapacityLimiter,
-                 workers: WorkerThreads, authz: RequestAuthorizer, groups: GroupApis, security: SecurityApis,
-                 producers: ProducerIdApis, advertised_host: str, advertised_port: int,
-                 on_roll: Callable[[Log, str], None] | None = None):
+    def __init__(
+        self,
+        *,
+        config: BrokerConfig,
+        log_manager: LogManager,
+        topics: TopicManager,
+        committer: GroupCommitter,
+        notifier: AppendNotifier,
+        limiter: trio.CapacityLimiter,
+        workers: WorkerThreads,
+        authz: RequestAuthorizer,
+        groups: GroupApis,
+        security: SecurityApis,
+        producers: ProducerIdApis,
+        advertised_host: str,
+        advertised_port: int,
+        on_roll: Callable[[Log, str], None] | None = None,
+    ):
         self.config = config
         self.log_manager = log_manager
         self.topics = topics
@@ -318,7 +358,8 @@ class RequestHandler:
             raise PolicyViolationError(
                 f"creating topic {topic!r} with {new_partitions} partitions would bring this broker to "
                 f"{held + new_partitions} partitions, over max.broker.partitions={cap} "
-                f"({held} held now); nothing was created")
+                f"({held} held now); nothing was created"
+            )
 
     def _partition_error(self, exc: BaseException, topic: str, partition: int) -> ApiError:
         """(code, message) for one partition. A partition deleted while the request held its log
@@ -328,7 +369,8 @@ class RequestHandler:
             entry = self.topics.get(topic)
             if entry is None or not 0 <= partition < entry.num_partitions:
                 exc = UnknownTopicOrPartitionError(
-                    f"topic {topic!r} partition {partition} was deleted while the request was served")
+                    f"topic {topic!r} partition {partition} was deleted while the request was served"
+                )
         return error_of(exc, topic=topic, partition=partition)
 
     async def _api_versions(self, request: m.ApiVersionsRequest, ctx: RequestContext) -> EncodedResponse:
@@ -351,7 +393,8 @@ class RequestHandler:
                         if may_create and self.topics.get(name) is None and not authz.may_create_topic(ctx, name):
                             # Kafka: a topic the client would auto-create but may not create
                             raise TopicAuthorizationFailedError(
-                                f"{ctx.principal} is not authorized to create topic {name!r}")
+                                f"{ctx.principal} is not authorized to create topic {name!r}"
+                            )
                         self._existing_or_auto_created(name, may_create=may_create)
                     topic = self.topics.get(name)
                     if topic is None:
@@ -359,10 +402,14 @@ class RequestHandler:
                     partitions = []
                     for p in range(topic.num_partitions):
                         log = self.topics.log(name, p)
-                        partitions.append(m.PartitionMetadata(
-                            partition=p, leader=self.config.node_id,
-                            log_start_offset=log.log_start_offset, high_watermark=log.high_watermark,
-                        ))
+                        partitions.append(
+                            m.PartitionMetadata(
+                                partition=p,
+                                leader=self.config.node_id,
+                                log_start_offset=log.log_start_offset,
+                                high_watermark=log.high_watermark,
+                            )
+                        )
                     out.append(m.TopicMetadata(name=name, internal=is_internal(name), partitions=tuple(partitions)))
                 except Exception as exc:
                     code, message = error_of(exc, topic=name)
@@ -371,8 +418,9 @@ class RequestHandler:
 
         topics = await self._in_thread(work)
         broker = m.BrokerMetadata(node_id=self.config.node_id, host=self.advertised_host, port=self.advertised_port)
-        return m.MetadataResponse(id=request.id, brokers=(broker,), controller_id=self.config.node_id,
-                                  topics=tuple(topics))
+        return m.MetadataResponse(
+            id=request.id, brokers=(broker,), controller_id=self.config.node_id, topics=tuple(topics)
+        )
 
     async def _create_topics(self, request: m.CreateTopicsRequest, ctx: RequestContext) -> m.Response:
         def work() -> list[m.CreateTopicResult]:
@@ -381,24 +429,37 @@ class RequestHandler:
                 try:
                     if not self.authz.may_create_topic(ctx, new.name):
                         raise TopicAuthorizationFailedError(
-                            f"{ctx.principal} is not authorized to create topic {new.name!r}")
+                            f"{ctx.principal} is not authorized to create topic {new.name!r}"
+                        )
                     with self._create_lock:
                         count, config = self.topics.validate_new_topic(
-                            new.name, new.num_partitions, new.replication_factor, new.configs,
-                            self.config.num_partitions)
+                            new.name,
+                            new.num_partitions,
+                            new.replication_factor,
+                            new.configs,
+                            self.config.num_partitions,
+                        )
                         self._check_partition_cap(new.name, count)
                         if not request.validate_only:
-                            topic = self.topics.create(new.name, new.num_partitions, new.replication_factor,
-                                                       new.configs, default_partitions=self.config.num_partitions)
+                            topic = self.topics.create(
+                                new.name,
+                                new.num_partitions,
+                                new.replication_factor,
+                                new.configs,
+                                default_partitions=self.config.num_partitions,
+                            )
                             count, config = topic.num_partitions, self.topics.config_for(new.name)
                     if not request.validate_only:
                         logger.info("topic_created", topic=new.name, partitions=count, configs=dict(new.configs))
                     # Kafka returns the new topic's configs only to a principal that may describe them
                     shown = self.authz.topic(ctx, Op.DESCRIBE_CONFIGS, new.name, log=False)
-                    out.append(m.CreateTopicResult(
-                        name=new.name, num_partitions=count,
-                        configs={k: config_value_text(config.value_of(k)) for k in TOPIC_CONFIGS} if shown else {},
-                    ))
+                    out.append(
+                        m.CreateTopicResult(
+                            name=new.name,
+                            num_partitions=count,
+                            configs={k: config_value_text(config.value_of(k)) for k in TOPIC_CONFIGS} if shown else {},
+                        )
+                    )
                 except Exception as exc:
                     code, message = error_of(exc, topic=new.name)
                     out.append(m.CreateTopicResult(name=new.name, error_code=code, error_message=message))
@@ -444,6 +505,7 @@ class RequestHandler:
 
     async def _create_partitions(self, request: m.CreatePartitionsRequest, ctx: RequestContext) -> m.Response:
         """Kafka's CreatePartitions: grow topics to ``count`` partitions, each on its own."""
+
         def work() -> list[m.TopicResult]:
             out = []
             for entry in request.topics:
@@ -456,8 +518,12 @@ class RequestHandler:
                         if not request.validate_only:
                             self.topics.create_partitions(entry.name, entry.count)
                     if not request.validate_only:
-                        logger.info("partitions_created", topic=entry.name, partitions=entry.count,
-                                    previous=topic.num_partitions)
+                        logger.info(
+                            "partitions_created",
+                            topic=entry.name,
+                            partitions=entry.count,
+                            previous=topic.num_partitions,
+                        )
                     out.append(m.TopicResult(name=entry.name))
                 except Exception as exc:
                     code, message = error_of(exc, topic=entry.name)
@@ -474,7 +540,8 @@ class RequestHandler:
         if held + added > cap:
             raise PolicyViolationError(
                 f"adding {added} partitions to topic {topic!r} would bring this broker to {held + added} "
-                f"partitions, over max.broker.partitions={cap} ({held} held now); nothing was created")
+                f"partitions, over max.broker.partitions={cap} ({held} held now); nothing was created"
+            )
 
     def _broker_configs(self, name: str) -> dict[str, m.ConfigEntry]:
         """Every broker key of this node, as Kafka's DescribeConfigs shows a BROKER resource: the
@@ -488,7 +555,8 @@ class RequestHandler:
                 raise InvalidRequestError(f"broker id must be an integer, got {name!r}") from None
             if node != self.config.node_id:
                 raise InvalidRequestError(
-                    f"unexpected broker id, expected {self.config.node_id} or an empty string, but received {name}")
+                    f"unexpected broker id, expected {self.config.node_id} or an empty string, but received {name}"
+                )
         originals = self.config.originals
         entries = {}
         for key in BROKER_CONFIGS.values():
@@ -527,8 +595,10 @@ class RequestHandler:
                         raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
                     config: LogConfig = self.topics.config_for(name)
                     entries = {
-                        key: m.ConfigEntry(value=config_value_text(config.value_of(key)),
-                                           source=self._config_source(topic.overrides, key))
+                        key: m.ConfigEntry(
+                            value=config_value_text(config.value_of(key)),
+                            source=self._config_source(topic.overrides, key),
+                        )
                         for key in TOPIC_CONFIGS
                     }
                     out.append(m.DescribeConfigsResult(name=name, configs=entries))
@@ -547,13 +617,25 @@ class RequestHandler:
                 try:
                     validate_topic_name(entry.name)
                     self.authz.require_topic(ctx, Op.ALTER_CONFIGS, entry.name)
-                    self.topics.alter_configs(entry.name, entry.configs, tuple(entry.delete),
-                                              validate_only=request.validate_only, replace=entry.replace,
-                                              append=entry.append, subtract=entry.subtract)
+                    self.topics.alter_configs(
+                        entry.name,
+                        entry.configs,
+                        tuple(entry.delete),
+                        validate_only=request.validate_only,
+                        replace=entry.replace,
+                        append=entry.append,
+                        subtract=entry.subtract,
+                    )
                     if not request.validate_only:
-                        logger.info("topic_configs_altered", topic=entry.name, set=dict(entry.configs),
-                                    deleted=list(entry.delete), replace=entry.replace, append=dict(entry.append),
-                                    subtract=dict(entry.subtract))
+                        logger.info(
+                            "topic_configs_altered",
+                            topic=entry.name,
+                            set=dict(entry.configs),
+                            deleted=list(entry.delete),
+                            replace=entry.replace,
+                            append=dict(entry.append),
+                            subtract=dict(entry.subtract),
+                        )
                     out.append(m.TopicResult(name=entry.name))
                 except Exception as exc:
                     code, message = error_of(exc, topic=entry.name)
@@ -575,8 +657,9 @@ class RequestHandler:
             raise _WouldBlock
         return log
 
-    def _produce_rows(self, request: m.ProduceRequest, ctx: RequestContext, done: list[TopicAppends],
-                      inline: bool) -> None:
+    def _produce_rows(
+        self, request: m.ProduceRequest, ctx: RequestContext, done: list[TopicAppends], inline: bool
+    ) -> None:
         """Append the request's partitions in order into ``done``, from where an earlier call left
         off; ``inline`` raises _WouldBlock at the first partition that cannot be appended without
         waiting."""
@@ -594,7 +677,7 @@ class RequestHandler:
                     raise InvalidTopicError(f"cannot append to internal topic {topic.name}")
             except Exception as exc:
                 topic_error = error_of(exc, topic=topic.name)
-            for part in topic.partitions[len(rows):]:
+            for part in topic.partitions[len(rows) :]:
                 if topic_error is not None:
                     rows.append(PartitionAppend(part.partition, error=topic_error))
                     continue
@@ -617,8 +700,11 @@ class RequestHandler:
                     # With the partition's log start offset, as Kafka's ReplicaManager answers: an
                     # idempotent producer needs it to react to UNKNOWN_PRODUCER_ID. From the log in
                     # hand (no topic lock, no log created on the event loop); -1 without one.
-                    row = PartitionAppend(part.partition, error=self._partition_error(exc, topic.name, part.partition),
-                                          log_start_offset=log.log_start_offset if log is not None else -1)
+                    row = PartitionAppend(
+                        part.partition,
+                        error=self._partition_error(exc, topic.name, part.partition),
+                        log_start_offset=log.log_start_offset if log is not None else -1,
+                    )
                     if isinstance(exc, DuplicateSequenceNumberError) and log is not None and exc.flush_before > 0:
                         row.log, row.flush_before = log, exc.flush_before  # acks=all: the original on disk first
                     rows.append(row)
@@ -628,9 +714,11 @@ class RequestHandler:
         soon as appended: no answer is sent, but the Kafka listener closes when one failed)."""
         results: list[TopicAppends] = []
         try:
-            if (sum(len(t.partitions) for t in request.topics) > INLINE_PARTITIONS
-                    or sum(len(p.records) for t in request.topics for p in t.partitions) > INLINE_PRODUCE_BYTES
-                    or not self.inline.allowed()):
+            if (
+                sum(len(t.partitions) for t in request.topics) > INLINE_PARTITIONS
+                or sum(len(p.records) for t in request.topics for p in t.partitions) > INLINE_PRODUCE_BYTES
+                or not self.inline.allowed()
+            ):
                 raise _WouldBlock
             started = self.inline.start()
             try:
@@ -668,14 +756,19 @@ class RequestHandler:
                 pending = row.info is None  # DUPLICATE_SEQUENCE_NUMBER: the original first
                 try:
                     with trio.fail_after(max(timeout_ms, 1) / 1000):
-                        await self.committer.wait_flushed(log, row.flush_before if pending
-                                                          else row.info.last_offset + 1)
+                        await self.committer.wait_flushed(
+                            log, row.flush_before if pending else row.info.last_offset + 1
+                        )
                 except trio.TooSlowError:
-                    row.error = error_of(RequestTimedOutError(
-                        f"the original of this duplicate batch (below offset {row.flush_before}) is not fsynced "
-                        f"within timeout_ms={timeout_ms}" if pending else
-                        f"records were appended at offset {row.info.first_offset} but not fsynced within "
-                        f"timeout_ms={timeout_ms}"))
+                    row.error = error_of(
+                        RequestTimedOutError(
+                            f"the original of this duplicate batch (below offset {row.flush_before}) is not fsynced "
+                            f"within timeout_ms={timeout_ms}"
+                            if pending
+                            else f"records were appended at offset {row.info.first_offset} but not fsynced within "
+                            f"timeout_ms={timeout_ms}"
+                        )
+                    )
                     row.info, row.log_start_offset = None, -1
                 except Exception as exc:
                     row.error = self._partition_error(exc, topic.name, row.partition)
@@ -704,8 +797,13 @@ class RequestHandler:
                 # Kafka's rule: answer at once when min_bytes are there, a partition has an error,
                 # there is nothing to fetch (an empty request has nothing to wait for), or time is
                 # up; and, as Kafka completes its delayed operations on shutdown, when the broker stops.
-                if (read.total_bytes >= request.min_bytes or read.has_errors or not tps
-                        or trio.current_time() >= deadline or self.notifier.closed):
+                if (
+                    read.total_bytes >= request.min_bytes
+                    or read.has_errors
+                    or not tps
+                    or trio.current_time() >= deadline
+                    or self.notifier.closed
+                ):
                     return read
                 read.close()
                 self.delayed_fetches += 1
@@ -735,8 +833,11 @@ class RequestHandler:
                     try:
                         validate_topic_name(topic.name)
                         self.authz.require_topic(ctx, Op.READ, topic.name)
-                        log = (self._inline_log(topic.name, part.partition) if inline
-                               else self.topics.log(topic.name, part.partition))
+                        log = (
+                            self._inline_log(topic.name, part.partition)
+                            if inline
+                            else self.topics.log(topic.name, part.partition)
+                        )
                         budget = max(0, min(part.partition_max_bytes, remaining))
                         # The first regions take their descriptors now (no thread hop later for
                         # a small fetch); the rest as the response is sent.
@@ -759,11 +860,15 @@ class RequestHandler:
                             records = m.ExternalBin(region.length, region)
                             total += region.length
                             remaining -= region.length
-                        partitions.append(m.FetchPartitionResult(
-                            partition=part.partition, high_watermark=log.high_watermark,
-                            last_stable_offset=log.high_watermark, log_start_offset=log.log_start_offset,
-                            records=records,
-                        ))
+                        partitions.append(
+                            m.FetchPartitionResult(
+                                partition=part.partition,
+                                high_watermark=log.high_watermark,
+                                last_stable_offset=log.high_watermark,
+                                log_start_offset=log.log_start_offset,
+                                records=records,
+                            )
+                        )
                     except _WouldBlock:
                         raise
                     except Exception as exc:
@@ -773,11 +878,16 @@ class RequestHandler:
                         if isinstance(exc, OffsetOutOfRangeError):
                             log = self.log_manager.get_log(topic.name, part.partition)
                             if log is not None:
-                                extra = dict(high_watermark=log.high_watermark,
-                                             last_stable_offset=log.high_watermark,
-                                             log_start_offset=log.log_start_offset)
-                        partitions.append(m.FetchPartitionResult(partition=part.partition, error_code=code,
-                                                                 error_message=message, **extra))
+                                extra = dict(
+                                    high_watermark=log.high_watermark,
+                                    last_stable_offset=log.high_watermark,
+                                    log_start_offset=log.log_start_offset,
+                                )
+                        partitions.append(
+                            m.FetchPartitionResult(
+                                partition=part.partition, error_code=code, error_message=message, **extra
+                            )
+                        )
                 topics.append(m.FetchTopicResult(name=topic.name, partitions=tuple(partitions)))
             result.response = m.FetchResponse(id=request.id, topics=tuple(topics))
             result.total_bytes, result.has_errors = total, errors
@@ -799,12 +909,16 @@ class RequestHandler:
                         self.authz.require_topic(ctx, Op.DESCRIBE, topic.name)
                         found = self.topics.log(topic.name, part.partition).fetch_offset_by_timestamp(part.timestamp)
                         timestamp, offset = (found.timestamp, found.offset) if found is not None else (-1, -1)
-                        partitions.append(m.ListOffsetsPartitionResult(partition=part.partition, timestamp=timestamp,
-                                                                       offset=offset))
+                        partitions.append(
+                            m.ListOffsetsPartitionResult(partition=part.partition, timestamp=timestamp, offset=offset)
+                        )
                     except Exception as exc:
                         code, message = self._partition_error(exc, topic.name, part.partition)
-                        partitions.append(m.ListOffsetsPartitionResult(partition=part.partition, error_code=code,
-                                                                       error_message=message))
+                        partitions.append(
+                            m.ListOffsetsPartitionResult(
+                                partition=part.partition, error_code=code, error_message=message
+                            )
+                        )
                 topics.append(m.ListOffsetsTopicResult(name=topic.name, partitions=tuple(partitions)))
             return topics
 
@@ -821,14 +935,19 @@ class RequestHandler:
                         self.authz.require_topic(ctx, Op.DELETE, topic.name)
                         log = self.topics.log(topic.name, part.partition)
                         if part.offset < -1:
-                            raise OffsetOutOfRangeError(f"offset {part.offset} is not an offset (use -1 for the high watermark)")
+                            raise OffsetOutOfRangeError(
+                                f"offset {part.offset} is not an offset (use -1 for the high watermark)"
+                            )
                         target = log.high_watermark if part.offset == -1 else part.offset
                         low = log.maybe_increment_log_start_offset(target)
                         partitions.append(m.DeleteRecordsPartitionResult(partition=part.partition, low_watermark=low))
                     except Exception as exc:
                         code, message = self._partition_error(exc, topic.name, part.partition)
-                        partitions.append(m.DeleteRecordsPartitionResult(partition=part.partition, error_code=code,
-                                                                         error_message=message))
+                        partitions.append(
+                            m.DeleteRecordsPartitionResult(
+                                partition=part.partition, error_code=code, error_message=message
+                            )
+                        )
                 topics.append(m.DeleteRecordsTopicResult(name=topic.name, partitions=tuple(partitions)))
             return topics
 
@@ -841,9 +960,11 @@ class RequestHandler:
         holds (from the segments the Log already knows: no directory walk). Requested topics or
         partitions found in no log dir are listed in ``errors``, one error per partition."""
         if not self.authz.cluster(ctx, Op.DESCRIBE):
-            return m.DescribeLogDirsResponse(id=request.id, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
-                                             error_message=f"{ctx.principal} is not authorized to describe the "
-                                                           f"cluster (describe_log_dirs)")
+            return m.DescribeLogDirsResponse(
+                id=request.id,
+                error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                error_message=f"{ctx.principal} is not authorized to describe the cluster (describe_log_dirs)",
+            )
         log_dirs, errors = await self._in_thread(self._read_log_dirs, request.topics)
         return m.DescribeLogDirsResponse(id=request.id, log_dirs=log_dirs, errors=errors)
 
@@ -864,9 +985,15 @@ class RequestHandler:
                 if entry.partitions is None:
                     errors.append(m.LogDirTopicError(name=entry.name, error_code=code, error_message=message))
                 else:
-                    errors.append(m.LogDirTopicError(name=entry.name, partitions=tuple(
-                        m.LogDirPartitionError(partition=p, error_code=code, error_message=message)
-                        for p in entry.partitions)))
+                    errors.append(
+                        m.LogDirTopicError(
+                            name=entry.name,
+                            partitions=tuple(
+                                m.LogDirPartitionError(partition=p, error_code=code, error_message=message)
+                                for p in entry.partitions
+                            ),
+                        )
+                    )
                 continue
             partitions = range(topic.num_partitions) if entry.partitions is None else entry.partitions
             selected.extend((entry.name, p) for p in partitions)
@@ -881,13 +1008,20 @@ class RequestHandler:
                 if directory in offline:
                     raise StorageError(f"log directory {directory} is offline")
                 segments = log.segments_snapshot()
-                by_dir.setdefault(directory, {}).setdefault(name, []).append(m.LogDirPartition(
-                    partition=partition, size_bytes=sum(s.size for s in segments), segments=len(segments),
-                    log_start_offset=log.log_start_offset, log_end_offset=log.log_end_offset))
+                by_dir.setdefault(directory, {}).setdefault(name, []).append(
+                    m.LogDirPartition(
+                        partition=partition,
+                        size_bytes=sum(s.size for s in segments),
+                        segments=len(segments),
+                        log_start_offset=log.log_start_offset,
+                        log_end_offset=log.log_end_offset,
+                    )
+                )
             except Exception as exc:
                 code, message = self._partition_error(exc, name, partition)
                 failed.setdefault(name, []).append(
-                    m.LogDirPartitionError(partition=partition, error_code=code, error_message=message))
+                    m.LogDirPartitionError(partition=partition, error_code=code, error_message=message)
+                )
         errors.extend(m.LogDirTopicError(name=name, partitions=tuple(parts)) for name, parts in failed.items())
 
         results = []
@@ -899,12 +1033,24 @@ class RequestHandler:
             except OSError:
                 pass
             if path in offline:
-                results.append(m.LogDirResult(
-                    path=str(path), error_code=ErrorCode.KAFKA_STORAGE_ERROR, total_bytes=total,
-                    usable_bytes=usable, error_message=f"log directory {path} is offline after an I/O error"))
+                results.append(
+                    m.LogDirResult(
+                        path=str(path),
+                        error_code=ErrorCode.KAFKA_STORAGE_ERROR,
+                        total_bytes=total,
+                        usable_bytes=usable,
+                        error_message=f"log directory {path} is offline after an I/O error",
+                    )
+                )
                 continue
-            results.append(m.LogDirResult(path=str(path), total_bytes=total, usable_bytes=usable, topics=tuple(
-                m.LogDirTopic(name=name, partitions=tuple(parts)) for name, parts in topics.items())))
+            results.append(
+                m.LogDirResult(
+                    path=str(path),
+                    total_bytes=total,
+                    usable_bytes=usable,
+                    topics=tuple(m.LogDirTopic(name=name, partitions=tuple(parts)) for name, parts in topics.items()),
+                )
+            )
         return tuple(results), tuple(errors)
 
 

@@ -62,8 +62,14 @@ class KafkaCodec:
     #: Kafka answers nothing to a frame it refuses for its length.
     answers_refused_frames = False
 
-    def __init__(self, context: KafkaContext, limits: RequestLimits = m.DEFAULT_REQUEST_LIMITS, *,
-                 adapters: dict[int, Adapter] = ADAPTERS, served: dict[int, tuple[int, int]] = SERVED_VERSIONS):
+    def __init__(
+        self,
+        context: KafkaContext,
+        limits: RequestLimits = m.DEFAULT_REQUEST_LIMITS,
+        *,
+        adapters: dict[int, Adapter] = ADAPTERS,
+        served: dict[int, tuple[int, int]] = SERVED_VERSIONS,
+    ):
         #: What the answers say about this broker (its advertised address, cluster id).
         self.context = context
         self.limits = limits
@@ -88,8 +94,10 @@ class KafkaCodec:
             return None
         api_key = int.from_bytes(frame[:2], "big", signed=True)
         adapter = self.adapters.get(api_key)
-        return Peek(adapter.label if adapter is not None else None,
-                    {"api_key": api_key, "api": adapter.name if adapter is not None else None})
+        return Peek(
+            adapter.label if adapter is not None else None,
+            {"api_key": api_key, "api": adapter.name if adapter is not None else None},
+        )
 
     def decode(self, frame, *, may_defer: bool = False) -> Decoded | Refusal | None:
         """The request in ``frame``, bounded first (see request_bounds) and translated, or its
@@ -106,34 +114,75 @@ class KafkaCodec:
             return self._unsupported(exc)
         except MalformedRequest as exc:
             adapter = self.adapters.get(exc.api_key) if exc.api_key is not None else None
-            return Refusal(adapter.label if adapter is not None else None, ErrorCode.INVALID_REQUEST, warning=(
-                "kafka_request_too_large" if isinstance(exc, RequestTooLarge) else "kafka_request_malformed",
-                dict(api_key=exc.api_key, api_version=exc.version, correlation_id=exc.correlation_id,
-                     reason=str(exc), action="connection closed, as Kafka closes it")))
+            return Refusal(
+                adapter.label if adapter is not None else None,
+                ErrorCode.INVALID_REQUEST,
+                warning=(
+                    "kafka_request_too_large" if isinstance(exc, RequestTooLarge) else "kafka_request_malformed",
+                    dict(
+                        api_key=exc.api_key,
+                        api_version=exc.version,
+                        correlation_id=exc.correlation_id,
+                        reason=str(exc),
+                        action="connection closed, as Kafka closes it",
+                    ),
+                ),
+            )
         adapter = self.adapters[request.api_key]
         try:
             internal = adapter.to_internal(request, self.context)
         except Exception as exc:  # a request kio read but no translation can take: malformed
-            return Refusal(adapter.label, ErrorCode.INVALID_REQUEST, warning=("kafka_request_malformed", dict(
-                api=adapter.name, api_version=request.version, correlation_id=request.correlation_id,
-                reason=f"{type(exc).__name__}: {exc}", action="connection closed")))
+            return Refusal(
+                adapter.label,
+                ErrorCode.INVALID_REQUEST,
+                warning=(
+                    "kafka_request_malformed",
+                    dict(
+                        api=adapter.name,
+                        api_version=request.version,
+                        correlation_id=request.correlation_id,
+                        reason=f"{type(exc).__name__}: {exc}",
+                        action="connection closed",
+                    ),
+                ),
+            )
         direct = internal.body if type(internal) is Direct else None
-        return Decoded(adapter.label, request.version, request.correlation_id, request.client_id,
-                       None if direct is not None else internal, direct, not may_defer, request, adapter)
+        return Decoded(
+            adapter.label,
+            request.version,
+            request.correlation_id,
+            request.client_id,
+            None if direct is not None else internal,
+            direct,
+            not may_defer,
+            request,
+            adapter,
+        )
 
     def _unsupported(self, exc: UnsupportedVersion) -> Refusal:
         """ApiVersions of an unknown version is answered (v0, UNSUPPORTED_VERSION, the versions
         served); any other API or version outside the table closes the connection, as Kafka does."""
         if exc.api_key == API_VERSIONS_KEY:
             answer = b"".join(encode_response(API_VERSIONS_KEY, 0, exc.correlation_id, unsupported_api_versions_body()))
-            return Refusal("api_versions", ErrorCode.UNSUPPORTED_VERSION, answer, close=False,
-                           answered_before_authentication=True)
+            return Refusal(
+                "api_versions", ErrorCode.UNSUPPORTED_VERSION, answer, close=False, answered_before_authentication=True
+            )
         adapter = self.adapters.get(exc.api_key)
-        return Refusal(adapter.label if adapter is not None else None, ErrorCode.UNSUPPORTED_VERSION, warning=(
-            "kafka_request_unsupported", dict(
-                api_key=exc.api_key, api=adapter.name if adapter is not None else None, api_version=exc.version,
-                correlation_id=exc.correlation_id, reason=str(exc),
-                action="connection closed, as Kafka closes it (ApiVersions lists what is served)")))
+        return Refusal(
+            adapter.label if adapter is not None else None,
+            ErrorCode.UNSUPPORTED_VERSION,
+            warning=(
+                "kafka_request_unsupported",
+                dict(
+                    api_key=exc.api_key,
+                    api=adapter.name if adapter is not None else None,
+                    api_version=exc.version,
+                    correlation_id=exc.correlation_id,
+                    reason=str(exc),
+                    action="connection closed, as Kafka closes it (ApiVersions lists what is served)",
+                ),
+            ),
+        )
 
     def refuse_frame(self, message: str) -> None:
         """Kafka answers nothing to a frame it refuses for its length."""
@@ -186,8 +235,12 @@ class KafkaCodec:
         twice), None if the request is not one."""
         if decoded.direct is None or decoded.wire.api_key != ApiKey.PRODUCE or decoded.wire.body.acks != 0:
             return None
-        return [(t.name, p.index, int(p.error_code), p.error_message)
-                for t in decoded.direct.responses for p in t.partition_responses if p.error_code]
+        return [
+            (t.name, p.index, int(p.error_code), p.error_message)
+            for t in decoded.direct.responses
+            for p in t.partition_responses
+            if p.error_code
+        ]
 
     def throttled_fetch(self, response: m.FetchResponse, throttle: int) -> m.FetchResponse:
         """Kafka's throttled fetch (FetchContext.getThrottledResponse): no partitions at all."""
@@ -201,8 +254,12 @@ class KafkaCodec:
 
     def fetch_parts(self, decoded: Decoded, result: FetchResult) -> list:
         wire = decoded.wire
-        return encode_response(wire.api_key, wire.version, wire.correlation_id,
-                               decoded.adapter.to_kafka(result.response, wire, self.context))
+        return encode_response(
+            wire.api_key,
+            wire.version,
+            wire.correlation_id,
+            decoded.adapter.to_kafka(result.response, wire, self.context),
+        )
 
     def encode(self, decoded: Decoded, response, throttle_ms: int) -> EncodedResponse:
         """The kio answer's bytes, carrying ``throttle_ms`` in its throttle_time_ms if that is longer
@@ -226,7 +283,6 @@ class KafkaCodec:
             throttle = datetime.timedelta(milliseconds=throttle_ms)
             body = dataclasses.replace(body, throttle_time=max(body.throttle_time, throttle))
         return EncodedResponse(_encoded(wire, body), code, counts)
-
 
 
 def _encoded(wire: KafkaRequest, body) -> bytes:

@@ -23,8 +23,16 @@ from typing import NamedTuple
 import structlog
 import trio
 
-__all__ = ["INLINE_PAUSE_S", "INLINE_SLOW_S", "INLINE_STALL_S", "InlineServing", "LoopHoldMeter", "ThreadClock",
-           "ThreadTimes", "WorkerThreads"]
+__all__ = [
+    "INLINE_PAUSE_S",
+    "INLINE_SLOW_S",
+    "INLINE_STALL_S",
+    "InlineServing",
+    "LoopHoldMeter",
+    "ThreadClock",
+    "ThreadTimes",
+    "WorkerThreads",
+]
 
 logger = structlog.get_logger("triolog.server")
 
@@ -122,9 +130,12 @@ class LoopHoldMeter:
 
     __slots__ = ("wall", "thread", "workers")
 
-    def __init__(self, wall: Callable[[], float] = time.monotonic,
-                 thread: Callable[[], tuple[float, float, int]] | None = None,
-                 workers: WorkerThreads | None = None):
+    def __init__(
+        self,
+        wall: Callable[[], float] = time.monotonic,
+        thread: Callable[[], tuple[float, float, int]] | None = None,
+        workers: WorkerThreads | None = None,
+    ):
         self.wall = wall
         #: () -> (this thread's CPU seconds, its seconds waiting for a CPU, its sleeps so far).
         self.thread = thread if thread is not None else ThreadClock()
@@ -134,8 +145,9 @@ class LoopHoldMeter:
         # The wall interval encloses the thread's (read first here, last in measure).
         return self.wall(), self.thread(), self.workers.outstanding > 0
 
-    def measure(self, started: tuple[float, tuple[float, float, int], bool],
-                limit_s: float = 0.0) -> tuple[float, float]:
+    def measure(
+        self, started: tuple[float, tuple[float, float, int], bool], limit_s: float = 0.0
+    ) -> tuple[float, float]:
         """(wall seconds, seconds the loop was held) of the attempt begun at ``started``. Up to
         ``limit_s`` of wall time the hold is taken to be the wall time, without reading the CPU
         clocks (the common, fast case)."""
@@ -157,8 +169,9 @@ class InlineServing:
     """Whether requests may be served on the event loop now, and the pause a held loop begins.
     ``clock`` is monotonic seconds."""
 
-    def __init__(self, workers: WorkerThreads, *, clock: Callable[[], float] = time.monotonic,
-                 meter: LoopHoldMeter | None = None):
+    def __init__(
+        self, workers: WorkerThreads, *, clock: Callable[[], float] = time.monotonic, meter: LoopHoldMeter | None = None
+    ):
         self.clock = clock
         #: Measures how long each inline attempt held the event loop.
         self.meter = meter if meter is not None else LoopHoldMeter(workers=workers)
@@ -192,8 +205,13 @@ class InlineServing:
         if held <= INLINE_STALL_S and now - previous > INLINE_PAUSE_S:
             return
         self.paused_until = now + INLINE_PAUSE_S
-        logger.info("inline_requests_paused", held_ms=round(held * 1000, 3), took_ms=round(wall * 1000, 3),
-                    pause_s=INLINE_PAUSE_S, limit_ms=INLINE_SLOW_S * 1000)
+        logger.info(
+            "inline_requests_paused",
+            held_ms=round(held * 1000, 3),
+            took_ms=round(wall * 1000, 3),
+            pause_s=INLINE_PAUSE_S,
+            limit_ms=INLINE_SLOW_S * 1000,
+        )
 
     def close(self) -> None:
         """Release the meter's clock file."""

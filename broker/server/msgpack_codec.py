@@ -45,8 +45,9 @@ class MsgpackCodec:
         kafka = kafka_request_header(frame)
         if kafka is None:
             return None
-        return "kafka", dict(kafka_api_key=kafka.api_key, kafka_api_version=kafka.api_version,
-                             kafka_client_id=kafka.client_id)
+        return "kafka", dict(
+            kafka_api_key=kafka.api_key, kafka_api_version=kafka.api_version, kafka_client_id=kafka.client_id
+        )
 
     def peek_api(self, frame) -> str | None:
         """The API, read from the frame's header before decoding it: not here (None), the API is a
@@ -57,8 +58,11 @@ class MsgpackCodec:
         """The request in ``frame``, or the refusal answering it; None (only ``may_defer``) if it
         holds too many objects to decode on the event loop."""
         # Every msgpack object takes at least one byte: a frame this short needs no count.
-        if may_defer and len(frame) > INLINE_DECODE_OBJECTS and (
-                count_objects(frame, INLINE_DECODE_OBJECTS) > INLINE_DECODE_OBJECTS):
+        if (
+            may_defer
+            and len(frame) > INLINE_DECODE_OBJECTS
+            and (count_objects(frame, INLINE_DECODE_OBJECTS) > INLINE_DECODE_OBJECTS)
+        ):
             return None
         try:
             request = m.decode_request(frame, self.limits)
@@ -67,9 +71,13 @@ class MsgpackCodec:
             # with them the frame's bytes, in a reference cycle (through a worker thread's
             # outcome) that lives until the collector's next full pass, past the frame's reservation.
             exc.__traceback__ = exc.__context__ = exc.__cause__ = None
-            return Refusal(exc.api, exc.code, m.encode_response(
-                m.error_response(exc.request_id, exc.code, str(exc), exc.api)), close=False,
-                reason=str(exc))
+            return Refusal(
+                exc.api,
+                exc.code,
+                m.encode_response(m.error_response(exc.request_id, exc.code, str(exc), exc.api)),
+                close=False,
+                reason=str(exc),
+            )
         return Decoded(request.api, 0, request.id, request.client_id, request)
 
     def refuse_frame(self, message: str) -> bytes:
@@ -79,8 +87,9 @@ class MsgpackCodec:
     def refusal(self, decoded: Decoded, code: ErrorCode, message: str) -> bytes:
         """The answer refusing the whole request, its API's other fields empty."""
         request = decoded.request
-        return m.encode_response(m.RESPONSE_TYPES.get(request.api, m.Response)(
-            id=request.id, error_code=code, error_message=message))
+        return m.encode_response(
+            m.RESPONSE_TYPES.get(request.api, m.Response)(id=request.id, error_code=code, error_message=message)
+        )
 
     def sasl_answer(self, decoded: Decoded, response: m.Response) -> bytes:
         return m.encode_response(response)
@@ -100,10 +109,17 @@ class MsgpackCodec:
 
     def throttled_fetch(self, response: m.FetchResponse, throttle: int) -> m.FetchResponse:
         """A throttled fetch's answer: every partition as it was, its records left out."""
-        return dataclasses.replace(response, throttle_ms=throttle, topics=tuple(
-            dataclasses.replace(topic, partitions=tuple(
-                dataclasses.replace(p, records=b"") if p.records else p for p in topic.partitions))
-            for topic in response.topics))
+        return dataclasses.replace(
+            response,
+            throttle_ms=throttle,
+            topics=tuple(
+                dataclasses.replace(
+                    topic,
+                    partitions=tuple(dataclasses.replace(p, records=b"") if p.records else p for p in topic.partitions),
+                )
+                for topic in response.topics
+            ),
+        )
 
     def large_answer(self, decoded: Decoded, response) -> bool:
         return False

@@ -63,22 +63,25 @@ class ProducerIdApis:
         # Bytes that are not a whole batch with a good CRC are the validator's to refuse
         # (CORRUPT_MESSAGE, as Kafka answers them), not a producer id to judge.
         (length,) = _BATCH_LENGTH.unpack_from(records, BATCH_LENGTH_OFFSET)
-        if (length + LOG_OVERHEAD != len(records)
-                or _CRC.unpack_from(records, CRC_OFFSET)[0] != crc32c(memoryview(records)[CRC_START:])):
+        if length + LOG_OVERHEAD != len(records) or _CRC.unpack_from(records, CRC_OFFSET)[0] != crc32c(
+            memoryview(records)[CRC_START:]
+        ):
             return
         limit = manager.issued_limit()
         if producer_id >= limit and producer_id not in log.producer_state_manager.producers:
             raise UnknownProducerIdError(
                 f"producer id {producer_id} was never handed out by this broker (ids so far are below "
-                f"{limit}): get one with init_producer_id")
+                f"{limit}): get one with init_producer_id"
+            )
 
     def _seed_producer_ids(self, manager: ProducerIdManager) -> None:
         """Once, in a worker: ids found in the logs are never handed out again, even if the block
         file was lost (the manager then starts past them, with a warning)."""
         if self._producer_ids_seeded:
             return
-        seen = [max(log.producer_state_manager.producers, default=-1)
-                for log in list(self.log_manager.all_logs().values())]
+        seen = [
+            max(log.producer_state_manager.producers, default=-1) for log in list(self.log_manager.all_logs().values())
+        ]
         manager.load(max(seen, default=-1) + 1)
         self._producer_ids_seeded = True
 
@@ -89,22 +92,32 @@ class ProducerIdApis:
     async def init_producer_id(self, request: m.InitProducerIdRequest, ctx: RequestContext) -> m.Response:
         if request.transactional_id is not None:
             return m.InitProducerIdResponse(
-                id=request.id, error_code=ErrorCode.INVALID_REQUEST,
+                id=request.id,
+                error_code=ErrorCode.INVALID_REQUEST,
                 error_message="transactions are not served: init_producer_id needs transactional_id nil "
-                              "(an idempotent producer)")
+                "(an idempotent producer)",
+            )
         if not self.authz.may_write_idempotently(ctx):
             return m.InitProducerIdResponse(
-                id=request.id, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                id=request.id,
+                error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
                 error_message=f"{ctx.principal} is not authorized to write idempotently (IDEMPOTENT_WRITE on the "
-                              f"cluster, or WRITE on some topic)")
+                f"cluster, or WRITE on some topic)",
+            )
         manager = self.producer_ids
         if manager is None:
-            return m.InitProducerIdResponse(id=request.id, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                                            error_message="the broker is not ready to hand out producer ids")
+            return m.InitProducerIdResponse(
+                id=request.id,
+                error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                error_message="the broker is not ready to hand out producer ids",
+            )
         try:
             # A new block is reserved with an fsync: never on the event loop.
             producer_id = await self.workers.run_sync(self._new_producer_id, manager, limiter=self.limiter)
         except (OSError, ProducerIdBlockError) as exc:
-            return m.InitProducerIdResponse(id=request.id, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                                            error_message=f"cannot reserve producer ids: {exc}")
+            return m.InitProducerIdResponse(
+                id=request.id,
+                error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                error_message=f"cannot reserve producer ids: {exc}",
+            )
         return m.InitProducerIdResponse(id=request.id, producer_id=producer_id, producer_epoch=0)

@@ -61,8 +61,16 @@ class ClientQuotaManager:
     request_percentage: then what is recorded is percent-seconds, handling seconds x 100, so that
     its rate is a percent of one thread)."""
 
-    def __init__(self, store: QuotaStore, key: str, *, window_s: float = 1.0, max_throttle_s: float = 11.0,
-                 clock: Callable[[], float] = time.monotonic, on_throttle=None):
+    def __init__(
+        self,
+        store: QuotaStore,
+        key: str,
+        *,
+        window_s: float = 1.0,
+        max_throttle_s: float = 11.0,
+        clock: Callable[[], float] = time.monotonic,
+        on_throttle=None,
+    ):
         self.store = store
         self.key = key
         self.window_s = window_s
@@ -76,8 +84,9 @@ class ClientQuotaManager:
         self._sensors: dict[tuple[QuotaEntity, str, str], TokenBucket] = {}
         self._last_sweep = 0.0
 
-    def _bucket(self, user: str, client_id: str, found: tuple[float, QuotaEntity],
-                now: float) -> tuple[TokenBucket, QuotaEntity]:
+    def _bucket(
+        self, user: str, client_id: str, found: tuple[float, QuotaEntity], now: float
+    ) -> tuple[TokenBucket, QuotaEntity]:
         """The client's allowance under ``found``, the quota that applies and its entity: kept per
         client under that entity, as Kafka keeps a sensor per client (its own user and client id)
         under a default entity."""
@@ -153,14 +162,22 @@ THROTTLE_EPSILON_S = 0.001
 class ClientQuotas:
     """The broker's client quota managers (produce, fetch, request), over one store."""
 
-    def __init__(self, store: QuotaStore, *, window_s: float = 1.0, windows: int = 11,
-                 clock: Callable[[], float] = time.monotonic, on_throttle=None):
+    def __init__(
+        self,
+        store: QuotaStore,
+        *,
+        window_s: float = 1.0,
+        windows: int = 11,
+        clock: Callable[[], float] = time.monotonic,
+        on_throttle=None,
+    ):
         self.store = store
 
         def manager(key: str) -> ClientQuotaManager:
             callback = None if on_throttle is None else (lambda entity, n, s, k=key: on_throttle(k, entity, n, s))
-            return ClientQuotaManager(store, key, window_s=window_s, max_throttle_s=window_s * windows,
-                                      clock=clock, on_throttle=callback)
+            return ClientQuotaManager(
+                store, key, window_s=window_s, max_throttle_s=window_s * windows, clock=clock, on_throttle=callback
+            )
 
         self.produce = manager("producer_byte_rate")
         self.fetch = manager("consumer_byte_rate")

@@ -64,12 +64,32 @@ class RequestContext(NamedTuple):
         return self.principal.partition(":")[2]
 
 
-def request_context(api: str, version: int, correlation_id: int | None, client_id: str | None, principal: str,
-                    client_address: str, listener: str, security_protocol: str,
-                    accounting: RequestAccounting | None = None) -> RequestContext:
+def request_context(
+    api: str,
+    version: int,
+    correlation_id: int | None,
+    client_id: str | None,
+    principal: str,
+    client_address: str,
+    listener: str,
+    security_protocol: str,
+    accounting: RequestAccounting | None = None,
+) -> RequestContext:
     """A context (``tuple.__new__``: no keyword handling on the hot path); fresh accounting unless given."""
-    return _new(RequestContext, (api, version, correlation_id, client_id or "", principal, client_address, listener,
-                                 security_protocol, RequestAccounting() if accounting is None else accounting))
+    return _new(
+        RequestContext,
+        (
+            api,
+            version,
+            correlation_id,
+            client_id or "",
+            principal,
+            client_address,
+            listener,
+            security_protocol,
+            RequestAccounting() if accounting is None else accounting,
+        ),
+    )
 
 
 _new = tuple.__new__

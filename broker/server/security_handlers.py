@@ -38,15 +38,25 @@ from .request_context import RequestContext
 
 logger = structlog.get_logger("triolog.server")
 
-_NO_AUTHORIZER = ("no authorizer is configured on the broker (authorizer.class.name is empty): ACLs can be "
-                  "managed offline with `triolog acls`, and are enforced once the authorizer is on")
+_NO_AUTHORIZER = (
+    "no authorizer is configured on the broker (authorizer.class.name is empty): ACLs can be "
+    "managed offline with `triolog acls`, and are enforced once the authorizer is on"
+)
 
 
 class SecurityApis:
     """The security admin APIs of the request handler, over the broker's stores."""
 
-    def __init__(self, *, authz: RequestAuthorizer, acl_store: AclStore, credentials: CredentialStore,
-                 quota_store: QuotaStore, workers, limiter):
+    def __init__(
+        self,
+        *,
+        authz: RequestAuthorizer,
+        acl_store: AclStore,
+        credentials: CredentialStore,
+        quota_store: QuotaStore,
+        workers,
+        limiter,
+    ):
         self.authz = authz
         self.acl_store = acl_store
         self.credentials = credentials
@@ -61,8 +71,10 @@ class SecurityApis:
     def _cluster_denied(self, ctx: RequestContext, operation: Op) -> dict | None:
         if self.authz.cluster(ctx, operation):
             return None
-        return {"error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
-                "error_message": f"{ctx.principal} is not authorized to {operation.name.lower()} the cluster"}
+        return {
+            "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+            "error_message": f"{ctx.principal} is not authorized to {operation.name.lower()} the cluster",
+        }
 
     # -- ACLs ------------------------------------------------------------------------------------
 
@@ -101,8 +113,9 @@ class SecurityApis:
     async def delete_acls(self, request: m.DeleteAclsRequest, ctx: RequestContext) -> m.Response:
         refusal = self._acl_refusal(ctx, Op.ALTER)
         if refusal is not None:
-            return m.DeleteAclsResponse(id=request.id, filter_results=tuple(
-                m.DeleteAclsFilterResult(**refusal) for _ in request.filters))
+            return m.DeleteAclsResponse(
+                id=request.id, filter_results=tuple(m.DeleteAclsFilterResult(**refusal) for _ in request.filters)
+            )
 
         def work() -> list[m.DeleteAclsFilterResult]:
             results: list[m.DeleteAclsFilterResult | None] = [None] * len(request.filters)
@@ -141,15 +154,21 @@ class SecurityApis:
             found = self.quota_store.describe(_matcher(request))
         except InvalidQuotaError as exc:
             return m.DescribeClientQuotasResponse(id=request.id, **error_of(exc).fields())
-        return m.DescribeClientQuotasResponse(id=request.id, entries=tuple(
-            m.QuotaEntry(entity=_parts(entity), values={k: round(v) for k, v in values.items()})
-            for entity, values in sorted(found.items())))
+        return m.DescribeClientQuotasResponse(
+            id=request.id,
+            entries=tuple(
+                m.QuotaEntry(entity=_parts(entity), values={k: round(v) for k, v in values.items()})
+                for entity, values in sorted(found.items())
+            ),
+        )
 
     async def alter_client_quotas(self, request: m.AlterClientQuotasRequest, ctx: RequestContext) -> m.Response:
         denied = self._cluster_denied(ctx, Op.ALTER_CONFIGS)
         if denied is not None:
-            return m.AlterClientQuotasResponse(id=request.id, entries=tuple(
-                m.QuotaAlterationResult(entity=e.entity, **denied) for e in request.entries))
+            return m.AlterClientQuotasResponse(
+                id=request.id,
+                entries=tuple(m.QuotaAlterationResult(entity=e.entity, **denied) for e in request.entries),
+            )
 
         def work() -> list[m.QuotaAlterationResult]:
             out = []
@@ -163,9 +182,13 @@ class SecurityApis:
                         ops[op.key] = None if op.remove else op.value
                     self.quota_store.alter([(entity, ops)], validate_only=request.validate_only)
                     if not request.validate_only:
-                        logger.info("client_quotas_altered", entity=str(entity), by=ctx.principal,
-                                    set={k: v for k, v in ops.items() if v is not None},
-                                    removed=[k for k, v in ops.items() if v is None])
+                        logger.info(
+                            "client_quotas_altered",
+                            entity=str(entity),
+                            by=ctx.principal,
+                            set={k: v for k, v in ops.items() if v is not None},
+                            removed=[k for k, v in ops.items() if v is None],
+                        )
                     out.append(m.QuotaAlterationResult(entity=entry.entity))
                 except InvalidQuotaError as exc:
                     out.append(m.QuotaAlterationResult(entity=entry.entity, **error_of(exc).fields()))
@@ -175,50 +198,66 @@ class SecurityApis:
 
     # -- SCRAM users -----------------------------------------------------------------------------
 
-    async def describe_user_scram_credentials(self, request: m.DescribeUserScramCredentialsRequest,
-                                              ctx: RequestContext) -> m.Response:
+    async def describe_user_scram_credentials(
+        self, request: m.DescribeUserScramCredentialsRequest, ctx: RequestContext
+    ) -> m.Response:
         denied = self._cluster_denied(ctx, Op.DESCRIBE)
         if denied is not None:  # as Kafka: the error at the top, no results
             return m.DescribeUserScramCredentialsResponse(id=request.id, **denied)
         store = self.credentials
         if not request.users:  # nil or empty: every user, as Kafka
             described = store.describe()
-            return m.DescribeUserScramCredentialsResponse(id=request.id, results=tuple(
-                _described(user, infos) for user, infos in described.items()))
+            return m.DescribeUserScramCredentialsResponse(
+                id=request.id, results=tuple(_described(user, infos) for user, infos in described.items())
+            )
         counts = Counter(request.users)
         described = store.describe(list(counts))
         results = []
         for user in dict.fromkeys(request.users):
             if counts[user] > 1:
-                results.append(m.UserScramCredentials(user=user, error_code=ErrorCode.DUPLICATE_RESOURCE,
-                                                      error_message=f"Cannot describe SCRAM credentials for the same "
-                                                                    f"user twice in a single request: {user}"))
+                results.append(
+                    m.UserScramCredentials(
+                        user=user,
+                        error_code=ErrorCode.DUPLICATE_RESOURCE,
+                        error_message=f"Cannot describe SCRAM credentials for the same "
+                        f"user twice in a single request: {user}",
+                    )
+                )
             elif user not in described:
-                results.append(m.UserScramCredentials(user=user, error_code=ErrorCode.RESOURCE_NOT_FOUND,
-                                                      error_message=f"Attempt to describe a user credential that does "
-                                                                    f"not exist: {user}"))
+                results.append(
+                    m.UserScramCredentials(
+                        user=user,
+                        error_code=ErrorCode.RESOURCE_NOT_FOUND,
+                        error_message=f"Attempt to describe a user credential that does not exist: {user}",
+                    )
+                )
             else:
                 results.append(_described(user, described[user]))
         return m.DescribeUserScramCredentialsResponse(id=request.id, results=tuple(results))
 
-    async def alter_user_scram_credentials(self, request: m.AlterUserScramCredentialsRequest,
-                                           ctx: RequestContext) -> m.Response:
+    async def alter_user_scram_credentials(
+        self, request: m.AlterUserScramCredentialsRequest, ctx: RequestContext
+    ) -> m.Response:
         users = list(dict.fromkeys([d.name for d in request.deletions] + [u.name for u in request.upsertions]))
         denied = self._cluster_denied(ctx, Op.ALTER)
         if denied is not None:  # as Kafka: each user once, sorted
-            return m.AlterUserScramCredentialsResponse(id=request.id, results=tuple(
-                m.AlterUserScramCredentialsResult(user=u, **denied) for u in sorted(users)))
+            return m.AlterUserScramCredentialsResponse(
+                id=request.id, results=tuple(m.AlterUserScramCredentialsResult(user=u, **denied) for u in sorted(users))
+            )
 
         def work() -> list[m.AlterUserScramCredentialsResult]:
             store = self.credentials
-            pairs = Counter([(d.name, d.mechanism) for d in request.deletions]
-                            + [(u.name, u.mechanism) for u in request.upsertions])
+            pairs = Counter(
+                [(d.name, d.mechanism) for d in request.deletions] + [(u.name, u.mechanism) for u in request.upsertions]
+            )
             errors: dict[str, tuple[ErrorCode, str]] = {}
             credentials = {}
             for (user, mechanism), count in pairs.items():
                 if count > 1 and user not in errors:
-                    errors[user] = (ErrorCode.DUPLICATE_RESOURCE,
-                                    f"A user credential cannot be altered twice in the same request: {user} {mechanism}")
+                    errors[user] = (
+                        ErrorCode.DUPLICATE_RESOURCE,
+                        f"A user credential cannot be altered twice in the same request: {user} {mechanism}",
+                    )
             for user in users:
                 if not user and user not in errors:
                     errors[user] = (ErrorCode.UNACCEPTABLE_CREDENTIAL, "Username must not be empty")
@@ -227,14 +266,17 @@ class SecurityApis:
                     continue
                 try:
                     credentials[(upsertion.name, upsertion.mechanism)] = credential_from_salted_password(
-                        upsertion.mechanism, upsertion.salt, upsertion.salted_password, upsertion.iterations)
+                        upsertion.mechanism, upsertion.salt, upsertion.salted_password, upsertion.iterations
+                    )
                 except UnacceptableCredentialError as exc:
                     errors[upsertion.name] = error_of(exc)
             for deletion in request.deletions:
                 if deletion.name not in errors and store.get(deletion.name, deletion.mechanism) is None:
-                    errors[deletion.name] = (ErrorCode.RESOURCE_NOT_FOUND,
-                                             f"Attempt to delete a user credential that does not exist: "
-                                             f"{deletion.name} {deletion.mechanism}")
+                    errors[deletion.name] = (
+                        ErrorCode.RESOURCE_NOT_FOUND,
+                        f"Attempt to delete a user credential that does not exist: "
+                        f"{deletion.name} {deletion.mechanism}",
+                    )
             for deletion in request.deletions:  # a user's alterations apply together, or none of them
                 if deletion.name not in errors:
                     try:
@@ -246,12 +288,21 @@ class SecurityApis:
                     store.upsert(user, credential)
             for user in users:
                 if user not in errors:
-                    logger.info("user_credentials_altered", user=user, by=ctx.principal,
-                                deleted=[d.mechanism for d in request.deletions if d.name == user],
-                                upserted=[u.mechanism for u in request.upsertions if u.name == user])
-            return [m.AlterUserScramCredentialsResult(user=user) if user not in errors else
-                    m.AlterUserScramCredentialsResult(user=user, error_code=errors[user][0],
-                                                      error_message=errors[user][1]) for user in users]
+                    logger.info(
+                        "user_credentials_altered",
+                        user=user,
+                        by=ctx.principal,
+                        deleted=[d.mechanism for d in request.deletions if d.name == user],
+                        upserted=[u.mechanism for u in request.upsertions if u.name == user],
+                    )
+            return [
+                m.AlterUserScramCredentialsResult(user=user)
+                if user not in errors
+                else m.AlterUserScramCredentialsResult(
+                    user=user, error_code=errors[user][0], error_message=errors[user][1]
+                )
+                for user in users
+            ]
 
         return m.AlterUserScramCredentialsResponse(id=request.id, results=tuple(await self._in_thread(work)))
 
@@ -297,29 +348,50 @@ def _matcher(request: m.DescribeClientQuotasRequest):
 
 
 def _described(user: str, infos) -> m.UserScramCredentials:
-    return m.UserScramCredentials(user=user, credential_infos=tuple(
-        m.CredentialInfo(mechanism=str(ScramMechanism.parse(mechanism)), iterations=iterations)
-        for mechanism, iterations in infos))
+    return m.UserScramCredentials(
+        user=user,
+        credential_infos=tuple(
+            m.CredentialInfo(mechanism=str(ScramMechanism.parse(mechanism)), iterations=iterations)
+            for mechanism, iterations in infos
+        ),
+    )
 
 
 def _binding(entry: m.AclEntry) -> AclBinding:
-    return AclBinding(ResourcePattern(entry.resource_type, entry.resource_name, entry.pattern_type),
-                      AccessControlEntry(entry.principal, entry.host, entry.operation, entry.permission_type))
+    return AclBinding(
+        ResourcePattern(entry.resource_type, entry.resource_name, entry.pattern_type),
+        AccessControlEntry(entry.principal, entry.host, entry.operation, entry.permission_type),
+    )
 
 
 def _filter(wire: m.AclFilter | m.DescribeAclsRequest) -> AclBindingFilter:
-    return AclBindingFilter(wire.resource_type, wire.resource_name, wire.pattern_type, wire.principal, wire.host,
-                            wire.operation, wire.permission_type)
+    return AclBindingFilter(
+        wire.resource_type,
+        wire.resource_name,
+        wire.pattern_type,
+        wire.principal,
+        wire.host,
+        wire.operation,
+        wire.permission_type,
+    )
 
 
 def _entry(binding: AclBinding) -> m.AclEntry:
     p, e = binding.pattern, binding.entry
-    return m.AclEntry(resource_type=p.resource_type.name, resource_name=p.name, pattern_type=p.pattern_type.name,
-                      principal=e.principal, host=e.host, operation=e.operation.name,
-                      permission_type=e.permission_type.name)
+    return m.AclEntry(
+        resource_type=p.resource_type.name,
+        resource_name=p.name,
+        pattern_type=p.pattern_type.name,
+        principal=e.principal,
+        host=e.host,
+        operation=e.operation.name,
+        permission_type=e.permission_type.name,
+    )
 
 
 def _text(binding: AclBinding) -> str:
     p, e = binding.pattern, binding.entry
-    return (f"{e.principal} from {e.host} {e.permission_type.name} {e.operation.name} on "
-            f"{p.resource_type.name}:{p.pattern_type.name}:{p.name}")
+    return (
+        f"{e.principal} from {e.host} {e.permission_type.name} {e.operation.name} on "
+        f"{p.resource_type.name}:{p.pattern_type.name}:{p.name}"
+    )

@@ -15,8 +15,7 @@ import structlog
 from triolog.config.broker_config import Endpoint
 from triolog.protocol.kafka.apis import KafkaContext
 
-__all__ = ["MSGPACK_MAP_FIRST", "KafkaListenerLog", "WrongProtocolLog", "kafka_listener_hints",
-           "wrong_protocol_hints"]
+__all__ = ["MSGPACK_MAP_FIRST", "KafkaListenerLog", "WrongProtocolLog", "kafka_listener_hints", "wrong_protocol_hints"]
 
 logger = structlog.get_logger("triolog.server")
 
@@ -26,13 +25,19 @@ MSGPACK_MAP_FIRST = frozenset(range(0x80, 0x90)) | {0xDE, 0xDF}
 
 #: What the log (and the refusal a TLS client gets) says about a client speaking another protocol
 #: here; the HTTP hint names this broker's metrics endpoint (:func:`wrong_protocol_hints`).
-_NOT_KAFKA = ("this listener speaks triolog's msgpack protocol, not Kafka's, and this broker has no Kafka-protocol "
-              "listener (kafka.listeners is empty): set kafka.listeners, or connect with triolog's client "
-              "(triolog.client) or the triolog CLI")
-_NOT_TLS = ("this listener is PLAINTEXT, not TLS: connect without TLS, or to a listener the broker serves as "
-            "SSL:// or SASL_SSL:// (listeners, kafka.listeners)")
-_NOT_PLAINTEXT = ("this listener speaks TLS (an SSL:// or SASL_SSL:// listener): the client must connect with TLS "
-                  "(Kafka clients: security.protocol=SSL or SASL_SSL; triolog's: the same setting)")
+_NOT_KAFKA = (
+    "this listener speaks triolog's msgpack protocol, not Kafka's, and this broker has no Kafka-protocol "
+    "listener (kafka.listeners is empty): set kafka.listeners, or connect with triolog's client "
+    "(triolog.client) or the triolog CLI"
+)
+_NOT_TLS = (
+    "this listener is PLAINTEXT, not TLS: connect without TLS, or to a listener the broker serves as "
+    "SSL:// or SASL_SSL:// (listeners, kafka.listeners)"
+)
+_NOT_PLAINTEXT = (
+    "this listener speaks TLS (an SSL:// or SASL_SSL:// listener): the client must connect with TLS "
+    "(Kafka clients: security.protocol=SSL or SASL_SSL; triolog's: the same setting)"
+)
 #: A client speaking another protocol is logged at WARNING once per (peer host, protocol) in this
 #: long, at DEBUG in between: a Kafka client retrying its bootstrap would log one per attempt.
 WRONG_PROTOCOL_WARN_INTERVAL_S = 600.0
@@ -41,15 +46,18 @@ WRONG_PROTOCOL_WARN_INTERVAL_S = 600.0
 WRONG_PROTOCOL_MAX_PEERS = 256
 
 
-def wrong_protocol_hints(metrics_listener: Endpoint | None, metrics_port: int | None = None,
-                         kafka: KafkaContext | None = None) -> dict[str, str]:
+def wrong_protocol_hints(
+    metrics_listener: Endpoint | None, metrics_port: int | None = None, kafka: KafkaContext | None = None
+) -> dict[str, str]:
     """The hint for each protocol; the HTTP one says where this broker serves Prometheus metrics
     (``metrics_port``: the port it bound, for a listener configured with port 0), or that it
     serves none; the Kafka one where Kafka clients connect (``kafka``: the Kafka listener's
     advertised address), if anywhere. "msgpack" is for a triolog client on the Kafka port."""
     if metrics_listener is None:
-        http = ("this listener speaks triolog's msgpack protocol, not HTTP, and this broker serves no HTTP "
-                "endpoint: Prometheus metrics are disabled (metrics.listener is empty)")
+        http = (
+            "this listener speaks triolog's msgpack protocol, not HTTP, and this broker serves no HTTP "
+            "endpoint: Prometheus metrics are disabled (metrics.listener is empty)"
+        )
     else:
         port = metrics_listener.port if metrics_port is None else metrics_port
         host = metrics_listener.host
@@ -57,15 +65,21 @@ def wrong_protocol_hints(metrics_listener: Endpoint | None, metrics_port: int | 
             host = "<any address of this host>"
         elif ":" in host:
             host = f"[{host}]"
-        http = (f"this listener speaks triolog's msgpack protocol, not HTTP: Prometheus metrics are served at "
-                f"http://{host}:{port}/metrics (metrics.listener={metrics_listener})")
+        http = (
+            f"this listener speaks triolog's msgpack protocol, not HTTP: Prometheus metrics are served at "
+            f"http://{host}:{port}/metrics (metrics.listener={metrics_listener})"
+        )
     not_kafka = _NOT_KAFKA
     if kafka is not None:
         host = f"[{kafka.host}]" if ":" in kafka.host else kafka.host
-        not_kafka = (f"this listener speaks triolog's msgpack protocol, not Kafka's: Kafka clients connect to "
-                     f"{host}:{kafka.port} (kafka.listeners)")
-    msgpack = ("this listener speaks Kafka's protocol, not triolog's msgpack protocol: triolog's client and CLI "
-               "connect to the broker's listeners address")
+        not_kafka = (
+            f"this listener speaks triolog's msgpack protocol, not Kafka's: Kafka clients connect to "
+            f"{host}:{kafka.port} (kafka.listeners)"
+        )
+    msgpack = (
+        "this listener speaks Kafka's protocol, not triolog's msgpack protocol: triolog's client and CLI "
+        "connect to the broker's listeners address"
+    )
     return {"kafka": not_kafka, "http": http, "tls": _NOT_TLS, "msgpack": msgpack, "plaintext": _NOT_PLAINTEXT}
 
 
@@ -74,8 +88,14 @@ class WrongProtocolLog:
     for the first connection of a (peer host, protocol) in ``interval_s``, DEBUG for the others
     (the metric counts them all). ``clock`` is monotonic seconds."""
 
-    def __init__(self, hints: dict[str, str], *, clock: Callable[[], float] = time.monotonic,
-                 interval_s: float = WRONG_PROTOCOL_WARN_INTERVAL_S, max_peers: int = WRONG_PROTOCOL_MAX_PEERS):
+    def __init__(
+        self,
+        hints: dict[str, str],
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        interval_s: float = WRONG_PROTOCOL_WARN_INTERVAL_S,
+        max_peers: int = WRONG_PROTOCOL_MAX_PEERS,
+    ):
         self.hints = hints
         self.clock = clock
         self.interval_s = interval_s
@@ -99,10 +119,14 @@ class WrongProtocolLog:
         warned[key] = now
         if len(warned) > self.max_peers:
             warned.popitem(last=False)
-        logger.warning("wrong_protocol", protocol=protocol, hint=self.hints[protocol],
-                       repeats=f"further connections of this host speaking it are logged at DEBUG for "
-                               f"{self.interval_s:g} s, all counted in triolog_server_wrong_protocol_connections_total",
-                       **fields)
+        logger.warning(
+            "wrong_protocol",
+            protocol=protocol,
+            hint=self.hints[protocol],
+            repeats=f"further connections of this host speaking it are logged at DEBUG for "
+            f"{self.interval_s:g} s, all counted in triolog_server_wrong_protocol_connections_total",
+            **fields,
+        )
         return "warning"
 
     def __len__(self) -> int:
@@ -121,7 +145,7 @@ def kafka_listener_hints(hints: dict[str, str]) -> dict[str, str]:
     for protocol, name in (("http", "HTTP"), ("tls", "TLS")):
         hint = hints.get(protocol, "")
         if hint.startswith(_MSGPACK_SPEAKS):
-            out[protocol] = _KAFKA_SPEAKS + hint[len(_MSGPACK_SPEAKS):]
+            out[protocol] = _KAFKA_SPEAKS + hint[len(_MSGPACK_SPEAKS) :]
         else:  # a hint true of either listener (TLS to a PLAINTEXT one)
             out[protocol] = f"{_KAFKA_SPEAKS}, not {name}" + (f"; {hint}" if hint else "")
     return out

@@ -47,8 +47,15 @@ class FileRecords:
     system's DescriptorCache (which may close it again when it is idle and too many are open),
     and only ever used under ``_lock``, so a close can never race a read or a write."""
 
-    def __init__(self, path: Path, *, create: bool = False, size: int | None = None, preallocate_bytes: int = 0,
-                 fs: FileSystem = OS_FS):
+    def __init__(
+        self,
+        path: Path,
+        *,
+        create: bool = False,
+        size: int | None = None,
+        preallocate_bytes: int = 0,
+        fs: FileSystem = OS_FS,
+    ):
         self._path = path if isinstance(path, Path) else Path(path)  # (a Path is immutable: no copy)
         self._fs = fs
         self._cache = fs.open_files
@@ -248,7 +255,9 @@ class FileRecords:
                 f"batch at position {position} of {self._path} declares length {batch_length}, below {MIN_BATCH_LENGTH}"
             )
 
-    def batch_headers(self, start_position: int = 0, end_position: int | None = None) -> Iterator[tuple[int, BatchHeader]]:
+    def batch_headers(
+        self, start_position: int = 0, end_position: int | None = None
+    ) -> Iterator[tuple[int, BatchHeader]]:
         """(position, header) of each complete batch from ``start_position``; stops at a partial batch."""
         end = self.size if end_position is None else min(end_position, self.size)
         position = start_position
@@ -286,7 +295,7 @@ class FileRecords:
                     if len(window) >= HEADER_PREFIX.size:
                         self._check_prefix(window, position)
                     return
-            self._check_prefix(memoryview(window)[offset:offset + HEADER_PREFIX.size], position)
+            self._check_prefix(memoryview(window)[offset : offset + HEADER_PREFIX.size], position)
             header = read_header(window, offset)
             size = header.size
             if position + size > self.size:
@@ -295,7 +304,7 @@ class FileRecords:
                 window = self.read(position, max(RECOVERY_READ_BYTES, size))
                 window_start = position
                 offset = 0
-            yield position, header, memoryview(window)[offset:offset + size]
+            yield position, header, memoryview(window)[offset : offset + size]
             position += size
 
     def last_modified_ms(self) -> int:

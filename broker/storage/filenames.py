@@ -53,8 +53,10 @@ def producer_snapshot_file(directory: Path, offset: int, suffix: str = "") -> Pa
 
 def spare_files(directory: Path) -> tuple[Path, Path, Path]:
     """The spare .log, .index and .timeindex of a partition directory."""
-    log, index, time_index = (directory / ("next" + suffix + SPARE_FILE_SUFFIX)
-                              for suffix in (LOG_FILE_SUFFIX, INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX))
+    log, index, time_index = (
+        directory / ("next" + suffix + SPARE_FILE_SUFFIX)
+        for suffix in (LOG_FILE_SUFFIX, INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX)
+    )
     return log, index, time_index
 
 
@@ -80,9 +82,7 @@ def validate_topic_name(topic: str) -> None:
     if topic in (".", ".."):
         raise InvalidTopicError(f"topic name cannot be {topic!r}")
     if len(topic) > MAX_TOPIC_NAME_LENGTH:
-        raise InvalidTopicError(
-            f"topic name is {len(topic)} characters long, the maximum is {MAX_TOPIC_NAME_LENGTH}"
-        )
+        raise InvalidTopicError(f"topic name is {len(topic)} characters long, the maximum is {MAX_TOPIC_NAME_LENGTH}")
     if not _LEGAL_TOPIC.fullmatch(topic):
         raise InvalidTopicError(
             f"topic name {topic!r} contains characters other than ASCII alphanumerics, '.', '_' and '-'"

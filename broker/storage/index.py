@@ -569,9 +569,7 @@ class OffsetIndex(_AbstractIndex):
                 self._check_appendable()
             n = self._entries
             if n >= self._max_entries:
-                raise IndexFullError(
-                    f"Attempt to append to a full offset index {self._path} (entries = {n})"
-                )
+                raise IndexFullError(f"Attempt to append to a full offset index {self._path} (entries = {n})")
             if n != 0 and offset <= self._last_offset:
                 raise InvalidOffsetError(
                     f"Attempt to append offset {offset} to slot {n} of {self._path}, which is no "
@@ -604,9 +602,7 @@ class OffsetIndex(_AbstractIndex):
     def entry(self, n: int) -> OffsetPosition:
         """The ``n``-th entry (0-based); IndexError if out of range."""
         if n < 0 or n >= self._entries:
-            raise IndexError(
-                f"Attempt to fetch entry {n} from offset index {self._path}, which has {self._entries}"
-            )
+            raise IndexError(f"Attempt to fetch entry {n} from offset index {self._path}, which has {self._entries}")
         rel, pos = _OFFSET_ENTRY.unpack_from(self._mapping(), n * 8)
         return OffsetPosition(self._base_offset + rel, pos)
 
@@ -705,9 +701,7 @@ class TimeIndex(_AbstractIndex):
                 self._check_appendable()
             n = self._entries
             if not skip_full_check and n >= self._max_entries - 1:  # is_full()
-                raise IndexFullError(
-                    f"Attempt to append to a full time index {self._path} (entries = {n})"
-                )
+                raise IndexFullError(f"Attempt to append to a full time index {self._path} (entries = {n})")
             last = self._last_entry
             if n != 0 and offset < last.offset:
                 raise InvalidOffsetError(
@@ -747,9 +741,7 @@ class TimeIndex(_AbstractIndex):
     def entry(self, n: int) -> TimestampOffset:
         """The ``n``-th entry (0-based); IndexError if out of range."""
         if n < 0 or n >= self._entries:
-            raise IndexError(
-                f"Attempt to fetch entry {n} from time index {self._path}, which has {self._entries}"
-            )
+            raise IndexError(f"Attempt to fetch entry {n} from time index {self._path}, which has {self._entries}")
         ts, rel = _TIME_ENTRY.unpack_from(self._mapping(), n * 12)
         return TimestampOffset(ts, self._base_offset + rel)
 
@@ -805,8 +797,9 @@ class LazyIndex(Generic[T]):
     two mappings of one file with independent positions corrupt appends).
     """
 
-    def __init__(self, path: os.PathLike | str, loader: Callable[[Path, bool], T], writable: bool = True,
-                 fs: FileSystem = OS_FS) -> None:
+    def __init__(
+        self, path: os.PathLike | str, loader: Callable[[Path, bool], T], writable: bool = True, fs: FileSystem = OS_FS
+    ) -> None:
         self._path = path if isinstance(path, Path) else Path(path)  # (a Path is immutable: no copy)
         self._fs = fs
         self._loader = loader

@@ -87,7 +87,9 @@ class LogLoader:
         if not self.segments.is_empty and next_offset < self.log_start_offset_checkpoint:
             logger.warning(
                 "log end offset %d of %s is below its log start offset %d: deleting all segments",
-                next_offset, self.directory, self.log_start_offset_checkpoint,
+                next_offset,
+                self.directory,
+                self.log_start_offset_checkpoint,
             )
             for segment in self.segments.clear():
                 segment.delete_if_exists()
@@ -194,10 +196,14 @@ class LogLoader:
 
     def _swap_next_offset(self, log_path: Path, base_offset: int) -> int:
         segment = LogSegment.open(
-            self.directory, base_offset,
+            self.directory,
+            base_offset,
             index_interval_bytes=self.config.index_interval_bytes,
             segment_index_bytes=self.config.segment_index_bytes,
-            clock=self.clock, file_already_exists=True, file_suffix=filenames.SWAP_FILE_SUFFIX, fs=self.fs,
+            clock=self.clock,
+            file_already_exists=True,
+            file_suffix=filenames.SWAP_FILE_SUFFIX,
+            fs=self.fs,
         )
         try:
             segment.recover()
@@ -210,7 +216,8 @@ class LogLoader:
     def _open_segment(self, base_offset: int, *, file_already_exists: bool) -> LogSegment:
         config = self.config
         return LogSegment.open(
-            self.directory, base_offset,
+            self.directory,
+            base_offset,
             index_interval_bytes=config.index_interval_bytes,
             segment_index_bytes=config.segment_index_bytes,
             clock=self.clock,
@@ -228,8 +235,11 @@ class LogLoader:
             if offset is None:
                 continue
             prefix = filenames.filename_prefix_from_offset(offset)
-            if name in (prefix + filenames.INDEX_FILE_SUFFIX, prefix + filenames.TIME_INDEX_FILE_SUFFIX,
-                        prefix + filenames.TXN_INDEX_FILE_SUFFIX):
+            if name in (
+                prefix + filenames.INDEX_FILE_SUFFIX,
+                prefix + filenames.TIME_INDEX_FILE_SUFFIX,
+                prefix + filenames.TXN_INDEX_FILE_SUFFIX,
+            ):
                 if prefix + filenames.LOG_FILE_SUFFIX not in present:
                     logger.warning("deleting orphaned index file %s", self.directory / name)
                     self._unlink(self.directory / name)
@@ -286,7 +296,7 @@ class LogLoader:
         for i, segment in enumerate(unflushed):
             truncated = self._recover_segment(segment)
             truncated_total += truncated
-            later = unflushed[i + 1:]
+            later = unflushed[i + 1 :]
             if not later:
                 break
             reason = None
@@ -300,8 +310,9 @@ class LogLoader:
                 next_offset = segment.read_next_offset()
                 following = later[0].base_offset
                 if next_offset > following or (next_offset < following and not tolerate_gaps):
-                    reason = (f"{segment.log.path} ends at offset {next_offset} but the next segment "
-                              f"starts at {following}")
+                    reason = (
+                        f"{segment.log.path} ends at offset {next_offset} but the next segment starts at {following}"
+                    )
             if reason is not None:
                 logger.warning("%s; deleting %d later segments", reason, len(later))
                 for segment_after in later:
@@ -314,8 +325,12 @@ class LogLoader:
         return self.segments.active_segment.read_next_offset(), truncated_total
 
 
-_TRANSIENT_SUFFIXES = (filenames.DELETED_FILE_SUFFIX, filenames.CLEANED_FILE_SUFFIX, filenames.SWAP_FILE_SUFFIX,
-                       filenames.SPARE_FILE_SUFFIX)
+_TRANSIENT_SUFFIXES = (
+    filenames.DELETED_FILE_SUFFIX,
+    filenames.CLEANED_FILE_SUFFIX,
+    filenames.SWAP_FILE_SUFFIX,
+    filenames.SPARE_FILE_SUFFIX,
+)
 
 
 def _base_offset_or_none(name: str) -> int | None:
@@ -328,6 +343,11 @@ def _base_offset_or_none(name: str) -> int | None:
 def _is_segment_file(name: str) -> bool:
     return any(
         name.endswith(suffix)
-        for suffix in (filenames.LOG_FILE_SUFFIX, filenames.INDEX_FILE_SUFFIX, filenames.TIME_INDEX_FILE_SUFFIX,
-                       filenames.TXN_INDEX_FILE_SUFFIX, filenames.PRODUCER_SNAPSHOT_FILE_SUFFIX)
+        for suffix in (
+            filenames.LOG_FILE_SUFFIX,
+            filenames.INDEX_FILE_SUFFIX,
+            filenames.TIME_INDEX_FILE_SUFFIX,
+            filenames.TXN_INDEX_FILE_SUFFIX,
+            filenames.PRODUCER_SNAPSHOT_FILE_SUFFIX,
+        )
     )

@@ -105,8 +105,11 @@ class Log:
         self.directory = Path(directory)
         self.fs = fs
         #: Idempotent producers' last batches (dedupe and sequence checks); changed under the lock.
-        self.producer_state_manager = producer_state_manager if producer_state_manager is not None else \
-            ProducerStateManager(self.directory, DEFAULT_PRODUCER_ID_EXPIRATION_MS, fs)
+        self.producer_state_manager = (
+            producer_state_manager
+            if producer_state_manager is not None
+            else ProducerStateManager(self.directory, DEFAULT_PRODUCER_ID_EXPIRATION_MS, fs)
+        )
         #: Duplicate batches answered with their original offsets since startup (a metric).
         self.duplicate_batches = 0
         self.topic, self.partition = filenames.parse_topic_partition_name(self.directory.name)
@@ -188,7 +191,10 @@ class Log:
                 cache.assign(header.partition_leader_epoch, header.base_offset)
 
         offsets = LogLoader(
-            directory, config, clock, segments,
+            directory,
+            config,
+            clock,
+            segments,
             log_start_offset_checkpoint=log_start_offset,
             recovery_point_checkpoint=recovery_point,
             had_clean_shutdown=had_clean_shutdown,
@@ -201,7 +207,8 @@ class Log:
         producer_state = ProducerStateManager(directory, producer_id_expiration_ms, fs)
         producer_state.remove_stray_snapshots(segment.base_offset for segment in segments)
         offsets.producer_batches_replayed = rebuild_producer_state(
-            producer_state, segments, offsets.log_start_offset, offsets.next_offset, clock.milliseconds())
+            producer_state, segments, offsets.log_start_offset, offsets.next_offset, clock.milliseconds()
+        )
         offsets.producer_state_load_ms = (time.perf_counter() - started) * 1000
         offsets.producers_loaded = len(producer_state.producers)
         return cls(directory, config, segments, offsets, clock, cache, segment_deleter, fs, producer_state)
@@ -304,8 +311,9 @@ class Log:
         if leader_epoch != self._latest_epoch and leader_epoch >= 0:
             return None
         now_ms = self._clock.milliseconds()
-        validated = validate_and_assign_offsets(records, offset=0, config=config, now_ms=now_ms,
-                                                leader_epoch=leader_epoch)
+        validated = validate_and_assign_offsets(
+            records, offset=0, config=config, now_ms=now_ms, leader_epoch=leader_epoch
+        )
         if self._lock.acquire(blocking=False):
             try:
                 info = self._append_locked(validated, leader_epoch, now_ms, True)
@@ -330,13 +338,18 @@ class Log:
             return None
         return ahead[3]
 
-    def _append_locked(self, validated: ValidatedBatch, leader_epoch: int, now_ms: int,
-                       inline: bool) -> LogAppendInfo | None:
+    def _append_locked(
+        self, validated: ValidatedBatch, leader_epoch: int, now_ms: int, inline: bool
+    ) -> LogAppendInfo | None:
         """Place a validated batch at the log end offset and write it (caller holds the lock).
         ``inline``: give up (None, nothing changed) rather than roll, flush or record an epoch."""
         self._check_open()
-        buffers, size, first_offset, last_offset = (validated.records, validated.size, validated.first_offset,
-                                                    validated.last_offset)
+        buffers, size, first_offset, last_offset = (
+            validated.records,
+            validated.size,
+            validated.first_offset,
+            validated.last_offset,
+        )
         max_timestamp, shallow_offset = validated.max_timestamp, validated.shallow_offset_of_max_timestamp
         log_append_time_ms, record_count = validated.log_append_time_ms, validated.record_count
         producer_id, producer_epoch, base_sequence = PRODUCER_FIELDS.unpack_from(buffers[0], PRODUCER_ID_OFFSET)
@@ -344,14 +357,28 @@ class Log:
             # Before any roll or write: a duplicate or a refused batch changes nothing.
             offset_delta = last_offset - first_offset
             last_sequence = increment_sequence(base_sequence, offset_delta)
-            duplicate = check_append(self.producer_state_manager.producers.get(producer_id), producer_id,
-                                     producer_epoch, base_sequence, last_sequence, self.directory.name)
+            duplicate = check_append(
+                self.producer_state_manager.producers.get(producer_id),
+                producer_id,
+                producer_epoch,
+                base_sequence,
+                last_sequence,
+                self.directory.name,
+            )
             if duplicate is not None:
                 self.duplicate_batches += 1
                 return LogAppendInfo(
-                    duplicate.first_offset, duplicate.last_offset, duplicate.timestamp, duplicate.last_offset,
-                    duplicate.timestamp if self._config.log_append_time else -1, self._log_start_offset, 0, 0,
-                    None, True)
+                    duplicate.first_offset,
+                    duplicate.last_offset,
+                    duplicate.timestamp,
+                    duplicate.last_offset,
+                    duplicate.timestamp if self._config.log_append_time else -1,
+                    self._log_start_offset,
+                    0,
+                    0,
+                    None,
+                    True,
+                )
         new_epoch = leader_epoch != self._latest_epoch and leader_epoch >= 0
         base = self._next_offset
         last_offset += base - first_offset
@@ -360,8 +387,9 @@ class Log:
         if inline and (new_epoch or last_offset + 1 - self._recovery_point >= config.flush_messages):
             return None
         active = self._active
-        roll_reason = active.roll_reason(config.max_segment_ms, config.segment_bytes, max_timestamp, last_offset,
-                                         size, now_ms)
+        roll_reason = active.roll_reason(
+            config.max_segment_ms, config.segment_bytes, max_timestamp, last_offset, size, now_ms
+        )
         if roll_reason is not None and inline:
             return None
         # The base offset lies outside the CRC: the batch's first 8 bytes (its head, a bytearray
@@ -385,10 +413,20 @@ class Log:
         if producer_id >= 0:
             # The map end offset is not moved per append (non-idempotent batches would pay for
             # it): snapshots are taken at explicit offsets (roll, close, open).
-            self.producer_state_manager.update(producer_id, producer_epoch, last_sequence, last_offset,
-                                               offset_delta, max_timestamp)
-        return LogAppendInfo(base, last_offset, max_timestamp, shallow_offset, log_append_time_ms,
-                             self._log_start_offset, record_count, size, roll_reason)
+            self.producer_state_manager.update(
+                producer_id, producer_epoch, last_sequence, last_offset, offset_delta, max_timestamp
+            )
+        return LogAppendInfo(
+            base,
+            last_offset,
+            max_timestamp,
+            shallow_offset,
+            log_append_time_ms,
+            self._log_start_offset,
+            record_count,
+            size,
+            roll_reason,
+        )
 
     def _io_failure(self, exc: OSError, what: str) -> NoReturn:
         """A write that failed. A full disk or a process out of descriptors fails only this
@@ -436,9 +474,11 @@ class Log:
             raise StorageError(
                 f"cannot roll {self.directory.name}: a segment with base offset {new_offset} already exists"
             )
-        targets = (filenames.log_file(self.directory, new_offset),
-                   filenames.offset_index_file(self.directory, new_offset),
-                   filenames.time_index_file(self.directory, new_offset))
+        targets = (
+            filenames.log_file(self.directory, new_offset),
+            filenames.offset_index_file(self.directory, new_offset),
+            filenames.time_index_file(self.directory, new_offset),
+        )
         if self._spare is None:  # (spare files are renamed over any stale file of these names)
             for stale in targets:
                 if self.fs.exists(stale):
@@ -450,7 +490,8 @@ class Log:
         config = self._config
         spare = self._take_spare(targets)
         segment = LogSegment.open(
-            self.directory, new_offset,
+            self.directory,
+            new_offset,
             index_interval_bytes=config.index_interval_bytes,
             segment_index_bytes=config.segment_index_bytes,
             clock=self._clock,
@@ -489,8 +530,9 @@ class Log:
         except OSError as exc:
             if not (is_disk_full(exc) or is_out_of_descriptors(exc)):
                 raise
-            logger.warning("could not write the producer snapshot of %s at offset %d: %s",
-                           self.directory.name, offset, exc)
+            logger.warning(
+                "could not write the producer snapshot of %s at offset %d: %s", self.directory.name, offset, exc
+            )
 
     def _take_spare(self, targets) -> bool:
         """Rename the spare files (if any) to ``targets``, the new segment's .log, .index and
@@ -506,7 +548,7 @@ class Log:
                 renamed.append(target)
         except OSError as exc:
             logger.warning("could not use the spare files of %s (%s): creating new ones", self.directory.name, exc)
-            for path in (*targets, *spare[len(renamed):]):  # no stale file may stay under a target
+            for path in (*targets, *spare[len(renamed) :]):  # no stale file may stay under a target
                 try:
                     self.fs.unlink(path)
                 except OSError:
@@ -653,7 +695,9 @@ class Log:
         with self._lock:
             return self._read_locked(start_offset, max_length, min_one_message)
 
-    def try_read_tail(self, start_offset: int, max_length: int, *, min_one_message: bool = True) -> FetchDataInfo | None:
+    def try_read_tail(
+        self, start_offset: int, max_length: int, *, min_one_message: bool = True
+    ) -> FetchDataInfo | None:
         """read(), or None (nothing done) when it could take long: the log's lock held by another
         thread, or ``start_offset`` below the active segment (older data may have left the page
         cache; its index may not be mapped yet). What the event loop may call itself: the tail
@@ -887,8 +931,7 @@ class Log:
                 # Its producer snapshot goes with it, unless a segment (a cleaned one) took its place.
                 if segment.base_offset not in self._segments:
                     try:
-                        path = self.producer_state_manager.remove_and_mark_snapshot_for_deletion(
-                            segment.base_offset)
+                        path = self.producer_state_manager.remove_and_mark_snapshot_for_deletion(segment.base_offset)
                     except OSError as exc:
                         self._io_failure(exc, "producer snapshot deletion")
                     if path is not None:
@@ -909,8 +952,10 @@ class Log:
         """(producer id, offset of its last data batch or -1, epoch) of every active producer
         (Kafka's lastRecordsOfActiveProducers): the cleaner keeps these batches, emptied if need be."""
         with self._lock:
-            return tuple((pid, entry.last_data_offset, entry.producer_epoch)
-                         for pid, entry in self.producer_state_manager.producers.items())
+            return tuple(
+                (pid, entry.last_data_offset, entry.producer_epoch)
+                for pid, entry in self.producer_state_manager.producers.items()
+            )
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -1005,8 +1050,7 @@ class Log:
                 hook("cleaned")
             try:
                 for segment in reversed(new_sorted):
-                    self._rename_segment_files(segment, filenames.CLEANED_FILE_SUFFIX, filenames.SWAP_FILE_SUFFIX,
-                                               hook)
+                    self._rename_segment_files(segment, filenames.CLEANED_FILE_SUFFIX, filenames.SWAP_FILE_SUFFIX, hook)
                 for segment in reversed(new_sorted):
                     self._segments.add(segment)
                 for segment in old_sorted:
@@ -1037,8 +1081,9 @@ class Log:
                 hook(f"renamed {holder.path.name}")
 
 
-def rebuild_producer_state(psm: ProducerStateManager, segments: LogSegments, log_start_offset: int,
-                           last_offset: int, now_ms: int) -> int:
+def rebuild_producer_state(
+    psm: ProducerStateManager, segments: LogSegments, log_start_offset: int, last_offset: int, now_ms: int
+) -> int:
     """Bring ``psm`` to ``last_offset`` (the recovered log end): the newest snapshot at or below
     it, then the batch headers after it (Kafka's UnifiedLog.rebuildProducerState; replayed
     batches are not checked, the log is the truth). Snapshots are taken at the base offsets
@@ -1069,8 +1114,15 @@ def rebuild_producer_state(psm: ProducerStateManager, segments: LogSegments, log
             for _, header in segment.log.batch_headers(position):
                 if header.last_offset < start or header.producer_id < 0:
                     continue
-                psm.replay_batch(header.producer_id, header.producer_epoch, header.base_sequence, header.last_offset,
-                                 header.last_offset_delta, header.max_timestamp, bool(header.attributes & CONTROL_FLAG))
+                psm.replay_batch(
+                    header.producer_id,
+                    header.producer_epoch,
+                    header.base_sequence,
+                    header.last_offset,
+                    header.last_offset_delta,
+                    header.max_timestamp,
+                    bool(header.attributes & CONTROL_FLAG),
+                )
                 replayed += 1
     psm.update_map_end_offset(last_offset)
     psm.take_snapshot(sync=False)

@@ -120,11 +120,16 @@ class LogManager:
         self.cleaner: LogCleaner | None = None
         if cleaner_config is not None and cleaner_config.enable_cleaner:
             self.cleaner = LogCleaner(
-                cleaner_config, [d.path for d in self.log_dirs], self.all_logs,
+                cleaner_config,
+                [d.path for d in self.log_dirs],
+                self.all_logs,
                 lambda tp: self._log_dir_of[tp].path if tp in self._log_dir_of else None,
                 clock=clock,
-                checkpoints=lambda: {d.path: d.cleaner_offset_checkpoint for d in self.log_dirs
-                                     if not d.offline and hasattr(d, "cleaner_offset_checkpoint")},
+                checkpoints=lambda: {
+                    d.path: d.cleaner_offset_checkpoint
+                    for d in self.log_dirs
+                    if not d.offline and hasattr(d, "cleaner_offset_checkpoint")
+                },
             )
 
     # -- startup -----------------------------------------------------------------------------
@@ -153,7 +158,9 @@ class LogManager:
                     logger.warning("ignoring directory %s: not a topic-partition", entry.path)
                     continue
                 log = Log.open(
-                    Path(entry.path), self.topic_config(tp[0]), clock=self.clock,
+                    Path(entry.path),
+                    self.topic_config(tp[0]),
+                    clock=self.clock,
                     recovery_point=recovery_points.get(tp, 0),
                     log_start_offset=log_starts.get(tp, 0),
                     had_clean_shutdown=clean,
@@ -171,8 +178,13 @@ class LogManager:
                 # A first start has no marker either: it is not an unclean shutdown.
                 logger.info("log directory %s is new: first start, nothing to recover", log_dir.path)
             else:
-                logger.warning("loaded %d logs from %s after an unclean shutdown (no %s): recovered them "
-                               "from their recovery points", loaded, log_dir.path, log_dir.clean_shutdown_file.path.name)
+                logger.warning(
+                    "loaded %d logs from %s after an unclean shutdown (no %s): recovered them "
+                    "from their recovery points",
+                    loaded,
+                    log_dir.path,
+                    log_dir.clean_shutdown_file.path.name,
+                )
             # Entries of partitions that are no longer on disk (a deletion interrupted between its
             # rename and its checkpoint rewrite) must be gone before a topic of that name can be
             # created again, or they would be applied to the new log after the next crash.
@@ -230,9 +242,15 @@ class LogManager:
                     name = filenames.topic_partition_dir_name(topic, partition)
                     log_dir = self._next_log_dir()
                     directory = log_dir.path / name
-                    log = Log.open(directory, config or self.topic_config(topic), clock=self.clock,
-                                   had_clean_shutdown=True, segment_deleter=self.segment_deleter, fs=self.fs,
-                                   producer_id_expiration_ms=self.producer_id_expiration_ms)
+                    log = Log.open(
+                        directory,
+                        config or self.topic_config(topic),
+                        clock=self.clock,
+                        had_clean_shutdown=True,
+                        segment_deleter=self.segment_deleter,
+                        fs=self.fs,
+                        producer_id_expiration_ms=self.producer_id_expiration_ms,
+                    )
                     directory = None
                     log.on_offline = self._on_log_offline
                     self._logs[(topic, partition)] = log
@@ -243,8 +261,9 @@ class LogManager:
                 for path in {self._log_dir_of[tp].path for tp, _ in created}:
                     self.fs.fsync_dir(path)
             except OSError as exc:
-                logger.error("could not create partitions of %s (%s): removing the %d created", topic, exc,
-                             len(created))
+                logger.error(
+                    "could not create partitions of %s (%s): removing the %d created", topic, exc, len(created)
+                )
                 for tp, log in created:
                     self._logs.pop(tp, None)
                     self._log_dir_of.pop(tp, None)
@@ -275,8 +294,13 @@ class LogManager:
             logs = [log for tp, log in self._logs.items() if self._log_dir_of[tp] is log_dir]
         for log in logs:
             log.offline = True
-        logger.critical("log directory %s is offline after an I/O error: %s; its %d partitions refuse "
-                        "reads and writes until the broker restarts", log_dir.path, cause, len(logs))
+        logger.critical(
+            "log directory %s is offline after an I/O error: %s; its %d partitions refuse "
+            "reads and writes until the broker restarts",
+            log_dir.path,
+            cause,
+            len(logs),
+        )
 
     def _refresh_offline_dirs(self) -> None:
         """A log that hit an I/O error takes its whole directory offline (Kafka's rule)."""
@@ -338,8 +362,7 @@ class LogManager:
         if self.cleaner is not None:
             deletable = self.cleaner.manager.pause_cleaning_for_non_compacted_partitions()
         else:
-            deletable = [(tp, log) for tp, log in self.all_logs().items()
-                         if not log.config.compact and not log.offline]
+            deletable = [(tp, log) for tp, log in self.all_logs().items() if not log.config.compact and not log.offline]
         try:
             for tp, log in deletable:
                 try:
@@ -372,8 +395,11 @@ class LogManager:
     @staticmethod
     def _log_start_offsets(logs) -> dict[TopicPartition, int]:
         """Only partitions whose start moved past their first segment, as Kafka writes it."""
-        return {tp: log.log_start_offset for tp, log in logs
-                if log.log_start_offset > log.segments.first_segment().base_offset}
+        return {
+            tp: log.log_start_offset
+            for tp, log in logs
+            if log.log_start_offset > log.segments.first_segment().base_offset
+        }
 
     @staticmethod
     def _high_watermarks(logs) -> dict[TopicPartition, int]:
@@ -428,8 +454,11 @@ class LogManager:
                 logger.exception("failed to flush and close log %s during shutdown", tp)
                 log.offline = True
         self._refresh_offline_dirs()
-        for write in (self.checkpoint_recovery_points, self.checkpoint_log_start_offsets,
-                      self.checkpoint_high_watermarks):
+        for write in (
+            self.checkpoint_recovery_points,
+            self.checkpoint_log_start_offsets,
+            self.checkpoint_high_watermarks,
+        ):
             try:
                 write()
             except OSError:

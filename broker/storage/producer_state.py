@@ -121,12 +121,24 @@ _new_tuple = tuple.__new__  # a NamedTuple without its constructor's argument ha
 class ProducerStateEntry:
     """One producer id's epoch and its last batches, oldest first."""
 
-    __slots__ = ("producer_id", "producer_epoch", "coordinator_epoch", "last_timestamp",
-                 "current_txn_first_offset", "batch_metadata")
+    __slots__ = (
+        "producer_id",
+        "producer_epoch",
+        "coordinator_epoch",
+        "last_timestamp",
+        "current_txn_first_offset",
+        "batch_metadata",
+    )
 
-    def __init__(self, producer_id: int, producer_epoch: int = NO_PRODUCER_EPOCH, coordinator_epoch: int = -1,
-                 last_timestamp: int = NO_TIMESTAMP, current_txn_first_offset: int = -1,
-                 batches: Iterable[BatchMetadata] = ()):
+    def __init__(
+        self,
+        producer_id: int,
+        producer_epoch: int = NO_PRODUCER_EPOCH,
+        coordinator_epoch: int = -1,
+        last_timestamp: int = NO_TIMESTAMP,
+        current_txn_first_offset: int = -1,
+        batches: Iterable[BatchMetadata] = (),
+    ):
         self.producer_id = producer_id
         self.producer_epoch = producer_epoch
         self.coordinator_epoch = coordinator_epoch
@@ -178,12 +190,15 @@ class ProducerStateEntry:
         return None
 
     def __repr__(self) -> str:
-        return (f"ProducerStateEntry(producer_id={self.producer_id}, epoch={self.producer_epoch}, "
-                f"last_timestamp={self.last_timestamp}, batches={list(self.batch_metadata)})")
+        return (
+            f"ProducerStateEntry(producer_id={self.producer_id}, epoch={self.producer_epoch}, "
+            f"last_timestamp={self.last_timestamp}, batches={list(self.batch_metadata)})"
+        )
 
 
-def check_append(entry: ProducerStateEntry | None, producer_id: int, epoch: int, first_seq: int, last_seq: int,
-                 partition: str = "") -> BatchMetadata | None:
+def check_append(
+    entry: ProducerStateEntry | None, producer_id: int, epoch: int, first_seq: int, last_seq: int, partition: str = ""
+) -> BatchMetadata | None:
     """Judge a producer's batch against its state (a leader append): the cached batch it
     duplicates, or None when it may be appended. Raises the wire error otherwise. Pure: the
     caller updates the entry after the append succeeded."""
@@ -200,26 +215,33 @@ def check_append(entry: ProducerStateEntry | None, producer_id: int, epoch: int,
         oldest = entry.first_seq
         # Bounded: the records of sequences last_seq..oldest-1 would lie at distinct offsets below
         # the oldest remembered batch, so a batch further behind than that was never appended.
-        if (_sequence_before(last_seq, oldest) and not in_sequence(entry.last_seq, first_seq)
-                and (oldest - last_seq) % (INT32_MAX + 1) <= entry.batch_metadata[0].first_offset):
+        if (
+            _sequence_before(last_seq, oldest)
+            and not in_sequence(entry.last_seq, first_seq)
+            and (oldest - last_seq) % (INT32_MAX + 1) <= entry.batch_metadata[0].first_offset
+        ):
             raise DuplicateSequenceNumberError(
                 f"batch of producer {producer_id} epoch {epoch} with sequences {first_seq}..{last_seq}{where} "
                 f"is older than the {len(entry.batch_metadata)} batches the broker remembers (sequences "
                 f"{oldest}..{entry.last_seq}): it was written before",
-                flush_before=entry.batch_metadata[0].first_offset)
+                flush_before=entry.batch_metadata[0].first_offset,
+            )
     current_epoch = entry.producer_epoch if entry is not None else NO_PRODUCER_EPOCH
     if current_epoch != NO_PRODUCER_EPOCH and epoch < current_epoch:
         raise InvalidProducerEpochError(
-            f"producer {producer_id}{where} sent epoch {epoch}, older than its current epoch {current_epoch}")
+            f"producer {producer_id}{where} sent epoch {epoch}, older than its current epoch {current_epoch}"
+        )
     if epoch != current_epoch:
         if first_seq != 0:
             if current_epoch == NO_PRODUCER_EPOCH:
                 raise UnknownProducerIdError(
                     f"producer {producer_id}{where} is unknown (never seen, or its state expired or was "
-                    f"removed with the log) and its batch starts at sequence {first_seq}, not 0")
+                    f"removed with the log) and its batch starts at sequence {first_seq}, not 0"
+                )
             raise OutOfOrderSequenceNumberError(
                 f"producer {producer_id}{where} started epoch {epoch} at sequence {first_seq}; "
-                f"a new epoch must start at 0")
+                f"a new epoch must start at 0"
+            )
         return None
     # entry None here: an unknown producer whose batch has epoch -1 (refused by the validator;
     # kept safe for any other caller): no last sequence on record.
@@ -228,12 +250,14 @@ def check_append(entry: ProducerStateEntry | None, producer_id: int, epoch: int,
         if first_seq != 0:
             raise UnknownProducerIdError(
                 f"producer {producer_id}{where} has no batch on record in epoch {epoch} and its batch starts "
-                f"at sequence {first_seq}, not 0")
+                f"at sequence {first_seq}, not 0"
+            )
         return None
     if not in_sequence(current_last_seq, first_seq):
         raise OutOfOrderSequenceNumberError(
             f"out of order sequence number for producer {producer_id}{where} epoch {epoch}: "
-            f"{first_seq} (incoming batch's first sequence), {current_last_seq} (last sequence written)")
+            f"{first_seq} (incoming batch's first sequence), {current_last_seq} (last sequence written)"
+        )
     return None
 
 
@@ -254,8 +278,18 @@ def encode_snapshot(entries: Iterable[ProducerStateEntry]) -> bytearray:
             last_seq, last_offset, offset_delta = last.last_seq, last.last_offset, last.offset_delta
         else:
             last_seq, last_offset, offset_delta = NO_SEQUENCE, -1, 0
-        pack(buffer, position, entry.producer_id, entry.producer_epoch, last_seq, last_offset, offset_delta,
-             entry.last_timestamp, entry.coordinator_epoch, entry.current_txn_first_offset)
+        pack(
+            buffer,
+            position,
+            entry.producer_id,
+            entry.producer_epoch,
+            last_seq,
+            last_offset,
+            offset_delta,
+            entry.last_timestamp,
+            entry.coordinator_epoch,
+            entry.current_txn_first_offset,
+        )
         position += step
     struct.pack_into(">I", buffer, _CRC_OFFSET, crc32c(memoryview(buffer)[_ENTRIES_OFFSET:]))
     return buffer
@@ -267,8 +301,9 @@ def decode_snapshot(data) -> list[ProducerStateEntry]:
         raise CorruptSnapshotError(f"snapshot of {len(data)} bytes is shorter than its header")
     version, crc, count = _SNAPSHOT_HEADER.unpack_from(data, 0)
     if version != PRODUCER_SNAPSHOT_VERSION:
-        raise CorruptSnapshotError(f"snapshot has version {version}; this broker reads version "
-                                   f"{PRODUCER_SNAPSHOT_VERSION}")
+        raise CorruptSnapshotError(
+            f"snapshot has version {version}; this broker reads version {PRODUCER_SNAPSHOT_VERSION}"
+        )
     computed = crc32c(memoryview(data)[_ENTRIES_OFFSET:])
     if computed != crc:
         raise CorruptSnapshotError(f"snapshot failed its CRC check (stored {crc}, computed {computed})")
@@ -289,8 +324,16 @@ def _decode_entries(data) -> list[ProducerStateEntry]:
     entries: list[ProducerStateEntry] = []
     append = entries.append
     new_entry, new_tuple = ProducerStateEntry.__new__, _new_tuple
-    for (producer_id, epoch, last_seq, last_offset, offset_delta, timestamp, coordinator_epoch,
-         txn_first_offset) in _SNAPSHOT_ENTRY.iter_unpack(memoryview(data)[_ENTRIES_OFFSET + 4:]):
+    for (
+        producer_id,
+        epoch,
+        last_seq,
+        last_offset,
+        offset_delta,
+        timestamp,
+        coordinator_epoch,
+        txn_first_offset,
+    ) in _SNAPSHOT_ENTRY.iter_unpack(memoryview(data)[_ENTRIES_OFFSET + 4 :]):
         entry = new_entry(ProducerStateEntry)
         entry.producer_id = producer_id
         entry.producer_epoch = epoch
@@ -299,7 +342,8 @@ def _decode_entries(data) -> list[ProducerStateEntry]:
         entry.current_txn_first_offset = txn_first_offset
         entry.batch_metadata = deque(
             (new_tuple(BatchMetadata, (last_seq, last_offset, offset_delta, timestamp)),) if last_offset >= 0 else (),
-            NUM_BATCHES_TO_RETAIN)
+            NUM_BATCHES_TO_RETAIN,
+        )
         append(entry)
     return entries
 
@@ -308,8 +352,7 @@ def read_snapshot(path: Path, fs: FileSystem = OS_FS) -> list[ProducerStateEntry
     return decode_snapshot(read_file(fs, path))
 
 
-def write_snapshot(path: Path, entries: Iterable[ProducerStateEntry], *, sync: bool,
-                   fs: FileSystem = OS_FS) -> None:
+def write_snapshot(path: Path, entries: Iterable[ProducerStateEntry], *, sync: bool, fs: FileSystem = OS_FS) -> None:
     """Write ``path`` whole or not at all: into ``path.tmp``, fsynced if ``sync``, then renamed.
     (Kafka writes the final name directly; its CRC catches a torn file, which then costs a replay.)"""
     data = encode_snapshot(entries)
@@ -474,8 +517,11 @@ class ProducerStateManager:
                 self.remove_and_delete_snapshot(offset)
                 continue
             expiration = self.producer_id_expiration_ms
-            self.producers = {e.producer_id: e for e in entries
-                              if not (e.current_txn_first_offset < 0 and now_ms - e.last_timestamp >= expiration)}
+            self.producers = {
+                e.producer_id: e
+                for e in entries
+                if not (e.current_txn_first_offset < 0 and now_ms - e.last_timestamp >= expiration)
+            }
             self.last_map_offset = self.last_snap_offset = offset
             return offset
         self.producers = {}
@@ -511,16 +557,25 @@ class ProducerStateManager:
     def last_entry(self, producer_id: int) -> ProducerStateEntry | None:
         return self.producers.get(producer_id)
 
-    def update(self, producer_id: int, epoch: int, last_seq: int, last_offset: int, offset_delta: int,
-               timestamp: int) -> None:
+    def update(
+        self, producer_id: int, epoch: int, last_seq: int, last_offset: int, offset_delta: int, timestamp: int
+    ) -> None:
         """Record a batch appended (or replayed) for ``producer_id``."""
         entry = self.producers.get(producer_id)
         if entry is None:
             entry = self.producers[producer_id] = ProducerStateEntry(producer_id)
         entry.add_batch(epoch, last_seq, last_offset, offset_delta, timestamp)
 
-    def replay_batch(self, producer_id: int, epoch: int, base_sequence: int, last_offset: int, offset_delta: int,
-                     timestamp: int, is_control: bool) -> None:
+    def replay_batch(
+        self,
+        producer_id: int,
+        epoch: int,
+        base_sequence: int,
+        last_offset: int,
+        offset_delta: int,
+        timestamp: int,
+        is_control: bool,
+    ) -> None:
         """A batch read back from the log (recovery): no checks, the log is the truth."""
         if is_control:  # a transaction marker: it moves the epoch, it is not a data batch
             entry = self.producers.get(producer_id)
@@ -529,8 +584,9 @@ class ProducerStateManager:
             entry.maybe_update_producer_epoch(epoch)
             entry.last_timestamp = timestamp
             return
-        self.update(producer_id, epoch, increment_sequence(base_sequence, offset_delta), last_offset, offset_delta,
-                    timestamp)
+        self.update(
+            producer_id, epoch, increment_sequence(base_sequence, offset_delta), last_offset, offset_delta, timestamp
+        )
 
     def update_map_end_offset(self, offset: int) -> None:
         self.last_map_offset = offset

@@ -115,9 +115,11 @@ class LogSegment:
         caller has them already (the names of ``directory``, ``base_offset`` and ``file_suffix``)."""
         directory = Path(directory)
         if paths is None:
-            paths = (filenames.log_file(directory, base_offset, file_suffix),
-                     filenames.offset_index_file(directory, base_offset, file_suffix),
-                     filenames.time_index_file(directory, base_offset, file_suffix))
+            paths = (
+                filenames.log_file(directory, base_offset, file_suffix),
+                filenames.offset_index_file(directory, base_offset, file_suffix),
+                filenames.time_index_file(directory, base_offset, file_suffix),
+            )
         log = FileRecords(
             paths[0],
             create=not file_already_exists,
@@ -125,12 +127,18 @@ class LogSegment:
             fs=fs,
         )
         offset_index = LazyIndex.for_offset(
-            paths[1], base_offset,
-            _at_least_one_entry(segment_index_bytes, OffsetIndex.ENTRY_SIZE), fs=fs, fresh=spare,
+            paths[1],
+            base_offset,
+            _at_least_one_entry(segment_index_bytes, OffsetIndex.ENTRY_SIZE),
+            fs=fs,
+            fresh=spare,
         )
         time_index = LazyIndex.for_time(
-            paths[2], base_offset,
-            _at_least_one_entry(segment_index_bytes, TimeIndex.ENTRY_SIZE), fs=fs, fresh=spare,
+            paths[2],
+            base_offset,
+            _at_least_one_entry(segment_index_bytes, TimeIndex.ENTRY_SIZE),
+            fs=fs,
+            fresh=spare,
         )
         if not file_already_exists:
             # A new segment has all three files from the start, its indexes preallocated.
@@ -172,7 +180,8 @@ class LogSegment:
                 self._max_timestamp_and_offset = self.time_index.last_entry
             else:  # one pread instead of mapping the whole index
                 self._max_timestamp_and_offset = read_last_time_index_entry(
-                    self._time_index.path, self.base_offset, self.fs)
+                    self._time_index.path, self.base_offset, self.fs
+                )
         return self._max_timestamp_and_offset
 
     @property
@@ -203,8 +212,14 @@ class LogSegment:
     def can_convert_to_relative_offset(self, offset: int) -> bool:
         return 0 <= offset - self.base_offset <= MAX_RELATIVE_OFFSET
 
-    def append(self, largest_offset: int, largest_timestamp: int, shallow_offset_of_max_timestamp: int, records,
-               size: int | None = None) -> None:
+    def append(
+        self,
+        largest_offset: int,
+        largest_timestamp: int,
+        shallow_offset_of_max_timestamp: int,
+        records,
+        size: int | None = None,
+    ) -> None:
         """Append already-validated batch bytes (a buffer or a list of buffers, ``size`` bytes in
         all if the caller knows) ending at ``largest_offset``."""
         physical_position = self.log.size
@@ -219,8 +234,9 @@ class LogSegment:
             return
         current = self._max_timestamp_and_offset or self._max_timestamp_so_far()
         if largest_timestamp > current.timestamp:
-            current = self._max_timestamp_and_offset = _new_tuple(TimestampOffset, (largest_timestamp,
-                                                                                    shallow_offset_of_max_timestamp))
+            current = self._max_timestamp_and_offset = _new_tuple(
+                TimestampOffset, (largest_timestamp, shallow_offset_of_max_timestamp)
+            )
         if self._bytes_since_last_index_entry > self.index_interval_bytes:
             try:
                 self._offset_index.get().append(largest_offset, physical_position)
@@ -253,8 +269,15 @@ class LogSegment:
         """The reason this segment must roll before ``params``' records are appended, or None."""
         return self.roll_reason(*params)
 
-    def roll_reason(self, max_segment_ms: int, max_segment_bytes: int, max_timestamp_in_messages: int,
-                    max_offset_in_messages: int, messages_size: int, now_ms: int) -> str | None:
+    def roll_reason(
+        self,
+        max_segment_ms: int,
+        max_segment_bytes: int,
+        max_timestamp_in_messages: int,
+        max_offset_in_messages: int,
+        messages_size: int,
+        now_ms: int,
+    ) -> str | None:
         """should_roll with RollParams' fields as arguments (the append path asks on every batch)."""
         size = self.log.size
         if size > max_segment_bytes - messages_size:
@@ -410,8 +433,11 @@ class LogSegment:
                 if compute_crc(batch) != header.crc:
                     raise CorruptRecordError(f"batch at position {position} of {self.log.path} fails its CRC")
                 # The base offset is outside the CRC: offsets must still rise and fit the segment.
-                if (header.base_offset < expected_offset or header.last_offset_delta < 0
-                        or not self.can_convert_to_relative_offset(header.last_offset)):
+                if (
+                    header.base_offset < expected_offset
+                    or header.last_offset_delta < 0
+                    or not self.can_convert_to_relative_offset(header.last_offset)
+                ):
                     raise CorruptRecordError(
                         f"batch at position {position} of {self.log.path} has offsets "
                         f"{header.base_offset}..{header.last_offset}, expected a batch from offset "
@@ -422,8 +448,12 @@ class LogSegment:
                     max_ts = TimestampOffset(header.max_timestamp, header.last_offset)
                 # (An index shrunk by a config change since the data was written just stops
                 # taking entries: lookups then scan a little further, nothing is lost.)
-                if (indexing and valid_bytes - last_index_entry > self.index_interval_bytes
-                        and not offset_index.is_full() and not time_index.is_full()):
+                if (
+                    indexing
+                    and valid_bytes - last_index_entry > self.index_interval_bytes
+                    and not offset_index.is_full()
+                    and not time_index.is_full()
+                ):
                     try:
                         offset_index.append(header.last_offset, valid_bytes)
                         time_index.maybe_append(max_ts.timestamp, max_ts.offset)

@@ -43,6 +43,8 @@ INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
 
 def is_internal(topic: str) -> bool:
     return topic in INTERNAL_TOPICS
+
+
 #: Kafka's cap on partitions per create request is far higher; this bounds the directories one
 #: request can create on a single node.
 MAX_PARTITIONS = 10_000
@@ -134,9 +136,16 @@ class TopicManager:
 
     # -- changes -----------------------------------------------------------------------------
 
-    def validate_new_topic(self, name: str, num_partitions: int, replication_factor: int,
-                           configs: Mapping[str, str], default_partitions: int, *,
-                           internal: bool = False) -> tuple[int, LogConfig]:
+    def validate_new_topic(
+        self,
+        name: str,
+        num_partitions: int,
+        replication_factor: int,
+        configs: Mapping[str, str],
+        default_partitions: int,
+        *,
+        internal: bool = False,
+    ) -> tuple[int, LogConfig]:
         """Every check create_topics makes, without touching any file. Internal topics are made
         by the broker itself (``internal``), never on a client's request (Kafka's rule)."""
         filenames.validate_topic_name(name)
@@ -156,22 +165,28 @@ class TopicManager:
         with self._lock:
             if name in self._topics:
                 raise TopicAlreadyExistsError(f"topic {name!r} already exists")
-            collision = next(
-                (t for t in self._topics if t.replace(".", "_") == name.replace(".", "_")), None
-            )
+            collision = next((t for t in self._topics if t.replace(".", "_") == name.replace(".", "_")), None)
             if collision is not None:
                 raise InvalidTopicCollision(
                     f"topic {name!r} collides with existing topic {collision!r}: '.' and '_' name the same metrics"
                 )
         return count, config
 
-    def create(self, name: str, num_partitions: int, replication_factor: int = 1,
-               configs: Mapping[str, str] | None = None, *, default_partitions: int = 1,
-               internal: bool = False) -> Topic:
+    def create(
+        self,
+        name: str,
+        num_partitions: int,
+        replication_factor: int = 1,
+        configs: Mapping[str, str] | None = None,
+        *,
+        default_partitions: int = 1,
+        internal: bool = False,
+    ) -> Topic:
         configs = dict(configs or {})
         with self._lock:
-            count, config = self.validate_new_topic(name, num_partitions, replication_factor, configs,
-                                                    default_partitions, internal=internal)
+            count, config = self.validate_new_topic(
+                name, num_partitions, replication_factor, configs, default_partitions, internal=internal
+            )
             topic = Topic(name, count, configs)
             self._topics[name] = topic
             self._save()
@@ -202,15 +217,17 @@ class TopicManager:
             if is_internal(name):
                 raise InvalidRequestError(
                     f"the partition count of internal topic {name} is fixed (offsets.topic.num.partitions): "
-                    "groups are mapped to its partitions by that count")
+                    "groups are mapped to its partitions by that count"
+                )
             if count < entry.num_partitions:
-                raise InvalidPartitionsError(f"Topic currently has {entry.num_partitions} partitions, "
-                                             f"which is higher than the requested {count}.")
+                raise InvalidPartitionsError(
+                    f"Topic currently has {entry.num_partitions} partitions, "
+                    f"which is higher than the requested {count}."
+                )
             if count == entry.num_partitions:
                 raise InvalidPartitionsError(f"Topic already has {entry.num_partitions} partition(s).")
             if count > MAX_PARTITIONS:
-                raise InvalidPartitionsError(
-                    f"number of partitions must be at most {MAX_PARTITIONS}, got {count}")
+                raise InvalidPartitionsError(f"number of partitions must be at most {MAX_PARTITIONS}, got {count}")
             return entry
 
     def create_partitions(self, name: str, count: int) -> Topic:
@@ -246,9 +263,13 @@ class TopicManager:
     def create_offsets_topic(self, num_partitions: int, segment_bytes: int) -> Topic:
         """__consumer_offsets as Kafka configures it: compacted, compression as produced,
         segment.bytes = offsets.topic.segment.bytes; its partition count is fixed from now on."""
-        return self.create(OFFSETS_TOPIC, num_partitions, 1, {
-            "cleanup.policy": "compact", "compression.type": "producer", "segment.bytes": str(segment_bytes)},
-            internal=True)
+        return self.create(
+            OFFSETS_TOPIC,
+            num_partitions,
+            1,
+            {"cleanup.policy": "compact", "compression.type": "producer", "segment.bytes": str(segment_bytes)},
+            internal=True,
+        )
 
     def delete(self, name: str) -> None:
         with self._lock:
@@ -270,8 +291,9 @@ class TopicManager:
                     failures.append(f"{name}-{partition}: {exc}")
         self._deleted(name)
         if failures:
-            raise StorageError(f"topic {name!r} was deleted but some partition directories could not be "
-                               f"removed: {'; '.join(failures)}")
+            raise StorageError(
+                f"topic {name!r} was deleted but some partition directories could not be removed: {'; '.join(failures)}"
+            )
 
     def _deleted(self, name: str) -> None:
         for hook in list(self.on_deleted):
@@ -280,9 +302,17 @@ class TopicManager:
             except Exception:
                 logger.exception("a hook on the deletion of topic %s failed", name)
 
-    def alter_configs(self, name: str, set_configs: Mapping[str, str], delete_keys: list[str] | tuple[str, ...],
-                      *, validate_only: bool = False, replace: bool = False,
-                      append: Mapping[str, str] | None = None, subtract: Mapping[str, str] | None = None) -> Topic:
+    def alter_configs(
+        self,
+        name: str,
+        set_configs: Mapping[str, str],
+        delete_keys: list[str] | tuple[str, ...],
+        *,
+        validate_only: bool = False,
+        replace: bool = False,
+        append: Mapping[str, str] | None = None,
+        subtract: Mapping[str, str] | None = None,
+    ) -> Topic:
         """Set and remove topic-level overrides; they apply to the topic's logs at once.
 
         ``replace`` is Kafka's AlterConfigs: ``set_configs`` becomes the whole override set.
@@ -304,8 +334,11 @@ class TopicManager:
                 raise InvalidConfigError("; ".join(unknown_topic_config(k) for k in unknown))
             not_lists = [key for key in (*append, *subtract) if TOPIC_CONFIGS[key].type != "list"]
             if not_lists:
-                raise InvalidConfigError("; ".join(
-                    f"{key} is not a list: append and subtract apply to list configs only" for key in not_lists))
+                raise InvalidConfigError(
+                    "; ".join(
+                        f"{key} is not a list: append and subtract apply to list configs only" for key in not_lists
+                    )
+                )
             if replace:
                 overrides = dict(set_configs)
             else:
@@ -357,5 +390,3 @@ class TopicManager:
 
 class InvalidTopicCollision(InvalidTopicError):
     """Kafka refuses topics whose names differ only by '.' vs '_' (they share metric names)."""
-
-

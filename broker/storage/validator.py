@@ -135,7 +135,8 @@ def with_base_offset(batch: ValidatedBatch, offset: int) -> ValidatedBatch:
         return batch
     _BASE_OFFSET.pack_into(batch.records[0], 0, offset)
     return batch._replace(
-        first_offset=offset, last_offset=batch.last_offset + shift,
+        first_offset=offset,
+        last_offset=batch.last_offset + shift,
         shallow_offset_of_max_timestamp=batch.shallow_offset_of_max_timestamp + shift,
         offset_of_max_timestamp=batch.offset_of_max_timestamp + shift if batch.offset_of_max_timestamp >= 0 else -1,
     )
@@ -182,7 +183,8 @@ def validate_and_assign_offsets(
     if producer_id >= 0 and producer_epoch < 0:
         # Kafka's client never sends it; the producer state has no epoch to check it against.
         raise InvalidRecordError(
-            f"idempotent batch from producer {producer_id} has producer epoch {producer_epoch}; it must be >= 0")
+            f"idempotent batch from producer {producer_id} has producer epoch {producer_epoch}; it must be >= 0"
+        )
     view = memoryview(records)
     if crc32c(view[CRC_START:]) != crc:
         raise CorruptRecordError(
@@ -207,11 +209,15 @@ def validate_and_assign_offsets(
         log_append_time = config.log_append_time
         try:
             if log_append_time:  # record timestamps are replaced by the broker's: not checked (Kafka)
-                walked_max, max_index, in_sequence = walk_records(data, start, count, base_timestamp,
-                                                                  keys_required=config.compact)
+                walked_max, max_index, in_sequence = walk_records(
+                    data, start, count, base_timestamp, keys_required=config.compact
+                )
             else:
                 walked_max, max_index, in_sequence = walk_records(
-                    data, start, count, base_timestamp,
+                    data,
+                    start,
+                    count,
+                    base_timestamp,
                     min_timestamp=now_ms - config.message_timestamp_before_max_ms,
                     max_timestamp=now_ms + config.message_timestamp_after_max_ms,
                     keys_required=config.compact,
@@ -227,9 +233,19 @@ def validate_and_assign_offsets(
             offset_of_max = offset + max_index
         target = target_codec(config, codec)
         if target != codec or not in_sequence:
-            return _rebuild(data, start, read_header(records), target, offset=offset, config=config, now_ms=now_ms,
-                            leader_epoch=leader_epoch, max_timestamp=new_max, offset_of_max=offset_of_max,
-                            renumber=not in_sequence)
+            return _rebuild(
+                data,
+                start,
+                read_header(records),
+                target,
+                offset=offset,
+                config=config,
+                now_ms=now_ms,
+                leader_epoch=leader_epoch,
+                max_timestamp=new_max,
+                offset_of_max=offset_of_max,
+                renumber=not in_sequence,
+            )
 
         # In place: patch a copy of the header, keep the records as they are.
         head = bytearray(view[:HEADER_SIZE])
@@ -239,13 +255,15 @@ def validate_and_assign_offsets(
             _ATTRIBUTES.pack_into(head, ATTRIBUTES_OFFSET, attributes | TIMESTAMP_TYPE_MASK)
             _MAX_TIMESTAMP.pack_into(head, MAX_TIMESTAMP_OFFSET, now_ms)
             _CRC.pack_into(head, CRC_OFFSET, crc32c(body, crc32c(memoryview(head)[CRC_START:])))
-            return ValidatedBatch([head, body], size, offset, last_offset, now_ms, last_offset, now_ms, count,
-                                  offset_of_max)
+            return ValidatedBatch(
+                [head, body], size, offset, last_offset, now_ms, last_offset, now_ms, count, offset_of_max
+            )
         if new_max != max_timestamp:
             _MAX_TIMESTAMP.pack_into(head, MAX_TIMESTAMP_OFFSET, new_max)
             _CRC.pack_into(head, CRC_OFFSET, crc32c(body, crc32c(memoryview(head)[CRC_START:])))
-        return _new_tuple(ValidatedBatch, ([head, body], size, offset, last_offset, new_max, last_offset, -1, count,
-                                           offset_of_max))
+        return _new_tuple(
+            ValidatedBatch, ([head, body], size, offset, last_offset, new_max, last_offset, -1, count, offset_of_max)
+        )
     finally:
         if slot:
             _DECOMPRESSION_SLOTS.release()
@@ -257,12 +275,31 @@ def _raise_header_error(records, config: LogConfig) -> NoReturn:
     size = len(records)
     if size < HEADER_SIZE:
         _raise_framing_error(records)
-    (base_offset, batch_length, _, magic, _, attributes, last_offset_delta, _, _, producer_id, _, base_sequence,
-     count) = HEADER.unpack_from(records, 0)
+    (
+        base_offset,
+        batch_length,
+        _,
+        magic,
+        _,
+        attributes,
+        last_offset_delta,
+        _,
+        _,
+        producer_id,
+        _,
+        base_sequence,
+        count,
+    ) = HEADER.unpack_from(records, 0)
     if magic != CURRENT_MAGIC or batch_length + LOG_OVERHEAD != size:
         _raise_framing_error(records)
-    if base_offset != 0 or last_offset_delta + 1 != count or count <= 0 or attributes & CONTROL_FLAG \
-            or (producer_id >= 0 and base_sequence < 0) or attributes & COMPRESSION_MASK > CompressionType.ZSTD:
+    if (
+        base_offset != 0
+        or last_offset_delta + 1 != count
+        or count <= 0
+        or attributes & CONTROL_FLAG
+        or (producer_id >= 0 and base_sequence < 0)
+        or attributes & COMPRESSION_MASK > CompressionType.ZSTD
+    ):
         _check_header(read_header(records))
     _check_size(size, config)
 
@@ -305,11 +342,15 @@ def _check_size(size: int, config: LogConfig) -> None:
 def _timestamp_rule(timestamp: int, config: LogConfig, now_ms: int) -> str:
     """Which setting a refused timestamp breaks, for the error message."""
     if timestamp < now_ms - config.message_timestamp_before_max_ms:
-        return (f"more than message.timestamp.before.max.ms ({config.message_timestamp_before_max_ms}) "
-                f"before the broker's time {now_ms}")
+        return (
+            f"more than message.timestamp.before.max.ms ({config.message_timestamp_before_max_ms}) "
+            f"before the broker's time {now_ms}"
+        )
     if timestamp > now_ms + config.message_timestamp_after_max_ms:
-        return (f"more than message.timestamp.after.max.ms ({config.message_timestamp_after_max_ms}) "
-                f"after the broker's time {now_ms}")
+        return (
+            f"more than message.timestamp.after.max.ms ({config.message_timestamp_after_max_ms}) "
+            f"after the broker's time {now_ms}"
+        )
     return "outside the range of a 64-bit timestamp"
 
 
@@ -334,8 +375,20 @@ def _compression_level(config: LogConfig, codec: int) -> int | None:
     }.get(codec)
 
 
-def _rebuild(data, start: int, header: BatchHeader, codec: int, *, offset: int, config: LogConfig, now_ms: int,
-             leader_epoch: int, max_timestamp: int, offset_of_max: int, renumber: bool) -> ValidatedBatch:
+def _rebuild(
+    data,
+    start: int,
+    header: BatchHeader,
+    codec: int,
+    *,
+    offset: int,
+    config: LogConfig,
+    now_ms: int,
+    leader_epoch: int,
+    max_timestamp: int,
+    offset_of_max: int,
+    renumber: bool,
+) -> ValidatedBatch:
     """A new batch around the walked records: in the topic's codec, with offset deltas 0..n-1.
 
     Record bytes are reused as they are (timestamps stay base_timestamp + delta); only the
@@ -349,9 +402,23 @@ def _rebuild(data, start: int, header: BatchHeader, codec: int, *, offset: int, 
     append_time = config.log_append_time
     attributes = codec | (header.attributes & TRANSACTIONAL_FLAG) | (TIMESTAMP_TYPE_MASK if append_time else 0)
     built = bytearray(HEADER_SIZE + len(body))
-    HEADER.pack_into(built, 0, offset, len(built) - LOG_OVERHEAD, leader_epoch, CURRENT_MAGIC, 0, attributes,
-                     count - 1, header.base_timestamp, max_timestamp, header.producer_id, header.producer_epoch,
-                     header.base_sequence, count)
+    HEADER.pack_into(
+        built,
+        0,
+        offset,
+        len(built) - LOG_OVERHEAD,
+        leader_epoch,
+        CURRENT_MAGIC,
+        0,
+        attributes,
+        count - 1,
+        header.base_timestamp,
+        max_timestamp,
+        header.producer_id,
+        header.producer_epoch,
+        header.base_sequence,
+        count,
+    )
     built[HEADER_SIZE:] = body
     _CRC.pack_into(built, CRC_OFFSET, crc32c(memoryview(built)[CRC_START:]))
     if len(built) > config.max_message_bytes:
@@ -359,5 +426,14 @@ def _rebuild(data, start: int, header: BatchHeader, codec: int, *, offset: int, 
             f"record batch recompressed to {len(built)} bytes exceeds max.message.bytes ({config.max_message_bytes})"
         )
     last_offset = offset + count - 1
-    return ValidatedBatch([built], len(built), offset, last_offset, max_timestamp, last_offset,
-                          now_ms if append_time else -1, count, offset_of_max)
+    return ValidatedBatch(
+        [built],
+        len(built),
+        offset,
+        last_offset,
+        max_timestamp,
+        last_offset,
+        now_ms if append_time else -1,
+        count,
+        offset_of_max,
+    )

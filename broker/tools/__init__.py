@@ -22,8 +22,10 @@ def online_mode(args) -> bool:
     if args.bootstrap_server and offline:
         raise UsageError("give --bootstrap-server (online) or --config/--override (offline), not both")
     if not args.bootstrap_server and not offline:
-        raise UsageError("give --bootstrap-server (online, with --command-config for TLS/SASL) or "
-                         "--config/--override (offline, on a stopped broker)")
+        raise UsageError(
+            "give --bootstrap-server (online, with --command-config for TLS/SASL) or "
+            "--config/--override (offline, on a stopped broker)"
+        )
     if args.command_config and not args.bootstrap_server:
         raise UsageError("--command-config goes with --bootstrap-server")
     return bool(args.bootstrap_server)
@@ -51,8 +53,10 @@ def offline_store(args, open_store, what: str):
         directory.mkdir(parents=True, exist_ok=True)
         fd = OS_FS.lock(directory / LOCK_FILE)
     except BlockingIOError:
-        raise ToolError(f"the broker is running on {directory} (its lock is held): stop it first, or change "
-                        f"{what} online with --bootstrap-server") from None
+        raise ToolError(
+            f"the broker is running on {directory} (its lock is held): stop it first, or change "
+            f"{what} online with --bootstrap-server"
+        ) from None
     except OSError as exc:
         raise ToolError(f"cannot write {directory}: {exc.strerror or exc}") from None
     try:
@@ -68,12 +72,16 @@ def add_location_arguments(parser) -> None:
     on a stopped broker's data (found as serve finds it)."""
     online = parser.add_argument_group("online (through a running broker)")
     online.add_argument("--bootstrap-server", metavar="HOST:PORT", help="the broker to connect to")
-    online.add_argument("--command-config", metavar="FILE",
-                        help="Kafka client properties for TLS/SASL (security.protocol, sasl.*, ssl.*)")
+    online.add_argument(
+        "--command-config",
+        metavar="FILE",
+        help="Kafka client properties for TLS/SASL (security.protocol, sasl.*, ssl.*)",
+    )
     offline = parser.add_argument_group("offline (a stopped broker's data)")
     offline.add_argument("--config", metavar="FILE", help="the broker's server.properties file, as for serve")
-    offline.add_argument("--override", metavar="KEY=VALUE", action="append", default=[],
-                         help="one config key, as for serve (repeatable)")
+    offline.add_argument(
+        "--override", metavar="KEY=VALUE", action="append", default=[], help="one config key, as for serve (repeatable)"
+    )
 
 
 @contextlib.contextmanager

@@ -26,10 +26,22 @@ from triolog.broker.tools import ToolError, UsageError, add_location_arguments, 
 
 DESCRIPTION = (
     "Add, remove and list ACLs, like Kafka's kafka-acls.sh: online through --bootstrap-server (and "
-    "--command-config for TLS/SASL), or offline on a stopped broker's log dir (--config/--override, as serve).")
+    "--command-config for TLS/SASL), or offline on a stopped broker's log dir (--config/--override, as serve)."
+)
 
-OPERATIONS = ("All", "Read", "Write", "Create", "Delete", "Alter", "Describe", "ClusterAction", "DescribeConfigs",
-              "AlterConfigs", "IdempotentWrite")
+OPERATIONS = (
+    "All",
+    "Read",
+    "Write",
+    "Create",
+    "Delete",
+    "Alter",
+    "Describe",
+    "ClusterAction",
+    "DescribeConfigs",
+    "AlterConfigs",
+    "IdempotentWrite",
+)
 CLUSTER_NAME = "kafka-cluster"
 
 
@@ -38,25 +50,56 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     action.add_argument("--add", action="store_true", help="add ACLs")
     action.add_argument("--remove", action="store_true", help="remove ACLs")
     action.add_argument("--list", action="store_true", help="list ACLs")
-    parser.add_argument("--allow-principal", action="append", default=[], metavar="PRINCIPAL",
-                        help="who is allowed, e.g. User:alice or User:* (repeatable)")
-    parser.add_argument("--deny-principal", action="append", default=[], metavar="PRINCIPAL",
-                        help="who is denied (repeatable)")
-    parser.add_argument("--principal", action="append", default=[], metavar="PRINCIPAL",
-                        help="--list: only the ACLs of this principal (repeatable)")
-    parser.add_argument("--allow-host", action="append", default=[], metavar="HOST",
-                        help="the client IP an allow applies to (repeatable; default *)")
-    parser.add_argument("--deny-host", action="append", default=[], metavar="HOST",
-                        help="the client IP a deny applies to (repeatable; default *)")
-    parser.add_argument("--operation", action="append", default=[], metavar="OPERATION",
-                        help=f"one of {', '.join(OPERATIONS)}, any case (repeatable; --add needs one)")
+    parser.add_argument(
+        "--allow-principal",
+        action="append",
+        default=[],
+        metavar="PRINCIPAL",
+        help="who is allowed, e.g. User:alice or User:* (repeatable)",
+    )
+    parser.add_argument(
+        "--deny-principal", action="append", default=[], metavar="PRINCIPAL", help="who is denied (repeatable)"
+    )
+    parser.add_argument(
+        "--principal",
+        action="append",
+        default=[],
+        metavar="PRINCIPAL",
+        help="--list: only the ACLs of this principal (repeatable)",
+    )
+    parser.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="HOST",
+        help="the client IP an allow applies to (repeatable; default *)",
+    )
+    parser.add_argument(
+        "--deny-host",
+        action="append",
+        default=[],
+        metavar="HOST",
+        help="the client IP a deny applies to (repeatable; default *)",
+    )
+    parser.add_argument(
+        "--operation",
+        action="append",
+        default=[],
+        metavar="OPERATION",
+        help=f"one of {', '.join(OPERATIONS)}, any case (repeatable; --add needs one)",
+    )
     parser.add_argument("--topic", action="append", default=[], metavar="TOPIC", help="a topic resource (repeatable)")
     parser.add_argument("--group", action="append", default=[], metavar="GROUP", help="a group resource (repeatable)")
     parser.add_argument("--cluster", action="store_true", help="the cluster resource (kafka-cluster)")
-    parser.add_argument("--transactional-id", action="append", default=[], metavar="ID",
-                        help="a transactional id resource (repeatable)")
-    parser.add_argument("--resource-pattern-type", default=None, metavar="TYPE",
-                        help="literal (default) or prefixed; --list and --remove also take match and any")
+    parser.add_argument(
+        "--transactional-id", action="append", default=[], metavar="ID", help="a transactional id resource (repeatable)"
+    )
+    parser.add_argument(
+        "--resource-pattern-type",
+        default=None,
+        metavar="TYPE",
+        help="literal (default) or prefixed; --list and --remove also take match and any",
+    )
     add_location_arguments(parser)
 
 
@@ -86,8 +129,19 @@ def run(args: argparse.Namespace) -> int:
         return _fail(str(exc), 1)
 
 
-_OPERATION_NAMES = ("ALL", "READ", "WRITE", "CREATE", "DELETE", "ALTER", "DESCRIBE", "CLUSTER_ACTION",
-                    "DESCRIBE_CONFIGS", "ALTER_CONFIGS", "IDEMPOTENT_WRITE")
+_OPERATION_NAMES = (
+    "ALL",
+    "READ",
+    "WRITE",
+    "CREATE",
+    "DELETE",
+    "ALTER",
+    "DESCRIBE",
+    "CLUSTER_ACTION",
+    "DESCRIBE_CONFIGS",
+    "ALTER_CONFIGS",
+    "IDEMPOTENT_WRITE",
+)
 
 
 def _pattern_type(args) -> str | None:
@@ -97,8 +151,10 @@ def _pattern_type(args) -> str | None:
     value = raw.strip().upper()
     allowed = ("LITERAL", "PREFIXED") if args.add else ("LITERAL", "PREFIXED", "MATCH", "ANY")
     if value not in allowed:
-        raise UsageError(f"--resource-pattern-type must be one of {', '.join(a.lower() for a in allowed)}"
-                         f"{' with --add' if args.add else ''}, got {raw!r}")
+        raise UsageError(
+            f"--resource-pattern-type must be one of {', '.join(a.lower() for a in allowed)}"
+            f"{' with --add' if args.add else ''}, got {raw!r}"
+        )
     return value
 
 
@@ -121,20 +177,31 @@ def _act(args, acls, resources, pattern_type, operations) -> int:
         pattern = pattern_type or "LITERAL"
         entries = [(p, h, "ALLOW") for p in args.allow_principal for h in (args.allow_host or ["*"])]
         entries += [(p, h, "DENY") for p in args.deny_principal for h in (args.deny_host or ["*"])]
-        bindings = [AclBinding(kind, name, principal, op, permission, host, pattern)
-                    for kind, name in resources for principal, host, permission in entries for op in operations]
+        bindings = [
+            AclBinding(kind, name, principal, op, permission, host, pattern)
+            for kind, name in resources
+            for principal, host, permission in entries
+            for op in operations
+        ]
         for kind, name in resources:
-            _print_resource("Adding ACLs for resource", (kind, name, pattern),
-                            [b for b in bindings if (b.resource_type, b.resource_name) == (kind, name)])
+            _print_resource(
+                "Adding ACLs for resource",
+                (kind, name, pattern),
+                [b for b in bindings if (b.resource_type, b.resource_name) == (kind, name)],
+            )
         acls.create(bindings)
         for kind, name in resources:
-            _print_resource("Current ACLs for resource", (kind, name, pattern),
-                            acls.describe(AclBindingFilter(kind, name, pattern_type=pattern)))
+            _print_resource(
+                "Current ACLs for resource",
+                (kind, name, pattern),
+                acls.describe(AclBindingFilter(kind, name, pattern_type=pattern)),
+            )
         return 0
     if args.remove:
         pattern = pattern_type or "LITERAL"
-        principals = ([(p, args.allow_host or [None], "ALLOW") for p in args.allow_principal]
-                      + [(p, args.deny_host or [None], "DENY") for p in args.deny_principal])
+        principals = [(p, args.allow_host or [None], "ALLOW") for p in args.allow_principal] + [
+            (p, args.deny_host or [None], "DENY") for p in args.deny_principal
+        ]
         filters = []
         for kind, name in resources:
             if principals or operations:
@@ -175,8 +242,9 @@ def _print_resource(title: str, key: tuple[str, str, str], bindings: list) -> No
     kind, name, pattern = key
     print(f"{title} `ResourcePattern(resourceType={kind}, name={name}, patternType={pattern})`: ")
     for b in bindings:
-        print(f" \t(principal={b.principal}, host={b.host}, operation={b.operation}, "
-              f"permissionType={b.permission_type}) ")
+        print(
+            f" \t(principal={b.principal}, host={b.host}, operation={b.operation}, permissionType={b.permission_type}) "
+        )
     print()
 
 
@@ -219,30 +287,43 @@ class _Offline:
     def create(self, bindings) -> None:
         from triolog.broker.security.acl import AccessControlEntry, AclBinding, ResourcePattern
 
-        self.store.create([AclBinding(ResourcePattern(b.resource_type, b.resource_name, b.pattern_type),
-                                      AccessControlEntry(b.principal, b.host, b.operation,
-                                                         b.permission_type)).validate() for b in bindings])
+        self.store.create(
+            [
+                AclBinding(
+                    ResourcePattern(b.resource_type, b.resource_name, b.pattern_type),
+                    AccessControlEntry(b.principal, b.host, b.operation, b.permission_type),
+                ).validate()
+                for b in bindings
+            ]
+        )
 
     def describe(self, acl_filter) -> list:
         return [_client_binding(b) for b in self.store.describe(_store_filter(acl_filter))]
 
     def delete(self, filters) -> list[list]:
-        return [[_client_binding(b) for b in group]
-                for group in self.store.delete([_store_filter(f) for f in filters])]
+        return [[_client_binding(b) for b in group] for group in self.store.delete([_store_filter(f) for f in filters])]
 
 
 def _store_filter(f):
     from triolog.broker.security.acl import AclBindingFilter
 
-    return AclBindingFilter(f.resource_type, f.resource_name, f.pattern_type, f.principal, f.host, f.operation,
-                            f.permission_type).validate()
+    return AclBindingFilter(
+        f.resource_type, f.resource_name, f.pattern_type, f.principal, f.host, f.operation, f.permission_type
+    ).validate()
 
 
 def _client_binding(b):
     from triolog.client.admin_core import AclBinding
 
-    return AclBinding(b.pattern.resource_type.name, b.pattern.name, b.entry.principal, b.entry.operation.name,
-                      b.entry.permission_type.name, b.entry.host, b.pattern.pattern_type.name)
+    return AclBinding(
+        b.pattern.resource_type.name,
+        b.pattern.name,
+        b.entry.principal,
+        b.entry.operation.name,
+        b.entry.permission_type.name,
+        b.entry.host,
+        b.pattern.pattern_type.name,
+    )
 
 
 def _fail(message: str, code: int = 1) -> int:

@@ -30,18 +30,21 @@ DESCRIPTION = (
     "Set, delete and describe client quotas (producer_byte_rate, consumer_byte_rate, request_percentage per user "
     "and/or client id; "
     "connection_creation_rate per IP), like Kafka's kafka-configs.sh: online through --bootstrap-server (and "
-    "--command-config for TLS/SASL), or offline on a stopped broker's log dir (--config/--override, as serve).")
+    "--command-config for TLS/SASL), or offline on a stopped broker's log dir (--config/--override, as serve)."
+)
 
 #: kafka-configs.sh's entity types -> the quota entity types of the wire (Kafka's ClientQuotaEntity).
 ENTITY_TYPES = {"users": "user", "clients": "client-id", "ips": "ip"}
 #: How the describe lines name each type, as kafka-configs.sh does.
 _DESCRIBED_AS = {"user": "user-principal", "client-id": "client-id", "ip": "ip"}
-_TOPIC_HINT = ("topic configs are set with `triolog topics --alter --topic NAME --config KEY=VALUE` (and "
-               "--delete-config KEY), and described with `triolog topics --describe`")
+_TOPIC_HINT = (
+    "topic configs are set with `triolog topics --alter --topic NAME --config KEY=VALUE` (and "
+    "--delete-config KEY), and described with `triolog topics --describe`"
+)
 _NOT_HERE = {
     "topics": _TOPIC_HINT,
     "brokers": "broker configs are static in triolog (server.properties, or --override when starting serve); "
-               + _TOPIC_HINT.replace("topic configs", "per-topic overrides", 1),
+    + _TOPIC_HINT.replace("topic configs", "per-topic overrides", 1),
     "broker-loggers": "the broker's log level is logger.level in server.properties",
 }
 
@@ -58,29 +61,64 @@ class _Entity(argparse.Action):
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     action = parser.add_mutually_exclusive_group(required=True)
-    action.add_argument("--alter", action="store_true", help="change an entity's quotas (--add-config, --delete-config)")
+    action.add_argument(
+        "--alter", action="store_true", help="change an entity's quotas (--add-config, --delete-config)"
+    )
     action.add_argument("--describe", action="store_true", help="print the quotas of the entities given")
     parser.set_defaults(entity=None)
     entity = parser.add_argument_group("entity")
-    entity.add_argument("--entity-type", action=_Entity, const="type", metavar="TYPE",
-                        help="users, clients or ips (repeatable: users and clients together name a user's client)")
-    entity.add_argument("--entity-name", action=_Entity, const="name", metavar="NAME",
-                        help="the name of the entity of the --entity-type before it (a user, a client id, an IP)")
-    entity.add_argument("--entity-default", action=_Entity, const="default", nargs=0,
-                        help="the default entity of the --entity-type before it (Kafka's <default>)")
-    for flag, kind, what, default in (("--user", "users", "a user (its principal's name)", "user"),
-                                      ("--client", "clients", "a client id", "client id"),
-                                      ("--ip", "ips", "an IP address", "IP")):
-        entity.add_argument(flag, action=_Entity, const=kind, metavar="NAME",
-                            help=f"{what}: --entity-type {kind} --entity-name NAME")
-        entity.add_argument(f"{flag}-defaults", action=_Entity, const=f"{kind}-default", nargs=0,
-                            help=f"the default {default}: --entity-type {kind} --entity-default")
-    parser.add_argument("--add-config", action="append", default=[], metavar="K=V,K2=V2",
-                        help="quotas to set: producer_byte_rate, consumer_byte_rate (bytes per second), "
-                             "request_percentage (percent of a thread's time) for users and clients; "
-                             "connection_creation_rate (per second) for ips")
-    parser.add_argument("--delete-config", action="append", default=[], metavar="K,K2",
-                        help="quotas to remove (comma-separated, repeatable)")
+    entity.add_argument(
+        "--entity-type",
+        action=_Entity,
+        const="type",
+        metavar="TYPE",
+        help="users, clients or ips (repeatable: users and clients together name a user's client)",
+    )
+    entity.add_argument(
+        "--entity-name",
+        action=_Entity,
+        const="name",
+        metavar="NAME",
+        help="the name of the entity of the --entity-type before it (a user, a client id, an IP)",
+    )
+    entity.add_argument(
+        "--entity-default",
+        action=_Entity,
+        const="default",
+        nargs=0,
+        help="the default entity of the --entity-type before it (Kafka's <default>)",
+    )
+    for flag, kind, what, default in (
+        ("--user", "users", "a user (its principal's name)", "user"),
+        ("--client", "clients", "a client id", "client id"),
+        ("--ip", "ips", "an IP address", "IP"),
+    ):
+        entity.add_argument(
+            flag, action=_Entity, const=kind, metavar="NAME", help=f"{what}: --entity-type {kind} --entity-name NAME"
+        )
+        entity.add_argument(
+            f"{flag}-defaults",
+            action=_Entity,
+            const=f"{kind}-default",
+            nargs=0,
+            help=f"the default {default}: --entity-type {kind} --entity-default",
+        )
+    parser.add_argument(
+        "--add-config",
+        action="append",
+        default=[],
+        metavar="K=V,K2=V2",
+        help="quotas to set: producer_byte_rate, consumer_byte_rate (bytes per second), "
+        "request_percentage (percent of a thread's time) for users and clients; "
+        "connection_creation_rate (per second) for ips",
+    )
+    parser.add_argument(
+        "--delete-config",
+        action="append",
+        default=[],
+        metavar="K,K2",
+        help="quotas to remove (comma-separated, repeatable)",
+    )
     add_location_arguments(parser)
 
 
@@ -107,11 +145,14 @@ def _entity_pairs(args) -> list[tuple[str, str | None]]:
     long_form = [(kind, value) for kind, value in given if kind in ("type", "name", "default")]
     shorthand = [(kind, value) for kind, value in given if kind not in ("type", "name", "default")]
     if long_form and shorthand:
-        raise UsageError("--entity-type/--entity-name/--entity-default cannot be mixed with --user, --client, --ip "
-                         "and their -defaults")
+        raise UsageError(
+            "--entity-type/--entity-name/--entity-default cannot be mixed with --user, --client, --ip "
+            "and their -defaults"
+        )
     if shorthand:
-        return [(kind[:-len("-default")], "") if kind.endswith("-default") else (kind, value)
-                for kind, value in shorthand]
+        return [
+            (kind[: -len("-default")], "") if kind.endswith("-default") else (kind, value) for kind, value in shorthand
+        ]
     types = [value for kind, value in long_form if kind == "type"]
     names = [value if kind == "name" else "" for kind, value in long_form if kind != "type"]
     if len(names) > len(types):
@@ -121,8 +162,10 @@ def _entity_pairs(args) -> list[tuple[str, str | None]]:
 
 def _check(args, pairs, added, deleted) -> None:
     if not pairs:
-        raise UsageError("give an entity: --entity-type users|clients|ips with --entity-name NAME or "
-                         "--entity-default, or --user/--client/--ip NAME")
+        raise UsageError(
+            "give an entity: --entity-type users|clients|ips with --entity-name NAME or "
+            "--entity-default, or --user/--client/--ip NAME"
+        )
     kinds = [kind for kind, _ in pairs]
     for kind in kinds:
         if kind in _NOT_HERE:
@@ -185,9 +228,13 @@ def _filter(pairs):
     from triolog.client.types import ClientQuotaFilter, ClientQuotaFilterComponent as Component
 
     return ClientQuotaFilter.contains_only(
-        Component.of_entity_type(ENTITY_TYPES[kind]) if name is None
-        else Component.of_default_entity(ENTITY_TYPES[kind]) if name == ""
-        else Component.of_entity(ENTITY_TYPES[kind], name) for kind, name in pairs)
+        Component.of_entity_type(ENTITY_TYPES[kind])
+        if name is None
+        else Component.of_default_entity(ENTITY_TYPES[kind])
+        if name == ""
+        else Component.of_entity(ENTITY_TYPES[kind], name)
+        for kind, name in pairs
+    )
 
 
 def _act(args, quotas, pairs, added, deleted) -> int:
@@ -197,8 +244,10 @@ def _act(args, quotas, pairs, added, deleted) -> int:
     if args.describe:
         found = quotas.describe(_filter(pairs))
         for entity in sorted(found, key=lambda e: e.sort_key()):
-            print(f"Quota configs for {describe_entity(entity)} are "
-                  + ", ".join(f"{key}={java_double(value)}" for key, value in sorted(found[entity].items())))
+            print(
+                f"Quota configs for {describe_entity(entity)} are "
+                + ", ".join(f"{key}={java_double(value)}" for key, value in sorted(found[entity].items()))
+            )
         return 0
     entity = _entity(pairs)
     current = quotas.describe(_filter(pairs)).get(entity, {}) if deleted else {}
@@ -275,8 +324,9 @@ class _Offline:
         from triolog.client.types import ClientQuotaEntity
 
         found = {ClientQuotaEntity(dict(entity.parts)): values for entity, values in self.store.describe().items()}
-        return {entity: dict(sorted(values.items())) for entity, values in found.items()
-                if quota_filter.matches(entity)}
+        return {
+            entity: dict(sorted(values.items())) for entity, values in found.items() if quota_filter.matches(entity)
+        }
 
     def alter(self, alteration) -> None:
         """As the broker applies an alter_client_quotas entry: values rounded to whole units."""

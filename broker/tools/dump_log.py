@@ -181,7 +181,7 @@ class _Segment:
             self._window = os.pread(self._fd, max(length, _READ_WINDOW), position)
             self._window_start = position
             start = 0
-        return memoryview(self._window)[start:start + length]
+        return memoryview(self._window)[start : start + length]
 
     def frames(self, start: int, end: int) -> Iterator[tuple[int, int, tuple[int, int, int, int]]]:
         """(position, size, (base offset, size field, leader epoch, magic)) of each batch in [start, end).
@@ -255,7 +255,7 @@ class _Dumper:
                 continue
             self._print(f"Dumping {path}")
             name = os.path.basename(path)
-            suffix = name[name.rfind("."):] if "." in name else ""
+            suffix = name[name.rfind(".") :] if "." in name else ""
             handler = {
                 LOG_SUFFIX: self._dump_log,
                 INDEX_SUFFIX: self._dump_offset_index,
@@ -317,14 +317,18 @@ class _Dumper:
             raise _FileError(f"{path}: {exc}") from None
         for entry in entries:
             txn = entry.current_txn_first_offset
-            line = (f"producerId: {entry.producer_id} producerEpoch: {entry.producer_epoch} "
-                    f"coordinatorEpoch: {entry.coordinator_epoch} currentTxnFirstOffset: "
-                    f"{'OptionalLong.empty' if txn < 0 else f'OptionalLong[{txn}]'} "
-                    f"lastTimestamp: {entry.last_timestamp} ")
+            line = (
+                f"producerId: {entry.producer_id} producerEpoch: {entry.producer_epoch} "
+                f"coordinatorEpoch: {entry.coordinator_epoch} currentTxnFirstOffset: "
+                f"{'OptionalLong.empty' if txn < 0 else f'OptionalLong[{txn}]'} "
+                f"lastTimestamp: {entry.last_timestamp} "
+            )
             for batch in list(entry.batch_metadata)[:1]:
-                line += (f"firstSequence: {batch.first_seq} lastSequence: {batch.last_seq} "
-                         f"lastOffset: {batch.last_offset} offsetDelta: {batch.offset_delta} "
-                         f"timestamp: {batch.timestamp}")
+                line += (
+                    f"firstSequence: {batch.first_seq} lastSequence: {batch.last_seq} "
+                    f"lastOffset: {batch.last_offset} offsetDelta: {batch.offset_delta} "
+                    f"timestamp: {batch.timestamp}"
+                )
             self._print(line)
 
     # -- .log --------------------------------------------------------------------------------
@@ -440,7 +444,8 @@ class _Dumper:
                 key_size = -1 if record.key is None else len(record.key)
                 value_size = -1 if record.value is None else len(record.value)
                 sequence = (
-                    -1 if header.base_sequence < 0
+                    -1
+                    if header.base_sequence < 0
                     else _increment_sequence(header.base_sequence, record.offset - header.base_offset)
                 )
                 parts.append(
@@ -649,24 +654,43 @@ def _non_negative_int(text: str) -> int:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of Kafka's kafka-dump-log.sh that apply to triolog's files."""
-    parser.add_argument("--files", required=True, metavar="FILE1,FILE2,...",
-                        help="REQUIRED: comma separated list of .log, .index and .timeindex files to dump")
-    parser.add_argument("--print-data-log", action="store_true",
-                        help="print each record's key and payload (as UTF-8); implies --deep-iteration")
-    parser.add_argument("--deep-iteration", action="store_true",
-                        help="print every record, not only every batch")
-    parser.add_argument("--verify-index-only", action="store_true",
-                        help="check index entries against the log without printing them")
-    parser.add_argument("--index-sanity-check", action="store_true",
-                        help="only run the sanity check a broker runs on an index")
-    parser.add_argument("--max-bytes", type=_non_negative_int, default=None, metavar="SIZE",
-                        help="read at most SIZE bytes of each .log file (default: all)")
-    parser.add_argument("--max-message-size", type=_non_negative_int, default=DEFAULT_MAX_MESSAGE_SIZE,
-                        metavar="SIZE",
-                        help="size of the largest batch an index entry may point at "
-                             f"(default {DEFAULT_MAX_MESSAGE_SIZE})")
-    parser.add_argument("--skip-record-metadata", action="store_true",
-                        help="with deep iteration, print no offset/timestamp/size/sequence/header details")
+    parser.add_argument(
+        "--files",
+        required=True,
+        metavar="FILE1,FILE2,...",
+        help="REQUIRED: comma separated list of .log, .index and .timeindex files to dump",
+    )
+    parser.add_argument(
+        "--print-data-log",
+        action="store_true",
+        help="print each record's key and payload (as UTF-8); implies --deep-iteration",
+    )
+    parser.add_argument("--deep-iteration", action="store_true", help="print every record, not only every batch")
+    parser.add_argument(
+        "--verify-index-only", action="store_true", help="check index entries against the log without printing them"
+    )
+    parser.add_argument(
+        "--index-sanity-check", action="store_true", help="only run the sanity check a broker runs on an index"
+    )
+    parser.add_argument(
+        "--max-bytes",
+        type=_non_negative_int,
+        default=None,
+        metavar="SIZE",
+        help="read at most SIZE bytes of each .log file (default: all)",
+    )
+    parser.add_argument(
+        "--max-message-size",
+        type=_non_negative_int,
+        default=DEFAULT_MAX_MESSAGE_SIZE,
+        metavar="SIZE",
+        help=f"size of the largest batch an index entry may point at (default {DEFAULT_MAX_MESSAGE_SIZE})",
+    )
+    parser.add_argument(
+        "--skip-record-metadata",
+        action="store_true",
+        help="with deep iteration, print no offset/timestamp/size/sequence/header details",
+    )
 
 
 def options_from_args(args: argparse.Namespace) -> DumpOptions:

@@ -22,7 +22,8 @@ from triolog.broker.tools import ToolError, add_location_arguments, offline_stor
 DESCRIPTION = (
     "Add, delete and list the SASL/SCRAM users of a broker. Online through --bootstrap-server (and "
     "--command-config for TLS/SASL), or offline on a stopped broker's log.dirs (found through --config and "
-    "--override, as serve finds them; the change takes effect at the next start).")
+    "--override, as serve finds them; the change takes effect at the next start)."
+)
 
 MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 
@@ -34,11 +35,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     action.add_argument("--list", action="store_true", help="list the users and their mechanisms")
     parser.add_argument("--user", metavar="NAME", help="the user name (its principal is User:NAME)")
     parser.add_argument("--password", metavar="PASSWORD", help="the password (--add)")
-    parser.add_argument("--mechanism", choices=MECHANISMS, action="append", metavar="MECHANISM",
-                        help="SCRAM-SHA-256 or SCRAM-SHA-512 (repeatable); --add: both by default, so every "
-                             "mechanism a listener offers works; --delete: every mechanism of the user by default")
-    parser.add_argument("--iterations", type=int, default=4096, metavar="N",
-                        help="SCRAM iterations, 4096..16384 (default 4096, Kafka's minimum)")
+    parser.add_argument(
+        "--mechanism",
+        choices=MECHANISMS,
+        action="append",
+        metavar="MECHANISM",
+        help="SCRAM-SHA-256 or SCRAM-SHA-512 (repeatable); --add: both by default, so every "
+        "mechanism a listener offers works; --delete: every mechanism of the user by default",
+    )
+    parser.add_argument(
+        "--iterations",
+        type=int,
+        default=4096,
+        metavar="N",
+        help="SCRAM iterations, 4096..16384 (default 4096, Kafka's minimum)",
+    )
     add_location_arguments(parser)
 
 
@@ -88,14 +99,19 @@ def _run_online(args: argparse.Namespace) -> int:
         with online_admin(args, "triolog-users") as admin:
             if args.list:
                 for user, described in sorted(admin.describe_user_scram_credentials().items()):
-                    print(f"User:{user} " + " ".join(f"{i.mechanism}(iterations={i.iterations})"
-                                                     for i in described.credential_infos))
+                    print(
+                        f"User:{user} "
+                        + " ".join(f"{i.mechanism}(iterations={i.iterations})" for i in described.credential_infos)
+                    )
                 return 0
             if args.add:
                 mechanisms = args.mechanism or list(MECHANISMS)
-                admin.alter_user_scram_credentials([UserScramCredentialUpsertion(args.user, mechanism, args.password,
-                                                                                 args.iterations)
-                                                    for mechanism in mechanisms])
+                admin.alter_user_scram_credentials(
+                    [
+                        UserScramCredentialUpsertion(args.user, mechanism, args.password, args.iterations)
+                        for mechanism in mechanisms
+                    ]
+                )
                 print(f"User:{args.user}: {', '.join(mechanisms)} credentials set on {args.bootstrap_server}")
                 return 0
             described = admin.describe_user_scram_credentials().get(args.user)
@@ -103,8 +119,9 @@ def _run_online(args: argparse.Namespace) -> int:
             wanted = args.mechanism or present
             missing = [m for m in wanted if m not in present]
             if not present or missing:
-                return _fail(f"User:{args.user} has no {', '.join(missing) or 'SCRAM'} credential on "
-                             f"{args.bootstrap_server}")
+                return _fail(
+                    f"User:{args.user} has no {', '.join(missing) or 'SCRAM'} credential on {args.bootstrap_server}"
+                )
             admin.alter_user_scram_credentials([UserScramCredentialDeletion(args.user, m) for m in wanted])
             print(f"User:{args.user}: {', '.join(wanted)} credentials deleted on {args.bootstrap_server}")
             return 0

@@ -15,7 +15,10 @@ TOOLS = (
     ("consume", "consume", "print the records of a topic"),
     ("offsets", "offsets", "print partition offsets for a time (latest, earliest, ms)"),
     ("delete-records", "delete_records", "delete records below an offset, like Kafka's kafka-delete-records.sh"),
-    ("groups", "groups", "list, describe, delete consumer groups or reset their offsets, like "
-                         "kafka-consumer-groups.sh"),
+    (
+        "groups",
+        "groups",
+        "list, describe, delete consumer groups or reset their offsets, like kafka-consumer-groups.sh",
+    ),
     ("health", "health", "check that the broker answers (api_versions); exit 0 or 1"),
 )

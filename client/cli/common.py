@@ -30,16 +30,24 @@ def _bootstrap(value: str) -> str:
 
 def add_bootstrap(parser: argparse.ArgumentParser) -> None:
     default = os.environ.get(BOOTSTRAP_ENV) or DEFAULT_BOOTSTRAP
-    parser.add_argument("--bootstrap-server", metavar="HOST:PORT", default=default, type=_bootstrap,
-                        help=f"the broker to connect to (default: ${BOOTSTRAP_ENV} if set, else {DEFAULT_BOOTSTRAP})")
+    parser.add_argument(
+        "--bootstrap-server",
+        metavar="HOST:PORT",
+        default=default,
+        type=_bootstrap,
+        help=f"the broker to connect to (default: ${BOOTSTRAP_ENV} if set, else {DEFAULT_BOOTSTRAP})",
+    )
     add_command_config(parser)
 
 
 def add_command_config(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--command-config", metavar="FILE",
-                        help="a Kafka client properties file: security.protocol, sasl.mechanism, sasl.username, "
-                             "sasl.password or sasl.jaas.config, ssl.truststore.location (PEM)... as Kafka's tools "
-                             "take it")
+    parser.add_argument(
+        "--command-config",
+        metavar="FILE",
+        help="a Kafka client properties file: security.protocol, sasl.mechanism, sasl.username, "
+        "sasl.password or sasl.jaas.config, ssl.truststore.location (PEM)... as Kafka's tools "
+        "take it",
+    )
 
 
 def client_security(args: argparse.Namespace) -> dict:
@@ -55,8 +63,9 @@ def client_security(args: argparse.Namespace) -> dict:
 
 def add_output(parser: argparse.ArgumentParser, what: str = "one JSON document") -> None:
     """``--output text|json`` and its short form ``-J`` (= ``--output json``)."""
-    parser.add_argument("--output", choices=("text", "json"), default="text",
-                        help=f"text (default, Kafka's format) or json ({what})")
+    parser.add_argument(
+        "--output", choices=("text", "json"), default="text", help=f"text (default, Kafka's format) or json ({what})"
+    )
     parser.add_argument("-J", dest="output", action="store_const", const="json", help="same as --output json")
 
 

@@ -35,13 +35,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--partition", type=non_negative, metavar="N", help="consume only this partition")
     start = parser.add_mutually_exclusive_group()
     start.add_argument("--from-beginning", action="store_true", help="start at the earliest offset")
-    start.add_argument("--offset", type=non_negative, metavar="N",
-                       help="start at offset N (of --partition, or of every partition)")
-    start.add_argument("--timestamp", type=non_negative, metavar="MS",
-                       help="start at the first record with timestamp >= MS (epoch milliseconds)")
+    start.add_argument(
+        "--offset", type=non_negative, metavar="N", help="start at offset N (of --partition, or of every partition)"
+    )
+    start.add_argument(
+        "--timestamp",
+        type=non_negative,
+        metavar="MS",
+        help="start at the first record with timestamp >= MS (epoch milliseconds)",
+    )
     parser.add_argument("--max-messages", type=non_negative, metavar="N", help="exit after N records")
-    parser.add_argument("--timeout-ms", type=non_negative, metavar="MS",
-                        help="exit when no record arrives for MS milliseconds (default: wait forever)")
+    parser.add_argument(
+        "--timeout-ms",
+        type=non_negative,
+        metavar="MS",
+        help="exit when no record arrives for MS milliseconds (default: wait forever)",
+    )
     parser.add_argument("--separator", default="\t", metavar="S", help="between printed fields (default tab)")
     for field in ("timestamp", "partition", "offset", "headers", "key"):
         parser.add_argument(f"--print-{field}", action="store_true", help=f"print each record's {field}")
@@ -57,8 +66,9 @@ def _line(record, args) -> bytes:
     if args.print_offset:
         fields.append(f"Offset:{record.offset}".encode())
     if args.print_headers:
-        fields.append(b",".join(k.encode() + b":" + (b"null" if v is None else v) for k, v in record.headers)
-                      or b"NO_HEADERS")
+        fields.append(
+            b",".join(k.encode() + b":" + (b"null" if v is None else v) for k, v in record.headers) or b"NO_HEADERS"
+        )
     if args.print_key:
         fields.append(b"null" if record.key is None else record.key)
     fields.append(b"null" if record.value is None else record.value)
@@ -72,9 +82,18 @@ def _json_line(record) -> bytes:
     for name, data in record.headers:
         text, b64 = bytes_field(data)
         headers.append({"key": name, "value": text, "value_base64": b64})
-    doc = {"topic": record.topic, "partition": record.partition, "offset": record.offset,
-           "timestamp": record.timestamp, "timestamp_type": record.timestamp_type,
-           "key": key, "key_base64": key_b64, "value": value, "value_base64": value_b64, "headers": headers}
+    doc = {
+        "topic": record.topic,
+        "partition": record.partition,
+        "offset": record.offset,
+        "timestamp": record.timestamp,
+        "timestamp_type": record.timestamp_type,
+        "key": key,
+        "key_base64": key_b64,
+        "value": value,
+        "value_base64": value_b64,
+        "headers": headers,
+    }
     return json.dumps(doc, ensure_ascii=False).encode() + b"\n"
 
 
@@ -90,8 +109,9 @@ def run(args: argparse.Namespace) -> int:
         partitions = [p.partition for p in admin.describe_topics([args.topic])[args.topic].partitions]
     if args.partition is not None:
         if args.partition not in partitions:
-            raise UnknownTopicOrPartitionError(f"topic {args.topic!r} has no partition {args.partition}",
-                                               topic=args.topic, partition=args.partition)
+            raise UnknownTopicOrPartitionError(
+                f"topic {args.topic!r} has no partition {args.partition}", topic=args.topic, partition=args.partition
+            )
         partitions = [args.partition]
     tps = [TopicPartition(args.topic, p) for p in partitions]
     reset = "none" if args.offset is not None else ("earliest" if args.from_beginning else "latest")
@@ -100,8 +120,9 @@ def run(args: argparse.Namespace) -> int:
     count = 0
     # Ctrl-C and a closed stdout (| head) end in triolog.broker.cli.main: 130 and 0, quietly.
     try:
-        with Consumer(args.bootstrap_server, auto_offset_reset=reset,
-                      consumer_timeout_ms=args.timeout_ms, **security) as consumer:
+        with Consumer(
+            args.bootstrap_server, auto_offset_reset=reset, consumer_timeout_ms=args.timeout_ms, **security
+        ) as consumer:
             consumer.assign(tps)
             if args.offset is not None:
                 for tp in tps:
@@ -140,8 +161,10 @@ class _CtrlCBetweenRecords:
     def installed(cls):
         """The SIGINT handler in place for the ``with`` (main thread only; else a no-op shield)."""
         shield = cls()
-        if threading.current_thread() is not threading.main_thread() \
-                or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        if (
+            threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+        ):
             yield shield
             return
         previous = signal.signal(signal.SIGINT, shield._on_sigint)

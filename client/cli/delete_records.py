@@ -29,8 +29,10 @@ from .common import (
     reports_errors,
 )
 
-DESCRIPTION = ("Delete the records of partitions below an offset (move their log start offset), like Kafka's "
-               "kafka-delete-records.sh. Offset -1 means the high watermark: everything written so far.")
+DESCRIPTION = (
+    "Delete the records of partitions below an offset (move their log start offset), like Kafka's "
+    "kafka-delete-records.sh. Offset -1 means the high watermark: everything written so far."
+)
 
 
 def _offset(text: str) -> int:
@@ -45,15 +47,24 @@ def _offset(text: str) -> int:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_bootstrap(parser)
-    parser.add_argument("--offset-json-file", metavar="FILE",
-                        help='partitions and offsets in Kafka\'s format: {"partitions": [{"topic": "T", '
-                             '"partition": 0, "offset": 42}], "version": 1}')
+    parser.add_argument(
+        "--offset-json-file",
+        metavar="FILE",
+        help='partitions and offsets in Kafka\'s format: {"partitions": [{"topic": "T", '
+        '"partition": 0, "offset": 42}], "version": 1}',
+    )
     parser.add_argument("--topic", metavar="NAME", help="with --partition and --offset: one partition")
     parser.add_argument("--partition", type=int, metavar="N", help="the partition of --topic")
-    parser.add_argument("--offset", type=_offset, metavar="OFFSET",
-                        help="delete the records below OFFSET; -1 = the high watermark (all records)")
-    add_output(parser, '{"partitions": [{"topic", "partition", "low_watermark"} or '
-                       '{"topic", "partition", "error", "error_message"}]}')
+    parser.add_argument(
+        "--offset",
+        type=_offset,
+        metavar="OFFSET",
+        help="delete the records below OFFSET; -1 = the high watermark (all records)",
+    )
+    add_output(
+        parser,
+        '{"partitions": [{"topic", "partition", "low_watermark"} or {"topic", "partition", "error", "error_message"}]}',
+    )
 
 
 class _BadFile(ValueError):
@@ -70,8 +81,9 @@ def _read_offset_file(path: str) -> dict[tuple[str, int], int]:
     except ValueError as exc:
         raise _BadFile(f"{path} is not JSON: {exc}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("partitions"), list):
-        raise _BadFile(f'{path}: expected {{"partitions": [{{"topic": ..., "partition": ..., "offset": ...}}], '
-                       f'"version": 1}}')
+        raise _BadFile(
+            f'{path}: expected {{"partitions": [{{"topic": ..., "partition": ..., "offset": ...}}], "version": 1}}'
+        )
     if doc.get("version", 1) != 1:
         raise _BadFile(f"{path}: unsupported version {doc.get('version')!r} (expected 1)")
     offsets: dict[tuple[str, int], int] = {}
@@ -118,8 +130,9 @@ def run(args: argparse.Namespace) -> int:
     with AdminClient(args.bootstrap_server, **client_security(args)) as admin:
         # The broker applies each partition on its own: report every one (its new low watermark
         # or its error), as Kafka's tool does, and exit 1 if any failed.
-        results = admin.delete_records({TopicPartition(*tp): offset for tp, offset in offsets.items()},
-                                       raise_errors=False)
+        results = admin.delete_records(
+            {TopicPartition(*tp): offset for tp, offset in offsets.items()}, raise_errors=False
+        )
     failed = {tp: result for tp, result in results.items() if isinstance(result, Exception)}
     if args.output == "json":
         print_json({"partitions": [_json_result(tp, result) for tp, result in sorted(results.items())]})

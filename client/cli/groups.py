@@ -36,8 +36,10 @@ from .common import (
     reports_errors,
 )
 
-DESCRIPTION = ("List, describe, delete consumer groups or reset their offsets, like Kafka's kafka-consumer-groups.sh. "
-               "Exactly one of --list, --describe, --reset-offsets, --delete.")
+DESCRIPTION = (
+    "List, describe, delete consumer groups or reset their offsets, like Kafka's kafka-consumer-groups.sh. "
+    "Exactly one of --list, --describe, --reset-offsets, --delete."
+)
 
 _RESETS = ("to_earliest", "to_latest", "to_current", "to_offset", "shift_by", "to_datetime")
 
@@ -58,7 +60,9 @@ def _datetime_ms(text: str) -> int:
     try:
         when = dt.datetime.fromisoformat(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected YYYY-MM-DDTHH:mm:SS.sss (optionally a zone), got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"expected YYYY-MM-DDTHH:mm:SS.sss (optionally a zone), got {text!r}"
+        ) from None
     return int(when.timestamp() * 1000)  # a naive time is local time, as Kafka reads it
 
 
@@ -74,21 +78,38 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     view = parser.add_mutually_exclusive_group()
     view.add_argument("--offsets", action="store_true", help="for --describe: partitions, offsets and lag (default)")
     view.add_argument("--members", action="store_true", help="for --describe: the members")
-    view.add_argument("--state", nargs="?", const="", default=None, metavar="STATE",
-                      help="for --describe: the group's state; for --list: only groups in STATE")
+    view.add_argument(
+        "--state",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="STATE",
+        help="for --describe: the group's state; for --list: only groups in STATE",
+    )
     parser.add_argument("--verbose", action="store_true", help="for --describe --members: each member's partitions")
-    parser.add_argument("--topic", action="append", default=[], type=_topic_spec, metavar="TOPIC[:P1,P2]",
-                        help="for --reset-offsets: a topic, or some of its partitions (repeatable)")
-    parser.add_argument("--all-topics", action="store_true", help="for --reset-offsets: every topic the group has "
-                                                                  "offsets for")
+    parser.add_argument(
+        "--topic",
+        action="append",
+        default=[],
+        type=_topic_spec,
+        metavar="TOPIC[:P1,P2]",
+        help="for --reset-offsets: a topic, or some of its partitions (repeatable)",
+    )
+    parser.add_argument(
+        "--all-topics", action="store_true", help="for --reset-offsets: every topic the group has offsets for"
+    )
     target = parser.add_mutually_exclusive_group()
     target.add_argument("--to-earliest", action="store_true", help="reset to the log start offset")
     target.add_argument("--to-latest", action="store_true", help="reset to the log end offset")
     target.add_argument("--to-current", action="store_true", help="reset to the committed offset (no change)")
     target.add_argument("--to-offset", type=int, metavar="N", help="reset to offset N")
     target.add_argument("--shift-by", type=int, metavar="N", help="move the committed offset by N (may be negative)")
-    target.add_argument("--to-datetime", type=_datetime_ms, metavar="YYYY-MM-DDTHH:mm:SS.sss",
-                        help="reset to the first offset with a timestamp at or after this time")
+    target.add_argument(
+        "--to-datetime",
+        type=_datetime_ms,
+        metavar="YYYY-MM-DDTHH:mm:SS.sss",
+        help="reset to the first offset with a timestamp at or after this time",
+    )
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--dry-run", action="store_true", help="for --reset-offsets: show the new offsets (default)")
     mode.add_argument("--execute", action="store_true", help="for --reset-offsets: commit the new offsets")
@@ -111,8 +132,9 @@ def _dash(value) -> str:
 def run(args: argparse.Namespace) -> int:
     from triolog.client.admin import AdminClient
 
-    if (args.describe and not (args.group or args.all_groups)) or ((args.reset_offsets or args.delete)
-                                                                     and not args.group):
+    if (args.describe and not (args.group or args.all_groups)) or (
+        (args.reset_offsets or args.delete) and not args.group
+    ):
         error("--group is required (or --all-groups with --describe)")
         return EXIT_USAGE
     with AdminClient(args.bootstrap_server, **client_security(args)) as admin:
@@ -150,10 +172,18 @@ def _group_rows(admin, description) -> list[dict]:
     rows = []
     for tp in partitions:
         current, end, member = committed.get(tp), ends.get(TopicPartition(*tp)), owner.get(tp)
-        rows.append({"topic": tp.topic, "partition": tp.partition, "current_offset": current, "log_end_offset": end,
-                     "lag": None if current is None or end is None else max(0, end - current),
-                     "consumer_id": member.member_id if member else None, "host": member.host if member else None,
-                     "client_id": member.client_id if member else None})
+        rows.append(
+            {
+                "topic": tp.topic,
+                "partition": tp.partition,
+                "current_offset": current,
+                "log_end_offset": end,
+                "lag": None if current is None or end is None else max(0, end - current),
+                "consumer_id": member.member_id if member else None,
+                "host": member.host if member else None,
+                "client_id": member.client_id if member else None,
+            }
+        )
     return rows
 
 
@@ -167,12 +197,22 @@ def _describe(admin, args) -> int:
         description = descriptions[group_id]
         if description.state == "Dead":
             missing.append(group_id)
-        document = {"group": group_id, "state": description.state, "protocol_type": description.protocol_type,
-                    "assignment_strategy": description.partition_assignor,
-                    "members": [{"consumer_id": m.member_id, "group_instance_id": m.group_instance_id,
-                                 "host": m.host, "client_id": m.client_id,
-                                 "assignment": [{"topic": t, "partition": p} for t, p in sorted(m.assignment)]}
-                                for m in description.members]}
+        document = {
+            "group": group_id,
+            "state": description.state,
+            "protocol_type": description.protocol_type,
+            "assignment_strategy": description.partition_assignor,
+            "members": [
+                {
+                    "consumer_id": m.member_id,
+                    "group_instance_id": m.group_instance_id,
+                    "host": m.host,
+                    "client_id": m.client_id,
+                    "assignment": [{"topic": t, "partition": p} for t, p in sorted(m.assignment)],
+                }
+                for m in description.members
+            ],
+        }
         if args.state is None and not args.members:
             document["partitions"] = _group_rows(admin, description)
         documents.append(document)
@@ -186,15 +226,26 @@ def _describe(admin, args) -> int:
             continue
         print()
         if args.state is not None:
-            _table([[group_id, f"{args.bootstrap_server} (0)", document["assignment_strategy"] or "-",
-                     document["state"], len(document["members"])]],
-                   ["GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"])
+            _table(
+                [
+                    [
+                        group_id,
+                        f"{args.bootstrap_server} (0)",
+                        document["assignment_strategy"] or "-",
+                        document["state"],
+                        len(document["members"]),
+                    ]
+                ],
+                ["GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"],
+            )
             continue
         if not document["members"]:
             print(f"Consumer group '{group_id}' has no active members.")
             print()
         if args.members:
-            header = ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS"] + (["ASSIGNMENT"] if args.verbose else [])
+            header = ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS"] + (
+                ["ASSIGNMENT"] if args.verbose else []
+            )
             rows = []
             for member in document["members"]:
                 row = [group_id, member["consumer_id"], member["host"], member["client_id"], len(member["assignment"])]
@@ -206,11 +257,33 @@ def _describe(admin, args) -> int:
                 rows.append(row)
             _table(rows, header)
             continue
-        _table([[group_id, r["topic"], r["partition"], _dash(r["current_offset"]), _dash(r["log_end_offset"]),
-                 _dash(r["lag"]), _dash(r["consumer_id"]), _dash(r["host"]), _dash(r["client_id"])]
-                for r in document["partitions"]],
-               ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST",
-                "CLIENT-ID"])
+        _table(
+            [
+                [
+                    group_id,
+                    r["topic"],
+                    r["partition"],
+                    _dash(r["current_offset"]),
+                    _dash(r["log_end_offset"]),
+                    _dash(r["lag"]),
+                    _dash(r["consumer_id"]),
+                    _dash(r["host"]),
+                    _dash(r["client_id"]),
+                ]
+                for r in document["partitions"]
+            ],
+            [
+                "GROUP",
+                "TOPIC",
+                "PARTITION",
+                "CURRENT-OFFSET",
+                "LOG-END-OFFSET",
+                "LAG",
+                "CONSUMER-ID",
+                "HOST",
+                "CLIENT-ID",
+            ],
+        )
     return EXIT_ERROR if missing else EXIT_OK
 
 
@@ -218,8 +291,16 @@ def _delete(admin, args) -> int:
     results = admin.delete_consumer_groups(args.group, raise_errors=False)
     failed = {group: exc for group, exc in results.items() if exc is not None}
     if args.output == "json":
-        print_json([{"group": group, "result": "deleted" if exc is None else "error",
-                     **({"error": str(exc)} if exc is not None else {})} for group, exc in results.items()])
+        print_json(
+            [
+                {
+                    "group": group,
+                    "result": "deleted" if exc is None else "error",
+                    **({"error": str(exc)} if exc is not None else {}),
+                }
+                for group, exc in results.items()
+            ]
+        )
         return EXIT_ERROR if failed else EXIT_OK
     deleted = [group for group, exc in results.items() if exc is None]
     if deleted:
@@ -237,8 +318,10 @@ def _reset(admin, args) -> int:
 
     chosen = [name for name in _RESETS if getattr(args, name) not in (None, False)]
     if len(chosen) != 1:
-        error("--reset-offsets needs one of --to-earliest, --to-latest, --to-current, --to-offset, --shift-by, "
-              "--to-datetime")
+        error(
+            "--reset-offsets needs one of --to-earliest, --to-latest, --to-current, --to-offset, --shift-by, "
+            "--to-datetime"
+        )
         return EXIT_USAGE
     if bool(args.topic) == bool(args.all_topics):
         error("--reset-offsets needs --topic (repeatable) or --all-topics")
@@ -249,8 +332,10 @@ def _reset(admin, args) -> int:
     group_id = args.group[0]
     description = admin.describe_consumer_groups([group_id])[group_id]
     if description.state not in ("Empty", "Dead"):
-        error(f"Assignments can only be reset if the group '{group_id}' is inactive, but the current state is "
-              f"{description.state}.")
+        error(
+            f"Assignments can only be reset if the group '{group_id}' is inactive, but the current state is "
+            f"{description.state}."
+        )
         return EXIT_ERROR
     committed = admin.list_consumer_group_offsets(group_id)
     if args.all_topics:
@@ -260,13 +345,15 @@ def _reset(admin, args) -> int:
         topics = admin.describe_topics(sorted({name for name, _ in args.topic}))
         for name, parts in args.topic:
             available = [p.partition for p in topics[name].partitions]
-            for part in (available if parts is None else parts):
+            for part in available if parts is None else parts:
                 if part not in available:
                     error(f"topic {name!r} has no partition {part}")
                     return EXIT_USAGE
                 partitions.append(TopicPartition(name, part))
         partitions = sorted(set(partitions))
-    earliest = {tp: a.offset for tp, a in admin.list_offsets({tp: -2 for tp in partitions}).items()} if partitions else {}
+    earliest = (
+        {tp: a.offset for tp, a in admin.list_offsets({tp: -2 for tp in partitions}).items()} if partitions else {}
+    )
     latest = {tp: a.offset for tp, a in admin.list_offsets({tp: -1 for tp in partitions}).items()} if partitions else {}
     if args.to_datetime is not None and partitions:
         found = admin.list_offsets({tp: args.to_datetime for tp in partitions})
@@ -289,17 +376,26 @@ def _reset(admin, args) -> int:
     if args.execute and new:
         admin.alter_consumer_group_offsets(group_id, new)
     elif not args.dry_run and not args.execute:
-        print("WARN: No action will be performed as the --execute option is missing. In a future major release, the "
-              "default behavior of this command will be to prompt the user before executing the reset rather than "
-              "doing a dry run. You should add the --dry-run option explicitly if you are scripting this command "
-              "and want to keep the current default behavior without prompting.", file=sys.stderr)
+        print(
+            "WARN: No action will be performed as the --execute option is missing. In a future major release, the "
+            "default behavior of this command will be to prompt the user before executing the reset rather than "
+            "doing a dry run. You should add the --dry-run option explicitly if you are scripting this command "
+            "and want to keep the current default behavior without prompting.",
+            file=sys.stderr,
+        )
     if args.output == "json":
-        print_json([{"group": group_id, "topic": tp.topic, "partition": tp.partition, "new_offset": offset}
-                    for tp, offset in sorted(new.items())])
+        print_json(
+            [
+                {"group": group_id, "topic": tp.topic, "partition": tp.partition, "new_offset": offset}
+                for tp, offset in sorted(new.items())
+            ]
+        )
         return EXIT_OK
     print()
-    _table([[group_id, tp.topic, tp.partition, offset] for tp, offset in sorted(new.items())],
-           ["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"])
+    _table(
+        [[group_id, tp.topic, tp.partition, offset] for tp, offset in sorted(new.items())],
+        ["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"],
+    )
     return EXIT_OK
 
 

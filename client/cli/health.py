@@ -12,8 +12,10 @@ import time
 
 from .common import EXIT_ERROR, EXIT_OK, add_bootstrap, error
 
-DESCRIPTION = ("Check that the broker answers an api_versions request within --timeout; "
-               "exit 0 when it does, 1 otherwise (for Docker's HEALTHCHECK and scripts).")
+DESCRIPTION = (
+    "Check that the broker answers an api_versions request within --timeout; "
+    "exit 0 when it does, 1 otherwise (for Docker's HEALTHCHECK and scripts)."
+)
 
 
 def _timeout(text: str) -> float:
@@ -28,8 +30,13 @@ def _timeout(text: str) -> float:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_bootstrap(parser)
-    parser.add_argument("--timeout", type=_timeout, default=5.0, metavar="S",
-                        help="seconds to wait for the connection, and again for the answer (default 5)")
+    parser.add_argument(
+        "--timeout",
+        type=_timeout,
+        default=5.0,
+        metavar="S",
+        help="seconds to wait for the connection, and again for the answer (default 5)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -46,8 +53,9 @@ def run(args: argparse.Namespace) -> int:
     except TriologClientError as exc:
         error(str(exc))
         return EXIT_ERROR
-    conn = SyncConnection(args.bootstrap_server, client_id="triolog-health", connect_timeout_s=args.timeout,
-                          security=security)
+    conn = SyncConnection(
+        args.bootstrap_server, client_id="triolog-health", connect_timeout_s=args.timeout, security=security
+    )
     try:
         response = run_sync(AdminCore(request_timeout_ms=int(args.timeout * 1000)).api_versions_op(), conn)
     except TriologClientError as exc:
@@ -57,6 +65,8 @@ def run(args: argparse.Namespace) -> int:
         conn.close()
     elapsed_ms = (time.monotonic() - start) * 1000
     version = response.get("broker_version") or "unknown version"
-    print(f"OK: broker at {args.bootstrap_server} ({version}) answered api_versions in {elapsed_ms:.1f} ms "
-          f"({len(response.get('apis') or ())} APIs)")
+    print(
+        f"OK: broker at {args.bootstrap_server} ({version}) answered api_versions in {elapsed_ms:.1f} ms "
+        f"({len(response.get('apis') or ())} APIs)"
+    )
     return EXIT_OK

@@ -24,7 +24,9 @@ def _time(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected -1, -2, -3, latest, earliest, max-timestamp or ms, got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"expected -1, -2, -3, latest, earliest, max-timestamp or ms, got {text!r}"
+        ) from None
     if value < -3:
         raise argparse.ArgumentTypeError(f"expected -1, -2, -3 or a time in ms >= 0, got {value}")
     return value
@@ -40,10 +42,14 @@ def _partitions(text: str) -> list[int]:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_bootstrap(parser)
     parser.add_argument("--topic", required=True, metavar="NAME", help="the topic")
-    parser.add_argument("--time", type=_time, default=-1, metavar="-1|-2|-3|MS",
-                        help="-1 latest (default), -2 earliest, -3 max timestamp, or a timestamp in ms")
-    parser.add_argument("--partitions", type=_partitions, metavar="P1,P2",
-                        help="only these partitions (default: all)")
+    parser.add_argument(
+        "--time",
+        type=_time,
+        default=-1,
+        metavar="-1|-2|-3|MS",
+        help="-1 latest (default), -2 earliest, -3 max timestamp, or a timestamp in ms",
+    )
+    parser.add_argument("--partitions", type=_partitions, metavar="P1,P2", help="only these partitions (default: all)")
     add_output(parser, 'an array of {"topic", "partition", "offset", "timestamp"}')
 
 
@@ -58,8 +64,17 @@ def run(args: argparse.Namespace) -> int:
             partitions = [p.partition for p in admin.describe_topics([args.topic])[args.topic].partitions]
         found = admin.list_offsets({TopicPartition(args.topic, p): args.time for p in partitions})
     if args.output == "json":
-        print_json([{"topic": tp.topic, "partition": tp.partition, "offset": found[tp].offset,
-                     "timestamp": found[tp].timestamp} for tp in sorted(found)])
+        print_json(
+            [
+                {
+                    "topic": tp.topic,
+                    "partition": tp.partition,
+                    "offset": found[tp].offset,
+                    "timestamp": found[tp].timestamp,
+                }
+                for tp in sorted(found)
+            ]
+        )
         return EXIT_OK
     for tp in sorted(found):
         print(f"{tp.topic}:{tp.partition}:{found[tp].offset}")

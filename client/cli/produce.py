@@ -26,9 +26,11 @@ import time
 
 from .common import EXIT_ERROR, EXIT_OK, add_bootstrap, client_security, error, non_negative, reports_errors
 
-DESCRIPTION = ("Read lines from stdin (or --file) and produce one record per line, like Kafka's "
-               "kafka-console-producer.sh. Line format: [TIMESTAMP<TAB>][HEADERS<TAB>][KEY<SEP>]VALUE, "
-               "each part only with --parse-timestamp, --parse-headers, --key-separator.")
+DESCRIPTION = (
+    "Read lines from stdin (or --file) and produce one record per line, like Kafka's "
+    "kafka-console-producer.sh. Line format: [TIMESTAMP<TAB>][HEADERS<TAB>][KEY<SEP>]VALUE, "
+    "each part only with --parse-timestamp, --parse-headers, --key-separator."
+)
 
 #: Progress appears once producing has lasted this long, and is refreshed this often.
 PROGRESS_AFTER_S = 1.0
@@ -60,33 +62,80 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_bootstrap(parser)
     parser.add_argument("--topic", required=True, metavar="NAME", help="the topic to produce to")
     parser.add_argument("--file", metavar="PATH", help="read the records from PATH instead of stdin")
-    parser.add_argument("--key-separator", metavar="S", type=_separator,
-                        help="split each line at the first S into key and value (default: no key)")
-    parser.add_argument("--header", type=_header, action="append", default=[], metavar="KEY=VALUE",
-                        help="a header for every record (repeatable)")
-    parser.add_argument("--parse-headers", action="store_true",
-                        help="each line starts with headers k1:v1,k2:v2 then --headers-delimiter")
-    parser.add_argument("--headers-delimiter", default="\t", type=_separator, metavar="S",
-                        help="ends the headers of a line (default tab)")
-    parser.add_argument("--headers-separator", default=",", type=_separator, metavar="S",
-                        help="between two headers (default ,)")
-    parser.add_argument("--headers-key-separator", default=":", type=_separator, metavar="S",
-                        help="between a header's key and value (default :)")
-    parser.add_argument("--timestamp", type=non_negative, metavar="MS",
-                        help="every record's timestamp, epoch ms (default: now)")
-    parser.add_argument("--parse-timestamp", action="store_true",
-                        help="each line starts with its timestamp in epoch ms then --timestamp-separator")
-    parser.add_argument("--timestamp-separator", default="\t", type=_separator, metavar="S",
-                        help="ends the timestamp of a line (default tab)")
-    parser.add_argument("--compression", type=_compression, default="none",
-                        metavar="none|gzip|snappy|lz4|zstd", help="batch compression (default none)")
+    parser.add_argument(
+        "--key-separator",
+        metavar="S",
+        type=_separator,
+        help="split each line at the first S into key and value (default: no key)",
+    )
+    parser.add_argument(
+        "--header",
+        type=_header,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a header for every record (repeatable)",
+    )
+    parser.add_argument(
+        "--parse-headers",
+        action="store_true",
+        help="each line starts with headers k1:v1,k2:v2 then --headers-delimiter",
+    )
+    parser.add_argument(
+        "--headers-delimiter",
+        default="\t",
+        type=_separator,
+        metavar="S",
+        help="ends the headers of a line (default tab)",
+    )
+    parser.add_argument(
+        "--headers-separator", default=",", type=_separator, metavar="S", help="between two headers (default ,)"
+    )
+    parser.add_argument(
+        "--headers-key-separator",
+        default=":",
+        type=_separator,
+        metavar="S",
+        help="between a header's key and value (default :)",
+    )
+    parser.add_argument(
+        "--timestamp", type=non_negative, metavar="MS", help="every record's timestamp, epoch ms (default: now)"
+    )
+    parser.add_argument(
+        "--parse-timestamp",
+        action="store_true",
+        help="each line starts with its timestamp in epoch ms then --timestamp-separator",
+    )
+    parser.add_argument(
+        "--timestamp-separator",
+        default="\t",
+        type=_separator,
+        metavar="S",
+        help="ends the timestamp of a line (default tab)",
+    )
+    parser.add_argument(
+        "--compression",
+        type=_compression,
+        default="none",
+        metavar="none|gzip|snappy|lz4|zstd",
+        help="batch compression (default none)",
+    )
     parser.add_argument("--partition", type=int, metavar="N", help="produce to this partition only")
-    parser.add_argument("--acks", choices=["0", "1", "-1", "all"], default="-1",
-                        help="acknowledgements to wait for (default -1 = all: fsynced)")
+    parser.add_argument(
+        "--acks",
+        choices=["0", "1", "-1", "all"],
+        default="-1",
+        help="acknowledgements to wait for (default -1 = all: fsynced)",
+    )
     parser.add_argument("--linger-ms", type=float, default=5, metavar="MS", help="batching delay (default 5)")
     parser.add_argument("--batch-size", type=int, default=16384, metavar="BYTES", help="batch size (default 16384)")
-    parser.add_argument("--max-block-ms", type=non_negative, default=60_000, metavar="MS",
-                        help="how long a send may wait for metadata or buffer space before it fails (default 60000)")
+    parser.add_argument(
+        "--max-block-ms",
+        type=non_negative,
+        default=60_000,
+        metavar="MS",
+        help="how long a send may wait for metadata or buffer space before it fails (default 60000)",
+    )
 
 
 class _BadLine(ValueError):
@@ -131,8 +180,9 @@ class _LineParser:
         for item in text.split(self.args.headers_separator.encode()) if text else ():
             name, sep, value = item.partition(self.args.headers_key_separator.encode())
             if not sep or not name:
-                raise _BadLine(f"header {item.decode(errors='replace')!r} is not "
-                               f"KEY{self.args.headers_key_separator}VALUE")
+                raise _BadLine(
+                    f"header {item.decode(errors='replace')!r} is not KEY{self.args.headers_key_separator}VALUE"
+                )
             try:
                 out.append((name.decode("utf-8"), value))
             except UnicodeDecodeError:
@@ -200,9 +250,18 @@ def run(args: argparse.Namespace) -> int:
     count = 0
     number = 0
     try:
-        with source, Producer(args.bootstrap_server, acks=args.acks, compression=args.compression,
-                              linger_ms=args.linger_ms, batch_size=args.batch_size,
-                              max_block_ms=args.max_block_ms, **client_security(args)) as producer:
+        with (
+            source,
+            Producer(
+                args.bootstrap_server,
+                acks=args.acks,
+                compression=args.compression,
+                linger_ms=args.linger_ms,
+                batch_size=args.batch_size,
+                max_block_ms=args.max_block_ms,
+                **client_security(args),
+            ) as producer,
+        ):
             for lines in _line_chunks(source):
                 values, keys, headers, timestamps = [], [], [], []
                 for line in lines:
@@ -222,9 +281,9 @@ def run(args: argparse.Namespace) -> int:
                 if values:
                     # Only the failures are kept (a callback per call), not the calls' futures:
                     # those hold their records until dropped, and the input may be unbounded.
-                    producer.send_many(args.topic, values, keys=keys, headers=headers, partition=args.partition,
-                                       timestamps=timestamps).add_done_callback(
-                        lambda futures: failures.extend(failure for _, failure in futures.errors()))
+                    producer.send_many(
+                        args.topic, values, keys=keys, headers=headers, partition=args.partition, timestamps=timestamps
+                    ).add_done_callback(lambda futures: failures.extend(failure for _, failure in futures.errors()))
                 if status != EXIT_OK:
                     break
     finally:

@@ -31,9 +31,11 @@ from .common import (
     reports_errors,
 )
 
-DESCRIPTION = ("Create, list, describe, delete topics, add partitions or alter their configs, like Kafka's "
-               "kafka-topics.sh. "
-               "Exactly one of --create, --list, --describe, --delete, --alter.")
+DESCRIPTION = (
+    "Create, list, describe, delete topics, add partitions or alter their configs, like Kafka's "
+    "kafka-topics.sh. "
+    "Exactly one of --create, --list, --describe, --delete, --alter."
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,19 +45,42 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     action.add_argument("--list", action="store_true", help="list topic names, one a line")
     action.add_argument("--describe", action="store_true", help="describe --topic (default: every topic)")
     action.add_argument("--delete", action="store_true", help="delete --topic")
-    action.add_argument("--alter", action="store_true",
-                        help="grow --topic to --partitions N, and/or set (--config) or remove (--delete-config) "
-                             "its topic config overrides")
+    action.add_argument(
+        "--alter",
+        action="store_true",
+        help="grow --topic to --partitions N, and/or set (--config) or remove (--delete-config) "
+        "its topic config overrides",
+    )
     parser.add_argument("--topic", metavar="NAME", help="the topic to act on")
-    parser.add_argument("--partitions", type=int, metavar="N",
-                        help="partition count for --create (default: the broker's num.partitions); for "
-                             "--alter the new total, above the current count")
-    parser.add_argument("--replication-factor", type=int, default=-1, metavar="N",
-                        help="for --create: 1 (a single node has no replicas) or -1 for the default")
-    parser.add_argument("--config", type=key_value, action="append", default=[], metavar="KEY=VALUE",
-                        help="a topic config for --create or --alter (repeatable), e.g. retention.ms=60000")
-    parser.add_argument("--delete-config", action="append", default=[], metavar="KEY",
-                        help="for --alter: remove an override so the broker default applies again (repeatable)")
+    parser.add_argument(
+        "--partitions",
+        type=int,
+        metavar="N",
+        help="partition count for --create (default: the broker's num.partitions); for "
+        "--alter the new total, above the current count",
+    )
+    parser.add_argument(
+        "--replication-factor",
+        type=int,
+        default=-1,
+        metavar="N",
+        help="for --create: 1 (a single node has no replicas) or -1 for the default",
+    )
+    parser.add_argument(
+        "--config",
+        type=key_value,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a topic config for --create or --alter (repeatable), e.g. retention.ms=60000",
+    )
+    parser.add_argument(
+        "--delete-config",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="for --alter: remove an override so the broker default applies again (repeatable)",
+    )
     parser.add_argument("--if-not-exists", action="store_true", help="for --create: no error if the topic exists")
     parser.add_argument("--if-exists", action="store_true", help="for --delete/--alter: no error if it does not exist")
     add_output(parser, "--list: an array of names; --describe: an array of topics")
@@ -85,10 +110,17 @@ def run(args: argparse.Namespace) -> int:
         if args.describe:
             return _describe(admin, args.topic, args.output == "json")
         if args.delete:
-            return _if_exists(args, lambda: admin.delete_topics([args.topic]), f"Deleted topic {args.topic}.",
-                              "deleted")
-        return _if_exists(args, lambda: _alter(admin, args), f"Completed updating config for topic {args.topic}."
-                          if args.partitions is None else f"Altered topic {args.topic}.", "altered")
+            return _if_exists(
+                args, lambda: admin.delete_topics([args.topic]), f"Deleted topic {args.topic}.", "deleted"
+            )
+        return _if_exists(
+            args,
+            lambda: _alter(admin, args),
+            f"Completed updating config for topic {args.topic}."
+            if args.partitions is None
+            else f"Altered topic {args.topic}.",
+            "altered",
+        )
 
 
 def _alter(admin, args) -> None:
@@ -109,8 +141,9 @@ def _create(admin, args) -> int:
     from triolog.client.errors import TopicAlreadyExistsError
     from triolog.client.types import NewTopic
 
-    new = NewTopic(args.topic, -1 if args.partitions is None else args.partitions, args.replication_factor,
-                   dict(args.config))
+    new = NewTopic(
+        args.topic, -1 if args.partitions is None else args.partitions, args.replication_factor, dict(args.config)
+    )
     try:
         admin.create_topics([new])
     except TopicAlreadyExistsError:
@@ -156,23 +189,32 @@ def _describe(admin, topic: str | None, as_json: bool) -> int:
         partitions = []
         for p in description.partitions:
             info, path = on_disk.get((name, p.partition), (None, None))
-            partitions.append({
-                "partition": p.partition, "leader": p.leader, "log_start_offset": p.log_start_offset,
-                "high_watermark": p.high_watermark, "size_bytes": info.size_bytes if info else -1,
-                "segments": info.segments if info else -1, "log_dir": path,
-            })
-        out.append({"name": name, "partition_count": len(partitions), "configs": overrides,
-                    "partitions": partitions})
+            partitions.append(
+                {
+                    "partition": p.partition,
+                    "leader": p.leader,
+                    "log_start_offset": p.log_start_offset,
+                    "high_watermark": p.high_watermark,
+                    "size_bytes": info.size_bytes if info else -1,
+                    "segments": info.segments if info else -1,
+                    "log_dir": path,
+                }
+            )
+        out.append({"name": name, "partition_count": len(partitions), "configs": overrides, "partitions": partitions})
     if as_json:
         print_json(out)
         return EXIT_OK
     for topic_doc in out:
         name = topic_doc["name"]
         configs_text = ",".join(f"{k}={v}" for k, v in topic_doc["configs"].items())
-        print(f"Topic: {name}\tPartitionCount: {topic_doc['partition_count']}\tReplicationFactor: 1\t"
-              f"Configs: {configs_text}")
+        print(
+            f"Topic: {name}\tPartitionCount: {topic_doc['partition_count']}\tReplicationFactor: 1\t"
+            f"Configs: {configs_text}"
+        )
         for p in topic_doc["partitions"]:
-            print(f"\tTopic: {name}\tPartition: {p['partition']}\tLeader: {p['leader']}\tReplicas: {p['leader']}\t"
-                  f"Isr: {p['leader']}\tLogStartOffset: {p['log_start_offset']}\tHighWatermark: {p['high_watermark']}\t"
-                  f"Size: {p['size_bytes']}\tSegments: {p['segments']}")
+            print(
+                f"\tTopic: {name}\tPartition: {p['partition']}\tLeader: {p['leader']}\tReplicas: {p['leader']}\t"
+                f"Isr: {p['leader']}\tLogStartOffset: {p['log_start_offset']}\tHighWatermark: {p['high_watermark']}\t"
+                f"Size: {p['size_bytes']}\tSegments: {p['segments']}"
+            )
     return EXIT_OK

@@ -64,13 +64,16 @@ def spark_session():
 
     from triolog import pipeline
 
-    spark = (SparkSession.builder.master("local[2]").appName("triolog-windowed-totals")
-             .config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false")
-             .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{log4j}")
-             .config("spark.sql.shuffle.partitions", "2")
-             .config("spark.sql.session.timeZone", "UTC")
-             .getOrCreate())
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("triolog-windowed-totals")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{log4j}")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
     spark.sparkContext.setLogLevel("ERROR")
     pipeline.register(spark)
     return spark
@@ -96,48 +99,76 @@ def produce_events(bootstrap: str, topic: str, seconds: float, rate: int, sent: 
                 user = rng.choice(USERS)
                 amount = rng.randint(1, 100)
                 ts = int(time.time() * 1000)
-                producer.send(topic, json.dumps({"user": user, "amount": amount}).encode(), key=user.encode(),
-                              timestamp_ms=ts)
+                producer.send(
+                    topic, json.dumps({"user": user, "amount": amount}).encode(), key=user.encode(), timestamp_ms=ts
+                )
                 sent.append((user, amount, ts))
             time.sleep(max(0.0, 0.1 - (time.monotonic() - tick)))
 
 
-def run(spark, bootstrap: str, *, seconds: float, rate: int, checkpoint: str, events_topic: str = EVENTS,
-        totals_topic: str = TOTALS, window: str = "10 seconds") -> list:
+def run(
+    spark,
+    bootstrap: str,
+    *,
+    seconds: float,
+    rate: int,
+    checkpoint: str,
+    events_topic: str = EVENTS,
+    totals_topic: str = TOTALS,
+    window: str = "10 seconds",
+) -> list:
     """Produce events while the streaming job aggregates them; returns the events produced."""
     from pyspark.sql import functions as F
 
     create_topics(bootstrap, events_topic, totals_topic)
     started_ms = int(time.time() * 1000)
-    events = (spark.readStream.format("triolog")
-              .option("triolog.bootstrap.servers", bootstrap)
-              .option("subscribe", events_topic)
-              .option("startingTimestamp", str(started_ms))
-              .option("startingOffsetsByTimestampStrategy", "latest")  # partitions with no event yet
-              .load())
+    events = (
+        spark.readStream.format("triolog")
+        .option("triolog.bootstrap.servers", bootstrap)
+        .option("subscribe", events_topic)
+        .option("startingTimestamp", str(started_ms))
+        .option("startingOffsetsByTimestampStrategy", "latest")  # partitions with no event yet
+        .load()
+    )
     parsed = events.select(
-        F.from_json(F.col("value").cast("string"), "user string, amount long").alias("e"), "timestamp")
-    totals = (parsed.groupBy(F.window("timestamp", window), F.col("e.user").alias("user"))
-              .agg(F.count("*").alias("events"), F.sum("e.amount").alias("total")))
+        F.from_json(F.col("value").cast("string"), "user string, amount long").alias("e"), "timestamp"
+    )
+    totals = parsed.groupBy(F.window("timestamp", window), F.col("e.user").alias("user")).agg(
+        F.count("*").alias("events"), F.sum("e.amount").alias("total")
+    )
     out = totals.select(
         F.concat_ws("@", "user", F.date_format("window.start", "yyyy-MM-dd'T'HH:mm:ss")).alias("key"),
-        F.to_json(F.struct("user", F.col("window.start").alias("window_start"),
-                           F.col("window.end").alias("window_end"), "events", "total")).alias("value"))
+        F.to_json(
+            F.struct(
+                "user",
+                F.col("window.start").alias("window_start"),
+                F.col("window.end").alias("window_end"),
+                "events",
+                "total",
+            )
+        ).alias("value"),
+    )
 
     def write_updates(batch, batch_id: int) -> None:
         # PySpark's Python sinks take append/complete only; update mode goes through
         # foreachBatch, each micro-batch's changed aggregates written by the batch sink.
-        (batch.write.format("triolog").mode("append")
-         .option("triolog.bootstrap.servers", bootstrap).option("topic", totals_topic).save())
+        (
+            batch.write.format("triolog")
+            .mode("append")
+            .option("triolog.bootstrap.servers", bootstrap)
+            .option("topic", totals_topic)
+            .save()
+        )
 
-    query = (out.writeStream.foreachBatch(write_updates)
-             .option("checkpointLocation", checkpoint)
-             .outputMode("update")
-             .trigger(processingTime="2 seconds")
-             .start())
+    query = (
+        out.writeStream.foreachBatch(write_updates)
+        .option("checkpointLocation", checkpoint)
+        .outputMode("update")
+        .trigger(processingTime="2 seconds")
+        .start()
+    )
     sent: list = []
-    producer = threading.Thread(target=produce_events, args=(bootstrap, events_topic, seconds, rate, sent),
-                                daemon=True)
+    producer = threading.Thread(target=produce_events, args=(bootstrap, events_topic, seconds, rate, sent), daemon=True)
     producer.start()
     try:
         while producer.is_alive():
@@ -154,16 +185,25 @@ def totals_table(spark, bootstrap: str, totals_topic: str = TOTALS):
     """The compacted topic as a table: the newest record per key, as the log cleaner keeps it."""
     from pyspark.sql import Window, functions as F
 
-    records = (spark.read.format("triolog")
-               .option("triolog.bootstrap.servers", bootstrap)
-               .option("subscribe", totals_topic)
-               .load())
+    records = (
+        spark.read.format("triolog")
+        .option("triolog.bootstrap.servers", bootstrap)
+        .option("subscribe", totals_topic)
+        .load()
+    )
     newest = Window.partitionBy("key").orderBy(F.col("partition").desc(), F.col("offset").desc())
-    return (records.withColumn("rank", F.row_number().over(newest)).where("rank = 1 and value is not null")
-            .select(F.from_json(F.col("value").cast("string"),
-                                "user string, window_start timestamp, window_end timestamp, "
-                                "events long, total long").alias("t"))
-            .select("t.*").orderBy("window_start", "user"))
+    return (
+        records.withColumn("rank", F.row_number().over(newest))
+        .where("rank = 1 and value is not null")
+        .select(
+            F.from_json(
+                F.col("value").cast("string"),
+                "user string, window_start timestamp, window_end timestamp, events long, total long",
+            ).alias("t")
+        )
+        .select("t.*")
+        .orderBy("window_start", "user")
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -172,8 +212,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--bootstrap", default="127.0.0.1:9092", help="the broker (default %(default)s)")
     parser.add_argument("--seconds", type=float, default=20, help="how long run produces events")
     parser.add_argument("--rate", type=int, default=200, help="events per second")
-    parser.add_argument("--checkpoint", default=None,
-                        help="the streaming query's checkpoint directory (default: a new temporary one)")
+    parser.add_argument(
+        "--checkpoint", default=None, help="the streaming query's checkpoint directory (default: a new temporary one)"
+    )
     args = parser.parse_args(argv)
     spark = spark_session()
     try:
@@ -182,8 +223,10 @@ def main(argv: list[str] | None = None) -> None:
 
             checkpoint = args.checkpoint or tempfile.mkdtemp(prefix="windowed-totals-checkpoint-")
             sent = run(spark, args.bootstrap, seconds=args.seconds, rate=args.rate, checkpoint=checkpoint)
-            print(f"done: {len(sent)} events aggregated into {TOTALS!r}. See the table with:\n"
-                  f"  python -m triolog.pipeline.examples.windowed_totals show --bootstrap {args.bootstrap}")
+            print(
+                f"done: {len(sent)} events aggregated into {TOTALS!r}. See the table with:\n"
+                f"  python -m triolog.pipeline.examples.windowed_totals show --bootstrap {args.bootstrap}"
+            )
         else:
             totals_table(spark, args.bootstrap).show(500, truncate=False)
     finally:

@@ -45,35 +45,69 @@ def produce_to_internal(req: KafkaRequest, ctx: KafkaContext):
             duplicate = duplicate or key in seen
             seen.add(key)
             records = part.records
-            partitions.append(m.ProducePartition(partition=part.index,
-                                                 records=b"" if records is None else records))
+            partitions.append(m.ProducePartition(partition=part.index, records=b"" if records is None else records))
         topics.append(m.ProduceTopic(name=topic.name, partitions=tuple(partitions)))
     if acks not in (-1, 0, 1):
-        return Direct(produce_error_body(req, ctx, ErrorCode.INVALID_REQUIRED_ACKS,
-                                         f"acks={acks} is not one of -1 (all), 0 and 1"))
+        return Direct(
+            produce_error_body(
+                req, ctx, ErrorCode.INVALID_REQUIRED_ACKS, f"acks={acks} is not one of -1 (all), 0 and 1"
+            )
+        )
     if duplicate:
-        return Direct(produce_error_body(req, ctx, ErrorCode.INVALID_REQUEST,
-                                         "the request names a partition more than once"))
-    return m.ProduceRequest(id=req.correlation_id, client_id=req.client_id, acks=acks,
-                            timeout_ms=max(0, millis(body.timeout, 0)), topics=tuple(topics))
+        return Direct(
+            produce_error_body(req, ctx, ErrorCode.INVALID_REQUEST, "the request names a partition more than once")
+        )
+    return m.ProduceRequest(
+        id=req.correlation_id,
+        client_id=req.client_id,
+        acks=acks,
+        timeout_ms=max(0, millis(body.timeout, 0)),
+        topics=tuple(topics),
+    )
 
 
 def produce_error_body(req: KafkaRequest, ctx: KafkaContext, code: int, message: str):
-    return _body(req, {"responses": [
-        {"name": topic.name, "partition_responses": [
-            {"index": part.index, "error_code": code, "base_offset": -1, "error_message": message}
-            for part in topic.partition_data]}
-        for topic in req.body.topic_data]})
+    return _body(
+        req,
+        {
+            "responses": [
+                {
+                    "name": topic.name,
+                    "partition_responses": [
+                        {"index": part.index, "error_code": code, "base_offset": -1, "error_message": message}
+                        for part in topic.partition_data
+                    ],
+                }
+                for topic in req.body.topic_data
+            ]
+        },
+    )
 
 
 def produce_to_kafka(response: m.ProduceResponse, req: KafkaRequest, ctx: KafkaContext):
-    return _body(req, {"throttle_time": response.throttle_ms, "responses": [
-        {"name": topic.name, "partition_responses": [
-            {"index": p.partition, "error_code": p.error_code, "base_offset": p.base_offset,
-             "log_append_time": None if p.log_append_time < 0 else p.log_append_time,
-             "log_start_offset": p.log_start_offset, "error_message": p.error_message}
-            for p in topic.partitions]}
-        for topic in response.topics]})
+    return _body(
+        req,
+        {
+            "throttle_time": response.throttle_ms,
+            "responses": [
+                {
+                    "name": topic.name,
+                    "partition_responses": [
+                        {
+                            "index": p.partition,
+                            "error_code": p.error_code,
+                            "base_offset": p.base_offset,
+                            "log_append_time": None if p.log_append_time < 0 else p.log_append_time,
+                            "log_start_offset": p.log_start_offset,
+                            "error_message": p.error_message,
+                        }
+                        for p in topic.partitions
+                    ],
+                }
+                for topic in response.topics
+            ],
+        },
+    )
 
 
 # -- Fetch --------------------------------------------------------------------------------------
@@ -86,19 +120,34 @@ def fetch_to_internal(req: KafkaRequest, ctx: KafkaContext):
     if session_id != 0 or session_epoch > 0:
         # No fetch session was ever created here (every answer says session_id 0, which clients
         # take as "fetch without a session"): an incremental fetch names one that does not exist.
-        return Direct(_body(req, {"error_code": ErrorCode.FETCH_SESSION_ID_NOT_FOUND, "session_id": 0,
-                                  "responses": []}))
+        return Direct(
+            _body(req, {"error_code": ErrorCode.FETCH_SESSION_ID_NOT_FOUND, "session_id": 0, "responses": []})
+        )
     topics = []
     for topic in body.topics:
-        topics.append(m.FetchTopic(name=topic.topic, partitions=tuple(
-            m.FetchPartition(partition=p.partition, fetch_offset=p.fetch_offset,
-                             partition_max_bytes=max(0, p.partition_max_bytes))
-            for p in topic.partitions)))
+        topics.append(
+            m.FetchTopic(
+                name=topic.topic,
+                partitions=tuple(
+                    m.FetchPartition(
+                        partition=p.partition,
+                        fetch_offset=p.fetch_offset,
+                        partition_max_bytes=max(0, p.partition_max_bytes),
+                    )
+                    for p in topic.partitions
+                ),
+            )
+        )
     max_bytes = getattr(body, "max_bytes", 2**31 - 1)
-    return m.FetchRequest(id=req.correlation_id, client_id=req.client_id,
-                          max_wait_ms=max(0, millis(body.max_wait, 0)), min_bytes=max(0, body.min_bytes),
-                          max_bytes=max(0, max_bytes), isolation_level=1 if getattr(body, "isolation_level", 0) else 0,
-                          topics=tuple(topics))
+    return m.FetchRequest(
+        id=req.correlation_id,
+        client_id=req.client_id,
+        max_wait_ms=max(0, millis(body.max_wait, 0)),
+        min_bytes=max(0, body.min_bytes),
+        max_bytes=max(0, max_bytes),
+        isolation_level=1 if getattr(body, "isolation_level", 0) else 0,
+        topics=tuple(topics),
+    )
 
 
 def _records(records):
@@ -108,22 +157,51 @@ def _records(records):
 
 
 def fetch_error_body(req: KafkaRequest, ctx: KafkaContext, code: int, message: str):
-    values: dict[str, Any] = {"error_code": code, "session_id": 0, "responses": [
-        {"topic": topic.topic, "partitions": [
-            {"partition_index": p.partition, "error_code": code, "high_watermark": -1, "records": b""}
-            for p in topic.partitions]}
-        for topic in req.body.topics]}
+    values: dict[str, Any] = {
+        "error_code": code,
+        "session_id": 0,
+        "responses": [
+            {
+                "topic": topic.topic,
+                "partitions": [
+                    {"partition_index": p.partition, "error_code": code, "high_watermark": -1, "records": b""}
+                    for p in topic.partitions
+                ],
+            }
+            for topic in req.body.topics
+        ],
+    }
     return _body(req, values)
 
 
 def fetch_to_kafka(response: m.FetchResponse, req: KafkaRequest, ctx: KafkaContext):
-    return _body(req, {"error_code": 0, "session_id": 0, "throttle_time": response.throttle_ms, "responses": [
-        {"topic": topic.name, "partitions": [
-            {"partition_index": p.partition, "error_code": p.error_code, "high_watermark": p.high_watermark,
-             "last_stable_offset": p.last_stable_offset, "log_start_offset": p.log_start_offset,
-             "aborted_transactions": None, "preferred_read_replica": -1, "records": _records(p.records)}
-            for p in topic.partitions]}
-        for topic in response.topics]})
+    return _body(
+        req,
+        {
+            "error_code": 0,
+            "session_id": 0,
+            "throttle_time": response.throttle_ms,
+            "responses": [
+                {
+                    "topic": topic.name,
+                    "partitions": [
+                        {
+                            "partition_index": p.partition,
+                            "error_code": p.error_code,
+                            "high_watermark": p.high_watermark,
+                            "last_stable_offset": p.last_stable_offset,
+                            "log_start_offset": p.log_start_offset,
+                            "aborted_transactions": None,
+                            "preferred_read_replica": -1,
+                            "records": _records(p.records),
+                        }
+                        for p in topic.partitions
+                    ],
+                }
+                for topic in response.topics
+            ],
+        },
+    )
 
 
 # -- ListOffsets --------------------------------------------------------------------------------
@@ -142,24 +220,53 @@ def list_offsets_to_internal(req: KafkaRequest, ctx: KafkaContext):
                 timestamp = 0
             partitions.append(m.ListOffsetsPartition(partition=p.partition_index, timestamp=timestamp))
         topics.append(m.ListOffsetsTopic(name=topic.name, partitions=tuple(partitions)))
-    return m.ListOffsetsRequest(id=req.correlation_id, client_id=req.client_id,
-                                isolation_level=1 if getattr(body, "isolation_level", 0) else 0, topics=tuple(topics))
+    return m.ListOffsetsRequest(
+        id=req.correlation_id,
+        client_id=req.client_id,
+        isolation_level=1 if getattr(body, "isolation_level", 0) else 0,
+        topics=tuple(topics),
+    )
 
 
 def list_offsets_error_body(req: KafkaRequest, ctx: KafkaContext, code: int, message: str):
-    return _body(req, {"topics": [
-        {"name": topic.name, "partitions": [{"partition_index": p.partition_index, "error_code": code}
-                                            for p in topic.partitions]}
-        for topic in req.body.topics]})
+    return _body(
+        req,
+        {
+            "topics": [
+                {
+                    "name": topic.name,
+                    "partitions": [
+                        {"partition_index": p.partition_index, "error_code": code} for p in topic.partitions
+                    ],
+                }
+                for topic in req.body.topics
+            ]
+        },
+    )
 
 
 def list_offsets_to_kafka(response: m.ListOffsetsResponse, req: KafkaRequest, ctx: KafkaContext):
-    return _body(req, {"topics": [
-        {"name": topic.name, "partitions": [
-            {"partition_index": p.partition, "error_code": p.error_code, "timestamp": p.timestamp,
-             "offset": p.offset, "leader_epoch": NO_EPOCH}
-            for p in topic.partitions]}
-        for topic in response.topics]})
+    return _body(
+        req,
+        {
+            "topics": [
+                {
+                    "name": topic.name,
+                    "partitions": [
+                        {
+                            "partition_index": p.partition,
+                            "error_code": p.error_code,
+                            "timestamp": p.timestamp,
+                            "offset": p.offset,
+                            "leader_epoch": NO_EPOCH,
+                        }
+                        for p in topic.partitions
+                    ],
+                }
+                for topic in response.topics
+            ]
+        },
+    )
 
 
 # -- Metadata -----------------------------------------------------------------------------------
@@ -178,8 +285,9 @@ def metadata_to_internal(req: KafkaRequest, ctx: KafkaContext):
         if None in names:  # by topic id (v10+): triolog's topics have none
             return Direct(metadata_unknown_ids(req, ctx))
     allow = getattr(body, "allow_auto_topic_creation", True)
-    return m.MetadataRequest(id=req.correlation_id, client_id=req.client_id, topics=names,
-                             allow_auto_topic_creation=allow)
+    return m.MetadataRequest(
+        id=req.correlation_id, client_id=req.client_id, topics=names, allow_auto_topic_creation=allow
+    )
 
 
 def _brokers(ctx: KafkaContext) -> list[dict]:
@@ -187,32 +295,74 @@ def _brokers(ctx: KafkaContext) -> list[dict]:
 
 
 def metadata_unknown_ids(req: KafkaRequest, ctx: KafkaContext):
-    return _body(req, {"brokers": _brokers(ctx), "cluster_id": ctx.cluster_id, "controller_id": ctx.node_id,
-                       "topics": [{"error_code": ErrorCode.UNKNOWN_TOPIC_ID, "name": t.name or "",
-                                   "topic_id": t.topic_id, "partitions": []} for t in req.body.topics]})
+    return _body(
+        req,
+        {
+            "brokers": _brokers(ctx),
+            "cluster_id": ctx.cluster_id,
+            "controller_id": ctx.node_id,
+            "topics": [
+                {
+                    "error_code": ErrorCode.UNKNOWN_TOPIC_ID,
+                    "name": t.name or "",
+                    "topic_id": t.topic_id,
+                    "partitions": [],
+                }
+                for t in req.body.topics
+            ],
+        },
+    )
 
 
 def metadata_error_body(req: KafkaRequest, ctx: KafkaContext, code: int, message: str):
     topics = req.body.topics or ()
-    return _body(req, {"brokers": _brokers(ctx), "cluster_id": ctx.cluster_id, "controller_id": ctx.node_id, "topics": [
-        {"error_code": code, "name": t.name or "", "topic_id": t.topic_id or _ZERO_UUID, "partitions": []}
-        for t in topics]})
+    return _body(
+        req,
+        {
+            "brokers": _brokers(ctx),
+            "cluster_id": ctx.cluster_id,
+            "controller_id": ctx.node_id,
+            "topics": [
+                {"error_code": code, "name": t.name or "", "topic_id": t.topic_id or _ZERO_UUID, "partitions": []}
+                for t in topics
+            ],
+        },
+    )
 
 
 def metadata_to_kafka(response: m.MetadataResponse, req: KafkaRequest, ctx: KafkaContext):
     node = ctx.node_id
-    return _body(req, {
-        "brokers": _brokers(ctx), "cluster_id": ctx.cluster_id, "controller_id": node,
-        "cluster_authorized_operations": -2147483648,
-        "topics": [
-            {"error_code": t.error_code, "name": t.name, "topic_id": _ZERO_UUID, "is_internal": t.internal,
-             "topic_authorized_operations": -2147483648,
-             "partitions": [
-                 {"error_code": p.error_code, "partition_index": p.partition, "leader_id": p.leader,
-                  "leader_epoch": NO_EPOCH, "replica_nodes": [node], "isr_nodes": [node] if p.leader >= 0 else [],
-                  "offline_replicas": [] if p.leader >= 0 else [node]}
-                 for p in t.partitions]}
-            for t in response.topics]})
+    return _body(
+        req,
+        {
+            "brokers": _brokers(ctx),
+            "cluster_id": ctx.cluster_id,
+            "controller_id": node,
+            "cluster_authorized_operations": -2147483648,
+            "topics": [
+                {
+                    "error_code": t.error_code,
+                    "name": t.name,
+                    "topic_id": _ZERO_UUID,
+                    "is_internal": t.internal,
+                    "topic_authorized_operations": -2147483648,
+                    "partitions": [
+                        {
+                            "error_code": p.error_code,
+                            "partition_index": p.partition,
+                            "leader_id": p.leader,
+                            "leader_epoch": NO_EPOCH,
+                            "replica_nodes": [node],
+                            "isr_nodes": [node] if p.leader >= 0 else [],
+                            "offline_replicas": [] if p.leader >= 0 else [node],
+                        }
+                        for p in t.partitions
+                    ],
+                }
+                for t in response.topics
+            ],
+        },
+    )
 
 
 # -- InitProducerId -----------------------------------------------------------------------------
@@ -220,24 +370,39 @@ def metadata_to_kafka(response: m.MetadataResponse, req: KafkaRequest, ctx: Kafk
 
 def init_producer_id_to_internal(req: KafkaRequest, ctx: KafkaContext):
     body = req.body
-    return m.InitProducerIdRequest(id=req.correlation_id, client_id=req.client_id,
-                                   transactional_id=body.transactional_id,
-                                   transaction_timeout_ms=millis(body.transaction_timeout, -1),
-                                   producer_id=getattr(body, "producer_id", -1),
-                                   producer_epoch=getattr(body, "producer_epoch", -1))
+    return m.InitProducerIdRequest(
+        id=req.correlation_id,
+        client_id=req.client_id,
+        transactional_id=body.transactional_id,
+        transaction_timeout_ms=millis(body.transaction_timeout, -1),
+        producer_id=getattr(body, "producer_id", -1),
+        producer_epoch=getattr(body, "producer_epoch", -1),
+    )
 
 
 def init_producer_id_to_kafka(response: m.InitProducerIdResponse, req: KafkaRequest, ctx: KafkaContext):
-    return _body(req, {"error_code": response.error_code, "producer_id": response.producer_id,
-                       "producer_epoch": response.producer_epoch})
+    return _body(
+        req,
+        {
+            "error_code": response.error_code,
+            "producer_id": response.producer_id,
+            "producer_epoch": response.producer_epoch,
+        },
+    )
 
 
 ADAPTERS = by_key(
     Adapter(ApiKey.PRODUCE, 3, 11, produce_to_internal, produce_to_kafka, "produce", produce_error_body),
     Adapter(ApiKey.FETCH, 4, 12, fetch_to_internal, fetch_to_kafka, "fetch", fetch_error_body),
-    Adapter(ApiKey.LIST_OFFSETS, 1, 7, list_offsets_to_internal, list_offsets_to_kafka, "list_offsets",
-            list_offsets_error_body),
+    Adapter(
+        ApiKey.LIST_OFFSETS,
+        1,
+        7,
+        list_offsets_to_internal,
+        list_offsets_to_kafka,
+        "list_offsets",
+        list_offsets_error_body,
+    ),
     Adapter(ApiKey.METADATA, 0, 12, metadata_to_internal, metadata_to_kafka, "metadata", metadata_error_body),
-    Adapter(ApiKey.INIT_PRODUCER_ID, 0, 5, init_producer_id_to_internal, init_producer_id_to_kafka,
-            "init_producer_id"),
+    Adapter(ApiKey.INIT_PRODUCER_ID, 0, 5, init_producer_id_to_internal, init_producer_id_to_kafka, "init_producer_id"),
 )

@@ -48,16 +48,27 @@ def find_coordinator_to_internal(req: KafkaRequest, ctx: KafkaContext):
 
 def _coordinator(response: m.FindCoordinatorResponse, ctx: KafkaContext) -> dict[str, Any]:
     if response.error_code:
-        return {"error_code": response.error_code, "error_message": response.error_message,
-                "node_id": -1, "host": "", "port": -1}
+        return {
+            "error_code": response.error_code,
+            "error_message": response.error_message,
+            "node_id": -1,
+            "host": "",
+            "port": -1,
+        }
     # This broker, at the address Kafka clients reach it (not the msgpack listener's).
     return {"error_code": 0, "error_message": None, "node_id": ctx.node_id, "host": ctx.host, "port": ctx.port}
 
 
 def find_coordinator_to_kafka(responses: list, req: KafkaRequest, ctx: KafkaContext):
     if req.version >= 4:
-        return _body(req, {"coordinators": [{"key": key, **_coordinator(r, ctx)}
-                                            for key, r in zip(req.body.coordinator_keys, responses)]})
+        return _body(
+            req,
+            {
+                "coordinators": [
+                    {"key": key, **_coordinator(r, ctx)} for key, r in zip(req.body.coordinator_keys, responses)
+                ]
+            },
+        )
     return _body(req, _coordinator(responses[0], ctx))
 
 
@@ -75,11 +86,16 @@ def join_group_to_internal(req: KafkaRequest, ctx: KafkaContext):
     body = req.body
     rebalance = millis(body.rebalance_timeout, -1) if req.version >= 1 else -1
     return m.JoinGroupRequest(
-        **_envelope(req), group_id=body.group_id, session_timeout_ms=millis(body.session_timeout, 0),
-        rebalance_timeout_ms=rebalance, member_id=body.member_id,
-        group_instance_id=getattr(body, "group_instance_id", None), protocol_type=body.protocol_type,
+        **_envelope(req),
+        group_id=body.group_id,
+        session_timeout_ms=millis(body.session_timeout, 0),
+        rebalance_timeout_ms=rebalance,
+        member_id=body.member_id,
+        group_instance_id=getattr(body, "group_instance_id", None),
+        protocol_type=body.protocol_type,
         protocols=tuple(m.JoinGroupProtocol(name=p.name, metadata=p.metadata) for p in body.protocols),
-        reason=getattr(body, "reason", None))
+        reason=getattr(body, "reason", None),
+    )
 
 
 def join_group_follow_up(response: m.JoinGroupResponse, internal: m.JoinGroupRequest, req: KafkaRequest):
@@ -90,32 +106,64 @@ def join_group_follow_up(response: m.JoinGroupResponse, internal: m.JoinGroupReq
 
 
 def join_group_to_kafka(response: m.JoinGroupResponse, req: KafkaRequest, ctx: KafkaContext):
-    return _body(req, {
-        "error_code": response.error_code, "generation_id": response.generation_id,
-        "protocol_type": response.protocol_type, "protocol_name": response.protocol_name or "",
-        "leader": response.leader, "skip_assignment": response.skip_assignment, "member_id": response.member_id,
-        "members": [{"member_id": p.member_id, "group_instance_id": p.group_instance_id, "metadata": p.metadata}
-                    for p in response.members]})
+    return _body(
+        req,
+        {
+            "error_code": response.error_code,
+            "generation_id": response.generation_id,
+            "protocol_type": response.protocol_type,
+            "protocol_name": response.protocol_name or "",
+            "leader": response.leader,
+            "skip_assignment": response.skip_assignment,
+            "member_id": response.member_id,
+            "members": [
+                {"member_id": p.member_id, "group_instance_id": p.group_instance_id, "metadata": p.metadata}
+                for p in response.members
+            ],
+        },
+    )
 
 
 def join_group_error(req: KafkaRequest, ctx: KafkaContext, code: int, message: str):
-    return _body(req, {"error_code": code, "generation_id": -1, "protocol_name": "", "leader": "",
-                       "member_id": req.body.member_id, "members": []})
+    return _body(
+        req,
+        {
+            "error_code": code,
+            "generation_id": -1,
+            "protocol_name": "",
+            "leader": "",
+            "member_id": req.body.member_id,
+            "members": [],
+        },
+    )
 
 
 def sync_group_to_internal(req: KafkaRequest, ctx: KafkaContext):
     body = req.body
     return m.SyncGroupRequest(
-        **_envelope(req), group_id=body.group_id, generation_id=body.generation_id, member_id=body.member_id,
+        **_envelope(req),
+        group_id=body.group_id,
+        generation_id=body.generation_id,
+        member_id=body.member_id,
         group_instance_id=getattr(body, "group_instance_id", None),
-        protocol_type=getattr(body, "protocol_type", None), protocol_name=getattr(body, "protocol_name", None),
-        assignments=tuple(m.SyncGroupAssignment(member_id=a.member_id, assignment=a.assignment)
-                          for a in body.assignments))
+        protocol_type=getattr(body, "protocol_type", None),
+        protocol_name=getattr(body, "protocol_name", None),
+        assignments=tuple(
+            m.SyncGroupAssignment(member_id=a.member_id, assignment=a.assignment) for a in body.assignments
+        ),
+    )
 
 
 def sync_group_to_kafka(response: m.SyncGroupResponse, req: KafkaRequest, ctx: KafkaContext):
-    return _body(req, {"error_code": response.error_code, "protocol_type": response.protocol_type,
-                       "protocol_name": response.protocol_name, "assignment": response.assignment})
+    return _body(
+        req,
+        {
+            "error_code": response.error_code,
+            "protocol_type": response.protocol_type,
+            "protocol_name": response.protocol_name,
+            "assignment": response.assignment,
+        },
+    )
 
 
 def sync_group_error(req: KafkaRequest, ctx: KafkaContext, code: int, message: str):
@@ -124,8 +172,13 @@ def sync_group_error(req: KafkaRequest, ctx: KafkaContext, code: int, message: s
 
 def heartbeat_to_internal(req: KafkaRequest, ctx: KafkaContext):
     body = req.body
-    return m.HeartbeatRequest(**_envelope(req), group_id=body.group_id, generation_id=body.generation_id,
-                              member_id=body.member_id, group_instance_id=getattr(body, "group_instance_id", None))
+    return m.HeartbeatRequest(
+        **_envelope(req),
+        group_id=body.group_id,
+        generation_id=body.generation_id,
+        member_id=body.member_id,
+        group_instance_id=getattr(body, "group_instance_id", None),
+    )
 
 
 def heartbeat_to_kafka(response: m.HeartbeatResponse, req: KafkaRequest, ctx: KafkaContext):
@@ -137,8 +190,12 @@ def leave_group_to_internal(req: KafkaRequest, ctx: KafkaContext):
     if req.version < 3:
         members = (m.MemberIdentity(member_id=body.member_id),)
     else:
-        members = tuple(m.MemberIdentity(member_id=p.member_id, group_instance_id=p.group_instance_id,
-                                         reason=getattr(p, "reason", None)) for p in body.members)
+        members = tuple(
+            m.MemberIdentity(
+                member_id=p.member_id, group_instance_id=p.group_instance_id, reason=getattr(p, "reason", None)
+            )
+            for p in body.members
+        )
     return m.LeaveGroupRequest(**_envelope(req), group_id=body.group_id, members=members)
 
 
@@ -146,9 +203,16 @@ def leave_group_to_kafka(response: m.LeaveGroupResponse, req: KafkaRequest, ctx:
     code = response.error_code
     if req.version < 3 and not code and response.members:
         code = response.members[0].error_code  # one member, one code: Kafka answers it at the top
-    return _body(req, {"error_code": code, "members": [
-        {"member_id": p.member_id, "group_instance_id": p.group_instance_id, "error_code": p.error_code}
-        for p in response.members]})
+    return _body(
+        req,
+        {
+            "error_code": code,
+            "members": [
+                {"member_id": p.member_id, "group_instance_id": p.group_instance_id, "error_code": p.error_code}
+                for p in response.members
+            ],
+        },
+    )
 
 
 # -- OffsetCommit, OffsetFetch ------------------------------------------------------------------
@@ -157,29 +221,59 @@ def leave_group_to_kafka(response: m.LeaveGroupResponse, req: KafkaRequest, ctx:
 def offset_commit_to_internal(req: KafkaRequest, ctx: KafkaContext):
     body = req.body
     return m.OffsetCommitRequest(
-        **_envelope(req), group_id=body.group_id, generation_id=body.generation_id_or_member_epoch,
-        member_id=body.member_id, group_instance_id=getattr(body, "group_instance_id", None),
-        topics=tuple(m.OffsetCommitTopic(name=t.name, partitions=tuple(
-            m.OffsetCommitPartition(partition=p.partition_index, committed_offset=p.committed_offset,
-                                    committed_leader_epoch=getattr(p, "committed_leader_epoch", -1),
-                                    committed_metadata=p.committed_metadata)
-            for p in t.partitions)) for t in body.topics))
+        **_envelope(req),
+        group_id=body.group_id,
+        generation_id=body.generation_id_or_member_epoch,
+        member_id=body.member_id,
+        group_instance_id=getattr(body, "group_instance_id", None),
+        topics=tuple(
+            m.OffsetCommitTopic(
+                name=t.name,
+                partitions=tuple(
+                    m.OffsetCommitPartition(
+                        partition=p.partition_index,
+                        committed_offset=p.committed_offset,
+                        committed_leader_epoch=getattr(p, "committed_leader_epoch", -1),
+                        committed_metadata=p.committed_metadata,
+                    )
+                    for p in t.partitions
+                ),
+            )
+            for t in body.topics
+        ),
+    )
 
 
 def offset_commit_to_kafka(response: m.OffsetCommitResponse, req: KafkaRequest, ctx: KafkaContext):
     if response.error_code:  # a whole-request refusal: Kafka gives it in every partition
         return offset_commit_error(req, ctx, response.error_code, response.error_message or "")
-    return _body(req, {"topics": [
-        {"name": t.name, "partitions": [{"partition_index": p.partition, "error_code": p.error_code}
-                                        for p in t.partitions]}
-        for t in response.topics]})
+    return _body(
+        req,
+        {
+            "topics": [
+                {
+                    "name": t.name,
+                    "partitions": [{"partition_index": p.partition, "error_code": p.error_code} for p in t.partitions],
+                }
+                for t in response.topics
+            ]
+        },
+    )
 
 
 def offset_commit_error(req: KafkaRequest, ctx: KafkaContext, code: int, message: str):
-    return _body(req, {"topics": [
-        {"name": t.name, "partitions": [{"partition_index": p.partition_index, "error_code": code}
-                                        for p in t.partitions]}
-        for t in req.body.topics]})
+    return _body(
+        req,
+        {
+            "topics": [
+                {
+                    "name": t.name,
+                    "partitions": [{"partition_index": p.partition_index, "error_code": code} for p in t.partitions],
+                }
+                for t in req.body.topics
+            ]
+        },
+    )
 
 
 def _fetch_topics(topics) -> tuple[m.OffsetFetchTopic, ...] | None:
@@ -192,24 +286,49 @@ def offset_fetch_to_internal(req: KafkaRequest, ctx: KafkaContext):
     body = req.body
     stable = getattr(body, "require_stable", False)
     if req.version >= 8:
-        return [m.OffsetFetchRequest(**_envelope(req), group_id=g.group_id, topics=_fetch_topics(g.topics),
-                                     require_stable=stable) for g in body.groups]
-    return [m.OffsetFetchRequest(**_envelope(req), group_id=body.group_id, topics=_fetch_topics(body.topics),
-                                 require_stable=stable)]
+        return [
+            m.OffsetFetchRequest(
+                **_envelope(req), group_id=g.group_id, topics=_fetch_topics(g.topics), require_stable=stable
+            )
+            for g in body.groups
+        ]
+    return [
+        m.OffsetFetchRequest(
+            **_envelope(req), group_id=body.group_id, topics=_fetch_topics(body.topics), require_stable=stable
+        )
+    ]
 
 
 def _fetched_topics(response: m.OffsetFetchResponse) -> list[dict[str, Any]]:
-    return [{"name": t.name, "partitions": [
-        {"partition_index": p.partition, "committed_offset": p.committed_offset,
-         "committed_leader_epoch": p.committed_leader_epoch, "metadata": p.metadata, "error_code": p.error_code}
-        for p in t.partitions]} for t in response.topics]
+    return [
+        {
+            "name": t.name,
+            "partitions": [
+                {
+                    "partition_index": p.partition,
+                    "committed_offset": p.committed_offset,
+                    "committed_leader_epoch": p.committed_leader_epoch,
+                    "metadata": p.metadata,
+                    "error_code": p.error_code,
+                }
+                for p in t.partitions
+            ],
+        }
+        for t in response.topics
+    ]
 
 
 def offset_fetch_to_kafka(responses: list, req: KafkaRequest, ctx: KafkaContext):
     if req.version >= 8:
-        return _body(req, {"groups": [
-            {"group_id": g.group_id, "topics": _fetched_topics(r), "error_code": r.error_code}
-            for g, r in zip(req.body.groups, responses)]})
+        return _body(
+            req,
+            {
+                "groups": [
+                    {"group_id": g.group_id, "topics": _fetched_topics(r), "error_code": r.error_code}
+                    for g, r in zip(req.body.groups, responses)
+                ]
+            },
+        )
     (response,) = responses
     if response.error_code and req.version < 2:  # no top-level code before v2: in every partition
         return offset_fetch_error(req, ctx, response.error_code, response.error_message or "")
@@ -218,13 +337,26 @@ def offset_fetch_to_kafka(responses: list, req: KafkaRequest, ctx: KafkaContext)
 
 def offset_fetch_error(req: KafkaRequest, ctx: KafkaContext, code: int, message: str):
     def failed(topics):
-        return [{"name": t.name, "partitions": [
-            {"partition_index": p, "committed_offset": -1, "metadata": None, "error_code": code}
-            for p in t.partition_indexes]} for t in topics or ()]
+        return [
+            {
+                "name": t.name,
+                "partitions": [
+                    {"partition_index": p, "committed_offset": -1, "metadata": None, "error_code": code}
+                    for p in t.partition_indexes
+                ],
+            }
+            for t in topics or ()
+        ]
 
     if req.version >= 8:
-        return _body(req, {"groups": [{"group_id": g.group_id, "topics": failed(g.topics), "error_code": code}
-                                      for g in req.body.groups]})
+        return _body(
+            req,
+            {
+                "groups": [
+                    {"group_id": g.group_id, "topics": failed(g.topics), "error_code": code} for g in req.body.groups
+                ]
+            },
+        )
     return _body(req, {"topics": failed(req.body.topics), "error_code": code})
 
 
@@ -241,9 +373,21 @@ def list_groups_to_internal(req: KafkaRequest, ctx: KafkaContext):
 def list_groups_to_kafka(response: m.ListGroupsResponse, req: KafkaRequest, ctx: KafkaContext):
     types = {t.lower() for t in getattr(req.body, "types_filter", ())}
     groups = [] if types and CLASSIC not in types else response.groups
-    return _body(req, {"error_code": response.error_code, "groups": [
-        {"group_id": g.group_id, "protocol_type": g.protocol_type, "group_state": g.group_state,
-         "group_type": CLASSIC} for g in groups]})
+    return _body(
+        req,
+        {
+            "error_code": response.error_code,
+            "groups": [
+                {
+                    "group_id": g.group_id,
+                    "protocol_type": g.protocol_type,
+                    "group_state": g.group_state,
+                    "group_type": CLASSIC,
+                }
+                for g in groups
+            ],
+        },
+    )
 
 
 #: A DescribeGroups request is asked of the coordinator this many groups at a time (the listener
@@ -253,8 +397,10 @@ DESCRIBE_GROUPS_PER_CALL = 256
 
 def describe_groups_to_internal(req: KafkaRequest, ctx: KafkaContext):
     groups = tuple(dict.fromkeys(req.body.groups))
-    return [m.DescribeGroupsRequest(**_envelope(req), groups=groups[at:at + DESCRIBE_GROUPS_PER_CALL])
-            for at in range(0, max(len(groups), 1), DESCRIBE_GROUPS_PER_CALL)]
+    return [
+        m.DescribeGroupsRequest(**_envelope(req), groups=groups[at : at + DESCRIBE_GROUPS_PER_CALL])
+        for at in range(0, max(len(groups), 1), DESCRIBE_GROUPS_PER_CALL)
+    ]
 
 
 def describe_groups_to_kafka(responses: list, req: KafkaRequest, ctx: KafkaContext):
@@ -263,17 +409,44 @@ def describe_groups_to_kafka(responses: list, req: KafkaRequest, ctx: KafkaConte
 
 
 def _described(g: m.DescribedGroup) -> dict[str, Any]:
-    return {"error_code": g.error_code, "group_id": g.group_id, "group_state": g.group_state,
-            "protocol_type": g.protocol_type, "protocol_data": g.protocol_data,
-            "authorized_operations": -2147483648, "members": [
-                {"member_id": p.member_id, "group_instance_id": p.group_instance_id, "client_id": p.client_id,
-                 "client_host": p.client_host, "member_metadata": p.member_metadata,
-                 "member_assignment": p.member_assignment} for p in g.members]}
+    return {
+        "error_code": g.error_code,
+        "group_id": g.group_id,
+        "group_state": g.group_state,
+        "protocol_type": g.protocol_type,
+        "protocol_data": g.protocol_data,
+        "authorized_operations": -2147483648,
+        "members": [
+            {
+                "member_id": p.member_id,
+                "group_instance_id": p.group_instance_id,
+                "client_id": p.client_id,
+                "client_host": p.client_host,
+                "member_metadata": p.member_metadata,
+                "member_assignment": p.member_assignment,
+            }
+            for p in g.members
+        ],
+    }
 
 
 def describe_groups_error(req: KafkaRequest, ctx: KafkaContext, code: int, message: str):
-    return _body(req, {"groups": [{"error_code": code, "group_id": name, "group_state": "", "protocol_type": "",
-                                   "protocol_data": "", "members": []} for name in req.body.groups]})
+    return _body(
+        req,
+        {
+            "groups": [
+                {
+                    "error_code": code,
+                    "group_id": name,
+                    "group_state": "",
+                    "protocol_type": "",
+                    "protocol_data": "",
+                    "members": [],
+                }
+                for name in req.body.groups
+            ]
+        },
+    )
 
 
 def delete_groups_to_internal(req: KafkaRequest, ctx: KafkaContext):
@@ -289,22 +462,57 @@ def delete_groups_error(req: KafkaRequest, ctx: KafkaContext, code: int, message
 
 
 ADAPTERS = by_key(
-    Adapter(ApiKey.FIND_COORDINATOR, 0, 4, find_coordinator_to_internal, find_coordinator_to_kafka,
-            "find_coordinator", find_coordinator_error),
-    Adapter(ApiKey.JOIN_GROUP, 0, 9, join_group_to_internal, join_group_to_kafka, "join_group",
-            join_group_error, follow_up=join_group_follow_up),
+    Adapter(
+        ApiKey.FIND_COORDINATOR,
+        0,
+        4,
+        find_coordinator_to_internal,
+        find_coordinator_to_kafka,
+        "find_coordinator",
+        find_coordinator_error,
+    ),
+    Adapter(
+        ApiKey.JOIN_GROUP,
+        0,
+        9,
+        join_group_to_internal,
+        join_group_to_kafka,
+        "join_group",
+        join_group_error,
+        follow_up=join_group_follow_up,
+    ),
     Adapter(ApiKey.HEARTBEAT, 0, 4, heartbeat_to_internal, heartbeat_to_kafka, "heartbeat", _top_level_error),
-    Adapter(ApiKey.LEAVE_GROUP, 0, 5, leave_group_to_internal, leave_group_to_kafka, "leave_group",
-            _top_level_error),
+    Adapter(ApiKey.LEAVE_GROUP, 0, 5, leave_group_to_internal, leave_group_to_kafka, "leave_group", _top_level_error),
     Adapter(ApiKey.SYNC_GROUP, 0, 5, sync_group_to_internal, sync_group_to_kafka, "sync_group", sync_group_error),
-    Adapter(ApiKey.OFFSET_COMMIT, 2, 9, offset_commit_to_internal, offset_commit_to_kafka, "offset_commit",
-            offset_commit_error),
-    Adapter(ApiKey.OFFSET_FETCH, 1, 9, offset_fetch_to_internal, offset_fetch_to_kafka, "offset_fetch",
-            offset_fetch_error),
-    Adapter(ApiKey.LIST_GROUPS, 0, 5, list_groups_to_internal, list_groups_to_kafka, "list_groups",
-            _top_level_error),
-    Adapter(ApiKey.DESCRIBE_GROUPS, 0, 5, describe_groups_to_internal, describe_groups_to_kafka,
-            "describe_groups", describe_groups_error),
-    Adapter(ApiKey.DELETE_GROUPS, 0, 2, delete_groups_to_internal, delete_groups_to_kafka, "delete_groups",
-            delete_groups_error),
+    Adapter(
+        ApiKey.OFFSET_COMMIT,
+        2,
+        9,
+        offset_commit_to_internal,
+        offset_commit_to_kafka,
+        "offset_commit",
+        offset_commit_error,
+    ),
+    Adapter(
+        ApiKey.OFFSET_FETCH, 1, 9, offset_fetch_to_internal, offset_fetch_to_kafka, "offset_fetch", offset_fetch_error
+    ),
+    Adapter(ApiKey.LIST_GROUPS, 0, 5, list_groups_to_internal, list_groups_to_kafka, "list_groups", _top_level_error),
+    Adapter(
+        ApiKey.DESCRIBE_GROUPS,
+        0,
+        5,
+        describe_groups_to_internal,
+        describe_groups_to_kafka,
+        "describe_groups",
+        describe_groups_error,
+    ),
+    Adapter(
+        ApiKey.DELETE_GROUPS,
+        0,
+        2,
+        delete_groups_to_internal,
+        delete_groups_to_kafka,
+        "delete_groups",
+        delete_groups_error,
+    ),
 )

@@ -32,8 +32,14 @@ from .apis import ApiKey
 from .requests import MalformedRequest
 from .schema import UnknownSchema, request_class
 
-__all__ = ["LARGE_FRAME_APIS", "MAX_GROUP_ENTRIES", "MAX_SMALL_FRAME_BYTES", "RequestTooLarge", "check_request",
-           "entry_budget"]
+__all__ = [
+    "LARGE_FRAME_APIS",
+    "MAX_GROUP_ENTRIES",
+    "MAX_SMALL_FRAME_BYTES",
+    "RequestTooLarge",
+    "check_request",
+    "entry_budget",
+]
 
 #: The largest frame of any API but those of ``LARGE_FRAME_APIS``.
 MAX_SMALL_FRAME_BYTES = 1 << 20
@@ -44,8 +50,18 @@ PRODUCE = ApiKey.PRODUCE
 #: committed metadata). What they amplify into is bounded by their entry counts, as any API's.
 LARGE_FRAME_APIS = frozenset({PRODUCE, ApiKey.OFFSET_COMMIT, ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP})
 #: The group APIs, whose arrays are group ids, coordinator keys, members and protocols.
-GROUP_APIS = frozenset({ApiKey.FIND_COORDINATOR, ApiKey.JOIN_GROUP, ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP,
-                        ApiKey.SYNC_GROUP, ApiKey.DESCRIBE_GROUPS, ApiKey.LIST_GROUPS, ApiKey.DELETE_GROUPS})
+GROUP_APIS = frozenset(
+    {
+        ApiKey.FIND_COORDINATOR,
+        ApiKey.JOIN_GROUP,
+        ApiKey.HEARTBEAT,
+        ApiKey.LEAVE_GROUP,
+        ApiKey.SYNC_GROUP,
+        ApiKey.DESCRIBE_GROUPS,
+        ApiKey.LIST_GROUPS,
+        ApiKey.DELETE_GROUPS,
+    }
+)
 #: The entries (every array's, nested ones too) a request of a group API may hold: FindCoordinator
 #: keys, DescribeGroups and DeleteGroups ids, a JoinGroup's protocols, a SyncGroup's or
 #: LeaveGroup's members. Ten thousand groups or members is far more than one request of a real
@@ -62,8 +78,9 @@ class RequestTooLarge(MalformedRequest):
     """A request over a bound of the listener (its reason names the bound)."""
 
 
-def check_request(frame: bytes | bytearray | memoryview, max_partitions: int,
-                  served: dict[int, tuple[int, int]] | None = None) -> int:
+def check_request(
+    frame: bytes | bytearray | memoryview, max_partitions: int, served: dict[int, tuple[int, int]] | None = None
+) -> int:
     """The entries ``frame`` holds (every array's, counted by the walk; 0 where it is left to the
     decoder): what translating it will cost. Raise RequestTooLarge if ``frame`` exceeds what its API may hold; MalformedRequest if the
     walk finds it cut short or a length beyond its end (both naming the request's header).
@@ -77,15 +94,20 @@ def check_request(frame: bytes | bytearray | memoryview, max_partitions: int,
         raise
 
 
-def _check(frame: bytes | bytearray | memoryview, max_partitions: int,
-           served: dict[int, tuple[int, int]] | None) -> int:
+def _check(
+    frame: bytes | bytearray | memoryview, max_partitions: int, served: dict[int, tuple[int, int]] | None
+) -> int:
     if len(frame) < 4:
         return 0
     api_key, version = struct.unpack_from(">hh", frame)
     if api_key != PRODUCE:
         if api_key not in LARGE_FRAME_APIS and len(frame) > MAX_SMALL_FRAME_BYTES:
-            raise RequestTooLarge(f"a request of api_key {api_key} of {len(frame)} bytes is over the "
-                                  f"{MAX_SMALL_FRAME_BYTES} bytes any such request needs", api_key, version)
+            raise RequestTooLarge(
+                f"a request of api_key {api_key} of {len(frame)} bytes is over the "
+                f"{MAX_SMALL_FRAME_BYTES} bytes any such request needs",
+                api_key,
+                version,
+            )
         versions = served.get(api_key) if served is not None else (version, version)
         if versions is None or not versions[0] <= version <= versions[1]:
             return 0
@@ -104,8 +126,9 @@ def _check(frame: bytes | bytearray | memoryview, max_partitions: int,
         return walk.entries
     count = _produce_entries(memoryview(frame), version >= PRODUCE_FLEXIBLE, 2 * max_partitions)
     if count > 2 * max_partitions:
-        raise RequestTooLarge(f"a produce request naming more than {max_partitions} partitions "
-                              f"(max.broker.partitions)", api_key, version)
+        raise RequestTooLarge(
+            f"a produce request naming more than {max_partitions} partitions (max.broker.partitions)", api_key, version
+        )
     return count
 
 
@@ -201,8 +224,9 @@ class _Walk:
                 self._null()
             return 0
         if n > self.end - self.at:  # every entry takes a byte at least
-            raise MalformedRequest(f"an array of {n} entries in the {self.end - self.at} bytes left of the "
-                                   f"request", self.api_key)
+            raise MalformedRequest(
+                f"an array of {n} entries in the {self.end - self.at} bytes left of the request", self.api_key
+            )
         return n
 
     # -- the schema walk (every API but Produce) ------------------------------------------------
@@ -261,9 +285,22 @@ class _Walk:
                 self.skip(self.uvarint())
 
 
-_FIXED = {"int8": 1, "bool": 1, "int16": 2, "uint16": 2, "error_code": 2, "int32": 4, "uint32": 4,
-          "timedelta_i32": 4, "int64": 8, "uint64": 8, "float64": 8, "timedelta_i64": 8, "datetime_i64": 8,
-          "uuid": 16}
+_FIXED = {
+    "int8": 1,
+    "bool": 1,
+    "int16": 2,
+    "uint16": 2,
+    "error_code": 2,
+    "int32": 4,
+    "uint32": 4,
+    "timedelta_i32": 4,
+    "int64": 8,
+    "uint64": 8,
+    "float64": 8,
+    "timedelta_i64": 8,
+    "datetime_i64": 8,
+    "uuid": 16,
+}
 
 
 @functools.cache

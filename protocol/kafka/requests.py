@@ -41,8 +41,9 @@ class MalformedRequest(Exception):
 
     ``api_key``/``version``/``correlation_id`` are None when even the header's start is missing."""
 
-    def __init__(self, reason: str, api_key: int | None = None, version: int | None = None,
-                 correlation_id: int | None = None):
+    def __init__(
+        self, reason: str, api_key: int | None = None, version: int | None = None, correlation_id: int | None = None
+    ):
         super().__init__(reason)
         self.api_key = api_key
         self.version = version
@@ -82,8 +83,12 @@ def decode_request(frame: bytes | bytearray | memoryview, served: Mapping[int, t
         header, offset = reader(body_class.__header_schema__)(data, 0)  # kio gives the size read
         body, _ = reader(body_class)(data, offset)
     except Exception as exc:
-        raise MalformedRequest(f"cannot read {body_class.__name__} v{version}: {type(exc).__name__}: {exc}",
-                               api_key, version, correlation_id) from None
+        raise MalformedRequest(
+            f"cannot read {body_class.__name__} v{version}: {type(exc).__name__}: {exc}",
+            api_key,
+            version,
+            correlation_id,
+        ) from None
     # Bytes after what the schema names are ignored, as Kafka ignores them: librdkafka's
     # Metadata v12 carries 3 bytes past the schema's end.
     return KafkaRequest(api_key, version, correlation_id, header.client_id, body)

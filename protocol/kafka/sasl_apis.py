@@ -29,8 +29,10 @@ def handshake_to_internal(req: KafkaRequest, ctx: KafkaContext):
 
 
 def handshake_to_kafka(response: m.SaslHandshakeResponse, req: KafkaRequest, ctx: KafkaContext):
-    return build(response_class(req.api_key, req.version),
-                 {"error_code": response.error_code, "mechanisms": list(response.mechanisms)})
+    return build(
+        response_class(req.api_key, req.version),
+        {"error_code": response.error_code, "mechanisms": list(response.mechanisms)},
+    )
 
 
 def authenticate_to_internal(req: KafkaRequest, ctx: KafkaContext):
@@ -38,9 +40,15 @@ def authenticate_to_internal(req: KafkaRequest, ctx: KafkaContext):
 
 
 def authenticate_to_kafka(response: m.SaslAuthenticateResponse, req: KafkaRequest, ctx: KafkaContext):
-    return build(response_class(req.api_key, req.version), {
-        "error_code": response.error_code, "error_message": response.error_message,
-        "auth_bytes": response.auth_bytes, "session_lifetime": response.session_lifetime_ms})
+    return build(
+        response_class(req.api_key, req.version),
+        {
+            "error_code": response.error_code,
+            "error_message": response.error_message,
+            "auth_bytes": response.auth_bytes,
+            "session_lifetime": response.session_lifetime_ms,
+        },
+    )
 
 
 ADAPTERS = by_key(

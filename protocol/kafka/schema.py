@@ -108,8 +108,7 @@ def _converter(hint: Any, kafka_type: str | None):
             convert = functools.partial(_build_all, element)
         else:
             element_convert, _ = _converter(element, kafka_type)
-            convert = (functools.partial(_convert_all, element_convert) if element_convert is not None
-                       else tuple)
+            convert = functools.partial(_convert_all, element_convert) if element_convert is not None else tuple
         return _nullable(convert) if optional else convert, (None if optional else ())
     if _is_entity(hint):
         convert = functools.partial(_build_one, hint)
@@ -145,6 +144,7 @@ class _Lazy:
 def _nullable(convert):
     def convert_nullable(value):
         return None if value is None else convert(value)
+
     return convert_nullable
 
 

@@ -31,18 +31,24 @@ def _api_keys() -> list[dict[str, int]]:
 def api_versions_to_internal(req: KafkaRequest, ctx: KafkaContext):
     body = req.body
     code = ErrorCode.NONE
-    if req.version >= 3 and not (_SOFTWARE.fullmatch(body.client_software_name)
-                                 and _SOFTWARE.fullmatch(body.client_software_version)):
+    if req.version >= 3 and not (
+        _SOFTWARE.fullmatch(body.client_software_name) and _SOFTWARE.fullmatch(body.client_software_version)
+    ):
         code = ErrorCode.INVALID_REQUEST
-    return Direct(build(response_class(API_VERSIONS_KEY, req.version),
-                        {"error_code": code, "api_keys": _api_keys(), "throttle_time": 0}))
+    return Direct(
+        build(
+            response_class(API_VERSIONS_KEY, req.version),
+            {"error_code": code, "api_keys": _api_keys(), "throttle_time": 0},
+        )
+    )
 
 
 def unsupported_api_versions_body() -> Any:
     """Kafka's answer to an ApiVersions request of a version it does not know: a v0 response
     with UNSUPPORTED_VERSION and the versions served, from which the client picks one it has."""
-    return build(response_class(API_VERSIONS_KEY, 0),
-                 {"error_code": ErrorCode.UNSUPPORTED_VERSION, "api_keys": _api_keys()})
+    return build(
+        response_class(API_VERSIONS_KEY, 0), {"error_code": ErrorCode.UNSUPPORTED_VERSION, "api_keys": _api_keys()}
+    )
 
 
 def _never(response, req, ctx):  # pragma: no cover - ApiVersions is always answered directly

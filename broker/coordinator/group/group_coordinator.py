@@ -49,19 +49,21 @@ class GroupConfig:
     initial_rebalance_delay_ms: int = 3000
     min_session_timeout_ms: int = 6000
     max_session_timeout_ms: int = 1800000
-    max_size: int = 2 ** 31 - 1
+    max_size: int = 2**31 - 1
     offset_metadata_max_bytes: int = 4096
     offsets_retention_ms: int = 10080 * 60000
 
     @classmethod
     def from_broker_config(cls, config) -> GroupConfig:
-        return cls(num_partitions=config.offsets_topic_num_partitions,
-                   initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
-                   min_session_timeout_ms=config.group_min_session_timeout_ms,
-                   max_session_timeout_ms=config.group_max_session_timeout_ms,
-                   max_size=config.group_max_size,
-                   offset_metadata_max_bytes=config.offset_metadata_max_bytes,
-                   offsets_retention_ms=config.offsets_retention_minutes * 60000)
+        return cls(
+            num_partitions=config.offsets_topic_num_partitions,
+            initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
+            min_session_timeout_ms=config.group_min_session_timeout_ms,
+            max_session_timeout_ms=config.group_max_session_timeout_ms,
+            max_size=config.group_max_size,
+            offset_metadata_max_bytes=config.offset_metadata_max_bytes,
+            offsets_retention_ms=config.offsets_retention_minutes * 60000,
+        )
 
 
 @dataclass(frozen=True)
@@ -134,8 +136,11 @@ _STORE_ERRORS = {
     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: ErrorCode.COORDINATOR_NOT_AVAILABLE,
     ErrorCode.KAFKA_STORAGE_ERROR: ErrorCode.NOT_COORDINATOR,
 }
-_GROUP_STORE_ERRORS = {**_STORE_ERRORS, ErrorCode.REQUEST_TIMED_OUT: ErrorCode.REBALANCE_IN_PROGRESS,
-                       ErrorCode.MESSAGE_TOO_LARGE: ErrorCode.UNKNOWN_SERVER_ERROR}
+_GROUP_STORE_ERRORS = {
+    **_STORE_ERRORS,
+    ErrorCode.REQUEST_TIMED_OUT: ErrorCode.REBALANCE_IN_PROGRESS,
+    ErrorCode.MESSAGE_TOO_LARGE: ErrorCode.UNKNOWN_SERVER_ERROR,
+}
 _OFFSET_STORE_ERRORS = {**_STORE_ERRORS, ErrorCode.MESSAGE_TOO_LARGE: ErrorCode.INVALID_COMMIT_OFFSET_SIZE}
 
 
@@ -181,8 +186,12 @@ class GroupCoordinator:
         self.active = False
         for group in self.groups.values():
             for member in group.members.values():
-                self._answer_join(member, JoinResult(ErrorCode.NOT_COORDINATOR, "the coordinator is shutting down",
-                                                     member_id=member.member_id))
+                self._answer_join(
+                    member,
+                    JoinResult(
+                        ErrorCode.NOT_COORDINATOR, "the coordinator is shutting down", member_id=member.member_id
+                    ),
+                )
                 self._answer_sync(member, SyncResult(ErrorCode.NOT_COORDINATOR, "the coordinator is shutting down"))
 
     def partition_for(self, group_id: str) -> int:
@@ -206,9 +215,17 @@ class GroupCoordinator:
                     group.current_state_timestamp = stored.current_state_timestamp
                 for sm in stored.members:
                     protocols = ((stored.protocol, sm.subscription),) if stored.protocol else ()
-                    member = MemberMetadata(sm.member_id, sm.group_instance_id, sm.client_id, sm.client_host,
-                                            sm.rebalance_timeout_ms, sm.session_timeout_ms, stored.protocol_type,
-                                            protocols, assignment=sm.assignment)
+                    member = MemberMetadata(
+                        sm.member_id,
+                        sm.group_instance_id,
+                        sm.client_id,
+                        sm.client_host,
+                        sm.rebalance_timeout_ms,
+                        sm.session_timeout_ms,
+                        stored.protocol_type,
+                        protocols,
+                        assignment=sm.assignment,
+                    )
                     group.members[sm.member_id] = member
                 if group.members:
                     group.state = GroupState.STABLE
@@ -235,9 +252,11 @@ class GroupCoordinator:
         if not self.active:
             return _err(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the group coordinator is not running yet")
         if self.partition_for(group_id) in self.loading:
-            return _err(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
-                        f"__consumer_offsets partition {self.partition_for(group_id)} of group {group_id!r} "
-                        f"is still being loaded")
+            return _err(
+                ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                f"__consumer_offsets partition {self.partition_for(group_id)} of group {group_id!r} "
+                f"is still being loaded",
+            )
         return None
 
     # -- timers ------------------------------------------------------------------------------
@@ -296,10 +315,19 @@ class GroupCoordinator:
 
     # -- join --------------------------------------------------------------------------------
 
-    def handle_join_group(self, group_id: str, member_id: str, group_instance_id: str | None, client_id: str,
-                          client_host: str, rebalance_timeout_ms: int, session_timeout_ms: int,
-                          protocol_type: str, protocols: tuple[tuple[str, bytes], ...],
-                          respond: Callable[[JoinResult], None]) -> None:
+    def handle_join_group(
+        self,
+        group_id: str,
+        member_id: str,
+        group_instance_id: str | None,
+        client_id: str,
+        client_host: str,
+        rebalance_timeout_ms: int,
+        session_timeout_ms: int,
+        protocol_type: str,
+        protocols: tuple[tuple[str, bytes], ...],
+        respond: Callable[[JoinResult], None],
+    ) -> None:
         def fail(code: ErrorCode, message: str) -> None:
             respond(JoinResult(code, message, member_id=member_id))
 
@@ -308,40 +336,62 @@ class GroupCoordinator:
             return fail(*error)
         config = self.config
         if not config.min_session_timeout_ms <= session_timeout_ms <= config.max_session_timeout_ms:
-            return fail(ErrorCode.INVALID_SESSION_TIMEOUT,
-                        f"session_timeout_ms={session_timeout_ms} is outside [group.min.session.timeout.ms="
-                        f"{config.min_session_timeout_ms}, group.max.session.timeout.ms="
-                        f"{config.max_session_timeout_ms}]")
+            return fail(
+                ErrorCode.INVALID_SESSION_TIMEOUT,
+                f"session_timeout_ms={session_timeout_ms} is outside [group.min.session.timeout.ms="
+                f"{config.min_session_timeout_ms}, group.max.session.timeout.ms="
+                f"{config.max_session_timeout_ms}]",
+            )
         if rebalance_timeout_ms < 0:
             rebalance_timeout_ms = session_timeout_ms
         group = self.groups.get(group_id)
         if group is None:
             if member_id:
-                return fail(ErrorCode.UNKNOWN_MEMBER_ID, f"group {group_id!r} does not exist (member {member_id!r} "
-                                                         f"is not known): rejoin with member_id \"\"")
+                return fail(
+                    ErrorCode.UNKNOWN_MEMBER_ID,
+                    f'group {group_id!r} does not exist (member {member_id!r} is not known): rejoin with member_id ""',
+                )
             group = self.groups[group_id] = GroupMetadata(group_id, current_state_timestamp=self.now())
         if not self._accept_joining_member(group, member_id):
-            return fail(ErrorCode.GROUP_MAX_SIZE_REACHED,
-                        f"group {group_id!r} has reached group.max.size={config.max_size} members")
+            return fail(
+                ErrorCode.GROUP_MAX_SIZE_REACHED,
+                f"group {group_id!r} has reached group.max.size={config.max_size} members",
+            )
         if group.is_in(GroupState.DEAD):
             return fail(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"group {group_id!r} is being removed; retry")
         if not group.supports_protocols(protocol_type, {name for name, _ in protocols}):
-            return fail(ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
-                        f"protocol_type {protocol_type!r} with protocols {[n for n, _ in protocols]} does not fit "
-                        f"group {group_id!r} (type {group.protocol_type!r}, protocols every member supports: "
-                        f"{sorted(group.candidate_protocols())})")
+            return fail(
+                ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
+                f"protocol_type {protocol_type!r} with protocols {[n for n, _ in protocols]} does not fit "
+                f"group {group_id!r} (type {group.protocol_type!r}, protocols every member supports: "
+                f"{sorted(group.candidate_protocols())})",
+            )
         if not member_id:
             # v4+ behaviour: hand out the id, the member joins again with it.
             new_id = f"{client_id}-{uuid.uuid4()}"
             group.pending_members.add(new_id)
             self._schedule(self.now() + session_timeout_ms, "pending", group_id, new_id)
-            return respond(JoinResult(ErrorCode.MEMBER_ID_REQUIRED,
-                                      "join again with the member_id given in this response", member_id=new_id))
+            return respond(
+                JoinResult(
+                    ErrorCode.MEMBER_ID_REQUIRED,
+                    "join again with the member_id given in this response",
+                    member_id=new_id,
+                )
+            )
         if member_id in group.pending_members:
             group.pending_members.discard(member_id)
-            joined = MemberMetadata(member_id, group_instance_id, client_id, client_host, rebalance_timeout_ms,
-                                    session_timeout_ms, protocol_type, tuple(protocols), awaiting_join=respond,
-                                    is_new=True)
+            joined = MemberMetadata(
+                member_id,
+                group_instance_id,
+                client_id,
+                client_host,
+                rebalance_timeout_ms,
+                session_timeout_ms,
+                protocol_type,
+                tuple(protocols),
+                awaiting_join=respond,
+                is_new=True,
+            )
             if group.is_in(GroupState.PREPARING_REBALANCE) and group.generation_id == 0:
                 group.new_member_added = True
             group.add(joined)
@@ -365,8 +415,12 @@ class GroupCoordinator:
         elif state is GroupState.STABLE:
             if group.is_leader(member_id) or not member.matches(protocols):
                 self._update_member(group, member, rebalance_timeout_ms, session_timeout_ms, protocols, respond)
-                self._maybe_prepare_rebalance(group, f"member {member_id} rejoined" if group.is_leader(member_id)
-                                              else f"member {member_id} changed its protocols")
+                self._maybe_prepare_rebalance(
+                    group,
+                    f"member {member_id} rejoined"
+                    if group.is_leader(member_id)
+                    else f"member {member_id} changed its protocols",
+                )
             else:
                 respond(self._join_result(group, member, include_members=False))
         else:  # Empty or Dead with a known member cannot happen; answer as Kafka would
@@ -385,25 +439,43 @@ class GroupCoordinator:
             return (member is not None and member.awaiting_join is not None) or awaiting < max_size
         return member_id in group.members or len(group.members) < max_size
 
-    def _update_member(self, group: GroupMetadata, member: MemberMetadata, rebalance_timeout_ms: int,
-                       session_timeout_ms: int, protocols, respond) -> None:
+    def _update_member(
+        self,
+        group: GroupMetadata,
+        member: MemberMetadata,
+        rebalance_timeout_ms: int,
+        session_timeout_ms: int,
+        protocols,
+        respond,
+    ) -> None:
         member.supported_protocols = tuple(protocols)
         member.rebalance_timeout_ms = rebalance_timeout_ms
         member.session_timeout_ms = session_timeout_ms
         if member.awaiting_join is not None and member.awaiting_join is not respond:
-            self._answer_join(member, JoinResult(ErrorCode.REBALANCE_IN_PROGRESS,
-                                                 "superseded by a newer join_group of the same member",
-                                                 member_id=member.member_id))
+            self._answer_join(
+                member,
+                JoinResult(
+                    ErrorCode.REBALANCE_IN_PROGRESS,
+                    "superseded by a newer join_group of the same member",
+                    member_id=member.member_id,
+                ),
+            )
         member.awaiting_join = respond
 
     def _join_result(self, group: GroupMetadata, member: MemberMetadata, include_members: bool = True) -> JoinResult:
         members: tuple[tuple[str, str | None, bytes], ...] = ()
         if include_members and group.is_leader(member.member_id):
-            members = tuple((m.member_id, m.group_instance_id, m.metadata(group.protocol_name))
-                            for m in group.members.values())
-        return JoinResult(member_id=member.member_id, generation_id=group.generation_id,
-                          protocol_type=group.protocol_type, protocol_name=group.protocol_name,
-                          leader=group.leader_id or "", members=members)
+            members = tuple(
+                (m.member_id, m.group_instance_id, m.metadata(group.protocol_name)) for m in group.members.values()
+            )
+        return JoinResult(
+            member_id=member.member_id,
+            generation_id=group.generation_id,
+            protocol_type=group.protocol_type,
+            protocol_name=group.protocol_name,
+            leader=group.leader_id or "",
+            members=members,
+        )
 
     def _maybe_prepare_rebalance(self, group: GroupMetadata, reason: str) -> None:
         if group.can_rebalance():
@@ -412,8 +484,9 @@ class GroupCoordinator:
     def _prepare_rebalance(self, group: GroupMetadata, reason: str) -> None:
         now = self.now()
         if group.is_in(GroupState.COMPLETING_REBALANCE):
-            self._reset_and_propagate_sync_error(group, ErrorCode.REBALANCE_IN_PROGRESS,
-                                                 f"group {group.group_id} is rebalancing again: {reason}")
+            self._reset_and_propagate_sync_error(
+                group, ErrorCode.REBALANCE_IN_PROGRESS, f"group {group.group_id} is rebalancing again: {reason}"
+            )
         config = self.config
         if group.is_in(GroupState.EMPTY):
             delay = config.initial_rebalance_delay_ms
@@ -429,8 +502,12 @@ class GroupCoordinator:
 
     def _try_complete_join(self, group: GroupMetadata) -> None:
         delayed = self._delayed_joins.get(group.group_id)
-        if (group.is_in(GroupState.PREPARING_REBALANCE) and delayed is not None and not delayed.initial
-                and group.has_all_members_joined()):
+        if (
+            group.is_in(GroupState.PREPARING_REBALANCE)
+            and delayed is not None
+            and not delayed.initial
+            and group.has_all_members_joined()
+        ):
             self._complete_join(group)
 
     def _on_join_deadline(self, group: GroupMetadata, delayed: _DelayedJoin) -> None:
@@ -482,9 +559,16 @@ class GroupCoordinator:
 
     # -- sync --------------------------------------------------------------------------------
 
-    def handle_sync_group(self, group_id: str, generation_id: int, member_id: str, protocol_type: str | None,
-                          protocol_name: str | None, assignments: dict[str, bytes],
-                          respond: Callable[[SyncResult], None]) -> None:
+    def handle_sync_group(
+        self,
+        group_id: str,
+        generation_id: int,
+        member_id: str,
+        protocol_type: str | None,
+        protocol_name: str | None,
+        assignments: dict[str, bytes],
+        respond: Callable[[SyncResult], None],
+    ) -> None:
         error = self._status_error(group_id)
         if error is not None:
             code, message = error
@@ -499,33 +583,52 @@ class GroupCoordinator:
             return respond(SyncResult(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"group {group_id!r} is being removed"))
         member = group.members.get(member_id)
         if member is None:
-            return respond(SyncResult(ErrorCode.UNKNOWN_MEMBER_ID, f"member {member_id!r} is not in group {group_id!r}"))
+            return respond(
+                SyncResult(ErrorCode.UNKNOWN_MEMBER_ID, f"member {member_id!r} is not in group {group_id!r}")
+            )
         if generation_id != group.generation_id:
-            return respond(SyncResult(ErrorCode.ILLEGAL_GENERATION,
-                                      f"generation {generation_id} is not the group's current generation "
-                                      f"{group.generation_id}"))
+            return respond(
+                SyncResult(
+                    ErrorCode.ILLEGAL_GENERATION,
+                    f"generation {generation_id} is not the group's current generation {group.generation_id}",
+                )
+            )
         if protocol_type is not None and protocol_type != group.protocol_type:
-            return respond(SyncResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
-                                      f"protocol_type {protocol_type!r} is not the group's {group.protocol_type!r}"))
+            return respond(
+                SyncResult(
+                    ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
+                    f"protocol_type {protocol_type!r} is not the group's {group.protocol_type!r}",
+                )
+            )
         if protocol_name is not None and protocol_name != group.protocol_name:
-            return respond(SyncResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
-                                      f"protocol_name {protocol_name!r} is not the group's {group.protocol_name!r}"))
+            return respond(
+                SyncResult(
+                    ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
+                    f"protocol_name {protocol_name!r} is not the group's {group.protocol_name!r}",
+                )
+            )
         state = group.state
         if state is GroupState.EMPTY:
             return respond(SyncResult(ErrorCode.UNKNOWN_MEMBER_ID, f"group {group_id!r} has no members"))
         if state is GroupState.PREPARING_REBALANCE:
-            return respond(SyncResult(ErrorCode.REBALANCE_IN_PROGRESS,
-                                      f"group {group_id!r} is rebalancing: join again"))
+            return respond(
+                SyncResult(ErrorCode.REBALANCE_IN_PROGRESS, f"group {group_id!r} is rebalancing: join again")
+            )
         if state is GroupState.STABLE:
             # Kafka's doSyncGroup (Stable): this member has synced, so the sync deadline must not evict it.
             group.pending_sync_members.discard(member_id)
             self._schedule_heartbeat(group, member, member.session_timeout_ms)
-            return respond(SyncResult(protocol_type=group.protocol_type, protocol_name=group.protocol_name,
-                                      assignment=member.assignment))
+            return respond(
+                SyncResult(
+                    protocol_type=group.protocol_type, protocol_name=group.protocol_name, assignment=member.assignment
+                )
+            )
         # CompletingRebalance: park; the leader's assignment completes everyone's.
         if member.awaiting_sync is not None:
-            self._answer_sync(member, SyncResult(ErrorCode.REBALANCE_IN_PROGRESS,
-                                                 "superseded by a newer sync_group of the same member"))
+            self._answer_sync(
+                member,
+                SyncResult(ErrorCode.REBALANCE_IN_PROGRESS, "superseded by a newer sync_group of the same member"),
+            )
         member.awaiting_sync = respond
         group.pending_sync_members.discard(member_id)
         self._schedule_heartbeat(group, member, member.session_timeout_ms)
@@ -543,9 +646,14 @@ class GroupCoordinator:
                 for mid, member_ in group.members.items():
                     member_.assignment = full.get(mid, b"")
                 for member_ in group.members.values():
-                    self._answer_sync(member_, SyncResult(protocol_type=group.protocol_type,
-                                                          protocol_name=group.protocol_name,
-                                                          assignment=member_.assignment))
+                    self._answer_sync(
+                        member_,
+                        SyncResult(
+                            protocol_type=group.protocol_type,
+                            protocol_name=group.protocol_name,
+                            assignment=member_.assignment,
+                        ),
+                    )
                 group.transition_to(GroupState.STABLE, self.now())
                 started = self._rebalance_started.pop(group.group_id, None)
                 if started is not None:
@@ -582,8 +690,10 @@ class GroupCoordinator:
         if member is None:
             return _err(ErrorCode.UNKNOWN_MEMBER_ID, f"member {member_id!r} is not in group {group_id!r}")
         if generation_id != group.generation_id:
-            return _err(ErrorCode.ILLEGAL_GENERATION,
-                        f"generation {generation_id} is not the group's current generation {group.generation_id}")
+            return _err(
+                ErrorCode.ILLEGAL_GENERATION,
+                f"generation {generation_id} is not the group's current generation {group.generation_id}",
+            )
         if group.is_in(GroupState.EMPTY):
             return _err(ErrorCode.UNKNOWN_MEMBER_ID, f"group {group_id!r} has no members")
         self._schedule_heartbeat(group, member, member.session_timeout_ms)
@@ -621,8 +731,9 @@ class GroupCoordinator:
             self._try_complete_join(group)
 
     def _remove_member_and_update(self, group: GroupMetadata, member: MemberMetadata, reason: str) -> None:
-        self._answer_join(member, JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, f"member removed: {reason}",
-                                             member_id=member.member_id))
+        self._answer_join(
+            member, JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, f"member removed: {reason}", member_id=member.member_id)
+        )
         self._answer_sync(member, SyncResult(ErrorCode.UNKNOWN_MEMBER_ID, f"member removed: {reason}"))
         group.remove(member.member_id)
         if group.is_in(GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
@@ -632,10 +743,16 @@ class GroupCoordinator:
 
     # -- offsets -----------------------------------------------------------------------------
 
-    def handle_commit_offsets(self, group_id: str, generation_id: int, member_id: str,
-                              commits: list[CommitRequest],
-                              respond: Callable[[list[Error | None]], None]) -> None:
+    def handle_commit_offsets(
+        self,
+        group_id: str,
+        generation_id: int,
+        member_id: str,
+        commits: list[CommitRequest],
+        respond: Callable[[list[Error | None]], None],
+    ) -> None:
         """Answer ``respond`` with one error (or None) per commit, once the record is durable."""
+
         def all_fail(code: ErrorCode, message: str) -> None:
             respond([(code, message)] * len(commits))
 
@@ -645,8 +762,10 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         if group is None:
             if generation_id >= 0:
-                return all_fail(ErrorCode.ILLEGAL_GENERATION,
-                                f"group {group_id!r} does not exist, so generation {generation_id} is not its own")
+                return all_fail(
+                    ErrorCode.ILLEGAL_GENERATION,
+                    f"group {group_id!r} does not exist, so generation {generation_id} is not its own",
+                )
             group = self.groups[group_id] = GroupMetadata(group_id, current_state_timestamp=self.now())
         if group.is_in(GroupState.DEAD):
             return all_fail(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"group {group_id!r} is being removed; retry")
@@ -656,16 +775,21 @@ class GroupCoordinator:
             if member is None:
                 return all_fail(ErrorCode.UNKNOWN_MEMBER_ID, f"member {member_id!r} is not in group {group_id!r}")
             if generation_id != group.generation_id:
-                return all_fail(ErrorCode.ILLEGAL_GENERATION,
-                                f"generation {generation_id} is not the group's current generation "
-                                f"{group.generation_id}")
+                return all_fail(
+                    ErrorCode.ILLEGAL_GENERATION,
+                    f"generation {generation_id} is not the group's current generation {group.generation_id}",
+                )
         elif not group.is_in(GroupState.EMPTY):
-            return all_fail(ErrorCode.UNKNOWN_MEMBER_ID,
-                            f"group {group_id!r} has members: a commit from outside the group (generation -1, "
-                            f"no member_id) is only accepted while it is empty")
+            return all_fail(
+                ErrorCode.UNKNOWN_MEMBER_ID,
+                f"group {group_id!r} has members: a commit from outside the group (generation -1, "
+                f"no member_id) is only accepted while it is empty",
+            )
         if group.is_in(GroupState.COMPLETING_REBALANCE):
-            return all_fail(ErrorCode.REBALANCE_IN_PROGRESS,
-                            f"group {group_id!r} is completing a rebalance: commit after the next sync")
+            return all_fail(
+                ErrorCode.REBALANCE_IN_PROGRESS,
+                f"group {group_id!r} is completing a rebalance: commit after the next sync",
+            )
         if member is not None:
             self._schedule_heartbeat(group, member, member.session_timeout_ms)
         now = self.now()
@@ -676,9 +800,10 @@ class GroupCoordinator:
         for i, commit in enumerate(commits):
             metadata = commit.metadata or ""
             if len(metadata.encode()) > limit:
-                results[i] = _err(ErrorCode.OFFSET_METADATA_TOO_LARGE,
-                                  f"committed_metadata of {len(metadata.encode())} bytes is over "
-                                  f"offset.metadata.max.bytes={limit}")
+                results[i] = _err(
+                    ErrorCode.OFFSET_METADATA_TOO_LARGE,
+                    f"committed_metadata of {len(metadata.encode())} bytes is over offset.metadata.max.bytes={limit}",
+                )
                 continue
             entry = OffsetAndMetadata(commit.offset, commit.leader_epoch, metadata, now)
             records.append((offset_commit_key(group_id, commit.topic, commit.partition), offset_commit_value(entry)))
@@ -700,8 +825,14 @@ class GroupCoordinator:
                 if error is not None:
                     results[i] = error
                     continue
-                placed = OffsetAndMetadata(entry.offset, entry.leader_epoch, entry.metadata, entry.commit_timestamp,
-                                           entry.expire_timestamp, base_offset + n)
+                placed = OffsetAndMetadata(
+                    entry.offset,
+                    entry.leader_epoch,
+                    entry.metadata,
+                    entry.commit_timestamp,
+                    entry.expire_timestamp,
+                    base_offset + n,
+                )
                 current = group.offsets.get(tp)
                 if current is None or current.record_offset < placed.record_offset:
                     group.offsets[tp] = placed
@@ -713,8 +844,9 @@ class GroupCoordinator:
         self._store(self.partition_for(group_id), records, stored)
         return None
 
-    def handle_fetch_offsets(self, group_id: str, partitions: list[tuple[str, int]] | None
-                             ) -> tuple[Error | None, list[tuple[str, int, OffsetAndMetadata | None]]]:
+    def handle_fetch_offsets(
+        self, group_id: str, partitions: list[tuple[str, int]] | None
+    ) -> tuple[Error | None, list[tuple[str, int, OffsetAndMetadata | None]]]:
         error = self._status_error(group_id)
         if error is not None:
             return error, []
@@ -731,10 +863,15 @@ class GroupCoordinator:
             return _err(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the group coordinator is not running yet"), []
         error = None
         if self.loading:
-            error = _err(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
-                         f"{len(self.loading)} __consumer_offsets partitions are still being loaded")
-        out = [(g.group_id, g.protocol_type or "", g.state.value) for g in self.groups.values()
-               if not g.is_in(GroupState.DEAD) and (not states or g.state.value in states)]
+            error = _err(
+                ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                f"{len(self.loading)} __consumer_offsets partitions are still being loaded",
+            )
+        out = [
+            (g.group_id, g.protocol_type or "", g.state.value)
+            for g in self.groups.values()
+            if not g.is_in(GroupState.DEAD) and (not states or g.state.value in states)
+        ]
         return error, sorted(out)
 
     def handle_describe_group(self, group_id: str) -> GroupSummary:
@@ -745,12 +882,24 @@ class GroupCoordinator:
         if group is None or group.is_in(GroupState.DEAD):
             return GroupSummary(group_id, GroupState.DEAD.value, "", "", ())
         stable = group.is_in(GroupState.STABLE)
-        members = tuple(MemberSummary(m.member_id, m.group_instance_id, m.client_id, m.client_host,
-                                      m.metadata(group.protocol_name) if stable and group.protocol_name else b"",
-                                      m.assignment if stable else b"")
-                        for m in group.members.values())
-        return GroupSummary(group_id, group.state.value, group.protocol_type or "",
-                            (group.protocol_name or "") if stable else "", members)
+        members = tuple(
+            MemberSummary(
+                m.member_id,
+                m.group_instance_id,
+                m.client_id,
+                m.client_host,
+                m.metadata(group.protocol_name) if stable and group.protocol_name else b"",
+                m.assignment if stable else b"",
+            )
+            for m in group.members.values()
+        )
+        return GroupSummary(
+            group_id,
+            group.state.value,
+            group.protocol_type or "",
+            (group.protocol_name or "") if stable else "",
+            members,
+        )
 
     def handle_delete_groups(self, group_ids: list[str], respond: Callable[[dict[str, Error | None]], None]) -> None:
         results: dict[str, Error | None] = {}
@@ -765,14 +914,16 @@ class GroupCoordinator:
                 results[group_id] = _err(ErrorCode.GROUP_ID_NOT_FOUND, f"group {group_id!r} does not exist")
                 continue
             if not group.is_in(GroupState.EMPTY):
-                results[group_id] = _err(ErrorCode.NON_EMPTY_GROUP,
-                                         f"group {group_id!r} has members ({group.state.value}); it can be deleted "
-                                         f"once they have left")
+                results[group_id] = _err(
+                    ErrorCode.NON_EMPTY_GROUP,
+                    f"group {group_id!r} has members ({group.state.value}); it can be deleted once they have left",
+                )
                 continue
             if group.pending_commits:
-                results[group_id] = _err(ErrorCode.NON_EMPTY_GROUP,
-                                         f"group {group_id!r} has offset commits still being written; "
-                                         f"delete it again once they are done")
+                results[group_id] = _err(
+                    ErrorCode.NON_EMPTY_GROUP,
+                    f"group {group_id!r} has offset commits still being written; delete it again once they are done",
+                )
                 continue
             group.transition_to(GroupState.DEAD, self.now())
             records = self._tombstones(group)
@@ -794,6 +945,7 @@ class GroupCoordinator:
                 waiting.discard(partition)
                 if not waiting:
                     respond(results)
+
             return stored
 
         for partition, records in pending.items():
@@ -830,8 +982,12 @@ class GroupCoordinator:
                 del group.offsets[(t, p)]
                 records.append((offset_commit_key(group_id, t, p), None))
             expired_total += len(expired)
-            if (group.is_in(GroupState.EMPTY) and not group.offsets and not group.pending_members
-                    and not group.pending_commits):
+            if (
+                group.is_in(GroupState.EMPTY)
+                and not group.offsets
+                and not group.pending_members
+                and not group.pending_commits
+            ):
                 group.transition_to(GroupState.DEAD, now)
                 del self.groups[group_id]
                 if group.generation_id > 0 or group.protocol_type is not None:
@@ -844,12 +1000,29 @@ class GroupCoordinator:
     # -- storing the group -------------------------------------------------------------------
 
     def _store_group(self, group: GroupMetadata, assignments: dict[str, bytes], done: StoreDone) -> None:
-        members = tuple(StoredMember(m.member_id, m.group_instance_id, m.client_id, m.client_host,
-                                     m.rebalance_timeout_ms, m.session_timeout_ms,
-                                     m.metadata(group.protocol_name) if group.protocol_name else b"",
-                                     assignments.get(m.member_id, b""))
-                        for m in group.members.values())
-        value = StoredGroup(group.protocol_type or "", group.generation_id, group.protocol_name, group.leader_id,
-                            group.current_state_timestamp, members)
-        self._store(self.partition_for(group.group_id),
-                    [(group_metadata_key(group.group_id), group_metadata_value(value))], done)
+        members = tuple(
+            StoredMember(
+                m.member_id,
+                m.group_instance_id,
+                m.client_id,
+                m.client_host,
+                m.rebalance_timeout_ms,
+                m.session_timeout_ms,
+                m.metadata(group.protocol_name) if group.protocol_name else b"",
+                assignments.get(m.member_id, b""),
+            )
+            for m in group.members.values()
+        )
+        value = StoredGroup(
+            group.protocol_type or "",
+            group.generation_id,
+            group.protocol_name,
+            group.leader_id,
+            group.current_state_timestamp,
+            members,
+        )
+        self._store(
+            self.partition_for(group.group_id),
+            [(group_metadata_key(group.group_id), group_metadata_value(value))],
+            done,
+        )

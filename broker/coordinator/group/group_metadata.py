@@ -25,8 +25,7 @@ class GroupState(enum.Enum):
 #: Kafka's validPreviousStates: a transition from any other state is a bug.
 VALID_PREVIOUS_STATES: dict[GroupState, frozenset[GroupState]] = {
     GroupState.EMPTY: frozenset({GroupState.PREPARING_REBALANCE}),
-    GroupState.PREPARING_REBALANCE: frozenset({GroupState.STABLE, GroupState.COMPLETING_REBALANCE,
-                                               GroupState.EMPTY}),
+    GroupState.PREPARING_REBALANCE: frozenset({GroupState.STABLE, GroupState.COMPLETING_REBALANCE, GroupState.EMPTY}),
     GroupState.COMPLETING_REBALANCE: frozenset({GroupState.PREPARING_REBALANCE}),
     GroupState.STABLE: frozenset({GroupState.COMPLETING_REBALANCE}),
     GroupState.DEAD: frozenset(GroupState),
@@ -119,7 +118,9 @@ class GroupMetadata:
 
     def transition_to(self, state: GroupState, now_ms: int) -> None:
         if self.state not in VALID_PREVIOUS_STATES[state]:
-            raise AssertionError(f"group {self.group_id}: {self.state.value} -> {state.value} is not a valid transition")
+            raise AssertionError(
+                f"group {self.group_id}: {self.state.value} -> {state.value} is not a valid transition"
+            )
         self.state = state
         self.current_state_timestamp = now_ms
 
@@ -221,6 +222,7 @@ class GroupMetadata:
 
     def expired_offsets(self, now_ms: int, retention_ms: int) -> list[tuple[str, int]]:
         """Kafka's removeExpiredOffsets rule: which offsets are past retention (not removed here)."""
+
         def expired(base_of) -> list[tuple[str, int]]:
             out = []
             for tp, entry in self.offsets.items():
@@ -232,8 +234,9 @@ class GroupMetadata:
             return out
 
         if self.protocol_type and self.state is GroupState.EMPTY:
-            return expired(lambda e: self.current_state_timestamp if self.current_state_timestamp >= 0
-                           else e.commit_timestamp)
+            return expired(
+                lambda e: self.current_state_timestamp if self.current_state_timestamp >= 0 else e.commit_timestamp
+            )
         if self.protocol_type is None or self.protocol_type == "":
             return expired(lambda e: e.commit_timestamp)
         subscribed = self.subscribed_topics()
@@ -257,6 +260,6 @@ def subscription_topics(data: bytes) -> set[str]:
         position += 2
         if length < 0 or position + length > len(view):
             raise ValueError("bad topic name")
-        topics.add(bytes(view[position:position + length]).decode())
+        topics.add(bytes(view[position : position + length]).decode())
         position += length
     return topics

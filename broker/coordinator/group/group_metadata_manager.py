@@ -27,7 +27,7 @@ OFFSET_COMMIT_VALUE_VERSION = 3
 GROUP_METADATA_KEY_VERSION = 2
 GROUP_METADATA_VALUE_VERSION = 3
 
-_INT_MIN = -(2 ** 31)
+_INT_MIN = -(2**31)
 
 
 def java_string_hash(s: str) -> int:
@@ -76,7 +76,7 @@ class _Reader:
     def _take(self, n: int) -> memoryview:
         if n < 0 or self.position + n > len(self.data):
             raise ValueError(f"record truncated: needs {n} bytes at {self.position} of {len(self.data)}")
-        out = self.data[self.position:self.position + n]
+        out = self.data[self.position : self.position + n]
         self.position += n
         return out
 
@@ -136,10 +136,16 @@ def offset_commit_key(group: str, topic: str, partition: int) -> bytes:
 def offset_commit_value(offset: OffsetAndMetadata) -> bytes:
     """v3, or v1 when the commit carries an explicit expire timestamp (as Kafka chooses)."""
     if offset.expire_timestamp >= 0:
-        return (struct.pack(">hq", 1, offset.offset) + _string(offset.metadata)
-                + struct.pack(">qq", offset.commit_timestamp, offset.expire_timestamp))
-    return (struct.pack(">hqi", OFFSET_COMMIT_VALUE_VERSION, offset.offset, offset.leader_epoch)
-            + _string(offset.metadata) + struct.pack(">q", offset.commit_timestamp))
+        return (
+            struct.pack(">hq", 1, offset.offset)
+            + _string(offset.metadata)
+            + struct.pack(">qq", offset.commit_timestamp, offset.expire_timestamp)
+        )
+    return (
+        struct.pack(">hqi", OFFSET_COMMIT_VALUE_VERSION, offset.offset, offset.leader_epoch)
+        + _string(offset.metadata)
+        + struct.pack(">q", offset.commit_timestamp)
+    )
 
 
 def group_metadata_key(group: str) -> bytes:
@@ -171,14 +177,24 @@ class StoredGroup:
 
 
 def group_metadata_value(group: StoredGroup) -> bytes:
-    parts = [struct.pack(">h", GROUP_METADATA_VALUE_VERSION), _string(group.protocol_type),
-             struct.pack(">i", group.generation), _nullable_string(group.protocol), _nullable_string(group.leader),
-             struct.pack(">qi", group.current_state_timestamp, len(group.members))]
+    parts = [
+        struct.pack(">h", GROUP_METADATA_VALUE_VERSION),
+        _string(group.protocol_type),
+        struct.pack(">i", group.generation),
+        _nullable_string(group.protocol),
+        _nullable_string(group.leader),
+        struct.pack(">qi", group.current_state_timestamp, len(group.members)),
+    ]
     for member in group.members:
-        parts += [_string(member.member_id), _nullable_string(member.group_instance_id), _string(member.client_id),
-                  _string(member.client_host), struct.pack(">ii", member.rebalance_timeout_ms,
-                                                           member.session_timeout_ms),
-                  _bytes(member.subscription), _bytes(member.assignment)]
+        parts += [
+            _string(member.member_id),
+            _nullable_string(member.group_instance_id),
+            _string(member.client_id),
+            _string(member.client_host),
+            struct.pack(">ii", member.rebalance_timeout_ms, member.session_timeout_ms),
+            _bytes(member.subscription),
+            _bytes(member.assignment),
+        ]
     return b"".join(parts)
 
 
@@ -246,8 +262,18 @@ def read_group_value(value: bytes) -> StoredGroup:
         session_timeout = reader.int32()
         if rebalance_timeout < 0:
             rebalance_timeout = session_timeout
-        members.append(StoredMember(member_id, instance_id, client_id, client_host, rebalance_timeout,
-                                    session_timeout, reader.bytes_(), reader.bytes_()))
+        members.append(
+            StoredMember(
+                member_id,
+                instance_id,
+                client_id,
+                client_host,
+                rebalance_timeout,
+                session_timeout,
+                reader.bytes_(),
+                reader.bytes_(),
+            )
+        )
     return StoredGroup(protocol_type, generation, protocol, leader, state_ts, tuple(members))
 
 
@@ -281,9 +307,14 @@ class LoadedPartition:
                         group_offsets.pop(tp, None)
                     else:
                         entry = read_offset_value(value)
-                        group_offsets[tp] = OffsetAndMetadata(entry.offset, entry.leader_epoch, entry.metadata,
-                                                              entry.commit_timestamp, entry.expire_timestamp,
-                                                              offset)
+                        group_offsets[tp] = OffsetAndMetadata(
+                            entry.offset,
+                            entry.leader_epoch,
+                            entry.metadata,
+                            entry.commit_timestamp,
+                            entry.expire_timestamp,
+                            offset,
+                        )
                 elif isinstance(parsed, GroupKey):
                     if value is None:
                         self.groups.pop(parsed.group, None)

@@ -8,9 +8,14 @@ imported, and the cleaner's modules depend on the storage layer, which depends o
 from importlib import import_module
 
 _EXPORTS = {
-    "Cleaner": ".cleaner", "CleanerStats": ".cleaner", "CleanJob": ".cleaner", "LogCleaningAbortedError": ".cleaner",
+    "Cleaner": ".cleaner",
+    "CleanerStats": ".cleaner",
+    "CleanJob": ".cleaner",
+    "LogCleaningAbortedError": ".cleaner",
     "LogCleanerManager": ".cleaner_manager",
-    "CleanerConfig": ".log_cleaner", "CleanerMetrics": ".log_cleaner", "LogCleaner": ".log_cleaner",
+    "CleanerConfig": ".log_cleaner",
+    "CleanerMetrics": ".log_cleaner",
+    "LogCleaner": ".log_cleaner",
     "SkimpyOffsetMap": ".offset_map",
 }
 

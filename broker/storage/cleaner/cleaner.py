@@ -235,8 +235,7 @@ class CleanedTransactionMetadata:
             self._next += 1
             self._ongoing_aborted.setdefault(txn.producer_id, [txn, False])
 
-    def on_control_batch_read(self, producer_id: int, last_offset: int,
-                              control_type: ControlRecordType | None) -> bool:
+    def on_control_batch_read(self, producer_id: int, last_offset: int, control_type: ControlRecordType | None) -> bool:
         """Whether the marker may be discarded (``control_type`` None: an empty control batch,
         cleaned before, which may always go)."""
         self._consume_up_to(last_offset)
@@ -263,8 +262,9 @@ class CleanedTransactionMetadata:
         return False
 
 
-def group_segments_by_size(segments: list[SegmentSource], max_size: int, max_index_size: int,
-                           first_uncleanable_offset: int) -> list[list[SegmentSource]]:
+def group_segments_by_size(
+    segments: list[SegmentSource], max_size: int, max_index_size: int, first_uncleanable_offset: int
+) -> list[list[SegmentSource]]:
     """Kafka's groupSegmentsBySize: consecutive segments while the group's log bytes stay within
     segment.bytes, each index within segment.index.bytes, and every offset fits 2^31-1 past the
     group's base (estimated by the next segment's base - 1, or first uncleanable - 1)."""
@@ -279,10 +279,12 @@ def group_segments_by_size(segments: list[SegmentSource], max_size: int, max_ind
         while i < len(segments):
             candidate = segments[i]
             last_offset = segments[i + 1].base_offset - 1 if i + 1 < len(segments) else first_uncleanable_offset - 1
-            if not (log_size + candidate.size <= max_size
-                    and index_size + candidate.offset_index_bytes <= max_index_size
-                    and time_index_size + candidate.time_index_bytes <= max_index_size
-                    and (candidate.size == 0 or last_offset - group[0].base_offset <= INT32_MAX)):
+            if not (
+                log_size + candidate.size <= max_size
+                and index_size + candidate.offset_index_bytes <= max_index_size
+                and time_index_size + candidate.time_index_bytes <= max_index_size
+                and (candidate.size == 0 or last_offset - group[0].base_offset <= INT32_MAX)
+            ):
                 break
             group.append(candidate)
             log_size += candidate.size
@@ -293,8 +295,15 @@ def group_segments_by_size(segments: list[SegmentSource], max_size: int, max_ind
     return groups
 
 
-def _iter_batches(fs: FileSystem, path: str, start: int, end: int, buffer_bytes: int, throttler: Throttler | None,
-                  check_done: Callable[[], None]):
+def _iter_batches(
+    fs: FileSystem,
+    path: str,
+    start: int,
+    end: int,
+    buffer_bytes: int,
+    throttler: Throttler | None,
+    check_done: Callable[[], None],
+):
     """(position, header tuple, batch memoryview) of each batch in [start, end) of a .log file,
     read in windows of ``buffer_bytes`` (grown to fit one batch, as Kafka's growBuffersOrFail)."""
     fd = fs.open(path, os.O_RDONLY)
@@ -318,7 +327,7 @@ def _iter_batches(fs: FileSystem, path: str, start: int, end: int, buffer_bytes:
                 size = fields[1] + LOG_OVERHEAD
                 if off + size > total:
                     break
-                yield position + off, fields, view[off:off + size]
+                yield position + off, fields, view[off : off + size]
                 off += size
             if off == 0:  # not even one batch fits the window: grow it
                 if total >= LOG_OVERHEAD:
@@ -326,7 +335,8 @@ def _iter_batches(fs: FileSystem, path: str, start: int, end: int, buffer_bytes:
                     if position + size > end:
                         raise CorruptRecordError(
                             f"batch at position {position} of {path} declares {size} bytes but only "
-                            f"{end - position} remain")
+                            f"{end - position} remain"
+                        )
                     buffer_bytes = max(buffer_bytes * 2, size)
                     continue
                 raise CorruptRecordError(f"truncated batch at position {position} of {path}")
@@ -349,9 +359,17 @@ def _records_data(fields, batch) -> bytes | memoryview:
 class Cleaner:
     """Runs cleaning rounds with one offset map (one per cleaner thread or worker)."""
 
-    def __init__(self, map_memory: int, load_factor: float, *, throttler: Throttler | None = None,
-                 clock: Clock = SYSTEM_CLOCK, check_done: Callable[[], None] | None = None,
-                 fs: FileSystem = OS_FS, core_module=None):
+    def __init__(
+        self,
+        map_memory: int,
+        load_factor: float,
+        *,
+        throttler: Throttler | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+        check_done: Callable[[], None] | None = None,
+        fs: FileSystem = OS_FS,
+        core_module=None,
+    ):
         self.offset_map = SkimpyOffsetMap(map_memory)
         #: The per-record loops: ``core.load(CORE_MODULE)`` unless a test or bench picks one.
         self.core = core_module if core_module is not None else core.load(CORE_MODULE)
@@ -374,14 +392,18 @@ class Cleaner:
         stats = CleanerStats()
         producers, aborted = self.scan_log(job)
         start, end = job.first_dirty_offset, job.first_uncleanable_offset
-        self.build_offset_map(job, stats, CleanedTransactionMetadata(
-            [t for t in aborted if t.last_offset >= start and t.first_offset < end]))
+        self.build_offset_map(
+            job,
+            stats,
+            CleanedTransactionMetadata([t for t in aborted if t.last_offset >= start and t.first_offset < end]),
+        )
         end_offset = max(self.offset_map.latest_offset + 1, job.first_dirty_offset)  # never backwards
         stats.map_done_s = time.monotonic()
         to_clean = [s for s in job.segments if s.base_offset < end_offset]
         transactions = CleanedTransactionMetadata(aborted)  # one for the whole round
-        for group in group_segments_by_size(to_clean, job.segment_bytes, job.max_index_bytes,
-                                            job.first_uncleanable_offset):
+        for group in group_segments_by_size(
+            to_clean, job.segment_bytes, job.max_index_bytes, job.first_uncleanable_offset
+        ):
             on_group(self.clean_segments(job, group, stats, producers, transactions))
         stats.buffer_utilization = self.offset_map.utilization
         stats.end_s = time.monotonic()
@@ -397,8 +419,9 @@ class Cleaner:
         open_txns: dict[int, int] = {}  # producer id -> first offset of its open transaction
         aborted: list[AbortedTxn] = []
         for segment in (*job.segments, *job.tail_segments):
-            for _, fields, batch in _iter_batches(self.fs, segment.path, 0, segment.size, job.read_buffer_bytes,
-                                                  None, self.check_done):
+            for _, fields, batch in _iter_batches(
+                self.fs, segment.path, 0, segment.size, job.read_buffer_bytes, None, self.check_done
+            ):
                 producer_id = fields[9]
                 if producer_id < 0:
                     continue
@@ -415,16 +438,19 @@ class Cleaner:
 
     # -- pass 1 ------------------------------------------------------------------------------
 
-    def build_offset_map(self, job: CleanJob, stats: CleanerStats,
-                         transactions: CleanedTransactionMetadata | None = None) -> None:
+    def build_offset_map(
+        self, job: CleanJob, stats: CleanerStats, transactions: CleanedTransactionMetadata | None = None
+    ) -> None:
         """Map [first dirty, first uncleanable) until the map is full; batches of aborted
         transactions are not mapped (their keys must not hide committed values)."""
         transactions = transactions or CleanedTransactionMetadata([])
         offset_map = self.offset_map
         offset_map.clear()
         start, end = job.first_dirty_offset, job.first_uncleanable_offset
-        dirty = [(s, job.segments[i + 1].base_offset if i + 1 < len(job.segments) else end)
-                 for i, s in enumerate(job.segments)]
+        dirty = [
+            (s, job.segments[i + 1].base_offset if i + 1 < len(job.segments) else end)
+            for i, s in enumerate(job.segments)
+        ]
         dirty = [(s, nxt) for s, nxt in dirty if nxt > start and s.base_offset < end]
         self._bitmap_base = start
         self._bitmap_bits = min(max(end - start, 0), offset_map.memory)  # <= memory/8 bytes
@@ -439,8 +465,16 @@ class Cleaner:
                 logger.debug("offset map of %s is full at segment %d", job.name, segment.base_offset)
                 break
 
-    def _map_segment(self, job, segment: SegmentSource, start: int, next_start: int, max_entries: int,
-                     stats: CleanerStats, transactions: CleanedTransactionMetadata) -> bool:
+    def _map_segment(
+        self,
+        job,
+        segment: SegmentSource,
+        start: int,
+        next_start: int,
+        max_entries: int,
+        stats: CleanerStats,
+        transactions: CleanedTransactionMetadata,
+    ) -> bool:
         """Map one segment; returns True when the map filled up before its end."""
         offset_map = self.offset_map
         map_records = self.core.map_records
@@ -449,8 +483,15 @@ class Cleaner:
         bitmap = self._bitmap
         bit_base = self._bitmap_base
         bit_limit = self._bitmap_bits
-        for _, fields, batch in _iter_batches(self.fs, segment.path, segment.start_position, segment.size,
-                                              job.read_buffer_bytes, self.throttler, self.check_done):
+        for _, fields, batch in _iter_batches(
+            self.fs,
+            segment.path,
+            segment.start_position,
+            segment.size,
+            job.read_buffer_bytes,
+            self.throttler,
+            self.check_done,
+        ):
             base = fields[0]
             last_offset = base + fields[6]
             attributes = fields[5]
@@ -463,13 +504,24 @@ class Cleaner:
             elif fields[12] > 0:
                 try:
                     full, offset_map.entries, last_put, mapped, collisions = map_records(
-                        _records_data(fields, batch), fields[12], base, start, words, slots, offset_map.entries,
-                        max_entries, bitmap, bit_base, bit_limit)
+                        _records_data(fields, batch),
+                        fields[12],
+                        base,
+                        start,
+                        words,
+                        slots,
+                        offset_map.entries,
+                        max_entries,
+                        bitmap,
+                        bit_base,
+                        bit_limit,
+                    )
                 except IndexError:
                     raise CorruptRecordError(f"truncated record in batch at offset {base} of {segment.path}") from None
                 except CorruptRecordError as exc:
-                    raise CorruptRecordError(f"corrupt record in batch at offset {base} of {segment.path}: {exc}") \
-                        from None
+                    raise CorruptRecordError(
+                        f"corrupt record in batch at offset {base} of {segment.path}: {exc}"
+                    ) from None
                 stats.map_records_read += mapped
                 offset_map.collisions += collisions
                 if full:
@@ -483,14 +535,22 @@ class Cleaner:
 
     # -- pass 2 ------------------------------------------------------------------------------
 
-    def clean_segments(self, job: CleanJob, group: list[SegmentSource], stats: CleanerStats,
-                       producers: _ProducerInfo, transactions: CleanedTransactionMetadata) -> GroupResult:
+    def clean_segments(
+        self,
+        job: CleanJob,
+        group: list[SegmentSource],
+        stats: CleanerStats,
+        producers: _ProducerInfo,
+        transactions: CleanedTransactionMetadata,
+    ) -> GroupResult:
         """Copy what survives of ``group`` into one new ``.cleaned`` segment, synced and trimmed."""
         directory = Path(job.directory)
         base = group[0].base_offset
-        for path in (filenames.log_file(directory, base, filenames.CLEANED_FILE_SUFFIX),
-                     filenames.offset_index_file(directory, base, filenames.CLEANED_FILE_SUFFIX),
-                     filenames.time_index_file(directory, base, filenames.CLEANED_FILE_SUFFIX)):
+        for path in (
+            filenames.log_file(directory, base, filenames.CLEANED_FILE_SUFFIX),
+            filenames.offset_index_file(directory, base, filenames.CLEANED_FILE_SUFFIX),
+            filenames.time_index_file(directory, base, filenames.CLEANED_FILE_SUFFIX),
+        ):
             try:
                 self.fs.unlink(path)
             except FileNotFoundError:
@@ -500,9 +560,15 @@ class Cleaner:
         # their group must still fit one cleaned segment. The files are trimmed when sealed.
         group_bytes = sum(s.size for s in group)
         entries_bound = group_bytes // max(job.index_interval_bytes + 1, HEADER_SIZE) + 2
-        cleaned = LogSegment.open(directory, base, index_interval_bytes=job.index_interval_bytes,
-                                  segment_index_bytes=max(job.max_index_bytes, entries_bound * 12),
-                                  clock=self.clock, file_suffix=filenames.CLEANED_FILE_SUFFIX, fs=self.fs)
+        cleaned = LogSegment.open(
+            directory,
+            base,
+            index_interval_bytes=job.index_interval_bytes,
+            segment_index_bytes=max(job.max_index_bytes, entries_bound * 12),
+            clock=self.clock,
+            file_suffix=filenames.CLEANED_FILE_SUFFIX,
+            fs=self.fs,
+        )
         try:
             for segment in group:
                 self._clean_into(job, segment, cleaned, stats, producers, transactions)
@@ -517,16 +583,25 @@ class Cleaner:
             cleaned.close_handlers()
         return GroupResult(base, tuple(s.base_offset for s in group), size)
 
-    def _clean_into(self, job: CleanJob, segment: SegmentSource, dest: LogSegment, stats: CleanerStats,
-                    producers: _ProducerInfo, transactions: CleanedTransactionMetadata) -> None:
+    def _clean_into(
+        self,
+        job: CleanJob,
+        segment: SegmentSource,
+        dest: LogSegment,
+        stats: CleanerStats,
+        producers: _ProducerInfo,
+        transactions: CleanedTransactionMetadata,
+    ) -> None:
         now = job.now_ms
-        for _, fields, batch in _iter_batches(self.fs, segment.path, 0, segment.size, job.read_buffer_bytes,
-                                              self.throttler, self.check_done):
+        for _, fields, batch in _iter_batches(
+            self.fs, segment.path, 0, segment.size, job.read_buffer_bytes, self.throttler, self.check_done
+        ):
             stats.bytes_read += len(batch)
             attributes = fields[5]
             if attributes & CONTROL_FLAG:
-                can_discard = transactions.on_control_batch_read(fields[9], fields[0] + fields[6],
-                                                                 _control_type(fields, batch))
+                can_discard = transactions.on_control_batch_read(
+                    fields[9], fields[0] + fields[6], _control_type(fields, batch)
+                )
                 out, read, kept = self._filter_control_batch(fields, batch, now, job, producers, can_discard, stats)
             elif attributes & TRANSACTIONAL_FLAG and transactions.on_batch_read(fields[9], fields[0] + fields[6]):
                 # Aborted: every record goes; the header stays only where Kafka keeps an empty batch.
@@ -546,13 +621,13 @@ class Cleaner:
 
     def _retain_empty(self, fields, producers: _ProducerInfo, job: CleanJob) -> bool:
         last_offset = fields[0] + fields[6]
-        if fields[9] >= 0 and producers.is_last_batch(fields[9], fields[10], last_offset,
-                                                      bool(fields[5] & CONTROL_FLAG)):
+        if fields[9] >= 0 and producers.is_last_batch(
+            fields[9], fields[10], last_offset, bool(fields[5] & CONTROL_FLAG)
+        ):
             return True  # keeps the producer's last sequence / epoch
         return last_offset + 1 == job.first_uncleanable_offset  # KAFKA-17076
 
-    def _filter_data_batch(self, fields, batch, now: int, job: CleanJob, producers: _ProducerInfo,
-                           stats: CleanerStats):
+    def _filter_data_batch(self, fields, batch, now: int, job: CleanJob, producers: _ProducerInfo, stats: CleanerStats):
         """(bytes to write or None, records read, records kept) for one data batch."""
         count = fields[12]
         attributes = fields[5]
@@ -565,8 +640,17 @@ class Cleaner:
         data = _records_data(fields, batch)
         try:
             spans, kept, all_kept, has_tombstone, invalid, collisions = self.core.filter_records(
-                data, count, base, offset_map.latest_offset, retain_deletes, offset_map._words, offset_map.slots,
-                self._bitmap, self._bitmap_base, self._bitmap_bits)
+                data,
+                count,
+                base,
+                offset_map.latest_offset,
+                retain_deletes,
+                offset_map._words,
+                offset_map.slots,
+                self._bitmap,
+                self._bitmap_base,
+                self._bitmap_bits,
+            )
         except IndexError:
             raise CorruptRecordError(f"truncated record in batch at offset {base}") from None
         except CorruptRecordError as exc:
@@ -583,8 +667,9 @@ class Cleaner:
             return batch, count, count
         return _rebuild(self.core, fields, data, spans, kept, horizon), count, kept
 
-    def _filter_control_batch(self, fields, batch, now: int, job: CleanJob, producers: _ProducerInfo,
-                              can_discard: bool, stats: CleanerStats):
+    def _filter_control_batch(
+        self, fields, batch, now: int, job: CleanJob, producers: _ProducerInfo, can_discard: bool, stats: CleanerStats
+    ):
         """A marker is kept while its transaction has batches in the log; once it may go, it
         gets a delete horizon (now + delete.retention.ms) and goes in the first round after it,
         so consumers that were reading below it still see it (Kafka's rule for tombstones)."""
@@ -621,7 +706,7 @@ def _control_type(fields, batch) -> ControlRecordType | None:
         _, p = _varint64(data, p)  # timestamp delta
         _, p = _varint32(data, p)  # offset delta
         key_length, p = _varint32(data, p)
-        key = bytes(data[p:p + key_length]) if key_length >= 0 else None
+        key = bytes(data[p : p + key_length]) if key_length >= 0 else None
         return parse_control_record_key(key)[1]
     except (IndexError, ValueError):
         raise CorruptRecordError(f"invalid control record in batch at offset {fields[0]}") from None
@@ -631,8 +716,21 @@ def _rebuild(core_module, fields, data: bytes, spans, kept: int, horizon: int | 
     """A batch of the ``kept`` records (``spans`` of ``data``, see ``filter_records``) with the
     original header fields; the base timestamp becomes the first kept record's timestamp or the
     delete horizon (deltas re-based)."""
-    (base_offset, _, leader_epoch, _, _, attributes, last_offset_delta, old_base_ts, max_ts,
-     producer_id, producer_epoch, base_sequence, _) = fields
+    (
+        base_offset,
+        _,
+        leader_epoch,
+        _,
+        _,
+        attributes,
+        last_offset_delta,
+        old_base_ts,
+        max_ts,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        _,
+    ) = fields
     log_append_time = bool(attributes & TIMESTAMP_TYPE_MASK)
     if horizon is not None:
         new_base_ts = horizon
@@ -647,8 +745,23 @@ def _rebuild(core_module, fields, data: bytes, spans, kept: int, horizon: int | 
     if horizon is not None:
         attributes |= DELETE_HORIZON_FLAG
     out = bytearray(HEADER_SIZE + len(body))
-    HEADER.pack_into(out, 0, base_offset, len(out) - LOG_OVERHEAD, leader_epoch, CURRENT_MAGIC, 0, attributes,
-                     last_offset_delta, new_base_ts, new_max, producer_id, producer_epoch, base_sequence, kept)
+    HEADER.pack_into(
+        out,
+        0,
+        base_offset,
+        len(out) - LOG_OVERHEAD,
+        leader_epoch,
+        CURRENT_MAGIC,
+        0,
+        attributes,
+        last_offset_delta,
+        new_base_ts,
+        new_max,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        kept,
+    )
     out[HEADER_SIZE:] = body
     _U32.pack_into(out, CRC_OFFSET, compute_crc(out))
     return bytes(out)
@@ -656,11 +769,39 @@ def _rebuild(core_module, fields, data: bytes, spans, kept: int, horizon: int | 
 
 def _empty_header(fields) -> bytes:
     """Kafka's writeEmptyHeader: count 0, codec none, base timestamp -1, old max timestamp."""
-    (base_offset, _, leader_epoch, _, _, attributes, last_offset_delta, _, max_ts,
-     producer_id, producer_epoch, base_sequence, _) = fields
+    (
+        base_offset,
+        _,
+        leader_epoch,
+        _,
+        _,
+        attributes,
+        last_offset_delta,
+        _,
+        max_ts,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        _,
+    ) = fields
     attributes = attributes & (TIMESTAMP_TYPE_MASK | TRANSACTIONAL_FLAG | CONTROL_FLAG)
     out = bytearray(HEADER_SIZE)
-    HEADER.pack_into(out, 0, base_offset, HEADER_SIZE - LOG_OVERHEAD, leader_epoch, CURRENT_MAGIC, 0, attributes,
-                     last_offset_delta, NO_TIMESTAMP, max_ts, producer_id, producer_epoch, base_sequence, 0)
+    HEADER.pack_into(
+        out,
+        0,
+        base_offset,
+        HEADER_SIZE - LOG_OVERHEAD,
+        leader_epoch,
+        CURRENT_MAGIC,
+        0,
+        attributes,
+        last_offset_delta,
+        NO_TIMESTAMP,
+        max_ts,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        0,
+    )
     _U32.pack_into(out, CRC_OFFSET, compute_crc(out))
     return bytes(out)

@@ -145,17 +145,32 @@ def _md5_function() -> int:
 @cython.returns(cython.longlong)
 def _be64(d, i):
     """The big-endian int64 at byte ``i`` of a digest (compiled path only)."""
-    v = ((cython.cast(cython.ulonglong, d[i]) << 56) | (cython.cast(cython.ulonglong, d[i + 1]) << 48)
-         | (cython.cast(cython.ulonglong, d[i + 2]) << 40) | (cython.cast(cython.ulonglong, d[i + 3]) << 32)
-         | (cython.cast(cython.ulonglong, d[i + 4]) << 24) | (cython.cast(cython.ulonglong, d[i + 5]) << 16)
-         | (cython.cast(cython.ulonglong, d[i + 6]) << 8) | cython.cast(cython.ulonglong, d[i + 7]))
+    v = (
+        (cython.cast(cython.ulonglong, d[i]) << 56)
+        | (cython.cast(cython.ulonglong, d[i + 1]) << 48)
+        | (cython.cast(cython.ulonglong, d[i + 2]) << 40)
+        | (cython.cast(cython.ulonglong, d[i + 3]) << 32)
+        | (cython.cast(cython.ulonglong, d[i + 4]) << 24)
+        | (cython.cast(cython.ulonglong, d[i + 5]) << 16)
+        | (cython.cast(cython.ulonglong, d[i + 6]) << 8)
+        | cython.cast(cython.ulonglong, d[i + 7])
+    )
     return cython.cast(cython.longlong, v)
 
 
 @cython.ccall
 @cython.cdivision(True)
-@cython.locals(h0=cython.longlong, h1=cython.longlong, attempt=cython.longlong, slots=cython.longlong,
-               u0=cython.ulonglong, u1=cython.ulonglong, k=cython.int, v=cython.ulonglong, p=cython.longlong)
+@cython.locals(
+    h0=cython.longlong,
+    h1=cython.longlong,
+    attempt=cython.longlong,
+    slots=cython.longlong,
+    u0=cython.ulonglong,
+    u1=cython.ulonglong,
+    k=cython.int,
+    v=cython.ulonglong,
+    p=cython.longlong,
+)
 @cython.returns(cython.longlong)
 def probe_slot(h0, h1, attempt, slots):
     """Kafka's slot for probe ``attempt`` of the digest whose big-endian words are (h0, h1):
@@ -215,8 +230,15 @@ def _varlong(buf, data, position) -> tuple[cython.longlong, cython.Py_ssize_t]:
 @cython.cfunc
 @cython.boundscheck(True)
 @cython.wraparound(False)
-@cython.locals(buf="const unsigned char[::1]", p=cython.Py_ssize_t, record_end=cython.Py_ssize_t,
-               n=cython.Py_ssize_t, headers=cython.long, h=cython.long, size=cython.long)
+@cython.locals(
+    buf="const unsigned char[::1]",
+    p=cython.Py_ssize_t,
+    record_end=cython.Py_ssize_t,
+    n=cython.Py_ssize_t,
+    headers=cython.long,
+    h=cython.long,
+    size=cython.long,
+)
 @cython.returns(cython.Py_ssize_t)
 def _headers_end(buf, data, p, record_end, n):
     """The position after the headers of record ``n`` (their count at ``p``; rare: most records
@@ -247,18 +269,50 @@ def _headers_end(buf, data, p, record_end, n):
 @cython.wraparound(False)  # positions only grow from 0 (a negative length is refused)
 @cython.cdivision(True)
 @cython.locals(
-    data=bytes, count=cython.Py_ssize_t, base=cython.longlong, start=cython.longlong,
-    words="long long[::1]", slots=cython.longlong, entries=cython.longlong, entries_limit=cython.longlong,
-    bitmap="unsigned char[::1]", bit_base=cython.longlong, bit_limit=cython.longlong,
-    buf="const unsigned char[::1]", dp="const unsigned char*",
-    n=cython.Py_ssize_t, pos=cython.Py_ssize_t, p=cython.Py_ssize_t, record_end=cython.Py_ssize_t,
-    b=cython.int, key_length=cython.long, delta=cython.long, length=cython.long, offset=cython.longlong,
-    last_put=cython.longlong, mapped=cython.Py_ssize_t, collisions=cython.longlong,
-    h0=cython.longlong, h1=cython.longlong, probe=cython.longlong, i=cython.Py_ssize_t,
-    w0=cython.longlong, previous=cython.longlong, attempt=cython.longlong, rel=cython.longlong,
-    zz=list, zz2=list, md5_c="md5_fn", md5_address=cython.size_t, out="unsigned char[16]",
-    bp="const unsigned char*", size=cython.Py_ssize_t, key_start=cython.Py_ssize_t,
-    value_length=cython.long, native=cython.bint, c=cython.int,
+    data=bytes,
+    count=cython.Py_ssize_t,
+    base=cython.longlong,
+    start=cython.longlong,
+    words="long long[::1]",
+    slots=cython.longlong,
+    entries=cython.longlong,
+    entries_limit=cython.longlong,
+    bitmap="unsigned char[::1]",
+    bit_base=cython.longlong,
+    bit_limit=cython.longlong,
+    buf="const unsigned char[::1]",
+    dp="const unsigned char*",
+    n=cython.Py_ssize_t,
+    pos=cython.Py_ssize_t,
+    p=cython.Py_ssize_t,
+    record_end=cython.Py_ssize_t,
+    b=cython.int,
+    key_length=cython.long,
+    delta=cython.long,
+    length=cython.long,
+    offset=cython.longlong,
+    last_put=cython.longlong,
+    mapped=cython.Py_ssize_t,
+    collisions=cython.longlong,
+    h0=cython.longlong,
+    h1=cython.longlong,
+    probe=cython.longlong,
+    i=cython.Py_ssize_t,
+    w0=cython.longlong,
+    previous=cython.longlong,
+    attempt=cython.longlong,
+    rel=cython.longlong,
+    zz=list,
+    zz2=list,
+    md5_c="md5_fn",
+    md5_address=cython.size_t,
+    out="unsigned char[16]",
+    bp="const unsigned char*",
+    size=cython.Py_ssize_t,
+    key_start=cython.Py_ssize_t,
+    value_length=cython.long,
+    native=cython.bint,
+    c=cython.int,
 )
 def map_records(data, count, base, start, words, slots, entries, entries_limit, bitmap, bit_base, bit_limit):
     """Pass 1 over one batch: put every keyed record at or past ``start`` into the map.
@@ -279,8 +333,9 @@ def map_records(data, count, base, start, words, slots, entries, entries_limit, 
     if cython.compiled:
         md5_address = _md5_function()
         if md5_address != 0:
-            return _map_records_ahead(data, count, base, start, words, slots, entries, entries_limit, bitmap,
-                                      bit_base, bit_limit, md5_address)
+            return _map_records_ahead(
+                data, count, base, start, words, slots, entries, entries_limit, bitmap, bit_base, bit_limit, md5_address
+            )
         md5_c = cython.cast("md5_fn", md5_address)
         bp = data
     pos = 0
@@ -371,12 +426,12 @@ def map_records(data, count, base, start, words, slots, entries, entries_limit, 
                         h0 = _be64(out, 0)
                         h1 = _be64(out, 8)
                     else:
-                        digest = _md5(data[key_start:key_start + key_length]).digest()
+                        digest = _md5(data[key_start : key_start + key_length]).digest()
                         dp = digest
                         h0 = _be64(dp, 0)
                         h1 = _be64(dp, 8)
                 else:
-                    h0, h1 = unpack_words(_md5(data[key_start:key_start + key_length]).digest())
+                    h0, h1 = unpack_words(_md5(data[key_start : key_start + key_length]).digest())
                 probe = h0 >> 32  # Kafka's first probe: the digest's first 4 bytes as a big-endian int32
                 i = (probe if probe >= 0 else -probe if probe != _INT_MIN else 0) % slots * 3
                 w0 = words[i]
@@ -436,20 +491,59 @@ _AHEAD = 16
 @cython.wraparound(False)
 @cython.cdivision(True)
 @cython.locals(
-    data=bytes, count=cython.Py_ssize_t, base=cython.longlong, start=cython.longlong,
-    words="long long[::1]", slots=cython.longlong, entries=cython.longlong, entries_limit=cython.longlong,
-    bitmap="unsigned char[::1]", bit_base=cython.longlong, bit_limit=cython.longlong, md5_address=cython.size_t,
-    buf="const unsigned char[::1]", bp="const unsigned char*", md5_c="md5_fn", out="unsigned char[16]",
-    size=cython.Py_ssize_t, n=cython.Py_ssize_t, pos=cython.Py_ssize_t, p=cython.Py_ssize_t,
-    record_end=cython.Py_ssize_t, b=cython.int, key_length=cython.long, delta=cython.long, length=cython.long,
-    offset=cython.longlong, last_put=cython.longlong, collisions=cython.longlong, h0=cython.longlong,
-    h1=cython.longlong, probe=cython.longlong, i=cython.Py_ssize_t, w0=cython.longlong, previous=cython.longlong,
-    attempt=cython.longlong, rel=cython.longlong, zz=list, zz2=list, j=cython.int, pending=cython.int,
-    ph0="long long[16]", ph1="long long[16]", poffset="long long[16]", pslot="Py_ssize_t[16]",
-    precord="Py_ssize_t[16]", key_start=cython.Py_ssize_t, value_length=cython.long, native=cython.bint, c=cython.int,
+    data=bytes,
+    count=cython.Py_ssize_t,
+    base=cython.longlong,
+    start=cython.longlong,
+    words="long long[::1]",
+    slots=cython.longlong,
+    entries=cython.longlong,
+    entries_limit=cython.longlong,
+    bitmap="unsigned char[::1]",
+    bit_base=cython.longlong,
+    bit_limit=cython.longlong,
+    md5_address=cython.size_t,
+    buf="const unsigned char[::1]",
+    bp="const unsigned char*",
+    md5_c="md5_fn",
+    out="unsigned char[16]",
+    size=cython.Py_ssize_t,
+    n=cython.Py_ssize_t,
+    pos=cython.Py_ssize_t,
+    p=cython.Py_ssize_t,
+    record_end=cython.Py_ssize_t,
+    b=cython.int,
+    key_length=cython.long,
+    delta=cython.long,
+    length=cython.long,
+    offset=cython.longlong,
+    last_put=cython.longlong,
+    collisions=cython.longlong,
+    h0=cython.longlong,
+    h1=cython.longlong,
+    probe=cython.longlong,
+    i=cython.Py_ssize_t,
+    w0=cython.longlong,
+    previous=cython.longlong,
+    attempt=cython.longlong,
+    rel=cython.longlong,
+    zz=list,
+    zz2=list,
+    j=cython.int,
+    pending=cython.int,
+    ph0="long long[16]",
+    ph1="long long[16]",
+    poffset="long long[16]",
+    pslot="Py_ssize_t[16]",
+    precord="Py_ssize_t[16]",
+    key_start=cython.Py_ssize_t,
+    value_length=cython.long,
+    native=cython.bint,
+    c=cython.int,
 )
-def _map_records_ahead(data, count, base, start, words, slots, entries, entries_limit, bitmap, bit_base,
-                       bit_limit, md5_address):
+def _map_records_ahead(
+    data, count, base, start, words, slots, entries, entries_limit, bitmap, bit_base, bit_limit, md5_address
+):
     """map_records, compiled, with libcrypto's MD5: the same walk and the same puts in the same
     order, but up to 16 keyed records are hashed, and their first slots prefetched, before they
     are put, so the map's cache misses (a random slot of a 128 MiB buffer per key) overlap
@@ -555,7 +649,7 @@ def _map_records_ahead(data, count, base, start, words, slots, entries, entries_
                     h0 = _be64(out, 0)
                     h1 = _be64(out, 8)
                 else:
-                    digest = _md5(data[key_start:key_start + key_length]).digest()
+                    digest = _md5(data[key_start : key_start + key_length]).digest()
                     h0 = _be64(digest, 0)
                     h1 = _be64(digest, 8)
                 probe = h0 >> 32
@@ -626,19 +720,58 @@ def _map_records_ahead(data, count, base, start, words, slots, entries, entries_
 @cython.wraparound(False)
 @cython.cdivision(True)
 @cython.locals(
-    data=bytes, count=cython.Py_ssize_t, base=cython.longlong, latest=cython.longlong,
-    retain_deletes=cython.bint, words="long long[::1]", slots=cython.longlong,
-    bitmap="const unsigned char[::1]", bit_base=cython.longlong, bit_limit=cython.longlong,
-    buf="const unsigned char[::1]", spans="long long[::1]", dp="const unsigned char*",
-    n=cython.Py_ssize_t, k=cython.Py_ssize_t, pos=cython.Py_ssize_t, p=cython.Py_ssize_t,
-    record_start=cython.Py_ssize_t, record_end=cython.Py_ssize_t, ts_end=cython.Py_ssize_t,
-    key_start=cython.Py_ssize_t, b=cython.int, key_length=cython.long, delta=cython.long, length=cython.long,
-    ts_delta=cython.longlong, offset=cython.longlong, found=cython.longlong, keep=cython.bint,
-    value_null=cython.bint, all_kept=cython.bint, has_tombstone=cython.bint, invalid=cython.Py_ssize_t,
-    collisions=cython.longlong, h0=cython.longlong, h1=cython.longlong, probe=cython.longlong,
-    i=cython.Py_ssize_t, w0=cython.longlong, attempt=cython.longlong, max_attempts=cython.longlong,
-    rel=cython.longlong, zz=list, zz2=list, md5_c="md5_fn", md5_address=cython.size_t, out="unsigned char[16]",
-    bp="const unsigned char*", size=cython.Py_ssize_t, value_length=cython.long, native=cython.bint, c=cython.int,
+    data=bytes,
+    count=cython.Py_ssize_t,
+    base=cython.longlong,
+    latest=cython.longlong,
+    retain_deletes=cython.bint,
+    words="long long[::1]",
+    slots=cython.longlong,
+    bitmap="const unsigned char[::1]",
+    bit_base=cython.longlong,
+    bit_limit=cython.longlong,
+    buf="const unsigned char[::1]",
+    spans="long long[::1]",
+    dp="const unsigned char*",
+    n=cython.Py_ssize_t,
+    k=cython.Py_ssize_t,
+    pos=cython.Py_ssize_t,
+    p=cython.Py_ssize_t,
+    record_start=cython.Py_ssize_t,
+    record_end=cython.Py_ssize_t,
+    ts_end=cython.Py_ssize_t,
+    key_start=cython.Py_ssize_t,
+    b=cython.int,
+    key_length=cython.long,
+    delta=cython.long,
+    length=cython.long,
+    ts_delta=cython.longlong,
+    offset=cython.longlong,
+    found=cython.longlong,
+    keep=cython.bint,
+    value_null=cython.bint,
+    all_kept=cython.bint,
+    has_tombstone=cython.bint,
+    invalid=cython.Py_ssize_t,
+    collisions=cython.longlong,
+    h0=cython.longlong,
+    h1=cython.longlong,
+    probe=cython.longlong,
+    i=cython.Py_ssize_t,
+    w0=cython.longlong,
+    attempt=cython.longlong,
+    max_attempts=cython.longlong,
+    rel=cython.longlong,
+    zz=list,
+    zz2=list,
+    md5_c="md5_fn",
+    md5_address=cython.size_t,
+    out="unsigned char[16]",
+    bp="const unsigned char*",
+    size=cython.Py_ssize_t,
+    value_length=cython.long,
+    native=cython.bint,
+    c=cython.int,
 )
 def filter_records(data, count, base, latest, retain_deletes, words, slots, bitmap, bit_base, bit_limit):
     """Pass 2 over one data batch: which records stay.
@@ -773,12 +906,12 @@ def filter_records(data, count, base, latest, retain_deletes, words, slots, bitm
                             h0 = _be64(out, 0)
                             h1 = _be64(out, 8)
                         else:
-                            digest = _md5(data[key_start:key_start + key_length]).digest()
+                            digest = _md5(data[key_start : key_start + key_length]).digest()
                             dp = digest
                             h0 = _be64(dp, 0)
                             h1 = _be64(dp, 8)
                     else:
-                        h0, h1 = unpack_words(_md5(data[key_start:key_start + key_length]).digest())
+                        h0, h1 = unpack_words(_md5(data[key_start : key_start + key_length]).digest())
                     # SkimpyOffsetMap.get_digest, first probe inline
                     probe = h0 >> 32
                     i = (probe if probe >= 0 else -probe if probe != _INT_MIN else 0) % slots * 3
@@ -824,11 +957,23 @@ def filter_records(data, count, base, latest, retain_deletes, words, slots, bitm
 @cython.boundscheck(True)
 @cython.wraparound(False)
 @cython.locals(
-    data=bytes, kept=cython.Py_ssize_t, log_append_time=cython.bint,
-    buf="const unsigned char[::1]", spans="const long long[::1]", out_view="unsigned char[::1]",
-    j=cython.Py_ssize_t, k=cython.Py_ssize_t, start=cython.Py_ssize_t, end=cython.Py_ssize_t,
-    ts_end=cython.Py_ssize_t, w=cython.Py_ssize_t, size=cython.Py_ssize_t,
-    shift=cython.longlong, ts_delta=cython.longlong, value=cython.longlong, u=cython.ulonglong,
+    data=bytes,
+    kept=cython.Py_ssize_t,
+    log_append_time=cython.bint,
+    buf="const unsigned char[::1]",
+    spans="const long long[::1]",
+    out_view="unsigned char[::1]",
+    j=cython.Py_ssize_t,
+    k=cython.Py_ssize_t,
+    start=cython.Py_ssize_t,
+    end=cython.Py_ssize_t,
+    ts_end=cython.Py_ssize_t,
+    w=cython.Py_ssize_t,
+    size=cython.Py_ssize_t,
+    shift=cython.longlong,
+    ts_delta=cython.longlong,
+    value=cython.longlong,
+    u=cython.ulonglong,
     top=cython.longlong,
 )
 def rebuild_records(data, spans, kept, old_base_ts, new_base_ts, log_append_time, max_ts):
@@ -859,7 +1004,7 @@ def rebuild_records(data, spans, kept, old_base_ts, new_base_ts, log_append_time
                     out_view[w] = buf[j]
                     w += 1
             return bytes(out), top_ts
-        return b"".join([data[spans[4 * k]:spans[4 * k + 3]] for k in range(kept)]), top_ts
+        return b"".join([data[spans[4 * k] : spans[4 * k + 3]] for k in range(kept)]), top_ts
     if cython.compiled and -_SAFE < old_base_ts - new_base_ts < _SAFE and -_SAFE < max_ts - new_base_ts < _SAFE:
         buf = data
         shift = old_base_ts - new_base_ts
@@ -912,8 +1057,9 @@ def rebuild_records(data, spans, kept, old_base_ts, new_base_ts, log_append_time
         ts_end = spans[4 * k + 2]
         end = spans[4 * k + 3]
         body_start = start + _prefix_size(data, start)
-        record = b"".join((data[body_start:body_start + 1], _varint_bytes(timestamps[k] - new_base_ts),
-                           data[ts_end:end]))
+        record = b"".join(
+            (data[body_start : body_start + 1], _varint_bytes(timestamps[k] - new_base_ts), data[ts_end:end])
+        )
         parts.append(_varint_bytes(len(record)))
         parts.append(record)
     return b"".join(parts), top_ts

@@ -81,8 +81,9 @@ def cleanable_offsets(log: Log, checkpointed: int | None, now_ms: int) -> tuple[
     force = False
     if dirty < start or dirty > log.log_end_offset:
         if checkpointed is not None and not (log.config.compact and log.config.delete):
-            logger.warning("resetting first dirty offset of %s from %d to log start %d",
-                           log.directory.name, dirty, start)
+            logger.warning(
+                "resetting first dirty offset of %s from %d to log start %d", log.directory.name, dirty, start
+            )
         dirty, force = start, True
     candidates = [log.high_watermark, log.active_segment.base_offset]
     lag = max(log.config.min_compaction_lag_ms, 0)
@@ -135,9 +136,14 @@ def max_compaction_delay_ms(log: Log, first_dirty: int, now_ms: int) -> int:
 
 
 class LogCleanerManager:
-    def __init__(self, logs: Callable[[], dict[TopicPartition, Log]],
-                 checkpoints: Callable[[], dict[Path, OffsetCheckpointFile]],
-                 log_dir_of: Callable[[TopicPartition], Path | None], *, clock: Clock = SYSTEM_CLOCK):
+    def __init__(
+        self,
+        logs: Callable[[], dict[TopicPartition, Log]],
+        checkpoints: Callable[[], dict[Path, OffsetCheckpointFile]],
+        log_dir_of: Callable[[TopicPartition], Path | None],
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+    ):
         """``checkpoints`` returns the cleaner-offset-checkpoint file of each online log dir."""
         self._logs = logs
         self._checkpoints = checkpoints
@@ -169,8 +175,9 @@ class LogCleanerManager:
                     logger.warning("failed to read the cleaner checkpoint in %s: %s", path, exc)
         return out
 
-    def update_checkpoints(self, log_dir: Path, update: tuple[TopicPartition, int] | None = None,
-                           remove: TopicPartition | None = None) -> None:
+    def update_checkpoints(
+        self, log_dir: Path, update: tuple[TopicPartition, int] | None = None, remove: TopicPartition | None = None
+    ) -> None:
         """Add/replace or remove one entry of ``log_dir``'s checkpoint, dropping partitions the
         dir no longer holds (Kafka's updateCheckpoints)."""
         with self._lock:
@@ -222,9 +229,12 @@ class LogCleanerManager:
                     candidates.append(ltc)
             self.max_compaction_delay_ms = max_delay
             self.dirtiest_log_cleanable_ratio = max((c.cleanable_ratio for c in candidates), default=0.0)
-            cleanable = [c for c in candidates
-                         if (c.need_compaction_now and c.cleanable_bytes > 0)
-                         or c.cleanable_ratio > c.log.config.min_cleanable_dirty_ratio]
+            cleanable = [
+                c
+                for c in candidates
+                if (c.need_compaction_now and c.cleanable_bytes > 0)
+                or c.cleanable_ratio > c.log.config.min_cleanable_dirty_ratio
+            ]
             if not cleanable:
                 cleanable = [c for c in candidates if self._delete_horizon_passed(c.topic_partition, c.log, now)]
                 if not cleanable:
@@ -249,9 +259,14 @@ class LogCleanerManager:
     def deletable_logs(self) -> list[tuple[TopicPartition, Log]]:
         """Compacted logs for the cleaner thread's retention pass (marked in progress)."""
         with self._lock:
-            out = [(tp, log) for tp, log in self._logs().items()
-                   if tp not in self._in_progress and log.config.compact and not log.offline
-                   and not self.is_uncleanable(tp)]
+            out = [
+                (tp, log)
+                for tp, log in self._logs().items()
+                if tp not in self._in_progress
+                and log.config.compact
+                and not log.offline
+                and not self.is_uncleanable(tp)
+            ]
             for tp, _ in out:
                 self._in_progress[tp] = IN_PROGRESS
             return out

@@ -179,10 +179,14 @@ def swap_in_group(log: Log, job: CleanJob, result: GroupResult, clock: Clock) ->
     config = log.config
     directory = Path(job.directory)
     cleaned = LogSegment.open(
-        directory, result.cleaned_base_offset,
+        directory,
+        result.cleaned_base_offset,
         index_interval_bytes=config.index_interval_bytes,
         segment_index_bytes=config.segment_index_bytes,
-        clock=clock, file_already_exists=True, file_suffix=filenames.CLEANED_FILE_SUFFIX, fs=log.fs,
+        clock=clock,
+        file_already_exists=True,
+        file_suffix=filenames.CLEANED_FILE_SUFFIX,
+        fs=log.fs,
     )
     try:
         by_base = {s.base_offset: s for s in log.segments_snapshot()}
@@ -251,18 +255,30 @@ class CleanerThread(threading.Thread):
         if config.use_worker_process and fs is not None and not isinstance(fs, OsFileSystem):
             if self._in_thread_executor is None:
                 self._in_thread_executor = InThreadExecutor(
-                    config.map_memory_per_thread, config.dedupe_buffer_load_factor, self.owner.throttler,
-                    self.owner.clock)
+                    config.map_memory_per_thread,
+                    config.dedupe_buffer_load_factor,
+                    self.owner.throttler,
+                    self.owner.clock,
+                )
             return self._in_thread_executor
         if self._executor is None:
             throttle = config.max_io_bytes_per_second / max(config.num_threads, 1)
             if config.use_worker_process:
                 from .worker import WorkerProcessExecutor
-                self._executor = WorkerProcessExecutor(config.map_memory_per_thread, config.dedupe_buffer_load_factor,
-                                                       throttle, config.throttle_check_interval_ms)
+
+                self._executor = WorkerProcessExecutor(
+                    config.map_memory_per_thread,
+                    config.dedupe_buffer_load_factor,
+                    throttle,
+                    config.throttle_check_interval_ms,
+                )
             else:
-                self._executor = InThreadExecutor(config.map_memory_per_thread, config.dedupe_buffer_load_factor,
-                                                  self.owner.throttler, self.owner.clock)
+                self._executor = InThreadExecutor(
+                    config.map_memory_per_thread,
+                    config.dedupe_buffer_load_factor,
+                    self.owner.throttler,
+                    self.owner.clock,
+                )
         return self._executor
 
     def close_executor(self) -> None:
@@ -281,8 +297,13 @@ class InThreadExecutor:
         self._cleaner = Cleaner(map_memory, load_factor, throttler=throttler, clock=clock)
         self._cancelled = False
 
-    def run(self, job: CleanJob, on_group: Callable[[GroupResult], None],
-            check_done: Callable[[], None], fs: FileSystem | None = None) -> tuple[int, CleanerStats]:
+    def run(
+        self,
+        job: CleanJob,
+        on_group: Callable[[GroupResult], None],
+        check_done: Callable[[], None],
+        fs: FileSystem | None = None,
+    ) -> tuple[int, CleanerStats]:
         """One round on ``fs`` (the log's file system; OS_FS by default)."""
         if fs is not None:
             self._cleaner.fs = fs
@@ -305,26 +326,35 @@ class InThreadExecutor:
 class LogCleaner:
     """The cleaner threads and what they share: the manager, the throttler, the totals."""
 
-    def __init__(self, config: CleanerConfig, log_dirs: list[Path],
-                 logs: Callable[[], dict[TopicPartition, Log]],
-                 log_dir_of: Callable[[TopicPartition], Path | None], *, clock: Clock = SYSTEM_CLOCK,
-                 checkpoints: Callable[[], dict[Path, OffsetCheckpointFile]] | None = None):
+    def __init__(
+        self,
+        config: CleanerConfig,
+        log_dirs: list[Path],
+        logs: Callable[[], dict[TopicPartition, Log]],
+        log_dir_of: Callable[[TopicPartition], Path | None],
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+        checkpoints: Callable[[], dict[Path, OffsetCheckpointFile]] | None = None,
+    ):
         """``checkpoints`` gives each online log dir's cleaner-offset-checkpoint (the LogManager
         owns them); by default one file per entry of ``log_dirs``, opened on first use."""
         if config.map_memory_per_thread // 24 * config.dedupe_buffer_load_factor <= 1:
-            raise ValueError("log.cleaner.dedupe.buffer.size is too small for log.cleaner.threads: "
-                             "each thread's offset map must hold more than one entry")
+            raise ValueError(
+                "log.cleaner.dedupe.buffer.size is too small for log.cleaner.threads: "
+                "each thread's offset map must hold more than one entry"
+            )
         self.config = config
         self.clock = clock
         if checkpoints is None:
             from ..checkpoints import CLEANER_OFFSET_CHECKPOINT
+
             files: dict[Path, OffsetCheckpointFile] = {}
 
             def checkpoints() -> dict[Path, OffsetCheckpointFile]:
                 if not files:
-                    files.update({Path(d): OffsetCheckpointFile(Path(d) / CLEANER_OFFSET_CHECKPOINT)
-                                  for d in log_dirs})
+                    files.update({Path(d): OffsetCheckpointFile(Path(d) / CLEANER_OFFSET_CHECKPOINT) for d in log_dirs})
                 return files
+
         self.manager = LogCleanerManager(logs, checkpoints, log_dir_of, clock=clock)
         self._log_dir_of = log_dir_of
         self.throttler = Throttler(config.max_io_bytes_per_second, check_interval_ms=config.throttle_check_interval_ms)
@@ -386,8 +416,9 @@ class LogCleaner:
                 self.clean_log(ltc, thread)
             except Exception:
                 self._count_error()
-                logger.warning("unexpected error cleaning %s-%d; marking it uncleanable",
-                               *ltc.topic_partition, exc_info=True)
+                logger.warning(
+                    "unexpected error cleaning %s-%d; marking it uncleanable", *ltc.topic_partition, exc_info=True
+                )
                 manager.mark_partition_uncleanable(self._log_dir_of(ltc.topic_partition), ltc.topic_partition)
         deletable = manager.deletable_logs()
         try:
@@ -398,8 +429,9 @@ class LogCleaner:
                     log.delete_old_segments()
                 except Exception:
                     self._count_error()
-                    logger.warning("unexpected error applying retention to %s-%d; marking it uncleanable",
-                                   *tp, exc_info=True)
+                    logger.warning(
+                        "unexpected error applying retention to %s-%d; marking it uncleanable", *tp, exc_info=True
+                    )
                     manager.mark_partition_uncleanable(self._log_dir_of(tp), tp)
         finally:
             manager.done_deleting([tp for tp, _ in deletable])
@@ -418,14 +450,24 @@ class LogCleaner:
             make_durable(log, ltc.first_uncleanable_offset)
             job = plan_job(log, ltc, self.clock.milliseconds(), self.config.read_buffer_bytes)
             end_offset, stats = thread.executor(log.fs).run(
-                job, lambda result: swap_in_group(log, job, result, self.clock), lambda: thread.check_done(tp),
-                fs=log.fs)
+                job,
+                lambda result: swap_in_group(log, job, result, self.clock),
+                lambda: thread.check_done(tp),
+                fs=log.fs,
+            )
             self._record(thread.thread_id, stats)
             self.manager.update_delete_horizon(tp, log, stats.delete_horizon_ms)
             logger.info(
                 "cleaned %s: offsets [%d, %d), %.1f MB read, %.1f MB written, %d records kept, %d removed in %.2f s",
-                log.directory.name, ltc.first_dirty_offset, end_offset, stats.bytes_read / 1e6,
-                stats.bytes_written / 1e6, stats.records_kept, stats.records_removed, stats.elapsed_s)
+                log.directory.name,
+                ltc.first_dirty_offset,
+                end_offset,
+                stats.bytes_read / 1e6,
+                stats.bytes_written / 1e6,
+                stats.records_kept,
+                stats.records_removed,
+                stats.elapsed_s,
+            )
         except LogCleaningAbortedError:
             end_offset = None
             logger.info("cleaning of %s aborted", log.directory.name)
@@ -469,8 +511,7 @@ class LogCleaner:
             records_removed=removed,
             last_run_duration_s=max((s.elapsed_s for s in last), default=0.0),
             max_buffer_utilization=max((s.buffer_utilization for s in last), default=0.0),
-            max_recopy_ratio=max((s.bytes_written / s.bytes_read if s.bytes_read else 0.0 for s in last),
-                                 default=0.0),
+            max_recopy_ratio=max((s.bytes_written / s.bytes_read if s.bytes_read else 0.0 for s in last), default=0.0),
             max_dirty_ratio=manager.dirtiest_log_cleanable_ratio,
             seconds_since_last_run=max(0.0, (self.clock.milliseconds() - manager.time_of_last_run_ms) / 1000.0),
             uncleanable_partitions=sum(len(p) for p in manager.uncleanable_partitions().values()),

@@ -13,9 +13,14 @@ from collections.abc import Callable
 
 
 class Throttler:
-    def __init__(self, desired_rate_per_sec: float, *, check_interval_ms: int = 300,
-                 monotonic_ns: Callable[[], int] = time.monotonic_ns,
-                 sleep: Callable[[float], None] = time.sleep):
+    def __init__(
+        self,
+        desired_rate_per_sec: float,
+        *,
+        check_interval_ms: int = 300,
+        monotonic_ns: Callable[[], int] = time.monotonic_ns,
+        sleep: Callable[[float], None] = time.sleep,
+    ):
         self.desired_rate_per_sec = desired_rate_per_sec
         self.check_interval_ns = check_interval_ms * 1_000_000
         self._monotonic_ns = monotonic_ns

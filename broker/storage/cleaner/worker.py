@@ -96,8 +96,13 @@ def _entry() -> None:
         _set_parent_death_signal()
     if os.getppid() != parent_pid:  # the parent died before the signal was armed
         os._exit(0)
-    _worker_main(_WorkerPipe(read_fd, write_fd, parent_pid), int(sys.argv[5]), float(sys.argv[6]),
-                 float(sys.argv[7]), int(sys.argv[8]))
+    _worker_main(
+        _WorkerPipe(read_fd, write_fd, parent_pid),
+        int(sys.argv[5]),
+        float(sys.argv[6]),
+        float(sys.argv[7]),
+        int(sys.argv[8]),
+    )
 
 
 def _set_parent_death_signal() -> None:
@@ -206,8 +211,15 @@ def _worker_main(conn, map_memory: int, load_factor: float, throttle_rate: float
 class WorkerProcessExecutor:
     """Runs the passes in a worker process; ``on_group`` (the swap) runs in the calling thread."""
 
-    def __init__(self, map_memory: int, load_factor: float, throttle_rate: float, throttle_check_ms: int = 300, *,
-                 die_with_parent_signal: bool = True):
+    def __init__(
+        self,
+        map_memory: int,
+        load_factor: float,
+        throttle_rate: float,
+        throttle_check_ms: int = 300,
+        *,
+        die_with_parent_signal: bool = True,
+    ):
         """``die_with_parent_signal=False`` leaves the worker only the portable checks (tests)."""
         self._args = (map_memory, load_factor, throttle_rate, throttle_check_ms)
         self._kernel_signal = die_with_parent_signal
@@ -232,11 +244,23 @@ class WorkerProcessExecutor:
             process = subprocess.Popen(
                 # The core's import-time WARNING (pure Python) is the broker's to give, once, not
                 # the worker's on every start: a NullHandler keeps logging's last resort quiet.
-                [sys.executable, "-c", "import logging; logging.getLogger('triolog.core').addHandler("
-                 "logging.NullHandler()); from triolog.broker.storage.cleaner.worker import _entry; _entry()",
-                 str(to_child_r), str(to_parent_w), str(os.getpid()), str(int(self._kernel_signal)),
-                 str(map_memory), repr(load_factor), repr(rate), str(check_ms)],
-                pass_fds=(to_child_r, to_parent_w), env=env, stdin=subprocess.DEVNULL,
+                [
+                    sys.executable,
+                    "-c",
+                    "import logging; logging.getLogger('triolog.core').addHandler("
+                    "logging.NullHandler()); from triolog.broker.storage.cleaner.worker import _entry; _entry()",
+                    str(to_child_r),
+                    str(to_parent_w),
+                    str(os.getpid()),
+                    str(int(self._kernel_signal)),
+                    str(map_memory),
+                    repr(load_factor),
+                    repr(rate),
+                    str(check_ms),
+                ],
+                pass_fds=(to_child_r, to_parent_w),
+                env=env,
+                stdin=subprocess.DEVNULL,
             )
         except BaseException:
             for fd in (to_child_r, to_child_w, to_parent_r, to_parent_w):
@@ -250,8 +274,13 @@ class WorkerProcessExecutor:
     def _alive(self) -> bool:
         return self._process is not None and self._process.poll() is None
 
-    def run(self, job: CleanJob, on_group: Callable[[GroupResult], None],
-            check_done: Callable[[], None], fs: FileSystem | None = None) -> tuple[int, CleanerStats]:
+    def run(
+        self,
+        job: CleanJob,
+        on_group: Callable[[GroupResult], None],
+        check_done: Callable[[], None],
+        fs: FileSystem | None = None,
+    ) -> tuple[int, CleanerStats]:
         """One round in the worker process, which reads and writes the real file system (OS_FS):
         a log on any other ``fs`` is cleaned in-thread instead (CleanerThread.executor)."""
         if fs is not None and not isinstance(fs, OsFileSystem):
