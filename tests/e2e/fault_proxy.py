@@ -22,6 +22,8 @@ import threading
 import msgpack
 import trio
 
+from triolog.protocol.kafka.apis import ApiKey
+
 __all__ = ["FaultProxy"]
 
 _LENGTH = struct.Struct(">I")
@@ -39,11 +41,11 @@ def _frames(buffer: bytearray):
 
 
 def _kafka_request_header(payload: bytes) -> tuple[str | None, int | None]:
-    """(api, correlation id) of a Kafka request: "produce" for api_key 0, the key otherwise."""
+    """(api, correlation id) of a Kafka request: "produce" for Produce, the key's number otherwise."""
     if len(payload) < 8:
         return None, None
     api_key, _, correlation_id = struct.unpack_from(">hhi", payload)
-    return ("produce" if api_key == 0 else str(api_key)), correlation_id
+    return ("produce" if api_key == ApiKey.PRODUCE else str(api_key)), correlation_id
 
 
 def _kafka_response_header(payload: bytes) -> tuple[str | None, int | None]:
