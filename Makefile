@@ -89,9 +89,8 @@ TEST_WORKERS ?= 3
 PARALLEL := -n $(TEST_WORKERS) --dist loadfile
 
 # system-deps first: the compiled core is built (CORE_STAMP) with the C compiler it provides. The
-# whole run starts with `make lint` (a minute); PYTEST_ARGS runs only the tests named.
-test: system-deps $(TEST_STAMP) $(CORE_STAMP)
-	$(if $(PYTEST_ARGS),,$(MAKE) --no-print-directory lint)
+# whole run starts with `lint` (a minute); PYTEST_ARGS runs only the tests named.
+test: system-deps $(TEST_STAMP) $(CORE_STAMP) $(if $(PYTEST_ARGS),,lint)
 	$(BIN)/python -m pytest -q $(if $(PYTEST_ARGS),$(PYTEST_ARGS),$(PARALLEL))
 	$(if $(PYTEST_ARGS),,TRIOLOG_PURE_PYTHON=1 $(BIN)/python -m pytest -q $(PARALLEL) $(PURE_TESTS))
 

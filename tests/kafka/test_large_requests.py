@@ -2,7 +2,12 @@
 connection closed, as any bounded request), one within it is answered without holding the
 other connections up (its decoding, translations and encoding run in a worker thread, a batched
 one yields between its coordinator calls), and the group APIs carrying opaque bytes may exceed a
-megabyte."""
+megabyte.
+
+The broker runs as a process of its own here, not in the test's: what is measured is how long
+its event loop makes another client wait, and a broker sharing the test's interpreter would also
+share its lock with the probing threads.
+"""
 
 from __future__ import annotations
 
@@ -10,16 +15,25 @@ import datetime
 import threading
 import time
 
+import pytest
 from kio.schema.api_versions.v0.request import ApiVersionsRequest
 from kio.schema.describe_groups.v5.request import DescribeGroupsRequest
 from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
 from kio.schema.join_group.v9.request import JoinGroupRequest, JoinGroupRequestProtocol
 
+from tests.e2e.broker_process import KEEP_OLD_RECORDS, BrokerProcess
+from tests.waiting import wait_for
 from triolog.protocol.kafka.request_bounds import MAX_GROUP_ENTRIES, MAX_SMALL_FRAME_BYTES
 
-from tests.waiting import wait_for
-
 from .kafka_wire import connect, decode_response, encode_request, read_frame
+
+
+@pytest.fixture(scope="module")
+def kafka_broker(tmp_path_factory) -> BrokerProcess:
+    broker = BrokerProcess(tmp_path_factory.mktemp("kafka") / "data", KEEP_OLD_RECORDS, kafka=True)
+    broker.start()
+    yield broker
+    broker.kill()
 
 
 def _worst_latency_during(address: str, frame: bytes) -> tuple[bytes | None, float]:
