@@ -37,3 +37,29 @@ def c_compiler_works() -> bool:
         done = subprocess.run([*command, "-c", str(source), "-o", str(Path(scratch, "probe.o"))],
                               capture_output=True, timeout=60)
         return done.returncode == 0
+
+
+#: Imports the core as the broker does, walks a two-record batch (bytes made here, so the walk needs
+#: nothing else of the package), prints what runs.
+PROBE = """
+import logging
+logging.basicConfig(format="%(levelname)s %(name)s %(message)s")
+from triolog import core
+walk = core.load("protocol.record_codec").walk_records
+records = bytes.fromhex("{records}")
+print(core.COMPILED, "|", core.status(), "|", walk(records, 0, 2, 7), "|", walk.__module__)
+import triolog.core as c, os
+print(os.path.dirname(c.__file__))
+"""
+
+
+def core_probe() -> tuple[str, tuple]:
+    """PROBE for a real two-record batch's records (after its 61-byte header), and what the
+    pure-Python walk of them returns: whichever core runs must return the same."""
+    from triolog import core
+    from triolog.protocol.records import Record, encode_batch
+
+    batch = encode_batch([Record(0, 7, b"k", b"v"), Record(1, 9, None, b"w")])
+    records = batch[61:]
+    return PROBE.replace("{records}", records.hex()), core.implementation("protocol.record_codec", False).walk_records(
+        records, 0, 2, 7)

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.checkout import c_compiler_works
+from tests.checkout import c_compiler_works, core_probe
 from tests.ops import dockerfile as df
 from tests.ops.conftest import free_port
 from tests.waiting import wait_for
@@ -211,6 +211,21 @@ def test_image_steps_install_and_run_the_broker(tmp_path, system_tools):
                              text=True, timeout=60)
     assert version.returncode == 0 and version.stdout.rstrip().endswith(f"; core: {core_status})"), (
         version.stdout + version.stderr)
+    # The installed core is what runs, compiled here (the one install with a compiler in the suite:
+    # tests/test_install.py installs without one), stripped of debug information (-g0), and walks
+    # records as the pure-Python core does.
+    code, expected_walk = core_probe()
+    probe = subprocess.run([str(box.venv / "bin" / "python"), "-c", code], cwd=tmp_path, env=box.environ(),
+                           capture_output=True, text=True, timeout=60)
+    assert probe.returncode == 0, probe.stderr
+    compiled, status, walked, module = (part.strip() for part in probe.stdout.splitlines()[0].split("|"))
+    assert (status, walked) == (core_status, str(expected_walk)), probe.stdout
+    assert probe.stdout.splitlines()[1] == str(site / "triolog")
+    if HAS_COMPILER:
+        assert compiled == "True" and module != "triolog.protocol.record_codec", probe.stdout
+        assert "WARNING" not in probe.stderr, probe.stderr
+        for extension in (site / "triolog").rglob("_*_c*.so"):
+            assert b".debug_info" not in extension.read_bytes(), extension
     added = sum(f.stat().st_size for entry in site.iterdir() if not BASE_IMAGE_PACKAGES.match(entry.name)
                 for f in ([entry] if entry.is_file() else entry.rglob("*")) if f.is_file())
     print(f"\nimage steps: venv {timings['venv']:.1f} s, wheels {timings['wheels']:.1f} s, "
