@@ -34,11 +34,14 @@ CORE_DECLARATIONS := $(wildcard $(foreach source,$(CORE_SOURCES),$(dir $(source)
 # (TRIOLOG_PURE_PYTHON is read at import, so that takes a second process). Not repeated there:
 # the end-to-end tests that reach the core through a broker or a client (tests/client's broker
 # tests, the cleaner's threads, worker process and swap faults), which the first pass ran; the
-# compiled and pure cores give the same bytes, which the codec tests check directly.
+# compiled and pure cores give the same bytes, which the codec tests check directly. Nor the
+# protocol tests of modules that never call the core (the msgpack messages and their request
+# budget, frames, compression, .properties, the protocol reference): the same code twice.
 # `make test PYTEST_ARGS=...` runs only the first pass.
-PURE_TESTS := tests/protocol tests/client/test_accumulator.py tests/client/test_partitioner.py \
-	tests/client/test_consumer_protocol.py tests/storage/cleaner/test_cleaner_core.py \
-	tests/storage/cleaner/test_offset_map.py tests/storage/cleaner/test_selection.py \
+PURE_TESTS := tests/protocol/test_records.py tests/protocol/test_record_batch.py tests/protocol/test_codec_core.py \
+	tests/protocol/test_core.py tests/protocol/test_kafka_python_crosscheck.py \
+	tests/client/test_accumulator.py tests/client/test_partitioner.py tests/client/test_consumer_protocol.py \
+	tests/storage/cleaner/test_cleaner_core.py tests/storage/cleaner/test_offset_map.py tests/storage/cleaner/test_selection.py \
 	tests/storage/cleaner/test_compaction.py tests/storage/cleaner/test_transactions.py \
 	tests/storage/cleaner/test_cleaner_producers.py tests/storage/cleaner/test_crash_recovery.py \
 	tests/storage/test_validator.py tests/pipeline/test_columnar.py
@@ -83,10 +86,12 @@ test: export PYTHONPYCACHEPREFIX := $(abspath $(VENV))/pycache
 
 # The suite mostly waits (on broker processes, timeouts, Spark's JVM: run serially it kept 0.7 of
 # two cores busy), so it runs in TEST_WORKERS processes (pytest-xdist), each taking a whole test
-# file at a time, since a file's tests share its module's broker. Serially 1296 s, with three
-# workers 638 s on this project's two-core machine. PYTEST_ARGS (one test while working) runs serially.
+# file at a time, since a file's tests share its module's broker; the Spark tests share one worker
+# and its one JVM, and the longest files start first (tests/conftest.py says how). Serially 1296 s,
+# with three workers 638 s on this project's two-core machine. PYTEST_ARGS (one test while
+# working) runs serially.
 TEST_WORKERS ?= 3
-PARALLEL := -n $(TEST_WORKERS) --dist loadfile
+PARALLEL := -n $(TEST_WORKERS) --dist loadgroup
 
 # system-deps first: the compiled core is built (CORE_STAMP) with the C compiler it provides. The
 # whole run starts with `lint` (a minute); PYTEST_ARGS runs only the tests named.
