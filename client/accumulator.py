@@ -26,6 +26,7 @@ import struct
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 
 try:
     import cython
@@ -52,6 +53,16 @@ _time = time.time
 _Batch_HEADER = HEADER_SIZE
 #: A batch's CRC-32C (at CRC_OFFSET, covering CRC_START to the end), rewritten with its producer fields.
 _CRC = struct.Struct(">I")
+
+# Aliases for the annotations of cclass attributes that Cython must leave plain Python objects, as
+# they have always been: it compiles an attribute annotated with a builtin type (or a cclass) into
+# a slot of exactly that type, checked on every assignment (a str subclass refused), but takes a
+# name it cannot resolve to a type, such as these, for an object. mypy reads the aliased type.
+_Str = str
+_Int = int
+_Bytes = bytes
+_List = list
+_BaseException = BaseException
 
 
 @cython.cfunc
@@ -102,9 +113,9 @@ def _record_size(count, delta, key, value, headers) -> cython.Py_ssize_t:
 class ProducerBatch:
     """Records bound for one partition, sent together as one RecordBatch, and their outcome."""
 
-    _tp: object
-    _topic: object
-    _partition: object
+    _tp: TopicPartition
+    _topic: _Str
+    _partition: _Int
     _created: cython.double
     _records: list
     _size: cython.Py_ssize_t
@@ -115,7 +126,7 @@ class ProducerBatch:
     #: Creation order within the accumulator: where a retried batch goes back in its queue.
     _sequence: cython.longlong
     retry_at: cython.double
-    _encoded: object
+    _encoded: _Bytes | None
     # idempotence (Kafka's producer id, epoch and base sequence; -1 when not idempotent)
     _producer_id: cython.longlong
     _producer_epoch: cython.int
@@ -127,9 +138,9 @@ class ProducerBatch:
     _completed: cython.bint
     _base_offset: cython.longlong
     _log_append_time: cython.longlong
-    _exception: object
-    _callbacks: object  # list of no-argument callables, or None
-    _waiter: object  # the sync producer's Condition (None under trio)
+    _exception: _BaseException | None
+    _callbacks: _List[Callable[[], object]] | None
+    _waiter: threading.Condition | None  # the sync producer's (None under trio)
 
     def __init__(self, tp, created: float, waiter=None) -> None:
         self._tp = tp
@@ -323,6 +334,10 @@ class ProducerBatch:
         return RecordMetadata(self._topic, self._partition, offset, stamp)
 
 
+#: ProducerBatch for annotations that Cython must leave plain Python objects (see _Str above).
+_ProducerBatch = ProducerBatch
+
+
 @cython.cclass
 class RecordFuture:
     """The outcome of one send(): a handle into its batch, a RecordMetadata or an exception once
@@ -414,7 +429,7 @@ class RecordFutures:
 
     def errors(self) -> list:
         """``(index, exception)`` for every failed record of a done call, in input order."""
-        out = []
+        out: list[tuple[int, BaseException]] = []
         position = 0
         for batch, _, count in self._runs:
             error = batch.exception_of(0)
@@ -477,30 +492,30 @@ class RecordAccumulator:
     sync producer notifies on completions (futures wait on it); None under trio.
     ``future_type``: the RecordFuture class ``append`` hands out."""
 
-    _lock: object
+    _lock: threading.RLock
     _queues: dict
     _incomplete: set
-    _sticky: object
+    _sticky: StickyPartitioner
     _flushes: cython.Py_ssize_t
     _buffered: cython.Py_ssize_t
     _batch_size: cython.Py_ssize_t
     _linger_s: cython.double
-    _wakeup: object
-    _waiter: object
-    _future_type: object
+    _wakeup: Callable[[], object] | None
+    _waiter: threading.Condition | None
+    _future_type: type[RecordFuture]
     _plain_future: cython.bint
     # try_append's fast path: set by configure_fast_path
     _fast: cython.bint
     _buffer_memory: cython.Py_ssize_t
     _known: dict
     _acks0: cython.bint
-    _partition_for_key: object
+    _partition_for_key: Callable[[bytes, int], int]
     # the batch the last append went to, to skip the queue lookup; the record's index; wake?
-    _last: object
+    _last: _ProducerBatch | None
     _last_index: cython.Py_ssize_t
     _last_wake: cython.bint
     # send(): what fast_send calls when _try declines (set by bind_send)
-    _slow_send: object
+    _slow_send: Callable[..., object] | None
     _next_sequence: cython.longlong
 
     def __init__(
@@ -632,8 +647,8 @@ class RecordAccumulator:
         return batch
 
     @cython.cfunc
-    def _open_batch_for(self, topic, partition) -> ProducerBatch:
-        last: ProducerBatch = self._last
+    def _open_batch_for(self, topic, partition) -> ProducerBatch | None:
+        last: ProducerBatch | None = self._last
         if last is not None and not last.closed and last._partition == partition and last._topic == topic:
             return last
         queue = self._queues.get((topic, partition))
@@ -687,6 +702,7 @@ class RecordAccumulator:
         """try_append, else the slow send given to bind_send."""
         future = self._try(topic, value, key, headers, partition, timestamp_ms)
         if future is None:
+            assert self._slow_send is not None  # (set by bind_send, which hands out fast_send)
             return self._slow_send(topic, value, key, headers, partition, timestamp_ms)
         return future
 

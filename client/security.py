@@ -246,7 +246,9 @@ def sasl_exchange(security: SecurityConfig, address: str) -> Generator[m.Request
     expires; see :func:`renewal_time`), raises the typed error otherwise."""
     from scramp import ScramClient, ScramException
 
-    mechanism = security.sasl_mechanism
+    mechanism, user, password = security.sasl_mechanism, security.sasl_username, security.sasl_password
+    # (a SASL protocol's config has all three: SecurityConfig refuses to be built otherwise)
+    assert mechanism is not None and user is not None and password is not None
     doc = yield m.SaslHandshakeRequest(id=0, mechanism=mechanism)
     if doc["error_code"]:
         offered = ", ".join(doc.get("mechanisms") or ()) or "none"
@@ -255,7 +257,6 @@ def sasl_exchange(security: SecurityConfig, address: str) -> Generator[m.Request
             f"{address} refused SASL mechanism {mechanism} "
             f"({doc.get('error_message') or 'no message'}; it offers: {offered})",
         )
-    user, password = security.sasl_username, security.sasl_password
     if mechanism == "PLAIN":
         doc = yield m.SaslAuthenticateRequest(id=0, auth_bytes=b"\0" + user.encode() + b"\0" + password.encode())
         _check_sasl(doc, address, user)

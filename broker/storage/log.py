@@ -287,6 +287,7 @@ class Log:
             )
         with self._lock:
             info = self._append_locked(validated, leader_epoch, now_ms, False)
+            assert info is not None  # (only an inline append gives up)
             flush_due = info.last_offset + 1 - self._recovery_point >= self._config.flush_messages
         if flush_due:
             self.flush()
@@ -759,7 +760,9 @@ class Log:
         always scanned. The cache is rebuilt when the segment list changes.
         """
         segments = self._segments
-        key = (len(segments), segments.first_segment().base_offset, self._active.base_offset)
+        first = segments.first_segment()
+        assert first is not None  # (a log always has a segment: its active one)
+        key = (len(segments), first.base_offset, self._active.base_offset)
         if self._timestamp_prefix_key != key:
             running, prefix = -(2**63), []
             for segment in list(segments)[:-1]:
@@ -899,7 +902,9 @@ class Log:
             if not deletable:
                 return 0
             self._remove_and_delete_segments(deletable, reason)
-            self._log_start_offset = max(self._log_start_offset, self._segments.first_segment().base_offset)
+            first = self._segments.first_segment()
+            assert first is not None  # (a log always has a segment: deletion spares or rolls the active one)
+            self._log_start_offset = max(self._log_start_offset, first.base_offset)
             self.leader_epoch_cache.truncate_from_start(self._log_start_offset)
             self._latest_epoch = self.leader_epoch_cache.latest_epoch
             return len(deletable)
@@ -908,7 +913,7 @@ class Log:
         """Take ``segments`` out of the map at once (readers never see a half-deleted segment),
         rename their files ``.deleted`` and remove them after ``file.delete.delay.ms``."""
         with self._lock:
-            removed = []
+            removed: list[LogSegment | DeletedFile] = []
             for segment in segments:
                 if self._segments.get(segment.base_offset) is segment:
                     self._segments.remove(segment.base_offset)

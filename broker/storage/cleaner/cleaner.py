@@ -345,7 +345,7 @@ def _iter_batches(
         fs.close(fd)
 
 
-def _records_data(fields, batch) -> bytes | memoryview:
+def _records_data(fields, batch) -> bytes:
     codec = fields[5] & COMPRESSION_MASK
     payload = batch[HEADER_SIZE:]
     if codec == 0:
@@ -661,7 +661,9 @@ class Cleaner:
             return (_empty_header(fields) if self._retain_empty(fields, producers, job) else None), count, 0
         need_horizon = has_tombstone and not has_horizon
         horizon = now + job.delete_retention_ms if need_horizon else (fields[7] if has_horizon else None)
-        if has_tombstone and (need_horizon or horizon > now):  # (an expired one kept: past the mapped range)
+        # (with a tombstone there is a horizon: a new one or the batch's; an expired one is kept
+        # when past the mapped range)
+        if has_tombstone and horizon is not None and (need_horizon or horizon > now):
             stats.keep_delete_horizon(horizon)
         if all_kept and not need_horizon:
             return batch, count, count

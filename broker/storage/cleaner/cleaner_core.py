@@ -65,7 +65,11 @@ except ImportError:  # pragma: no cover - other interpreters
 from triolog.protocol import record_codec
 from triolog.protocol.errors import CorruptRecordError
 
-if cython.compiled:  # the codec's C varint readers (protocol/_record_codec_c.pxd), called as C functions
+if cython.compiled:
+    # this module's own C declarations (_cleaner_core_c.pxd): in scope anyway, named here for mypy
+    from cython.cimports.triolog.broker.storage.cleaner._cleaner_core_c import triolog_prefetch
+
+    # the codec's C varint readers (protocol/_record_codec_c.pxd), called as C functions
     from cython.cimports.triolog.protocol._record_codec_c import _long32, _long64
 
 __all__ = ["filter_records", "map_records", "probe_slot", "rebuild_records"]
@@ -106,6 +110,11 @@ _SAFE = 1 << 62
 #: and Python add them alike; Kafka's offsets are never negative. Beyond it a batch is corrupt
 #: (its base offset is outside the CRC's cover: a bit flip there goes unnoticed till here).
 _MAX_BASE = (1 << 63) - 1 - (1 << 31)
+
+#: ``Exception`` under a name Cython does not resolve to a type, for an annotation that mypy
+#: reads and Cython leaves a plain Python object: a builtin type in an annotation would compile
+#: into a variable of that exact type, checked on every assignment.
+_Exception = Exception
 
 
 _md5_address = None
@@ -306,7 +315,6 @@ def _headers_end(buf, data, p, record_end, n):
     zz2=list,
     md5_c="md5_fn",
     md5_address=cython.size_t,
-    out="unsigned char[16]",
     bp="const unsigned char*",
     size=cython.Py_ssize_t,
     key_start=cython.Py_ssize_t,
@@ -322,6 +330,9 @@ def map_records(data, count, base, start, words, slots, entries, entries_limit, 
     a record when the map holds ``entries_limit`` keys. Returns (full, entries, last offset put
     or -1, records read, extra probes).
     """
+    # A C array for the compiled path, declared here rather than in cython.locals so that mypy
+    # knows the name.
+    out: cython.uchar[16]  # libcrypto's digest
     if not 0 <= base <= _MAX_BASE:
         raise CorruptRecordError(f"batch base offset {base} is out of range")
     native = cython.compiled  # a local: the interpreter tests it cheaper than cython.compiled
@@ -506,7 +517,6 @@ _AHEAD = 16
     buf="const unsigned char[::1]",
     bp="const unsigned char*",
     md5_c="md5_fn",
-    out="unsigned char[16]",
     size=cython.Py_ssize_t,
     n=cython.Py_ssize_t,
     pos=cython.Py_ssize_t,
@@ -531,11 +541,6 @@ _AHEAD = 16
     zz2=list,
     j=cython.int,
     pending=cython.int,
-    ph0="long long[16]",
-    ph1="long long[16]",
-    poffset="long long[16]",
-    pslot="Py_ssize_t[16]",
-    precord="Py_ssize_t[16]",
     key_start=cython.Py_ssize_t,
     value_length=cython.long,
     native=cython.bint,
@@ -549,6 +554,15 @@ def _map_records_ahead(
     are put, so the map's cache misses (a random slot of a 128 MiB buffer per key) overlap
     instead of queueing. A put still checks the map's fill first, so it stops at the same record;
     "records read" is then that record's index, as the one-at-a-time loop counts it."""
+    # C arrays (this function runs compiled only), declared here rather than in cython.locals so
+    # that mypy knows the names.
+    out: cython.uchar[16]  # libcrypto's digest
+    # the records hashed ahead: their digest words, offsets, first slots and indexes
+    ph0: cython.longlong[16]
+    ph1: cython.longlong[16]
+    poffset: cython.longlong[16]
+    pslot: cython.Py_ssize_t[16]
+    precord: cython.Py_ssize_t[16]
     native = cython.compiled  # a local: the interpreter tests it cheaper than cython.compiled
     buf = data
     bp = data
@@ -559,7 +573,7 @@ def _map_records_ahead(
     pos = 0
     last_put = -1
     collisions = 0
-    error = None
+    error: _Exception | None = None
     n = 0
     while n < count:
         pending = 0
@@ -766,7 +780,6 @@ def _map_records_ahead(
     zz2=list,
     md5_c="md5_fn",
     md5_address=cython.size_t,
-    out="unsigned char[16]",
     bp="const unsigned char*",
     size=cython.Py_ssize_t,
     value_length=cython.long,
@@ -783,6 +796,9 @@ def filter_records(data, count, base, latest, retain_deletes, words, slots, bitm
     per kept record (start, timestamp delta, end of the timestamp delta, end) for
     :func:`rebuild_records`.
     """
+    # A C array for the compiled path, declared here rather than in cython.locals so that mypy
+    # knows the name.
+    out: cython.uchar[16]  # libcrypto's digest
     if not 0 <= base <= _MAX_BASE:
         raise CorruptRecordError(f"batch base offset {base} is out of range")
     native = cython.compiled  # a local: the interpreter tests it cheaper than cython.compiled
@@ -795,7 +811,7 @@ def filter_records(data, count, base, latest, retain_deletes, words, slots, bitm
         md5_address = _md5_function()
         md5_c = cython.cast("md5_fn", md5_address)
         bp = data
-        spans_object = memoryview(bytearray(32 * count)).cast("q")
+        spans_object: memoryview | list[int] = memoryview(bytearray(32 * count)).cast("q")
     else:
         spans_object = [0] * (4 * count)
     spans = spans_object

@@ -220,11 +220,11 @@ class LogCleanerManager:
                     delay = max_compaction_delay_ms(log, dirty, now)
                     max_delay = max(max_delay, delay)
                     clean_bytes = sum(s.size for s in log.segments.values(-1, dirty)) if dirty > -1 else 0
-                    first_uncleanable, cleanable = calculate_cleanable_bytes(log, dirty, uncleanable)
+                    first_uncleanable, cleanable_bytes = calculate_cleanable_bytes(log, dirty, uncleanable)
                 except Exception:  # a log closed or deleted meanwhile: not a candidate this time
                     logger.debug("skipping %s in cleaner selection", tp, exc_info=True)
                     continue
-                ltc = LogToClean(tp, log, dirty, first_uncleanable, clean_bytes, cleanable, delay > 0, delay)
+                ltc = LogToClean(tp, log, dirty, first_uncleanable, clean_bytes, cleanable_bytes, delay > 0, delay)
                 if ltc.total_bytes > 0:
                     candidates.append(ltc)
             self.max_compaction_delay_ms = max_delay
@@ -403,8 +403,8 @@ class LogCleanerManager:
                 if log is None or log.offline:
                     continue
                 try:
-                    dirty, uncleanable, _ = cleanable_offsets(log, checkpoints.get(tp), now)
-                    total += calculate_cleanable_bytes(log, dirty, uncleanable)[1]
+                    dirty, first_uncleanable, _ = cleanable_offsets(log, checkpoints.get(tp), now)
+                    total += calculate_cleanable_bytes(log, dirty, first_uncleanable)[1]
                 except Exception:
                     continue
         return total

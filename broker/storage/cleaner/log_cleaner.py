@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .. import filenames
 from ..checkpoints import OffsetCheckpointFile
@@ -49,6 +50,9 @@ from .cleaner import (
 )
 from .cleaner_manager import LogCleanerManager, LogToClean, TopicPartition
 from .throttler import Throttler
+
+if TYPE_CHECKING:  # imported when a worker process is configured (see CleanerThread.executor)
+    from .worker import WorkerProcessExecutor
 
 logger = logging.getLogger(__name__)
 
@@ -190,9 +194,10 @@ def swap_in_group(log: Log, job: CleanJob, result: GroupResult, clock: Clock) ->
     )
     try:
         by_base = {s.base_offset: s for s in log.segments_snapshot()}
-        old = [by_base.get(base) for base in result.old_base_offsets]
-        if any(s is None for s in old):
-            raise LogCleaningAbortedError(f"segments of {log.directory.name} changed during cleaning")
+        try:
+            old = [by_base[base] for base in result.old_base_offsets]
+        except KeyError:
+            raise LogCleaningAbortedError(f"segments of {log.directory.name} changed during cleaning") from None
         log.replace_segments([cleaned], old)
     except BaseException:
         # Only while nothing was renamed: once a file is .swap or live, the old segments may
@@ -213,8 +218,8 @@ class CleanerThread(threading.Thread):
         self.owner = owner
         self.thread_id = thread_id
         self._stop_event = threading.Event()
-        self._executor = None
-        self._in_thread_executor = None
+        self._executor: InThreadExecutor | WorkerProcessExecutor | None = None
+        self._in_thread_executor: InThreadExecutor | None = None
         self.last_stats: CleanerStats | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------

@@ -42,6 +42,7 @@ import traceback
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 from pathlib import Path
+from typing import NoReturn
 
 import triolog
 
@@ -147,7 +148,7 @@ class _WorkerPipe(_Duplex):
             _exit_quietly()
 
 
-def _exit_quietly() -> None:
+def _exit_quietly() -> NoReturn:
     """Leave without unwinding: no cleanup that could touch the next broker's files (the
     ``.cleaned`` file left behind is removed by the next load or round), no traceback."""
     os._exit(0)
@@ -224,7 +225,7 @@ class WorkerProcessExecutor:
         self._args = (map_memory, load_factor, throttle_rate, throttle_check_ms)
         self._kernel_signal = die_with_parent_signal
         self._process: subprocess.Popen | None = None
-        self._conn = None
+        self._conn: _Duplex | None = None  # the pipe to the worker: set and cleared with _process
         self._cancelled = threading.Event()
 
     @property
@@ -288,7 +289,8 @@ class WorkerProcessExecutor:
         if self._cancelled.is_set():
             raise LogCleaningAbortedError("cancelled")
         self._ensure_started()
-        conn = self._conn
+        process, conn = self._process, self._conn
+        assert process is not None and conn is not None  # (_ensure_started started them)
         try:
             conn.send(("clean", job))
         except (OSError, EOFError) as exc:
@@ -297,7 +299,7 @@ class WorkerProcessExecutor:
         while True:
             if not conn.poll(POLL_INTERVAL_S):
                 if not self._alive():
-                    code = self._process.returncode
+                    code = process.returncode
                     self._discard_process()
                     _remove_cleaned_files(job)
                     raise StorageError(f"cleaner worker process exited with {code} while cleaning {job.name}")
@@ -306,7 +308,7 @@ class WorkerProcessExecutor:
                         raise LogCleaningAbortedError("cancelled")
                     check_done()
                 except LogCleaningAbortedError:
-                    self._abort_round(job)
+                    self._abort_round(conn, job)
                     raise
                 continue
             try:
@@ -321,7 +323,7 @@ class WorkerProcessExecutor:
                     on_group(message[1])
                 except BaseException:
                     conn.send(("abort",))
-                    self._wait_for_end_of_round(job)
+                    self._wait_for_end_of_round(conn, job)
                     raise
                 conn.send(("ok",))
             elif kind == "done":
@@ -329,23 +331,22 @@ class WorkerProcessExecutor:
             elif kind == "aborted":
                 raise LogCleaningAbortedError(f"cleaning of {job.name} aborted")
             elif kind == "error":
-                exc, text = message[1], message[2]
+                error, text = message[1], message[2]
                 logger.debug("cleaner worker failed:\n%s", text)
-                raise exc
+                raise error
 
-    def _abort_round(self, job: CleanJob) -> None:
+    def _abort_round(self, conn: _Duplex, job: CleanJob) -> None:
         try:
-            self._conn.send(("abort",))
+            conn.send(("abort",))
         except (OSError, EOFError):
             self._discard_process()
             return
-        self._wait_for_end_of_round(job)
+        self._wait_for_end_of_round(conn, job)
 
-    def _wait_for_end_of_round(self, job: CleanJob) -> None:
+    def _wait_for_end_of_round(self, conn: _Duplex, job: CleanJob) -> None:
         """Wait for the worker to acknowledge the abort (it deletes its .cleaned files); kill it
         if it does not answer in time."""
         deadline = time.monotonic() + ABORT_TIMEOUT_S
-        conn = self._conn
         while time.monotonic() < deadline:
             try:
                 if conn.poll(POLL_INTERVAL_S):
@@ -367,14 +368,15 @@ class WorkerProcessExecutor:
         self._cancelled.set()
 
     def close(self) -> None:
-        if self._process is None:
+        process, conn = self._process, self._conn
+        if process is None or conn is None:  # (no worker: they are set and cleared together)
             return
         try:
-            self._conn.send(("exit",))
+            conn.send(("exit",))
         except (OSError, EOFError):
             pass
         try:
-            self._process.wait(5.0)
+            process.wait(5.0)
         except subprocess.TimeoutExpired:
             pass
         self._discard_process()
