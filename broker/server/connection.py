@@ -699,16 +699,7 @@ class ClientConnection:
         try:
             answer = await self._authenticate_step(session, token)
         except AuthenticationFailed as exc:
-            logger.warning(
-                "authentication_failed",
-                peer=self.peer,
-                mechanism=session.mechanism,
-                reason=str(exc),
-                delay_ms=round(self.auth_failure_delay_s * 1000),
-                handshake_version=0,
-            )
-            self._auth_failed(session.mechanism)
-            await trio.sleep(self.auth_failure_delay_s)
+            await self._authentication_failed(session, exc, handshake_version=0)
             return False
         if answer is None:  # the client hung up while its step waited
             return False
@@ -778,16 +769,7 @@ class ClientConnection:
             try:
                 answer = await self._authenticate_step(session, request.auth_bytes)
             except AuthenticationFailed as exc:
-                logger.warning(
-                    "authentication_failed",
-                    peer=self.peer,
-                    mechanism=session.mechanism,
-                    reason=str(exc),
-                    delay_ms=round(self.auth_failure_delay_s * 1000),
-                    reauthentication=reauthenticating,
-                )
-                self._auth_failed(session.mechanism)
-                await trio.sleep(self.auth_failure_delay_s)  # slows password guessing
+                await self._authentication_failed(session, exc, reauthentication=reauthenticating)
                 return m.SaslAuthenticateResponse(id=request.id, error_code=exc.code, error_message=str(exc)), False
             if answer is None:  # the client hung up while its step waited
                 raise trio.BrokenResourceError("the client hung up during SASL authentication")
@@ -925,6 +907,23 @@ class ClientConnection:
         )
         self._closed_by("connections.max.reauth.ms")
         return True
+
+    async def _authentication_failed(
+        self, session: SaslServerSession, exc: AuthenticationFailed, **step: object
+    ) -> None:
+        """A SASL exchange failed: logged (with what ``step`` says of it) and counted, then
+        answered or closed by the caller only after connection.failed.authentication.delay.ms,
+        which slows password guessing."""
+        logger.warning(
+            "authentication_failed",
+            peer=self.peer,
+            mechanism=session.mechanism,
+            reason=str(exc),
+            delay_ms=round(self.auth_failure_delay_s * 1000),
+            **step,
+        )
+        self._auth_failed(session.mechanism)
+        await trio.sleep(self.auth_failure_delay_s)
 
     def _auth_failed(self, mechanism: str | None) -> None:
         """Counted by mechanism; a name no listener offers is "unsupported" (the client chooses
