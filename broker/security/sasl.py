@@ -149,13 +149,14 @@ class SaslServerSession:
             if self._refusal is not None:
                 raise AuthenticationFailed(self._refusal)
             answer = self._exchange.step(bytes(auth_bytes))
-            if (
-                self._exchange.complete
-                and self._reauth_started is not None
-                and (self._exchange.principal != self.principal)
-            ):
-                old, new = (p.replace(":", ".", 1) for p in (self.principal, self._exchange.principal))
-                raise AuthenticationFailed(f"Cannot change principals during re-authentication from {old}: {new}")
+            old, new = self.principal, self._exchange.principal
+            if self._exchange.complete and self._reauth_started is not None and new != old:
+                # re-authenticating: the session has its principal; complete: the exchange has its own
+                assert old is not None and new is not None
+                raise AuthenticationFailed(
+                    f"Cannot change principals during re-authentication from "
+                    f"{old.replace(':', '.', 1)}: {new.replace(':', '.', 1)}"
+                )
         except AuthenticationFailed:
             self._state = _State.FAILED
             raise

@@ -15,6 +15,7 @@ import ipaddress
 import math
 import os
 import signal
+import ssl
 import time
 from dataclasses import dataclass
 from functools import partial
@@ -41,6 +42,7 @@ from triolog.protocol.kafka.apis import KafkaContext
 from triolog.protocol.request_limits import RequestLimits
 
 from .authorization import RequestAuthorizer
+from .codec import Codec
 from .connection import ClientConnection
 from .group_commit import GroupCommitter
 from .group_handlers import GroupApis, GroupService
@@ -173,7 +175,7 @@ class BrokerServer:
         #: metrics endpoint, set once that is bound).
         self.wrong_protocol_log = WrongProtocolLog(wrong_protocol_hints(config.metrics_listener))
         #: The TLS listeners' server context (ssl.* keys), read at startup.
-        self.ssl_context = None
+        self.ssl_context: ssl.SSLContext | None = None
         #: SCRAM credentials (triolog-users.json in the first log dir), loaded with the storage.
         self.credentials: CredentialStore | None = None
         #: ACLs (triolog-acls.json in the first log dir), loaded with the storage; enforced when
@@ -230,10 +232,11 @@ class BrokerServer:
                             async with trio.open_nursery() as accept_loops:
                                 for listener in listeners:
                                     accept_loops.start_soon(self._accept_loop, listener, connections, False, listen)
-                                for listener in kafka_listeners:
-                                    accept_loops.start_soon(
-                                        self._accept_loop, listener, connections, True, kafka_listen
-                                    )
+                                if kafka_listen is not None:  # (else there is no Kafka listener)
+                                    for listener in kafka_listeners:
+                                        accept_loops.start_soon(
+                                            self._accept_loop, listener, connections, True, kafka_listen
+                                        )
 
                     connections.start_soon(accept_all)
                     kafka_port = kafka_listeners[0].socket.getsockname()[1] if kafka_listeners else None
@@ -281,8 +284,9 @@ class BrokerServer:
 
     def _request_handler(self, advertised_host: str, advertised_port: int) -> RequestHandler:
         """The request handler, with the coordinators and security stores it serves from."""
-        authz = RequestAuthorizer(self.acls if self.config.authorizer_enabled else None)
-        threads = dict(workers=self.workers, limiter=self.limiter)
+        acls, credentials, quotas = self.acls, self.credentials, self.quotas
+        assert acls is not None and credentials is not None and quotas is not None  # loaded with the storage
+        authz = RequestAuthorizer(acls if self.config.authorizer_enabled else None)
         return RequestHandler(
             config=self.config,
             log_manager=self.log_manager,
@@ -303,10 +307,22 @@ class BrokerServer:
                 metrics=self.metrics.groups,
             ),
             security=SecurityApis(
-                authz=authz, acl_store=self.acls, credentials=self.credentials, quota_store=self.quotas.store, **threads
+                authz=authz,
+                acl_store=acls,
+                credentials=credentials,
+                quota_store=quotas.store,
+                workers=self.workers,
+                limiter=self.limiter,
             ),
-            producers=ProducerIdApis(manager=self.producer_ids, log_manager=self.log_manager, authz=authz, **threads),
-            **threads,
+            producers=ProducerIdApis(
+                manager=self.producer_ids,
+                log_manager=self.log_manager,
+                authz=authz,
+                workers=self.workers,
+                limiter=self.limiter,
+            ),
+            workers=self.workers,
+            limiter=self.limiter,
         )
 
     def _kafka_context(self, kafka_port: int | None) -> KafkaContext | None:
@@ -453,24 +469,45 @@ class BrokerServer:
             return
         peer = f"{host}:{port}"
         config = self.config
-        refusal = None
+        # The limit a connection is refused for, and what its WARNING says besides (None: not refused).
+        refusal: tuple[str, dict[str, int]] | None = None
         if self._per_ip.get(host, 0) >= config.max_connections_per_ip:
             # Kafka closes connections over the per-IP limit at once.
-            refusal = {"limit": "max.connections.per.ip", "value": config.max_connections_per_ip}
+            refusal = "max.connections.per.ip", {"value": config.max_connections_per_ip}
         elif self.quotas is not None and self.quotas.connection_rate_exceeded(host):
             # Kafka's connection_creation_rate of an IP entity: a connection over it is closed.
             self._refused_by_rate += 1
-            refusal = {"limit": "connection_creation_rate", "refused": self._refused_by_rate}
+            refusal = "connection_creation_rate", {"refused": self._refused_by_rate}
         if refusal is not None:
-            if refusal.get("refused", 1) % 1000 == 1:  # a flood logs 1 line in 1000
-                logger.warning("connection_refused", peer=peer, **refusal)
-            self.metrics.server.connection_refused(refusal["limit"])
+            limit, details = refusal
+            if details.get("refused", 1) % 1000 == 1:  # a flood logs 1 line in 1000
+                logger.warning("connection_refused", peer=peer, limit=limit, **details)
+            self.metrics.server.connection_refused(limit)
             with trio.CancelScope(shield=True):
                 await stream.aclose()
             return
+        handler = self.handler
+        assert handler is not None  # made before the first accept (run)
         idle_ms = config.connections_max_idle_ms
         receive_ms = config.request_receive_timeout_ms
-        options = dict(
+        tls = uses_tls(endpoint)
+        sasl = None
+        if uses_sasl(endpoint):
+            assert self.credentials is not None  # loaded with the storage, before any listener opens
+            sasl = SaslServerSession(
+                offered_mechanisms(config.sasl_enabled_mechanisms, tls),
+                self.credentials,
+                max_reauth_ms=config.connections_max_reauth_ms,
+            )
+        if kafka:
+            assert self.kafka_context is not None  # set (run) before the first accept, as there is a Kafka listener
+            codec: Codec = KafkaCodec(self.kafka_context, self.request_limits)
+        else:
+            codec = MsgpackCodec(self.request_limits)
+        connection = ClientConnection(
+            stream,
+            handler,
+            codec=codec,
             max_frame_bytes=config.socket_request_max_bytes,
             idle_timeout_s=idle_ms / 1000 if idle_ms >= 0 else math.inf,
             receive_timeout_s=receive_ms / 1000 if receive_ms >= 0 else math.inf,
@@ -482,25 +519,16 @@ class BrokerServer:
             wrong_protocol_log=self.wrong_protocol_log,
             listener="kafka.listeners" if kafka else "listeners",
             security_protocol=endpoint.scheme,
+            quotas=self.quotas,
+            sasl=sasl,
+            # SASL's settings (used only with a session)
+            auth_failure_delay_s=config.connection_failed_authentication_delay_ms / 1000,
+            sasl_max_frame_bytes=config.sasl_server_max_receive_size,
+            auth_limiter=self.auth_limiter,
+            # A TLS listener's connection handshakes first thing in serve(), under its time limits.
+            ssl_context=self.ssl_context if tls else None,
+            principal_rules=config.ssl_principal_mapping_rules if tls else None,
         )
-        tls = uses_tls(endpoint)
-        if uses_sasl(endpoint):
-            options.update(
-                sasl=SaslServerSession(
-                    offered_mechanisms(config.sasl_enabled_mechanisms, tls),
-                    self.credentials,
-                    max_reauth_ms=config.connections_max_reauth_ms,
-                ),
-                auth_failure_delay_s=config.connection_failed_authentication_delay_ms / 1000,
-                sasl_max_frame_bytes=config.sasl_server_max_receive_size,
-                auth_limiter=self.auth_limiter,
-            )
-        options["quotas"] = self.quotas
-        # A TLS listener's connection handshakes first thing in serve(), under its time limits.
-        if tls:
-            options.update(ssl_context=self.ssl_context, principal_rules=config.ssl_principal_mapping_rules)
-        codec = KafkaCodec(self.kafka_context, self.request_limits) if kafka else MsgpackCodec(self.request_limits)
-        connection = ClientConnection(stream, self.handler, codec=codec, **options)
         self._per_ip[host] = self._per_ip.get(host, 0) + 1
         self.metrics.server.connection_opened()
         # Opening and closing are routine (every CLI call, every client): DEBUG, one event each.

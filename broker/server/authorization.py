@@ -69,24 +69,21 @@ class RequestAuthorizer:
 
     def may_create_topic(self, ctx: RequestContext, name: str) -> bool:
         """Kafka: CREATE on the cluster, or on the topic itself."""
-        if self.acls is None:
+        acls = self.acls
+        if acls is None:
             return True
-        return self._quietly(ctx, Op.CREATE, ResourceType.CLUSTER, CLUSTER) or self.topic(ctx, Op.CREATE, name)
+        return _quietly(acls, ctx, Op.CREATE, ResourceType.CLUSTER, CLUSTER) or self.topic(ctx, Op.CREATE, name)
 
     def may_write_idempotently(self, ctx: RequestContext) -> bool:
         """Kafka 3+ (KIP-679): IDEMPOTENT_WRITE on the cluster, or WRITE on any topic."""
         acls = self.acls
         if acls is None:
             return True
-        if self._quietly(ctx, Op.IDEMPOTENT_WRITE, ResourceType.CLUSTER, CLUSTER):
+        if _quietly(acls, ctx, Op.IDEMPOTENT_WRITE, ResourceType.CLUSTER, CLUSTER):
             return True
         if acls.authorize_by_resource_type(ctx.principal, ctx.client_address, Op.WRITE, ResourceType.TOPIC):
             return True
         return self.cluster(ctx, Op.IDEMPOTENT_WRITE)  # logs the denial
-
-    def _quietly(self, ctx: RequestContext, operation: AclOperation, resource_type: ResourceType, name: str) -> bool:
-        """A check that is one of several alternatives: its denial is not logged on its own."""
-        return self.acls.authorize(ctx.principal, ctx.client_address, operation, resource_type, name)
 
     def require_topic(self, ctx: RequestContext, operation: AclOperation, name: str) -> None:
         if not self.topic(ctx, operation, name):
@@ -105,6 +102,13 @@ class RequestAuthorizer:
             raise ClusterAuthorizationFailedError(
                 f"{ctx.principal} is not authorized to {_verb(operation)} the cluster"
             )
+
+
+def _quietly(
+    acls: AclStore, ctx: RequestContext, operation: AclOperation, resource_type: ResourceType, name: str
+) -> bool:
+    """A check that is one of several alternatives: its denial is not logged on its own."""
+    return acls.authorize(ctx.principal, ctx.client_address, operation, resource_type, name)
 
 
 def _verb(operation: AclOperation) -> str:

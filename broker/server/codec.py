@@ -7,11 +7,15 @@ from __future__ import annotations
 
 import typing
 from dataclasses import dataclass, fields, is_dataclass
-from typing import Any
+from typing import Any, NamedTuple, Protocol, final, overload
 
 from triolog.protocol import messages as m
+from triolog.protocol.errors import ErrorCode
 
-__all__ = ["Decoded", "EncodedResponse", "Refusal", "entry_errors", "entry_fields"]
+from .fetch_descriptors import FetchResult
+from .wrong_protocol import ListenerWrongProtocolLog, WrongProtocolLog
+
+__all__ = ["Codec", "Decoded", "EncodedResponse", "Peek", "Refusal", "entry_errors", "entry_fields"]
 
 
 @dataclass(slots=True)
@@ -21,11 +25,11 @@ class Decoded:
     #: The API (the handler's name; the metrics' label).
     api: str
     version: int
-    correlation_id: int | None
+    correlation_id: int
     client_id: str | None
     #: The handler's request; a list of them for a Kafka request that batches what the internal
     #: API asks one at a time (answered in order); None when the codec answers it itself (``direct``).
-    request: m.Request | list | None
+    request: m.Request | list[m.Request] | None
     #: An answer the codec gives without the handler (a Kafka adapter's Direct body).
     direct: Any = None
     #: The frame was large: its answer is translated and encoded in a worker thread.
@@ -41,6 +45,7 @@ class Decoded:
         return type(request) is m.ProduceRequest and request.acks == 0
 
 
+@final  # (so that ``type(x) is Refusal`` failing tells mypy that x is the Decoded)
 @dataclass(slots=True)
 class Refusal:
     """A frame the codec refuses: counted under ``api`` with ``code``; ``answer`` (None: none is
@@ -70,6 +75,65 @@ class EncodedResponse:
         self.error_code = error_code
         #: The entries' error codes, counted (as connection._entry_errors counts them).
         self.entry_errors = entry_errors
+
+
+class Peek(NamedTuple):
+    """What a frame's header says before it is decoded: the API (None: one not served), and the
+    fields a log line about it names."""
+
+    api: str | None
+    fields: dict
+
+
+#: The failed partitions of an acks=0 produce: (topic, partition, error code, message).
+Acks0Errors = list[tuple[str, int, int, str | None]]
+
+
+class Codec(Protocol):
+    """What the request pipeline (:class:`.connection.ClientConnection`) asks of a listener's
+    codec, whichever it is (:class:`.msgpack_codec.MsgpackCodec`, :class:`.kafka_codec.KafkaCodec`).
+
+    ``response`` is a handler's answer (RequestHandler.handle): its type follows from the API
+    (a response, an EncodedResponse, a FetchResult, a produce's TopicAppends, the list of the
+    answers of a batched request), which a codec knows from the request and the type system
+    cannot follow through the handler's API table: hence ``object``."""
+
+    #: After a SaslHandshake v0 (Kafka's) the exchange's messages come as bare frames.
+    raw_sasl_tokens: bool
+
+    def wrong_protocol_log(self, shared: WrongProtocolLog) -> ListenerWrongProtocolLog: ...
+
+    def foreign_protocol(self, frame: bytes) -> tuple[str, dict] | None: ...
+
+    def peek_api(self, frame: bytes) -> Peek | None: ...
+
+    @overload
+    def decode(self, frame: bytes) -> Decoded | Refusal: ...
+
+    @overload
+    def decode(self, frame: bytes, *, may_defer: bool) -> Decoded | Refusal | None: ...
+
+    def refuse_frame(self, message: str) -> bytes | None: ...
+
+    def refusal(self, decoded: Decoded, code: ErrorCode, message: str) -> bytes | None: ...
+
+    def sasl_answer(self, decoded: Decoded, response: m.Response) -> bytes: ...
+
+    def follow_up(self, decoded: Decoded, response: object, internal: m.Request) -> m.Request | None: ...
+
+    def failure(self, decoded: Decoded, message: str) -> bytes | None: ...
+
+    def closes_after_failed_acks0(self) -> bool: ...
+
+    def direct_acks0_failure(self, decoded: Decoded) -> Acks0Errors | None: ...
+
+    def throttled_fetch(self, response: m.FetchResponse, throttle: int) -> m.FetchResponse: ...
+
+    def large_answer(self, decoded: Decoded, response: object) -> bool: ...
+
+    def fetch_parts(self, decoded: Decoded, result: FetchResult) -> list: ...
+
+    def encode(self, decoded: Decoded, response: object, throttle_ms: int) -> EncodedResponse: ...
 
 
 def entry_errors(response: m.Response | None) -> dict[int, int] | None:
@@ -109,8 +173,10 @@ def entry_fields(cls: type) -> tuple[str, ...]:
             if typing.get_origin(hint) is not tuple:
                 continue
             element = typing.get_args(hint)[0]
-            if is_dataclass(element) and (
-                any(g.name == "error_code" for g in fields(element)) or entry_fields(element)
+            if (
+                isinstance(element, type)
+                and is_dataclass(element)
+                and (any(g.name == "error_code" for g in fields(element)) or entry_fields(element))
             ):
                 names.append(f.name)
         found = _ENTRY_FIELDS[cls] = tuple(names)

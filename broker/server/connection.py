@@ -47,9 +47,9 @@ import math
 import os
 import socket
 import ssl
+from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
-from typing import Protocol
+from typing import Protocol, TypeVar, TypeVarTuple, cast
 
 import outcome
 import structlog
@@ -72,18 +72,20 @@ from triolog.protocol.frames import (
 )
 from triolog.protocol.request_limits import RequestLimits
 
-from .codec import Decoded, Refusal, entry_errors
+from .codec import Acks0Errors, Codec, Decoded, Refusal, entry_errors
 from .fetch_descriptors import FetchResult
 from .handlers import RequestHandler, TopicAppends
-from .kafka_codec import KafkaCodec
 from .memory_pool import RequestMemoryPool
 from .msgpack_codec import MsgpackCodec
 from .quota_manager import THROTTLE_EPSILON_S, ClientQuotaManager, ClientQuotas, throttle_ms
 from .request_context import ANONYMOUS, RequestAccounting, RequestContext, request_context
 from .tls_session import TlsClosed, TlsSession
-from .wrong_protocol import WrongProtocolLog, wrong_protocol_hints
+from .wrong_protocol import ListenerWrongProtocolLog, WrongProtocolLog, wrong_protocol_hints
 
 logger = structlog.get_logger("triolog.server")
+
+T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
 
 RECEIVE_BYTES = 256 * 1024
 #: Bytes a read may take past the frame being received: the next frames' first bytes (often
@@ -143,11 +145,11 @@ class ClientConnection:
         principal_rules: PrincipalMappingRules | None = None,
         listener: str = "listeners",
         security_protocol: str = "PLAINTEXT",
-        codec: MsgpackCodec | KafkaCodec | None = None,
+        codec: Codec | None = None,
     ):
         self.stream = stream
         #: The listener's codec: the msgpack protocol's unless given (the Kafka listener's).
-        self.codec = codec if codec is not None else MsgpackCodec(limits)
+        self.codec: Codec = codec if codec is not None else MsgpackCodec(limits)
         #: A TLS listener's connection: its TLS session (encrypted in user space, so fetched
         #: records are read from the segment and encrypted: no sendfile). None on plaintext.
         self._tls = TlsSession(ssl_context) if ssl_context is not None else None
@@ -198,7 +200,7 @@ class ClientConnection:
         self.limits = limits
         self.decode_limiter = decode_limiter
         #: Shared by the broker's connections (it rate-limits the WARNINGs per peer host).
-        self.wrong_protocol_log = self.codec.wrong_protocol_log(
+        self.wrong_protocol_log: ListenerWrongProtocolLog = self.codec.wrong_protocol_log(
             wrong_protocol_log if wrong_protocol_log is not None else WrongProtocolLog(wrong_protocol_hints(None))
         )
         #: True while a request is being handled: shutdown lets it finish, and cancels idle ones.
@@ -209,7 +211,7 @@ class ClientConnection:
         #: Bytes of the pool this connection holds for the frame it is receiving or handling.
         self._reserved = 0
         #: The frame received and not yet decoded.
-        self._frame: bytes | bytearray | None = None
+        self._frame: bytes | None = None
 
     @property
     def _unauthenticated(self) -> bool:
@@ -223,7 +225,7 @@ class ClientConnection:
 
     async def serve(self, shutdown: trio.Event) -> None:
         try:
-            if self._tls and not await self._tls_handshake():
+            if self._tls is not None and not await self._tls_handshake(self._tls):
                 return
             await self._serve(shutdown)
         except _SendStalled:
@@ -237,7 +239,7 @@ class ClientConnection:
             if self.stats is not None and self._received_bytes > self._framed_bytes:
                 self.stats.bytes_in(None, self._received_bytes - self._framed_bytes)
 
-    async def _tls_handshake(self) -> bool:
+    async def _tls_handshake(self, tls: TlsSession) -> bool:
         """Complete the TLS handshake within the receive timeout (else the idle one); False, with a
         WARNING saying why, if it fails. A client speaking plaintext to this listener (its first
         byte is not a TLS handshake record's) is logged and counted as a wrong protocol."""
@@ -252,7 +254,6 @@ class ClientConnection:
             if first[0] != _TLS_HANDSHAKE_RECORD:
                 self._wrong_protocol("plaintext")
                 return False
-            tls = self._tls
             try:
                 while True:
                     done = tls.handshake()
@@ -283,7 +284,7 @@ class ClientConnection:
         self.tls_established = True
         try:  # on a SASL_SSL listener SASL names the client; the certificate only on SSL
             self.principal = (
-                certificate_principal(self._tls.getpeercert(), None if self.sasl is not None else self.principal_rules)
+                certificate_principal(tls.getpeercert(), None if self.sasl is not None else self.principal_rules)
                 or ANONYMOUS
             )
         except NoMatchingRule as exc:
@@ -371,8 +372,10 @@ class ClientConnection:
             size = decoder.read_size(RECEIVE_BYTES, READ_AHEAD_BYTES)
             # Bytes already there are read at once (the client's next request is often in);
             # the send of every response is the checkpoint that keeps this fair.
-            if self._tls is not None:
-                data = await self._tls_read_now(size)
+            tls = self._tls
+            data: bytes | None
+            if tls is not None:
+                data = await self._tls_read_now(tls, size)
             else:
                 try:
                     data = os.read(self._fd, size)
@@ -385,10 +388,10 @@ class ClientConnection:
             else:
                 timeout_at = deadline if started else trio.current_time() + self.idle_timeout_s
                 with trio.move_on_at(timeout_at) as timer:
-                    if self._tls is not None:
+                    if tls is not None:
                         while data is None:
                             await trio.lowlevel.wait_readable(self._socket)
-                            data = await self._tls_read_now(size)
+                            data = await self._tls_read_now(tls, size)
                     else:
                         data = await self.stream.receive_some(size)
             if timer is not None and timer.cancelled_caught:
@@ -413,10 +416,9 @@ class ClientConnection:
             self._received_bytes += len(data)
             decoder.receive_data(data)
 
-    async def _tls_read_now(self, size: int) -> bytes | None:
+    async def _tls_read_now(self, tls: TlsSession, size: int) -> bytes | None:
         """Up to ``size`` bytes of plaintext without waiting: decrypted from what was read, else
         from one non-blocking read of the socket; None if a wait is needed, b"" at the end."""
-        tls = self._tls
         try:
             data = tls.read(size)
             if data:
@@ -472,7 +474,7 @@ class ClientConnection:
         if answer is not None:
             await self._send_bytes(None, answer)
 
-    async def _run(self, large: bool, fn, *args):
+    async def _run(self, large: bool, fn: Callable[[*Ts], T], *args: *Ts) -> T:
         """``fn(*args)``: on the event loop, or for ``large`` work (a codec's translations and
         encodings, which are pure) in a worker thread."""
         if not large:
@@ -492,6 +494,7 @@ class ClientConnection:
         served = self._served
         served.api = served.code = served.entry_errors = None
         frame, self._frame = self._frame, None
+        assert frame is not None  # _serve handles a frame once _receive_frame has stored it
         frame_bytes = len(frame) + PREFIX_SIZE
         if codec.raw_sasl_tokens:
             return await self._raw_sasl_token(frame)
@@ -508,7 +511,7 @@ class ClientConnection:
                     return False
             decoded = codec.decode(frame, may_defer=True)
             if decoded is None:  # too large to decode on the event loop (decoding is pure)
-                decoded = await self.handler.workers.run_sync(partial(codec.decode, frame), limiter=self.decode_limiter)
+                decoded = await self.handler.workers.run_sync(codec.decode, frame, limiter=self.decode_limiter)
             del frame
             if type(decoded) is Refusal:
                 served.api, served.code = decoded.api, decoded.code
@@ -541,17 +544,22 @@ class ClientConnection:
                         await self._send_bytes(api, answer)
                 return False
             request = decoded.request
-            if type(request) in _SASL_REQUESTS:
-                response, keep_open = await self._sasl_request(request)
-                served.code = response.error_code
-                await self._send_bytes(api, codec.sasl_answer(decoded, response))
+            # The SASL exchange's own requests: answered by the connection (they change who the
+            # client is), not by the handler.
+            if type(request) is m.SaslHandshakeRequest or type(request) is m.SaslAuthenticateRequest:
+                sasl_response, keep_open = await self._sasl_request(request)
+                served.code = sasl_response.error_code
+                await self._send_bytes(api, codec.sasl_answer(decoded, sasl_response))
                 return keep_open
             ctx = self._context(api, decoded.version, decoded.correlation_id, decoded.client_id)
-            if self.quotas is not None:
+            quotas = self.quotas
+            if quotas is not None:
                 if api == "produce":
-                    self._meter(self.quotas.produce, decoded.client_id, frame_bytes)
+                    self._meter(quotas.produce, decoded.client_id, frame_bytes)
                 elif type(request) is m.FetchRequest:
-                    request = decoded.request = self._capped_fetch(request)
+                    request = decoded.request = self._capped_fetch(quotas, request)
+            # The handler's answer (its type follows from the API: see codec.Codec).
+            response: object
             if decoded.direct is not None:  # answered by the codec, without the handler
                 errors = codec.direct_acks0_failure(decoded)
                 if errors is not None:  # refused whole: an acks=0 produce gets no answer
@@ -561,8 +569,15 @@ class ClientConnection:
                 response = None
             else:
                 try:
-                    if type(request) in _HOT_REQUESTS or (type(request) is m.FetchRequest and not request.max_wait_ms):
-                        response = await self.handler.handle(request, ctx)  # hot: no follow-up, no long poll
+                    assert request is not None  # a codec leaves it out only for its own (direct) answer
+                    # Hot, handled straight away: no codec follows these up with another request,
+                    # and they are no long poll.
+                    if (
+                        type(request) is m.ProduceRequest
+                        or type(request) is m.ApiVersionsRequest
+                        or (type(request) is m.FetchRequest and not request.max_wait_ms)
+                    ):
+                        response = await self.handler.handle(request, ctx)
                     else:
                         response = await self._handle(decoded, request, ctx)
                 except Exception as exc:
@@ -590,7 +605,7 @@ class ClientConnection:
                         response.close()
                     return True
                 if decoded.unacknowledged_produce:  # never answered
-                    errors = _produce_errors(response)
+                    errors = _produce_errors(cast("list[TopicAppends]", response))  # the produce handler's answer
                     if errors and codec.closes_after_failed_acks0():
                         served.code = errors[0][2]
                         self._close_for_acks0(decoded, errors)
@@ -630,13 +645,13 @@ class ClientConnection:
             return False
         return not self._session_expired(api == "sasl_handshake")
 
-    async def _handle(self, decoded: Decoded, request, ctx: RequestContext):
+    async def _handle(self, decoded: Decoded, request: m.Request | list[m.Request], ctx: RequestContext) -> object:
         """The handler's answer to ``request`` (a list of answers for a list of requests, each
         followed up as the codec says); None if the client hung up during a long poll."""
         if type(request) is m.FetchRequest and request.max_wait_ms > 0:
             result = await self._handle_watching_for_hangup(request, ctx)
             return None if result is None else result.unwrap()
-        if type(request) is list:
+        if isinstance(request, list):
             responses = []
             yielded = trio.current_time()
             for one in request:
@@ -648,7 +663,7 @@ class ClientConnection:
             return responses
         return await self._handle_one(decoded, request, ctx)
 
-    async def _handle_one(self, decoded: Decoded, request, ctx: RequestContext):
+    async def _handle_one(self, decoded: Decoded, request: m.Request, ctx: RequestContext) -> object:
         """The handler's answer to one request, and to the requests the codec follows it up with."""
         response = await self.handler.handle(request, ctx)
         while (after := self.codec.follow_up(decoded, response, request)) is not None:
@@ -664,7 +679,7 @@ class ClientConnection:
         return max(throttle, throttle_ms(request_s)) if request_s else throttle
 
     @staticmethod
-    def _encode(codec, decoded: Decoded, response, throttle: int, served: _Served) -> bytes:
+    def _encode(codec: Codec, decoded: Decoded, response: object, throttle: int, served: _Served) -> bytes:
         """The answer's bytes (its code and entries counted in ``served``)."""
         try:
             encoded = codec.encode(decoded, response, throttle)
@@ -674,24 +689,17 @@ class ClientConnection:
         served.code, served.entry_errors = encoded.error_code, encoded.entry_errors
         return encoded.payload
 
-    async def _raw_sasl_token(self, token: bytes | bytearray) -> bool:
+    async def _raw_sasl_token(self, token: bytes) -> bool:
         """One SASL message after SaslHandshake v0 (a bare frame), answered with a bare frame; a
         failure closes the connection without an answer, as Kafka does for v0 clients."""
         session = self.sasl
+        # Raw tokens follow a SaslHandshake v0 answered without error: only a SASL listener's session does.
+        assert session is not None
         reauthenticating = session.reauthenticating
         try:
-            answer = await self._authenticate_step(session, bytes(token))
+            answer = await self._authenticate_step(session, token)
         except AuthenticationFailed as exc:
-            logger.warning(
-                "authentication_failed",
-                peer=self.peer,
-                mechanism=session.mechanism,
-                reason=str(exc),
-                delay_ms=round(self.auth_failure_delay_s * 1000),
-                handshake_version=0,
-            )
-            self._auth_failed(session.mechanism)
-            await trio.sleep(self.auth_failure_delay_s)
+            await self._authentication_failed(session, exc, handshake_version=0)
             return False
         if answer is None:  # the client hung up while its step waited
             return False
@@ -701,9 +709,7 @@ class ClientConnection:
         await self._send_bytes("sasl_authenticate", answer)
         return True
 
-    def _close_for_acks0(
-        self, decoded: Decoded, errors: list[tuple[str, int, int, str | None]], reason: str | None = None
-    ) -> None:
+    def _close_for_acks0(self, decoded: Decoded, errors: Acks0Errors, reason: str | None = None) -> None:
         """Log why an acks=0 produce closes the connection (the caller closes)."""
         shown = [
             f"{topic}-{partition}: {_code_name(code)}" + (f" ({message})" if message else "")
@@ -722,7 +728,9 @@ class ClientConnection:
             "response): the producer refreshes its metadata and reconnects",
         )
 
-    async def _sasl_request(self, request: m.Request) -> tuple[m.Response, bool]:
+    async def _sasl_request(
+        self, request: m.SaslHandshakeRequest | m.SaslAuthenticateRequest
+    ) -> tuple[m.Response, bool]:
         """(the answer, keep the connection open) for a SASL request (the connection's, not the
         handler's: it changes who the client is).
 
@@ -761,16 +769,7 @@ class ClientConnection:
             try:
                 answer = await self._authenticate_step(session, request.auth_bytes)
             except AuthenticationFailed as exc:
-                logger.warning(
-                    "authentication_failed",
-                    peer=self.peer,
-                    mechanism=session.mechanism,
-                    reason=str(exc),
-                    delay_ms=round(self.auth_failure_delay_s * 1000),
-                    reauthentication=reauthenticating,
-                )
-                self._auth_failed(session.mechanism)
-                await trio.sleep(self.auth_failure_delay_s)  # slows password guessing
+                await self._authentication_failed(session, exc, reauthentication=reauthenticating)
                 return m.SaslAuthenticateResponse(id=request.id, error_code=exc.code, error_message=str(exc)), False
             if answer is None:  # the client hung up while its step waited
                 raise trio.BrokenResourceError("the client hung up during SASL authentication")
@@ -833,17 +832,19 @@ class ClientConnection:
         for data, a produce's wait for its fsync, a join or sync waiting for the group), nor
         the time to send the response."""
         if self._request_throttle_s is None:
+            quotas = self.quotas
+            assert quotas is not None  # the throttle is left to record (None) only with quotas: _begin_request
             handled = trio.current_time() - self._request_started - self._accounting.parked_s
-            throttle_s = self.quotas.request.record(self._user, client_id or "", max(handled, 0.0) * 100)
+            throttle_s = quotas.request.record(self._user, client_id or "", max(handled, 0.0) * 100)
             self._mute(throttle_s)
             self._request_throttle_s = throttle_s
         return self._request_throttle_s
 
-    def _capped_fetch(self, request: m.FetchRequest) -> m.FetchRequest:
+    def _capped_fetch(self, quotas: ClientQuotas, request: m.FetchRequest) -> m.FetchRequest:
         """As Kafka: a fetch under a consumer_byte_rate asks for at most what the quota lets
         through in its whole window span (quota x quota.window.num x quota.window.size.seconds),
-        so no single response is larger than what could ever pass (called with quotas on)."""
-        cap = self.quotas.fetch.max_value_in_window(self._user, request.client_id or "")
+        so no single response is larger than what could ever pass."""
+        cap = quotas.fetch.max_value_in_window(self._user, request.client_id or "")
         if cap is None or cap >= request.max_bytes:
             return request
         cap = max(int(cap), 1)
@@ -873,18 +874,20 @@ class ClientConnection:
 
     def _authenticated(self, session: SaslServerSession, reauthenticated: bool = False) -> int:
         """The exchange completed: act as its principal; the session's lifetime in ms (0: forever)."""
+        principal, mechanism = session.principal, session.mechanism
+        assert principal is not None and mechanism is not None  # a completed exchange has named both
         lifetime_ms = session.begin_session(trio.current_time())
-        self.principal = session.principal
+        self.principal = principal
         self.decoder.max_frame_bytes = self.max_frame_bytes
         logger.debug(
             "reauthenticated" if reauthenticated else "authenticated",
             peer=self.peer,
-            principal=session.principal,
-            mechanism=session.mechanism,
+            principal=principal,
+            mechanism=mechanism,
             session_lifetime_ms=lifetime_ms,
         )
         if self.stats is not None:
-            self.stats.authenticated(session.mechanism, reauthenticated)
+            self.stats.authenticated(mechanism, reauthenticated)
         return lifetime_ms
 
     def _session_expired(self, handshake: bool) -> bool:
@@ -905,6 +908,23 @@ class ClientConnection:
         self._closed_by("connections.max.reauth.ms")
         return True
 
+    async def _authentication_failed(
+        self, session: SaslServerSession, exc: AuthenticationFailed, **step: object
+    ) -> None:
+        """A SASL exchange failed: logged (with what ``step`` says of it) and counted, then
+        answered or closed by the caller only after connection.failed.authentication.delay.ms,
+        which slows password guessing."""
+        logger.warning(
+            "authentication_failed",
+            peer=self.peer,
+            mechanism=session.mechanism,
+            reason=str(exc),
+            delay_ms=round(self.auth_failure_delay_s * 1000),
+            **step,
+        )
+        self._auth_failed(session.mechanism)
+        await trio.sleep(self.auth_failure_delay_s)
+
     def _auth_failed(self, mechanism: str | None) -> None:
         """Counted by mechanism; a name no listener offers is "unsupported" (the client chooses
         it: a label per name would let anyone grow the metrics without bound)."""
@@ -915,7 +935,7 @@ class ClientConnection:
         """One SASL message answered in a worker thread (PBKDF2 for PLAIN is milliseconds of CPU),
         of the few authentication may use (``auth_limiter``): logins never queue decoding, nor
         decoding logins. None if the client hung up meanwhile (its queued work is dropped)."""
-        result = None
+        result: outcome.Outcome[bytes] | None = None
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._cancel_on_hangup, nursery.cancel_scope)
             try:
@@ -927,7 +947,9 @@ class ClientConnection:
             nursery.cancel_scope.cancel()
         return None if result is None else result.unwrap()
 
-    async def _handle_watching_for_hangup(self, request: m.Request, ctx: RequestContext) -> outcome.Outcome | None:
+    async def _handle_watching_for_hangup(
+        self, request: m.Request, ctx: RequestContext
+    ) -> outcome.Outcome[object] | None:
         """The handler's outcome, or None if the client hung up (EOF or reset) first.
 
         A long poll may wait up to max_wait_ms (days, if the client says so); a client that
@@ -935,7 +957,7 @@ class ClientConnection:
         waiting that long. While the request is handled nothing else is read from the socket,
         so readability means either the client's next request (it is alive) or its hang-up.
         """
-        result: outcome.Outcome | None = None
+        result: outcome.Outcome[object] | None = None
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._cancel_on_hangup, nursery.cancel_scope)
             try:
@@ -962,7 +984,7 @@ class ClientConnection:
         checkpoint every send owes the other tasks (``checkpoint``) comes after the write, off
         the client's round trip: the response is on its way while the scheduler runs the others."""
         if self._tls is not None:
-            return await self._send_all_tls(data)
+            return await self._send_all_tls(self._tls, data)
         await self._send_raw(data, checkpoint)
 
     async def _send_raw(self, data: bytes | memoryview, checkpoint: bool = True) -> None:
@@ -985,12 +1007,12 @@ class ClientConnection:
         if checkpoint and not waited:
             await trio.lowlevel.checkpoint()
 
-    async def _send_all_tls(self, data: bytes | memoryview) -> None:
+    async def _send_all_tls(self, tls: TlsSession, data: bytes | memoryview) -> None:
         """``data`` encrypted, TLS_SEND_BYTES at a time (the ciphertext held is bounded so), each
         piece sent under the stall limit."""
         view = memoryview(data)
         for start in range(0, len(view), TLS_SEND_BYTES):
-            await self._send_raw(self._tls.encrypt(view[start : start + TLS_SEND_BYTES]), checkpoint=False)
+            await self._send_raw(tls.encrypt(view[start : start + TLS_SEND_BYTES]), checkpoint=False)
         await trio.lowlevel.checkpoint()
 
     async def _send_region(self, fd: int, position: int, count: int) -> None:
@@ -1026,12 +1048,12 @@ class ClientConnection:
         8 MiB fetches: 39 against 211 MB/s), and it fills whole segments anyway."""
         pending = bytearray(frame_prefix(total))
         sock = self._socket
-        corked = _TCP_CORK is not None and len(parts) > 1 and total <= _CORK_MAX_BYTES
-        if corked:
+        cork = _TCP_CORK if len(parts) > 1 and total <= _CORK_MAX_BYTES else None  # None: not corked
+        if cork is not None:
             try:
-                sock.setsockopt(socket.IPPROTO_TCP, _TCP_CORK, 1)
+                sock.setsockopt(socket.IPPROTO_TCP, cork, 1)
             except OSError:
-                corked = False
+                cork = None
         try:
             for part in parts:
                 if not isinstance(part, (bytes, bytearray)):
@@ -1050,9 +1072,9 @@ class ClientConnection:
                     pending.extend(part)
             await self._send_all(bytes(pending), checkpoint=False)
         finally:
-            if corked:
+            if cork is not None:
                 try:
-                    sock.setsockopt(socket.IPPROTO_TCP, _TCP_CORK, 0)  # out with what is left
+                    sock.setsockopt(socket.IPPROTO_TCP, cork, 0)  # out with what is left
                 except OSError:
                     pass
         await trio.lowlevel.checkpoint()  # the send's checkpoint
@@ -1065,10 +1087,6 @@ class ClientConnection:
 TLS_SEND_BYTES = 256 * 1024
 #: The first byte of every TLS connection (a handshake record's content type).
 _TLS_HANDSHAKE_RECORD = 0x16
-#: The SASL exchange's own requests (answered by the connection, not the handler).
-_SASL_REQUESTS = (m.SaslHandshakeRequest, m.SaslAuthenticateRequest)
-#: Requests no codec follows up with another (nor parks as a long poll): handled straight away.
-_HOT_REQUESTS = frozenset({m.ProduceRequest, m.ApiVersionsRequest})
 #: A request that is a list of internal requests (FindCoordinator v4's keys, OffsetFetch v8's
 #: groups, DescribeGroups' chunks) yields to the other connections once its calls took this long.
 YIELD_AFTER_S = 0.002
@@ -1085,13 +1103,13 @@ class _Served:
     entry_errors: dict[int, int] | None = None
 
 
-def _produce_errors(results: list[TopicAppends]) -> list[tuple[str, int, int, str | None]]:
+def _produce_errors(results: list[TopicAppends]) -> Acks0Errors:
     """(topic, partition, error code, message) of the failed partitions of a produce."""
     return [
         (topic.name, row.partition, int(row.error.code), row.error.message)
         for topic in results
         for row in topic.partitions
-        if row.info is None
+        if row.error is not None  # (a partition either appended, its info, or refused, its error)
     ]
 
 
@@ -1103,7 +1121,7 @@ def _code_name(code: int) -> str:
 
 
 #: Linux's TCP_CORK (None elsewhere): hold partial segments until uncorked.
-_TCP_CORK = getattr(socket, "TCP_CORK", None)
+_TCP_CORK: int | None = getattr(socket, "TCP_CORK", None)
 #: The largest response sent corked (see _send_parts).
 _CORK_MAX_BYTES = 64 * 1024
 

@@ -100,8 +100,7 @@ class GroupService:
                 nursery.start_soon(self._timer_task)
                 nursery.start_soon(self._expiry_task)
                 if self.topics.get(OFFSETS_TOPIC) is not None:
-                    self._start_coordinator(loading=True)
-                    nursery.start_soon(self._load_all)
+                    nursery.start_soon(self._load_all, self._start_coordinator(loading=True))
                 task_status.started()
         finally:
             self.topics.on_deleted.remove(topic_deleted)
@@ -119,7 +118,7 @@ class GroupService:
 
     # -- startup -----------------------------------------------------------------------------
 
-    def _start_coordinator(self, loading: bool) -> None:
+    def _start_coordinator(self, loading: bool) -> GroupCoordinator:
         partitions = self.topics.get(OFFSETS_TOPIC).num_partitions
         group_config = GroupConfig.from_broker_config(self.config)
         group_config = GroupConfig(**{**group_config.__dict__, "num_partitions": partitions})
@@ -127,10 +126,10 @@ class GroupService:
         coordinator.startup(range(partitions) if loading else ())
         self.coordinator = coordinator
         self._wake.set()
+        return coordinator
 
-    async def _load_all(self) -> None:
+    async def _load_all(self, coordinator: GroupCoordinator) -> None:
         started = time.monotonic()
-        coordinator = self.coordinator
         total = 0
         for partition in sorted(coordinator.loading):
             while True:
@@ -216,6 +215,7 @@ class GroupService:
             done(_storage_error(exc), -1)
             return
         self.notifier.notify((OFFSETS_TOPIC, partition))
+        assert self._nursery is not None  # this partition's writer runs in it (_store)
         self._nursery.start_soon(self._flushed, log, info, done)
 
     async def _flushed(self, log, info, done) -> None:
@@ -645,7 +645,7 @@ class GroupApis:
             )
         return m.DescribeGroupsResponse(id=request.id, groups=tuple(out))
 
-    async def delete_groups(self, request: m.DeleteGroupsRequest, ctx: RequestContext) -> m.Response:
+    async def delete_groups(self, request: m.DeleteGroupsRequest, ctx: RequestContext) -> m.DeleteGroupsResponse:
         denied = {
             g: _denied_group(ctx, Op.DELETE, g) for g in request.groups_names if not self.authz.group(ctx, Op.DELETE, g)
         }

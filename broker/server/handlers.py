@@ -35,7 +35,7 @@ from triolog.broker.storage.filenames import validate_topic_name
 from triolog.broker.storage.log import Log, LogAppendInfo
 from triolog.broker.storage.log_manager import LogManager
 from triolog.broker.storage.topics import TopicManager, is_internal
-from triolog.config.broker_config import BROKER_CONFIGS, BrokerConfig
+from triolog.config.broker_config import BROKER_CONFIGS, BrokerConfig, BrokerConfigKey
 from triolog.config.log_config import TOPIC_CONFIGS, LogConfig
 from triolog.protocol import messages as m
 from triolog.protocol.errors import (
@@ -80,6 +80,7 @@ def broker_synonyms(topic_key: str) -> frozenset[str]:
     broker_name = TOPIC_CONFIGS[topic_key].broker_name
     if broker_name in BROKER_CONFIGS:
         heads.append(BROKER_CONFIGS[broker_name])
+    key: BrokerConfigKey | None  # each head, then the keys it falls back to
     for key in heads:
         while key is not None and key.name not in names:
             names.add(key.name)
@@ -155,7 +156,9 @@ def produce_payload(request_id: int, results: list[TopicAppends], throttle_ms: i
         for row in topic.partitions:
             info = row.info
             if info is None:
-                code = int(row.error.code)
+                error = row.error
+                assert error is not None  # a partition is either appended (its info) or refused (its error)
+                code = int(error.code)
                 if errors is None:
                     errors = {}
                 errors[code] = errors.get(code, 0) + 1
@@ -163,7 +166,7 @@ def produce_payload(request_id: int, results: list[TopicAppends], throttle_ms: i
                     {
                         "partition": row.partition,
                         "error_code": code,
-                        "error_message": row.error.message,
+                        "error_message": error.message,
                         "base_offset": -1,
                         "log_append_time": -1,
                         "log_start_offset": row.log_start_offset,
@@ -193,11 +196,13 @@ def produce_response(request_id: int, results: list[TopicAppends], throttle_ms: 
         for row in topic.partitions:
             info = row.info
             if info is None:
+                error = row.error
+                assert error is not None  # a partition is either appended (its info) or refused (its error)
                 partitions.append(
                     m.ProducePartitionResult(
                         partition=row.partition,
-                        error_code=int(row.error.code),
-                        error_message=row.error.message,
+                        error_code=int(error.code),
+                        error_message=error.message,
                         log_start_offset=row.log_start_offset,
                     )
                 )
@@ -314,7 +319,7 @@ class RequestHandler:
     async def _in_thread(self, fn, *args):
         return await self.workers.run_sync(fn, *args, limiter=self.limiter)
 
-    async def handle(self, request: m.Request, ctx: RequestContext) -> Any:
+    async def handle(self, request: m.Request, ctx: RequestContext) -> object:
         """The answer to ``request``: a response, an EncodedResponse, a FetchResult (records in
         files), or a produce's list of TopicAppends (each listener encodes it its own way)."""
         return await self.apis[request.api](request, ctx)
@@ -559,6 +564,7 @@ class RequestHandler:
                 )
         originals = self.config.originals
         entries = {}
+        value: str | None
         for key in BROKER_CONFIGS.values():
             if key.name in originals:
                 raw = originals[key.name]
@@ -738,6 +744,7 @@ class RequestHandler:
                         continue
                     self.notifier.notify((topic.name, row.partition))
                     if info.roll_reason is not None and self.on_roll is not None:
+                        assert row.log is not None  # an appended partition carries its log
                         self.on_roll(row.log, info.roll_reason)
         if request.acks == -1:
             waiting_since = trio.current_time()
@@ -753,19 +760,19 @@ class RequestHandler:
                 log = row.log
                 if log is None:
                     continue
-                pending = row.info is None  # DUPLICATE_SEQUENCE_NUMBER: the original first
+                info = row.info  # None: DUPLICATE_SEQUENCE_NUMBER, the original first
                 try:
                     with trio.fail_after(max(timeout_ms, 1) / 1000):
                         await self.committer.wait_flushed(
-                            log, row.flush_before if pending else row.info.last_offset + 1
+                            log, row.flush_before if info is None else info.last_offset + 1
                         )
                 except trio.TooSlowError:
                     row.error = error_of(
                         RequestTimedOutError(
                             f"the original of this duplicate batch (below offset {row.flush_before}) is not fsynced "
                             f"within timeout_ms={timeout_ms}"
-                            if pending
-                            else f"records were appended at offset {row.info.first_offset} but not fsynced within "
+                            if info is None
+                            else f"records were appended at offset {info.first_offset} but not fsynced within "
                             f"timeout_ms={timeout_ms}"
                         )
                     )
@@ -874,20 +881,26 @@ class RequestHandler:
                     except Exception as exc:
                         errors = True
                         code, message = self._partition_error(exc, topic.name, part.partition)
-                        extra = {}
-                        if isinstance(exc, OffsetOutOfRangeError):
-                            log = self.log_manager.get_log(topic.name, part.partition)
-                            if log is not None:
-                                extra = dict(
-                                    high_watermark=log.high_watermark,
-                                    last_stable_offset=log.high_watermark,
-                                    log_start_offset=log.log_start_offset,
-                                )
-                        partitions.append(
-                            m.FetchPartitionResult(
-                                partition=part.partition, error_code=code, error_message=message, **extra
-                            )
+                        # out of range: with the log's offsets (as Kafka answers), if it is still there
+                        found = (
+                            self.log_manager.get_log(topic.name, part.partition)
+                            if isinstance(exc, OffsetOutOfRangeError)
+                            else None
                         )
+                        if found is not None:
+                            failed = m.FetchPartitionResult(
+                                partition=part.partition,
+                                error_code=code,
+                                error_message=message,
+                                high_watermark=found.high_watermark,
+                                last_stable_offset=found.high_watermark,
+                                log_start_offset=found.log_start_offset,
+                            )
+                        else:
+                            failed = m.FetchPartitionResult(
+                                partition=part.partition, error_code=code, error_message=message
+                            )
+                        partitions.append(failed)
                 topics.append(m.FetchTopicResult(name=topic.name, partitions=tuple(partitions)))
             result.response = m.FetchResponse(id=request.id, topics=tuple(topics))
             result.total_bytes, result.has_errors = total, errors
@@ -972,8 +985,8 @@ class RequestHandler:
         errors: list[m.LogDirTopicError] = []
         selected: list[tuple[str, int]] = []
         if wanted is None:
-            for name, topic in sorted(self.topics.all().items()):
-                selected.extend((name, p) for p in range(topic.num_partitions))
+            for name, listed in sorted(self.topics.all().items()):
+                selected.extend((name, p) for p in range(listed.num_partitions))
         for entry in wanted or ():
             try:
                 validate_topic_name(entry.name)

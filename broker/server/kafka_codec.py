@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-from typing import NamedTuple
+from typing import cast, overload
 
 from triolog.protocol import messages as m
 from triolog.protocol.errors import ErrorCode
@@ -35,10 +35,10 @@ from triolog.protocol.kafka.schema import build, field_names, response_class
 from triolog.protocol.kafka.served import ADAPTERS, API_VERSIONS_KEY, SERVED_VERSIONS, unsupported_api_versions_body
 from triolog.protocol.request_limits import RequestLimits
 
-from .codec import Decoded, EncodedResponse, Refusal, entry_errors, entry_fields
+from .codec import Acks0Errors, Decoded, EncodedResponse, Peek, Refusal, entry_errors, entry_fields
 from .fetch_descriptors import FetchResult
-from .handlers import produce_response
-from .wrong_protocol import MSGPACK_MAP_FIRST, KafkaListenerLog
+from .handlers import TopicAppends, produce_response
+from .wrong_protocol import MSGPACK_MAP_FIRST, KafkaListenerLog, WrongProtocolLog
 
 __all__ = ["INLINE_DECODE_BYTES", "INLINE_ENTRIES", "KafkaCodec", "Peek"]
 
@@ -48,14 +48,8 @@ INLINE_DECODE_BYTES = 64 * 1024
 #: An answer of more entries (topics, partitions, groups...: a Metadata of every topic, say) is
 #: translated and encoded in a worker thread, whatever its request's size.
 INLINE_ENTRIES = 1000
-
-
-class Peek(NamedTuple):
-    """What a frame's header says before it is decoded: the API (None: one not served), and the
-    fields a log line about it names."""
-
-    api: str | None
-    fields: dict
+#: Produce's API key (ApiKey's members come from kio's index at import: mypy knows none by name).
+_PRODUCE_KEY = ApiKey["PRODUCE"]
 
 
 class KafkaCodec:
@@ -78,17 +72,17 @@ class KafkaCodec:
         #: After a SaslHandshake v0, the SASL exchange's messages come as bare frames.
         self.raw_sasl_tokens = False
 
-    def wrong_protocol_log(self, shared):
+    def wrong_protocol_log(self, shared: WrongProtocolLog) -> KafkaListenerLog:
         """The broker's log (its per-host rate limit shared with the msgpack listener), with this
         listener's hints: what it speaks is Kafka's protocol, not triolog's msgpack."""
         return KafkaListenerLog(shared)
 
-    def foreign_protocol(self, frame) -> tuple[str, dict] | None:
+    def foreign_protocol(self, frame: bytes) -> tuple[str, dict] | None:
         if frame and frame[0] in MSGPACK_MAP_FIRST:
             return "msgpack", {}
         return None
 
-    def peek_api(self, frame) -> Peek | None:
+    def peek_api(self, frame: bytes) -> Peek | None:
         """The API from the frame's api_key, nothing decoded (None: too short to say)."""
         if len(frame) < 2:
             return None
@@ -99,7 +93,13 @@ class KafkaCodec:
             {"api_key": api_key, "api": adapter.name if adapter is not None else None},
         )
 
-    def decode(self, frame, *, may_defer: bool = False) -> Decoded | Refusal | None:
+    @overload
+    def decode(self, frame: bytes) -> Decoded | Refusal: ...
+
+    @overload
+    def decode(self, frame: bytes, *, may_defer: bool) -> Decoded | Refusal | None: ...
+
+    def decode(self, frame: bytes, *, may_defer: bool = False) -> Decoded | Refusal | None:
         """The request in ``frame``, bounded first (see request_bounds) and translated, or its
         refusal; None (only ``may_defer``) if it is too large, or of too many entries, to read on
         the event loop (its translations and answer then go to a worker thread too)."""
@@ -199,7 +199,7 @@ class KafkaCodec:
             self.raw_sasl_tokens = True
         return _encoded(wire, decoded.adapter.to_kafka(response, wire, self.context))
 
-    def follow_up(self, decoded: Decoded, response, internal):
+    def follow_up(self, decoded: Decoded, response: object, internal: m.Request) -> m.Request | None:
         """The internal request to make next in ``internal``'s place, or None (a Kafka version that
         expects in one exchange what the internal API does in two)."""
         follow_up = decoded.adapter.follow_up
@@ -219,7 +219,7 @@ class KafkaCodec:
             cls = response_class(wire.api_key, wire.version)
             if "error_code" not in field_names(cls):
                 return None
-            values = {"error_code": code}
+            values: dict[str, object] = {"error_code": code}
             if "error_message" in field_names(cls):
                 values["error_message"] = message
             body = build(cls, values)
@@ -230,10 +230,10 @@ class KafkaCodec:
         producer learns to refresh its metadata."""
         return True
 
-    def direct_acks0_failure(self, decoded: Decoded) -> list[tuple[str, int, int, str | None]] | None:
+    def direct_acks0_failure(self, decoded: Decoded) -> Acks0Errors | None:
         """The failed partitions of an acks=0 produce the adapter refused whole (a partition named
         twice), None if the request is not one."""
-        if decoded.direct is None or decoded.wire.api_key != ApiKey.PRODUCE or decoded.wire.body.acks != 0:
+        if decoded.direct is None or decoded.wire.api_key != _PRODUCE_KEY or decoded.wire.body.acks != 0:
             return None
         return [
             (t.name, p.index, int(p.error_code), p.error_message)
@@ -246,7 +246,7 @@ class KafkaCodec:
         """Kafka's throttled fetch (FetchContext.getThrottledResponse): no partitions at all."""
         return dataclasses.replace(response, throttle_ms=throttle, topics=())
 
-    def large_answer(self, decoded: Decoded, response) -> bool:
+    def large_answer(self, decoded: Decoded, response: object) -> bool:
         """Whether translating and encoding the answer is worth a worker thread."""
         if type(response) is FetchResult:
             response = response.response
@@ -261,7 +261,7 @@ class KafkaCodec:
             decoded.adapter.to_kafka(result.response, wire, self.context),
         )
 
-    def encode(self, decoded: Decoded, response, throttle_ms: int) -> EncodedResponse:
+    def encode(self, decoded: Decoded, response: object, throttle_ms: int) -> EncodedResponse:
         """The kio answer's bytes, carrying ``throttle_ms`` in its throttle_time_ms if that is longer
         than its own (every Kafka response that has the field; ApiVersions v0 has none)."""
         wire = decoded.wire
@@ -271,17 +271,24 @@ class KafkaCodec:
         else:
             request = decoded.request
             if type(request) is m.ProduceRequest:
-                response = produce_response(request.id, response, throttle_ms)
+                # the produce handler's answer: its partitions' TopicAppends
+                response = produce_response(request.id, cast("list[TopicAppends]", response), throttle_ms)
             body = decoded.adapter.to_kafka(response, wire, self.context)
             if type(response) is list:  # the answers of a batched request: the body's code
                 code, counts = None, _merged_entry_errors(response)
             else:
+                # One request's answer is a response: a fetch's FetchResult goes to fetch_parts,
+                # and the EncodedResponse of msgpack's api_versions is a Direct answer here.
+                response = cast(m.Response, response)
                 code, counts = response.error_code, entry_errors(response)
         if code is None:
             code = _top_level_code(body)
-        if throttle_ms and "throttle_time" in field_names(type(body)):
-            throttle = datetime.timedelta(milliseconds=throttle_ms)
-            body = dataclasses.replace(body, throttle_time=max(body.throttle_time, throttle))
+        if throttle_ms:
+            # (annotated `type`: mypy wrongly finds a type[Any] unhashable as field_names' cache key)
+            body_class: type = type(body)
+            if "throttle_time" in field_names(body_class):
+                throttle = datetime.timedelta(milliseconds=throttle_ms)
+                body = dataclasses.replace(body, throttle_time=max(body.throttle_time, throttle))
         return EncodedResponse(_encoded(wire, body), code, counts)
 
 
@@ -297,7 +304,7 @@ def _merged_entry_errors(responses: list) -> dict[int, int] | None:
     return counts or None
 
 
-def _response_entries(response) -> int:
+def _response_entries(response: object) -> int:
     """The entries of a handler's answer (a list of answers too), two levels deep, counted up to
     just past INLINE_ENTRIES: how long translating and encoding it takes, roughly."""
     if response is None:

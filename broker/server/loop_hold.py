@@ -18,7 +18,7 @@ import os
 import resource
 import time
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar, TypeVarTuple
 
 import structlog
 import trio
@@ -35,6 +35,9 @@ __all__ = [
 ]
 
 logger = structlog.get_logger("triolog.server")
+
+T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
 
 #: An inline request that held the event loop longer than this (its own computation, or a sleep
 #: in the kernel: a write throttled by the kernel, a page fault reading from disk), not merely
@@ -99,7 +102,7 @@ class WorkerThreads:
     def __init__(self):
         self.outstanding = 0
 
-    async def run_sync(self, fn, *args, limiter: trio.CapacityLimiter | None = None):
+    async def run_sync(self, fn: Callable[[*Ts], T], *args: *Ts, limiter: trio.CapacityLimiter | None = None) -> T:
         self.outstanding += 1
         try:
             return await trio.to_thread.run_sync(fn, *args, limiter=limiter)

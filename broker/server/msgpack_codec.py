@@ -8,15 +8,17 @@ a Kafka client's first frame is recognised (and not answered: it could not read 
 from __future__ import annotations
 
 import dataclasses
+from typing import cast, overload
 
 from triolog.protocol import messages as m
 from triolog.protocol.errors import ErrorCode
 from triolog.protocol.frames import kafka_request_header
 from triolog.protocol.request_limits import RequestLimits, count_objects
 
-from .codec import Decoded, EncodedResponse, Refusal, entry_errors
+from .codec import Acks0Errors, Decoded, EncodedResponse, Peek, Refusal, entry_errors
 from .fetch_descriptors import FetchResult
-from .handlers import produce_payload
+from .handlers import TopicAppends, produce_payload
+from .wrong_protocol import WrongProtocolLog
 
 __all__ = ["INLINE_DECODE_OBJECTS", "MsgpackCodec"]
 
@@ -26,6 +28,8 @@ INLINE_DECODE_OBJECTS = 1024
 #: APIs whose responses are encoded without re-checking them against the schema (built from typed
 #: values on the request path; the conformance tests check their shape).
 _HOT_APIS = frozenset({"produce", "fetch", "api_versions"})
+#: The responses that carry a throttle_ms (every other answer's throttle is the client's mute alone).
+_THROTTLED_RESPONSES = (m.FetchResponse, m.ProduceResponse)
 
 
 class MsgpackCodec:
@@ -37,10 +41,10 @@ class MsgpackCodec:
     def __init__(self, limits: RequestLimits = m.DEFAULT_REQUEST_LIMITS):
         self.limits = limits
 
-    def wrong_protocol_log(self, shared):
+    def wrong_protocol_log(self, shared: WrongProtocolLog) -> WrongProtocolLog:
         return shared
 
-    def foreign_protocol(self, frame) -> tuple[str, dict] | None:
+    def foreign_protocol(self, frame: bytes) -> tuple[str, dict] | None:
         """A Kafka client (its request header): logged with these fields, not answered."""
         kafka = kafka_request_header(frame)
         if kafka is None:
@@ -49,12 +53,18 @@ class MsgpackCodec:
             kafka_api_key=kafka.api_key, kafka_api_version=kafka.api_version, kafka_client_id=kafka.client_id
         )
 
-    def peek_api(self, frame) -> str | None:
+    def peek_api(self, frame: bytes) -> Peek | None:
         """The API, read from the frame's header before decoding it: not here (None), the API is a
         field of the msgpack map; the pipeline decodes first."""
         return None
 
-    def decode(self, frame, *, may_defer: bool = False) -> Decoded | Refusal | None:
+    @overload
+    def decode(self, frame: bytes) -> Decoded | Refusal: ...
+
+    @overload
+    def decode(self, frame: bytes, *, may_defer: bool) -> Decoded | Refusal | None: ...
+
+    def decode(self, frame: bytes, *, may_defer: bool = False) -> Decoded | Refusal | None:
         """The request in ``frame``, or the refusal answering it; None (only ``may_defer``) if it
         holds too many objects to decode on the event loop."""
         # Every msgpack object takes at least one byte: a frame this short needs no count.
@@ -86,26 +96,32 @@ class MsgpackCodec:
 
     def refusal(self, decoded: Decoded, code: ErrorCode, message: str) -> bytes:
         """The answer refusing the whole request, its API's other fields empty."""
-        request = decoded.request
         return m.encode_response(
-            m.RESPONSE_TYPES.get(request.api, m.Response)(id=request.id, error_code=code, error_message=message)
+            m.RESPONSE_TYPES.get(decoded.api, m.Response)(
+                id=decoded.correlation_id, error_code=code, error_message=message
+            )
         )
 
     def sasl_answer(self, decoded: Decoded, response: m.Response) -> bytes:
         return m.encode_response(response)
 
-    def follow_up(self, decoded: Decoded, response, internal):
+    def follow_up(self, decoded: Decoded, response: object, internal: m.Request) -> None:
         return None
 
     def failure(self, decoded: Decoded, message: str) -> bytes | None:
         """The answer to a request the handler failed on: UNKNOWN_SERVER_ERROR, the connection stays
         (an acks=0 produce too: it is the one answer it gets)."""
-        request = decoded.request
-        return m.encode_response(m.error_response(request.id, ErrorCode.UNKNOWN_SERVER_ERROR, message, request.api))
+        return m.encode_response(
+            m.error_response(decoded.correlation_id, ErrorCode.UNKNOWN_SERVER_ERROR, message, decoded.api)
+        )
 
     def closes_after_failed_acks0(self) -> bool:
         """A failed acks=0 produce goes unanswered and unnoticed here."""
         return False
+
+    def direct_acks0_failure(self, decoded: Decoded) -> Acks0Errors | None:
+        """Never: no msgpack request is answered by the codec itself (``direct``)."""
+        return None
 
     def throttled_fetch(self, response: m.FetchResponse, throttle: int) -> m.FetchResponse:
         """A throttled fetch's answer: every partition as it was, its records left out."""
@@ -121,20 +137,24 @@ class MsgpackCodec:
             ),
         )
 
-    def large_answer(self, decoded: Decoded, response) -> bool:
+    def large_answer(self, decoded: Decoded, response: object) -> bool:
         return False
 
     def fetch_parts(self, decoded: Decoded, result: FetchResult) -> list:
         """The fetch response's bytes, with its record regions as parts to sendfile."""
         return result.parts
 
-    def encode(self, decoded: Decoded, response, throttle_ms: int) -> EncodedResponse:
+    def encode(self, decoded: Decoded, response: object, throttle_ms: int) -> EncodedResponse:
         """The answer's bytes, carrying ``throttle_ms`` if that is longer than its own."""
         if type(decoded.request) is m.ProduceRequest:
-            response = produce_payload(decoded.correlation_id, response, throttle_ms)
+            # the produce handler's answer: its partitions' TopicAppends
+            response = produce_payload(decoded.correlation_id, cast("list[TopicAppends]", response), throttle_ms)
         if type(response) is EncodedResponse:
             return response
-        if throttle_ms and hasattr(response, "throttle_ms"):
+        # Any other answer is a response: a fetch's FetchResult is sent by the connection
+        # (fetch_parts), and only Kafka's batched requests are answered with lists.
+        response = cast(m.Response, response)
+        if throttle_ms and isinstance(response, _THROTTLED_RESPONSES):
             response = dataclasses.replace(response, throttle_ms=max(response.throttle_ms, throttle_ms))
         # The hot paths skip the schema re-check (still refusing an error without a message).
         payload = m.encode_response(response, check_schema=decoded.api not in _HOT_APIS)

@@ -17,8 +17,12 @@ from triolog.broker.security.acl import (
     AccessControlEntry,
     AclBinding,
     AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
     InvalidAclError,
+    PatternType,
     ResourcePattern,
+    ResourceType,
 )
 from triolog.broker.security.acl_store import AclStore
 from triolog.broker.security.quotas import InvalidQuotaError, QuotaEntity, QuotaStore
@@ -84,7 +88,7 @@ class SecurityApis:
             return m.CreateAclsResponse(id=request.id, results=tuple(m.AclResult(**refusal) for _ in request.creations))
 
         def work() -> list[m.AclResult]:
-            results: list[m.AclResult | None] = [None] * len(request.creations)
+            results: dict[int, m.AclResult] = {}  # by the creation's index, each refused or created
             valid: list[tuple[int, AclBinding]] = []
             for i, entry in enumerate(request.creations):
                 try:
@@ -96,7 +100,7 @@ class SecurityApis:
                 for i, _ in valid:
                     results[i] = m.AclResult()
                 self._log_acls(ctx, "acls_created", [b for _, b in valid])
-            return results
+            return [results[i] for i in range(len(request.creations))]
 
         return m.CreateAclsResponse(id=request.id, results=tuple(await self._in_thread(work)))
 
@@ -118,7 +122,7 @@ class SecurityApis:
             )
 
         def work() -> list[m.DeleteAclsFilterResult]:
-            results: list[m.DeleteAclsFilterResult | None] = [None] * len(request.filters)
+            results: dict[int, m.DeleteAclsFilterResult] = {}  # by the filter's index, each refused or run
             valid: list[tuple[int, AclBindingFilter]] = []
             for i, wire in enumerate(request.filters):
                 try:
@@ -130,7 +134,7 @@ class SecurityApis:
                 for (i, _), gone in zip(valid, deleted):
                     results[i] = m.DeleteAclsFilterResult(matching_acls=tuple(_entry(b) for b in gone))
                 self._log_acls(ctx, "acls_deleted", [b for gone in deleted for b in gone])
-            return results
+            return [results[i] for i in range(len(request.filters))]
 
         return m.DeleteAclsResponse(id=request.id, filter_results=tuple(await self._in_thread(work)))
 
@@ -175,7 +179,7 @@ class SecurityApis:
             for entry in request.entries:  # each entry on its own, as Kafka answers them
                 try:
                     entity = _entity(entry.entity)
-                    ops = {}
+                    ops: dict[str, float | None] = {}
                     for op in entry.ops:
                         if op.key in ops:
                             raise InvalidQuotaError(f"the entry sets {op.key} twice")
@@ -358,21 +362,30 @@ def _described(user: str, infos) -> m.UserScramCredentials:
 
 
 def _binding(entry: m.AclEntry) -> AclBinding:
+    """The wire's names parsed into the model's enums (InvalidAclError names the first that is none),
+    in the order the model's own checks run."""
     return AclBinding(
-        ResourcePattern(entry.resource_type, entry.resource_name, entry.pattern_type),
-        AccessControlEntry(entry.principal, entry.host, entry.operation, entry.permission_type),
+        ResourcePattern(
+            ResourceType.parse(entry.resource_type), entry.resource_name, PatternType.parse(entry.pattern_type)
+        ),
+        AccessControlEntry(
+            entry.principal,
+            entry.host,
+            AclOperation.parse(entry.operation),
+            AclPermissionType.parse(entry.permission_type),
+        ),
     )
 
 
 def _filter(wire: m.AclFilter | m.DescribeAclsRequest) -> AclBindingFilter:
     return AclBindingFilter(
-        wire.resource_type,
+        ResourceType.parse(wire.resource_type),
         wire.resource_name,
-        wire.pattern_type,
+        PatternType.parse(wire.pattern_type),
         wire.principal,
         wire.host,
-        wire.operation,
-        wire.permission_type,
+        AclOperation.parse(wire.operation),
+        AclPermissionType.parse(wire.permission_type),
     )
 
 

@@ -39,7 +39,7 @@ class TlsSession:
     def read(self, max_bytes: int) -> bytes:
         """Up to ``max_bytes`` of plaintext decrypted from what was fed (b"" if no whole record
         is there yet); TlsClosed when the client has closed TLS."""
-        chunks = []
+        chunks: list[bytes] = []
         wanted = max_bytes
         while wanted > 0:
             try:

@@ -9,13 +9,21 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Callable
+from typing import Protocol
 
 import structlog
 
 from triolog.config.broker_config import Endpoint
 from triolog.protocol.kafka.apis import KafkaContext
 
-__all__ = ["MSGPACK_MAP_FIRST", "KafkaListenerLog", "WrongProtocolLog", "kafka_listener_hints", "wrong_protocol_hints"]
+__all__ = [
+    "MSGPACK_MAP_FIRST",
+    "KafkaListenerLog",
+    "ListenerWrongProtocolLog",
+    "WrongProtocolLog",
+    "kafka_listener_hints",
+    "wrong_protocol_hints",
+]
 
 logger = structlog.get_logger("triolog.server")
 
@@ -131,6 +139,16 @@ class WrongProtocolLog:
 
     def __len__(self) -> int:
         return len(self._warned)
+
+
+class ListenerWrongProtocolLog(Protocol):
+    """What a listener's connections log a wrong protocol with: the broker's WrongProtocolLog
+    itself (the msgpack listener), or a listener's view of it (KafkaListenerLog)."""
+
+    @property
+    def hints(self) -> dict[str, str]: ...
+
+    def log(self, host: str, protocol: str, **fields: object) -> str: ...
 
 
 #: How the msgpack listener's hints begin, and how the Kafka listener's begin instead.
