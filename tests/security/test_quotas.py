@@ -52,7 +52,10 @@ def test_a_producer_over_its_quota_gets_its_quota(broker):
         throttled.append(answer["throttle_ms"])
     rate = sent / (time.monotonic() - started)
     assert 0.9 * QUOTA <= rate <= 1.1 * QUOTA, rate
-    assert min(throttled) > 0  # over its quota from the first batch on
+    # Over its quota from the first batch on. Not every answer: where the broker (or a loaded
+    # machine) held a muted channel longer than the throttle asked, the next batch finds the rate
+    # back under the quota and is rightly let through unthrottled.
+    assert throttled[0] > 0 and sum(t > 0 for t in throttled) > len(throttled) / 2, throttled
     # another client id is not throttled
     answer = client.call(m.ProduceRequest, client_id="modest", acks=1, timeout_ms=10_000, topics=(
         m.ProduceTopic(name="q", partitions=(m.ProducePartition(partition=0, records=batch),)),))
