@@ -151,6 +151,8 @@ class RecordTooLargeError(TriologError):
 
 class InvalidTimestampError(TriologError):
     code = ErrorCode.INVALID_TIMESTAMP
+    #: The refused record's timestamp, where the error is about one (the codec's walk sets it).
+    timestamp: int | None = None
 
 
 class UnsupportedForMessageFormatError(TriologError):
