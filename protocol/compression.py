@@ -175,7 +175,7 @@ def _gzip_decompress(data, limit: int) -> bytes:
         # Input goes in in slices and output comes out in chunks (max_length): zlib copies the
         # unconsumed input and joins a call's output into a new object, so this keeps both small.
         inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        pending = view[position : position + _GZIP_INPUT]
+        pending: memoryview | bytes = view[position : position + _GZIP_INPUT]  # or zlib's unconsumed tail
         position += len(pending)
         while True:
             part = inflater.decompress(pending, min(_CHUNK, limit - produced + 1))

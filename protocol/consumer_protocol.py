@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from typing import Literal, overload
 
 __all__ = [
     "Assignment",
@@ -164,7 +165,13 @@ class _Reader:
     def int32(self) -> int:
         return _I32.unpack(self._take(4))[0]
 
+    @overload
+    def string(self, nullable: Literal[False] = False) -> str: ...
+    @overload
+    def string(self, nullable: bool) -> str | None: ...
+
     def string(self, nullable: bool = False) -> str | None:
+        """A string; null (length -1) only where ``nullable``, else ConsumerProtocolError."""
         size = self.int16()
         if size < 0:
             if size == -1 and nullable:

@@ -18,7 +18,8 @@ if TYPE_CHECKING:
 
     class _ErrorCodeType(enum.EnumMeta):
         """What a type checker sees: the members are made at import from kio's list (below), so
-        it cannot list them; every ``ErrorCode.NAME`` is an ErrorCode (the tests check names)."""
+        it cannot list them; every ``ErrorCode.NAME`` is an ErrorCode (the names the sources use
+        are checked by tests/protocol/test_enum_names.py)."""
 
         def __getattr__(cls, name: str) -> ErrorCode: ...
 
@@ -150,6 +151,8 @@ class RecordTooLargeError(TriologError):
 
 class InvalidTimestampError(TriologError):
     code = ErrorCode.INVALID_TIMESTAMP
+    #: The refused record's timestamp, where the error is about one (the codec's walk sets it).
+    timestamp: int | None = None
 
 
 class UnsupportedForMessageFormatError(TriologError):

@@ -134,7 +134,7 @@ class _FieldError(Exception):
 
 # --- the schema vocabulary -------------------------------------------------------------------
 
-_WIRE_TYPE_NAMES: tuple[tuple[type, str], ...] = (
+_WIRE_TYPE_NAMES: tuple[tuple[type | tuple[type, ...], str], ...] = (
     (type(None), "nil"),
     (bool, "bool"),  # before int: bool is a subclass of int in Python, not in msgpack
     (int, "int"),
@@ -1463,7 +1463,7 @@ def _checker(tp: Any, strict: bool = False) -> _Check:
             return {k: item(v, f"{path}[{_brief(k)}]") for k, v in value.items()}
 
         return check_map
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):  # a message class (an annotation is no instance)
         return functools.partial(_decode_map, tp, strict=strict)
     if tp in _SCALARS:
         expected_scalar = _SCALARS[tp]
@@ -1558,11 +1558,13 @@ class _MissingErrorMessage(Exception):
 
 def _to_wire(value: Any) -> Any:
     """Message dataclasses to plain maps and arrays, leaving bytes and ExternalBin as they are."""
-    if type(value) in _EXACT_PLAIN:
+    # `type`, not the inferred type[Any], which mypy refuses to a functools.cache (python/mypy#11470)
+    cls: type = type(value)
+    if cls in _EXACT_PLAIN:
         return value
     if isinstance(value, _PLAIN) and not isinstance(value, enum.Enum):
         return value
-    names = _field_names(type(value))
+    names = _field_names(cls)
     if names is not None:
         out = {}
         for name in names:
@@ -1583,7 +1585,7 @@ def _to_wire(value: Any) -> Any:
 def _response_to_wire(value: Any) -> Any:
     """_to_wire for responses, refusing (_MissingErrorMessage) an error code without a message on
     the way: one walk where encoding and the check took two (the broker's request path)."""
-    cls = type(value)
+    cls: type = type(value)  # (annotated: see _to_wire)
     if cls in _EXACT_PLAIN:
         return value
     if cls is tuple or cls is list:
@@ -1601,17 +1603,19 @@ def _response_to_wire(value: Any) -> Any:
 
 
 def _require_error_messages(value: Any, path: str) -> None:
+    cls: type = type(value)  # (annotated: see _to_wire)
     if isinstance(value, (list, tuple)):
         for index, item in enumerate(value):
             _require_error_messages(item, f"{path}[{index}]")
-    elif (names := _field_names(type(value))) is not None:
+    elif (names := _field_names(cls)) is not None:
         code = getattr(value, "error_code", ErrorCode.NONE)
         if code != ErrorCode.NONE and not getattr(value, "error_message", None):
             where = f"{path}.error_message" if path else "error_message"
             raise LocalProtocolError(f"field '{where}' must say what went wrong when error_code is {code}")
         for name in names:
             child = getattr(value, name)
-            if isinstance(child, (list, tuple)) or _field_names(type(child)) is not None:
+            child_cls: type = type(child)
+            if isinstance(child, (list, tuple)) or _field_names(child_cls) is not None:
                 _require_error_messages(child, f"{path}.{name}" if path else name)
 
 
@@ -1668,7 +1672,7 @@ def decode_request(payload: bytes, limits: RequestLimits = DEFAULT_REQUEST_LIMIT
     """
     if not payload:
         raise RequestError(ErrorCode.INVALID_REQUEST, "request must be a map, got an empty frame")
-    api = None
+    api: str | None = None  # the API the budget scan read, for the unpacker's caps; then the doc's
     if count_objects(payload, ENVELOPE_OBJECTS) > ENVELOPE_OBJECTS:  # within every API's budget
         try:
             api = scan_request(payload, limits).api
@@ -1685,7 +1689,7 @@ def decode_request(payload: bytes, limits: RequestLimits = DEFAULT_REQUEST_LIMIT
     if not isinstance(doc, dict):
         raise RequestError(ErrorCode.INVALID_REQUEST, f"request must be a map, got {_wire_name(doc)}")
     request_id: int | None = None
-    api: str | None = None
+    api = None
     try:
         request_id = _decode_map(_RequestId, doc, "").id
         name = doc.get("api")

@@ -10,7 +10,9 @@ and writers exist only here; records.py, pipeline/columnar.py and the validator 
 It is a compiled-core module (triolog/core.py): written in Cython's pure-Python mode, this file
 runs interpreted as is and is compiled by setup.py into ``triolog.protocol._record_codec_c``; users
 get one or the other through ``core.load("protocol.record_codec")``. The ``cython.locals``
-declarations give the compiler C types and are no-ops for the interpreter. Varints of one and two
+declarations give the compiler C types and are no-ops for the interpreter. Annotations are
+declarations too (an ``x: tuple`` local becomes an exact-tuple variable), so a local whose type the
+type checker needs gets a ``# type:`` comment instead, which Cython ignores. Varints of one and two
 bytes (nearly all of them) are decoded inline through tables in both; where the compiled code can
 do better than the interpreted one (writing bytes through a pointer, C integers that must not
 overflow), a branch on ``cython.compiled`` says so and tests/protocol/test_codec_core.py proves both
@@ -26,9 +28,12 @@ try:  # Cython is needed to build, not to run: its pure-Python-mode names, or a 
     import cython
 except ModuleNotFoundError:
     from . import _cython_shim as cython
-try:  # only the compiled branches use these; interpreted, the import fails and nothing needs them
+# Only the compiled branches use these; interpreted, the import fails and nothing needs them. The last
+# line names what this module's own .pxd declares: the compiler has it anyway, readers and mypy get it here.
+try:
     from cython.cimports.cpython.bytes import PyBytes_FromStringAndSize
     from cython.cimports.libc.string import memcpy
+    from cython.cimports.triolog.protocol._record_codec_c import _ZZ1_C, _ZZ2_C, PyObject_GC_UnTrack
 except (ImportError, AttributeError):
     pass
 
@@ -712,7 +717,7 @@ def _decode(
                 value = None
             b = buf[position]
             if b == 0:
-                headers = ()
+                headers = ()  # type: tuple[tuple[str, bytes | None], ...]
                 position += 1
             else:
                 if b < 0x80:
@@ -833,7 +838,7 @@ def decode_records(data, count, base_offset, base_timestamp, append_time, record
     """The ``count`` records filling ``data`` (a batch's uncompressed records section) as
     ``record_type`` objects (records.Record: offset, timestamp, key, value, headers slots).
     ``append_time`` is every record's timestamp (LogAppendTime batches) or None."""
-    out = []
+    out = []  # type: list[object]
     data = _as_bytes(data)
     _decode(
         data,

@@ -39,6 +39,7 @@ import enum
 import struct
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Literal, overload
 
 from triolog import core
 
@@ -254,6 +255,7 @@ def encode_batch(
     """
     compression = CompressionType(compression)
     timestamp_type = TimestampType(timestamp_type)
+    body: bytes | bytearray  # the codec's buffer, or the compressed bytes
     if records:
         base_timestamp = records[0].timestamp if delete_horizon_ms is None else delete_horizon_ms
         body, last_delta = _encode_records(records, base_offset, base_timestamp)
@@ -366,7 +368,7 @@ def build_batch(
         body = compress(compression, bytes(memoryview(batch)[HEADER_SIZE:]), compression_level)
         batch = bytearray(HEADER_SIZE + len(body))
         batch[HEADER_SIZE:] = body
-    attributes = compression  # CREATE_TIME
+    attributes: int = compression  # CREATE_TIME
     if is_transactional:
         attributes |= TRANSACTIONAL_FLAG
     return _seal(
@@ -397,6 +399,12 @@ def _parse_records(data: bytes, header: BatchHeader) -> list[Record]:
         header.max_timestamp if header.attributes & TIMESTAMP_TYPE_MASK else None,
         Record,
     )
+
+
+@overload
+def records_data(buf, copy: Literal[True] = True) -> tuple[BatchHeader, bytes | None]: ...
+@overload
+def records_data(buf, copy: bool) -> tuple[BatchHeader, bytes | memoryview | None]: ...
 
 
 def records_data(buf, copy: bool = True) -> tuple[BatchHeader, bytes | memoryview | None]:

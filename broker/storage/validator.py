@@ -223,9 +223,9 @@ def validate_and_assign_offsets(
                     keys_required=config.compact,
                 )
         except InvalidTimestampError as exc:
-            # The walk sets the offending ``timestamp`` on the error (protocol/record_codec.py), which
-            # protocol/errors.py does not declare yet; once it does, this ignore is unused (hence its code).
-            rule = _timestamp_rule(exc.timestamp, config, now_ms)  # type: ignore[attr-defined, unused-ignore]
+            # the walk sets the offending record's timestamp on every error it raises
+            assert exc.timestamp is not None
+            rule = _timestamp_rule(exc.timestamp, config, now_ms)
             raise InvalidTimestampError(f"{exc}: {rule}") from None
 
         last_offset = offset + last_offset_delta

@@ -14,7 +14,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.index import api_key_map
 
@@ -22,8 +22,20 @@ from .requests import KafkaRequest
 
 __all__ = ["Adapter", "ApiKey", "Direct", "KafkaContext", "by_key", "served_versions"]
 
+if TYPE_CHECKING:
 
-class ApiKey(enum.IntEnum):
+    class _ApiKeyType(enum.EnumMeta):
+        """What a type checker sees: the members are made at import from kio's index (below), so
+        it cannot list them; every ``ApiKey.NAME`` is an ApiKey, as for ErrorCode (errors.py). The
+        names the sources use are checked by tests/protocol/test_enum_names.py."""
+
+        def __getattr__(cls, name: str) -> ApiKey: ...
+
+else:
+    _ApiKeyType = enum.EnumMeta
+
+
+class ApiKey(enum.IntEnum, metaclass=_ApiKeyType):
     """Kafka's API keys, every one kio has schemas for, by kio's names upper-cased (PRODUCE,
     API_VERSIONS...). The numbers come from kio's index, generated from Kafka's JSON schemas, so
     no key is typed here."""

@@ -187,6 +187,7 @@ def heartbeat_to_kafka(response: m.HeartbeatResponse, req: KafkaRequest, ctx: Ka
 
 def leave_group_to_internal(req: KafkaRequest, ctx: KafkaContext):
     body = req.body
+    members: tuple[m.MemberIdentity, ...]
     if req.version < 3:
         members = (m.MemberIdentity(member_id=body.member_id),)
     else:

@@ -25,8 +25,10 @@ from __future__ import annotations
 import dataclasses
 import functools
 import struct
+from typing import Literal
 
 from kio.serial._introspect import EntityField, EntityTupleField, classify_field, get_field_tag, is_optional
+from kio.static.protocol import Entity
 
 from .apis import ApiKey
 from .requests import MalformedRequest
@@ -231,14 +233,14 @@ class _Walk:
 
     # -- the schema walk (every API but Produce) ------------------------------------------------
 
-    def entity(self, cls: type) -> None:
+    def entity(self, cls: type[Entity]) -> None:
         fields, tagged = _plan(cls)
-        for kind, arg, array, nullable in fields:
-            if array:
-                for _ in range(self.entries_of(nullable)):
-                    self.value(kind, arg, False)
+        for step in fields:
+            if step[2]:  # an array
+                for _ in range(self.entries_of(step[3])):
+                    self.value(step, False)
             else:
-                self.value(kind, arg, nullable)
+                self.value(step, step[3])
         if self.flexible:
             for _ in range(self.uvarint()):
                 tag = self.uvarint()
@@ -249,34 +251,34 @@ class _Walk:
                     self.at += size
                     continue
                 end, self.end = self.end, self.at + size  # a known tag is read by kio: walk it too
-                kind, arg, array, nullable = known
-                if array:
-                    for _ in range(self.entries_of(nullable)):
-                        self.value(kind, arg, False)
+                if known[2]:  # an array
+                    for _ in range(self.entries_of(known[3])):
+                        self.value(known, False)
                 else:
-                    self.value(kind, arg, nullable)
+                    self.value(known, known[3])
                 self.at, self.end = self.end, end
 
-    def value(self, kind: str, arg, nullable: bool) -> None:
-        if kind == "fixed":
-            self.skip(arg)
-        elif kind == "string" or kind == "bytes":
+    def value(self, step: _Step, nullable: bool) -> None:
+        """One value of ``step``'s field (one entry, for an array field)."""
+        if step[0] == "fixed":
+            self.skip(step[1])
+        elif step[0] == "string" or step[0] == "bytes":
             if self.flexible:
                 n = self.uvarint() - 1
             else:
-                n = self.int16() if kind == "string" else self.int32()
+                n = self.int16() if step[0] == "string" else self.int32()
             if n > 0:
                 self.skip(n)
             elif n < 0 and not nullable:
                 self._null()
-        elif kind == "entity":
-            self.entity(arg)
+        elif step[0] == "entity":
+            self.entity(step[1])
         else:  # a nullable entity: an int8 marker first
             self._need(1)
             present = self.data[self.at] != 0xFF
             self.at += 1
             if present:
-                self.entity(arg)
+                self.entity(step[1])
 
     def tagged_fields(self) -> None:
         if self.flexible:
@@ -303,25 +305,38 @@ _FIXED = {
 }
 
 
+#: How the walk takes one field: (kind, what the kind needs, is_array, nullable). A "fixed" field
+#: is skipped by its size in bytes; a "string" or "bytes" one by the length it starts with; an
+#: "entity" is walked as its kio class says, a "nullable" one after its int8 presence marker. A
+#: plain tuple, tested as ``step[0] == ...``: the type checker then knows what ``step[1]`` is.
+_Step = (
+    tuple[Literal["fixed"], int, bool, bool]
+    | tuple[Literal["string", "bytes"], None, bool, bool]
+    | tuple[Literal["entity", "nullable"], type[Entity], bool, bool]
+)
+
+
 @functools.cache
-def _plan(cls: type):
-    """([(kind, arg, is_array, nullable)] of the regular fields in order, {tag: the same})."""
-    fields, tagged = [], {}
+def _plan(cls: type[Entity]) -> tuple[tuple[_Step, ...], dict[int, _Step]]:
+    """(the regular fields' steps in order, {tag: the tagged field's step})."""
+    fields: list[_Step] = []
+    tagged: dict[int, _Step] = {}
     for field in dataclasses.fields(cls):
         shape = classify_field(field)
+        tag = get_field_tag(field)
+        nullable = is_optional(field) or tag is not None
+        step: _Step
         if isinstance(shape, (EntityField, EntityTupleField)):
-            nullable = isinstance(shape, EntityField) and is_optional(field) and get_field_tag(field) is None
-            step = ("nullable" if nullable else "entity", shape.type_, shape.is_array)
+            marker = isinstance(shape, EntityField) and is_optional(field) and tag is None
+            step = ("nullable" if marker else "entity", shape.type_, shape.is_array, nullable)
         else:
             kafka_type = field.metadata["kafka_type"]
             if kafka_type in ("string",):
-                step = ("string", None, shape.is_array)
+                step = ("string", None, shape.is_array, nullable)
             elif kafka_type in ("bytes", "records"):
-                step = ("bytes", None, shape.is_array)
+                step = ("bytes", None, shape.is_array, nullable)
             else:
-                step = ("fixed", _FIXED[kafka_type], shape.is_array)
-        tag = get_field_tag(field)
-        step = (*step, is_optional(field) or tag is not None)
+                step = ("fixed", _FIXED[kafka_type], shape.is_array, nullable)
         if tag is None:
             fields.append(step)
         else:

@@ -80,7 +80,9 @@ def decode_request(frame: bytes | bytearray | memoryview, served: Mapping[int, t
         raise UnsupportedVersion(api_key, version, correlation_id, versions) from exc
     data = bytes(frame) if type(frame) is not bytes else frame
     try:
-        header, offset = reader(body_class.__header_schema__)(data, 0)  # kio gives the size read
+        # `type`: mypy refuses a type[...] (here a union of two) to a functools.cache (python/mypy#11470)
+        header_class: type = body_class.__header_schema__
+        header, offset = reader(header_class)(data, 0)  # kio gives the size read
         body, _ = reader(body_class)(data, offset)
     except Exception as exc:
         raise MalformedRequest(

@@ -15,12 +15,13 @@ import functools
 import types
 import typing
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode as KioErrorCode
 from kio.serial import entity_reader, entity_writer
+from kio.static.protocol import RequestPayload, ResponsePayload
 
 __all__ = [
     "RecordsRegion",
@@ -38,7 +39,7 @@ class UnknownSchema(LookupError):
 
 
 @functools.cache
-def request_class(api_key: int, version: int) -> type:
+def request_class(api_key: int, version: int) -> type[RequestPayload]:
     try:
         return load_request_schema(api_key, version)
     except Exception as exc:  # kio's UnknownAPIKey / UnknownEntity
@@ -46,7 +47,7 @@ def request_class(api_key: int, version: int) -> type:
 
 
 @functools.cache
-def response_class(api_key: int, version: int) -> type:
+def response_class(api_key: int, version: int) -> type[ResponsePayload]:
     try:
         return load_response_schema(api_key, version)
     except Exception as exc:
@@ -63,10 +64,14 @@ def writer(cls: type):
     return entity_writer(cls)
 
 
+#: How a plain value becomes a field's value (kio's field types are many: values are Any).
+_Convert = Callable[[Any], Any]
+
+
 class _FieldPlan(typing.NamedTuple):
     name: str
     #: How a plain value becomes the field's value (None: as it is).
-    convert: Any
+    convert: _Convert | None
     #: The value a required field gets when none is given.
     zero: Any
     required: bool
@@ -93,7 +98,7 @@ def _is_entity(tp: Any) -> bool:
     return isinstance(tp, type) and dataclasses.is_dataclass(tp) and hasattr(tp, "__type__")
 
 
-def _converter(hint: Any, kafka_type: str | None):
+def _converter(hint: Any, kafka_type: str | None) -> tuple[_Convert | None, Any]:
     """(convert, zero) for a field of type ``hint``."""
     optional = False
     origin = typing.get_origin(hint)
@@ -104,6 +109,7 @@ def _converter(hint: Any, kafka_type: str | None):
         origin = typing.get_origin(hint)
     if origin is tuple:
         element = typing.get_args(hint)[0]
+        convert: _Convert
         if _is_entity(element):
             convert = functools.partial(_build_all, element)
         else:
@@ -263,7 +269,8 @@ def write_parts(entities: list) -> list[bytes | RecordsRegion]:
     """``entities`` (a header, then a body) written in order, as bytes and the regions left out."""
     buffer = _PartsBuffer()
     for entity in entities:
-        writer(type(entity))(buffer, entity)
+        cls: type = type(entity)  # `type`: mypy refuses type[Any] to a functools.cache (python/mypy#11470)
+        writer(cls)(buffer, entity)
     return buffer.finish()
 
 

@@ -234,9 +234,9 @@ def describe_users_to_kafka(response: m.DescribeUserScramCredentialsResponse, re
     )
 
 
-def describe_users_error(req: KafkaRequest, ctx: KafkaContext, code: int, message: str):
+def describe_users_error(req: KafkaRequest, ctx: KafkaContext, code: int, message: str | None):
     """Kafka's getErrorResponse: the code at the top and in a result per user asked for (whose
-    user name Kafka leaves empty)."""
+    user name Kafka leaves empty). ``message`` may be None: the handler's answer passed on as it came."""
     return _body(
         req,
         {
