@@ -1,5 +1,6 @@
-"""SASL sessions with a lifetime (KIP-368, ``connections.max.reauth.ms``), against the real broker
-process: the lifetime announced at login, re-authentication on the same connection (same user,
+"""SASL sessions with a lifetime (KIP-368, ``connections.max.reauth.ms``): where the test moves
+time, an in-process broker on trio's MockClock; where real clients renew on their own timers, a
+broker process: the lifetime announced at login, re-authentication on the same connection (same user,
 same mechanism, at most once a second), an expired connection closed unanswered at its next
 request, a deleted user's connection ending at its next re-authentication, librdkafka and
 kafka-python re-authenticating by themselves, aiokafka (which does not) reconnecting, and
@@ -54,8 +55,8 @@ def virtual_broker(tmp_path_factory):
 
     data = tmp_path_factory.mktemp("reauth-virtual") / "data"
     add_user(data, "alice", "alice-secret")
-    broker = InProcessBroker(data, security="SASL_PLAINTEXT", metrics=True, mock_clock=MockClock(),
-                             overrides=(f"connections.max.reauth.ms={LIFETIME_MS}",)).start()
+    broker = InProcessBroker(data, security="SASL_PLAINTEXT", kafka=True, kafka_security="SASL_PLAINTEXT", metrics=True,
+                             mock_clock=MockClock(), overrides=(f"connections.max.reauth.ms={LIFETIME_MS}",)).start()
     yield broker
     broker.stop()
 
@@ -145,15 +146,20 @@ def test_a_deleted_users_connection_ends_at_its_next_reauthentication(broker):
 
 
 def test_without_a_session_lifetime_sessions_never_expire(tmp_path):
+    from trio.testing import MockClock
+
     add_user(tmp_path / "data", "alice", "alice-secret")
-    process = InProcessBroker(tmp_path / "data", security="SASL_PLAINTEXT").start()
+    process = InProcessBroker(tmp_path / "data", security="SASL_PLAINTEXT", mock_clock=MockClock()).start()
     try:
         client = MsgpackClient(process.port)
         assert client.authenticate("alice", "alice-secret")["session_lifetime_ms"] == 0
         refused = client.call(m.SaslHandshakeRequest, mechanism="SCRAM-SHA-256")
         assert refused["error_code"] == ErrorCode.ILLEGAL_SASL_STATE
         assert "connections.max.reauth.ms" in refused["error_message"]
-        time.sleep(1.6)  # a while later, still its session
+        process.advance(1.5)  # past the one-a-second rule: still no re-authentication without a lifetime
+        refused = client.call(m.SaslHandshakeRequest, mechanism="SCRAM-SHA-256")
+        assert refused["error_code"] == ErrorCode.ILLEGAL_SASL_STATE
+        process.advance(24 * 3600)  # a day later, still its session
         assert _metadata_answered(client)
     finally:
         process.stop()
@@ -183,17 +189,17 @@ class _KafkaLogin:
         return final
 
 
-def test_the_kafka_listener_announces_the_lifetime_and_closes_an_expired_connection(broker):
+def test_the_kafka_listener_announces_the_lifetime_and_closes_an_expired_connection(virtual_broker):
+    broker = virtual_broker
     before = _expired_closes(broker)
     client = _KafkaLogin(broker.kafka_port)
     assert client.login("alice", "alice-secret").session_lifetime == LIFETIME
-    first_end = time.monotonic() + LIFETIME_MS / 1000
     assert int(client.call(3, 4, {"topics": [], "allow_auto_topic_creation": False}).brokers[0].node_id) == 0
-    time.sleep(1.1)
+    broker.advance(1.1)  # re-authentication may come once a second
     assert client.login("alice", "alice-secret").session_lifetime == LIFETIME  # renewed in place
-    time.sleep(max(0.0, first_end - time.monotonic()) + 0.2)
+    broker.advance(LIFETIME_MS / 1000 - 1.1 + 0.2)  # past the first session's end: the renewed one holds
     assert client.call(3, 4, {"topics": [], "allow_auto_topic_creation": False}) is not None
-    time.sleep(LIFETIME_MS / 1000 + 0.2)
+    broker.advance(LIFETIME_MS / 1000)  # past the renewed one's end
     assert client.call(3, 4, {"topics": [], "allow_auto_topic_creation": False}) is None  # closed unanswered
     assert _expired_closes(broker) == before + 1
 
