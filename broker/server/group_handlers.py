@@ -29,6 +29,7 @@ import trio
 
 from triolog.broker.coordinator.group.group_coordinator import (
     CommitRequest,
+    Error,
     GroupConfig,
     GroupCoordinator,
     JoinResult,
@@ -289,10 +290,10 @@ def _denied_group(ctx: RequestContext, operation: Op, group_id: str) -> dict:
     }
 
 
-def _fields(error) -> dict:
+def _fields(error: Error | None) -> dict:
     if error is None:
         return {}
-    return {"error_code": error[0], "error_message": error[1]}
+    return {"error_code": error.code, "error_message": error.message}
 
 
 class GroupApis:
@@ -484,19 +485,19 @@ class GroupApis:
                 ),
             )
         # Kafka refuses commits for partitions that do not exist (KafkaApis, before the coordinator).
-        unknown: dict[tuple[str, int], tuple[ErrorCode, str]] = {}
+        unknown: dict[tuple[str, int], Error] = {}
         commits = []
         for t in request.topics:
             topic = self.topics.get(t.name)
             readable = self.authz.topic(ctx, Op.READ, t.name)
             for p in t.partitions:
                 if not readable:
-                    unknown[(t.name, p.partition)] = (
+                    unknown[(t.name, p.partition)] = Error(
                         ErrorCode.TOPIC_AUTHORIZATION_FAILED,
                         f"{ctx.principal} is not authorized to read topic {t.name!r}",
                     )
                 elif topic is None or not 0 <= p.partition < topic.num_partitions:
-                    unknown[(t.name, p.partition)] = (
+                    unknown[(t.name, p.partition)] = Error(
                         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                         f"topic {t.name!r} partition {p.partition} does not exist: no offset is committed for it",
                     )

@@ -17,7 +17,7 @@ import heapq
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from triolog.protocol.errors import ErrorCode
 
@@ -37,7 +37,14 @@ from .group_metadata_manager import (
 #: dropped after this long.
 NEW_MEMBER_JOIN_TIMEOUT_MS = 5 * 60 * 1000
 
-Error = tuple[ErrorCode, str]
+
+class Error(NamedTuple):
+    """A refusal: Kafka's error code and the message sent with it."""
+
+    code: ErrorCode
+    message: str
+
+
 Record = tuple[bytes, bytes | None]
 StoreDone = Callable[[Error | None, int], None]
 Store = Callable[[int, list[Record], StoreDone], None]
@@ -126,7 +133,7 @@ class _DelayedJoin:
 
 
 def _err(code: ErrorCode, message: str) -> Error:
-    return code, message
+    return Error(code, message)
 
 
 #: Kafka's GroupMetadataManager: what a failed write of __consumer_offsets tells the client.
@@ -146,12 +153,14 @@ _OFFSET_STORE_ERRORS = {**_STORE_ERRORS, ErrorCode.MESSAGE_TOO_LARGE: ErrorCode.
 
 def group_store_error(error: Error) -> Error:
     """The error a failed storeGroup write (or group tombstone) answers with."""
-    return _GROUP_STORE_ERRORS.get(error[0], error[0]), error[1]
+    code, message = error  # (a store's callback may pass any (code, message) pair)
+    return Error(_GROUP_STORE_ERRORS.get(code, code), message)
 
 
 def offset_store_error(error: Error) -> Error:
     """The error a failed storeOffsets write answers each of its partitions with."""
-    return _OFFSET_STORE_ERRORS.get(error[0], error[0]), error[1]
+    code, message = error
+    return Error(_OFFSET_STORE_ERRORS.get(code, code), message)
 
 
 class GroupCoordinator:
@@ -680,7 +689,7 @@ class GroupCoordinator:
     def handle_heartbeat(self, group_id: str, generation_id: int, member_id: str) -> Error | None:
         error = self._status_error(group_id)
         if error is not None:
-            return None if error[0] is ErrorCode.COORDINATOR_LOAD_IN_PROGRESS else error
+            return None if error.code is ErrorCode.COORDINATOR_LOAD_IN_PROGRESS else error
         group = self.groups.get(group_id)
         if group is None:
             return _err(ErrorCode.UNKNOWN_MEMBER_ID, f"group {group_id!r} does not exist")
@@ -754,7 +763,7 @@ class GroupCoordinator:
         """Answer ``respond`` with one error (or None) per commit, once the record is durable."""
 
         def all_fail(code: ErrorCode, message: str) -> None:
-            respond([(code, message)] * len(commits))
+            respond([Error(code, message)] * len(commits))
 
         error = self._status_error(group_id)
         if error is not None:
