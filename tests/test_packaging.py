@@ -168,7 +168,7 @@ def test_make_test_runs_the_core_suites_again_on_the_pure_python_core(tmp_path):
     venv = _fake_venv(tmp_path)
     _installed(venv)
     runs = [c.strip() for c in _dry_run("test", venv) if " -m pytest " in c]
-    assert runs[0] == f"{venv}/bin/python -m pytest -q -n 3 --dist loadgroup", runs
+    assert runs[0] == f"{venv}/bin/python -m pytest -q -n 3 --dist loadfile", runs
     pure = runs[1].split()
     assert pure[:4] == ["TRIOLOG_PURE_PYTHON=1", f"{venv}/bin/python", "-m", "pytest"] and len(runs) == 2, runs
     assert pure[4:8] == ["-q", "-n", "3", "--dist"], runs
