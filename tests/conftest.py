@@ -13,4 +13,3 @@ settings.load_profile("triolog")
 @pytest.fixture
 def clock() -> ManualClock:
     return ManualClock(1_700_000_000_000)
-
