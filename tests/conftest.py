@@ -13,3 +13,13 @@ settings.load_profile("triolog")
 @pytest.fixture
 def clock() -> ManualClock:
     return ManualClock(1_700_000_000_000)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadfile`` as tests/scheduling.py refines it; other modes as xdist has them."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from tests.scheduling import LongestFirstFileScheduling
+
+    return LongestFirstFileScheduling(config, log)
