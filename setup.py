@@ -42,9 +42,13 @@ class OptionalBuildExt(build_ext):
     and, for in-place and editable builds, beside its source), so no stale twin can run.
     """
 
+    parallel: int | bool | None  # build_ext's -j (declared for the type checker)
+
     def finalize_options(self):
         super().finalize_options()
         self.force = True
+        if not self.parallel:  # unless -j says otherwise: a C compiler per core
+            self.parallel = os.cpu_count() or 1
 
     def run(self):
         self._inplace_wanted = self.inplace  # setuptools builds in build/ first, then copies
@@ -63,7 +67,13 @@ class OptionalBuildExt(build_ext):
                 file=sys.stderr,
             )
 
-    def build_extension(self, ext):
+    def build_extensions(self):
+        # Cython first, one module at a time in this process (its compiler keeps global state),
+        # then the C compiler on every module at once, one per core (``parallel``, as ``-j``).
+        self._cythonized = {ext.name for ext in self.extensions if self._cythonize(ext)}
+        super().build_extensions()
+
+    def _cythonize(self, ext) -> bool:
         from Cython.Build import cythonize  # _extensions() made sure it imports
 
         try:
@@ -80,11 +90,21 @@ class OptionalBuildExt(build_ext):
                 force=True,  # regenerate the C every build: never compile C left from another source
                 quiet=True,
             )
-            ext.sources = compiled.sources  # the generated .c in place of the .py
-            if self.compiler.compiler_type == "unix" and "-g0" not in ext.extra_compile_args:
-                # No debug info (the interpreter's -g made a 1.9 MB module of a 0.3 MB one); after
-                # the interpreter's own CFLAGS, so it wins.
-                ext.extra_compile_args = [*ext.extra_compile_args, "-g0"]
+        except Exception as exc:  # a CompileError: this one stays pure Python
+            self._failed.append((ext.name, exc))
+            self._remove_outputs(ext)
+            return False
+        ext.sources = compiled.sources  # the generated .c in place of the .py
+        if self.compiler.compiler_type == "unix" and "-g0" not in ext.extra_compile_args:
+            # No debug info (the interpreter's -g made a 1.9 MB module of a 0.3 MB one); after
+            # the interpreter's own CFLAGS, so it wins.
+            ext.extra_compile_args = [*ext.extra_compile_args, "-g0"]
+        return True
+
+    def build_extension(self, ext):
+        if ext.name not in self._cythonized:
+            return
+        try:
             super().build_extension(ext)
         except Exception as exc:  # CCompilerError, DistutilsExecError: this one stays pure Python
             self._failed.append((ext.name, exc))
