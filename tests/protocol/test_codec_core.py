@@ -49,20 +49,27 @@ DELTAS = st.sampled_from([0, 1, -1, 63, 64, -64, -65, 8191, 8192, -8192, -8193, 
     -(2**40), 2**40)
 
 
+#: Built once: a strategy made inside a draw (a new ``.map`` lambda, a new ``|``) is built and
+#: validated again for every record of every example, which was most of these tests' time.
+KEYS = st.none() | SIZES.map(lambda n: b"k" * n) | st.binary(max_size=8)
+VALUES = st.none() | SIZES.map(lambda n: b"v" * n) | st.binary(max_size=8)
+HEADERS = st.lists(st.tuples(st.text(max_size=3), st.none() | st.binary(max_size=70)), max_size=3).map(tuple)
+BASE_TIMESTAMPS = st.sampled_from([-1, 0, 1_700_000_000_000]) | st.integers(-(2**45), 2**45)
+FIRST_OFFSETS = st.sampled_from([0, 5, 2**40])
+OFFSET_STEPS = st.sampled_from([1, 1, 1, 2, 63, 64, 100, 8192, 70_000])
+
+
 @st.composite
 def records(draw, max_count=12):
     """Records whose fields cross the one-, two- and multi-byte varint encodings."""
     count = draw(st.integers(1, max_count))
-    base_timestamp = draw(st.sampled_from([-1, 0, 1_700_000_000_000]) | st.integers(-(2**45), 2**45))
-    offset = draw(st.sampled_from([0, 5, 2**40]))
+    base_timestamp = draw(BASE_TIMESTAMPS)
+    offset = draw(FIRST_OFFSETS)
     out = []
     for _ in range(count):
-        key = draw(st.none() | SIZES.map(lambda n: b"k" * n) | st.binary(max_size=8))
-        value = draw(st.none() | SIZES.map(lambda n: b"v" * n) | st.binary(max_size=8))
-        headers = tuple(draw(st.lists(st.tuples(st.text(max_size=3), st.none() | st.binary(max_size=70)),
-                                      max_size=3)))
+        key, value, headers = draw(KEYS), draw(VALUES), draw(HEADERS)
         out.append(Record(offset, base_timestamp + draw(DELTAS), key, value, headers))
-        offset += draw(st.sampled_from([1, 1, 1, 2, 63, 64, 100, 8192, 70_000]))
+        offset += draw(OFFSET_STEPS)
     return out
 
 

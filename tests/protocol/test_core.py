@@ -41,6 +41,17 @@ def _outcome(function, *args, **kwargs):
         return ("raised", type(exc), str(exc), getattr(exc, "timestamp", None))
 
 
+#: Built once: a strategy made inside a draw (a new ``.map`` lambda, a new ``|``) is built and
+#: validated again for every record of every example.
+SIZES = st.sampled_from([0, 1, 63, 64, 100, 8191, 8192, 20_000])
+KEYS = st.none() | SIZES.map(lambda n: b"k" * n)
+VALUES = st.none() | SIZES.map(lambda n: b"v" * n)
+HEADERS = st.lists(st.tuples(st.text(max_size=3), st.none() | st.binary(max_size=70)), max_size=2).map(tuple)
+#: a record's timestamp: -1 (none), or within 10^7 ms of the batch's base timestamp
+TIMESTAMP_DELTAS = st.none() | st.integers(-10_000_000, 10_000_000)
+OFFSET_STEPS = st.sampled_from([1, 1, 1, 2, 100, 70_000])
+
+
 @st.composite
 def records(draw):
     """Records whose fields cross the one-, two- and multi-byte varint encodings."""
@@ -49,15 +60,10 @@ def records(draw):
     offset = 0
     out = []
     for _ in range(count):
-        size = st.sampled_from([0, 1, 63, 64, 100, 8191, 8192, 20_000])
-        key = draw(st.none() | size.map(lambda n: b"k" * n))
-        value = draw(st.none() | size.map(lambda n: b"v" * n))
-        headers = tuple(draw(st.lists(st.tuples(st.text(max_size=3), st.none() | st.binary(max_size=70)),
-                                      max_size=2)))
-        timestamp = draw(st.just(-1) | st.integers(base_timestamp - 10_000_000, base_timestamp + 10_000_000)
-                         .filter(lambda t: t >= 0))
+        key, value, headers, delta = draw(KEYS), draw(VALUES), draw(HEADERS), draw(TIMESTAMP_DELTAS)
+        timestamp = -1 if delta is None else max(-1, base_timestamp + delta)
         out.append(Record(offset, timestamp, key, value, headers))
-        offset += draw(st.sampled_from([1, 1, 1, 2, 100, 70_000]))
+        offset += draw(OFFSET_STEPS)
     return out
 
 
@@ -68,10 +74,14 @@ def _walk_input(batch: bytes):
     return bytes(payload), header[12], header[7]  # records, count, base_timestamp
 
 
+MIN_TIMESTAMPS = st.sampled_from([-(2**63)]) | INT64 | st.integers(-(2**70), 2**70)
+MAX_TIMESTAMPS = st.sampled_from([2**63 - 1]) | INT64 | st.integers(-(2**70), 2**70)
+
+
 def _bounds(draw):
     return {
-        "min_timestamp": draw(st.sampled_from([-(2**63)]) | INT64 | st.integers(-(2**70), 2**70)),
-        "max_timestamp": draw(st.sampled_from([2**63 - 1]) | INT64 | st.integers(-(2**70), 2**70)),
+        "min_timestamp": draw(MIN_TIMESTAMPS),
+        "max_timestamp": draw(MAX_TIMESTAMPS),
         "keys_required": draw(st.booleans()),
     }
 

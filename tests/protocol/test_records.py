@@ -259,6 +259,11 @@ HEADERS = st.lists(st.tuples(st.text(max_size=8), st.none() | st.binary(max_size
 TIMESTAMPS = st.integers(-(2**61), 2**61) | st.integers(-1, 2_000_000_000_000)
 
 
+LIST_KEYS = st.none() | st.binary(max_size=20)  # (built once, not per record)
+LIST_VALUES = st.none() | st.binary(max_size=60)
+LIST_OFFSET_STEPS = st.integers(1, 1_000) | st.just(1)
+
+
 @st.composite
 def record_lists(draw, max_size=15):
     base_offset = draw(st.integers(0, 2**62))
@@ -268,11 +273,11 @@ def record_lists(draw, max_size=15):
         records.append(Record(
             offset,
             draw(TIMESTAMPS),
-            draw(st.none() | st.binary(max_size=20)),
-            draw(st.none() | st.binary(max_size=60)),
+            draw(LIST_KEYS),
+            draw(LIST_VALUES),
             draw(HEADERS),
         ))
-        offset += draw(st.integers(1, 1_000) | st.just(1))
+        offset += draw(LIST_OFFSET_STEPS)
     return base_offset, records
 
 
