@@ -339,12 +339,29 @@ class InProcessBroker:
     kill = stop
 
     def advance(self, seconds: float) -> None:
-        """Move the broker's MockClock on by ``seconds`` (its sleeps and timeouts due by then run)."""
-        import trio
+        """Move the broker's MockClock on by ``seconds``, and return once its sleeps and timeouts
+        due by then have run.
 
-        if self.mock_clock is None:
+        The jump waits until every task of the broker is blocked (trio's wait_all_tasks_blocked):
+        what the test did before (a connection made, a request sent) has been taken up, so a task
+        on its way to a sleep (the accept loop about to wait out max.connection.creation.rate, say)
+        sleeps from the time it started at, not from after the jump. After the jump it waits so
+        again: what came due has run, as far as it goes without a worker thread or the network
+        (a request read from a socket is answered; one handed to a worker thread may still be in
+        it). ``advance(0)`` only waits."""
+        import trio
+        import trio.testing
+
+        clock = self.mock_clock
+        if clock is None:
             raise RuntimeError("this broker runs on real time: pass mock_clock=trio.testing.MockClock()")
-        trio.from_thread.run_sync(self.mock_clock.jump, seconds, trio_token=self._token)
+
+        async def jump() -> None:
+            await trio.testing.wait_all_tasks_blocked()
+            clock.jump(seconds)
+            await trio.testing.wait_all_tasks_blocked()
+
+        trio.from_thread.run(jump, trio_token=self._token)
 
     def call_in_loop(self, fn, *args):
         """``fn(*args)`` run in the broker's event loop thread (to read its state consistently)."""

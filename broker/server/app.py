@@ -16,7 +16,6 @@ import math
 import os
 import signal
 import ssl
-import time
 from dataclasses import dataclass
 from functools import partial
 
@@ -165,11 +164,12 @@ class BrokerServer:
         self.accept_paused = False
         #: max.connection.creation.rate, broker-wide: the allowance of new connections (one
         #: second's worth, saved from the start), None when unlimited (Kafka's default, Int.MaxValue).
+        #: On the event loop's clock, as the client quotas: its time is read only when accepting
+        #: (this may run outside the loop), and it is full then (saved since "-inf").
         rate = config.max_connection_creation_rate
         self._accept_rate: TokenBucket | None = None
         if 0 < rate < INT_MAX:
-            self._accept_rate = TokenBucket(rate, rate, time.monotonic())
-            self._accept_rate.balance = rate
+            self._accept_rate = TokenBucket(rate, rate, -math.inf)
         self._nursery: trio.Nursery | None = None
         #: Clients speaking another protocol, logged for all connections (its HTTP hint names the
         #: metrics endpoint, set once that is bound).
@@ -364,10 +364,14 @@ class BrokerServer:
             super_users=self.config.super_users,
             allow_everyone_if_no_acl_found=self.config.allow_everyone_if_no_acl_found,
         )
+        # On the event loop's clock (read only by the connections and the accept path, in the
+        # loop; not here, in a worker thread): a throttled client's allowance comes back on the
+        # clock its connection is muted by, a MockClock's in tests.
         self.quotas = ClientQuotas(
             QuotaStore(first_dir, self.log_manager.fs),
             window_s=self.config.quota_window_size_seconds,
             windows=self.config.quota_window_num,
+            clock=trio.current_time,
             on_throttle=self.metrics.server.quota_recorded,
         )
         self.topics.adopt_loaded_partitions()
@@ -447,7 +451,7 @@ class BrokerServer:
         bucket = self._accept_rate
         if bucket is None:
             return
-        delay = bucket.spend(1, time.monotonic())
+        delay = bucket.spend(1, trio.current_time())
         if delay > 0:
             self.metrics.server.accept_throttled(delay)
             await trio.sleep(delay)

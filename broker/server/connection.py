@@ -78,7 +78,7 @@ from .handlers import RequestHandler, TopicAppends
 from .memory_pool import RequestMemoryPool
 from .msgpack_codec import MsgpackCodec
 from .quota_manager import THROTTLE_EPSILON_S, ClientQuotaManager, ClientQuotas, throttle_ms
-from .request_context import ANONYMOUS, RequestAccounting, RequestContext, request_context
+from .request_context import ANONYMOUS, RequestAccounting, RequestContext, handling_clock, request_context
 from .tls_session import TlsClosed, TlsSession
 from .wrong_protocol import ListenerWrongProtocolLog, WrongProtocolLog, wrong_protocol_hints
 
@@ -176,7 +176,7 @@ class ClientConnection:
         self.quotas = quotas
         #: When (trio time) a throttled client may be read from again (KIP-219's muted channel).
         self._muted_until = 0.0
-        #: The request being handled: when its frame was taken up (trio time), its accounting
+        #: The request being handled: when its frame was taken up (handling_clock), its accounting
         #: (time parked, the throttle its answer carries), and its request_percentage throttle
         #: once recorded.
         self._request_started = 0.0
@@ -805,7 +805,7 @@ class ClientConnection:
         if self.quotas is None or not self.quotas.request.active:
             self._request_throttle_s = 0.0
             return
-        self._request_started = trio.current_time()
+        self._request_started = handling_clock()
         self._request_throttle_s = None
 
     def _context(self, api: str, version: int, correlation_id: int | None, client_id: str | None) -> RequestContext:
@@ -830,11 +830,12 @@ class ClientConnection:
         the frame taken up to the response ready to send, decoding and the work on the event loop
         and in worker threads included; not the time parked (RequestAccounting: a fetch's wait
         for data, a produce's wait for its fsync, a join or sync waiting for the group), nor
-        the time to send the response."""
+        the time to send the response. Real time (handling_clock), also on a MockClock's loop;
+        the client's allowance, and its mute, follow the loop's clock (request_context.handling_clock)."""
         if self._request_throttle_s is None:
             quotas = self.quotas
             assert quotas is not None  # the throttle is left to record (None) only with quotas: _begin_request
-            handled = trio.current_time() - self._request_started - self._accounting.parked_s
+            handled = handling_clock() - self._request_started - self._accounting.parked_s
             throttle_s = quotas.request.record(self._user, client_id or "", max(handled, 0.0) * 100)
             self._mute(throttle_s)
             self._request_throttle_s = throttle_s

@@ -47,7 +47,7 @@ from triolog.protocol.records import build_batch
 
 from .authorization import CLUSTER, Op, RequestAuthorizer
 from .error_mapping import ApiError, error_of
-from .request_context import RequestContext
+from .request_context import RequestContext, handling_clock
 
 logger = structlog.get_logger("triolog.server")
 
@@ -275,11 +275,11 @@ async def _parked(ctx: RequestContext, start):
 
     start(respond)
     if not box:  # parked in the coordinator (a join, a sync, a commit's fsync): no handling time
-        waiting_since = trio.current_time()
+        waiting_since = handling_clock()
         try:
             await event.wait()
         finally:
-            ctx.accounting.parked(trio.current_time() - waiting_since)
+            ctx.accounting.parked(handling_clock() - waiting_since)
     return box[0]
 
 

@@ -61,7 +61,7 @@ from .group_handlers import GroupApis
 from .loop_hold import InlineServing, WorkerThreads
 from .notifier import AppendNotifier
 from .producer_handlers import ProducerIdApis
-from .request_context import RequestContext
+from .request_context import RequestContext, handling_clock
 from .security_handlers import SecurityApis
 
 logger = structlog.get_logger("triolog.server")
@@ -747,9 +747,9 @@ class RequestHandler:
                         assert row.log is not None  # an appended partition carries its log
                         self.on_roll(row.log, info.roll_reason)
         if request.acks == -1:
-            waiting_since = trio.current_time()
+            waiting_since = handling_clock()
             await self._wait_flushed(results, request.timeout_ms)
-            ctx.accounting.parked(trio.current_time() - waiting_since)
+            ctx.accounting.parked(handling_clock() - waiting_since)
         return results
 
     async def _wait_flushed(self, results: list[TopicAppends], timeout_ms: int) -> None:
@@ -814,13 +814,13 @@ class RequestHandler:
                     return read
                 read.close()
                 self.delayed_fetches += 1
-                waiting_since = trio.current_time()
+                waiting_since = handling_clock()
                 try:
                     with trio.move_on_at(deadline):
                         await event.wait()
                 finally:
                     self.delayed_fetches -= 1
-                    ctx.accounting.parked(trio.current_time() - waiting_since)
+                    ctx.accounting.parked(handling_clock() - waiting_since)
             finally:
                 self.notifier.unregister(tps, event)
 

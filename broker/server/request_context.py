@@ -8,9 +8,19 @@ throttle its answer carries) goes into its :class:`RequestAccounting`.
 
 from __future__ import annotations
 
+import time
 from typing import NamedTuple
 
-__all__ = ["ANONYMOUS", "RequestAccounting", "RequestContext"]
+__all__ = ["ANONYMOUS", "RequestAccounting", "RequestContext", "handling_clock"]
+
+#: What a request's handling time (request_percentage) and its time parked are measured with: real
+#: time, as Kafka measures its handler threads' time (nanoTime), even when the event loop runs on a
+#: trio MockClock in a test. The handling time is a cost, like a produce's bytes: the work a request
+#: really took. Only the allowance that repays it follows the event loop's clock (the quota
+#: managers' clock, trio.current_time), as time passing does. In production the two are the same
+#: clock (trio's is perf_counter plus an offset); under a MockClock a request is charged what it
+#: cost, not the virtual seconds a test jumped meanwhile (or none, when it jumped none).
+handling_clock = time.perf_counter
 
 #: Kafka's principal of a client neither TLS nor SASL has named.
 ANONYMOUS = "User:ANONYMOUS"
@@ -24,7 +34,7 @@ class RequestAccounting:
     def __init__(self) -> None:
         #: Seconds the request spent parked, not handled: a fetch's long poll, a produce waiting
         #: for its fsync (acks=-1), a join or sync parked in the coordinator. Kafka counts no time
-        #: in purgatory against request_percentage.
+        #: in purgatory against request_percentage. Measured with :data:`handling_clock`.
         self.parked_s = 0.0
         #: The byte-rate throttle (ms) the answer carries (a produce over its quota).
         self.throttle_ms = 0

@@ -34,10 +34,20 @@ class MsgpackClient:
     def call(self, request_class, **fields) -> dict:
         self.ids += 1
         self.send(m.encode_request(request_class(id=self.ids, **fields)))
+        return self.answer()
+
+    def answer(self) -> dict:
+        """The answer to the last request sent (by ``call``, or ``send`` after ``ids += 1``)."""
         (length,) = struct.unpack(">I", self.exactly(4))
         doc = msgpack.unpackb(self.exactly(length), raw=False, strict_map_key=False)
         assert doc.get("id") == self.ids, doc
         return doc
+
+    def answered(self) -> bool:
+        """Whether an answer (or the end of the connection) is there to read, without waiting."""
+        import select
+
+        return bool(select.select([self.sock], [], [], 0)[0])
 
     def exactly(self, n: int) -> bytes:
         data = b""
