@@ -111,10 +111,12 @@ def test_ctrl_c_ends_produce_with_130_keeping_what_was_sent(broker, server, topi
 
 
 def _read_all(fd: int, process: subprocess.Popen) -> bytes:
+    # poll, not select: a worker that ran many tests holds more than select's 1024 descriptors
     chunks = []
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
     while True:
-        ready, _, _ = select.select([fd], [], [], 20)
-        if not ready:
+        if not poller.poll(20_000):
             break
         try:
             chunk = os.read(fd, 4096)

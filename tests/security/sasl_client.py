@@ -47,7 +47,9 @@ class MsgpackClient:
         """Whether an answer (or the end of the connection) is there to read, without waiting."""
         import select
 
-        return bool(select.select([self.sock], [], [], 0)[0])
+        poller = select.poll()  # not select.select: a worker may hold more than 1024 descriptors
+        poller.register(self.sock, select.POLLIN)
+        return bool(poller.poll(0))
 
     def exactly(self, n: int) -> bytes:
         data = b""
