@@ -257,9 +257,14 @@ def test_the_readme_blocks_run(newcomer):
             if block.language in ("python", "py"):
                 command = [sys.executable, "-c", code]
             else:
-                command = ["bash", "-e", "-o", "pipefail", "-c", code]
-            done = subprocess.run(command, cwd=home, env=env, capture_output=True, text=True, timeout=90)
+                # -x: stderr names each command as it starts, so a block that hangs says where
+                command = ["bash", "-e", "-x", "-o", "pipefail", "-c", code]
             where = f"{name} block at line {block.line}"
+            try:
+                done = subprocess.run(command, cwd=home, env=env, capture_output=True, text=True, timeout=90)
+            except subprocess.TimeoutExpired as hung:
+                pytest.fail(f"{where} still running after 90 s:\n{hung.stdout}\n{hung.stderr}\n"
+                            f"the broker's log, its end:\n{broker.log_text()[-4000:]}")
             assert done.returncode == 0, f"{where} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
             assert "Traceback" not in done.stderr, f"{where}:\n{done.stderr}"
             outputs.append(done.stdout)
