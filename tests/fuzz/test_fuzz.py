@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -58,6 +59,17 @@ def test_kafka_requests_seed(path):
     TARGETS["kafka_requests"](path.read_bytes())
 
 
+#: The memory a fuzz run may use (libFuzzer's -rss_limit_mb), over the peak of the process that
+#: starts it: Linux carries a process's peak RSS (ru_maxrss, which libFuzzer checks) across fork
+#: and exec, so a pytest worker that once held 2.6 GB started every fuzzer "at" 2.6 GB, over a
+#: plain 2048 limit before its first input.
+FUZZ_RSS_MB = 2048
+
+
+def _rss_limit_mb() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024 + FUZZ_RSS_MB
+
+
 def run_atheris(target: str, runs: int, scratch: Path, *, seed: int = 1,
                 env: dict | None = None) -> subprocess.CompletedProcess:
     """``python -m tests.fuzz.run TARGET`` with the repository's seeds; new inputs go to scratch.
@@ -65,7 +77,7 @@ def run_atheris(target: str, runs: int, scratch: Path, *, seed: int = 1,
     short (pytest-timeout still fails one that hangs)."""
     scratch.mkdir(parents=True, exist_ok=True)
     args = [sys.executable, "-m", "tests.fuzz.run", target, f"-runs={runs}", f"-seed={seed}",
-            "-max_len=16384", "-timeout=20", "-rss_limit_mb=2048",
+            "-max_len=16384", "-timeout=20", f"-rss_limit_mb={_rss_limit_mb()}",
             "-print_final_stats=1", f"-artifact_prefix={scratch}/", str(scratch), str(CORPUS / target)]
     if target == "requests":
         args.insert(4, f"-dict={HERE / 'requests.dict'}")
