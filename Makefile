@@ -84,10 +84,12 @@ run: $(RUNTIME_STAMP) $(CORE_STAMP)
 test: export PYTHONDONTWRITEBYTECODE :=
 test: export PYTHONPYCACHEPREFIX := $(abspath $(VENV))/pycache
 
-# The suite mostly waits (on broker processes, timeouts, Spark's JVM: run serially it kept 0.7 of
+# The suite often waits (on broker processes, timeouts, Spark's JVM: run serially it kept 0.7 of
 # two cores busy), so it runs in TEST_WORKERS processes (pytest-xdist), each taking a whole test
-# file at a time, since a file's tests share its module's broker. Serially 1296 s, with three
-# workers 638 s on this project's two-core machine. PYTEST_ARGS (one test while working) runs
+# file at a time, since a file's tests share its module's broker; tests/scheduling.py makes
+# tests/pipeline one unit (one Spark) and hands out the longest units first. Serially 1296 s;
+# with three workers and the pure-Python pass beside them, about 575 s on this project's two-core
+# machine (11 minutes for the whole fresh-clone run). PYTEST_ARGS (one test while working) runs
 # serially. (Not --dist loadgroup: under pytest 9 its groups are silently ignored, since
 # pytest-xdist 3.8 renames a test's node id in a way pytest no longer reads, and every test
 # becomes a unit of its own, sharing no module's broker.)

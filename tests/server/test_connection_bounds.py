@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import struct
 import time
+from pathlib import Path
 
 import msgpack
 import trio
@@ -173,12 +174,16 @@ async def test_idle_minus_one_never_closes_a_connection(tmp_path, autojump_clock
 # -- a response the client does not read --------------------------------------------------------
 
 
-def _segment_descriptors() -> int:
-    """Descriptors of this process open on segment files (.log), the fetch regions among them."""
+def _segment_descriptors(data_dir: Path) -> int:
+    """Descriptors of this process open on segment files (.log) under ``data_dir``, the fetch
+    regions among them. (Only this broker's: another test's session broker may run in the same
+    worker process, its retention closing segment files meanwhile.)"""
     count = 0
+    prefix = str(data_dir.resolve()) + os.sep
     for fd in os.listdir("/proc/self/fd"):
         try:
-            if os.readlink(f"/proc/self/fd/{fd}").endswith(".log"):
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            if target.endswith(".log") and target.startswith(prefix):
                 count += 1
         except OSError:
             pass
@@ -194,7 +199,7 @@ async def test_a_fetch_response_never_read_is_abandoned_and_its_descriptors_clos
                 result = await producer.produce("unread", [b"v" * 1_000_000], partition=partition)
                 assert result["error_code"] == 0
         await producer.aclose()
-        baseline = _segment_descriptors()
+        baseline = _segment_descriptors(tmp_path)
 
         sock = trio.socket.socket()
         sock.setsockopt(trio.socket.SOL_SOCKET, trio.socket.SO_RCVBUF, 4096)
@@ -206,13 +211,13 @@ async def test_a_fetch_response_never_read_is_abandoned_and_its_descriptors_clos
                 type(request.topics[0].partitions[0])(partition=p, fetch_offset=0, partition_max_bytes=16 << 20)
                 for p in range(4))),))
         await reader.send_request(request)  # 16 MiB of records that are never read
-        await wait_until(lambda: _segment_descriptors() > baseline, what="the fetch's region descriptors")
+        await wait_until(lambda: _segment_descriptors(tmp_path) > baseline, what="the fetch's region descriptors")
         start = trio.current_time()
         await wait_until(lambda: metric(server, "triolog_server_connections_closed_total",
                                         limit="connections.max.idle.ms") == 1, timeout_s=60,
                          what="the stalled response to be abandoned")
         assert trio.current_time() - start >= 5.0 - 0.01
-        await wait_until(lambda: _segment_descriptors() == baseline, what="its descriptors to be closed")
+        await wait_until(lambda: _segment_descriptors(tmp_path) == baseline, what="its descriptors to be closed")
         other = await Client.connect(port)
         assert (await other.api_versions())["error_code"] == 0
         await reader.aclose()
