@@ -830,8 +830,8 @@ class ClientConnection:
         the frame taken up to the response ready to send, decoding and the work on the event loop
         and in worker threads included; not the time parked (RequestAccounting: a fetch's wait
         for data, a produce's wait for its fsync, a join or sync waiting for the group), nor
-        the time to send the response. Real time (handling_clock), also on a MockClock's loop;
-        the client's allowance, and its mute, follow the loop's clock (request_context.handling_clock)."""
+        the time to send the response. Real time (request_context.handling_clock), also on a
+        MockClock's loop; the client's allowance, and its mute, follow the loop's clock."""
         if self._request_throttle_s is None:
             quotas = self.quotas
             assert quotas is not None  # the throttle is left to record (None) only with quotas: _begin_request
