@@ -635,17 +635,22 @@ def strategy_for(tp: Any) -> st.SearchStrategy[Any]:
 any_request = st.one_of([strategy_for(cls) for cls in REQUEST_TYPES.values()])
 any_response = st.one_of([strategy_for(cls) for cls in RESPONSE_TYPES.values()])
 
-msgpack_values = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers(-(2**63), 2**64 - 1)
-    | st.floats()
-    | st.text(max_size=12)
-    | st.binary(max_size=12),
-    lambda children: st.lists(children, max_size=4)
-    | st.dictionaries(st.text(max_size=12) | st.integers(-5, 5), children, max_size=4),
-    max_leaves=20,
-)
+def _msgpack_values(max_leaves: int, max_children: int):
+    """Any msgpack document: scalars, lists and maps of them, up to ``max_leaves`` leaves."""
+    return st.recursive(
+        st.none()
+        | st.booleans()
+        | st.integers(-(2**63), 2**64 - 1)
+        | st.floats()
+        | st.text(max_size=12)
+        | st.binary(max_size=12),
+        lambda children: st.lists(children, max_size=max_children)
+        | st.dictionaries(st.text(max_size=12) | st.integers(-5, 5), children, max_size=max_children),
+        max_leaves=max_leaves,
+    )
+
+
+msgpack_values = _msgpack_values(max_leaves=20, max_children=4)
 
 _ALL_FIELD_NAMES = sorted(
     {f.name for cls in list(REQUEST_TYPES.values()) for f in dataclasses.fields(cls)} - {"id", "v"}
@@ -654,12 +659,7 @@ _ALL_FIELD_NAMES = sorted(
 # Request-shaped maps with random values under known names: reaches every field's checks.
 #: A request field's random value: msgpack_values, smaller. A map draws each of ~100 optional
 #: fields, and every wrong one is refused at its own level, so depth adds time, not cases.
-_field_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.floats() | st.text(max_size=12)
-    | st.binary(max_size=12),
-    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=12), children, max_size=3),
-    max_leaves=6,
-)
+_field_values = _msgpack_values(max_leaves=6, max_children=3)
 
 request_shaped_maps = st.fixed_dictionaries(
     {"api": st.sampled_from(list(SUPPORTED_APIS)), "v": st.just(1), "id": st.integers(0, 3)},

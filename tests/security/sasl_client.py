@@ -32,12 +32,16 @@ class MsgpackClient:
         self.sock.sendall(struct.pack(">I", len(payload)) + payload)
 
     def call(self, request_class, **fields) -> dict:
-        self.ids += 1
-        self.send(m.encode_request(request_class(id=self.ids, **fields)))
+        self.request(request_class, **fields)
         return self.answer()
 
+    def request(self, request_class, **fields) -> None:
+        """Send a request under the next id, without waiting for its answer (see ``answer``)."""
+        self.ids += 1
+        self.send(m.encode_request(request_class(id=self.ids, **fields)))
+
     def answer(self) -> dict:
-        """The answer to the last request sent (by ``call``, or ``send`` after ``ids += 1``)."""
+        """The answer to the last request sent (by ``call`` or ``request``)."""
         (length,) = struct.unpack(">I", self.exactly(4))
         doc = msgpack.unpackb(self.exactly(length), raw=False, strict_map_key=False)
         assert doc.get("id") == self.ids, doc

@@ -85,9 +85,8 @@ def test_a_producer_over_its_quota_gets_its_quota(virtual_broker):
     # Muted while throttled: a batch sent at once is not read (nor charged) until the throttle is over.
     throttle_ms = _produce(greedy, "greedy", "q", batch)["throttle_ms"]
     charged = broker.sample("triolog_quota_bytes_total", quota="producer_byte_rate", user="", client_id="greedy")
-    greedy.ids += 1
-    greedy.send(m.encode_request(m.ProduceRequest(id=greedy.ids, client_id="greedy", acks=1, timeout_ms=10_000,
-        topics=(m.ProduceTopic(name="q", partitions=(m.ProducePartition(partition=0, records=batch),)),))))
+    greedy.request(m.ProduceRequest, client_id="greedy", acks=1, timeout_ms=10_000,
+                   topics=(m.ProduceTopic(name="q", partitions=(m.ProducePartition(partition=0, records=batch),)),))
     broker.advance(throttle_ms // 2 / 1000)
     assert not greedy.answered()
     assert broker.sample("triolog_quota_bytes_total", quota="producer_byte_rate", user="",
@@ -382,8 +381,7 @@ def test_the_broker_wide_connection_creation_rate_delays_accepting(tmp_path):
     try:
         clients = [MsgpackClient(process.port, timeout_s=30) for _ in range(20)]  # in the listen backlog
         for client in clients:
-            client.ids += 1
-            client.send(m.encode_request(m.ApiVersionsRequest(id=client.ids)))
+            client.request(m.ApiVersionsRequest)
         answered = 0
         for step in range(33):  # at 0, 0.125, 0.25 ... 4 s: each client answered when due, not before
             due = min(20, 4 + step // 2)
