@@ -26,13 +26,23 @@ def _log_with(tmp_path, clock, name, batches):
 
 
 @pytest.fixture
-def fsyncs(monkeypatch):
-    """Counts os.fsync calls (each still fsyncs)."""
+def fsyncs(monkeypatch, tmp_path):
+    """Counts os.fsync calls on files under tmp_path (each still fsyncs).
+
+    By path, not by call: os.fsync is patched for the whole process, and a thread another test
+    left finishing its last flush may still fsync something of its own meanwhile.
+    """
     calls = []
     real = os.fsync
+    ours = str(tmp_path) + os.sep
 
     def counting(fd):
-        calls.append(fd)
+        try:
+            path = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            path = ""
+        if path.startswith(ours):
+            calls.append(path)
         return real(fd)
 
     monkeypatch.setattr(os, "fsync", counting)
