@@ -120,7 +120,9 @@ TRIOLOG_PURE_PYTHON=1 nice -n 10 $(BIN)/python -m pytest -q -p no:cacheprovider 
 endef
 
 # Debian packages the tests run: prometheus (its server and promtool) and tini (the image's
-# PID 1) for tests/ops, kcat (librdkafka's command-line client) against the Kafka listener, a Java 17+ runtime for PySpark 4 in tests/pipeline (17, or 21 where the
+# PID 1) for tests/ops, kcat (librdkafka's command-line client) against the Kafka listener,
+# ZooKeeper's jars (libzookeeper-java: tests/cluster runs an ensemble by hand, no service), a
+# Java 17+ runtime for PySpark 4 in tests/pipeline and for ZooKeeper (17, or 21 where the
 # release no longer ships 17), and a C compiler with Python's headers for the compiled core (the
 # suite checks it runs where a compiler exists; the pure-Python pass covers the fallback). A CC
 # given to make is the user's choice and never replaced: `CC=false make test` runs everything as
@@ -133,11 +135,11 @@ system-deps:
 	CC_OK=$$( { [ -n "$(CC_CHOSEN)" ] || printf 'int triolog_probe;\n' | cc -x c -c -o /dev/null - 2>/dev/null; } && echo yes); \
 	HEADERS_OK=$$(test -f "$$($(PYTHON) -c 'import sysconfig; print(sysconfig.get_paths()["include"])')/Python.h" && echo yes); \
 	command -v promtool >/dev/null && command -v prometheus >/dev/null && command -v tini >/dev/null \
-		&& command -v kcat >/dev/null \
+		&& command -v kcat >/dev/null && [ -f /usr/share/java/zookeeper.jar ] \
 		&& [ -n "$$JAVA_OK" ] && [ -n "$$CC_OK" ] && [ -n "$$HEADERS_OK" ] || { \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 		$$SUDO apt-get update -qq && \
-		$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus tini kcat \
+		$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus tini kcat libzookeeper-java \
 			$$([ -n "$$CC_OK" ] || echo gcc libc6-dev) $$([ -n "$$HEADERS_OK" ] || echo python3-dev) \
 			$$([ -n "$$JAVA_OK" ] || { apt-cache show openjdk-17-jre-headless >/dev/null 2>&1 \
 				&& echo openjdk-17-jre-headless || echo openjdk-21-jre-headless; }) >/dev/null; }

@@ -56,6 +56,7 @@ __all__ = [
     "parse_kafka_listeners",
     "parse_listeners",
     "parse_metrics_listener",
+    "parse_zookeeper_connect",
 ]
 
 
@@ -151,6 +152,22 @@ def parse_kafka_listeners(text: str) -> Endpoint | None:
     if len(parts) > 1:
         raise ValueError(f"names {len(parts)} listeners; triolog serves at most one Kafka listener")
     return parse_endpoint(parts[0], SECURITY_PROTOCOLS)
+
+
+def parse_zookeeper_connect(text: str) -> str:
+    """Kafka's zookeeper.connect: host:port pairs, then an optional chroot that is an absolute path."""
+    text = text.strip()
+    if not text:
+        return ""
+    hosts, slash, chroot = text.partition("/")
+    for pair in hosts.split(","):
+        host, colon, port = pair.strip().rpartition(":")
+        if not colon or not host or not port.isdigit() or not 0 < int(port) <= 65535:
+            raise ValueError(f"{pair.strip()!r} is not host:port")
+    if slash:
+        if chroot.endswith("/") or "//" in f"/{chroot}" or any(part in (".", "..") for part in chroot.split("/")):
+            raise ValueError(f"chroot /{chroot} is not a plain absolute path")
+    return text
 
 
 def parse_metrics_listener(text: str) -> Endpoint | None:
@@ -384,11 +401,12 @@ def _server_keys() -> Iterator[BrokerConfigKey]:
     yield BrokerConfigKey(
         "node.id",
         "int",
-        0,
-        "Id of this broker, written to meta.properties. Kafka's default is -1 (must be set); "
-        "a single-node triolog defaults to 0.",
+        None,
+        "Id of this broker, written to meta.properties. Unset: broker.id (its ZooKeeper-mode "
+        "name), whose default is 0; Kafka's is -1 (must be set).",
         group,
         attr="node_id",
+        fallback="broker.id",
         minimum=0,
     )
     yield BrokerConfigKey(
@@ -964,6 +982,180 @@ def _producer_state_keys() -> Iterator[BrokerConfigKey]:
     )
 
 
+def _cluster_keys() -> Iterator[BrokerConfigKey]:
+    """Kafka's ZooKeeper-mode cluster keys (KafkaConfig, ReplicationConfigs, ZkConfigs)."""
+    group = "cluster"
+    yield BrokerConfigKey(
+        "broker.id",
+        "int",
+        0,
+        "This broker's id in the cluster, Kafka's ZooKeeper-mode name for node.id: set either, "
+        "or both to the same value. A standalone triolog defaults to 0 (Kafka: -1, must be set).",
+        group,
+        minimum=0,
+    )
+    yield BrokerConfigKey(
+        "zookeeper.connect",
+        "string",
+        "",
+        "ZooKeeper's host:port list with an optional chroot (127.0.0.1:2181,127.0.0.1:2182/triolog): "
+        "the broker joins that cluster, registers there, and keeps topics and partition state there "
+        "in Kafka's layout. Empty: a standalone broker, no ZooKeeper.",
+        group,
+        attr="zookeeper_connect",
+        parser=parse_zookeeper_connect,
+        allowed="empty, or host:port[,host:port...][/chroot]",
+    )
+    yield BrokerConfigKey(
+        "zookeeper.session.timeout.ms",
+        "int",
+        18000,
+        "The ZooKeeper session's timeout: a broker not heard from for this long is dead to the "
+        "cluster (its registration goes, its partitions get new leaders).",
+        group,
+        attr="zookeeper_session_timeout_ms",
+        minimum=1,
+    )
+    yield BrokerConfigKey(
+        "zookeeper.connection.timeout.ms",
+        "int",
+        None,
+        "How long the broker waits to connect to ZooKeeper at startup. Unset: zookeeper.session.timeout.ms.",
+        group,
+        attr="zookeeper_connection_timeout_ms",
+        fallback="zookeeper.session.timeout.ms",
+        minimum=1,
+    )
+    yield BrokerConfigKey(
+        "broker.rack",
+        "string",
+        None,
+        "This broker's rack: replicas of a partition are spread over racks first.",
+        group,
+        attr="broker_rack",
+    )
+    yield BrokerConfigKey(
+        "default.replication.factor",
+        "int",
+        1,
+        "Replicas of each partition of an automatically created topic, and of a created topic that names none.",
+        group,
+        attr="default_replication_factor",
+        minimum=1,
+    )
+    yield BrokerConfigKey(
+        "replica.lag.time.max.ms",
+        "long",
+        30000,
+        "A follower that has not caught up to the leader's log end for this long leaves the ISR.",
+        group,
+        attr="replica_lag_time_max_ms",
+        minimum=1,
+    )
+    yield BrokerConfigKey(
+        "replica.fetch.wait.max.ms",
+        "int",
+        500,
+        "How long a follower's fetch waits at the leader for replica.fetch.min.bytes; below "
+        "replica.lag.time.max.ms, or idle followers would drop out of the ISR.",
+        group,
+        attr="replica_fetch_wait_max_ms",
+        minimum=0,
+    )
+    yield BrokerConfigKey(
+        "replica.fetch.min.bytes",
+        "int",
+        1,
+        "Bytes a follower's fetch waits for at the leader (up to replica.fetch.wait.max.ms).",
+        group,
+        attr="replica_fetch_min_bytes",
+        minimum=1,
+    )
+    yield BrokerConfigKey(
+        "replica.fetch.max.bytes",
+        "int",
+        1048576,
+        "Bytes a follower fetches per partition per request (at least one whole batch).",
+        group,
+        attr="replica_fetch_max_bytes",
+        minimum=0,
+    )
+    yield BrokerConfigKey(
+        "replica.fetch.response.max.bytes",
+        "int",
+        10485760,
+        "Bytes a follower fetches per request over all its partitions (at least one whole batch).",
+        group,
+        attr="replica_fetch_response_max_bytes",
+        minimum=0,
+    )
+    yield BrokerConfigKey(
+        "num.replica.fetchers",
+        "int",
+        1,
+        "Fetcher tasks per source broker; partitions are spread over them.",
+        group,
+        attr="num_replica_fetchers",
+        minimum=1,
+    )
+    yield BrokerConfigKey(
+        "replica.fetch.backoff.ms",
+        "int",
+        1000,
+        "How long a follower waits after a failed fetch before fetching from that broker again.",
+        group,
+        attr="replica_fetch_backoff_ms",
+        minimum=0,
+    )
+    yield BrokerConfigKey(
+        "auto.leader.rebalance.enable",
+        "boolean",
+        True,
+        "Whether the controller moves leadership back to preferred replicas (the first of each "
+        "partition's replicas) when a broker leads too few of its own.",
+        group,
+        attr="auto_leader_rebalance_enable",
+    )
+    yield BrokerConfigKey(
+        "leader.imbalance.check.interval.seconds",
+        "long",
+        300,
+        "How often the controller checks for leader imbalance.",
+        group,
+        attr="leader_imbalance_check_interval_seconds",
+        minimum=1,
+    )
+    yield BrokerConfigKey(
+        "leader.imbalance.per.broker.percentage",
+        "int",
+        10,
+        "The share of a broker's preferred partitions it may not lead before the controller "
+        "rebalances them back (percent).",
+        group,
+        attr="leader_imbalance_per_broker_percentage",
+        minimum=0,
+        maximum=100,
+    )
+    yield BrokerConfigKey(
+        "controlled.shutdown.enable",
+        "boolean",
+        True,
+        "Whether a broker stopping on SIGTERM first asks the controller to move its leaderships "
+        "to other in-sync replicas, so producers see no unavailable partition.",
+        group,
+        attr="controlled_shutdown_enable",
+    )
+    yield BrokerConfigKey(
+        "inter.broker.listener.name",
+        "string",
+        None,
+        "The listener brokers replicate over (Kafka's Fetch): the Kafka listener, named by its "
+        "security protocol as in kafka.listeners. Unset: that listener.",
+        group,
+        attr="inter_broker_listener_name",
+    )
+
+
 def _group_coordinator_keys() -> Iterator[BrokerConfigKey]:
     group = "group coordinator"
     yield BrokerConfigKey(
@@ -1170,6 +1362,7 @@ BROKER_CONFIGS: dict[str, BrokerConfigKey] = {
         _cleaner_keys(),
         _producer_state_keys(),
         _group_coordinator_keys(),
+        _cluster_keys(),
         _topic_default_keys(),
     )
     for key in keys
@@ -1259,6 +1452,24 @@ class BrokerConfig:
     group_max_size: int = INT_MAX
 
     #: The LogConfig of every topic without overrides, from the broker synonyms of topic keys.
+    zookeeper_connect: str = ""
+    zookeeper_session_timeout_ms: int = 18000
+    zookeeper_connection_timeout_ms: int = 18000
+    broker_rack: str | None = None
+    default_replication_factor: int = 1
+    replica_lag_time_max_ms: int = 30000
+    replica_fetch_wait_max_ms: int = 500
+    replica_fetch_min_bytes: int = 1
+    replica_fetch_max_bytes: int = 1048576
+    replica_fetch_response_max_bytes: int = 10485760
+    num_replica_fetchers: int = 1
+    replica_fetch_backoff_ms: int = 1000
+    auto_leader_rebalance_enable: bool = True
+    leader_imbalance_check_interval_seconds: int = 300
+    leader_imbalance_per_broker_percentage: int = 10
+    controlled_shutdown_enable: bool = True
+    inter_broker_listener_name: str | None = None
+
     log_config: LogConfig = field(default_factory=LogConfig)
     #: The known keys that were set explicitly, as given (Kafka's ``originals()``).
     originals: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
@@ -1303,7 +1514,13 @@ class BrokerConfig:
                 f"log.cleaner.min.compaction.lag.ms ({log_config.min_compaction_lag_ms}) must not "
                 f"exceed log.cleaner.max.compaction.lag.ms ({log_config.max_compaction_lag_ms})"
             )
+        if "broker.id" in parsed and "node.id" in parsed and parsed["node.id"] != parsed["broker.id"]:
+            problems.append(
+                f"broker.id ({parsed['broker.id']}) and node.id ({parsed['node.id']}) name one id: "
+                f"set one of them, or both to the same value"
+            )
         problems.extend(_security_problems(fields))
+        problems.extend(_cluster_problems(fields))
         if problems:
             raise ConfigError(problems)
         return cls(**fields, log_config=log_config, originals=originals), warnings
@@ -1340,6 +1557,25 @@ def _security_problems(fields: Mapping[str, Any]) -> list[str]:
             f"(SASL_SSL); enable SCRAM-SHA-256 or SCRAM-SHA-512"
         )
     return problems
+
+
+def _cluster_problems(fields: Mapping[str, Any]) -> list[str]:
+    """What joining a cluster needs of the other keys: brokers replicate over the Kafka listener."""
+    if not fields["zookeeper_connect"]:
+        return []
+    kafka = fields["kafka_listener"]
+    if kafka is None:
+        return [
+            "zookeeper.connect needs kafka.listeners: brokers replicate with Kafka's Fetch over the "
+            "Kafka listener (inter.broker.listener.name)"
+        ]
+    name = fields["inter_broker_listener_name"]
+    if name is not None and name != kafka.scheme:
+        return [
+            f"inter.broker.listener.name={name} names no Kafka listener: kafka.listeners is {kafka} "
+            f"(its name is {kafka.scheme})"
+        ]
+    return []
 
 
 def _resolve(name: str, parsed: Mapping[str, Any]) -> Any:

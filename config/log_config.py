@@ -343,6 +343,25 @@ TOPIC_CONFIGS: dict[str, ConfigKey] = {
             "Preallocate new segment files to segment.bytes.",
             "log.preallocate",
         ),
+        ConfigKey(
+            "min.insync.replicas",
+            "min_insync_replicas",
+            "int",
+            1,
+            "With acks=all, the fewest in-sync replicas (the leader counted) a write needs: with "
+            "fewer the leader refuses it (NOT_ENOUGH_REPLICAS) and the high watermark stays put.",
+            "min.insync.replicas",
+            minimum=1,
+        ),
+        ConfigKey(
+            "unclean.leader.election.enable",
+            "unclean_leader_election_enable",
+            "boolean",
+            False,
+            "Whether a replica outside the ISR may become leader when no in-sync replica is alive: "
+            "the partition comes back, losing what only the in-sync replicas had.",
+            "unclean.leader.election.enable",
+        ),
     )
 }
 
@@ -389,6 +408,8 @@ class LogConfig:
     compression_zstd_level: int = 3
     max_message_bytes: int = 1048588
     preallocate: bool = False
+    min_insync_replicas: int = 1
+    unclean_leader_election_enable: bool = False
     #: The topic-level keys set explicitly for this log (the rest come from broker defaults).
     overrides: Mapping[str, Any] = field(default_factory=dict, compare=False)
 

@@ -20,7 +20,7 @@ from triolog.config.log_config import INT_MAX, LONG_MAX, TOPIC_CONFIGS, ConfigEr
 from triolog.config.principal_rules import PrincipalMappingRules
 
 # Kafka 3.9's KafkaConfig defaults, except where triolog sets its own:
-# node.id (Kafka -1), listeners (Kafka PLAINTEXT://:9092), queued.max.request.bytes (Kafka -1:
+# node.id and broker.id (Kafka -1), listeners (Kafka PLAINTEXT://:9092), queued.max.request.bytes (Kafka -1:
 # unbounded; triolog bounds the request bytes one broker buffers) and the triolog-only keys.
 KAFKA_DEFAULTS = {
     "listeners": Endpoint("PLAINTEXT", "127.0.0.1", 9092),
@@ -28,7 +28,7 @@ KAFKA_DEFAULTS = {
     # server.properties turns it on at 127.0.0.1:19092).
     "kafka.listeners": None,
     "kafka.advertised.listeners": None,
-    "node.id": 0,
+    "node.id": None,
     "log.dirs": None,
     "log.dir": ("/tmp/kafka-logs",),
     "num.partitions": 1,
@@ -120,6 +120,27 @@ KAFKA_DEFAULTS = {
     "compression.zstd.level": 3,
     "message.max.bytes": 1048588,
     "log.preallocate": False,
+    "min.insync.replicas": 1,
+    "unclean.leader.election.enable": False,
+    # ZooKeeper mode (Kafka 3.x): broker.id is node.id's synonym, 0 here (Kafka -1, see node.id).
+    "broker.id": 0,
+    "zookeeper.connect": "",
+    "zookeeper.session.timeout.ms": 18000,
+    "zookeeper.connection.timeout.ms": None,
+    "broker.rack": None,
+    "default.replication.factor": 1,
+    "replica.lag.time.max.ms": 30000,
+    "replica.fetch.wait.max.ms": 500,
+    "replica.fetch.min.bytes": 1,
+    "replica.fetch.max.bytes": 1048576,
+    "replica.fetch.response.max.bytes": 10485760,
+    "num.replica.fetchers": 1,
+    "replica.fetch.backoff.ms": 1000,
+    "auto.leader.rebalance.enable": True,
+    "leader.imbalance.check.interval.seconds": 300,
+    "leader.imbalance.per.broker.percentage": 10,
+    "controlled.shutdown.enable": True,
+    "inter.broker.listener.name": None,
 }
 
 
@@ -181,7 +202,7 @@ def test_broker_configs_document_every_key():
     for key in BROKER_CONFIGS.values():
         assert key.doc.strip().endswith("."), key.name
         assert key.group in ("server", "security", "log manager", "log cleaner", "idempotent producers",
-                             "group coordinator", "topic defaults")
+                             "group coordinator", "cluster", "topic defaults")
         assert key.describe_allowed()
         assert key.default_text
 
@@ -521,9 +542,9 @@ def test_broker_config_messages_quote_the_source():
 
 def test_broker_config_unknown_keys_are_warnings_not_errors():
     config, warnings = BrokerConfig.from_properties(
-        {"zookeeper.connect": "1", "num.partitions": "2"})
+        {"controller.quorum.voters": "1", "num.partitions": "2"})
     assert config.num_partitions == 2
-    assert warnings == ["unknown config 'zookeeper.connect' ignored"]
+    assert warnings == ["unknown config 'controller.quorum.voters' ignored"]
 
 
 def test_broker_config_unknown_key_warning_suggests_a_close_key():
@@ -536,3 +557,55 @@ def test_broker_config_topic_key_warning_names_the_broker_synonym():
     assert config.log_config.segment_bytes == LogConfig().segment_bytes
     assert warnings == ["unknown config 'segment.bytes' ignored; segment.bytes is a topic-level key, "
                         "the broker sets its default with log.segment.bytes"]
+
+
+# -- the cluster keys --------------------------------------------------------------------------
+
+
+def test_broker_id_and_node_id_name_one_id():
+    assert parse(broker_id="3").node_id == 3
+    assert parse(node_id="4").node_id == 4
+    assert parse(broker_id="5", node_id="5").node_id == 5
+    assert problems_of({"broker.id": "1", "node.id": "2"}) == [
+        "broker.id (1) and node.id (2) name one id: set one of them, or both to the same value"
+    ]
+
+
+@pytest.mark.parametrize(
+    "raw", ["127.0.0.1:2181", "a:1,b:2,c:3", "a:1,b:2/triolog", "zk-1.example:2181/kafka/prod", " a:1 "]
+)
+def test_zookeeper_connect_takes_kafkas_syntax(raw):
+    config = parse(zookeeper_connect=raw, kafka_listeners="PLAINTEXT://127.0.0.1:0")
+    assert config.zookeeper_connect == raw.strip()
+    # the connection timeout defaults to the session timeout, as in Kafka
+    assert config.zookeeper_connection_timeout_ms == config.zookeeper_session_timeout_ms == 18000
+
+
+@pytest.mark.parametrize("raw", ["localhost", "a:1,", ":2181", "a:99999", "a:1/x/", "a:1/x/../y", "a:1//x"])
+def test_a_malformed_zookeeper_connect_is_refused(raw):
+    (problem,) = problems_of({"zookeeper.connect": raw, "kafka.listeners": "PLAINTEXT://127.0.0.1:0"})
+    assert problem.startswith(f"invalid value {raw!r} for zookeeper.connect")
+
+
+def test_a_cluster_member_needs_the_kafka_listener_it_replicates_over():
+    assert problems_of({"zookeeper.connect": "a:1"}) == [
+        "zookeeper.connect needs kafka.listeners: brokers replicate with Kafka's Fetch over the Kafka "
+        "listener (inter.broker.listener.name)"
+    ]
+    assert problems_of(
+        {"zookeeper.connect": "a:1", "kafka.listeners": "PLAINTEXT://127.0.0.1:0", "inter.broker.listener.name": "SSL"}
+    ) == [
+        "inter.broker.listener.name=SSL names no Kafka listener: kafka.listeners is PLAINTEXT://127.0.0.1:0 "
+        "(its name is PLAINTEXT)"
+    ]
+    config = parse(
+        zookeeper_connect="a:1", kafka_listeners="PLAINTEXT://127.0.0.1:0", inter_broker_listener_name="PLAINTEXT"
+    )
+    assert config.inter_broker_listener_name == "PLAINTEXT"
+
+
+def test_min_insync_replicas_and_unclean_election_are_topic_keys_with_broker_defaults():
+    config = parse(min_insync_replicas="2", unclean_leader_election_enable="true")
+    assert config.log_config.min_insync_replicas == 2 and config.log_config.unclean_leader_election_enable
+    topic = config.log_config.with_overrides({"min.insync.replicas": "3"})
+    assert topic.min_insync_replicas == 3 and topic.unclean_leader_election_enable

@@ -200,9 +200,10 @@ def test_load_config_malformed_overrides_are_all_reported_with_bad_values():
     assert info.value.problems == [
         "malformed --override 'node.id': expected key=value",
         "malformed --override '=3': expected key=value",
+        # in the order of the embedded file's keys (num.partitions), then the others
+        "invalid value 'x' for num.partitions (from --override): not an integer (allowed: int, >= 1)",
         "invalid value 'y' for node.id (from environment variable TRIOLOG_NODE_ID): not an integer "
         "(allowed: int, >= 0)",
-        "invalid value 'x' for num.partitions (from --override): not an integer (allowed: int, >= 1)",
     ]
 
 
@@ -212,11 +213,11 @@ def test_load_config_malformed_override_alone_is_an_error():
 
 
 def test_load_config_unknown_keys_are_warned_with_their_source(write_config):
-    path = write_config("zookeeper.connect=localhost:2181\nnum.partitions=2")
+    path = write_config("controller.quorum.voters=1@localhost:9093\nnum.partitions=2")
     config, warnings = load_config(path, ["nonsense.key=1"], environ={})
     assert config.num_partitions == 2
     assert warnings == [
-        f"unknown config 'zookeeper.connect' (from {path}) ignored",
+        f"unknown config 'controller.quorum.voters' (from {path}) ignored",
         "unknown config 'nonsense.key' (from --override) ignored",
     ]
 

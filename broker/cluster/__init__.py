@@ -1,0 +1,1 @@
+"""The cluster: brokers coordinated through a metadata store (ZooKeeper, Kafka's layout)."""
