@@ -311,6 +311,19 @@ class PartitionState:
         )
 
 
+def encode_topic_config(config: Mapping[str, str]) -> bytes:
+    """``/config/topics/<topic>``: the topic's overrides (strings, as Kafka keeps them)."""
+    return _json({"version": 1, "config": dict(config)})
+
+
+def decode_topic_config(raw: bytes | None, topic: str) -> dict[str, str]:
+    what = topic_config_path(topic)
+    config = _object(raw, what).get("config", {})
+    if not isinstance(config, dict) or not all(isinstance(v, str) for v in config.values()):
+        raise ZkDataError(f"{what}: 'config' is not an object of strings")
+    return {str(k): v for k, v in config.items()}
+
+
 # -- cluster-wide values -------------------------------------------------------------------------
 
 

@@ -1,0 +1,233 @@
+"""The controller on a real ZooKeeper: one broker wins each epoch and the next takes over when it
+dies; new topics get their first states; a dead leader is replaced by the first live in-sync
+replica with a new epoch, dead followers leave the ISR, a returning last replica leads again; a
+deposed controller's writes are refused. Brokers here are their ZooKeeper sessions and
+controllers, each in this process: what a broker's death means to the cluster is its session
+ending."""
+
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+
+import pytest
+import trio
+
+from triolog.broker.cluster.controller import KafkaController
+from triolog.broker.cluster.metadata_store import NodeExistsError
+from triolog.broker.cluster.zk_client import ControllerMovedError, KafkaZkClient
+from triolog.broker.cluster.zk_data import (
+    NO_LEADER,
+    BrokerRegistration,
+    PartitionState,
+    RegisteredEndpoint,
+    TopicAssignment,
+)
+from triolog.broker.cluster.zookeeper_store import ZooKeeperStore
+
+
+class Member:
+    """One broker as the cluster sees it: a session, a registration, a controller."""
+
+    def __init__(self, broker_id: int, store: ZooKeeperStore, unclean: bool):
+        self.broker_id = broker_id
+        self.store = store
+        self.zk = KafkaZkClient(store)
+
+        async def unclean_election(topic: str) -> bool:
+            return unclean
+
+        self.controller = KafkaController(self.zk, broker_id, unclean_election=unclean_election)
+        self.scope = trio.CancelScope()
+
+    async def stop(self):
+        """The broker dies: its session ends (its registration and /controller go at once)."""
+        self.scope.cancel()
+        await self.store.close()
+
+
+@asynccontextmanager
+async def cluster(zk_connect, unclean=False):
+    """Members started by the test (``start(broker_id)``), all stopped at the end."""
+    members = {}
+    async with trio.open_nursery() as nursery:
+
+        async def start(broker_id):
+            store = ZooKeeperStore(zk_connect, session_timeout_ms=4000, connection_timeout_ms=10000)
+            await store.start()
+            member = Member(broker_id, store, unclean)
+            await member.zk.create_top_level_paths()
+            endpoint = RegisteredEndpoint("PLAINTEXT", "PLAINTEXT", "127.0.0.1", 9000 + broker_id)
+            await member.zk.register_broker(BrokerRegistration(broker_id, (endpoint,)))
+
+            async def run():
+                with member.scope:
+                    await member.controller.run()
+
+            nursery.start_soon(run)
+            members[broker_id] = member
+            return member
+
+        try:
+            yield members, start
+        finally:
+            for member in list(members.values()):
+                await member.stop()
+            nursery.cancel_scope.cancel()
+
+
+async def wait_for(predicate, timeout=15):
+    with trio.fail_after(timeout):
+        while not await predicate():
+            await trio.sleep(0.05)
+
+
+async def active_controller(members):
+    active = [m for m in members.values() if m.controller.active and not m.scope.cancel_called]
+    return active[0] if len(active) == 1 else None
+
+
+async def test_one_controller_per_epoch_and_the_next_takes_over(zk_connect):
+    async with cluster(zk_connect) as (members, start):
+        for broker_id in (1, 2, 3):
+            await start(broker_id)
+        await wait_for(lambda: _truthy(active_controller(members)))
+        first = await active_controller(members)
+        zk = members[2 if first.broker_id != 2 else 3].zk
+        assert await zk.controller_id() == first.broker_id
+        assert (await zk.controller_epoch())[0] == first.controller.fence.epoch
+        epoch = first.controller.fence.epoch
+
+        await first.stop()
+        del members[first.broker_id]
+        await wait_for(lambda: _truthy(active_controller(members)))
+        second = await active_controller(members)
+        assert second.broker_id != first.broker_id and second.controller.fence.epoch == epoch + 1
+        assert await second.zk.controller_id() == second.broker_id
+
+
+async def _truthy(awaitable):
+    return bool(await awaitable)
+
+
+async def test_a_deposed_controller_writes_nothing(zk_connect):
+    store = ZooKeeperStore(zk_connect, session_timeout_ms=4000)
+    await store.start()
+    other = ZooKeeperStore(zk_connect, session_timeout_ms=4000)
+    await other.start()
+    try:
+        zk, rival = KafkaZkClient(store), KafkaZkClient(other)
+        await zk.create_top_level_paths()
+        stale = await zk.try_become_controller(1)
+        assert stale is not None and stale.epoch == 1
+        assert await rival.try_become_controller(2) is None  # /controller is taken
+        await zk.resign(1)
+        fresh = await rival.try_become_controller(2)
+        assert fresh is not None and fresh.epoch == 2
+        await rival.store.ensure_path("/brokers/topics/t/partitions/0")
+        await rival.create_partition_states(fresh, "t", {1: PartitionState(2, 0, (2,), 2)})
+        # The old controller, unaware, tries to write: its epoch check fails, nothing is written.
+        with pytest.raises(ControllerMovedError):
+            await zk.update_partition_state(stale, "t", 1, PartitionState(1, 1, (1,), 1), 0)
+        with pytest.raises(ControllerMovedError):
+            await zk.create_partition_states(stale, "t", {0: PartitionState(1, 0, (1,), 1)})
+        assert (await zk.partition_state("t", 1)).state == PartitionState(2, 0, (2,), 2)
+        assert await zk.partition_state("t", 0) is None
+    finally:
+        await store.close()
+        await other.close()
+
+
+async def _states(zk, topic, partitions):
+    return {p: (await zk.partition_state(topic, p)) for p in range(partitions)}
+
+
+async def test_new_topics_are_led_and_dead_brokers_lose_leadership_and_isr(zk_connect):
+    async with cluster(zk_connect) as (members, start):
+        for broker_id in (1, 2, 3):
+            await start(broker_id)
+        zk = members[1].zk
+        assignment = TopicAssignment({0: (1, 2, 3), 1: (2, 3, 1), 2: (3, 1, 2)})
+        await zk.create_topic("orders", assignment, {"min.insync.replicas": "2"})
+        with pytest.raises(NodeExistsError):
+            await zk.create_topic("orders", assignment, {})
+        assert await zk.topic_config("orders") == {"min.insync.replicas": "2"}
+
+        async def all_led():
+            states = await _states(zk, "orders", 3)
+            return all(s is not None for s in states.values())
+
+        await wait_for(all_led)
+        states = await _states(zk, "orders", 3)
+        assert {p: s.state.leader for p, s in states.items()} == {0: 1, 1: 2, 2: 3}
+        assert all(s.state.leader_epoch == 0 and s.state.isr == assignment.partitions[p] for p, s in states.items())
+
+        # Broker 1 dies (the controller or not): it led partition 0 and followed the others.
+        await members[1].stop()
+        zk = members[2].zk
+
+        async def moved():
+            states = await _states(zk, "orders", 3)
+            return all(1 not in s.state.isr for s in states.values())
+
+        await wait_for(moved)
+        after = await _states(zk, "orders", 3)
+        # Partition 0: the first live in-sync replica of (1, 2, 3) leads, with the next epoch.
+        assert after[0].state.leader == 2 and after[0].state.isr == (2, 3) and after[0].state.leader_epoch == 1
+        # Partitions 1 and 2 keep their leader; the dead follower leaves their ISR, epoch + 1.
+        assert after[1].state.leader == 2 and after[1].state.isr == (2, 3) and after[1].state.leader_epoch == 1
+        assert after[2].state.leader == 3 and after[2].state.isr == (3, 2) and after[2].state.leader_epoch == 1
+        # Every write was fenced on the epoch of the controller that made it.
+        controller_epoch = (await zk.controller_epoch())[0]
+        assert all(s.state.controller_epoch <= controller_epoch for s in after.values())
+
+
+async def test_a_partition_whose_replicas_all_died_waits_for_its_last_in_sync_replica(zk_connect):
+    async with cluster(zk_connect) as (members, start):
+        for broker_id in (1, 2, 3):
+            await start(broker_id)
+        zk = members[3].zk
+        await zk.create_topic("solo", TopicAssignment({0: (1, 2)}), {})
+        await wait_for(lambda: _truthy(zk.partition_state("solo", 0)))
+        await members[2].stop()  # the follower first: the ISR shrinks to the leader, 1
+        await wait_for(lambda: _isr_is(zk, "solo", (1,)))
+        await members[1].stop()  # then the leader: nobody in sync is left
+        await wait_for(lambda: _leader_is(zk, "solo", NO_LEADER))
+        state = (await zk.partition_state("solo", 0)).state
+        assert state.isr == (1,)  # the last in-sync replica is remembered
+        # Broker 2 (out of sync) comes back: with unclean election off it may not lead.
+        await start(2)
+        await trio.sleep(1.0)
+        assert (await zk.partition_state("solo", 0)).state.leader == NO_LEADER
+        # Broker 1 comes back: it leads again, with a new epoch.
+        await start(1)
+        await wait_for(lambda: _leader_is(zk, "solo", 1))
+        assert (await zk.partition_state("solo", 0)).state.leader_epoch > state.leader_epoch
+
+
+async def test_with_unclean_election_an_out_of_sync_replica_leads(zk_connect):
+    async with cluster(zk_connect, unclean=True) as (members, start):
+        for broker_id in (1, 2, 3):
+            await start(broker_id)
+        zk = members[3].zk
+        await zk.create_topic("risky", TopicAssignment({0: (1, 2)}), {})
+        await wait_for(lambda: _truthy(zk.partition_state("risky", 0)))
+        await members[2].stop()
+        await wait_for(lambda: _isr_is(zk, "risky", (1,)))
+        await members[1].stop()
+        await wait_for(lambda: _leader_is(zk, "risky", NO_LEADER))
+        await start(2)
+        await wait_for(lambda: _leader_is(zk, "risky", 2))
+        state = (await zk.partition_state("risky", 0)).state
+        assert state.isr == (2,) and state.leader_recovery_state == 1  # RECOVERING, as Kafka marks it
+        controller = await active_controller(members)
+        assert controller.controller.unclean_elections >= 1
+
+
+async def _isr_is(zk, topic, isr):
+    state = await zk.partition_state(topic, 0)
+    return state is not None and state.state.isr == isr
+
+
+async def _leader_is(zk, topic, leader):
+    state = await zk.partition_state(topic, 0)
+    return state is not None and state.state.leader == leader
