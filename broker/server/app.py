@@ -22,6 +22,7 @@ from functools import partial
 import structlog
 import trio
 
+from triolog.broker.cluster.membership import ClusterJoinError, ClusterMembership
 from triolog.broker.coordinator.producer_id_manager import ProducerIdManager
 from triolog.broker.metrics import BrokerMetrics
 from triolog.broker.security.acl_store import AclStore
@@ -183,6 +184,8 @@ class BrokerServer:
         self.acls: AclStore | None = None
         #: Client quotas (triolog-quotas.json in the first log dir) and their managers.
         self.quotas: ClientQuotas | None = None
+        #: The broker's ZooKeeper session, registration and controller (zookeeper.connect set).
+        self.membership: ClusterMembership | None = None
 
     def shutdown(self) -> None:
         self._shutdown.set()
@@ -193,9 +196,18 @@ class BrokerServer:
                 self.ssl_context = server_context(self.config)
             except TlsConfigError as exc:
                 raise StartupError(str(exc)) from None
+        if self.config.zookeeper_connect:
+            # Kafka's order: the cluster id from ZooKeeper first, which the log dirs must carry.
+            self.membership = ClusterMembership(self.config)
+            try:
+                self.log_manager.required_cluster_id = await self.membership.connect()
+            except ClusterJoinError as exc:
+                raise StartupError(str(exc)) from None
         try:
             await trio.to_thread.run_sync(self._start_storage)
         except (TriologError, OSError) as exc:
+            if self.membership is not None:
+                await self.membership.close()
             raise StartupError(
                 f"cannot open log.dirs={','.join(map(str, self.config.log_dirs))}: {_describe_os_error(exc)}"
             ) from exc
@@ -241,6 +253,8 @@ class BrokerServer:
                     connections.start_soon(accept_all)
                     kafka_port = kafka_listeners[0].socket.getsockname()[1] if kafka_listeners else None
                     self.kafka_context = self._kafka_context(kafka_port)
+                    if self.membership is not None:
+                        await self._join_cluster(nursery, listen, port)
                     self.wrong_protocol_log.hints = wrong_protocol_hints(
                         self.config.metrics_listener, metrics_port, self.kafka_context
                     )
@@ -277,10 +291,27 @@ class BrokerServer:
             with trio.CancelScope(shield=True):
                 # The endpoint goes first: no scrape reads a log while it is being closed.
                 await trio.to_thread.run_sync(self.metrics.stop_endpoint)
+                if self.membership is not None:
+                    # The session ends: the registration goes at once, not a session timeout later.
+                    await self.membership.close()
                 await trio.to_thread.run_sync(self.log_manager.shutdown)
                 if self.handler is not None:
                     self.handler.close()
                 logger.info("broker_stopped")
+
+    async def _join_cluster(self, nursery: trio.Nursery, listen: Endpoint, port: int) -> None:
+        """Register with both listeners' advertised endpoints, then run the controller."""
+        membership, kafka = self.membership, self.kafka_context
+        assert membership is not None and kafka is not None and self.config.kafka_listener is not None
+        endpoints = membership.endpoints(
+            (listen.scheme, listen.host or "localhost", port),
+            (self.config.kafka_listener.scheme, kafka.host, kafka.port),
+        )
+        try:
+            await membership.register(endpoints)
+        except ClusterJoinError as exc:
+            raise StartupError(str(exc)) from None
+        await nursery.start(membership.run)
 
     def _request_handler(self, advertised_host: str, advertised_port: int) -> RequestHandler:
         """The request handler, with the coordinators and security stores it serves from."""

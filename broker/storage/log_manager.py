@@ -108,6 +108,9 @@ class LogManager:
         #: by remove_expired_producers).
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self.cluster_id: str | None = None
+        #: The cluster the log dirs must belong to (ZooKeeper's /cluster/id), set before startup()
+        #: by a broker joining a cluster: a log dir of another cluster is refused, a new one joins it.
+        self.required_cluster_id: str | None = None
         self._logs: dict[TopicPartition, Log] = {}
         self._log_dir_of: dict[TopicPartition, LogDir] = {}
         self._lock = threading.RLock()
@@ -196,8 +199,14 @@ class LogManager:
         """Read or write the dir's meta.properties; True when it had none (a new log dir)."""
         meta = MetaProperties.read(log_dir.path, self.fs)
         created = meta is None
+        if meta is not None and self.required_cluster_id is not None and meta.cluster_id != self.required_cluster_id:
+            raise StorageError(
+                f"log directory {log_dir.path} belongs to cluster {meta.cluster_id}, but the cluster in "
+                f"ZooKeeper is {self.required_cluster_id}: the broker is joining the wrong cluster "
+                f"(is zookeeper.connect, with its chroot, right?)"
+            )
         if meta is None:
-            cluster_id = self.cluster_id or random_kafka_uuid()
+            cluster_id = self.cluster_id or self.required_cluster_id or random_kafka_uuid()
             meta = MetaProperties(cluster_id=cluster_id, node_id=self.node_id, directory_id=random_kafka_uuid())
             meta.write(log_dir.path, self.fs)
         elif self.cluster_id is not None and meta.cluster_id != self.cluster_id:
