@@ -8,8 +8,7 @@ import collections
 import random
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from triolog.broker.cluster.election import (
     BrokerPlacement,

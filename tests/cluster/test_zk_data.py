@@ -5,8 +5,7 @@ refused with the znode named, never half-read."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from triolog.broker.cluster.zk_data import (
     BrokerRegistration,
