@@ -1114,6 +1114,7 @@ class Log:
         except OSError as exc:
             self._go_offline(exc)  # no segment left, or the new one not durable
         self._log_start_offset = offset
+        self._recovery_point = offset  # nothing below it, and the new segment is durable
         try:
             self.producer_state_manager.truncate_fully_and_start_at(offset)
             self.leader_epoch_cache.clear()
