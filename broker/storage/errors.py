@@ -32,3 +32,17 @@ class LogSegmentOffsetOverflowError(Exception):
 
 class CorruptCheckpointError(Exception):
     """A checkpoint file that does not parse; callers decide whether to start empty or fail."""
+
+
+class UnexpectedAppendOffsetError(InvalidRecordError):
+    """A follower append whose first offset lies below the log end offset (Kafka's
+    UnexpectedAppendOffsetException): the follower's fetch position and its log disagree."""
+
+    def __init__(self, message: str, first_offset: int, last_offset: int) -> None:
+        super().__init__(message)
+        self.first_offset = first_offset
+        self.last_offset = last_offset
+
+
+class OffsetsOutOfOrderError(InvalidRecordError):
+    """Batches of a follower append whose offsets do not increase (Kafka's OffsetsOutOfOrderException)."""

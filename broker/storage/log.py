@@ -1,9 +1,14 @@
-"""Log: one partition's append-only log of segments (Kafka's UnifiedLog + LocalLog, single replica).
+"""Log: one partition's append-only log of segments (Kafka's UnifiedLog + LocalLog).
 
 Offsets: log start offset (first readable), high watermark (what consumers may read) and log
 end offset (next to assign). On a single node the high watermark is the log end offset right
-after each append, as in Kafka with one in-sync replica. The recovery point is the offset below
-which everything is known to be fsynced; a crash re-validates only what lies above it.
+after each append, as in Kafka with one in-sync replica. A ``replicated`` log leaves the high
+watermark to its replication (update_high_watermark): appends never move it. The recovery point
+is the offset below which everything is known to be fsynced; a crash re-validates only what
+lies above it.
+
+Replication: a follower appends the leader's batches unchanged (append_as_follower) and cuts
+its log back to where it agrees with the leader (truncate_to, by leader epoch).
 
 Idempotent producers: every batch with a producer id is checked against the partition's producer
 state (producer_state.py) under the lock before anything is written; a retried batch is answered
@@ -17,6 +22,7 @@ wait for a flush they did not ask for.
 from __future__ import annotations
 
 import bisect
+import enum
 import logging
 import os
 import threading
@@ -35,13 +41,15 @@ from triolog.protocol.record_batch import (
     PRODUCER_FIELDS,
     PRODUCER_ID_OFFSET,
     CompressionType,
+    check_batch,
     fields_struct,
+    split_batches,
 )
 
 from . import filenames
 from .checkpoints import LEADER_EPOCH_CHECKPOINT, LeaderEpochCheckpointFile, LeaderEpochFileCache
 from .clock import SYSTEM_CLOCK, Clock
-from .errors import OffsetOutOfRangeError, StorageError
+from .errors import OffsetOutOfRangeError, OffsetsOutOfOrderError, StorageError, UnexpectedAppendOffsetError
 from .fs import OS_FS, FileSystem, is_disk_full, is_out_of_descriptors
 from .index import OffsetIndex, TimeIndex
 from .loader import LoadedLogOffsets, LogLoader
@@ -72,6 +80,16 @@ RETENTION_MS_BREACH = "retention_ms"
 RETENTION_BYTES_BREACH = "retention_bytes"
 LOG_START_OFFSET_BREACH = "log_start_offset"
 DELETION_REASONS = (RETENTION_MS_BREACH, RETENTION_BYTES_BREACH, LOG_START_OFFSET_BREACH)
+#: Segments removed by truncate_to (not a retention reason: the per-reason metric leaves them out).
+TRUNCATION = "truncation"
+
+
+class FetchIsolation(enum.Enum):
+    """How far a read may go (Kafka's FetchIsolation): a follower reads to the log end offset,
+    a consumer to the high watermark."""
+
+    LOG_END = "log_end"
+    HIGH_WATERMARK = "high_watermark"
 
 
 class LogAppendInfo(NamedTuple):
@@ -123,6 +141,11 @@ class Log:
         self._log_start_offset = offsets.log_start_offset
         self._next_offset = offsets.next_offset
         self._high_watermark = offsets.next_offset
+        #: Replicated (a cluster's partition): the high watermark moves only by
+        #: update_high_watermark / maybe_increment_high_watermark, never by appends.
+        self.replicated = False
+        #: (limit, segment, position): where reads bounded below the log end stop (see _read_bound).
+        self._read_bound_cache: tuple[int, LogSegment, int] | None = None
         self._recovery_point = offsets.recovery_point
         self._pending_flush_offset = offsets.recovery_point
         #: Segments a roll sealed (final time index entry, trimmed files) that no fsync has covered
@@ -235,6 +258,29 @@ class Log:
     @property
     def high_watermark(self) -> int:
         return self._high_watermark
+
+    def update_high_watermark(self, offset: int) -> int:
+        """Set the high watermark, clamped to [log start offset, log end offset] (Kafka's
+        updateHighWatermark: a checkpoint at startup, a follower taking its leader's); the
+        value set."""
+        with self._lock:
+            self._high_watermark = min(max(offset, self._log_start_offset), self._next_offset)
+            return self._high_watermark
+
+    def maybe_increment_high_watermark(self, offset: int) -> bool:
+        """Move the high watermark up to ``offset`` (clamped to the log end), never down: a
+        leader as its in-sync replicas catch up. Whether it moved."""
+        with self._lock:
+            new = min(max(offset, self._log_start_offset), self._next_offset)
+            if new <= self._high_watermark:
+                return False
+            self._high_watermark = new
+            return True
+
+    @property
+    def latest_epoch(self) -> int | None:
+        """The newest leader epoch in the leader epoch cache (None before any)."""
+        return self._latest_epoch
 
     @property
     def recovery_point(self) -> int:
@@ -410,7 +456,9 @@ class Log:
             active.append(last_offset, max_timestamp, shallow_offset, buffers, size)
         except OSError as exc:
             self._io_failure(exc, "append")
-        self._next_offset = self._high_watermark = last_offset + 1
+        self._next_offset = last_offset + 1
+        if not self.replicated:
+            self._high_watermark = last_offset + 1
         if producer_id >= 0:
             # The map end offset is not moved per append (non-idempotent batches would pay for
             # it): snapshots are taken at explicit offsets (roll, close, open).
@@ -428,6 +476,111 @@ class Log:
             size,
             roll_reason,
         )
+
+    def append_as_follower(self, records) -> LogAppendInfo:
+        """Append a leader's batches as they are (Kafka's appendAsFollower): offsets, epochs and
+        compression stay the leader's, so the follower's files match the leader's byte for byte.
+
+        Nothing is written unless every batch is whole, passes its CRC, and the offsets rise
+        from at or above the log end offset (gaps are fine: a compacted leader has them).
+        Producer state follows the batch headers, unchecked, as recovery replays them. Rolls
+        are decided per batch by the leader's rules, so segments start where the leader's do.
+        """
+        view = memoryview(records)
+        if not len(view):
+            return LogAppendInfo(-1, -1, NO_TIMESTAMP, -1, -1, self._log_start_offset, 0, 0)
+        batches = split_batches(view)
+        expected = -1
+        for position, header in batches:
+            check_batch(view[position : position + header.size], header)
+            if header.base_offset < expected or header.last_offset_delta < 0:
+                raise OffsetsOutOfOrderError(
+                    f"batch {header.base_offset}..{header.last_offset} of a follower append to "
+                    f"{self.directory.name} does not follow offset {expected - 1}"
+                )
+            expected = header.next_offset
+        first_offset, last_offset = batches[0][1].base_offset, batches[-1][1].last_offset
+        now_ms = self._clock.milliseconds()
+        max_timestamp, offset_of_max_timestamp, record_count, roll_reason = NO_TIMESTAMP, -1, 0, None
+        with self._lock:
+            self._check_open()
+            if first_offset < self._next_offset:
+                raise UnexpectedAppendOffsetError(
+                    f"follower append to {self.directory.name} starts at offset {first_offset}, "
+                    f"below the log end offset {self._next_offset}",
+                    first_offset,
+                    last_offset,
+                )
+            config = self._config
+            cache = self.leader_epoch_cache
+            psm = self.producer_state_manager
+            try:
+                for position, header in batches:
+                    size = header.size
+                    batch_max_timestamp = header.max_timestamp
+                    active = self._active
+                    reason = active.roll_reason(
+                        config.max_segment_ms,
+                        config.segment_bytes,
+                        batch_max_timestamp,
+                        header.last_offset,
+                        size,
+                        now_ms,
+                    )
+                    if reason is not None:
+                        self.roll_counts[reason] += 1
+                        self._roll_locked(header.base_offset)
+                        active = self._active
+                        roll_reason = reason
+                    epoch = header.partition_leader_epoch
+                    if epoch >= 0:
+                        latest = cache.latest_entry
+                        if latest is None or latest.epoch != epoch or header.base_offset < latest.start_offset:
+                            cache.assign(epoch, header.base_offset)
+                            self._latest_epoch = cache.latest_epoch
+                    # The shallow offset of the batch's max timestamp is its last offset, as the
+                    # leader's validator gives its time index.
+                    active.append(
+                        header.last_offset,
+                        batch_max_timestamp,
+                        header.last_offset,
+                        view[position : position + size],
+                        size,
+                    )
+                    self._next_offset = header.next_offset
+                    if not self.replicated:
+                        self._high_watermark = self._next_offset
+                    if header.producer_id >= 0:
+                        psm.replay_batch(
+                            header.producer_id,
+                            header.producer_epoch,
+                            header.base_sequence,
+                            header.last_offset,
+                            header.last_offset_delta,
+                            batch_max_timestamp,
+                            bool(header.attributes & CONTROL_FLAG),
+                        )
+                    if batch_max_timestamp > max_timestamp:
+                        max_timestamp, offset_of_max_timestamp = batch_max_timestamp, header.last_offset
+                    record_count += header.records_count
+            except OSError as exc:
+                # The batches before the failing one are in (the log end offset says so).
+                self._io_failure(exc, "follower append")
+            flush_due = self._next_offset - self._recovery_point >= config.flush_messages
+            info = LogAppendInfo(
+                first_offset,
+                last_offset,
+                max_timestamp,
+                offset_of_max_timestamp,
+                -1,
+                self._log_start_offset,
+                record_count,
+                len(view),
+                roll_reason,
+            )
+        if flush_due:
+            self.flush()
+        return info
 
     def _io_failure(self, exc: OSError, what: str) -> NoReturn:
         """A write that failed. A full disk or a process out of descriptors fails only this
@@ -688,16 +841,29 @@ class Log:
 
     # -- reads -------------------------------------------------------------------------------
 
-    def read(self, start_offset: int, max_length: int, *, min_one_message: bool = True) -> FetchDataInfo:
-        """Whole batches from ``start_offset`` below the high watermark, at most ``max_length`` bytes.
+    def read(
+        self,
+        start_offset: int,
+        max_length: int,
+        *,
+        min_one_message: bool = True,
+        isolation: FetchIsolation = FetchIsolation.HIGH_WATERMARK,
+    ) -> FetchDataInfo:
+        """Whole batches from ``start_offset`` below the high watermark (a follower's fetch:
+        ``isolation=LOG_END``, below the log end offset), at most ``max_length`` bytes.
 
         Raises OffsetOutOfRangeError below the log start offset or above the log end offset.
         """
         with self._lock:
-            return self._read_locked(start_offset, max_length, min_one_message)
+            return self._read_locked(start_offset, max_length, min_one_message, isolation)
 
     def try_read_tail(
-        self, start_offset: int, max_length: int, *, min_one_message: bool = True
+        self,
+        start_offset: int,
+        max_length: int,
+        *,
+        min_one_message: bool = True,
+        isolation: FetchIsolation = FetchIsolation.HIGH_WATERMARK,
     ) -> FetchDataInfo | None:
         """read(), or None (nothing done) when it could take long: the log's lock held by another
         thread, or ``start_offset`` below the active segment (older data may have left the page
@@ -709,28 +875,58 @@ class Log:
         try:
             if start_offset < self._active.base_offset:
                 return None
-            return self._read_locked(start_offset, max_length, min_one_message)
+            return self._read_locked(start_offset, max_length, min_one_message, isolation)
         finally:
             self._lock.release()
 
-    def _read_locked(self, start_offset: int, max_length: int, min_one_message: bool) -> FetchDataInfo:
+    def _read_locked(
+        self,
+        start_offset: int,
+        max_length: int,
+        min_one_message: bool,
+        isolation: FetchIsolation = FetchIsolation.HIGH_WATERMARK,
+    ) -> FetchDataInfo:
         self._check_open()
-        high_watermark = self._high_watermark
+        limit = self._high_watermark if isolation is FetchIsolation.HIGH_WATERMARK else self._next_offset
         if start_offset < self._log_start_offset or start_offset > self._next_offset:
             raise OffsetOutOfRangeError(
                 f"offset {start_offset} is out of range for partition {self.directory.name}: "
                 f"log start offset {self._log_start_offset}, log end offset {self._next_offset}"
             )
         empty = FetchDataInfo(LogOffsetMetadata(start_offset), None)
-        if start_offset >= high_watermark:
+        if start_offset >= limit:
             return empty
+        # Below the log end (a replicated log's high watermark), reads stop at the batch holding
+        # the limit: Kafka's maxPosition in the limit's segment.
+        bound = self._read_bound(limit) if limit < self._next_offset else None
         segment = self._segments.floor_segment(start_offset)
         while segment is not None:
-            info = segment.read(start_offset, max_length, min_one_message=min_one_message)
+            max_position = None
+            if bound is not None:
+                if segment.base_offset > bound[0]:
+                    return empty
+                if segment.base_offset == bound[0]:
+                    max_position = bound[1]
+            info = segment.read(start_offset, max_length, max_position, min_one_message=min_one_message)
             if info is not None:
                 return info
             segment = self._segments.higher_segment(segment.base_offset)
         return empty
+
+    def _read_bound(self, limit: int) -> tuple[int, int]:
+        """(base offset, position) of the segment holding ``limit`` and the start of the batch
+        reaching it; cached, as consumers of a replicated log ask for it on every fetch. The
+        position cannot move while the segment and limit stay: a segment with a later one is
+        never appended to, and truncation clears the cache."""
+        segment = self._segments.floor_segment(limit)
+        assert segment is not None  # (limit >= the log start offset, the first segment's base or above)
+        cached = self._read_bound_cache
+        if cached is not None and cached[0] == limit and cached[1] is segment:
+            return segment.base_offset, cached[2]
+        found = segment.translate_offset(limit)
+        position = found[0] if found is not None else segment.size
+        self._read_bound_cache = (limit, segment, position)
+        return segment.base_offset, position
 
     def fetch_offset_by_timestamp(self, timestamp: int) -> TimestampAndOffset | None:
         """Kafka's ListOffsets: -2 earliest, -1 latest, -3 max timestamp, or the first record at/after a time."""
@@ -810,6 +1006,160 @@ class Log:
                 if found is not None and (winner is None or found[0] > winner[0]):
                     winner = found
         return TimestampAndOffset(*winner) if winner is not None else None
+
+    # -- replication: leader epochs and truncation --------------------------------------------
+
+    def assign_epoch_start_offset(self, epoch: int, offset: int | None = None) -> None:
+        """Record that ``epoch`` starts at ``offset`` (default: the log end offset), as a new
+        leader does before it takes writes (Kafka's maybeAssignEpochStartOffset); its appends
+        in that epoch then record nothing more."""
+        with self._lock:
+            self._check_open()
+            try:
+                self.leader_epoch_cache.assign(epoch, self._next_offset if offset is None else offset)
+            except OSError as exc:
+                self._io_failure(exc, "leader epoch assignment")
+            self._latest_epoch = self.leader_epoch_cache.latest_epoch
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """OffsetsForLeaderEpoch: (the largest epoch <= ``epoch``, the offset where the next one
+        starts, or the log end offset for the latest epoch); (-1, -1) when unknown."""
+        with self._lock:
+            self._check_open()
+            return self.leader_epoch_cache.end_offset_for(epoch, self._next_offset)
+
+    def truncate_to(self, target_offset: int) -> bool:
+        """Cut the log back to below ``target_offset`` (Kafka's UnifiedLog.truncateTo): what a
+        follower does where its log diverges from its leader's. Whether anything was removed.
+
+        Segments from ``target_offset`` on go the way retention's do (``.deleted``, removed
+        later); the one holding it is cut at the batch reaching it, so the new log end offset is
+        where the remaining batches end (a batch straddling the target goes whole). Below the
+        log start offset (or the first segment) the log starts over at ``target_offset``.
+        """
+        if target_offset < 0:
+            raise ValueError(f"cannot truncate {self.directory.name} to offset {target_offset}")
+        with self._lock:
+            self._check_open()
+            if target_offset >= self._next_offset:
+                return False
+            first = self._segments.first_segment()
+            assert first is not None  # (a log always has a segment)
+            if target_offset < self._log_start_offset or target_offset <= first.base_offset:
+                self._truncate_fully_locked(target_offset)
+                return True
+            tail = self._segments.floor_segment(target_offset - 1)
+            assert tail is not None  # (target_offset > the first segment's base offset)
+            doomed = [segment for segment in self._segments if segment.base_offset > tail.base_offset]
+            if tail is not self._active:
+                # It becomes the active segment again: sealed, it has trimmed, read-only
+                # indexes; a new LogSegment on its files maps them writable.
+                try:
+                    if tail.base_offset in self._unsealed:
+                        tail.seal()
+                        del self._unsealed[tail.base_offset]
+                    new_tail = self._open_segment(tail.base_offset, file_already_exists=True)
+                except OSError as exc:
+                    self._io_failure(exc, "truncation")
+            else:
+                new_tail = tail
+            self._validated_ahead = None
+            self._read_bound_cache = None
+            try:
+                if doomed:
+                    self._remove_and_delete_segments(doomed, TRUNCATION)
+                if new_tail is not tail:
+                    tail.close_handlers()
+                    self._segments.add(new_tail)
+                    if tail.base_offset in self._unsynced_sealed:
+                        self._unsynced_sealed[tail.base_offset] = new_tail
+                    self._active = new_tail
+                    new_tail.resize_indexes(self._config.segment_index_bytes)
+                new_tail.truncate_to(target_offset)
+                new_end = new_tail.read_next_offset() if new_tail.size else new_tail.base_offset
+                # Durable before anything is appended after it: a power cut that undid the cut
+                # would bring the removed batches back under offsets the leader gives others.
+                new_tail.flush()
+                self.fs.fsync_dir(self.directory)
+            except OSError as exc:
+                self._go_offline(exc)  # half done: the log must not serve or take more
+            self._truncated_to_locked(new_end)
+            logger.info(
+                "truncated %s to offset %d (log end offset %d, %d segments removed)",
+                self.directory.name,
+                target_offset,
+                new_end,
+                len(doomed),
+            )
+            return True
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Remove every segment and start over, empty, at ``offset`` (Kafka's
+        truncateFullyAndStartAt): a follower far behind its leader's log start offset."""
+        if offset < 0:
+            raise ValueError(f"cannot start {self.directory.name} at offset {offset}")
+        with self._lock:
+            self._check_open()
+            self._truncate_fully_locked(offset)
+
+    def _truncate_fully_locked(self, offset: int) -> None:
+        self._validated_ahead = None
+        self._read_bound_cache = None
+        try:
+            self._remove_and_delete_segments(list(self._segments), TRUNCATION)
+            segment = self._open_segment(offset, file_already_exists=False)
+            self._segments.add(segment)
+            self._active = segment
+            self.fs.fsync_dir(self.directory)
+        except OSError as exc:
+            self._go_offline(exc)  # no segment left, or the new one not durable
+        self._log_start_offset = offset
+        self._recovery_point = offset  # nothing below it, and the new segment is durable
+        try:
+            self.producer_state_manager.truncate_fully_and_start_at(offset)
+            self.leader_epoch_cache.clear()
+        except OSError as exc:
+            self._go_offline(exc)
+        self._truncated_to_locked(offset)
+        logger.info("truncated %s fully: it starts over at offset %d", self.directory.name, offset)
+
+    def _truncated_to_locked(self, new_end: int) -> None:
+        """The offsets and caches after a truncation to ``new_end`` (caller holds the lock)."""
+        try:
+            self._truncate_state_locked(new_end)
+        except OSError as exc:
+            self._go_offline(exc)  # an epoch checkpoint or a producer snapshot: half done
+
+    def _truncate_state_locked(self, new_end: int) -> None:
+        self._next_offset = new_end
+        self._high_watermark = min(self._high_watermark, new_end)
+        self._recovery_point = min(self._recovery_point, new_end)
+        self._pending_flush_offset = min(self._pending_flush_offset, new_end)
+        self._timestamp_prefix_key = None
+        self._read_bound_cache = None
+        self._validated_ahead = None
+        self.leader_epoch_cache.truncate_from_end(new_end)
+        self._latest_epoch = self.leader_epoch_cache.latest_epoch
+        # The state at the new end: snapshots past it go, the newest left is loaded and the
+        # batches after it replayed. (The map end offset does not follow appends, so a state
+        # whose map end happens to equal new_end still holds removed batches: start empty.)
+        psm = self.producer_state_manager
+        psm.producers = {}
+        rebuild_producer_state(psm, self._segments, self._log_start_offset, new_end, self._clock.milliseconds())
+
+    def _open_segment(self, base_offset: int, *, file_already_exists: bool) -> LogSegment:
+        config = self._config
+        return LogSegment.open(
+            self.directory,
+            base_offset,
+            index_interval_bytes=config.index_interval_bytes,
+            segment_index_bytes=config.segment_index_bytes,
+            clock=self._clock,
+            rolling_jitter_ms=rolling_jitter_ms(config.segment_jitter_ms, config.segment_ms),
+            file_already_exists=file_already_exists,
+            preallocate_bytes=config.segment_bytes if config.preallocate and not file_already_exists else 0,
+            fs=self.fs,
+        )
 
     # -- log start offset --------------------------------------------------------------------
 

@@ -111,6 +111,10 @@ class LogManager:
         #: The cluster the log dirs must belong to (ZooKeeper's /cluster/id), set before startup()
         #: by a broker joining a cluster: a log dir of another cluster is refused, a new one joins it.
         self.required_cluster_id: str | None = None
+        #: Set before startup() by a broker in a cluster: every log it opens or creates is
+        #: ``replicated`` (its high watermark moved by replication, not by appends), and a log
+        #: it loads starts from the high watermark in its dir's replication-offset-checkpoint.
+        self.replicated = False
         self._logs: dict[TopicPartition, Log] = {}
         self._log_dir_of: dict[TopicPartition, LogDir] = {}
         self._lock = threading.RLock()
@@ -148,6 +152,7 @@ class LogManager:
             self.had_clean_shutdown[log_dir.path] = clean
             recovery_points = log_dir.read_checkpoint(log_dir.recovery_point_checkpoint)
             log_starts = log_dir.read_checkpoint(log_dir.log_start_offset_checkpoint)
+            high_watermarks = log_dir.read_checkpoint(log_dir.replication_offset_checkpoint) if self.replicated else {}
             for entry in sorted(self.fs.scandir(log_dir.path), key=lambda e: e.name):
                 if not entry.is_dir():
                     continue
@@ -172,6 +177,11 @@ class LogManager:
                     producer_id_expiration_ms=self.producer_id_expiration_ms,
                 )
                 log.on_offline = self._on_log_offline
+                if self.replicated:
+                    # Kafka's Partition.createLogIfNotExists: the checkpointed high watermark
+                    # (0 if none, so the log start offset), capped at the log end offset.
+                    log.replicated = True
+                    log.update_high_watermark(high_watermarks.get(tp, 0))
                 self._logs[tp] = log
                 self._log_dir_of[tp] = log_dir
             loaded = sum(1 for d in self._log_dir_of.values() if d is log_dir)
@@ -262,6 +272,7 @@ class LogManager:
                     )
                     directory = None
                     log.on_offline = self._on_log_offline
+                    log.replicated = self.replicated
                     self._logs[(topic, partition)] = log
                     self._log_dir_of[(topic, partition)] = log_dir
                     created.append(((topic, partition), log))
@@ -409,6 +420,19 @@ class LogManager:
             for tp, log in logs
             if log.log_start_offset > log.segments.first_segment().base_offset
         }
+
+    def high_watermark_checkpoints(self) -> dict[TopicPartition, int]:
+        """The high watermarks in the online log dirs' replication-offset-checkpoint files, of
+        the partitions each dir holds (what a replica manager starts a partition from)."""
+        out: dict[TopicPartition, int] = {}
+        for log_dir in self.log_dirs:
+            if log_dir.offline or not hasattr(log_dir, "replication_offset_checkpoint"):
+                continue
+            held = {tp for tp, _ in self._logs_in(log_dir)}
+            with log_dir.checkpoint_lock:
+                entries = log_dir.read_checkpoint(log_dir.replication_offset_checkpoint)
+            out.update((tp, offset) for tp, offset in entries.items() if tp in held)
+        return out
 
     @staticmethod
     def _high_watermarks(logs) -> dict[TopicPartition, int]:

@@ -409,6 +409,37 @@ class LogSegment:
                 return TimestampAndOffset(*found)
         return None
 
+    # -- truncation --------------------------------------------------------------------------
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove the batches from the first one reaching ``offset`` on, with their index
+        entries (Kafka's LogSegment.truncateTo); the segment must be the active one (writable
+        indexes). Returns the bytes removed. What the appends of the removed batches left in
+        memory (max timestamp, bytes since the last index entry) is derived again from the
+        files, so the next appends index as they would have without them."""
+        found = self.translate_offset(offset)
+        offset_index, time_index = self.offset_index, self.time_index
+        offset_index.truncate_to(offset)
+        time_index.truncate_to(offset)
+        removed = self.log.truncate_to(found[0]) if found is not None else 0
+        size = self.log.size
+        self._rolling_based_timestamp = None
+        if size == 0:
+            self.created_ms = self._clock.milliseconds()
+        entries = offset_index.entries
+        self._bytes_since_last_index_entry = size - (offset_index.entry(entries - 1).position if entries else 0)
+        # The newest time index entry, then the batches after it (Kafka's readLargestTimestamp).
+        if time_index.entries:
+            max_ts = time_index.last_entry
+            position = offset_index.lookup(max_ts.offset).position
+        else:
+            max_ts, position = TimestampOffset(NO_TIMESTAMP, self.base_offset), 0
+        for _, header in self.log.batch_headers(position):
+            if header.max_timestamp > max_ts.timestamp:
+                max_ts = TimestampOffset(header.max_timestamp, header.last_offset)
+        self._max_timestamp_and_offset = max_ts
+        return removed
+
     # -- recovery ----------------------------------------------------------------------------
 
     def recover(self, on_batch=None) -> int:
