@@ -23,6 +23,7 @@ __all__ = [
     "CorruptMessageError",
     "DuplicateResourceError",
     "DuplicateSequenceNumberError",
+    "FencedLeaderEpochError",
     "GroupAuthorizationFailedError",
     "GroupIdNotFoundError",
     "GroupMaxSizeReachedError",
@@ -42,11 +43,13 @@ __all__ = [
     "InvalidTimestampError",
     "InvalidTopicError",
     "KafkaStorageError",
+    "LeaderNotAvailableError",
     "MemberIdRequiredError",
     "MessageTooLargeError",
     "NoOffsetForPartitionError",
     "NonEmptyGroupError",
     "NotCoordinatorError",
+    "NotLeaderOrFollowerError",
     "OffsetMetadataTooLargeError",
     "OffsetOutOfRangeError",
     "OutOfOrderSequenceNumberError",
@@ -69,6 +72,7 @@ __all__ = [
     "TransactionalIdAuthorizationFailedError",
     "TriologClientError",
     "UnacceptableCredentialError",
+    "UnknownLeaderEpochError",
     "UnknownMemberIdError",
     "UnknownProducerIdError",
     "UnknownServerError",
@@ -136,6 +140,35 @@ class UnknownTopicOrPartitionError(TriologClientError):
     """Safe to retry: the broker refused the request before appending anything."""
 
     code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    retriable = True
+
+
+class LeaderNotAvailableError(TriologClientError):
+    """The partition has no leader now (a cluster electing one): retried after a metadata refresh."""
+
+    code = ErrorCode.LEADER_NOT_AVAILABLE
+    retriable = True
+
+
+class NotLeaderOrFollowerError(TriologClientError):
+    """The broker asked does not lead the partition: the client's metadata is stale; retried after
+    a metadata refresh, nothing was written."""
+
+    code = ErrorCode.NOT_LEADER_OR_FOLLOWER
+    retriable = True
+
+
+class FencedLeaderEpochError(TriologClientError):
+    """The client knew an older leader epoch than the leader's: refresh metadata and retry."""
+
+    code = ErrorCode.FENCED_LEADER_EPOCH
+    retriable = True
+
+
+class UnknownLeaderEpochError(TriologClientError):
+    """The client knew a newer leader epoch than the broker has heard of yet: retry."""
+
+    code = ErrorCode.UNKNOWN_LEADER_EPOCH
     retriable = True
 
 
@@ -387,6 +420,10 @@ _BY_CODE: dict[int, type[TriologClientError]] = {
         ResourceNotFoundError,
         DuplicateResourceError,
         UnacceptableCredentialError,
+        LeaderNotAvailableError,
+        NotLeaderOrFollowerError,
+        FencedLeaderEpochError,
+        UnknownLeaderEpochError,
     )
 }
 

@@ -51,6 +51,14 @@ BROKER_CODES: frozenset[ErrorCode] = frozenset(
         # A batch failed its CRC, size or structural checks.
         ErrorCode.CORRUPT_MESSAGE,
         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        # Cluster: the partition has no leader now (its replicas are down or being elected).
+        ErrorCode.LEADER_NOT_AVAILABLE,
+        # Cluster: this broker does not lead the partition (the client's metadata is stale).
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        # Cluster: the request's leader epoch is older than the leader's (a newer leader exists).
+        ErrorCode.FENCED_LEADER_EPOCH,
+        # Cluster: the request's leader epoch is newer than this broker knows yet.
+        ErrorCode.UNKNOWN_LEADER_EPOCH,
         ErrorCode.REQUEST_TIMED_OUT,
         # A batch is larger than max.message.bytes (or a record set larger than a segment).
         ErrorCode.MESSAGE_TOO_LARGE,
@@ -177,6 +185,22 @@ class InvalidTopicError(TriologError):
 
 class UnknownTopicOrPartitionError(TriologError):
     code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+class LeaderNotAvailableError(TriologError):
+    code = ErrorCode.LEADER_NOT_AVAILABLE
+
+
+class NotLeaderOrFollowerError(TriologError):
+    code = ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+
+class FencedLeaderEpochError(TriologError):
+    code = ErrorCode.FENCED_LEADER_EPOCH
+
+
+class UnknownLeaderEpochError(TriologError):
+    code = ErrorCode.UNKNOWN_LEADER_EPOCH
 
 
 class TopicAlreadyExistsError(TriologError):

@@ -633,6 +633,7 @@ class BrokerMetadata:
     node_id: Int32
     host: str
     port: Port
+    rack: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -643,6 +644,10 @@ class PartitionMetadata:
     error_message: str | None = None
     log_start_offset: Int64 = -1
     high_watermark: Int64 = -1
+    leader_epoch: Int32 = -1
+    replicas: tuple[Int32, ...] = ()
+    isr: tuple[Int32, ...] = ()
+    offline_replicas: tuple[Int32, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -57,7 +57,8 @@ def test_architecture_contracts_see_through_the_symlinks(tmp_path):
     result = lint_imports(tmp_path)
     assert result.returncode == 1, result.stdout + result.stderr
     report = " ".join(result.stdout.split())
-    assert f"Contracts: {CONTRACTS - 5} kept, 5 broken." in report
+    # (six: the pipeline's and the cluster's contracts break too, through the client and the storage)
+    assert f"Contracts: {CONTRACTS - 6} kept, 6 broken." in report
     assert "triolog.broker.storage is not allowed to import triolog.broker.server" in report
     assert "triolog.broker.storage is not allowed to import trio:" in report
     assert "triolog.client is not allowed to import tests" in report

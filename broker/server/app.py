@@ -23,6 +23,8 @@ import structlog
 import trio
 
 from triolog.broker.cluster.membership import ClusterJoinError, ClusterMembership
+from triolog.broker.cluster.metadata_cache import ClusterMetadataCache
+from triolog.broker.cluster.replica_manager import ReplicaManager
 from triolog.broker.coordinator.producer_id_manager import ProducerIdManager
 from triolog.broker.metrics import BrokerMetrics
 from triolog.broker.security.acl_store import AclStore
@@ -42,6 +44,7 @@ from triolog.protocol.kafka.apis import KafkaContext
 from triolog.protocol.request_limits import RequestLimits
 
 from .authorization import RequestAuthorizer
+from .cluster_handlers import ClusterApis, ClusterServices
 from .codec import Codec
 from .connection import ClientConnection
 from .group_commit import GroupCommitter
@@ -186,6 +189,8 @@ class BrokerServer:
         self.quotas: ClientQuotas | None = None
         #: The broker's ZooKeeper session, registration and controller (zookeeper.connect set).
         self.membership: ClusterMembership | None = None
+        #: What a cluster member's handlers serve from (zookeeper.connect set).
+        self.cluster: ClusterServices | None = None
 
     def shutdown(self) -> None:
         self._shutdown.set()
@@ -198,9 +203,23 @@ class BrokerServer:
                 raise StartupError(str(exc)) from None
         if self.config.zookeeper_connect:
             # Kafka's order: the cluster id from ZooKeeper first, which the log dirs must carry.
-            self.membership = ClusterMembership(self.config)
+            self.membership = membership = ClusterMembership(self.config)
+            cache = ClusterMetadataCache(membership.zk)
+            replicas = ReplicaManager(
+                self.config.node_id,
+                cache,
+                self.topics,
+                topic_configs=membership.zk.topic_config,
+                lag_max_ms=self.config.replica_lag_time_max_ms,
+                now_ms=self.clock.milliseconds,
+                run_sync=partial(self.workers.run_sync, limiter=self.limiter),
+            )
+            self.cluster = ClusterServices(membership, cache, replicas)
             try:
                 self.log_manager.required_cluster_id = await self.membership.connect()
+                # Every log's high watermark is then the replication's (from its checkpoint at
+                # load), no longer its log end.
+                self.log_manager.replicated = True
             except ClusterJoinError as exc:
                 raise StartupError(str(exc)) from None
         try:
@@ -311,7 +330,12 @@ class BrokerServer:
             await membership.register(endpoints)
         except ClusterJoinError as exc:
             raise StartupError(str(exc)) from None
+        assert self.cluster is not None
         await nursery.start(membership.run)
+        await nursery.start(self.cluster.cache.run)
+        # Serving starts once the partitions this broker leads are known (Kafka's broker waits
+        # for its first LeaderAndIsr the same way); clients retry NOT_LEADER_OR_FOLLOWER meanwhile.
+        await nursery.start(self.cluster.replicas.run)
 
     def _request_handler(self, advertised_host: str, advertised_port: int) -> RequestHandler:
         """The request handler, with the coordinators and security stores it serves from."""
@@ -345,6 +369,9 @@ class BrokerServer:
                 workers=self.workers,
                 limiter=self.limiter,
             ),
+            cluster=None
+            if self.cluster is None
+            else ClusterApis(config=self.config, topics=self.topics, services=self.cluster),
             producers=ProducerIdApis(
                 manager=self.producer_ids,
                 log_manager=self.log_manager,

@@ -47,12 +47,14 @@ from triolog.protocol.errors import (
     PolicyViolationError,
     RequestTimedOutError,
     StorageError,
+    TopicAlreadyExistsError,
     TopicAuthorizationFailedError,
     TriologError,
     UnknownTopicOrPartitionError,
 )
 
 from .authorization import Op, RequestAuthorizer
+from .cluster_handlers import ClusterApis
 from .codec import EncodedResponse
 from .error_mapping import ApiError, error_of
 from .fetch_descriptors import SPARE_FETCH_DESCRIPTORS, DescriptorBudget, FetchRegion, FetchResult
@@ -248,6 +250,7 @@ class RequestHandler:
         advertised_host: str,
         advertised_port: int,
         on_roll: Callable[[Log, str], None] | None = None,
+        cluster: ClusterApis | None = None,
     ):
         self.config = config
         self.log_manager = log_manager
@@ -264,6 +267,8 @@ class RequestHandler:
         self.groups = groups
         self.security = security
         self.producers = producers
+        #: A cluster member's view of the cluster (zookeeper.connect); None when standalone.
+        self.cluster = cluster
         #: Long polls waiting for data right now (Kafka's delayed fetch purgatory size).
         self.delayed_fetches = 0
         #: Produce batches answered as duplicates of an idempotent producer's earlier batch
@@ -335,6 +340,18 @@ class RequestHandler:
         producer asks for metadata first, and a raw produce to a missing topic is refused.
         """
         validate_topic_name(topic)
+        cluster = self.cluster
+        if cluster is not None:
+            if cluster.topic_exists(topic):
+                return
+            if not (may_create and self.config.auto_create_topics_enable):
+                raise UnknownTopicOrPartitionError(f"topic {topic!r} does not exist")
+            try:  # (from a worker thread: the cluster's topics are created on the event loop)
+                trio.from_thread.run(cluster.create_topic, topic, -1, -1, {})
+                logger.info("topic_auto_created", topic=topic, partitions=self.config.num_partitions)
+            except TopicAlreadyExistsError:
+                pass  # another broker or request made it first: that is fine
+            return
         if self.topics.get(topic) is not None:
             return
         if not (may_create and self.config.auto_create_topics_enable):
@@ -384,9 +401,12 @@ class RequestHandler:
     async def _metadata(self, request: m.MetadataRequest, ctx: RequestContext) -> m.Response:
         authz = self.authz
 
+        cluster = self.cluster
+
         def work() -> list[m.TopicMetadata]:
             if request.topics is None:  # every topic the principal may describe (others unmentioned)
-                names = [n for n in sorted(self.topics.all()) if authz.topic(ctx, Op.DESCRIBE, n, log=False)]
+                every = cluster.cache.topics if cluster is not None else self.topics.all()
+                names = [n for n in sorted(every) if authz.topic(ctx, Op.DESCRIBE, n, log=False)]
             else:
                 names = list(request.topics)
             out = []
@@ -401,6 +421,9 @@ class RequestHandler:
                                 f"{ctx.principal} is not authorized to create topic {name!r}"
                             )
                         self._existing_or_auto_created(name, may_create=may_create)
+                    if cluster is not None:
+                        out.append(cluster.topic_metadata(name))
+                        continue
                     topic = self.topics.get(name)
                     if topic is None:
                         raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
@@ -413,6 +436,8 @@ class RequestHandler:
                                 leader=self.config.node_id,
                                 log_start_offset=log.log_start_offset,
                                 high_watermark=log.high_watermark,
+                                replicas=(self.config.node_id,),
+                                isr=(self.config.node_id,),
                             )
                         )
                     out.append(m.TopicMetadata(name=name, internal=is_internal(name), partitions=tuple(partitions)))
@@ -422,12 +447,58 @@ class RequestHandler:
             return out
 
         topics = await self._in_thread(work)
+        if cluster is not None:
+            return m.MetadataResponse(
+                id=request.id,
+                brokers=cluster.brokers(kafka_listener=ctx.listener == "kafka.listeners"),
+                controller_id=cluster.controller_id(),
+                topics=tuple(topics),
+            )
         broker = m.BrokerMetadata(node_id=self.config.node_id, host=self.advertised_host, port=self.advertised_port)
         return m.MetadataResponse(
             id=request.id, brokers=(broker,), controller_id=self.config.node_id, topics=tuple(topics)
         )
 
+    def _refuse_in_cluster(self, api: str) -> None:
+        """Topic changes a cluster member does not make yet: refused whole, nothing changed (a
+        local change would leave this broker disagreeing with the cluster's metadata)."""
+        if self.cluster is not None:
+            raise InvalidRequestError(f"{api} is not yet served by a broker of a cluster (zookeeper.connect)")
+
+    async def _create_cluster_topics(self, request: m.CreateTopicsRequest, ctx: RequestContext) -> m.Response:
+        cluster = self.cluster
+        assert cluster is not None
+        out = []
+        for new in request.topics:
+            try:
+                if not self.authz.may_create_topic(ctx, new.name):
+                    raise TopicAuthorizationFailedError(
+                        f"{ctx.principal} is not authorized to create topic {new.name!r}"
+                    )
+                count, config = await cluster.create_topic(
+                    new.name,
+                    new.num_partitions,
+                    new.replication_factor,
+                    dict(new.configs),
+                    validate_only=request.validate_only,
+                )
+                shown = self.authz.topic(ctx, Op.DESCRIBE_CONFIGS, new.name, log=False)
+                out.append(
+                    m.CreateTopicResult(
+                        name=new.name,
+                        num_partitions=count,
+                        configs={k: config_value_text(config.value_of(k)) for k in TOPIC_CONFIGS} if shown else {},
+                    )
+                )
+            except Exception as exc:
+                code, message = error_of(exc, topic=new.name)
+                out.append(m.CreateTopicResult(name=new.name, error_code=code, error_message=message))
+        return m.CreateTopicsResponse(id=request.id, topics=tuple(out))
+
     async def _create_topics(self, request: m.CreateTopicsRequest, ctx: RequestContext) -> m.Response:
+        if self.cluster is not None:
+            return await self._create_cluster_topics(request, ctx)
+
         def work() -> list[m.CreateTopicResult]:
             out = []
             for new in request.topics:
@@ -481,6 +552,7 @@ class RequestHandler:
                 try:
                     validate_topic_name(name)
                     self.authz.require_topic(ctx, Op.DELETE, name)
+                    self._refuse_in_cluster("delete_topics")
                     topic = self.topics.get(name)
                     if topic is not None:
                         gone.extend((name, p) for p in range(topic.num_partitions))
@@ -517,6 +589,7 @@ class RequestHandler:
                 try:
                     validate_topic_name(entry.name)
                     self.authz.require_topic(ctx, Op.ALTER, entry.name)
+                    self._refuse_in_cluster("create_partitions")
                     with self._create_lock:
                         topic = self.topics.validate_new_partitions(entry.name, entry.count)
                         self._check_partition_room(entry.name, entry.count - topic.num_partitions)
@@ -623,6 +696,7 @@ class RequestHandler:
                 try:
                     validate_topic_name(entry.name)
                     self.authz.require_topic(ctx, Op.ALTER_CONFIGS, entry.name)
+                    self._refuse_in_cluster("alter_configs")
                     self.topics.alter_configs(
                         entry.name,
                         entry.configs,
@@ -651,6 +725,14 @@ class RequestHandler:
         return m.AlterConfigsResponse(id=request.id, topics=tuple(await self._in_thread(work)))
 
     # -- produce -----------------------------------------------------------------------------
+
+    def _leader(self, topic: str, partition: int, *, inline: bool = False) -> tuple[Log, int]:
+        """The log a leader-only request reads or appends, and the leader epoch appends are stamped
+        with: this broker's own log when standalone (epoch 0), a cluster's partition only where this
+        broker leads it (else NOT_LEADER_OR_FOLLOWER and its kin)."""
+        if self.cluster is not None:
+            return self.cluster.leader(topic, partition)
+        return (self._inline_log(topic, partition) if inline else self.topics.log(topic, partition)), 0
 
     def _inline_log(self, topic: str, partition: int) -> Log:
         """The log of an existing partition, without waiting for anything; _WouldBlock otherwise
@@ -689,16 +771,14 @@ class RequestHandler:
                     continue
                 log = None
                 try:
+                    log, epoch = self._leader(topic.name, part.partition, inline=inline)
+                    self.producers.check_producer_id(part.records, log)
                     if inline:
-                        log = self._inline_log(topic.name, part.partition)
-                        self.producers.check_producer_id(part.records, log)
-                        info = log.try_append_as_leader(part.records, max_bytes=INLINE_PRODUCE_BYTES)
+                        info = log.try_append_as_leader(part.records, epoch, max_bytes=INLINE_PRODUCE_BYTES)
                         if info is None:
                             raise _WouldBlock
                     else:
-                        log = self.topics.log(topic.name, part.partition)
-                        self.producers.check_producer_id(part.records, log)
-                        info = log.append_as_leader(part.records)
+                        info = log.append_as_leader(part.records, epoch)
                     rows.append(PartitionAppend(part.partition, info, log=log))
                 except _WouldBlock:
                     raise
@@ -742,6 +822,8 @@ class RequestHandler:
                         # fsync of the original's offsets, which may not be durable yet.
                         self.produce_duplicates += 1
                         continue
+                    if self.cluster is not None:
+                        self.cluster.replicas.on_leader_append(topic.name, row.partition)
                     self.notifier.notify((topic.name, row.partition))
                     if info.roll_reason is not None and self.on_roll is not None:
                         assert row.log is not None  # an appended partition carries its log
@@ -840,11 +922,7 @@ class RequestHandler:
                     try:
                         validate_topic_name(topic.name)
                         self.authz.require_topic(ctx, Op.READ, topic.name)
-                        log = (
-                            self._inline_log(topic.name, part.partition)
-                            if inline
-                            else self.topics.log(topic.name, part.partition)
-                        )
+                        log, _ = self._leader(topic.name, part.partition, inline=inline)
                         budget = max(0, min(part.partition_max_bytes, remaining))
                         # The first regions take their descriptors now (no thread hop later for
                         # a small fetch); the rest as the response is sent.
@@ -920,7 +998,8 @@ class RequestHandler:
                     try:
                         validate_topic_name(topic.name)
                         self.authz.require_topic(ctx, Op.DESCRIBE, topic.name)
-                        found = self.topics.log(topic.name, part.partition).fetch_offset_by_timestamp(part.timestamp)
+                        log, _ = self._leader(topic.name, part.partition)
+                        found = log.fetch_offset_by_timestamp(part.timestamp)
                         timestamp, offset = (found.timestamp, found.offset) if found is not None else (-1, -1)
                         partitions.append(
                             m.ListOffsetsPartitionResult(partition=part.partition, timestamp=timestamp, offset=offset)
@@ -946,7 +1025,7 @@ class RequestHandler:
                     try:
                         validate_topic_name(topic.name)
                         self.authz.require_topic(ctx, Op.DELETE, topic.name)
-                        log = self.topics.log(topic.name, part.partition)
+                        log, _ = self._leader(topic.name, part.partition)
                         if part.offset < -1:
                             raise OffsetOutOfRangeError(
                                 f"offset {part.offset} is not an offset (use -1 for the high watermark)"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
 from triolog.config.log_config import TOPIC_CONFIGS, ConfigError, LogConfig, unknown_topic_config
@@ -134,6 +134,29 @@ class TopicManager:
                 log = self.log_manager.get_or_create_log(topic, partition, self.config_for(topic))
         return log
 
+    # -- a cluster's topics --------------------------------------------------------------------
+
+    def register_cluster_topic(self, name: str, num_partitions: int, overrides: Mapping[str, str]) -> Topic:
+        """A topic of a cluster (its assignment and configs in ZooKeeper) with replicas on this
+        broker: known here with its partition count and overrides, its logs made only for the
+        partitions this broker hosts (``hosted_log``). The entry is rewritten when either changed."""
+        with self._lock:
+            topic = Topic(name, num_partitions, dict(overrides))
+            if self._topics.get(name) != topic:
+                self._topics[name] = topic
+                self._save()
+                for log in self.log_manager.all_logs().values():
+                    if log.topic == name:
+                        log.update_config(self.config_for(name))
+            return topic
+
+    def hosted_log(self, topic: str, partition: int) -> Log:
+        """The local log of a cluster topic's partition this broker hosts, created if new."""
+        with self._lock:
+            if topic not in self._topics:
+                raise UnknownTopicOrPartitionError(f"topic {topic!r} is not known to this broker")
+            return self.log_manager.get_or_create_log(topic, partition, self.config_for(topic))
+
     # -- changes -----------------------------------------------------------------------------
 
     def validate_new_topic(
@@ -145,13 +168,17 @@ class TopicManager:
         default_partitions: int,
         *,
         internal: bool = False,
+        existing: Collection[str] | None = None,
     ) -> tuple[int, LogConfig]:
         """Every check create_topics makes, without touching any file. Internal topics are made
-        by the broker itself (``internal``), never on a client's request (Kafka's rule)."""
+        by the broker itself (``internal``), never on a client's request (Kafka's rule).
+
+        ``existing``: the names taken, when they are a cluster's (its replication factor is then
+        the caller's to check, against the live brokers); default: this broker's topics."""
         filenames.validate_topic_name(name)
         if is_internal(name) and not internal:
             raise InvalidRequestError(f"creation of internal topic {name} is prohibited: the broker creates it")
-        if replication_factor not in (1, -1):
+        if existing is None and replication_factor not in (1, -1):
             raise InvalidReplicationFactorError(
                 f"replication factor {replication_factor} is not possible on a single broker: use 1 or -1"
             )
@@ -163,9 +190,10 @@ class TopicManager:
             )
         config = self._config_with(configs)
         with self._lock:
-            if name in self._topics:
+            taken = self._topics if existing is None else existing
+            if name in taken:
                 raise TopicAlreadyExistsError(f"topic {name!r} already exists")
-            collision = next((t for t in self._topics if t.replace(".", "_") == name.replace(".", "_")), None)
+            collision = next((t for t in taken if t.replace(".", "_") == name.replace(".", "_")), None)
             if collision is not None:
                 raise InvalidTopicCollision(
                     f"topic {name!r} collides with existing topic {collision!r}: '.' and '_' name the same metrics"

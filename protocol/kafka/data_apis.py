@@ -330,14 +330,27 @@ def metadata_error_body(req: KafkaRequest, ctx: KafkaContext, code: int, message
     )
 
 
+def _response_brokers(response: m.MetadataResponse, ctx: KafkaContext) -> list[dict]:
+    """The handler's brokers, each at its Kafka listener (a cluster's answer carries them so); this
+    broker at the address ctx gives (kafka.advertised.listeners), which a standalone answer lacks."""
+    brokers = [
+        {"node_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack}
+        for b in response.brokers
+        if b.node_id != ctx.node_id
+    ]
+    own = next((b for b in response.brokers if b.node_id == ctx.node_id), None)
+    if own is not None:
+        brokers.append({"node_id": ctx.node_id, "host": ctx.host, "port": ctx.port, "rack": own.rack})
+    return sorted(brokers, key=lambda b: b["node_id"])
+
+
 def metadata_to_kafka(response: m.MetadataResponse, req: KafkaRequest, ctx: KafkaContext):
-    node = ctx.node_id
     return _body(
         req,
         {
-            "brokers": _brokers(ctx),
+            "brokers": _response_brokers(response, ctx),
             "cluster_id": ctx.cluster_id,
-            "controller_id": node,
+            "controller_id": response.controller_id,
             "cluster_authorized_operations": -2147483648,
             "topics": [
                 {
@@ -351,10 +364,10 @@ def metadata_to_kafka(response: m.MetadataResponse, req: KafkaRequest, ctx: Kafk
                             "error_code": p.error_code,
                             "partition_index": p.partition,
                             "leader_id": p.leader,
-                            "leader_epoch": NO_EPOCH,
-                            "replica_nodes": [node],
-                            "isr_nodes": [node] if p.leader >= 0 else [],
-                            "offline_replicas": [] if p.leader >= 0 else [node],
+                            "leader_epoch": p.leader_epoch,
+                            "replica_nodes": list(p.replicas),
+                            "isr_nodes": list(p.isr),
+                            "offline_replicas": list(p.offline_replicas),
                         }
                         for p in t.partitions
                     ],

@@ -21,7 +21,8 @@ async def test_aio_create_partitions_and_configs(bootstrap, topic):
             await admin.create_partitions({topic: 3})
 
         broker = await admin.describe_broker_configs()
-        assert broker["node.id"].read_only and broker["node.id"].value == "0"
+        assert broker["broker.id"].read_only and broker["broker.id"].value == "0"
+        assert broker["node.id"].value is None  # unset: its value comes from broker.id, as Kafka shows a synonym
 
         await admin.alter_configs({topic: {"retention.ms": "1000"}})
         await admin.alter_configs({topic: {"segment.bytes": "1048576"}}, replace=True)

@@ -6,6 +6,8 @@ import pytest
 
 from triolog import client
 from triolog.client.errors import (CoordinatorLoadInProgressError, CoordinatorNotAvailableError, NotCoordinatorError,
+                                   FencedLeaderEpochError, LeaderNotAvailableError, NotLeaderOrFollowerError,
+                                   UnknownLeaderEpochError,
                                    OffsetOutOfRangeError, RequestNotSentError, ResponseLostError, TriologClientError,
                            UnknownTopicOrPartitionError, error_class, error_for)
 from triolog.protocol.errors import BROKER_CODES, ErrorCode
@@ -42,5 +44,6 @@ def test_errors_only_not_appended_failures_are_retriable():
     retriable = {cls for cls in map(error_class, ErrorCode) if cls.retriable}
     # Each of these is answered before anything is appended or stored, and passes by itself.
     assert retriable == {UnknownTopicOrPartitionError, CoordinatorLoadInProgressError, CoordinatorNotAvailableError,
-                         NotCoordinatorError}
+                         NotCoordinatorError, LeaderNotAvailableError, NotLeaderOrFollowerError,
+                         FencedLeaderEpochError, UnknownLeaderEpochError}
     assert RequestNotSentError.retriable and not ResponseLostError.retriable

@@ -73,11 +73,12 @@ ENVELOPE = {"id": INT, "error_code": INT, "error_message": OPT_STR}
 SHAPES = {
     "api_versions": {"apis": [{"name": STR, "min_version": INT, "max_version": INT}], "broker_version": STR},
     "metadata": {
-        "brokers": [{"node_id": INT, "host": STR, "port": INT}],
+        "brokers": [{"node_id": INT, "host": STR, "port": INT, "rack": OPT_STR}],
         "controller_id": INT,
         "topics": [{"name": STR, "error_code": INT, "error_message": OPT_STR, "internal": BOOL,
                     "partitions": [{"partition": INT, "leader": INT, "error_code": INT,
-                                    "log_start_offset": INT, "high_watermark": INT}]}],
+                                    "log_start_offset": INT, "high_watermark": INT, "leader_epoch": INT,
+                                    "replicas": [INT], "isr": [INT], "offline_replicas": [INT]}]}],
     },
     "create_topics": {"topics": [{"name": STR, "error_code": INT, "error_message": OPT_STR,
                                   "num_partitions": INT, "configs": MapOf(STR)}]},
@@ -357,7 +358,7 @@ def test_api_versions_unsupported_version_still_lists_the_apis(client):
 
 def test_metadata_describes_the_broker_and_controller(client, server):
     doc = call(client, "metadata", topics=[])
-    assert doc["brokers"] == [{"node_id": NODE_ID, "host": "127.0.0.1", "port": server.port}]
+    assert doc["brokers"] == [{"node_id": NODE_ID, "host": "127.0.0.1", "port": server.port, "rack": None}]
     assert doc["controller_id"] == NODE_ID
     assert doc["topics"] == []
 
@@ -372,6 +373,9 @@ def test_metadata_partitions_report_leader_log_start_and_high_watermark(client):
     assert [(p["partition"], p["leader"], p["error_code"], p["log_start_offset"], p["high_watermark"])
             for p in topic["partitions"]] == [
         (0, NODE_ID, NONE, 0, 0), (1, NODE_ID, NONE, 2, 3), (2, NODE_ID, NONE, 0, 1)]
+    # A standalone broker is the one replica of each partition, in sync; no leader epoch.
+    assert all((p["replicas"], p["isr"], p["offline_replicas"], p["leader_epoch"]) == ([NODE_ID], [NODE_ID], [], -1)
+               for p in topic["partitions"])
 
 
 def test_metadata_nil_topics_lists_every_topic(client):

@@ -153,7 +153,7 @@ def test_metadata_every_version_advertises_the_kafka_listener(version):
     assert internal.allow_auto_topic_creation is (version < 4)  # the field exists from v4
     answer = m.MetadataResponse(id=77, controller_id=3, brokers=(m.BrokerMetadata(node_id=3, host="msgpack", port=9092),),
                                 topics=(m.TopicMetadata(name="t", partitions=(
-                                    m.PartitionMetadata(partition=0, leader=3),)),
+                                    m.PartitionMetadata(partition=0, leader=3, replicas=(3,), isr=(3,)),)),
                                         m.TopicMetadata(name="__consumer_offsets", internal=True),
                                         m.TopicMetadata(name="gone", error_code=3, error_message="no")))
     decoded = _response(request, data_apis.metadata_to_kafka(answer, request, CTX))
@@ -167,6 +167,26 @@ def test_metadata_every_version_advertises_the_kafka_listener(version):
         assert decoded.cluster_id == "c1uster-id"
     if version >= 10:
         assert decoded.topics[0].topic_id in (None, uuid.UUID(int=0))  # kio reads the zero id as None
+
+
+def test_metadata_of_a_cluster_names_every_broker_and_each_partitions_replicas():
+    request = _roundtrip_request(3, 12, {"topics": None, "allow_auto_topic_creation": False})
+    brokers = (m.BrokerMetadata(node_id=1, host="k1", port=1001, rack="a"),
+               m.BrokerMetadata(node_id=3, host="k3", port=1003, rack="b"))
+    answer = m.MetadataResponse(id=1, controller_id=1, brokers=brokers, topics=(m.TopicMetadata(name="t", partitions=(
+        m.PartitionMetadata(partition=0, leader=1, leader_epoch=4, replicas=(1, 3, 2), isr=(1, 3),
+                            offline_replicas=(2,)),
+        m.PartitionMetadata(partition=1, leader=-1, error_code=5, leader_epoch=2, replicas=(2,), isr=(2,),
+                            offline_replicas=(2,)))),))
+    decoded = _response(request, data_apis.metadata_to_kafka(answer, request, CTX))
+    # Other brokers as the handler gave them; this one (3) at its advertised Kafka address.
+    assert [(b.node_id, b.host, b.port, b.rack) for b in decoded.brokers] == [
+        (1, "k1", 1001, "a"), (3, "kafka.example", 19092, "b")]
+    assert decoded.controller_id == 1
+    first, second = decoded.topics[0].partitions
+    assert (first.leader_id, first.leader_epoch, tuple(first.replica_nodes), tuple(first.isr_nodes),
+            tuple(first.offline_replicas)) == (1, 4, (1, 3, 2), (1, 3), (2,))
+    assert (int(second.error_code), second.leader_id, second.leader_epoch) == (5, -1, 2)
 
 
 def test_metadata_by_topic_id_is_unknown_topic_id():

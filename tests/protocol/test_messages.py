@@ -1447,10 +1447,10 @@ SPEC_RESPONSE_KEYS: dict[str, dict[str, set[str]]] = {
     "api_versions": {"": {"apis", "broker_version"}, "apis[]": {"name", "min_version", "max_version"}},
     "metadata": {
         "": {"brokers", "controller_id", "topics"},
-        "brokers[]": {"node_id", "host", "port"},
+        "brokers[]": {"node_id", "host", "port", "rack"},
         "topics[]": {"name", "error_code", "error_message", "internal", "partitions"},
         "topics[].partitions[]": {"partition", "leader", "error_code", "error_message", "log_start_offset",
-                                  "high_watermark"},
+                                  "high_watermark", "leader_epoch", "replicas", "isr", "offline_replicas"},
     },
     "create_topics": {
         "": {"topics"},

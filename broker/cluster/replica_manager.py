@@ -1,0 +1,204 @@
+"""Which partitions this broker hosts and leads (Kafka's ReplicaManager, its becomeLeaderOrFollower).
+
+It follows the metadata cache: every partition whose assignment names this broker gets a local
+log (created in a worker thread) and a role, leader when the partition state names it, follower
+otherwise. A broker becoming leader in a new leader epoch records the epoch's start in the log's
+leader-epoch-checkpoint before it takes a write (Kafka's makeLeader), so that a follower with a
+diverging suffix finds where to truncate. Requests that only a leader may serve ask
+``leader_log``: another broker's partition is NOT_LEADER_OR_FOLLOWER, a client with an older or
+newer leader epoch is FENCED_LEADER_EPOCH or UNKNOWN_LEADER_EPOCH, as Kafka answers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+import trio
+
+from triolog.broker.storage.log import Log
+from triolog.broker.storage.topics import TopicManager
+from triolog.protocol.errors import (
+    FencedLeaderEpochError,
+    LeaderNotAvailableError,
+    NotLeaderOrFollowerError,
+    UnknownLeaderEpochError,
+    UnknownTopicOrPartitionError,
+)
+
+from .metadata_cache import ClusterMetadataCache, PartitionView
+from .replication import LeaderPartition
+
+logger = structlog.get_logger("triolog.cluster.replicas")
+
+#: What a request carries when it names no leader epoch (Kafka's -1: no check).
+NO_EPOCH = -1
+
+
+@dataclass(frozen=True)
+class HostedPartition:
+    """This broker's replica of a partition, in the role the last state it applied gives it."""
+
+    topic: str
+    partition: int
+    leader: int
+    leader_epoch: int
+    log: Log
+    #: The leader's side of replication, when this broker leads the partition.
+    leadership: LeaderPartition | None = None
+
+    def is_leader(self, broker_id: int) -> bool:
+        return self.leader == broker_id
+
+
+RunSync = Callable[..., Awaitable[Any]]
+
+
+class ReplicaManager:
+    def __init__(
+        self,
+        broker_id: int,
+        cache: ClusterMetadataCache,
+        topics: TopicManager,
+        *,
+        topic_configs: Callable[[str], Awaitable[Mapping[str, str]]],
+        lag_max_ms: int,
+        now_ms: Callable[[], int],
+        run_sync: RunSync = trio.to_thread.run_sync,
+    ):
+        self.broker_id = broker_id
+        #: replica.lag.time.max.ms
+        self.lag_max_ms = lag_max_ms
+        self._now_ms = now_ms
+        self.cache = cache
+        self.topics = topics
+        self._topic_configs = topic_configs
+        self._run_sync = run_sync
+        self.hosted: dict[tuple[str, int], HostedPartition] = {}
+        #: Moves on each time the hosted partitions or their roles change.
+        self.generation = 0
+        self._changed = trio.Event()
+
+    # -- serving requests -------------------------------------------------------------------------
+
+    def leader_log(self, topic: str, partition: int, current_leader_epoch: int = NO_EPOCH) -> Log:
+        return self.leader_partition(topic, partition, current_leader_epoch).log
+
+    def leader_partition(self, topic: str, partition: int, current_leader_epoch: int = NO_EPOCH) -> HostedPartition:
+        """A partition this broker leads, or Kafka's error for why not (Kafka's
+        getPartitionOrException plus checkCurrentLeaderEpoch)."""
+        view = self.cache.partition(topic, partition)
+        if view is None:
+            raise UnknownTopicOrPartitionError(f"partition {topic}-{partition} does not exist")
+        hosted = self.hosted.get((topic, partition))
+        if hosted is None or not hosted.is_leader(self.broker_id):
+            if view.leader < 0:
+                raise LeaderNotAvailableError(f"partition {topic}-{partition} has no leader now")
+            raise NotLeaderOrFollowerError(
+                f"broker {self.broker_id} is not the leader of {topic}-{partition} (broker {view.leader} is)"
+            )
+        if current_leader_epoch != NO_EPOCH:
+            if current_leader_epoch < hosted.leader_epoch:
+                raise FencedLeaderEpochError(
+                    f"leader epoch {current_leader_epoch} of {topic}-{partition} is older than {hosted.leader_epoch}"
+                )
+            if current_leader_epoch > hosted.leader_epoch:
+                raise UnknownLeaderEpochError(
+                    f"leader epoch {current_leader_epoch} of {topic}-{partition} is newer than {hosted.leader_epoch}"
+                )
+        return hosted
+
+    def on_leader_append(self, topic: str, partition: int) -> bool:
+        """After an append as leader: move the high watermark as far as the ISR allows (with no
+        follower in the ISR, to the log end at once). True if it moved (long polls may wake)."""
+        hosted = self.hosted.get((topic, partition))
+        if hosted is None or hosted.leadership is None:
+            return False
+        log, leadership = hosted.log, hosted.leadership
+        if not leadership.maybe_increment_high_watermark(log.log_end_offset, self._now_ms()):
+            return False
+        return log.maybe_increment_high_watermark(leadership.high_watermark)
+
+    def leads(self, topic: str, partition: int) -> bool:
+        hosted = self.hosted.get((topic, partition))
+        return hosted is not None and hosted.is_leader(self.broker_id)
+
+    async def wait_changed(self, seen: int) -> int:
+        while self.generation <= seen:
+            await self._changed.wait()
+        return self.generation
+
+    # -- following the cluster --------------------------------------------------------------------
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        await self.cache.loaded.wait()
+        seen = -1
+        task_status.started()
+        while True:
+            seen = self.cache.generation
+            await self.apply()
+            await self.cache.wait_changed(seen)
+
+    async def apply(self) -> None:
+        """Make the hosted partitions and their roles what the cache says."""
+        changed = False
+        for topic in sorted(self.cache.topics):
+            views = [v for v in self.cache.partitions(topic) if self.broker_id in v.replicas]
+            if not views:
+                continue
+            count = len(self.cache.topics[topic].partitions)
+            overrides = dict(await self._topic_configs(topic))
+            await self._run_sync(self.topics.register_cluster_topic, topic, count, overrides)
+            for view in views:
+                changed |= await self._apply_partition(view)
+        if changed:
+            self.generation += 1
+            self._changed.set()
+            self._changed = trio.Event()
+
+    async def _apply_partition(self, view: PartitionView) -> bool:
+        key = (view.topic, view.partition)
+        hosted = self.hosted.get(key)
+        if hosted is not None and (hosted.leader, hosted.leader_epoch) == (view.leader, view.leader_epoch):
+            return False
+        if view.leader_epoch < 0:  # no state yet: nothing to host until the controller writes one
+            return False
+        log = hosted.log if hosted is not None else await self._run_sync(self.topics.hosted_log, *key)
+        leadership = None
+        if view.leader == self.broker_id:
+            await self._run_sync(self._become_leader, log, view.leader_epoch)
+            leadership = LeaderPartition(
+                broker_id=self.broker_id,
+                leader_epoch=view.leader_epoch,
+                replicas=view.replicas,
+                isr=view.isr,
+                leader_epoch_start_offset=log.log_end_offset,
+                high_watermark=log.high_watermark,
+                min_insync_replicas=log.config.min_insync_replicas,
+                lag_max_ms=self.lag_max_ms,
+                now_ms=self._now_ms(),
+            )
+            if leadership.maybe_increment_high_watermark(log.log_end_offset, self._now_ms()):
+                log.maybe_increment_high_watermark(leadership.high_watermark)
+        else:
+            log.replicated = True
+        self.hosted[key] = HostedPartition(view.topic, view.partition, view.leader, view.leader_epoch, log, leadership)
+        logger.info(
+            "replica_role",
+            topic=view.topic,
+            partition=view.partition,
+            role="leader" if view.leader == self.broker_id else "follower",
+            leader=view.leader,
+            leader_epoch=view.leader_epoch,
+            isr=list(view.isr),
+        )
+        return True
+
+    @staticmethod
+    def _become_leader(log: Log, leader_epoch: int) -> None:
+        """Before the first write of the term: the epoch's start offset is the log end (Kafka's
+        maybeAssignEpochStartOffset)."""
+        log.replicated = True
+        log.assign_epoch_start_offset(leader_epoch)

@@ -1,0 +1,155 @@
+"""The APIs whose answer is the cluster's, not this broker's, when it is a cluster member
+(``zookeeper.connect``): Metadata from the cluster view, CreateTopics through ZooKeeper, and
+which partitions this broker may serve as leader.
+
+As Kafka in ZooKeeper mode: a topic is created by writing its assignment (placed by the
+controller's rules over the live brokers) and its configs to ZooKeeper; the controller then
+elects the partitions' leaders, and the request is answered once every partition has one (or
+REQUEST_TIMED_OUT, the topic created, after CREATE_WAIT_S). Metadata lists every live broker at
+its address on the listener the request came in on, and per partition the leader, leader epoch,
+replicas, ISR and offline replicas; a partition without a leader is LEADER_NOT_AVAILABLE, the
+rest of its entry still filled in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import structlog
+import trio
+
+from triolog.broker.cluster.election import BrokerPlacement, assign_replicas
+from triolog.broker.cluster.membership import TRIOLOG_LISTENER, ClusterMembership
+from triolog.broker.cluster.metadata_cache import ClusterMetadataCache
+from triolog.broker.cluster.metadata_store import NodeExistsError
+from triolog.broker.cluster.replica_manager import ReplicaManager
+from triolog.broker.cluster.zk_data import TopicAssignment
+from triolog.broker.storage.log import Log
+from triolog.broker.storage.topics import TopicManager, is_internal
+from triolog.config.broker_config import BrokerConfig
+from triolog.config.log_config import LogConfig
+from triolog.protocol import messages as m
+from triolog.protocol.errors import (
+    ErrorCode,
+    RequestTimedOutError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
+
+logger = structlog.get_logger("triolog.server")
+
+#: How long CreateTopics waits for the new partitions' leaders before answering REQUEST_TIMED_OUT.
+CREATE_WAIT_S = 30.0
+
+
+@dataclass(frozen=True)
+class ClusterServices:
+    """What a cluster member's handlers serve from (made before the listeners open, filled as the
+    broker joins the cluster)."""
+
+    membership: ClusterMembership
+    cache: ClusterMetadataCache
+    replicas: ReplicaManager
+
+
+class ClusterApis:
+    def __init__(self, *, config: BrokerConfig, topics: TopicManager, services: ClusterServices):
+        self.config = config
+        self.topics = topics
+        self.services = services
+        self.cache = services.cache
+        self.replicas = services.replicas
+
+    # -- partitions ----------------------------------------------------------------------------
+
+    def topic_exists(self, topic: str) -> bool:
+        return topic in self.cache.topics
+
+    def leader(self, topic: str, partition: int) -> tuple[Log, int]:
+        """The log of a partition this broker leads and its leader epoch (the epoch appends are
+        stamped with), or NOT_LEADER_OR_FOLLOWER and its kin."""
+        hosted = self.replicas.leader_partition(topic, partition)
+        return hosted.log, hosted.leader_epoch
+
+    # -- Metadata ------------------------------------------------------------------------------
+
+    def brokers(self, kafka_listener: bool) -> tuple[m.BrokerMetadata, ...]:
+        """Every live broker at its address on the listener asked (Kafka's rule: the endpoints of
+        the listener the request came in on)."""
+        wanted = self.config.kafka_listener.scheme if kafka_listener and self.config.kafka_listener else None
+        out = []
+        for broker_id, registration in sorted(self.cache.brokers.items()):
+            endpoint = registration.endpoint(wanted or TRIOLOG_LISTENER)
+            if endpoint is None:
+                continue
+            out.append(
+                m.BrokerMetadata(node_id=broker_id, host=endpoint.host, port=endpoint.port, rack=registration.rack)
+            )
+        return tuple(out)
+
+    def controller_id(self) -> int:
+        return -1 if self.cache.controller_id is None else self.cache.controller_id
+
+    def topic_metadata(self, name: str) -> m.TopicMetadata:
+        if name not in self.cache.topics:
+            raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+        partitions = []
+        for view in self.cache.partitions(name):
+            log_start = high_watermark = -1
+            hosted = self.replicas.hosted.get((name, view.partition))
+            if hosted is not None and hosted.is_leader(self.replicas.broker_id):
+                log_start, high_watermark = hosted.log.log_start_offset, hosted.log.high_watermark
+            partitions.append(
+                m.PartitionMetadata(
+                    partition=view.partition,
+                    leader=view.leader,
+                    error_code=ErrorCode.NONE if view.online else ErrorCode.LEADER_NOT_AVAILABLE,
+                    error_message=None if view.online else f"partition {name}-{view.partition} has no leader now",
+                    log_start_offset=log_start,
+                    high_watermark=high_watermark,
+                    leader_epoch=view.leader_epoch,
+                    replicas=view.replicas,
+                    isr=view.isr,
+                    offline_replicas=view.offline_replicas,
+                )
+            )
+        return m.TopicMetadata(name=name, internal=is_internal(name), partitions=tuple(partitions))
+
+    # -- CreateTopics --------------------------------------------------------------------------
+
+    async def create_topic(
+        self,
+        name: str,
+        num_partitions: int,
+        replication_factor: int,
+        configs: dict[str, str],
+        *,
+        validate_only: bool = False,
+    ) -> tuple[int, LogConfig]:
+        """Check, place and create a topic in ZooKeeper; wait for its partitions' leaders."""
+        count, config = self.topics.validate_new_topic(
+            name, num_partitions, replication_factor, configs, self.config.num_partitions, existing=self.cache.topics
+        )
+        rf = self.config.default_replication_factor if replication_factor == -1 else replication_factor
+        live = [BrokerPlacement(broker_id, reg.rack) for broker_id, reg in self.cache.brokers.items()]
+        placement = assign_replicas(live, count, rf)
+        if validate_only:
+            return count, config
+        assignment = TopicAssignment({p: tuple(r) for p, r in placement.items()})
+        try:
+            await self.services.membership.zk.create_topic(name, assignment, configs)
+        except NodeExistsError:
+            raise TopicAlreadyExistsError(f"topic {name!r} already exists") from None
+        logger.info("topic_created", topic=name, partitions=count, replication_factor=rf, configs=dict(configs))
+        with trio.move_on_after(CREATE_WAIT_S):
+            generation = self.cache.generation
+            while not self._led(name, count):
+                generation = await self.cache.wait_changed(generation)
+            return count, config
+        raise RequestTimedOutError(
+            f"topic {name!r} was created, but not every partition had a leader within {CREATE_WAIT_S:.0f} s"
+        )
+
+    def _led(self, name: str, count: int) -> bool:
+        views = self.cache.partitions(name)
+        return len(views) == count and all(view.online for view in views)
