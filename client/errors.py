@@ -49,6 +49,8 @@ __all__ = [
     "NoOffsetForPartitionError",
     "NonEmptyGroupError",
     "NotCoordinatorError",
+    "NotEnoughReplicasAfterAppendError",
+    "NotEnoughReplicasError",
     "NotLeaderOrFollowerError",
     "OffsetMetadataTooLargeError",
     "OffsetOutOfRangeError",
@@ -170,6 +172,21 @@ class UnknownLeaderEpochError(TriologClientError):
 
     code = ErrorCode.UNKNOWN_LEADER_EPOCH
     retriable = True
+
+
+class NotEnoughReplicasError(TriologClientError):
+    """acks=all with fewer in-sync replicas than min.insync.replicas: nothing was written; retried."""
+
+    code = ErrorCode.NOT_ENOUGH_REPLICAS
+    retriable = True
+
+
+class NotEnoughReplicasAfterAppendError(TriologClientError):
+    """acks=all: the records *are* in the leader's log, but the ISR shrank below
+    min.insync.replicas before they were committed. Never retried: a retry would append them
+    a second time (unless the producer is idempotent)."""
+
+    code = ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
 
 
 class RequestTimedOutError(TriologClientError):
@@ -424,6 +441,8 @@ _BY_CODE: dict[int, type[TriologClientError]] = {
         NotLeaderOrFollowerError,
         FencedLeaderEpochError,
         UnknownLeaderEpochError,
+        NotEnoughReplicasError,
+        NotEnoughReplicasAfterAppendError,
     )
 }
 

@@ -59,6 +59,11 @@ BROKER_CODES: frozenset[ErrorCode] = frozenset(
         ErrorCode.FENCED_LEADER_EPOCH,
         # Cluster: the request's leader epoch is newer than this broker knows yet.
         ErrorCode.UNKNOWN_LEADER_EPOCH,
+        # Cluster, produce with acks -1: fewer in-sync replicas than min.insync.replicas; nothing written.
+        ErrorCode.NOT_ENOUGH_REPLICAS,
+        # Cluster, produce with acks -1: written, but the ISR shrank below min.insync.replicas before
+        # every in-sync replica had it; not acknowledged.
+        ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
         ErrorCode.REQUEST_TIMED_OUT,
         # A batch is larger than max.message.bytes (or a record set larger than a segment).
         ErrorCode.MESSAGE_TOO_LARGE,
@@ -201,6 +206,14 @@ class FencedLeaderEpochError(TriologError):
 
 class UnknownLeaderEpochError(TriologError):
     code = ErrorCode.UNKNOWN_LEADER_EPOCH
+
+
+class NotEnoughReplicasError(TriologError):
+    code = ErrorCode.NOT_ENOUGH_REPLICAS
+
+
+class NotEnoughReplicasAfterAppendError(TriologError):
+    code = ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
 
 
 class TopicAlreadyExistsError(TriologError):

@@ -54,6 +54,8 @@ class ClusterMembership:
         self.registration: BrokerRegistration | None = None
         #: Set once the broker is registered (again after each new session).
         self.registered = trio.Event()
+        #: The session the registration belongs to (an ephemeral lives as long as its session).
+        self._registered_session = 0
 
     async def connect(self) -> str:
         """Start the session, make Kafka's paths, and return the cluster id."""
@@ -109,6 +111,7 @@ class ClusterMembership:
             except StoreError as exc:
                 raise ClusterJoinError(f"cannot register broker.id {self.broker_id} in ZooKeeper: {exc}") from None
         self.registered.set()
+        self._registered_session = self.store.session_id
         logger.info(
             "broker_registered",
             broker_id=self.broker_id,
@@ -125,9 +128,11 @@ class ClusterMembership:
             while True:
                 state = await self.store.wait_state_change(state)
                 if state is SessionState.LOST:
-                    self.registered = trio.Event()
                     logger.warning("zookeeper_session_expired", broker_id=self.broker_id)
-                elif state is SessionState.CONNECTED and not self.registered.is_set():
+                # By the session, not by the states seen: kazoo may pass from suspended through
+                # lost to connected (a new session) before this task looks.
+                if state is SessionState.CONNECTED and self.store.session_id != self._registered_session:
+                    self.registered = trio.Event()
                     await self._register_again()
 
     async def _register_again(self) -> None:
@@ -136,6 +141,7 @@ class ClusterMembership:
             try:
                 await self.zk.register_broker(self.registration)
                 self.registered.set()
+                self._registered_session = self.store.session_id
                 logger.info("broker_registered_again", broker_id=self.broker_id)
             except NodeExistsError:
                 # The expired session's node may outlive it by a moment on a lagging ZooKeeper node.

@@ -23,13 +23,17 @@ from triolog.broker.storage.topics import TopicManager
 from triolog.protocol.errors import (
     FencedLeaderEpochError,
     LeaderNotAvailableError,
+    NotEnoughReplicasError,
     NotLeaderOrFollowerError,
     UnknownLeaderEpochError,
     UnknownTopicOrPartitionError,
 )
 
 from .metadata_cache import ClusterMetadataCache, PartitionView
-from .replication import LeaderPartition
+from .metadata_store import BadVersionError, StoreError
+from .replication import AcksAll, LeaderPartition
+from .zk_client import KafkaZkClient
+from .zk_data import PartitionState
 
 logger = structlog.get_logger("triolog.cluster.replicas")
 
@@ -64,11 +68,22 @@ class ReplicaManager:
         topics: TopicManager,
         *,
         topic_configs: Callable[[str], Awaitable[Mapping[str, str]]],
+        zk: KafkaZkClient,
         lag_max_ms: int,
         now_ms: Callable[[], int],
         run_sync: RunSync = trio.to_thread.run_sync,
+        notify: Callable[[tuple[str, int]], None] = lambda tp: None,
     ):
         self.broker_id = broker_id
+        self.zk = zk
+        #: Wakes what waits on a partition (long polls, acks=all) when its high watermark or ISR moved.
+        self._notify = notify
+        #: ISR changes this leader wants written (by the ISR task, off the request path).
+        self._isr_wanted: dict[tuple[str, int], frozenset[int]] = {}
+        self._isr_wakeup = trio.Event()
+        #: ISR changes made by this leader (metrics: Kafka's IsrExpandsPerSec/IsrShrinksPerSec).
+        self.isr_expands = 0
+        self.isr_shrinks = 0
         #: replica.lag.time.max.ms
         self.lag_max_ms = lag_max_ms
         self._now_ms = now_ms
@@ -132,14 +147,117 @@ class ReplicaManager:
 
     # -- following the cluster --------------------------------------------------------------------
 
+    def require_enough_replicas(self, topic: str, partition: int) -> None:
+        """acks=all: refused before anything is written while the ISR is below min.insync.replicas."""
+        hosted = self.hosted.get((topic, partition))
+        leadership = hosted.leadership if hosted is not None else None
+        if leadership is not None and not leadership.may_append_acks_all():
+            raise NotEnoughReplicasError(
+                f"{topic}-{partition} has {len(leadership.isr)} in-sync replicas {sorted(leadership.isr)}, "
+                f"fewer than min.insync.replicas={leadership.min_insync_replicas}"
+            )
+
+    def acks_all_status(self, topic: str, partition: int, required_offset: int) -> AcksAll | None:
+        """Where an acks=all write ending below ``required_offset`` stands; None if this broker no
+        longer leads the partition in the epoch it was written in (the write's fate is unknown)."""
+        hosted = self.hosted.get((topic, partition))
+        if hosted is None or hosted.leadership is None:
+            return None
+        return hosted.leadership.acks_all_status(required_offset)
+
+    def on_follower_fetch(
+        self, topic: str, partition: int, follower: int, fetch_offset: int, log_start_offset: int
+    ) -> bool:
+        """A follower fetched from ``fetch_offset`` (its log end): its progress moves the high
+        watermark, and a follower caught up into this epoch is put back in the ISR (written by
+        the ISR task). True if the high watermark moved (long polls may wake)."""
+        hosted = self.hosted.get((topic, partition))
+        if hosted is None or hosted.leadership is None or follower not in hosted.leadership.followers:
+            raise NotLeaderOrFollowerError(f"broker {follower} is not a replica of {topic}-{partition} led here")
+        log, leadership = hosted.log, hosted.leadership
+        now = self._now_ms()
+        leadership.update_follower(follower, fetch_offset, log_start_offset, log.log_end_offset, now)
+        joining = leadership.in_sync_candidates()
+        if joining:
+            self._want_isr((topic, partition), leadership.isr | joining)
+        if not leadership.maybe_increment_high_watermark(log.log_end_offset, now):
+            return False
+        return log.maybe_increment_high_watermark(leadership.high_watermark)
+
+    def _want_isr(self, key: tuple[str, int], isr: frozenset[int]) -> None:
+        self._isr_wanted[key] = isr
+        self._isr_wakeup.set()
+
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         await self.cache.loaded.wait()
-        seen = -1
-        task_status.started()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._write_isr_changes)
+            nursery.start_soon(self._shrink_isr_periodically)
+            task_status.started()
+            while True:
+                seen = self.cache.generation
+                await self.apply()
+                await self.cache.wait_changed(seen)
+
+    async def _shrink_isr_periodically(self) -> None:
+        """Kafka's isr-expiration task: every half of replica.lag.time.max.ms, followers not caught up
+        for longer leave the ISR of the partitions this broker leads."""
         while True:
-            seen = self.cache.generation
-            await self.apply()
-            await self.cache.wait_changed(seen)
+            await trio.sleep(self.lag_max_ms / 2000)
+            now = self._now_ms()
+            for key, hosted in list(self.hosted.items()):
+                leadership = hosted.leadership
+                if leadership is None:
+                    continue
+                out = leadership.out_of_sync_replicas(hosted.log.log_end_offset, now)
+                if out:
+                    self._want_isr(key, leadership.isr - out)
+
+    async def _write_isr_changes(self) -> None:
+        """Write the wanted ISRs to the partition states, each conditional on the partition epoch
+        (the znode version) and keeping the leader epoch (a leader's own ISR change, as Kafka's
+        ZooKeeper-mode leaders wrote it); the leader acts on the new ISR only once it is written."""
+        while True:
+            await self._isr_wakeup.wait()
+            self._isr_wakeup = trio.Event()
+            wanted, self._isr_wanted = self._isr_wanted, {}
+            for (topic, partition), isr in wanted.items():
+                hosted = self.hosted.get((topic, partition))
+                current = self.cache.states.get((topic, partition))
+                if hosted is None or hosted.leadership is None or current is None:
+                    continue
+                state = current.state
+                if (state.leader, state.leader_epoch) != (self.broker_id, hosted.leader_epoch):
+                    continue  # the controller moved on: its next state decides
+                ordered = tuple(r for r in hosted.leadership.replicas if r in isr)
+                if set(ordered) == set(state.isr):
+                    hosted.leadership.set_isr(ordered, self._now_ms())
+                    continue
+                new_state = PartitionState(state.leader, state.leader_epoch, ordered, state.controller_epoch,
+                                           state.leader_recovery_state)  # fmt: skip
+                try:
+                    await self.zk.update_partition_state(None, topic, partition, new_state, current.version)
+                except BadVersionError:
+                    continue  # someone wrote first: the next fetch or check wants it again
+                except StoreError as exc:
+                    logger.warning("isr_write_failed", topic=topic, partition=partition, error=str(exc))
+                    continue
+                grew = len(ordered) > len(state.isr)
+                if grew:
+                    self.isr_expands += 1
+                else:
+                    self.isr_shrinks += 1
+                hosted.leadership.set_isr(ordered, self._now_ms())
+                logger.info(
+                    "isr_expanded" if grew else "isr_shrunk",
+                    topic=topic,
+                    partition=partition,
+                    isr=list(ordered),
+                    previous_isr=list(state.isr),
+                )
+                if hosted.leadership.maybe_increment_high_watermark(hosted.log.log_end_offset, self._now_ms()):
+                    hosted.log.maybe_increment_high_watermark(hosted.leadership.high_watermark)
+                self._notify((topic, partition))
 
     async def apply(self) -> None:
         """Make the hosted partitions and their roles what the cache says."""

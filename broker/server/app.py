@@ -211,9 +211,11 @@ class BrokerServer:
                 cache,
                 self.topics,
                 topic_configs=membership.zk.topic_config,
+                zk=membership.zk,
                 lag_max_ms=self.config.replica_lag_time_max_ms,
                 now_ms=self.clock.milliseconds,
                 run_sync=partial(self.workers.run_sync, limiter=self.limiter),
+                notify=self.notifier.notify,
             )
             self.cluster = ClusterServices(membership, cache, replicas)
             try:

@@ -31,8 +31,9 @@ import structlog
 import trio
 
 from triolog import __version__, core
+from triolog.broker.cluster.replication import AcksAll
 from triolog.broker.storage.filenames import validate_topic_name
-from triolog.broker.storage.log import Log, LogAppendInfo
+from triolog.broker.storage.log import FetchIsolation, Log, LogAppendInfo
 from triolog.broker.storage.log_manager import LogManager
 from triolog.broker.storage.topics import TopicManager, is_internal
 from triolog.config.broker_config import BROKER_CONFIGS, BrokerConfig, BrokerConfigKey
@@ -43,6 +44,8 @@ from triolog.protocol.errors import (
     ErrorCode,
     InvalidRequestError,
     InvalidTopicError,
+    NotEnoughReplicasAfterAppendError,
+    NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
     PolicyViolationError,
     RequestTimedOutError,
@@ -52,6 +55,7 @@ from triolog.protocol.errors import (
     TriologError,
     UnknownTopicOrPartitionError,
 )
+from triolog.protocol.kafka.replica_apis import ReplicaFetchPartition, ReplicaFetchPartitionResult, ReplicaFetchRequest
 
 from .authorization import Op, RequestAuthorizer
 from .cluster_handlers import ClusterApis
@@ -772,6 +776,8 @@ class RequestHandler:
                 log = None
                 try:
                     log, epoch = self._leader(topic.name, part.partition, inline=inline)
+                    if request.acks == -1 and self.cluster is not None:
+                        self.cluster.replicas.require_enough_replicas(topic.name, part.partition)
                     self.producers.check_producer_id(part.records, log)
                     if inline:
                         info = log.try_append_as_leader(part.records, epoch, max_bytes=INLINE_PRODUCE_BYTES)
@@ -830,9 +836,59 @@ class RequestHandler:
                         self.on_roll(row.log, info.roll_reason)
         if request.acks == -1:
             waiting_since = handling_clock()
-            await self._wait_flushed(results, request.timeout_ms)
+            if self.cluster is not None:
+                await self._wait_replicated(results, request.timeout_ms)
+            else:
+                await self._wait_flushed(results, request.timeout_ms)
             ctx.accounting.parked(handling_clock() - waiting_since)
         return results
+
+    async def _wait_replicated(self, results: list[TopicAppends], timeout_ms: int) -> None:
+        """acks=all on a cluster (Kafka's DelayedProduce): each appended partition committed (its high
+        watermark past the batch: every in-sync replica has it) within timeout_ms, else
+        REQUEST_TIMED_OUT; NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR fell below
+        min.insync.replicas meanwhile; NOT_LEADER_OR_FOLLOWER if leadership moved (the batch may or
+        may not survive the new leader). As Kafka, no fsync is waited for: the replicas are the copies."""
+        assert self.cluster is not None
+        deadline = trio.current_time() + timeout_ms / 1000
+        replicas = self.cluster.replicas
+        for topic in results:
+            for row in topic.partitions:
+                info = row.info
+                if info is None:
+                    continue
+                key = (topic.name, row.partition)
+                required = info.last_offset + 1
+                while True:
+                    event = self.notifier.register([key])
+                    try:
+                        status = replicas.acks_all_status(topic.name, row.partition, required)
+                        if status is AcksAll.DONE:
+                            break
+                        failure: TriologError | None = None
+                        if status is None:
+                            failure = NotLeaderOrFollowerError(
+                                f"leadership of {topic.name}-{row.partition} moved before offset {info.last_offset} "
+                                f"was committed"
+                            )
+                        elif status is AcksAll.NOT_ENOUGH_REPLICAS_AFTER_APPEND:
+                            failure = NotEnoughReplicasAfterAppendError(
+                                f"records were appended at offset {info.first_offset}, but the ISR fell below "
+                                f"min.insync.replicas before they were committed"
+                            )
+                        elif trio.current_time() >= deadline or self.notifier.closed:
+                            failure = RequestTimedOutError(
+                                f"records were appended at offset {info.first_offset} but not committed by the "
+                                f"in-sync replicas within timeout_ms={timeout_ms}"
+                            )
+                        if failure is not None:
+                            row.error = error_of(failure)
+                            row.info, row.log_start_offset = None, -1
+                            break
+                        with trio.move_on_at(deadline):
+                            await event.wait()
+                    finally:
+                        self.notifier.unregister([key], event)
 
     async def _wait_flushed(self, results: list[TopicAppends], timeout_ms: int) -> None:
         """acks=all: every appended partition fsynced (group commit) within timeout_ms, else
@@ -883,6 +939,8 @@ class RequestHandler:
                         self.inline.took(started)
                 if read is None:
                     read = await self._in_thread(self._read_fetch, request, ctx)
+                if isinstance(request, ReplicaFetchRequest):
+                    self._follower_fetched(request, read)
                 # Kafka's rule: answer at once when min_bytes are there, a partition has an error,
                 # there is nothing to fetch (an empty request has nothing to wait for), or time is
                 # up; and, as Kafka completes its delayed operations on shutdown, when the broker stops.
@@ -906,6 +964,52 @@ class RequestHandler:
             finally:
                 self.notifier.unregister(tps, event)
 
+    def _follower_fetched(self, request: ReplicaFetchRequest, read: FetchResult) -> None:
+        """A follower's fetch tells the leader how far its log reaches (Kafka updates the follower's
+        state at the read, before the fetch may wait): the high watermark may move, waking long polls."""
+        assert self.cluster is not None and read.response is not None
+        answered = {(t.name, p.partition): p for t in read.response.topics for p in t.partitions}
+        for topic in request.topics:
+            for part in topic.partitions:
+                result = answered.get((topic.name, part.partition))
+                if result is None or result.error_code or getattr(result, "diverging_epoch", -1) >= 0:
+                    continue
+                assert isinstance(part, ReplicaFetchPartition)
+                try:
+                    moved = self.cluster.replicas.on_follower_fetch(
+                        topic.name, part.partition, request.replica_id, part.fetch_offset, part.log_start_offset
+                    )
+                except TriologError:
+                    continue  # leadership moved between the read and now: the next fetch is refused
+                if moved:
+                    self.notifier.notify((topic.name, part.partition))
+
+    def _replica_read(
+        self, request: ReplicaFetchRequest, ctx: RequestContext, topic: str, part: ReplicaFetchPartition
+    ) -> tuple[Log, ReplicaFetchPartitionResult | None]:
+        """A follower's partition: the leader's log (checked against the epoch the follower names),
+        or the answer telling it where its log diverges (truncate-on-fetch, Fetch v12+: the leader's
+        largest epoch not above the follower's last fetched one, and where it ends)."""
+        if self.cluster is None:
+            raise NotLeaderOrFollowerError("this broker is not a member of a cluster: it has no followers")
+        self.authz.require_cluster(ctx, Op.CLUSTER_ACTION)
+        hosted = self.cluster.replicas.leader_partition(topic, part.partition, part.current_leader_epoch)
+        if hosted.leadership is None or request.replica_id not in hosted.leadership.followers:
+            raise NotLeaderOrFollowerError(f"broker {request.replica_id} is not a replica of {topic}-{part.partition}")
+        log = hosted.log
+        if part.last_fetched_epoch >= 0:
+            epoch, end = log.end_offset_for_epoch(part.last_fetched_epoch)
+            if epoch < part.last_fetched_epoch or end < part.fetch_offset:
+                return log, ReplicaFetchPartitionResult(
+                    partition=part.partition,
+                    high_watermark=log.high_watermark,
+                    last_stable_offset=log.high_watermark,
+                    log_start_offset=log.log_start_offset,
+                    diverging_epoch=epoch,
+                    diverging_end_offset=end,
+                )
+        return log, None
+
     def _read_fetch(self, request: m.FetchRequest, ctx: RequestContext, inline: bool = False) -> FetchResult:
         """Plan the fetch's response; ``inline`` (on the event loop) raises _WouldBlock, with
         nothing held, where a partition's read could wait (see Log.try_read_tail)."""
@@ -917,18 +1021,29 @@ class RequestHandler:
         errors = False
         try:
             for topic in request.topics:
-                partitions = []
+                partitions: list[m.FetchPartitionResult] = []
                 for part in topic.partitions:
                     try:
                         validate_topic_name(topic.name)
-                        self.authz.require_topic(ctx, Op.READ, topic.name)
-                        log, _ = self._leader(topic.name, part.partition, inline=inline)
+                        isolation = FetchIsolation.HIGH_WATERMARK
+                        result_class: type[m.FetchPartitionResult] = m.FetchPartitionResult
+                        if isinstance(request, ReplicaFetchRequest):
+                            assert isinstance(part, ReplicaFetchPartition)
+                            log, diverged = self._replica_read(request, ctx, topic.name, part)
+                            if diverged is not None:
+                                partitions.append(diverged)
+                                continue
+                            # A follower reads to the log end; what it has is what commits records.
+                            isolation, result_class = FetchIsolation.LOG_END, ReplicaFetchPartitionResult
+                        else:
+                            self.authz.require_topic(ctx, Op.READ, topic.name)
+                            log, _ = self._leader(topic.name, part.partition, inline=inline)
                         budget = max(0, min(part.partition_max_bytes, remaining))
                         # The first regions take their descriptors now (no thread hop later for
                         # a small fetch); the rest as the response is sent.
                         take = len(regions) == result._next and result._may_open()
                         try:
-                            info, fd = _read_with_descriptor(log, part.fetch_offset, budget, take, inline)
+                            info, fd = _read_with_descriptor(log, part.fetch_offset, budget, take, inline, isolation)
                         except BaseException:
                             if take:
                                 result._return_unit()
@@ -946,7 +1061,7 @@ class RequestHandler:
                             total += region.length
                             remaining -= region.length
                         partitions.append(
-                            m.FetchPartitionResult(
+                            result_class(
                                 partition=part.partition,
                                 high_watermark=log.high_watermark,
                                 last_stable_offset=log.high_watermark,
@@ -1146,7 +1261,9 @@ class RequestHandler:
         return tuple(results), tuple(errors)
 
 
-def _read_with_descriptor(log, offset: int, budget: int, take: bool = True, inline: bool = False):
+def _read_with_descriptor(
+    log, offset: int, budget: int, take: bool = True, inline: bool = False, isolation=FetchIsolation.HIGH_WATERMARK
+):
     """Plan a fetch and (if ``take``) take a descriptor of its segment, ours to send from and close.
 
     If retention removes the segment and its files between the two steps (possible only with
@@ -1156,11 +1273,11 @@ def _read_with_descriptor(log, offset: int, budget: int, take: bool = True, inli
     attempts_left = 3
     while True:
         if inline:
-            info = log.try_read_tail(offset, budget, min_one_message=True)
+            info = log.try_read_tail(offset, budget, min_one_message=True, isolation=isolation)
             if info is None:
                 raise _WouldBlock
         else:
-            info = log.read(offset, budget, min_one_message=True)
+            info = log.read(offset, budget, min_one_message=True, isolation=isolation)
         if info.region is None or not take:
             return info, None
         try:

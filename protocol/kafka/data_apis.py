@@ -14,6 +14,7 @@ from triolog.protocol import messages as m
 from triolog.protocol.errors import ErrorCode
 
 from .apis import Adapter, ApiKey, Direct, KafkaContext, by_key
+from .replica_apis import ReplicaFetchPartition, ReplicaFetchRequest
 from .requests import KafkaRequest
 from .schema import RecordsRegion, build, millis, response_class
 
@@ -123,6 +124,10 @@ def fetch_to_internal(req: KafkaRequest, ctx: KafkaContext):
         return Direct(
             _body(req, {"error_code": ErrorCode.FETCH_SESSION_ID_NOT_FOUND, "session_id": 0, "responses": []})
         )
+    replica_state = getattr(body, "replica_state", None)  # v15+
+    replica_id = replica_state.replica_id if replica_state is not None else getattr(body, "replica_id", -1)
+    if replica_id >= 0:
+        return _replica_fetch_to_internal(req, replica_id)
     topics = []
     for topic in body.topics:
         topics.append(
@@ -148,6 +153,44 @@ def fetch_to_internal(req: KafkaRequest, ctx: KafkaContext):
         isolation_level=1 if getattr(body, "isolation_level", 0) else 0,
         topics=tuple(topics),
     )
+
+
+def _replica_fetch_to_internal(req: KafkaRequest, replica_id: int) -> ReplicaFetchRequest:
+    """A follower's fetch: its epochs and log start ride along (fields of v5, v9 and v12)."""
+    body = req.body
+    topics = tuple(
+        m.FetchTopic(
+            name=topic.topic,
+            partitions=tuple(
+                ReplicaFetchPartition(
+                    partition=p.partition,
+                    fetch_offset=p.fetch_offset,
+                    partition_max_bytes=max(0, p.partition_max_bytes),
+                    current_leader_epoch=getattr(p, "current_leader_epoch", NO_EPOCH),
+                    last_fetched_epoch=getattr(p, "last_fetched_epoch", NO_EPOCH),
+                    log_start_offset=getattr(p, "log_start_offset", -1),
+                )
+                for p in topic.partitions
+            ),
+        )
+        for topic in body.topics
+    )
+    return ReplicaFetchRequest(
+        id=req.correlation_id,
+        client_id=req.client_id,
+        replica_id=replica_id,
+        max_wait_ms=max(0, millis(body.max_wait, 0)),
+        min_bytes=max(0, body.min_bytes),
+        max_bytes=max(0, getattr(body, "max_bytes", 2**31 - 1)),
+        topics=topics,
+    )
+
+
+def _diverging(p) -> dict[str, int]:
+    return {
+        "epoch": getattr(p, "diverging_epoch", NO_EPOCH),
+        "end_offset": getattr(p, "diverging_end_offset", -1),
+    }
 
 
 def _records(records):
@@ -193,6 +236,7 @@ def fetch_to_kafka(response: m.FetchResponse, req: KafkaRequest, ctx: KafkaConte
                             "log_start_offset": p.log_start_offset,
                             "aborted_transactions": None,
                             "preferred_read_replica": -1,
+                            "diverging_epoch": _diverging(p),
                             "records": _records(p.records),
                         }
                         for p in topic.partitions

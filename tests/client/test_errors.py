@@ -7,7 +7,7 @@ import pytest
 from triolog import client
 from triolog.client.errors import (CoordinatorLoadInProgressError, CoordinatorNotAvailableError, NotCoordinatorError,
                                    FencedLeaderEpochError, LeaderNotAvailableError, NotLeaderOrFollowerError,
-                                   UnknownLeaderEpochError,
+                                   UnknownLeaderEpochError, NotEnoughReplicasError,
                                    OffsetOutOfRangeError, RequestNotSentError, ResponseLostError, TriologClientError,
                            UnknownTopicOrPartitionError, error_class, error_for)
 from triolog.protocol.errors import BROKER_CODES, ErrorCode
@@ -45,5 +45,5 @@ def test_errors_only_not_appended_failures_are_retriable():
     # Each of these is answered before anything is appended or stored, and passes by itself.
     assert retriable == {UnknownTopicOrPartitionError, CoordinatorLoadInProgressError, CoordinatorNotAvailableError,
                          NotCoordinatorError, LeaderNotAvailableError, NotLeaderOrFollowerError,
-                         FencedLeaderEpochError, UnknownLeaderEpochError}
+                         FencedLeaderEpochError, UnknownLeaderEpochError, NotEnoughReplicasError}
     assert RequestNotSentError.retriable and not ResponseLostError.retriable
