@@ -24,6 +24,7 @@ import trio
 
 from triolog.broker.cluster.membership import ClusterJoinError, ClusterMembership
 from triolog.broker.cluster.metadata_cache import ClusterMetadataCache
+from triolog.broker.cluster.replica_fetcher import ReplicaFetcherManager
 from triolog.broker.cluster.replica_manager import ReplicaManager
 from triolog.broker.coordinator.producer_id_manager import ProducerIdManager
 from triolog.broker.metrics import BrokerMetrics
@@ -321,7 +322,8 @@ class BrokerServer:
                 logger.info("broker_stopped")
 
     async def _join_cluster(self, nursery: trio.Nursery, listen: Endpoint, port: int) -> None:
-        """Register with both listeners' advertised endpoints, then run the controller."""
+        """Register with both listeners' advertised endpoints, then run the controller, the replica
+        manager and the followers' fetchers."""
         membership, kafka = self.membership, self.kafka_context
         assert membership is not None and kafka is not None and self.config.kafka_listener is not None
         endpoints = membership.endpoints(
@@ -338,6 +340,29 @@ class BrokerServer:
         # Serving starts once the partitions this broker leads are known (Kafka's broker waits
         # for its first LeaderAndIsr the same way); clients retry NOT_LEADER_OR_FOLLOWER meanwhile.
         await nursery.start(self.cluster.replicas.run)
+        # Followers copy their leaders' logs over the inter-broker listener (the Kafka listener).
+        kafka_listener = self.config.kafka_listener
+        if uses_tls(kafka_listener) or uses_sasl(kafka_listener):
+            logger.warning(
+                "replica_fetch_unavailable",
+                listener=str(kafka_listener),
+                detail="followers fetch over PLAINTEXT only for now: the partitions this broker "
+                "follows will not replicate over a TLS or SASL Kafka listener",
+            )
+            return
+        fetchers = ReplicaFetcherManager(
+            self.config.node_id,
+            self.cluster.cache,
+            self.cluster.replicas,
+            listener_name=self.config.inter_broker_listener_name or kafka_listener.scheme,
+            wait_max_ms=self.config.replica_fetch_wait_max_ms,
+            min_bytes=self.config.replica_fetch_min_bytes,
+            max_bytes=self.config.replica_fetch_max_bytes,
+            response_max_bytes=self.config.replica_fetch_response_max_bytes,
+            backoff_ms=self.config.replica_fetch_backoff_ms,
+            run_sync=partial(self.workers.run_sync, limiter=self.limiter),
+        )
+        await nursery.start(fetchers.run)
 
     def _request_handler(self, advertised_host: str, advertised_port: int) -> RequestHandler:
         """The request handler, with the coordinators and security stores it serves from."""
