@@ -1000,7 +1000,7 @@ def _cluster_keys() -> Iterator[BrokerConfigKey]:
         "",
         "ZooKeeper's host:port list with an optional chroot (127.0.0.1:2181,127.0.0.1:2182/triolog): "
         "the broker joins that cluster, registers there, and keeps topics and partition state there "
-        "in Kafka's layout (docs/cluster.md: replication between brokers is not finished yet). "
+        "in Kafka's layout (docs/cluster.md: a cluster is not finished yet). "
         "Empty: a standalone broker, no ZooKeeper.",
         group,
         attr="zookeeper_connect",

@@ -999,6 +999,12 @@ class RequestHandler:
         log = hosted.log
         if part.last_fetched_epoch >= 0:
             epoch, end = log.end_offset_for_epoch(part.last_fetched_epoch)
+            if epoch < 0 or end < 0:
+                # No epoch of the leader's to compare with (on the wire -1/-1 would read as "no
+                # divergence"): Kafka answers OFFSET_OUT_OF_RANGE, and the follower truncates.
+                raise OffsetOutOfRangeError(
+                    f"the leader of {topic}-{part.partition} has no epoch at or below {part.last_fetched_epoch}"
+                )
             if epoch < part.last_fetched_epoch or end < part.fetch_offset:
                 return log, ReplicaFetchPartitionResult(
                     partition=part.partition,

@@ -11,11 +11,8 @@ from __future__ import annotations
 import time
 
 import pytest
-from confluent_kafka import Consumer as KafkaConsumer
-from confluent_kafka import Producer as KafkaProducer
-from confluent_kafka import TopicPartition as KafkaTopicPartition
-from confluent_kafka.admin import AdminClient as KafkaAdminClient
-from confluent_kafka.admin import NewTopic
+from confluent_kafka import Consumer as KafkaConsumer, Producer as KafkaProducer, TopicPartition as KafkaTopicPartition
+from confluent_kafka.admin import AdminClient as KafkaAdminClient, NewTopic
 
 from tests.e2e.broker_process import WireClient
 from triolog.protocol import messages as m
@@ -37,10 +34,19 @@ def brokers(tmp_path, zk_connect):
                     f"broker.rack=rack-{broker_id}",
                 ],
             ).start()
+        all_registered(started)
         yield started
     finally:
         for broker in started.values():
             broker.stop()
+
+
+def all_registered(brokers) -> None:
+    """Until every broker sees every other registered: a topic created sooner could be placed over
+    fewer brokers (each follows ZooKeeper on its own)."""
+    assert _wait(lambda: all(sorted(b.server.cluster.cache.brokers) == sorted(brokers) for b in brokers.values())), (
+        "the brokers never all saw each other"
+    )
 
 
 def _bootstrap(brokers) -> str:

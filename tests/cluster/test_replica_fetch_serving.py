@@ -1,47 +1,100 @@
-"""The leader's side of Kafka's replication, driven by hand with Kafka's own Fetch v12 (kio): a
-follower's fetch reads to the leader's log end, not its high watermark; the high watermark moves
-once every in-sync replica has fetched past the records, and only then does acks=all answer or a
-consumer see them; a follower whose last fetched epoch the leader never had is told where its log
-diverges; a stale leader epoch is fenced; a consumer cannot pose as a replica of a partition it
-does not replicate."""
+"""The leader's side of Kafka's replication, driven by hand with Kafka's own Fetch v12 (kio).
+
+Brokers 1 and 2 run; the partition's replicas are (1, 2, 3), and broker 3 is this test, registered
+in ZooKeeper and fetching as a follower by hand: outside the ISR at first (it was not live at
+creation), while broker 2 replicates for real. A follower's fetch reads to the leader's log end, not its high watermark; a
+follower caught up into the current epoch rejoins the ISR (written to ZooKeeper by the leader);
+acks=all is refused while the ISR is below min.insync.replicas and answered only once every
+in-sync replica has the records; a diverging follower is told where; stale epochs are fenced; a
+broker that is not a replica, or a broker that is not the leader, is refused."""
 
 from __future__ import annotations
 
 import datetime
 import socket
-import time
 
 import pytest
+import trio
 from confluent_kafka import Producer as KafkaProducer
-from confluent_kafka.admin import AdminClient as KafkaAdminClient
-from confluent_kafka.admin import NewTopic
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
 from kio.static.primitive import i32, i64
 
 from tests.kafka.kafka_wire import decode_response, encode_request, read_frame
+from triolog.broker.cluster.zk_client import KafkaZkClient
+from triolog.broker.cluster.zk_data import TopicAssignment
+from triolog.broker.cluster.zookeeper_store import ZooKeeperStore
 from triolog.protocol.errors import ErrorCode
 from triolog.protocol.record_batch import split_batches
 from triolog.testing import InProcessBroker
 
-from .test_cluster_serving import _bootstrap, _wait
+from .test_cluster_serving import _wait, all_registered
+
+HAND = 3  # the follower this test plays
 
 
 @pytest.fixture
 def brokers(tmp_path, zk_connect):
     started = {}
     try:
-        for broker_id in (1, 2, 3):
+        for broker_id in (1, 2):
             started[broker_id] = InProcessBroker(
                 tmp_path / f"broker-{broker_id}",
-                [f"broker.id={broker_id}", f"zookeeper.connect={zk_connect}", "zookeeper.session.timeout.ms=4000"],
+                [
+                    f"broker.id={broker_id}",
+                    f"zookeeper.connect={zk_connect}",
+                    "zookeeper.session.timeout.ms=4000",
+                    "replica.fetch.wait.max.ms=50",
+                ],
             ).start()
+        all_registered(started)
         yield started
     finally:
         for broker in started.values():
             broker.stop()
 
 
-def replica_fetch(broker, replica_id, topic, partition, fetch_offset, *, last_fetched_epoch=-1, leader_epoch=-1):
+@pytest.fixture
+def register_hand(zk_connect):
+    """Register broker 3 (this test) as a live broker, as a real follower is: without it the
+    controller would take it out of every ISR it joins. Call after creating the topic to keep it
+    out of the ISR at first."""
+    from kazoo.client import KazooClient
+
+    from triolog.broker.cluster.zk_data import BrokerRegistration, RegisteredEndpoint
+
+    client = KazooClient(hosts=zk_connect, timeout=4.0)
+    client.start(timeout=10)
+
+    def register():
+        endpoint = RegisteredEndpoint("PLAINTEXT", "PLAINTEXT", "127.0.0.1", 9)
+        client.create(f"/brokers/ids/{HAND}", BrokerRegistration(HAND, (endpoint,)).encode(), ephemeral=True)
+
+    yield register
+    client.stop()
+    client.close()
+
+
+def create(zk_connect, topic, replicas, configs=None):
+    """A topic assigned to ``replicas`` as they are (HAND among them), through ZooKeeper as
+    CreateTopics writes it."""
+
+    async def main():
+        store = ZooKeeperStore(zk_connect, session_timeout_ms=4000)
+        await store.start()
+        try:
+            await KafkaZkClient(store).create_topic(topic, TopicAssignment({0: tuple(replicas)}), configs or {})
+        finally:
+            await store.close()
+
+    trio.run(main)
+
+
+def state(broker, topic):
+    view = broker.server.cluster.cache.partition(topic, 0)
+    return view if view is not None and view.online else None
+
+
+def replica_fetch(broker, replica_id, topic, fetch_offset, *, last_fetched_epoch=-1, leader_epoch=-1):
     request = FetchRequest(
         replica_id=i32(replica_id),
         max_wait=datetime.timedelta(0),
@@ -55,7 +108,7 @@ def replica_fetch(broker, replica_id, topic, partition, fetch_offset, *, last_fe
                 topic=topic,
                 partitions=(
                     FetchPartition(
-                        partition=i32(partition),
+                        partition=i32(0),
                         current_leader_epoch=i32(leader_epoch),
                         fetch_offset=i64(fetch_offset),
                         last_fetched_epoch=i32(last_fetched_epoch),
@@ -75,80 +128,110 @@ def replica_fetch(broker, replica_id, topic, partition, fetch_offset, *, last_fe
     return answer
 
 
-def test_followers_fetch_to_the_log_end_and_commit_what_every_in_sync_replica_has(brokers):
-    admin = KafkaAdminClient({"bootstrap.servers": _bootstrap(brokers)})
-    admin.create_topics([NewTopic("replicated", 1, 3, config={"min.insync.replicas": "2"})])["replicated"].result(30)
-    partition = admin.list_topics(timeout=10).topics["replicated"].partitions[0]
-    leader = brokers[partition.leader]
-    followers = [r for r in partition.replicas if r != partition.leader]
+def _bootstrap(brokers) -> str:
+    return ",".join(f"127.0.0.1:{b.kafka_port}" for b in brokers.values())
 
-    # acks=1: appended and answered at once, but not committed: the followers have nothing yet.
+
+def test_a_follower_reads_to_the_log_end_and_rejoins_the_isr_once_caught_up(brokers, zk_connect, register_hand):
+    create(zk_connect, "replicated", (1, 2, HAND))
+    view = _wait(lambda: state(brokers[1], "replicated"))
+    register_hand()
+    assert view.leader == 1 and view.isr == (1, 2)  # broker 3 was not live: out of the ISR
+    leader = brokers[1]
     producer = KafkaProducer({"bootstrap.servers": _bootstrap(brokers), "acks": "1"})
     for i in range(5):
         producer.produce("replicated", value=f"r{i}".encode(), partition=0)
     assert producer.flush(30) == 0
-    first = replica_fetch(leader, followers[0], "replicated", 0, 0, leader_epoch=0)
-    assert first.error_code == ErrorCode.NONE and first.high_watermark == 0
-    records = bytes(first.records)
-    batches = split_batches(records)
-    end = batches[-1][1].last_offset + 1
-    assert end == 5 and all(header.partition_leader_epoch == 0 for _, header in batches)
-
-    # The followers report the log end in their next fetch: then, and only then, it commits.
-    replica_fetch(leader, followers[0], "replicated", 0, end, last_fetched_epoch=0, leader_epoch=0)
-    answer = replica_fetch(leader, followers[1], "replicated", 0, 0, leader_epoch=0)
-    assert answer.high_watermark == 0  # the second follower has not shown it has anything yet
-    replica_fetch(leader, followers[1], "replicated", 0, end, last_fetched_epoch=0, leader_epoch=0)
-    # (each answer carries the high watermark as it was at the read, as Kafka's: the next one shows it)
-    answer = replica_fetch(leader, followers[0], "replicated", 0, end, last_fetched_epoch=0, leader_epoch=0)
-    assert answer.high_watermark == end
+    # Broker 2 replicates: the five records commit without broker 3.
+    assert _wait(lambda: leader.server.log_manager.get_log("replicated", 0).high_watermark == 5)
+    answer = replica_fetch(leader, HAND, "replicated", 0, leader_epoch=0)
+    batches = split_batches(bytes(answer.records))
+    assert answer.error_code == ErrorCode.NONE and batches[-1][1].last_offset + 1 == 5
+    assert all(header.partition_leader_epoch == 0 for _, header in batches)
+    assert answer.high_watermark == 5
+    # Its next fetch shows it has everything, in this epoch: the leader puts it back in the ISR.
+    replica_fetch(leader, HAND, "replicated", 5, last_fetched_epoch=0, leader_epoch=0)
+    assert _wait(lambda: state(brokers[2], "replicated").isr == (1, 2, HAND))
+    assert state(brokers[2], "replicated").leader_epoch == 0  # a leader's ISR change keeps the epoch
 
 
-def test_a_divergent_follower_is_told_where_and_stale_epochs_are_fenced(brokers):
-    admin = KafkaAdminClient({"bootstrap.servers": _bootstrap(brokers)})
-    admin.create_topics([NewTopic("fenced", 1, 3)])["fenced"].result(30)
-    partition = admin.list_topics(timeout=10).topics["fenced"].partitions[0]
-    leader = brokers[partition.leader]
-    follower = next(r for r in partition.replicas if r != partition.leader)
+def test_acks_all_is_refused_below_min_isr_and_answered_once_every_in_sync_replica_has_it(
+    brokers, zk_connect, register_hand
+):
+    create(zk_connect, "durable", (1, 2, HAND), {"min.insync.replicas": "3"})
+    _wait(lambda: state(brokers[1], "durable"))
+    register_hand()
+    leader = brokers[1]
+    producer = KafkaProducer(
+        {"bootstrap.servers": _bootstrap(brokers), "acks": "all", "retries": 0, "message.timeout.ms": 20000}
+    )
+    outcomes = []
+    producer.produce("durable", value=b"refused", partition=0, on_delivery=lambda err, msg: outcomes.append(err))
+    producer.flush(20)
+    # ISR (1, 2) is below min.insync.replicas=3: refused, nothing written.
+    assert [err.name() for err in outcomes] == ["NOT_ENOUGH_REPLICAS"]
+    assert leader.server.log_manager.get_log("durable", 0).log_end_offset == 0
+
+    # Broker 3 (this test) catches up to the empty log: back in the ISR, writes are taken.
+    replica_fetch(leader, HAND, "durable", 0, leader_epoch=0)
+    assert _wait(lambda: state(leader, "durable").isr == (1, 2, HAND))
+    assert _wait(lambda: leader.server.cluster.replicas.hosted[("durable", 0)].leadership.may_append_acks_all())
+    outcomes.clear()
+    producer.produce("durable", value=b"committed", partition=0, on_delivery=lambda err, msg: outcomes.append(err))
+    producer.poll(1.0)
+    assert outcomes == []  # broker 2 has it, broker 3 not yet: not acknowledged
+    log = leader.server.log_manager.get_log("durable", 0)
+    assert log.log_end_offset == 1 and log.high_watermark == 0
+    replica_fetch(leader, HAND, "durable", 0, leader_epoch=0)
+    replica_fetch(leader, HAND, "durable", 1, last_fetched_epoch=0, leader_epoch=0)
+    assert _wait(lambda: producer.poll(0.2) or outcomes, timeout=10) and outcomes == [None]
+    assert log.high_watermark == 1
+
+
+def test_a_divergent_follower_is_told_where_and_stale_epochs_and_strangers_are_refused(
+    brokers, zk_connect, register_hand
+):
+    create(zk_connect, "fenced", (1, 2, HAND))
+    _wait(lambda: state(brokers[1], "fenced"))
+    register_hand()
+    leader = brokers[1]
     producer = KafkaProducer({"bootstrap.servers": _bootstrap(brokers), "acks": "1"})
     producer.produce("fenced", value=b"x", partition=0)
     assert producer.flush(30) == 0
     # A follower whose log of epoch 0 runs past the leader's (to offset 10; the leader's ends at
     # 1): its suffix diverges. The leader answers its epoch and where that ends, and no records.
-    answer = replica_fetch(leader, follower, "fenced", 0, 10, last_fetched_epoch=0, leader_epoch=0)
+    answer = replica_fetch(leader, HAND, "fenced", 10, last_fetched_epoch=0, leader_epoch=0)
     assert answer.error_code == ErrorCode.NONE and not bytes(answer.records or b"")
     assert (answer.diverging_epoch.epoch, answer.diverging_epoch.end_offset) == (0, 1)
-    # An epoch newer than any the leader knows: Kafka's "undefined" (-1, -1); the follower then
-    # truncates to its high watermark.
-    answer = replica_fetch(leader, follower, "fenced", 0, 1, last_fetched_epoch=3, leader_epoch=0)
-    assert (answer.diverging_epoch.epoch, answer.diverging_epoch.end_offset) == (-1, -1)
+    # An epoch newer than any the leader has (nothing to compare with): OFFSET_OUT_OF_RANGE, as Kafka.
+    answer = replica_fetch(leader, HAND, "fenced", 1, last_fetched_epoch=3, leader_epoch=0)
+    assert answer.error_code == ErrorCode.OFFSET_OUT_OF_RANGE
     # In step: no divergence, the records.
-    answer = replica_fetch(leader, follower, "fenced", 0, 0, leader_epoch=0)
+    answer = replica_fetch(leader, HAND, "fenced", 0, leader_epoch=0)
     assert answer.diverging_epoch.epoch == -1 and bytes(answer.records)
-    # A leader epoch older than the leader's is fenced; a newer one is unknown to it yet.
-    assert replica_fetch(leader, follower, "fenced", 0, 0, leader_epoch=5).error_code == ErrorCode.UNKNOWN_LEADER_EPOCH
-    # A broker that is not a replica of the partition is refused; so is fetching from a non-leader.
-    outsider = next(i for i in (1, 2, 3, 4) if i not in partition.replicas)
-    assert replica_fetch(leader, outsider, "fenced", 0, 0).error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
-    assert replica_fetch(brokers[follower], follower, "fenced", 0, 0).error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    # A leader epoch newer than the leader's own is unknown to it yet.
+    assert replica_fetch(leader, HAND, "fenced", 0, leader_epoch=5).error_code == ErrorCode.UNKNOWN_LEADER_EPOCH
+    # Broker 4 is no replica of the partition; broker 2 is a replica but not its leader.
+    assert replica_fetch(leader, 4, "fenced", 0).error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert replica_fetch(brokers[2], HAND, "fenced", 0).error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
 
 
-def test_acks_all_waits_for_the_in_sync_replicas_and_is_refused_below_min_isr(brokers):
-    admin = KafkaAdminClient({"bootstrap.servers": _bootstrap(brokers)})
-    admin.create_topics([NewTopic("durable", 1, 3, config={"min.insync.replicas": "2"})])["durable"].result(30)
-    partition = admin.list_topics(timeout=10).topics["durable"].partitions[0]
-    leader = brokers[partition.leader]
-    followers = [r for r in partition.replicas if r != partition.leader]
-
-    acked = []
-    producer = KafkaProducer(
-        {"bootstrap.servers": _bootstrap(brokers), "acks": "all", "message.timeout.ms": 20000, "retries": 0}
-    )
-    producer.produce("durable", value=b"committed?", partition=0, on_delivery=lambda err, msg: acked.append(err))
-    producer.poll(1.0)
-    assert acked == []  # appended, but no follower has it: not acknowledged
-    # Both followers fetch it (and show they have it in their next fetch): committed, acknowledged.
-    for follower in followers:
-        replica_fetch(leader, follower, "durable", 0, 0, leader_epoch=0)
-        replica_fetch(leader, follower, "durable", 0, 1, last_fetched_epoch=0, leader_epoch=0)
-    assert _wait(lambda: producer.poll(0.2) or acked, timeout=10) and acked == [None]
+def test_a_consumer_never_reads_past_the_high_watermark(brokers, zk_connect, register_hand):
+    create(zk_connect, "visible", (1, HAND), {"min.insync.replicas": "1"})
+    assert _wait(lambda: state(brokers[1], "visible")).isr == (1,)
+    register_hand()
+    leader = brokers[1]
+    replica_fetch(leader, HAND, "visible", 0, leader_epoch=0)  # caught up (empty): into the ISR
+    assert _wait(lambda: state(leader, "visible").isr == (1, HAND))
+    producer = KafkaProducer({"bootstrap.servers": _bootstrap(brokers), "acks": "1"})
+    producer.produce("visible", value=b"v", partition=0)
+    assert producer.flush(30) == 0
+    log = leader.server.log_manager.get_log("visible", 0)
+    assert (log.log_end_offset, log.high_watermark) == (1, 0)  # broker 3, in the ISR, lacks it
+    # A consumer (replica id -1) sees nothing yet; the follower reads it; then the consumer does.
+    consumer = replica_fetch(leader, -1, "visible", 0)
+    assert consumer.error_code == ErrorCode.NONE and not bytes(consumer.records or b"") and consumer.high_watermark == 0
+    assert bytes(replica_fetch(leader, HAND, "visible", 0, leader_epoch=0).records)
+    replica_fetch(leader, HAND, "visible", 1, last_fetched_epoch=0, leader_epoch=0)
+    consumer = replica_fetch(leader, -1, "visible", 0)
+    assert consumer.high_watermark == 1 and bytes(consumer.records)

@@ -88,12 +88,23 @@ def _partition(admin):
 
 
 def produce(cluster, count: int, *, acks: str = "1", start: int = 0) -> None:
-    producer = KafkaProducer({"bootstrap.servers": cluster.bootstrap(), "acks": acks, "linger.ms": 5, "batch.size": 4096,
-                              "enable.idempotence": False})
+    producer = KafkaProducer(
+        {
+            "bootstrap.servers": cluster.bootstrap(),
+            "acks": acks,
+            "linger.ms": 5,
+            "batch.size": 4096,
+            "enable.idempotence": False,
+        }
+    )
     failures = []
     for i in range(start, start + count):
-        producer.produce(TOPIC, key=str(i % 7).encode(), value=f"record-{i}".encode() * 10,
-                         on_delivery=lambda err, msg: err is not None and failures.append(err))
+        producer.produce(
+            TOPIC,
+            key=str(i % 7).encode(),
+            value=f"record-{i}".encode() * 10,
+            on_delivery=lambda err, msg: err is not None and failures.append(err),
+        )
         if i % 50 == 0:
             producer.poll(0)
     assert producer.flush(30) == 0
@@ -169,15 +180,15 @@ def test_an_old_leader_truncates_what_it_alone_had(cluster):
         epoch = log.latest_epoch
         assert epoch == 0
         for i in range(5):
-            log.append_as_leader(encode_batch([Record(0, 1000 + i, b"lost", b"never committed" * 20)]),
-                                 leader_epoch=epoch)
+            log.append_as_leader(
+                encode_batch([Record(0, 1000 + i, b"lost", b"never committed" * 20)]), leader_epoch=epoch
+            )
         assert log.log_end_offset == 45
     finally:
         log.close()
     # A new leader in a new epoch takes more writes.
     admin = KafkaAdminClient({"bootstrap.servers": cluster.bootstrap()})
-    moved = wait(lambda: (p := _partition(admin)) is not None and p.leader != old_leader and p,
-                 what="a new leader")
+    moved = wait(lambda: (p := _partition(admin)) is not None and p.leader != old_leader and p, what="a new leader")
     produce(cluster, 20, start=40)
     # The old leader returns as a follower: its suffix goes, the new leader's records come.
     cluster.start(old_leader)

@@ -6,8 +6,7 @@ only what is committed. Plus Kafka's own cases, one by one."""
 
 from __future__ import annotations
 
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from triolog.broker.cluster.replication import AcksAll, LeaderPartition, follower_high_watermark
 
