@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import structlog
@@ -52,6 +53,12 @@ class ProducerIdManager:
         self._loaded = False
         #: Blocks reserved by this process (for tests and logs).
         self.blocks_reserved = 0
+        #: A cluster member reserves its blocks from the cluster (ZooKeeper) instead of the file:
+        #: ``reserve(block_size) -> (first, end)``, from the calling (worker) thread.
+        self.reserve: Callable[[int], tuple[int, int]] | None = None
+        #: One past the last id the whole cluster has reserved (0 standalone): ids another
+        #: broker handed out are issued too.
+        self.cluster_issued_limit = 0
 
     def load(self, seen_up_to: int = 0) -> None:
         """Read the block file. ``seen_up_to``: one past the largest producer id found in the
@@ -78,16 +85,20 @@ class ProducerIdManager:
         self._loaded = True
 
     def issued_limit(self) -> int:
-        """No producer id at or above this was ever handed out (the end of the reserved block)."""
+        """No producer id at or above this was ever handed out (the end of the reserved block,
+        or of the cluster's latest)."""
         with self._lock:
             self._load_locked()
-            return self._block_end
+            return max(self._block_end, self.cluster_issued_limit)
 
     def generate_producer_id(self) -> int:
         """A producer id never returned before, by this broker or an earlier run of it."""
         with self._lock:
             self._load_locked()
-            if self._next_id >= self._block_end:
+            if self._next_id >= self._block_end and self.reserve is not None:
+                self._next_id, self._block_end = self.reserve(self.block_size)
+                self.blocks_reserved += 1
+            elif self._next_id >= self._block_end:
                 start = self._block_end
                 end = start + self.block_size
                 if end > MAX_PRODUCER_ID:

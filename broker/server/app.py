@@ -24,6 +24,7 @@ import trio
 
 from triolog.broker.cluster.membership import ClusterJoinError, ClusterMembership
 from triolog.broker.cluster.metadata_cache import ClusterMetadataCache
+from triolog.broker.cluster.producer_id_blocks import follow_issued_limit, reserve_block
 from triolog.broker.cluster.replica_fetcher import ReplicaFetcherManager
 from triolog.broker.cluster.replica_manager import ReplicaManager
 from triolog.broker.coordinator.producer_id_manager import ProducerIdManager
@@ -337,6 +338,15 @@ class BrokerServer:
         assert self.cluster is not None
         await nursery.start(membership.run)
         await nursery.start(self.cluster.cache.run)
+        # Producer ids from the cluster's blocks; ids any broker handed out are accepted here.
+        zk, producer_ids, broker_id = membership.zk, self.producer_ids, self.config.node_id
+
+        def reserve(size: int) -> tuple[int, int]:
+            block = trio.from_thread.run(reserve_block, zk, broker_id, size)
+            return block.first, block.last + 1
+
+        producer_ids.reserve = reserve
+        nursery.start_soon(follow_issued_limit, zk, partial(setattr, producer_ids, "cluster_issued_limit"))
         # Serving starts once the partitions this broker leads are known (Kafka's broker waits
         # for its first LeaderAndIsr the same way); clients retry NOT_LEADER_OR_FOLLOWER meanwhile.
         await nursery.start(self.cluster.replicas.run)

@@ -1,0 +1,44 @@
+"""Producer-id blocks from ZooKeeper: brokers reserving at the same time get disjoint, consecutive
+blocks (conditional writes, the loser takes the next), in Kafka's JSON; every broker follows the
+end of what the cluster reserved."""
+
+from __future__ import annotations
+
+import trio
+
+from triolog.broker.cluster.producer_id_blocks import follow_issued_limit, reserve_block
+from triolog.broker.cluster.zk_client import KafkaZkClient
+from triolog.broker.cluster.zk_data import LATEST_PRODUCER_ID_BLOCK, ProducerIdBlock
+from triolog.broker.cluster.zookeeper_store import ZooKeeperStore
+
+
+async def test_concurrent_reservations_get_disjoint_consecutive_blocks(zk_connect):
+    stores = [ZooKeeperStore(zk_connect, session_timeout_ms=4000) for _ in range(3)]
+    for store in stores:
+        await store.start()
+    try:
+        clients = [KafkaZkClient(store) for store in stores]
+        limits = []
+        blocks = []
+
+        async def reserve(broker_id, client):
+            for _ in range(5):
+                blocks.append(await reserve_block(client, broker_id, 1000))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(follow_issued_limit, clients[0], limits.append)
+            async with trio.open_nursery() as reservers:
+                for broker_id, client in enumerate(clients, start=1):
+                    reservers.start_soon(reserve, broker_id, client)
+            with trio.fail_after(5):
+                while not limits or limits[-1] != 15000:
+                    await trio.sleep(0.02)
+            nursery.cancel_scope.cancel()
+        ranges = sorted((b.first, b.last) for b in blocks)
+        assert ranges == [(i * 1000, i * 1000 + 999) for i in range(15)]  # every id once, no gap
+        latest = ProducerIdBlock.decode((await stores[0].get(LATEST_PRODUCER_ID_BLOCK)).data)
+        assert (latest.first, latest.last) == (14000, 14999)
+        assert limits == sorted(limits)  # the limit only grows
+    finally:
+        for store in stores:
+            await store.close()
