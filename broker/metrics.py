@@ -147,6 +147,26 @@ several brokers in one process, as in tests, do not collide):
                                             histogram offset_commit request to durable answer
   ========================================= ========= =========================================
 
+* **Cluster**, with ``zookeeper.connect`` (Kafka's ReplicaManager and KafkaController meters),
+  read at scrape time from the broker's replica manager and controller by :class:`ClusterMetrics`
+  (no series on a standalone broker):
+
+  ========================================= ========= =========================================
+  triolog_cluster_leader_partitions         gauge     partitions this broker leads (LeaderCount)
+  triolog_cluster_under_replicated_partitions
+                                            gauge     partitions it leads whose ISR lacks a
+                                                      replica (UnderReplicatedPartitions)
+  triolog_cluster_active_controller         gauge     1 on the active controller, else 0
+                                                      (ActiveControllerCount)
+  triolog_cluster_offline_partitions        gauge     on the active controller: partitions
+                                                      without a leader (OfflinePartitionsCount)
+  triolog_cluster_isr_shrinks_total         counter   ISR shrinks this broker made as leader
+                                                      (IsrShrinksPerSec)
+  triolog_cluster_isr_expands_total         counter   ISR expansions it made (IsrExpandsPerSec)
+  triolog_cluster_elections_total           counter   leader elections the controller ran here, by
+                                                      ``kind`` (clean, unclean)
+  ========================================= ========= =========================================
+
 Plus prometheus_client's process, platform and GC collectors (``process_*``, ``python_*``).
 
 The HTTP endpoint (:class:`MetricsEndpoint`) is prometheus_client's own threaded WSGI server: it
@@ -184,6 +204,7 @@ __all__ = [
     "API_LABELS",
     "WRONG_PROTOCOLS",
     "BrokerMetrics",
+    "ClusterMetrics",
     "GroupMetrics",
     "LogCollector",
     "MetricsEndpoint",
@@ -782,6 +803,67 @@ class GroupMetrics(Collector):
         return families
 
 
+class ClusterMetrics(Collector):
+    """The cluster's series, from the replica manager and controller at scrape time (none until
+    ``watch`` gives them: a standalone broker has neither)."""
+
+    def __init__(self, registry: CollectorRegistry):
+        self._cluster = lambda: None
+        registry.register(self)
+
+    def watch(self, cluster) -> None:
+        """``cluster``: () -> (ReplicaManager, ClusterMetadataCache, KafkaController), or None."""
+        self._cluster = cluster
+
+    def describe(self) -> Iterable[Metric]:
+        return self._families()
+
+    def _families(self) -> list[Metric]:
+        return [
+            GaugeMetricFamily("triolog_cluster_leader_partitions", "Partitions this broker leads."),
+            GaugeMetricFamily(
+                "triolog_cluster_under_replicated_partitions", "Partitions it leads whose ISR lacks a replica."
+            ),
+            GaugeMetricFamily("triolog_cluster_active_controller", "1 on the active controller, else 0."),
+            GaugeMetricFamily(
+                "triolog_cluster_offline_partitions", "On the active controller: partitions without a leader."
+            ),
+            CounterMetricFamily("triolog_cluster_isr_shrinks", "ISR shrinks this broker made as leader."),
+            CounterMetricFamily("triolog_cluster_isr_expands", "ISR expansions this broker made as leader."),
+            CounterMetricFamily(
+                "triolog_cluster_elections", "Leader elections the controller ran here.", labels=("kind",)
+            ),
+        ]
+
+    def collect(self) -> Iterable[Metric]:
+        families = self._families()
+        parts = self._cluster()
+        if parts is None:
+            return families
+        replicas, cache, controller = parts
+        leaders, under, active, offline, shrinks, expands, elections = families
+        for _ in range(_READ_ATTEMPTS):
+            try:
+                hosted = list(replicas.hosted.values())
+                states = list(cache.states.items())
+                break
+            except RuntimeError:  # changed by the event loop under the read: read again
+                continue
+        else:
+            hosted, states = [], []
+        led = [h for h in hosted if h.leadership is not None]
+        leaders.add_metric([], len(led))
+        under.add_metric([], sum(1 for h in led if len(h.leadership.isr) < len(h.leadership.replicas)))
+        active.add_metric([], 1 if controller.active else 0)
+        offline_count = sum(1 for _, versioned in states if versioned.state.leader < 0) if controller.active else 0
+        offline.add_metric([], offline_count)
+        shrinks.add_metric([], replicas.isr_shrinks)
+        expands.add_metric([], replicas.isr_expands)
+        elections.add_metric(["clean"], controller.elections - controller.unclean_elections)
+        elections.add_metric(["unclean"], controller.unclean_elections)
+        return families
+
+
 # -- the registry and the endpoint -------------------------------------------------------------
 
 
@@ -817,6 +899,7 @@ class BrokerMetrics:
         self.registry.register(LogCollector(log_manager))
         self.registry.register(CleanerCollector(log_manager))
         self.groups = GroupMetrics(self.registry, log_manager)
+        self.cluster = ClusterMetrics(self.registry)
         if process_collectors:
             ProcessCollector(registry=self.registry)
             PlatformCollector(registry=self.registry)

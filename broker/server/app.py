@@ -336,6 +336,8 @@ class BrokerServer:
         except ClusterJoinError as exc:
             raise StartupError(str(exc)) from None
         assert self.cluster is not None
+        cluster = self.cluster
+        self.metrics.cluster.watch(lambda: (cluster.replicas, cluster.cache, cluster.membership.controller))
         await nursery.start(membership.run)
         await nursery.start(self.cluster.cache.run)
         # Producer ids from the cluster's blocks; ids any broker handed out are accepted here.
