@@ -124,14 +124,13 @@ class ClusterMembership:
         async with trio.open_nursery() as nursery:
             await nursery.start(self.controller.run)
             task_status.started()
-            state = self.store.state
+            seen = self.store.state_changes
             while True:
-                state = await self.store.wait_state_change(state)
-                if state is SessionState.LOST:
+                # By the session, not by the states seen: kazoo may pass from connected through
+                # suspended and lost to connected in a new session before this task looks.
+                seen = await self.store.wait_state_changes(seen)
+                if self.store.state is SessionState.CONNECTED and self.store.session_id != self._registered_session:
                     logger.warning("zookeeper_session_expired", broker_id=self.broker_id)
-                # By the session, not by the states seen: kazoo may pass from suspended through
-                # lost to connected (a new session) before this task looks.
-                if state is SessionState.CONNECTED and self.store.session_id != self._registered_session:
                     self.registered = trio.Event()
                     await self._register_again()
 
@@ -147,7 +146,9 @@ class ClusterMembership:
                 # The expired session's node may outlive it by a moment on a lagging ZooKeeper node.
                 await trio.sleep(0.2)
             except StoreUnavailableError:
-                return  # disconnected again: the next CONNECTED retries
+                if self.store.state is not SessionState.CONNECTED:
+                    return  # disconnected again: the next change retries
+                await trio.sleep(0.2)
 
     async def _unclean_election(self, topic: str) -> bool:
         overrides = await self.zk.topic_config(topic)

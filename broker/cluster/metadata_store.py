@@ -137,6 +137,16 @@ class MetadataStore(ABC):
     async def wait_state_change(self, seen: SessionState) -> SessionState:
         """Return the state once it is not ``seen`` (at once if it already is not)."""
 
+    @property
+    @abstractmethod
+    def state_changes(self) -> int:
+        """How many session state changes there have been: a new session that followed a lost one
+        counts, even when the state seen before and after is CONNECTED both times."""
+
+    @abstractmethod
+    async def wait_state_changes(self, seen: int) -> int:
+        """Return ``state_changes`` once it is past ``seen``."""
+
     @abstractmethod
     async def get(self, path: str) -> Node | None: ...
 

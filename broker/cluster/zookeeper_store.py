@@ -86,6 +86,7 @@ class ZooKeeperStore(MetadataStore):
         self._token: trio.lowlevel.TrioToken | None = None
         self._state = SessionState.SUSPENDED
         self._state_changed = trio.Event()
+        self._changes = 0
         self._watches: set[trio.Event] = set()
         self._closed = False
 
@@ -150,6 +151,7 @@ class ZooKeeperStore(MetadataStore):
             self._watches.clear()
         logger.info("zookeeper_session", state=state.value, connect=self.connect, session_id=hex(self.session_id))
         self._state = state
+        self._changes += 1
         self._state_changed.set()
         self._state_changed = trio.Event()
 
@@ -157,6 +159,15 @@ class ZooKeeperStore(MetadataStore):
         while self._state is seen:
             await self._state_changed.wait()
         return self._state
+
+    @property
+    def state_changes(self) -> int:
+        return self._changes
+
+    async def wait_state_changes(self, seen: int) -> int:
+        while self._changes <= seen:
+            await self._state_changed.wait()
+        return self._changes
 
     # -- calls -----------------------------------------------------------------------------------
 
