@@ -117,6 +117,32 @@ class ZooKeeperStore(MetadataStore):
             # kazoo prefixes the chroot to every path: its own "/" is the chroot, made here once.
             await self._call(lambda: self._client.ensure_path_async("/"))
         self._set_state(SessionState.CONNECTED)
+        trio.lowlevel.spawn_system_task(self._keep_connecting)
+
+    async def _keep_connecting(self) -> None:
+        """kazoo reconnects by itself, but its connection loop can give up (its retry policy ends
+        with the loop, seen once under load while the ensemble had no quorum): then nothing
+        would ever reconnect. A broker's session is worth trying for as long as it runs, so a
+        loop that stopped is started again."""
+        try:
+            while not self._closed:
+                await self.wait_state_change(SessionState.CONNECTED)
+                with trio.move_on_after(self.session_timeout_ms / 1000):
+                    while self._state is not SessionState.CONNECTED and not self._closed:
+                        await self._state_changed.wait()
+                connection = getattr(self._client, "_connection", None)
+                stopped = getattr(connection, "connection_stopped", None)
+                if self._closed or self._state is SessionState.CONNECTED or stopped is None or not stopped.is_set():
+                    continue
+                logger.warning("zookeeper_reconnecting", connect=self.connect)
+                await trio.to_thread.run_sync(self._restart_client)
+        except Exception:  # a system task must not raise: the store then only relies on kazoo
+            logger.exception("zookeeper_reconnect_failed", connect=self.connect)
+
+    def _restart_client(self) -> None:
+        self._client.stop()
+        if not self._closed:
+            self._client.start_async()
 
     async def close(self) -> None:
         if self._closed:
