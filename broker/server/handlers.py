@@ -486,18 +486,22 @@ class RequestHandler:
                     dict(new.configs),
                     validate_only=request.validate_only,
                 )
-                shown = self.authz.topic(ctx, Op.DESCRIBE_CONFIGS, new.name, log=False)
-                out.append(
-                    m.CreateTopicResult(
-                        name=new.name,
-                        num_partitions=count,
-                        configs={k: config_value_text(config.value_of(k)) for k in TOPIC_CONFIGS} if shown else {},
-                    )
-                )
+                out.append(self._created(ctx, new.name, count, config))
             except Exception as exc:
-                code, message = error_of(exc, topic=new.name)
-                out.append(m.CreateTopicResult(name=new.name, error_code=code, error_message=message))
+                out.append(self._not_created(exc, new.name))
         return m.CreateTopicsResponse(id=request.id, topics=tuple(out))
+
+    def _created(self, ctx: RequestContext, name: str, count: int, config: LogConfig) -> m.CreateTopicResult:
+        """A created (or validated) topic's answer: its configs only to a principal that may
+        describe them, as Kafka answers."""
+        shown = self.authz.topic(ctx, Op.DESCRIBE_CONFIGS, name, log=False)
+        configs = {k: config_value_text(config.value_of(k)) for k in TOPIC_CONFIGS} if shown else {}
+        return m.CreateTopicResult(name=name, num_partitions=count, configs=configs)
+
+    @staticmethod
+    def _not_created(exc: BaseException, name: str) -> m.CreateTopicResult:
+        code, message = error_of(exc, topic=name)
+        return m.CreateTopicResult(name=name, error_code=code, error_message=message)
 
     async def _create_topics(self, request: m.CreateTopicsRequest, ctx: RequestContext) -> m.Response:
         if self.cluster is not None:
@@ -531,18 +535,9 @@ class RequestHandler:
                             count, config = topic.num_partitions, self.topics.config_for(new.name)
                     if not request.validate_only:
                         logger.info("topic_created", topic=new.name, partitions=count, configs=dict(new.configs))
-                    # Kafka returns the new topic's configs only to a principal that may describe them
-                    shown = self.authz.topic(ctx, Op.DESCRIBE_CONFIGS, new.name, log=False)
-                    out.append(
-                        m.CreateTopicResult(
-                            name=new.name,
-                            num_partitions=count,
-                            configs={k: config_value_text(config.value_of(k)) for k in TOPIC_CONFIGS} if shown else {},
-                        )
-                    )
+                    out.append(self._created(ctx, new.name, count, config))
                 except Exception as exc:
-                    code, message = error_of(exc, topic=new.name)
-                    out.append(m.CreateTopicResult(name=new.name, error_code=code, error_message=message))
+                    out.append(self._not_created(exc, new.name))
             return out
 
         return m.CreateTopicsResponse(id=request.id, topics=tuple(await self._in_thread(work)))

@@ -5,11 +5,9 @@ and its single-replica partition offline on the controller."""
 
 from __future__ import annotations
 
-from confluent_kafka.admin import AdminClient as KafkaAdminClient
-from confluent_kafka.admin import NewTopic
+from confluent_kafka.admin import AdminClient as KafkaAdminClient, NewTopic
 
-from .test_cluster_serving import _bootstrap, _wait
-from .test_failover import brokers  # noqa: F401 (the fixture: three brokers, all registered)
+from .helpers import kafka_bootstrap as _bootstrap, wait_until as _wait
 from .test_replica_fetch_serving import create
 
 
@@ -17,7 +15,8 @@ def _samples(brokers, name, **labels):
     return {i: b.sample(name, **labels) for i, b in brokers.items()}
 
 
-def test_leaders_controller_and_under_replicated_partitions(brokers, zk_connect):  # noqa: F811
+def test_leaders_controller_and_under_replicated_partitions(start_brokers, zk_connect):
+    brokers = start_brokers((1, 2, 3))
     admin = KafkaAdminClient({"bootstrap.servers": _bootstrap(brokers)})
     admin.create_topics([NewTopic("three", 3, 3)])["three"].result(30)
     assert _wait(lambda: sum(_samples(brokers, "triolog_cluster_active_controller").values()) == 1)

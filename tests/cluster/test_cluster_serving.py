@@ -19,38 +19,12 @@ from triolog.protocol import messages as m
 from triolog.protocol.errors import ErrorCode
 from triolog.testing import InProcessBroker
 
+from .helpers import kafka_bootstrap as _bootstrap, wait_until as _wait
+
 
 @pytest.fixture
-def brokers(tmp_path, zk_connect):
-    started = {}
-    try:
-        for broker_id in (1, 2, 3):
-            started[broker_id] = InProcessBroker(
-                tmp_path / f"broker-{broker_id}",
-                [
-                    f"broker.id={broker_id}",
-                    f"zookeeper.connect={zk_connect}",
-                    "zookeeper.session.timeout.ms=4000",
-                    f"broker.rack=rack-{broker_id}",
-                ],
-            ).start()
-        all_registered(started)
-        yield started
-    finally:
-        for broker in started.values():
-            broker.stop()
-
-
-def all_registered(brokers) -> None:
-    """Until every broker sees every other registered: a topic created sooner could be placed over
-    fewer brokers (each follows ZooKeeper on its own)."""
-    assert _wait(lambda: all(sorted(b.server.cluster.cache.brokers) == sorted(brokers) for b in brokers.values())), (
-        "the brokers never all saw each other"
-    )
-
-
-def _bootstrap(brokers) -> str:
-    return ",".join(f"127.0.0.1:{b.kafka_port}" for b in brokers.values())
+def brokers(start_brokers):
+    return start_brokers((1, 2, 3), per_broker=lambda broker_id: (f"broker.rack=rack-{broker_id}",))
 
 
 def _metadata(broker: InProcessBroker, topic: str) -> dict:
@@ -59,15 +33,6 @@ def _metadata(broker: InProcessBroker, topic: str) -> dict:
         return client.call(m.MetadataRequest(id=client.next_id(), topics=(topic,), allow_auto_topic_creation=False))
     finally:
         client.close()
-
-
-def _wait(check, timeout=20.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(0.1)
 
 
 def test_a_topic_is_placed_over_the_cluster_and_described_the_same_by_every_broker(brokers):

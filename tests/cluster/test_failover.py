@@ -8,40 +8,15 @@ from __future__ import annotations
 import time
 
 import pytest
-from confluent_kafka import Consumer as KafkaConsumer
-from confluent_kafka import Producer as KafkaProducer
-from confluent_kafka import TopicPartition as KafkaTopicPartition
-from confluent_kafka.admin import AdminClient as KafkaAdminClient
-from confluent_kafka.admin import NewTopic
+from confluent_kafka import Consumer as KafkaConsumer, Producer as KafkaProducer, TopicPartition as KafkaTopicPartition
+from confluent_kafka.admin import AdminClient as KafkaAdminClient, NewTopic
 
-from triolog.testing import InProcessBroker
-
-from .test_cluster_serving import _wait, all_registered
+from .helpers import kafka_bootstrap as _bootstrap, wait_until as _wait
 
 
 @pytest.fixture
-def brokers(tmp_path, zk_connect):
-    started = {}
-    try:
-        for broker_id in (1, 2, 3):
-            started[broker_id] = InProcessBroker(
-                tmp_path / f"broker-{broker_id}",
-                [
-                    f"broker.id={broker_id}",
-                    f"zookeeper.connect={zk_connect}",
-                    "zookeeper.session.timeout.ms=4000",
-                    "replica.fetch.wait.max.ms=50",
-                ],
-            ).start()
-        all_registered(started)
-        yield started
-    finally:
-        for broker in started.values():
-            broker.stop()
-
-
-def _bootstrap(brokers) -> str:
-    return ",".join(f"127.0.0.1:{b.kafka_port}" for b in brokers.values())
+def brokers(start_brokers):
+    return start_brokers((1, 2, 3))
 
 
 def test_acknowledged_records_survive_their_leaders_stop(brokers):

@@ -9,24 +9,14 @@ from __future__ import annotations
 import time
 
 import pytest
-from confluent_kafka import Consumer as KafkaConsumer
-from confluent_kafka import Producer as KafkaProducer
-from confluent_kafka import TopicPartition as KafkaTopicPartition
-from confluent_kafka.admin import AdminClient as KafkaAdminClient
-from confluent_kafka.admin import NewTopic
+from confluent_kafka import Consumer as KafkaConsumer, Producer as KafkaProducer, TopicPartition as KafkaTopicPartition
+from confluent_kafka.admin import AdminClient as KafkaAdminClient, NewTopic
 
 from tests.e2e.broker_process import BrokerProcess
 
+from .helpers import wait_until
+
 SESSION_MS = 3000
-
-
-def _wait(check, timeout=30.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(0.1)
 
 
 @pytest.fixture
@@ -45,8 +35,8 @@ def brokers(tmp_path, zk_connect):
                 kafka=True,
             ).start()
         bootstrap = ",".join(f"127.0.0.1:{b.kafka_port}" for b in started.values())
-        assert _wait(
-            lambda: len(KafkaAdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=5).brokers) == 3
+        assert wait_until(
+            lambda: len(KafkaAdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=5).brokers) == 3, 30
         )
         yield started
     finally:
@@ -108,8 +98,10 @@ def test_kill_9_of_the_leader_loses_no_acknowledged_record(brokers):
 
     # The killed broker comes back on its ports: a follower now, it ends with the leader's log.
     killed.start(timeout_s=SESSION_MS / 1000 + 30)
-    new_leader_id = _wait(
+    new_leader_id = wait_until(
         lambda: (p := KafkaAdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=5)
-                 .topics["ledger"].partitions[0]).leader != leader_id and len(p.isrs) == 3 and p.leader)  # fmt: skip
+                 .topics["ledger"].partitions[0]).leader != leader_id and len(p.isrs) == 3 and p.leader,
+        30,
+    )  # fmt: skip
     assert new_leader_id, "the restarted broker never rejoined the ISR"
-    assert _wait(lambda: _segments(killed, "ledger-0") == _segments(brokers[new_leader_id], "ledger-0"))
+    assert wait_until(lambda: _segments(killed, "ledger-0") == _segments(brokers[new_leader_id], "ledger-0"), 30)

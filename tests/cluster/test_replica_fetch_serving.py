@@ -25,32 +25,15 @@ from triolog.broker.cluster.zk_data import TopicAssignment
 from triolog.broker.cluster.zookeeper_store import ZooKeeperStore
 from triolog.protocol.errors import ErrorCode
 from triolog.protocol.record_batch import split_batches
-from triolog.testing import InProcessBroker
 
-from .test_cluster_serving import _wait, all_registered
+from .helpers import kafka_bootstrap as _bootstrap, wait_until as _wait
 
 HAND = 3  # the follower this test plays
 
 
 @pytest.fixture
-def brokers(tmp_path, zk_connect):
-    started = {}
-    try:
-        for broker_id in (1, 2):
-            started[broker_id] = InProcessBroker(
-                tmp_path / f"broker-{broker_id}",
-                [
-                    f"broker.id={broker_id}",
-                    f"zookeeper.connect={zk_connect}",
-                    "zookeeper.session.timeout.ms=4000",
-                    "replica.fetch.wait.max.ms=50",
-                ],
-            ).start()
-        all_registered(started)
-        yield started
-    finally:
-        for broker in started.values():
-            broker.stop()
+def brokers(start_brokers):
+    return start_brokers((1, 2))
 
 
 @pytest.fixture
@@ -126,10 +109,6 @@ def replica_fetch(broker, replica_id, topic, fetch_offset, *, last_fetched_epoch
         _, body = decode_response(1, 12, read_frame(sock))
     (answer,) = body.responses[0].partitions
     return answer
-
-
-def _bootstrap(brokers) -> str:
-    return ",".join(f"127.0.0.1:{b.kafka_port}" for b in brokers.values())
 
 
 def test_a_follower_reads_to_the_log_end_and_rejoins_the_isr_once_caught_up(brokers, zk_connect, register_hand):
