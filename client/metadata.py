@@ -31,7 +31,17 @@ def describe(topic: dict) -> TopicDescription:
         name=topic["name"],
         internal=topic["internal"],
         partitions=tuple(
-            PartitionInfo(p["partition"], p["leader"], p["log_start_offset"], p["high_watermark"])
+            PartitionInfo(
+                p["partition"],
+                p["leader"],
+                p["log_start_offset"],
+                p["high_watermark"],
+                # (fields a broker older than the cluster's does not send)
+                tuple(p.get("replicas", ())),
+                tuple(p.get("isr", ())),
+                tuple(p.get("offline_replicas", ())),
+                p.get("leader_epoch", -1),
+            )
             for p in sorted(topic["partitions"], key=lambda p: p["partition"])
         ),
     )

@@ -145,6 +145,13 @@ class PartitionInfo(NamedTuple):
     leader: int
     log_start_offset: int
     high_watermark: int
+    #: The brokers holding a replica (the preferred leader first), the in-sync ones, and those not
+    #: live: the leader alone on a standalone broker.
+    replicas: tuple[int, ...] = ()
+    isr: tuple[int, ...] = ()
+    offline_replicas: tuple[int, ...] = ()
+    #: The leader's epoch in a cluster; -1 standalone.
+    leader_epoch: int = -1
 
 
 class TopicDescription(NamedTuple):

@@ -10,8 +10,8 @@ kafka-log-dirs.sh reports: the partition's size in bytes (its segment files) and
 ``--create`` prints ``Created topic T.``.
 
 With ``--output json`` (``-J``): ``--list`` prints a JSON array of names; ``--describe`` an array
-of ``{"name", "partition_count", "configs", "partitions": [{"partition", "leader",
-"log_start_offset", "high_watermark", "size_bytes", "segments", "log_dir"}]}``; the other actions
+of ``{"name", "partition_count", "configs", "partitions": [{"partition", "leader", "replicas",
+"isr", "log_start_offset", "high_watermark", "size_bytes", "segments", "log_dir"}]}``; the other actions
 ``{"topic", "result"}`` (``created``, ``deleted``, ``altered``, ``exists``, ``absent``).
 """
 
@@ -193,6 +193,8 @@ def _describe(admin, topic: str | None, as_json: bool) -> int:
                 {
                     "partition": p.partition,
                     "leader": p.leader,
+                    "replicas": list(p.replicas),
+                    "isr": list(p.isr),
                     "log_start_offset": p.log_start_offset,
                     "high_watermark": p.high_watermark,
                     "size_bytes": info.size_bytes if info else -1,
@@ -207,14 +209,17 @@ def _describe(admin, topic: str | None, as_json: bool) -> int:
     for topic_doc in out:
         name = topic_doc["name"]
         configs_text = ",".join(f"{k}={v}" for k, v in topic_doc["configs"].items())
+        replication = max((len(p["replicas"]) for p in topic_doc["partitions"]), default=1) or 1
         print(
-            f"Topic: {name}\tPartitionCount: {topic_doc['partition_count']}\tReplicationFactor: 1\t"
+            f"Topic: {name}\tPartitionCount: {topic_doc['partition_count']}\tReplicationFactor: {replication}\t"
             f"Configs: {configs_text}"
         )
         for p in topic_doc["partitions"]:
+            replicas = ",".join(map(str, p["replicas"])) or str(p["leader"])
+            isr = ",".join(map(str, p["isr"])) or str(p["leader"])
             print(
-                f"\tTopic: {name}\tPartition: {p['partition']}\tLeader: {p['leader']}\tReplicas: {p['leader']}\t"
-                f"Isr: {p['leader']}\tLogStartOffset: {p['log_start_offset']}\tHighWatermark: {p['high_watermark']}\t"
+                f"\tTopic: {name}\tPartition: {p['partition']}\tLeader: {p['leader']}\tReplicas: {replicas}\t"
+                f"Isr: {isr}\tLogStartOffset: {p['log_start_offset']}\tHighWatermark: {p['high_watermark']}\t"
                 f"Size: {p['size_bytes']}\tSegments: {p['segments']}"
             )
     return EXIT_OK

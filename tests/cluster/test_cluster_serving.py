@@ -155,3 +155,23 @@ def test_a_dead_leaders_partitions_move_to_the_next_in_sync_replica(brokers):
             # the first live in-sync replica in assignment order
             assert p["leader"] == next(r for r in before[p["partition"]].replicas if r != victim)
         assert victim in p["offline_replicas"]
+
+
+def test_triolog_topics_describe_shows_each_partitions_replicas_and_isr(brokers):
+    from triolog.testing import run_cli
+
+    admin = KafkaAdminClient({"bootstrap.servers": _bootstrap(brokers)})
+    admin.create_topics([NewTopic("described", 2, 3)])["described"].result(30)
+    partitions = admin.list_topics(timeout=10).topics["described"].partitions
+    member = brokers[1]
+    described = run_cli(
+        "topics", "--bootstrap-server", f"127.0.0.1:{member.port}", "--describe", "--topic", "described"
+    )
+    assert described.code == 0, described.stderr
+    lines = described.out.splitlines()
+    assert lines[0].startswith("Topic: described\tPartitionCount: 2\tReplicationFactor: 3\t")
+    for line, p in zip(lines[1:], (partitions[0], partitions[1])):
+        fields = dict(field.split(": ", 1) for field in line.strip().split("\t"))
+        assert fields["Leader"] == str(p.leader)
+        assert fields["Replicas"] == ",".join(map(str, p.replicas))
+        assert sorted(map(int, fields["Isr"].split(","))) == [1, 2, 3]
