@@ -9,7 +9,7 @@ what followers truncate by.
 from __future__ import annotations
 
 import random
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from triolog.protocol.errors import InvalidPartitionsError, InvalidReplicationFactorError, InvalidRequestError
@@ -60,22 +60,30 @@ def _replica_index(first_replica_index: int, second_replica_shift: int, replica_
     return (first_replica_index + shift) % brokers
 
 
+def _leader_slots(
+    n: int, partitions: int, fixed_start: int, start_partition: int, rng: random.Random
+) -> Iterator[tuple[int, int, int]]:
+    """Kafka's walk over the broker list: per partition, (partition, index of its first replica,
+    the followers' shift); the shift grows once per full round, so followers vary round to round."""
+    start_index = fixed_start if fixed_start >= 0 else rng.randrange(n)
+    shift = fixed_start if fixed_start >= 0 else rng.randrange(n)
+    partition = max(0, start_partition)
+    for _ in range(partitions):
+        if partition > 0 and partition % n == 0:
+            shift += 1
+        yield partition, (partition + start_index) % n, shift
+        partition += 1
+
+
 def _rack_unaware(
     broker_ids: list[int], partitions: int, rf: int, fixed_start: int, start_partition: int, rng: random.Random
 ) -> dict[int, list[int]]:
     n = len(broker_ids)
-    start_index = fixed_start if fixed_start >= 0 else rng.randrange(n)
-    partition = max(0, start_partition)
-    shift = fixed_start if fixed_start >= 0 else rng.randrange(n)
     assignment = {}
-    for _ in range(partitions):
-        if partition > 0 and partition % n == 0:
-            shift += 1
-        first = (partition + start_index) % n
+    for partition, first, shift in _leader_slots(n, partitions, fixed_start, start_partition, rng):
         replicas = [broker_ids[first]]
         replicas += [broker_ids[_replica_index(first, shift, j, n)] for j in range(rf - 1)]
         assignment[partition] = replicas
-        partition += 1
     return assignment
 
 
@@ -100,14 +108,8 @@ def _rack_aware(
     n_racks = len(set(rack_of.values()))
     arranged = rack_alternated(rack_of)
     n = len(arranged)
-    start_index = fixed_start if fixed_start >= 0 else rng.randrange(n)
-    partition = max(0, start_partition)
-    shift = fixed_start if fixed_start >= 0 else rng.randrange(n)
     assignment = {}
-    for _ in range(partitions):
-        if partition > 0 and partition % n == 0:
-            shift += 1
-        first = (partition + start_index) % n
+    for partition, first, shift in _leader_slots(n, partitions, fixed_start, start_partition, rng):
         leader = arranged[first]
         replicas = [leader]
         racks_with = {rack_of[leader]}
@@ -128,7 +130,6 @@ def _rack_aware(
                     brokers_with.add(broker)
                     break
         assignment[partition] = replicas
-        partition += 1
     return assignment
 
 

@@ -30,7 +30,8 @@ class PartitionView:
     topic: str
     partition: int
     replicas: tuple[int, ...]
-    #: None until the controller has written the partition's first state.
+    #: NO_LEADER (-1) until the controller has written the partition's first state, and while the
+    #: leader it names is not live.
     leader: int
     leader_epoch: int
     isr: tuple[int, ...]

@@ -54,6 +54,7 @@ import trio
 
 from triolog.broker.storage.errors import UnexpectedAppendOffsetError
 from triolog.broker.storage.log import Log
+from triolog.config.broker_config import BrokerConfig
 from triolog.protocol.errors import ErrorCode
 from triolog.protocol.frames import DEFAULT_MAX_FRAME_BYTES, NEED_DATA, FrameDecoder, RemoteProtocolError
 from triolog.protocol.kafka.replica_fetch import (
@@ -189,7 +190,7 @@ class FetchTarget:
 
 @dataclass(frozen=True)
 class FetchSettings:
-    """replica.fetch.*"""
+    """replica.fetch.* (Kafka's defaults)."""
 
     wait_max_ms: int = 500
     min_bytes: int = 1
@@ -197,6 +198,16 @@ class FetchSettings:
     response_max_bytes: int = 10_485_760
     backoff_ms: int = 1000
     response_margin_ms: int = DEFAULT_RESPONSE_MARGIN_MS
+
+    @classmethod
+    def from_config(cls, config: BrokerConfig) -> FetchSettings:
+        return cls(
+            wait_max_ms=config.replica_fetch_wait_max_ms,
+            min_bytes=config.replica_fetch_min_bytes,
+            max_bytes=config.replica_fetch_max_bytes,
+            response_max_bytes=config.replica_fetch_response_max_bytes,
+            backoff_ms=config.replica_fetch_backoff_ms,
+        )
 
 
 class _Disconnected(Exception):
@@ -211,12 +222,7 @@ class ReplicaFetcherManager:
         replicas: ReplicaManager,
         *,
         listener_name: str,
-        wait_max_ms: int = 500,
-        min_bytes: int = 1,
-        max_bytes: int = 1_048_576,
-        response_max_bytes: int = 10_485_760,
-        backoff_ms: int = 1000,
-        response_margin_ms: int = DEFAULT_RESPONSE_MARGIN_MS,
+        settings: FetchSettings = FetchSettings(),
         run_sync: RunSync = trio.to_thread.run_sync,
     ):
         self.broker_id = broker_id
@@ -224,9 +230,7 @@ class ReplicaFetcherManager:
         self.replicas = replicas
         #: The inter-broker listener's name: which of a leader's registered endpoints to dial.
         self.listener_name = listener_name
-        self.settings = FetchSettings(
-            wait_max_ms, min_bytes, max_bytes, response_max_bytes, backoff_ms, response_margin_ms
-        )
+        self.settings = settings
         self.run_sync = run_sync
         #: The running fetcher tasks, by leader broker id.
         self.fetchers: dict[int, LeaderFetcher] = {}

@@ -11,6 +11,7 @@ newer leader epoch is FENCED_LEADER_EPOCH or UNKNOWN_LEADER_EPOCH, as Kafka answ
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -33,7 +34,6 @@ from .metadata_cache import ClusterMetadataCache, PartitionView
 from .metadata_store import BadVersionError, StoreError
 from .replication import AcksAll, LeaderPartition
 from .zk_client import KafkaZkClient
-from .zk_data import PartitionState
 
 logger = structlog.get_logger("triolog.cluster.replicas")
 
@@ -98,9 +98,6 @@ class ReplicaManager:
 
     # -- serving requests -------------------------------------------------------------------------
 
-    def leader_log(self, topic: str, partition: int, current_leader_epoch: int = NO_EPOCH) -> Log:
-        return self.leader_partition(topic, partition, current_leader_epoch).log
-
     def leader_partition(self, topic: str, partition: int, current_leader_epoch: int = NO_EPOCH) -> HostedPartition:
         """A partition this broker leads, or Kafka's error for why not (Kafka's
         getPartitionOrException plus checkCurrentLeaderEpoch)."""
@@ -129,16 +126,18 @@ class ReplicaManager:
         """After an append as leader: move the high watermark as far as the ISR allows (with no
         follower in the ISR, to the log end at once). True if it moved (long polls may wake)."""
         hosted = self.hosted.get((topic, partition))
-        if hosted is None or hosted.leadership is None:
-            return False
+        return hosted is not None and self._advance_high_watermark(hosted)
+
+    def _advance_high_watermark(self, hosted: HostedPartition, now_ms: int | None = None) -> bool:
+        """The leader's rules move the high watermark (LeaderPartition), the log follows; True if
+        it moved."""
         log, leadership = hosted.log, hosted.leadership
-        if not leadership.maybe_increment_high_watermark(log.log_end_offset, self._now_ms()):
+        if leadership is None:
+            return False
+        now = self._now_ms() if now_ms is None else now_ms
+        if not leadership.maybe_increment_high_watermark(log.log_end_offset, now):
             return False
         return log.maybe_increment_high_watermark(leadership.high_watermark)
-
-    def leads(self, topic: str, partition: int) -> bool:
-        hosted = self.hosted.get((topic, partition))
-        return hosted is not None and hosted.is_leader(self.broker_id)
 
     async def wait_changed(self, seen: int) -> int:
         while self.generation <= seen:
@@ -180,9 +179,7 @@ class ReplicaManager:
         joining = leadership.in_sync_candidates()
         if joining:
             self._want_isr((topic, partition), leadership.isr | joining)
-        if not leadership.maybe_increment_high_watermark(log.log_end_offset, now):
-            return False
-        return log.maybe_increment_high_watermark(leadership.high_watermark)
+        return self._advance_high_watermark(hosted, now)
 
     def _want_isr(self, key: tuple[str, int], isr: frozenset[int]) -> None:
         self._isr_wanted[key] = isr
@@ -233,8 +230,7 @@ class ReplicaManager:
                 if set(ordered) == set(state.isr):
                     hosted.leadership.set_isr(ordered, self._now_ms())
                     continue
-                new_state = PartitionState(state.leader, state.leader_epoch, ordered, state.controller_epoch,
-                                           state.leader_recovery_state)  # fmt: skip
+                new_state = dataclasses.replace(state, isr=ordered)
                 try:
                     await self.zk.update_partition_state(None, topic, partition, new_state, current.version)
                 except BadVersionError:
@@ -255,8 +251,7 @@ class ReplicaManager:
                     isr=list(ordered),
                     previous_isr=list(state.isr),
                 )
-                if hosted.leadership.maybe_increment_high_watermark(hosted.log.log_end_offset, self._now_ms()):
-                    hosted.log.maybe_increment_high_watermark(hosted.leadership.high_watermark)
+                self._advance_high_watermark(hosted)
                 self._notify((topic, partition))
 
     async def apply(self) -> None:
@@ -298,11 +293,12 @@ class ReplicaManager:
                 lag_max_ms=self.lag_max_ms,
                 now_ms=self._now_ms(),
             )
-            if leadership.maybe_increment_high_watermark(log.log_end_offset, self._now_ms()):
-                log.maybe_increment_high_watermark(leadership.high_watermark)
         else:
             log.replicated = True
-        self.hosted[key] = HostedPartition(view.topic, view.partition, view.leader, view.leader_epoch, log, leadership)
+        self.hosted[key] = hosted = HostedPartition(
+            view.topic, view.partition, view.leader, view.leader_epoch, log, leadership
+        )
+        self._advance_high_watermark(hosted)
         logger.info(
             "replica_role",
             topic=view.topic,

@@ -19,9 +19,6 @@ BROKERS = "/brokers"
 BROKER_IDS = "/brokers/ids"
 TOPICS = "/brokers/topics"
 CLUSTER_ID = "/cluster/id"
-DELETE_TOPICS = "/admin/delete_topics"
-PREFERRED_REPLICA_ELECTION = "/admin/preferred_replica_election"
-ISR_CHANGE_NOTIFICATION = "/isr_change_notification"
 LATEST_PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 CONFIG = "/config"
 
@@ -69,10 +66,6 @@ def partition_path(topic: str, partition: int) -> str:
 
 def partition_state_path(topic: str, partition: int) -> str:
     return f"{TOPICS}/{topic}/partitions/{partition}/state"
-
-
-def delete_topic_path(topic: str) -> str:
-    return f"{DELETE_TOPICS}/{topic}"
 
 
 def topic_config_path(topic: str) -> str:

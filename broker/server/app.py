@@ -25,7 +25,7 @@ import trio
 from triolog.broker.cluster.membership import ClusterJoinError, ClusterMembership
 from triolog.broker.cluster.metadata_cache import ClusterMetadataCache
 from triolog.broker.cluster.producer_id_blocks import follow_issued_limit, reserve_block
-from triolog.broker.cluster.replica_fetcher import ReplicaFetcherManager
+from triolog.broker.cluster.replica_fetcher import FetchSettings, ReplicaFetcherManager
 from triolog.broker.cluster.replica_manager import ReplicaManager
 from triolog.broker.coordinator.producer_id_manager import ProducerIdManager
 from triolog.broker.metrics import BrokerMetrics
@@ -367,11 +367,7 @@ class BrokerServer:
             self.cluster.cache,
             self.cluster.replicas,
             listener_name=self.config.inter_broker_listener_name or kafka_listener.scheme,
-            wait_max_ms=self.config.replica_fetch_wait_max_ms,
-            min_bytes=self.config.replica_fetch_min_bytes,
-            max_bytes=self.config.replica_fetch_max_bytes,
-            response_max_bytes=self.config.replica_fetch_response_max_bytes,
-            backoff_ms=self.config.replica_fetch_backoff_ms,
+            settings=FetchSettings.from_config(self.config),
             run_sync=partial(self.workers.run_sync, limiter=self.limiter),
         )
         await nursery.start(fetchers.run)
