@@ -164,7 +164,8 @@ several brokers in one process, as in tests, do not collide):
                                                       (IsrShrinksPerSec)
   triolog_cluster_isr_expands_total         counter   ISR expansions it made (IsrExpandsPerSec)
   triolog_cluster_elections_total           counter   leader elections the controller ran here, by
-                                                      ``kind`` (clean, unclean)
+                                                      ``kind`` (clean, unclean, preferred,
+                                                      controlled_shutdown)
   ========================================= ========= =========================================
 
 Plus prometheus_client's process, platform and GC collectors (``process_*``, ``python_*``).
@@ -194,6 +195,7 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from triolog.broker.cluster.controller import ElectionKind
 from triolog.broker.storage.log import DELETION_REASONS, Log
 from triolog.broker.storage.log_manager import LogManager
 from triolog.broker.storage.segment import ROLL_REASONS
@@ -859,8 +861,8 @@ class ClusterMetrics(Collector):
         offline.add_metric([], offline_count)
         shrinks.add_metric([], replicas.isr_shrinks)
         expands.add_metric([], replicas.isr_expands)
-        elections.add_metric(["clean"], controller.elections - controller.unclean_elections)
-        elections.add_metric(["unclean"], controller.unclean_elections)
+        for kind in ElectionKind:
+            elections.add_metric([kind.value], controller.elections[kind])
         return families
 
 

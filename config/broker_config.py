@@ -1147,6 +1147,26 @@ def _cluster_keys() -> Iterator[BrokerConfigKey]:
         attr="controlled_shutdown_enable",
     )
     yield BrokerConfigKey(
+        "controlled.shutdown.max.retries",
+        "int",
+        3,
+        "Bounds how long a broker stopping on SIGTERM waits for the controller to move its leaderships "
+        "and ISR places: (this + 1) x controlled.shutdown.retry.backoff.ms; it then stops anyway.",
+        group,
+        attr="controlled_shutdown_max_retries",
+        minimum=0,
+    )
+    yield BrokerConfigKey(
+        "controlled.shutdown.retry.backoff.ms",
+        "long",
+        5000,
+        "With controlled.shutdown.max.retries, how long a broker stopping on SIGTERM waits for its "
+        "leaderships to move: (max.retries + 1) x this.",
+        group,
+        attr="controlled_shutdown_retry_backoff_ms",
+        minimum=0,
+    )
+    yield BrokerConfigKey(
         "inter.broker.listener.name",
         "string",
         None,
@@ -1469,6 +1489,8 @@ class BrokerConfig:
     leader_imbalance_check_interval_seconds: int = 300
     leader_imbalance_per_broker_percentage: int = 10
     controlled_shutdown_enable: bool = True
+    controlled_shutdown_max_retries: int = 3
+    controlled_shutdown_retry_backoff_ms: int = 5000
     inter_broker_listener_name: str | None = None
 
     log_config: LogConfig = field(default_factory=LogConfig)

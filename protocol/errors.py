@@ -216,6 +216,12 @@ class NotEnoughReplicasAfterAppendError(TriologError):
     code = ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
 
 
+class NotControllerError(TriologError):
+    """A request only the controller answers (ElectLeaders) reached another broker."""
+
+    code = ErrorCode.NOT_CONTROLLER
+
+
 class TopicAlreadyExistsError(TriologError):
     code = ErrorCode.TOPIC_ALREADY_EXISTS
 

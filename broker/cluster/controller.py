@@ -11,12 +11,23 @@ its epoch, so a deposed controller (a zombie paused past its session) writes not
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import collections
+import enum
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
 
 import structlog
 import trio
 
-from .election import elect_offline, initial_state, remove_from_isr
+from triolog.protocol.errors import ErrorCode, InvalidRequestError, NotControllerError
+
+from .election import (
+    elect_for_controlled_shutdown,
+    elect_offline,
+    elect_preferred,
+    initial_state,
+    remove_from_isr,
+)
 from .metadata_store import BadVersionError, NodeExistsError, SessionState, StoreError, StoreUnavailableError
 from .zk_client import ControllerFence, ControllerMovedError, KafkaZkClient
 from .zk_data import NO_LEADER, PartitionState, TopicAssignment
@@ -28,6 +39,46 @@ logger = structlog.get_logger("triolog.cluster.controller")
 STATE_WRITE_ATTEMPTS = 5
 #: After a ZooKeeper error, how long the controller waits before trying again.
 RETRY_BACKOFF_S = 0.2
+#: What _change_state returns when every attempt lost its race.
+_RETRY = object()
+
+
+class ElectionType(enum.IntEnum):
+    """ElectLeaders' election types (Kafka's ElectionType)."""
+
+    PREFERRED = 0
+    UNCLEAN = 1
+
+
+class ElectionKind(enum.StrEnum):
+    """Why the controller moved a leader (the elections metric's ``kind``)."""
+
+    CLEAN = "clean"
+    UNCLEAN = "unclean"
+    PREFERRED = "preferred"
+    CONTROLLED_SHUTDOWN = "controlled_shutdown"
+
+
+@dataclass(frozen=True)
+class BrokersView:
+    """The brokers as one decision sees them: registered, and which of those are shutting down
+    (Kafka's liveOrShuttingDownBrokerIds and shuttingDownBrokerIds)."""
+
+    registered: frozenset[int]
+    shutting_down: frozenset[int]
+
+    @property
+    def eligible(self) -> frozenset[int]:
+        """The brokers that may lead or stay in an ISR (Kafka's liveBrokerIds)."""
+        return self.registered - self.shutting_down
+
+
+@dataclass(frozen=True)
+class RebalanceSettings:
+    """``leader.imbalance.check.interval.seconds`` and ``leader.imbalance.per.broker.percentage``."""
+
+    interval_s: float
+    imbalance_percentage: int
 
 
 class KafkaController:
@@ -37,6 +88,7 @@ class KafkaController:
         broker_id: int,
         *,
         unclean_election: Callable[[str], Awaitable[bool]] | None = None,
+        rebalance: RebalanceSettings | None = None,
     ):
         self.zk = zk
         self.broker_id = broker_id
@@ -47,9 +99,13 @@ class KafkaController:
         #: Set each time this broker's view of who is controller changes (tests, metrics).
         self.changed = trio.Event()
         self._wakeup = trio.Event()
-        #: Elections this controller ran (for metrics): clean, unclean.
-        self.elections = 0
-        self.unclean_elections = 0
+        #: The auto-rebalance task's settings; None: auto.leader.rebalance.enable=false.
+        self._rebalance = rebalance
+        #: One decision at a time: a reconciliation, an election asked for, a rebalance (Kafka's
+        #: single controller event thread).
+        self._lock = trio.Lock()
+        #: Leader elections this controller ran, by ElectionKind (for metrics).
+        self.elections: collections.Counter[str] = collections.Counter()
 
     @property
     def active(self) -> bool:
@@ -93,6 +149,9 @@ class KafkaController:
                 nursery.start_soon(self._watch_session, nursery.cancel_scope)
                 nursery.start_soon(self._watch, self.zk.watch_brokers)
                 nursery.start_soon(self._watch, self.zk.watch_topics)
+                nursery.start_soon(self._watch, self.zk.watch_shutting_down)
+                if self._rebalance is not None:
+                    nursery.start_soon(self._rebalance_forever, fence, self._rebalance)
                 await self._reconcile_forever(fence)
         except* ControllerMovedError:
             logger.info("controller_moved", broker_id=self.broker_id, controller_epoch=fence.epoch)
@@ -139,35 +198,41 @@ class KafkaController:
             await self._wakeup.wait()
             self._wakeup = trio.Event()
             try:
-                await self.reconcile(fence)
+                async with self._lock:
+                    await self.reconcile(fence)
             except StoreUnavailableError:
                 await self._wait_connected()
                 self._wakeup.set()
 
     # -- what the controller does ----------------------------------------------------------------
 
+    async def _brokers(self) -> BrokersView:
+        registered = frozenset(await self.zk.live_brokers())
+        return BrokersView(registered, frozenset(await self.zk.shutting_down()) & registered)
+
     async def reconcile(self, fence: ControllerFence) -> None:
         """Bring every partition's state in line with the live brokers: new partitions get a state,
-        partitions whose leader died get a new one, dead followers leave ISRs."""
-        live = set(await self.zk.live_brokers())
+        partitions whose leader died or is shutting down get a new one, dead followers and those
+        shutting down leave ISRs."""
+        brokers = await self._brokers()
         for topic in await self.zk.topics():
             assignment = await self.zk.topic_assignment(topic)
             if assignment is None:  # deleted meanwhile
                 continue
-            await self._reconcile_topic(fence, topic, assignment, live)
+            await self._reconcile_topic(fence, topic, assignment, brokers)
 
     async def _reconcile_topic(
-        self, fence: ControllerFence, topic: str, assignment: TopicAssignment, live: set[int]
+        self, fence: ControllerFence, topic: str, assignment: TopicAssignment, brokers: BrokersView
     ) -> None:
         new_states = {}
         for partition, replicas in sorted(assignment.partitions.items()):
             current = await self.zk.partition_state(topic, partition)
             if current is None:
-                state = initial_state(replicas, live, controller_epoch=fence.epoch)
+                state = initial_state(replicas, brokers.eligible, controller_epoch=fence.epoch)
                 if state.leader != NO_LEADER:  # with no live replica, wait for one (Kafka does)
                     new_states[partition] = state
                 continue
-            await self._reconcile_partition(fence, topic, partition, replicas, live)
+            await self._reconcile_partition(fence, topic, partition, replicas, brokers)
         if new_states:
             try:
                 await self.zk.create_partition_states(fence, topic, new_states)
@@ -183,42 +248,198 @@ class KafkaController:
                     )
 
     async def _reconcile_partition(
-        self, fence: ControllerFence, topic: str, partition: int, replicas: tuple[int, ...], live: set[int]
+        self, fence: ControllerFence, topic: str, partition: int, replicas: tuple[int, ...], brokers: BrokersView
     ) -> None:
+        async def decide(state: PartitionState) -> tuple[PartitionState | None, str]:
+            return await self._decide(topic, replicas, state, brokers, fence.epoch)
+
+        if await self._change_state(fence, topic, partition, decide) is _RETRY:
+            self._wakeup.set()
+
+    async def _change_state(
+        self,
+        fence: ControllerFence,
+        topic: str,
+        partition: int,
+        decide: Callable[[PartitionState], Awaitable[tuple[PartitionState | None, str]]],
+    ) -> PartitionState | None | object:
+        """Read, decide, write conditionally; again when a leader's ISR change got in first. The
+        state written, None if ``decide`` wanted none (or the partition has no state), _RETRY if
+        every attempt lost its race."""
         for _ in range(STATE_WRITE_ATTEMPTS):
             current = await self.zk.partition_state(topic, partition)
             if current is None:
-                return
-            wanted = await self._decide(topic, replicas, current.state, live, fence.epoch)
+                return None
+            wanted, kind = await decide(current.state)
             if wanted is None:
-                return
+                return None
             try:
                 await self.zk.update_partition_state(fence, topic, partition, wanted, current.version)
             except BadVersionError:
                 continue  # the leader changed its ISR meanwhile: decide again on what it wrote
-            self._log_change(topic, partition, current.state, wanted)
-            return
-        self._wakeup.set()
+            if kind:
+                self.elections[kind] += 1
+            self._log_change(topic, partition, current.state, wanted, kind)
+            return wanted
+        return _RETRY
 
     async def _decide(
-        self, topic: str, replicas: tuple[int, ...], state: PartitionState, live: set[int], epoch: int
-    ) -> PartitionState | None:
-        if state.leader == NO_LEADER or state.leader not in live:
+        self, topic: str, replicas: tuple[int, ...], state: PartitionState, brokers: BrokersView, epoch: int
+    ) -> tuple[PartitionState | None, str]:
+        """The state a partition should move to, and the kind of election that is ("" for an ISR
+        change alone): Kafka's rules for a dead leader, a leader shutting down, and followers
+        that died or are shutting down (who are not live for any of them)."""
+        live = brokers.eligible
+        if state.leader == NO_LEADER or state.leader not in brokers.registered:
             unclean = await self._unclean(topic) if self._unclean is not None else False
             elected = elect_offline(replicas, state, live, unclean=unclean, controller_epoch=epoch)
             if elected.leader == NO_LEADER and state.leader == NO_LEADER:
-                return None  # still nobody to lead: no new epoch for nothing
-            self.elections += 1
+                return None, ""  # still nobody to lead: no new epoch for nothing
             if elected.leader != NO_LEADER and elected.leader not in state.isr:
-                self.unclean_elections += 1
-            return elected
-        dead = {r for r in state.isr if r not in live}
-        if dead and len(state.isr) > 1:
-            return remove_from_isr(state, dead, controller_epoch=epoch)
-        return None
+                return elected, ElectionKind.UNCLEAN
+            return elected, ElectionKind.CLEAN
+        if state.leader in brokers.shutting_down:
+            # To the first live in-sync replica that stays; with none, the leader stays too (it is
+            # the partition's only copy the broker's shutdown then waits out or leaves behind).
+            moved = elect_for_controlled_shutdown(
+                replicas, state, brokers.registered, brokers.shutting_down, controller_epoch=epoch
+            )
+            if moved is not None:
+                return moved, ElectionKind.CONTROLLED_SHUTDOWN
+        gone = {r for r in state.isr if r not in live and r != state.leader}
+        if gone and len(state.isr) > 1:
+            return remove_from_isr(state, gone, controller_epoch=epoch), ""
+        return None, ""
+
+    # -- elections asked for -----------------------------------------------------------------------
+
+    async def elect_leaders(
+        self, election_type: int, partitions: Iterable[tuple[str, int]] | None
+    ) -> dict[tuple[str, int], tuple[ErrorCode, str | None]]:
+        """Kafka's ElectLeaders on the controller: per partition NONE once elected, or
+        ELECTION_NOT_NEEDED, PREFERRED_LEADER_NOT_AVAILABLE, ELIGIBLE_LEADERS_NOT_AVAILABLE,
+        UNKNOWN_TOPIC_OR_PARTITION. ``partitions`` None: every partition. Raises NotControllerError
+        on a broker that is not the controller."""
+        fence = self.fence
+        if fence is None:
+            raise NotControllerError(f"broker {self.broker_id} is not the controller")
+        if election_type not in (ElectionType.PREFERRED, ElectionType.UNCLEAN):
+            raise InvalidRequestError(f"unknown election type {election_type}")
+        async with self._lock:
+            try:
+                return await self._elect(fence, ElectionType(election_type), partitions)
+            except ControllerMovedError:
+                raise NotControllerError(f"broker {self.broker_id} is no longer the controller") from None
+
+    async def _elect(
+        self, fence: ControllerFence, election_type: ElectionType, partitions: Iterable[tuple[str, int]] | None
+    ) -> dict[tuple[str, int], tuple[ErrorCode, str | None]]:
+        brokers = await self._brokers()
+        assignments: dict[str, TopicAssignment | None] = {}
+        if partitions is None:
+            for topic in await self.zk.topics():
+                assignments[topic] = await self.zk.topic_assignment(topic)
+            partitions = [(t, p) for t, a in sorted(assignments.items()) if a is not None for p in sorted(a.partitions)]
+        results: dict[tuple[str, int], tuple[ErrorCode, str | None]] = {}
+        for topic, partition in partitions:
+            if topic not in assignments:
+                assignments[topic] = await self.zk.topic_assignment(topic)
+            assignment = assignments[topic]
+            if assignment is None or partition not in assignment.partitions:
+                results[topic, partition] = (
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                    f"partition {topic}-{partition} does not exist",
+                )
+                continue
+            results[topic, partition] = await self._elect_one(
+                fence, election_type, topic, partition, assignment.partitions[partition], brokers
+            )
+        return results
+
+    async def _elect_one(
+        self,
+        fence: ControllerFence,
+        election_type: ElectionType,
+        topic: str,
+        partition: int,
+        replicas: tuple[int, ...],
+        brokers: BrokersView,
+    ) -> tuple[ErrorCode, str | None]:
+        refusal: tuple[ErrorCode, str | None] = (ErrorCode.NONE, None)
+        name = f"{topic}-{partition}"
+
+        async def decide(state: PartitionState) -> tuple[PartitionState | None, str]:
+            nonlocal refusal
+            if election_type is ElectionType.PREFERRED:
+                if state.leader == replicas[0] and state.leader in brokers.registered:
+                    refusal = (ErrorCode.ELECTION_NOT_NEEDED, f"{name}: its preferred replica already leads")
+                    return None, ""
+                elected = elect_preferred(replicas, state, brokers.eligible, controller_epoch=fence.epoch)
+                if elected is None:
+                    refusal = (
+                        ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE,
+                        f"{name}: preferred replica {replicas[0]} is not live and in sync",
+                    )
+                return elected, ElectionKind.PREFERRED
+            if state.leader != NO_LEADER and state.leader in brokers.registered:
+                refusal = (ErrorCode.ELECTION_NOT_NEEDED, f"{name}: it has a leader ({state.leader})")
+                return None, ""
+            elected = elect_offline(replicas, state, brokers.eligible, unclean=True, controller_epoch=fence.epoch)
+            if elected.leader == NO_LEADER:
+                refusal = (ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE, f"{name}: none of its replicas is live")
+                return None, ""
+            return elected, ElectionKind.UNCLEAN if elected.leader not in state.isr else ElectionKind.CLEAN
+
+        outcome = await self._change_state(fence, topic, partition, decide)
+        if outcome is _RETRY:
+            return ErrorCode.REQUEST_TIMED_OUT, f"{name}: its state kept changing; try again"
+        if outcome is None and refusal[0] == ErrorCode.NONE:
+            return ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE, f"{name}: it has no state yet"
+        return refusal
+
+    # -- the auto-rebalance task -----------------------------------------------------------------
+
+    async def _rebalance_forever(self, fence: ControllerFence, settings: RebalanceSettings) -> None:
+        """Kafka's checkAndTriggerAutoLeaderRebalance, every ``leader.imbalance.check.interval.seconds``."""
+        while True:
+            await trio.sleep(settings.interval_s)
+            async with self._lock:
+                await self.rebalance(fence, settings.imbalance_percentage)
+
+    async def rebalance(self, fence: ControllerFence, imbalance_percentage: int) -> None:
+        """Per broker, the share of the partitions it is preferred for that another broker leads;
+        over the percentage, leadership goes back to it wherever it is live and in sync."""
+        brokers = await self._brokers()
+        preferred_of: dict[int, list[tuple[str, int, tuple[int, ...]]]] = {}
+        for topic in await self.zk.topics():
+            assignment = await self.zk.topic_assignment(topic)
+            if assignment is None:
+                continue
+            for partition, replicas in sorted(assignment.partitions.items()):
+                if replicas:
+                    preferred_of.setdefault(replicas[0], []).append((topic, partition, replicas))
+        for broker_id, owned in sorted(preferred_of.items()):
+            if broker_id not in brokers.eligible:
+                continue
+            elsewhere = []
+            for topic, partition, replicas in owned:
+                current = await self.zk.partition_state(topic, partition)
+                if current is not None and current.state.leader not in (broker_id, NO_LEADER):
+                    elsewhere.append((topic, partition, replicas))
+            if not elsewhere or len(elsewhere) * 100 <= imbalance_percentage * len(owned):
+                continue
+            logger.info(
+                "leader_imbalance",
+                broker_id=broker_id,
+                not_leading=len(elsewhere),
+                preferred_for=len(owned),
+                threshold_percent=imbalance_percentage,
+            )
+            for topic, partition, replicas in elsewhere:
+                await self._elect_one(fence, ElectionType.PREFERRED, topic, partition, replicas, brokers)
 
     @staticmethod
-    def _log_change(topic: str, partition: int, old: PartitionState, new: PartitionState) -> None:
+    def _log_change(topic: str, partition: int, old: PartitionState, new: PartitionState, kind: str) -> None:
         logger.info(
             "partition_state_changed",
             topic=topic,
@@ -227,5 +448,6 @@ class KafkaController:
             previous_leader=old.leader,
             leader_epoch=new.leader_epoch,
             isr=list(new.isr),
+            election=kind or None,
             unclean=bool(new.leader_recovery_state),
         )

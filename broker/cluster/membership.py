@@ -19,7 +19,7 @@ import trio
 from triolog.broker.storage.checkpoints import random_kafka_uuid
 from triolog.config.broker_config import BrokerConfig
 
-from .controller import KafkaController
+from .controller import KafkaController, RebalanceSettings
 from .metadata_store import MetadataStore, NodeExistsError, SessionState, StoreError, StoreUnavailableError
 from .zk_client import KafkaZkClient
 from .zk_data import BrokerRegistration, RegisteredEndpoint
@@ -49,7 +49,14 @@ class ClusterMembership:
             connection_timeout_ms=config.zookeeper_connection_timeout_ms,
         )
         self.zk = KafkaZkClient(self.store)
-        self.controller = KafkaController(self.zk, self.broker_id, unclean_election=self._unclean_election)
+        rebalance = None
+        if config.auto_leader_rebalance_enable:
+            rebalance = RebalanceSettings(
+                config.leader_imbalance_check_interval_seconds, config.leader_imbalance_per_broker_percentage
+            )
+        self.controller = KafkaController(
+            self.zk, self.broker_id, unclean_election=self._unclean_election, rebalance=rebalance
+        )
         self.cluster_id: str | None = None
         self.registration: BrokerRegistration | None = None
         #: Set once the broker is registered (again after each new session).

@@ -49,6 +49,8 @@ class ClusterMetadataCache:
         self.zk = zk
         self.brokers: dict[int, BrokerRegistration] = {}
         self.controller_id: int | None = None
+        #: The brokers in a controlled shutdown: no leader takes them (back) into an ISR.
+        self.shutting_down: frozenset[int] = frozenset()
         self.topics: dict[str, TopicAssignment] = {}
         self.states: dict[tuple[str, int], VersionedState] = {}
         #: Moves on at every change of anything above.
@@ -100,8 +102,9 @@ class ClusterMetadataCache:
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
-            self._pending_loads = 3  # brokers, controller, topic list
+            self._pending_loads = 4  # brokers, controller, shutting down, topic list
             nursery.start_soon(self._keep, self._read_brokers)
+            nursery.start_soon(self._keep, self._read_shutting_down)
             nursery.start_soon(self._keep, self._read_controller)
             nursery.start_soon(self._keep, self._read_topics)
             task_status.started()
@@ -134,6 +137,13 @@ class ClusterMetadataCache:
             joined, left = sorted(set(brokers) - set(self.brokers)), sorted(set(self.brokers) - set(brokers))
             self.brokers = brokers
             logger.info("brokers_changed", live=sorted(brokers), joined=joined, left=left)
+            self._bump()
+        return changed
+
+    async def _read_shutting_down(self) -> trio.Event:
+        shutting_down, changed = await self.zk.watch_shutting_down()
+        if shutting_down != self.shutting_down:
+            self.shutting_down = frozenset(shutting_down)
             self._bump()
         return changed
 

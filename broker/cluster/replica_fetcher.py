@@ -78,6 +78,12 @@ PartitionKey = tuple[str, int]
 #: connection counts as dead (Kafka's replica.socket.timeout.ms plays this part).
 DEFAULT_RESPONSE_MARGIN_MS = 10_000
 _READ_CHUNK = 1 << 20
+#: What a leader answers while it has not yet applied the partition state its follower acts on.
+LEADER_BEHIND = frozenset(
+    {ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
+)
+#: How soon a follower asks such a leader again.
+LEADER_BEHIND_RETRY_S = 0.05
 
 
 # -- applying a response, in a worker thread ----------------------------------------------------
@@ -235,12 +241,20 @@ class ReplicaFetcherManager:
         #: The running fetcher tasks, by leader broker id.
         self.fetchers: dict[int, LeaderFetcher] = {}
         self._no_endpoint: set[int] = set()
+        #: Set by a controlled shutdown: a partition is then fetched only while this broker is in
+        #: its ISR (Kafka's controller sends StopReplica once it has taken it out).
+        self.leaving = False
+        self._nursery: trio.Nursery | None = None
 
     def targets(self) -> dict[int, FetchTarget]:
         """What to fetch now, by leader: hosted partitions led by another live broker."""
         by_leader: dict[int, set[tuple[str, int, int]]] = {}
         for hosted in self.replicas.hosted.values():
             if hosted.leader < 0 or hosted.leader == self.broker_id or hosted.leader not in self.cache.brokers:
+                continue
+            if self.leaving and self.broker_id not in getattr(
+                self.cache.partition(hosted.topic, hosted.partition), "isr", ()
+            ):
                 continue
             by_leader.setdefault(hosted.leader, set()).add((hosted.topic, hosted.partition, hosted.leader_epoch))
         targets = {}
@@ -261,8 +275,17 @@ class ReplicaFetcherManager:
             targets[leader] = FetchTarget(leader, endpoint.host, endpoint.port, frozenset(partitions))
         return targets
 
+    def leave(self) -> None:
+        """Stop fetching each partition as soon as this broker is out of its ISR (a controlled
+        shutdown): a follower that went on fetching would be taken back in. Its fetches carry
+        the leader epoch the controller's ISR change moved on, so none sent meanwhile counts."""
+        self.leaving = True
+        if self._nursery is not None:
+            self._reconcile(self._nursery)
+
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
+            self._nursery = nursery
             task_status.started()
             try:
                 while True:
@@ -374,8 +397,8 @@ class LeaderFetcher:
             timeout = (self.settings.wait_max_ms + self.settings.response_margin_ms) / 1000
             while True:
                 fetches = self._fetches()
-                if not fetches:  # every partition fenced or waiting: look again after a backoff
-                    await trio.sleep(self.settings.backoff_ms / 1000)
+                if not fetches:
+                    await self._wait_for_work()
                     continue
                 self._correlation_id = (self._correlation_id + 1) & 0x7FFFFFFF
                 request = encode_replica_fetch(
@@ -401,6 +424,16 @@ class LeaderFetcher:
                     await trio.sleep(self.settings.backoff_ms / 1000)
                     continue
                 await self._process(fetches, response.partitions)
+
+    async def _wait_for_work(self) -> None:
+        """Every partition is fenced or waiting: until the first wait ends or the partitions'
+        roles change (new metadata), a back-off at most."""
+        now = trio.current_time()
+        waits = [self.settings.backoff_ms / 1000]
+        waits += [s.delayed_until - now for s in self._states.values() if s.delayed_until > now]
+        replicas = self.manager.replicas
+        with trio.move_on_after(max(min(waits), 0.001)):
+            await replicas.wait_changed(replicas.generation)
 
     def _fetches(self) -> list[PartitionFetch]:
         """This round's partitions, each from its log's end."""
@@ -455,6 +488,11 @@ class LeaderFetcher:
                 work.append((key, hosted.log, result))
             elif code == ErrorCode.FENCED_LEADER_EPOCH:
                 self._failing(key, _error_name(code), generation, fenced=True)
+            elif code in LEADER_BEHIND:
+                # The leader has not applied the state this follower read yet (its leadership, its
+                # epoch, the partition itself): it reads the same ZooKeeper watches, so it will in
+                # a moment. A full back-off here would hold up every acks=all write for as long.
+                self._failing(key, _error_name(code), generation, backoff_s=LEADER_BEHIND_RETRY_S)
             else:
                 self._failing(key, _error_name(code), generation)
         if not work:
@@ -483,12 +521,16 @@ class LeaderFetcher:
             else:
                 self._fetching(key)
 
-    def _failing(self, key: PartitionKey, error: str, generation: int, *, fenced: bool = False) -> None:
+    def _failing(
+        self, key: PartitionKey, error: str, generation: int, *, fenced: bool = False, backoff_s: float | None = None
+    ) -> None:
         state = self._states[key]
+        if backoff_s is None:
+            backoff_s = self.settings.backoff_ms / 1000
         if fenced:
             state.fenced_at_generation = generation
         else:
-            state.delayed_until = trio.current_time() + self.settings.backoff_ms / 1000
+            state.delayed_until = trio.current_time() + backoff_s
             state.delayed_at_generation = generation
         if state.error != error:
             state.error = error
@@ -498,7 +540,7 @@ class LeaderFetcher:
                 partition=key[1],
                 leader=self.target.leader,
                 error=error,
-                waits_for="new metadata" if fenced else f"{self.settings.backoff_ms} ms or new metadata",
+                waits_for="new metadata" if fenced else f"{round(backoff_s * 1000)} ms or new metadata",
             )
 
     def _fetching(self, key: PartitionKey) -> None:

@@ -226,7 +226,12 @@ class ReplicaManager:
                 state = current.state
                 if (state.leader, state.leader_epoch) != (self.broker_id, hosted.leader_epoch):
                     continue  # the controller moved on: its next state decides
-                ordered = tuple(r for r in hosted.leadership.replicas if r in isr)
+                # A broker in a controlled shutdown is never taken (back) in (Kafka's KIP-841): it
+                # is about to go, and acks=all would wait for it.
+                leaving = self.cache.shutting_down
+                ordered = tuple(
+                    r for r in hosted.leadership.replicas if r in isr and (r in state.isr or r not in leaving)
+                )
                 if set(ordered) == set(state.isr):
                     hosted.leadership.set_isr(ordered, self._now_ms())
                     continue

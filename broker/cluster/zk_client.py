@@ -119,6 +119,24 @@ class KafkaZkClient:
                 brokers[broker_id] = BrokerRegistration.decode(broker_id, node.data)
         return brokers, event
 
+    # -- controlled shutdown ---------------------------------------------------------------------
+
+    async def announce_controlled_shutdown(self, broker_id: int) -> None:
+        """Tell the controller this broker is shutting down: an ephemeral node, gone with the
+        session, so a broker that comes back is never taken for one still leaving."""
+        try:
+            await self.store.create(zk_data.controlled_shutdown_path(broker_id), b"", ephemeral=True)
+        except NodeExistsError:
+            pass  # (a retried create whose first answer was lost)
+
+    async def watch_shutting_down(self) -> tuple[set[int], trio.Event]:
+        """The brokers shutting down, and an event set when one starts or goes."""
+        children, event = await self.store.watch_children(zk_data.CONTROLLED_SHUTDOWN)
+        return set(zk_data.ids_from_children(children or [])), event
+
+    async def shutting_down(self) -> set[int]:
+        return set(zk_data.ids_from_children(await self.store.children(zk_data.CONTROLLED_SHUTDOWN) or []))
+
     # -- the controller --------------------------------------------------------------------------
 
     async def controller_id(self) -> int | None:

@@ -21,10 +21,14 @@ TOPICS = "/brokers/topics"
 CLUSTER_ID = "/cluster/id"
 LATEST_PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 CONFIG = "/config"
+#: triolog's own path (Kafka's brokers asked the controller with a ControlledShutdown RPC instead):
+#: an ephemeral ``<broker id>`` child while that broker is shutting down; see controller.py.
+CONTROLLED_SHUTDOWN = "/admin/controlled_shutdown"
 
 #: The persistent parents Kafka creates at startup (KafkaZkClient.createTopLevelPaths).
 PERSISTENT_PATHS = (
     "/admin/delete_topics",
+    CONTROLLED_SHUTDOWN,
     "/brokers/ids",
     "/brokers/topics",
     "/brokers/seqid",
@@ -50,6 +54,10 @@ class ZkDataError(ValueError):
 
 def broker_path(broker_id: int) -> str:
     return f"{BROKER_IDS}/{broker_id}"
+
+
+def controlled_shutdown_path(broker_id: int) -> str:
+    return f"{CONTROLLED_SHUTDOWN}/{broker_id}"
 
 
 def topic_path(topic: str) -> str:

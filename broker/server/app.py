@@ -22,6 +22,7 @@ from functools import partial
 import structlog
 import trio
 
+from triolog.broker.cluster.controlled_shutdown import controlled_shutdown
 from triolog.broker.cluster.membership import ClusterJoinError, ClusterMembership
 from triolog.broker.cluster.metadata_cache import ClusterMetadataCache
 from triolog.broker.cluster.producer_id_blocks import follow_issued_limit, reserve_block
@@ -193,6 +194,9 @@ class BrokerServer:
         self.membership: ClusterMembership | None = None
         #: What a cluster member's handlers serve from (zookeeper.connect set).
         self.cluster: ClusterServices | None = None
+        #: The followers' fetchers run in it; a controlled shutdown stops them first.
+        self._fetching = trio.CancelScope()
+        self._fetchers: ReplicaFetcherManager | None = None
 
     def shutdown(self) -> None:
         self._shutdown.set()
@@ -296,6 +300,8 @@ class BrokerServer:
                         logger.warning("listener_without_authentication", **warning)
                     task_status.started(address)
                     await self._shutdown.wait()
+                    if self.cluster is not None and self.config.controlled_shutdown_enable:
+                        await self._controlled_shutdown()
                     logger.info(
                         "broker_stopping",
                         open_connections=len(self._connections),
@@ -370,7 +376,26 @@ class BrokerServer:
             settings=FetchSettings.from_config(self.config),
             run_sync=partial(self.workers.run_sync, limiter=self.limiter),
         )
-        await nursery.start(fetchers.run)
+        self._fetchers = fetchers
+        fetching = self._fetching
+
+        async def fetch(*, task_status=trio.TASK_STATUS_IGNORED) -> None:
+            with fetching:
+                await fetchers.run(task_status=task_status)
+
+        await nursery.start(fetch)
+
+    async def _controlled_shutdown(self) -> None:
+        """Move this broker's leaderships and ISR places to the others before it stops serving
+        (controlled.shutdown.enable): for up to (controlled.shutdown.max.retries + 1) x
+        controlled.shutdown.retry.backoff.ms, while it keeps serving whatever it still leads."""
+        assert self.membership is not None and self.cluster is not None
+        if self._fetchers is not None:
+            self._fetchers.leave()
+        config = self.config
+        timeout_s = (config.controlled_shutdown_max_retries + 1) * config.controlled_shutdown_retry_backoff_ms / 1000
+        await controlled_shutdown(self.membership.zk, self.cluster.cache, config.node_id, timeout_s=timeout_s)
+        self._fetching.cancel()
 
     def _request_handler(self, advertised_host: str, advertised_port: int) -> RequestHandler:
         """The request handler, with the coordinators and security stores it serves from."""

@@ -35,6 +35,7 @@ from triolog.protocol.errors import (
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
+from triolog.protocol.kafka.controller_apis import ElectionResult, ElectLeadersRequest, ElectLeadersResponse
 
 logger = structlog.get_logger("triolog.server")
 
@@ -114,6 +115,21 @@ class ClusterApis:
                 )
             )
         return m.TopicMetadata(name=name, internal=is_internal(name), partitions=tuple(partitions))
+
+    # -- ElectLeaders -------------------------------------------------------------------------
+
+    async def elect_leaders(self, request: ElectLeadersRequest) -> ElectLeadersResponse:
+        """Elections by the controller running here; NOT_CONTROLLER on any other broker (Kafka's
+        admin clients send ElectLeaders to the controller Metadata names)."""
+        controller = self.services.membership.controller
+        results = await controller.elect_leaders(request.election_type, request.partitions)
+        return ElectLeadersResponse(
+            id=request.id,
+            results=tuple(
+                ElectionResult(topic=topic, partition=partition, error_code=code, error_message=message)
+                for (topic, partition), (code, message) in results.items()
+            ),
+        )
 
     # -- CreateTopics --------------------------------------------------------------------------
 

@@ -55,6 +55,7 @@ from triolog.protocol.errors import (
     TriologError,
     UnknownTopicOrPartitionError,
 )
+from triolog.protocol.kafka.controller_apis import ElectionResult, ElectLeadersRequest, ElectLeadersResponse
 from triolog.protocol.kafka.replica_apis import ReplicaFetchPartition, ReplicaFetchPartitionResult, ReplicaFetchRequest
 
 from .authorization import Op, RequestAuthorizer
@@ -298,6 +299,7 @@ class RequestHandler:
             "create_topics": self._create_topics,
             "delete_topics": self._delete_topics,
             "create_partitions": self._create_partitions,
+            "elect_leaders": self._elect_leaders,
             "describe_configs": self._describe_configs,
             "alter_configs": self._alter_configs,
             "describe_log_dirs": self._describe_log_dirs,
@@ -462,6 +464,36 @@ class RequestHandler:
         return m.MetadataResponse(
             id=request.id, brokers=(broker,), controller_id=self.config.node_id, topics=tuple(topics)
         )
+
+    async def _elect_leaders(self, request: ElectLeadersRequest, ctx: RequestContext) -> ElectLeadersResponse:
+        """Kafka's ElectLeaders: the controller's to answer. A standalone broker is every one of
+        its partitions' only replica, so each already has the leader any election would give."""
+        try:
+            self.authz.require_cluster(ctx, Op.ALTER)
+            if self.cluster is not None:
+                return await self.cluster.elect_leaders(request)
+        except TriologError as exc:  # the whole request refused: every partition named says so
+            return ElectLeadersResponse(
+                id=request.id,
+                error_code=exc.code,
+                error_message=str(exc),
+                results=tuple(
+                    ElectionResult(topic=t, partition=p, error_code=exc.code, error_message=str(exc))
+                    for t, p in request.partitions or ()
+                ),
+            )
+        partitions = request.partitions
+        if partitions is None:
+            partitions = tuple((t, p) for t, e in sorted(self.topics.all().items()) for p in range(e.num_partitions))
+        results = []
+        for topic, partition in partitions:
+            entry = self.topics.get(topic)
+            if entry is None or not 0 <= partition < entry.num_partitions:
+                code, message = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"partition {topic}-{partition} does not exist"
+            else:
+                code, message = ErrorCode.ELECTION_NOT_NEEDED, f"{topic}-{partition}: its only replica leads it"
+            results.append(ElectionResult(topic=topic, partition=partition, error_code=code, error_message=message))
+        return ElectLeadersResponse(id=request.id, results=tuple(results))
 
     def _refuse_in_cluster(self, api: str) -> None:
         """Topic changes a cluster member does not make yet: refused whole, nothing changed (a

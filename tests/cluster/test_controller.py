@@ -220,7 +220,7 @@ async def test_with_unclean_election_an_out_of_sync_replica_leads(zk_connect):
         state = (await zk.partition_state("risky", 0)).state
         assert state.isr == (2,) and state.leader_recovery_state == 1  # RECOVERING, as Kafka marks it
         controller = await active_controller(members)
-        assert controller.controller.unclean_elections >= 1
+        assert controller.controller.elections["unclean"] >= 1
 
 
 async def _isr_is(zk, topic, isr):

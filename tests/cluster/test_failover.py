@@ -16,7 +16,8 @@ from .helpers import kafka_bootstrap as _bootstrap, wait_until as _wait
 
 @pytest.fixture
 def brokers(start_brokers):
-    return start_brokers((1, 2, 3))
+    # (no controlled shutdown: the leader's stop is then as abrupt as a clean one can be)
+    return start_brokers((1, 2, 3), "controlled.shutdown.enable=false")
 
 
 def test_acknowledged_records_survive_their_leaders_stop(brokers):
