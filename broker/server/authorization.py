@@ -64,8 +64,8 @@ class RequestAuthorizer:
     def group(self, ctx: RequestContext, operation: AclOperation, name: str, *, log: bool = True) -> bool:
         return self.allowed(ctx, operation, ResourceType.GROUP, name, log=log)
 
-    def cluster(self, ctx: RequestContext, operation: AclOperation) -> bool:
-        return self.allowed(ctx, operation, ResourceType.CLUSTER, CLUSTER)
+    def cluster(self, ctx: RequestContext, operation: AclOperation, *, log: bool = True) -> bool:
+        return self.allowed(ctx, operation, ResourceType.CLUSTER, CLUSTER, log=log)
 
     def may_create_topic(self, ctx: RequestContext, name: str) -> bool:
         """Kafka: CREATE on the cluster, or on the topic itself."""

@@ -56,6 +56,7 @@ from triolog.protocol.errors import (
     UnknownTopicOrPartitionError,
 )
 from triolog.protocol.kafka.controller_apis import ElectionResult, ElectLeadersRequest, ElectLeadersResponse
+from triolog.protocol.kafka.epoch_apis import EpochEndOffset, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse
 from triolog.protocol.kafka.replica_apis import ReplicaFetchPartition, ReplicaFetchPartitionResult, ReplicaFetchRequest
 
 from .authorization import Op, RequestAuthorizer
@@ -300,6 +301,7 @@ class RequestHandler:
             "delete_topics": self._delete_topics,
             "create_partitions": self._create_partitions,
             "elect_leaders": self._elect_leaders,
+            "offset_for_leader_epoch": self._offset_for_leader_epoch,
             "describe_configs": self._describe_configs,
             "alter_configs": self._alter_configs,
             "describe_log_dirs": self._describe_log_dirs,
@@ -494,6 +496,29 @@ class RequestHandler:
                 code, message = ErrorCode.ELECTION_NOT_NEEDED, f"{topic}-{partition}: its only replica leads it"
             results.append(ElectionResult(topic=topic, partition=partition, error_code=code, error_message=message))
         return ElectLeadersResponse(id=request.id, results=tuple(results))
+
+    async def _offset_for_leader_epoch(
+        self, request: OffsetForLeaderEpochRequest, ctx: RequestContext
+    ) -> OffsetForLeaderEpochResponse:
+        """Kafka's OffsetForLeaderEpoch, from the leader only: the largest epoch of its log not
+        above the one asked and where it ends (the log end for the latest epoch)."""
+        # Kafka's rule: CLUSTER_ACTION (brokers) may ask of any topic, others of those they may describe.
+        every_topic = self.authz.cluster(ctx, Op.CLUSTER_ACTION, log=False)
+        results = []
+        for query in request.queries:
+            topic, partition = query.topic, query.partition
+            try:
+                if not every_topic:
+                    self.authz.require_topic(ctx, Op.DESCRIBE, topic)
+                if self.cluster is not None:
+                    log = self.cluster.replicas.leader_partition(topic, partition, query.current_leader_epoch).log
+                else:
+                    log = self.topics.log(topic, partition)
+                epoch, end = await self._in_thread(log.end_offset_for_epoch, query.leader_epoch)
+                results.append(EpochEndOffset(topic=topic, partition=partition, leader_epoch=epoch, end_offset=end))
+            except TriologError as exc:
+                results.append(EpochEndOffset(topic=topic, partition=partition, error_code=exc.code))
+        return OffsetForLeaderEpochResponse(id=request.id, results=tuple(results))
 
     def _refuse_in_cluster(self, api: str) -> None:
         """Topic changes a cluster member does not make yet: refused whole, nothing changed (a

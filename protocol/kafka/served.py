@@ -12,7 +12,7 @@ from typing import Any
 
 from triolog.protocol.errors import ErrorCode
 
-from . import admin_apis, controller_apis, data_apis, group_apis, sasl_apis, security_apis
+from . import admin_apis, controller_apis, data_apis, epoch_apis, group_apis, sasl_apis, security_apis
 from .apis import Adapter, ApiKey, Direct, KafkaContext, by_key
 from .requests import KafkaRequest
 from .schema import build, response_class
@@ -61,6 +61,7 @@ ADAPTERS: dict[int, Adapter] = {
     **group_apis.ADAPTERS,
     **admin_apis.ADAPTERS,
     **controller_apis.ADAPTERS,
+    **epoch_apis.ADAPTERS,
     **sasl_apis.ADAPTERS,
     **security_apis.ADAPTERS,
 }
