@@ -28,7 +28,14 @@ from .election import (
     initial_state,
     remove_from_isr,
 )
-from .metadata_store import BadVersionError, NodeExistsError, SessionState, StoreError, StoreUnavailableError
+from .metadata_store import (
+    BadVersionError,
+    NodeExistsError,
+    SessionState,
+    StoreError,
+    StoreUnavailableError,
+    TransactionFailedError,
+)
 from .zk_client import ControllerFence, ControllerMovedError, KafkaZkClient
 from .zk_data import NO_LEADER, PartitionState, TopicAssignment
 
@@ -99,6 +106,8 @@ class KafkaController:
         #: Set each time this broker's view of who is controller changes (tests, metrics).
         self.changed = trio.Event()
         self._wakeup = trio.Event()
+        #: A change of the last reconciliation failed on a race: run again after a back-off.
+        self._retry_later = False
         #: The auto-rebalance task's settings; None: auto.leader.rebalance.enable=false.
         self._rebalance = rebalance
         #: One decision at a time: a reconciliation, an election asked for, a rebalance (Kafka's
@@ -150,6 +159,7 @@ class KafkaController:
                 nursery.start_soon(self._watch, self.zk.watch_brokers)
                 nursery.start_soon(self._watch, self.zk.watch_topics)
                 nursery.start_soon(self._watch, self.zk.watch_shutting_down)
+                nursery.start_soon(self._watch, self.zk.watch_topic_deletions)
                 if self._rebalance is not None:
                     nursery.start_soon(self._rebalance_forever, fence, self._rebalance)
                 await self._reconcile_forever(fence)
@@ -200,6 +210,10 @@ class KafkaController:
             try:
                 async with self._lock:
                     await self.reconcile(fence)
+                if self._retry_later:
+                    self._retry_later = False
+                    await trio.sleep(RETRY_BACKOFF_S)
+                    self._wakeup.set()
             except StoreUnavailableError:
                 await self._wait_connected()
                 self._wakeup.set()
@@ -214,12 +228,27 @@ class KafkaController:
         """Bring every partition's state in line with the live brokers: new partitions get a state,
         partitions whose leader died or is shutting down get a new one, dead followers and those
         shutting down leave ISRs."""
+        for topic in await self.zk.topics_to_delete():
+            await self._delete_topic(fence, topic)
         brokers = await self._brokers()
         for topic in await self.zk.topics():
             assignment = await self.zk.topic_assignment(topic)
             if assignment is None:  # deleted meanwhile
                 continue
             await self._reconcile_topic(fence, topic, assignment, brokers)
+
+    async def _delete_topic(self, fence: ControllerFence, topic: str) -> None:
+        """Kafka's TopicDeletionManager, without its wait for every replica to be online: the
+        topic's znodes go at once, each broker drops its replicas when it sees the assignment
+        go, and a broker that was away drops them at its return (by the topic id its
+        partition directories carry, a topic made again under the name is told apart)."""
+        try:
+            await self.zk.delete_topic(fence, topic)
+        except TransactionFailedError as failed:  # changed meanwhile (a partition's state made)
+            logger.warning("topic_deletion_retried", topic=topic, error=repr(failed.cause))
+            self._retry_later = True
+            return
+        logger.info("topic_deleted", topic=topic)
 
     async def _reconcile_topic(
         self, fence: ControllerFence, topic: str, assignment: TopicAssignment, brokers: BrokersView

@@ -20,7 +20,7 @@ import structlog
 import trio
 
 from triolog.broker.storage.log import Log
-from triolog.broker.storage.topics import TopicManager
+from triolog.broker.storage.topics import TopicManager, is_internal
 from triolog.protocol.errors import (
     FencedLeaderEpochError,
     LeaderNotAvailableError,
@@ -261,7 +261,7 @@ class ReplicaManager:
 
     async def apply(self) -> None:
         """Make the hosted partitions and their roles what the cache says."""
-        changed = False
+        changed = await self._forget_deleted_topics()
         for topic in sorted(self.cache.topics):
             views = [v for v in self.cache.partitions(topic) if self.broker_id in v.replicas]
             if not views:
@@ -276,6 +276,20 @@ class ReplicaManager:
             self._changed.set()
             self._changed = trio.Event()
 
+    async def _forget_deleted_topics(self) -> bool:
+        """Drop the replicas of topics the cluster no longer has (deleted while this broker ran,
+        or while it was away): their logs go, their partitions are served no more."""
+        gone = [name for name in self.topics.all() if name not in self.cache.topics and not is_internal(name)]
+        for name in gone:
+            hosted = [k for k in self.hosted if k[0] == name]
+            for key in hosted:
+                del self.hosted[key]
+            await self._run_sync(self.topics.forget_cluster_topic, name)
+            logger.info("replicas_deleted", topic=name, partitions=[p for _, p in hosted])
+            for key in hosted:  # long polls on them answer UNKNOWN_TOPIC_OR_PARTITION now
+                self._notify(key)
+        return bool(gone)
+
     async def _apply_partition(self, view: PartitionView) -> bool:
         key = (view.topic, view.partition)
         hosted = self.hosted.get(key)
@@ -283,7 +297,11 @@ class ReplicaManager:
             return False
         if view.leader_epoch < 0:  # no state yet: nothing to host until the controller writes one
             return False
-        log = hosted.log if hosted is not None else await self._run_sync(self.topics.hosted_log, *key)
+        if hosted is not None:
+            log = hosted.log
+        else:
+            topic_id = self.cache.topics[view.topic].topic_id
+            log = await self._run_sync(self.topics.hosted_log, view.topic, view.partition, topic_id)
         leadership = None
         if view.leader == self.broker_id:
             await self._run_sync(self._become_leader, log, view.leader_epoch)

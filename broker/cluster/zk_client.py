@@ -19,6 +19,7 @@ from .metadata_store import (
     BadVersionError,
     Check,
     Create,
+    Delete,
     MetadataStore,
     NodeExistsError,
     NoNodeError,
@@ -232,6 +233,39 @@ class KafkaZkClient:
             if isinstance(failed.cause, NodeExistsError):
                 raise NodeExistsError(f"topic {topic!r} already exists") from None
             raise failed.cause from None
+
+    async def queue_topic_deletion(self, topic: str) -> None:
+        """Kafka's AdminZkClient.deleteTopic: mark the topic for the controller to delete."""
+        try:
+            await self.store.create(zk_data.delete_topic_path(topic), b"")
+        except NodeExistsError:
+            pass  # already queued
+
+    async def watch_topic_deletions(self) -> tuple[list[str], trio.Event]:
+        children, event = await self.store.watch_children(zk_data.DELETE_TOPICS)
+        return sorted(children or []), event
+
+    async def topics_to_delete(self) -> list[str]:
+        return sorted(await self.store.children(zk_data.DELETE_TOPICS) or [])
+
+    async def delete_topic(self, fence: ControllerFence, topic: str) -> None:
+        """Remove a topic's every znode (states, assignment, config, deletion mark) in one write
+        fenced on the controller epoch: brokers that watch the assignment drop their replicas."""
+        ops: list[Op] = []
+        assignment = await self.topic_assignment(topic)
+        if assignment is not None:
+            for partition in sorted(assignment.partitions):
+                if await self.store.get(zk_data.partition_state_path(topic, partition)) is not None:
+                    ops.append(Delete(zk_data.partition_state_path(topic, partition)))
+                if await self.store.get(zk_data.partition_path(topic, partition)) is not None:
+                    ops.append(Delete(zk_data.partition_path(topic, partition)))
+            if await self.store.get(zk_data.partitions_path(topic)) is not None:
+                ops.append(Delete(zk_data.partitions_path(topic)))
+            ops.append(Delete(zk_data.topic_path(topic)))
+        if await self.store.get(zk_data.topic_config_path(topic)) is not None:
+            ops.append(Delete(zk_data.topic_config_path(topic)))
+        ops.append(Delete(zk_data.delete_topic_path(topic)))
+        await self.fenced_commit(fence, ops)
 
     async def topic_config(self, topic: str) -> dict[str, str]:
         node = await self.store.get(zk_data.topic_config_path(topic))

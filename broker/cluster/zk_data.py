@@ -21,13 +21,15 @@ TOPICS = "/brokers/topics"
 CLUSTER_ID = "/cluster/id"
 LATEST_PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 CONFIG = "/config"
+#: A child per topic to delete (Kafka's DeleteTopicsTopicZNode): the controller deletes it.
+DELETE_TOPICS = "/admin/delete_topics"
 #: triolog's own path (Kafka's brokers asked the controller with a ControlledShutdown RPC instead):
 #: an ephemeral ``<broker id>`` child while that broker is shutting down; see controller.py.
 CONTROLLED_SHUTDOWN = "/admin/controlled_shutdown"
 
 #: The persistent parents Kafka creates at startup (KafkaZkClient.createTopLevelPaths).
 PERSISTENT_PATHS = (
-    "/admin/delete_topics",
+    DELETE_TOPICS,
     CONTROLLED_SHUTDOWN,
     "/brokers/ids",
     "/brokers/topics",
@@ -54,6 +56,10 @@ class ZkDataError(ValueError):
 
 def broker_path(broker_id: int) -> str:
     return f"{BROKER_IDS}/{broker_id}"
+
+
+def delete_topic_path(topic: str) -> str:
+    return f"{DELETE_TOPICS}/{topic}"
 
 
 def controlled_shutdown_path(broker_id: int) -> str:

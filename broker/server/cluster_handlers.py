@@ -24,6 +24,7 @@ from triolog.broker.cluster.metadata_cache import ClusterMetadataCache
 from triolog.broker.cluster.metadata_store import NodeExistsError
 from triolog.broker.cluster.replica_manager import ReplicaManager
 from triolog.broker.cluster.zk_data import TopicAssignment
+from triolog.broker.storage.checkpoints import random_kafka_uuid
 from triolog.broker.storage.log import Log
 from triolog.broker.storage.topics import TopicManager, is_internal
 from triolog.config.broker_config import BrokerConfig
@@ -31,6 +32,7 @@ from triolog.config.log_config import LogConfig
 from triolog.protocol import messages as m
 from triolog.protocol.errors import (
     ErrorCode,
+    InvalidTopicError,
     RequestTimedOutError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
@@ -116,6 +118,27 @@ class ClusterApis:
             )
         return m.TopicMetadata(name=name, internal=is_internal(name), partitions=tuple(partitions))
 
+    # -- DeleteTopics --------------------------------------------------------------------------
+
+    async def delete_topic(self, name: str) -> None:
+        """Kafka's ZooKeeper-mode deletion: mark the topic under ``/admin/delete_topics`` for the
+        controller, and answer once this broker's metadata no longer has it (REQUEST_TIMED_OUT,
+        the deletion still under way, after CREATE_WAIT_S)."""
+        if name not in self.cache.topics:
+            raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+        if is_internal(name):
+            raise InvalidTopicError(f"topic {name!r} is internal (the group coordinator's) and cannot be deleted")
+        await self.services.membership.zk.queue_topic_deletion(name)
+        with trio.move_on_after(CREATE_WAIT_S):
+            generation = self.cache.generation
+            while name in self.cache.topics:
+                generation = await self.cache.wait_changed(generation)
+            logger.info("topic_deleted", topic=name)
+            return
+        raise RequestTimedOutError(
+            f"topic {name!r} is marked for deletion, but it was not deleted within {CREATE_WAIT_S:.0f} s"
+        )
+
     # -- ElectLeaders -------------------------------------------------------------------------
 
     async def elect_leaders(self, request: ElectLeadersRequest) -> ElectLeadersResponse:
@@ -151,7 +174,7 @@ class ClusterApis:
         placement = assign_replicas(live, count, rf)
         if validate_only:
             return count, config
-        assignment = TopicAssignment({p: tuple(r) for p, r in placement.items()})
+        assignment = TopicAssignment({p: tuple(r) for p, r in placement.items()}, topic_id=random_kafka_uuid())
         try:
             await self.services.membership.zk.create_topic(name, assignment, configs)
         except NodeExistsError:

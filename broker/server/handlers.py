@@ -600,6 +600,8 @@ class RequestHandler:
         return m.CreateTopicsResponse(id=request.id, topics=tuple(await self._in_thread(work)))
 
     async def _delete_topics(self, request: m.DeleteTopicsRequest, ctx: RequestContext) -> m.Response:
+        if self.cluster is not None:
+            return await self._delete_cluster_topics(request, ctx)
         gone: list[tuple[str, int]] = []
 
         def work() -> list[m.TopicResult]:
@@ -608,7 +610,6 @@ class RequestHandler:
                 try:
                     validate_topic_name(name)
                     self.authz.require_topic(ctx, Op.DELETE, name)
-                    self._refuse_in_cluster("delete_topics")
                     topic = self.topics.get(name)
                     if topic is not None:
                         gone.extend((name, p) for p in range(topic.num_partitions))
@@ -628,6 +629,21 @@ class RequestHandler:
             for tp in gone:
                 self.notifier.notify(tp)
         return m.DeleteTopicsResponse(id=request.id, topics=tuple(results))
+
+    async def _delete_cluster_topics(self, request: m.DeleteTopicsRequest, ctx: RequestContext) -> m.Response:
+        cluster = self.cluster
+        assert cluster is not None
+        out = []
+        for name in request.topics:
+            try:
+                validate_topic_name(name)
+                self.authz.require_topic(ctx, Op.DELETE, name)
+                await cluster.delete_topic(name)
+                out.append(m.TopicResult(name=name))
+            except Exception as exc:
+                code, message = error_of(exc, topic=name)
+                out.append(m.TopicResult(name=name, error_code=code, error_message=message))
+        return m.DeleteTopicsResponse(id=request.id, topics=tuple(out))
 
     def _config_source(self, topic_overrides, name: str) -> str:
         if name in topic_overrides:

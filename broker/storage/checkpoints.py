@@ -45,6 +45,8 @@ __all__ = [
     "atomic_write",
     "fsync_dir",
     "random_kafka_uuid",
+    "read_partition_topic_id",
+    "write_partition_topic_id",
 ]
 
 # File names, as Kafka's.
@@ -462,6 +464,34 @@ def _parse_kafka_uuid(text: str) -> bytes | None:
     except ValueError:
         return None
     return raw if len(raw) == 16 else None
+
+
+# --------------------------------------------------------------------------------------------
+# partition.metadata (Kafka's PartitionMetadataFile)
+
+PARTITION_METADATA_FILE = "partition.metadata"
+
+
+def read_partition_topic_id(directory: str | os.PathLike[str]) -> str | None:
+    """The topic id a partition directory was made for (Kafka's ``partition.metadata``: a
+    ``version: 0`` line and a ``topic_id: <uuid>`` line); None without the file or a readable id."""
+    try:
+        text = Path(directory, PARTITION_METADATA_FILE).read_text("utf-8")
+    except (FileNotFoundError, UnicodeDecodeError):
+        return None
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if len(lines) != 2 or lines[0] != "version: 0" or not lines[1].startswith("topic_id: "):
+        return None
+    topic_id = lines[1][len("topic_id: ") :].strip()
+    return topic_id if _parse_kafka_uuid(topic_id) is not None else None
+
+
+def write_partition_topic_id(directory: str | os.PathLike[str], topic_id: str, fs: FileSystem = OS_FS) -> None:
+    """Record, durably, which topic (by id) a partition directory belongs to: a topic deleted and
+    made again under its name while this broker was away is then told from the new one."""
+    if _parse_kafka_uuid(topic_id) is None:
+        raise ValueError(f"not a Kafka topic id: {topic_id!r}")
+    atomic_write(Path(directory, PARTITION_METADATA_FILE), f"version: 0\ntopic_id: {topic_id}\n".encode(), fs)
 
 
 # --------------------------------------------------------------------------------------------

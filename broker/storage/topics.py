@@ -27,7 +27,7 @@ from triolog.protocol.errors import (
 )
 
 from . import filenames
-from .checkpoints import atomic_write
+from .checkpoints import atomic_write, read_partition_topic_id, write_partition_topic_id
 from .fs import read_file
 from .log import Log
 from .log_manager import LogManager
@@ -150,12 +150,45 @@ class TopicManager:
                         log.update_config(self.config_for(name))
             return topic
 
-    def hosted_log(self, topic: str, partition: int) -> Log:
-        """The local log of a cluster topic's partition this broker hosts, created if new."""
+    def hosted_log(self, topic: str, partition: int, topic_id: str | None = None) -> Log:
+        """The local log of a cluster topic's partition this broker hosts, created if new.
+
+        With the topic's id: a local log made for another topic of this name (deleted and made
+        again while this broker was away) is deleted and started anew, as Kafka does by its
+        ``partition.metadata``; a log without the file is taken as this topic's and marked."""
         with self._lock:
             if topic not in self._topics:
                 raise UnknownTopicOrPartitionError(f"topic {topic!r} is not known to this broker")
-            return self.log_manager.get_or_create_log(topic, partition, self.config_for(topic))
+            log = self.log_manager.get_or_create_log(topic, partition, self.config_for(topic))
+            if topic_id is None:
+                return log
+            found = read_partition_topic_id(log.directory)
+            if found is not None and found != topic_id:
+                logger.warning(
+                    "stray partition %s-%d (topic id %s, the cluster's is %s): deleting it",
+                    topic,
+                    partition,
+                    found,
+                    topic_id,
+                )
+                self.log_manager.delete_log(topic, partition)
+                log = self.log_manager.get_or_create_log(topic, partition, self.config_for(topic))
+                found = None
+            if found is None:
+                write_partition_topic_id(log.directory, topic_id, self.log_manager.fs)
+            return log
+
+    def forget_cluster_topic(self, name: str) -> None:
+        """A cluster topic deleted from the cluster's metadata: its local logs go (renamed away
+        and removed later, as retention's), and its entry here."""
+        with self._lock:
+            entry = self._topics.pop(name, None)
+            if entry is None:
+                return
+            self._save()
+            for topic, partition in [k for k, log in self.log_manager.all_logs().items() if log.topic == name]:
+                self.log_manager.delete_log(topic, partition)
+        self._deleted(name)
 
     # -- changes -----------------------------------------------------------------------------
 
