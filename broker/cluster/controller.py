@@ -15,12 +15,14 @@ import collections
 import enum
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 
 import structlog
 import trio
 
 from triolog.protocol.errors import ErrorCode, InvalidRequestError, NotControllerError
 
+from . import zk_data
 from .election import (
     elect_for_controlled_shutdown,
     elect_offline,
@@ -160,6 +162,7 @@ class KafkaController:
                 nursery.start_soon(self._watch, self.zk.watch_topics)
                 nursery.start_soon(self._watch, self.zk.watch_shutting_down)
                 nursery.start_soon(self._watch, self.zk.watch_topic_deletions)
+                nursery.start_soon(self._watch_assignments)
                 if self._rebalance is not None:
                     nursery.start_soon(self._rebalance_forever, fence, self._rebalance)
                 await self._reconcile_forever(fence)
@@ -200,6 +203,30 @@ class KafkaController:
                 continue
             self._wakeup.set()
             await changed.wait()
+
+    async def _watch_assignments(self) -> None:
+        """Wake the reconciler when a topic's assignment changes (partitions added: Kafka's
+        PartitionModificationsHandler), one watch per topic."""
+        watching: dict[str, trio.CancelScope] = {}
+
+        async def watch(topic: str, scope: trio.CancelScope) -> None:
+            with scope:
+                await self._watch(partial(self.zk.store.watch, zk_data.topic_path(topic)))
+
+        async with trio.open_nursery() as nursery:
+            while True:
+                try:
+                    topics, changed = await self.zk.watch_topics()
+                except StoreUnavailableError:
+                    await self._wait_connected()
+                    continue
+                for topic in topics:
+                    if topic not in watching:
+                        watching[topic] = trio.CancelScope()
+                        nursery.start_soon(watch, topic, watching[topic])
+                for topic in [t for t in watching if t not in topics]:
+                    watching.pop(topic).cancel()
+                await changed.wait()
 
     async def _reconcile_forever(self, fence: ControllerFence) -> None:
         """One reconciliation after each batch of changes (Kafka's controller event queue, with

@@ -53,12 +53,15 @@ class ClusterMetadataCache:
         self.shutting_down: frozenset[int] = frozenset()
         self.topics: dict[str, TopicAssignment] = {}
         self.states: dict[tuple[str, int], VersionedState] = {}
+        #: Each topic's config overrides (``/config/topics/<topic>``).
+        self.configs: dict[str, dict[str, str]] = {}
         #: Moves on at every change of anything above.
         self.generation = 0
         self._changed = trio.Event()
         #: Set once brokers, the controller and every topic and state have been read once.
         self.loaded = trio.Event()
         self._topic_scopes: dict[str, trio.CancelScope] = {}
+        self._config_scopes: dict[str, trio.CancelScope] = {}
         self._state_scopes: dict[tuple[str, int], trio.CancelScope] = {}
         self._nursery: trio.Nursery | None = None
         self._pending_loads = 0
@@ -160,8 +163,10 @@ class ClusterMetadataCache:
         for name in names:
             if name not in self._topic_scopes:
                 scope = self._topic_scopes[name] = trio.CancelScope()
-                self._pending_loads += 1
+                self._pending_loads += 2
                 self._nursery.start_soon(self._scoped, scope, self._keep, self._topic_reader(name))
+                config_scope = self._config_scopes[name] = trio.CancelScope()
+                self._nursery.start_soon(self._scoped, config_scope, self._keep, self._config_reader(name))
         for name in [n for n in self._topic_scopes if n not in names]:
             self._forget_topic(name)
         return changed
@@ -173,9 +178,11 @@ class ClusterMetadataCache:
 
     def _forget_topic(self, name: str) -> None:
         self._topic_scopes.pop(name).cancel()
+        self._config_scopes.pop(name).cancel()
         for key in [k for k in self._state_scopes if k[0] == name]:
             self._state_scopes.pop(key).cancel()
             self.states.pop(key, None)
+        self.configs.pop(name, None)
         if self.topics.pop(name, None) is not None:
             self._bump()
 
@@ -195,6 +202,17 @@ class ClusterMetadataCache:
                     scope = self._state_scopes[key] = trio.CancelScope()
                     self._pending_loads += 1
                     self._nursery.start_soon(self._scoped, scope, self._keep, self._state_reader(name, partition))
+            return changed
+
+        return read
+
+    def _config_reader(self, name: str) -> Callable[[], Awaitable[trio.Event | None]]:
+        async def read() -> trio.Event | None:
+            config, changed = await self.zk.watch_topic_config(name)
+            config = config or {}
+            if config != self.configs.get(name):
+                self.configs[name] = config
+                self._bump()
             return changed
 
         return read

@@ -267,7 +267,9 @@ class ReplicaManager:
             if not views:
                 continue
             count = len(self.cache.topics[topic].partitions)
-            overrides = dict(await self._topic_configs(topic))
+            # (the cache follows each topic's config znode, so an altered config applies at once)
+            cached = self.cache.configs.get(topic)
+            overrides = dict(cached) if cached is not None else dict(await self._topic_configs(topic))
             await self._run_sync(self.topics.register_cluster_topic, topic, count, overrides)
             for view in views:
                 changed |= await self._apply_partition(view)

@@ -234,6 +234,28 @@ class KafkaZkClient:
                 raise NodeExistsError(f"topic {topic!r} already exists") from None
             raise failed.cause from None
 
+    async def versioned_topic_assignment(self, topic: str) -> tuple[TopicAssignment, int] | None:
+        node = await self.store.get(zk_data.topic_path(topic))
+        return None if node is None else (TopicAssignment.decode(topic, node.data), node.version)
+
+    async def set_topic_assignment(self, topic: str, assignment: TopicAssignment, version: int) -> None:
+        """Kafka's AdminZkClient.addPartitions' write: the whole assignment, if still at ``version``
+        (BadVersionError otherwise); the controller gives the new partitions their states."""
+        await self.store.set(zk_data.topic_path(topic), assignment.encode(), version)
+
+    async def versioned_topic_config(self, topic: str) -> tuple[dict[str, str], int] | None:
+        node = await self.store.get(zk_data.topic_config_path(topic))
+        return None if node is None else (zk_data.decode_topic_config(node.data, topic), node.version)
+
+    async def watch_topic_config(self, topic: str) -> tuple[dict[str, str] | None, trio.Event]:
+        node, event = await self.store.watch(zk_data.topic_config_path(topic))
+        return (None if node is None else zk_data.decode_topic_config(node.data, topic)), event
+
+    async def set_topic_config(self, topic: str, config: Mapping[str, str], version: int) -> None:
+        """A topic's whole override set, if still at ``version`` (BadVersionError otherwise). Every
+        broker watches the znode itself (Kafka's also wrote a /config/changes notification)."""
+        await self.store.set(zk_data.topic_config_path(topic), zk_data.encode_topic_config(config), version)
+
     async def queue_topic_deletion(self, topic: str) -> None:
         """Kafka's AdminZkClient.deleteTopic: mark the topic for the controller to delete."""
         try:

@@ -13,20 +13,22 @@ rest of its entry still filled in.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import structlog
 import trio
 
+from triolog.broker.cluster import zk_data
 from triolog.broker.cluster.election import BrokerPlacement, assign_replicas
 from triolog.broker.cluster.membership import TRIOLOG_LISTENER, ClusterMembership
 from triolog.broker.cluster.metadata_cache import ClusterMetadataCache
-from triolog.broker.cluster.metadata_store import NodeExistsError
+from triolog.broker.cluster.metadata_store import BadVersionError, NodeExistsError
 from triolog.broker.cluster.replica_manager import ReplicaManager
 from triolog.broker.cluster.zk_data import TopicAssignment
 from triolog.broker.storage.checkpoints import random_kafka_uuid
 from triolog.broker.storage.log import Log
-from triolog.broker.storage.topics import TopicManager, is_internal
+from triolog.broker.storage.topics import TopicManager, check_new_partition_count, is_internal
 from triolog.config.broker_config import BrokerConfig
 from triolog.config.log_config import LogConfig
 from triolog.protocol import messages as m
@@ -43,6 +45,8 @@ logger = structlog.get_logger("triolog.server")
 
 #: How long CreateTopics waits for the new partitions' leaders before answering REQUEST_TIMED_OUT.
 CREATE_WAIT_S = 30.0
+#: How often a conditional write that lost a race (another admin's change) is planned again.
+WRITE_ATTEMPTS = 5
 
 
 @dataclass(frozen=True)
@@ -118,6 +122,79 @@ class ClusterApis:
             )
         return m.TopicMetadata(name=name, internal=is_internal(name), partitions=tuple(partitions))
 
+    # -- CreatePartitions and AlterConfigs ------------------------------------------------------
+
+    async def create_partitions(self, name: str, count: int, *, validate_only: bool = False) -> int:
+        """Kafka's AdminZkClient.addPartitions: the new partitions placed as the topic's first ones
+        were (its replication factor, the round robin continued from its partition 0's leader),
+        the assignment rewritten if unchanged meanwhile; answered once they have leaders. The
+        previous partition count."""
+        zk = self.services.membership.zk
+        for _ in range(WRITE_ATTEMPTS):
+            found = await zk.versioned_topic_assignment(name)
+            if found is None:
+                raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+            assignment, version = found
+            current = len(assignment.partitions)
+            check_new_partition_count(name, current, count)
+            live = [BrokerPlacement(broker_id, reg.rack) for broker_id, reg in self.cache.brokers.items()]
+            first = assignment.partitions[0]
+            ids = sorted(b.broker_id for b in live)
+            added = assign_replicas(
+                live,
+                count - current,
+                len(first),
+                fixed_start_index=ids.index(first[0]) if first[0] in ids else -1,
+                start_partition_id=current,
+            )
+            if validate_only:
+                return current
+            grown = dataclasses.replace(
+                assignment, partitions={**assignment.partitions, **{p: tuple(r) for p, r in added.items()}}
+            )
+            try:
+                await zk.set_topic_assignment(name, grown, version)
+            except BadVersionError:
+                continue  # changed meanwhile: place again over what is there now
+            logger.info("partitions_created", topic=name, partitions=count, previous=current)
+            await self._wait_led(name, count, f"topic {name!r} has {count} partitions now, but not every one had")
+            return current
+        raise RequestTimedOutError(f"topic {name!r} kept changing: try again")
+
+    async def alter_configs(
+        self,
+        name: str,
+        set_configs: dict[str, str],
+        delete_keys: tuple[str, ...],
+        *,
+        validate_only: bool = False,
+        replace: bool = False,
+        append: dict[str, str] | None = None,
+        subtract: dict[str, str] | None = None,
+    ) -> None:
+        """Kafka's AdminZkClient.changeTopicConfig: the topic's whole override set rewritten in
+        ``/config/topics/<topic>`` if unchanged meanwhile; every broker follows that znode."""
+        zk = self.services.membership.zk
+        for _ in range(WRITE_ATTEMPTS):
+            if name not in self.cache.topics:
+                raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+            found = await zk.versioned_topic_config(name)
+            current, version = found if found is not None else ({}, -1)
+            overrides = self.topics.changed_overrides(
+                current, set_configs, delete_keys, replace=replace, append=append, subtract=subtract
+            )
+            if validate_only:
+                return
+            try:
+                if found is None:
+                    await zk.store.create(zk_data.topic_config_path(name), zk_data.encode_topic_config(overrides))
+                else:
+                    await zk.set_topic_config(name, overrides, version)
+            except (BadVersionError, NodeExistsError):
+                continue
+            return
+        raise RequestTimedOutError(f"the configs of topic {name!r} kept changing: try again")
+
     # -- DeleteTopics --------------------------------------------------------------------------
 
     async def delete_topic(self, name: str) -> None:
@@ -180,14 +257,18 @@ class ClusterApis:
         except NodeExistsError:
             raise TopicAlreadyExistsError(f"topic {name!r} already exists") from None
         logger.info("topic_created", topic=name, partitions=count, replication_factor=rf, configs=dict(configs))
+        await self._wait_led(name, count, f"topic {name!r} was created, but not every partition had")
+        return count, config
+
+    async def _wait_led(self, name: str, count: int, timed_out: str) -> None:
+        """Until the topic's ``count`` partitions all have a leader (REQUEST_TIMED_OUT after
+        CREATE_WAIT_S, the change made)."""
         with trio.move_on_after(CREATE_WAIT_S):
             generation = self.cache.generation
             while not self._led(name, count):
                 generation = await self.cache.wait_changed(generation)
-            return count, config
-        raise RequestTimedOutError(
-            f"topic {name!r} was created, but not every partition had a leader within {CREATE_WAIT_S:.0f} s"
-        )
+            return
+        raise RequestTimedOutError(f"{timed_out} a leader within {CREATE_WAIT_S:.0f} s")
 
     def _led(self, name: str, count: int) -> bool:
         views = self.cache.partitions(name)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import os
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -520,12 +520,6 @@ class RequestHandler:
                 results.append(EpochEndOffset(topic=topic, partition=partition, error_code=exc.code))
         return OffsetForLeaderEpochResponse(id=request.id, results=tuple(results))
 
-    def _refuse_in_cluster(self, api: str) -> None:
-        """Topic changes a cluster member does not make yet: refused whole, nothing changed (a
-        local change would leave this broker disagreeing with the cluster's metadata)."""
-        if self.cluster is not None:
-            raise InvalidRequestError(f"{api} is not yet served by a broker of a cluster (zookeeper.connect)")
-
     async def _create_cluster_topics(self, request: m.CreateTopicsRequest, ctx: RequestContext) -> m.Response:
         cluster = self.cluster
         assert cluster is not None
@@ -654,6 +648,8 @@ class RequestHandler:
 
     async def _create_partitions(self, request: m.CreatePartitionsRequest, ctx: RequestContext) -> m.Response:
         """Kafka's CreatePartitions: grow topics to ``count`` partitions, each on its own."""
+        if self.cluster is not None:
+            return await self._create_cluster_partitions(request, ctx)
 
         def work() -> list[m.TopicResult]:
             out = []
@@ -661,7 +657,6 @@ class RequestHandler:
                 try:
                     validate_topic_name(entry.name)
                     self.authz.require_topic(ctx, Op.ALTER, entry.name)
-                    self._refuse_in_cluster("create_partitions")
                     with self._create_lock:
                         topic = self.topics.validate_new_partitions(entry.name, entry.count)
                         self._check_partition_room(entry.name, entry.count - topic.num_partitions)
@@ -681,6 +676,48 @@ class RequestHandler:
             return out
 
         return m.CreatePartitionsResponse(id=request.id, topics=tuple(await self._in_thread(work)))
+
+    async def _create_cluster_partitions(self, request: m.CreatePartitionsRequest, ctx: RequestContext) -> m.Response:
+        cluster = self.cluster
+        assert cluster is not None
+        out = []
+        for entry in request.topics:
+            try:
+                validate_topic_name(entry.name)
+                self.authz.require_topic(ctx, Op.ALTER, entry.name)
+                await cluster.create_partitions(entry.name, entry.count, validate_only=request.validate_only)
+                out.append(m.TopicResult(name=entry.name))
+            except Exception as exc:
+                code, message = error_of(exc, topic=entry.name)
+                out.append(m.TopicResult(name=entry.name, error_code=code, error_message=message))
+        return m.CreatePartitionsResponse(id=request.id, topics=tuple(out))
+
+    async def _alter_cluster_configs(self, request: m.AlterConfigsRequest, ctx: RequestContext) -> m.Response:
+        cluster = self.cluster
+        assert cluster is not None
+        out = []
+        for entry in request.topics:
+            try:
+                validate_topic_name(entry.name)
+                self.authz.require_topic(ctx, Op.ALTER_CONFIGS, entry.name)
+                await cluster.alter_configs(
+                    entry.name,
+                    dict(entry.configs),
+                    tuple(entry.delete),
+                    validate_only=request.validate_only,
+                    replace=entry.replace,
+                    append=dict(entry.append),
+                    subtract=dict(entry.subtract),
+                )
+                if not request.validate_only:
+                    logger.info(
+                        "topic_configs_altered", topic=entry.name, set=dict(entry.configs), deleted=list(entry.delete)
+                    )
+                out.append(m.TopicResult(name=entry.name))
+            except Exception as exc:
+                code, message = error_of(exc, topic=entry.name)
+                out.append(m.TopicResult(name=entry.name, error_code=code, error_message=message))
+        return m.AlterConfigsResponse(id=request.id, topics=tuple(out))
 
     def _check_partition_room(self, topic: str, added: int) -> None:
         """PolicyViolationError unless ``added`` more partitions fit under max.broker.partitions
@@ -741,14 +778,12 @@ class RequestHandler:
                 try:
                     validate_topic_name(name)
                     self.authz.require_topic(ctx, Op.DESCRIBE_CONFIGS, name)
-                    topic = self.topics.get(name)
-                    if topic is None:
-                        raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
-                    config: LogConfig = self.topics.config_for(name)
+                    overrides = self._topic_overrides(name)
+                    config: LogConfig = self.topics.default_config.with_overrides(overrides)
                     entries = {
                         key: m.ConfigEntry(
                             value=config_value_text(config.value_of(key)),
-                            source=self._config_source(topic.overrides, key),
+                            source=self._config_source(overrides, key),
                         )
                         for key in TOPIC_CONFIGS
                     }
@@ -761,14 +796,28 @@ class RequestHandler:
         topics = await self._in_thread(work) if request.topics else []
         return m.DescribeConfigsResponse(id=request.id, topics=tuple(topics), brokers=tuple(brokers()))
 
+    def _topic_overrides(self, name: str) -> Mapping[str, str]:
+        """A topic's config overrides: the cluster's (any broker answers for any topic), else
+        this broker's."""
+        if self.cluster is not None:
+            if not self.cluster.topic_exists(name):
+                raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+            return self.cluster.cache.configs.get(name, {})
+        topic = self.topics.get(name)
+        if topic is None:
+            raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+        return topic.overrides
+
     async def _alter_configs(self, request: m.AlterConfigsRequest, ctx: RequestContext) -> m.Response:
+        if self.cluster is not None:
+            return await self._alter_cluster_configs(request, ctx)
+
         def work() -> list[m.TopicResult]:
             out = []
             for entry in request.topics:
                 try:
                     validate_topic_name(entry.name)
                     self.authz.require_topic(ctx, Op.ALTER_CONFIGS, entry.name)
-                    self._refuse_in_cluster("alter_configs")
                     self.topics.alter_configs(
                         entry.name,
                         entry.configs,

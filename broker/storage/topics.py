@@ -58,6 +58,23 @@ class Topic:
     overrides: Mapping[str, str] = field(default_factory=dict)
 
 
+def check_new_partition_count(name: str, current: int, count: int) -> None:
+    """Kafka's rules and messages for CreatePartitions' new total (on a broker or a cluster)."""
+    if is_internal(name):
+        raise InvalidRequestError(
+            f"the partition count of internal topic {name} is fixed (offsets.topic.num.partitions): "
+            "groups are mapped to its partitions by that count"
+        )
+    if count < current:
+        raise InvalidPartitionsError(
+            f"Topic currently has {current} partitions, which is higher than the requested {count}."
+        )
+    if count == current:
+        raise InvalidPartitionsError(f"Topic already has {current} partition(s).")
+    if count > MAX_PARTITIONS:
+        raise InvalidPartitionsError(f"number of partitions must be at most {MAX_PARTITIONS}, got {count}")
+
+
 class TopicManager:
     """Creates, alters and deletes topics over a LogManager; safe to call from several threads."""
 
@@ -275,20 +292,7 @@ class TopicManager:
             entry = self._topics.get(name)
             if entry is None:
                 raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
-            if is_internal(name):
-                raise InvalidRequestError(
-                    f"the partition count of internal topic {name} is fixed (offsets.topic.num.partitions): "
-                    "groups are mapped to its partitions by that count"
-                )
-            if count < entry.num_partitions:
-                raise InvalidPartitionsError(
-                    f"Topic currently has {entry.num_partitions} partitions, "
-                    f"which is higher than the requested {count}."
-                )
-            if count == entry.num_partitions:
-                raise InvalidPartitionsError(f"Topic already has {entry.num_partitions} partition(s).")
-            if count > MAX_PARTITIONS:
-                raise InvalidPartitionsError(f"number of partitions must be at most {MAX_PARTITIONS}, got {count}")
+            check_new_partition_count(name, entry.num_partitions, count)
             return entry
 
     def create_partitions(self, name: str, count: int) -> Topic:
@@ -379,44 +383,13 @@ class TopicManager:
         ``replace`` is Kafka's AlterConfigs: ``set_configs`` becomes the whole override set.
         ``append``/``subtract`` are IncrementalAlterConfigs' APPEND and SUBTRACT on list keys:
         comma-separated items added to (if absent) or removed from the value the topic uses now."""
-        append, subtract = dict(append or {}), dict(subtract or {})
         with self._lock:
             entry = self._topics.get(name)
             if entry is None:
                 raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
-            if replace and (delete_keys or append or subtract):
-                raise InvalidRequestError("replace sets the whole override set: it takes no delete, append or subtract")
-            given = [*set_configs, *delete_keys]
-            twice = sorted({k for k in (*append, *subtract) if k in given} | (append.keys() & subtract.keys()))
-            if twice:
-                raise InvalidRequestError(f"config keys named by more than one operation: {', '.join(twice)}")
-            unknown = [key for key in (*delete_keys, *append, *subtract) if key not in TOPIC_CONFIGS]
-            if unknown:
-                raise InvalidConfigError("; ".join(unknown_topic_config(k) for k in unknown))
-            not_lists = [key for key in (*append, *subtract) if TOPIC_CONFIGS[key].type != "list"]
-            if not_lists:
-                raise InvalidConfigError(
-                    "; ".join(
-                        f"{key} is not a list: append and subtract apply to list configs only" for key in not_lists
-                    )
-                )
-            if replace:
-                overrides = dict(set_configs)
-            else:
-                overrides = {k: v for k, v in entry.overrides.items() if k not in delete_keys}
-                overrides.update(set_configs)
-            if append or subtract:
-                current = self.config_for(name)
-                for key, items in (*append.items(), *subtract.items()):
-                    if not isinstance(items, str):
-                        raise InvalidConfigError(f"config values must be strings: {key}")
-                    now = list(current.value_of(key))
-                    change = [i.strip() for i in items.split(",") if i.strip()]
-                    if key in append:
-                        now += [i for i in change if i not in now]
-                    else:
-                        now = [i for i in now if i not in change]
-                    overrides[key] = ",".join(now)
+            overrides = self.changed_overrides(
+                entry.overrides, set_configs, delete_keys, replace=replace, append=append, subtract=subtract
+            )
             config = self._config_with(overrides)
             if validate_only:
                 return entry
@@ -428,6 +401,53 @@ class TopicManager:
                 if log is not None:
                     log.update_config(config)
             return topic
+
+    def changed_overrides(
+        self,
+        current: Mapping[str, str],
+        set_configs: Mapping[str, str],
+        delete_keys: list[str] | tuple[str, ...],
+        *,
+        replace: bool = False,
+        append: Mapping[str, str] | None = None,
+        subtract: Mapping[str, str] | None = None,
+    ) -> dict[str, str]:
+        """A topic's overrides after an alteration (see alter_configs), checked whole: what a
+        cluster writes to ZooKeeper and a standalone broker to its topics file."""
+        append, subtract = dict(append or {}), dict(subtract or {})
+        if replace and (delete_keys or append or subtract):
+            raise InvalidRequestError("replace sets the whole override set: it takes no delete, append or subtract")
+        given = [*set_configs, *delete_keys]
+        twice = sorted({k for k in (*append, *subtract) if k in given} | (append.keys() & subtract.keys()))
+        if twice:
+            raise InvalidRequestError(f"config keys named by more than one operation: {', '.join(twice)}")
+        unknown = [key for key in (*delete_keys, *append, *subtract) if key not in TOPIC_CONFIGS]
+        if unknown:
+            raise InvalidConfigError("; ".join(unknown_topic_config(k) for k in unknown))
+        not_lists = [key for key in (*append, *subtract) if TOPIC_CONFIGS[key].type != "list"]
+        if not_lists:
+            raise InvalidConfigError(
+                "; ".join(f"{key} is not a list: append and subtract apply to list configs only" for key in not_lists)
+            )
+        if replace:
+            overrides = dict(set_configs)
+        else:
+            overrides = {k: v for k, v in current.items() if k not in delete_keys}
+            overrides.update(set_configs)
+        if append or subtract:
+            in_use = self._config_with(current)
+            for key, items in (*append.items(), *subtract.items()):
+                if not isinstance(items, str):
+                    raise InvalidConfigError(f"config values must be strings: {key}")
+                now = list(in_use.value_of(key))
+                change = [i.strip() for i in items.split(",") if i.strip()]
+                if key in append:
+                    now += [i for i in change if i not in now]
+                else:
+                    now = [i for i in now if i not in change]
+                overrides[key] = ",".join(now)
+        self._config_with(overrides)  # (every value checked)
+        return overrides
 
     def _config_with(self, overrides: Mapping[str, str]) -> LogConfig:
         bad_types = [k for k, v in overrides.items() if not isinstance(v, str)]
