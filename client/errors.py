@@ -36,6 +36,7 @@ __all__ = [
     "InvalidPartitionsError",
     "InvalidProducerEpochError",
     "InvalidRecordError",
+    "InvalidReplicaAssignmentError",
     "InvalidReplicationFactorError",
     "InvalidRequestError",
     "InvalidResponseError",
@@ -230,6 +231,10 @@ class InvalidReplicationFactorError(TriologClientError):
     code = ErrorCode.INVALID_REPLICATION_FACTOR
 
 
+class InvalidReplicaAssignmentError(TriologClientError):
+    code = ErrorCode.INVALID_REPLICA_ASSIGNMENT
+
+
 class InvalidConfigError(TriologClientError):
     code = ErrorCode.INVALID_CONFIG
 
@@ -401,6 +406,7 @@ _BY_CODE: dict[int, type[TriologClientError]] = {
         TopicAlreadyExistsError,
         InvalidPartitionsError,
         InvalidReplicationFactorError,
+        InvalidReplicaAssignmentError,
         InvalidConfigError,
         InvalidRequestError,
         UnsupportedForMessageFormatError,

@@ -100,6 +100,8 @@ BROKER_CODES: frozenset[ErrorCode] = frozenset(
         ErrorCode.TOPIC_ALREADY_EXISTS,
         ErrorCode.INVALID_PARTITIONS,
         ErrorCode.INVALID_REPLICATION_FACTOR,
+        # create_topics: a replica_assignment Kafka would refuse (see the request).
+        ErrorCode.INVALID_REPLICA_ASSIGNMENT,
         ErrorCode.INVALID_CONFIG,
         ErrorCode.INVALID_REQUEST,
         # Magic < 2 on produce: triolog stores only RecordBatch v2.
@@ -232,6 +234,10 @@ class InvalidPartitionsError(TriologError):
 
 class InvalidReplicationFactorError(TriologError):
     code = ErrorCode.INVALID_REPLICATION_FACTOR
+
+
+class InvalidReplicaAssignmentError(TriologError):
+    code = ErrorCode.INVALID_REPLICA_ASSIGNMENT
 
 
 class InvalidConfigError(TriologError):

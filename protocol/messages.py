@@ -276,9 +276,12 @@ class NewTopic:
     name: str
     #: -1 = the broker's num.partitions; other values below 1 are INVALID_PARTITIONS per topic.
     num_partitions: Int32
-    #: 1 or -1; anything else is INVALID_REPLICATION_FACTOR per topic.
+    #: 1 or -1 on a single broker; on a cluster, up to the live brokers.
     replication_factor: Int16
     configs: dict[str, str] = field(default_factory=dict)
+    #: Per partition, in order from 0, the broker ids of its replicas (preferred leader first),
+    #: instead of num_partitions and replication_factor (both -1 then).
+    replica_assignment: tuple[tuple[Int32, ...], ...] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -12,7 +12,12 @@ import random
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from triolog.protocol.errors import InvalidPartitionsError, InvalidReplicationFactorError, InvalidRequestError
+from triolog.protocol.errors import (
+    InvalidPartitionsError,
+    InvalidReplicaAssignmentError,
+    InvalidReplicationFactorError,
+    InvalidRequestError,
+)
 
 from .zk_data import NO_LEADER, RECOVERED, RECOVERING, PartitionState
 
@@ -131,6 +136,31 @@ def _rack_aware(
                     break
         assignment[partition] = replicas
     return assignment
+
+
+def validate_replica_assignment(
+    assignment: Sequence[Sequence[int]], brokers: Collection[int], num_partitions: int, replication_factor: int
+) -> dict[int, tuple[int, ...]]:
+    """A replica assignment given by hand (``kafka-topics.sh --replica-assignment``), checked as
+    Kafka's ZooKeeper-mode admin checked one: partitions by index, replicas preferred first."""
+    if num_partitions != -1 or replication_factor != -1:
+        raise InvalidRequestError(
+            "Both numPartitions or replicationFactor and replicasAssignments were set. "
+            "Both cannot be used at the same time."
+        )
+    if not assignment:
+        raise InvalidReplicaAssignmentError("a replica assignment must give at least one partition")
+    for partition, replicas in enumerate(assignment):
+        if not replicas:
+            raise InvalidReplicaAssignmentError(f"partition {partition} has no replicas")
+        if len(set(replicas)) != len(replicas):
+            raise InvalidReplicaAssignmentError(f"Duplicate replica assignment found: {partition} -> {list(replicas)}")
+    if len({len(replicas) for replicas in assignment}) > 1:
+        raise InvalidReplicaAssignmentError("All partitions should have the same number of replicas")
+    unknown = sorted({b for replicas in assignment for b in replicas} - set(brokers))
+    if unknown:
+        raise InvalidReplicaAssignmentError(f"Unknown broker(s) in replica assignment: {', '.join(map(str, unknown))}.")
+    return {partition: tuple(replicas) for partition, replicas in enumerate(assignment)}
 
 
 # -- leader election -----------------------------------------------------------------------------

@@ -20,7 +20,7 @@ import structlog
 import trio
 
 from triolog.broker.cluster import zk_data
-from triolog.broker.cluster.election import BrokerPlacement, assign_replicas
+from triolog.broker.cluster.election import BrokerPlacement, assign_replicas, validate_replica_assignment
 from triolog.broker.cluster.membership import TRIOLOG_LISTENER, ClusterMembership
 from triolog.broker.cluster.metadata_cache import ClusterMetadataCache
 from triolog.broker.cluster.metadata_store import BadVersionError, NodeExistsError
@@ -241,14 +241,22 @@ class ClusterApis:
         configs: dict[str, str],
         *,
         validate_only: bool = False,
+        replica_assignment: tuple[tuple[int, ...], ...] | None = None,
     ) -> tuple[int, LogConfig]:
-        """Check, place and create a topic in ZooKeeper; wait for its partitions' leaders."""
+        """Check, place (or take the assignment given) and create a topic in ZooKeeper; wait for
+        its partitions' leaders."""
+        if replica_assignment is not None:
+            placement = validate_replica_assignment(
+                replica_assignment, self.cache.brokers, num_partitions, replication_factor
+            )
+            num_partitions, replication_factor = len(placement), len(placement[0])
         count, config = self.topics.validate_new_topic(
             name, num_partitions, replication_factor, configs, self.config.num_partitions, existing=self.cache.topics
         )
         rf = self.config.default_replication_factor if replication_factor == -1 else replication_factor
-        live = [BrokerPlacement(broker_id, reg.rack) for broker_id, reg in self.cache.brokers.items()]
-        placement = assign_replicas(live, count, rf)
+        if replica_assignment is None:
+            live = [BrokerPlacement(broker_id, reg.rack) for broker_id, reg in self.cache.brokers.items()]
+            placement = {p: tuple(r) for p, r in assign_replicas(live, count, rf).items()}
         if validate_only:
             return count, config
         assignment = TopicAssignment({p: tuple(r) for p, r in placement.items()}, topic_id=random_kafka_uuid())

@@ -31,6 +31,7 @@ import structlog
 import trio
 
 from triolog import __version__, core
+from triolog.broker.cluster.election import validate_replica_assignment
 from triolog.broker.cluster.replication import AcksAll
 from triolog.broker.storage.filenames import validate_topic_name
 from triolog.broker.storage.log import FetchIsolation, Log, LogAppendInfo
@@ -536,6 +537,7 @@ class RequestHandler:
                     new.replication_factor,
                     dict(new.configs),
                     validate_only=request.validate_only,
+                    replica_assignment=new.replica_assignment,
                 )
                 out.append(self._created(ctx, new.name, count, config))
             except Exception as exc:
@@ -566,11 +568,17 @@ class RequestHandler:
                         raise TopicAuthorizationFailedError(
                             f"{ctx.principal} is not authorized to create topic {new.name!r}"
                         )
+                    num_partitions, replication_factor = new.num_partitions, new.replication_factor
+                    if new.replica_assignment is not None:  # (every replica this broker, to be valid)
+                        placed = validate_replica_assignment(
+                            new.replica_assignment, {self.config.node_id}, num_partitions, replication_factor
+                        )
+                        num_partitions, replication_factor = len(placed), 1
                     with self._create_lock:
                         count, config = self.topics.validate_new_topic(
                             new.name,
-                            new.num_partitions,
-                            new.replication_factor,
+                            num_partitions,
+                            replication_factor,
                             new.configs,
                             self.config.num_partitions,
                         )
@@ -578,8 +586,8 @@ class RequestHandler:
                         if not request.validate_only:
                             topic = self.topics.create(
                                 new.name,
-                                new.num_partitions,
-                                new.replication_factor,
+                                num_partitions,
+                                replication_factor,
                                 new.configs,
                                 default_partitions=self.config.num_partitions,
                             )

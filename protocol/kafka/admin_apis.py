@@ -74,23 +74,25 @@ def create_topics_to_internal(req: KafkaRequest, ctx: KafkaContext):
     for t in body.topics:
         if t.name in duplicates:
             continue
-        count = t.num_partitions
+        assignment = None
         if t.assignments:
-            # A manual assignment on one broker: every replica list must be this broker alone.
-            if (
-                count != -1
-                or t.replication_factor != -1
-                or any(tuple(a.broker_ids) != (ctx.node_id,) for a in t.assignments)
-            ):
+            # Kafka's CreatableReplicaAssignment names each partition: they must be 0, 1, ... once each.
+            by_index = {a.partition_index: tuple(a.broker_ids) for a in t.assignments}
+            if sorted(by_index) != list(range(len(t.assignments))):
                 refused[t.name] = (
                     ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                    f"a replica assignment on this single broker must give every partition the "
-                    f"replicas [{ctx.node_id}], with num_partitions and replication_factor -1",
+                    "partitions should be a consecutive 0-based integer sequence, each once",
                 )
-            count = len(t.assignments)
+            assignment = tuple(by_index[p] for p in sorted(by_index))
         configs = {c.name: c.value for c in t.configs if c.value is not None}
         topics.append(
-            m.NewTopic(name=t.name, num_partitions=count, replication_factor=t.replication_factor, configs=configs)
+            m.NewTopic(
+                name=t.name,
+                num_partitions=t.num_partitions,
+                replication_factor=t.replication_factor,
+                configs=configs,
+                replica_assignment=assignment,
+            )
         )
     if refused:
         return Direct(

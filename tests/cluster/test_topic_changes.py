@@ -14,6 +14,8 @@ from confluent_kafka.admin import (
     NewTopic,
 )
 
+from tests.kafka.test_admin_confluent import create_with_assignment
+
 from .helpers import kafka_bootstrap, wait_until
 
 
@@ -71,3 +73,22 @@ def test_a_topic_config_altered_on_one_broker_applies_on_every_replica(start_bro
     except KafkaException as exc:
         assert exc.args[0].name() == "INVALID_CONFIG"
     assert all(_retention_ms(b, "tuned") == 60000 for b in brokers.values())  # nothing changed
+
+
+def test_a_topic_created_with_a_replica_assignment_keeps_it(start_brokers):
+    brokers = start_brokers((1, 2, 3))
+    bootstrap = f"127.0.0.1:{brokers[1].kafka_port}"
+    assert create_with_assignment(bootstrap, "placed", [[3, 1], [2, 3], [1, 2]]) == (0, None)
+    admin = KafkaAdminClient({"bootstrap.servers": kafka_bootstrap(brokers)})
+    partitions = admin.list_topics("placed", timeout=10).topics["placed"].partitions
+    assert {p: tuple(v.replicas) for p, v in partitions.items()} == {0: (3, 1), 1: (2, 3), 2: (1, 2)}
+    assert {p: v.leader for p, v in partitions.items()} == {0: 3, 1: 2, 2: 1}  # the preferred replicas lead
+
+    for bad, said in (
+        ([[1, 9]], "Unknown broker(s) in replica assignment: 9."),
+        ([[1, 1]], "Duplicate replica assignment found"),
+        ([[1, 2], [3]], "All partitions should have the same number of replicas"),
+    ):
+        code, message = create_with_assignment(bootstrap, "misplaced", bad)
+        assert code == 39 and said in message, (bad, code, message)  # INVALID_REPLICA_ASSIGNMENT
+    assert "misplaced" not in admin.list_topics(timeout=10).topics

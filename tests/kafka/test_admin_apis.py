@@ -50,9 +50,19 @@ def test_create_topics_every_version(version):
             ("retention.ms", 1), ("segment.ms", 5)}
 
 
-def test_create_topics_with_a_foreign_replica_assignment_is_refused():
+def test_create_topics_carries_a_replica_assignment_by_partition_index():
     request = _request(19, 7, {"topics": [{"name": "t", "num_partitions": -1, "replication_factor": -1,
-                                           "assignments": [{"partition_index": 0, "broker_ids": [7]}], "configs": []}],
+                                           "assignments": [{"partition_index": 1, "broker_ids": [2, 7]},
+                                                           {"partition_index": 0, "broker_ids": [7, 2]}],
+                                           "configs": []}],
+                               "timeout": 1000})
+    (topic,) = admin_apis.create_topics_to_internal(request, CTX).topics
+    assert topic.replica_assignment == ((7, 2), (2, 7))  # (the broker checks the brokers named)
+
+
+def test_create_topics_with_partitions_missing_from_its_assignment_is_refused():
+    request = _request(19, 7, {"topics": [{"name": "t", "num_partitions": -1, "replication_factor": -1,
+                                           "assignments": [{"partition_index": 1, "broker_ids": [7]}], "configs": []}],
                                "timeout": 1000})
     answer = admin_apis.create_topics_to_internal(request, CTX)
     assert type(answer) is Direct

@@ -17,6 +17,9 @@ from confluent_kafka.admin import (
 )
 
 from triolog.client.admin import AdminClient
+from triolog.protocol.kafka.schema import build, request_class
+
+from .kafka_wire import connect, decode_response, encode_request, read_frame
 
 
 @pytest.fixture
@@ -144,3 +147,40 @@ def test_create_partitions_grows_a_topic(admin, bootstrap, msgpack_bootstrap, to
     with pytest.raises(KafkaException) as fewer:
         admin.create_partitions([NewPartitions(topic, 3)])[topic].result(30)
     assert fewer.value.args[0].code() == 37  # INVALID_PARTITIONS
+
+
+def test_a_replica_assignment_on_a_single_broker_names_it_alone(admin, bootstrap, topic, kafka_broker):
+    node = kafka_broker.server.config.node_id
+    assert create_with_assignment(bootstrap, topic, [[node], [node]]) == (0, None)
+    assert sorted(admin.list_topics(topic, timeout=10).topics[topic].partitions) == [0, 1]
+    code, message = create_with_assignment(bootstrap, f"{topic}-x", [[node + 1]])
+    assert code == 39 and "Unknown broker(s) in replica assignment" in message  # INVALID_REPLICA_ASSIGNMENT
+    assert f"{topic}-x" not in admin.list_topics(timeout=10).topics
+
+
+def create_with_assignment(bootstrap: str, name: str, assignment: list[list[int]]) -> tuple[int, str | None]:
+    """CreateTopics with a replica assignment, by hand (confluent-kafka 2.16's NewTopic refuses
+    one: it always sets a partition count)."""
+    body = build(
+        request_class(19, 5),
+        {
+            "topics": [
+                {
+                    "name": name,
+                    "num_partitions": -1,
+                    "replication_factor": -1,
+                    "assignments": [{"partition_index": i, "broker_ids": r} for i, r in enumerate(assignment)],
+                    "configs": [],
+                }
+            ],
+            "timeout": 30000,
+        },
+    )
+    sock = connect(bootstrap)
+    try:
+        sock.sendall(encode_request(19, 5, 1, body))
+        _, response = decode_response(19, 5, read_frame(sock))
+    finally:
+        sock.close()
+    (result,) = response.topics
+    return int(result.error_code), result.error_message

@@ -157,6 +157,7 @@ EXAMPLE_REQUESTS: dict[str, Request] = {
         id=3,
         topics=(
             NewTopic(name="orders", num_partitions=3, replication_factor=1, configs={"cleanup.policy": "compact"}),
+            NewTopic(name="placed", num_partitions=-1, replication_factor=-1, replica_assignment=((1, 2), (2, 1))),
         ),
         validate_only=True,
     ),
@@ -932,6 +933,9 @@ FIELD_TYPES: dict[str, dict[str, str]] = {
         "topics[0].replication_factor": "an int",
         "topics[0].configs": "a map",
         "topics[0].configs['cleanup.policy']": "a str",
+        "topics[1].replica_assignment": "an array",
+        "topics[1].replica_assignment[0]": "an array",
+        "topics[1].replica_assignment[0][0]": "an int",
         "validate_only": "a bool",
     },
     "delete_topics": {"topics": "an array", "topics[0]": "a str"},
@@ -1111,6 +1115,7 @@ OPTIONAL_FIELDS: dict[tuple[str, str], Any] = {
     ("metadata", "allow_auto_topic_creation"): True,
     ("create_topics", "validate_only"): False,
     ("create_topics", "topics[0].configs"): {},
+    ("create_topics", "topics[1].replica_assignment"): None,
     ("describe_configs", "topics"): (),
     ("describe_configs", "brokers"): (),
     ("alter_configs", "topics[0].delete"): (),
@@ -1300,7 +1305,7 @@ def test_decode_request_refuses_a_topic_or_partition_given_twice(api, path, valu
 )
 def test_decode_request_refuses_the_same_topic_entry_twice(api):
     doc = wire(EXAMPLE_REQUESTS[api])
-    doc["topics"].append(doc["topics"][0])
+    doc["topics"] = [doc["topics"][0], doc["topics"][0]]
     assert refuse(doc).message == "field 'topics[1].name' repeats 'orders', already given in topics[0]"
 
 
