@@ -148,12 +148,13 @@ bench: $(TEST_STAMP) $(CORE_STAMP)
 	$(BIN)/python bench/storage.py
 
 # A 3-broker cluster on this machine (README's "Run a 3-broker cluster"): a 3-node ZooKeeper
-# ensemble (system-deps: Java and libzookeeper-java) and three `triolog serve` processes on
-# 127.0.0.1, data and logs in CLUSTER_DIR, until Ctrl-C. No Docker. CLUSTER_ARGS: more options
-# (python -m triolog.devcluster --help), e.g. CLUSTER_ARGS=--free-ports.
+# ensemble and three `triolog serve` processes on 127.0.0.1, data and logs in CLUSTER_DIR, until
+# Ctrl-C. No Docker, but Java 17+ and Debian's libzookeeper-java, which system-deps installs (not
+# run from here: it would install the test tools too, with sudo; the command says what is missing).
+# CLUSTER_ARGS: more options (python -m triolog.devcluster --help), e.g. CLUSTER_ARGS=--free-ports.
 CLUSTER_DIR ?= cluster-data
 .PHONY: cluster
-cluster: system-deps $(RUNTIME_STAMP) $(CORE_STAMP)
+cluster: $(RUNTIME_STAMP) $(CORE_STAMP)
 	$(BIN)/python -m triolog.devcluster --dir $(CLUSTER_DIR) $(CLUSTER_ARGS)
 
 # Static checks, configured in pyproject.toml, run first by `make test`: ruff's lint rules and its
