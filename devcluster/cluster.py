@@ -75,6 +75,8 @@ class Broker:
             # Kafka's advice for three brokers: three copies, acks=all needs two of them.
             "default.replication.factor=3",
             "min.insync.replicas=2",
+            # A restarted broker gets its preferred leaderships back within half a minute (Kafka: 300 s).
+            "leader.imbalance.check.interval.seconds=30",
         ]
         return "\n".join(lines) + "\n"
 
