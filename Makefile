@@ -147,11 +147,21 @@ system-deps:
 bench: $(TEST_STAMP) $(CORE_STAMP)
 	$(BIN)/python bench/storage.py
 
+# A 3-broker cluster on this machine (README's "Run a 3-broker cluster"): a 3-node ZooKeeper
+# ensemble and three `triolog serve` processes on 127.0.0.1, data and logs in CLUSTER_DIR, until
+# Ctrl-C. No Docker, but Java 17+ and Debian's libzookeeper-java, which system-deps installs (not
+# run from here: it would install the test tools too, with sudo; the command says what is missing).
+# CLUSTER_ARGS: more options (python -m triolog.devcluster --help), e.g. CLUSTER_ARGS=--free-ports.
+CLUSTER_DIR ?= cluster-data
+.PHONY: cluster
+cluster: $(RUNTIME_STAMP) $(CORE_STAMP)
+	$(BIN)/python -m triolog.devcluster --dir $(CLUSTER_DIR) $(CLUSTER_ARGS)
+
 # Static checks, configured in pyproject.toml, run first by `make test`: ruff's lint rules and its
 # formatter (check only) on the product code, mypy, and the import-layer contracts (lint-imports:
 # also run by tests/test_architecture.py).
 .PHONY: lint
-LINT_PATHS := broker client config pipeline protocol triolog pyspark_triolog.py setup.py
+LINT_PATHS := broker client config devcluster pipeline protocol triolog pyspark_triolog.py setup.py
 lint: $(TEST_STAMP)
 	$(BIN)/ruff check $(LINT_PATHS)
 	$(BIN)/ruff format --check $(LINT_PATHS)

@@ -166,6 +166,14 @@ several brokers in one process, as in tests, do not collide):
   triolog_cluster_elections_total           counter   leader elections the controller ran here, by
                                                       ``kind`` (clean, unclean, preferred,
                                                       controlled_shutdown)
+  triolog_cluster_replica_lag               gauge     on a partition's leader, by ``topic``,
+                                                      ``partition``, ``replica`` (a follower's
+                                                      broker id): offsets the follower is behind
+                                                      the leader's log end as of its last fetch
+                                                      (all of the log before its first fetch of
+                                                      this leader's term). Kafka measures it on the
+                                                      follower: FetcherLagMetrics ConsumerLag; its
+                                                      max, ReplicaFetcherManager MaxLag
   ========================================= ========= =========================================
 
 Plus prometheus_client's process, platform and GC collectors (``process_*``, ``python_*``).
@@ -835,6 +843,11 @@ class ClusterMetrics(Collector):
             CounterMetricFamily(
                 "triolog_cluster_elections", "Leader elections the controller ran here.", labels=("kind",)
             ),
+            GaugeMetricFamily(
+                "triolog_cluster_replica_lag",
+                "On the leader: offsets a follower is behind the leader's log end, as of its last fetch.",
+                labels=("topic", "partition", "replica"),
+            ),
         ]
 
     def collect(self) -> Iterable[Metric]:
@@ -843,7 +856,7 @@ class ClusterMetrics(Collector):
         if parts is None:
             return families
         replicas, cache, controller = parts
-        leaders, under, active, offline, shrinks, expands, elections = families
+        leaders, under, active, offline, shrinks, expands, elections, lag = families
         for _ in range(_READ_ATTEMPTS):
             try:
                 hosted = list(replicas.hosted.values())
@@ -863,6 +876,13 @@ class ClusterMetrics(Collector):
         expands.add_metric([], replicas.isr_expands)
         for kind in ElectionKind:
             elections.add_metric([kind.value], controller.elections[kind])
+        for h in led:
+            log_start, log_end = h.log.log_start_offset, h.log.log_end_offset
+            for replica, follower in list(h.leadership.followers.items()):
+                # (UNKNOWN_OFFSET, -1, before its first fetch of this term: as far as the leader
+                # knows, it has none of the log)
+                behind = log_end - max(follower.log_end_offset, log_start)
+                lag.add_metric([h.topic, str(h.partition), str(replica)], max(0, behind))
         return families
 
 

@@ -1,225 +1,24 @@
-"""A real ZooKeeper ensemble on loopback for the cluster tests: Debian's ZooKeeper 3.8 jars
-(libzookeeper-java, which `make test` installs) run by hand with the Java the suite already
-needs for Spark, one process per node, on free ports.
+"""The cluster tests' ZooKeeper ensemble: the checkout's own runner (:mod:`triolog.devcluster.zookeeper`,
+which `make cluster` uses too), under the names the tests import."""
 
-Ticks are short (ZOOKEEPER_TICK_MS) so that a test can ask for a session timeout of a few
-seconds (ZooKeeper bounds it to 2..20 ticks) and see a dead broker's session expire quickly.
-Nodes can be killed, stopped (SIGSTOP) and restarted, as the fault tests need.
-"""
-
-from __future__ import annotations
-
-import os
-import signal
-import socket
-import subprocess
-import time
-from dataclasses import dataclass, field
-from pathlib import Path
-
-ZOOKEEPER_JARS = Path("/usr/share/java")
-#: The jars QuorumPeerMain loads (Debian's names, unversioned links): ZooKeeper, its wire format,
-#: Netty (the server's networking), SLF4J with its simple binding (to the node's log file), and
-#: what the server's startup reads (commons-cli/io, metrics, snappy).
-CLASSPATH_JARS = (
-    "zookeeper.jar",
-    "zookeeper-jute.jar",
-    "slf4j-api.jar",
-    "slf4j-simple.jar",
-    "netty-buffer.jar",
-    "netty-codec.jar",
-    "netty-common.jar",
-    "netty-handler.jar",
-    "netty-resolver.jar",
-    "netty-transport.jar",
-    "netty-transport-native-epoll.jar",
-    "netty-transport-native-unix-common.jar",
-    "commons-cli.jar",
-    "commons-io.jar",
-    "metrics-core.jar",
-    "snappy-java.jar",
+from triolog.devcluster.zookeeper import (
+    CLASSPATH_JARS,
+    JVM_FLAGS,
+    ZOOKEEPER_JARS,
+    ZOOKEEPER_TICK_MS,
+    ZooKeeperEnsemble,
+    ZooKeeperNode,
+    four_letter_word,
+    zookeeper_classpath,
 )
-ZOOKEEPER_TICK_MS = 250
-#: JVM flags for a small, quickly started node.
-JVM_FLAGS = ("-Xms32m", "-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xshare:auto")
 
-
-def zookeeper_classpath() -> str:
-    missing = [jar for jar in CLASSPATH_JARS if not (ZOOKEEPER_JARS / jar).exists()]
-    if missing:
-        raise RuntimeError(
-            f"ZooKeeper's jars are missing from {ZOOKEEPER_JARS}: {', '.join(missing)} "
-            f"(Debian's libzookeeper-java; `make test` installs it)"
-        )
-    return ":".join(str(ZOOKEEPER_JARS / jar) for jar in CLASSPATH_JARS)
-
-
-def _free_ports(count: int) -> list[int]:
-    sockets = []
-    try:
-        for _ in range(count):
-            sock = socket.socket()
-            sock.bind(("127.0.0.1", 0))
-            sockets.append(sock)
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
-
-
-def four_letter_word(port: int, word: str = "srvr", timeout: float = 1.0) -> str:
-    """ZooKeeper's admin command over its client port; '' if the node does not answer."""
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
-            sock.sendall(word.encode())
-            chunks = []
-            while chunk := sock.recv(4096):
-                chunks.append(chunk)
-            return b"".join(chunks).decode(errors="replace")
-    except OSError:
-        return ""
-
-
-@dataclass
-class ZooKeeperNode:
-    myid: int
-    directory: Path
-    client_port: int
-    peer_port: int
-    election_port: int
-    process: subprocess.Popen | None = field(default=None, repr=False)
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.client_port}"
-
-    def mode(self) -> str | None:
-        """'leader', 'follower' or 'standalone' once serving; None otherwise."""
-        for line in four_letter_word(self.client_port).splitlines():
-            if line.startswith("Mode: "):
-                return line.split(": ", 1)[1].strip()
-        return None
-
-    @property
-    def log(self) -> str:
-        path = self.directory / "zookeeper.log"
-        return path.read_text(errors="replace") if path.exists() else ""
-
-
-class ZooKeeperEnsemble:
-    """``size`` ZooKeeper nodes (1: standalone) in ``directory``; ``connect(chroot)`` for brokers."""
-
-    def __init__(self, directory: Path, size: int = 3, tick_ms: int = ZOOKEEPER_TICK_MS):
-        self.directory = Path(directory)
-        self.tick_ms = tick_ms
-        self.classpath = zookeeper_classpath()
-        ports = _free_ports(3 * size)
-        self.nodes = [
-            ZooKeeperNode(i + 1, self.directory / f"zk{i + 1}", ports[3 * i], ports[3 * i + 1], ports[3 * i + 2])
-            for i in range(size)
-        ]
-        for node in self.nodes:
-            self._configure(node)
-
-    def _configure(self, node: ZooKeeperNode) -> None:
-        data = node.directory / "data"
-        data.mkdir(parents=True, exist_ok=True)
-        lines = [
-            f"tickTime={self.tick_ms}",
-            "initLimit=20",
-            "syncLimit=10",
-            f"dataDir={data}",
-            f"clientPort={node.client_port}",
-            "clientPortAddress=127.0.0.1",
-            "admin.enableServer=false",
-            "4lw.commands.whitelist=srvr,ruok,mntr,stat",
-            "maxClientCnxns=0",
-            # A node that comes back joins quickly, rather than after ZooKeeper's 5 s default.
-            "cnxTimeout=1000",
-        ]
-        if len(self.nodes) > 1:
-            (data / "myid").write_text(f"{node.myid}\n")
-            lines += [f"server.{n.myid}=127.0.0.1:{n.peer_port}:{n.election_port}" for n in self.nodes]
-        (node.directory / "zoo.cfg").write_text("\n".join(lines) + "\n")
-
-    def connect(self, chroot: str = "") -> str:
-        """A ``zookeeper.connect`` value naming every node, with ``chroot`` (e.g. "/triolog")."""
-        return ",".join(node.address for node in self.nodes) + chroot
-
-    def start_node(self, node: ZooKeeperNode) -> None:
-        assert node.process is None or node.process.poll() is not None, "already running"
-        with open(node.directory / "zookeeper.log", "ab") as log:
-            node.process = subprocess.Popen(
-                [
-                    "java",
-                    *JVM_FLAGS,
-                    "-Dzookeeper.admin.enableServer=false",
-                    "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
-                    "-Dorg.slf4j.simpleLogger.logFile=System.err",
-                    "-cp",
-                    self.classpath,
-                    "org.apache.zookeeper.server.quorum.QuorumPeerMain",
-                    str(node.directory / "zoo.cfg"),
-                ],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-                start_new_session=True,
-            )
-
-    def start(self, timeout: float = 60.0) -> ZooKeeperEnsemble:
-        for node in self.nodes:
-            self.start_node(node)
-        self.wait_serving(timeout)
-        return self
-
-    def wait_serving(self, timeout: float = 60.0, nodes: list[ZooKeeperNode] | None = None) -> None:
-        """Until every node (of ``nodes``) answers as part of a quorum."""
-        waiting = list(nodes if nodes is not None else [n for n in self.nodes if self.running(n)])
-        deadline = time.monotonic() + timeout
-        while waiting:
-            for node in list(waiting):
-                if node.process is not None and node.process.poll() is not None:
-                    raise RuntimeError(f"ZooKeeper node {node.myid} exited:\n{node.log[-3000:]}")
-                if node.mode() is not None:
-                    waiting.remove(node)
-            if waiting and time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"ZooKeeper nodes {[n.myid for n in waiting]} not serving after {timeout} s:\n"
-                    + "\n".join(n.log[-2000:] for n in waiting)
-                )
-            if waiting:
-                time.sleep(0.05)
-
-    @staticmethod
-    def running(node: ZooKeeperNode) -> bool:
-        return node.process is not None and node.process.poll() is None
-
-    def leader(self) -> ZooKeeperNode | None:
-        return next((n for n in self.nodes if self.running(n) and n.mode() in ("leader", "standalone")), None)
-
-    def kill(self, node: ZooKeeperNode) -> None:
-        if self.running(node):
-            assert node.process is not None
-            node.process.kill()
-            node.process.wait()
-
-    def pause(self, node: ZooKeeperNode) -> None:
-        assert node.process is not None
-        os.kill(node.process.pid, signal.SIGSTOP)
-
-    def resume(self, node: ZooKeeperNode) -> None:
-        assert node.process is not None
-        os.kill(node.process.pid, signal.SIGCONT)
-
-    def stop(self) -> None:
-        for node in self.nodes:
-            if node.process is not None and node.process.poll() is None:
-                try:
-                    os.kill(node.process.pid, signal.SIGCONT)
-                except ProcessLookupError:
-                    pass
-                node.process.kill()
-        for node in self.nodes:
-            if node.process is not None:
-                node.process.wait()
+__all__ = [
+    "CLASSPATH_JARS",
+    "JVM_FLAGS",
+    "ZOOKEEPER_JARS",
+    "ZOOKEEPER_TICK_MS",
+    "ZooKeeperEnsemble",
+    "ZooKeeperNode",
+    "four_letter_word",
+    "zookeeper_classpath",
+]

@@ -1,0 +1,7 @@
+"""``python -m triolog.devcluster``: see :mod:`triolog.devcluster.cluster`."""
+
+import sys
+
+from .cluster import main
+
+sys.exit(main())
