@@ -46,6 +46,7 @@ listener needs TLS or SASL.
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
@@ -230,6 +231,7 @@ class ReplicaFetcherManager:
         listener_name: str,
         settings: FetchSettings = FetchSettings(),
         run_sync: RunSync = trio.to_thread.run_sync,
+        ssl_context: ssl.SSLContext | None = None,
     ):
         self.broker_id = broker_id
         self.cache = cache
@@ -238,6 +240,8 @@ class ReplicaFetcherManager:
         self.listener_name = listener_name
         self.settings = settings
         self.run_sync = run_sync
+        #: The leaders' listener is TLS: the context to verify them with (None: PLAINTEXT).
+        self.ssl_context = ssl_context
         #: The running fetcher tasks, by leader broker id.
         self.fetchers: dict[int, LeaderFetcher] = {}
         self._no_endpoint: set[int] = set()
@@ -389,7 +393,10 @@ class LeaderFetcher:
         self._connection_error = error
 
     async def _session(self) -> None:
-        stream = await trio.open_tcp_stream(self.target.host, self.target.port)
+        stream: trio.abc.Stream = await trio.open_tcp_stream(self.target.host, self.target.port)
+        if self.manager.ssl_context is not None:  # the leader's TLS listener (SSL://)
+            stream = trio.SSLStream(stream, self.manager.ssl_context, server_hostname=self.target.host)
+            await stream.do_handshake()
         async with stream:
             self._connected, self._connection_error = True, None
             logger.info("fetcher_connected", leader=self.target.leader, address=self.address)

@@ -12,7 +12,7 @@ import ssl
 from triolog.config.broker_config import BrokerConfig
 from triolog.config.principal_rules import NoMatchingRule, PrincipalMappingRules
 
-__all__ = ["NoMatchingRule", "TlsConfigError", "certificate_principal", "server_context"]
+__all__ = ["NoMatchingRule", "TlsConfigError", "certificate_principal", "inter_broker_context", "server_context"]
 
 _VERSIONS = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}
 _CLIENT_AUTH = {"none": ssl.CERT_NONE, "requested": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED}
@@ -56,6 +56,29 @@ def server_context(config: BrokerConfig) -> ssl.SSLContext:
             raise TlsConfigError(
                 f"ssl.cipher.suites={','.join(config.ssl_cipher_suites)}: OpenSSL knows none of these cipher names"
             ) from None
+    return context
+
+
+def inter_broker_context(config: BrokerConfig) -> ssl.SSLContext:
+    """The context a follower connects to its leaders' TLS listener with, from the same ``ssl.*``
+    keys as the broker's own listener (as Kafka's inter-broker client uses them): the leader's
+    certificate verified against ssl.truststore.location (the system's CAs without one) and its
+    host name checked, the broker's own certificate offered for ssl.client.auth."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    versions = [_VERSIONS[name] for name in config.ssl_enabled_protocols]
+    context.minimum_version, context.maximum_version = min(versions), max(versions)
+    context.options |= ssl.OP_NO_COMPRESSION | ssl.OP_NO_RENEGOTIATION
+    try:
+        if config.ssl_truststore_location is not None:
+            context.load_verify_locations(cafile=config.ssl_truststore_location)
+        else:
+            context.load_default_certs()
+        if config.ssl_keystore_location is not None:
+            context.load_cert_chain(config.ssl_keystore_location, password=config.ssl_key_password)
+    except (OSError, ssl.SSLError) as exc:  # (server_context, read first, names the culprit)
+        raise TlsConfigError(f"the inter-broker TLS context cannot be made: {exc}") from None
+    if config.ssl_cipher_suites:
+        context.set_ciphers(":".join(config.ssl_cipher_suites))
     return context
 
 

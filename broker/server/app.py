@@ -34,7 +34,7 @@ from triolog.broker.security.acl_store import AclStore
 from triolog.broker.security.quotas import QuotaStore
 from triolog.broker.security.sasl import SaslServerSession, offered_mechanisms
 from triolog.broker.security.scram import CredentialStore
-from triolog.broker.security.tls import TlsConfigError, server_context
+from triolog.broker.security.tls import TlsConfigError, inter_broker_context, server_context
 from triolog.broker.storage.cleaner.log_cleaner import CleanerConfig
 from triolog.broker.storage.clock import SYSTEM_CLOCK, Clock
 from triolog.broker.storage.log import Log
@@ -360,14 +360,18 @@ class BrokerServer:
         await nursery.start(self.cluster.replicas.run)
         # Followers copy their leaders' logs over the inter-broker listener (the Kafka listener).
         kafka_listener = self.config.kafka_listener
-        if uses_tls(kafka_listener) or uses_sasl(kafka_listener):
+        if uses_sasl(kafka_listener):
             logger.warning(
                 "replica_fetch_unavailable",
                 listener=str(kafka_listener),
-                detail="followers fetch over PLAINTEXT only for now: the partitions this broker "
-                "follows will not replicate over a TLS or SASL Kafka listener",
+                detail="followers do not authenticate with SASL yet: the partitions this broker "
+                "follows will not replicate over a SASL Kafka listener (use PLAINTEXT or SSL)",
             )
             return
+        try:
+            ssl_context = inter_broker_context(self.config) if uses_tls(kafka_listener) else None
+        except TlsConfigError as exc:
+            raise StartupError(str(exc)) from None
         fetchers = ReplicaFetcherManager(
             self.config.node_id,
             self.cluster.cache,
@@ -375,6 +379,7 @@ class BrokerServer:
             listener_name=self.config.inter_broker_listener_name or kafka_listener.scheme,
             settings=FetchSettings.from_config(self.config),
             run_sync=partial(self.workers.run_sync, limiter=self.limiter),
+            ssl_context=ssl_context,
         )
         self._fetchers = fetchers
         fetching = self._fetching
