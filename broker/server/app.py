@@ -47,6 +47,7 @@ from triolog.protocol.kafka.apis import KafkaContext
 from triolog.protocol.request_limits import RequestLimits
 
 from .authorization import RequestAuthorizer
+from .cluster_groups import ClusterGroupPartitions
 from .cluster_handlers import ClusterApis, ClusterServices
 from .codec import Codec
 from .connection import ClientConnection
@@ -249,7 +250,16 @@ class BrokerServer:
                 await nursery.start(self.committer.run)
                 # The group coordinator: loads __consumer_offsets (if it exists) while serving.
                 self.groups = GroupService(
-                    self.config, self.topics, self.committer, self.notifier, self.workers, self.limiter, self.clock
+                    self.config,
+                    self.topics,
+                    self.committer,
+                    self.notifier,
+                    self.workers,
+                    self.limiter,
+                    self.clock,
+                    cluster=None
+                    if self.cluster is None
+                    else ClusterGroupPartitions(self.config, self.cluster, self.notifier),
                 )
                 self.metrics.groups.watch(lambda: self.groups.coordinator)
                 await nursery.start(self.groups.run)

@@ -46,6 +46,7 @@ from triolog.protocol.errors import ErrorCode
 from triolog.protocol.records import build_batch
 
 from .authorization import CLUSTER, Op, RequestAuthorizer
+from .cluster_groups import ClusterGroupPartitions
 from .error_mapping import ApiError, error_of
 from .request_context import RequestContext, handling_clock
 
@@ -65,7 +66,10 @@ def _storage_error(exc: BaseException) -> ApiError:
 class GroupService:
     """The coordinator inside the running broker (see the module docstring)."""
 
-    def __init__(self, config, topics, committer, notifier, workers, limiter, clock):
+    def __init__(self, config, topics, committer, notifier, workers, limiter, clock, cluster=None):
+        #: On a cluster member: __consumer_offsets is the cluster's, and this broker coordinates
+        #: the groups of the partitions it leads (see cluster_groups); None on a single broker.
+        self.cluster: ClusterGroupPartitions | None = cluster
         self.config = config
         self.topics = topics
         self.committer = committer
@@ -100,7 +104,9 @@ class GroupService:
                 self._queues, self._queue_ready = {}, {}  # writers of an earlier run are gone
                 nursery.start_soon(self._timer_task)
                 nursery.start_soon(self._expiry_task)
-                if self.topics.get(OFFSETS_TOPIC) is not None:
+                if self.cluster is not None:
+                    nursery.start_soon(self._start_on_cluster)
+                elif self.topics.get(OFFSETS_TOPIC) is not None:
                     nursery.start_soon(self._load_all, self._start_coordinator(loading=True))
                 task_status.started()
         finally:
@@ -120,14 +126,61 @@ class GroupService:
     # -- startup -----------------------------------------------------------------------------
 
     def _start_coordinator(self, loading: bool) -> GroupCoordinator:
-        partitions = self.topics.get(OFFSETS_TOPIC).num_partitions
+        cluster = self.cluster
+        if cluster is not None:
+            partitions = cluster.topic_partitions()
+            assert partitions is not None
+        else:
+            partitions = self.topics.get(OFFSETS_TOPIC).num_partitions
         group_config = GroupConfig.from_broker_config(self.config)
         group_config = GroupConfig(**{**group_config.__dict__, "num_partitions": partitions})
         coordinator = GroupCoordinator(group_config, self.clock, self._store, lambda: self._wake.set())
-        coordinator.startup(range(partitions) if loading else ())
+        if cluster is not None:  # no group until a partition's leadership brings its groups
+            coordinator.startup((), owned=())
+            assert self._nursery is not None
+            self._nursery.start_soon(cluster.follow, coordinator, self._load_led)
+        else:
+            coordinator.startup(range(partitions) if loading else ())
         self.coordinator = coordinator
         self._wake.set()
         return coordinator
+
+    async def _start_on_cluster(self) -> None:
+        """A cluster member's coordinator starts once the cluster's metadata is read, if
+        __consumer_offsets exists (else at the first group request, which creates it)."""
+        assert self.cluster is not None
+        await self.cluster.cache.loaded.wait()
+        if self.coordinator is None and self.cluster.topic_partitions() is not None:
+            self._start_coordinator(loading=False)
+
+    def _load_led(self, partition: int, epoch: int) -> None:
+        assert self._nursery is not None
+        self._nursery.start_soon(self._load_one, partition, epoch)
+
+    async def _load_one(self, partition: int, epoch: int) -> None:
+        """Load a partition this broker came to lead, if it still leads it (in that term) after."""
+        cluster, coordinator = self.cluster, self.coordinator
+        assert cluster is not None and coordinator is not None
+        started = time.monotonic()
+        while True:
+            try:
+                loaded = await self.workers.run_sync(self._read_partition, partition, limiter=self.limiter)
+                break
+            except Exception:
+                if not cluster.still_leads(partition, epoch):
+                    return
+                logger.exception("offsets_load_failed", topic=OFFSETS_TOPIC, partition=partition, retry_s=LOAD_RETRY_S)
+                await trio.sleep(LOAD_RETRY_S)
+        if cluster.still_leads(partition, epoch):
+            groups = coordinator.load_partition(partition, loaded)
+            logger.info(
+                "groups_loaded",
+                topic=OFFSETS_TOPIC,
+                partition=partition,
+                leader_epoch=epoch,
+                groups=groups,
+                seconds=round(time.monotonic() - started, 3),
+            )
 
     async def _load_all(self, coordinator: GroupCoordinator) -> None:
         started = time.monotonic()
@@ -163,7 +216,13 @@ class GroupService:
             return self.coordinator
         self._creating = creating = trio.Event()
         try:
-            await self.workers.run_sync(self._create_topic, limiter=self.limiter)
+            if self.cluster is not None:
+                why = await self.cluster.create_topic()
+                if why is not None or self.cluster.topic_partitions() is None:
+                    logger.info("offsets_topic_not_created", topic=OFFSETS_TOPIC, reason=why)
+                    return None
+            else:
+                await self.workers.run_sync(self._create_topic, limiter=self.limiter)
             self._start_coordinator(loading=False)
         except Exception:
             logger.exception("offsets_topic_create_failed", topic=OFFSETS_TOPIC)
@@ -205,19 +264,31 @@ class GroupService:
             await self._append(partition, records, done)
 
     async def _append(self, partition: int, records, done) -> None:
-        """Append (the caller, the partition's writer, keeps the order), then wait for the fsync in
-        a task of its own, so that the next store is appended meanwhile."""
+        """Append (the caller, the partition's writer, keeps the order), then wait for the fsync
+        (on a cluster: the in-sync replicas) in a task of its own, so that the next store is
+        appended meanwhile."""
         now = self.clock.milliseconds()
         batch = build_batch([(key, value, now, ()) for key, value in records])
+        cluster = self.cluster
         try:
-            log = self.topics.log(OFFSETS_TOPIC, partition)
-            info = await self.workers.run_sync(log.append_as_leader, batch, limiter=self.limiter)
+            if cluster is not None:
+                log, epoch = cluster.leader_log(partition)
+            else:
+                log, epoch = self.topics.log(OFFSETS_TOPIC, partition), 0
+            info = await self.workers.run_sync(log.append_as_leader, batch, epoch, limiter=self.limiter)
         except Exception as exc:
             done(_storage_error(exc), -1)
             return
         self.notifier.notify((OFFSETS_TOPIC, partition))
         assert self._nursery is not None  # this partition's writer runs in it (_store)
-        self._nursery.start_soon(self._flushed, log, info, done)
+        if cluster is not None:
+            self._nursery.start_soon(self._committed, cluster, partition, info, done)
+        else:
+            self._nursery.start_soon(self._flushed, log, info, done)
+
+    async def _committed(self, cluster: ClusterGroupPartitions, partition: int, info, done) -> None:
+        failure = await cluster.wait_committed(partition, info, self.config.offsets_commit_timeout_ms / 1000)
+        done(failure, -1 if failure is not None else info.first_offset)
 
     async def _flushed(self, log, info, done) -> None:
         try:
@@ -344,6 +415,18 @@ class GroupApis:
             return m.FindCoordinatorResponse(
                 id=request.id, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, error_message=_NOT_AVAILABLE
             )
+        cluster = self.service.cluster if self.service is not None else None
+        if cluster is not None:  # the leader of the group's __consumer_offsets partition
+            partition = coordinator.partition_for(request.key)
+            found = cluster.coordinator_of(partition, kafka_listener=ctx.listener == "kafka.listeners")
+            if found is None:
+                return m.FindCoordinatorResponse(
+                    id=request.id,
+                    error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                    error_message=f"{OFFSETS_TOPIC} partition {partition} of group {request.key!r} has no leader now",
+                )
+            node_id, host, port = found
+            return m.FindCoordinatorResponse(id=request.id, node_id=node_id, host=host, port=port)
         return m.FindCoordinatorResponse(
             id=request.id, node_id=self.config.node_id, host=self.advertised_host, port=self.advertised_port
         )

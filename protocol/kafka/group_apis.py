@@ -55,6 +55,14 @@ def _coordinator(response: m.FindCoordinatorResponse, ctx: KafkaContext) -> dict
             "host": "",
             "port": -1,
         }
+    if response.node_id != ctx.node_id:  # another broker of the cluster, at its Kafka listener
+        return {
+            "error_code": 0,
+            "error_message": None,
+            "node_id": response.node_id,
+            "host": response.host,
+            "port": response.port,
+        }
     # This broker, at the address Kafka clients reach it (not the msgpack listener's).
     return {"error_code": 0, "error_message": None, "node_id": ctx.node_id, "host": ctx.host, "port": ctx.port}
 

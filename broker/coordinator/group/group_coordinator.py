@@ -141,6 +141,9 @@ def _err(code: ErrorCode, message: str) -> Error:
 #: differ only for a record set that is too large. Any other code passes through unchanged.
 _STORE_ERRORS = {
     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_ENOUGH_REPLICAS: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_LEADER_OR_FOLLOWER: ErrorCode.NOT_COORDINATOR,
     ErrorCode.KAFKA_STORAGE_ERROR: ErrorCode.NOT_COORDINATOR,
 }
 _GROUP_STORE_ERRORS = {
@@ -175,6 +178,9 @@ class GroupCoordinator:
         self.active = False
         #: __consumer_offsets partitions being loaded: their groups answer COORDINATOR_LOAD_IN_PROGRESS.
         self.loading: set[int] = set()
+        #: On a cluster, the __consumer_offsets partitions this broker leads (the groups it
+        #: coordinates; others answer NOT_COORDINATOR); None on a single broker: all of them.
+        self.owned: set[int] | None = None
         #: (deadline, sequence, kind, group id, key): the key is what the kind's handler takes.
         self._timers: list[tuple[int, int, str, str, Any]] = []
         self._seq = 0
@@ -186,9 +192,39 @@ class GroupCoordinator:
 
     # -- lifecycle ---------------------------------------------------------------------------
 
-    def startup(self, loading_partitions: Iterable[int]) -> None:
+    def startup(self, loading_partitions: Iterable[int], owned: Iterable[int] | None = None) -> None:
         self.loading = set(loading_partitions)
+        self.owned = None if owned is None else set(owned)
         self.active = True
+
+    def take_partition(self, partition: int) -> None:
+        """This broker now leads the partition (a cluster's): its groups are loaded next, and
+        answer COORDINATOR_LOAD_IN_PROGRESS meanwhile (Kafka's onElection)."""
+        if self.owned is not None:
+            self.owned.add(partition)
+        self.loading.add(partition)
+
+    def release_partition(self, partition: int) -> int:
+        """This broker no longer leads the partition (Kafka's onResignation): its groups go, their
+        parked joins and syncs answered NOT_COORDINATOR, so that their members find the new
+        coordinator. The groups dropped."""
+        if self.owned is not None:
+            self.owned.discard(partition)
+        self.loading.discard(partition)
+        gone = [group_id for group_id in self.groups if self.partition_for(group_id) == partition]
+        message = f"this broker no longer leads __consumer_offsets partition {partition}"
+        for group_id in gone:
+            group = self.groups.pop(group_id)
+            self._delayed_joins.pop(group_id, None)
+            self._rebalance_started.pop(group_id, None)
+            for member in group.members.values():
+                self._answer_join(member, JoinResult(ErrorCode.NOT_COORDINATOR, message, member_id=member.member_id))
+                self._answer_sync(member, SyncResult(ErrorCode.NOT_COORDINATOR, message))
+        if gone:
+            dropped = set(gone)
+            self._timers = [t for t in self._timers if t[3] not in dropped]
+            heapq.heapify(self._timers)
+        return len(gone)
 
     def shutdown(self) -> None:
         """Answer every parked request (Kafka completes its purgatories with NOT_COORDINATOR)."""
@@ -260,6 +296,12 @@ class GroupCoordinator:
             return _err(ErrorCode.INVALID_GROUP_ID, "group_id must not be empty")
         if not self.active:
             return _err(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the group coordinator is not running yet")
+        if self.owned is not None and self.partition_for(group_id) not in self.owned:
+            return _err(
+                ErrorCode.NOT_COORDINATOR,
+                f"group {group_id!r} is coordinated by the leader of __consumer_offsets partition "
+                f"{self.partition_for(group_id)}, not by this broker",
+            )
         if self.partition_for(group_id) in self.loading:
             return _err(
                 ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
