@@ -22,7 +22,6 @@ import trio
 
 from triolog.protocol.errors import ErrorCode, InvalidRequestError, NotControllerError
 
-from . import zk_data
 from .election import (
     elect_for_controlled_shutdown,
     elect_offline,
@@ -211,7 +210,7 @@ class KafkaController:
 
         async def watch(topic: str, scope: trio.CancelScope) -> None:
             with scope:
-                await self._watch(partial(self.zk.store.watch, zk_data.topic_path(topic)))
+                await self._watch(partial(self.zk.watch_topic_assignment, topic))
 
         async with trio.open_nursery() as nursery:
             while True:

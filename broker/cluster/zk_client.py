@@ -243,6 +243,10 @@ class KafkaZkClient:
         (BadVersionError otherwise); the controller gives the new partitions their states."""
         await self.store.set(zk_data.topic_path(topic), assignment.encode(), version)
 
+    async def watch_topic_assignment(self, topic: str) -> tuple[TopicAssignment | None, trio.Event]:
+        node, event = await self.store.watch(zk_data.topic_path(topic))
+        return (None if node is None else TopicAssignment.decode(topic, node.data)), event
+
     async def versioned_topic_config(self, topic: str) -> tuple[dict[str, str], int] | None:
         node = await self.store.get(zk_data.topic_config_path(topic))
         return None if node is None else (zk_data.decode_topic_config(node.data, topic), node.version)
@@ -252,9 +256,14 @@ class KafkaZkClient:
         return (None if node is None else zk_data.decode_topic_config(node.data, topic)), event
 
     async def set_topic_config(self, topic: str, config: Mapping[str, str], version: int) -> None:
-        """A topic's whole override set, if still at ``version`` (BadVersionError otherwise). Every
-        broker watches the znode itself (Kafka's also wrote a /config/changes notification)."""
-        await self.store.set(zk_data.topic_config_path(topic), zk_data.encode_topic_config(config), version)
+        """A topic's whole override set, if still at ``version`` (-1: if it has none yet;
+        BadVersionError or NodeExistsError when another write came first). Every broker watches
+        the znode itself (Kafka's also wrote a /config/changes notification)."""
+        data = zk_data.encode_topic_config(config)
+        if version == -1:
+            await self.store.create(zk_data.topic_config_path(topic), data)
+        else:
+            await self.store.set(zk_data.topic_config_path(topic), data, version)
 
     async def queue_topic_deletion(self, topic: str) -> None:
         """Kafka's AdminZkClient.deleteTopic: mark the topic for the controller to delete."""

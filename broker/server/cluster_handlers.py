@@ -19,7 +19,6 @@ from dataclasses import dataclass
 import structlog
 import trio
 
-from triolog.broker.cluster import zk_data
 from triolog.broker.cluster.election import BrokerPlacement, assign_replicas, validate_replica_assignment
 from triolog.broker.cluster.membership import TRIOLOG_LISTENER, ClusterMembership
 from triolog.broker.cluster.metadata_cache import ClusterMetadataCache
@@ -186,10 +185,7 @@ class ClusterApis:
             if validate_only:
                 return
             try:
-                if found is None:
-                    await zk.store.create(zk_data.topic_config_path(name), zk_data.encode_topic_config(overrides))
-                else:
-                    await zk.set_topic_config(name, overrides, version)
+                await zk.set_topic_config(name, overrides, version)
             except (BadVersionError, NodeExistsError):
                 continue
             return
