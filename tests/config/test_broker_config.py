@@ -140,6 +140,8 @@ KAFKA_DEFAULTS = {
     "leader.imbalance.check.interval.seconds": 300,
     "leader.imbalance.per.broker.percentage": 10,
     "controlled.shutdown.enable": True,
+    "controlled.shutdown.max.retries": 3,
+    "controlled.shutdown.retry.backoff.ms": 5000,
     "inter.broker.listener.name": None,
 }
 
