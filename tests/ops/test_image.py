@@ -238,6 +238,9 @@ def test_image_steps_install_and_run_the_broker(tmp_path, system_tools):
 
     volume = box.host(df.exec_form(RUNTIME.last("VOLUME").args)[0])
     Path(volume).mkdir()
+    # The exposed ports mapped to free ones now, not before the build: a port free a minute ago may
+    # have been taken meanwhile (other brokers of the suite, the machine's own).
+    box.ports = {port: free_port() for port in box.ports}
     command = [box.host(word) for word in df.exec_form(RUNTIME.last("ENTRYPOINT").args) + df.exec_form(RUNTIME.last("CMD").args)]
     log = tmp_path / "container.log"
     with open(log, "wb") as out:
