@@ -16,7 +16,8 @@ def _samples(brokers, name, **labels):
 
 
 def test_leaders_controller_and_under_replicated_partitions(start_brokers, zk_connect):
-    brokers = start_brokers((1, 2, 3))
+    # (no controlled shutdown: the broker that stops goes as a dead one does, its leaders elected clean)
+    brokers = start_brokers((1, 2, 3), "controlled.shutdown.enable=false")
     admin = KafkaAdminClient({"bootstrap.servers": _bootstrap(brokers)})
     admin.create_topics([NewTopic("three", 3, 3)])["three"].result(30)
     assert _wait(lambda: sum(_samples(brokers, "triolog_cluster_active_controller").values()) == 1)

@@ -166,7 +166,7 @@ def test_elect_leaders_moves_leadership_back_to_preferred_replicas(start_brokers
             assert answers[partition] is None, answers
         else:
             assert answers[partition].code() == KafkaError.ELECTION_NOT_NEEDED, answers
-    assert _preferred_leaders(brokers, "prefs")
+    assert wait_until(lambda: _preferred_leaders(brokers, "prefs"))  # (metadata follows ZooKeeper)
     # Again, for every partition of the cluster: nothing left to elect.
     again = admin.elect_leaders(ElectionType.PREFERRED, None).result(30)
     assert {err.code() for err in again.values()} == {KafkaError.ELECTION_NOT_NEEDED}

@@ -25,6 +25,8 @@ def test_partitions_added_on_a_cluster_get_replicas_and_leaders(start_brokers):
     admin.create_topics([NewTopic("growing", 2, 3)])["growing"].result(30)
     admin.create_partitions([NewPartitions("growing", 5)])["growing"].result(30)
 
+    # (every broker's metadata follows ZooKeeper: the one asked may see the new partitions a moment later)
+    assert wait_until(lambda: len(admin.list_topics("growing", timeout=10).topics["growing"].partitions) == 5)
     partitions = admin.list_topics("growing", timeout=10).topics["growing"].partitions
     assert sorted(partitions) == [0, 1, 2, 3, 4]
     assert all(len(p.replicas) == 3 and p.leader in p.replicas for p in partitions.values())
@@ -79,7 +81,7 @@ def test_a_topic_created_with_a_replica_assignment_keeps_it(start_brokers):
     brokers = start_brokers((1, 2, 3))
     bootstrap = f"127.0.0.1:{brokers[1].kafka_port}"
     assert create_with_assignment(bootstrap, "placed", [[3, 1], [2, 3], [1, 2]]) == (0, None)
-    admin = KafkaAdminClient({"bootstrap.servers": kafka_bootstrap(brokers)})
+    admin = KafkaAdminClient({"bootstrap.servers": f"127.0.0.1:{brokers[1].kafka_port}"})  # (the broker that answered)
     partitions = admin.list_topics("placed", timeout=10).topics["placed"].partitions
     assert {p: tuple(v.replicas) for p, v in partitions.items()} == {0: (3, 1), 1: (2, 3), 2: (1, 2)}
     assert {p: v.leader for p, v in partitions.items()} == {0: 3, 1: 2, 2: 1}  # the preferred replicas lead

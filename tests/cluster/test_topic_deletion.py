@@ -78,7 +78,7 @@ def test_a_deleted_topic_leaves_every_replica_and_comes_back_empty(start_brokers
     assert old_id is not None
 
     admin.delete_topics(["doomed"])["doomed"].result(30)
-    assert "doomed" not in admin.list_topics(timeout=10).topics
+    assert wait_until(lambda: "doomed" not in admin.list_topics(timeout=10).topics)  # (on every broker)
     assert _znodes(zk_connect, "doomed") == []
     assert wait_until(lambda: all(_live_dirs(b, "doomed") == [] for b in brokers.values())), [
         _live_dirs(b, "doomed") for b in brokers.values()
