@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar, cast
 
 from triolog.protocol import messages as m
 from triolog.protocol.errors import ErrorCode
@@ -173,8 +173,8 @@ class ClusterView:
             return None  # (none known yet: the first lookup tells whether this is a cluster)
         with self._lock:
             names = [
-                t.name  # type: ignore[attr-defined]  # (every PARTITIONED request has topics)
-                for t in request.topics  # type: ignore[attr-defined]
+                t.name
+                for t in cast(Any, request).topics  # (every PARTITIONED request has topics)
                 if t.name in self._stale or not any((t.name, p.partition) in self._leaders for p in t.partitions)
             ]
             if not names or now - self._last_refresh < self.retry_backoff_s:
@@ -188,7 +188,7 @@ class ClusterView:
         if type(request) not in PARTITIONED or len(self.brokers) <= 1:
             return [(ANY, request)]
         groups: dict[int | None, dict[str, list]] = {}
-        topics = request.topics  # type: ignore[attr-defined]
+        topics = cast(Any, request).topics
         for topic in topics:
             for part in topic.partitions:
                 node = self.leader(topic.name, part.partition)
@@ -200,7 +200,7 @@ class ClusterView:
             (
                 node,
                 dataclasses.replace(
-                    request,  # type: ignore[arg-type]
+                    cast(Any, request),
                     topics=tuple(
                         dataclasses.replace(by_name[name], partitions=tuple(parts)) for name, parts in named.items()
                     ),

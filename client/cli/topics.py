@@ -64,7 +64,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=-1,
         metavar="N",
-        help="for --create: 1 (a single node has no replicas) or -1 for the default",
+        help="for --create: the number of replicas (1 on a single broker, up to the live brokers on a "
+        "cluster) or -1 for the default",
     )
     parser.add_argument(
         "--config",

@@ -15,6 +15,7 @@ import trio
 
 from triolog.client import AdminClient, Consumer, NewTopic, Producer, TopicPartition
 from triolog.client.aio import AsyncConsumer, AsyncProducer
+from triolog.testing import run_cli
 
 from .helpers import wait_until
 
@@ -190,3 +191,23 @@ def test_trio_clients_follow_a_stopped_leader(brokers):
             assert await read(consumer, 150) == list(range(150, 300))
 
     trio.run(main)
+
+
+def test_the_cli_takes_a_list_of_bootstrap_servers(brokers):
+    servers = ",".join([_dead_address(), *_bootstrap(brokers)])
+    created = run_cli(
+        "topics", "--bootstrap-server", servers, "--create", "--topic", "lines",
+        "--partitions", "3", "--replication-factor", "3",
+    )  # fmt: skip
+    assert created.code == 0, created.stderr
+    described = run_cli("topics", "--bootstrap-server", servers, "--describe", "--topic", "lines")
+    assert described.code == 0 and "ReplicationFactor: 3" in described.out, described.stderr
+    # Keyless lines spread over the partitions, each written to its own leader.
+    produced = run_cli("produce", "--bootstrap-server", servers, "--topic", "lines", stdin=b"a\nb\nc\nd\n")
+    assert produced.code == 0, produced.stderr
+    consumed = run_cli(
+        "consume", "--bootstrap-server", servers, "--topic", "lines",
+        "--from-beginning", "--max-messages", "4", "--timeout-ms", "20000",
+    )  # fmt: skip
+    assert consumed.code == 0, consumed.stderr
+    assert sorted(consumed.out.split()) == ["a", "b", "c", "d"]
