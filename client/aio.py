@@ -413,6 +413,11 @@ class AsyncClusterConnection:
     def max_in_flight_seen(self) -> int:
         return max(conn.max_in_flight_seen for conn in (self.main, *self._nodes.values()))
 
+    @property
+    def throttled_until(self) -> float:
+        """Until when a broker throttles this client (a quota; the latest of the brokers')."""
+        return max(conn.throttled_until for conn in (self.main, *self._nodes.values()))
+
     def _conn(self, node: int | None) -> AsyncConnection:
         if node is ANY:
             return self.main

@@ -546,6 +546,13 @@ class ClusterConnection:
             conns = [self.main, *self._nodes.values()]
         return max(conn.max_in_flight_seen for conn in conns)
 
+    @property
+    def throttled_until(self) -> float:
+        """Until when a broker throttles this client (a quota; the latest of the brokers')."""
+        with self._lock:
+            conns = [self.main, *self._nodes.values()]
+        return max(conn.throttled_until for conn in conns)
+
     def _conn(self, node: int | None) -> SyncConnection:
         if node is ANY:
             return self.main
