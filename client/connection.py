@@ -22,6 +22,8 @@ PLAINTEXT link is untouched: the same sendmsg path as ever.
 
 With several bootstrap servers, a connection is opened to the first that accepts one, tried in
 order (the one that answered last, first); when none does, the error names every address tried.
+A client uses a :class:`ClusterConnection`: one such connection to any broker, and one per broker
+of a cluster for the requests its partitions' leaders answer (:mod:`triolog.client.cluster`).
 
 Failures are reported in the two kinds the producer's retry rule needs:
 :class:`RequestNotSentError` (the frame never left whole, so the broker cannot have acted on it)

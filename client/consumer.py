@@ -71,7 +71,8 @@ class Consumer:
     """``Consumer("host:port", auto_offset_reset="earliest")``, then assign() or subscribe().
 
     ``bootstrap_servers``: ``"host:port"``, ``"h1:9092,h2:9092"`` or a list of them, tried in
-    order until one answers. ``key_deserializer``/``value_deserializer``: functions turning each
+    order until one answers; on a cluster, every partition's requests then go to its leader (see
+    :mod:`triolog.client.cluster`). ``key_deserializer``/``value_deserializer``: functions turning each
     non-null key/value's bytes into what the records carry (kafka-python's options). Other
     keyword arguments are :class:`triolog.client.consumer_core.ConsumerConfig` fields, or the
     TLS/SASL settings of :mod:`triolog.client.security` (``security_protocol``, ``sasl_mechanism``,

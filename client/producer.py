@@ -43,7 +43,8 @@ class Producer:
     """``Producer("host:port", linger_ms=5, batch_size=16384, compression="zstd", acks=-1)``.
 
     ``bootstrap_servers``: ``"host:port"``, ``"h1:9092,h2:9092"`` or a list of them, tried in
-    order until one answers. ``key_serializer``/``value_serializer``: functions turning each
+    order until one answers; on a cluster, every partition's requests then go to its leader (see
+    :mod:`triolog.client.cluster`). ``key_serializer``/``value_serializer``: functions turning each
     non-None key/value given to :meth:`send` into bytes (kafka-python's options). Other keyword
     arguments are :class:`triolog.client.producer_core.ProducerConfig` fields. Use as a context
     manager, or call :meth:`close`, so that buffered records are sent.
