@@ -8,6 +8,7 @@ Real in-process brokers on one ZooKeeper chroot; nothing of ours is faked.
 from __future__ import annotations
 
 import socket
+import threading
 import time
 
 import pytest
@@ -217,3 +218,29 @@ def test_the_cli_takes_a_list_of_bootstrap_servers(brokers):
     )  # fmt: skip
     assert consumed.code == 0, consumed.stderr
     assert sorted(consumed.out.split()) == ["a", "b", "c", "d"]
+
+
+def test_a_leader_stops_with_batches_in_flight(brokers):
+    """No flush before the stop: batches are written to the leader as it goes, their answers lost
+    with it; the idempotent producer resends them to the new leader, which keeps each once."""
+    bootstrap = _bootstrap(brokers)
+    _create(bootstrap, "inflight", 1, 3, **{"min.insync.replicas": "2"})
+    leader = _leader(bootstrap, "inflight")
+    assert leader is not None
+    stopping = threading.Thread(target=brokers[leader].stop)
+    with Producer(bootstrap, acks="all", linger_ms=0, retry_backoff_ms=50) as producer:
+        futures = []
+        for i in range(600):
+            futures.append(producer.send("inflight", b"%d" % i, partition=0))
+            if i == 300:
+                stopping.start()
+            time.sleep(0.0005)
+        producer.flush(60)
+        assert [f.get(0).offset for f in futures] == list(range(600))
+        assert producer.metrics()["batch-retry-total"] > 0  # (the stop did catch batches on their way)
+    stopping.join()
+    del brokers[leader]
+    with Consumer(_bootstrap(brokers), auto_offset_reset="earliest") as consumer:
+        consumer.assign([TopicPartition("inflight", 0)])
+        assert _read_all(consumer, 600) == list(range(600))
+        assert consumer.poll(300) == {}
