@@ -177,9 +177,12 @@ def test_trio_clients_follow_a_stopped_leader(brokers):
         return seen
 
     async def main():
+        bootstrap_with_a_dead_first = [_dead_address(), *bootstrap]
         async with (
-            AsyncProducer(bootstrap, acks="all", enable_idempotence=True, linger_ms=2, retry_backoff_ms=50) as producer,
-            AsyncConsumer(bootstrap, auto_offset_reset="earliest") as consumer,
+            AsyncProducer(
+                bootstrap_with_a_dead_first, acks="all", enable_idempotence=True, linger_ms=2, retry_backoff_ms=50
+            ) as producer,
+            AsyncConsumer(bootstrap_with_a_dead_first, auto_offset_reset="earliest") as consumer,
         ):
             consumer.assign([tp])
             futures = []
