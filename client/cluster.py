@@ -119,9 +119,17 @@ class ClusterView:
                 if topic["error_code"]:
                     continue
                 name = topic["name"]
+                electing = False
                 for part in topic["partitions"]:
-                    self._leaders[(name, part["partition"])] = part["leader"]
-                self._stale.discard(name)
+                    if part["leader"] >= 0:
+                        self._leaders[(name, part["partition"])] = part["leader"]
+                    else:  # no leader now (being elected): asked again before its next request
+                        self._leaders.pop((name, part["partition"]), None)
+                        electing = True
+                if electing:
+                    self._stale.add(name)
+                else:
+                    self._stale.discard(name)
 
     def note_response(self, request: m.Request, doc: dict | None) -> None:
         """A partition request's answer: forget the leaders its partition errors prove wrong."""

@@ -71,3 +71,12 @@ def test_a_moved_leader_or_a_broken_connection_makes_the_topic_looked_up_again()
     assert view.leader("t", 0) == 3 and view.refresh_due(_fetch(0), 20.0) is None
     view.note_broken(2)
     assert view.leader("t", 1) is ANY and view.refresh_due(_fetch(0), 30.0) == ["t"]
+
+
+def test_a_partition_without_a_leader_is_asked_again():
+    view = ClusterView(retry_backoff_s=0.1)
+    view.learn(_metadata({0: -1, 1: 2}))
+    assert view.leader("t", 0) is ANY
+    assert view.refresh_due(_fetch(1), 1.0) == ["t"]
+    view.learn(_metadata({0: 3, 1: 2}))
+    assert view.leader("t", 0) == 3 and view.refresh_due(_fetch(0), 2.0) is None
