@@ -403,6 +403,9 @@ class AdminCore(SecurityAdminOps):
                     num_partitions=t.num_partitions,
                     replication_factor=t.replication_factor,
                     configs={str(k): str(v) for k, v in dict(t.configs or {}).items()},
+                    replica_assignment=None
+                    if t.replica_assignment is None
+                    else tuple(tuple(int(node) for node in replicas) for replicas in t.replica_assignment),
                 )
                 for t in new
             ),

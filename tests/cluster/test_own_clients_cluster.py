@@ -247,3 +247,31 @@ def test_a_leader_stops_with_batches_in_flight(brokers):
         consumer.assign([TopicPartition("inflight", 0)])
         assert _read_all(consumer, 600) == list(range(600))
         assert consumer.poll(300) == {}
+
+
+def test_the_cli_creates_a_topic_with_a_replica_assignment(brokers):
+    servers = ",".join(_bootstrap(brokers))
+    created = run_cli(
+        "topics", "--bootstrap-server", servers, "--create", "--topic", "placed",
+        "--replica-assignment", "3:1,1:2,2:3",
+    )  # fmt: skip
+    assert created.code == 0, created.stderr
+    with AdminClient(servers) as admin:
+
+        def led():
+            description = admin.describe_topics(["placed"])["placed"]
+            return description if all(p.leader >= 0 for p in description.partitions) else None
+
+        described = wait_until(led)
+    assert described, "the placed topic never got its leaders"
+    assert [p.replicas for p in described.partitions] == [(3, 1), (1, 2), (2, 3)]
+    assert [p.leader for p in described.partitions] == [3, 1, 2]  # the preferred replica first
+    refused = run_cli(
+        "topics", "--bootstrap-server", servers, "--create", "--topic", "misplaced", "--replica-assignment", "1:1",
+    )  # fmt: skip
+    assert refused.code != 0 and "INVALID_REPLICA_ASSIGNMENT" in refused.stderr
+    mixed = run_cli(
+        "topics", "--bootstrap-server", servers, "--create", "--topic", "x",
+        "--replica-assignment", "1:2", "--partitions", "2",
+    )  # fmt: skip
+    assert mixed.code == 2 and "--replica-assignment" in mixed.stderr
