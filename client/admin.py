@@ -11,7 +11,7 @@ from .admin_core import (
     ConsumerGroupListing,
     UserScramCredentialsDescription,
 )
-from .connection import DEFAULT_BOOTSTRAP, SyncConnection
+from .connection import DEFAULT_BOOTSTRAP, ClusterConnection
 from .errors import TriologClientError
 from .ops import run_sync
 from .security import split_security
@@ -44,7 +44,12 @@ class AdminClient:
         self.security, unknown = split_security(security)
         if unknown:
             raise TypeError(f"unexpected keyword arguments: {', '.join(sorted(unknown))}")
-        self._conn = SyncConnection(bootstrap_servers, client_id=client_id, security=self.security)
+        self._conn = ClusterConnection(
+            bootstrap_servers,
+            client_id=client_id,
+            security=self.security,
+            metadata_timeout_s=request_timeout_ms / 1000,
+        )
         self._core = AdminCore(request_timeout_ms)
 
     def __enter__(self) -> AdminClient:

@@ -16,8 +16,9 @@ from triolog.protocol import messages as m
 from triolog.protocol.consumer_protocol import PROTOCOL_TYPE, ConsumerProtocolError, decode_assignment
 from triolog.protocol.errors import ErrorCode
 
+from .cluster import RETRY_ON_LEADER
 from .consumer_core import list_offsets_op
-from .errors import TriologClientError, UnknownTopicOrPartitionError, error_for
+from .errors import BrokerConnectionError, TriologClientError, UnknownTopicOrPartitionError, error_for
 from .metadata import MetadataCache, describe
 from .ops import Call, Op, Sleep, check_response, now
 from .types import (
@@ -95,6 +96,10 @@ class ConsumerGroupDescription(NamedTuple):
 _COORDINATOR_BUSY = frozenset(
     {ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR}
 )
+
+
+#: Kafka's admin client's retry.backoff.ms: the wait before asking a moved leader again.
+RETRY_BACKOFF_S = 0.1
 
 
 def _raise_first(errors: list[TriologClientError]) -> None:
@@ -398,6 +403,9 @@ class AdminCore(SecurityAdminOps):
                     num_partitions=t.num_partitions,
                     replication_factor=t.replication_factor,
                     configs={str(k): str(v) for k, v in dict(t.configs or {}).items()},
+                    replica_assignment=None
+                    if t.replica_assignment is None
+                    else tuple(tuple(int(node) for node in replicas) for replicas in t.replica_assignment),
                 )
                 for t in new
             ),
@@ -531,7 +539,35 @@ class AdminCore(SecurityAdminOps):
         """Move each partition's log start to the offset (-1: the high watermark); returns the
         new low watermarks. The broker applies each partition on its own: with ``raise_errors``
         false, a failed partition maps to its error instead of raising the first one, so a caller
-        can report every partition (as Kafka's per-partition results do)."""
+        can report every partition (as Kafka's per-partition results do). A partition whose leader
+        moved (or a lost connection) is asked again, as Kafka's admin client does, within the
+        request timeout: moving a log start to an offset twice moves it once."""
+        deadline = now() + self.timeout_s
+        out: dict[TopicPartition, int | TriologClientError] = {}
+        todo = dict(offsets)
+        while True:
+            try:
+                answered = yield from self._delete_records_once_op(todo)
+            except BrokerConnectionError:
+                if now() + RETRY_BACKOFF_S >= deadline:
+                    raise
+                yield Sleep(RETRY_BACKOFF_S)
+                continue
+            out.update(answered)
+            todo = {
+                tp: todo[tp]
+                for tp, result in answered.items()
+                if isinstance(result, TriologClientError) and result.code in RETRY_ON_LEADER
+            }
+            if not todo or now() + RETRY_BACKOFF_S >= deadline:
+                break
+            yield Sleep(RETRY_BACKOFF_S)
+        errors = [result for result in out.values() if isinstance(result, TriologClientError)]
+        if raise_errors:
+            _raise_first(errors)
+        return out
+
+    def _delete_records_once_op(self, offsets: dict) -> Op[dict[TopicPartition, int | TriologClientError]]:
         by_topic: dict[str, list[m.DeleteRecordsPartition]] = {}
         for (topic, partition), offset in offsets.items():
             by_topic.setdefault(topic, []).append(m.DeleteRecordsPartition(partition=partition, offset=offset))
@@ -540,21 +576,16 @@ class AdminCore(SecurityAdminOps):
             topics=tuple(m.DeleteRecordsTopic(name=name, partitions=tuple(parts)) for name, parts in by_topic.items()),
         )
         doc = check_response((yield Call(request, self.timeout_s)))
-        errors: list[TriologClientError] = []
         out: dict[TopicPartition, int | TriologClientError] = {}
         for topic in doc["topics"]:
             for part in topic["partitions"]:
                 tp = TopicPartition(topic["name"], part["partition"])
                 if part["error_code"]:
-                    error = error_for(
+                    out[tp] = error_for(
                         part["error_code"], part.get("error_message"), topic=tp.topic, partition=tp.partition
                     )
-                    out[tp] = error
-                    errors.append(error)
                 else:
                     out[tp] = part["low_watermark"]
-        if raise_errors:
-            _raise_first(errors)
         return out
 
     def describe_log_dirs_op(self, topics=None) -> Op[dict[str, LogDirDescription]]:

@@ -29,12 +29,15 @@ from typing import cast
 
 import trio
 
+from triolog.protocol import messages as m
 from triolog.protocol.frames import NEED_DATA, FrameDecoder, ProtocolError
 
 from .address import format_address
 from .admin_core import AclBinding, AclBindingFilter, AdminCore, UserScramCredentialsDescription
+from .cluster import ANY, ClusterView, merge
 from .connection import (
     DEFAULT_BOOTSTRAP,
+    MAX_BROKER_CONNECTIONS,
     CorrelationIds,
     connect_order,
     decode_answer,
@@ -70,6 +73,7 @@ from .types import (
 
 __all__ = [
     "AsyncAdminClient",
+    "AsyncClusterConnection",
     "AsyncConnection",
     "AsyncConsumer",
     "AsyncProducer",
@@ -82,7 +86,10 @@ _RECV_SIZE = 256 * 1024
 
 
 async def run_async(
-    op: Op[T], conn: AsyncConnection | _AsyncGroupConnections, value=None, error: BaseException | None = None
+    op: Op[T],
+    conn: AsyncConnection | AsyncClusterConnection | _AsyncGroupConnections,
+    value=None,
+    error: BaseException | None = None,
 ) -> T:
     """Drive ``op`` to completion on trio: the async twin of :func:`triolog.client.ops.run_sync`
     (``value``/``error``: what to resume it with, as there)."""
@@ -369,16 +376,144 @@ class AsyncConnection:
             self._break(self._link, ResponseLostError("connection closed by the client before the response came"))
 
 
+class _AsyncRouted:
+    __slots__ = ("parts", "request")
+
+    def __init__(self, request, parts: list) -> None:
+        self.request = request
+        self.parts = parts
+
+
+class AsyncClusterConnection:
+    """The trio twin of :class:`triolog.client.connection.ClusterConnection`: the bootstrap
+    connection (any live broker) and one connection per broker, each request sent where
+    :class:`triolog.client.cluster.ClusterView` says (a partition's leader), the view updated by
+    every metadata response."""
+
+    def __init__(
+        self,
+        bootstrap: str | list[str],
+        nursery: trio.Nursery,
+        *,
+        client_id: str | None = None,
+        security: SecurityConfig | None = None,
+        retry_backoff_s: float = 0.1,
+        metadata_timeout_s: float = 30.0,
+    ) -> None:
+        self.main = AsyncConnection(bootstrap, nursery, client_id=client_id, security=security)
+        self.security = self.main.security
+        self.client_id = client_id
+        self.metadata_timeout_s = metadata_timeout_s
+        self.view = ClusterView(retry_backoff_s)
+        self._nursery = nursery
+        self._nodes: dict[int, AsyncConnection] = {}
+        self._closed = False
+
+    @property
+    def max_in_flight_seen(self) -> int:
+        return max(conn.max_in_flight_seen for conn in (self.main, *self._nodes.values()))
+
+    @property
+    def throttled_until(self) -> float:
+        """Until when a broker throttles this client (a quota; the latest of the brokers')."""
+        return max(conn.throttled_until for conn in (self.main, *self._nodes.values()))
+
+    def _conn(self, node: int | None) -> AsyncConnection:
+        if node is ANY:
+            return self.main
+        address = self.view.address(node)
+        conn = self._nodes.get(node)
+        if conn is not None and (address is None or (conn.host, conn.port) == address):
+            return conn
+        if address is None or self._closed or (conn is None and len(self._nodes) >= MAX_BROKER_CONNECTIONS):
+            return self.main
+        if conn is not None:  # the broker moved: its old connection goes (its reader ends it)
+            conn._closed = True
+            if conn._link is not None:
+                conn._break(conn._link, ResponseLostError("the broker moved to another address"))
+        conn = self._nodes[node] = AsyncConnection(
+            format_address(address), self._nursery, client_id=self.client_id, security=self.security
+        )
+        return conn
+
+    def _learn(self, request, doc: dict | None) -> None:
+        if doc is None:
+            return
+        if type(request) is m.MetadataRequest:
+            self.view.learn(doc)
+            known = set(self.main.addresses)
+            for address in list(self.view.brokers.values()):
+                if address not in known:
+                    self.main.addresses.append(address)
+        else:
+            self.view.note_response(request, doc)
+
+    async def _refresh(self, request) -> None:
+        topics = self.view.refresh_due(request, now())
+        if topics:
+            lookup = m.MetadataRequest(id=0, topics=tuple(topics), allow_auto_topic_creation=False)
+            try:
+                self._learn(lookup, await self.main.call(lookup, self.metadata_timeout_s))
+            except Exception:  # (the request then goes to any broker; its answer tells the operation)
+                pass
+
+    async def submit(self, request) -> _AsyncRouted | None:
+        await self._refresh(request)
+        parts = []
+        for index, (node, part) in enumerate(self.view.route(request)):
+            conn = self._conn(node)
+            try:
+                slot = await conn.submit(part)
+            except RequestNotSentError as exc:
+                self.view.note_broken(node)
+                if index == 0:
+                    raise
+                raise ResponseLostError(f"a part of the {request.api} request was not sent: {exc}") from None
+            if slot is not None:
+                parts.append((node, conn, slot))
+        return _AsyncRouted(request, parts) if parts else None
+
+    async def result(self, handle: _AsyncRouted, timeout_s: float, give_up: bool = True) -> dict | None:
+        deadline = trio.current_time() + timeout_s
+        docs = []
+        for node, conn, slot in handle.parts:
+            try:
+                doc = await conn.result(slot, max(0.0, deadline - trio.current_time()), give_up=give_up)
+            except ResponseLostError:
+                self.view.note_broken(node)
+                raise
+            if doc is None:
+                return None
+            docs.append(doc)
+        doc = merge(docs)
+        self._learn(handle.request, doc)
+        return doc
+
+    async def call(self, request, timeout_s: float) -> dict | None:
+        handle = await self.submit(request)
+        return None if handle is None else await self.result(handle, timeout_s)
+
+    async def aclose(self) -> None:
+        self._closed = True
+        conns, self._nodes = list(self._nodes.values()), {}
+        for conn in conns:
+            await conn.aclose()
+        await self.main.aclose()
+
+
 class _AsyncClient:
     """Owns the nursery and the connection; subclasses hook start and stop."""
 
     _client_id = "triolog"
+    #: Before asking a moved leader again; the bound of a metadata lookup (set from the config).
+    _retry_backoff_s = 0.1
+    _request_timeout_s = 30.0
 
     def __init__(self, bootstrap_servers: str | list[str], security: SecurityConfig = PLAINTEXT) -> None:
         parse_bootstrap_servers(bootstrap_servers)  # fail early on a bad address
         self._bootstrap = bootstrap_servers
         self.security = security
-        self._conn: AsyncConnection | None = None
+        self._conn: AsyncClusterConnection | None = None
         self._cm: AbstractAsyncContextManager | None = None
 
     async def __aenter__(self):
@@ -392,7 +527,14 @@ class _AsyncClient:
     @asynccontextmanager
     async def _lifecycle(self):
         async with trio.open_nursery() as nursery:
-            self._conn = AsyncConnection(self._bootstrap, nursery, client_id=self._client_id, security=self.security)
+            self._conn = AsyncClusterConnection(
+                self._bootstrap,
+                nursery,
+                client_id=self._client_id,
+                security=self.security,
+                retry_backoff_s=self._retry_backoff_s,
+                metadata_timeout_s=self._request_timeout_s,
+            )
             try:
                 self._start(nursery)
                 yield self
@@ -476,6 +618,8 @@ class AsyncProducer(_AsyncClient):
         super().__init__(bootstrap_servers, security)
         self.config = ProducerConfig(**config)
         self._client_id = self.config.client_id
+        self._retry_backoff_s = self.config.retry_backoff_ms / 1000
+        self._request_timeout_s = self.config.request_timeout_ms / 1000
         self._core = ProducerCore(self.config, key_serializer=key_serializer, value_serializer=value_serializer)
         self._wakeup = trio.Event()
         self._space = trio.Event()
@@ -595,7 +739,7 @@ class AsyncProducer(_AsyncClient):
             if self._core.needs_producer_id and accumulator.has_queued() and not await self._init_producer_id():
                 continue
             await self._slots.acquire()
-            batches = accumulator.drain(now(), self._core.can_send)
+            batches = self._core.drain(now(), conn.view.leader)
             if not batches:
                 self._slots.release()
                 deadline = accumulator.next_deadline()
@@ -668,13 +812,13 @@ class _AsyncGroupConnections:
     """The trio twin of :class:`triolog.client.consumer._GroupConnections`: group requests go to
     a connection of their own, to the coordinator find_coordinator named."""
 
-    def __init__(self, main: AsyncConnection, group, nursery: trio.Nursery, client_id: str) -> None:
+    def __init__(self, main: AsyncClusterConnection, group, nursery: trio.Nursery, client_id: str) -> None:
         self.main, self.group, self._nursery, self.client_id = main, group, nursery, client_id
         self.security = main.security
         self._coordinator: AsyncConnection | None = None
         self._address = None
 
-    async def _for(self, request) -> AsyncConnection:
+    async def _for(self, request) -> AsyncConnection | AsyncClusterConnection:
         if self.group is None or request.api not in COORDINATOR_APIS:
             return self.main
         address = self.group.coordinator or self._address
@@ -724,6 +868,8 @@ class AsyncConsumer(_AsyncClient):
         super().__init__(bootstrap_servers, security)
         self.config = ConsumerConfig(**config)
         self._client_id = self.config.client_id
+        self._retry_backoff_s = self.config.retry_backoff_ms / 1000
+        self._request_timeout_s = self.config.request_timeout_ms / 1000
         self._core = ConsumerCore(self.config, key_deserializer=key_deserializer, value_deserializer=value_deserializer)
         self._router: _AsyncGroupConnections | None = None
 
@@ -850,6 +996,7 @@ class AsyncAdminClient(_AsyncClient):
             raise TypeError(f"unexpected keyword arguments: {', '.join(sorted(unknown))}")
         super().__init__(bootstrap_servers, sec)
         self._client_id = client_id
+        self._request_timeout_s = request_timeout_ms / 1000
         self._core = AdminCore(request_timeout_ms)
 
     async def create_topics(self, topics, validate_only: bool = False) -> dict[str, dict[str, str]]:

@@ -22,6 +22,8 @@ PLAINTEXT link is untouched: the same sendmsg path as ever.
 
 With several bootstrap servers, a connection is opened to the first that accepts one, tried in
 order (the one that answered last, first); when none does, the error names every address tried.
+A client uses a :class:`ClusterConnection`: one such connection to any broker, and one per broker
+of a cluster for the requests its partitions' leaders answer (:mod:`triolog.client.cluster`).
 
 Failures are reported in the two kinds the producer's retry rule needs:
 :class:`RequestNotSentError` (the frame never left whole, so the broker cannot have acted on it)
@@ -46,10 +48,11 @@ from triolog.protocol import messages as m
 from triolog.protocol.frames import NEED_DATA, FrameDecoder, ProtocolError, encode_frame, frame_prefix
 
 from .address import DEFAULT_BOOTSTRAP, format_address, parse_bootstrap, parse_bootstrap_servers
+from .cluster import ANY, ClusterView, merge
 from .errors import InvalidResponseError, RequestNotSentError, ResponseLostError
 from .security import PLAINTEXT, SecurityConfig, login_error, renewal_time, sasl_exchange
 
-__all__ = ["DEFAULT_BOOTSTRAP", "InFlight", "SyncConnection", "parse_bootstrap"]
+__all__ = ["DEFAULT_BOOTSTRAP", "ClusterConnection", "InFlight", "SyncConnection", "parse_bootstrap"]
 
 _RECV_SIZE = 256 * 1024
 #: Parts of a frame shorter than this are joined before sending (a copy of a few bytes is cheaper
@@ -490,3 +493,150 @@ class SyncConnection:
             link = self._link
         if link is not None:  # requests already written may have been acted on: their fate is unknown
             self._break(link, ResponseLostError("connection closed by the client before the response came"))
+
+
+#: At most this many broker connections per client besides the bootstrap one (a cluster's
+#: brokers; a node beyond it is reached through the bootstrap connection, any broker answering
+#: NOT_LEADER_OR_FOLLOWER for a partition it does not lead).
+MAX_BROKER_CONNECTIONS = 64
+
+
+class _Routed:
+    """A request written as one or more parts (a part per leader): what :meth:`ClusterConnection.receive` merges."""
+
+    __slots__ = ("parts", "request")
+
+    def __init__(self, request: m.Request, parts: list) -> None:
+        self.request = request
+        #: (node, connection, InFlight) per part.
+        self.parts = parts
+
+
+class ClusterConnection:
+    """A client's connections to a cluster, as Kafka's NetworkClient: the bootstrap connection
+    (any live broker: metadata, admin, the group coordinator lookup; it fails over between the
+    bootstrap servers and every broker a metadata response listed) and one connection per broker,
+    opened when a request first goes to it. Which broker answers what is
+    :class:`triolog.client.cluster.ClusterView`'s rule; every metadata response updates it.
+    Same interface as :class:`SyncConnection` (call, send, receive, close); thread-safe."""
+
+    def __init__(
+        self,
+        bootstrap: str | list[str] = DEFAULT_BOOTSTRAP,
+        *,
+        client_id: str | None = None,
+        connect_timeout_s: float = 10.0,
+        security: SecurityConfig | None = None,
+        retry_backoff_s: float = 0.1,
+        metadata_timeout_s: float = 30.0,
+    ) -> None:
+        self.main = SyncConnection(
+            bootstrap, client_id=client_id, connect_timeout_s=connect_timeout_s, security=security
+        )
+        self.security = self.main.security
+        self.client_id = client_id
+        self.connect_timeout_s = connect_timeout_s
+        self.metadata_timeout_s = metadata_timeout_s
+        self.view = ClusterView(retry_backoff_s)
+        self._nodes: dict[int, SyncConnection] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+
+    @property
+    def max_in_flight_seen(self) -> int:
+        with self._lock:
+            conns = [self.main, *self._nodes.values()]
+        return max(conn.max_in_flight_seen for conn in conns)
+
+    @property
+    def throttled_until(self) -> float:
+        """Until when a broker throttles this client (a quota; the latest of the brokers')."""
+        with self._lock:
+            conns = [self.main, *self._nodes.values()]
+        return max(conn.throttled_until for conn in conns)
+
+    def _conn(self, node: int | None) -> SyncConnection:
+        if node is ANY:
+            return self.main
+        address = self.view.address(node)
+        with self._lock:
+            conn = self._nodes.get(node)
+            if conn is not None and (address is None or (conn.host, conn.port) == address):
+                return conn
+            if address is None or self._closed or (conn is None and len(self._nodes) >= MAX_BROKER_CONNECTIONS):
+                return self.main
+            if conn is not None:  # the broker moved: its old connection goes
+                conn.close()
+            conn = self._nodes[node] = SyncConnection(
+                format_address(address),
+                client_id=self.client_id,
+                connect_timeout_s=self.connect_timeout_s,
+                security=self.security,
+            )
+            return conn
+
+    def _learn(self, request: m.Request, doc: dict | None) -> None:
+        if doc is None:
+            return
+        if type(request) is m.MetadataRequest:
+            self.view.learn(doc)
+            known = set(self.main.addresses)
+            for address in list(self.view.brokers.values()):
+                if address not in known:  # the bootstrap connection may fail over to any live broker
+                    self.main.addresses.append(address)
+        else:
+            self.view.note_response(request, doc)
+
+    def _refresh(self, request: m.Request) -> None:
+        """Before a partition request: the metadata of its topics whose leaders are not known."""
+        topics = self.view.refresh_due(request, time.monotonic())
+        if topics:
+            lookup = m.MetadataRequest(id=0, topics=tuple(topics), allow_auto_topic_creation=False)
+            try:
+                self._learn(lookup, self.main.call(lookup, self.metadata_timeout_s))
+            except Exception:  # (the request then goes to any broker; its answer tells the operation)
+                pass
+
+    def send(self, request: m.Request, timeout_s: float) -> _Routed | None:
+        self._refresh(request)
+        parts = []
+        for index, (node, part) in enumerate(self.view.route(request)):
+            conn = self._conn(node)
+            try:
+                waiting = conn.send(part, timeout_s)
+            except RequestNotSentError as exc:
+                self.view.note_broken(node)
+                if index == 0:
+                    raise
+                raise ResponseLostError(f"a part of the {request.api} request was not sent: {exc}") from None
+            if waiting is not None:
+                parts.append((node, conn, waiting))
+        return _Routed(request, parts) if parts else None
+
+    def receive(self, handle: _Routed, timeout_s: float, give_up: bool = True) -> dict | None:
+        deadline = time.monotonic() + timeout_s
+        docs = []
+        for node, conn, waiting in handle.parts:
+            try:
+                doc = conn.receive(waiting, max(0.0, deadline - time.monotonic()), give_up=give_up)
+            except ResponseLostError:
+                self.view.note_broken(node)
+                raise
+            if doc is None:
+                return None  # (give_up=False: the parts already in keep their answers)
+            docs.append(doc)
+        doc = merge(docs)
+        self._learn(handle.request, doc)
+        return doc
+
+    def call(self, request: m.Request, timeout_s: float) -> dict | None:
+        handle = self.send(request, timeout_s)
+        return None if handle is None else self.receive(handle, timeout_s)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            conns, self._nodes = list(self._nodes.values()), {}
+        for conn in conns:
+            conn.close()
+        self.main.close()

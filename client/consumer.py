@@ -8,7 +8,7 @@ import time
 from collections.abc import Iterator
 
 from .address import format_address
-from .connection import DEFAULT_BOOTSTRAP, SyncConnection
+from .connection import DEFAULT_BOOTSTRAP, ClusterConnection, SyncConnection
 from .consumer_coordinator import COORDINATOR_APIS, CommitFailedError, RebalanceListener
 from .consumer_core import ConsumerConfig, ConsumerCore, Polled, PolledColumns
 from .ops import run_sync
@@ -26,13 +26,13 @@ class _GroupConnections:
     the address find_coordinator gave (see :mod:`triolog.client.consumer_coordinator`).
     Thread-safe: the heartbeat thread shares it."""
 
-    def __init__(self, main: SyncConnection, group, client_id: str) -> None:
+    def __init__(self, main: ClusterConnection, group, client_id: str) -> None:
         self.main, self.group, self.client_id = main, group, client_id
         self._coordinator: SyncConnection | None = None
         self._address = None
         self._lock = threading.Lock()
 
-    def _for(self, request) -> SyncConnection:
+    def _for(self, request) -> SyncConnection | ClusterConnection:
         if self.group is None or request.api not in COORDINATOR_APIS:
             return self.main
         address = self.group.coordinator or self._address
@@ -71,7 +71,8 @@ class Consumer:
     """``Consumer("host:port", auto_offset_reset="earliest")``, then assign() or subscribe().
 
     ``bootstrap_servers``: ``"host:port"``, ``"h1:9092,h2:9092"`` or a list of them, tried in
-    order until one answers. ``key_deserializer``/``value_deserializer``: functions turning each
+    order until one answers; on a cluster, every partition's requests then go to its leader (see
+    :mod:`triolog.client.cluster`). ``key_deserializer``/``value_deserializer``: functions turning each
     non-null key/value's bytes into what the records carry (kafka-python's options). Other
     keyword arguments are :class:`triolog.client.consumer_core.ConsumerConfig` fields, or the
     TLS/SASL settings of :mod:`triolog.client.security` (``security_protocol``, ``sasl_mechanism``,
@@ -95,7 +96,13 @@ class Consumer:
         self.config = ConsumerConfig(**config)
         self._core = ConsumerCore(self.config, key_deserializer=key_deserializer, value_deserializer=value_deserializer)
         self._conn = _GroupConnections(
-            SyncConnection(bootstrap_servers, client_id=self.config.client_id, security=self.security),
+            ClusterConnection(
+                bootstrap_servers,
+                client_id=self.config.client_id,
+                security=self.security,
+                retry_backoff_s=self.config.retry_backoff_ms / 1000,
+                metadata_timeout_s=self.config.request_timeout_ms / 1000,
+            ),
             self._core.group,
             self.config.client_id,
         )

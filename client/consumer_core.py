@@ -51,6 +51,7 @@ from triolog.protocol.errors import CorruptRecordError, ErrorCode
 from triolog.protocol.record_batch import HEADER_SIZE, TIMESTAMP_TYPE_MASK, read_header
 from triolog.protocol.records import iter_batch_spans, records_data
 
+from .cluster import LEADER_MOVED, retry_on_leader_op
 from .errors import (
     BrokerConnectionError,
     CorruptMessageError,
@@ -158,9 +159,17 @@ class _PartitionState:
 
 
 def list_offsets_op(
+    queries: dict[TopicPartition, int], timeout_s: float, backoff_s: float = 0.1
+) -> Op[dict[TopicPartition, OffsetAndTimestamp]]:
+    """list_offsets, asked of each partition's leader; raises the first partition error, typed.
+    A leader that moved (or is being elected) and a lost connection are retried after
+    ``backoff_s`` within ``timeout_s`` (see :func:`triolog.client.cluster.retry_on_leader_op`)."""
+    return (yield from retry_on_leader_op(lambda: _list_offsets_once_op(queries, timeout_s), timeout_s, backoff_s))
+
+
+def _list_offsets_once_op(
     queries: dict[TopicPartition, int], timeout_s: float
 ) -> Op[dict[TopicPartition, OffsetAndTimestamp]]:
-    """One list_offsets request; raises the first partition error, typed."""
     by_topic: dict[str, list[m.ListOffsetsPartition]] = {}
     for (topic, partition), timestamp in queries.items():
         by_topic.setdefault(topic, []).append(m.ListOffsetsPartition(partition=partition, timestamp=timestamp))
@@ -234,6 +243,9 @@ class ConsumerCore:
         self._unresolved: list[str] = []
         self._next_lookup, self._lookups_missed = 0.0, 0
         self._timeout_s = config.request_timeout_ms / 1000
+        self._backoff_s = config.retry_backoff_ms / 1000
+        #: A fetch found a partition's leader moved: the poll waits retry_backoff before the next.
+        self._leader_moved = False
         #: The fetch written ahead (see the module's docstring): (handle, {tp: fetch offset}), or None.
         self._in_flight: tuple[object, dict[TopicPartition, int]] | None = None
         #: The group membership (with a group_id), Kafka's ConsumerCoordinator.
@@ -388,10 +400,10 @@ class ConsumerCore:
             queries[tp] = target
         if not queries:
             return
-        found = yield from list_offsets_op(queries, self._timeout_s)
+        found = yield from list_offsets_op(queries, self._timeout_s, self._backoff_s)
         missing = {tp: LATEST for tp, answer in found.items() if answer.offset < 0}  # no record that late
         if missing:
-            found.update((yield from list_offsets_op(missing, self._timeout_s)))
+            found.update((yield from list_offsets_op(missing, self._timeout_s, self._backoff_s)))
         for tp, answer in found.items():
             known = self._states.get(tp)
             if known is not None and known.position is None:
@@ -405,11 +417,15 @@ class ConsumerCore:
 
     def offsets_for_times_op(self, timestamps: dict) -> Op[dict[TopicPartition, OffsetAndTimestamp | None]]:
         """Per partition, the first (offset, timestamp) with timestamp >= the given one; None if none."""
-        found = yield from list_offsets_op({TopicPartition(*tp): ts for tp, ts in timestamps.items()}, self._timeout_s)
+        found = yield from list_offsets_op(
+            {TopicPartition(*tp): ts for tp, ts in timestamps.items()}, self._timeout_s, self._backoff_s
+        )
         return {tp: (None if answer.offset < 0 else answer) for tp, answer in found.items()}
 
     def offsets_op(self, tps, target: int) -> Op[dict[TopicPartition, int]]:
-        found = yield from list_offsets_op({TopicPartition(*tp): target for tp in tps}, self._timeout_s)
+        found = yield from list_offsets_op(
+            {TopicPartition(*tp): target for tp in tps}, self._timeout_s, self._backoff_s
+        )
         return {tp: answer.offset for tp, answer in found.items()}
 
     def poll_op(self, timeout_ms: float, max_records: int | None = None) -> Op[Polled]:
@@ -477,6 +493,16 @@ class ConsumerCore:
                     self._in_flight = None  # stale (a seek, a new assignment): its answer is dropped
                     yield from self._fetch_op(fetchable, min(self.config.fetch_max_wait_ms, remaining_ms))
                 yield from self._prefetch_op()
+                if self._leader_moved:
+                    self._leader_moved = False
+                    records = drain(max_records)
+                    if records:
+                        return records
+                    self._in_flight = None  # (asked of the old leader)
+                    if now() >= deadline:
+                        return records
+                    yield Sleep(min(backoff_s, max(0.0, deadline - now())))
+                    continue
             except BrokerConnectionError:
                 # Reads change nothing, so they are retried while the poll has time left; a broker
                 # still unreachable when it runs out is reported, not hidden behind an empty poll.
@@ -610,6 +636,8 @@ class ConsumerCore:
                     if state.buffer:  # the records before it are still handed out; then reset
                         continue
                     state.position, state.pending_reset = None, _RESETS[self.config.auto_offset_reset]
+                elif code in LEADER_MOVED:
+                    self._leader_moved = True  # the connection looks the leader up again; fetched next poll
                 elif code:
                     errors.append(error_for(code, part.get("error_message"), topic=tp.topic, partition=tp.partition))
                 else:

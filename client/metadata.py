@@ -1,8 +1,9 @@
 """Cached topic metadata, refreshed when it is older than ``max_age_s`` or after an error.
 
-triolog is a single node: every partition's leader is the broker we are connected to, so the
-cache only needs partition counts (and offsets, for describe). All requests go to the bootstrap
-broker.
+The operations need partition counts (and offsets, for describe) from it. Where each request
+goes (a partition's leader, or any broker) is not decided here: every metadata response these
+operations get also passes through the client's connection, whose
+:class:`triolog.client.cluster.ClusterView` learns the brokers and leaders from it.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ import queue
 import threading
 import time
 
-from .connection import DEFAULT_BOOTSTRAP, SyncConnection
+from .connection import DEFAULT_BOOTSTRAP, ClusterConnection
 from .errors import ClientTimeoutError, ProducerClosedError
 from .ops import Call, run_sync
 from .producer_core import ProducerConfig, ProducerCore, RecordFuture, RecordFutures
@@ -43,7 +43,8 @@ class Producer:
     """``Producer("host:port", linger_ms=5, batch_size=16384, compression="zstd", acks=-1)``.
 
     ``bootstrap_servers``: ``"host:port"``, ``"h1:9092,h2:9092"`` or a list of them, tried in
-    order until one answers. ``key_serializer``/``value_serializer``: functions turning each
+    order until one answers; on a cluster, every partition's requests then go to its leader (see
+    :mod:`triolog.client.cluster`). ``key_serializer``/``value_serializer``: functions turning each
     non-None key/value given to :meth:`send` into bytes (kafka-python's options). Other keyword
     arguments are :class:`triolog.client.producer_core.ProducerConfig` fields. Use as a context
     manager, or call :meth:`close`, so that buffered records are sent.
@@ -60,7 +61,13 @@ class Producer:
         self.security, config = split_security(config)
         self.config = ProducerConfig(**config)
         self._core = ProducerCore(self.config, key_serializer=key_serializer, value_serializer=value_serializer)
-        self._conn = SyncConnection(bootstrap_servers, client_id=self.config.client_id, security=self.security)
+        self._conn = ClusterConnection(
+            bootstrap_servers,
+            client_id=self.config.client_id,
+            security=self.security,
+            retry_backoff_s=self.config.retry_backoff_ms / 1000,
+            metadata_timeout_s=self.config.request_timeout_ms / 1000,
+        )
         self._wakeup = threading.Event()
         #: Notified whenever records complete (which also frees buffer space).
         self._space = threading.Condition()
@@ -257,7 +264,7 @@ class Producer:
                 continue
             if not slots.acquire(timeout=0.1):  # every slot taken: the receiver frees one and wakes us
                 continue
-            batches = accumulator.drain(time.monotonic(), core.can_send)
+            batches = core.drain(time.monotonic(), conn.view.leader)
             if not batches:
                 slots.release()
                 deadline = accumulator.next_deadline()

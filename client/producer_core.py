@@ -670,6 +670,27 @@ class ProducerCore:
 
     # -- the sender ----------------------------------------------------------------------------
 
+    def drain(self, at: float, leader_of=None) -> list[ProducerBatch]:
+        """The ready batches for one produce request: with ``leader_of(topic, partition)`` (the
+        node a partition's requests go to), only those of the leader of the first batch taken,
+        so that a request goes to one broker whole; the others are taken by the next drain."""
+        can_send = self.can_send
+        if leader_of is None:
+            return self.accumulator.drain(at, can_send)
+        chosen: list = []
+
+        def one_leader(batch) -> bool:
+            node = leader_of(*batch.tp)
+            if chosen and node != chosen[0]:
+                return False
+            if can_send is not None and not can_send(batch):
+                return False
+            if not chosen:
+                chosen.append(node)
+            return True
+
+        return self.accumulator.drain(at, one_leader)
+
     def produce_request(self, batches: list[ProducerBatch]) -> m.ProduceRequest:
         by_topic: dict[str, list[m.ProducePartition]] = {}
         config = self.config
@@ -754,6 +775,11 @@ class ProducerCore:
                     if code in (ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.UNKNOWN_PRODUCER_ID):
                         assert sent is not None  # (made with idempotence)
                         idempotence.reaction(batch, code, sent[batch], result.get("log_start_offset", -1))
+                    self._retry_or_fail(batch, error)
+                elif error.retriable:
+                    # Refused before any append (NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE,
+                    # FENCED/UNKNOWN_LEADER_EPOCH, NOT_ENOUGH_REPLICAS...): the connection forgot the
+                    # leader it sent to (see triolog.client.cluster) and asks again before the retry.
                     self._retry_or_fail(batch, error)
                 else:
                     self._fail(batch, error, definite=True)  # refused before any append

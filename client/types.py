@@ -138,6 +138,9 @@ class NewTopic(NamedTuple):
     num_partitions: int = -1
     replication_factor: int = -1
     configs: dict[str, str] = {}
+    #: Instead of num_partitions and replication_factor (leave both -1): per partition, from 0,
+    #: the broker ids of its replicas, preferred leader first (kafka-topics.sh --replica-assignment).
+    replica_assignment: tuple[tuple[int, ...], ...] | None = None
 
 
 class PartitionInfo(NamedTuple):

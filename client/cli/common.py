@@ -32,10 +32,11 @@ def add_bootstrap(parser: argparse.ArgumentParser) -> None:
     default = os.environ.get(BOOTSTRAP_ENV) or DEFAULT_BOOTSTRAP
     parser.add_argument(
         "--bootstrap-server",
-        metavar="HOST:PORT",
+        metavar="HOST:PORT[,HOST:PORT...]",
         default=default,
         type=_bootstrap,
-        help=f"the broker to connect to (default: ${BOOTSTRAP_ENV} if set, else {DEFAULT_BOOTSTRAP})",
+        help="the brokers to connect to first, any of which will do (on a cluster, the clients then "
+        f"reach every broker they need) (default: ${BOOTSTRAP_ENV} if set, else {DEFAULT_BOOTSTRAP})",
     )
     add_command_config(parser)
 

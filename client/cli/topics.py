@@ -38,6 +38,17 @@ DESCRIPTION = (
 )
 
 
+def replica_assignment(value: str) -> tuple[tuple[int, ...], ...]:
+    """``"1:2:3,2:3:1"`` -> ((1, 2, 3), (2, 3, 1)): kafka-topics.sh's --replica-assignment."""
+    try:
+        out = tuple(tuple(int(node) for node in part.split(":")) for part in value.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a replica assignment: broker ids, ':' between replicas, ',' between partitions"
+        ) from None
+    return out
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_bootstrap(parser)
     action = parser.add_mutually_exclusive_group(required=True)
@@ -62,9 +73,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--replication-factor",
         type=int,
-        default=-1,
         metavar="N",
-        help="for --create: 1 (a single node has no replicas) or -1 for the default",
+        help="for --create: the number of replicas (1 on a single broker, up to the live brokers on a "
+        "cluster) or -1 for the default (the default)",
+    )
+    parser.add_argument(
+        "--replica-assignment",
+        type=replica_assignment,
+        metavar="B:B:B,B:B:B",
+        help="for --create, instead of --partitions and --replication-factor: per partition (from 0, "
+        "comma-separated) the broker ids of its replicas, preferred leader first, colon-separated "
+        "(kafka-topics.sh's syntax: 1:2:3,2:3:1)",
     )
     parser.add_argument(
         "--config",
@@ -90,6 +109,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if (args.create or args.delete or args.alter) and not args.topic:
         error("--topic is required with --create, --delete and --alter")
+        return EXIT_USAGE
+    if args.replica_assignment is not None and (
+        not args.create or args.partitions is not None or args.replication_factor is not None
+    ):
+        error("--replica-assignment goes with --create, without --partitions and --replication-factor")
         return EXIT_USAGE
     if args.alter and not (args.config or args.delete_config or args.partitions is not None):
         error("--alter needs --partitions N, --config KEY=VALUE or --delete-config KEY")
@@ -142,7 +166,11 @@ def _create(admin, args) -> int:
     from triolog.client.types import NewTopic
 
     new = NewTopic(
-        args.topic, -1 if args.partitions is None else args.partitions, args.replication_factor, dict(args.config)
+        args.topic,
+        -1 if args.partitions is None else args.partitions,
+        -1 if args.replication_factor is None else args.replication_factor,
+        dict(args.config),
+        args.replica_assignment,
     )
     try:
         admin.create_topics([new])
