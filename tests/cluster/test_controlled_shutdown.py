@@ -130,7 +130,7 @@ def test_a_rolling_restart_of_every_broker_stops_no_producer(start_brokers):
             assert led, f"broker {broker_id} led nothing to hand over"
             brokers[broker_id].start()
             assert wait_until(lambda: _fully_replicated(brokers, "rolling"), 30), "the restarted broker never caught up"
-            assert wait_until(lambda: writer.count() > before + 100)
+            assert wait_until(lambda before=before: writer.count() > before + 100)
     assert writer.failed == []
     # No write waited out a session timeout (4 s here) or a replica lag time (30 s) for a broker
     # that was leaving: each took at most a leader move and the producer's metadata refresh.

@@ -58,7 +58,7 @@ def test_the_leader_answers_where_each_epoch_ends(start_brokers):
 
     brokers.pop(first.leader).stop()
     cache = next(iter(brokers.values())).server.cluster.cache
-    assert wait_until(lambda: (v := cache.partition("epochs", 0)).leader not in (-1, first.leader))
+    assert wait_until(lambda: cache.partition("epochs", 0).leader not in (-1, first.leader))
     _produce(brokers, 5, 10)
     view = cache.partition("epochs", 0)
     leader, follower = brokers[view.leader], next(b for i, b in brokers.items() if i != view.leader)
