@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from triolog.devcluster.cluster import registered_brokers
 from tests.e2e.broker_process import ROOT
+from triolog.devcluster.cluster import registered_brokers
 
 from .helpers import wait_until
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from confluent_kafka import Consumer as KafkaConsumer, Producer as KafkaProducer, TopicPartition as KafkaTopicPartition
+from confluent_kafka import Consumer as KafkaConsumer, Producer as KafkaProducer
 from confluent_kafka.admin import AdminClient as KafkaAdminClient, NewTopic
 
 from tests.kafka.kafka_wire import connect, decode_response, encode_request, read_frame
