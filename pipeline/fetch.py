@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from triolog.client.connection import SyncConnection
+from triolog.client.connection import ClusterConnection
 from triolog.client.consumer_core import ConsumerConfig, list_offsets_op
 from triolog.client.errors import CorruptMessageError, TriologClientError, error_for
 from triolog.client.ops import check_response, run_sync
@@ -120,7 +120,7 @@ def _headers_array(per_record: list) -> pa.Array:
     )
 
 
-def _fetch(conn: SyncConnection, config: ConsumerConfig, tp: TopicPartition, offset: int) -> dict:
+def _fetch(conn: ClusterConnection, config: ConsumerConfig, tp: TopicPartition, offset: int) -> dict:
     request = m.FetchRequest(
         id=0,
         max_wait_ms=0,
@@ -164,7 +164,7 @@ def read_range(
     decoded and Spark consumes its batch.
     """
     tp = TopicPartition(topic, partition)
-    conn = SyncConnection(bootstrap, client_id=config.client_id, security=security)
+    conn = ClusterConnection(bootstrap, client_id=config.client_id, security=security)
     prefetch = ThreadPoolExecutor(1, thread_name_prefix=f"triolog-fetch-{topic}-{partition}")
     ahead = None  # (offset, future of its fetch response)
     try:
@@ -240,7 +240,7 @@ def _settle(fetch) -> None:
 
 
 def _out_of_range(
-    conn: SyncConnection, config: ConsumerConfig, tp: TopicPartition, position: int, end: int, fail: bool
+    conn: ClusterConnection, config: ConsumerConfig, tp: TopicPartition, position: int, end: int, fail: bool
 ) -> int:
     """Where to continue after OFFSET_OUT_OF_RANGE at ``position`` (``end`` when nothing is left)."""
     timeout_s = config.request_timeout_ms / 1000

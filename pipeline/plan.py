@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from triolog.client.connection import SyncConnection
+from triolog.client.connection import ClusterConnection
 from triolog.client.consumer_core import ConsumerConfig, list_offsets_op
 from triolog.client.metadata import MetadataCache
 from triolog.client.ops import run_sync
@@ -46,14 +46,14 @@ class BrokerView:
         self.bootstrap = bootstrap
         self.config = config
         self.security = security
-        self._conn: SyncConnection | None = None
+        self._conn: ClusterConnection | None = None
 
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_conn": None}
 
     def _run(self, op):
         if self._conn is None:
-            self._conn = SyncConnection(self.bootstrap, client_id=self.config.client_id, security=self.security)
+            self._conn = ClusterConnection(self.bootstrap, client_id=self.config.client_id, security=self.security)
         return run_sync(op, self._conn)
 
     def close(self) -> None:
