@@ -249,6 +249,10 @@ class ReplicaFetcherManager:
         #: its ISR (Kafka's controller sends StopReplica once it has taken it out).
         self.leaving = False
         self._nursery: trio.Nursery | None = None
+        #: The partitions a fetcher is appending fetched batches to now. Fetchers are replaced at
+        #: every change of their partitions' roles; a new one fetching a partition while the one
+        #: it replaced still appends to it would ask from a log end about to move.
+        self.applying: set[PartitionKey] = set()
 
     def targets(self) -> dict[int, FetchTarget]:
         """What to fetch now, by leader: hosted partitions led by another live broker."""
@@ -438,6 +442,8 @@ class LeaderFetcher:
         now = trio.current_time()
         waits = [self.settings.backoff_ms / 1000]
         waits += [s.delayed_until - now for s in self._states.values() if s.delayed_until > now]
+        if not self.manager.applying.isdisjoint(self._states):
+            waits.append(0.01)  # (a replaced fetcher's append ends in a moment)
         replicas = self.manager.replicas
         with trio.move_on_after(max(min(waits), 0.001)):
             await replicas.wait_changed(replicas.generation)
@@ -448,6 +454,8 @@ class LeaderFetcher:
         now = trio.current_time()
         fetches = []
         for key, state in self._states.items():
+            if key in self.manager.applying:
+                continue  # a replaced fetcher is still appending what it fetched: from its end next round
             hosted = self._hosted(key)
             if hosted is None:
                 continue  # its role changed: the manager replaces this task
@@ -504,7 +512,16 @@ class LeaderFetcher:
                 self._failing(key, _error_name(code), generation)
         if not work:
             return
-        outcomes = await self.manager.run_sync(apply_all, [(log, result) for _, log, result in work])
+        applying = self.manager.applying
+        keys = [key for key, _, _ in work]
+        applying.update(keys)
+        try:
+            # (a worker thread is not cancelled: a replaced fetcher finishes its apply, and its
+            # successor leaves these partitions out of its fetches until it has)
+            with trio.CancelScope(shield=True):
+                outcomes = await self.manager.run_sync(apply_all, [(log, result) for _, log, result in work])
+        finally:
+            applying.difference_update(keys)
         for (key, log, result), outcome in zip(work, outcomes):
             if isinstance(outcome, Exception):
                 self._failing(key, f"{type(outcome).__name__}: {outcome}", generation)
