@@ -106,7 +106,15 @@ def test_only_the_leader_takes_writes_and_kafkas_client_routes_to_it(brokers):
     )
     assert accepted
     for follower in (i for i in brokers if i != leader):
-        refused = _produce_raw(brokers[follower], "routed", 0)
+        # (LEADER_NOT_AVAILABLE until this broker's metadata has the partition's state, a moment)
+        refused = _wait(
+            lambda follower=follower: (r := _produce_raw(brokers[follower], "routed", 0))["topics"][0]["partitions"][0][
+                "error_code"
+            ]
+            == ErrorCode.NOT_LEADER_OR_FOLLOWER
+            and r
+        )
+        assert refused, _produce_raw(brokers[follower], "routed", 0)
         (row,) = refused["topics"][0]["partitions"]
         assert row["error_code"] == ErrorCode.NOT_LEADER_OR_FOLLOWER
         assert f"broker {leader} is" in row["error_message"]
