@@ -27,7 +27,7 @@ from triolog.broker.cluster.metadata_store import (
 )
 from triolog.broker.cluster.zookeeper_store import ZooKeeperStore
 
-from .zookeeper import four_letter_word
+from .zookeeper import ZooKeeperEnsemble, four_letter_word
 
 
 async def _store(connect: str, session_timeout_ms: int = 4000) -> ZooKeeperStore:
@@ -185,10 +185,20 @@ async def test_an_ephemeral_outlives_a_killed_owner_by_its_session_timeout_only(
         holder.wait()
 
 
-async def test_a_session_survives_the_loss_of_any_one_zookeeper_node(own_zookeeper):
+async def test_a_session_survives_the_loss_of_any_one_zookeeper_node(tmp_path):
     """Each node in turn is killed and restarted: one of them is the node the session is connected
     to, and the session moves to another without losing its ephemeral node."""
-    store = await _store(own_zookeeper.connect("/triolog"), session_timeout_ms=4000)
+    # A longer tick than the suite's (sessions up to 20 ticks: 10 s), and an 8 s session: on two
+    # busy cores, moving to another node once took longer than the suite's 4 s sessions allow.
+    own_zookeeper = ZooKeeperEnsemble(tmp_path / "zookeeper", size=3, tick_ms=500).start()
+    try:
+        await _session_survives_each_node_loss(own_zookeeper)
+    finally:
+        own_zookeeper.stop()
+
+
+async def _session_survives_each_node_loss(own_zookeeper):
+    store = await _store(own_zookeeper.connect("/triolog"), session_timeout_ms=8000)
     states = []
 
     async def record_states():
