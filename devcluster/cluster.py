@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .zookeeper import ZooKeeperEnsemble, set_parent_death_signal
+from .zookeeper import ZooKeeperEnsemble, free_ports as free_local_ports, set_parent_death_signal
 
 #: The ZooKeeper path the cluster's znodes go under.
 CHROOT = "/triolog"
@@ -103,19 +103,6 @@ def _relative(path: Path) -> str:
         return str(path)
 
 
-def _free_ports(count: int) -> list[int]:
-    sockets = []
-    try:
-        for _ in range(count):
-            sock = socket.socket()
-            sock.bind(("127.0.0.1", 0))
-            sockets.append(sock)
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
-
-
 def _taken(port: int) -> bool:
     with socket.socket() as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -166,7 +153,7 @@ class DevCluster:
     ):
         self.directory = Path(directory)
         if free_ports:
-            ports = _free_ports(3 * brokers + 3)
+            ports = free_local_ports(3 * brokers + 3)
             zk_ports, ports = ports[:3], ports[3:]
             listeners = [(ports[i * 3], ports[i * 3 + 1], ports[i * 3 + 2]) for i in range(brokers)]
         else:

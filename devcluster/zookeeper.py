@@ -58,7 +58,8 @@ def zookeeper_classpath() -> str:
     return ":".join(str(ZOOKEEPER_JARS / jar) for jar in CLASSPATH_JARS)
 
 
-def _free_ports(count: int) -> list[int]:
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct ports free on 127.0.0.1 now."""
     sockets = []
     try:
         for _ in range(count):
@@ -140,7 +141,7 @@ class ZooKeeperEnsemble:
         self._preexec: Callable[[], None] | None = set_parent_death_signal if die_with_parent else None
         if client_ports is not None and len(client_ports) != size:
             raise ValueError(f"{size} nodes need {size} client ports, not {len(client_ports)}")
-        ports = _free_ports(3 * size)
+        ports = free_ports(3 * size)
         if client_ports is not None:
             ports[0::3] = client_ports
         self.nodes = [

@@ -236,6 +236,21 @@ class _WouldBlock(Exception):
     """Raised inside an inline attempt: this request goes to a worker thread after all."""
 
 
+async def _per_topic(names, act: Callable[[str], Awaitable[None]]) -> tuple[m.TopicResult, ...]:
+    """A cluster admin request's answer: per topic (each on its own, in order) ``act`` done, or the
+    error it raised (a bad name refused first)."""
+    out = []
+    for name in names:
+        try:
+            validate_topic_name(name)
+            await act(name)
+            out.append(m.TopicResult(name=name))
+        except Exception as exc:
+            code, message = error_of(exc, topic=name)
+            out.append(m.TopicResult(name=name, error_code=code, error_message=message))
+    return tuple(out)
+
+
 class RequestHandler:
     """Kafka's KafkaApis: each request to the handler of its API (:meth:`handle`'s table), with the
     coordinators and security stores it was built with."""
@@ -635,17 +650,12 @@ class RequestHandler:
     async def _delete_cluster_topics(self, request: m.DeleteTopicsRequest, ctx: RequestContext) -> m.Response:
         cluster = self.cluster
         assert cluster is not None
-        out = []
-        for name in request.topics:
-            try:
-                validate_topic_name(name)
-                self.authz.require_topic(ctx, Op.DELETE, name)
-                await cluster.delete_topic(name)
-                out.append(m.TopicResult(name=name))
-            except Exception as exc:
-                code, message = error_of(exc, topic=name)
-                out.append(m.TopicResult(name=name, error_code=code, error_message=message))
-        return m.DeleteTopicsResponse(id=request.id, topics=tuple(out))
+
+        async def delete(name: str) -> None:
+            self.authz.require_topic(ctx, Op.DELETE, name)
+            await cluster.delete_topic(name)
+
+        return m.DeleteTopicsResponse(id=request.id, topics=await _per_topic(request.topics, delete))
 
     def _config_source(self, topic_overrides, name: str) -> str:
         if name in topic_overrides:
@@ -688,44 +698,35 @@ class RequestHandler:
     async def _create_cluster_partitions(self, request: m.CreatePartitionsRequest, ctx: RequestContext) -> m.Response:
         cluster = self.cluster
         assert cluster is not None
-        out = []
-        for entry in request.topics:
-            try:
-                validate_topic_name(entry.name)
-                self.authz.require_topic(ctx, Op.ALTER, entry.name)
-                await cluster.create_partitions(entry.name, entry.count, validate_only=request.validate_only)
-                out.append(m.TopicResult(name=entry.name))
-            except Exception as exc:
-                code, message = error_of(exc, topic=entry.name)
-                out.append(m.TopicResult(name=entry.name, error_code=code, error_message=message))
-        return m.CreatePartitionsResponse(id=request.id, topics=tuple(out))
+        counts = {entry.name: entry.count for entry in request.topics}
+
+        async def grow(name: str) -> None:
+            self.authz.require_topic(ctx, Op.ALTER, name)
+            await cluster.create_partitions(name, counts[name], validate_only=request.validate_only)
+
+        return m.CreatePartitionsResponse(id=request.id, topics=await _per_topic(counts, grow))
 
     async def _alter_cluster_configs(self, request: m.AlterConfigsRequest, ctx: RequestContext) -> m.Response:
         cluster = self.cluster
         assert cluster is not None
-        out = []
-        for entry in request.topics:
-            try:
-                validate_topic_name(entry.name)
-                self.authz.require_topic(ctx, Op.ALTER_CONFIGS, entry.name)
-                await cluster.alter_configs(
-                    entry.name,
-                    dict(entry.configs),
-                    tuple(entry.delete),
-                    validate_only=request.validate_only,
-                    replace=entry.replace,
-                    append=dict(entry.append),
-                    subtract=dict(entry.subtract),
-                )
-                if not request.validate_only:
-                    logger.info(
-                        "topic_configs_altered", topic=entry.name, set=dict(entry.configs), deleted=list(entry.delete)
-                    )
-                out.append(m.TopicResult(name=entry.name))
-            except Exception as exc:
-                code, message = error_of(exc, topic=entry.name)
-                out.append(m.TopicResult(name=entry.name, error_code=code, error_message=message))
-        return m.AlterConfigsResponse(id=request.id, topics=tuple(out))
+        entries = {entry.name: entry for entry in request.topics}
+
+        async def alter(name: str) -> None:
+            entry = entries[name]
+            self.authz.require_topic(ctx, Op.ALTER_CONFIGS, name)
+            await cluster.alter_configs(
+                name,
+                dict(entry.configs),
+                tuple(entry.delete),
+                validate_only=request.validate_only,
+                replace=entry.replace,
+                append=dict(entry.append),
+                subtract=dict(entry.subtract),
+            )
+            if not request.validate_only:
+                logger.info("topic_configs_altered", topic=name, set=dict(entry.configs), deleted=list(entry.delete))
+
+        return m.AlterConfigsResponse(id=request.id, topics=await _per_topic(entries, alter))
 
     def _check_partition_room(self, topic: str, added: int) -> None:
         """PolicyViolationError unless ``added`` more partitions fit under max.broker.partitions
