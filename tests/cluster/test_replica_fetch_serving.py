@@ -37,10 +37,11 @@ def brokers(start_brokers):
 
 
 @pytest.fixture
-def register_hand(zk_connect):
+def register_hand(zk_connect, brokers):
     """Register broker 3 (this test) as a live broker, as a real follower is: without it the
-    controller would take it out of every ISR it joins. Call after creating the topic to keep it
-    out of the ISR at first."""
+    controller would take it out of every ISR it joins, and a leader takes no broker it has not
+    seen registered into an ISR (so this waits until every broker has). Call after creating the
+    topic to keep it out of the ISR at first."""
     from kazoo.client import KazooClient
 
     from triolog.broker.cluster.zk_data import BrokerRegistration, RegisteredEndpoint
@@ -51,6 +52,7 @@ def register_hand(zk_connect):
     def register():
         endpoint = RegisteredEndpoint("PLAINTEXT", "PLAINTEXT", "127.0.0.1", 9)
         client.create(f"/brokers/ids/{HAND}", BrokerRegistration(HAND, (endpoint,)).encode(), ephemeral=True)
+        assert _wait(lambda: all(HAND in b.server.cluster.cache.brokers for b in brokers.values()))
 
     yield register
     client.stop()
@@ -152,8 +154,13 @@ def test_acks_all_is_refused_below_min_isr_and_answered_once_every_in_sync_repli
     assert leader.server.log_manager.get_log("durable", 0).log_end_offset == 0
 
     # Broker 3 (this test) catches up to the empty log: back in the ISR, writes are taken.
-    replica_fetch(leader, HAND, "durable", 0, leader_epoch=0)
-    assert _wait(lambda: state(leader, "durable").isr == (1, 2, HAND))
+    # (fetched again until it is in, as a follower does: the controller, seeing broker 3 register,
+    # may write the state first, and the leader's ISR change then waits for the next fetch)
+    assert _wait(
+        lambda: (
+            replica_fetch(leader, HAND, "durable", 0, leader_epoch=0) and state(leader, "durable").isr == (1, 2, HAND)
+        )
+    )
     assert _wait(lambda: leader.server.cluster.replicas.hosted[("durable", 0)].leadership.may_append_acks_all())
     outcomes.clear()
     producer.produce("durable", value=b"committed", partition=0, on_delivery=lambda err, msg: outcomes.append(err))
@@ -200,8 +207,10 @@ def test_a_consumer_never_reads_past_the_high_watermark(brokers, zk_connect, reg
     assert _wait(lambda: state(brokers[1], "visible")).isr == (1,)
     register_hand()
     leader = brokers[1]
-    replica_fetch(leader, HAND, "visible", 0, leader_epoch=0)  # caught up (empty): into the ISR
-    assert _wait(lambda: state(leader, "visible").isr == (1, HAND))
+    # Caught up (empty): into the ISR (fetched until it is in, as above).
+    assert _wait(
+        lambda: replica_fetch(leader, HAND, "visible", 0, leader_epoch=0) and state(leader, "visible").isr == (1, HAND)
+    )
     producer = KafkaProducer({"bootstrap.servers": _bootstrap(brokers), "acks": "1"})
     producer.produce("visible", value=b"v", partition=0)
     assert producer.flush(30) == 0
