@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import collections
 import enum
-from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from functools import partial
 
 import structlog
@@ -23,6 +23,7 @@ import trio
 from triolog.protocol.errors import ErrorCode, InvalidRequestError, NotControllerError
 
 from .election import (
+    bounced_replicas,
     elect_for_controlled_shutdown,
     elect_offline,
     elect_preferred,
@@ -37,7 +38,7 @@ from .metadata_store import (
     StoreUnavailableError,
     TransactionFailedError,
 )
-from .zk_client import ControllerFence, ControllerMovedError, KafkaZkClient
+from .zk_client import ControllerFence, ControllerMovedError, KafkaZkClient, VersionedState
 from .zk_data import NO_LEADER, PartitionState, TopicAssignment
 
 logger = structlog.get_logger("triolog.cluster.controller")
@@ -74,11 +75,23 @@ class BrokersView:
 
     registered: frozenset[int]
     shutting_down: frozenset[int]
+    #: Each registered broker's epoch (its registration's creation stamp).
+    epochs: Mapping[int, int] = field(default_factory=dict)
 
     @property
     def eligible(self) -> frozenset[int]:
         """The brokers that may lead or stay in an ISR (Kafka's liveBrokerIds)."""
         return self.registered - self.shutting_down
+
+    def as_of(self, versioned: VersionedState) -> BrokersView:
+        """The brokers as a decision on this partition state sees them: its ISR members registered
+        again since it was written are taken for dead (Kafka's controller handles a bounced
+        broker as one that failed, then as one that started: this write puts it out, the next
+        may take it in)."""
+        bounced = bounced_replicas(versioned.state, self.epochs, versioned.modified)
+        if not bounced:
+            return self
+        return BrokersView(self.registered - bounced, self.shutting_down - bounced, self.epochs)
 
 
 @dataclass(frozen=True)
@@ -247,8 +260,10 @@ class KafkaController:
     # -- what the controller does ----------------------------------------------------------------
 
     async def _brokers(self) -> BrokersView:
-        registered = frozenset(await self.zk.live_brokers())
-        return BrokersView(registered, frozenset(await self.zk.shutting_down()) & registered)
+        live = await self.zk.live_brokers()
+        registered = frozenset(live)
+        epochs = {broker_id: registration.epoch for broker_id, registration in live.items()}
+        return BrokersView(registered, frozenset(await self.zk.shutting_down()) & registered, epochs)
 
     async def reconcile(self, fence: ControllerFence) -> None:
         """Bring every partition's state in line with the live brokers: new partitions get a state,
@@ -305,10 +320,17 @@ class KafkaController:
     async def _reconcile_partition(
         self, fence: ControllerFence, topic: str, partition: int, replicas: tuple[int, ...], brokers: BrokersView
     ) -> None:
-        async def decide(state: PartitionState) -> tuple[PartitionState | None, str]:
+        async def decide(state: PartitionState, brokers: BrokersView) -> tuple[PartitionState | None, str]:
             return await self._decide(topic, replicas, state, brokers, fence.epoch)
 
-        if await self._change_state(fence, topic, partition, decide) is _RETRY:
+        outcome = await self._change_state(fence, topic, partition, brokers, decide)
+        if outcome is _RETRY:
+            self._wakeup.set()
+        elif (
+            isinstance(outcome, PartitionState) and outcome.leader == NO_LEADER and brokers.eligible & set(outcome.isr)
+        ):
+            # A bounced broker, the partition's last in-sync replica, was put out: now that the
+            # state is newer than its registration, the next pass elects it again.
             self._wakeup.set()
 
     async def _change_state(
@@ -316,16 +338,17 @@ class KafkaController:
         fence: ControllerFence,
         topic: str,
         partition: int,
-        decide: Callable[[PartitionState], Awaitable[tuple[PartitionState | None, str]]],
+        brokers: BrokersView,
+        decide: Callable[[PartitionState, BrokersView], Awaitable[tuple[PartitionState | None, str]]],
     ) -> PartitionState | None | object:
-        """Read, decide, write conditionally; again when a leader's ISR change got in first. The
-        state written, None if ``decide`` wanted none (or the partition has no state), _RETRY if
-        every attempt lost its race."""
+        """Read, decide (on the brokers as that state sees them), write conditionally; again when
+        a leader's ISR change got in first. The state written, None if ``decide`` wanted none (or
+        the partition has no state), _RETRY if every attempt lost its race."""
         for _ in range(STATE_WRITE_ATTEMPTS):
             current = await self.zk.partition_state(topic, partition)
             if current is None:
                 return None
-            wanted, kind = await decide(current.state)
+            wanted, kind = await decide(current.state, brokers.as_of(current))
             if wanted is None:
                 return None
             try:
@@ -423,7 +446,7 @@ class KafkaController:
         refusal: tuple[ErrorCode, str | None] = (ErrorCode.NONE, None)
         name = f"{topic}-{partition}"
 
-        async def decide(state: PartitionState) -> tuple[PartitionState | None, str]:
+        async def decide(state: PartitionState, brokers: BrokersView) -> tuple[PartitionState | None, str]:
             nonlocal refusal
             if election_type is ElectionType.PREFERRED:
                 if state.leader == replicas[0] and state.leader in brokers.registered:
@@ -445,7 +468,7 @@ class KafkaController:
                 return None, ""
             return elected, ElectionKind.UNCLEAN if elected.leader not in state.isr else ElectionKind.CLEAN
 
-        outcome = await self._change_state(fence, topic, partition, decide)
+        outcome = await self._change_state(fence, topic, partition, brokers, decide)
         if outcome is _RETRY:
             return ErrorCode.REQUEST_TIMED_OUT, f"{name}: its state kept changing; try again"
         if outcome is None and refusal[0] == ErrorCode.NONE:

@@ -220,6 +220,23 @@ def elect_for_controlled_shutdown(
     return PartitionState(leader, state.leader_epoch + 1, isr, controller_epoch, state.leader_recovery_state)
 
 
+def bounced_replicas(state: PartitionState, broker_epochs: Mapping[int, int], state_modified: int) -> frozenset[int]:
+    """The ISR members registered again since the partition state was last written: Kafka's
+    bounced brokers, told by their broker epoch (the registration's creation stamp, in the same
+    order as the state's last write).
+
+    Such a replica restarted, or lost its session, after the state that keeps it in the ISR was
+    written, and may hold less than it acknowledged (a machine's crash loses what was never
+    flushed). Until a state is written after its return it leads nothing and keeps nobody's
+    record safe: the controller takes it as a broker that died and started again, and a leader
+    changing the ISR leaves it out. A broker not registered is not bounced (it is dead), and a
+    leaderless state has none: it was written once its replicas were known dead, and the last
+    in-sync replica it names is the one expected back to lead (as in Kafka)."""
+    if state.leader == NO_LEADER:
+        return frozenset()
+    return frozenset(r for r in state.isr if broker_epochs.get(r, 0) > state_modified)
+
+
 def remove_from_isr(state: PartitionState, replicas: Collection[int], *, controller_epoch: int) -> PartitionState:
     """The controller taking dead replicas out of the ISR (Kafka's removeReplicasFromIsr, one
     replica at a time): never the last member, which alone may lead cleanly when it returns; a

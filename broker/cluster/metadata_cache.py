@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import structlog
 import trio
 
+from .election import bounced_replicas
 from .metadata_store import SessionState, StoreUnavailableError
 from .zk_client import KafkaZkClient, VersionedState
 from .zk_data import NO_LEADER, BrokerRegistration, TopicAssignment
@@ -48,6 +49,8 @@ class ClusterMetadataCache:
     def __init__(self, zk: KafkaZkClient):
         self.zk = zk
         self.brokers: dict[int, BrokerRegistration] = {}
+        #: Each registered broker's epoch (its registration's creation stamp).
+        self.broker_epochs: dict[int, int] = {}
         self.controller_id: int | None = None
         #: The brokers in a controlled shutdown: no leader takes them (back) into an ISR.
         self.shutting_down: frozenset[int] = frozenset()
@@ -83,11 +86,21 @@ class ClusterMetadataCache:
         if versioned is None:
             return PartitionView(topic, partition, replicas, NO_LEADER, -1, (), -1, replicas)
         state = versioned.state
+        # A leader registered again since this state was written (a restart, a lost session) has
+        # not been elected by it: until the controller writes anew, the partition has no leader
+        # (acting on it, a restarted leader that lost its unflushed tail would have its
+        # followers truncate to it).
         leader = state.leader if state.leader in self.brokers else NO_LEADER
+        if leader != NO_LEADER and leader in self.bounced(versioned):
+            leader = NO_LEADER
         offline = tuple(r for r in replicas if r not in self.brokers)
         return PartitionView(
             topic, partition, replicas, leader, state.leader_epoch, state.isr, versioned.version, offline
         )
+
+    def bounced(self, versioned: VersionedState) -> frozenset[int]:
+        """The state's ISR members registered again since it was written (election.bounced_replicas)."""
+        return bounced_replicas(versioned.state, self.broker_epochs, versioned.modified)
 
     def partitions(self, topic: str) -> list[PartitionView]:
         assignment = self.topics.get(topic)
@@ -138,8 +151,14 @@ class ClusterMetadataCache:
         brokers, changed = await self.zk.watch_brokers()
         if brokers != self.brokers:
             joined, left = sorted(set(brokers) - set(self.brokers)), sorted(set(self.brokers) - set(brokers))
+            registered_again = sorted(
+                b for b in brokers if b in self.brokers and brokers[b].epoch != self.brokers[b].epoch
+            )
             self.brokers = brokers
-            logger.info("brokers_changed", live=sorted(brokers), joined=joined, left=left)
+            self.broker_epochs = {broker_id: registration.epoch for broker_id, registration in brokers.items()}
+            logger.info(
+                "brokers_changed", live=sorted(brokers), joined=joined, left=left, registered_again=registered_again
+            )
             self._bump()
         return changed
 

@@ -30,6 +30,11 @@ class Node:
     version: int
     #: The session owning an ephemeral node; 0 for a persistent one.
     ephemeral_owner: int = 0
+    #: The store-wide order of the node's creation and of its last write (ZooKeeper's czxid and
+    #: mzxid; an etcd backend's create and mod revisions): comparable across nodes, so "was this
+    #: written after that was made" has an answer. A broker registration's is Kafka's broker epoch.
+    created: int = 0
+    modified: int = 0
 
 
 # -- operations of a conditional multi-write -----------------------------------------------------

@@ -229,8 +229,13 @@ class ReplicaManager:
                 # A broker in a controlled shutdown is never taken (back) in (Kafka's KIP-841): it
                 # is about to go, and acks=all would wait for it.
                 leaving = self.cache.shutting_down
+                # Nor is a member registered again since the state was written kept in (Kafka's
+                # KIP-903): it may have lost what it had acknowledged; it comes back by catching up.
+                bounced = self.cache.bounced(current)
                 ordered = tuple(
-                    r for r in hosted.leadership.replicas if r in isr and (r in state.isr or r not in leaving)
+                    r
+                    for r in hosted.leadership.replicas
+                    if r in isr and (r in state.isr or r not in leaving) and r not in bounced
                 )
                 if set(ordered) == set(state.isr):
                     hosted.leadership.set_isr(ordered, self._now_ms())

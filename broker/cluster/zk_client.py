@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import trio
 
@@ -21,6 +21,7 @@ from .metadata_store import (
     Create,
     Delete,
     MetadataStore,
+    Node,
     NodeExistsError,
     NoNodeError,
     Op,
@@ -52,6 +53,8 @@ class VersionedState:
 
     state: PartitionState
     version: int
+    #: When the state was last written, in the store's order (comparable with broker epochs).
+    modified: int = 0
 
 
 class KafkaZkClient:
@@ -95,7 +98,7 @@ class KafkaZkClient:
         node = await self.store.get(zk_data.broker_path(broker_id))
         if node is None:
             return None
-        return BrokerRegistration.decode(broker_id, node.data), node.ephemeral_owner
+        return replace(BrokerRegistration.decode(broker_id, node.data), epoch=node.created), node.ephemeral_owner
 
     async def live_brokers(self) -> dict[int, BrokerRegistration]:
         brokers, _ = await self._brokers(watch=False)
@@ -117,7 +120,7 @@ class KafkaZkClient:
         for broker_id in zk_data.ids_from_children(children or []):
             node = await self.store.get(zk_data.broker_path(broker_id))
             if node is not None:  # gone between the listing and the read: not live
-                brokers[broker_id] = BrokerRegistration.decode(broker_id, node.data)
+                brokers[broker_id] = replace(BrokerRegistration.decode(broker_id, node.data), epoch=node.created)
         return brokers, event
 
     # -- controlled shutdown ---------------------------------------------------------------------
@@ -305,12 +308,12 @@ class KafkaZkClient:
     async def partition_state(self, topic: str, partition: int) -> VersionedState | None:
         path = zk_data.partition_state_path(topic, partition)
         node = await self.store.get(path)
-        return None if node is None else VersionedState(PartitionState.decode(node.data, path), node.version)
+        return None if node is None else _versioned_state(node, path)
 
     async def watch_partition_state(self, topic: str, partition: int) -> tuple[VersionedState | None, trio.Event]:
         path = zk_data.partition_state_path(topic, partition)
         node, event = await self.store.watch(path)
-        return (None if node is None else VersionedState(PartitionState.decode(node.data, path), node.version)), event
+        return (None if node is None else _versioned_state(node, path)), event
 
     async def create_partition_states(
         self, fence: ControllerFence, topic: str, states: Mapping[int, PartitionState]
@@ -341,3 +344,7 @@ class KafkaZkClient:
             raise failed.cause from None
         assert new_version is not None
         return new_version
+
+
+def _versioned_state(node: Node, path: str) -> VersionedState:
+    return VersionedState(PartitionState.decode(node.data, path), node.version, node.modified)

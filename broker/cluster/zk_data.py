@@ -178,6 +178,9 @@ class BrokerRegistration:
     endpoints: tuple[RegisteredEndpoint, ...]
     rack: str | None = None
     timestamp_ms: int = 0
+    #: Kafka's broker epoch: the registration znode's creation stamp (its czxid), not in its JSON.
+    #: A broker registered again (restarted, or its session lost) has a higher one.
+    epoch: int = 0
 
     def endpoint(self, listener: str) -> RegisteredEndpoint | None:
         return next((e for e in self.endpoints if e.listener == listener), None)

@@ -12,8 +12,9 @@ from contextlib import asynccontextmanager
 import pytest
 import trio
 
+from triolog.broker.cluster import zk_data
 from triolog.broker.cluster.controller import KafkaController
-from triolog.broker.cluster.metadata_store import NodeExistsError
+from triolog.broker.cluster.metadata_store import Create, Delete, NodeExistsError
 from triolog.broker.cluster.zk_client import ControllerMovedError, KafkaZkClient
 from triolog.broker.cluster.zk_data import (
     NO_LEADER,
@@ -231,3 +232,53 @@ async def _isr_is(zk, topic, isr):
 async def _leader_is(zk, topic, leader):
     state = await zk.partition_state(topic, 0)
     return state is not None and state.state.leader == leader
+
+
+async def register_again(member):
+    """The broker's registration deleted and made again in one write: a restart the controller
+    cannot see as a death (no pass between the two), as when a killed broker's successor registers
+    the moment its predecessor's session ends. Only its broker epoch tells."""
+    path = zk_data.broker_path(member.broker_id)
+    node = await member.store.get(path)
+    await member.store.commit([Delete(path), Create(path, node.data, ephemeral=True)])
+    registration, _ = await member.zk.broker(member.broker_id)
+    assert registration.epoch > node.created
+
+
+async def test_a_broker_registered_again_is_taken_for_one_that_died_and_started(zk_connect):
+    async with cluster(zk_connect) as (members, start):
+        for broker_id in (1, 2, 3):
+            await start(broker_id)
+        zk = members[3].zk
+        await zk.create_topic("bounce", TopicAssignment({0: (1, 2, 3), 1: (2, 1, 3)}), {})
+        await zk.create_topic("alone", TopicAssignment({0: (1,)}), {})
+        await wait_for(lambda: _truthy(zk.partition_state("bounce", 1)))
+        await wait_for(lambda: _leader_is(zk, "alone", 1))
+        before = {p: (await zk.partition_state("bounce", p)).state for p in (0, 1)}
+        alone = (await zk.partition_state("alone", 0)).state
+        assert before[0].leader == 1 and before[1].isr == (2, 1, 3)
+
+        await register_again(members[1])
+
+        # It may have lost what it held (an unflushed tail): it leads nothing it led, and leaves
+        # every ISR; as a started broker it comes back in by catching up (the leader's part).
+        await wait_for(lambda: _leader_is(zk, "bounce", 2))
+        after = {p: (await zk.partition_state("bounce", p)).state for p in (0, 1)}
+        assert after[0].isr == (2, 3) and after[0].leader_epoch == before[0].leader_epoch + 1
+        await wait_for(lambda: _isr_of(zk, "bounce", 1, (2, 3)))
+        assert (await zk.partition_state("bounce", 1)).state.leader == 2
+        # Its only replica: offline for one write (the old leader epoch fenced), then it leads
+        # again on a state newer than its registration.
+        await wait_for(lambda: _epoch_at_least(zk, "alone", alone.leader_epoch + 2))
+        now = (await zk.partition_state("alone", 0)).state
+        assert now.leader == 1 and now.isr == (1,) and now.leader_epoch == alone.leader_epoch + 2
+
+
+async def _isr_of(zk, topic, partition, isr):
+    state = await zk.partition_state(topic, partition)
+    return state is not None and state.state.isr == isr
+
+
+async def _epoch_at_least(zk, topic, epoch):
+    state = await zk.partition_state(topic, 0)
+    return state is not None and state.state.leader_epoch >= epoch and state.state.leader != NO_LEADER

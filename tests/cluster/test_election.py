@@ -13,6 +13,7 @@ from hypothesis import given, strategies as st
 from triolog.broker.cluster.election import (
     BrokerPlacement,
     assign_replicas,
+    bounced_replicas,
     elect_for_controlled_shutdown,
     elect_offline,
     elect_preferred,
@@ -145,6 +146,24 @@ def test_controller_moves_never_put_a_dead_or_out_of_sync_replica_in_the_lead(ca
     assert removed.isr and set(removed.isr) <= set(isr) and removed.leader_epoch == epoch + 1
     if isr[0] not in live:
         assert removed.leader == NO_LEADER
+
+
+@given(_states, st.dictionaries(st.integers(0, 6), st.integers(1, 200)), st.integers(0, 200), st.booleans())
+def test_a_replica_registered_after_its_state_was_written_never_leads_on_it(case, epochs, modified, leaderless):
+    """Kafka's bounced broker, told by its epoch: out of the ISR and of the lead until a state
+    newer than its registration is written; a leaderless state waits for its last replica."""
+    assignment, isr, live, unclean, epoch = case
+    state = PartitionState(NO_LEADER if leaderless else isr[0], epoch, tuple(isr), 1)
+    bounced = bounced_replicas(state, epochs, modified)
+    assert bounced <= set(isr)
+    assert all(epochs.get(r, 0) > modified for r in bounced)
+    if leaderless:
+        assert not bounced
+    else:
+        assert bounced == {r for r in isr if epochs.get(r, 0) > modified}
+        elected = elect_offline(assignment, state, set(live) - bounced, unclean=False, controller_epoch=2)
+        if elected.leader != NO_LEADER:
+            assert elected.leader not in bounced and not set(elected.isr) & bounced
 
 
 def test_removing_dead_replicas_keeps_the_last_member_and_drops_a_dead_leader():

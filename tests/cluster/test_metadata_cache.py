@@ -7,9 +7,17 @@ from __future__ import annotations
 import trio
 
 from triolog.broker.cluster.metadata_cache import ClusterMetadataCache
-from triolog.broker.cluster.zk_data import NO_LEADER, TopicAssignment
+from triolog.broker.cluster.zk_client import KafkaZkClient
+from triolog.broker.cluster.zk_data import (
+    NO_LEADER,
+    BrokerRegistration,
+    PartitionState,
+    RegisteredEndpoint,
+    TopicAssignment,
+)
+from triolog.broker.cluster.zookeeper_store import ZooKeeperStore
 
-from .test_controller import cluster, wait_for
+from .test_controller import Member, cluster, register_again, wait_for
 
 
 async def test_the_cache_follows_brokers_topics_and_partition_states(zk_connect):
@@ -71,3 +79,41 @@ async def test_a_partition_without_a_state_yet_is_offline(zk_connect):
             view = cache.partition("waiting", 0)
             assert view.leader == NO_LEADER and view.offline_replicas == (9,) and not view.online
             nursery.cancel_scope.cancel()
+
+
+async def test_a_leader_registered_again_leads_nothing_until_a_newer_state_names_it(zk_connect):
+    """No controller runs here: the states are written by hand, so what the cache shows between a
+    leader's new registration and the next state is seen (live, a controller acts at once)."""
+    store = ZooKeeperStore(zk_connect, session_timeout_ms=4000)
+    await store.start()
+    zk = KafkaZkClient(store)
+    try:
+        await zk.create_top_level_paths()
+        for broker_id in (5, 6):
+            endpoint = RegisteredEndpoint("PLAINTEXT", "PLAINTEXT", "127.0.0.1", 9000 + broker_id)
+            await zk.register_broker(BrokerRegistration(broker_id, (endpoint,)))
+        fence = await zk.try_become_controller(99)
+        await zk.create_topic("restarts", TopicAssignment({0: (5, 6)}), {})
+        await zk.create_partition_states(fence, "restarts", {0: PartitionState(5, 3, (5, 6), fence.epoch)})
+        cache = ClusterMetadataCache(zk)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(cache.run)
+
+            async def leader_is(leader):
+                view = cache.partition("restarts", 0)
+                return view is not None and view.leader == leader
+
+            await wait_for(lambda: leader_is(5))
+            await register_again(Member(5, store, unclean=False))
+            # The state still names broker 5, written before it registered again: no leader.
+            await wait_for(lambda: leader_is(NO_LEADER))
+            assert (await zk.partition_state("restarts", 0)).state.leader == 5
+            current = await zk.partition_state("restarts", 0)
+            await zk.update_partition_state(
+                fence, "restarts", 0, PartitionState(5, 4, (5,), fence.epoch), current.version
+            )
+            await wait_for(lambda: leader_is(5))
+            assert cache.partition("restarts", 0).leader_epoch == 4
+            nursery.cancel_scope.cancel()
+    finally:
+        await store.close()
