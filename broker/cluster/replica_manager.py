@@ -52,6 +52,9 @@ class HostedPartition:
     log: Log
     #: The leader's side of replication, when this broker leads the partition.
     leadership: LeaderPartition | None = None
+    #: The leader epoch this broker's unbroken leadership began in (-1: not leader). A write
+    #: appended in an earlier epoch may have been truncated away while it was not leader.
+    led_since_epoch: int = -1
 
     def is_leader(self, broker_id: int) -> bool:
         return self.leader == broker_id
@@ -156,11 +159,13 @@ class ReplicaManager:
                 f"fewer than min.insync.replicas={leadership.min_insync_replicas}"
             )
 
-    def acks_all_status(self, topic: str, partition: int, required_offset: int) -> AcksAll | None:
-        """Where an acks=all write ending below ``required_offset`` stands; None if this broker no
-        longer leads the partition in the epoch it was written in (the write's fate is unknown)."""
+    def acks_all_status(self, topic: str, partition: int, required_offset: int, appended_epoch: int) -> AcksAll | None:
+        """Where an acks=all write appended in leader epoch ``appended_epoch`` and ending below
+        ``required_offset`` stands; None if this broker has not led the partition without a break
+        since (the write's fate is unknown: as a follower in between, it may have truncated the
+        write away, and the offsets may hold other records now, committed or not)."""
         hosted = self.hosted.get((topic, partition))
-        if hosted is None or hosted.leadership is None:
+        if hosted is None or hosted.leadership is None or hosted.led_since_epoch > appended_epoch:
             return None
         return hosted.leadership.acks_all_status(required_offset)
 
@@ -310,7 +315,11 @@ class ReplicaManager:
             topic_id = self.cache.topics[view.topic].topic_id
             log = await self._run_sync(self.topics.hosted_log, view.topic, view.partition, topic_id)
         leadership = None
+        led_since = -1
         if view.leader == self.broker_id:
+            led_since = (
+                hosted.led_since_epoch if hosted is not None and hosted.leadership is not None else view.leader_epoch
+            )
             await self._run_sync(self._become_leader, log, view.leader_epoch)
             leadership = LeaderPartition(
                 broker_id=self.broker_id,
@@ -326,9 +335,10 @@ class ReplicaManager:
         else:
             log.replicated = True
         self.hosted[key] = hosted = HostedPartition(
-            view.topic, view.partition, view.leader, view.leader_epoch, log, leadership
+            view.topic, view.partition, view.leader, view.leader_epoch, log, leadership, led_since
         )
         self._advance_high_watermark(hosted)
+        self._notify(key)  # acks=all writes waiting on it: answered NOT_LEADER_OR_FOLLOWER if it was lost
         logger.info(
             "replica_role",
             topic=view.topic,

@@ -129,16 +129,19 @@ class ClusterGroupPartitions:
         hosted = self.replicas.leader_partition(OFFSETS_TOPIC, partition)
         return hosted.log, hosted.leader_epoch
 
-    async def wait_committed(self, partition: int, info: LogAppendInfo, timeout_s: float) -> tuple[int, str] | None:
-        """Until the in-sync replicas have the appended records (None), or why not: the error a
-        group request answers (NOT_COORDINATOR when leadership moved, as Kafka maps it)."""
+    async def wait_committed(
+        self, partition: int, info: LogAppendInfo, leader_epoch: int, timeout_s: float
+    ) -> tuple[int, str] | None:
+        """Until the in-sync replicas have the records appended in ``leader_epoch`` (None), or why
+        not: the error a group request answers (NOT_COORDINATOR when leadership moved, as Kafka
+        maps it)."""
         key = (OFFSETS_TOPIC, partition)
         required = info.last_offset + 1
         deadline = trio.current_time() + timeout_s
         while True:
             event = self.notifier.register([key])
             try:
-                status = self.replicas.acks_all_status(OFFSETS_TOPIC, partition, required)
+                status = self.replicas.acks_all_status(OFFSETS_TOPIC, partition, required, leader_epoch)
                 if status is AcksAll.DONE:
                     return None
                 if status is None:

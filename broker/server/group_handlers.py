@@ -282,12 +282,12 @@ class GroupService:
         self.notifier.notify((OFFSETS_TOPIC, partition))
         assert self._nursery is not None  # this partition's writer runs in it (_store)
         if cluster is not None:
-            self._nursery.start_soon(self._committed, cluster, partition, info, done)
+            self._nursery.start_soon(self._committed, cluster, partition, info, epoch, done)
         else:
             self._nursery.start_soon(self._flushed, log, info, done)
 
-    async def _committed(self, cluster: ClusterGroupPartitions, partition: int, info, done) -> None:
-        failure = await cluster.wait_committed(partition, info, self.config.offsets_commit_timeout_ms / 1000)
+    async def _committed(self, cluster: ClusterGroupPartitions, partition: int, info, epoch: int, done) -> None:
+        failure = await cluster.wait_committed(partition, info, epoch, self.config.offsets_commit_timeout_ms / 1000)
         done(failure, -1 if failure is not None else info.first_offset)
 
     async def _flushed(self, log, info, done) -> None:

@@ -147,6 +147,8 @@ class PartitionAppend:
     #: (DUPLICATE_SEQUENCE_NUMBER), below ``flush_before``, where the original batch lies.
     log: Log | None = None
     flush_before: int = 0
+    #: The leader epoch the batch was appended in (a cluster's acks=all checks leadership since).
+    leader_epoch: int = -1
 
 
 @dataclass(slots=True)
@@ -911,7 +913,7 @@ class RequestHandler:
                             raise _WouldBlock
                     else:
                         info = log.append_as_leader(part.records, epoch)
-                    rows.append(PartitionAppend(part.partition, info, log=log))
+                    rows.append(PartitionAppend(part.partition, info, log=log, leader_epoch=epoch))
                 except _WouldBlock:
                     raise
                 except Exception as exc:
@@ -988,7 +990,7 @@ class RequestHandler:
                 while True:
                     event = self.notifier.register([key])
                     try:
-                        status = replicas.acks_all_status(topic.name, row.partition, required)
+                        status = replicas.acks_all_status(topic.name, row.partition, required, row.leader_epoch)
                         if status is AcksAll.DONE:
                             break
                         failure: TriologError | None = None

@@ -10,14 +10,17 @@ broker that is not a replica, or a broker that is not the leader, is refused."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import socket
+import threading
 
 import pytest
 import trio
 from confluent_kafka import Producer as KafkaProducer
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
-from kio.static.primitive import i32, i64
+from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
+from kio.static.primitive import i16, i32, i64
 
 from tests.kafka.kafka_wire import decode_response, encode_request, read_frame
 from triolog.broker.cluster.zk_client import KafkaZkClient
@@ -25,6 +28,7 @@ from triolog.broker.cluster.zk_data import TopicAssignment
 from triolog.broker.cluster.zookeeper_store import ZooKeeperStore
 from triolog.protocol.errors import ErrorCode
 from triolog.protocol.record_batch import split_batches
+from triolog.protocol.records import build_batch
 
 from .helpers import kafka_bootstrap as _bootstrap, wait_until as _wait
 
@@ -68,6 +72,24 @@ def create(zk_connect, topic, replicas, configs=None):
         await store.start()
         try:
             await KafkaZkClient(store).create_topic(topic, TopicAssignment({0: tuple(replicas)}), configs or {})
+        finally:
+            await store.close()
+
+    trio.run(main)
+
+
+def move_leader(zk_connect, topic, leader, epoch, isr):
+    """The partition's state rewritten as a controller's election would (conditional on its
+    version, as every state write is)."""
+
+    async def main():
+        store = ZooKeeperStore(zk_connect, session_timeout_ms=4000)
+        await store.start()
+        try:
+            zk = KafkaZkClient(store)
+            current = await zk.partition_state(topic, 0)
+            new = dataclasses.replace(current.state, leader=leader, leader_epoch=epoch, isr=tuple(isr))
+            await zk.update_partition_state(None, topic, 0, new, current.version)
         finally:
             await store.close()
 
@@ -223,3 +245,53 @@ def test_a_consumer_never_reads_past_the_high_watermark(brokers, zk_connect, reg
     replica_fetch(leader, HAND, "visible", 1, last_fetched_epoch=0, leader_epoch=0)
     consumer = replica_fetch(leader, -1, "visible", 0)
     assert consumer.high_watermark == 1 and bytes(consumer.records)
+
+
+def raw_produce(broker, topic, value, answers):
+    """One acks=all Produce on the Kafka wire, its partition's answer appended to ``answers``: no
+    client between (a client retries, and may wait out an unreachable new leader)."""
+    request = ProduceRequest(
+        transactional_id=None,
+        acks=i16(-1),
+        timeout=datetime.timedelta(seconds=30),
+        topic_data=(
+            TopicProduceData(
+                name=topic,
+                partition_data=(PartitionProduceData(index=i32(0), records=build_batch([(None, value, 0, ())])),),
+            ),
+        ),
+    )
+    with socket.create_connection(("127.0.0.1", broker.kafka_port), timeout=40) as sock:
+        sock.sendall(encode_request(0, 9, 11, request, client_id="raw-producer"))
+        _, body = decode_response(0, 9, read_frame(sock))
+    answers.append(body.responses[0].partition_responses[0])
+
+
+def test_an_acks_all_write_left_behind_by_a_leadership_move_is_never_acknowledged(brokers, zk_connect, register_hand):
+    """Kafka answers a waiting acks=all write NOT_LEADER_OR_FOLLOWER once its leader loses the
+    partition: as a follower it may truncate the write away, and the offsets may hold other
+    records by the time it leads again and its high watermark passes them."""
+    create(zk_connect, "moved", (1, HAND), {"min.insync.replicas": "2"})
+    assert _wait(lambda: state(brokers[1], "moved"))
+    register_hand()
+    leader = brokers[1]
+    assert _wait(
+        lambda: replica_fetch(leader, HAND, "moved", 0, leader_epoch=0) and state(leader, "moved").isr == (1, HAND)
+    )
+    answers = []
+    producing = threading.Thread(target=raw_produce, args=(leader, "moved", b"left-behind", answers))
+    producing.start()
+    log = leader.server.log_manager.get_log("moved", 0)
+    assert _wait(lambda: log.log_end_offset == 1)
+    assert answers == []  # appended, waiting for broker 3 to fetch it
+
+    move_leader(zk_connect, "moved", HAND, 1, (HAND, 1))  # broker 3 leads: broker 1 follows
+    assert _wait(lambda: state(leader, "moved").leader == HAND)
+    move_leader(zk_connect, "moved", 1, 2, (1, HAND))  # and broker 1 leads again
+    assert _wait(lambda: leader.server.cluster.replicas.hosted[("moved", 0)].leader_epoch == 2)
+    # Broker 3 fetches the record in the new epoch: the high watermark passes the old write.
+    replica_fetch(leader, HAND, "moved", 0, leader_epoch=2)
+    replica_fetch(leader, HAND, "moved", 1, last_fetched_epoch=0, leader_epoch=2)
+    assert _wait(lambda: log.high_watermark == 1)
+    producing.join(40)
+    assert [answer.error_code for answer in answers] == [ErrorCode.NOT_LEADER_OR_FOLLOWER]
