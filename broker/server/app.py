@@ -62,6 +62,7 @@ from .notifier import AppendNotifier
 from .producer_handlers import ProducerIdApis
 from .quota_manager import ClientQuotas, TokenBucket
 from .security_handlers import SecurityApis
+from .task_dump import dump_tasks_on_signal
 from .wrong_protocol import WrongProtocolLog, wrong_protocol_hints
 
 logger = structlog.get_logger("triolog.server")
@@ -851,4 +852,12 @@ async def serve(config: BrokerConfig) -> None:
                     return
 
             nursery.start_soon(watch)
+            dumps = trio.CancelScope()
+
+            async def dump_tasks() -> None:
+                with dumps:
+                    await dump_tasks_on_signal()
+
+            nursery.start_soon(dump_tasks)
             await server._shutdown.wait()
+            dumps.cancel()

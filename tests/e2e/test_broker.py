@@ -165,3 +165,25 @@ def test_broker_retention_task_deletes_expired_segments_and_fetch_below_start_is
     # The log goes on from where it was.
     assert _produce(client, "expiring", 0, [b"after"])["base_offset"] == 10
     assert _values(_fetch(client, "expiring", 0, 10)) == [b"after"]
+
+
+def test_sigusr1_logs_every_task_and_where_it_waits(broker_factory):
+    """A broker that answers nothing shows an idle event loop to a thread dump; SIGUSR1 logs each
+    trio task's await stack instead, and the broker serves on."""
+    import json
+    import os
+    import signal
+
+    broker = broker_factory(process=True)
+    os.kill(broker.process.pid, signal.SIGUSR1)
+
+    def dumped():
+        for line in broker.log_path.read_text().splitlines():
+            if '"task_dump"' in line:
+                return json.loads(line)["tasks"]
+        return None
+
+    tasks = wait_for(dumped, timeout_s=10, what="a task_dump line in the broker's log")
+    # The listener's accept loop waits in trio's socket accept, named by its task and frames.
+    assert any("serve_listeners" in name or any("accept" in frame for frame in frames) for name, frames in tasks.items())
+    assert _create(broker.client(), "after-dump")["error_code"] == ErrorCode.NONE
