@@ -33,7 +33,7 @@ from triolog.protocol.errors import (
 from .metadata_cache import ClusterMetadataCache, PartitionView
 from .metadata_store import BadVersionError, StoreError
 from .replication import AcksAll, LeaderPartition
-from .zk_client import KafkaZkClient
+from .zk_client import KafkaZkClient, VersionedState
 
 logger = structlog.get_logger("triolog.cluster.replicas")
 
@@ -84,6 +84,9 @@ class ReplicaManager:
         #: ISR changes this leader wants written (by the ISR task, off the request path).
         self._isr_wanted: dict[tuple[str, int], frozenset[int]] = {}
         self._isr_wakeup = trio.Event()
+        #: Each partition state as this leader last wrote it (read back): newer than the cache's
+        #: until the cache's watch brings the write in.
+        self._isr_written: dict[tuple[str, int], VersionedState] = {}
         #: ISR changes made by this leader (metrics: Kafka's IsrExpandsPerSec/IsrShrinksPerSec).
         self.isr_expands = 0
         self.isr_shrinks = 0
@@ -225,7 +228,7 @@ class ReplicaManager:
             wanted, self._isr_wanted = self._isr_wanted, {}
             for (topic, partition), isr in wanted.items():
                 hosted = self.hosted.get((topic, partition))
-                current = self.cache.states.get((topic, partition))
+                current = self._latest_state((topic, partition))
                 if hosted is None or hosted.leadership is None or current is None:
                     continue
                 state = current.state
@@ -247,7 +250,13 @@ class ReplicaManager:
                     continue
                 new_state = dataclasses.replace(state, isr=ordered)
                 try:
-                    await self.zk.update_partition_state(None, topic, partition, new_state, current.version)
+                    version = await self.zk.update_partition_state(None, topic, partition, new_state, current.version)
+                    # Read back (for its write stamp): until the cache has it, the next change of
+                    # this ISR compares with this state, not an older one (compared with the old
+                    # ISR, an ISR grown back to it would seem unchanged and never be written).
+                    written = await self.zk.partition_state(topic, partition)
+                    if written is not None and written.version == version:
+                        self._isr_written[(topic, partition)] = written
                 except BadVersionError:
                     continue  # someone wrote first: the next fetch or check wants it again
                 except StoreError as exc:
@@ -268,6 +277,17 @@ class ReplicaManager:
                 )
                 self._advance_high_watermark(hosted)
                 self._notify((topic, partition))
+
+    def _latest_state(self, key: tuple[str, int]) -> VersionedState | None:
+        """The partition's state: the cache's, or this leader's own last write while the cache
+        has yet to see it."""
+        cached, written = self.cache.states.get(key), self._isr_written.get(key)
+        if written is None:
+            return cached
+        if cached is None or cached.version >= written.version:
+            del self._isr_written[key]
+            return cached
+        return written
 
     async def apply(self) -> None:
         """Make the hosted partitions and their roles what the cache says."""
@@ -309,6 +329,7 @@ class ReplicaManager:
             return False
         if view.leader_epoch < 0:  # no state yet: nothing to host until the controller writes one
             return False
+        self._isr_written.pop(key, None)
         if hosted is not None:
             log = hosted.log
         else:
