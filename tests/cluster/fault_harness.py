@@ -32,6 +32,7 @@ replica's records read from its segment files.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -42,7 +43,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.e2e.broker_process import BrokerProcess
@@ -240,19 +241,26 @@ class Cluster:
         return controller if controller in self.brokers else None
 
     def healthy(self) -> bool:
-        if any(not self.running(b) for b in self.brokers) or self.paused:
-            return False
-        if any(not self.zookeeper.running(n) or n.mode() is None for n in self.zookeeper.nodes):
-            return False
+        return self.unhealthy() == ""
+
+    def unhealthy(self) -> str:
+        """Why the cluster is not healed yet ('' once it is)."""
+        if down := [b for b in self.brokers if not self.running(b)]:
+            return f"brokers {down} not running"
+        if self.paused:
+            return f"brokers {sorted(self.paused)} stopped"
+        if zk := [n.myid for n in self.zookeeper.nodes if not self.zookeeper.running(n) or n.mode() is None]:
+            return f"zookeeper nodes {zk} not serving"
         metadata = self.metadata()
         if len(metadata.brokers) != len(self.brokers) or metadata.controller_id not in self.brokers:
-            return False
+            return f"metadata: brokers {sorted(metadata.brokers)}, controller {metadata.controller_id}"
         topic = metadata.topics.get(TOPIC)
         if topic is None:
-            return True
-        return all(
-            p.error is None and p.leader in self.brokers and len(p.isrs) == self.setting.replication
+            return ""
+        return "; ".join(
+            f"partition {p.id}: error {p.error}, leader {p.leader}, isr {p.isrs}"
             for p in topic.partitions.values()
+            if not (p.error is None and p.leader in self.brokers and len(p.isrs) == self.setting.replication)
         )
 
     def heal(self, timeout: float = 60.0) -> bool:
@@ -365,6 +373,7 @@ class WorkloadProducer(threading.Thread):
         self.failed: list[tuple[bytes, str]] = []
         self.attempted: set[bytes] = set()
         self.fatal = 0
+        self.fatal_errors: list[str] = []
         self.unflushed = 0
         self._lock = threading.Lock()
         self._fatal_seen = False
@@ -384,6 +393,7 @@ class WorkloadProducer(threading.Thread):
     def _error(self, err: KafkaError) -> None:
         if err.fatal():
             self._fatal_seen = True
+            self.fatal_errors.append(err.str())
 
     def _delivered(self, err, msg) -> None:
         with self._lock:
@@ -398,7 +408,7 @@ class WorkloadProducer(threading.Thread):
         while not self.stop_event.is_set():
             if self._fatal_seen:  # its unacknowledged values stay attempted (outcome unknown)
                 self.fatal += 1
-                producer.flush(5)
+                _abandon(producer)
                 producer = Producer(self._config())
                 self._fatal_seen = False
             value = f"p{self.index}-{seq}".encode()
@@ -407,11 +417,28 @@ class WorkloadProducer(threading.Thread):
             except BufferError:
                 producer.poll(0.1)
                 continue
+            except KafkaException as exc:  # the producer went fatal since the last poll
+                if not (exc.args[0].fatal() or exc.args[0].code() == KafkaError._FATAL):
+                    raise
+                self._fatal_seen = True
+                self.fatal_errors.append(exc.args[0].str())
+                continue
             self.attempted.add(value)
             seq += 1
             producer.poll(0)
             time.sleep(1 / self.rate)
-        self.unflushed = producer.flush(150)
+        self.unflushed = producer.flush(0 if self._fatal_seen else 60)
+        if self.unflushed:
+            _abandon(producer)
+
+
+def _abandon(producer: Producer) -> None:
+    """A fatal producer delivers nothing more: drop what it holds (delivery reports say so)."""
+    try:
+        producer.purge()
+        producer.poll(0)
+    except KafkaException:
+        pass
 
 
 class AlongConsumer(threading.Thread):
@@ -561,7 +588,7 @@ class Nemesis:
             records.append(FaultRecord(number, kind, target, healed_s))
             self.log(
                 f"fault {number:3d} {kind:16s} {target}: "
-                + (f"healed in {healed_s:.1f} s" if healed_s is not None else "NOT HEALED")
+                + (f"healed in {healed_s:.1f} s" if healed_s is not None else f"NOT HEALED: {self.cluster.unhealthy()}")
             )
             if not healed:
                 break  # the next fault would only bury this one
@@ -586,6 +613,11 @@ def run_faults(
     """One run: own ZooKeeper ensemble, three brokers, the workload, ``faults`` faults, the check."""
     started = time.monotonic()
     rng = random.Random(seed)
+    outer_log = log
+
+    def log(line: str) -> None:
+        outer_log(f"[{time.monotonic() - started:6.1f} s] {line}")
+
     log(f"setting {setting.name}: seed {seed}, {faults} faults of {', '.join(kinds)}")
     zookeeper = ZooKeeperEnsemble(Path(directory) / "zookeeper", size=3).start()
     cluster = Cluster(Path(directory), zookeeper, setting)
@@ -601,12 +633,19 @@ def run_faults(
         records = Nemesis(cluster, partitions, rng, kinds, log).run(faults)
         time.sleep(1.0)
         stop.set()
+        deadline = time.monotonic() + 120
         for worker in (*workers, along):
-            worker.join(180)
+            worker.join(max(0.0, deadline - time.monotonic()))
+        log("workload stopped")
         healed = cluster.heal(90)
-        log(f"final heal: {'healed' if healed else 'NOT HEALED'}")
+        log(f"final heal: {'healed' if healed else 'NOT HEALED: ' + cluster.unhealthy()}")
+        for worker in workers:
+            for error in worker.fatal_errors:
+                log(f"{worker.name} went fatal: {error}")
         history = collect_history(cluster, partitions, workers, along)
+        save_history(history, Path(directory) / "history.json")
         verdict = check(history)
+        log("checked")
         return RunResult(
             setting,
             seed,
@@ -645,6 +684,20 @@ def collect_history(
     attempted = set().union(*(w.attempted for w in workers))
     acknowledged = [obs for w in workers for obs in w.acknowledged]
     return History(acknowledged, attempted, reads, "final-read")
+
+
+def save_history(history: History, path: Path) -> None:
+    """The history as JSON next to the logs, for a post-mortem of a failed run."""
+
+    def rows(observations: Iterable[Observation]) -> list:
+        return [[p, o, v.decode(errors="replace")] for p, o, v in observations]
+
+    doc = {
+        "acknowledged": rows(history.acknowledged),
+        "attempted": sorted(v.decode(errors="replace") for v in history.attempted),
+        "reads": {source: rows(obs) for source, obs in history.reads.items()},
+    }
+    path.write_text(json.dumps(doc))
 
 
 def format_result(result: RunResult) -> str:
