@@ -47,7 +47,12 @@ class ProducerIdManager:
             raise ValueError(f"block_size must be >= 1, got {block_size}")
         self.path = Path(directory) / FILE_NAME
         self.block_size = block_size
+        #: Guards the ids; held for moments only, since the event loop takes it (issued_limit).
         self._lock = threading.Lock()
+        #: One cluster reservation at a time. Held while waiting for the cluster, which runs on
+        #: the event loop: were that under ``_lock``, a produce checking issued_limit on the loop
+        #: would wait for a reservation waiting for the loop (a deadlock that hung a broker).
+        self._reserving = threading.Lock()
         self._next_id = 0
         self._block_end = 0  # exclusive; == _next_id: a new block must be reserved first
         self._loaded = False
@@ -93,23 +98,38 @@ class ProducerIdManager:
 
     def generate_producer_id(self) -> int:
         """A producer id never returned before, by this broker or an earlier run of it."""
-        with self._lock:
-            self._load_locked()
-            if self._next_id >= self._block_end and self.reserve is not None:
-                self._next_id, self._block_end = self.reserve(self.block_size)
+        if self.reserve is None:
+            with self._lock:
+                return self._next_from_file()
+        with self._reserving:
+            with self._lock:
+                self._load_locked()
+                if self._next_id < self._block_end:
+                    return self._take()
+            first, end = self.reserve(self.block_size)  # (not under _lock: see _reserving)
+            with self._lock:
+                self._next_id, self._block_end = first, end
                 self.blocks_reserved += 1
-            elif self._next_id >= self._block_end:
-                start = self._block_end
-                end = start + self.block_size
-                if end > MAX_PRODUCER_ID:
-                    raise ProducerIdBlockError("producer ids are exhausted")
-                # Durable before use: a crash after this loses the block's unused ids, never repeats one.
-                atomic_write(self.path, f"{VERSION}\n{end}\n".encode("ascii"))
-                self._next_id, self._block_end = start, end
-                self.blocks_reserved += 1
-            producer_id = self._next_id
-            self._next_id += 1
-            return producer_id
+                return self._take()
+
+    def _take(self) -> int:
+        producer_id = self._next_id
+        self._next_id += 1
+        return producer_id
+
+    def _next_from_file(self) -> int:
+        """The next id of the block the file reserves, a new block reserved first if needed."""
+        self._load_locked()
+        if self._next_id >= self._block_end:
+            start = self._block_end
+            end = start + self.block_size
+            if end > MAX_PRODUCER_ID:
+                raise ProducerIdBlockError("producer ids are exhausted")
+            # Durable before use: a crash after this loses the block's unused ids, never repeats one.
+            atomic_write(self.path, f"{VERSION}\n{end}\n".encode("ascii"))
+            self._next_id, self._block_end = start, end
+            self.blocks_reserved += 1
+        return self._take()
 
 
 def read_next_block_start(path: Path) -> int:

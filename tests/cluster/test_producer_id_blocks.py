@@ -10,6 +10,7 @@ from triolog.broker.cluster.producer_id_blocks import follow_issued_limit, reser
 from triolog.broker.cluster.zk_client import KafkaZkClient
 from triolog.broker.cluster.zk_data import LATEST_PRODUCER_ID_BLOCK, ProducerIdBlock
 from triolog.broker.cluster.zookeeper_store import ZooKeeperStore
+from triolog.broker.coordinator.producer_id_manager import ProducerIdManager
 
 
 async def test_concurrent_reservations_get_disjoint_consecutive_blocks(zk_connect):
@@ -42,3 +43,29 @@ async def test_concurrent_reservations_get_disjoint_consecutive_blocks(zk_connec
     finally:
         for store in stores:
             await store.close()
+
+
+async def test_the_event_loop_never_waits_for_a_reservation_in_progress(zk_connect, tmp_path):
+    """A reservation runs on the event loop (ZooKeeper), asked from a worker handing out an id;
+    meanwhile a produce on the loop asks the issued limit. Were the limit behind the lock the
+    reservation holds, the loop would wait for the worker waiting for the loop: the broker hung."""
+    store = ZooKeeperStore(zk_connect, session_timeout_ms=4000)
+    await store.start()
+    try:
+        zk = KafkaZkClient(store)
+        manager = ProducerIdManager(tmp_path)
+        limits_seen = []
+
+        async def reserve_on_the_loop(size):
+            limits_seen.append(manager.issued_limit())  # (as producer_handlers does, on the loop)
+            block = await reserve_block(zk, 1, size)
+            return block.first, block.last + 1
+
+        manager.reserve = lambda size: trio.from_thread.run(reserve_on_the_loop, size)
+        with trio.fail_after(20):
+            first = await trio.to_thread.run_sync(manager.generate_producer_id)
+            second = await trio.to_thread.run_sync(manager.generate_producer_id)
+        assert limits_seen == [0] and (first, second) == (0, 1)
+        assert manager.issued_limit() == 1000 and manager.blocks_reserved == 1
+    finally:
+        await store.close()
