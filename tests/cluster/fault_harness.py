@@ -236,6 +236,16 @@ class Cluster:
         leader = topic.partitions[partition].leader
         return leader if leader in self.brokers else None
 
+    def high_watermark(self, partition: int) -> int:
+        """The partition's high watermark, as a consumer sees it (-1 when it cannot be read)."""
+        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "jepsen-watermarks", "log_level": 0})
+        try:
+            return consumer.get_watermark_offsets(TopicPartition(TOPIC, partition), timeout=5)[1]
+        except KafkaException:
+            return -1
+        finally:
+            consumer.close()
+
     def controller(self) -> int | None:
         controller = self.metadata().controller_id
         return controller if controller in self.brokers else None
@@ -764,6 +774,8 @@ def run_acks1_loss(
 
         produce("replicated", records)  # acknowledged and replicated: these must survive
         assert wait_until(lambda: cluster.healthy(), 30)
+        # Replicated means below the high watermark (acks=1 answers before the followers fetch).
+        assert wait_until(lambda: cluster.high_watermark(0) >= records, 30), "the followers never caught up"
         time.sleep(0.5)
         followers = [b for b in cluster.brokers if b != leader]
         for follower in followers:
