@@ -1042,6 +1042,15 @@ class Log:
         with self._lock:
             self._check_open()
             if target_offset >= self._next_offset:
+                # Nothing to cut, but an epoch may start at the log end with no batch of its own:
+                # a leader elected that appended nothing before the next was. Left, it makes the
+                # follower answer the leader with that epoch forever, told each time to truncate
+                # to where it already ends (Kafka's truncateTo drops it too).
+                try:
+                    if self.leader_epoch_cache.truncate_from_end(self._next_offset):
+                        self._latest_epoch = self.leader_epoch_cache.latest_epoch
+                except OSError as exc:
+                    self._go_offline(exc)
                 return False
             first = self._segments.first_segment()
             assert first is not None  # (a log always has a segment)

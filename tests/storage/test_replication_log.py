@@ -330,6 +330,22 @@ def test_truncating_inside_the_active_segment_drops_the_batch_holding_the_offset
     assert [r.offset for r in read_all_records(log)] == list(range(33))
 
 
+def test_truncating_to_the_log_end_drops_an_epoch_that_starts_there(tmp_path, clock):
+    """A broker elected leader (epoch 4 starts at its log end) that appended nothing before the
+    next leader was: as a follower it must not go on naming epoch 4 as its last, which the new
+    leader, who never had it, answers with a truncation to where this log already ends."""
+    log = _filled(tmp_path, clock)
+    log.assign_epoch_start_offset(4)
+    assert log.leader_epoch_cache.entries == [(1, 0), (3, 18), (4, 36)] and log.latest_epoch == 4
+    files_before = files(log, ".log")
+    assert not log.truncate_to(36)  # nothing cut...
+    assert log.leader_epoch_cache.entries == [(1, 0), (3, 18)] and log.latest_epoch == 3  # ...but epoch 4 gone
+    assert log.log_end_offset == 36 and files(log, ".log") == files_before
+    log.close()
+    reopened = open_log(tmp_path, clock, "topic-0", **_FILLED_CONFIG)
+    assert reopened.leader_epoch_cache.entries == [(1, 0), (3, 18)]  # (the checkpoint was written)
+
+
 def test_truncating_at_a_segment_boundary_removes_that_segment_and_reactivates_the_one_below(tmp_path, clock):
     log = _filled(tmp_path, clock)
     log.flush_pending()  # the rolled segments sealed, their indexes read-only and trimmed
