@@ -427,10 +427,13 @@ class WorkloadProducer(threading.Thread):
             except BufferError:
                 producer.poll(0.1)
                 continue
-            except KafkaException as exc:  # the producer went fatal since the last poll
+            except KafkaException as exc:
                 if not (exc.args[0].fatal() or exc.args[0].code() == KafkaError._FATAL):
-                    raise
-                self._fatal_seen = True
+                    # Refused before it was queued (the topic missing from metadata for a moment
+                    # while the cluster recovers): not attempted; again after a poll.
+                    producer.poll(0.1)
+                    continue
+                self._fatal_seen = True  # the producer went fatal since the last poll
                 self.fatal_errors.append(exc.args[0].str())
                 continue
             self.attempted.add(value)

@@ -7,13 +7,16 @@ ensemble (confluent-kafka's run is tests/cluster/test_kill_9_failover.py)."""
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
 import time
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
+from kio.schema.metadata.v9.request import MetadataRequest, MetadataRequestTopic
 
 from tests.e2e.broker_process import BrokerProcess
+from tests.kafka.kafka_wire import decode_response, encode_request, read_frame
 
 from .helpers import wait_until
 
@@ -47,18 +50,44 @@ def cluster(tmp_path, zk_connect):
             broker.kill()
 
 
-def _make_topic(bootstrap: str, name: str) -> int:
+def _led_by(broker: BrokerProcess, topic: str) -> tuple[int, int] | None:
+    """(leader, ISR size) of the topic's partition 0 in this broker's own Metadata answer."""
+    request = MetadataRequest(
+        topics=(MetadataRequestTopic(name=topic),),
+        allow_auto_topic_creation=False,
+        include_cluster_authorized_operations=False,
+        include_topic_authorized_operations=False,
+    )
+    with socket.create_connection(("127.0.0.1", broker.kafka_port), timeout=10) as sock:
+        sock.sendall(encode_request(3, 9, 1, request))
+        _, body = decode_response(3, 9, read_frame(sock))
+    (answer,) = body.topics
+    if answer.error_code or not answer.partitions or answer.partitions[0].leader_id < 0:
+        return None
+    return answer.partitions[0].leader_id, len(answer.partitions[0].isr_nodes)
+
+
+def _make_topic(brokers: dict[int, BrokerProcess], bootstrap: str, name: str) -> int:
+    """The topic made, led with its full ISR in every broker's answer (a client's first metadata
+    may come from any of them); its leader."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(name, 1, 3, config={"min.insync.replicas": "2"})])[name].result(30)
-    assert wait_until(lambda: len(admin.list_topics(timeout=5).topics[name].partitions[0].isrs) == 3, 30)
-    return admin.list_topics(timeout=10).topics[name].partitions[0].leader
+
+    def everywhere() -> tuple[int, int] | None:
+        seen = {_led_by(b, name) for b in brokers.values()}
+        view = seen.pop() if len(seen) == 1 else None
+        return view if view is not None and view[1] == 3 else None
+
+    led = wait_until(everywhere, 30)
+    assert led, f"not every broker sees {name} led with its full ISR"
+    return led[0]
 
 
 def test_kafka_python_producer_and_consumer_across_a_leader_kill(cluster):
     from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
     brokers, bootstrap = cluster
-    leader = _make_topic(bootstrap, "kp")
+    leader = _make_topic(brokers, bootstrap, "kp")
     seen: list[int] = []
     stop = threading.Event()
 
@@ -113,7 +142,7 @@ def test_aiokafka_producer_and_consumer_across_a_leader_kill(cluster):
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
     brokers, bootstrap = cluster
-    leader = _make_topic(bootstrap, "aio")
+    leader = _make_topic(brokers, bootstrap, "aio")
 
     async def run() -> tuple[list[int], list[int]]:
         seen: list[int] = []
