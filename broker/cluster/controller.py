@@ -149,6 +149,15 @@ class KafkaController:
                     if fence is not None:
                         await self._serve(fence)
                     continue
+                if controller == self.broker_id:
+                    # Stood down while the session was suspended, and the session came back:
+                    # /controller is still this broker's, so nobody else will take over. Go on
+                    # (else the cluster would have no controller until this broker's session ends).
+                    fence = await self.zk.resume_controller(self.broker_id)
+                    if fence is not None:
+                        logger.info("controller_resumed", broker_id=self.broker_id, controller_epoch=fence.epoch)
+                        await self._serve(fence)
+                        continue
                 await moved.wait()
             except (StoreUnavailableError, ControllerMovedError):
                 await self._wait_connected()

@@ -186,6 +186,18 @@ class KafkaZkClient:
         assert new_version is not None
         return ControllerFence(epoch + 1, new_version)
 
+    async def resume_controller(self, broker_id: int) -> ControllerFence | None:
+        """This broker's fence again, if ``/controller`` is still its own, from this very session:
+        a controller that stood down while its session was suspended, and got it back. Nobody
+        else can have moved the epoch meanwhile (that takes creating ``/controller``)."""
+        node = await self.store.get(zk_data.CONTROLLER)
+        if node is None or node.ephemeral_owner != self.store.session_id:
+            return None
+        if ControllerRegistration.decode(node.data).broker_id != broker_id:
+            return None
+        current = await self.controller_epoch()
+        return None if current is None else ControllerFence(*current)
+
     async def resign(self, broker_id: int) -> None:
         """Delete ``/controller`` if it is still this broker's (a controlled resignation)."""
         node = await self.store.get(zk_data.CONTROLLER)

@@ -282,3 +282,30 @@ async def _isr_of(zk, topic, partition, isr):
 async def _epoch_at_least(zk, topic, epoch):
     state = await zk.partition_state(topic, 0)
     return state is not None and state.state.leader_epoch >= epoch and state.state.leader != NO_LEADER
+
+
+async def test_a_controller_whose_session_came_back_goes_on_controlling(own_zookeeper):
+    """Losing the ZooKeeper quorum leader suspends every session for a moment: the controller
+    stands down (its session might be expiring) and, its session back, finds /controller still
+    its own. It must take up its term again: nobody else can, and a cluster without a controller
+    elects no leader."""
+    async with cluster(own_zookeeper.connect("/resume")) as (members, start):
+        for broker_id in (1, 2, 3):
+            await start(broker_id)
+        await wait_for(lambda: _truthy(active_controller(members)))
+        first = await active_controller(members)
+        epoch = first.controller.fence.epoch
+
+        leader = own_zookeeper.leader()
+        assert leader is not None
+        await trio.to_thread.run_sync(own_zookeeper.kill, leader)
+        await trio.to_thread.run_sync(own_zookeeper.start_node, leader)
+        await trio.to_thread.run_sync(own_zookeeper.wait_serving, 60, [leader])
+
+        await wait_for(lambda: _truthy(active_controller(members)), timeout=30)
+        now = await active_controller(members)
+        # The same term when the sessions survived; a new one only if the controller's expired.
+        assert now.controller.fence.epoch == epoch or now.broker_id != first.broker_id
+        zk = members[2].zk
+        await zk.create_topic("after-quorum-loss", TopicAssignment({0: (2, 3)}), {})
+        await wait_for(lambda: _leader_is(zk, "after-quorum-loss", 2), timeout=30)
