@@ -25,9 +25,11 @@ import trio
 from triolog.broker.cluster.controlled_shutdown import controlled_shutdown
 from triolog.broker.cluster.membership import ClusterJoinError, ClusterMembership
 from triolog.broker.cluster.metadata_cache import ClusterMetadataCache
+from triolog.broker.cluster.metadata_store import StoreError
 from triolog.broker.cluster.producer_id_blocks import follow_issued_limit, reserve_block
 from triolog.broker.cluster.replica_fetcher import FetchSettings, ReplicaFetcherManager
 from triolog.broker.cluster.replica_manager import ReplicaManager
+from triolog.broker.cluster.zk_security import SecurityMetadataError, ZkSecurityMetadata
 from triolog.broker.coordinator.producer_id_manager import ProducerIdManager
 from triolog.broker.metrics import BrokerMetrics
 from triolog.broker.security.acl_store import AclStore
@@ -194,6 +196,9 @@ class BrokerServer:
         self.quotas: ClientQuotas | None = None
         #: The broker's ZooKeeper session, registration and controller (zookeeper.connect set).
         self.membership: ClusterMembership | None = None
+        #: A cluster's credentials, quotas and ACLs (zookeeper.connect set): the stores above are
+        #: its in-memory copies, instead of the files of a single broker.
+        self.security_metadata: ZkSecurityMetadata | None = None
         #: What a cluster member's handlers serve from (zookeeper.connect set).
         self.cluster: ClusterServices | None = None
         #: The followers' fetchers run in it; a controlled shutdown stops them first.
@@ -232,6 +237,16 @@ class BrokerServer:
                 self.log_manager.replicated = True
             except ClusterJoinError as exc:
                 raise StartupError(str(exc)) from None
+            self.security_metadata = ZkSecurityMetadata(
+                membership.zk.store,
+                super_users=self.config.super_users,
+                allow_everyone_if_no_acl_found=self.config.allow_everyone_if_no_acl_found,
+            )
+            try:
+                await self.security_metadata.load()
+            except (SecurityMetadataError, StoreError) as exc:
+                await membership.close()
+                raise StartupError(f"cannot read the cluster's users, quotas and ACLs from ZooKeeper: {exc}") from None
         try:
             await trio.to_thread.run_sync(self._start_storage)
         except (TriologError, OSError) as exc:
@@ -248,6 +263,8 @@ class BrokerServer:
             metrics_port = await self._start_metrics_endpoint()
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
+                if self.security_metadata is not None:
+                    await nursery.start(self.security_metadata.run)
                 await nursery.start(self.committer.run)
                 # The group coordinator: loads __consumer_offsets (if it exists) while serving.
                 self.groups = GroupService(
@@ -489,20 +506,28 @@ class BrokerServer:
         self.topics.load()
         self.log_manager.startup()
         first_dir = self.log_manager.log_dirs[0].path
-        self.credentials = CredentialStore(first_dir, self.log_manager.fs)
-        # Loaded whether or not an authorizer is on, so that a corrupt file is found at startup and
-        # ACLs can be managed before the authorizer is turned on (as Kafka's metadata keeps them).
-        self.acls = AclStore(
-            first_dir,
-            self.log_manager.fs,
-            super_users=self.config.super_users,
-            allow_everyone_if_no_acl_found=self.config.allow_everyone_if_no_acl_found,
-        )
+        quota_store: QuotaStore
+        if self.security_metadata is not None:
+            # A cluster member's: the cluster's set, from ZooKeeper (read by run()).
+            self.credentials = self.security_metadata.credentials
+            self.acls = self.security_metadata.acls
+            quota_store = self.security_metadata.quotas
+        else:
+            self.credentials = CredentialStore(first_dir, self.log_manager.fs)
+            # Loaded whether or not an authorizer is on, so that a corrupt file is found at startup and
+            # ACLs can be managed before the authorizer is turned on (as Kafka's metadata keeps them).
+            self.acls = AclStore(
+                first_dir,
+                self.log_manager.fs,
+                super_users=self.config.super_users,
+                allow_everyone_if_no_acl_found=self.config.allow_everyone_if_no_acl_found,
+            )
+            quota_store = QuotaStore(first_dir, self.log_manager.fs)
         # On the event loop's clock (read only by the connections and the accept path, in the
         # loop; not here, in a worker thread): a throttled client's allowance comes back on the
         # clock its connection is muted by, a MockClock's in tests.
         self.quotas = ClientQuotas(
-            QuotaStore(first_dir, self.log_manager.fs),
+            quota_store,
             window_s=self.config.quota_window_size_seconds,
             windows=self.config.quota_window_num,
             clock=trio.current_time,
