@@ -13,6 +13,7 @@ import base64
 import json
 import subprocess
 import threading
+import time
 
 import pytest
 import scramp
@@ -282,3 +283,60 @@ def test_invalid_znodes_keep_the_last_good_set(cluster, zk):
     late = SecureCluster(cluster.tmp_path / "late", cluster.zk_connect)
     with pytest.raises(Exception, match="ZooKeeper holds invalid"):
         late.start(2)
+
+
+def test_losing_zookeeper_keeps_the_set_in_force_and_a_new_session_follows_again(tmp_path):
+    """Every ZooKeeper node paused past the brokers' session timeout: meanwhile the users still log
+    in and the ACLs still hold (nothing is emptied, nothing opened); once it answers again, the
+    brokers' new sessions read the set again and follow its changes."""
+    from .zookeeper import ZooKeeperEnsemble
+
+    ensemble = ZooKeeperEnsemble(tmp_path / "zookeeper", size=3).start()
+    secure = None
+    try:
+        connect = ensemble.connect("/secure")
+        root = KazooClient(hosts=ensemble.connect(), timeout=4.0)
+        root.start(timeout=15)
+        config = {"version": 1, "config": {"SCRAM-SHA-256": kafka_credential("admin-secret")}}
+        root.create("/secure/config/users/admin", json.dumps(config).encode(), makepath=True)
+        root.stop()
+        root.close()
+        secure = SecureCluster(tmp_path, connect)
+        secure.start(1, 2)
+        assert cli("users", *secure.on(1), "--add", "--user", "alice", "--password", "alice-secret").returncode == 0
+        done = cli("acls", *secure.on(1), "--add", "--allow-principal", "User:alice", "--operation",
+                   "DescribeConfigs", "--cluster")
+        assert done.returncode == 0, done.stderr
+        alice = secure.on(2, "alice", "alice-secret")
+        describe = lambda: cli("configs", *alice, "--describe", "--entity-type", "users")  # noqa: E731
+        assert wait_until(lambda: describe().returncode == 0)
+
+        for node in ensemble.nodes:
+            ensemble.pause(node)
+        try:
+            stores = [b.server.membership.zk.store for b in secure.brokers.values()]
+            assert wait_until(lambda: all(s.state.value != "connected" for s in stores), 30)
+            for _ in range(3):  # over several seconds, past the session timeout
+                done = describe()
+                assert done.returncode == 0, done.stderr
+                assert not can_list_topics(secure, 2, "alice", "wrong")
+                other = cli("configs", *secure.on(2, "alice", "alice-secret"), "--alter", "--user", "x",
+                            "--add-config", "producer_byte_rate=1")
+                assert "CLUSTER_AUTHORIZATION_FAILED" in other.stderr
+                time.sleep(2)
+        finally:
+            for node in ensemble.nodes:
+                ensemble.resume(node)
+        ensemble.wait_serving(60)
+        reloaded = lambda b: any(e["event"] == "security_metadata_reloaded" for e in b.events())  # noqa: E731
+        assert wait_until(lambda: all(reloaded(b) for b in secure.brokers.values()), 60)
+        done = cli("users", *secure.on(1), "--add", "--user", "frank", "--password", "frank-secret")
+        if done.returncode != 0:  # the first call may meet the session being made again
+            assert wait_until(lambda: cli("users", *secure.on(1), "--add", "--user", "frank", "--password",
+                                          "frank-secret").returncode == 0, 60)
+        assert wait_until(lambda: can_list_topics(secure, 2, "frank", "frank-secret"), 60)
+        assert describe().returncode == 0
+    finally:
+        if secure is not None:
+            secure.stop()
+        ensemble.stop()
