@@ -340,3 +340,34 @@ def test_losing_zookeeper_keeps_the_set_in_force_and_a_new_session_follows_again
         if secure is not None:
             secure.stop()
         ensemble.stop()
+
+
+def test_a_quota_set_through_one_broker_throttles_on_another(cluster):
+    """librdkafka producing to the partition's leader as a client id whose quota was set through
+    the other broker: the leader's answers carry a throttle time."""
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    cluster.start(1, 2)
+    bootstrap = ",".join(f"127.0.0.1:{b.kafka_port}" for b in cluster.brokers.values())
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic("thr", 1, 2)])["thr"].result(30)
+    leader = lambda: cluster.brokers[1].server.cluster.cache.partition("thr", 0)  # noqa: E731
+    assert wait_until(lambda: leader() is not None and leader().online)
+    other = 2 if leader().leader == 1 else 1
+    done = cli("configs", *cluster.on(other), "--alter", "--client", "slow-app", "--add-config",
+               "producer_byte_rate=2000")
+    assert done.returncode == 0, done.stderr
+    leading = cluster.brokers[leader().leader]
+    assert wait_until(lambda: leading.server.quotas.store.quota_for("producer_byte_rate", "ANONYMOUS", "slow-app"))
+
+    throttles = []
+    producer = confluent_kafka.Producer({
+        "bootstrap.servers": f"127.0.0.1:{leading.kafka_port}", "client.id": "slow-app", "linger.ms": 5, "acks": 1,
+        "throttle_cb": lambda event: throttles.append(event.throttle_time)})
+    deadline = time.monotonic() + 30
+    while not any(t > 0 for t in throttles) and time.monotonic() < deadline:
+        producer.produce("thr", b"v" * 1000)
+        producer.poll(0.05)
+    producer.purge()
+    assert any(t > 0 for t in throttles), throttles
