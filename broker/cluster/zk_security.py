@@ -127,6 +127,10 @@ class ZkCredentialStore(CredentialStore):
         self._lock = threading.RLock()
         self._users = {}
 
+    @property
+    def location(self) -> str:
+        return "ZooKeeper (/config/users)"
+
     def upsert(self, user: str, credential: ScramCredential) -> None:
         if not isinstance(user, str) or not user:
             raise UnacceptableCredentialError("Username must not be empty")

@@ -75,17 +75,19 @@ def run(args: argparse.Namespace) -> int:
             if args.add:
                 for mechanism in args.mechanism or MECHANISMS:
                     store.upsert(args.user, make_credential(mechanism, args.password, args.iterations))
-                print(f"User:{args.user}: {', '.join(args.mechanism or MECHANISMS)} credentials set in {store.path}")
+                print(
+                    f"User:{args.user}: {', '.join(args.mechanism or MECHANISMS)} credentials set in {store.location}"
+                )
                 return 0
             described = dict(store.describe([args.user])).get(args.user, [])
             present = [str(m) for m, _ in described]
             wanted = args.mechanism or present
             missing = [m for m in wanted if m not in present]
             if not present or missing:
-                return _fail(f"User:{args.user} has no {', '.join(missing) or 'SCRAM'} credential in {store.path}")
+                return _fail(f"User:{args.user} has no {', '.join(missing) or 'SCRAM'} credential in {store.location}")
             for mechanism in wanted:
                 store.delete(args.user, mechanism)
-            print(f"User:{args.user}: {', '.join(wanted)} credentials deleted from {store.path}")
+            print(f"User:{args.user}: {', '.join(wanted)} credentials deleted from {store.location}")
             return 0
     except (ToolError, UnacceptableCredentialError, ValueError) as exc:
         return _fail(str(exc))

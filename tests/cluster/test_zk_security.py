@@ -371,3 +371,28 @@ def test_a_quota_set_through_one_broker_throttles_on_another(cluster):
         producer.poll(0.05)
     producer.purge()
     assert any(t > 0 for t in throttles), throttles
+
+
+def test_the_tools_without_bootstrap_server_change_the_cluster_in_zookeeper(cluster, zk, tmp_path):
+    """With zookeeper.connect in the configuration, `triolog users`, `acls` and `configs` change
+    ZooKeeper itself (Kafka's ``kafka-configs.sh --zookeeper``): how a cluster whose listeners all
+    need a login gets its first user. The running brokers follow."""
+    cluster.start(1)
+    where = ["--override", f"zookeeper.connect={cluster.zk_connect}", "--override", f"log.dirs={tmp_path / 'tool'}"]
+    done = cli("users", *where, "--add", "--user", "gina", "--password", "gina-secret")
+    assert done.returncode == 0, done.stderr
+    assert sorted(read_json(zk, "/config/users/gina")["config"]) == ["SCRAM-SHA-256", "SCRAM-SHA-512"]
+    assert wait_until(lambda: can_list_topics(cluster, 1, "gina", "gina-secret"))
+    done = cli("users", *where, "--list")
+    assert done.stdout == ("User:admin SCRAM-SHA-256(iterations=4096)\n"
+                           "User:gina SCRAM-SHA-256(iterations=4096) SCRAM-SHA-512(iterations=4096)\n")
+    done = cli("acls", *where, "--add", "--allow-principal", "User:gina", "--operation", "Read", "--topic", "t1")
+    assert done.returncode == 0, done.stderr
+    assert wait_until(lambda: cluster.brokers[1].server.acls.authorize("User:gina", "h", "READ", "TOPIC", "t1"))
+    done = cli("configs", *where, "--alter", "--user", "gina", "--add-config", "consumer_byte_rate=5000")
+    assert done.returncode == 0, done.stderr
+    assert read_json(zk, "/config/users/gina")["config"]["consumer_byte_rate"] == "5000"
+    assert wait_until(lambda: cluster.brokers[1].server.quotas.store.quota_for("consumer_byte_rate", "gina", "c"))
+    done = cli("users", *where, "--delete", "--user", "gina", "--mechanism", "SCRAM-SHA-512")
+    assert done.returncode == 0, done.stderr
+    assert sorted(read_json(zk, "/config/users/gina")["config"]) == ["SCRAM-SHA-256", "consumer_byte_rate"]
