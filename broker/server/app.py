@@ -23,6 +23,7 @@ import structlog
 import trio
 
 from triolog.broker.cluster.controlled_shutdown import controlled_shutdown
+from triolog.broker.cluster.inter_broker_sasl import InterBrokerSasl
 from triolog.broker.cluster.membership import ClusterJoinError, ClusterMembership
 from triolog.broker.cluster.metadata_cache import ClusterMetadataCache
 from triolog.broker.cluster.metadata_store import StoreError
@@ -388,14 +389,6 @@ class BrokerServer:
         await nursery.start(self.cluster.replicas.run)
         # Followers copy their leaders' logs over the inter-broker listener (the Kafka listener).
         kafka_listener = self.config.kafka_listener
-        if uses_sasl(kafka_listener):
-            logger.warning(
-                "replica_fetch_unavailable",
-                listener=str(kafka_listener),
-                detail="followers do not authenticate with SASL yet: the partitions this broker "
-                "follows will not replicate over a SASL Kafka listener (use PLAINTEXT or SSL)",
-            )
-            return
         try:
             ssl_context = inter_broker_context(self.config) if uses_tls(kafka_listener) else None
         except TlsConfigError as exc:
@@ -408,6 +401,8 @@ class BrokerServer:
             settings=FetchSettings.from_config(self.config),
             run_sync=partial(self.workers.run_sync, limiter=self.limiter),
             ssl_context=ssl_context,
+            # A SASL listener's login (sasl.mechanism.inter.broker.protocol, sasl.inter.broker.*).
+            sasl=InterBrokerSasl.from_config(self.config),
         )
         self._fetchers = fetchers
         fetching = self._fetching
