@@ -36,6 +36,9 @@ class Node:
     #: written after that was made" has an answer. A broker registration's is Kafka's broker epoch.
     created: int = 0
     modified: int = 0
+    #: When the node was created, in milliseconds since the epoch on the store's clock (ZooKeeper's
+    #: ctime): how old a change notification is.
+    created_ms: int = 0
 
 
 # -- operations of a conditional multi-write -----------------------------------------------------

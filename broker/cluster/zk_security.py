@@ -22,6 +22,7 @@ authorizer, SASL and the quota managers call the same methods.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TypeVar
 
@@ -51,6 +52,7 @@ from .metadata_store import (
     Op,
     SessionState,
     SetData,
+    StoreError,
     StoreUnavailableError,
     TransactionFailedError,
 )
@@ -84,11 +86,15 @@ class ZkAclStore(AclStore):
         self._lock = threading.RLock()
         self.authorizer = AclAuthorizer(super_users, allow_everyone_if_no_acl_found)
 
+    def validate(self, binding: AclBinding) -> AclBinding:
+        """Also: a resource name ZooKeeper can hold as a znode name."""
+        data.acl_path(binding.validate().pattern)
+        return binding
+
     def create(self, bindings: Iterable[AclBinding]) -> list[AclBinding]:
-        bindings = [b.validate() for b in bindings]
+        bindings = [self.validate(b) for b in bindings]  # every one storable before any is written
         by_pattern: dict[ResourcePattern, list[AclBinding]] = {}
         for binding in bindings:
-            data.acl_path(binding.pattern)  # every name storable before anything is written
             by_pattern.setdefault(binding.pattern, []).append(binding)
         new: list[AclBinding] = []
         for pattern, group in by_pattern.items():
@@ -220,14 +226,24 @@ class ZkQuotaStore(QuotaStore):
 
 _Parsed = tuple[QuotaEntity, dict[ScramMechanism, ScramCredential], dict[str, float]]
 _RETRIED = (BadVersionError, NodeExistsError, NoNodeError)
+#: How long a change notification is kept (Kafka's ZkNodeChangeNotificationListener: 15 minutes).
+NOTIFICATION_EXPIRY_MS = 15 * 60 * 1000
 
 
 class ZkSecurityMetadata:
     """One broker's view of the cluster's security metadata, and its writer. ``load`` before
     serving, ``run`` while serving."""
 
-    def __init__(self, store: MetadataStore, *, super_users: Iterable[str] = (), allow_everyone_if_no_acl_found=False):
+    def __init__(
+        self,
+        store: MetadataStore,
+        *,
+        super_users: Iterable[str] = (),
+        allow_everyone_if_no_acl_found=False,
+        notification_expiry_ms: int = NOTIFICATION_EXPIRY_MS,
+    ):
         self.store = store
+        self.notification_expiry_ms = notification_expiry_ms
         self.acls = ZkAclStore(
             self, super_users=super_users, allow_everyone_if_no_acl_found=allow_everyone_if_no_acl_found
         )
@@ -286,7 +302,10 @@ class ZkSecurityMetadata:
 
     async def _follow(self, parent: str, prefix: str, handle: Callable[[str, str, bytes], Awaitable[None]]) -> None:
         """Handle each notification under ``parent`` once, in order (at least once: a handler
-        re-reads, so handling one again changes nothing)."""
+        re-reads, so handling one again changes nothing). Those handled that are older than
+        ``notification_expiry_ms`` are deleted, as Kafka's brokers did (each broker of those that
+        saw them; one that finds it gone already is content)."""
+        handled: dict[str, int] = {}  # name -> creation time (ms), of the notifications handled
         while True:
             try:
                 names, changed = await self.store.watch_children(parent)
@@ -299,34 +318,49 @@ class ZkSecurityMetadata:
                     node = await self.store.get(f"{parent}/{name}")
                     if node is not None:
                         await handle(parent, name, node.data)
+                        handled[name] = node.created_ms
                     self._seen[parent] = max(number, self._seen.get(parent, -1))
+                await self._prune(parent, handled)
             except StoreUnavailableError:
                 await self._wait_connected()
                 continue
+            except StoreError as exc:  # ZooKeeper refused a read: the set in force stays
+                logger.warning("security_metadata_unreadable", parent=parent, error=str(exc))
+                await trio.sleep(1)
+                continue
             await changed.wait()
+
+    async def _prune(self, parent: str, handled: dict[str, int]) -> None:
+        expired = time.time() * 1000 - self.notification_expiry_ms
+        for name in [n for n, created_ms in handled.items() if created_ms < expired]:
+            try:
+                await self.store.delete(f"{parent}/{name}")
+            except NoNodeError:
+                pass
+            del handled[name]
 
     async def _reload_on_new_sessions(self) -> None:
         """A new session after the old one was lost or suspended may have missed notifications
         that were pruned meanwhile: everything is read again (leniently: the set in force stays
         for what does not parse)."""
-        away = False
-        seen = self.store.state_changes
+        seen = self.store.state_changes  # (connected: load() has just read everything)
         while True:
+            # Any change leaves the connected state (or is a new session after a lost one); the
+            # changes during a reload bring another.
             seen = await self.store.wait_state_changes(seen)
-            if self.store.state is not SessionState.CONNECTED:
-                away = True
-                continue
-            if not away:
-                continue
-            try:
-                async with self._configs_lock:
-                    await self._reload_configs(strict=False)
-                async with self._acls_lock:
-                    await self._reload_acls(strict=False)
-                away = False
-                logger.info("security_metadata_reloaded", reason="new ZooKeeper session")
-            except StoreUnavailableError:
-                continue
+            while True:  # until read again over a session
+                await self._wait_connected()
+                try:
+                    async with self._configs_lock:
+                        await self._reload_configs(strict=False)
+                    async with self._acls_lock:
+                        await self._reload_acls(strict=False)
+                except StoreError as exc:
+                    logger.warning("security_metadata_unreadable", error=str(exc))
+                    await trio.sleep(1)
+                    continue
+                logger.info("security_metadata_reloaded", reason="ZooKeeper session back")
+                break
 
     # -- config entities (credentials, quotas) ------------------------------------------------------
 

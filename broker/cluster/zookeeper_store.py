@@ -66,7 +66,7 @@ def _translate(exc: BaseException) -> BaseException:
 
 
 def _node(data: bytes | None, stat: Any) -> Node:
-    return Node(data or b"", stat.version, stat.ephemeralOwner, stat.czxid, stat.mzxid)
+    return Node(data or b"", stat.version, stat.ephemeralOwner, stat.czxid, stat.mzxid, stat.ctime)
 
 
 class ZooKeeperStore(MetadataStore):

@@ -396,3 +396,43 @@ def test_the_tools_without_bootstrap_server_change_the_cluster_in_zookeeper(clus
     done = cli("users", *where, "--delete", "--user", "gina", "--mechanism", "SCRAM-SHA-512")
     assert done.returncode == 0, done.stderr
     assert sorted(read_json(zk, "/config/users/gina")["config"]) == ["SCRAM-SHA-256", "consumer_byte_rate"]
+
+
+def test_an_acl_on_a_name_zookeeper_cannot_hold_is_refused_alone(cluster, zk):
+    cluster.start(1)
+    done = cli("acls", *cluster.on(1), "--add", "--allow-principal", "User:a", "--operation", "Read",
+               "--group", "a/b")
+    assert done.returncode == 1 and "cannot be stored in ZooKeeper" in done.stderr, done.stderr
+    assert zk.get_children("/kafka-acl") == [] or "Group" not in zk.get_children("/kafka-acl")
+
+
+async def test_handled_notifications_expire_and_are_deleted(zk_connect):
+    """Kafka's brokers deleted the change notifications older than 15 minutes; here with an expiry
+    of 0, two sessions of real ZooKeeper: one writes, the other follows and deletes."""
+    import trio
+
+    from triolog.broker.cluster.zk_security import ZkSecurityMetadata
+    from triolog.broker.cluster.zookeeper_store import ZooKeeperStore
+
+    writer_store, follower_store = ZooKeeperStore(zk_connect), ZooKeeperStore(zk_connect)
+    await writer_store.start()
+    await follower_store.start()
+    try:
+        writer = ZkSecurityMetadata(writer_store)
+        follower = ZkSecurityMetadata(follower_store, notification_expiry_ms=0)
+        await writer.load()
+        await follower.load()
+        async with trio.open_nursery() as nursery:
+            await nursery.start(follower.run)
+            credential = await trio.to_thread.run_sync(make_credential, "SCRAM-SHA-256", "x-secret")
+            await trio.to_thread.run_sync(writer.credentials.upsert, "xena", credential)
+            with trio.fail_after(20):
+                while follower.credentials.get("xena", "SCRAM-SHA-256") is None:
+                    await trio.sleep(0.05)
+                while await follower_store.children("/config/changes"):
+                    await trio.sleep(0.05)
+            nursery.cancel_scope.cancel()
+        assert follower.credentials.get("xena", "SCRAM-SHA-256") == credential
+    finally:
+        await writer_store.close()
+        await follower_store.close()
