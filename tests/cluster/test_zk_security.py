@@ -208,6 +208,17 @@ def test_a_quota_set_through_one_broker_is_in_force_on_another(cluster, zk):
     described = [cli("configs", *cluster.on(b), "--describe", "--entity-type", "users").stdout for b in (1, 2)]
     assert described[0] == described[1] and "producer_byte_rate=1024" in described[0]
 
+    # Defaults are <default>; IPs are entities of their own.
+    done = cli("configs", *cluster.on(1), "--alter", "--user-defaults", "--add-config", "consumer_byte_rate=777")
+    assert done.returncode == 0, done.stderr
+    done = cli("configs", *cluster.on(1), "--alter", "--ip", "10.1.2.3", "--add-config", "connection_creation_rate=5")
+    assert done.returncode == 0, done.stderr
+    assert read_json(zk, "/config/users/<default>") == {"version": 1, "config": {"consumer_byte_rate": "777"}}
+    assert read_json(zk, "/config/ips/10.1.2.3") == {"version": 1, "config": {"connection_creation_rate": "5"}}
+    assert wait_until(lambda: quotas(b2).quota_for("consumer_byte_rate", "zed", "c") == (
+        777.0, QuotaEntity.of(user=None)))
+    assert wait_until(lambda: quotas(b2).ip_quota("10.1.2.3") == 5.0)
+
     done = cli("configs", *cluster.on(2), "--alter", "--user", "carol", "--delete-config", "producer_byte_rate")
     assert done.returncode == 0, done.stderr
     assert wait_until(lambda: cluster.brokers[1].server.quotas.store.quota_for("producer_byte_rate", "carol", "x")
