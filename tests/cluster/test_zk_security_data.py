@@ -182,3 +182,48 @@ def test_entity_paths_that_name_no_entity_are_refused():
     for path in ("users", "users/a/b", "brokers/1", "users/a/clients/b/c"):
         with pytest.raises(ZkDataError):
             data.entity_from_path(path)
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=10),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=12), inner, max_size=4),
+    max_leaves=12,
+)
+almost_kafka = st.builds(
+    lambda acls, version: json.dumps({"version": version, "acls": acls}).encode(),
+    st.lists(st.dictionaries(st.sampled_from(["principal", "permissionType", "operation", "host", "x"]),
+                             st.sampled_from(["User:a", "Allow", "Deny", "Read", "*", "", "nope", "a"]) | json_values,
+                             max_size=5), max_size=3),
+    st.sampled_from([1, 1, 2, "1"]),
+)
+
+
+@given(st.binary(max_size=80) | json_values.map(lambda v: json.dumps(v).encode()) | almost_kafka)
+def test_any_bytes_are_kafkas_acls_or_a_clear_error(raw):
+    """Whatever a znode holds: the valid bindings it names, or ZkDataError naming it; never another
+    exception (which would end a broker's follower) and never a set that lost an entry it had."""
+    pattern = ResourcePattern("TOPIC", "t")
+    try:
+        bindings = data.decode_acls(pattern, raw)
+    except ZkDataError as exc:
+        assert "/kafka-acl/Topic/t" in str(exc)
+        return
+    doc = json.loads(raw)  # decoded: Kafka's JSON, every entry a valid binding (duplicates once)
+    assert doc["version"] == 1 and bool(bindings) == bool(doc["acls"]) and len(bindings) <= len(doc["acls"])
+    assert all(b.pattern == pattern for b in bindings)
+
+
+@given(st.binary(max_size=80) | json_values.map(lambda v: json.dumps({"version": 1, "config": v}).encode()))
+def test_any_bytes_are_a_users_config_or_a_clear_error(raw):
+    try:
+        data.parse_entity_config("users/alice", data.decode_entity_config(raw, "/config/users/alice"))
+    except ZkDataError as exc:
+        assert "/config/users/alice" in str(exc)
+
+
+@given(st.binary(max_size=80), st.booleans())
+def test_any_bytes_are_an_acl_change_or_a_clear_error(raw, extended):
+    try:
+        data.decode_acl_change(raw, extended, "/kafka-acl-changes/acl_changes_0000000001")
+    except ZkDataError:
+        pass
