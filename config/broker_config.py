@@ -1175,6 +1175,42 @@ def _cluster_keys() -> Iterator[BrokerConfigKey]:
         group,
         attr="inter_broker_listener_name",
     )
+    yield BrokerConfigKey(
+        "sasl.mechanism.inter.broker.protocol",
+        "string",
+        "SCRAM-SHA-512",
+        "The SASL mechanism a follower logs in to its leader with, when the inter-broker (Kafka) "
+        "listener is SASL_PLAINTEXT or SASL_SSL: SCRAM-SHA-256, SCRAM-SHA-512, or PLAIN (SASL_SSL "
+        "only), as sasl.inter.broker.username. Kafka's default is GSSAPI, which triolog does not serve.",
+        group,
+        attr="sasl_mechanism_inter_broker_protocol",
+        parser=lambda text: _parse_names(text, SASL_MECHANISMS, "SASL mechanism", at_least_one=True)[0],
+        allowed=", ".join(SASL_MECHANISMS),
+    )
+    yield BrokerConfigKey(
+        "sasl.inter.broker.username",
+        "string",
+        None,
+        "The user a follower logs in to its leader's SASL listener as (triolog's stand-in for the "
+        "username of Kafka's listener.name.<listener>.<mechanism>.sasl.jaas.config). A user of the "
+        "cluster, made with `triolog users` (its credential is in ZooKeeper, so it logs in to every "
+        "broker); with the authorizer on, give it CLUSTER_ACTION on the cluster or make it a super user.",
+        group,
+        attr="sasl_inter_broker_username",
+        parser=_parse_optional,
+        allowed="a user name, or empty",
+    )
+    yield BrokerConfigKey(
+        "sasl.inter.broker.password",
+        "password",
+        None,
+        "The password of sasl.inter.broker.username. Never shown by describe_configs.",
+        group,
+        attr="sasl_inter_broker_password",
+        parser=_parse_optional,
+        allowed="a string, or empty",
+        sensitive=True,
+    )
 
 
 def _group_coordinator_keys() -> Iterator[BrokerConfigKey]:
@@ -1492,6 +1528,9 @@ class BrokerConfig:
     controlled_shutdown_max_retries: int = 3
     controlled_shutdown_retry_backoff_ms: int = 5000
     inter_broker_listener_name: str | None = None
+    sasl_mechanism_inter_broker_protocol: str = "SCRAM-SHA-512"
+    sasl_inter_broker_username: str | None = None
+    sasl_inter_broker_password: str | None = field(default=None, repr=False)
 
     log_config: LogConfig = field(default_factory=LogConfig)
     #: The known keys that were set explicitly, as given (Kafka's ``originals()``).
@@ -1598,6 +1637,23 @@ def _cluster_problems(fields: Mapping[str, Any]) -> list[str]:
             f"inter.broker.listener.name={name} names no Kafka listener: kafka.listeners is {kafka} "
             f"(its name is {kafka.scheme})"
         ]
+    if uses_sasl(kafka):
+        mechanism = fields["sasl_mechanism_inter_broker_protocol"]
+        if not fields["sasl_inter_broker_username"] or not fields["sasl_inter_broker_password"]:
+            return [
+                f"the inter-broker listener {kafka} needs a login: set sasl.inter.broker.username and "
+                "sasl.inter.broker.password (a user of the cluster, see `triolog users`)"
+            ]
+        if mechanism == "PLAIN" and kafka.scheme != "SASL_SSL":
+            return [
+                "sasl.mechanism.inter.broker.protocol=PLAIN sends the password itself: over SASL_SSL only "
+                f"(the inter-broker listener is {kafka.scheme}); use SCRAM-SHA-256 or SCRAM-SHA-512"
+            ]
+        if mechanism not in fields["sasl_enabled_mechanisms"]:
+            return [
+                f"sasl.mechanism.inter.broker.protocol={mechanism} is not in sasl.enabled.mechanisms "
+                f"({','.join(fields['sasl_enabled_mechanisms'])}): the leaders would not offer it"
+            ]
     return []
 
 

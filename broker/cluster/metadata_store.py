@@ -1,9 +1,10 @@
 """The narrow interface the cluster code needs of a coordination service.
 
-Kafka's ZooKeeper mode used five things of ZooKeeper, and nothing else here may be assumed of the
+Kafka's ZooKeeper mode used six things of ZooKeeper, and nothing else here may be assumed of the
 backend: read a node with its version, list children, write several nodes atomically on
 conditions (a version check is how every controller write is fenced on the controller epoch and
 every ISR change on the partition epoch), ephemeral nodes that vanish with their owner's session,
+sequential nodes (the change notifications every broker follows: ``config_change_0000000042``),
 and one-shot watches. `ZooKeeperStore` is the implementation (kazoo); an etcd one would map
 ephemerals to leases and versions to mod revisions without touching the callers.
 
@@ -35,6 +36,9 @@ class Node:
     #: written after that was made" has an answer. A broker registration's is Kafka's broker epoch.
     created: int = 0
     modified: int = 0
+    #: When the node was created, in milliseconds since the epoch on the store's clock (ZooKeeper's
+    #: ctime): how old a change notification is.
+    created_ms: int = 0
 
 
 # -- operations of a conditional multi-write -----------------------------------------------------
@@ -53,6 +57,8 @@ class Create:
     path: str
     data: bytes = b""
     ephemeral: bool = False
+    #: The store appends a 10-digit number, increasing under the parent (a change notification).
+    sequential: bool = False
 
 
 @dataclass(frozen=True)
@@ -168,8 +174,11 @@ class MetadataStore(ABC):
         """The children (None if ``path`` is absent) and an event set when they next change."""
 
     @abstractmethod
-    async def create(self, path: str, data: bytes = b"", *, ephemeral: bool = False, makepath: bool = False) -> None:
-        """Raises NodeExistsError, or NoNodeError when the parent is missing and not ``makepath``."""
+    async def create(
+        self, path: str, data: bytes = b"", *, ephemeral: bool = False, makepath: bool = False, sequential: bool = False
+    ) -> str:
+        """The path created (``path`` plus its number if ``sequential``). Raises NodeExistsError,
+        or NoNodeError when the parent is missing and not ``makepath``."""
 
     @abstractmethod
     async def ensure_path(self, path: str) -> None:

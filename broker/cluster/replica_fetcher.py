@@ -40,8 +40,8 @@ stops the broker. Logs go to ``triolog.cluster.fetcher``, a line per change of s
 started or stopped, connected or not, a partition truncated, failing or fetching again), never
 one per fetch.
 
-Only plaintext connections for now: the server does not start the fetchers when the Kafka
-listener needs TLS or SASL.
+Connections are plaintext, TLS (``ssl_context``: the leader's SSL listener), and/or SASL
+(``sasl``: a follower logs in to the leader's SASL listener first, inter_broker_sasl.py).
 """
 
 from __future__ import annotations
@@ -67,6 +67,7 @@ from triolog.protocol.kafka.replica_fetch import (
     encode_replica_fetch,
 )
 
+from .inter_broker_sasl import InterBrokerSasl, authenticate
 from .metadata_cache import ClusterMetadataCache
 from .replica_manager import HostedPartition, ReplicaManager
 
@@ -232,6 +233,7 @@ class ReplicaFetcherManager:
         settings: FetchSettings = FetchSettings(),
         run_sync: RunSync = trio.to_thread.run_sync,
         ssl_context: ssl.SSLContext | None = None,
+        sasl: InterBrokerSasl | None = None,
     ):
         self.broker_id = broker_id
         self.cache = cache
@@ -242,6 +244,8 @@ class ReplicaFetcherManager:
         self.run_sync = run_sync
         #: The leaders' listener is TLS: the context to verify them with (None: PLAINTEXT).
         self.ssl_context = ssl_context
+        #: The leaders' listener is SASL: the login a fetcher makes first (None: none).
+        self.sasl = sasl
         #: The running fetcher tasks, by leader broker id.
         self.fetchers: dict[int, LeaderFetcher] = {}
         self._no_endpoint: set[int] = set()
@@ -402,6 +406,11 @@ class LeaderFetcher:
             stream = trio.SSLStream(stream, self.manager.ssl_context, server_hostname=self.target.host)
             await stream.do_handshake()
         async with stream:
+            if self.manager.sasl is not None:  # the leader's SASL listener: log in first
+                with trio.fail_after((self.settings.wait_max_ms + self.settings.response_margin_ms) / 1000):
+                    self._correlation_id = await authenticate(
+                        stream, self.manager.sasl, self.client_id, (self._correlation_id + 1) & 0x7FFFFFFF
+                    )
             self._connected, self._connection_error = True, None
             logger.info("fetcher_connected", leader=self.target.leader, address=self.address)
             decoder = FrameDecoder(max(DEFAULT_MAX_FRAME_BYTES, 2 * self.settings.response_max_bytes))

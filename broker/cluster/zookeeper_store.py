@@ -66,7 +66,7 @@ def _translate(exc: BaseException) -> BaseException:
 
 
 def _node(data: bytes | None, stat: Any) -> Node:
-    return Node(data or b"", stat.version, stat.ephemeralOwner, stat.czxid, stat.mzxid)
+    return Node(data or b"", stat.version, stat.ephemeralOwner, stat.czxid, stat.mzxid, stat.ctime)
 
 
 class ZooKeeperStore(MetadataStore):
@@ -283,8 +283,13 @@ class ZooKeeperStore(MetadataStore):
             return None, event
         return list(names), event
 
-    async def create(self, path: str, data: bytes = b"", *, ephemeral: bool = False, makepath: bool = False) -> None:
-        await self._call(lambda: self._client.create_async(path, data, ephemeral=ephemeral, makepath=makepath))
+    async def create(
+        self, path: str, data: bytes = b"", *, ephemeral: bool = False, makepath: bool = False, sequential: bool = False
+    ) -> str:
+        created = await self._call(
+            lambda: self._client.create_async(path, data, ephemeral=ephemeral, sequence=sequential, makepath=makepath)
+        )
+        return str(created)
 
     async def ensure_path(self, path: str) -> None:
         await self._call(lambda: self._client.ensure_path_async(path))
@@ -306,7 +311,7 @@ class ZooKeeperStore(MetadataStore):
                 if isinstance(op, Check):
                     transaction.check(op.path, op.version)
                 elif isinstance(op, Create):
-                    transaction.create(op.path, op.data, ephemeral=op.ephemeral)
+                    transaction.create(op.path, op.data, ephemeral=op.ephemeral, sequence=op.sequential)
                 elif isinstance(op, SetData):
                     transaction.set_data(op.path, op.data, op.version)
                 elif isinstance(op, Delete):

@@ -395,6 +395,22 @@ class AclAuthorizer:
                         self._sorted_lengths[rtype].remove(length)
             return removed
 
+    def replace(self, pattern: ResourcePattern, bindings: Iterable[AclBinding]) -> None:
+        """Make ``bindings`` (all of ``pattern``) the pattern's whole set, at once: what a cluster's
+        broker does when another broker changed the pattern's ACLs (a check sees the old set or
+        the new one, never a mix)."""
+        bindings = [b.validate() for b in bindings]
+        if any(b.pattern != pattern for b in bindings):
+            raise ValueError(f"bindings of another pattern than {pattern}")
+        with self._lock:
+            self.remove(AclBindingFilter(pattern.resource_type, pattern.name, pattern.pattern_type))
+            self.add(bindings)
+
+    def patterns(self) -> set[ResourcePattern]:
+        """The patterns that have ACLs."""
+        with self._lock:
+            return {b.pattern for b in self._all}
+
     def bindings(self, filter: AclBindingFilter = ANY_BINDING) -> list[AclBinding]:
         """The bindings the filter matches, in the order they were added."""
         filter.validate()

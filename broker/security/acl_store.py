@@ -66,6 +66,10 @@ class AclStore:
 
     # -- Kafka's ACL APIs --------------------------------------------------------------------
 
+    def validate(self, binding: AclBinding) -> AclBinding:
+        """The binding, if CreateAcls may add it here (InvalidAclError says why not)."""
+        return binding.validate()
+
     def create(self, bindings: Iterable[AclBinding]) -> list[AclBinding]:
         """Add the bindings (every one validated first: one invalid binding adds none); the ones
         that were new. The file is replaced before the authorizer sees them."""

@@ -22,7 +22,17 @@ from triolog.broker.storage.fs import OS_FS, FileSystem
 
 from .files import CorruptSecurityFileError, load_json, save_json
 
-__all__ = ["QUOTAS_FILE", "QuotaEntity", "QuotaStore", "InvalidQuotaError", "BYTE_RATE_KEYS", "CLIENT_KEYS", "IP_KEYS"]
+__all__ = [
+    "QUOTAS_FILE",
+    "QuotaEntity",
+    "QuotaStore",
+    "InvalidQuotaError",
+    "altered_values",
+    "check_quota",
+    "BYTE_RATE_KEYS",
+    "CLIENT_KEYS",
+    "IP_KEYS",
+]
 
 QUOTAS_FILE = "triolog-quotas.json"
 USER, CLIENT_ID, IP = "user", "client-id", "ip"
@@ -103,6 +113,24 @@ def _check_value(key: str, entity: QuotaEntity, value: float) -> float:
     return float(value)
 
 
+def altered_values(entity: QuotaEntity, values: dict[str, float], ops: dict[str, float | None]) -> dict[str, float]:
+    """An entity's quotas after AlterClientQuotas' operations (a number sets, None removes); every
+    key and value checked (InvalidQuotaError). Whatever keeps them (a file, ZooKeeper) applies it."""
+    values = dict(values)
+    for key, value in ops.items():
+        if value is None:
+            _check_value(key, entity, 1.0)  # a key that could be set
+            values.pop(key, None)
+        else:
+            values[key] = _check_value(key, entity, value)
+    return values
+
+
+def check_quota(key: str, entity: QuotaEntity, value: float) -> float:
+    """The value as a float, if ``key`` is a quota of the entity and ``value`` a valid one."""
+    return _check_value(key, entity, value)
+
+
 class QuotaStore:
     """The quotas, durable; safe to call from several threads. Loaded by the constructor (a file
     that does not parse raises CorruptSecurityFileError naming it)."""
@@ -136,15 +164,11 @@ class QuotaStore:
         with self._lock:
             quotas = {e: dict(v) for e, v in self._quotas.items()}
             for entity, ops in changes:
-                values = quotas.setdefault(entity, {})
-                for key, value in ops.items():
-                    if value is None:
-                        _check_value(key, entity, 1.0)  # a key that could be set
-                        values.pop(key, None)
-                    else:
-                        values[key] = _check_value(key, entity, value)
-                if not values:
-                    del quotas[entity]
+                values = altered_values(entity, quotas.get(entity, {}), ops)
+                if values:
+                    quotas[entity] = values
+                else:
+                    quotas.pop(entity, None)
             if validate_only:
                 return
             save_json(

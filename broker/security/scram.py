@@ -282,6 +282,11 @@ class CredentialStore:
         }
         save_private_json(self.fs, self.path, doc)
 
+    @property
+    def location(self) -> str:
+        """Where the credentials are kept, for the tools' messages."""
+        return str(self.path)
+
     def upsert(self, user: str, credential: ScramCredential) -> None:
         """Set the user's credential for its mechanism; the file is replaced before memory."""
         if not isinstance(user, str) or not user:

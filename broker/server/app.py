@@ -23,11 +23,14 @@ import structlog
 import trio
 
 from triolog.broker.cluster.controlled_shutdown import controlled_shutdown
+from triolog.broker.cluster.inter_broker_sasl import InterBrokerSasl
 from triolog.broker.cluster.membership import ClusterJoinError, ClusterMembership
 from triolog.broker.cluster.metadata_cache import ClusterMetadataCache
+from triolog.broker.cluster.metadata_store import StoreError
 from triolog.broker.cluster.producer_id_blocks import follow_issued_limit, reserve_block
 from triolog.broker.cluster.replica_fetcher import FetchSettings, ReplicaFetcherManager
 from triolog.broker.cluster.replica_manager import ReplicaManager
+from triolog.broker.cluster.zk_security import SecurityMetadataError, ZkSecurityMetadata
 from triolog.broker.coordinator.producer_id_manager import ProducerIdManager
 from triolog.broker.metrics import BrokerMetrics
 from triolog.broker.security.acl_store import AclStore
@@ -194,6 +197,9 @@ class BrokerServer:
         self.quotas: ClientQuotas | None = None
         #: The broker's ZooKeeper session, registration and controller (zookeeper.connect set).
         self.membership: ClusterMembership | None = None
+        #: A cluster's credentials, quotas and ACLs (zookeeper.connect set): the stores above are
+        #: its in-memory copies, instead of the files of a single broker.
+        self.security_metadata: ZkSecurityMetadata | None = None
         #: What a cluster member's handlers serve from (zookeeper.connect set).
         self.cluster: ClusterServices | None = None
         #: The followers' fetchers run in it; a controlled shutdown stops them first.
@@ -232,6 +238,16 @@ class BrokerServer:
                 self.log_manager.replicated = True
             except ClusterJoinError as exc:
                 raise StartupError(str(exc)) from None
+            self.security_metadata = ZkSecurityMetadata(
+                membership.zk.store,
+                super_users=self.config.super_users,
+                allow_everyone_if_no_acl_found=self.config.allow_everyone_if_no_acl_found,
+            )
+            try:
+                await self.security_metadata.load()
+            except (SecurityMetadataError, StoreError) as exc:
+                await membership.close()
+                raise StartupError(f"cannot read the cluster's users, quotas and ACLs from ZooKeeper: {exc}") from None
         try:
             await trio.to_thread.run_sync(self._start_storage)
         except (TriologError, OSError) as exc:
@@ -248,6 +264,8 @@ class BrokerServer:
             metrics_port = await self._start_metrics_endpoint()
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
+                if self.security_metadata is not None:
+                    await nursery.start(self.security_metadata.run)
                 await nursery.start(self.committer.run)
                 # The group coordinator: loads __consumer_offsets (if it exists) while serving.
                 self.groups = GroupService(
@@ -371,14 +389,6 @@ class BrokerServer:
         await nursery.start(self.cluster.replicas.run)
         # Followers copy their leaders' logs over the inter-broker listener (the Kafka listener).
         kafka_listener = self.config.kafka_listener
-        if uses_sasl(kafka_listener):
-            logger.warning(
-                "replica_fetch_unavailable",
-                listener=str(kafka_listener),
-                detail="followers do not authenticate with SASL yet: the partitions this broker "
-                "follows will not replicate over a SASL Kafka listener (use PLAINTEXT or SSL)",
-            )
-            return
         try:
             ssl_context = inter_broker_context(self.config) if uses_tls(kafka_listener) else None
         except TlsConfigError as exc:
@@ -391,6 +401,8 @@ class BrokerServer:
             settings=FetchSettings.from_config(self.config),
             run_sync=partial(self.workers.run_sync, limiter=self.limiter),
             ssl_context=ssl_context,
+            # A SASL listener's login (sasl.mechanism.inter.broker.protocol, sasl.inter.broker.*).
+            sasl=InterBrokerSasl.from_config(self.config),
         )
         self._fetchers = fetchers
         fetching = self._fetching
@@ -489,20 +501,28 @@ class BrokerServer:
         self.topics.load()
         self.log_manager.startup()
         first_dir = self.log_manager.log_dirs[0].path
-        self.credentials = CredentialStore(first_dir, self.log_manager.fs)
-        # Loaded whether or not an authorizer is on, so that a corrupt file is found at startup and
-        # ACLs can be managed before the authorizer is turned on (as Kafka's metadata keeps them).
-        self.acls = AclStore(
-            first_dir,
-            self.log_manager.fs,
-            super_users=self.config.super_users,
-            allow_everyone_if_no_acl_found=self.config.allow_everyone_if_no_acl_found,
-        )
+        quota_store: QuotaStore
+        if self.security_metadata is not None:
+            # A cluster member's: the cluster's set, from ZooKeeper (read by run()).
+            self.credentials = self.security_metadata.credentials
+            self.acls = self.security_metadata.acls
+            quota_store = self.security_metadata.quotas
+        else:
+            self.credentials = CredentialStore(first_dir, self.log_manager.fs)
+            # Loaded whether or not an authorizer is on, so that a corrupt file is found at startup and
+            # ACLs can be managed before the authorizer is turned on (as Kafka's metadata keeps them).
+            self.acls = AclStore(
+                first_dir,
+                self.log_manager.fs,
+                super_users=self.config.super_users,
+                allow_everyone_if_no_acl_found=self.config.allow_everyone_if_no_acl_found,
+            )
+            quota_store = QuotaStore(first_dir, self.log_manager.fs)
         # On the event loop's clock (read only by the connections and the accept path, in the
         # loop; not here, in a worker thread): a throttled client's allowance comes back on the
         # clock its connection is muted by, a MockClock's in tests.
         self.quotas = ClientQuotas(
-            QuotaStore(first_dir, self.log_manager.fs),
+            quota_store,
             window_s=self.config.quota_window_size_seconds,
             windows=self.config.quota_window_num,
             clock=trio.current_time,

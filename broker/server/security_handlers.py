@@ -1,6 +1,7 @@
 """Kafka's security admin APIs: ACLs (CreateAcls, DescribeAcls, DeleteAcls) and SCRAM users
 (DescribeUserScramCredentials, AlterUserScramCredentials), over the broker's AclStore and
-CredentialStore. Both stores rewrite a file with an fsync: the work runs in a worker thread.
+CredentialStore. The stores rewrite a file with an fsync, or (a cluster's, zk_security.py) write
+ZooKeeper and wait for its answer: the work runs in a worker thread.
 
 As Kafka: the ACL APIs need ALTER (create, delete) or DESCRIBE (describe) on the cluster and
 answer SECURITY_DISABLED while no authorizer is configured; the user APIs need ALTER or DESCRIBE
@@ -92,7 +93,7 @@ class SecurityApis:
             valid: list[tuple[int, AclBinding]] = []
             for i, entry in enumerate(request.creations):
                 try:
-                    valid.append((i, _binding(entry).validate()))
+                    valid.append((i, self.acl_store.validate(_binding(entry))))
                 except InvalidAclError as exc:
                     results[i] = m.AclResult(**error_of(exc).fields())
             if valid:

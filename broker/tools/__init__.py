@@ -48,6 +48,10 @@ def offline_store(args, open_store, what: str):
         raise ToolError(f"invalid configuration: {exc}") from None
     except OSError as exc:
         raise ToolError(f"cannot read the configuration: {exc.strerror}: {exc.filename}") from None
+    if config.zookeeper_connect:
+        with _zookeeper_store(config, open_store) as store:
+            yield store
+        return
     directory = Path(config.log_dirs[0])
     try:
         directory.mkdir(parents=True, exist_ok=True)
@@ -65,6 +69,62 @@ def offline_store(args, open_store, what: str):
         raise ToolError(f"cannot write {directory}: {exc.strerror or exc}") from None
     finally:
         OS_FS.close(fd)
+
+
+@contextlib.contextmanager
+def _zookeeper_store(config, open_store):
+    """A cluster's store (zookeeper.connect set): its users, quotas and ACLs are in ZooKeeper, so
+    the tool changes them there, as Kafka's ``kafka-configs.sh --zookeeper`` did (how a cluster
+    whose listeners all need a login gets its first user); every broker follows at once. A
+    session of its own runs on an event loop in a thread; the store's calls go to it."""
+    import queue
+    import threading
+
+    import trio
+
+    from triolog.broker.cluster.metadata_store import StoreError
+    from triolog.broker.cluster.zk_security import SecurityMetadataError, ZkSecurityMetadata
+    from triolog.broker.cluster.zookeeper_store import ZooKeeperStore
+
+    handed: queue.Queue = queue.Queue()
+    done = threading.Event()
+
+    async def main() -> None:
+        store = ZooKeeperStore(
+            config.zookeeper_connect,
+            session_timeout_ms=config.zookeeper_session_timeout_ms,
+            connection_timeout_ms=config.zookeeper_connection_timeout_ms,
+        )
+        try:
+            await store.start()
+            metadata = ZkSecurityMetadata(store, super_users=config.super_users)
+            await metadata.load()
+        except (StoreError, SecurityMetadataError) as exc:
+            handed.put(ToolError(f"cannot read the cluster's security metadata from ZooKeeper: {exc}"))
+            await store.close()
+            return
+        handed.put(metadata)
+        try:
+            await trio.to_thread.run_sync(done.wait)
+        finally:
+            await store.close()
+
+    loop = threading.Thread(target=trio.run, args=(main,), name="triolog-zookeeper", daemon=True)
+    loop.start()
+    try:
+        got = handed.get()
+        if isinstance(got, ToolError):
+            raise got
+        for candidate in (got.credentials, got.acls, got.quotas):
+            if isinstance(candidate, open_store):
+                try:
+                    yield candidate
+                except SecurityMetadataError as exc:
+                    raise ToolError(str(exc)) from None
+                break
+    finally:
+        done.set()
+        loop.join(30)
 
 
 def add_location_arguments(parser) -> None:

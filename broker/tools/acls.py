@@ -7,7 +7,9 @@ Two forms:
   delete_acls, as the connecting principal (ALTER or DESCRIBE on the cluster, or a super user);
 * offline, serve's ``--config FILE`` / ``--override K=V``: edits the ACL file of a stopped
   broker (``triolog-acls.json`` in its first log dir) under the log dir's lock, so a running
-  broker is never edited under its feet; the change takes effect at the next start.
+  broker is never edited under its feet; the change takes effect at the next start. With
+  ``zookeeper.connect`` in that configuration, the cluster's ACLs in ZooKeeper instead (Kafka's
+  ``--authorizer-properties zookeeper.connect=...``): every broker follows at once.
 
 ``--add`` makes one ACL per resource x principal x operation (``--allow-principal`` with each
 ``--allow-host``, ``--deny-principal`` with each ``--deny-host``; hosts default to ``*``);
@@ -26,7 +28,8 @@ from triolog.broker.tools import ToolError, UsageError, add_location_arguments, 
 
 DESCRIPTION = (
     "Add, remove and list ACLs, like Kafka's kafka-acls.sh: online through --bootstrap-server (and "
-    "--command-config for TLS/SASL), or offline on a stopped broker's log dir (--config/--override, as serve)."
+    "--command-config for TLS/SASL), or offline on a stopped broker's log dir (--config/--override, as serve). "
+    "With zookeeper.connect in that configuration: the cluster's ACLs, in ZooKeeper."
 )
 
 OPERATIONS = (

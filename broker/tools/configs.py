@@ -12,7 +12,8 @@ name), one line each as kafka-configs.sh prints them.
 Two forms, as ``triolog users`` and ``triolog acls``: online through a running broker
 (``--bootstrap-server``, ``--command-config``; describe_client_quotas / alter_client_quotas,
 DESCRIBE_CONFIGS or ALTER_CONFIGS on the cluster under an authorizer), or offline on a stopped
-broker's ``triolog-quotas.json`` under its log dir's lock (``--config``/``--override``, as serve).
+broker's ``triolog-quotas.json`` under its log dir's lock (``--config``/``--override``, as serve);
+with ``zookeeper.connect`` in that configuration, the cluster's quotas in ZooKeeper instead.
 Topic configs are ``triolog topics --alter``; broker configs are static (server.properties).
 """
 
@@ -30,7 +31,8 @@ DESCRIPTION = (
     "Set, delete and describe client quotas (producer_byte_rate, consumer_byte_rate, request_percentage per user "
     "and/or client id; "
     "connection_creation_rate per IP), like Kafka's kafka-configs.sh: online through --bootstrap-server (and "
-    "--command-config for TLS/SASL), or offline on a stopped broker's log dir (--config/--override, as serve)."
+    "--command-config for TLS/SASL), or offline on a stopped broker's log dir (--config/--override, as serve). "
+    "With zookeeper.connect in that configuration: the cluster's quotas, in ZooKeeper."
 )
 
 #: kafka-configs.sh's entity types -> the quota entity types of the wire (Kafka's ClientQuotaEntity).

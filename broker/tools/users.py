@@ -2,7 +2,9 @@
 --add-config 'SCRAM-SHA-256=[...]'`` and ``kafka-storage.sh format --add-scram``.
 
 Offline: on a stopped broker's data, found through the same ``--config`` and ``--override``
-options as ``serve``; the change takes effect when the broker starts. The log directory's lock is
+options as ``serve``; the change takes effect when the broker starts. With ``zookeeper.connect``
+in that configuration, the cluster's users in ZooKeeper instead (Kafka's ``kafka-configs.sh
+--zookeeper``): every broker follows at once, which is how a cluster gets its first user. The log directory's lock is
 held meanwhile, so a running broker is never edited under its feet. Credentials are stored salted
 and hashed (triolog-users.json, mode 0600); the password itself is never written.
 
@@ -22,7 +24,8 @@ from triolog.broker.tools import ToolError, add_location_arguments, offline_stor
 DESCRIPTION = (
     "Add, delete and list the SASL/SCRAM users of a broker. Online through --bootstrap-server (and "
     "--command-config for TLS/SASL), or offline on a stopped broker's log.dirs (found through --config and "
-    "--override, as serve finds them; the change takes effect at the next start)."
+    "--override, as serve finds them; the change takes effect at the next start). With zookeeper.connect in that "
+    "configuration: the cluster's users, in ZooKeeper."
 )
 
 MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -75,17 +78,19 @@ def run(args: argparse.Namespace) -> int:
             if args.add:
                 for mechanism in args.mechanism or MECHANISMS:
                     store.upsert(args.user, make_credential(mechanism, args.password, args.iterations))
-                print(f"User:{args.user}: {', '.join(args.mechanism or MECHANISMS)} credentials set in {store.path}")
+                print(
+                    f"User:{args.user}: {', '.join(args.mechanism or MECHANISMS)} credentials set in {store.location}"
+                )
                 return 0
             described = dict(store.describe([args.user])).get(args.user, [])
             present = [str(m) for m, _ in described]
             wanted = args.mechanism or present
             missing = [m for m in wanted if m not in present]
             if not present or missing:
-                return _fail(f"User:{args.user} has no {', '.join(missing) or 'SCRAM'} credential in {store.path}")
+                return _fail(f"User:{args.user} has no {', '.join(missing) or 'SCRAM'} credential in {store.location}")
             for mechanism in wanted:
                 store.delete(args.user, mechanism)
-            print(f"User:{args.user}: {', '.join(wanted)} credentials deleted from {store.path}")
+            print(f"User:{args.user}: {', '.join(wanted)} credentials deleted from {store.location}")
             return 0
     except (ToolError, UnacceptableCredentialError, ValueError) as exc:
         return _fail(str(exc))

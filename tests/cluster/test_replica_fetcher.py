@@ -19,6 +19,8 @@ from triolog.config.log_config import LogConfig
 from triolog.protocol.records import Record, encode_batch
 from triolog.testing import InProcessBroker
 
+from .helpers import all_registered
+
 TOPIC = "copied"
 
 
@@ -76,8 +78,9 @@ def wait(check, timeout=30.0, what="condition"):
 
 def create_topic(cluster, **config) -> dict:
     admin = KafkaAdminClient({"bootstrap.servers": cluster.bootstrap()})
-    # every broker registered and seen (CreateTopics places replicas over the live brokers only)
-    wait(lambda: len(admin.list_topics(timeout=10).brokers) == 3, what="three live brokers")
+    # every broker registered and seen by every broker (CreateTopics places replicas over the live
+    # brokers the broker it reaches knows of: one client's metadata is one broker's view)
+    all_registered(cluster.brokers)
     admin.create_topics([NewTopic(TOPIC, 1, 3, config=config)])[TOPIC].result(30)
     return wait(lambda: _partition(admin), what="a leader")
 

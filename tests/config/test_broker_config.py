@@ -143,6 +143,11 @@ KAFKA_DEFAULTS = {
     "controlled.shutdown.max.retries": 3,
     "controlled.shutdown.retry.backoff.ms": 5000,
     "inter.broker.listener.name": None,
+    # Kafka's default is GSSAPI, which triolog does not serve; the credentials are triolog's keys
+    # (Kafka read them from listener.name.<listener>.<mechanism>.sasl.jaas.config).
+    "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
+    "sasl.inter.broker.username": None,
+    "sasl.inter.broker.password": None,
 }
 
 
@@ -604,6 +609,31 @@ def test_a_cluster_member_needs_the_kafka_listener_it_replicates_over():
         zookeeper_connect="a:1", kafka_listeners="PLAINTEXT://127.0.0.1:0", inter_broker_listener_name="PLAINTEXT"
     )
     assert config.inter_broker_listener_name == "PLAINTEXT"
+
+
+def test_a_sasl_inter_broker_listener_needs_a_login_brokers_can_make():
+    cluster = {"zookeeper.connect": "a:1", "kafka.listeners": "SASL_PLAINTEXT://127.0.0.1:0"}
+    assert problems_of(cluster) == [
+        "the inter-broker listener SASL_PLAINTEXT://127.0.0.1:0 needs a login: set sasl.inter.broker.username and "
+        "sasl.inter.broker.password (a user of the cluster, see `triolog users`)"
+    ]
+    login = {**cluster, "sasl.inter.broker.username": "broker", "sasl.inter.broker.password": "s"}
+    assert problems_of({**login, "sasl.mechanism.inter.broker.protocol": "PLAIN"}) == [
+        "sasl.mechanism.inter.broker.protocol=PLAIN sends the password itself: over SASL_SSL only (the "
+        "inter-broker listener is SASL_PLAINTEXT); use SCRAM-SHA-256 or SCRAM-SHA-512"
+    ]
+    assert problems_of({**login, "sasl.enabled.mechanisms": "SCRAM-SHA-256"}) == [
+        "sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512 is not in sasl.enabled.mechanisms (SCRAM-SHA-256): "
+        "the leaders would not offer it"
+    ]
+    (problem,) = problems_of({**login, "sasl.mechanism.inter.broker.protocol": "GSSAPI"})
+    assert "sasl.mechanism.inter.broker.protocol" in problem and "GSSAPI" in problem
+    config = parse(
+        zookeeper_connect="a:1", kafka_listeners="SASL_PLAINTEXT://127.0.0.1:0", sasl_inter_broker_username="broker",
+        sasl_inter_broker_password="pa55word", sasl_mechanism_inter_broker_protocol="scram-sha-256",
+    )
+    assert config.sasl_mechanism_inter_broker_protocol == "SCRAM-SHA-256"
+    assert config.sasl_inter_broker_password == "pa55word" and "pa55word" not in repr(config)
 
 
 def test_min_insync_replicas_and_unclean_election_are_topic_keys_with_broker_defaults():
