@@ -90,7 +90,8 @@ def _json(value: Mapping[str, Any]) -> bytes:
     return json.dumps(value, separators=(",", ":"), sort_keys=False).encode()
 
 
-def _object(raw: bytes | None, what: str) -> dict[str, Any]:
+def json_object(raw: bytes | None, what: str) -> dict[str, Any]:
+    """A znode's data as a JSON object, or ZkDataError naming the znode."""
     if raw is None:
         raise ZkDataError(f"{what}: the znode holds no data")
     try:
@@ -132,7 +133,7 @@ class ControllerRegistration:
 
     @classmethod
     def decode(cls, raw: bytes | None) -> ControllerRegistration:
-        obj = _object(raw, CONTROLLER)
+        obj = json_object(raw, CONTROLLER)
         timestamp = obj.get("timestamp", "0")
         try:
             timestamp_ms = int(timestamp)
@@ -205,7 +206,7 @@ class BrokerRegistration:
     @classmethod
     def decode(cls, broker_id: int, raw: bytes | None) -> BrokerRegistration:
         what = broker_path(broker_id)
-        obj = _object(raw, what)
+        obj = json_object(raw, what)
         protocols = obj.get("listener_security_protocol_map") or {}
         endpoints = obj.get("endpoints")
         if not isinstance(protocols, dict) or not isinstance(endpoints, list):
@@ -252,7 +253,7 @@ class TopicAssignment:
     @classmethod
     def decode(cls, topic: str, raw: bytes | None) -> TopicAssignment:
         what = topic_path(topic)
-        obj = _object(raw, what)
+        obj = json_object(raw, what)
 
         def replicas(key: str) -> dict[int, tuple[int, ...]]:
             value = obj.get(key) or {}
@@ -308,7 +309,7 @@ class PartitionState:
 
     @classmethod
     def decode(cls, raw: bytes | None, what: str = "partition state") -> PartitionState:
-        obj = _object(raw, what)
+        obj = json_object(raw, what)
         recovery = obj.get("leader_recovery_state", RECOVERED)
         if recovery not in (RECOVERED, RECOVERING):
             raise ZkDataError(f"{what}: leader_recovery_state {recovery!r} is not 0 or 1")
@@ -328,7 +329,7 @@ def encode_topic_config(config: Mapping[str, str]) -> bytes:
 
 def decode_topic_config(raw: bytes | None, topic: str) -> dict[str, str]:
     what = topic_config_path(topic)
-    config = _object(raw, what).get("config", {})
+    config = json_object(raw, what).get("config", {})
     if not isinstance(config, dict) or not all(isinstance(v, str) for v in config.values()):
         raise ZkDataError(f"{what}: 'config' is not an object of strings")
     return {str(k): v for k, v in config.items()}
@@ -342,7 +343,7 @@ def encode_cluster_id(cluster_id: str) -> bytes:
 
 
 def decode_cluster_id(raw: bytes | None) -> str:
-    obj = _object(raw, CLUSTER_ID)
+    obj = json_object(raw, CLUSTER_ID)
     value = obj.get("id")
     if not isinstance(value, str) or not value:
         raise ZkDataError(f"{CLUSTER_ID}: no id")
@@ -364,7 +365,7 @@ class ProducerIdBlock:
 
     @classmethod
     def decode(cls, raw: bytes | None) -> ProducerIdBlock:
-        obj = _object(raw, LATEST_PRODUCER_ID_BLOCK)
+        obj = json_object(raw, LATEST_PRODUCER_ID_BLOCK)
         try:
             return cls(_int(obj, "broker", LATEST_PRODUCER_ID_BLOCK), int(obj["block_start"]), int(obj["block_end"]))
         except (KeyError, TypeError, ValueError):

@@ -42,7 +42,7 @@ from triolog.broker.security.acl import (
 from triolog.broker.security.quotas import CLIENT_ID, CLIENT_KEYS, IP, IP_KEYS, USER, InvalidQuotaError, QuotaEntity
 from triolog.broker.security.scram import ScramCredential, ScramMechanism, UnacceptableCredentialError
 
-from .zk_data import ZkDataError
+from .zk_data import ZkDataError, json_object
 
 #: A default entity's name in a path (Kafka's ZooKeeperInternals.DEFAULT_STRING).
 DEFAULT = "<default>"
@@ -76,18 +76,6 @@ _DOUBLE_QUOTAS = frozenset({"request_percentage"})
 
 def _json(value: Mapping[str, Any]) -> bytes:
     return json.dumps(value, separators=(",", ":")).encode()
-
-
-def _object(raw: bytes | None, what: str) -> dict[str, Any]:
-    if raw is None:
-        raise ZkDataError(f"{what}: the znode holds no data")
-    try:
-        value = json.loads(raw)
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise ZkDataError(f"{what}: not JSON ({exc})") from None
-    if not isinstance(value, dict):
-        raise ZkDataError(f"{what}: not a JSON object")
-    return value
 
 
 def sequence_number(name: str, prefix: str) -> int | None:
@@ -167,7 +155,7 @@ def decode_entity_config(raw: bytes | None, path: str) -> dict[str, str]:
     ``.../clients/app``) has no config; anything else must be Kafka's JSON."""
     if not raw:
         return {}
-    obj = _object(raw, path)
+    obj = json_object(raw, path)
     if obj.get("version") != 1:
         raise ZkDataError(f"{path}: not a config of version 1")
     config = obj.get("config")
@@ -182,7 +170,7 @@ def encode_config_change(path: str) -> bytes:
 
 
 def decode_config_change(raw: bytes | None, what: str) -> str:
-    obj = _object(raw, what)
+    obj = json_object(raw, what)
     path = obj.get("entity_path")
     if obj.get("version") != 2 or not isinstance(path, str) or not path:
         raise ZkDataError(f"{what}: not a config change of version 2 with an entity_path")
@@ -310,7 +298,7 @@ def encode_acls(bindings: Iterable[AclBinding]) -> bytes:
 def decode_acls(pattern: ResourcePattern, raw: bytes | None) -> frozenset[AclBinding]:
     """The bindings of a resource znode, every one valid; ZkDataError otherwise."""
     what = acl_path(pattern)
-    obj = _object(raw, what)
+    obj = json_object(raw, what)
     if obj.get("version") != 1:
         raise ZkDataError(f"{what}: not an ACL list of version 1")
     entries = obj.get("acls")
@@ -365,7 +353,7 @@ def decode_acl_change(raw: bytes | None, extended: bool, what: str) -> ResourceP
             if not sep:
                 raise ZkDataError(f"{what}: expected ResourceType:name, got {text[:80]!r}")
             return ResourcePattern(resource_type_of(kind, what), name, PatternType.LITERAL)
-        obj = _object(raw, what)
+        obj = json_object(raw, what)
         if obj.get("version") != 1 or not isinstance(obj.get("name"), str):
             raise ZkDataError(f"{what}: not an ACL change event of version 1")
         pattern = ResourcePattern(
