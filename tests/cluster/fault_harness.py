@@ -75,6 +75,10 @@ class History:
     attempted: set[bytes]
     reads: dict[str, list[Observation]]
     final: str
+    #: (partition, offset) -> (producer id, producer epoch) of the batch holding it, from the
+    #: replicas' files: what tells a client's re-send in a new producer epoch from a broker's
+    #: failure to deduplicate.
+    writers: dict[tuple[int, int], tuple[int, int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -88,6 +92,11 @@ class Verdict:
     inconsistent: dict[tuple[int, int], dict[bytes, list[str]]] = field(default_factory=dict)
     #: Values seen that no producer ever sent.
     unexpected: list[tuple[str, int, int, bytes]] = field(default_factory=list)
+    #: Values at two offsets written by one producer in two producer epochs: the client bumped
+    #: its epoch (KIP-360; librdkafka does after a request whose outcome it cannot know) and sent
+    #: the value again. No broker deduplicates across producer epochs (Kafka's neither): the
+    #: client's at-least-once re-send, reported, not counted against the brokers.
+    resent: dict[bytes, list[tuple[str, int, int]]] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -96,7 +105,8 @@ class Verdict:
     def summary(self) -> str:
         return (
             f"acknowledged={self.acknowledged} lost={len(self.lost)} duplicated={len(self.duplicated)} "
-            f"inconsistent={len(self.inconsistent)} unexpected={len(self.unexpected)}"
+            f"inconsistent={len(self.inconsistent)} unexpected={len(self.unexpected)} "
+            f"resent-by-the-client={len(self.resent)}"
         )
 
 
@@ -122,7 +132,15 @@ def check(history: History) -> Verdict:
                 where[value].append((source, partition, offset))
             if source not in values_at[(partition, offset)][value]:
                 values_at[(partition, offset)][value].append(source)
-    verdict.duplicated = {value: where[value] for value, seen in positions.items() if len(seen) > 1}
+    for value, seen in positions.items():
+        if len(seen) < 2:
+            continue
+        writers = [history.writers.get(position) for position in sorted(seen)]
+        epochs = {w[1] for w in writers if w is not None}
+        if None not in writers and len({w[0] for w in writers}) == 1 and len(epochs) == len(writers):
+            verdict.resent[value] = where[value]  # one producer, each copy in its own epoch
+        else:
+            verdict.duplicated[value] = where[value]
     verdict.inconsistent = {
         position: dict(values) for position, values in values_at.items() if len(values) > 1
     }  # fmt: skip
@@ -310,6 +328,18 @@ class _NoMetadata:
 
 
 _NO_METADATA = _NoMetadata()
+
+
+def batch_writers(directory: Path, partition: int) -> dict[tuple[int, int], tuple[int, int]]:
+    """(partition, offset) -> (producer id, producer epoch) of every record in the directory."""
+    out: dict[tuple[int, int], tuple[int, int]] = {}
+    for path in sorted(directory.glob("*.log")):
+        data = path.read_bytes()
+        for position, _size in _whole_batches(data):
+            header = read_header(data, position)
+            for offset in range(header.base_offset, header.base_offset + header.last_offset_delta + 1):
+                out[(partition, offset)] = (header.producer_id, header.producer_epoch)
+    return out
 
 
 def read_partition_dir(directory: Path, partition: int) -> list[Observation]:
@@ -696,7 +726,11 @@ def collect_history(
         reads[f"replica-{broker_id}"] = cluster.replica_records(broker_id, partitions)
     attempted = set().union(*(w.attempted for w in workers))
     acknowledged = [obs for w in workers for obs in w.acknowledged]
-    return History(acknowledged, attempted, reads, "final-read")
+    writers: dict[tuple[int, int], tuple[int, int]] = {}
+    for broker in cluster.brokers.values():
+        for partition in range(partitions):
+            writers.update(batch_writers(broker.data_dir / f"{TOPIC}-{partition}", partition))
+    return History(acknowledged, attempted, reads, "final-read", writers)
 
 
 def save_history(history: History, path: Path) -> None:
@@ -728,6 +762,8 @@ def format_result(result: RunResult) -> str:
         lines.append(f"  lost: {value!r} acknowledged at {partition}/{offset}")
     for value, where in list(verdict.duplicated.items())[:5]:
         lines.append(f"  duplicated: {value!r} at {where}")
+    for value, where in list(verdict.resent.items())[:5]:
+        lines.append(f"  resent by the client in a new producer epoch: {value!r} at {where}")
     for position, values in list(verdict.inconsistent.items())[:5]:
         lines.append(f"  inconsistent: {position}: {values}")
     return "\n".join(lines)

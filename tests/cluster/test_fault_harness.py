@@ -14,10 +14,10 @@ CI_FAULTS = int(os.environ.get("TRIOLOG_FAULTS", "12"))
 CI_SEED = int(os.environ.get("TRIOLOG_FAULT_SEED", "25"))
 
 
-def _history(acknowledged, reads, attempted=None):
+def _history(acknowledged, reads, attempted=None, writers=None):
     if attempted is None:
         attempted = {v for _, _, v in acknowledged} | {v for obs in reads.values() for _, _, v in obs}
-    return History(acknowledged, attempted, reads, "final")
+    return History(acknowledged, attempted, reads, "final", writers or {})
 
 
 def test_checker_passes_a_clean_history():
@@ -49,6 +49,19 @@ def test_checker_sees_a_duplicated_value():
     verdict = check(_history(acked, {"final": [(0, 0, b"a"), (0, 1, b"b"), (0, 2, b"b")]}))
     assert not verdict.lost and list(verdict.duplicated) == [b"b"]
     assert sorted(verdict.duplicated[b"b"]) == [("final", 0, 1), ("final", 0, 2)]
+
+
+def test_checker_tells_a_clients_resend_in_a_new_producer_epoch_from_a_broker_duplicate():
+    acked = [(0, 1, b"b")]
+    reads = {"final": [(0, 0, b"b"), (0, 1, b"b")]}
+    # Producer 7 wrote b in epoch 1, then again in epoch 2 (seq 0): the client's re-send.
+    resent = check(_history(acked, reads, writers={(0, 0): (7, 1), (0, 1): (7, 2)}))
+    assert resent.ok and list(resent.resent) == [b"b"] and not resent.duplicated
+    # Twice in one producer epoch: the brokers failed to deduplicate.
+    duplicate = check(_history(acked, reads, writers={(0, 0): (7, 2), (0, 1): (7, 2)}))
+    assert not duplicate.ok and list(duplicate.duplicated) == [b"b"] and not duplicate.resent
+    # Unknown writers (the copy is in no replica's files) count against the brokers.
+    assert list(check(_history(acked, reads)).duplicated) == [b"b"]
 
 
 def test_checker_sees_a_value_at_two_offsets_across_sources():
