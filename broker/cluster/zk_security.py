@@ -37,7 +37,6 @@ from triolog.broker.security.scram import (
     CredentialStore,
     ScramCredential,
     ScramMechanism,
-    UnacceptableCredentialError,
 )
 from triolog.protocol.errors import TriologError
 
@@ -138,11 +137,7 @@ class ZkCredentialStore(CredentialStore):
         return "ZooKeeper (/config/users)"
 
     def upsert(self, user: str, credential: ScramCredential) -> None:
-        if not isinstance(user, str) or not user:
-            raise UnacceptableCredentialError("Username must not be empty")
-        if not isinstance(credential, ScramCredential):
-            raise TypeError("upsert takes a ScramCredential")
-        credential.validate()
+        self.check_upsert(user, credential)
         text = data.credential_to_string(credential)
 
         def change(config: dict[str, str]) -> dict[str, str]:

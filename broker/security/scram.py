@@ -287,13 +287,18 @@ class CredentialStore:
         """Where the credentials are kept, for the tools' messages."""
         return str(self.path)
 
-    def upsert(self, user: str, credential: ScramCredential) -> None:
-        """Set the user's credential for its mechanism; the file is replaced before memory."""
+    @staticmethod
+    def check_upsert(user: str, credential: ScramCredential) -> None:
+        """What every store refuses before it stores anything."""
         if not isinstance(user, str) or not user:
             raise UnacceptableCredentialError("Username must not be empty")
         if not isinstance(credential, ScramCredential):
             raise TypeError("upsert takes a ScramCredential")
         credential.validate()
+
+    def upsert(self, user: str, credential: ScramCredential) -> None:
+        """Set the user's credential for its mechanism; the file is replaced before memory."""
+        self.check_upsert(user, credential)
         with self._lock:
             users = {u: dict(c) for u, c in self._users.items()}
             users.setdefault(user, {})[credential.mechanism] = credential

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
+from contextlib import contextmanager
 
 
 def wait_until(check: Callable, timeout: float = 20.0):
@@ -28,3 +29,35 @@ def kafka_bootstrap(brokers: Iterable | dict) -> str:
     """The brokers' Kafka listeners, as a bootstrap.servers value."""
     values = brokers.values() if isinstance(brokers, dict) else brokers
     return ",".join(f"127.0.0.1:{b.kafka_port}" for b in values)
+
+
+@contextmanager
+def broker_processes(directory, zk_connect: str, session_ms: int, ids: Iterable[int] = (1, 2, 3)):
+    """Broker subprocesses of one cluster (Kafka listeners, followers fetching every 50 ms), by
+    id, yielded once every one is in Metadata; all killed at the end."""
+    from confluent_kafka.admin import AdminClient
+
+    from tests.e2e.broker_process import BrokerProcess
+
+    started: dict = {}
+    try:
+        for broker_id in ids:
+            started[broker_id] = BrokerProcess(
+                directory / f"broker-{broker_id}",
+                (
+                    f"broker.id={broker_id}",
+                    f"zookeeper.connect={zk_connect}",
+                    f"zookeeper.session.timeout.ms={session_ms}",
+                    "replica.fetch.wait.max.ms=50",
+                ),
+                kafka=True,
+            ).start()
+        bootstrap = kafka_bootstrap(started)
+        assert wait_until(
+            lambda: len(AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=5).brokers) == len(started),
+            30,
+        ), "the brokers never all appeared in Metadata"
+        yield started
+    finally:
+        for broker in started.values():
+            broker.kill()

@@ -18,7 +18,7 @@ from kio.schema.metadata.v9.request import MetadataRequest, MetadataRequestTopic
 from tests.e2e.broker_process import BrokerProcess
 from tests.kafka.kafka_wire import decode_response, encode_request, read_frame
 
-from .helpers import wait_until
+from .helpers import broker_processes, kafka_bootstrap, wait_until
 
 SESSION_MS = 3000
 RECORDS = 300
@@ -27,27 +27,8 @@ KILL_AT = 150
 
 @pytest.fixture
 def cluster(tmp_path, zk_connect):
-    started: dict[int, BrokerProcess] = {}
-    try:
-        for broker_id in (1, 2, 3):
-            started[broker_id] = BrokerProcess(
-                tmp_path / f"broker-{broker_id}",
-                (
-                    f"broker.id={broker_id}",
-                    f"zookeeper.connect={zk_connect}",
-                    f"zookeeper.session.timeout.ms={SESSION_MS}",
-                    "replica.fetch.wait.max.ms=50",
-                ),
-                kafka=True,
-            ).start()
-        bootstrap = ",".join(f"127.0.0.1:{b.kafka_port}" for b in started.values())
-        assert wait_until(
-            lambda: len(AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=5).brokers) == 3, 30
-        )
-        yield started, bootstrap
-    finally:
-        for broker in started.values():
-            broker.kill()
+    with broker_processes(tmp_path, zk_connect, SESSION_MS) as started:
+        yield started, kafka_bootstrap(started)
 
 
 def _led_by(broker: BrokerProcess, topic: str) -> tuple[int, int] | None:

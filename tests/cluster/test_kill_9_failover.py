@@ -14,34 +14,15 @@ from confluent_kafka.admin import AdminClient as KafkaAdminClient, NewTopic
 
 from tests.e2e.broker_process import BrokerProcess
 
-from .helpers import wait_until
+from .helpers import broker_processes, wait_until
 
 SESSION_MS = 3000
 
 
 @pytest.fixture
 def brokers(tmp_path, zk_connect):
-    started = {}
-    try:
-        for broker_id in (1, 2, 3):
-            started[broker_id] = BrokerProcess(
-                tmp_path / f"broker-{broker_id}",
-                (
-                    f"broker.id={broker_id}",
-                    f"zookeeper.connect={zk_connect}",
-                    f"zookeeper.session.timeout.ms={SESSION_MS}",
-                    "replica.fetch.wait.max.ms=50",
-                ),
-                kafka=True,
-            ).start()
-        bootstrap = ",".join(f"127.0.0.1:{b.kafka_port}" for b in started.values())
-        assert wait_until(
-            lambda: len(KafkaAdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=5).brokers) == 3, 30
-        )
+    with broker_processes(tmp_path, zk_connect, SESSION_MS) as started:
         yield started
-    finally:
-        for broker in started.values():
-            broker.kill()
 
 
 def _segments(broker: BrokerProcess, partition_dir: str) -> dict[str, bytes]:
