@@ -256,7 +256,9 @@ async def test_a_broker_registered_again_is_taken_for_one_that_died_and_started(
         await wait_for(lambda: _leader_is(zk, "alone", 1))
         before = {p: (await zk.partition_state("bounce", p)).state for p in (0, 1)}
         alone = (await zk.partition_state("alone", 0)).state
-        assert before[0].leader == 1 and before[1].isr == (2, 1, 3)
+        # (broker 3 is in the first ISRs only if the controller's pass read it registered)
+        assert before[0].leader == 1 and 1 in before[0].isr and before[1].isr[:2] == (2, 1)
+        without_1 = {p: tuple(r for r in before[p].isr if r != 1) for p in (0, 1)}
 
         await register_again(members[1])
 
@@ -264,8 +266,8 @@ async def test_a_broker_registered_again_is_taken_for_one_that_died_and_started(
         # every ISR; as a started broker it comes back in by catching up (the leader's part).
         await wait_for(lambda: _leader_is(zk, "bounce", 2))
         after = {p: (await zk.partition_state("bounce", p)).state for p in (0, 1)}
-        assert after[0].isr == (2, 3) and after[0].leader_epoch == before[0].leader_epoch + 1
-        await wait_for(lambda: _isr_of(zk, "bounce", 1, (2, 3)))
+        assert after[0].isr == without_1[0] and after[0].leader_epoch == before[0].leader_epoch + 1
+        await wait_for(lambda: _isr_of(zk, "bounce", 1, without_1[1]))
         assert (await zk.partition_state("bounce", 1)).state.leader == 2
         # Its only replica: offline for one write (the old leader epoch fenced), then it leads
         # again on a state newer than its registration.
