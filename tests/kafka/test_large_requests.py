@@ -36,8 +36,9 @@ def kafka_broker(tmp_path_factory) -> BrokerProcess:
     broker.kill()
 
 
-def _worst_latency_during(address: str, frame: bytes) -> tuple[bytes | None, float]:
-    """(the answer to ``frame``, the worst ApiVersions round trip on another connection meanwhile)."""
+def _worst_latency_during(address: str, frame: bytes) -> tuple[bytes | None, float, float]:
+    """(the answer to ``frame``, the worst ApiVersions round trip on another connection meanwhile,
+    how long ``frame`` took to be answered)."""
     latencies: list[float] = []
     stop = threading.Event()
 
@@ -55,35 +56,50 @@ def _worst_latency_during(address: str, frame: bytes) -> tuple[bytes | None, flo
     try:
         time.sleep(0.2)
         with connect(address, 60) as sock:
+            sent = time.monotonic()
             sock.sendall(frame)
             answer = read_frame(sock)
+            duration = time.monotonic() - sent
         time.sleep(0.05)
     finally:
         stop.set()
         prober.join()
-    return answer, max(latencies)
+    return answer, max(latencies), duration
 
 
 def test_requests_over_their_entry_budget_are_refused(kafka_broker, bootstrap):
     # FindCoordinator v4 of 190,000 keys held the event loop 6 s; now refused unread.
     keys = tuple(f"g{i}" for i in range(MAX_GROUP_ENTRIES + 1))
-    answer, worst = _worst_latency_during(bootstrap, encode_request(10, 4, 7, FindCoordinatorRequest(
+    answer, _, _ = _worst_latency_during(bootstrap, encode_request(10, 4, 7, FindCoordinatorRequest(
         key_type=0, coordinator_keys=keys)))
     assert answer is None
     wait_for(lambda: any(e.get("event") == "kafka_request_too_large" and e.get("correlation_id") == 7
                          for e in kafka_broker.events()), 10, "the WARNING naming the bound")
 
 
+def _held_at_most(duration: float) -> float:
+    """How long another connection may wait during a request that took ``duration``.
+
+    Idle, a 10,000-entry request takes about 0.25 s and the other connection waits 0.01 s; with the
+    whole request on the event loop it would wait almost all of it. On a loaded machine both
+    stretch together (0.18 s waits were seen beside the rest of the suite), so the bound is a
+    fraction of the request's own time, never under 0.1 s.
+    """
+    return max(0.1, duration / 4)
+
+
 def test_requests_at_their_entry_budget_do_not_hold_other_connections_up(bootstrap):
     keys = tuple(f"g{i}" for i in range(MAX_GROUP_ENTRIES))
-    answer, worst = _worst_latency_during(bootstrap, encode_request(10, 4, 8, FindCoordinatorRequest(
+    answer, worst, took = _worst_latency_during(bootstrap, encode_request(10, 4, 8, FindCoordinatorRequest(
         key_type=0, coordinator_keys=keys)))
     assert len(decode_response(10, 4, answer)[1].coordinators) == MAX_GROUP_ENTRIES
-    assert worst < 0.1, f"another connection waited {worst:.3f} s during FindCoordinator of {len(keys)} keys"
-    answer, worst = _worst_latency_during(bootstrap, encode_request(15, 5, 9, DescribeGroupsRequest(
+    assert worst < _held_at_most(took), (
+        f"another connection waited {worst:.3f} s during FindCoordinator of {len(keys)} keys ({took:.3f} s)")
+    answer, worst, took = _worst_latency_during(bootstrap, encode_request(15, 5, 9, DescribeGroupsRequest(
         groups=keys, include_authorized_operations=False)))
     assert len(decode_response(15, 5, answer)[1].groups) == MAX_GROUP_ENTRIES
-    assert worst < 0.1, f"another connection waited {worst:.3f} s during DescribeGroups of {len(keys)} groups"
+    assert worst < _held_at_most(took), (
+        f"another connection waited {worst:.3f} s during DescribeGroups of {len(keys)} groups ({took:.3f} s)")
 
 
 def test_a_join_group_of_metadata_over_a_megabyte_is_answered(bootstrap, topic):
