@@ -50,12 +50,12 @@ from triolog.protocol.kafka.apis import KafkaContext
 from triolog.protocol.request_limits import RequestLimits
 
 from .authorization import RequestAuthorizer
-from .cluster_groups import ClusterGroupPartitions
 from .cluster_handlers import ClusterApis, ClusterServices
 from .codec import Codec
 from .connection import ClientConnection
+from .coordinator_topic import ClusterCoordinatorPartitions
 from .group_commit import GroupCommitter
-from .group_handlers import GroupApis, GroupService
+from .group_handlers import GroupApis, GroupService, offsets_topic
 from .handlers import RequestHandler
 from .kafka_codec import KafkaCodec
 from .loop_hold import WorkerThreads
@@ -278,7 +278,9 @@ class BrokerServer:
                     self.clock,
                     cluster=None
                     if self.cluster is None
-                    else ClusterGroupPartitions(self.config, self.cluster, self.notifier),
+                    else ClusterCoordinatorPartitions(
+                        self.config, offsets_topic(self.config), self.cluster, self.notifier, "groups"
+                    ),
                 )
                 self.metrics.groups.watch(lambda: self.groups.coordinator)
                 await nursery.start(self.groups.run)

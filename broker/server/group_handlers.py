@@ -13,8 +13,9 @@ GroupService owns the coordinator's contact with the rest of the broker:
   FindCoordinator), compacted, ``offsets.topic.num.partitions`` partitions; when it exists at
   startup its partitions are loaded (worker threads) while the broker already serves: their
   groups answer COORDINATOR_LOAD_IN_PROGRESS meanwhile;
-* writes: one batch per request, appended in a worker thread, in order per partition, answered
-  once fsynced (the group commit acks=all produce waits for), within offsets.commit.timeout.ms;
+* writes: one batch per request, appended in order per partition and answered once durable
+  (fsynced, or on a cluster in the in-sync replicas), within offsets.commit.timeout.ms, by the
+  :class:`~.coordinator_topic.CoordinatorRecordWriter` every coordinator's topic shares;
 * a timer task fires the coordinator's deadlines (joins, syncs, sessions);
 * the offsets-expiry task runs every offsets.retention.check.interval.ms.
 """
@@ -43,11 +44,9 @@ from triolog.broker.coordinator.group.group_metadata_manager import (
 from triolog.broker.security.acl import ResourceType
 from triolog.protocol import messages as m
 from triolog.protocol.errors import ErrorCode
-from triolog.protocol.records import build_batch
 
 from .authorization import CLUSTER, Op, RequestAuthorizer
-from .cluster_groups import ClusterGroupPartitions
-from .error_mapping import ApiError, error_of
+from .coordinator_topic import ClusterCoordinatorPartitions, CoordinatorRecordWriter, CoordinatorTopic
 from .request_context import RequestContext, handling_clock
 
 logger = structlog.get_logger("triolog.server")
@@ -59,8 +58,17 @@ LOAD_RETRY_S = 1.0
 TIMER_MAX_S = 0.5
 
 
-def _storage_error(exc: BaseException) -> ApiError:
-    return error_of(exc, io_error=f"I/O error writing {OFFSETS_TOPIC}", topic=OFFSETS_TOPIC)
+def offsets_topic(config) -> CoordinatorTopic:
+    """__consumer_offsets as the broker config sizes it."""
+    return CoordinatorTopic(
+        name=OFFSETS_TOPIC,
+        num_partitions=config.offsets_topic_num_partitions,
+        replication_factor=config.offsets_topic_replication_factor,
+        segment_bytes=config.offsets_topic_segment_bytes,
+        commit_timeout_ms=config.offsets_commit_timeout_ms,
+        replication_factor_key="offsets.topic.replication.factor",
+        commit_timeout_key="offsets.commit.timeout.ms",
+    )
 
 
 class GroupService:
@@ -69,7 +77,7 @@ class GroupService:
     def __init__(self, config, topics, committer, notifier, workers, limiter, clock, cluster=None):
         #: On a cluster member: __consumer_offsets is the cluster's, and this broker coordinates
         #: the groups of the partitions it leads (see cluster_groups); None on a single broker.
-        self.cluster: ClusterGroupPartitions | None = cluster
+        self.cluster: ClusterCoordinatorPartitions | None = cluster
         self.config = config
         self.topics = topics
         self.committer = committer
@@ -81,10 +89,9 @@ class GroupService:
         self._nursery: trio.Nursery | None = None
         self._wake = trio.Event()
         self._creating: trio.Event | None = None
-        #: Per __consumer_offsets partition: the stores not yet appended, in the order asked for,
-        #: drained by one writer task per partition (a task per store could be scheduled out of order).
-        self._queues: dict[int, list] = {}
-        self._queue_ready: dict[int, trio.Event] = {}
+        self.writer = CoordinatorRecordWriter(
+            offsets_topic(config), topics, committer, notifier, workers, limiter, clock, cluster, _NOT_AVAILABLE
+        )
         #: Seconds the last full load of __consumer_offsets took (None before one ran).
         self.load_seconds: float | None = None
 
@@ -101,7 +108,7 @@ class GroupService:
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
-                self._queues, self._queue_ready = {}, {}  # writers of an earlier run are gone
+                self.writer.start(nursery)
                 nursery.start_soon(self._timer_task)
                 nursery.start_soon(self._expiry_task)
                 if self.cluster is not None:
@@ -134,7 +141,7 @@ class GroupService:
             partitions = self.topics.get(OFFSETS_TOPIC).num_partitions
         group_config = GroupConfig.from_broker_config(self.config)
         group_config = GroupConfig(**{**group_config.__dict__, "num_partitions": partitions})
-        coordinator = GroupCoordinator(group_config, self.clock, self._store, lambda: self._wake.set())
+        coordinator = GroupCoordinator(group_config, self.clock, self.writer.store, lambda: self._wake.set())
         if cluster is not None:  # no group until a partition's leadership brings its groups
             coordinator.startup((), owned=())
             assert self._nursery is not None
@@ -239,75 +246,6 @@ class GroupService:
             logger.info(
                 "topic_created", topic=OFFSETS_TOPIC, partitions=self.config.offsets_topic_num_partitions, internal=True
             )
-
-    # -- writes ------------------------------------------------------------------------------
-
-    def _store(self, partition: int, records, done) -> None:
-        if self._nursery is None:
-            done((ErrorCode.COORDINATOR_NOT_AVAILABLE, _NOT_AVAILABLE), -1)
-            return
-        queue = self._queues.get(partition)
-        if queue is None:
-            queue = self._queues[partition] = []
-            self._queue_ready[partition] = trio.Event()
-            self._nursery.start_soon(self._writer, partition, queue)
-        queue.append((records, done))  # synchronously: the order of the calls is the order in the log
-        self._queue_ready[partition].set()
-
-    async def _writer(self, partition: int, queue: list) -> None:
-        while True:
-            if not queue:
-                self._queue_ready[partition] = trio.Event()
-                await self._queue_ready[partition].wait()
-                continue
-            records, done = queue.pop(0)
-            await self._append(partition, records, done)
-
-    async def _append(self, partition: int, records, done) -> None:
-        """Append (the caller, the partition's writer, keeps the order), then wait for the fsync
-        (on a cluster: the in-sync replicas) in a task of its own, so that the next store is
-        appended meanwhile."""
-        now = self.clock.milliseconds()
-        batch = build_batch([(key, value, now, ()) for key, value in records])
-        cluster = self.cluster
-        try:
-            if cluster is not None:
-                log, epoch = cluster.leader_log(partition)
-            else:
-                log, epoch = self.topics.log(OFFSETS_TOPIC, partition), 0
-            info = await self.workers.run_sync(log.append_as_leader, batch, epoch, limiter=self.limiter)
-        except Exception as exc:
-            done(_storage_error(exc), -1)
-            return
-        self.notifier.notify((OFFSETS_TOPIC, partition))
-        assert self._nursery is not None  # this partition's writer runs in it (_store)
-        if cluster is not None:
-            self._nursery.start_soon(self._committed, cluster, partition, info, epoch, done)
-        else:
-            self._nursery.start_soon(self._flushed, log, info, done)
-
-    async def _committed(self, cluster: ClusterGroupPartitions, partition: int, info, epoch: int, done) -> None:
-        failure = await cluster.wait_committed(partition, info, epoch, self.config.offsets_commit_timeout_ms / 1000)
-        done(failure, -1 if failure is not None else info.first_offset)
-
-    async def _flushed(self, log, info, done) -> None:
-        try:
-            with trio.fail_after(self.config.offsets_commit_timeout_ms / 1000):
-                await self.committer.wait_flushed(log, info.last_offset + 1)
-        except trio.TooSlowError:
-            done(
-                (
-                    ErrorCode.REQUEST_TIMED_OUT,
-                    f"the {OFFSETS_TOPIC} record was not fsynced within "
-                    f"offsets.commit.timeout.ms={self.config.offsets_commit_timeout_ms}",
-                ),
-                -1,
-            )
-            return
-        except Exception as exc:
-            done(_storage_error(exc), -1)
-            return
-        done(None, info.first_offset)
 
     # -- background tasks --------------------------------------------------------------------
 

@@ -270,7 +270,7 @@ async def test_stores_asked_for_in_the_same_tick_are_appended_in_that_order(tmp_
         placed: list[tuple[int, int]] = []
         for i in range(20):  # trio may run tasks started in one tick in either order: many tries
             for n in range(2):
-                server.groups._store(partition, [(offset_commit_key("g", "t", n), None)],
+                server.groups.writer.store(partition, [(offset_commit_key("g", "t", n), None)],
                                      lambda error, offset, n=n: placed.append((n, offset)))
             await wait_until(lambda: len(placed) == 2 * (i + 1), what="both stores")
         for first, second in zip(placed[::2], placed[1::2]):
