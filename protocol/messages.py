@@ -109,6 +109,14 @@ SUPPORTED_APIS: dict[str, tuple[int, int]] = {
         "alter_user_scram_credentials",
         "describe_client_quotas",
         "alter_client_quotas",
+        "add_partitions_to_txn",
+        "add_offsets_to_txn",
+        "end_txn",
+        "txn_offset_commit",
+        "write_txn_markers",
+        "describe_transactions",
+        "list_transactions",
+        "describe_producers",
     )
 }
 
@@ -1332,6 +1340,222 @@ class AlterClientQuotasResponse(Response):
     entries: tuple[QuotaAlterationResult, ...] = ()
 
 
+# --- transactions: Kafka's APIs of the same names (KIP-98, KIP-664) --------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class TxnTopic:
+    """A topic's partitions named by a transactional request."""
+
+    name: str
+    partitions: Annotated[tuple[Int32, ...], Unique()]
+
+
+@dataclass(frozen=True, kw_only=True)
+class AddPartitionsToTxnRequest(Request):
+    api: ClassVar[str] = "add_partitions_to_txn"
+    transactional_id: str
+    producer_id: Int64
+    producer_epoch: Int16
+    topics: Annotated[tuple[TxnTopic, ...], Unique("name")]
+
+
+@dataclass(frozen=True, kw_only=True)
+class TxnPartitionResult:
+    partition: Int32
+    error_code: ErrorCodeValue = ErrorCode.NONE
+    error_message: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class TxnTopicResult:
+    name: str
+    partitions: tuple[TxnPartitionResult, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class AddPartitionsToTxnResponse(Response):
+    api: ClassVar[str] = "add_partitions_to_txn"
+    topics: tuple[TxnTopicResult, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class AddOffsetsToTxnRequest(Request):
+    api: ClassVar[str] = "add_offsets_to_txn"
+    transactional_id: str
+    producer_id: Int64
+    producer_epoch: Int16
+    #: The consumer group whose offsets the transaction will commit (txn_offset_commit).
+    group_id: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class AddOffsetsToTxnResponse(Response):
+    api: ClassVar[str] = "add_offsets_to_txn"
+
+
+@dataclass(frozen=True, kw_only=True)
+class EndTxnRequest(Request):
+    api: ClassVar[str] = "end_txn"
+    transactional_id: str
+    producer_id: Int64
+    producer_epoch: Int16
+    #: True commits the transaction, False aborts it.
+    committed: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class EndTxnResponse(Response):
+    api: ClassVar[str] = "end_txn"
+    #: The producer id and epoch the next transaction uses (the epoch is bumped at every end).
+    producer_id: Int64 = -1
+    producer_epoch: Int16 = -1
+
+
+@dataclass(frozen=True, kw_only=True)
+class TxnOffsetCommitRequest(Request):
+    api: ClassVar[str] = "txn_offset_commit"
+    transactional_id: str
+    group_id: str
+    producer_id: Int64
+    producer_epoch: Int16
+    #: The consumer's group generation and member (Kafka's KIP-447 fencing); -1 and "" skip it.
+    generation_id: Int32 = -1
+    member_id: str = ""
+    group_instance_id: str | None = None
+    topics: Annotated[tuple[OffsetCommitTopic, ...], Unique("name")]
+
+
+@dataclass(frozen=True, kw_only=True)
+class TxnOffsetCommitResponse(Response):
+    api: ClassVar[str] = "txn_offset_commit"
+    topics: tuple[OffsetCommitTopicResult, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class TxnMarker:
+    """A COMMIT or ABORT marker the transaction coordinator asks a partition leader to write."""
+
+    producer_id: Int64
+    producer_epoch: Int16
+    committed: bool
+    topics: Annotated[tuple[TxnTopic, ...], Unique("name")]
+    coordinator_epoch: Int32
+
+
+@dataclass(frozen=True, kw_only=True)
+class WriteTxnMarkersRequest(Request):
+    api: ClassVar[str] = "write_txn_markers"
+    markers: tuple[TxnMarker, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class TxnMarkerResult:
+    producer_id: Int64
+    topics: tuple[TxnTopicResult, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class WriteTxnMarkersResponse(Response):
+    api: ClassVar[str] = "write_txn_markers"
+    #: One per marker of the request, in its order.
+    markers: tuple[TxnMarkerResult, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class DescribeTransactionsRequest(Request):
+    api: ClassVar[str] = "describe_transactions"
+    transactional_ids: Annotated[tuple[str, ...], Unique()]
+
+
+@dataclass(frozen=True, kw_only=True)
+class TransactionDescription:
+    transactional_id: str
+    error_code: ErrorCodeValue = ErrorCode.NONE
+    error_message: str | None = None
+    #: Kafka's state name: Empty, Ongoing, PrepareCommit, PrepareAbort, CompleteCommit,
+    #: CompleteAbort, Dead, PrepareEpochFence.
+    state: str = ""
+    transaction_timeout_ms: Int32 = 0
+    #: When the ongoing transaction began (ms since the epoch), -1 with none.
+    transaction_start_time_ms: Int64 = -1
+    producer_id: Int64 = -1
+    producer_epoch: Int16 = -1
+    topics: tuple[TxnTopic, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class DescribeTransactionsResponse(Response):
+    api: ClassVar[str] = "describe_transactions"
+    #: One per transactional id of the request, in its order.
+    transactions: tuple[TransactionDescription, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class ListTransactionsRequest(Request):
+    api: ClassVar[str] = "list_transactions"
+    #: Only transactions in these states (Kafka's names); empty = any.
+    state_filters: Annotated[tuple[str, ...], Unique()] = ()
+    #: Only transactions of these producer ids; empty = any.
+    producer_id_filters: Annotated[tuple[Int64, ...], Unique()] = ()
+    #: Only transactions running longer than this (ms); -1 = any (Kafka's KIP-994).
+    duration_filter_ms: Int64 = -1
+
+
+@dataclass(frozen=True, kw_only=True)
+class TransactionListing:
+    transactional_id: str
+    producer_id: Int64
+    state: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ListTransactionsResponse(Response):
+    api: ClassVar[str] = "list_transactions"
+    #: The state filters that name no state.
+    unknown_state_filters: tuple[str, ...] = ()
+    transactions: tuple[TransactionListing, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class DescribeProducersRequest(Request):
+    api: ClassVar[str] = "describe_producers"
+    topics: Annotated[tuple[TxnTopic, ...], Unique("name")]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProducerState:
+    """A producer a partition's leader knows (Kafka's DescribeProducers entry)."""
+
+    producer_id: Int64
+    producer_epoch: Int32
+    last_sequence: Int32 = -1
+    last_timestamp: Int64 = -1
+    coordinator_epoch: Int32 = -1
+    #: The first offset of its ongoing transaction in this partition, -1 with none.
+    current_txn_start_offset: Int64 = -1
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProducersPartitionResult:
+    partition: Int32
+    error_code: ErrorCodeValue = ErrorCode.NONE
+    error_message: str | None = None
+    active_producers: tuple[ProducerState, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProducersTopicResult:
+    name: str
+    partitions: tuple[ProducersPartitionResult, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class DescribeProducersResponse(Response):
+    api: ClassVar[str] = "describe_producers"
+    topics: tuple[ProducersTopicResult, ...] = ()
+
+
 REQUEST_TYPES: dict[str, type[Request]] = {
     cls.api: cls
     for cls in (
@@ -1367,6 +1591,14 @@ REQUEST_TYPES: dict[str, type[Request]] = {
         AlterUserScramCredentialsRequest,
         DescribeClientQuotasRequest,
         AlterClientQuotasRequest,
+        AddPartitionsToTxnRequest,
+        AddOffsetsToTxnRequest,
+        EndTxnRequest,
+        TxnOffsetCommitRequest,
+        WriteTxnMarkersRequest,
+        DescribeTransactionsRequest,
+        ListTransactionsRequest,
+        DescribeProducersRequest,
     )
 }
 RESPONSE_TYPES: dict[str, type[Response]] = {
@@ -1404,6 +1636,14 @@ RESPONSE_TYPES: dict[str, type[Response]] = {
         AlterUserScramCredentialsResponse,
         DescribeClientQuotasResponse,
         AlterClientQuotasResponse,
+        AddPartitionsToTxnResponse,
+        AddOffsetsToTxnResponse,
+        EndTxnResponse,
+        TxnOffsetCommitResponse,
+        WriteTxnMarkersResponse,
+        DescribeTransactionsResponse,
+        ListTransactionsResponse,
+        DescribeProducersResponse,
     )
 }
 assert REQUEST_TYPES.keys() == RESPONSE_TYPES.keys() == SUPPORTED_APIS.keys()

@@ -53,6 +53,16 @@ OBJECTS_PER_ENTRY: Final[dict[str, int]] = {
     "list_groups": 2,
     "describe_groups": 2,
     "delete_groups": 2,
+    # A transaction names its partitions (one int each), a transactional offset commit one entry
+    # per partition as offset_commit, the coordinator's markers a partition each.
+    "add_partitions_to_txn": 8,
+    "add_offsets_to_txn": 0,
+    "end_txn": 0,
+    "txn_offset_commit": 16,
+    "write_txn_markers": 8,
+    "describe_transactions": 2,
+    "list_transactions": 2,
+    "describe_producers": 8,
 }
 #: Kafka's STRING is int16-length-prefixed: no string of any request is longer than this.
 MAX_STR_BYTES: Final = 32767

@@ -298,6 +298,20 @@ EXAMPLE_REQUESTS: dict[str, Request] = {
     "alter_client_quotas": m.AlterClientQuotasRequest(id=31, validate_only=True, entries=(m.QuotaAlteration(
         entity=(m.QuotaEntityPart(entity_type="user", entity_name="alice"), m.QuotaEntityPart(entity_type="client-id")), ops=(m.QuotaOp(key="producer_byte_rate", value=1048576),
                              m.QuotaOp(key="consumer_byte_rate", remove=True))),)),
+    "add_partitions_to_txn": m.AddPartitionsToTxnRequest(id=32, transactional_id="tx", producer_id=7, producer_epoch=2,
+                                                         topics=(m.TxnTopic(name="t", partitions=(0, 1)),)),
+    "add_offsets_to_txn": m.AddOffsetsToTxnRequest(id=33, transactional_id="tx", producer_id=7, producer_epoch=2, group_id="g"),
+    "end_txn": m.EndTxnRequest(id=34, transactional_id="tx", producer_id=7, producer_epoch=2, committed=True),
+    "txn_offset_commit": m.TxnOffsetCommitRequest(id=35, transactional_id="tx", group_id="g", producer_id=7, producer_epoch=2,
+                                                  generation_id=4, member_id="m-1", group_instance_id="i-1", topics=(
+        m.OffsetCommitTopic(name="t", partitions=(m.OffsetCommitPartition(partition=0, committed_offset=10,
+                                                                          committed_leader_epoch=3, committed_metadata="x"),)),)),
+    "write_txn_markers": m.WriteTxnMarkersRequest(id=36, markers=(m.TxnMarker(
+        producer_id=7, producer_epoch=2, committed=False, topics=(m.TxnTopic(name="t", partitions=(0,)),), coordinator_epoch=5),)),
+    "describe_transactions": m.DescribeTransactionsRequest(id=37, transactional_ids=("tx", "ty")),
+    "list_transactions": m.ListTransactionsRequest(id=38, state_filters=("Ongoing",), producer_id_filters=(7,),
+                                                   duration_filter_ms=60000),
+    "describe_producers": m.DescribeProducersRequest(id=39, topics=(m.TxnTopic(name="t", partitions=(0,)),)),
 }
 
 EXAMPLE_RESPONSES: dict[str, Response] = {
@@ -512,6 +526,27 @@ EXAMPLE_RESPONSES: dict[str, Response] = {
     "describe_client_quotas": m.DescribeClientQuotasResponse(id=30, entries=(
         m.QuotaEntry(entity=(m.QuotaEntityPart(entity_type="user", entity_name="alice"), m.QuotaEntityPart(entity_type="client-id")), values={"producer_byte_rate": 1048576}),)),
     "alter_client_quotas": m.AlterClientQuotasResponse(id=31, entries=(m.QuotaAlterationResult(entity=(m.QuotaEntityPart(entity_type="user", entity_name="alice"), m.QuotaEntityPart(entity_type="client-id"))),)),
+    "add_partitions_to_txn": m.AddPartitionsToTxnResponse(id=32, topics=(m.TxnTopicResult(name="t", partitions=(
+        m.TxnPartitionResult(partition=0), m.TxnPartitionResult(partition=1, error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                                                error_message="no partition 1"))),)),
+    "add_offsets_to_txn": m.AddOffsetsToTxnResponse(id=33),
+    "end_txn": m.EndTxnResponse(id=34, producer_id=7, producer_epoch=3),
+    "txn_offset_commit": m.TxnOffsetCommitResponse(id=35, topics=(m.OffsetCommitTopicResult(name="t", partitions=(
+        m.OffsetCommitPartitionResult(partition=0),)),)),
+    "write_txn_markers": m.WriteTxnMarkersResponse(id=36, markers=(m.TxnMarkerResult(producer_id=7, topics=(
+        m.TxnTopicResult(name="t", partitions=(m.TxnPartitionResult(partition=0),)),)),)),
+    "describe_transactions": m.DescribeTransactionsResponse(id=37, transactions=(
+        m.TransactionDescription(transactional_id="tx", state="Ongoing", transaction_timeout_ms=60000,
+                                 transaction_start_time_ms=1700000000000, producer_id=7, producer_epoch=2,
+                                 topics=(m.TxnTopic(name="t", partitions=(0, 1)),)),
+        m.TransactionDescription(transactional_id="ty", error_code=ErrorCode.TRANSACTIONAL_ID_NOT_FOUND,
+                                 error_message="no such transactional id"))),
+    "list_transactions": m.ListTransactionsResponse(id=38, transactions=(
+        m.TransactionListing(transactional_id="tx", producer_id=7, state="Ongoing"),)),
+    "describe_producers": m.DescribeProducersResponse(id=39, topics=(m.ProducersTopicResult(name="t", partitions=(
+        m.ProducersPartitionResult(partition=0, active_producers=(m.ProducerState(
+            producer_id=7, producer_epoch=2, last_sequence=41, last_timestamp=1700000000000, coordinator_epoch=5,
+            current_txn_start_offset=100),)),)),)),
 }
 
 
@@ -681,7 +716,8 @@ def test_supported_apis_lists_every_api_at_version_1():
             "offset_commit", "offset_fetch", "list_groups", "describe_groups", "delete_groups",
             "sasl_handshake", "sasl_authenticate", "create_acls", "describe_acls", "delete_acls",
             "describe_user_scram_credentials", "alter_user_scram_credentials", "describe_client_quotas",
-            "alter_client_quotas",
+            "alter_client_quotas", "add_partitions_to_txn", "add_offsets_to_txn", "end_txn", "txn_offset_commit",
+            "write_txn_markers", "describe_transactions", "list_transactions", "describe_producers",
         )
     }
     assert REQUEST_TYPES.keys() == RESPONSE_TYPES.keys() == SUPPORTED_APIS.keys()
@@ -1108,6 +1144,30 @@ FIELD_TYPES: dict[str, dict[str, str]] = {
                             "entries[0].ops[0]": "a map", "entries[0].ops[0].key": "a str",
                             "entries[0].ops[0].value": "an int", "entries[0].ops[1].remove": "a bool",
                             "validate_only": "a bool"},
+    "add_partitions_to_txn": {"transactional_id": "a str", "producer_id": "an int", "producer_epoch": "an int",
+                              "topics": "an array", "topics[0]": "a map", "topics[0].name": "a str",
+                              "topics[0].partitions": "an array", "topics[0].partitions[0]": "an int"},
+    "add_offsets_to_txn": {"transactional_id": "a str", "producer_id": "an int", "producer_epoch": "an int",
+                           "group_id": "a str"},
+    "end_txn": {"transactional_id": "a str", "producer_id": "an int", "producer_epoch": "an int", "committed": "a bool"},
+    "txn_offset_commit": {"transactional_id": "a str", "group_id": "a str", "producer_id": "an int",
+                          "producer_epoch": "an int", "generation_id": "an int", "member_id": "a str",
+                          "group_instance_id": "a str", "topics": "an array", "topics[0]": "a map", "topics[0].name": "a str",
+                          "topics[0].partitions": "an array", "topics[0].partitions[0]": "a map",
+                          "topics[0].partitions[0].partition": "an int",
+                          "topics[0].partitions[0].committed_offset": "an int",
+                          "topics[0].partitions[0].committed_leader_epoch": "an int",
+                          "topics[0].partitions[0].committed_metadata": "a str"},
+    "write_txn_markers": {"markers": "an array", "markers[0]": "a map", "markers[0].producer_id": "an int",
+                          "markers[0].producer_epoch": "an int", "markers[0].committed": "a bool",
+                          "markers[0].topics": "an array", "markers[0].topics[0]": "a map",
+                          "markers[0].topics[0].name": "a str", "markers[0].topics[0].partitions": "an array",
+                          "markers[0].topics[0].partitions[0]": "an int", "markers[0].coordinator_epoch": "an int"},
+    "describe_transactions": {"transactional_ids": "an array", "transactional_ids[0]": "a str"},
+    "list_transactions": {"state_filters": "an array", "state_filters[0]": "a str", "producer_id_filters": "an array",
+                          "producer_id_filters[0]": "an int", "duration_filter_ms": "an int"},
+    "describe_producers": {"topics": "an array", "topics[0]": "a map", "topics[0].name": "a str",
+                           "topics[0].partitions": "an array", "topics[0].partitions[0]": "an int"},
 }
 #: Fields a request may leave out (or send as nil), with the value the broker then uses.
 OPTIONAL_FIELDS: dict[tuple[str, str], Any] = {
@@ -1180,6 +1240,14 @@ OPTIONAL_FIELDS: dict[tuple[str, str], Any] = {
     ("alter_client_quotas", "entries[0].ops[0].value"): 0,
     ("alter_client_quotas", "entries[0].ops[1].remove"): False,
     ("alter_client_quotas", "validate_only"): False,
+    ("txn_offset_commit", "generation_id"): -1,
+    ("txn_offset_commit", "member_id"): "",
+    ("txn_offset_commit", "group_instance_id"): None,
+    ("txn_offset_commit", "topics[0].partitions[0].committed_leader_epoch"): -1,
+    ("txn_offset_commit", "topics[0].partitions[0].committed_metadata"): None,
+    ("list_transactions", "state_filters"): (),
+    ("list_transactions", "producer_id_filters"): (),
+    ("list_transactions", "duration_filter_ms"): -1,
 }
 # A value of another msgpack type for each expected type: str for bin and bin for str, an int
 # for a bool, a map for an array.
@@ -1547,6 +1615,26 @@ SPEC_RESPONSE_KEYS: dict[str, dict[str, set[str]]] = {
                                "entries[].entity[]": {"entity_type", "entity_name"}},
     "alter_client_quotas": {"": {"entries"}, "entries[]": {"error_code", "error_message", "entity"},
                             "entries[].entity[]": {"entity_type", "entity_name"}},
+    "add_partitions_to_txn": {"": {"topics"}, "topics[]": {"name", "partitions"},
+                              "topics[].partitions[]": {"partition", "error_code", "error_message"}},
+    "add_offsets_to_txn": {"": set()},
+    "end_txn": {"": {"producer_id", "producer_epoch"}},
+    "txn_offset_commit": {"": {"topics"}, "topics[]": {"name", "partitions"},
+                          "topics[].partitions[]": {"partition", "error_code", "error_message"}},
+    "write_txn_markers": {"": {"markers"}, "markers[]": {"producer_id", "topics"},
+                          "markers[].topics[]": {"name", "partitions"},
+                          "markers[].topics[].partitions[]": {"partition", "error_code", "error_message"}},
+    "describe_transactions": {"": {"transactions"}, "transactions[]": {
+        "transactional_id", "error_code", "error_message", "state", "transaction_timeout_ms",
+        "transaction_start_time_ms", "producer_id", "producer_epoch", "topics"},
+        "transactions[].topics[]": {"name", "partitions"}},
+    "list_transactions": {"": {"unknown_state_filters", "transactions"},
+                          "transactions[]": {"transactional_id", "producer_id", "state"}},
+    "describe_producers": {"": {"topics"}, "topics[]": {"name", "partitions"},
+                           "topics[].partitions[]": {"partition", "error_code", "error_message", "active_producers"},
+                           "topics[].partitions[].active_producers[]": {
+                               "producer_id", "producer_epoch", "last_sequence", "last_timestamp",
+                               "coordinator_epoch", "current_txn_start_offset"}},
 }  # fmt: skip
 
 
