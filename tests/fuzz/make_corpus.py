@@ -214,6 +214,20 @@ def requests_seeds() -> dict[str, bytes]:
             m.QuotaFilterComponent(entity_type="client-id", match_type="any"),)),
         "alter_client_quotas": m.AlterClientQuotasRequest(id=34, entries=(m.QuotaAlteration(
             entity=(m.QuotaEntityPart(entity_type="user"),), ops=(m.QuotaOp(key="producer_byte_rate", value=1000),)),)),
+        "add_partitions_to_txn": m.AddPartitionsToTxnRequest(id=35, transactional_id="tx", producer_id=0,
+                                                             producer_epoch=0, topics=(m.TxnTopic(name="t", partitions=(0,)),)),
+        "add_offsets_to_txn": m.AddOffsetsToTxnRequest(id=36, transactional_id="tx", producer_id=0, producer_epoch=0,
+                                                       group_id="g"),
+        "end_txn": m.EndTxnRequest(id=37, transactional_id="tx", producer_id=0, producer_epoch=0, committed=False),
+        "txn_offset_commit": m.TxnOffsetCommitRequest(id=38, transactional_id="tx", group_id="g", producer_id=0,
+                                                      producer_epoch=0, topics=(m.OffsetCommitTopic(name="t", partitions=(
+                                                          m.OffsetCommitPartition(partition=0, committed_offset=1),)),)),
+        "write_txn_markers": m.WriteTxnMarkersRequest(id=39, markers=(m.TxnMarker(
+            producer_id=0, producer_epoch=0, committed=True, topics=(m.TxnTopic(name="t", partitions=(0,)),),
+            coordinator_epoch=0),)),
+        "describe_transactions": m.DescribeTransactionsRequest(id=40, transactional_ids=("tx",)),
+        "list_transactions": m.ListTransactionsRequest(id=41),
+        "describe_producers": m.DescribeProducersRequest(id=42, topics=(m.TxnTopic(name="t", partitions=(0,)),)),
     }
     assert {type(r).api for r in requests.values()} == set(m.REQUEST_TYPES), "a seed for every API"
     seeds = {f"valid-{name}": b"\x00" + encode_frame(m.encode_request(r)) for name, r in requests.items()}
