@@ -12,7 +12,7 @@ from typing import Any
 
 from triolog.protocol.errors import ErrorCode
 
-from . import admin_apis, controller_apis, data_apis, epoch_apis, group_apis, sasl_apis, security_apis
+from . import admin_apis, controller_apis, data_apis, epoch_apis, group_apis, sasl_apis, security_apis, txn_apis
 from .apis import Adapter, ApiKey, Direct, KafkaContext, by_key
 from .requests import KafkaRequest
 from .schema import build, response_class
@@ -64,6 +64,7 @@ ADAPTERS: dict[int, Adapter] = {
     **epoch_apis.ADAPTERS,
     **sasl_apis.ADAPTERS,
     **security_apis.ADAPTERS,
+    **txn_apis.ADAPTERS,
 }
 
 SERVED_VERSIONS: dict[int, tuple[int, int]] = {key: (a.min_version, a.max_version) for key, a in ADAPTERS.items()}
