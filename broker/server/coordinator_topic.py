@@ -217,7 +217,9 @@ class CoordinatorRecordWriter:
     """The coordinator's ``store(partition, records, done)``: each call's (key, value) records
     become one batch, appended in the order of the calls per partition (one writer task per
     partition: a task per store could be scheduled out of order), and ``done(failure,
-    base_offset)`` is called once they are durable (failure None) or cannot be."""
+    base_offset)`` is called once they are durable (failure None) or cannot be. With
+    ``producer=(id, epoch)`` the batch is that producer's, transactional (a TxnOffsetCommit's
+    offsets, decided by the producer's marker), with sequence 0 as Kafka's coordinator writes it."""
 
     def __init__(
         self,
@@ -249,7 +251,7 @@ class CoordinatorRecordWriter:
         self._nursery = nursery
         self._queues, self._queue_ready = {}, {}
 
-    def store(self, partition: int, records, done) -> None:
+    def store(self, partition: int, records, done, producer: tuple[int, int] | None = None) -> None:
         if self._nursery is None:
             done((ErrorCode.COORDINATOR_NOT_AVAILABLE, self._not_available), -1)
             return
@@ -258,7 +260,7 @@ class CoordinatorRecordWriter:
             queue = self._queues[partition] = []
             self._queue_ready[partition] = trio.Event()
             self._nursery.start_soon(self._writer, partition, queue)
-        queue.append((records, done))  # synchronously: the order of the calls is the order in the log
+        queue.append((records, done, producer))  # synchronously: the order of the calls is the order in the log
         self._queue_ready[partition].set()
 
     async def _writer(self, partition: int, queue: list) -> None:
@@ -267,19 +269,26 @@ class CoordinatorRecordWriter:
                 self._queue_ready[partition] = trio.Event()
                 await self._queue_ready[partition].wait()
                 continue
-            records, done = queue.pop(0)
-            await self._append(partition, records, done)
+            records, done, producer = queue.pop(0)
+            await self._append(partition, records, done, producer)
 
     def _storage_error(self, exc: BaseException) -> ApiError:
         name = self.topic.name
         return error_of(exc, io_error=f"I/O error writing {name}", topic=name)
 
-    async def _append(self, partition: int, records, done) -> None:
+    async def _append(self, partition: int, records, done, producer: tuple[int, int] | None) -> None:
         """Append (the caller, the partition's writer, keeps the order), then wait for the fsync
         (on a cluster: the in-sync replicas) in a task of its own, so that the next store is
         appended meanwhile."""
         now = self.clock.milliseconds()
-        batch = build_batch([(key, value, now, ()) for key, value in records])
+        values = [(key, value, now, ()) for key, value in records]
+        if producer is None:
+            batch = build_batch(values)
+        else:
+            producer_id, epoch = producer
+            batch = build_batch(
+                values, producer_id=producer_id, producer_epoch=epoch, base_sequence=0, is_transactional=True
+            )
         cluster = self.cluster
         try:
             if cluster is not None:

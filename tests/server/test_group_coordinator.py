@@ -35,22 +35,26 @@ class Store:
 
     def __init__(self):
         self.records: list[tuple[int, bytes, bytes | None]] = []
+        #: The producer of each record written in a transaction, by its index in ``records``.
+        self.producers: dict[int, int] = {}
         self.hold = False
         self.held: list = []
         self.fail: tuple | None = None
 
-    def __call__(self, partition, records, done):
+    def __call__(self, partition, records, done, producer=None):
         if self.hold:
-            self.held.append((partition, records, done))
+            self.held.append((partition, records, done, producer))
             return
-        self._complete(partition, records, done)
+        self._complete(partition, records, done, producer)
 
-    def _complete(self, partition, records, done):
+    def _complete(self, partition, records, done, producer=None):
         if self.fail is not None:
             done(self.fail, -1)
             return
         base = len(self.records)
         self.records.extend((partition, k, v) for k, v in records)
+        if producer is not None:
+            self.producers.update((base + n, producer[0]) for n in range(len(records)))
         done(None, base)
 
     def release(self):

@@ -47,7 +47,9 @@ class Error(NamedTuple):
 
 Record = tuple[bytes, bytes | None]
 StoreDone = Callable[[Error | None, int], None]
-Store = Callable[[int, list[Record], StoreDone], None]
+#: store(partition, records, done) writes one batch; store(..., producer=(id, epoch)) writes it in
+#: that producer's transaction (a TxnOffsetCommit: transactional, decided by the producer's marker).
+Store = Callable[..., None]
 
 
 @dataclass(frozen=True)
@@ -245,7 +247,8 @@ class GroupCoordinator:
     def load_partition(self, partition: int, loaded: LoadedPartition) -> int:
         """Install the groups and offsets replayed from one partition; the groups it brought."""
         now = self.now()
-        names = set(loaded.groups) | {g for g, offsets in loaded.offsets.items() if offsets}
+        pending_groups = {g for by_group in loaded.pending_txn_offsets.values() for g in by_group}
+        names = set(loaded.groups) | {g for g, offsets in loaded.offsets.items() if offsets} | pending_groups
         for group_id in names:
             if self.partition_for(group_id) != partition:
                 continue
@@ -281,6 +284,9 @@ class GroupCoordinator:
                 else:
                     group.leader_id = None
             group.offsets = dict(loaded.offsets.get(group_id, {}))
+            for producer_id, by_group in loaded.pending_txn_offsets.items():
+                if group_id in by_group:
+                    group.pending_txn_offsets[producer_id] = dict(by_group[group_id])
             self.groups[group_id] = group
         self.loading.discard(partition)
         return len(names)
@@ -895,6 +901,99 @@ class GroupCoordinator:
         self._store(self.partition_for(group_id), records, stored)
         return None
 
+    def handle_txn_commit_offsets(
+        self,
+        group_id: str,
+        producer: tuple[int, int],
+        generation_id: int,
+        member_id: str,
+        commits: list[CommitRequest],
+        respond: Callable[[list[Error | None]], None],
+    ) -> None:
+        """TxnOffsetCommit (Kafka's doTxnCommitOffsets): the offsets are written in the
+        producer's transaction and become the group's only when its COMMIT marker reaches the
+        group's partition (:meth:`handle_txn_completion`). ``respond`` gets one error (or None)
+        per commit once the record is durable. A member or generation given is checked (KIP-447
+        fencing); none given (-1, "") is a producer outside the group's consumers."""
+
+        def all_fail(code: ErrorCode, message: str) -> None:
+            respond([Error(code, message)] * len(commits))
+
+        error = self._status_error(group_id)
+        if error is not None:
+            return all_fail(*error)
+        group = self.groups.get(group_id)
+        if group is None:
+            group = self.groups[group_id] = GroupMetadata(group_id, current_state_timestamp=self.now())
+        if group.is_in(GroupState.DEAD):
+            return all_fail(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"group {group_id!r} is being removed; retry")
+        if member_id and member_id not in group.members:
+            return all_fail(ErrorCode.UNKNOWN_MEMBER_ID, f"member {member_id!r} is not in group {group_id!r}")
+        if generation_id >= 0 and generation_id != group.generation_id:
+            return all_fail(
+                ErrorCode.ILLEGAL_GENERATION,
+                f"generation {generation_id} is not the group's current generation {group.generation_id}",
+            )
+        producer_id, _epoch = producer
+        now = self.now()
+        results: list[Error | None] = [None] * len(commits)
+        records: list[Record] = []
+        accepted: list[tuple[int, tuple[str, int], OffsetAndMetadata]] = []
+        limit = self.config.offset_metadata_max_bytes
+        for i, commit in enumerate(commits):
+            metadata = commit.metadata or ""
+            if len(metadata.encode()) > limit:
+                results[i] = _err(
+                    ErrorCode.OFFSET_METADATA_TOO_LARGE,
+                    f"committed_metadata of {len(metadata.encode())} bytes is over offset.metadata.max.bytes={limit}",
+                )
+                continue
+            entry = OffsetAndMetadata(commit.offset, commit.leader_epoch, metadata, now)
+            records.append((offset_commit_key(group_id, commit.topic, commit.partition), offset_commit_value(entry)))
+            accepted.append((i, (commit.topic, commit.partition), entry))
+        if not records:
+            return respond(results)
+        # Pending before the write (Kafka's prepareTxnOffsetCommit): a marker that arrives while
+        # it is being written finds them, and the group is not removed meanwhile.
+        pending = group.pending_txn_offsets.setdefault(producer_id, {})
+        for _i, tp, entry in accepted:
+            pending[tp] = entry
+
+        def stored(error: Error | None, base_offset: int) -> None:
+            current = group.pending_txn_offsets.get(producer_id)
+            for n, (i, tp, entry) in enumerate(accepted):
+                if error is not None:
+                    results[i] = offset_store_error(error)
+                    if current is not None and current.get(tp) is entry:
+                        del current[tp]  # nothing of it is in the log (Kafka's failedTxnOffsetCommitAppend)
+                    continue
+                if current is not None and current.get(tp) is entry:
+                    current[tp] = OffsetAndMetadata(
+                        entry.offset,
+                        entry.leader_epoch,
+                        entry.metadata,
+                        entry.commit_timestamp,
+                        entry.expire_timestamp,
+                        base_offset + n,
+                    )
+            if current is not None and not current:
+                del group.pending_txn_offsets[producer_id]
+            respond(results)
+
+        self._store(self.partition_for(group_id), records, stored, producer=producer)
+        return None
+
+    def handle_txn_completion(self, producer_id: int, partitions: Iterable[int], committed: bool) -> int:
+        """A producer's COMMIT or ABORT marker is in these __consumer_offsets partitions (Kafka's
+        scheduleHandleTxnCompletion): its pending offsets in their groups are decided. How many
+        offsets became groups' offsets."""
+        wanted = set(partitions)
+        applied = 0
+        for group_id, group in self.groups.items():
+            if producer_id in group.pending_txn_offsets and self.partition_for(group_id) in wanted:
+                applied += group.complete_txn_offsets(producer_id, committed)
+        return applied
+
     def handle_fetch_offsets(
         self, group_id: str, partitions: list[tuple[str, int]] | None
     ) -> tuple[Error | None, list[tuple[str, int, OffsetAndMetadata | None]]]:
@@ -970,7 +1069,7 @@ class GroupCoordinator:
                     f"group {group_id!r} has members ({group.state.value}); it can be deleted once they have left",
                 )
                 continue
-            if group.pending_commits:
+            if group.has_pending_offsets:
                 results[group_id] = _err(
                     ErrorCode.NON_EMPTY_GROUP,
                     f"group {group_id!r} has offset commits still being written; delete it again once they are done",
@@ -1037,7 +1136,7 @@ class GroupCoordinator:
                 group.is_in(GroupState.EMPTY)
                 and not group.offsets
                 and not group.pending_members
-                and not group.pending_commits
+                and not group.has_pending_offsets
             ):
                 group.transition_to(GroupState.DEAD, now)
                 del self.groups[group_id]

@@ -110,6 +110,11 @@ class GroupMetadata:
     #: The same per partition: expiry leaves these alone (Kafka's getExpiredOffsets skips a partition
     #: with a pending commit), or its tombstone could land after the acknowledged commit.
     pending_offset_commits: dict[tuple[str, int], int] = field(default_factory=dict)
+    #: Offsets committed within producers' transactions (TxnOffsetCommit), by producer id: they
+    #: become the group's offsets when the producer's COMMIT marker reaches the group's
+    #: __consumer_offsets partition, and are dropped at its ABORT (Kafka's
+    #: pendingTransactionalOffsetCommits). ``record_offset`` is -1 until the record is written.
+    pending_txn_offsets: dict[int, dict[tuple[str, int], OffsetAndMetadata]] = field(default_factory=dict)
 
     # -- state ---------------------------------------------------------------------------------
 
@@ -206,6 +211,28 @@ class GroupMetadata:
             member.assignment = b""
 
     # -- offsets -------------------------------------------------------------------------------
+
+    @property
+    def has_pending_offsets(self) -> bool:
+        """Offsets still to land (written, or waiting for their transaction): the group stays."""
+        return bool(self.pending_commits or self.pending_txn_offsets)
+
+    def complete_txn_offsets(self, producer_id: int, committed: bool) -> int:
+        """The producer's transaction ended: its written offsets become the group's on a commit
+        (each unless a later record already holds that partition's offset), are dropped on an
+        abort. How many became the group's."""
+        pending = self.pending_txn_offsets.pop(producer_id, None)
+        if not pending or not committed:
+            return 0
+        applied = 0
+        for tp, entry in pending.items():
+            if entry.record_offset < 0:
+                continue  # its write failed (the producer was told): nothing of it is in the log
+            current = self.offsets.get(tp)
+            if current is None or current.record_offset < entry.record_offset:
+                self.offsets[tp] = entry
+                applied += 1
+        return applied
 
     def subscribed_topics(self) -> set[str] | None:
         """Topics the members subscribe to (from their ConsumerProtocol subscriptions), or None

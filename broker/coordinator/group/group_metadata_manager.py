@@ -15,8 +15,9 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
-from triolog.protocol.records import iter_batches
+from triolog.protocol.records import ControlRecordType, iter_batches
 
 from .group_metadata import OffsetAndMetadata
 
@@ -280,6 +281,20 @@ def read_group_value(value: bytes) -> StoredGroup:
 # -- loading -----------------------------------------------------------------------------------
 
 
+class TxnMarker(NamedTuple):
+    """A COMMIT or ABORT control record in __consumer_offsets: the end of a producer's
+    transaction, deciding the offsets it committed there (TxnOffsetCommit)."""
+
+    offset: int
+    producer_id: int
+    committed: bool
+
+
+#: What a partition replays, in log order: (offset, key, value) of a record outside any
+#: transaction, (offset, key, value, producer id) of one in a producer's transaction, or a marker.
+LoadedRecord = tuple[int, bytes | None, bytes | None] | tuple[int, bytes | None, bytes | None, int] | TxnMarker
+
+
 @dataclass
 class LoadedPartition:
     """One __consumer_offsets partition replayed: the last record per key."""
@@ -288,12 +303,19 @@ class LoadedPartition:
     groups: dict[str, StoredGroup] = field(default_factory=dict)
     #: Tombstoned groups (a later commit may bring a group back: Kafka keeps what comes last).
     removed_groups: set[str] = field(default_factory=set)
+    #: Offsets of transactions without their marker yet: producer id -> group -> partition.
+    pending_txn_offsets: dict[int, dict[str, dict[tuple[str, int], OffsetAndMetadata]]] = field(default_factory=dict)
     records: int = 0
     skipped: int = 0
 
-    def replay(self, records: Iterable[tuple[int, bytes | None, bytes | None]]) -> None:
-        """Apply (offset, key, value) in log order."""
-        for offset, key, value in records:
+    def replay(self, records: Iterable[LoadedRecord]) -> None:
+        """Apply the records in log order."""
+        for item in records:
+            if isinstance(item, TxnMarker):
+                self._end_transaction(item)
+                continue
+            offset, key, value, *rest = item
+            producer_id = rest[0] if rest else -1
             self.records += 1
             if key is None:
                 self.skipped += 1
@@ -301,20 +323,19 @@ class LoadedPartition:
             try:
                 parsed = read_key(key)
                 if isinstance(parsed, OffsetKey):
-                    group_offsets = self.offsets.setdefault(parsed.group, {})
                     tp = (parsed.topic, parsed.partition)
+                    if producer_id >= 0:
+                        if value is None:  # Kafka's transactional commits always carry a value
+                            self.skipped += 1
+                            continue
+                        pending = self.pending_txn_offsets.setdefault(producer_id, {})
+                        pending.setdefault(parsed.group, {})[tp] = _placed(read_offset_value(value), offset)
+                        continue
+                    group_offsets = self.offsets.setdefault(parsed.group, {})
                     if value is None:
                         group_offsets.pop(tp, None)
                     else:
-                        entry = read_offset_value(value)
-                        group_offsets[tp] = OffsetAndMetadata(
-                            entry.offset,
-                            entry.leader_epoch,
-                            entry.metadata,
-                            entry.commit_timestamp,
-                            entry.expire_timestamp,
-                            offset,
-                        )
+                        group_offsets[tp] = _placed(read_offset_value(value), offset)
                 elif isinstance(parsed, GroupKey):
                     if value is None:
                         self.groups.pop(parsed.group, None)
@@ -327,10 +348,30 @@ class LoadedPartition:
             except (ValueError, UnicodeDecodeError, struct.error):
                 self.skipped += 1
 
+    def _end_transaction(self, marker: TxnMarker) -> None:
+        """A commit makes the transaction's offsets the groups', each unless a later record
+        already holds that partition's (Kafka compares the records' offsets); an abort drops them."""
+        pending = self.pending_txn_offsets.pop(marker.producer_id, None)
+        if not pending or not marker.committed:
+            return
+        for group, entries in pending.items():
+            group_offsets = self.offsets.setdefault(group, {})
+            for tp, entry in entries.items():
+                current = group_offsets.get(tp)
+                if current is None or current.record_offset < entry.record_offset:
+                    group_offsets[tp] = entry
 
-def read_partition_records(log, load_buffer_size: int) -> Iterable[tuple[int, bytes | None, bytes | None]]:
-    """(offset, key, value) of every record of ``log`` (a storage Log) from its start to its end,
-    reading ``load_buffer_size`` bytes at a time (offsets.load.buffer.size)."""
+
+def _placed(entry: OffsetAndMetadata, record_offset: int) -> OffsetAndMetadata:
+    return OffsetAndMetadata(
+        entry.offset, entry.leader_epoch, entry.metadata, entry.commit_timestamp, entry.expire_timestamp, record_offset
+    )
+
+
+def read_partition_records(log, load_buffer_size: int) -> Iterable[LoadedRecord]:
+    """Every record of ``log`` (a storage Log) from its start to its high watermark, as
+    LoadedPartition.replay takes them, reading ``load_buffer_size`` bytes at a time
+    (offsets.load.buffer.size)."""
     position = log.log_start_offset
     end = log.high_watermark
     while position < end:
@@ -342,7 +383,16 @@ def read_partition_records(log, load_buffer_size: int) -> Iterable[tuple[int, by
         for batch in iter_batches(data):
             if batch.next_offset <= position:
                 continue
-            if not batch.is_control:
+            if batch.is_control:
+                control = batch.control_type
+                if control is not None and batch.producer_id >= 0:
+                    yield TxnMarker(batch.base_offset, batch.producer_id, control == ControlRecordType.COMMIT)
+            elif batch.is_transactional:
+                producer_id = batch.producer_id
+                for record in batch.records:
+                    if record.offset >= position:
+                        yield record.offset, record.key, record.value, producer_id
+            else:
                 for record in batch.records:
                     if record.offset >= position:
                         yield record.offset, record.key, record.value
