@@ -57,7 +57,7 @@ from triolog.broker.storage.errors import UnexpectedAppendOffsetError
 from triolog.broker.storage.log import Log
 from triolog.config.broker_config import BrokerConfig
 from triolog.protocol.errors import ErrorCode
-from triolog.protocol.frames import DEFAULT_MAX_FRAME_BYTES, NEED_DATA, FrameDecoder, RemoteProtocolError
+from triolog.protocol.frames import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, RemoteProtocolError
 from triolog.protocol.kafka.replica_fetch import (
     NO_EPOCH,
     EpochEndOffset,
@@ -67,7 +67,8 @@ from triolog.protocol.kafka.replica_fetch import (
     encode_replica_fetch,
 )
 
-from .inter_broker_sasl import InterBrokerSasl, authenticate
+from .broker_channel import open_broker_connection, receive_frame
+from .inter_broker_sasl import InterBrokerSasl
 from .metadata_cache import ClusterMetadataCache
 from .replica_manager import HostedPartition, ReplicaManager
 
@@ -79,7 +80,6 @@ PartitionKey = tuple[str, int]
 #: How much longer than replica.fetch.wait.max.ms a fetch's answer may take before the
 #: connection counts as dead (Kafka's replica.socket.timeout.ms plays this part).
 DEFAULT_RESPONSE_MARGIN_MS = 10_000
-_READ_CHUNK = 1 << 20
 #: What a leader answers while it has not yet applied the partition state its follower acts on.
 LEADER_BEHIND = frozenset(
     {ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
@@ -401,16 +401,16 @@ class LeaderFetcher:
         self._connection_error = error
 
     async def _session(self) -> None:
-        stream: trio.abc.Stream = await trio.open_tcp_stream(self.target.host, self.target.port)
-        if self.manager.ssl_context is not None:  # the leader's TLS listener (SSL://)
-            stream = trio.SSLStream(stream, self.manager.ssl_context, server_hostname=self.target.host)
-            await stream.do_handshake()
+        stream, self._correlation_id = await open_broker_connection(
+            self.target.host,
+            self.target.port,
+            ssl_context=self.manager.ssl_context,
+            sasl=self.manager.sasl,
+            client_id=self.client_id,
+            correlation_id=self._correlation_id,
+            timeout_s=(self.settings.wait_max_ms + self.settings.response_margin_ms) / 1000,
+        )
         async with stream:
-            if self.manager.sasl is not None:  # the leader's SASL listener: log in first
-                with trio.fail_after((self.settings.wait_max_ms + self.settings.response_margin_ms) / 1000):
-                    self._correlation_id = await authenticate(
-                        stream, self.manager.sasl, self.client_id, (self._correlation_id + 1) & 0x7FFFFFFF
-                    )
             self._connected, self._connection_error = True, None
             logger.info("fetcher_connected", leader=self.target.leader, address=self.address)
             decoder = FrameDecoder(max(DEFAULT_MAX_FRAME_BYTES, 2 * self.settings.response_max_bytes))
@@ -591,14 +591,10 @@ def _error_name(code: int) -> str:
 
 
 async def _receive_frame(stream: trio.abc.ReceiveStream, decoder: FrameDecoder) -> bytes:
-    while True:
-        frame = decoder.next_frame()
-        if frame is not NEED_DATA:
-            return frame
-        data = await stream.receive_some(decoder.read_size(_READ_CHUNK))
-        if not data:
-            raise _Disconnected("the leader closed the connection")
-        decoder.receive_data(bytes(data))  # (no copy of a bytes object)
+    frame = await receive_frame(stream, decoder)
+    if frame is None:
+        raise _Disconnected("the leader closed the connection")
+    return frame
 
 
 __all__ = [
