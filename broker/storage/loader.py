@@ -71,6 +71,9 @@ class LogLoader:
         self.changed_files = False
         #: Segments whose files recovery rewrote (indexes rebuilt, a tail cut), synced at the end.
         self._rewritten: dict[int, LogSegment] = {}
+        #: After load(): the segments recovery rebuilt, oldest first. Their ``.txnindex`` needs
+        #: the producer state to rebuild, which the Log builds next (log.rebuild_txn_indexes).
+        self.recovered: list[LogSegment] = []
 
     def load(self) -> LoadedLogOffsets:
         swap_files = self._remove_temp_files_and_collect_swap_files()
@@ -106,6 +109,7 @@ class LogLoader:
                 segment.lazy_time_index.seal()
         active.resize_indexes(self.config.segment_index_bytes)
         rewritten = [s for base, s in sorted(self._rewritten.items()) if self.segments.get(base) is s]
+        self.recovered = list(rewritten)
         if self.changed_files or rewritten:
             # What recovery cut, removed and rebuilt must be durable before new appends land
             # where it was, and before a recovery point covering it is checkpointed: a power cut
