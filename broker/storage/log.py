@@ -349,8 +349,14 @@ class Log:
         with self._lock:
             return self._last_stable_offset_locked()
 
+    def _first_unstable_locked(self) -> int | None:
+        psm = self.producer_state_manager
+        # Unreplicated markers matter to a replicated log only: elsewhere every marker lies below
+        # the high watermark, which is the log end offset.
+        return psm.first_unstable_offset() if self.replicated else psm.first_undecided_offset()
+
     def _last_stable_offset_locked(self) -> int:
-        first_unstable = self.producer_state_manager.first_unstable_offset()
+        first_unstable = self._first_unstable_locked()
         high_watermark = self._high_watermark
         if first_unstable is None:
             return high_watermark
@@ -360,7 +366,7 @@ class Log:
     def first_unstable_offset(self) -> int | None:
         """The first offset of the oldest open (or unreplicated) transaction, None without one."""
         with self._lock:
-            first_unstable = self.producer_state_manager.first_unstable_offset()
+            first_unstable = self._first_unstable_locked()
             return None if first_unstable is None else max(first_unstable, self._log_start_offset)
 
     @property
@@ -1382,6 +1388,7 @@ class Log:
         psm = self.producer_state_manager
         psm.clear()
         rebuild_producer_state(psm, self._segments, self._log_start_offset, new_end, self._clock.milliseconds())
+        psm.on_high_watermark_updated(self._high_watermark)
 
     def _open_segment(self, base_offset: int, *, file_already_exists: bool) -> LogSegment:
         config = self._config
