@@ -1769,7 +1769,7 @@ def rebuild_txn_indexes(
     psm.load_snapshot_at_or_below(first, log_start_offset, now_ms)
     map_end = psm.last_map_offset
     written = 0
-    for segment in segments.values(map_end, last + 1):
+    for segment in segments.values(min(map_end, first), last + 1):  # (the log start may lie past `first`)
         target = segment.base_offset in targets
         before = len(segment.txn_index) if target else 0
         position = 0
