@@ -71,7 +71,6 @@ from .fs import OS_FS, FileSystem, is_disk_full, is_out_of_descriptors
 from .index import OffsetIndex, TimeIndex
 from .loader import LoadedLogOffsets, LogLoader
 from .producer_state import (
-    NO_SEQUENCE,
     CompletedTxn,
     ProducerStateManager,
     check_append,
@@ -1163,9 +1162,7 @@ class Log:
                 return TimestampAndOffset(NO_TIMESTAMP, self._log_start_offset)
             # read_committed clients are answered within the last stable offset (Kafka's ListOffsets).
             bound = (
-                self._last_stable_offset_locked()
-                if isolation is FetchIsolation.TXN_COMMITTED
-                else self._high_watermark
+                self._last_stable_offset_locked() if isolation is FetchIsolation.TXN_COMMITTED else self._high_watermark
             )
             if timestamp == LATEST_TIMESTAMP:
                 return TimestampAndOffset(NO_TIMESTAMP, bound)

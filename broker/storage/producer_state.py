@@ -297,7 +297,9 @@ def check_append(
     return None
 
 
-def check_txn_state(entry: ProducerStateEntry | None, producer_id: int, is_transactional: bool, partition: str = "") -> None:
+def check_txn_state(
+    entry: ProducerStateEntry | None, producer_id: int, is_transactional: bool, partition: str = ""
+) -> None:
     """Kafka's rule for a data batch that passed check_append: no non-transactional batch while
     the producer's transaction is open."""
     if not is_transactional and entry is not None and entry.current_txn_first_offset >= 0:

@@ -91,7 +91,9 @@ class LogSegment:
         self._time_index = time_index
         if txn_index is None:  # beside the .log, with its transient suffix if it has one
             suffix = log.path.name.split(filenames.LOG_FILE_SUFFIX, 1)[1]
-            txn_index = TransactionIndex(base_offset, filenames.txn_index_file(log.path.parent, base_offset, suffix), fs)
+            txn_index = TransactionIndex(
+                base_offset, filenames.txn_index_file(log.path.parent, base_offset, suffix), fs
+            )
         self.txn_index = txn_index
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes

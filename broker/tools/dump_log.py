@@ -49,8 +49,7 @@ from typing import TextIO
 from triolog.broker.storage.errors import CorruptIndexError
 from triolog.broker.storage.index import OffsetIndex, TimeIndex
 from triolog.broker.storage.producer_state import CorruptSnapshotError, decode_snapshot
-from triolog.broker.storage.transaction_index import ENTRY_SIZE as TXN_ENTRY_SIZE
-from triolog.broker.storage.transaction_index import decode_entries as decode_txn_entries
+from triolog.broker.storage.transaction_index import ENTRY_SIZE as TXN_ENTRY_SIZE, decode_entries as decode_txn_entries
 from triolog.protocol.errors import CorruptRecordError
 from triolog.protocol.record_batch import (
     COMPRESSION_MASK,

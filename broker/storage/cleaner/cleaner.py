@@ -79,8 +79,7 @@ from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import CorruptIndexError, CorruptRecordError
 from ..fs import OS_FS, FileSystem
 from ..segment import LogSegment
-from ..transaction_index import AbortedTxn as TxnIndexEntry
-from ..transaction_index import TransactionIndex
+from ..transaction_index import AbortedTxn as TxnIndexEntry, TransactionIndex
 from .offset_map import SkimpyOffsetMap
 from .throttler import Throttler
 
