@@ -1051,6 +1051,8 @@ class Log:
         try:
             if start_offset < self._active.base_offset:
                 return None
+            if isolation is FetchIsolation.TXN_COMMITTED and not self._active.txn_index.is_loaded:
+                return None  # its first lookup reads the .txnindex file (once)
             return self._read_locked(start_offset, max_length, min_one_message, isolation)
         finally:
             self._lock.release()

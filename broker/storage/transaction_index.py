@@ -102,6 +102,11 @@ class TransactionIndex:
     def exists(self) -> bool:
         return self._fs.exists(self._path)
 
+    @property
+    def is_loaded(self) -> bool:
+        """Whether the entries are in memory (a lookup then reads no file)."""
+        return self._entries is not None
+
     # -- reading ---------------------------------------------------------------------------
 
     def _load(self) -> list[AbortedTxn]:
