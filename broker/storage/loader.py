@@ -217,7 +217,9 @@ class LogLoader:
 
     # -- step 2: open segments -----------------------------------------------------------------
 
-    def _open_segment(self, base_offset: int, *, file_already_exists: bool) -> LogSegment:
+    def _open_segment(
+        self, base_offset: int, *, file_already_exists: bool, txn_index_exists: bool | None = None
+    ) -> LogSegment:
         config = self.config
         return LogSegment.open(
             self.directory,
@@ -229,6 +231,7 @@ class LogLoader:
             file_already_exists=file_already_exists,
             preallocate_bytes=config.segment_bytes if config.preallocate else 0,
             fs=self.fs,
+            txn_index_exists=txn_index_exists,
         )
 
     def _load_segment_files(self) -> None:
@@ -254,7 +257,11 @@ class LogLoader:
             if prefix + filenames.TIME_INDEX_FILE_SUFFIX not in present:
                 # Kafka's rule: a missing time index is replaced by an empty one, not rebuilt.
                 touch(self.fs, self.directory / (prefix + filenames.TIME_INDEX_FILE_SUFFIX))
-            segment = self._open_segment(offset, file_already_exists=True)
+            segment = self._open_segment(
+                offset,
+                file_already_exists=True,
+                txn_index_exists=prefix + filenames.TXN_INDEX_FILE_SUFFIX in present,
+            )
             if index_missing:
                 logger.info("rebuilding missing index of segment %s", segment.log.path)
                 self._recover_segment(segment)

@@ -807,11 +807,14 @@ class Log:
             filenames.offset_index_file(self.directory, new_offset),
             filenames.time_index_file(self.directory, new_offset),
         )
-        if self._spare is None:  # (spare files are renamed over any stale file of these names)
-            for stale in targets:
-                if self.fs.exists(stale):
-                    logger.warning("deleting stale file %s before rolling", stale)
-                    self.fs.unlink(stale)
+        stale_txn_index = filenames.txn_index_file(self.directory, new_offset)
+        for stale in targets if self._spare is None else ():  # (spares are renamed over stale files)
+            if self.fs.exists(stale):
+                logger.warning("deleting stale file %s before rolling", stale)
+                self.fs.unlink(stale)
+        if self.fs.exists(stale_txn_index):  # the new segment starts with none (and knows it)
+            logger.warning("deleting stale file %s before rolling", stale_txn_index)
+            self.fs.unlink(stale_txn_index)
         # At most one rolled segment waits for its seal: rolls coming faster than the flushes
         # they schedule seal the previous one here (each unsealed segment holds a descriptor).
         self._seal_rolled_locked()

@@ -121,11 +121,14 @@ class LogSegment:
         fs: FileSystem = OS_FS,
         spare: bool = False,
         paths: tuple[Path, Path, Path] | None = None,
+        txn_index_exists: bool | None = None,
     ) -> LogSegment:
         """``spare``: the three files exist already, empty (a Log's spare files renamed to this
         segment's names), and are set up as new ones; creating files costs the file system far
         more than renaming them. ``paths``: the segment's .log, .index and .timeindex, when the
-        caller has them already (the names of ``directory``, ``base_offset`` and ``file_suffix``)."""
+        caller has them already (the names of ``directory``, ``base_offset`` and ``file_suffix``).
+        ``txn_index_exists``: whether its ``.txnindex`` is there, when the caller knows (a new
+        segment has none)."""
         directory = Path(directory)
         if paths is None:
             paths = (
@@ -163,7 +166,12 @@ class LogSegment:
                 offset_index.delete_if_exists()
                 time_index.delete_if_exists()
                 raise
-        txn_index = TransactionIndex(base_offset, filenames.txn_index_file(directory, base_offset, file_suffix), fs)
+        txn_index = TransactionIndex(
+            base_offset,
+            filenames.txn_index_file(directory, base_offset, file_suffix),
+            fs,
+            exists=False if not file_already_exists else txn_index_exists,
+        )
         return cls(
             log, offset_index, time_index, base_offset, index_interval_bytes, rolling_jitter_ms, clock, fs, txn_index
         )

@@ -84,13 +84,16 @@ class TransactionIndex:
     """The ``.txnindex`` of the segment starting at ``start_offset``. Not thread-safe: the Log
     calls it under its lock (the cleaner writes only its own ``.cleaned`` segment's)."""
 
-    def __init__(self, start_offset: int, path: Path, fs: FileSystem = OS_FS):
+    def __init__(self, start_offset: int, path: Path, fs: FileSystem = OS_FS, *, exists: bool | None = None):
+        """``exists``: whether the file is there, when the caller knows (a new segment, a
+        directory listing): a known-absent index is empty without a look at the disk, so the
+        lookups of a read_committed fetch pass over the many segments without one for free."""
         self.start_offset = start_offset
         self._path = Path(path)
         self._fs = fs
         self._fd: int | None = None
         #: The file's entries once read (None: not read yet); appends extend it.
-        self._entries: list[AbortedTxn] | None = None
+        self._entries: list[AbortedTxn] | None = None if exists is None or exists else []
         self._last_offsets = array("q")
         #: Bytes of the file that are not whole entries (a torn append), found when it was read.
         self._torn_bytes = 0

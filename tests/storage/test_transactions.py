@@ -371,3 +371,29 @@ def test_read_committed_returns_exactly_the_committed_and_plain_records_below_th
     assert reopened.last_stable_offset == lso
     assert committed_values(reopened, max_bytes=max_bytes) == expected
     reopened.close()
+
+
+def test_an_aborted_transaction_spanning_segments_is_listed_for_a_read_of_its_first_segment(tmp_path, clock):
+    """Its marker (and .txnindex entry) is segments later; the search goes on through the later
+    segments (most without a .txnindex) until an entry's LSO ends it, as Kafka's does."""
+    log = open_log(tmp_path / "t-0", clock)
+    a, b, plain = Producer(1), Producer(2), Producer(9)
+    log.append_as_leader(a.batch(2))  # 0-1: a's long transaction
+    log.roll()
+    for _ in range(3):
+        log.append_as_leader(plain.batch(1, transactional=False))
+        log.roll()
+    log.append_end_txn_marker(1, 0, 0, committed=False, leader_epoch=0)  # 5, in the fifth segment
+    log.append_as_leader(b.batch(1))  # 6
+    log.append_end_txn_marker(2, 0, 0, committed=False, leader_epoch=0)  # 7
+    assert log.num_segments == 5
+    info = log.read(0, 1 << 20, isolation=COMMITTED)
+    assert info.aborted_transactions == [AbortedTxn(1, 0, 5, 6)], "only the one overlapping offsets 0-1"
+    assert committed_values(log) == [b"9-0", b"9-1", b"9-2"]
+    # After a restart the segments' .txnindex presence comes from the directory listing.
+    log.close()
+    reopened = open_log(tmp_path / "t-0", clock)
+    assert reopened.read(0, 1 << 20, isolation=COMMITTED).aborted_transactions == [AbortedTxn(1, 0, 5, 6)]
+    assert [s.txn_index.is_loaded for s in reopened.segments][:4] == [True] * 4, \
+        "segments listed without a .txnindex are known empty, never read"
+    reopened.close()
