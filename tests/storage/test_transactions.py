@@ -397,3 +397,72 @@ def test_an_aborted_transaction_spanning_segments_is_listed_for_a_read_of_its_fi
     assert [s.txn_index.is_loaded for s in reopened.segments][:4] == [True] * 4, \
         "segments listed without a .txnindex are known empty, never read"
     reopened.close()
+
+
+# -- power losses ---------------------------------------------------------------------------------
+
+
+def _expected_txn_indexes(log: Log) -> dict[int, list[AbortedTxn]]:
+    """What the .txnindex files must say, derived from the batches alone: a producer's transaction
+    runs from its first transactional batch to its next marker; an ABORT's entry records the
+    oldest other open transaction's first offset (else the marker + 1), in the marker's segment."""
+    expected: dict[int, list[AbortedTxn]] = {}
+    open_txns: dict[int, int] = {}
+    for segment in log.segments:
+        for batch in iter_batches(segment.log.read(0, segment.size)):
+            header = batch.header
+            if header.producer_id < 0:
+                continue
+            if header.is_control:
+                first = open_txns.pop(header.producer_id, None)
+                if first is not None and batch.control_type == ControlRecordType.ABORT:
+                    lso = min(open_txns.values(), default=header.base_offset + 1)
+                    expected.setdefault(segment.base_offset, []).append(
+                        AbortedTxn(header.producer_id, first, header.base_offset, lso))
+            elif header.is_transactional:
+                open_txns.setdefault(header.producer_id, header.base_offset)
+    return expected
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_after_a_power_loss_the_txnindex_says_what_the_surviving_batches_say(seed, clock):
+    import random
+
+    from tests.storage.faultfs import FaultFS
+
+    rng = random.Random(seed)
+    fs = FaultFS(seed=seed, clock=clock)
+    directory = Path("/data/t-0")
+    fs.mkdir(Path("/data"))
+    config = LogConfig().with_overrides({"segment.bytes": 700})
+    log = Log.open(directory, config, clock=clock, fs=fs)
+    producers = [Producer(i) for i in range(3)]
+    open_ = set()
+    recovery_point = 0
+    for _ in range(rng.randrange(20, 60)):
+        p = rng.choice(producers)
+        action = rng.random()
+        if action < 0.5:
+            log.append_as_leader(p.batch(rng.randrange(1, 4)))
+            open_.add(p.producer_id)
+        elif p.producer_id in open_:
+            log.append_end_txn_marker(p.producer_id, 0, 0, committed=action < 0.75, leader_epoch=0)
+            open_.discard(p.producer_id)
+        if rng.random() < 0.15:
+            log.flush()
+            recovery_point = log.recovery_point
+    fs.power_loss(rng)
+    recovered = Log.open(directory, config, clock=clock, fs=fs, recovery_point=recovery_point)
+    got = {s.base_offset: s.txn_index.all_aborted_txns() for s in recovered.segments
+           if s.txn_index.all_aborted_txns()}
+    assert got == _expected_txn_indexes(recovered)
+    # The LSO is the oldest surviving open transaction's first offset.
+    still_open = {}
+    for segment in recovered.segments:
+        for batch in iter_batches(segment.log.read(0, segment.size)):
+            h = batch.header
+            if h.producer_id >= 0 and h.is_control:
+                still_open.pop(h.producer_id, None)
+            elif h.producer_id >= 0 and h.is_transactional:
+                still_open.setdefault(h.producer_id, h.base_offset)
+    assert recovered.last_stable_offset == min(still_open.values(), default=recovered.log_end_offset)
