@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -379,7 +380,8 @@ def _txn_indexes(log: Log) -> dict[int, list]:
             for segment in log.segments if segment.txn_index.all_aborted_txns()}
 
 
-def test_a_kept_abort_marker_keeps_its_txnindex_entry_in_the_cleaned_segment(tmp_path):
+@pytest.mark.parametrize("worker_process", [False, True], ids=["thread", "worker-process"])
+def test_a_kept_abort_marker_keeps_its_txnindex_entry_in_the_cleaned_segment(tmp_path, worker_process):
     """The ABORT marker stays while its transaction's data does, and the cleaned segment's
     .txnindex (swapped in from .txnindex.cleaned) holds the entry the original one had, with
     its LSO; read_committed is told of it before and after. Once the data is gone, so is the
@@ -400,7 +402,7 @@ def test_a_kept_abort_marker_keeps_its_txnindex_entry_in_the_cleaned_segment(tmp
     append(log, [(b"z", b"tail")], now)
     assert _txn_indexes(log) == {0: [AbortedTxn(2, 1, 3, 0)]}
     assert log.last_stable_offset == log.log_end_offset
-    driver = Driver(tmp_path, {("t", 0): log}, clock)
+    driver = Driver(tmp_path, {("t", 0): log}, clock, worker_process=worker_process)
     driver.run_until_idle()
     # The aborted batch of producer 2 is producer 2's last data batch: kept, emptied, so its
     # transaction still has a batch in the log and the marker and its entry stay.
