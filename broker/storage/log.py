@@ -46,12 +46,16 @@ from triolog.protocol.record_batch import (
     ATTRIBUTES_OFFSET,
     COMPRESSION_MASK,
     CONTROL_FLAG,
+    CRC_OFFSET,
+    MAX_TIMESTAMP_OFFSET,
     NO_TIMESTAMP,
     PRODUCER_FIELDS,
     PRODUCER_ID_OFFSET,
+    TIMESTAMP_TYPE_MASK,
     TRANSACTIONAL_FLAG,
     CompressionType,
     check_batch,
+    compute_crc,
     fields_struct,
     split_batches,
 )
@@ -92,6 +96,9 @@ from .validator import ValidatedBatch, target_codec, validate_and_assign_offsets
 logger = logging.getLogger(__name__)
 
 _BASE_OFFSET = fields_struct("base_offset")
+_ATTRIBUTES = fields_struct("attributes")
+_MAX_TIMESTAMP = fields_struct("max_timestamp")
+_CRC = fields_struct("crc")
 #: Kafka's producer.id.expiration.ms default (the broker passes its setting).
 DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000
 
@@ -604,6 +611,11 @@ class Log:
             )
             size = len(batch)
             config = self._config
+            log_append_time = -1
+            if config.log_append_time:
+                # As Kafka's validator stamps every batch of such a topic: LogAppendTime, now.
+                timestamp = log_append_time = now_ms
+                batch = _stamp_log_append_time(batch, now_ms)
             roll_reason = self._active.roll_reason(
                 config.max_segment_ms, config.segment_bytes, timestamp, base, size, now_ms
             )
@@ -628,7 +640,9 @@ class Log:
                 except OSError as exc:
                     self._io_failure(exc, "transaction index append")
             flush_due = base + 1 - self._recovery_point >= config.flush_messages
-            info = LogAppendInfo(base, base, timestamp, base, -1, self._log_start_offset, 1, size, roll_reason)
+            info = LogAppendInfo(
+                base, base, timestamp, base, log_append_time, self._log_start_offset, 1, size, roll_reason
+            )
         if flush_due:
             self.flush()
         return info
@@ -1701,6 +1715,17 @@ class Log:
             holder.rename_to(holder.path.with_name(name[: len(name) - len(old_suffix)] + new_suffix))
             if hook is not None:
                 hook(f"renamed {holder.path.name}")
+
+
+def _stamp_log_append_time(batch: bytes, now_ms: int) -> bytes:
+    """The batch with timestamp type LogAppendTime and ``now_ms`` as its max timestamp, CRC redone."""
+    out = bytearray(batch)
+    _ATTRIBUTES.pack_into(
+        out, ATTRIBUTES_OFFSET, _ATTRIBUTES.unpack_from(out, ATTRIBUTES_OFFSET)[0] | TIMESTAMP_TYPE_MASK
+    )
+    _MAX_TIMESTAMP.pack_into(out, MAX_TIMESTAMP_OFFSET, now_ms)
+    _CRC.pack_into(out, CRC_OFFSET, compute_crc(out))
+    return bytes(out)
 
 
 def _marker_or_none(batch) -> tuple[bool, int] | None:

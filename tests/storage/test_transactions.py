@@ -466,3 +466,16 @@ def test_after_a_power_loss_the_txnindex_says_what_the_surviving_batches_say(see
             elif h.producer_id >= 0 and h.is_transactional:
                 still_open.setdefault(h.producer_id, h.base_offset)
     assert recovered.last_stable_offset == min(still_open.values(), default=recovered.log_end_offset)
+
+
+def test_a_marker_on_a_log_append_time_topic_carries_the_brokers_time(tmp_path, clock):
+    """Kafka's validator stamps every batch of such a topic, markers included."""
+    log = open_log(tmp_path / "t-0", clock, **{"message.timestamp.type": "LogAppendTime"})
+    log.append_as_leader(Producer(1).batch(1))
+    clock.advance(5000)
+    info = log.append_end_txn_marker(1, 0, 0, committed=True, leader_epoch=0, timestamp_ms=TS)
+    assert info.log_append_time_ms == clock.milliseconds() == info.max_timestamp
+    marker = list(iter_batches(log.read(1, 1000).region.read_bytes()))[0]  # (decoding checks the CRC)
+    assert marker.header.max_timestamp == clock.milliseconds()
+    assert marker.header.attributes & 0x08, "timestamp type LogAppendTime"
+    assert marker.control_type == ControlRecordType.COMMIT
