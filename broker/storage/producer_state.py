@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import bisect
 import gc
+import heapq
 import logging
 import os
 import struct
@@ -471,8 +472,11 @@ class ProducerStateManager:
         #: opens at the log end, so insertion order is offset order (loads sort theirs).
         self.ongoing_txns: dict[int, TxnMetadata] = {}
         #: Completed transactions whose marker is not yet below the high watermark, by first offset
-        #: (Kafka's unreplicatedTxns; only a replicated log has any for long).
+        #: (Kafka's unreplicatedTxns; only a replicated log has any for long). Inserted as their
+        #: markers are appended, so in marker order: the high watermark prunes a prefix.
         self.unreplicated_txns: dict[int, TxnMetadata] = {}
+        #: Their first offsets as a min-heap (entries no longer in unreplicated_txns are skipped).
+        self._unreplicated_firsts: list[int] = []
         #: The offset up to which (exclusive) the state covers the log.
         self.last_map_offset = 0
         #: The offset of the newest snapshot written or loaded.
@@ -662,11 +666,13 @@ class ProducerStateManager:
         )
         self.ongoing_txns = {first: TxnMetadata(pid, first) for first, pid in ongoing}
         self.unreplicated_txns = {}
+        self._unreplicated_firsts = []
 
     def clear(self) -> None:
         self.producers = {}
         self.ongoing_txns = {}
         self.unreplicated_txns = {}
+        self._unreplicated_firsts = []
 
     def update(
         self,
@@ -725,13 +731,19 @@ class ProducerStateManager:
             raise ValueError(f"cannot complete transaction {completed}: it was not started")
         txn.last_offset = completed.last_offset
         self.unreplicated_txns[completed.first_offset] = txn
+        heapq.heappush(self._unreplicated_firsts, completed.first_offset)
 
     def on_high_watermark_updated(self, high_watermark: int) -> None:
-        """Forget the completed transactions whose marker is below ``high_watermark``."""
+        """Forget the completed transactions whose marker is below ``high_watermark`` (a prefix:
+        they are in marker order)."""
         unreplicated = self.unreplicated_txns
-        if unreplicated:
-            for first in [f for f, txn in unreplicated.items() if txn.last_offset < high_watermark]:
-                del unreplicated[first]
+        while unreplicated:
+            first, txn = next(iter(unreplicated.items()))
+            if txn.last_offset >= high_watermark:
+                break
+            del unreplicated[first]
+        if not unreplicated:
+            self._unreplicated_firsts = []
 
     def first_undecided_offset(self) -> int | None:
         """The first offset of the oldest open transaction (Kafka's firstUndecidedOffset)."""
@@ -745,8 +757,10 @@ class ProducerStateManager:
         undecided = self.first_undecided_offset()
         if not self.unreplicated_txns:
             return undecided
-        unreplicated = min(self.unreplicated_txns)  # (only markers above the high watermark)
-        return unreplicated if undecided is None else min(undecided, unreplicated)
+        heap = self._unreplicated_firsts
+        while heap[0] not in self.unreplicated_txns:  # forgotten since: skipped now
+            heapq.heappop(heap)
+        return heap[0] if undecided is None else min(undecided, heap[0])
 
     def ongoing_txns_older_than(self, timestamp_ms: int) -> list[tuple[int, int, int]]:
         """(producer id, epoch, first offset) of each open transaction whose producer last wrote
