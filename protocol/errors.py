@@ -281,6 +281,25 @@ class UnknownProducerIdError(TriologError):
     code = ErrorCode.UNKNOWN_PRODUCER_ID
 
 
+class InvalidTxnStateError(TriologError):
+    """A producer's batch breaks its transaction's state: a non-transactional batch while its
+    transaction is open (Kafka's InvalidTxnStateException)."""
+
+    code = ErrorCode.INVALID_TXN_STATE
+
+
+class TransactionCoordinatorFencedError(TriologError):
+    """A transaction marker from a coordinator epoch older than the one the partition has seen."""
+
+    code = ErrorCode.TRANSACTION_COORDINATOR_FENCED
+
+
+class ProducerFencedError(TriologError):
+    """A newer producer with the same transactional id has the epoch (Kafka's ProducerFencedException)."""
+
+    code = ErrorCode.PRODUCER_FENCED
+
+
 class TopicAuthorizationFailedError(TriologError):
     """The principal may not do this to the topic (Kafka's ACLs)."""
 

@@ -768,6 +768,16 @@ class ProduceResponse(Response):
 
 
 @dataclass(frozen=True, kw_only=True)
+class FetchAbortedTransaction:
+    """A transaction aborted within the fetched range (Kafka's FetchResponse AbortedTransaction):
+    a read_committed consumer skips its producer's transactional batches from ``first_offset``
+    up to the producer's ABORT marker."""
+
+    producer_id: Int64
+    first_offset: Int64
+
+
+@dataclass(frozen=True, kw_only=True)
 class FetchPartitionResult:
     partition: Int32
     error_code: ErrorCodeValue = ErrorCode.NONE
@@ -775,6 +785,9 @@ class FetchPartitionResult:
     high_watermark: Int64 = -1
     last_stable_offset: Int64 = -1
     log_start_offset: Int64 = -1
+    #: read_committed (isolation_level 1) only: the aborted transactions overlapping ``records``;
+    #: nil for read_uncommitted, as Kafka answers.
+    aborted_transactions: tuple[FetchAbortedTransaction, ...] | None = None
     #: Whole batches; an ExternalBin when the server sends them from a file (pack_parts).
     records: bytes | ExternalBin = b""
 

@@ -1137,7 +1137,7 @@ class RequestHandler:
                 return log, ReplicaFetchPartitionResult(
                     partition=part.partition,
                     high_watermark=log.high_watermark,
-                    last_stable_offset=log.high_watermark,
+                    last_stable_offset=log.last_stable_offset,
                     log_start_offset=log.log_start_offset,
                     diverging_epoch=epoch,
                     diverging_end_offset=end,
@@ -1148,6 +1148,11 @@ class RequestHandler:
         """Plan the fetch's response; ``inline`` (on the event loop) raises _WouldBlock, with
         nothing held, where a partition's read could wait (see Log.try_read_tail)."""
         remaining = request.max_bytes
+        # read_committed (isolation_level 1): up to the last stable offset, with the aborted
+        # transactions in what is read (from the .txnindex files; the bytes still go by sendfile).
+        consumer_isolation = (
+            FetchIsolation.TXN_COMMITTED if request.isolation_level == 1 else FetchIsolation.HIGH_WATERMARK
+        )
         regions: list[FetchRegion] = []
         result = FetchResult(None, regions, self.fetch_descriptors)
         topics = []
@@ -1159,7 +1164,7 @@ class RequestHandler:
                 for part in topic.partitions:
                     try:
                         validate_topic_name(topic.name)
-                        isolation = FetchIsolation.HIGH_WATERMARK
+                        isolation = consumer_isolation
                         result_class: type[m.FetchPartitionResult] = m.FetchPartitionResult
                         if isinstance(request, ReplicaFetchRequest):
                             assert isinstance(part, ReplicaFetchPartition)
@@ -1194,12 +1199,19 @@ class RequestHandler:
                             records = m.ExternalBin(region.length, region)
                             total += region.length
                             remaining -= region.length
+                        aborted = info.aborted_transactions
                         partitions.append(
                             result_class(
                                 partition=part.partition,
                                 high_watermark=log.high_watermark,
-                                last_stable_offset=log.high_watermark,
+                                last_stable_offset=log.last_stable_offset,
                                 log_start_offset=log.log_start_offset,
+                                aborted_transactions=None
+                                if aborted is None
+                                else tuple(
+                                    m.FetchAbortedTransaction(producer_id=t.producer_id, first_offset=t.first_offset)
+                                    for t in aborted
+                                ),
                                 records=records,
                             )
                         )
@@ -1220,7 +1232,7 @@ class RequestHandler:
                                 error_code=code,
                                 error_message=message,
                                 high_watermark=found.high_watermark,
-                                last_stable_offset=found.high_watermark,
+                                last_stable_offset=found.last_stable_offset,
                                 log_start_offset=found.log_start_offset,
                             )
                         else:
@@ -1248,7 +1260,12 @@ class RequestHandler:
                         validate_topic_name(topic.name)
                         self.authz.require_topic(ctx, Op.DESCRIBE, topic.name)
                         log, _ = self._leader(topic.name, part.partition)
-                        found = log.fetch_offset_by_timestamp(part.timestamp)
+                        found = log.fetch_offset_by_timestamp(
+                            part.timestamp,
+                            FetchIsolation.TXN_COMMITTED
+                            if request.isolation_level == 1
+                            else FetchIsolation.HIGH_WATERMARK,
+                        )
                         timestamp, offset = (found.timestamp, found.offset) if found is not None else (-1, -1)
                         partitions.append(
                             m.ListOffsetsPartitionResult(partition=part.partition, timestamp=timestamp, offset=offset)

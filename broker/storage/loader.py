@@ -71,6 +71,9 @@ class LogLoader:
         self.changed_files = False
         #: Segments whose files recovery rewrote (indexes rebuilt, a tail cut), synced at the end.
         self._rewritten: dict[int, LogSegment] = {}
+        #: After load(): the segments recovery rebuilt, oldest first. Their ``.txnindex`` needs
+        #: the producer state to rebuild, which the Log builds next (log.rebuild_txn_indexes).
+        self.recovered: list[LogSegment] = []
 
     def load(self) -> LoadedLogOffsets:
         swap_files = self._remove_temp_files_and_collect_swap_files()
@@ -106,6 +109,7 @@ class LogLoader:
                 segment.lazy_time_index.seal()
         active.resize_indexes(self.config.segment_index_bytes)
         rewritten = [s for base, s in sorted(self._rewritten.items()) if self.segments.get(base) is s]
+        self.recovered = list(rewritten)
         if self.changed_files or rewritten:
             # What recovery cut, removed and rebuilt must be durable before new appends land
             # where it was, and before a recovery point covering it is checkpointed: a power cut
@@ -213,7 +217,9 @@ class LogLoader:
 
     # -- step 2: open segments -----------------------------------------------------------------
 
-    def _open_segment(self, base_offset: int, *, file_already_exists: bool) -> LogSegment:
+    def _open_segment(
+        self, base_offset: int, *, file_already_exists: bool, txn_index_exists: bool | None = None
+    ) -> LogSegment:
         config = self.config
         return LogSegment.open(
             self.directory,
@@ -225,6 +231,7 @@ class LogLoader:
             file_already_exists=file_already_exists,
             preallocate_bytes=config.segment_bytes if config.preallocate else 0,
             fs=self.fs,
+            txn_index_exists=txn_index_exists,
         )
 
     def _load_segment_files(self) -> None:
@@ -250,7 +257,11 @@ class LogLoader:
             if prefix + filenames.TIME_INDEX_FILE_SUFFIX not in present:
                 # Kafka's rule: a missing time index is replaced by an empty one, not rebuilt.
                 touch(self.fs, self.directory / (prefix + filenames.TIME_INDEX_FILE_SUFFIX))
-            segment = self._open_segment(offset, file_already_exists=True)
+            segment = self._open_segment(
+                offset,
+                file_already_exists=True,
+                txn_index_exists=prefix + filenames.TXN_INDEX_FILE_SUFFIX in present,
+            )
             if index_missing:
                 logger.info("rebuilding missing index of segment %s", segment.log.path)
                 self._recover_segment(segment)

@@ -14,6 +14,14 @@ Idempotent producers: every batch with a producer id is checked against the part
 state (producer_state.py) under the lock before anything is written; a retried batch is answered
 with its original offsets. The state is snapshotted to ``.snapshot`` files at rolls and at close.
 
+Transactions: the producer state tracks each producer's open transaction; the coordinator ends
+one with append_end_txn_marker (producers may not send control batches). An ABORT appends an
+entry to the active segment's ``.txnindex`` (transaction_index.py). The last stable offset (LSO)
+is the first offset of the oldest open (or not yet replicated) transaction, capped by the high
+watermark; a read_committed read (FetchIsolation.TXN_COMMITTED) stops there and lists the aborted
+transactions overlapping what it returns, from the ``.txnindex`` files. Followers and recovery
+replay markers the same way, so a follower ends with the leader's ``.txnindex`` and LSO.
+
 Threading: every method may be called from any thread. Mutations and read planning hold the
 log's lock for microseconds; fsync runs outside it on duplicated descriptors, so appends never
 wait for a flush they did not ask for.
@@ -33,17 +41,30 @@ from pathlib import Path
 from typing import NamedTuple, NoReturn
 
 from triolog.config.log_config import LogConfig
+from triolog.protocol.errors import CorruptRecordError
 from triolog.protocol.record_batch import (
     ATTRIBUTES_OFFSET,
     COMPRESSION_MASK,
     CONTROL_FLAG,
+    CRC_OFFSET,
+    MAX_TIMESTAMP_OFFSET,
     NO_TIMESTAMP,
     PRODUCER_FIELDS,
     PRODUCER_ID_OFFSET,
+    TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_FLAG,
     CompressionType,
     check_batch,
+    compute_crc,
     fields_struct,
     split_batches,
+)
+from triolog.protocol.records import (
+    ControlRecordType,
+    decode_batch,
+    encode_end_txn_marker,
+    parse_control_record_key,
+    parse_end_txn_marker_value,
 )
 
 from . import filenames
@@ -53,7 +74,14 @@ from .errors import OffsetOutOfRangeError, OffsetsOutOfOrderError, StorageError,
 from .fs import OS_FS, FileSystem, is_disk_full, is_out_of_descriptors
 from .index import OffsetIndex, TimeIndex
 from .loader import LoadedLogOffsets, LogLoader
-from .producer_state import ProducerStateManager, check_append, increment_sequence
+from .producer_state import (
+    CompletedTxn,
+    ProducerStateManager,
+    check_append,
+    check_end_txn_marker,
+    check_txn_state,
+    increment_sequence,
+)
 from .segment import (
     FetchDataInfo,
     LogOffsetMetadata,
@@ -68,6 +96,9 @@ from .validator import ValidatedBatch, target_codec, validate_and_assign_offsets
 logger = logging.getLogger(__name__)
 
 _BASE_OFFSET = fields_struct("base_offset")
+_ATTRIBUTES = fields_struct("attributes")
+_MAX_TIMESTAMP = fields_struct("max_timestamp")
+_CRC = fields_struct("crc")
 #: Kafka's producer.id.expiration.ms default (the broker passes its setting).
 DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000
 
@@ -86,10 +117,37 @@ TRUNCATION = "truncation"
 
 class FetchIsolation(enum.Enum):
     """How far a read may go (Kafka's FetchIsolation): a follower reads to the log end offset,
-    a consumer to the high watermark."""
+    a read_uncommitted consumer to the high watermark, a read_committed one to the last stable
+    offset (and is told the aborted transactions in what it reads)."""
 
     LOG_END = "log_end"
     HIGH_WATERMARK = "high_watermark"
+    TXN_COMMITTED = "txn_committed"
+
+
+class ProducerStateInfo(NamedTuple):
+    """One producer id's state on a partition, as DescribeProducers reports it."""
+
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp: int
+    coordinator_epoch: int
+    #: First offset of its open transaction; -1 without one.
+    current_txn_start_offset: int
+
+
+def end_txn_marker_of(batch) -> tuple[bool, int] | None:
+    """(is abort, coordinator epoch) of a COMMIT/ABORT control batch's bytes; None for an empty
+    control batch (cleaned) or another control type. Read for control batches only."""
+    decoded = decode_batch(batch)
+    if not decoded.records:
+        return None
+    record = decoded.records[0]
+    _, control_type = parse_control_record_key(record.key)
+    if control_type not in (ControlRecordType.ABORT, ControlRecordType.COMMIT):
+        return None
+    return control_type == ControlRecordType.ABORT, parse_end_txn_marker_value(record.value)
 
 
 class LogAppendInfo(NamedTuple):
@@ -213,7 +271,7 @@ class Log:
             if header.partition_leader_epoch >= 0:
                 cache.assign(header.partition_leader_epoch, header.base_offset)
 
-        offsets = LogLoader(
+        loader = LogLoader(
             directory,
             config,
             clock,
@@ -223,12 +281,23 @@ class Log:
             had_clean_shutdown=had_clean_shutdown,
             on_recovered_batch=on_recovered_batch,
             fs=fs,
-        ).load()
+        )
+        offsets = loader.load()
         cache.truncate_from_end(offsets.next_offset)
         cache.truncate_from_start(offsets.log_start_offset)
         started = time.perf_counter()
         producer_state = ProducerStateManager(directory, producer_id_expiration_ms, fs)
         producer_state.remove_stray_snapshots(segment.base_offset for segment in segments)
+        if loader.recovered:
+            rebuild_txn_indexes(
+                directory,
+                segments,
+                loader.recovered,
+                offsets.log_start_offset,
+                producer_id_expiration_ms,
+                clock.milliseconds(),
+                fs,
+            )
         offsets.producer_batches_replayed = rebuild_producer_state(
             producer_state, segments, offsets.log_start_offset, offsets.next_offset, clock.milliseconds()
         )
@@ -265,6 +334,7 @@ class Log:
         value set."""
         with self._lock:
             self._high_watermark = min(max(offset, self._log_start_offset), self._next_offset)
+            self.producer_state_manager.on_high_watermark_updated(self._high_watermark)
             return self._high_watermark
 
     def maybe_increment_high_watermark(self, offset: int) -> bool:
@@ -275,7 +345,35 @@ class Log:
             if new <= self._high_watermark:
                 return False
             self._high_watermark = new
+            self.producer_state_manager.on_high_watermark_updated(new)
             return True
+
+    @property
+    def last_stable_offset(self) -> int:
+        """Kafka's LSO: every offset below it is decided (its transaction committed or aborted,
+        the marker replicated) and below the high watermark; what read_committed reads up to."""
+        with self._lock:
+            return self._last_stable_offset_locked()
+
+    def _first_unstable_locked(self) -> int | None:
+        psm = self.producer_state_manager
+        # Unreplicated markers matter to a replicated log only: elsewhere every marker lies below
+        # the high watermark, which is the log end offset.
+        return psm.first_unstable_offset() if self.replicated else psm.first_undecided_offset()
+
+    def _last_stable_offset_locked(self) -> int:
+        first_unstable = self._first_unstable_locked()
+        high_watermark = self._high_watermark
+        if first_unstable is None:
+            return high_watermark
+        return min(max(first_unstable, self._log_start_offset), high_watermark)
+
+    @property
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the oldest open (or unreplicated) transaction, None without one."""
+        with self._lock:
+            first_unstable = self._first_unstable_locked()
+            return None if first_unstable is None else max(first_unstable, self._log_start_offset)
 
     @property
     def latest_epoch(self) -> int | None:
@@ -404,14 +502,13 @@ class Log:
             # Before any roll or write: a duplicate or a refused batch changes nothing.
             offset_delta = last_offset - first_offset
             last_sequence = increment_sequence(base_sequence, offset_delta)
+            entry = self.producer_state_manager.producers.get(producer_id)
             duplicate = check_append(
-                self.producer_state_manager.producers.get(producer_id),
-                producer_id,
-                producer_epoch,
-                base_sequence,
-                last_sequence,
-                self.directory.name,
+                entry, producer_id, producer_epoch, base_sequence, last_sequence, self.directory.name
             )
+            is_transactional = bool(buffers[0][ATTRIBUTES_OFFSET + 1] & TRANSACTIONAL_FLAG)
+            if duplicate is None and entry is not None and entry.current_txn_first_offset >= 0:
+                check_txn_state(entry, producer_id, is_transactional, self.directory.name)
             if duplicate is not None:
                 self.duplicate_batches += 1
                 return LogAppendInfo(
@@ -463,7 +560,7 @@ class Log:
             # The map end offset is not moved per append (non-idempotent batches would pay for
             # it): snapshots are taken at explicit offsets (roll, close, open).
             self.producer_state_manager.update(
-                producer_id, producer_epoch, last_sequence, last_offset, offset_delta, max_timestamp
+                producer_id, producer_epoch, last_sequence, last_offset, offset_delta, max_timestamp, is_transactional
             )
         return LogAppendInfo(
             base,
@@ -476,6 +573,91 @@ class Log:
             size,
             roll_reason,
         )
+
+    def append_end_txn_marker(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        committed: bool,
+        leader_epoch: int,
+        timestamp_ms: int | None = None,
+    ) -> LogAppendInfo:
+        """Write a transaction's COMMIT or ABORT marker (Kafka's appendAsLeader with origin
+        COORDINATOR, for WriteTxnMarkers): one control batch at the log end, built here. The
+        producer's open transaction, if any, is completed; an aborted one gets its ``.txnindex``
+        entry. Raises INVALID_PRODUCER_EPOCH for a producer epoch older than the producer's, and
+        TRANSACTION_COORDINATOR_FENCED for a coordinator epoch older than its last marker's;
+        nothing is written then. A marker with no transaction open is written too (Kafka's rule:
+        a retried WriteTxnMarkers must succeed), completing nothing."""
+        now_ms = self._clock.milliseconds()
+        timestamp = now_ms if timestamp_ms is None else timestamp_ms
+        marker_type = ControlRecordType.COMMIT if committed else ControlRecordType.ABORT
+        with self._lock:
+            self._check_open()
+            psm = self.producer_state_manager
+            check_end_txn_marker(
+                psm.producers.get(producer_id), producer_id, producer_epoch, coordinator_epoch, self.directory.name
+            )
+            base = self._next_offset
+            batch = encode_end_txn_marker(
+                producer_id,
+                producer_epoch,
+                marker_type,
+                coordinator_epoch,
+                base,
+                timestamp,
+                partition_leader_epoch=leader_epoch,
+            )
+            size = len(batch)
+            config = self._config
+            log_append_time = -1
+            if config.log_append_time:
+                # As Kafka's validator stamps every batch of such a topic: LogAppendTime, now.
+                timestamp = log_append_time = now_ms
+                batch = _stamp_log_append_time(batch, now_ms)
+            roll_reason = self._active.roll_reason(
+                config.max_segment_ms, config.segment_bytes, timestamp, base, size, now_ms
+            )
+            try:
+                if roll_reason is not None:
+                    self.roll_counts[roll_reason] += 1
+                    self._roll_locked(base)
+                if leader_epoch != self._latest_epoch and leader_epoch >= 0:
+                    self.leader_epoch_cache.assign(leader_epoch, base)
+                    self._latest_epoch = leader_epoch
+                active = self._active
+                active.append(base, timestamp, base, batch, size)
+            except OSError as exc:
+                self._io_failure(exc, "transaction marker append")
+            self._next_offset = base + 1
+            if not self.replicated:
+                self._high_watermark = base + 1
+            completed = psm.end_txn(producer_id, producer_epoch, coordinator_epoch, base, timestamp, not committed)
+            if completed is not None:
+                try:
+                    self._complete_txn_locked(active, completed)
+                except OSError as exc:
+                    self._io_failure(exc, "transaction index append")
+            flush_due = base + 1 - self._recovery_point >= config.flush_messages
+            info = LogAppendInfo(
+                base, base, timestamp, base, log_append_time, self._log_start_offset, 1, size, roll_reason
+            )
+        if flush_due:
+            self.flush()
+        return info
+
+    def _complete_txn_locked(self, segment: LogSegment, completed: CompletedTxn) -> None:
+        """Index an aborted transaction in the segment holding its marker (with the LSO it
+        leaves, Kafka's order: index first, then complete) and complete it."""
+        psm = self.producer_state_manager
+        if completed.is_aborted:
+            segment.update_txn_index(
+                completed.producer_id, completed.first_offset, completed.last_offset, psm.last_stable_offset(completed)
+            )
+        psm.complete_txn(completed)
+        if not self.replicated:
+            psm.on_high_watermark_updated(self._high_watermark)
 
     def append_as_follower(self, records) -> LogAppendInfo:
         """Append a leader's batches as they are (Kafka's appendAsFollower): offsets, epochs and
@@ -551,15 +733,21 @@ class Log:
                     if not self.replicated:
                         self._high_watermark = self._next_offset
                     if header.producer_id >= 0:
-                        psm.replay_batch(
+                        attributes = header.attributes
+                        is_control = bool(attributes & CONTROL_FLAG)
+                        completed = psm.replay_batch(
                             header.producer_id,
                             header.producer_epoch,
                             header.base_sequence,
                             header.last_offset,
                             header.last_offset_delta,
                             batch_max_timestamp,
-                            bool(header.attributes & CONTROL_FLAG),
+                            is_control,
+                            bool(attributes & TRANSACTIONAL_FLAG),
+                            _marker_or_none(view[position : position + size]) if is_control else None,
                         )
+                        if completed is not None:
+                            self._complete_txn_locked(active, completed)
                     if batch_max_timestamp > max_timestamp:
                         max_timestamp, offset_of_max_timestamp = batch_max_timestamp, header.last_offset
                     record_count += header.records_count
@@ -633,11 +821,14 @@ class Log:
             filenames.offset_index_file(self.directory, new_offset),
             filenames.time_index_file(self.directory, new_offset),
         )
-        if self._spare is None:  # (spare files are renamed over any stale file of these names)
-            for stale in targets:
-                if self.fs.exists(stale):
-                    logger.warning("deleting stale file %s before rolling", stale)
-                    self.fs.unlink(stale)
+        stale_txn_index = filenames.txn_index_file(self.directory, new_offset)
+        for stale in targets if self._spare is None else ():  # (spares are renamed over stale files)
+            if self.fs.exists(stale):
+                logger.warning("deleting stale file %s before rolling", stale)
+                self.fs.unlink(stale)
+        if self.fs.exists(stale_txn_index):  # the new segment starts with none (and knows it)
+            logger.warning("deleting stale file %s before rolling", stale_txn_index)
+            self.fs.unlink(stale_txn_index)
         # At most one rolled segment waits for its seal: rolls coming faster than the flushes
         # they schedule seal the previous one here (each unsealed segment holds a descriptor).
         self._seal_rolled_locked()
@@ -850,7 +1041,9 @@ class Log:
         isolation: FetchIsolation = FetchIsolation.HIGH_WATERMARK,
     ) -> FetchDataInfo:
         """Whole batches from ``start_offset`` below the high watermark (a follower's fetch:
-        ``isolation=LOG_END``, below the log end offset), at most ``max_length`` bytes.
+        ``isolation=LOG_END``, below the log end offset; read_committed: ``TXN_COMMITTED``, below
+        the last stable offset, with the aborted transactions it overlaps), at most
+        ``max_length`` bytes.
 
         Raises OffsetOutOfRangeError below the log start offset or above the log end offset.
         """
@@ -875,6 +1068,8 @@ class Log:
         try:
             if start_offset < self._active.base_offset:
                 return None
+            if isolation is FetchIsolation.TXN_COMMITTED and not self._active.txn_index.is_loaded:
+                return None  # its first lookup reads the .txnindex file (once)
             return self._read_locked(start_offset, max_length, min_one_message, isolation)
         finally:
             self._lock.release()
@@ -887,7 +1082,12 @@ class Log:
         isolation: FetchIsolation = FetchIsolation.HIGH_WATERMARK,
     ) -> FetchDataInfo:
         self._check_open()
-        limit = self._high_watermark if isolation is FetchIsolation.HIGH_WATERMARK else self._next_offset
+        if isolation is FetchIsolation.HIGH_WATERMARK:
+            limit = self._high_watermark
+        elif isolation is FetchIsolation.LOG_END:
+            limit = self._next_offset
+        else:
+            return self._read_committed_locked(start_offset, max_length, min_one_message)
         if start_offset < self._log_start_offset or start_offset > self._next_offset:
             raise OffsetOutOfRangeError(
                 f"offset {start_offset} is out of range for partition {self.directory.name}: "
@@ -896,6 +1096,48 @@ class Log:
         empty = FetchDataInfo(LogOffsetMetadata(start_offset), None)
         if start_offset >= limit:
             return empty
+        return self._read_below_locked(start_offset, max_length, min_one_message, limit, empty)
+
+    def _read_committed_locked(self, start_offset: int, max_length: int, min_one_message: bool) -> FetchDataInfo:
+        """A read_committed read: below the LSO, with the aborted transactions overlapping it
+        (Kafka's addAbortedTransactions): an index lookup and a bisection per segment whose
+        ``.txnindex`` is consulted, no per-record work."""
+        if start_offset < self._log_start_offset or start_offset > self._next_offset:
+            raise OffsetOutOfRangeError(
+                f"offset {start_offset} is out of range for partition {self.directory.name}: "
+                f"log start offset {self._log_start_offset}, log end offset {self._next_offset}"
+            )
+        empty = FetchDataInfo(LogOffsetMetadata(start_offset), None, None, [])
+        limit = self._last_stable_offset_locked()
+        if start_offset >= limit:
+            return empty
+        info = self._read_below_locked(start_offset, max_length, min_one_message, limit, empty)
+        region = info.region
+        segment = self._segments.get(info.fetch_offset_metadata.segment_base_offset)
+        if region is None or segment is None:
+            return info._replace(aborted_transactions=[])
+        # The offset after the last batch read: the next batch's base offset, else the next
+        # segment's base (or the log end).
+        end_position = info.fetch_offset_metadata.relative_position_in_segment + region.length
+        following = segment.log.read_header_at(end_position) if end_position < segment.size else None
+        if following is not None:
+            upper_bound = following.base_offset
+        else:
+            higher = self._segments.higher_segment(segment.base_offset)
+            upper_bound = higher.base_offset if higher is not None else self._next_offset
+        aborted = []
+        current: LogSegment | None = segment
+        while current is not None:
+            found = current.collect_aborted_txns(start_offset, upper_bound)
+            aborted.extend(found.aborted_transactions)
+            if found.is_complete:
+                break
+            current = self._segments.higher_segment(current.base_offset)
+        return info._replace(aborted_transactions=aborted)
+
+    def _read_below_locked(
+        self, start_offset: int, max_length: int, min_one_message: bool, limit: int, empty: FetchDataInfo
+    ) -> FetchDataInfo:
         # Below the log end (a replicated log's high watermark), reads stop at the batch holding
         # the limit: Kafka's maxPosition in the limit's segment.
         bound = self._read_bound(limit) if limit < self._next_offset else None
@@ -928,14 +1170,21 @@ class Log:
         self._read_bound_cache = (limit, segment, position)
         return segment.base_offset, position
 
-    def fetch_offset_by_timestamp(self, timestamp: int) -> TimestampAndOffset | None:
-        """Kafka's ListOffsets: -2 earliest, -1 latest, -3 max timestamp, or the first record at/after a time."""
+    def fetch_offset_by_timestamp(
+        self, timestamp: int, isolation: FetchIsolation = FetchIsolation.HIGH_WATERMARK
+    ) -> TimestampAndOffset | None:
+        """Kafka's ListOffsets: -2 earliest, -1 latest (the last stable offset for
+        ``TXN_COMMITTED``), -3 max timestamp, or the first record at/after a time."""
         with self._lock:
             self._check_open()
             if timestamp == EARLIEST_TIMESTAMP:
                 return TimestampAndOffset(NO_TIMESTAMP, self._log_start_offset)
+            # read_committed clients are answered within the last stable offset (Kafka's ListOffsets).
+            bound = (
+                self._last_stable_offset_locked() if isolation is FetchIsolation.TXN_COMMITTED else self._high_watermark
+            )
             if timestamp == LATEST_TIMESTAMP:
-                return TimestampAndOffset(NO_TIMESTAMP, self._high_watermark)
+                return TimestampAndOffset(NO_TIMESTAMP, bound)
             if timestamp == MAX_TIMESTAMP:
                 return self._max_timestamp_offset()
             if timestamp < 0:
@@ -945,7 +1194,7 @@ class Log:
                     continue
                 found = segment.find_offset_by_timestamp(timestamp, self._log_start_offset)
                 if found is not None:
-                    return found if found.offset < self._high_watermark else None
+                    return found if found.offset < bound else None
             return None
 
     def _first_segment_index_reaching(self, timestamp: int) -> int:
@@ -1153,8 +1402,9 @@ class Log:
         # batches after it replayed. (The map end offset does not follow appends, so a state
         # whose map end happens to equal new_end still holds removed batches: start empty.)
         psm = self.producer_state_manager
-        psm.producers = {}
+        psm.clear()
         rebuild_producer_state(psm, self._segments, self._log_start_offset, new_end, self._clock.milliseconds())
+        psm.on_high_watermark_updated(self._high_watermark)
 
     def _open_segment(self, base_offset: int, *, file_already_exists: bool) -> LogSegment:
         config = self._config
@@ -1312,6 +1562,28 @@ class Log:
         with self._lock:
             return self.producer_state_manager.remove_expired_producers(now_ms)
 
+    def producer_states(self) -> list[ProducerStateInfo]:
+        """Every active producer id's state on this partition (Kafka's DescribeProducers answer)."""
+        with self._lock:
+            return [
+                ProducerStateInfo(
+                    pid,
+                    entry.producer_epoch,
+                    entry.last_seq,
+                    entry.last_timestamp,
+                    entry.coordinator_epoch,
+                    entry.current_txn_first_offset,
+                )
+                for pid, entry in self.producer_state_manager.producers.items()
+            ]
+
+    def ongoing_transactions_older_than(self, timestamp_ms: int) -> list[tuple[int, int, int]]:
+        """(producer id, producer epoch, first offset) of each open transaction whose producer
+        last wrote before ``timestamp_ms``: candidates for the coordinator's hanging-transaction
+        tooling (kafka-transactions.sh find-hanging)."""
+        with self._lock:
+            return self.producer_state_manager.ongoing_txns_older_than(timestamp_ms)
+
     def last_records_of_active_producers(self) -> tuple[tuple[int, int, int], ...]:
         """(producer id, offset of its last data batch or -1, epoch) of every active producer
         (Kafka's lastRecordsOfActiveProducers): the cleaner keeps these batches, emptied if need be."""
@@ -1436,13 +1708,112 @@ class Log:
     @staticmethod
     def _rename_segment_files(segment: LogSegment, old_suffix: str, new_suffix: str, hook) -> None:
         """LogSegment.change_file_suffixes one file at a time, so a crash test sees each state."""
-        for holder in (segment.log, segment.lazy_offset_index, segment.lazy_time_index):
+        for holder in (segment.log, segment.lazy_offset_index, segment.lazy_time_index, segment.txn_index):
             name = holder.path.name
             if not name.endswith(old_suffix):
                 raise ValueError(f"{holder.path} does not end with {old_suffix!r}")
             holder.rename_to(holder.path.with_name(name[: len(name) - len(old_suffix)] + new_suffix))
             if hook is not None:
                 hook(f"renamed {holder.path.name}")
+
+
+def _stamp_log_append_time(batch: bytes, now_ms: int) -> bytes:
+    """The batch with timestamp type LogAppendTime and ``now_ms`` as its max timestamp, CRC redone."""
+    out = bytearray(batch)
+    _ATTRIBUTES.pack_into(
+        out, ATTRIBUTES_OFFSET, _ATTRIBUTES.unpack_from(out, ATTRIBUTES_OFFSET)[0] | TIMESTAMP_TYPE_MASK
+    )
+    _MAX_TIMESTAMP.pack_into(out, MAX_TIMESTAMP_OFFSET, now_ms)
+    _CRC.pack_into(out, CRC_OFFSET, compute_crc(out))
+    return bytes(out)
+
+
+def _marker_or_none(batch) -> tuple[bool, int] | None:
+    try:
+        return end_txn_marker_of(batch)
+    except CorruptRecordError:
+        return None  # (a batch that passed its CRC: only an unreadable control record)
+
+
+def _replay_segment(
+    psm: ProducerStateManager, segment: LogSegment, position: int, start: int, index_aborted: bool = False
+) -> int:
+    """Replay the producer batches of ``segment`` from ``position`` whose last offset is at or
+    after ``start`` into ``psm`` (a control batch's marker is read, 78 bytes); completed
+    transactions are completed and, with ``index_aborted``, aborted ones are written to the
+    segment's ``.txnindex`` (Kafka's LogSegment.recover with its producer state). How many
+    batches were replayed."""
+    replayed = 0
+    for batch_position, header in segment.log.batch_headers(position):
+        if header.last_offset < start or header.producer_id < 0:
+            continue
+        attributes = header.attributes
+        is_control = bool(attributes & CONTROL_FLAG)
+        completed = psm.replay_batch(
+            header.producer_id,
+            header.producer_epoch,
+            header.base_sequence,
+            header.last_offset,
+            header.last_offset_delta,
+            header.max_timestamp,
+            is_control,
+            bool(attributes & TRANSACTIONAL_FLAG),
+            _marker_or_none(segment.log.read(batch_position, header.size)) if is_control else None,
+        )
+        if completed is not None:
+            if index_aborted and completed.is_aborted:
+                segment.update_txn_index(
+                    completed.producer_id,
+                    completed.first_offset,
+                    completed.last_offset,
+                    psm.last_stable_offset(completed),
+                )
+            psm.complete_txn(completed)
+        replayed += 1
+    return replayed
+
+
+def rebuild_txn_indexes(
+    directory: Path,
+    segments: LogSegments,
+    recovered: list[LogSegment],
+    log_start_offset: int,
+    producer_id_expiration_ms: int,
+    now_ms: int,
+    fs: FileSystem = OS_FS,
+) -> int:
+    """Rebuild the ``.txnindex`` of the segments recovery rebuilt (a torn tail, a missing or
+    corrupt index), from the producer state at the first one's base offset (the newest snapshot
+    at or below it, read but not changed, plus a replay of the segments between): Kafka's
+    recoverSegment, with one replay for all of them. Returns how many entries were written."""
+    targets = {segment.base_offset: segment for segment in recovered if segments.get(segment.base_offset) is segment}
+    if not targets:
+        return 0
+    for segment in targets.values():
+        segment.txn_index.reset()
+    first, last = min(targets), max(targets)
+    psm = ProducerStateManager(directory, producer_id_expiration_ms, fs)
+    psm.load_snapshot_at_or_below(first, log_start_offset, now_ms)
+    map_end = psm.last_map_offset
+    written = 0
+    for segment in segments.values(min(map_end, first), last + 1):  # (the log start may lie past `first`)
+        target = segment.base_offset in targets
+        before = len(segment.txn_index) if target else 0
+        position = 0
+        if segment.base_offset < map_end:
+            found = segment.translate_offset(map_end)
+            if found is None:
+                continue
+            position = found[0]
+        _replay_segment(psm, segment, position, map_end, index_aborted=target)
+        if target:
+            written += len(segment.txn_index) - before
+            segment.txn_index.close()
+            if len(segment.txn_index):
+                segment.txn_index.flush()
+    if written:
+        fs.fsync_dir(directory)
+    return written
 
 
 def rebuild_producer_state(
@@ -1475,19 +1846,7 @@ def rebuild_producer_state(
                 if found is None:
                     continue
                 position = found[0]
-            for _, header in segment.log.batch_headers(position):
-                if header.last_offset < start or header.producer_id < 0:
-                    continue
-                psm.replay_batch(
-                    header.producer_id,
-                    header.producer_epoch,
-                    header.base_sequence,
-                    header.last_offset,
-                    header.last_offset_delta,
-                    header.max_timestamp,
-                    bool(header.attributes & CONTROL_FLAG),
-                )
-                replayed += 1
+            replayed += _replay_segment(psm, segment, position, start)
     psm.update_map_end_offset(last_offset)
     psm.take_snapshot(sync=False)
     return replayed

@@ -19,12 +19,23 @@ batch leaves after a restart; clients complete such a batch as sent); an older e
 INVALID_PRODUCER_EPOCH; a producer id this partition does not know, sending a first sequence
 other than 0, gets UNKNOWN_PRODUCER_ID (Kafka 2.x's rule); a gap gets OUT_OF_ORDER_SEQUENCE_NUMBER.
 A higher epoch starting at sequence 0 is accepted (an idempotent producer's epoch bump).
+
+Transactions (Kafka's ProducerAppendInfo): a producer's first transactional data batch opens its
+transaction (``current_txn_first_offset``, kept in the snapshot, so an open transaction survives
+a restart); a non-transactional batch while it is open gets INVALID_TXN_STATE; its COMMIT or ABORT
+marker closes it and yields a CompletedTxn, after two checks (check_end_txn_marker): the marker's
+producer epoch may not be older than the producer's (INVALID_PRODUCER_EPOCH) nor its coordinator
+epoch older than the last marker's (TRANSACTION_COORDINATOR_FENCED). The manager keeps the open
+transactions by first offset (they open at the log end, so in append order: the oldest is the
+first key of a dict) and the completed ones whose marker is not yet below the high watermark; the
+oldest of either is the partition's first unstable offset, which bounds its last stable offset.
 """
 
 from __future__ import annotations
 
 import bisect
 import gc
+import heapq
 import logging
 import os
 import struct
@@ -38,7 +49,9 @@ from crc32c import crc32c
 from triolog.protocol.errors import (
     DuplicateSequenceNumberError,
     InvalidProducerEpochError,
+    InvalidTxnStateError,
     OutOfOrderSequenceNumberError,
+    TransactionCoordinatorFencedError,
     UnknownProducerIdError,
 )
 
@@ -116,6 +129,30 @@ class BatchMetadata(NamedTuple):
 
 
 _new_tuple = tuple.__new__  # a NamedTuple without its constructor's argument handling (hot path)
+
+
+class CompletedTxn(NamedTuple):
+    """A transaction its marker closed (Kafka's CompletedTxn): first data offset, marker offset."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    is_aborted: bool
+
+
+class TxnMetadata:
+    """An open (or completed but not yet replicated) transaction of a partition (Kafka's TxnMetadata)."""
+
+    __slots__ = ("producer_id", "first_offset", "last_offset")
+
+    def __init__(self, producer_id: int, first_offset: int, last_offset: int = -1):
+        self.producer_id = producer_id
+        self.first_offset = first_offset
+        #: The marker's offset once completed; -1 while open.
+        self.last_offset = last_offset
+
+    def __repr__(self) -> str:
+        return f"TxnMetadata(producer_id={self.producer_id}, first_offset={self.first_offset}, last_offset={self.last_offset})"
 
 
 class ProducerStateEntry:
@@ -261,6 +298,39 @@ def check_append(
     return None
 
 
+def check_txn_state(
+    entry: ProducerStateEntry | None, producer_id: int, is_transactional: bool, partition: str = ""
+) -> None:
+    """Kafka's rule for a data batch that passed check_append: no non-transactional batch while
+    the producer's transaction is open."""
+    if not is_transactional and entry is not None and entry.current_txn_first_offset >= 0:
+        where = f" on {partition}" if partition else ""
+        raise InvalidTxnStateError(
+            f"expected a transactional batch from producer {producer_id}{where}: its transaction "
+            f"from offset {entry.current_txn_first_offset} is open"
+        )
+
+
+def check_end_txn_marker(
+    entry: ProducerStateEntry | None, producer_id: int, producer_epoch: int, coordinator_epoch: int, partition: str = ""
+) -> None:
+    """Kafka's checks of a COMMIT/ABORT marker a coordinator writes (appendEndTxnMarker): the
+    producer epoch may not go back, nor the coordinator epoch."""
+    if entry is None:
+        return
+    where = f" on {partition}" if partition else ""
+    if entry.producer_epoch != NO_PRODUCER_EPOCH and producer_epoch < entry.producer_epoch:
+        raise InvalidProducerEpochError(
+            f"transaction marker for producer {producer_id}{where} has epoch {producer_epoch}, "
+            f"older than its current epoch {entry.producer_epoch}"
+        )
+    if entry.coordinator_epoch > coordinator_epoch:
+        raise TransactionCoordinatorFencedError(
+            f"invalid coordinator epoch for producer {producer_id}{where}: {coordinator_epoch} (zombie), "
+            f"{entry.coordinator_epoch} (current)"
+        )
+
+
 # -- snapshot files --------------------------------------------------------------------------
 
 
@@ -398,6 +468,15 @@ class ProducerStateManager:
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self.fs = fs
         self.producers: dict[int, ProducerStateEntry] = {}
+        #: Open transactions by first offset, oldest first (Kafka's ongoingTxns): a transaction
+        #: opens at the log end, so insertion order is offset order (loads sort theirs).
+        self.ongoing_txns: dict[int, TxnMetadata] = {}
+        #: Completed transactions whose marker is not yet below the high watermark, by first offset
+        #: (Kafka's unreplicatedTxns; only a replicated log has any for long). Inserted as their
+        #: markers are appended, so in marker order: the high watermark prunes a prefix.
+        self.unreplicated_txns: dict[int, TxnMetadata] = {}
+        #: Their first offsets as a min-heap (entries no longer in unreplicated_txns are skipped).
+        self._unreplicated_firsts: list[int] = []
         #: The offset up to which (exclusive) the state covers the log.
         self.last_map_offset = 0
         #: The offset of the newest snapshot written or loaded.
@@ -517,16 +596,35 @@ class ProducerStateManager:
                 self.remove_and_delete_snapshot(offset)
                 continue
             expiration = self.producer_id_expiration_ms
-            self.producers = {
-                e.producer_id: e
-                for e in entries
-                if not (e.current_txn_first_offset < 0 and now_ms - e.last_timestamp >= expiration)
-            }
+            self.set_producers(
+                e for e in entries if not (e.current_txn_first_offset < 0 and now_ms - e.last_timestamp >= expiration)
+            )
             self.last_map_offset = self.last_snap_offset = offset
             return offset
-        self.producers = {}
+        self.clear()
         self.last_map_offset = log_start_offset
         self.last_snap_offset = log_start_offset
+        return None
+
+    def load_snapshot_at_or_below(self, offset: int, log_start_offset: int, now_ms: int) -> int | None:
+        """Load the newest snapshot at or below ``offset`` (and not below the log start) that
+        reads back, changing no file (a corrupt one is skipped, not deleted): the state recovery
+        replays a segment's batches on. Its offset, or None (state empty from the log start)."""
+        expiration = self.producer_id_expiration_ms
+        for snapshot in reversed(self._snapshot_offsets):
+            if snapshot > offset or snapshot < log_start_offset:
+                continue
+            try:
+                entries = read_snapshot(self.snapshot_file(snapshot), self.fs)
+            except (CorruptSnapshotError, FileNotFoundError):
+                continue
+            self.set_producers(
+                e for e in entries if not (e.current_txn_first_offset < 0 and now_ms - e.last_timestamp >= expiration)
+            )
+            self.last_map_offset = self.last_snap_offset = snapshot
+            return snapshot
+        self.clear()
+        self.last_map_offset = self.last_snap_offset = log_start_offset
         return None
 
     def truncate_and_reload(self, log_start_offset: int, log_end_offset: int, now_ms: int) -> None:
@@ -535,7 +633,7 @@ class ProducerStateManager:
         for offset in [o for o in self._snapshot_offsets if o > log_end_offset or o < log_start_offset]:
             self.remove_and_delete_snapshot(offset)
         if log_end_offset != self.last_map_offset or not self.producers:
-            self.producers = {}
+            self.clear()
             self.load_from_snapshot(log_start_offset, now_ms)
 
     def fsync_snapshots(self) -> None:
@@ -557,14 +655,122 @@ class ProducerStateManager:
     def last_entry(self, producer_id: int) -> ProducerStateEntry | None:
         return self.producers.get(producer_id)
 
+    def set_producers(self, entries: Iterable[ProducerStateEntry]) -> None:
+        """Replace the state by ``entries`` (a snapshot's), their open transactions included
+        (Kafka's loadProducerEntry)."""
+        self.producers = {entry.producer_id: entry for entry in entries}
+        ongoing = sorted(
+            (entry.current_txn_first_offset, entry.producer_id)
+            for entry in self.producers.values()
+            if entry.current_txn_first_offset >= 0
+        )
+        self.ongoing_txns = {first: TxnMetadata(pid, first) for first, pid in ongoing}
+        self.unreplicated_txns = {}
+        self._unreplicated_firsts = []
+
+    def clear(self) -> None:
+        self.producers = {}
+        self.ongoing_txns = {}
+        self.unreplicated_txns = {}
+        self._unreplicated_firsts = []
+
     def update(
-        self, producer_id: int, epoch: int, last_seq: int, last_offset: int, offset_delta: int, timestamp: int
+        self,
+        producer_id: int,
+        epoch: int,
+        last_seq: int,
+        last_offset: int,
+        offset_delta: int,
+        timestamp: int,
+        is_transactional: bool = False,
     ) -> None:
-        """Record a batch appended (or replayed) for ``producer_id``."""
+        """Record a data batch appended (or replayed) for ``producer_id``; a transactional one
+        opens the producer's transaction if none is open."""
         entry = self.producers.get(producer_id)
         if entry is None:
             entry = self.producers[producer_id] = ProducerStateEntry(producer_id)
         entry.add_batch(epoch, last_seq, last_offset, offset_delta, timestamp)
+        if is_transactional and entry.current_txn_first_offset < 0:
+            first_offset = last_offset - offset_delta
+            entry.current_txn_first_offset = first_offset
+            self.ongoing_txns[first_offset] = TxnMetadata(producer_id, first_offset)
+
+    def end_txn(
+        self, producer_id: int, epoch: int, coordinator_epoch: int, offset: int, timestamp: int, is_abort: bool
+    ) -> CompletedTxn | None:
+        """Record a COMMIT/ABORT marker at ``offset`` (checked by the caller, or replayed):
+        the producer's transaction, if one was open, as a CompletedTxn (Kafka's
+        appendEndTxnMarker: a marker with no data before it completes nothing). The caller
+        indexes an aborted one, then calls complete_txn."""
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            entry = self.producers[producer_id] = ProducerStateEntry(producer_id)
+        first_offset = entry.current_txn_first_offset
+        entry.maybe_update_producer_epoch(epoch)
+        entry.coordinator_epoch = coordinator_epoch
+        entry.current_txn_first_offset = -1
+        entry.last_timestamp = timestamp
+        if first_offset < 0:
+            return None
+        return CompletedTxn(producer_id, first_offset, offset, is_abort)
+
+    def last_stable_offset(self, completed: CompletedTxn) -> int:
+        """The LSO once ``completed`` is complete, ignoring replication: the first offset of the
+        oldest other open transaction, else the offset after its marker (Kafka's rule; the value
+        an aborted transaction's .txnindex entry records)."""
+        for txn in self.ongoing_txns.values():  # at most one entry (this producer's) is skipped
+            if txn.producer_id != completed.producer_id:
+                return txn.first_offset
+        return completed.last_offset + 1
+
+    def complete_txn(self, completed: CompletedTxn) -> None:
+        """Move the transaction from open to completed-but-unreplicated (Kafka's completeTxn);
+        on_high_watermark_updated forgets it once the high watermark passes its marker."""
+        txn = self.ongoing_txns.pop(completed.first_offset, None)
+        if txn is None:
+            raise ValueError(f"cannot complete transaction {completed}: it was not started")
+        txn.last_offset = completed.last_offset
+        self.unreplicated_txns[completed.first_offset] = txn
+        heapq.heappush(self._unreplicated_firsts, completed.first_offset)
+
+    def on_high_watermark_updated(self, high_watermark: int) -> None:
+        """Forget the completed transactions whose marker is below ``high_watermark`` (a prefix:
+        they are in marker order)."""
+        unreplicated = self.unreplicated_txns
+        while unreplicated:
+            first, txn = next(iter(unreplicated.items()))
+            if txn.last_offset >= high_watermark:
+                break
+            del unreplicated[first]
+        if not unreplicated:
+            self._unreplicated_firsts = []
+
+    def first_undecided_offset(self) -> int | None:
+        """The first offset of the oldest open transaction (Kafka's firstUndecidedOffset)."""
+        for first in self.ongoing_txns:
+            return first
+        return None
+
+    def first_unstable_offset(self) -> int | None:
+        """The oldest offset whose transaction is open or whose marker is not yet replicated
+        (Kafka's firstUnstableOffset); None when there is none."""
+        undecided = self.first_undecided_offset()
+        if not self.unreplicated_txns:
+            return undecided
+        heap = self._unreplicated_firsts
+        while heap[0] not in self.unreplicated_txns:  # forgotten since: skipped now
+            heapq.heappop(heap)
+        return heap[0] if undecided is None else min(undecided, heap[0])
+
+    def ongoing_txns_older_than(self, timestamp_ms: int) -> list[tuple[int, int, int]]:
+        """(producer id, epoch, first offset) of each open transaction whose producer last wrote
+        before ``timestamp_ms`` (hanging transactions, for the coordinator's tooling)."""
+        found = []
+        for first, txn in self.ongoing_txns.items():
+            entry = self.producers.get(txn.producer_id)
+            if entry is not None and entry.last_timestamp < timestamp_ms:
+                found.append((txn.producer_id, entry.producer_epoch, first))
+        return found
 
     def replay_batch(
         self,
@@ -575,18 +781,33 @@ class ProducerStateManager:
         offset_delta: int,
         timestamp: int,
         is_control: bool,
-    ) -> None:
-        """A batch read back from the log (recovery): no checks, the log is the truth."""
-        if is_control:  # a transaction marker: it moves the epoch, it is not a data batch
+        is_transactional: bool = False,
+        marker: tuple[bool, int] | None = None,
+    ) -> CompletedTxn | None:
+        """A batch read back from the log (recovery, a follower's append): no checks, the log is
+        the truth. ``marker``: (is abort, coordinator epoch) of a COMMIT/ABORT control batch. The
+        transaction a marker completes is returned; the caller indexes it if aborted and calls
+        complete_txn."""
+        if is_control:
+            if marker is not None:
+                return self.end_txn(producer_id, epoch, marker[1], last_offset, timestamp, marker[0])
+            # An empty control batch (its marker cleaned away, the header kept): only the epoch.
             entry = self.producers.get(producer_id)
             if entry is None:
                 entry = self.producers[producer_id] = ProducerStateEntry(producer_id)
             entry.maybe_update_producer_epoch(epoch)
             entry.last_timestamp = timestamp
-            return
+            return None
         self.update(
-            producer_id, epoch, increment_sequence(base_sequence, offset_delta), last_offset, offset_delta, timestamp
+            producer_id,
+            epoch,
+            increment_sequence(base_sequence, offset_delta),
+            last_offset,
+            offset_delta,
+            timestamp,
+            is_transactional,
         )
+        return None
 
     def update_map_end_offset(self, offset: int) -> None:
         self.last_map_offset = offset
@@ -605,7 +826,7 @@ class ProducerStateManager:
         return dict(self.producers)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
-        self.producers = {}
+        self.clear()
         for snapshot in list(self._snapshot_offsets):
             self.remove_and_delete_snapshot(snapshot)
         self.last_map_offset = self.last_snap_offset = offset

@@ -7,7 +7,9 @@ Invariants:
   a time index entry (ts, offset) says every record with a timestamp up to ``ts`` is at or
   before ``offset``. Indexes are derived data: rebuilt from the log, never checksummed;
 - only the active (last) segment is appended to; on roll it gets its final time index entry,
-  its indexes are trimmed and mapped read-only.
+  its indexes are trimmed and mapped read-only;
+- the ``.txnindex`` (transaction_index.py) lists the aborted transactions whose ABORT marker is
+  in this segment; it exists only once one was written.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from .errors import CorruptIndexError, CorruptRecordError, LogSegmentOffsetOverf
 from .file_records import FileRecords, FileRegion
 from .fs import OS_FS, FileSystem, is_disk_full, is_out_of_descriptors
 from .index import LazyIndex, OffsetIndex, TimeIndex, TimestampOffset
+from .transaction_index import AbortedTxn, TransactionIndex, TxnIndexSearchResult
 
 MAX_RELATIVE_OFFSET = 2**31 - 1
 _new_tuple = tuple.__new__  # a NamedTuple without its keyword-handling __new__ (the append path)
@@ -41,6 +44,9 @@ class FetchDataInfo(NamedTuple):
     fetch_offset_metadata: LogOffsetMetadata
     region: FileRegion | None  # None: nothing to return
     first_batch: BatchHeader | None = None
+    #: read_committed reads only (FetchIsolation.TXN_COMMITTED): the aborted transactions
+    #: overlapping what was read, oldest marker first; None for the other isolations.
+    aborted_transactions: list[AbortedTxn] | None = None
 
     @property
     def size(self) -> int:
@@ -77,11 +83,18 @@ class LogSegment:
         rolling_jitter_ms: int,
         clock: Clock,
         fs: FileSystem = OS_FS,
+        txn_index: TransactionIndex | None = None,
     ):
         self.fs = fs
         self.log = log
         self._offset_index = offset_index
         self._time_index = time_index
+        if txn_index is None:  # beside the .log, with its transient suffix if it has one
+            suffix = log.path.name.split(filenames.LOG_FILE_SUFFIX, 1)[1]
+            txn_index = TransactionIndex(
+                base_offset, filenames.txn_index_file(log.path.parent, base_offset, suffix), fs
+            )
+        self.txn_index = txn_index
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         self.rolling_jitter_ms = rolling_jitter_ms
@@ -108,11 +121,14 @@ class LogSegment:
         fs: FileSystem = OS_FS,
         spare: bool = False,
         paths: tuple[Path, Path, Path] | None = None,
+        txn_index_exists: bool | None = None,
     ) -> LogSegment:
         """``spare``: the three files exist already, empty (a Log's spare files renamed to this
         segment's names), and are set up as new ones; creating files costs the file system far
         more than renaming them. ``paths``: the segment's .log, .index and .timeindex, when the
-        caller has them already (the names of ``directory``, ``base_offset`` and ``file_suffix``)."""
+        caller has them already (the names of ``directory``, ``base_offset`` and ``file_suffix``).
+        ``txn_index_exists``: whether its ``.txnindex`` is there, when the caller knows (a new
+        segment has none)."""
         directory = Path(directory)
         if paths is None:
             paths = (
@@ -150,7 +166,15 @@ class LogSegment:
                 offset_index.delete_if_exists()
                 time_index.delete_if_exists()
                 raise
-        return cls(log, offset_index, time_index, base_offset, index_interval_bytes, rolling_jitter_ms, clock, fs)
+        txn_index = TransactionIndex(
+            base_offset,
+            filenames.txn_index_file(directory, base_offset, file_suffix),
+            fs,
+            exists=False if not file_already_exists else txn_index_exists,
+        )
+        return cls(
+            log, offset_index, time_index, base_offset, index_interval_bytes, rolling_jitter_ms, clock, fs, txn_index
+        )
 
     # -- accessors ---------------------------------------------------------------------------
 
@@ -203,7 +227,7 @@ class LogSegment:
         return self.log.last_modified_ms()
 
     def set_last_modified_ms(self, ms: int) -> None:
-        for path in (self.log.path, self._offset_index.path, self._time_index.path):
+        for path in (self.log.path, self._offset_index.path, self._time_index.path, self.txn_index.path):
             if self.fs.exists(path):
                 self.fs.utime(path, ms * 1_000_000)
 
@@ -248,6 +272,14 @@ class LogSegment:
                 if not (is_disk_full(exc) or is_out_of_descriptors(exc)):
                     raise
         self._bytes_since_last_index_entry += size
+
+    def update_txn_index(self, producer_id: int, first_offset: int, last_offset: int, last_stable_offset: int) -> None:
+        """Record an aborted transaction whose ABORT marker (at ``last_offset``) is in this
+        segment (Kafka's updateTxnIndex; committed ones are not indexed)."""
+        self.txn_index.append(AbortedTxn(producer_id, first_offset, last_offset, last_stable_offset))
+
+    def collect_aborted_txns(self, fetch_offset: int, upper_bound_offset: int) -> TxnIndexSearchResult:
+        return self.txn_index.collect_aborted_txns(fetch_offset, upper_bound_offset)
 
     # -- roll --------------------------------------------------------------------------------
 
@@ -319,6 +351,7 @@ class LogSegment:
         Until then the segment is read like the active one. Caller holds the log's lock."""
         self._offset_index.seal()
         self._time_index.seal()
+        self.txn_index.close()
         self.log.trim()
         self.log.close()
 
@@ -421,6 +454,7 @@ class LogSegment:
         offset_index, time_index = self.offset_index, self.time_index
         offset_index.truncate_to(offset)
         time_index.truncate_to(offset)
+        self.txn_index.truncate_to(offset)
         removed = self.log.truncate_to(found[0]) if found is not None else 0
         size = self.log.size
         self._rolling_based_timestamp = None
@@ -518,6 +552,7 @@ class LogSegment:
         offset_index, time_index = self.offset_index, self.time_index
         offset_index.sanity_check()
         time_index.sanity_check()
+        self.txn_index.sanity_check()
         entries = offset_index.entries
         if entries > 1:
             first, last = offset_index.entry(0), offset_index.entry(entries - 1)
@@ -563,11 +598,11 @@ class LogSegment:
         fs = self.fs
         fds = [self.log.dup_fd()]
         try:
-            for path in (self._offset_index.path, self._time_index.path):
+            for path in (self._offset_index.path, self._time_index.path, self.txn_index.path):
                 try:
                     fds.append(fs.open(path, os.O_RDONLY))
                 except FileNotFoundError:
-                    pass  # renamed away by a concurrent swap or deletion: nothing left to sync
+                    pass  # renamed away by a concurrent swap or deletion (or no .txnindex): nothing to sync
         except BaseException:
             for fd in fds:
                 fs.close(fd)
@@ -585,6 +620,7 @@ class LogSegment:
         self.log.rename_to(renamed(self.log.path))
         self._offset_index.rename_to(renamed(self._offset_index.path))
         self._time_index.rename_to(renamed(self._time_index.path))
+        self.txn_index.rename_to(renamed(self.txn_index.path))
 
     def close(self, sync: bool = False) -> None:
         """Clean close: final time index entry, trimmed indexes, files closed; with ``sync`` the
@@ -595,6 +631,7 @@ class LogSegment:
                 self.time_index.maybe_append(current.timestamp, current.offset, skip_full_check=True)
         self._offset_index.close()
         self._time_index.close()
+        self.txn_index.close()
         self.log.trim()
         if sync:
             self.flush()
@@ -603,6 +640,7 @@ class LogSegment:
     def close_handlers(self) -> None:
         self._offset_index.close_handler()
         self._time_index.close_handler()
+        self.txn_index.close()
         self.log.close()
 
     def delete_if_exists(self) -> None:
@@ -610,6 +648,7 @@ class LogSegment:
         self.log.delete_if_exists()
         self._offset_index.delete_if_exists()
         self._time_index.delete_if_exists()
+        self.txn_index.delete_if_exists()
 
     def __repr__(self) -> str:
         return f"LogSegment(base_offset={self.base_offset}, size={self.size}, path={self.log.path})"

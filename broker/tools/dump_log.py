@@ -1,7 +1,8 @@
 """``triolog dump-log``: Kafka's ``kafka-dump-log.sh`` (DumpLogSegments) for triolog's segment files.
 
 Segment files are byte-compatible with Kafka's, and so is this tool's stdout: the same lines, in
-the same order, for ``.log``, ``.index``, ``.timeindex`` and ``.snapshot`` (producer state) files.
+the same order, for ``.log``, ``.index``, ``.timeindex``, ``.txnindex`` (aborted transactions) and
+``.snapshot`` (producer state) files.
 Output can be
 diffed against ``kafka-dump-log.sh`` run on the same files.
 
@@ -27,9 +28,10 @@ Where this tool deliberately differs from Kafka:
   batch whose records do not parse prints none of them, only an error.
 * Control records of KRaft types (snapshot header/footer, kraft version, voters), which Kafka
   prints as JSON, print as ``controlType: NAME(id)``; triolog never writes them.
-* ``.txnindex`` files are not dumped yet (a note on stderr, exit code unchanged); Kafka's KRaft
-  ``.checkpoint`` snapshots and decoder options are not supported. A ``.snapshot`` that fails its
-  version or CRC check is an error (Kafka prints the message and exits 0).
+* Kafka's KRaft ``.checkpoint`` snapshots and decoder options are not supported. A ``.snapshot``
+  that fails its version or CRC check is an error (Kafka prints the message and exits 0), and so
+  is a ``.txnindex`` with a torn last entry or an unknown entry version (Kafka skips the torn
+  bytes silently and stops at the unknown version with a stack trace).
 * A missing ``.index`` next to a ``.timeindex`` is read as empty (Kafka creates the empty file).
 """
 
@@ -47,6 +49,7 @@ from typing import TextIO
 from triolog.broker.storage.errors import CorruptIndexError
 from triolog.broker.storage.index import OffsetIndex, TimeIndex
 from triolog.broker.storage.producer_state import CorruptSnapshotError, decode_snapshot
+from triolog.broker.storage.transaction_index import ENTRY_SIZE as TXN_ENTRY_SIZE, decode_entries as decode_txn_entries
 from triolog.protocol.errors import CorruptRecordError
 from triolog.protocol.record_batch import (
     COMPRESSION_MASK,
@@ -72,7 +75,7 @@ from triolog.protocol.records import (
 __all__ = ["DEFAULT_MAX_MESSAGE_SIZE", "DumpOptions", "add_arguments", "dump", "main", "options_from_args", "run"]
 
 DESCRIPTION = (
-    "Parse log segment files (.log, .index, .timeindex, .snapshot) and dump their contents to the console, "
+    "Parse log segment files (.log, .index, .timeindex, .txnindex, .snapshot) and dump their contents to the console, "
     "in the format of Kafka's kafka-dump-log.sh; useful for debugging a seemingly corrupt segment."
 )
 DEFAULT_MAX_MESSAGE_SIZE = 5 * 1024 * 1024
@@ -84,7 +87,7 @@ INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
 #: Kafka dumps these too; triolog does not write them yet.
 SNAPSHOT_SUFFIX = ".snapshot"
-UNSUPPORTED_SUFFIXES = (".txnindex",)
+TXN_INDEX_SUFFIX = ".txnindex"
 
 _READ_WINDOW = 1 << 20
 _U32 = struct.Struct(">I")
@@ -261,12 +264,10 @@ class _Dumper:
                 INDEX_SUFFIX: self._dump_offset_index,
                 TIME_INDEX_SUFFIX: self._dump_time_index,
                 SNAPSHOT_SUFFIX: self._dump_producer_snapshot,
+                TXN_INDEX_SUFFIX: self._dump_txn_index,
             }.get(suffix)
             if handler is None:
-                if suffix in UNSUPPORTED_SUFFIXES:
-                    self._stderr(f"Skipping {path}: triolog dump-log cannot dump {suffix} files yet")
-                else:
-                    self._stderr(f"Ignoring unknown file {path}")
+                self._stderr(f"Ignoring unknown file {path}")
                 continue
             try:
                 handler(path)
@@ -303,6 +304,27 @@ class _Dumper:
                 self._stderr(f"  {first} is followed by {second}")
         if self.index_mismatches or self.time_mismatches or self.time_out_of_order or self.time_not_found:
             self.failed = True
+
+    # -- .txnindex --------------------------------------------------------------------------
+
+    def _dump_txn_index(self, path: str) -> None:
+        """One line per aborted transaction, as Kafka's dumpTxnIndex prints it."""
+        with open(path, "rb") as file:
+            data = file.read()
+        whole = len(data) - len(data) % TXN_ENTRY_SIZE
+        try:
+            entries = decode_txn_entries(data[:whole])
+        except CorruptIndexError as exc:
+            raise _FileError(f"{path}: {exc}") from None
+        for entry in entries:
+            self._print(
+                f"version: {entry.version} producerId: {entry.producer_id} firstOffset: {entry.first_offset} "
+                f"lastOffset: {entry.last_offset} lastStableOffset: {entry.last_stable_offset}"
+            )
+        if whole != len(data):
+            raise _FileError(
+                f"{path}: {len(data) - whole} bytes at position {whole} are not a whole {TXN_ENTRY_SIZE}-byte entry"
+            )
 
     # -- .snapshot ---------------------------------------------------------------------------
 

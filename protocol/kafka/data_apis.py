@@ -234,7 +234,12 @@ def fetch_to_kafka(response: m.FetchResponse, req: KafkaRequest, ctx: KafkaConte
                             "high_watermark": p.high_watermark,
                             "last_stable_offset": p.last_stable_offset,
                             "log_start_offset": p.log_start_offset,
-                            "aborted_transactions": None,
+                            "aborted_transactions": None
+                            if p.aborted_transactions is None
+                            else [
+                                {"producer_id": t.producer_id, "first_offset": t.first_offset}
+                                for t in p.aborted_transactions
+                            ],
                             "preferred_read_replica": -1,
                             "diverging_epoch": _diverging(p),
                             "records": _records(p.records),

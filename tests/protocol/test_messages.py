@@ -1549,7 +1549,7 @@ SPEC_RESPONSE_KEYS: dict[str, dict[str, set[str]]] = {
         "": {"throttle_ms", "topics"},
         "topics[]": {"name", "partitions"},
         "topics[].partitions[]": {"partition", "error_code", "error_message", "high_watermark", "last_stable_offset",
-                                  "log_start_offset", "records"},
+                                  "log_start_offset", "aborted_transactions", "records"},
     },
     "list_offsets": {
         "": {"topics"},

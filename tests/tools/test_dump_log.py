@@ -621,3 +621,39 @@ def test_dump_log_corrupt_snapshot_is_an_error_and_the_next_file_is_dumped(tmp_p
     assert code == 1
     assert out.splitlines() == [f"Dumping {corrupt}", f"Dumping {empty}"]
     assert err.startswith(f"Error: {corrupt}: snapshot failed its CRC check")
+
+
+# ---------------------------------------------------------------------------------------------
+# .txnindex (aborted transactions)
+# ---------------------------------------------------------------------------------------------
+
+
+def test_dump_log_prints_txnindex_entries_as_kafka_does(tmp_path, clock):
+    """Kafka's dumpTxnIndex line per aborted transaction, from the .txnindex the log wrote."""
+    log = open_log(tmp_path, clock)
+    for producer_id, committed in ((7, False), (8, True), (9, False)):
+        log.append_as_leader(encode_batch([Record(0, clock.milliseconds(), b"k", b"v")], producer_id=producer_id,
+                                          producer_epoch=1, base_sequence=0, is_transactional=True))
+        log.append_end_txn_marker(producer_id, 1, 0, committed=committed, leader_epoch=0)
+    log.close()
+    path = log.directory / "00000000000000000000.txnindex"
+    code, out, err = run("--files", str(path))
+    assert (code, err) == (0, "")
+    assert out.splitlines() == [
+        f"Dumping {path}",
+        "version: 0 producerId: 7 firstOffset: 0 lastOffset: 1 lastStableOffset: 2",
+        "version: 0 producerId: 9 firstOffset: 4 lastOffset: 5 lastStableOffset: 6",
+    ]
+
+
+def test_dump_log_reports_a_torn_or_unknown_txnindex_entry(tmp_path):
+    path = tmp_path / "00000000000000000000.txnindex"
+    entry = struct.pack(">hqqqq", 0, 7, 0, 1, 2)
+    path.write_bytes(entry + entry[:10])
+    code, out, err = run("--files", str(path))
+    assert code == 1
+    assert "version: 0 producerId: 7 firstOffset: 0 lastOffset: 1 lastStableOffset: 2" in out
+    assert "10 bytes at position 34" in err
+    path.write_bytes(struct.pack(">hqqqq", 3, 7, 0, 1, 2))
+    code, out, err = run("--files", str(path))
+    assert code == 1 and "version 3" in err

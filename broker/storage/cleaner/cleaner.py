@@ -23,11 +23,12 @@ not mapped in pass 1 and are removed in pass 2; a COMMIT or ABORT marker stays w
 of its transaction is still in the log (the state is carried across every segment and group of
 the round, as a transaction's data and its marker often lie in different segments), then gets a
 delete horizon and goes after ``delete.retention.ms``. Kafka finds the aborted transactions in
-its ``.txnindex`` files and rebuilds them from the batches when they are missing; triolog keeps
-none and always rebuilds the list the same way: a header scan of the whole log before pass 1,
-which also finds every producer's last batch. A transaction without a marker yet is compacted
-as committed data: triolog has no transaction coordinator, hence no last stable offset, and
-serves such batches to every consumer.
+its ``.txnindex`` files; triolog finds them with a header scan of the whole log before pass 1
+(which also finds every producer's last batch), so a lost ``.txnindex`` never changes what is
+removed. An ABORT marker that stays keeps its ``.txnindex`` entry: it is written, as the source
+segment's ``.txnindex`` has it, to the cleaned segment's (``.txnindex.cleaned``, swapped in with
+the rest). Open transactions are never cleaned: the cleanable range ends at the last stable
+offset (cleaner_manager.cleanable_offsets).
 
 Pass 1 also remembers which mapped offset is the latest of its key (a bitmap over the dirty
 offsets, bounded to 1/8 of the map's memory); pass 2 answers "offset >= map[key]" for those
@@ -75,9 +76,10 @@ from triolog.protocol.records import ControlRecordType, _varint32, _varint64, pa
 
 from .. import filenames
 from ..clock import SYSTEM_CLOCK, Clock
-from ..errors import CorruptRecordError
+from ..errors import CorruptIndexError, CorruptRecordError
 from ..fs import OS_FS, FileSystem
 from ..segment import LogSegment
+from ..transaction_index import AbortedTxn as TxnIndexEntry, TransactionIndex
 from .offset_map import SkimpyOffsetMap
 from .throttler import Throttler
 
@@ -207,6 +209,9 @@ class AbortedTxn(NamedTuple):
     producer_id: int
     first_offset: int
     last_offset: int
+    #: The LSO when its marker was written, as the scan sees it (the oldest other transaction
+    #: open then, else the marker + 1): the .txnindex value when the source file has none.
+    last_stable_offset: int = -1
 
 
 class CleanedTransactionMetadata:
@@ -219,11 +224,14 @@ class CleanedTransactionMetadata:
     walk reaches its first offset.
     """
 
-    __slots__ = ("_aborted", "_next", "_ongoing_aborted", "_ongoing_committed")
+    __slots__ = ("_aborted", "_next", "_ongoing_aborted", "_ongoing_committed", "retained_abort")
 
     def __init__(self, aborted: list[AbortedTxn]):
         self._aborted = aborted
         self._next = 0
+        #: The aborted transaction whose ABORT marker the last on_control_batch_read kept (its
+        #: .txnindex entry goes to the cleaned segment, as Kafka's cleanedIndex gets it).
+        self.retained_abort: AbortedTxn | None = None
         self._ongoing_committed: set[int] = set()
         #: producer id -> [its aborted transaction, whether one of its batches was met]
         self._ongoing_aborted: dict[int, list] = {}
@@ -239,11 +247,15 @@ class CleanedTransactionMetadata:
         """Whether the marker may be discarded (``control_type`` None: an empty control batch,
         cleaned before, which may always go)."""
         self._consume_up_to(last_offset)
+        self.retained_abort = None
         if control_type is None:
             return True
         if control_type == ControlRecordType.ABORT:
             entry = self._ongoing_aborted.pop(producer_id, None)
-            return not (entry is not None and entry[1])  # kept until its batches are all gone
+            if entry is not None and entry[1]:  # kept until its batches are all gone
+                self.retained_abort = entry[0]
+                return False
+            return True
         if control_type == ControlRecordType.COMMIT:
             if producer_id in self._ongoing_committed:
                 self._ongoing_committed.discard(producer_id)
@@ -430,7 +442,9 @@ class Cleaner:
                 if attributes & CONTROL_FLAG:
                     first = open_txns.pop(producer_id, None)
                     if first is not None and _control_type(fields, batch) == ControlRecordType.ABORT:
-                        aborted.append(AbortedTxn(producer_id, first, last_offset))
+                        # open_txns is in first-offset order (transactions open at the log end)
+                        lso = next(iter(open_txns.values()), last_offset + 1)
+                        aborted.append(AbortedTxn(producer_id, first, last_offset, lso))
                 elif attributes & TRANSACTIONAL_FLAG and producer_id not in open_txns:
                     open_txns[producer_id] = fields[0]
         aborted.sort(key=lambda t: t.first_offset)
@@ -550,6 +564,7 @@ class Cleaner:
             filenames.log_file(directory, base, filenames.CLEANED_FILE_SUFFIX),
             filenames.offset_index_file(directory, base, filenames.CLEANED_FILE_SUFFIX),
             filenames.time_index_file(directory, base, filenames.CLEANED_FILE_SUFFIX),
+            filenames.txn_index_file(directory, base, filenames.CLEANED_FILE_SUFFIX),
         ):
             try:
                 self.fs.unlink(path)
@@ -593,6 +608,7 @@ class Cleaner:
         transactions: CleanedTransactionMetadata,
     ) -> None:
         now = job.now_ms
+        source_index: dict[int, TxnIndexEntry] | None = None
         for _, fields, batch in _iter_batches(
             self.fs, segment.path, 0, segment.size, job.read_buffer_bytes, self.throttler, self.check_done
         ):
@@ -603,6 +619,14 @@ class Cleaner:
                     fields[9], fields[0] + fields[6], _control_type(fields, batch)
                 )
                 out, read, kept = self._filter_control_batch(fields, batch, now, job, producers, can_discard, stats)
+                retained = transactions.retained_abort
+                if retained is not None and out is not None:
+                    if source_index is None:
+                        source_index = self._source_txn_index(segment)
+                    entry = source_index.get(retained.last_offset)
+                    if entry is None or entry.producer_id != retained.producer_id:
+                        entry = TxnIndexEntry(*retained)
+                    dest.txn_index.append(entry)
             elif attributes & TRANSACTIONAL_FLAG and transactions.on_batch_read(fields[9], fields[0] + fields[6]):
                 # Aborted: every record goes; the header stays only where Kafka keeps an empty batch.
                 read = max(fields[12], 0)
@@ -618,6 +642,16 @@ class Cleaner:
                 stats.bytes_written += len(out)
                 if self.throttler is not None:
                     self.throttler.maybe_throttle(len(out))
+
+    def _source_txn_index(self, segment: SegmentSource) -> dict[int, TxnIndexEntry]:
+        """The entries of a segment's own .txnindex by marker offset ({} when it has none or it
+        does not read back: the scan's values stand in then)."""
+        log_path = Path(segment.path)
+        path = filenames.txn_index_file(log_path.parent, segment.base_offset)
+        try:
+            return {e.last_offset: e for e in TransactionIndex(segment.base_offset, path, self.fs).all_aborted_txns()}
+        except (OSError, CorruptIndexError):
+            return {}
 
     def _retain_empty(self, fields, producers: _ProducerInfo, job: CleanJob) -> bool:
         last_offset = fields[0] + fields[6]

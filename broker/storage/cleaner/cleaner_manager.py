@@ -73,8 +73,9 @@ def cleanable_offsets(log: Log, checkpointed: int | None, now_ms: int) -> tuple[
     """(first dirty offset, first uncleanable offset, whether the checkpoint must be rewritten).
 
     The first dirty offset is the checkpoint, reset to the log start when it is below it or past
-    the log end. Uncleanable: the high watermark, the active segment, and the first dirty
-    segment whose newest record is younger than ``min.compaction.lag.ms``.
+    the log end. Uncleanable: the last stable offset (the high watermark unless a transaction is
+    open: its outcome decides what is kept), the active segment, and the first dirty segment
+    whose newest record is younger than ``min.compaction.lag.ms`` (Kafka's rule).
     """
     start = log.log_start_offset
     dirty = start if checkpointed is None else checkpointed
@@ -85,7 +86,7 @@ def cleanable_offsets(log: Log, checkpointed: int | None, now_ms: int) -> tuple[
                 "resetting first dirty offset of %s from %d to log start %d", log.directory.name, dirty, start
             )
         dirty, force = start, True
-    candidates = [log.high_watermark, log.active_segment.base_offset]
+    candidates = [log.last_stable_offset, log.active_segment.base_offset]
     lag = max(log.config.min_compaction_lag_ms, 0)
     if lag > 0:
         for segment in _non_active_segments_from(log, dirty):

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -237,20 +238,28 @@ def test_aborted_data_goes_even_when_its_marker_is_beyond_the_cleanable_range(tm
     driver.close()
 
 
-def test_a_transaction_without_a_marker_is_compacted_as_committed_data(tmp_path):
-    """triolog has no transaction coordinator and no last stable offset: every consumer reads
-    such batches, and the cleaner treats them as the values they are."""
+def test_a_transaction_without_a_marker_holds_compaction_at_its_first_offset(tmp_path):
+    """An open transaction's outcome decides which value of its keys survives, so the cleanable
+    range ends at the last stable offset (Kafka's rule): the older value stays, and is the one
+    kept once the transaction aborts."""
     clock = ManualClock()
     kafka = KafkaLog(clock.milliseconds())
-    kafka.write([(b"k", b"old")])
+    old = kafka.write([(b"k", b"old")])
     kafka.roll()
     open_txn = kafka.write([(b"k", b"new")], producer_id=4, transactional=True)
     kafka.roll()
     kafka.write([(b"x", b"plain")])
     log = kafka.open(tmp_path / "t-0", clock, segment_bytes=100)
+    assert log.last_stable_offset == open_txn[0]
     driver = Driver(tmp_path, {("t", 0): log}, clock)
-    assert driver.run_once()
-    assert sorted(data_records(log)) == [open_txn[0], open_txn[0] + 1]
+    driver.run_until_idle()
+    assert sorted(data_records(log)) == [old[0], open_txn[0], open_txn[0] + 1]
+    log.append_end_txn_marker(4, 0, 0, committed=False, leader_epoch=0)
+    log.roll()
+    _roll_with(log, clock, b"y")
+    driver.run_until_idle()
+    assert data_records(log)[old[0]].value == b"old" and open_txn[0] not in data_records(log)
+    assert [r.value for r in read_committed(log) if r.key == b"k"] == [b"old"]
     driver.close()
 
 
@@ -356,3 +365,82 @@ def test_cleaning_transactional_logs_keeps_what_read_committed_consumers_see(
         check()
     driver.close()
     log.close()
+
+
+# -- the .txnindex through cleaning -------------------------------------------------------------
+
+
+def _txn_batch(producer_id: int, sequence: int, items, timestamp: int) -> bytes:
+    return encode_batch([Record(i, timestamp, k, v) for i, (k, v) in enumerate(items)], producer_id=producer_id,
+                        producer_epoch=0, base_sequence=sequence, is_transactional=True)
+
+
+def _txn_indexes(log: Log) -> dict[int, list]:
+    return {segment.base_offset: segment.txn_index.all_aborted_txns()
+            for segment in log.segments if segment.txn_index.all_aborted_txns()}
+
+
+@pytest.mark.parametrize("worker_process", [False, True], ids=["thread", "worker-process"])
+def test_a_kept_abort_marker_keeps_its_txnindex_entry_in_the_cleaned_segment(tmp_path, worker_process):
+    """The ABORT marker stays while its transaction's data does, and the cleaned segment's
+    .txnindex (swapped in from .txnindex.cleaned) holds the entry the original one had, with
+    its LSO; read_committed is told of it before and after. Once the data is gone, so is the
+    entry; a transaction still open is never cleaned (the cleanable range ends at the LSO)."""
+    from triolog.broker.storage.log import FetchIsolation
+    from triolog.broker.storage.transaction_index import AbortedTxn
+
+    clock = ManualClock()
+    now = clock.milliseconds()
+    log = Log.open(tmp_path / "t-0", compact_config(segment_bytes=400, delete_retention_ms=0), clock=clock)
+    log.append_as_leader(_txn_batch(1, 0, [(b"a", b"open-1")], now))  # 0: producer 1's open txn...
+    log.append_as_leader(_txn_batch(2, 0, [(b"k", b"aborted")], now))  # 1
+    append(log, [(b"k", b"plain")], now)  # 2
+    log.append_end_txn_marker(2, 0, 0, committed=False, leader_epoch=0)  # 3: LSO 0 (producer 1 open)
+    log.roll()
+    log.append_end_txn_marker(1, 0, 0, committed=True, leader_epoch=0)  # 4
+    log.roll()
+    append(log, [(b"z", b"tail")], now)
+    assert _txn_indexes(log) == {0: [AbortedTxn(2, 1, 3, 0)]}
+    assert log.last_stable_offset == log.log_end_offset
+    driver = Driver(tmp_path, {("t", 0): log}, clock, worker_process=worker_process)
+    driver.run_until_idle()
+    # The aborted batch of producer 2 is producer 2's last data batch: kept, emptied, so its
+    # transaction still has a batch in the log and the marker and its entry stay.
+    assert 1 not in data_records(log), "the segment was cleaned: the aborted record is gone"
+    assert 3 in markers(log)
+    assert _txn_indexes(log) == {0: [AbortedTxn(2, 1, 3, 0)]}
+    assert not list((tmp_path / "t-0").glob("*.cleaned")) and not list((tmp_path / "t-0").glob("*.swap"))
+    info = log.read(0, 1 << 20, isolation=FetchIsolation.TXN_COMMITTED)
+    assert AbortedTxn(2, 1, 3, 0) in info.aborted_transactions
+    assert [r.value for r in read_committed(log)] == [b"open-1", b"plain", b"tail"]
+    # A reopened (recovered) log reads the swapped-in .txnindex back the same.
+    log.close()
+    reopened = Log.open(tmp_path / "t-0", compact_config(segment_bytes=400, delete_retention_ms=0), clock=clock)
+    assert _txn_indexes(reopened) == {0: [AbortedTxn(2, 1, 3, 0)]}
+    driver.close()
+
+
+def test_the_cleaner_leaves_an_open_transaction_alone(tmp_path):
+    clock = ManualClock()
+    now = clock.milliseconds()
+    log = Log.open(tmp_path / "t-0", compact_config(segment_bytes=300), clock=clock)
+    append(log, [(b"k", b"v1")], now)
+    log.roll()
+    log.append_as_leader(_txn_batch(1, 0, [(b"k", b"open")], now))  # open: the LSO stays here
+    log.roll()
+    append(log, [(b"k", b"v2")], now)
+    log.roll()
+    append(log, [(b"k", b"v3")], now)
+    log.roll()
+    assert log.last_stable_offset == 1
+    driver = Driver(tmp_path, {("t", 0): log}, clock)
+    driver.run_until_idle()
+    assert [r.value for r in data_records(log).values()] == [b"v1", b"open", b"v2", b"v3"], \
+        "nothing at or past the LSO is cleaned, nor is anything below it superseded only past it"
+    log.append_end_txn_marker(1, 0, 0, committed=False, leader_epoch=0)
+    log.roll()
+    _roll_with(log, clock, b"other")
+    driver.run_until_idle()
+    values = [r.value for r in data_records(log).values()]
+    assert b"open" not in values and b"v3" in values and b"v1" not in values
+    driver.close()
