@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Protocol
 
 import structlog
@@ -295,7 +296,8 @@ class CoordinatorRecordWriter:
                 log, epoch = cluster.leader_log(partition)
             else:
                 log, epoch = self.topics.log(self.topic.name, partition), 0
-            info = await self.workers.run_sync(log.append_as_leader, batch, epoch, limiter=self.limiter)
+            append = partial(log.append_as_leader, from_coordinator=producer is not None)
+            info = await self.workers.run_sync(append, batch, epoch, limiter=self.limiter)
         except Exception as exc:
             done(self._storage_error(exc), -1)
             return

@@ -79,6 +79,7 @@ from .producer_state import (
     ProducerStateManager,
     check_append,
     check_end_txn_marker,
+    check_producer_epoch,
     check_txn_state,
     increment_sequence,
 )
@@ -416,12 +417,16 @@ class Log:
 
     # -- append ------------------------------------------------------------------------------
 
-    def append_as_leader(self, records, leader_epoch: int = 0) -> LogAppendInfo:
+    def append_as_leader(self, records, leader_epoch: int = 0, *, from_coordinator: bool = False) -> LogAppendInfo:
         """Validate a producer's batch, give it offsets and append it. Nothing is written on error.
 
         Validation walks every record, so it runs before the log's lock is taken (as Kafka's
         analyzeAndValidateRecords does); under the lock the batch only gets its base offset.
         A batch try_append_as_leader validated and handed back is not validated again.
+
+        ``from_coordinator``: a coordinator's own write in a producer's name (Kafka's append
+        origin COORDINATOR: a TxnOffsetCommit's transactional offsets), whose sequence is not the
+        producer's to check; its epoch still is.
         """
         now_ms = self._clock.milliseconds()
         validated = self._validated_ahead_for(records, leader_epoch)
@@ -430,7 +435,7 @@ class Log:
                 records, offset=0, config=self._config, now_ms=now_ms, leader_epoch=leader_epoch
             )
         with self._lock:
-            info = self._append_locked(validated, leader_epoch, now_ms, False)
+            info = self._append_locked(validated, leader_epoch, now_ms, False, from_coordinator)
             assert info is not None  # (only an inline append gives up)
             flush_due = info.last_offset + 1 - self._recovery_point >= self._config.flush_messages
         if flush_due:
@@ -484,7 +489,7 @@ class Log:
         return ahead[3]
 
     def _append_locked(
-        self, validated: ValidatedBatch, leader_epoch: int, now_ms: int, inline: bool
+        self, validated: ValidatedBatch, leader_epoch: int, now_ms: int, inline: bool, from_coordinator: bool = False
     ) -> LogAppendInfo | None:
         """Place a validated batch at the log end offset and write it (caller holds the lock).
         ``inline``: give up (None, nothing changed) rather than roll, flush or record an epoch."""
@@ -503,9 +508,13 @@ class Log:
             offset_delta = last_offset - first_offset
             last_sequence = increment_sequence(base_sequence, offset_delta)
             entry = self.producer_state_manager.producers.get(producer_id)
-            duplicate = check_append(
-                entry, producer_id, producer_epoch, base_sequence, last_sequence, self.directory.name
-            )
+            if from_coordinator:
+                check_producer_epoch(entry, producer_id, producer_epoch, self.directory.name)
+                duplicate = None
+            else:
+                duplicate = check_append(
+                    entry, producer_id, producer_epoch, base_sequence, last_sequence, self.directory.name
+                )
             is_transactional = bool(buffers[0][ATTRIBUTES_OFFSET + 1] & TRANSACTIONAL_FLAG)
             if duplicate is None and entry is not None and entry.current_txn_first_offset >= 0:
                 check_txn_state(entry, producer_id, is_transactional, self.directory.name)

@@ -298,6 +298,16 @@ def check_append(
     return None
 
 
+def check_producer_epoch(entry: ProducerStateEntry | None, producer_id: int, epoch: int, partition: str = "") -> None:
+    """The epoch check alone (a coordinator's write in the producer's name, whose sequence is
+    the coordinator's): an epoch older than the producer's current one is fenced."""
+    if entry is not None and entry.producer_epoch != NO_PRODUCER_EPOCH and epoch < entry.producer_epoch:
+        where = f" on {partition}" if partition else ""
+        raise InvalidProducerEpochError(
+            f"producer {producer_id}{where} sent epoch {epoch}, older than its current epoch {entry.producer_epoch}"
+        )
+
+
 def check_txn_state(
     entry: ProducerStateEntry | None, producer_id: int, is_transactional: bool, partition: str = ""
 ) -> None:

@@ -479,3 +479,23 @@ def test_a_marker_on_a_log_append_time_topic_carries_the_brokers_time(tmp_path, 
     assert marker.header.max_timestamp == clock.milliseconds()
     assert marker.header.attributes & 0x08, "timestamp type LogAppendTime"
     assert marker.control_type == ControlRecordType.COMMIT
+
+
+def test_a_coordinators_writes_in_a_producers_name_skip_its_sequences_not_its_epoch(tmp_path, clock):
+    """TxnOffsetCommit's offsets: the group coordinator writes each commit as a transactional
+    batch of the producer's with sequence 0 (Kafka's append origin COORDINATOR). Each is appended,
+    none is taken for a duplicate, an older epoch is fenced, and the marker decides them all."""
+    log = open_log(tmp_path / "__consumer_offsets-0", clock)
+    first = Producer(7, epoch=3).batch(1)
+    second = Producer(7, epoch=3).batch(1, tag="again")  # sequence 0 again
+    one = log.append_as_leader(first, from_coordinator=True)
+    two = log.append_as_leader(second, from_coordinator=True)
+    assert not one.duplicate and not two.duplicate and two.first_offset == one.last_offset + 1
+    # A client's batch is still checked: sequence 0 again is a duplicate, answered, not written.
+    assert log.append_as_leader(Producer(7, epoch=3).batch(1)).duplicate
+    with pytest.raises(InvalidProducerEpochError):
+        log.append_as_leader(Producer(7, epoch=2).batch(1), from_coordinator=True)
+    assert log.last_stable_offset == 0 and log.log_end_offset == 2
+    log.append_end_txn_marker(7, 3, coordinator_epoch=0, committed=True, leader_epoch=0)
+    assert log.last_stable_offset == 3
+    assert committed_values(log) == [b"7-0", b"again7-0"]
