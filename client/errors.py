@@ -18,6 +18,7 @@ __all__ = [
     "ClientTimeoutError",
     "ClusterAuthorizationFailedError",
     "CommitFailedError",
+    "ConcurrentTransactionsError",
     "CoordinatorLoadInProgressError",
     "CoordinatorNotAvailableError",
     "CorruptMessageError",
@@ -35,6 +36,7 @@ __all__ = [
     "InvalidGroupIdError",
     "InvalidPartitionsError",
     "InvalidProducerEpochError",
+    "InvalidProducerIdMappingError",
     "InvalidRecordError",
     "InvalidReplicaAssignmentError",
     "InvalidReplicationFactorError",
@@ -43,6 +45,8 @@ __all__ = [
     "InvalidSessionTimeoutError",
     "InvalidTimestampError",
     "InvalidTopicError",
+    "InvalidTransactionTimeoutError",
+    "InvalidTxnStateError",
     "KafkaStorageError",
     "LeaderNotAvailableError",
     "MemberIdRequiredError",
@@ -58,6 +62,7 @@ __all__ = [
     "OutOfOrderSequenceNumberError",
     "PolicyViolationError",
     "ProducerClosedError",
+    "ProducerFencedError",
     "RebalanceInProgressError",
     "RecordDeserializationError",
     "RequestNotSentError",
@@ -72,7 +77,9 @@ __all__ = [
     "ThrottlingQuotaExceededError",
     "TopicAlreadyExistsError",
     "TopicAuthorizationFailedError",
+    "TransactionCoordinatorFencedError",
     "TransactionalIdAuthorizationFailedError",
+    "TransactionalIdNotFoundError",
     "TriologClientError",
     "UnacceptableCredentialError",
     "UnknownLeaderEpochError",
@@ -80,6 +87,7 @@ __all__ = [
     "UnknownProducerIdError",
     "UnknownServerError",
     "UnknownTopicOrPartitionError",
+    "UnstableOffsetCommitError",
     "UnsupportedForMessageFormatError",
     "UnsupportedSaslMechanismError",
     "UnsupportedVersionError",
@@ -386,6 +394,57 @@ class DuplicateResourceError(TriologClientError):
     code = ErrorCode.DUPLICATE_RESOURCE
 
 
+class InvalidTxnStateError(TriologClientError):
+    """A transactional request out of order for the transaction's state (end_txn with none
+    open, a plain batch inside an open one)."""
+
+    code = ErrorCode.INVALID_TXN_STATE
+
+
+class InvalidProducerIdMappingError(TriologClientError):
+    """The producer id is not the one the coordinator holds for the transactional id."""
+
+    code = ErrorCode.INVALID_PRODUCER_ID_MAPPING
+
+
+class InvalidTransactionTimeoutError(TriologClientError):
+    """transaction_timeout_ms above transaction.max.timeout.ms (or not positive)."""
+
+    code = ErrorCode.INVALID_TRANSACTION_TIMEOUT
+
+
+class ConcurrentTransactionsError(TriologClientError):
+    """The producer's previous transaction is still being completed: retried shortly."""
+
+    code = ErrorCode.CONCURRENT_TRANSACTIONS
+    retriable = True
+
+
+class TransactionCoordinatorFencedError(TriologClientError):
+    """Markers from a coordinator older than the partition's last (a coordinator that moved)."""
+
+    code = ErrorCode.TRANSACTION_COORDINATOR_FENCED
+
+
+class UnstableOffsetCommitError(TriologClientError):
+    """A transaction's offset for the partition awaits its commit or abort: retried shortly."""
+
+    code = ErrorCode.UNSTABLE_OFFSET_COMMIT
+    retriable = True
+
+
+class ProducerFencedError(TriologClientError):
+    """A newer producer with the same transactional id took over: this one must stop."""
+
+    code = ErrorCode.PRODUCER_FENCED
+
+
+class TransactionalIdNotFoundError(TriologClientError):
+    """describe_transactions: the coordinator knows no such transactional id."""
+
+    code = ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
+
+
 class UnacceptableCredentialError(TriologClientError):
     code = ErrorCode.UNACCEPTABLE_CREDENTIAL
 
@@ -443,6 +502,14 @@ _BY_CODE: dict[int, type[TriologClientError]] = {
         ResourceNotFoundError,
         DuplicateResourceError,
         UnacceptableCredentialError,
+        InvalidTxnStateError,
+        InvalidProducerIdMappingError,
+        InvalidTransactionTimeoutError,
+        ConcurrentTransactionsError,
+        TransactionCoordinatorFencedError,
+        UnstableOffsetCommitError,
+        ProducerFencedError,
+        TransactionalIdNotFoundError,
         LeaderNotAvailableError,
         NotLeaderOrFollowerError,
         FencedLeaderEpochError,

@@ -138,6 +138,15 @@ BROKER_CODES: frozenset[ErrorCode] = frozenset(
         ErrorCode.DUPLICATE_RESOURCE,
         # A SCRAM credential the broker refuses: iterations outside 4096..16384, empty user, short salt.
         ErrorCode.UNACCEPTABLE_CREDENTIAL,
+        # Transactions (Kafka's codes; see docs/protocol.md's transaction APIs).
+        ErrorCode.INVALID_TXN_STATE,
+        ErrorCode.INVALID_PRODUCER_ID_MAPPING,
+        ErrorCode.INVALID_TRANSACTION_TIMEOUT,
+        ErrorCode.CONCURRENT_TRANSACTIONS,
+        ErrorCode.TRANSACTION_COORDINATOR_FENCED,
+        ErrorCode.UNSTABLE_OFFSET_COMMIT,
+        ErrorCode.PRODUCER_FENCED,
+        ErrorCode.TRANSACTIONAL_ID_NOT_FOUND,
     }
 )
 

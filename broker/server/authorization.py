@@ -64,6 +64,9 @@ class RequestAuthorizer:
     def group(self, ctx: RequestContext, operation: AclOperation, name: str, *, log: bool = True) -> bool:
         return self.allowed(ctx, operation, ResourceType.GROUP, name, log=log)
 
+    def transactional_id(self, ctx: RequestContext, operation: AclOperation, name: str, *, log: bool = True) -> bool:
+        return self.allowed(ctx, operation, ResourceType.TRANSACTIONAL_ID, name, log=log)
+
     def cluster(self, ctx: RequestContext, operation: AclOperation, *, log: bool = True) -> bool:
         return self.allowed(ctx, operation, ResourceType.CLUSTER, CLUSTER, log=log)
 

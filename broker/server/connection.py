@@ -72,9 +72,10 @@ from triolog.protocol.frames import (
 )
 from triolog.protocol.request_limits import RequestLimits
 
+from .appends import TopicAppends
 from .codec import Acks0Errors, Codec, Decoded, Refusal, entry_errors
 from .fetch_descriptors import FetchResult
-from .handlers import RequestHandler, TopicAppends
+from .handlers import RequestHandler
 from .memory_pool import RequestMemoryPool
 from .msgpack_codec import MsgpackCodec
 from .quota_manager import THROTTLE_EPSILON_S, ClientQuotaManager, ClientQuotas, throttle_ms

@@ -471,40 +471,75 @@ class GroupApis:
 
     async def offset_commit(self, request: m.OffsetCommitRequest, ctx: RequestContext) -> m.Response:
         started = time.perf_counter()
-        if not self.authz.group(ctx, Op.READ, request.group_id):  # every partition gets the group's error
-            denied = _denied_group(ctx, Op.READ, request.group_id)
-            return m.OffsetCommitResponse(
-                id=request.id,
-                topics=tuple(
-                    m.OffsetCommitTopicResult(
-                        name=t.name,
-                        partitions=tuple(
-                            m.OffsetCommitPartitionResult(partition=p.partition, **denied) for p in t.partitions
-                        ),
-                    )
-                    for t in request.topics
-                ),
+
+        def start(coordinator: GroupCoordinator, commits: list[CommitRequest], respond) -> None:
+            coordinator.handle_commit_offsets(
+                request.group_id, request.generation_id, request.member_id, commits, respond
             )
+
+        topics = await self._commit(request, ctx, None, start)
+        if self.metrics is not None:
+            self.metrics.commit_done(time.perf_counter() - started)
+        return m.OffsetCommitResponse(id=request.id, topics=topics)
+
+    async def txn_offset_commit(self, request: m.TxnOffsetCommitRequest, ctx: RequestContext) -> m.Response:
+        """The offsets of a consume-transform-produce transaction (Kafka's TxnOffsetCommit): written
+        in the producer's name, the group's once its COMMIT marker reaches the group's partition."""
+        denied = None
+        if not self.authz.transactional_id(ctx, Op.WRITE, request.transactional_id):
+            denied = Error(
+                ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                f"{ctx.principal} is not authorized to write transactional id {request.transactional_id!r}",
+            )
+        producer = (request.producer_id, request.producer_epoch)
+
+        def start(coordinator: GroupCoordinator, commits: list[CommitRequest], respond) -> None:
+            coordinator.handle_txn_commit_offsets(
+                request.group_id, producer, request.generation_id, request.member_id, commits, respond
+            )
+
+        topics = await self._commit(request, ctx, denied, start)
+        return m.TxnOffsetCommitResponse(id=request.id, topics=topics)
+
+    def txn_completed(self, producer_id: int, partitions: list[int], committed: bool) -> None:
+        """A producer's marker reached these __consumer_offsets partitions: its transactional
+        offsets there become the groups' (committed) or are dropped (aborted)."""
+        service = self.service
+        coordinator = None if service is None else service.coordinator
+        if coordinator is not None:
+            coordinator.handle_txn_completion(producer_id, partitions, committed)
+
+    async def _commit(
+        self,
+        request: m.OffsetCommitRequest | m.TxnOffsetCommitRequest,
+        ctx: RequestContext,
+        denied: Error | None,
+        start,
+    ) -> tuple[m.OffsetCommitTopicResult, ...]:
+        """An offset commit's answer per partition: the group's refusal for all of them, else the
+        topic's for each (authorization, existence), else what the coordinator's commit answers
+        (``start(coordinator, commits, respond)``)."""
+
+        def for_all(error: Error) -> tuple[m.OffsetCommitTopicResult, ...]:
+            # Group-level errors go to every partition, as Kafka's OffsetCommit answers them.
+            return tuple(
+                m.OffsetCommitTopicResult(
+                    name=t.name,
+                    partitions=tuple(
+                        m.OffsetCommitPartitionResult(partition=p.partition, **_fields(error)) for p in t.partitions
+                    ),
+                )
+                for t in request.topics
+            )
+
+        if denied is not None:
+            return for_all(denied)
+        if not self.authz.group(ctx, Op.READ, request.group_id):
+            denial = _denied_group(ctx, Op.READ, request.group_id)
+            return for_all(Error(denial["error_code"], denial["error_message"]))
         coordinator = await self._coordinator()
         if coordinator is None:
-            # Group-level errors go to every partition, as Kafka's OffsetCommit answers them.
-            return m.OffsetCommitResponse(
-                id=request.id,
-                topics=tuple(
-                    m.OffsetCommitTopicResult(
-                        name=t.name,
-                        partitions=tuple(
-                            m.OffsetCommitPartitionResult(
-                                partition=p.partition,
-                                error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                                error_message=_NOT_AVAILABLE,
-                            )
-                            for p in t.partitions
-                        ),
-                    )
-                    for t in request.topics
-                ),
-            )
+            return for_all(Error(ErrorCode.COORDINATOR_NOT_AVAILABLE, _NOT_AVAILABLE))
         # Kafka refuses commits for partitions that do not exist (KafkaApis, before the coordinator).
         unknown: dict[tuple[str, int], Error] = {}
         commits = []
@@ -528,16 +563,7 @@ class GroupApis:
                             t.name, p.partition, p.committed_offset, p.committed_leader_epoch, p.committed_metadata
                         )
                     )
-        errors = (
-            await _parked(
-                ctx,
-                lambda respond: coordinator.handle_commit_offsets(
-                    request.group_id, request.generation_id, request.member_id, commits, respond
-                ),
-            )
-            if commits
-            else []
-        )
+        errors = await _parked(ctx, lambda respond: start(coordinator, commits, respond)) if commits else []
         known = iter(errors)
         results = iter(
             [
@@ -546,7 +572,7 @@ class GroupApis:
                 for p in t.partitions
             ]
         )
-        topics = tuple(
+        return tuple(
             m.OffsetCommitTopicResult(
                 name=t.name,
                 partitions=tuple(
@@ -555,9 +581,6 @@ class GroupApis:
             )
             for t in request.topics
         )
-        if self.metrics is not None:
-            self.metrics.commit_done(time.perf_counter() - started)
-        return m.OffsetCommitResponse(id=request.id, topics=topics)
 
     async def offset_fetch(self, request: m.OffsetFetchRequest, ctx: RequestContext) -> m.Response:
         authz = self.authz
@@ -574,6 +597,9 @@ class GroupApis:
         error, rows = coordinator.handle_fetch_offsets(request.group_id, wanted)
         if error is not None:
             return m.OffsetFetchResponse(id=request.id, **_fields(error))
+        # Kafka's require_stable (KIP-447): a consumer starting in an exactly-once pipeline must
+        # not begin from an offset a pending transaction is about to replace.
+        unstable = coordinator.unstable_offsets(request.group_id) if request.require_stable else set()
         by_topic: dict[str, list[m.OffsetFetchPartitionResult]] = {}
         describable: dict[str, bool] = {}
         for topic, partition, entry in rows:
@@ -589,6 +615,17 @@ class GroupApis:
                             error_message=f"{ctx.principal} is not authorized to describe topic {topic!r}",
                         )
                     )
+                continue
+            if (topic, partition) in unstable:
+                by_topic.setdefault(topic, []).append(
+                    m.OffsetFetchPartitionResult(
+                        partition=partition,
+                        metadata="",
+                        error_code=ErrorCode.UNSTABLE_OFFSET_COMMIT,
+                        error_message=f"a transaction's offset for {topic}-{partition} awaits its commit or abort; "
+                        f"retry",
+                    )
+                )
                 continue
             by_topic.setdefault(topic, []).append(
                 m.OffsetFetchPartitionResult(partition=partition, metadata="")

@@ -23,7 +23,6 @@ import functools
 import os
 import threading
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import msgpack
@@ -34,7 +33,7 @@ from triolog import __version__, core
 from triolog.broker.cluster.election import validate_replica_assignment
 from triolog.broker.cluster.replication import AcksAll
 from triolog.broker.storage.filenames import validate_topic_name
-from triolog.broker.storage.log import FetchIsolation, Log, LogAppendInfo
+from triolog.broker.storage.log import FetchIsolation, Log
 from triolog.broker.storage.log_manager import LogManager
 from triolog.broker.storage.topics import TopicManager, is_internal
 from triolog.config.broker_config import BROKER_CONFIGS, BrokerConfig, BrokerConfigKey
@@ -60,6 +59,7 @@ from triolog.protocol.kafka.controller_apis import ElectionResult, ElectLeadersR
 from triolog.protocol.kafka.epoch_apis import EpochEndOffset, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse
 from triolog.protocol.kafka.replica_apis import ReplicaFetchPartition, ReplicaFetchPartitionResult, ReplicaFetchRequest
 
+from .appends import PartitionAppend, TopicAppends
 from .authorization import Op, RequestAuthorizer
 from .cluster_handlers import ClusterApis
 from .codec import EncodedResponse
@@ -72,6 +72,7 @@ from .notifier import AppendNotifier
 from .producer_handlers import ProducerIdApis
 from .request_context import RequestContext, handling_clock
 from .security_handlers import SecurityApis
+from .txn_partition_handlers import TxnPartitionApis
 
 logger = structlog.get_logger("triolog.server")
 
@@ -132,29 +133,6 @@ class ApiVersionsAnswer:
 
     def payload(self, request_id: int) -> bytes:
         return b"".join((self._head, msgpack.packb(request_id), self._tail))
-
-
-@dataclass(slots=True)
-class PartitionAppend:
-    """One partition's outcome of a produce: appended (``info``), or refused (``error``)."""
-
-    partition: int
-    info: LogAppendInfo | None = None
-    error: ApiError | None = None
-    #: An error's log start offset, as Kafka's ReplicaManager answers it (-1: unknown).
-    log_start_offset: int = -1
-    #: The log an acks=all answer waits to see fsynced: below ``info``'s end, or, for an error
-    #: (DUPLICATE_SEQUENCE_NUMBER), below ``flush_before``, where the original batch lies.
-    log: Log | None = None
-    flush_before: int = 0
-    #: The leader epoch the batch was appended in (a cluster's acks=all checks leadership since).
-    leader_epoch: int = -1
-
-
-@dataclass(slots=True)
-class TopicAppends:
-    name: str
-    partitions: list[PartitionAppend]
 
 
 def produce_payload(request_id: int, results: list[TopicAppends], throttle_ms: int = 0) -> EncodedResponse:
@@ -308,6 +286,7 @@ class RequestHandler:
         self.inline = InlineServing(workers)
         #: Every API the handler serves, and the method serving it (as KafkaApis.handle lists its
         #: cases). SaslHandshake and SaslAuthenticate are the connection's: they change its state.
+        txn_partitions = TxnPartitionApis(self)
         self.apis: dict[str, Callable[[Any, RequestContext], Awaitable[Any]]] = {
             "api_versions": self._api_versions,
             "metadata": self._metadata,
@@ -323,6 +302,8 @@ class RequestHandler:
             "describe_configs": self._describe_configs,
             "alter_configs": self._alter_configs,
             "describe_log_dirs": self._describe_log_dirs,
+            "write_txn_markers": txn_partitions.write_txn_markers,
+            "describe_producers": txn_partitions.describe_producers,
             "init_producer_id": producers.init_producer_id,
             "find_coordinator": groups.find_coordinator,
             "join_group": groups.join_group,
@@ -330,6 +311,7 @@ class RequestHandler:
             "heartbeat": groups.heartbeat,
             "leave_group": groups.leave_group,
             "offset_commit": groups.offset_commit,
+            "txn_offset_commit": groups.txn_offset_commit,
             "offset_fetch": groups.offset_fetch,
             "list_groups": groups.list_groups,
             "describe_groups": groups.describe_groups,
@@ -947,13 +929,22 @@ class RequestHandler:
                 self.inline.took(started)
         except _WouldBlock:  # the rest (all of it, or from the first partition that would wait)
             await self._in_thread(self._produce_rows, request, ctx, results, False)
+        self.after_appends(results)
+        if request.acks == -1:
+            waiting_since = handling_clock()
+            await self.wait_acks_all(results, request.timeout_ms)
+            ctx.accounting.parked(handling_clock() - waiting_since)
+        return results
+
+    def after_appends(self, results: list[TopicAppends]) -> None:
+        """What follows a leader's appends: followers and long polls woken, rolls reported."""
         for topic in results:
             for row in topic.partitions:
                 info = row.info
                 if info is not None:
                     if info.duplicate:
-                        # Nothing new to wake fetchers for; acks=all below still waits for the
-                        # fsync of the original's offsets, which may not be durable yet.
+                        # Nothing new to wake fetchers for; acks=all still waits for the fsync
+                        # of the original's offsets, which may not be durable yet.
                         self.produce_duplicates += 1
                         continue
                     if self.cluster is not None:
@@ -962,14 +953,14 @@ class RequestHandler:
                     if info.roll_reason is not None and self.on_roll is not None:
                         assert row.log is not None  # an appended partition carries its log
                         self.on_roll(row.log, info.roll_reason)
-        if request.acks == -1:
-            waiting_since = handling_clock()
-            if self.cluster is not None:
-                await self._wait_replicated(results, request.timeout_ms)
-            else:
-                await self._wait_flushed(results, request.timeout_ms)
-            ctx.accounting.parked(handling_clock() - waiting_since)
-        return results
+
+    async def wait_acks_all(self, results: list[TopicAppends], timeout_ms: int) -> None:
+        """acks=all: each appended row committed (in the ISR on a cluster, fsynced on a single
+        broker) within ``timeout_ms``, else its row gets the error."""
+        if self.cluster is not None:
+            await self._wait_replicated(results, timeout_ms)
+        else:
+            await self._wait_flushed(results, timeout_ms)
 
     async def _wait_replicated(self, results: list[TopicAppends], timeout_ms: int) -> None:
         """acks=all on a cluster (Kafka's DelayedProduce): each appended partition committed (its high

@@ -35,9 +35,10 @@ from triolog.protocol.kafka.schema import build, field_names, response_class
 from triolog.protocol.kafka.served import ADAPTERS, API_VERSIONS_KEY, SERVED_VERSIONS, unsupported_api_versions_body
 from triolog.protocol.request_limits import RequestLimits
 
+from .appends import TopicAppends
 from .codec import Acks0Errors, Decoded, EncodedResponse, Peek, Refusal, entry_errors, entry_fields
 from .fetch_descriptors import FetchResult
-from .handlers import TopicAppends, produce_response
+from .handlers import produce_response
 from .wrong_protocol import MSGPACK_MAP_FIRST, KafkaListenerLog, WrongProtocolLog
 
 __all__ = ["INLINE_DECODE_BYTES", "INLINE_ENTRIES", "KafkaCodec", "Peek"]

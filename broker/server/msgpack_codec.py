@@ -15,9 +15,10 @@ from triolog.protocol.errors import ErrorCode
 from triolog.protocol.frames import kafka_request_header
 from triolog.protocol.request_limits import RequestLimits, count_objects
 
+from .appends import TopicAppends
 from .codec import Acks0Errors, Decoded, EncodedResponse, Peek, Refusal, entry_errors
 from .fetch_descriptors import FetchResult
-from .handlers import TopicAppends, produce_payload
+from .handlers import produce_payload
 from .wrong_protocol import WrongProtocolLog
 
 __all__ = ["INLINE_DECODE_OBJECTS", "MsgpackCodec"]

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from triolog import client
-from triolog.client.errors import (CoordinatorLoadInProgressError, CoordinatorNotAvailableError, NotCoordinatorError,
+from triolog.client.errors import (ConcurrentTransactionsError, UnstableOffsetCommitError,
+                                   CoordinatorLoadInProgressError, CoordinatorNotAvailableError, NotCoordinatorError,
                                    FencedLeaderEpochError, LeaderNotAvailableError, NotLeaderOrFollowerError,
                                    UnknownLeaderEpochError, NotEnoughReplicasError,
                                    OffsetOutOfRangeError, RequestNotSentError, ResponseLostError, TriologClientError,
@@ -45,5 +46,6 @@ def test_errors_only_not_appended_failures_are_retriable():
     # Each of these is answered before anything is appended or stored, and passes by itself.
     assert retriable == {UnknownTopicOrPartitionError, CoordinatorLoadInProgressError, CoordinatorNotAvailableError,
                          NotCoordinatorError, LeaderNotAvailableError, NotLeaderOrFollowerError,
-                         FencedLeaderEpochError, UnknownLeaderEpochError, NotEnoughReplicasError}
+                         FencedLeaderEpochError, UnknownLeaderEpochError, NotEnoughReplicasError,
+                         ConcurrentTransactionsError, UnstableOffsetCommitError}
     assert RequestNotSentError.retriable and not ResponseLostError.retriable

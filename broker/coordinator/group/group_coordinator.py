@@ -994,6 +994,14 @@ class GroupCoordinator:
                 applied += group.complete_txn_offsets(producer_id, committed)
         return applied
 
+    def unstable_offsets(self, group_id: str) -> set[tuple[str, int]]:
+        """The partitions whose offset a transaction still holds (written, its marker not yet
+        here): an OffsetFetch with require_stable is answered UNSTABLE_OFFSET_COMMIT for them."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return set()
+        return {tp for pending in group.pending_txn_offsets.values() for tp in pending}
+
     def handle_fetch_offsets(
         self, group_id: str, partitions: list[tuple[str, int]] | None
     ) -> tuple[Error | None, list[tuple[str, int, OffsetAndMetadata | None]]]:
