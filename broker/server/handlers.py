@@ -286,7 +286,7 @@ class RequestHandler:
         self.inline = InlineServing(workers)
         #: Every API the handler serves, and the method serving it (as KafkaApis.handle lists its
         #: cases). SaslHandshake and SaslAuthenticate are the connection's: they change its state.
-        txn_partitions = TxnPartitionApis(self)
+        self.txn_partitions = txn_partitions = TxnPartitionApis(self)
         self.apis: dict[str, Callable[[Any, RequestContext], Awaitable[Any]]] = {
             "api_versions": self._api_versions,
             "metadata": self._metadata,

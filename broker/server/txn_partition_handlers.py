@@ -35,16 +35,23 @@ class TxnPartitionApis:
         self.handler = handler
 
     async def write_txn_markers(self, request: m.WriteTxnMarkersRequest, ctx: RequestContext) -> m.Response:
+        self.handler.authz.require_cluster(ctx, Op.CLUSTER_ACTION)
+        return m.WriteTxnMarkersResponse(id=request.id, markers=tuple(await self.write_markers(request.markers)))
+
+    async def write_markers(self, markers) -> list[m.TxnMarkerResult]:
+        """Each marker on each of its partitions this broker leads, answered once committed (the
+        coordinator's own broker calls this directly for the partitions it leads). All are
+        appended first and then waited for together: one fsync or replication round for many."""
         handler = self.handler
-        handler.authz.require_cluster(ctx, Op.CLUSTER_ACTION)
-        results: list[m.TxnMarkerResult] = []
-        for marker in request.markers:
-            appended = await handler._in_thread(self._append_marker, marker)
-            handler.after_appends(appended)
-            await handler.wait_acks_all(appended, MARKER_WRITE_TIMEOUT_MS)
+        appended = await handler._in_thread(lambda: [self._append_marker(marker) for marker in markers])
+        rows = [topic for per_marker in appended for topic in per_marker]
+        handler.after_appends(rows)
+        await handler.wait_acks_all(rows, MARKER_WRITE_TIMEOUT_MS)
+        results = []
+        for marker, topics in zip(markers, appended, strict=True):
             decided = [
                 row.partition
-                for topic in appended
+                for topic in topics
                 if topic.name == OFFSETS_TOPIC
                 for row in topic.partitions
                 if row.info is not None
@@ -66,11 +73,11 @@ class TxnPartitionApis:
                                 for row in topic.partitions
                             ),
                         )
-                        for topic in appended
+                        for topic in topics
                     ),
                 )
             )
-        return m.WriteTxnMarkersResponse(id=request.id, markers=tuple(results))
+        return results
 
     def _append_marker(self, marker: m.TxnMarker) -> list[TopicAppends]:
         """In a worker thread: the marker appended to each of its partitions this broker leads."""
