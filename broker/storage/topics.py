@@ -35,10 +35,16 @@ from .log_manager import LogManager
 logger = logging.getLogger(__name__)
 
 TOPICS_FILE = "triolog-topics.json"
-#: The internal topic of the group coordinator (Kafka's name): clients may read it, not write
-#: to it or delete it.
+#: The internal topics of the group and transaction coordinators (Kafka's names): clients may
+#: read them, not write to them or delete them; their partition counts are fixed.
 OFFSETS_TOPIC = "__consumer_offsets"
-INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
+TRANSACTION_STATE_TOPIC = "__transaction_state"
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
+#: The config key each one's partition count comes from (the coordinators hash keys by it).
+_PARTITION_COUNT_KEYS = {
+    OFFSETS_TOPIC: "offsets.topic.num.partitions",
+    TRANSACTION_STATE_TOPIC: "transaction.state.log.num.partitions",
+}
 
 
 def is_internal(topic: str) -> bool:
@@ -62,8 +68,8 @@ def check_new_partition_count(name: str, current: int, count: int) -> None:
     """Kafka's rules and messages for CreatePartitions' new total (on a broker or a cluster)."""
     if is_internal(name):
         raise InvalidRequestError(
-            f"the partition count of internal topic {name} is fixed (offsets.topic.num.partitions): "
-            "groups are mapped to its partitions by that count"
+            f"the partition count of internal topic {name} is fixed ({_PARTITION_COUNT_KEYS[name]}): "
+            "its coordinator maps keys to its partitions by that count"
         )
     if count < current:
         raise InvalidPartitionsError(
@@ -328,8 +334,13 @@ class TopicManager:
     def create_offsets_topic(self, num_partitions: int, segment_bytes: int) -> Topic:
         """__consumer_offsets as Kafka configures it: compacted, compression as produced,
         segment.bytes = offsets.topic.segment.bytes; its partition count is fixed from now on."""
+        return self.create_internal_topic(OFFSETS_TOPIC, num_partitions, segment_bytes)
+
+    def create_internal_topic(self, name: str, num_partitions: int, segment_bytes: int) -> Topic:
+        """A coordinator's topic as Kafka configures it: compacted, compression as produced,
+        its coordinator's segment.bytes; its partition count is fixed from now on."""
         return self.create(
-            OFFSETS_TOPIC,
+            name,
             num_partitions,
             1,
             {"cleanup.policy": "compact", "compression.type": "producer", "segment.bytes": str(segment_bytes)},
@@ -342,7 +353,7 @@ class TopicManager:
             if entry is None:
                 raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
             if is_internal(name):
-                raise InvalidTopicError(f"topic {name!r} is internal (the group coordinator's) and cannot be deleted")
+                raise InvalidTopicError(f"topic {name!r} is internal (a coordinator's) and cannot be deleted")
             del self._topics[name]
             self._save()
             # Every partition, even after one fails: a partition skipped here would stay open in
