@@ -1327,6 +1327,95 @@ def _group_coordinator_keys() -> Iterator[BrokerConfigKey]:
     )
 
 
+def _transaction_coordinator_keys() -> Iterator[BrokerConfigKey]:
+    group = "transaction coordinator"
+    yield BrokerConfigKey(
+        "transaction.state.log.num.partitions",
+        "int",
+        50,
+        "Partitions of the internal topic __transaction_state, fixed when it is first created; a "
+        "transactional id's state lives in partition abs(java hashCode(transactional_id)) % this.",
+        group,
+        attr="transaction_state_log_num_partitions",
+        minimum=1,
+    )
+    yield BrokerConfigKey(
+        "transaction.state.log.replication.factor",
+        "int",
+        3,
+        "Replicas of __transaction_state on a cluster (created once this many brokers are live); a "
+        "single broker keeps one whatever it says.",
+        group,
+        attr="transaction_state_log_replication_factor",
+        minimum=1,
+    )
+    yield BrokerConfigKey(
+        "transaction.state.log.min.isr",
+        "int",
+        2,
+        "min.insync.replicas of __transaction_state: a coordinator's write needs this many in-sync replicas.",
+        group,
+        attr="transaction_state_log_min_isr",
+        minimum=1,
+    )
+    yield BrokerConfigKey(
+        "transaction.state.log.segment.bytes",
+        "int",
+        104857600,
+        "segment.bytes of __transaction_state, kept small so that compaction and loading are fast.",
+        group,
+        attr="transaction_state_log_segment_bytes",
+        minimum=1,
+    )
+    yield BrokerConfigKey(
+        "transaction.state.log.load.buffer.size",
+        "int",
+        5242880,
+        "Bytes read at a time when loading a partition of __transaction_state.",
+        group,
+        attr="transaction_state_log_load_buffer_size",
+        minimum=1,
+    )
+    yield BrokerConfigKey(
+        "transaction.max.timeout.ms",
+        "int",
+        900000,
+        "Largest transaction_timeout_ms a producer may ask for (init_producer_id answers "
+        "INVALID_TRANSACTION_TIMEOUT above it).",
+        group,
+        attr="transaction_max_timeout_ms",
+        minimum=1,
+    )
+    yield BrokerConfigKey(
+        "transactional.id.expiration.ms",
+        "int",
+        604800000,
+        "A transactional id whose producer sent nothing for this long, with no transaction open, is "
+        "forgotten (its state tombstoned).",
+        group,
+        attr="transactional_id_expiration_ms",
+        minimum=1,
+    )
+    yield BrokerConfigKey(
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+        "int",
+        10000,
+        "How often transactions open longer than their transaction_timeout_ms are looked for and aborted.",
+        group,
+        attr="transaction_abort_timed_out_transaction_cleanup_interval_ms",
+        minimum=1,
+    )
+    yield BrokerConfigKey(
+        "transaction.remove.expired.transaction.cleanup.interval.ms",
+        "int",
+        3600000,
+        "How often transactional ids past transactional.id.expiration.ms are looked for and removed.",
+        group,
+        attr="transaction_remove_expired_transaction_cleanup_interval_ms",
+        minimum=1,
+    )
+
+
 # Chain heads: unset by default, falling back to a coarser key (Kafka's precedence).
 _SYNONYM_HEADS: dict[str, dict[str, Any]] = {
     "retention.ms": dict(
@@ -1419,6 +1508,7 @@ BROKER_CONFIGS: dict[str, BrokerConfigKey] = {
         _cleaner_keys(),
         _producer_state_keys(),
         _group_coordinator_keys(),
+        _transaction_coordinator_keys(),
         _cluster_keys(),
         _topic_default_keys(),
     )
@@ -1507,6 +1597,16 @@ class BrokerConfig:
     group_min_session_timeout_ms: int = 6000
     group_max_session_timeout_ms: int = 1800000
     group_max_size: int = INT_MAX
+
+    transaction_state_log_num_partitions: int = 50
+    transaction_state_log_replication_factor: int = 3
+    transaction_state_log_min_isr: int = 2
+    transaction_state_log_segment_bytes: int = 104857600
+    transaction_state_log_load_buffer_size: int = 5242880
+    transaction_max_timeout_ms: int = 900000
+    transactional_id_expiration_ms: int = 604800000
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10000
+    transaction_remove_expired_transaction_cleanup_interval_ms: int = 3600000
 
     #: The LogConfig of every topic without overrides, from the broker synonyms of topic keys.
     zookeeper_connect: str = ""

@@ -1454,6 +1454,9 @@ class TxnMarker:
     committed: bool
     topics: Annotated[tuple[TxnTopic, ...], Unique("name")]
     coordinator_epoch: Int32
+    #: The transaction's version (Kafka's KIP-890): 2 means the epoch was bumped at its end, so
+    #: the marker must carry an epoch above the transaction's; 0 and 1 the classic rule.
+    transaction_version: Annotated[int, IntRange(0, 2)] = 0
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -56,8 +56,8 @@ RETRIABLE = frozenset(
         ErrorCode.UNKNOWN_SERVER_ERROR,
     }
 )
-#: WriteTxnMarkers' only version (Kafka 4 removed v0).
-WRITE_TXN_MARKERS_VERSION = 1
+#: WriteTxnMarkers v2: the first that carries the marker's transaction version (KIP-890).
+WRITE_TXN_MARKERS_VERSION = 2
 
 
 @dataclass(eq=False)
@@ -71,6 +71,7 @@ class _Transaction:
     pending: set[TopicPartition]
     done: MarkersDone
     still_current: Callable[[], bool]
+    transaction_version: int
     codes: dict[TopicPartition, ErrorCode] = field(default_factory=dict)
 
     def marker(self, partitions: Iterable[TopicPartition]) -> m.TxnMarker:
@@ -83,6 +84,7 @@ class _Transaction:
             committed=self.committed,
             topics=tuple(m.TxnTopic(name=name, partitions=tuple(parts)) for name, parts in by_topic.items()),
             coordinator_epoch=self.coordinator_epoch,
+            transaction_version=self.transaction_version,
         )
 
 
@@ -125,9 +127,17 @@ class TxnMarkerSender:
         partitions: Iterable[TopicPartition],
         done: MarkersDone,
         still_current: Callable[[], bool] = lambda: True,
+        transaction_version: int = 0,
     ) -> None:
         txn = _Transaction(
-            producer_id, producer_epoch, coordinator_epoch, committed, set(partitions), done, still_current
+            producer_id,
+            producer_epoch,
+            coordinator_epoch,
+            committed,
+            set(partitions),
+            done,
+            still_current,
+            transaction_version,
         )
         self.in_flight += 1
         if not txn.pending:
@@ -237,6 +247,7 @@ class TxnMarkerSender:
                     "transaction_result": marker.committed,
                     "topics": [{"name": t.name, "partition_indexes": list(t.partitions)} for t in marker.topics],
                     "coordinator_epoch": marker.coordinator_epoch,
+                    "transaction_version": marker.transaction_version,
                 }
                 for marker in markers
             ]

@@ -89,7 +89,12 @@ class TxnPartitionApis:
                 try:
                     log, epoch = handler._leader(topic.name, partition)
                     info = log.append_end_txn_marker(
-                        marker.producer_id, marker.producer_epoch, marker.coordinator_epoch, marker.committed, epoch
+                        marker.producer_id,
+                        marker.producer_epoch,
+                        marker.coordinator_epoch,
+                        marker.committed,
+                        epoch,
+                        transaction_version=marker.transaction_version,
                     )
                     rows.append(PartitionAppend(partition, info, log=log, leader_epoch=epoch))
                 except Exception as exc:

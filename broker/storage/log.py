@@ -591,6 +591,7 @@ class Log:
         committed: bool,
         leader_epoch: int,
         timestamp_ms: int | None = None,
+        transaction_version: int = 0,
     ) -> LogAppendInfo:
         """Write a transaction's COMMIT or ABORT marker (Kafka's appendAsLeader with origin
         COORDINATOR, for WriteTxnMarkers): one control batch at the log end, built here. The
@@ -598,7 +599,8 @@ class Log:
         entry. Raises INVALID_PRODUCER_EPOCH for a producer epoch older than the producer's, and
         TRANSACTION_COORDINATOR_FENCED for a coordinator epoch older than its last marker's;
         nothing is written then. A marker with no transaction open is written too (Kafka's rule:
-        a retried WriteTxnMarkers must succeed), completing nothing."""
+        a retried WriteTxnMarkers must succeed), completing nothing. ``transaction_version`` 2:
+        the marker's epoch must be above the open transaction's (producer_state.check_end_txn_marker)."""
         now_ms = self._clock.milliseconds()
         timestamp = now_ms if timestamp_ms is None else timestamp_ms
         marker_type = ControlRecordType.COMMIT if committed else ControlRecordType.ABORT
@@ -606,7 +608,12 @@ class Log:
             self._check_open()
             psm = self.producer_state_manager
             check_end_txn_marker(
-                psm.producers.get(producer_id), producer_id, producer_epoch, coordinator_epoch, self.directory.name
+                psm.producers.get(producer_id),
+                producer_id,
+                producer_epoch,
+                coordinator_epoch,
+                self.directory.name,
+                transaction_version,
             )
             base = self._next_offset
             batch = encode_end_txn_marker(

@@ -322,13 +322,27 @@ def check_txn_state(
 
 
 def check_end_txn_marker(
-    entry: ProducerStateEntry | None, producer_id: int, producer_epoch: int, coordinator_epoch: int, partition: str = ""
+    entry: ProducerStateEntry | None,
+    producer_id: int,
+    producer_epoch: int,
+    coordinator_epoch: int,
+    partition: str = "",
+    transaction_version: int = 0,
 ) -> None:
     """Kafka's checks of a COMMIT/ABORT marker a coordinator writes (appendEndTxnMarker): the
-    producer epoch may not go back, nor the coordinator epoch."""
+    producer epoch may not go back, nor the coordinator epoch. A transaction version 2 marker
+    carries the epoch bumped at its EndTxn (KIP-890), so it must be above the epoch of the
+    transaction open here: one that is not belongs to an earlier transaction of the producer,
+    delayed, and would otherwise end the next one."""
     if entry is None:
         return
     where = f" on {partition}" if partition else ""
+    if transaction_version >= 2 and entry.current_txn_first_offset >= 0 and producer_epoch <= entry.producer_epoch:
+        raise InvalidProducerEpochError(
+            f"transaction marker for producer {producer_id}{where} has epoch {producer_epoch}, not above the epoch "
+            f"{entry.producer_epoch} of the transaction open since offset {entry.current_txn_first_offset}: it "
+            f"belongs to an earlier transaction"
+        )
     if entry.producer_epoch != NO_PRODUCER_EPOCH and producer_epoch < entry.producer_epoch:
         raise InvalidProducerEpochError(
             f"transaction marker for producer {producer_id}{where} has epoch {producer_epoch}, "

@@ -6,7 +6,8 @@ The versions served are the clients' (AddPartitionsToTxn up to v3: v4 and later 
 transactions for Kafka's brokers) of Kafka's transaction version 1: EndTxn up to v4, whose
 answer carries no new epoch. A Kafka client therefore keeps one epoch across its transactions,
 as against Kafka without KIP-890's second part; triolog's own client gets an epoch per
-transaction (docs/transactions.md). WriteTxnMarkers is v1 only, as in Kafka 4 (kio has no v0).
+transaction (docs/transactions.md). WriteTxnMarkers is v1 and v2 (Kafka 4 removed v0; v2 carries
+the marker's transaction version).
 """
 
 from __future__ import annotations
@@ -192,6 +193,7 @@ def write_txn_markers_to_internal(req: KafkaRequest, ctx: KafkaContext):
                 committed=marker.transaction_result,
                 topics=tuple(m.TxnTopic(name=t.name, partitions=tuple(t.partition_indexes)) for t in marker.topics),
                 coordinator_epoch=marker.coordinator_epoch,
+                transaction_version=getattr(marker, "transaction_version", 0),
             )
             for marker in req.body.markers
         ),
@@ -391,7 +393,7 @@ ADAPTERS = by_key(
     Adapter(
         ApiKey.WRITE_TXN_MARKERS,
         1,
-        1,
+        2,
         write_txn_markers_to_internal,
         write_txn_markers_to_kafka,
         "write_txn_markers",

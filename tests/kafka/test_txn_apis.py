@@ -39,7 +39,7 @@ def _decoded(request, body):
 def test_the_client_versions_of_kafka_transaction_version_1_are_served():
     assert SERVED_VERSIONS[ApiKey.ADD_PARTITIONS_TO_TXN] == (0, 3)  # v4+: brokers' batched form
     assert SERVED_VERSIONS[ApiKey.END_TXN] == (0, 4)  # v5: transaction version 2's new epoch
-    assert SERVED_VERSIONS[ApiKey.WRITE_TXN_MARKERS] == (1, 1)
+    assert SERVED_VERSIONS[ApiKey.WRITE_TXN_MARKERS] == (1, 2)
 
 
 @pytest.mark.parametrize("version", _versions(ApiKey.ADD_PARTITIONS_TO_TXN))
@@ -102,12 +102,15 @@ def test_txn_offset_commit_every_version(version):
 
 @pytest.mark.parametrize("version", _versions(ApiKey.WRITE_TXN_MARKERS))
 def test_write_txn_markers_every_version(version):
-    request = _request(ApiKey.WRITE_TXN_MARKERS, version, {"markers": [{
-        "producer_id": 7, "producer_epoch": 2, "transaction_result": False, "coordinator_epoch": 5,
-        "topics": [{"name": "t", "partition_indexes": [0, 1]}]}]})
+    marker = {"producer_id": 7, "producer_epoch": 2, "transaction_result": False, "coordinator_epoch": 5,
+              "topics": [{"name": "t", "partition_indexes": [0, 1]}]}
+    if version >= 2:
+        marker["transaction_version"] = 2  # (v2 on: a KIP-890 marker)
+    request = _request(ApiKey.WRITE_TXN_MARKERS, version, {"markers": [marker]})
     internal = txn_apis.write_txn_markers_to_internal(request, CTX)
     assert internal.markers == (m.TxnMarker(producer_id=7, producer_epoch=2, committed=False, coordinator_epoch=5,
-                                            topics=(m.TxnTopic(name="t", partitions=(0, 1)),)),)
+                                            topics=(m.TxnTopic(name="t", partitions=(0, 1)),),
+                                            transaction_version=2 if version >= 2 else 0),)
     answer = m.WriteTxnMarkersResponse(id=9, markers=(m.TxnMarkerResult(producer_id=7, topics=(m.TxnTopicResult(
         name="t", partitions=(m.TxnPartitionResult(partition=0),
                               m.TxnPartitionResult(partition=1, error_code=ErrorCode.NOT_LEADER_OR_FOLLOWER))),)),))

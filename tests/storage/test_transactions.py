@@ -499,3 +499,23 @@ def test_a_coordinators_writes_in_a_producers_name_skip_its_sequences_not_its_ep
     log.append_end_txn_marker(7, 3, coordinator_epoch=0, committed=True, leader_epoch=0)
     assert log.last_stable_offset == 3
     assert committed_values(log) == [b"7-0", b"again7-0"]
+
+
+def test_a_delayed_tv2_marker_never_ends_the_producers_next_transaction(tmp_path, clock):
+    """Jepsen's hazard at the partition: transaction N (epoch 4) ends with epoch 5 (KIP-890), its
+    COMMIT marker written; transaction N+1 writes with epoch 5; a copy of N's marker delayed in
+    the network (epoch 5 again) arrives and is refused, so N+1 stays open until its own marker."""
+    log = open_log(tmp_path / "t-0", clock)
+    log.append_as_leader(Producer(3, epoch=4).batch(1, tag="n"))  # 0: transaction N
+    log.append_end_txn_marker(3, 5, 0, committed=True, leader_epoch=0, transaction_version=2)  # 1
+    log.append_end_txn_marker(3, 5, 0, committed=True, leader_epoch=0, transaction_version=2)  # 2: a retry, harmless
+    log.append_as_leader(Producer(3, epoch=5).batch(1, tag="n+1"))  # 3: transaction N+1
+    with pytest.raises(InvalidProducerEpochError, match="earlier transaction"):
+        log.append_end_txn_marker(3, 5, 0, committed=False, leader_epoch=0, transaction_version=2)
+    assert log.last_stable_offset == 3 and log.log_end_offset == 4
+    log.append_end_txn_marker(3, 6, 0, committed=False, leader_epoch=0, transaction_version=2)  # N+1's own
+    assert committed_values(log) == [b"n3-0"]
+    # Transaction version 0/1 keeps Kafka's classic rule: the same epoch ends the open transaction.
+    log.append_as_leader(Producer(8, epoch=2).batch(1))
+    log.append_end_txn_marker(8, 2, 0, committed=True, leader_epoch=0)
+    assert log.last_stable_offset == log.log_end_offset
