@@ -7,8 +7,7 @@ from __future__ import annotations
 import struct
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from triolog.broker.coordinator.transaction.transaction_log import (
     TxnLogValue,
