@@ -59,6 +59,7 @@ __all__ = [
     "NotLeaderOrFollowerError",
     "OffsetMetadataTooLargeError",
     "OffsetOutOfRangeError",
+    "OperationNotAttemptedError",
     "OutOfOrderSequenceNumberError",
     "PolicyViolationError",
     "ProducerClosedError",
@@ -394,6 +395,12 @@ class DuplicateResourceError(TriologClientError):
     code = ErrorCode.DUPLICATE_RESOURCE
 
 
+class OperationNotAttemptedError(TriologClientError):
+    """add_partitions_to_txn: another partition of the request failed, so this one was not added."""
+
+    code = ErrorCode.OPERATION_NOT_ATTEMPTED
+
+
 class InvalidTxnStateError(TriologClientError):
     """A transactional request out of order for the transaction's state (end_txn with none
     open, a plain batch inside an open one)."""
@@ -503,6 +510,7 @@ _BY_CODE: dict[int, type[TriologClientError]] = {
         DuplicateResourceError,
         UnacceptableCredentialError,
         InvalidTxnStateError,
+        OperationNotAttemptedError,
         InvalidProducerIdMappingError,
         InvalidTransactionTimeoutError,
         ConcurrentTransactionsError,

@@ -1330,6 +1330,17 @@ def _group_coordinator_keys() -> Iterator[BrokerConfigKey]:
 def _transaction_coordinator_keys() -> Iterator[BrokerConfigKey]:
     group = "transaction coordinator"
     yield BrokerConfigKey(
+        "request.timeout.ms",
+        "int",
+        30000,
+        "How long the broker's own writes may take before they fail with REQUEST_TIMED_OUT: the "
+        "transaction coordinator's records in __transaction_state and the COMMIT/ABORT markers "
+        "written for it (Kafka's broker-side request.timeout.ms).",
+        group,
+        attr="request_timeout_ms",
+        minimum=1,
+    )
+    yield BrokerConfigKey(
         "transaction.state.log.num.partitions",
         "int",
         50,
@@ -1598,6 +1609,7 @@ class BrokerConfig:
     group_max_session_timeout_ms: int = 1800000
     group_max_size: int = INT_MAX
 
+    request_timeout_ms: int = 30000
     transaction_state_log_num_partitions: int = 50
     transaction_state_log_replication_factor: int = 3
     transaction_state_log_min_isr: int = 2

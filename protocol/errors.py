@@ -139,6 +139,7 @@ BROKER_CODES: frozenset[ErrorCode] = frozenset(
         # A SCRAM credential the broker refuses: iterations outside 4096..16384, empty user, short salt.
         ErrorCode.UNACCEPTABLE_CREDENTIAL,
         # Transactions (Kafka's codes; see docs/protocol.md's transaction APIs).
+        ErrorCode.OPERATION_NOT_ATTEMPTED,
         ErrorCode.INVALID_TXN_STATE,
         ErrorCode.INVALID_PRODUCER_ID_MAPPING,
         ErrorCode.INVALID_TRANSACTION_TIMEOUT,

@@ -25,10 +25,6 @@ if TYPE_CHECKING:
 
 __all__ = ["TxnPartitionApis"]
 
-#: How long a marker's acks=all write may take (Kafka's WriteTxnMarkers waits its broker's
-#: request.timeout.ms, 30 s by default); the coordinator retries a partition that timed out.
-MARKER_WRITE_TIMEOUT_MS = 30_000
-
 
 class TxnPartitionApis:
     def __init__(self, handler: RequestHandler):
@@ -46,7 +42,8 @@ class TxnPartitionApis:
         appended = await handler._in_thread(lambda: [self._append_marker(marker) for marker in markers])
         rows = [topic for per_marker in appended for topic in per_marker]
         handler.after_appends(rows)
-        await handler.wait_acks_all(rows, MARKER_WRITE_TIMEOUT_MS)
+        # (request.timeout.ms, as Kafka's WriteTxnMarkers waits; the coordinator retries a timeout)
+        await handler.wait_acks_all(rows, handler.config.request_timeout_ms)
         results = []
         for marker, topics in zip(markers, appended, strict=True):
             decided = [

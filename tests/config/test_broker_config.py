@@ -92,6 +92,17 @@ KAFKA_DEFAULTS = {
     "group.min.session.timeout.ms": 6000,
     "group.max.session.timeout.ms": 1800000,
     "group.max.size": INT_MAX,
+    # Kafka's TransactionStateManagerConfig and TransactionLogConfig defaults.
+    "request.timeout.ms": 30000,
+    "transaction.state.log.num.partitions": 50,
+    "transaction.state.log.replication.factor": 3,
+    "transaction.state.log.min.isr": 2,
+    "transaction.state.log.segment.bytes": 104857600,
+    "transaction.state.log.load.buffer.size": 5242880,
+    "transaction.max.timeout.ms": 900000,
+    "transactional.id.expiration.ms": 604800000,
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": 10000,
+    "transaction.remove.expired.transaction.cleanup.interval.ms": 3600000,
     "log.segment.bytes": 1073741824,
     "log.roll.ms": None,
     "log.roll.hours": 168,
@@ -209,7 +220,7 @@ def test_broker_configs_document_every_key():
     for key in BROKER_CONFIGS.values():
         assert key.doc.strip().endswith("."), key.name
         assert key.group in ("server", "security", "log manager", "log cleaner", "idempotent producers",
-                             "group coordinator", "cluster", "topic defaults")
+                             "group coordinator", "transaction coordinator", "cluster", "topic defaults")
         assert key.describe_allowed()
         assert key.default_text
 
