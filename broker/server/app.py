@@ -22,6 +22,7 @@ from functools import partial
 import structlog
 import trio
 
+from triolog.broker.cluster.broker_channel import BrokerChannel
 from triolog.broker.cluster.controlled_shutdown import controlled_shutdown
 from triolog.broker.cluster.inter_broker_sasl import InterBrokerSasl
 from triolog.broker.cluster.membership import ClusterJoinError, ClusterMembership
@@ -66,6 +67,7 @@ from .producer_handlers import ProducerIdApis
 from .quota_manager import ClientQuotas, TokenBucket
 from .security_handlers import SecurityApis
 from .task_dump import dump_tasks_on_signal
+from .txn_handlers import TransactionApis, TransactionService, transaction_state_topic
 from .wrong_protocol import WrongProtocolLog, wrong_protocol_hints
 
 logger = structlog.get_logger("triolog.server")
@@ -165,6 +167,13 @@ class BrokerServer:
         self.kafka_context: KafkaContext | None = None
         #: The group coordinator's service (set when run() starts it).
         self.groups: GroupService | None = None
+        #: The transaction coordinator's service (set when run() starts it).
+        self.transactions: TransactionService | None = None
+        self.producer_apis: ProducerIdApis | None = None
+        self._authz: RequestAuthorizer | None = None
+        self._handler_ready = trio.Event()
+        #: Requests to the other brokers (the transaction coordinator's markers); cluster only.
+        self._broker_channel: BrokerChannel | None = None
         self._shutdown = trio.Event()
         self._connections: dict[ClientConnection, trio.CancelScope] = {}
         self._per_ip: dict[str, int] = {}
@@ -284,6 +293,16 @@ class BrokerServer:
                 )
                 self.metrics.groups.watch(lambda: self.groups.coordinator)
                 await nursery.start(self.groups.run)
+                # The transaction coordinator: loads __transaction_state (if it exists) while serving.
+                self.producer_apis = ProducerIdApis(
+                    manager=self.producer_ids,
+                    log_manager=self.log_manager,
+                    authz=self._authorizer(),
+                    workers=self.workers,
+                    limiter=self.limiter,
+                )
+                self.transactions = self._transaction_service()
+                await nursery.start(self.transactions.run)
                 self.metrics.server.watch(self)
                 async with trio.open_nursery() as connections:
                     listen = self.config.listener
@@ -295,6 +314,7 @@ class BrokerServer:
                     port = listeners[0].socket.getsockname()[1]
                     # Before the first accept: its answers name the port bound (listeners with port 0).
                     self.handler = self._request_handler(listen.host or "localhost", port)
+                    self._handler_ready.set()
                     accepting = trio.CancelScope()
 
                     async def accept_all() -> None:
@@ -344,6 +364,7 @@ class BrokerServer:
                     accepting.cancel()
                     self.notifier.close()
                     self.groups.shutdown()  # parked joins and syncs answer NOT_COORDINATOR
+                    self.transactions.shutdown()
                     await self._drain_connections()
                     connections.cancel_scope.cancel()
                 nursery.cancel_scope.cancel()
@@ -357,6 +378,8 @@ class BrokerServer:
                 await trio.to_thread.run_sync(self.log_manager.shutdown)
                 if self.handler is not None:
                     self.handler.close()
+                if self._broker_channel is not None:
+                    await self._broker_channel.aclose()
                 logger.info("broker_stopped")
 
     async def _join_cluster(self, nursery: trio.Nursery, listen: Endpoint, port: int) -> None:
@@ -427,11 +450,69 @@ class BrokerServer:
         await controlled_shutdown(self.membership.zk, self.cluster.cache, config.node_id, timeout_s=timeout_s)
         self._fetching.cancel()
 
+    def _authorizer(self) -> RequestAuthorizer:
+        if self._authz is None:
+            acls = self.acls
+            assert acls is not None  # loaded with the storage
+            self._authz = RequestAuthorizer(acls if self.config.authorizer_enabled else None)
+        return self._authz
+
+    def _transaction_service(self) -> TransactionService:
+        """The transaction coordinator's service; on a cluster with the broker channel its markers
+        take to the other brokers (over the inter-broker listener, as the replica fetchers)."""
+        cluster = None
+        if self.cluster is not None:
+            cluster = ClusterCoordinatorPartitions(
+                self.config, transaction_state_topic(self.config), self.cluster, self.notifier, "transactions"
+            )
+            kafka_listener = self.config.kafka_listener
+            try:
+                ssl_context = inter_broker_context(self.config) if uses_tls(kafka_listener) else None
+            except TlsConfigError as exc:
+                raise StartupError(str(exc)) from None
+            self._broker_channel = BrokerChannel(
+                self.config.node_id,
+                self.cluster.cache,
+                listener_name=self.config.inter_broker_listener_name or kafka_listener.scheme,
+                ssl_context=ssl_context,
+                sasl=InterBrokerSasl.from_config(self.config),
+                timeout_ms=self.config.request_timeout_ms,
+            )
+
+        async def write_local(markers):
+            await self._handler_ready.wait()  # (a load finds decided transactions before serving starts)
+            assert self.handler is not None
+            return await self.handler.txn_partitions.write_markers(markers)
+
+        assert self.producer_apis is not None
+        return TransactionService(
+            self.config,
+            self.topics,
+            self.committer,
+            self.notifier,
+            self.workers,
+            self.limiter,
+            self.clock,
+            self.producer_apis,
+            write_local,
+            cluster=cluster,
+            channel=self._broker_channel,
+        )
+
     def _request_handler(self, advertised_host: str, advertised_port: int) -> RequestHandler:
         """The request handler, with the coordinators and security stores it serves from."""
         acls, credentials, quotas = self.acls, self.credentials, self.quotas
         assert acls is not None and credentials is not None and quotas is not None  # loaded with the storage
-        authz = RequestAuthorizer(acls if self.config.authorizer_enabled else None)
+        authz = self._authorizer()
+        groups = GroupApis(
+            config=self.config,
+            topics=self.topics,
+            authz=authz,
+            service=self.groups,
+            advertised_host=advertised_host,
+            advertised_port=advertised_port,
+            metrics=self.metrics.groups,
+        )
         return RequestHandler(
             config=self.config,
             log_manager=self.log_manager,
@@ -442,14 +523,15 @@ class BrokerServer:
             authz=authz,
             advertised_host=advertised_host,
             advertised_port=advertised_port,
-            groups=GroupApis(
+            groups=groups,
+            transactions=TransactionApis(
                 config=self.config,
                 topics=self.topics,
                 authz=authz,
-                service=self.groups,
+                service=self.transactions,
+                groups=self.groups,
                 advertised_host=advertised_host,
                 advertised_port=advertised_port,
-                metrics=self.metrics.groups,
             ),
             security=SecurityApis(
                 authz=authz,
@@ -462,13 +544,7 @@ class BrokerServer:
             cluster=None
             if self.cluster is None
             else ClusterApis(config=self.config, topics=self.topics, services=self.cluster),
-            producers=ProducerIdApis(
-                manager=self.producer_ids,
-                log_manager=self.log_manager,
-                authz=authz,
-                workers=self.workers,
-                limiter=self.limiter,
-            ),
+            producers=self.producer_apis,
             workers=self.workers,
             limiter=self.limiter,
         )

@@ -338,14 +338,6 @@ class GroupApis:
         return service.coordinator
 
     async def find_coordinator(self, request: m.FindCoordinatorRequest, ctx: RequestContext) -> m.Response:
-        if request.key_type != 0:
-            # Not COORDINATOR_NOT_AVAILABLE: that is retriable, and no retry will ever find one.
-            return m.FindCoordinatorResponse(
-                id=request.id,
-                error_code=ErrorCode.INVALID_REQUEST,
-                error_message="this broker has no transaction coordinator "
-                "(key_type 1); only consumer groups (key_type 0)",
-            )
         if not self.authz.group(ctx, Op.DESCRIBE, request.key):
             return m.FindCoordinatorResponse(id=request.id, **_denied_group(ctx, Op.DESCRIBE, request.key))
         coordinator = await self._coordinator()

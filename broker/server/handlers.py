@@ -72,6 +72,7 @@ from .notifier import AppendNotifier
 from .producer_handlers import ProducerIdApis
 from .request_context import RequestContext, handling_clock
 from .security_handlers import SecurityApis
+from .txn_handlers import TransactionApis
 from .txn_partition_handlers import TxnPartitionApis
 
 logger = structlog.get_logger("triolog.server")
@@ -249,6 +250,7 @@ class RequestHandler:
         groups: GroupApis,
         security: SecurityApis,
         producers: ProducerIdApis,
+        transactions: TransactionApis,
         advertised_host: str,
         advertised_port: int,
         on_roll: Callable[[Log, str], None] | None = None,
@@ -269,6 +271,7 @@ class RequestHandler:
         self.groups = groups
         self.security = security
         self.producers = producers
+        self.transactions = transactions
         #: A cluster member's view of the cluster (zookeeper.connect); None when standalone.
         self.cluster = cluster
         #: Long polls waiting for data right now (Kafka's delayed fetch purgatory size).
@@ -304,8 +307,13 @@ class RequestHandler:
             "describe_log_dirs": self._describe_log_dirs,
             "write_txn_markers": txn_partitions.write_txn_markers,
             "describe_producers": txn_partitions.describe_producers,
-            "init_producer_id": producers.init_producer_id,
-            "find_coordinator": groups.find_coordinator,
+            "init_producer_id": self._init_producer_id,
+            "find_coordinator": self._find_coordinator,
+            "add_partitions_to_txn": transactions.add_partitions_to_txn,
+            "add_offsets_to_txn": transactions.add_offsets_to_txn,
+            "end_txn": transactions.end_txn,
+            "describe_transactions": transactions.describe_transactions,
+            "list_transactions": transactions.list_transactions,
             "join_group": groups.join_group,
             "sync_group": groups.sync_group,
             "heartbeat": groups.heartbeat,
@@ -324,6 +332,18 @@ class RequestHandler:
             "describe_user_scram_credentials": security.describe_user_scram_credentials,
             "alter_user_scram_credentials": security.alter_user_scram_credentials,
         }
+
+    async def _init_producer_id(self, request: m.InitProducerIdRequest, ctx: RequestContext) -> m.Response:
+        """A transactional producer's to the transaction coordinator, an idempotent one's here."""
+        if request.transactional_id is not None:
+            return await self.transactions.init_producer_id(request, ctx)
+        return await self.producers.init_producer_id(request, ctx)
+
+    async def _find_coordinator(self, request: m.FindCoordinatorRequest, ctx: RequestContext) -> m.Response:
+        """key_type 0: a group's coordinator; 1: a transactional id's."""
+        if request.key_type == 1:
+            return await self.transactions.find_coordinator(request, ctx)
+        return await self.groups.find_coordinator(request, ctx)
 
     def close(self) -> None:
         """Release what the handler holds open (the hold meter's clock file)."""

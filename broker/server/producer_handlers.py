@@ -5,9 +5,11 @@ it is given. Producer ids are handed out by
 the broker (:class:`triolog.broker.coordinator.producer_id_manager.ProducerIdManager`); each
 partition's producer state (sequence checks, duplicates) lives in storage.
 
-Only idempotent producers are served (Kafka's InitProducerId with a null transactional id): every
+Idempotent producers (Kafka's InitProducerId with a null transactional id) are served here: every
 call returns a NEW producer id with epoch 0, as Kafka's transaction coordinator does for them. A
-producer whose epoch would overflow asks for a new id the same way.
+producer whose epoch would overflow asks for a new id the same way. A transactional producer's
+InitProducerId goes to the transaction coordinator (txn_handlers.py), which takes its producer
+ids from :meth:`ProducerIdApis.new_producer_id`.
 """
 
 from __future__ import annotations
@@ -89,14 +91,17 @@ class ProducerIdApis:
         self._seed_producer_ids(manager)
         return manager.generate_producer_id()
 
+    async def new_producer_id(self) -> int:
+        """A producer id never handed out before (the transaction coordinator's source)."""
+        manager = self.producer_ids
+        if manager is None:
+            raise ProducerIdBlockError("the broker is not ready to hand out producer ids")
+        # A new block is reserved with an fsync: never on the event loop.
+        return await self.workers.run_sync(self._new_producer_id, manager, limiter=self.limiter)
+
     async def init_producer_id(self, request: m.InitProducerIdRequest, ctx: RequestContext) -> m.Response:
-        if request.transactional_id is not None:
-            return m.InitProducerIdResponse(
-                id=request.id,
-                error_code=ErrorCode.INVALID_REQUEST,
-                error_message="transactions are not served: init_producer_id needs transactional_id nil "
-                "(an idempotent producer)",
-            )
+        """An idempotent producer's (transactional_id nil; a transactional producer's goes to
+        the transaction coordinator: txn_handlers)."""
         if not self.authz.may_write_idempotently(ctx):
             return m.InitProducerIdResponse(
                 id=request.id,
