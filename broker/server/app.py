@@ -466,6 +466,7 @@ class BrokerServer:
                 self.config, transaction_state_topic(self.config), self.cluster, self.notifier, "transactions"
             )
             kafka_listener = self.config.kafka_listener
+            assert kafka_listener is not None  # (zookeeper.connect needs kafka.listeners: the config checks it)
             try:
                 ssl_context = inter_broker_context(self.config) if uses_tls(kafka_listener) else None
             except TlsConfigError as exc:
@@ -504,6 +505,7 @@ class BrokerServer:
         acls, credentials, quotas = self.acls, self.credentials, self.quotas
         assert acls is not None and credentials is not None and quotas is not None  # loaded with the storage
         authz = self._authorizer()
+        assert self.producer_apis is not None  # (made with the services, before serving)
         groups = GroupApis(
             config=self.config,
             topics=self.topics,

@@ -56,8 +56,6 @@ logger = structlog.get_logger("triolog.transactions")
 
 _NOT_AVAILABLE = "the transaction coordinator is not available on this broker"
 LOAD_RETRY_S = 1.0
-#: How often failed Complete* writes are retried (the coordinator keeps them due).
-POLL_S = 0.1
 #: The transaction version of each listener's clients: ours end every transaction with an epoch
 #: bump (KIP-890); Kafka's clients speak EndTxn up to v4, transaction version 1.
 OWN_CLIENTS_TRANSACTION_VERSION = 2
@@ -120,6 +118,7 @@ class TransactionService:
         self.coordinator: TransactionCoordinator | None = None
         self._nursery: trio.Nursery | None = None
         self._creating: trio.Event | None = None
+        self._wake = trio.Event()
         self.writer = CoordinatorRecordWriter(
             transaction_state_topic(config),
             topics,
@@ -201,6 +200,7 @@ class TransactionService:
             self._append,
             self.markers.send,
             self._allocate_producer_id,
+            lambda: self._wake.set(),
         )
         self.coordinator = coordinator
         assert self._nursery is not None
@@ -313,10 +313,15 @@ class TransactionService:
     # -- timers --------------------------------------------------------------------------------
 
     async def _poll_task(self) -> None:
+        """Sleeps until the coordinator has a retry due (it wakes the task when it schedules one)."""
         while True:
-            await trio.sleep(POLL_S)
-            if self.coordinator is not None:
-                self.coordinator.poll()
+            self._wake = trio.Event()
+            due = None if self.coordinator is None else self.coordinator.poll()
+            if due is None:
+                await self._wake.wait()
+            else:
+                with trio.move_on_after(max(0.0, (due - self.clock.milliseconds()) / 1000)):
+                    await self._wake.wait()
 
     async def _periodic(self, task: str, interval_ms: int, act) -> None:
         while True:

@@ -61,11 +61,11 @@ def _warnings(broker, event: str) -> list[dict]:
 
 def test_an_api_outside_the_table_closes_the_connection_with_a_reason(kafka_broker, bootstrap):
     with connect(bootstrap) as sock:
-        # AddPartitionsToTxn (24) v3: transactions are not served.
-        payload = struct.pack(">hhih", 24, 3, 5, 4) + b"test" + b"\x00" * 16
+        # AlterPartitionReassignments (45) v0: not served (reassignment is ZooKeeper's, as Kafka's tool).
+        payload = struct.pack(">hhih", 45, 0, 5, 4) + b"test" + b"\x00" * 16
         sock.sendall(struct.pack(">i", len(payload)) + payload)
         assert _closed(sock)
-    wait_for(lambda: any(e.get("api_key") == 24 for e in _warnings(kafka_broker, "kafka_request_unsupported")),
+    wait_for(lambda: any(e.get("api_key") == 45 for e in _warnings(kafka_broker, "kafka_request_unsupported")),
              10, "the WARNING naming the API")
     assert _api_versions(bootstrap)[1].error_code == 0  # the listener still serves
 

@@ -147,14 +147,17 @@ async def test_no_offsets_topic_until_a_group_api_needs_it(tmp_path):
         assert server.topics.get(OFFSETS_TOPIC).num_partitions == 4
 
 
-async def test_find_coordinator_refuses_transactional_ids_for_good(tmp_path):
-    """key_type 1 is INVALID_REQUEST, not the retriable COORDINATOR_NOT_AVAILABLE a client would retry forever."""
+async def test_find_coordinator_answers_groups_and_transactional_ids(tmp_path):
+    """key_type 0 finds the group coordinator, 1 the transaction coordinator: on one broker, itself."""
     async with running_broker(tmp_path, **GROUP_PROPS) as (server, port):
         c = await Client.connect(port)
         txn = await c.call(m.FindCoordinatorRequest(id=c.next_id(), key="my-txn", key_type=1))
-        assert txn["error_code"] == ErrorCode.INVALID_REQUEST and "transaction" in txn["error_message"]
+        assert (txn["error_code"], txn["node_id"], txn["port"]) == (0, 0, port)
+        assert server.topics.get("__transaction_state") is not None, "created on first use"
         group = await c.call(m.FindCoordinatorRequest(id=c.next_id(), key="g"))
         assert (group["error_code"], group["node_id"], group["port"]) == (0, 0, port)
+        empty = await c.call(m.FindCoordinatorRequest(id=c.next_id(), key="", key_type=1))
+        assert empty["error_code"] == ErrorCode.INVALID_REQUEST
 
 
 async def test_commit_for_a_partition_that_does_not_exist_is_refused(tmp_path):

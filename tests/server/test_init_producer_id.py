@@ -32,13 +32,17 @@ async def test_each_call_gets_a_new_producer_id_with_epoch_0(tmp_path):
         await client.aclose()
 
 
-@pytest.mark.parametrize("transactional_id", ["tx-1", ""])
-async def test_a_transactional_id_is_refused_and_the_connection_stays_usable(tmp_path, transactional_id):
-    async with running_broker(tmp_path) as (_, port):
+async def test_a_transactional_id_gets_one_id_with_a_new_epoch_each_time(tmp_path):
+    async with running_broker(tmp_path, transaction_state_log_num_partitions="1") as (_, port):
         client = await Client.connect(port)
-        refused = await _init(client, transactional_id=transactional_id)
+        first = await _init(client, transactional_id="tx-1", transaction_timeout_ms=60000)
+        second = await _init(client, transactional_id="tx-1", transaction_timeout_ms=60000)
+        assert first["error_code"] == second["error_code"] == ErrorCode.NONE
+        assert second["producer_id"] == first["producer_id"] and second["producer_epoch"] == first["producer_epoch"] + 1
+        # Bad input is refused and the connection stays usable.
+        refused = await _init(client, transactional_id="", transaction_timeout_ms=60000)
         assert refused["error_code"] == ErrorCode.INVALID_REQUEST
-        assert "transactions are not served" in refused["error_message"]
+        assert (await _init(client, transactional_id="tx-2"))["error_code"] == ErrorCode.INVALID_TRANSACTION_TIMEOUT
         assert (await _init(client))["error_code"] == ErrorCode.NONE
         await client.aclose()
 

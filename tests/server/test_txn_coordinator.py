@@ -434,3 +434,22 @@ def test_a_transition_the_state_machine_forbids_is_a_bug_not_a_state():
     meta.prepare_add_partitions({("t", 0)}, 0)
     with pytest.raises(IllegalTransitionError, match="pending"):
         meta.prepare_add_partitions({("t", 1)}, 0)
+
+
+def test_a_failed_complete_write_is_retried_by_poll_and_the_id_waits_meanwhile():
+    h = Harness()
+    woken = []
+    h.coordinator.wake = lambda: woken.append(True)
+    r = h.init()
+    h.add(r.producer_id, r.producer_epoch, ("t", 0))
+    h.end(r.producer_id, r.producer_epoch, committed=True)
+    h.ports.fail_with = (ErrorCode.REQUEST_TIMED_OUT, "slow disk")
+    h.ports.deliver()
+    assert woken and h.meta().state == S.PREPARE_COMMIT
+    assert h.code(h.add(r.producer_id, r.producer_epoch, ("t", 1))) == ErrorCode.CONCURRENT_TRANSACTIONS
+    due = h.coordinator.poll()
+    assert due == h.clock.milliseconds() + 100
+    h.ports.fail_with = None
+    h.clock.advance(100)
+    assert h.coordinator.poll() is None
+    assert h.meta().state == S.COMPLETE_COMMIT and h.ports.states()[-1] == S.COMPLETE_COMMIT

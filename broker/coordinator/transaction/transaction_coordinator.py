@@ -1,6 +1,5 @@
 """The transaction coordinator (Kafka's TransactionCoordinator and TransactionStateManager):
-InitProducerId with a transactional id, AddPartitionsToTxn (and its verification),
-EndTxn, the abort of timed-out transactions, the expiration of idle transactional ids,
+InitProducerId with a transactional id, AddPartitionsToTxn, EndTxn, the abort of timed-out transactions, the expiration of idle transactional ids,
 DescribeTransactions and ListTransactions.
 
 Pure and single-threaded, like the group coordinator: the server calls it from its event loop.
@@ -134,8 +133,11 @@ class TransactionCoordinator:
         append: Append,
         send_markers: SendMarkers,
         allocate_producer_id: AllocateProducerId,
+        wake: Callable[[], None] = lambda: None,
     ):
         self.config = config
+        #: Called when poll() has something new to do (a Complete* write to retry).
+        self.wake = wake
         self.clock = clock
         self.append = append
         self.send_markers = send_markers
@@ -476,28 +478,6 @@ class TransactionCoordinator:
         transit = metadata.prepare_add_partitions(added, self.now())
         self._write(partition, owned.coordinator_epoch, metadata, transit, respond)
 
-    def verify_partitions(
-        self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Iterable[TopicPartition]
-    ) -> Error | dict[TopicPartition, ErrorCode]:
-        """KIP-890 part 1: whether each partition is in the producer's ongoing transaction (a
-        leader asks before a transaction's first batch is appended): an error for the whole
-        transaction, or per partition NONE or TRANSACTION_ABORTABLE (not added)."""
-        error, _, owned = self._owned(transactional_id)
-        if owned is None:
-            return error
-        metadata = owned.transactions.get(transactional_id)
-        if metadata is None:
-            return _error(ErrorCode.INVALID_PRODUCER_ID_MAPPING, f"transactional id {transactional_id!r} is unknown")
-        if producer_id != metadata.producer_id:
-            return _error(ErrorCode.INVALID_PRODUCER_ID_MAPPING, f"producer id {producer_id} is not the id's")
-        if producer_epoch != metadata.producer_epoch:
-            return _error(ErrorCode.PRODUCER_FENCED, f"epoch {producer_epoch} is not the current one")
-        if metadata.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
-            return self._concurrent(metadata)
-        return {
-            tp: ErrorCode.NONE if tp in metadata.partitions else ErrorCode.TRANSACTION_ABORTABLE for tp in partitions
-        }
-
     # -- EndTxn --------------------------------------------------------------------------------
 
     def handle_end_txn(
@@ -679,16 +659,16 @@ class TransactionCoordinator:
             )
             metadata.pending_state = complete.state  # (the failed write dropped it)
             self._pending_completes[metadata.transactional_id] = complete
+            self.wake()
 
         self._pending_completes.pop(metadata.transactional_id, None)
         self._write(partition, coordinator_epoch, metadata, complete, written)
 
-    def poll(self) -> None:
-        """Retry the Complete* writes that failed and are due."""
+    def poll(self) -> int | None:
+        """Retry the Complete* writes that failed and are due; when the next one is due (clock
+        ms), None with none waiting."""
         now = self.now()
         due = [entry for entry in self._retries if entry[0] <= now]
-        if not due:
-            return
         self._retries = [entry for entry in self._retries if entry[0] > now]
         for _, transactional_id, partition, coordinator_epoch in due:
             complete = self._pending_completes.pop(transactional_id, None)
@@ -701,6 +681,7 @@ class TransactionCoordinator:
             metadata.pending_state = None
             complete = metadata.prepare_complete(now)
             self._write_complete(partition, coordinator_epoch, metadata, complete)
+        return min((entry[0] for entry in self._retries), default=None)
 
     # -- background ----------------------------------------------------------------------------
 
