@@ -41,6 +41,8 @@ from triolog.broker.coordinator.transaction.transaction_log import (
     load_transactions,
     partition_for,
 )
+from triolog.broker.coordinator.transaction.transaction_metadata import TransactionState
+from triolog.broker.crash_points import ARMED, crash_point
 from triolog.broker.storage.filenames import validate_topic_name
 from triolog.broker.storage.topics import OFFSETS_TOPIC
 from triolog.protocol import messages as m
@@ -56,6 +58,9 @@ logger = structlog.get_logger("triolog.transactions")
 
 _NOT_AVAILABLE = "the transaction coordinator is not available on this broker"
 LOAD_RETRY_S = 1.0
+#: Where a TransactionLogValue (v0 and v1) holds its state id: after the version, producer id,
+#: epoch and timeout.
+_STATUS_OFFSET = 2 + 8 + 2 + 4
 #: The transaction version of each listener's clients: ours end every transaction with an epoch
 #: bump (KIP-890); Kafka's clients speak EndTxn up to v4, transaction version 1.
 OWN_CLIENTS_TRANSACTION_VERSION = 2
@@ -170,7 +175,14 @@ class TransactionService:
     # -- the coordinator's ports ---------------------------------------------------------------
 
     def _append(self, partition: int, key: bytes, value: bytes | None, done) -> None:
+        point = None
+        if ARMED:  # (the crash-point tests: which state this record writes)
+            point = "Dead" if value is None else TransactionState(value[_STATUS_OFFSET]).kafka_name
+            crash_point(f"txn.before_write.{point}")
+
         def stored(failure, _offset: int) -> None:
+            if point is not None and failure is None:
+                crash_point(f"txn.after_write.{point}")
             done(None if failure is None else (int(failure[0]), failure[1]))
 
         self.writer.store(partition, [(key, value)], stored)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from triolog.broker.crash_points import crash_point
 from triolog.broker.storage.topics import OFFSETS_TOPIC
 from triolog.protocol import messages as m
 
@@ -94,6 +95,7 @@ class TxnPartitionApis:
                         transaction_version=marker.transaction_version,
                     )
                     rows.append(PartitionAppend(partition, info, log=log, leader_epoch=epoch))
+                    crash_point("txn.marker_appended")
                 except Exception as exc:
                     rows.append(PartitionAppend(partition, error=handler._partition_error(exc, topic.name, partition)))
             out.append(TopicAppends(topic.name, rows))

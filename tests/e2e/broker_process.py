@@ -45,6 +45,8 @@ class BrokerProcess:
     config_file: Path | None = None
     #: (soft, hard) RLIMIT_NOFILE to start the process with; None keeps the test runner's.
     rlimit_nofile: tuple[int, int] | None = None
+    #: Extra environment variables for the broker process (TRIOLOG_CRASH_AT...).
+    env: dict[str, str] = field(default_factory=dict)
     log_path: Path = field(init=False)
 
     def __post_init__(self) -> None:
@@ -64,7 +66,7 @@ class BrokerProcess:
             args += ["--override", item]
         earlier_starts = len(self._started_events())  # the log file is appended to across restarts
         log = open(self.log_path, "ab")
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        env = {**os.environ, "PYTHONPATH": str(ROOT), **self.env}
         limits = self.rlimit_nofile
 
         def preexec() -> None:
