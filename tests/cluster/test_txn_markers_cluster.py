@@ -36,9 +36,14 @@ def _produce_txn(broker, topic: str, partition: int, pid: int, sequence: int) ->
     """One transactional record, acks=all, written by the partition's leader ``broker``."""
     batch = build_batch([(b"k", b"v", int(time.time() * 1000), ())], producer_id=pid, producer_epoch=0,
                         base_sequence=sequence, is_transactional=True)
-    doc = trio.run(_call, broker, lambda client: m.ProduceRequest(id=client.next_id(), acks=-1, timeout_ms=30_000,
-                   topics=(m.ProduceTopic(name=topic, partitions=(m.ProducePartition(partition=partition,
-                                                                                     records=batch),)),)))
+    for _ in range(100):  # (a new leader may not have taken its partition over yet: retriable)
+        doc = trio.run(_call, broker, lambda client: m.ProduceRequest(
+            id=client.next_id(), acks=-1, timeout_ms=30_000,
+            topics=(m.ProduceTopic(name=topic, partitions=(m.ProducePartition(partition=partition,
+                                                                              records=batch),)),)))
+        if doc["topics"][0]["partitions"][0]["error_code"] != ErrorCode.NOT_LEADER_OR_FOLLOWER:
+            break
+        time.sleep(0.05)
     assert doc["topics"][0]["partitions"][0]["error_code"] == 0, doc
 
 

@@ -45,7 +45,9 @@ ALL_APIS = ["api_versions", "metadata", "create_topics", "delete_topics", "descr
             "init_producer_id", "find_coordinator", "join_group", "sync_group", "heartbeat", "leave_group",
             "offset_commit", "offset_fetch", "list_groups", "describe_groups", "delete_groups", "sasl_handshake",
             "sasl_authenticate", "create_acls", "describe_acls", "delete_acls", "describe_user_scram_credentials",
-            "alter_user_scram_credentials", "describe_client_quotas", "alter_client_quotas"]
+            "alter_user_scram_credentials", "describe_client_quotas", "alter_client_quotas",
+            "add_partitions_to_txn", "add_offsets_to_txn", "end_txn", "txn_offset_commit", "write_txn_markers",
+            "describe_transactions", "list_transactions", "describe_producers"]
 
 NODE_ID = 3
 DEFAULT_PARTITIONS = 2
