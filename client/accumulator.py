@@ -132,6 +132,8 @@ class ProducerBatch:
     _producer_epoch: cython.int
     _base_sequence: cython.longlong
     _sequence_reset: cython.bint
+    #: A transactional producer's batch (the header's transactional bit).
+    _transactional: cython.bint
     #: drain's can_send refused it: next_deadline waits for a wakeup instead (no busy loop).
     _blocked: cython.bint
     # outcome
@@ -160,6 +162,7 @@ class ProducerBatch:
         self._producer_epoch = -1
         self._base_sequence = -1
         self._sequence_reset = False
+        self._transactional = False
         self._blocked = False
         self._completed = False
         self._base_offset = -1
@@ -219,10 +222,18 @@ class ProducerBatch:
         return len(self._records)
 
     def set_producer_state(
-        self, producer_id: int, producer_epoch: int, base_sequence: int, reset: bool = False
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        base_sequence: int,
+        reset: bool = False,
+        transactional: bool = False,
     ) -> None:
-        """Stamp the batch with its producer id, epoch and base sequence. Already encoded (a
-        renumbered retry), its header is patched and its CRC recomputed, not the records re-encoded."""
+        """Stamp the batch with its producer id, epoch and base sequence (and, for a transactional
+        producer, the transactional bit). Already encoded (a renumbered retry), its header is
+        patched and its CRC recomputed, not the records re-encoded."""
+        if transactional:
+            self._transactional = True
         self._producer_id = producer_id
         self._producer_epoch = producer_epoch
         self._base_sequence = base_sequence
@@ -264,6 +275,7 @@ class ProducerBatch:
                 producer_id=self._producer_id,
                 producer_epoch=self._producer_epoch,
                 base_sequence=self._base_sequence,
+                is_transactional=self._transactional,
                 size_hint=self._size,
             )
         return self._encoded

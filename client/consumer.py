@@ -13,6 +13,7 @@ from .consumer_coordinator import COORDINATOR_APIS, CommitFailedError, Rebalance
 from .consumer_core import ConsumerConfig, ConsumerCore, Polled, PolledColumns
 from .ops import run_sync
 from .security import split_security
+from .transactions import ConsumerGroupMetadata
 from .types import EARLIEST, LATEST, ConsumerRecord, OffsetAndTimestamp, TopicPartition
 
 __all__ = ["CommitFailedError", "Consumer", "RebalanceListener"]
@@ -163,6 +164,17 @@ class Consumer:
 
     def subscription(self) -> set[str]:
         return self._core.subscription()
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """This member's group, generation and member id, for a transactional producer's
+        send_offsets_to_transaction (Kafka's groupMetadata(): the broker refuses the offsets of a
+        member the group has since replaced)."""
+        group = self._core.group
+        if group is None:
+            raise ValueError("this consumer has no group_id: no group metadata")
+        return ConsumerGroupMetadata(
+            group.group_id, group.generation, group.member_id, self._core.config.group_instance_id
+        )
 
     def commit(self, offsets: dict | None = None) -> None:
         """Commit to the group, synchronously: ``offsets`` ({tp: next offset to read}) or every

@@ -587,6 +587,8 @@ class ConsumerCoordinator:
         request = m.OffsetFetchRequest(
             id=0,
             group_id=self.group_id,
+            # read_committed: not an offset a pending transaction is about to replace (KIP-447).
+            require_stable=self.config.isolation_level == "read_committed",
             topics=tuple(
                 m.OffsetFetchTopic(name=name, partitions=tuple(sorted(set(parts)))) for name, parts in by_topic.items()
             ),
@@ -614,6 +616,14 @@ class ConsumerCoordinator:
                 yield Sleep(self._backoff_s)
                 continue
             check_response(doc)
+            unstable = any(
+                part["error_code"] == ErrorCode.UNSTABLE_OFFSET_COMMIT
+                for topic in doc["topics"]
+                for part in topic["partitions"]
+            )
+            if unstable and now() + self._backoff_s < deadline:
+                yield Sleep(self._backoff_s)  # the transaction holding it commits or aborts soon
+                continue
             out = {}
             for topic in doc["topics"]:
                 for part in topic["partitions"]:

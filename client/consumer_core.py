@@ -49,7 +49,7 @@ from triolog import core
 from triolog.protocol import messages as m
 from triolog.protocol.errors import CorruptRecordError, ErrorCode
 from triolog.protocol.record_batch import HEADER_SIZE, TIMESTAMP_TYPE_MASK, read_header
-from triolog.protocol.records import iter_batch_spans, records_data
+from triolog.protocol.records import decode_batch, iter_batch_spans, records_data
 
 from .cluster import LEADER_MOVED, retry_on_leader_op
 from .errors import (
@@ -116,8 +116,16 @@ class ConsumerConfig:
     partition_assignment_strategy: tuple[str, ...] = ("range", "roundrobin")
     #: A static member's id (Kafka's group.instance.id): it does not leave the group on close.
     group_instance_id: str | None = None
+    #: Kafka's ``isolation.level``: ``read_committed`` reads up to the last stable offset and
+    #: skips the records of aborted transactions (and starts from committed offsets only once no
+    #: transaction holds them); ``read_uncommitted`` (Kafka's default) reads everything.
+    isolation_level: str = "read_uncommitted"
 
     def __post_init__(self) -> None:
+        if self.isolation_level not in ("read_committed", "read_uncommitted"):
+            raise ValueError(
+                f"isolation_level must be read_committed or read_uncommitted, got {self.isolation_level!r}"
+            )
         if self.auto_offset_reset not in _RESETS:
             raise ValueError(f"auto_offset_reset must be earliest, latest or none, got {self.auto_offset_reset!r}")
         if self.max_poll_records < 1:
@@ -159,22 +167,28 @@ class _PartitionState:
 
 
 def list_offsets_op(
-    queries: dict[TopicPartition, int], timeout_s: float, backoff_s: float = 0.1
+    queries: dict[TopicPartition, int], timeout_s: float, backoff_s: float = 0.1, isolation_level: int = 0
 ) -> Op[dict[TopicPartition, OffsetAndTimestamp]]:
     """list_offsets, asked of each partition's leader; raises the first partition error, typed.
     A leader that moved (or is being elected) and a lost connection are retried after
     ``backoff_s`` within ``timeout_s`` (see :func:`triolog.client.cluster.retry_on_leader_op`)."""
-    return (yield from retry_on_leader_op(lambda: _list_offsets_once_op(queries, timeout_s), timeout_s, backoff_s))
+    return (
+        yield from retry_on_leader_op(
+            lambda: _list_offsets_once_op(queries, timeout_s, isolation_level), timeout_s, backoff_s
+        )
+    )
 
 
 def _list_offsets_once_op(
-    queries: dict[TopicPartition, int], timeout_s: float
+    queries: dict[TopicPartition, int], timeout_s: float, isolation_level: int = 0
 ) -> Op[dict[TopicPartition, OffsetAndTimestamp]]:
     by_topic: dict[str, list[m.ListOffsetsPartition]] = {}
     for (topic, partition), timestamp in queries.items():
         by_topic.setdefault(topic, []).append(m.ListOffsetsPartition(partition=partition, timestamp=timestamp))
     request = m.ListOffsetsRequest(
-        id=0, topics=tuple(m.ListOffsetsTopic(name=name, partitions=tuple(parts)) for name, parts in by_topic.items())
+        id=0,
+        isolation_level=isolation_level,
+        topics=tuple(m.ListOffsetsTopic(name=name, partitions=tuple(parts)) for name, parts in by_topic.items()),
     )
     doc = check_response((yield Call(request, timeout_s)))
     out = {}
@@ -243,6 +257,8 @@ class ConsumerCore:
         self._unresolved: list[str] = []
         self._next_lookup, self._lookups_missed = 0.0, 0
         self._timeout_s = config.request_timeout_ms / 1000
+        #: Fetch and list_offsets' isolation_level: 1 for read_committed.
+        self._isolation = 1 if config.isolation_level == "read_committed" else 0
         self._backoff_s = config.retry_backoff_ms / 1000
         #: A fetch found a partition's leader moved: the poll waits retry_backoff before the next.
         self._leader_moved = False
@@ -400,10 +416,10 @@ class ConsumerCore:
             queries[tp] = target
         if not queries:
             return
-        found = yield from list_offsets_op(queries, self._timeout_s, self._backoff_s)
+        found = yield from list_offsets_op(queries, self._timeout_s, self._backoff_s, self._isolation)
         missing = {tp: LATEST for tp, answer in found.items() if answer.offset < 0}  # no record that late
         if missing:
-            found.update((yield from list_offsets_op(missing, self._timeout_s, self._backoff_s)))
+            found.update((yield from list_offsets_op(missing, self._timeout_s, self._backoff_s, self._isolation)))
         for tp, answer in found.items():
             known = self._states.get(tp)
             if known is not None and known.position is None:
@@ -424,7 +440,7 @@ class ConsumerCore:
 
     def offsets_op(self, tps, target: int) -> Op[dict[TopicPartition, int]]:
         found = yield from list_offsets_op(
-            {TopicPartition(*tp): target for tp in tps}, self._timeout_s, self._backoff_s
+            {TopicPartition(*tp): target for tp in tps}, self._timeout_s, self._backoff_s, self._isolation
         )
         return {tp: answer.offset for tp, answer in found.items()}
 
@@ -582,6 +598,7 @@ class ConsumerCore:
             )
         return m.FetchRequest(
             id=0,
+            isolation_level=self._isolation,
             max_wait_ms=max_wait_ms,
             min_bytes=config.fetch_min_bytes,
             max_bytes=config.fetch_max_bytes,
@@ -642,17 +659,30 @@ class ConsumerCore:
                     errors.append(error_for(code, part.get("error_message"), topic=tp.topic, partition=tp.partition))
                 else:
                     try:
-                        self._buffer(tp, state, part["records"], offset)
+                        self._buffer(tp, state, part["records"], offset, part.get("aborted_transactions"))
                     except TriologClientError as exc:
                         errors.append(exc)
         if errors:
             raise errors[0]
 
-    def _buffer(self, tp: TopicPartition, state: _PartitionState, data: bytes, position: int | None = None) -> None:
+    def _buffer(
+        self,
+        tp: TopicPartition,
+        state: _PartitionState,
+        data: bytes,
+        position: int | None = None,
+        aborted_transactions=None,
+    ) -> None:
         """Check a fetched partition's batches (framing, CRC, decompression) into the buffer; their
         records are decoded when a poll hands them out, a batch at a time, so a large fetch is never
         all in memory as objects at once. ``position``: the offset the fetch asked for (default:
-        the partition's position)."""
+        the partition's position). ``aborted_transactions`` (read_committed): the fetch's list of
+        aborted transactions, whose batches are skipped whole (Kafka's consumer: a producer's
+        transactional batches from the aborted transaction's first offset to its ABORT marker)."""
+        aborted = None
+        if aborted_transactions:
+            aborted = sorted((t["first_offset"], t["producer_id"]) for t in aborted_transactions)
+        aborting: set[int] = set()
         if position is None:
             position = state.position
             assert position is not None  # (a partition is fetched once it has a position)
@@ -666,6 +696,15 @@ class ConsumerCore:
                 view = whole[start : start + size]
                 header = read_header(view)
                 next_offset = header.base_offset + header.last_offset_delta + 1
+                if aborted is not None:
+                    while aborted and aborted[0][0] <= next_offset - 1:
+                        aborting.add(aborted.pop(0)[1])
+                    if header.is_control:
+                        if header.producer_id in aborting and _is_abort_marker(view):
+                            aborting.discard(header.producer_id)
+                        continue
+                    if header.is_transactional and header.producer_id in aborting:
+                        continue
                 if next_offset <= position or header.is_control:
                     continue
                 header, payload = records_data(view, copy=False)
@@ -776,6 +815,15 @@ class ConsumerCore:
                 state.position = max(state.position, state.next_fetch_offset)
                 state.next_fetch_offset = None
         return out
+
+
+def _is_abort_marker(batch) -> bool:
+    """A control batch's one record is an ABORT marker (its key: version int16, type int16 0)."""
+    decoded = decode_batch(bytes(batch))
+    if not decoded.records:
+        return False
+    key = decoded.records[0].key
+    return key is not None and len(key) >= 4 and key[2:4] == b"\x00\x00"
 
 
 class _Pending:

@@ -80,6 +80,8 @@ __all__ = [
     "TopicAuthorizationFailedError",
     "TransactionCoordinatorFencedError",
     "TransactionalIdAuthorizationFailedError",
+    "TransactionAbortedError",
+    "TransactionStateError",
     "TransactionalIdNotFoundError",
     "TriologClientError",
     "UnacceptableCredentialError",
@@ -591,6 +593,17 @@ class ClientTimeoutError(TriologClientError):
 
 class ProducerClosedError(TriologClientError):
     """send() after close(), or a record still buffered when close() gave up waiting."""
+
+
+class TransactionStateError(TriologClientError):
+    """A transactional producer's method called out of order (send outside a transaction,
+    commit_transaction before begin_transaction...), or after the producer hit an error that
+    only abort_transaction (abortable) or close() (fatal: fenced by a newer producer) may follow.
+    The cause, if any, is chained."""
+
+
+class TransactionAbortedError(TriologClientError):
+    """A record of a transaction that abort_transaction aborted before it was sent."""
 
 
 class CommitFailedError(TriologClientError):

@@ -12,11 +12,13 @@ import queue
 import threading
 import time
 
-from .connection import DEFAULT_BOOTSTRAP, ClusterConnection
-from .errors import ClientTimeoutError, ProducerClosedError
+from .address import format_address
+from .connection import DEFAULT_BOOTSTRAP, ClusterConnection, SyncConnection
+from .errors import BrokerConnectionError, ClientTimeoutError, ProducerClosedError, TransactionStateError
 from .ops import Call, run_sync
 from .producer_core import ProducerConfig, ProducerCore, RecordFuture, RecordFutures
 from .security import split_security
+from .transactions import as_group_metadata, normalize_offsets, routing_key
 
 __all__ = ["FutureRecordMetadata", "Producer", "RecordFutures"]
 
@@ -37,6 +39,50 @@ def _values_size(values: list) -> int:
         return sum(map(len, values))
     except TypeError:
         return sum(len(v) for v in values if v is not None)
+
+
+class CoordinatorConnections:
+    """A transactional producer's requests to its transaction coordinator and to groups'
+    coordinators, each on a connection of its own at the address find_coordinator gave; the rest
+    (find_coordinator itself) on the producer's connection. Thread-safe: the sender thread adds
+    partitions while the application's thread commits."""
+
+    def __init__(self, main: ClusterConnection, manager, client_id: str) -> None:
+        self.main, self.manager, self.client_id = main, manager, client_id
+        self._lock = threading.Lock()
+        self._conns: dict[tuple[str, int], tuple[SyncConnection, threading.Lock]] = {}
+
+    def call(self, request, timeout_s: float):
+        address = routing_key(request, self.manager)
+        if address is None:
+            return self.main.call(request, timeout_s)
+        with self._lock:
+            entry = self._conns.get(address)
+            if entry is None:
+                conn = SyncConnection(format_address(address), client_id=self.client_id, security=self.main.security)
+                entry = self._conns[address] = (conn, threading.Lock())
+        conn, lock = entry
+        with lock:
+            try:
+                return conn.call(request, timeout_s)
+            except BrokerConnectionError:
+                with self._lock:
+                    if self._conns.get(address) is entry:
+                        del self._conns[address]
+                conn.close()
+                raise
+
+    def send(self, request, timeout_s: float):
+        raise NotImplementedError("coordinator requests are calls")  # (no pipelined requests here)
+
+    def receive(self, handle, timeout_s: float, give_up: bool = True):
+        raise NotImplementedError("coordinator requests are calls")
+
+    def close(self) -> None:
+        with self._lock:
+            entries, self._conns = list(self._conns.values()), {}
+        for conn, _ in entries:
+            conn.close()
 
 
 class Producer:
@@ -75,7 +121,12 @@ class Producer:
         self._stopping = False
         self._core.accumulator.set_wakeup(self._wakeup.set, self._space)
         self._try_append = self._core.accumulator.try_append
-        if type(self).send is Producer.send:
+        self._txn = self._core.txn
+        #: A transactional producer's requests to its coordinators (None otherwise).
+        self._txn_conn = (
+            None if self._txn is None else CoordinatorConnections(self._conn, self._txn, self.config.client_id)
+        )
+        if type(self).send is Producer.send and self._txn is None:
             # send() in the common case is one compiled call, not a Python frame around one (the
             # accumulator calls _send_slow for what its fast path declines, closed included).
             self.send = self._core.accumulator.bind_send(self._send_slow)  # type: ignore[method-assign]
@@ -111,6 +162,8 @@ class Producer:
         ``headers``: (str, bytes|None) pairs.
         ``partition`` None: murmur2 of the key, or the sticky partition for a keyless record.
         """
+        if self._txn is not None:
+            self._txn.check_send()
         if not self._closed:
             future = self._try_append(topic, value, key, headers, partition, timestamp_ms)
             if future is not None:  # the common case: known topic, bytes, no serializers, room
@@ -150,6 +203,8 @@ class Producer:
         """
         if self._closed:
             raise ProducerClosedError("send_many() after close()", topic=topic)
+        if self._txn is not None:
+            self._txn.check_send()
         core = self._core
         values, keys, headers, timestamps, total = core.check_many(topic, values, keys, headers, partition, timestamps)
         # The topic's metadata first, also for a given partition (Kafka's waitOnMetadata).
@@ -192,6 +247,54 @@ class Producer:
                         topic=topic,
                     )
 
+    # -- transactions ------------------------------------------------------------------------
+
+    def _transactions(self):
+        if self._txn is None:
+            raise TransactionStateError("this producer has no transactional_id: transactions need one")
+        assert self._txn_conn is not None
+        return self._txn, self._txn_conn
+
+    def init_transactions(self) -> None:
+        """Find the transaction coordinator and take over the transactional id: a new epoch,
+        which fences every older producer with the id (its open transaction is aborted)."""
+        txn, conn = self._transactions()
+        run_sync(txn.init_op(), conn)
+
+    def begin_transaction(self) -> None:
+        """Start a transaction: every record sent until commit_transaction or abort_transaction
+        is in it (the partitions are added to it as their first batches are sent)."""
+        self._transactions()[0].begin()
+
+    def send_offsets_to_transaction(self, offsets, group_metadata) -> None:
+        """Commit a consumer group's offsets in the transaction (the consume-transform-produce
+        loop): ``offsets`` maps TopicPartition to the next offset to consume (or (offset,
+        metadata)), or is a list of objects with ``topic``, ``partition`` and ``offset``
+        (confluent-kafka's TopicPartition); ``group_metadata`` is ``consumer.group_metadata()``
+        (or a group id)."""
+        txn, conn = self._transactions()
+        run_sync(txn.send_offsets_op(normalize_offsets(offsets), as_group_metadata(group_metadata)), conn)
+
+    def commit_transaction(self, timeout: float | None = None) -> None:
+        """Send everything of the transaction, then commit it. A record that failed makes the
+        transaction abortable: this raises TransactionStateError (abort_transaction next)."""
+        txn, conn = self._transactions()
+        txn.check_send()
+        self.flush(timeout)
+        run_sync(txn.end_op(True), conn)
+
+    def abort_transaction(self, timeout: float | None = None) -> None:
+        """Drop the transaction's records not sent yet (their futures fail with
+        TransactionAbortedError), wait for those in flight, and abort it: nothing of it is
+        ever read by a read_committed consumer."""
+        txn, conn = self._transactions()
+        txn.begin_abort()
+        self._core.drop_transaction()
+        with self._space:
+            self._space.notify_all()
+        self.flush(timeout)  # (only what is in flight is left)
+        run_sync(txn.end_op(False), conn)
+
     def metrics(self) -> dict[str, int]:
         """The producer's counters: ``record-retry-total``, ``batch-retry-total`` (Kafka's names),
         ``epoch-bump-total`` and its ``producer-id`` (-1 without idempotence)."""
@@ -230,6 +333,8 @@ class Producer:
             self._receiver.join(timeout)
             self._core.abort_queued("the producer was closed before the record was sent")
             self._conn.close()  # a receiver still waiting gets ResponseLostError at once
+            if self._txn_conn is not None:
+                self._txn_conn.close()
             self._receiver.join(timeout)
             self._core.abort_queued("the producer was closed before the record was sent")
             with self._space:
@@ -257,16 +362,21 @@ class Producer:
 
     def _send_until_stopped(self) -> None:
         core = self._core
-        accumulator, slots, conn = core.accumulator, self._slots, self._conn
+        accumulator, slots, conn, txn = core.accumulator, self._slots, self._conn, core.txn
         while not self._stopping:
             self._wakeup.clear()
             if core.needs_producer_id and accumulator.has_queued() and not self._init_producer_id():
+                continue
+            if txn is not None and txn.has_pending:
+                self._add_partitions()
                 continue
             if not slots.acquire(timeout=0.1):  # every slot taken: the receiver frees one and wakes us
                 continue
             batches = core.drain(time.monotonic(), conn.view.leader)
             if not batches:
                 slots.release()
+                if txn is not None and txn.has_pending:
+                    continue  # drain found partitions to add to the transaction first
                 deadline = accumulator.next_deadline()
                 self._wakeup.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
                 continue
@@ -288,6 +398,17 @@ class Producer:
                 # The batches may be sent again: let the receiver put them back before anything
                 # newer is written (on a fresh connection a newer batch would overtake them).
                 self._wait_until_idle()
+
+    def _add_partitions(self) -> None:
+        """A transaction's new partitions added before their batches go (add_partitions_to_txn);
+        refused, the transaction's queued records fail and it can only be aborted."""
+        assert self._txn is not None and self._txn_conn is not None
+        try:
+            run_sync(self._txn.add_partitions_op(), self._txn_conn)
+        except Exception as exc:
+            self._core.fail_queued(exc)
+            with self._space:
+                self._space.notify_all()
 
     def _init_producer_id(self) -> bool:
         """An idempotent producer's id, before its first batch; False (the queued batches failed

@@ -70,12 +70,14 @@ from .errors import (
     ProducerClosedError,
     RequestNotSentError,
     SerializationError,
+    TransactionAbortedError,
     TriologClientError,
     error_for,
 )
 from .metadata import MetadataCache
 from .ops import Call, Op, Sleep, check_response, now
 from .serde import Serializer, as_topic_function
+from .transactions import TransactionManager
 
 #: The accumulator this process runs: compiled when built (see :mod:`triolog.core`).
 accumulator_module = core.load("client.accumulator")
@@ -154,6 +156,11 @@ class ProducerConfig:
     #: unless acks, retries or max_in_flight_requests_per_connection rule it out (then off,
     #: logged); True with such a setting is a ValueError.
     enable_idempotence: bool | None = None
+    #: Kafka's ``transactional.id``: a transactional producer (see :mod:`triolog.client.transactions`),
+    #: which is idempotent; None: not transactional.
+    transactional_id: str | None = None
+    #: Kafka's ``transaction.timeout.ms``: the coordinator aborts a transaction open longer.
+    transaction_timeout_ms: int = 60_000
 
     def __post_init__(self) -> None:
         acks = (
@@ -182,6 +189,18 @@ class ProducerConfig:
                 f"max_in_flight_requests_per_connection={in_flight} "
                 f"(idempotence needs at most {MAX_IN_FLIGHT_IDEMPOTENT})"
             )
+        transactional_id = self.transactional_id
+        if transactional_id is not None:
+            if not isinstance(transactional_id, str) or not transactional_id:
+                raise ValueError(f"transactional_id must be a non-empty str or None, got {transactional_id!r}")
+            if idempotence is False:
+                raise ValueError("transactional_id needs enable_idempotence (a transactional producer is idempotent)")
+            if conflicts:
+                raise ValueError("transactional_id conflicts with " + "; ".join(conflicts))
+            idempotence = True
+            timeout = self.transaction_timeout_ms
+            if isinstance(timeout, bool) or not isinstance(timeout, int) or timeout < 1:
+                raise ValueError(f"transaction_timeout_ms must be an int >= 1, got {timeout!r}")
         if idempotence is None:
             idempotence = not conflicts
             if conflicts:
@@ -301,6 +320,18 @@ class IdempotentState:
         self.new_id_needed = False
         self.partitions: dict = {}
         self.epoch_bumps = 0
+        #: A transactional producer's: its batches carry the transactional bit, and a partition's
+        #: batches wait until ``txn_gate(tp)`` says the partition is in the transaction.
+        self.transactional = False
+        self.txn_gate = None
+
+    def new_epoch(self, producer_id: int, epoch: int) -> None:
+        """A transaction ended with a new producer id and epoch (transaction version 2): every
+        partition's sequences start over. Only between transactions, with nothing in flight."""
+        with self._lock:
+            self.producer_id, self.producer_epoch = producer_id, epoch
+            self.new_id_needed = False
+            self.partitions = {}
 
     @property
     def needs_producer_id(self) -> bool:
@@ -322,6 +353,9 @@ class IdempotentState:
         with self._lock:
             if self.producer_id < 0:
                 return False
+            gate = self.txn_gate
+            if gate is not None and not gate(batch.tp):
+                return False  # the sender adds the partition to the transaction first
             state = self._state(batch.tp)
             if state.bump_requested:
                 if state.in_flight or not self._bump(state):
@@ -332,7 +366,7 @@ class IdempotentState:
                         # Retries first: a new batch appended meanwhile would push the first
                         # attempts of the retried ones out of the broker's 5-batch window.
                         return False
-                batch.set_producer_state(state.producer_id, state.epoch, state.next_sequence)
+                batch.set_producer_state(state.producer_id, state.epoch, state.next_sequence, False, self.transactional)
                 state.next_sequence = increment_sequence(state.next_sequence, batch.record_count)
                 state.unresolved.append(batch)
             elif not state.unresolved or state.unresolved[0] is not batch:
@@ -478,6 +512,13 @@ class ProducerCore:
         self.idempotence = IdempotentState() if config.enable_idempotence else None
         #: What drain() asks before taking a partition's head batch.
         self.can_send = None if self.idempotence is None else self.idempotence.can_send
+        #: A transactional producer's transaction state (None otherwise).
+        self.txn: TransactionManager | None = None
+        if config.transactional_id is not None:
+            assert self.idempotence is not None  # (ProducerConfig makes a transactional producer idempotent)
+            self.txn = TransactionManager(
+                config.transactional_id, config.transaction_timeout_ms, self.idempotence, config
+            )
         #: Counters (Kafka's producer metrics record-retry-total and friends), see metrics().
         self.batch_retries = 0
         self.record_retries = 0
@@ -493,8 +534,9 @@ class ProducerCore:
 
     @property
     def needs_producer_id(self) -> bool:
-        """The sender must run init_producer_id_op before draining."""
-        return self.idempotence is not None and self.idempotence.needs_producer_id
+        """The sender must run init_producer_id_op before draining (a transactional producer's
+        id comes from init_transactions instead)."""
+        return self.txn is None and self.idempotence is not None and self.idempotence.needs_producer_id
 
     def init_producer_id_op(self) -> Op[None]:
         """Get a producer id and epoch (Kafka's InitProducerId with a null transactional id),
@@ -842,16 +884,32 @@ class ProducerCore:
 
     def _fail(self, batch: ProducerBatch, error: BaseException, definite: bool = False) -> None:
         """``definite``: the batch's last attempt was refused before any append (or it was never
-        sent); otherwise (cancelled, no answer...) it may be in the log."""
+        sent); otherwise (cancelled, no answer...) it may be in the log. A transactional
+        producer's transaction can then only be aborted."""
         if self.idempotence is not None:
             self.idempotence.answered(batch)
             self.idempotence.failed(batch, definite)
+        if self.txn is not None:
+            self.txn.fail(error)
         if self.accumulator.finish(batch):
             batch.fail(error)
 
     def fail_unfinished(self, batches: list[ProducerBatch], error: BaseException) -> None:
         for batch in batches:
             self._fail(batch, error)
+
+    def drop_transaction(self) -> None:
+        """abort_transaction: the batches not sent yet fail (TransactionAbortedError)."""
+        for batch in self.accumulator.take_all():
+            self._fail(
+                batch,
+                TransactionAbortedError(
+                    "the transaction was aborted before the record was sent",
+                    topic=batch.tp.topic,
+                    partition=batch.tp.partition,
+                ),
+                definite=True,
+            )
 
     def abort_queued(self, reason: str) -> None:
         """Fail every batch not yet sent (close() gave up waiting)."""

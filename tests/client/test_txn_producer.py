@@ -1,0 +1,198 @@
+"""Our transactional producer (Kafka's names: init_transactions, begin_transaction,
+send_offsets_to_transaction, commit_transaction, abort_transaction) against the real broker:
+what a read_committed reader sees, a new epoch per transaction, a zombie fenced, the
+consume-transform-produce loop, and the calls out of order refused before anything is sent."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from triolog.client import Consumer, NewTopic, Producer
+from triolog.client.errors import ProducerFencedError, TransactionAbortedError, TransactionStateError
+from triolog.client.transactions import ConsumerGroupMetadata, TxnState
+from triolog.protocol import messages as m
+from triolog.protocol.records import iter_batches
+
+
+def read_committed(broker, topic: str, partitions: int = 1) -> list[bytes]:
+    """Every partition read with isolation_level 1, aborted transactions dropped as Kafka's
+    consumer drops them; waits until each partition is stable."""
+    wire = broker.client()
+    values: list[bytes] = []
+    try:
+        for partition in range(partitions):
+            deadline = time.monotonic() + 20
+            while True:
+                part = wire.call(m.FetchRequest(
+                    id=wire.next_id(), max_wait_ms=0, min_bytes=1, max_bytes=1 << 24, isolation_level=1,
+                    topics=(m.FetchTopic(name=topic, partitions=(
+                        m.FetchPartition(partition=partition, fetch_offset=0, partition_max_bytes=1 << 24),)),)),
+                )["topics"][0]["partitions"][0]
+                if part["last_stable_offset"] == part["high_watermark"] or time.monotonic() > deadline:
+                    break
+                time.sleep(0.02)
+            aborted = sorted((t["first_offset"], t["producer_id"]) for t in part["aborted_transactions"] or ())
+            aborting: set[int] = set()
+            for batch in iter_batches(part["records"]):
+                header = batch.header
+                while aborted and aborted[0][0] <= header.last_offset:
+                    aborting.add(aborted.pop(0)[1])
+                if header.is_control:
+                    aborting.discard(header.producer_id)
+                elif not (header.is_transactional and header.producer_id in aborting):
+                    values += [r.value for r in batch.records]
+    finally:
+        wire.close()
+    return values
+
+
+def test_commit_and_abort_across_partitions(broker, bootstrap, admin, topic):
+    admin.create_topics([NewTopic(topic, 3, 1)])
+    with Producer(bootstrap, transactional_id=f"{topic}-tx", linger_ms=1) as producer:
+        producer.init_transactions()
+        epoch = producer.metrics()["producer-id"], producer._core.idempotence.producer_epoch
+        producer.begin_transaction()
+        futures = [producer.send(topic, b"c%d" % i, partition=i % 3) for i in range(9)]
+        producer.commit_transaction()
+        assert all(f.get(5).offset >= 0 for f in futures)
+        # Every transaction gets a new epoch (transaction version 2): sequences start over.
+        assert producer._core.idempotence.producer_epoch == epoch[1] + 1
+        producer.begin_transaction()
+        sent = [producer.send(topic, b"a%d" % i, partition=i % 3) for i in range(6)]
+        producer.flush()
+        producer.abort_transaction()
+        assert all(f.exception() is None for f in sent), "in the log, then aborted"
+        producer.begin_transaction()
+        producer.send(topic, b"after", partition=0)
+        producer.commit_transaction()
+        assert producer._txn.commits == 2 and producer._txn.aborts == 1
+    assert sorted(read_committed(broker, topic, 3)) == sorted([b"c%d" % i for i in range(9)] + [b"after"])
+
+
+def test_abort_drops_what_was_not_sent(broker, bootstrap, admin, topic):
+    admin.create_topics([NewTopic(topic, 1, 1)])
+    with Producer(bootstrap, transactional_id=f"{topic}-tx", linger_ms=60_000, batch_size=1 << 20) as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        queued = producer.send(topic, b"never")  # lingering: not sent yet
+        producer.abort_transaction()
+        assert isinstance(queued.exception(), TransactionAbortedError)
+    assert read_committed(broker, topic) == []
+
+
+def test_a_zombie_is_fenced_by_a_newer_producer(broker, bootstrap, admin, topic):
+    admin.create_topics([NewTopic(topic, 1, 1)])
+    zombie = Producer(bootstrap, transactional_id=f"{topic}-tx", linger_ms=1)
+    zombie.init_transactions()
+    zombie.begin_transaction()
+    zombie.send(topic, b"zombie").get(10)
+    with Producer(bootstrap, transactional_id=f"{topic}-tx", linger_ms=1) as successor:
+        successor.init_transactions()  # aborts the zombie's transaction, fences its epoch
+        successor.begin_transaction()
+        successor.send(topic, b"successor")
+        successor.commit_transaction()
+    with pytest.raises(ProducerFencedError):
+        zombie.commit_transaction()
+    assert zombie._txn.state is TxnState.FATAL_ERROR
+    with pytest.raises(TransactionStateError):
+        zombie.begin_transaction()
+    zombie.close()
+    assert read_committed(broker, topic) == [b"successor"]
+
+
+def test_consume_transform_produce_commits_offsets_with_the_output(broker, bootstrap, admin, topic):
+    source, sink, group = f"{topic}-in", f"{topic}-out", f"{topic}-g"
+    admin.create_topics([NewTopic(source, 1, 1), NewTopic(sink, 1, 1)])
+    with Producer(bootstrap) as plain:
+        for n in range(20):
+            plain.send(source, b"%d" % n)
+
+    def run(limit: int, commit: bool) -> None:
+        with Consumer(bootstrap, group_id=group, enable_auto_commit=False, auto_offset_reset="earliest") as consumer, \
+                Producer(bootstrap, transactional_id=f"{topic}-ctp", linger_ms=1) as producer:
+            consumer.subscribe([source])
+            producer.init_transactions()
+            producer.begin_transaction()
+            taken: dict = {}
+            while sum(len(v) for v in taken.values()) < limit:
+                for tp, records in consumer.poll(500, max_records=limit - sum(len(v) for v in taken.values())).items():
+                    for record in records:
+                        producer.send(sink, record.value + b"!")
+                    taken.setdefault(tp, []).extend(records)
+            offsets = {tp: records[-1].offset + 1 for tp, records in taken.items()}
+            metadata = consumer.group_metadata()
+            assert isinstance(metadata, ConsumerGroupMetadata) and metadata.generation_id >= 0
+            producer.send_offsets_to_transaction(offsets, metadata)
+            (producer.commit_transaction if commit else producer.abort_transaction)()
+
+    run(8, commit=True)
+    run(8, commit=False)  # neither its output nor its offsets stay
+    run(12, commit=True)  # from offset 8 again
+    assert read_committed(broker, sink) == [b"%d!" % n for n in range(20)]
+
+
+def test_calls_out_of_order_are_refused_before_anything_is_sent(bootstrap, topic):
+    with Producer(bootstrap, transactional_id=f"{topic}-tx") as producer:
+        with pytest.raises(TransactionStateError, match="uninitialized"):
+            producer.begin_transaction()
+        producer.init_transactions()
+        with pytest.raises(TransactionStateError, match="begin_transaction"):
+            producer.send(topic, b"outside")
+        with pytest.raises(TransactionStateError):
+            producer.commit_transaction()
+        producer.begin_transaction()
+        with pytest.raises(TransactionStateError):
+            producer.begin_transaction()
+        producer.commit_transaction()  # an empty transaction: nothing to end
+    with Producer(bootstrap) as plain, pytest.raises(TransactionStateError, match="transactional_id"):
+        plain.init_transactions()
+    with pytest.raises(ValueError, match="idempotence"):
+        Producer(bootstrap, transactional_id="x", enable_idempotence=False)
+    with pytest.raises(ValueError, match="acks"):
+        Producer(bootstrap, transactional_id="x", acks=1)
+
+
+def _consume(bootstrap: str, topic: str, isolation_level: str, partitions: int = 1, idle_polls: int = 6) -> list:
+    with Consumer(bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=50,
+                  isolation_level=isolation_level) as consumer:
+        consumer.assign([(topic, p) for p in range(partitions)])
+        values, idle = [], 0
+        while idle < idle_polls:
+            polled = consumer.poll(100)
+            idle = 0 if polled else idle + 1
+            values += [r.value for records in polled.values() for r in records]
+        return values
+
+
+def test_a_read_committed_consumer_skips_aborted_and_stops_at_an_open_transaction(broker, bootstrap, admin, topic):
+    admin.create_topics([NewTopic(topic, 1, 1)])
+    with Producer(bootstrap, transactional_id=f"{topic}-a", linger_ms=1) as a, \
+            Producer(bootstrap, transactional_id=f"{topic}-b", linger_ms=1) as b, \
+            Producer(bootstrap, linger_ms=1) as plain:
+        a.init_transactions()
+        b.init_transactions()
+        for n in range(4):
+            a.begin_transaction()
+            a.send(topic, b"a%d" % n)
+            a.flush()
+            if n % 2:
+                a.abort_transaction()
+            else:
+                a.commit_transaction()
+            plain.send(topic, b"p%d" % n).get(5)
+        b.begin_transaction()
+        b.send(topic, b"open").get(5)  # open: holds the last stable offset
+        plain.send(topic, b"after").get(5)
+        assert _consume(bootstrap, topic, "read_committed") == [b"a0", b"p0", b"p1", b"a2", b"p2", b"p3"]
+        assert _consume(bootstrap, topic, "read_uncommitted") == [
+            b"a0", b"p0", b"a1", b"p1", b"a2", b"p2", b"a3", b"p3", b"open", b"after"]
+        with Consumer(bootstrap, isolation_level="read_committed") as consumer:
+            (end,) = consumer.end_offsets([(topic, 0)]).values()
+            # a0 C p0 a1 A p1 a2 C p2 a3 A p3 | open at 12: the last stable offset
+            assert end == 12
+        b.commit_transaction()
+        assert _consume(bootstrap, topic, "read_committed")[-2:] == [b"open", b"after"]
+    with pytest.raises(ValueError, match="isolation_level"):
+        Consumer(bootstrap, isolation_level="serializable")
