@@ -49,17 +49,20 @@ from .connection import (
 from .consumer_coordinator import COORDINATOR_APIS
 from .consumer_core import ConsumerConfig, ConsumerCore, Polled, PolledColumns
 from .errors import (
+    BrokerConnectionError,
     ClientTimeoutError,
     InvalidResponseError,
     ProducerClosedError,
     RequestNotSentError,
     ResponseLostError,
+    TransactionStateError,
     TriologClientError,
 )
 from .ops import Call, Op, Sleep, Submit, T, now
 from .producer import SEND_MANY_SLICE, _values_size
 from .producer_core import ProducerConfig, ProducerCore, RecordFuture, RecordFutures
 from .security import PLAINTEXT, SecurityConfig, login_error, renewal_time, sasl_exchange, split_security
+from .transactions import ConsumerGroupMetadata, as_group_metadata, normalize_offsets, routing_key
 from .types import (
     EARLIEST,
     LATEST,
@@ -87,7 +90,7 @@ _RECV_SIZE = 256 * 1024
 
 async def run_async(
     op: Op[T],
-    conn: AsyncConnection | AsyncClusterConnection | _AsyncGroupConnections,
+    conn: AsyncConnection | AsyncClusterConnection | _AsyncGroupConnections | _AsyncCoordinatorConnections,
     value=None,
     error: BaseException | None = None,
 ) -> T:
@@ -626,6 +629,8 @@ class AsyncProducer(_AsyncClient):
         self._closed = False
         self._stopping = False
         self._core.accumulator.set_wakeup(self._wake_sender, None, AsyncRecordFuture)
+        self._txn = self._core.txn
+        self._txn_conn: _AsyncCoordinatorConnections | None = None
 
     def _wake_sender(self) -> None:
         self._wakeup.set()
@@ -636,6 +641,9 @@ class AsyncProducer(_AsyncClient):
         self._slots = trio.Semaphore(in_flight)
         # Unbounded: the slots bound it. Responses are handled in the order requests were written.
         self._written, received = trio.open_memory_channel(float("inf"))
+        if self._txn is not None:
+            assert self._conn is not None  # (_lifecycle made it)
+            self._txn_conn = _AsyncCoordinatorConnections(self._conn, self._txn, nursery, self._client_id)
         nursery.start_soon(self._receiver, received)
         nursery.start_soon(self._sender)
 
@@ -659,6 +667,8 @@ class AsyncProducer(_AsyncClient):
         """Queue one record (see :meth:`triolog.client.Producer.send`); ``await`` the result for its metadata."""
         if self._closed:
             raise ProducerClosedError("send() after close()", topic=topic)
+        if self._txn is not None:
+            self._txn.check_send()
         await trio.lowlevel.checkpoint()  # a tight send loop must still let the sender task run
         future = self._core.accumulator.try_append(topic, value, key, headers, partition, timestamp_ms)
         if future is not None:  # known topic, bytes, no serializers, room in the buffer
@@ -674,6 +684,8 @@ class AsyncProducer(_AsyncClient):
         arguments and checks); ``await result.wait()`` / ``await result.get()``."""
         if self._closed:
             raise ProducerClosedError("send_many() after close()", topic=topic)
+        if self._txn is not None:
+            self._txn.check_send()
         await trio.lowlevel.checkpoint()
         core = self._core
         values, keys, headers, timestamps, _ = core.check_many(topic, values, keys, headers, partition, timestamps)
@@ -721,6 +733,41 @@ class AsyncProducer(_AsyncClient):
         ``epoch-bump-total`` and its ``producer-id`` (-1 without idempotence)."""
         return self._core.metrics()
 
+    # -- transactions (see triolog.client.Producer's methods of the same names) ----------------
+
+    def _transactions(self):
+        if self._txn is None:
+            raise TransactionStateError("this producer has no transactional_id: transactions need one")
+        if self._txn_conn is None:
+            raise RuntimeError("use `async with AsyncProducer(...)`")
+        return self._txn, self._txn_conn
+
+    async def init_transactions(self) -> None:
+        txn, conn = self._transactions()
+        await run_async(txn.init_op(), conn)
+
+    def begin_transaction(self) -> None:
+        self._transactions()[0].begin()
+
+    async def send_offsets_to_transaction(self, offsets, group_metadata) -> None:
+        txn, conn = self._transactions()
+        await run_async(txn.send_offsets_op(normalize_offsets(offsets), as_group_metadata(group_metadata)), conn)
+
+    async def commit_transaction(self) -> None:
+        txn, conn = self._transactions()
+        txn.check_send()
+        await self.flush()
+        await run_async(txn.end_op(True), conn)
+
+    async def abort_transaction(self) -> None:
+        txn, conn = self._transactions()
+        txn.begin_abort()
+        self._core.drop_transaction()
+        self._space.set()
+        self._space = trio.Event()
+        await self.flush()  # (only what is in flight is left)
+        await run_async(txn.end_op(False), conn)
+
     async def flush(self) -> None:
         """Send everything buffered now and wait until each record is acknowledged or failed."""
         batches = self._core.accumulator.begin_flush()
@@ -738,10 +785,16 @@ class AsyncProducer(_AsyncClient):
             self._wakeup = trio.Event()
             if self._core.needs_producer_id and accumulator.has_queued() and not await self._init_producer_id():
                 continue
+            txn = self._txn
+            if txn is not None and txn.has_pending:
+                await self._add_partitions()
+                continue
             await self._slots.acquire()
             batches = self._core.drain(now(), conn.view.leader)
             if not batches:
                 self._slots.release()
+                if txn is not None and txn.has_pending:
+                    continue  # drain found partitions to add to the transaction first
                 deadline = accumulator.next_deadline()
                 with trio.move_on_after(float("inf") if deadline is None else max(0.0, deadline - now())):
                     await self._wakeup.wait()
@@ -772,6 +825,17 @@ class AsyncProducer(_AsyncClient):
                     await self._slots.acquire()
                 for _ in range(limit):
                     self._slots.release()
+
+    async def _add_partitions(self) -> None:
+        """A transaction's new partitions added before their batches go; refused, its queued
+        records fail and it can only be aborted."""
+        assert self._txn is not None and self._txn_conn is not None
+        try:
+            await run_async(self._txn.add_partitions_op(), self._txn_conn)
+        except Exception as exc:
+            self._core.fail_queued(exc)
+            self._space.set()
+            self._space = trio.Event()
 
     async def _init_producer_id(self) -> bool:
         """An idempotent producer's id, before its first batch; False (the queued batches failed
@@ -806,6 +870,41 @@ class AsyncProducer(_AsyncClient):
                 self._wakeup.set()  # a slot is free (and a retry may be due)
                 self._space.set()
                 self._space = trio.Event()
+
+
+class _AsyncCoordinatorConnections:
+    """The trio twin of :class:`triolog.client.producer.CoordinatorConnections`: a transactional
+    producer's requests to its coordinators, each on a connection of its own."""
+
+    def __init__(self, main: AsyncClusterConnection, manager, nursery: trio.Nursery, client_id: str) -> None:
+        self.main, self.manager, self._nursery, self.client_id = main, manager, nursery, client_id
+        self._conns: dict[tuple[str, int], tuple[AsyncConnection, trio.Lock]] = {}
+
+    async def call(self, request, timeout_s: float):
+        address = routing_key(request, self.manager)
+        if address is None:
+            return await self.main.call(request, timeout_s)
+        entry = self._conns.get(address)
+        if entry is None:
+            conn = AsyncConnection(
+                format_address(address), self._nursery, client_id=self.client_id, security=self.main.security
+            )
+            entry = self._conns[address] = (conn, trio.Lock())
+        conn, lock = entry
+        async with lock:
+            try:
+                return await conn.call(request, timeout_s)
+            except BrokerConnectionError:
+                if self._conns.get(address) is entry:
+                    del self._conns[address]
+                await conn.aclose()
+                raise
+
+    async def submit(self, request):
+        raise NotImplementedError("coordinator requests are calls")
+
+    async def result(self, handle, timeout_s: float, give_up: bool = True):
+        raise NotImplementedError("coordinator requests are calls")
 
 
 class _AsyncGroupConnections:
@@ -915,6 +1014,15 @@ class AsyncConsumer(_AsyncClient):
 
     def subscription(self) -> set[str]:
         return self._core.subscription()
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """As :meth:`triolog.client.Consumer.group_metadata`."""
+        group = self._core.group
+        if group is None:
+            raise ValueError("this consumer has no group_id: no group metadata")
+        return ConsumerGroupMetadata(
+            group.group_id, group.generation, group.member_id, self._core.config.group_instance_id
+        )
 
     async def commit(self, offsets: dict | None = None) -> None:
         """As :meth:`triolog.client.Consumer.commit`."""

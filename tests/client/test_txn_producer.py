@@ -196,3 +196,48 @@ def test_a_read_committed_consumer_skips_aborted_and_stops_at_an_open_transactio
         assert _consume(bootstrap, topic, "read_committed")[-2:] == [b"open", b"after"]
     with pytest.raises(ValueError, match="isolation_level"):
         Consumer(bootstrap, isolation_level="serializable")
+
+
+def test_the_trio_producer_commits_aborts_and_sends_offsets(broker, bootstrap, admin, topic):
+    import trio
+
+    from triolog.client.aio import AsyncConsumer, AsyncProducer
+
+    source, sink = f"{topic}-in", f"{topic}-out"
+    admin.create_topics([NewTopic(source, 1, 1), NewTopic(sink, 2, 1)])
+    with Producer(bootstrap) as plain:
+        for n in range(6):
+            plain.send(source, b"%d" % n)
+
+    async def main():
+        async with AsyncConsumer(bootstrap, group_id=f"{topic}-g", enable_auto_commit=False,
+                                 auto_offset_reset="earliest") as consumer, \
+                AsyncProducer(bootstrap, transactional_id=f"{topic}-aio", linger_ms=1) as producer:
+            consumer.subscribe([source])
+            await producer.init_transactions()
+            producer.begin_transaction()
+            taken = []
+            while len(taken) < 6:
+                for records in (await consumer.poll(500)).values():
+                    taken += records
+            for record in taken:
+                await producer.send(sink, record.value, partition=int(record.value) % 2)
+            await producer.send_offsets_to_transaction({record_tp(taken[-1]): taken[-1].offset + 1},
+                                                       consumer.group_metadata())
+            await producer.commit_transaction()
+            producer.begin_transaction()
+            await producer.send(sink, b"aborted", partition=0)
+            await producer.abort_transaction()
+            with pytest.raises(TransactionStateError):
+                await producer.send(sink, b"outside")
+        async with AsyncConsumer(bootstrap, group_id=f"{topic}-g", enable_auto_commit=False,
+                                 isolation_level="read_committed") as consumer:
+            assert await consumer.committed((source, 0)) == 6
+
+    def record_tp(record):
+        from triolog.client import TopicPartition
+
+        return TopicPartition(record.topic, record.partition)
+
+    trio.run(main)
+    assert sorted(read_committed(broker, sink, 2)) == sorted(b"%d" % n for n in range(6))
