@@ -122,6 +122,27 @@ class AdminClient:
     def api_versions(self) -> dict:
         return self._run(self._core.api_versions_op())
 
+    def list_transactions(self, states=(), producer_ids=(), min_duration_ms: int = -1) -> list:
+        """TransactionListings (kafka-transactions.sh list): the transactional ids this broker
+        coordinates, of the states (Kafka's names) and producer ids given, open longer than
+        ``min_duration_ms``."""
+        return self._run(self._core.list_transactions_op(states, producer_ids, min_duration_ms))
+
+    def describe_transactions(self, transactional_ids) -> dict:
+        """Per transactional id its TransactionDescription (kafka-transactions.sh describe)."""
+        return self._run(self._core.describe_transactions_op(transactional_ids))
+
+    def describe_producers(self, partitions) -> dict:
+        """Per (topic, partition) the ProducerStateDescriptions of its leader
+        (kafka-transactions.sh describe-producers)."""
+        return self._run(self._core.describe_producers_op(partitions))
+
+    def abort_transaction(
+        self, topic: str, partition: int, producer_id: int, producer_epoch: int, coordinator_epoch: int
+    ) -> None:
+        """Abort a hanging transaction on one partition (kafka-transactions.sh abort)."""
+        self._run(self._core.abort_transaction_op(topic, partition, producer_id, producer_epoch, coordinator_epoch))
+
     def list_consumer_groups(self, states=()) -> list[ConsumerGroupListing]:
         """Every group (only those in ``states``, e.g. ("Stable",), if given)."""
         return self._run(self._core.list_groups_op(states))

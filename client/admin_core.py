@@ -44,7 +44,10 @@ __all__ = [
     "ConsumerGroupDescription",
     "ConsumerGroupListing",
     "MemberDescription",
+    "ProducerStateDescription",
     "ScramCredentialInfo",
+    "TransactionDescription",
+    "TransactionListing",
     "UserScramCredentialDeletion",
     "UserScramCredentialUpsertion",
     "UserScramCredentialsDescription",
@@ -90,6 +93,41 @@ class ConsumerGroupDescription(NamedTuple):
     #: The assignor the group chose ("range", "roundrobin"), when Stable.
     partition_assignor: str
     members: tuple[MemberDescription, ...]
+
+
+class TransactionListing(NamedTuple):
+    """A transactional id as list_transactions shows it (Kafka's TransactionListing)."""
+
+    transactional_id: str
+    producer_id: int
+    #: Kafka's state name: Empty, Ongoing, PrepareCommit, PrepareAbort, CompleteCommit...
+    state: str
+
+
+class TransactionDescription(NamedTuple):
+    """Kafka's TransactionDescription: a transactional id's producer and open transaction."""
+
+    transactional_id: str
+    state: str
+    producer_id: int
+    producer_epoch: int
+    transaction_timeout_ms: int
+    #: When the open transaction began (epoch ms); -1 with none.
+    transaction_start_time_ms: int
+    partitions: frozenset
+
+
+class ProducerStateDescription(NamedTuple):
+    """A producer a partition's leader knows (Kafka's ProducerState, kafka-transactions.sh
+    describe-producers)."""
+
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp: int
+    coordinator_epoch: int
+    #: The first offset of its open transaction in the partition; -1 with none.
+    current_transaction_start_offset: int
 
 
 #: Group-level errors that pass: the coordinator is loading or moving (retried within the timeout).
@@ -645,6 +683,111 @@ class AdminCore(SecurityAdminOps):
                 yield Sleep(0.1)
                 continue
             return check_response(doc)
+
+    # -- transactions (kafka-transactions.sh's requests) -------------------------------------------
+
+    def list_transactions_op(
+        self, states=(), producer_ids=(), min_duration_ms: int = -1
+    ) -> Op[list[TransactionListing]]:
+        """The transactional ids the broker coordinates (of the states and producer ids named,
+        open longer than ``min_duration_ms``), sorted by id."""
+        request = m.ListTransactionsRequest(
+            id=0,
+            state_filters=tuple(states),
+            producer_id_filters=tuple(producer_ids),
+            duration_filter_ms=min_duration_ms,
+        )
+        doc = yield from self._group_call_op(request)
+        if doc.get("unknown_state_filters"):
+            raise ValueError(f"unknown transaction states: {', '.join(doc['unknown_state_filters'])}")
+        return sorted(
+            TransactionListing(t["transactional_id"], t["producer_id"], t["state"]) for t in doc["transactions"]
+        )
+
+    def describe_transactions_op(self, transactional_ids) -> Op[dict[str, TransactionDescription]]:
+        """Per transactional id its TransactionDescription; the first id's error is raised
+        (TransactionalIdNotFoundError...)."""
+        request = m.DescribeTransactionsRequest(id=0, transactional_ids=tuple(dict.fromkeys(transactional_ids)))
+        doc = yield from self._group_call_op(request)
+        out, errors = {}, []
+        for t in doc["transactions"]:
+            if t["error_code"]:
+                errors.append(error_for(t["error_code"], t.get("error_message")))
+                continue
+            out[t["transactional_id"]] = TransactionDescription(
+                t["transactional_id"],
+                t["state"],
+                t["producer_id"],
+                t["producer_epoch"],
+                t["transaction_timeout_ms"],
+                t["transaction_start_time_ms"],
+                frozenset(TopicPartition(topic["name"], p) for topic in t["topics"] for p in topic["partitions"]),
+            )
+        _raise_first(errors)
+        return out
+
+    def describe_producers_op(self, partitions) -> Op[dict[TopicPartition, list[ProducerStateDescription]]]:
+        """Per partition, the producers its leader knows, with their open transactions."""
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in partitions:
+            by_topic.setdefault(topic, []).append(partition)
+        request = m.DescribeProducersRequest(
+            id=0, topics=tuple(m.TxnTopic(name=t, partitions=tuple(dict.fromkeys(ps))) for t, ps in by_topic.items())
+        )
+        doc = check_response((yield Call(request, self.timeout_s)))
+        out, errors = {}, []
+        for topic in doc["topics"]:
+            for part in topic["partitions"]:
+                if part["error_code"]:
+                    errors.append(
+                        error_for(
+                            part["error_code"],
+                            part.get("error_message"),
+                            topic=topic["name"],
+                            partition=part["partition"],
+                        )
+                    )
+                    continue
+                out[TopicPartition(topic["name"], part["partition"])] = [
+                    ProducerStateDescription(
+                        p["producer_id"],
+                        p["producer_epoch"],
+                        p["last_sequence"],
+                        p["last_timestamp"],
+                        p["coordinator_epoch"],
+                        p["current_txn_start_offset"],
+                    )
+                    for p in part["active_producers"]
+                ]
+        _raise_first(errors)
+        return out
+
+    def abort_transaction_op(
+        self, topic: str, partition: int, producer_id: int, producer_epoch: int, coordinator_epoch: int
+    ) -> Op[None]:
+        """Write an ABORT marker for a producer's open transaction on one partition (Kafka's
+        kafka-transactions.sh abort, for a hanging transaction its coordinator does not know);
+        needs CLUSTER_ACTION with an authorizer. The values come from describe_producers."""
+        request = m.WriteTxnMarkersRequest(
+            id=0,
+            markers=(
+                m.TxnMarker(
+                    producer_id=producer_id,
+                    producer_epoch=producer_epoch,
+                    committed=False,
+                    topics=(m.TxnTopic(name=topic, partitions=(partition,)),),
+                    coordinator_epoch=coordinator_epoch,
+                ),
+            ),
+        )
+        doc = check_response((yield Call(request, self.timeout_s)))
+        for marker in doc["markers"]:
+            for t in marker["topics"]:
+                for part in t["partitions"]:
+                    if part["error_code"]:
+                        raise error_for(
+                            part["error_code"], part.get("error_message"), topic=t["name"], partition=part["partition"]
+                        )
 
     def list_groups_op(self, states=()) -> Op[list[ConsumerGroupListing]]:
         """Every group (of the states named, if any), sorted by id."""

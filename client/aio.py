@@ -1151,6 +1151,22 @@ class AsyncAdminClient(_AsyncClient):
         """Per log dir (path), a LogDirDescription: see AdminClient.describe_log_dirs."""
         return await self._run(self._core.describe_log_dirs_op(topics))
 
+    async def list_transactions(self, states=(), producer_ids=(), min_duration_ms: int = -1) -> list:
+        return await self._run(self._core.list_transactions_op(states, producer_ids, min_duration_ms))
+
+    async def describe_transactions(self, transactional_ids) -> dict:
+        return await self._run(self._core.describe_transactions_op(transactional_ids))
+
+    async def describe_producers(self, partitions) -> dict:
+        return await self._run(self._core.describe_producers_op(partitions))
+
+    async def abort_transaction(
+        self, topic: str, partition: int, producer_id: int, producer_epoch: int, coordinator_epoch: int
+    ) -> None:
+        await self._run(
+            self._core.abort_transaction_op(topic, partition, producer_id, producer_epoch, coordinator_epoch)
+        )
+
     async def list_consumer_groups(self, states=()) -> list:
         return await self._run(self._core.list_groups_op(states))
 

@@ -20,5 +20,10 @@ TOOLS = (
         "groups",
         "list, describe, delete consumer groups or reset their offsets, like kafka-consumer-groups.sh",
     ),
+    (
+        "transactions",
+        "transactions",
+        "list, describe transactions and producers, abort a hanging one, like kafka-transactions.sh",
+    ),
     ("health", "health", "check that the broker answers (api_versions); exit 0 or 1"),
 )

@@ -102,6 +102,14 @@ def non_negative(text: str) -> int:
     return value
 
 
+def print_table(rows: list[list], header: list[str]) -> None:
+    """Kafka's layout: left-aligned columns, each as wide as its widest cell, one space apart."""
+    cells = [[str(c) for c in row] for row in [header, *rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    for row in cells:
+        print(" ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+
+
 def error(message: str) -> None:
     print(f"Error: {message}", file=sys.stderr)
 

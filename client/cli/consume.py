@@ -11,6 +11,9 @@ With ``--output json`` (``-J``) each record is one line of JSON (JSON Lines) wit
 "value_base64", "headers": [{"key", "value", "value_base64"}]}``. Keys and values are text when
 they are valid UTF-8, else base64 with the ``*_base64`` flag set; null stays null.
 
+``--isolation-level read_committed`` prints only the records of committed transactions (and
+non-transactional ones), up to the last stable offset, as a read_committed Kafka consumer.
+
 An ``--offset`` outside the log is an error (exit 1), not a silent reset. The topic is not
 created by consuming it: an unknown topic is an error (Kafka's consumers do not auto-create).
 """
@@ -50,6 +53,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=non_negative,
         metavar="MS",
         help="exit when no record arrives for MS milliseconds (default: wait forever)",
+    )
+    parser.add_argument(
+        "--isolation-level",
+        choices=("read_uncommitted", "read_committed"),
+        default="read_uncommitted",
+        help="read_committed: only committed transactions' records, up to the last stable offset "
+        "(default read_uncommitted: everything, as Kafka's console consumer)",
     )
     parser.add_argument("--separator", default="\t", metavar="S", help="between printed fields (default tab)")
     for field in ("timestamp", "partition", "offset", "headers", "key"):
@@ -121,7 +131,11 @@ def run(args: argparse.Namespace) -> int:
     # Ctrl-C and a closed stdout (| head) end in triolog.broker.cli.main: 130 and 0, quietly.
     try:
         with Consumer(
-            args.bootstrap_server, auto_offset_reset=reset, consumer_timeout_ms=args.timeout_ms, **security
+            args.bootstrap_server,
+            auto_offset_reset=reset,
+            consumer_timeout_ms=args.timeout_ms,
+            isolation_level=args.isolation_level,
+            **security,
         ) as consumer:
             consumer.assign(tps)
             if args.offset is not None:

@@ -33,6 +33,7 @@ from .common import (
     client_security,
     error,
     print_json,
+    print_table,
     reports_errors,
 )
 
@@ -114,14 +115,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     mode.add_argument("--dry-run", action="store_true", help="for --reset-offsets: show the new offsets (default)")
     mode.add_argument("--execute", action="store_true", help="for --reset-offsets: commit the new offsets")
     add_output(parser, "--list: an array of groups; --describe: an array of groups with partitions and members")
-
-
-def _table(rows: list[list], header: list[str]) -> None:
-    """Kafka's layout: left-aligned columns, each as wide as its widest cell, one space apart."""
-    cells = [[str(c) for c in row] for row in [header, *rows]]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
-    for row in cells:
-        print(" ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
 
 
 def _dash(value) -> str:
@@ -226,7 +219,7 @@ def _describe(admin, args) -> int:
             continue
         print()
         if args.state is not None:
-            _table(
+            print_table(
                 [
                     [
                         group_id,
@@ -255,9 +248,9 @@ def _describe(admin, args) -> int:
                         by_topic.setdefault(item["topic"], []).append(item["partition"])
                     row.append(",".join(f"{t}({','.join(map(str, ps))})" for t, ps in by_topic.items()) or "-")
                 rows.append(row)
-            _table(rows, header)
+            print_table(rows, header)
             continue
-        _table(
+        print_table(
             [
                 [
                     group_id,
@@ -392,7 +385,7 @@ def _reset(admin, args) -> int:
         )
         return EXIT_OK
     print()
-    _table(
+    print_table(
         [[group_id, tp.topic, tp.partition, offset] for tp, offset in sorted(new.items())],
         ["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"],
     )

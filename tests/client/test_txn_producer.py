@@ -241,3 +241,64 @@ def test_the_trio_producer_commits_aborts_and_sends_offsets(broker, bootstrap, a
 
     trio.run(main)
     assert sorted(read_committed(broker, sink, 2)) == sorted(b"%d" % n for n in range(6))
+
+
+def test_the_transactions_cli_lists_describes_and_aborts_a_hanging_transaction(broker, bootstrap, admin, topic):
+    import json
+
+    from triolog.testing import run_cli
+
+    admin.create_topics([NewTopic(topic, 1, 1)])
+    with Producer(bootstrap, transactional_id=f"{topic}-tx", linger_ms=1) as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send(topic, b"open").get(5)
+        listed = run_cli("transactions", "--bootstrap-server", bootstrap, "--list", "--state", "Ongoing", "-J")
+        assert {"transactional_id": f"{topic}-tx", "producer_id": producer.metrics()["producer-id"],
+                "state": "Ongoing"} in json.loads(listed.stdout)
+        described = run_cli("transactions", "--bootstrap-server", bootstrap, "--describe",
+                            "--transactional-id", f"{topic}-tx")
+        assert described.code == 0 and "Ongoing" in described.stdout.decode() and f"{topic}-0" in described.stdout.decode()
+        producers = json.loads(run_cli("transactions", "--bootstrap-server", bootstrap, "--describe-producers",
+                                       "--topic", topic, "--partition", "0", "-J").stdout)
+        assert [p["current_transaction_start_offset"] for p in producers] == [0]
+        consumed = run_cli("consume", "--bootstrap-server", bootstrap, "--topic", topic, "--from-beginning",
+                           "--isolation-level", "read_committed", "--timeout-ms", "500")
+        assert consumed.stdout == b"", "an open transaction is not read_committed"
+        producer.commit_transaction()
+    consumed = run_cli("consume", "--bootstrap-server", bootstrap, "--topic", topic, "--from-beginning",
+                       "--isolation-level", "read_committed", "--timeout-ms", "500")
+    assert consumed.stdout == b"open\n"
+
+    # A hanging transaction: a producer's transactional batch its coordinator never heard of
+    # (an idempotent producer id, no add_partitions_to_txn) holds the last stable offset ...
+    import time
+
+    from triolog.protocol.records import build_batch
+
+    wire = broker.client()
+    pid = wire.call(m.InitProducerIdRequest(id=wire.next_id()))["producer_id"]
+    batch = build_batch([(None, b"hanging", int(time.time() * 1000), ())], producer_id=pid, producer_epoch=0,
+                        base_sequence=0, is_transactional=True)
+    wire.call(m.ProduceRequest(id=wire.next_id(), acks=-1, timeout_ms=5000, topics=(
+        m.ProduceTopic(name=topic, partitions=(m.ProducePartition(partition=0, records=batch),)),)))
+    wire.close()
+    with Producer(bootstrap) as plain:
+        plain.send(topic, b"behind").get(5)
+    assert read_committed_end(bootstrap, topic) == 2
+    # ... until kafka-transactions.sh's abort, by the transaction's start offset.
+    aborted = run_cli("transactions", "--bootstrap-server", bootstrap, "--abort", "--topic", topic,
+                      "--partition", "0", "--start-offset", "2")
+    assert aborted.code == 0, aborted.stderr
+    assert read_committed_end(bootstrap, topic) == 5
+    consumed = run_cli("consume", "--bootstrap-server", bootstrap, "--topic", topic, "--from-beginning",
+                       "--isolation-level", "read_committed", "--timeout-ms", "500")
+    assert consumed.stdout == b"open\nbehind\n"
+    missing = run_cli("transactions", "--bootstrap-server", bootstrap, "--abort", "--topic", topic,
+                      "--partition", "0", "--start-offset", "2")
+    assert missing.code == 1 and "no open transaction" in missing.stderr
+
+
+def read_committed_end(bootstrap: str, topic: str) -> int:
+    with Consumer(bootstrap, isolation_level="read_committed") as consumer:
+        return consumer.end_offsets([(topic, 0)])[(topic, 0)]
