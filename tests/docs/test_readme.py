@@ -36,7 +36,7 @@ DOCUMENTS: dict[str, tuple[int, int]] = {
     "README.md": (1, 1),
     # The Python client snippet, the consumer group snippet, the CLI block, the CLI reference
     # block, the groups CLI block.
-    "docs/clients.md": (5, 0),
+    "docs/clients.md": (6, 0),
     # The Kafka clients' snippet and commands.
     "docs/kafka-clients.md": (2, 0),
     # triolog configs under "Quotas"; the users fragment, the SASL_SSL producer, users and ACLs.
@@ -268,8 +268,8 @@ def test_the_readme_blocks_run(newcomer):
             assert done.returncode == 0, f"{where} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
             assert "Traceback" not in done.stderr, f"{where}:\n{done.stderr}"
             outputs.append(done.stdout)
-    (tour, client_snippet, group_snippet, cli, cli_reference, groups_cli, kafka_snippet, kafka_cli, quotas,
-     dump) = outputs
+    (tour, client_snippet, group_snippet, txn_snippet, cli, cli_reference, groups_cli, kafka_snippet, kafka_cli,
+     quotas, dump) = outputs
 
     # What the README and docs/ say each block shows.
     assert "Offset:40\tuser-1\tclick 41\n" in tour  # the first record at/after $SINCE
@@ -280,6 +280,7 @@ def test_the_readme_blocks_run(newcomer):
     assert re.search(r"^\d+ 0 user-7 \{'amount': 42, 'currency': 'EUR'\}$", client_snippet, re.M), client_snippet
     assert re.search(r"^1 record\(s\) from payments-\d$", client_snippet, re.M), client_snippet
     assert "processed 1 record(s) as group billing\n" in group_snippet, group_snippet
+    assert re.search(r"^[1-9]\d* receipt\(s\) committed with the offsets of group billing-eos$", txn_snippet, re.M), txn_snippet
     # librdkafka wrote it through the Kafka listener; triolog's CLI and kcat read the same record.
     assert kafka_snippet == "0 user-1 hello from librdkafka\n", kafka_snippet
     assert kafka_cli == "hello from librdkafka\nuser-1: hello from librdkafka at offset 0\n", kafka_cli
