@@ -59,6 +59,8 @@ _RETRY = frozenset(
         ErrorCode.UNSTABLE_OFFSET_COMMIT,
     }
 )
+#: The first wait before a CONCURRENT_TRANSACTIONS answer is asked again (doubling after).
+CONCURRENT_RETRY_FIRST_S = 0.002
 _REFIND = frozenset({ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR})
 #: A newer producer with the transactional id took over: this one can only be closed.
 _FATAL = frozenset(
@@ -198,6 +200,10 @@ class TransactionManager:
     def _call_op(self, request: m.Request, code_of, deadline: float, refind: str | None = None) -> Op[dict]:
         """One coordinator request, sent again while its answer can pass by itself."""
         backoff = self.config.retry_backoff_ms / 1000
+        # CONCURRENT_TRANSACTIONS passes within milliseconds (the previous transaction's markers
+        # and Complete record): asked again soon, then less often (Kafka's producer retries it
+        # after 20 ms instead of retry.backoff.ms, for the same reason).
+        concurrent_backoff = CONCURRENT_RETRY_FIRST_S
         while True:
             error: TriologClientError | None = None
             try:
@@ -210,6 +216,10 @@ class TransactionManager:
                 error, code = exc, ErrorCode.COORDINATOR_NOT_AVAILABLE
             if code not in _RETRY or now() + backoff >= deadline:
                 raise error
+            if code == ErrorCode.CONCURRENT_TRANSACTIONS:
+                yield Sleep(concurrent_backoff)
+                concurrent_backoff = min(backoff, concurrent_backoff * 2)
+                continue
             if code in _REFIND or isinstance(error, BrokerConnectionError):
                 if refind == "transaction":
                     self.coordinator = None
