@@ -172,6 +172,12 @@ class TransactionService:
         if self.coordinator is not None:
             self.coordinator.shutdown()
 
+    def topic_exists(self) -> bool:
+        """Whether __transaction_state exists (the cluster's, on a cluster member)."""
+        if self.cluster is not None:
+            return self.cluster.topic_partitions() is not None
+        return self.topics.get(TRANSACTION_STATE_TOPIC) is not None
+
     # -- the coordinator's ports ---------------------------------------------------------------
 
     def _append(self, partition: int, key: bytes, value: bytes | None, done) -> None:
@@ -615,8 +621,11 @@ class TransactionApis:
         return m.DescribeTransactionsResponse(id=request.id, transactions=tuple(out))
 
     async def list_transactions(self, request: m.ListTransactionsRequest, ctx: RequestContext) -> m.Response:
-        coordinator = await self._coordinator()
+        # Listing creates nothing: before __transaction_state exists there is nothing to list.
+        coordinator = None if self.service is None else self.service.coordinator
         if coordinator is None:
+            if self.service is not None and not self.service.topic_exists():
+                return m.ListTransactionsResponse(id=request.id)
             return m.ListTransactionsResponse(
                 id=request.id, **_txn_error(ErrorCode.COORDINATOR_NOT_AVAILABLE, _NOT_AVAILABLE)
             )

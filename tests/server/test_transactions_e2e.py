@@ -199,3 +199,11 @@ async def test_a_transaction_past_its_timeout_is_aborted_by_the_coordinator(tmp_
         values, part = await until_decided(client, "t", 0)  # the coordinator's abort decides it
         assert values == [] and len(part["aborted_transactions"]) == 1
         assert (await producer.end(committed=True))["error_code"] == ErrorCode.PRODUCER_FENCED
+
+
+async def test_listing_transactions_on_a_fresh_broker_creates_nothing(tmp_path):
+    async with running_broker(tmp_path) as (server, port):
+        client = await Client.connect(port)
+        listing = await client.call(m.ListTransactionsRequest(id=client.next_id()))
+        assert listing["error_code"] == 0 and listing["transactions"] == []
+        assert server.topics.get("__transaction_state") is None
