@@ -47,7 +47,7 @@ from triolog.protocol.errors import ErrorCode
 
 from .authorization import CLUSTER, Op, RequestAuthorizer
 from .coordinator_topic import ClusterCoordinatorPartitions, CoordinatorRecordWriter, CoordinatorTopic
-from .request_context import RequestContext, handling_clock
+from .request_context import RequestContext, parked
 
 logger = structlog.get_logger("triolog.server")
 
@@ -273,25 +273,6 @@ class GroupService:
                     logger.exception("background_task_failed", task="offsets_expiry")
 
 
-async def _parked(ctx: RequestContext, start):
-    """Run ``start(respond)``; the result it answers with, now or when the coordinator decides."""
-    box: list = []
-    event = trio.Event()
-
-    def respond(result) -> None:
-        box.append(result)
-        event.set()
-
-    start(respond)
-    if not box:  # parked in the coordinator (a join, a sync, a commit's fsync): no handling time
-        waiting_since = handling_clock()
-        try:
-            await event.wait()
-        finally:
-            ctx.accounting.parked(handling_clock() - waiting_since)
-    return box[0]
-
-
 def _denied_group(ctx: RequestContext, operation: Op, group_id: str) -> dict:
     return {
         "error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED,
@@ -375,7 +356,7 @@ class GroupApis:
                 member_id=request.member_id,
             )
         protocols = tuple((p.name, p.metadata) for p in request.protocols)
-        result: JoinResult = await _parked(
+        result: JoinResult = await parked(
             ctx,
             lambda respond: coordinator.handle_join_group(
                 request.group_id,
@@ -414,7 +395,7 @@ class GroupApis:
                 id=request.id, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, error_message=_NOT_AVAILABLE
             )
         assignments = {a.member_id: a.assignment for a in request.assignments}
-        result: SyncResult = await _parked(
+        result: SyncResult = await parked(
             ctx,
             lambda respond: coordinator.handle_sync_group(
                 request.group_id,
@@ -555,7 +536,7 @@ class GroupApis:
                             t.name, p.partition, p.committed_offset, p.committed_leader_epoch, p.committed_metadata
                         )
                     )
-        errors = await _parked(ctx, lambda respond: start(coordinator, commits, respond)) if commits else []
+        errors = await parked(ctx, lambda respond: start(coordinator, commits, respond)) if commits else []
         known = iter(errors)
         results = iter(
             [
@@ -724,7 +705,7 @@ class GroupApis:
                     for g in request.groups_names
                 ),
             )
-        results = await _parked(
+        results = await parked(
             ctx, lambda respond: coordinator.handle_delete_groups(list(request.groups_names), respond)
         )
         return m.DeleteGroupsResponse(

@@ -11,6 +11,8 @@ from __future__ import annotations
 import time
 from typing import NamedTuple
 
+import trio
+
 __all__ = ["ANONYMOUS", "RequestAccounting", "RequestContext", "handling_clock"]
 
 #: What a request's handling time (request_percentage) and its time parked are measured with: real
@@ -108,3 +110,23 @@ _new = tuple.__new__
 def internal_context(api: str = "internal") -> RequestContext:
     """The context of work the broker asks of itself (tests, tools): anonymous, no address."""
     return request_context(api, 0, None, "", ANONYMOUS, "", "", "PLAINTEXT")
+
+
+async def parked(ctx: RequestContext, start):
+    """Run ``start(respond)`` (a coordinator's request: group or transaction); the result it
+    answers with, now or when the coordinator decides. Time parked there is not handling time."""
+    box: list = []
+    event = trio.Event()
+
+    def respond(result) -> None:
+        box.append(result)
+        event.set()
+
+    start(respond)
+    if not box:  # parked in the coordinator (a join, a sync, a commit's fsync): no handling time
+        waiting_since = handling_clock()
+        try:
+            await event.wait()
+        finally:
+            ctx.accounting.parked(handling_clock() - waiting_since)
+    return box[0]

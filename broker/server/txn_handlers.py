@@ -50,8 +50,7 @@ from triolog.protocol.errors import ErrorCode
 
 from .authorization import Op, RequestAuthorizer
 from .coordinator_topic import ClusterCoordinatorPartitions, CoordinatorRecordWriter, CoordinatorTopic
-from .group_handlers import _parked
-from .request_context import RequestContext
+from .request_context import RequestContext, parked
 from .txn_markers import TxnMarkerSender
 
 logger = structlog.get_logger("triolog.transactions")
@@ -444,7 +443,7 @@ class TransactionApis:
         expected = None
         if request.producer_id >= 0 or request.producer_epoch >= 0:
             expected = (request.producer_id, request.producer_epoch)
-        result: InitProducerIdResult = await _parked(
+        result: InitProducerIdResult = await parked(
             ctx,
             lambda respond: coordinator.handle_init_producer_id(
                 transactional_id, request.transaction_timeout_ms, expected, respond
@@ -523,7 +522,7 @@ class TransactionApis:
         coordinator = await self._coordinator()
         if coordinator is None:
             return Error(ErrorCode.COORDINATOR_NOT_AVAILABLE, _NOT_AVAILABLE)
-        return await _parked(
+        return await parked(
             ctx,
             lambda respond: coordinator.handle_add_partitions(
                 transactional_id, producer_id, producer_epoch, partitions, respond
@@ -566,7 +565,7 @@ class TransactionApis:
         if coordinator is None:
             return m.EndTxnResponse(id=request.id, **_txn_error(ErrorCode.COORDINATOR_NOT_AVAILABLE, _NOT_AVAILABLE))
         version = self._transaction_version(ctx)
-        result: EndTxnResult = await _parked(
+        result: EndTxnResult = await parked(
             ctx,
             lambda respond: coordinator.handle_end_txn(
                 request.transactional_id,
