@@ -9,11 +9,11 @@ import time
 
 import pytest
 
+from tests.txn_reading import committed_values
 from triolog.client import Consumer, NewTopic, Producer
 from triolog.client.errors import ProducerFencedError, TransactionAbortedError, TransactionStateError
 from triolog.client.transactions import ConsumerGroupMetadata, TxnState
 from triolog.protocol import messages as m
-from triolog.protocol.records import iter_batches
 
 
 def read_committed(broker, topic: str, partitions: int = 1) -> list[bytes]:
@@ -33,16 +33,7 @@ def read_committed(broker, topic: str, partitions: int = 1) -> list[bytes]:
                 if part["last_stable_offset"] == part["high_watermark"] or time.monotonic() > deadline:
                     break
                 time.sleep(0.02)
-            aborted = sorted((t["first_offset"], t["producer_id"]) for t in part["aborted_transactions"] or ())
-            aborting: set[int] = set()
-            for batch in iter_batches(part["records"]):
-                header = batch.header
-                while aborted and aborted[0][0] <= header.last_offset:
-                    aborting.add(aborted.pop(0)[1])
-                if header.is_control:
-                    aborting.discard(header.producer_id)
-                elif not (header.is_transactional and header.producer_id in aborting):
-                    values += [r.value for r in batch.records]
+            values += committed_values(part)
     finally:
         wire.close()
     return values

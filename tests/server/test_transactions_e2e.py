@@ -10,9 +10,10 @@ import time
 
 import trio
 
+from tests.txn_reading import committed_values
 from triolog.protocol import messages as m
 from triolog.protocol.errors import ErrorCode
-from triolog.protocol.records import build_batch, iter_batches
+from triolog.protocol.records import build_batch
 
 from .inprocess import Client, running_broker
 
@@ -78,25 +79,14 @@ async def read_committed(client: Client, topic: str, partition: int) -> tuple[li
                              topics=(m.FetchTopic(name=topic, partitions=(
                                  m.FetchPartition(partition=partition, fetch_offset=0, partition_max_bytes=1 << 20),)),))
     part = (await client.call(request))["topics"][0]["partitions"][0]
-    aborted = sorted((t["first_offset"], t["producer_id"]) for t in part["aborted_transactions"] or ())
-    aborting: set[int] = set()
-    values = []
-    for batch in iter_batches(part["records"]):
-        header = batch.header
-        while aborted and aborted[0][0] <= header.last_offset:
-            aborting.add(aborted.pop(0)[1])
-        if header.is_control:
-            aborting.discard(header.producer_id)
-        elif not (header.is_transactional and header.producer_id in aborting):
-            values += [r.value for r in batch.records]
-    return values, part
+    return committed_values(part), part
 
 
 async def until_decided(client: Client, topic: str, partition: int) -> tuple[list[bytes], dict]:
     for _ in range(500):
         values, part = await read_committed(client, topic, partition)
         if part["last_stable_offset"] == part["high_watermark"]:
-            return values, part
+            return committed_values(part), part
         await trio.sleep(0.01)
     raise AssertionError(f"{topic}-{partition} never became stable: {part}")
 
