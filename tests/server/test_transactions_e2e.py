@@ -96,6 +96,16 @@ async def describe(client: Client, *ids: str) -> list[dict]:
     return doc["transactions"]
 
 
+async def until_complete(client: Client, transactional_id: str) -> dict:
+    """The markers are on the partitions before the coordinator writes Complete*: wait for it."""
+    for _ in range(500):
+        (state,) = await describe(client, transactional_id)
+        if state["state"] in ("CompleteCommit", "CompleteAbort"):
+            return state
+        await trio.sleep(0.01)
+    raise AssertionError(f"{transactional_id} never completed: {state}")
+
+
 async def test_a_transaction_commits_and_the_next_aborts_on_every_partition(tmp_path):
     props = {"transaction_state_log_num_partitions": "3"}
     async with running_broker(tmp_path, **props) as (server, port):
@@ -121,7 +131,7 @@ async def test_a_transaction_commits_and_the_next_aborts_on_every_partition(tmp_
         values, part = await until_decided(client, "t", 0)
         assert values == [b"a0"] and part["aborted_transactions"] == [{"producer_id": producer.producer_id,
                                                                        "first_offset": 2}]
-        (done,) = await describe(client, "tx")
+        done = await until_complete(client, "tx")
         assert (done["state"], done["producer_epoch"]) == ("CompleteAbort", 2)
         listing = await client.call(m.ListTransactionsRequest(id=client.next_id()))
         assert listing["transactions"] == [{"transactional_id": "tx", "producer_id": producer.producer_id,
