@@ -62,7 +62,9 @@ _RETRY = frozenset(
 #: The first wait before a CONCURRENT_TRANSACTIONS answer is asked again (doubling after).
 CONCURRENT_RETRY_FIRST_S = 0.002
 _REFIND = frozenset({ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR})
-#: A newer producer with the transactional id took over: this one can only be closed.
+#: A coordinator's answers after which the producer can only be closed (Kafka's handlers of
+#: AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit and EndTxn): a newer producer with the
+#: transactional id took over, or the coordinator's state and ours disagree for good.
 _FATAL = frozenset(
     {
         ErrorCode.PRODUCER_FENCED,
@@ -70,6 +72,19 @@ _FATAL = frozenset(
         ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
         ErrorCode.INVALID_PRODUCER_ID_MAPPING,
         ErrorCode.TRANSACTION_COORDINATOR_FENCED,
+        ErrorCode.INVALID_TXN_STATE,
+    }
+)
+#: A failed batch's errors that are fatal (Kafka's maybeTransitionToErrorState); any other only
+#: makes the transaction abortable, INVALID_PRODUCER_EPOCH included (KIP-588: the coordinator
+#: bumped the epoch when it aborted a timed-out transaction; abort_transaction tells whether the
+#: producer was fenced).
+_SEND_FATAL = frozenset(
+    {
+        ErrorCode.PRODUCER_FENCED,
+        ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+        ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+        ErrorCode.UNSUPPORTED_VERSION,
     }
 )
 
@@ -178,13 +193,14 @@ class TransactionManager:
     def has_pending(self) -> bool:
         return bool(self.pending) and self.state in (TxnState.IN_TRANSACTION, TxnState.COMMITTING)
 
-    def fail(self, error: BaseException) -> None:
-        """A send of the transaction failed: it can only be aborted now (fatal if fenced)."""
+    def fail(self, error: BaseException, fatal_codes: frozenset = _SEND_FATAL) -> None:
+        """A send of the transaction failed: it can only be aborted now (fatal if fenced).
+        ``fatal_codes``: _FATAL for an answer of a coordinator."""
         with self._lock:
-            self._fail_locked(error)
+            self._fail_locked(error, fatal_codes)
 
-    def _fail_locked(self, error: BaseException) -> None:
-        fatal = isinstance(error, TriologClientError) and error.code in _FATAL
+    def _fail_locked(self, error: BaseException, fatal_codes: frozenset = _FATAL) -> None:
+        fatal = isinstance(error, TriologClientError) and error.code in fatal_codes
         if self.state is TxnState.FATAL_ERROR:
             return
         if fatal:
@@ -284,7 +300,7 @@ class TransactionManager:
             yield from self.find_coordinator_op()
             yield from self._call_op(request, _first_partition_code, self._deadline(), refind="transaction")
         except TriologClientError as exc:
-            self.fail(exc)
+            self.fail(exc, _FATAL)
             raise
         with self._lock:
             self.partitions.update(adding)
@@ -339,7 +355,7 @@ class TransactionManager:
                             partition=part["partition"],
                         )
         except TriologClientError as exc:
-            self.fail(exc)
+            self.fail(exc, _FATAL)
             raise
 
     def end_op(self, committed: bool) -> Op[None]:
