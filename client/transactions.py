@@ -16,7 +16,9 @@ network can never apply to the next one.
 States (Kafka's): uninitialized -> ready -> in transaction -> committing/aborting -> ready. A
 failed send or a refused partition makes the transaction *abortable* (only abort_transaction,
 then a new one); being fenced by a newer producer (PRODUCER_FENCED, INVALID_PRODUCER_EPOCH) is
-*fatal* (only close()).
+*fatal* (only close()). An end that ran out of time (max_block_ms) on a coordinator that is
+busy or unreachable is finished by calling the same method again (abort_transaction is refused
+after a commit_transaction that timed out, as in Kafka).
 """
 
 from __future__ import annotations
@@ -163,6 +165,11 @@ class TransactionManager:
     def begin_abort(self) -> None:
         """abort_transaction starts: no batch of the transaction is sent from now on."""
         with self._lock:
+            if self.state is TxnState.COMMITTING:
+                raise TransactionStateError(
+                    "cannot abort the transaction: commit_transaction did not finish (timed out)"
+                    " and must be called again"
+                ) from self.error
             self._require(
                 TxnState.IN_TRANSACTION,
                 TxnState.ABORTABLE_ERROR,
@@ -172,6 +179,12 @@ class TransactionManager:
             )
             self.state = TxnState.ABORTING
             self.pending.clear()
+
+    def check_commit(self) -> None:
+        """commit_transaction: of the open transaction, or again after one that timed out."""
+        state = self.state
+        if state is not TxnState.IN_TRANSACTION and state is not TxnState.COMMITTING:
+            self._require(TxnState.IN_TRANSACTION, TxnState.COMMITTING, doing="commit the transaction")
 
     def check_send(self) -> None:
         """send() is only for the open transaction."""
@@ -369,7 +382,6 @@ class TransactionManager:
                     TxnState.IN_TRANSACTION,
                     TxnState.ABORTABLE_ERROR,
                     TxnState.ABORTING,
-                    TxnState.COMMITTING,
                     doing="abort the transaction",
                 )
                 self.state = TxnState.ABORTING
@@ -392,7 +404,12 @@ class TransactionManager:
             doc = yield from self._call_op(request, _code, deadline, refind="transaction")
         except TriologClientError as exc:
             with self._lock:
-                self._fail_locked(exc)
+                if isinstance(exc, BrokerConnectionError) or exc.code in _RETRY:
+                    # Out of time on an answer that passes by itself: the same call again
+                    # finishes the end (Kafka's commitTransaction after a TimeoutException).
+                    self.error = exc
+                else:
+                    self._fail_locked(exc)
             raise
         # A new epoch (and maybe id) for the next transaction: sequences start over.
         self.idempotence.new_epoch(doc["producer_id"], doc["producer_epoch"])

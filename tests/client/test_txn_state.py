@@ -26,11 +26,15 @@ class Answers:
     def __init__(self) -> None:
         self.epoch = 0
         self.fail: dict[str, int] = {}
+        #: APIs answered COORDINATOR_LOAD_IN_PROGRESS until removed.
+        self.loading: set[str] = set()
         self.asked: list = []
 
     def call(self, request, timeout_s):
         self.asked.append(request)
         code = self.fail.pop(request.api, ErrorCode.NONE)
+        if request.api in self.loading:
+            code = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
         if request.api == "find_coordinator":
             return {"error_code": code, "error_message": None, "node_id": 0, "host": "127.0.0.1", "port": 1}
         if request.api in ("add_partitions_to_txn", "txn_offset_commit"):
@@ -51,9 +55,9 @@ class Answers:
     receive = send
 
 
-def manager() -> tuple[TransactionManager, IdempotentState]:
+def manager(max_block_ms: int = 2_000) -> tuple[TransactionManager, IdempotentState]:
     idempotence = IdempotentState()
-    config = ProducerConfig(transactional_id="tx", retry_backoff_ms=1, max_block_ms=2_000)
+    config = ProducerConfig(transactional_id="tx", retry_backoff_ms=1, max_block_ms=max_block_ms)
     return TransactionManager("tx", 60_000, idempotence, config), idempotence
 
 
@@ -277,3 +281,45 @@ def test_init_retries_a_loading_or_moved_coordinator_and_concurrent_transactions
     assert (init.transactional_id, init.transaction_timeout_ms) == ("tx", 60_000)
     find = coordinator.asked[0]
     assert (find.key, find.key_type) == ("tx", 1), "the transaction coordinator (key type 1)"
+
+
+def test_a_commit_that_ran_out_of_time_is_finished_by_committing_again():
+    """Kafka's commitTransaction after a TimeoutException: the same call again, never an abort
+    (the coordinator may already have decided to commit)."""
+    txn, idempotence = manager(max_block_ms=50)
+    coordinator = Answers()
+    run_sync(txn.init_op(), coordinator)
+    txn.begin()
+    assert not txn.partition_ready(TPS[0])
+    run_sync(txn.add_partitions_op(), coordinator)
+    coordinator.loading.add("end_txn")
+    with pytest.raises(TriologClientError) as timed_out:
+        run_sync(txn.end_op(True), coordinator)
+    assert timed_out.value.code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+    assert txn.state is TxnState.COMMITTING
+    with pytest.raises(TransactionStateError, match="must be called again"):
+        txn.begin_abort()
+    for refused in (txn.begin, txn.check_send):
+        with pytest.raises(TransactionStateError):
+            refused()
+    txn.check_commit()
+    coordinator.loading.clear()
+    run_sync(txn.end_op(True), coordinator)
+    assert txn.state is TxnState.READY and txn.commits == 1 and idempotence.producer_epoch == 1
+    ends = [r.committed for r in coordinator.asked if r.api == "end_txn"]
+    assert len(ends) > 2 and all(ends), "asked again while loading, then once more: always a commit"
+    # An abort that ran out of time is finished by aborting again.
+    txn.begin()
+    assert not txn.partition_ready(TPS[1])
+    run_sync(txn.add_partitions_op(), coordinator)
+    coordinator.loading.add("end_txn")
+    txn.begin_abort()
+    with pytest.raises(TriologClientError):
+        run_sync(txn.end_op(False), coordinator)
+    assert txn.state is TxnState.ABORTING
+    with pytest.raises(TransactionStateError):
+        txn.check_commit()
+    coordinator.loading.clear()
+    txn.begin_abort()
+    run_sync(txn.end_op(False), coordinator)
+    assert txn.state is TxnState.READY and txn.aborts == 1 and idempotence.producer_epoch == 2
