@@ -755,7 +755,7 @@ class AsyncProducer(_AsyncClient):
 
     async def commit_transaction(self) -> None:
         txn, conn = self._transactions()
-        txn.check_send()
+        txn.check_commit()
         await self.flush()
         await run_async(txn.end_op(True), conn)
 

@@ -279,7 +279,7 @@ class Producer:
         """Send everything of the transaction, then commit it. A record that failed makes the
         transaction abortable: this raises TransactionStateError (abort_transaction next)."""
         txn, conn = self._transactions()
-        txn.check_send()
+        txn.check_commit()
         self.flush(timeout)
         run_sync(txn.end_op(True), conn)
 

@@ -16,7 +16,9 @@ network can never apply to the next one.
 States (Kafka's): uninitialized -> ready -> in transaction -> committing/aborting -> ready. A
 failed send or a refused partition makes the transaction *abortable* (only abort_transaction,
 then a new one); being fenced by a newer producer (PRODUCER_FENCED, INVALID_PRODUCER_EPOCH) is
-*fatal* (only close()).
+*fatal* (only close()). An end that ran out of time (max_block_ms) on a coordinator that is
+busy or unreachable is finished by calling the same method again (abort_transaction is refused
+after a commit_transaction that timed out, as in Kafka).
 """
 
 from __future__ import annotations
@@ -62,7 +64,9 @@ _RETRY = frozenset(
 #: The first wait before a CONCURRENT_TRANSACTIONS answer is asked again (doubling after).
 CONCURRENT_RETRY_FIRST_S = 0.002
 _REFIND = frozenset({ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR})
-#: A newer producer with the transactional id took over: this one can only be closed.
+#: A coordinator's answers after which the producer can only be closed (Kafka's handlers of
+#: AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit and EndTxn): a newer producer with the
+#: transactional id took over, or the coordinator's state and ours disagree for good.
 _FATAL = frozenset(
     {
         ErrorCode.PRODUCER_FENCED,
@@ -70,6 +74,19 @@ _FATAL = frozenset(
         ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
         ErrorCode.INVALID_PRODUCER_ID_MAPPING,
         ErrorCode.TRANSACTION_COORDINATOR_FENCED,
+        ErrorCode.INVALID_TXN_STATE,
+    }
+)
+#: A failed batch's errors that are fatal (Kafka's maybeTransitionToErrorState); any other only
+#: makes the transaction abortable, INVALID_PRODUCER_EPOCH included (KIP-588: the coordinator
+#: bumped the epoch when it aborted a timed-out transaction; abort_transaction tells whether the
+#: producer was fenced).
+_SEND_FATAL = frozenset(
+    {
+        ErrorCode.PRODUCER_FENCED,
+        ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+        ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+        ErrorCode.UNSUPPORTED_VERSION,
     }
 )
 
@@ -148,6 +165,11 @@ class TransactionManager:
     def begin_abort(self) -> None:
         """abort_transaction starts: no batch of the transaction is sent from now on."""
         with self._lock:
+            if self.state is TxnState.COMMITTING:
+                raise TransactionStateError(
+                    "cannot abort the transaction: commit_transaction did not finish (timed out)"
+                    " and must be called again"
+                ) from self.error
             self._require(
                 TxnState.IN_TRANSACTION,
                 TxnState.ABORTABLE_ERROR,
@@ -157,6 +179,12 @@ class TransactionManager:
             )
             self.state = TxnState.ABORTING
             self.pending.clear()
+
+    def check_commit(self) -> None:
+        """commit_transaction: of the open transaction, or again after one that timed out."""
+        state = self.state
+        if state is not TxnState.IN_TRANSACTION and state is not TxnState.COMMITTING:
+            self._require(TxnState.IN_TRANSACTION, TxnState.COMMITTING, doing="commit the transaction")
 
     def check_send(self) -> None:
         """send() is only for the open transaction."""
@@ -178,13 +206,14 @@ class TransactionManager:
     def has_pending(self) -> bool:
         return bool(self.pending) and self.state in (TxnState.IN_TRANSACTION, TxnState.COMMITTING)
 
-    def fail(self, error: BaseException) -> None:
-        """A send of the transaction failed: it can only be aborted now (fatal if fenced)."""
+    def fail(self, error: BaseException, fatal_codes: frozenset = _SEND_FATAL) -> None:
+        """A send of the transaction failed: it can only be aborted now (fatal if fenced).
+        ``fatal_codes``: _FATAL for an answer of a coordinator."""
         with self._lock:
-            self._fail_locked(error)
+            self._fail_locked(error, fatal_codes)
 
-    def _fail_locked(self, error: BaseException) -> None:
-        fatal = isinstance(error, TriologClientError) and error.code in _FATAL
+    def _fail_locked(self, error: BaseException, fatal_codes: frozenset = _FATAL) -> None:
+        fatal = isinstance(error, TriologClientError) and error.code in fatal_codes
         if self.state is TxnState.FATAL_ERROR:
             return
         if fatal:
@@ -284,7 +313,7 @@ class TransactionManager:
             yield from self.find_coordinator_op()
             yield from self._call_op(request, _first_partition_code, self._deadline(), refind="transaction")
         except TriologClientError as exc:
-            self.fail(exc)
+            self.fail(exc, _FATAL)
             raise
         with self._lock:
             self.partitions.update(adding)
@@ -339,7 +368,7 @@ class TransactionManager:
                             partition=part["partition"],
                         )
         except TriologClientError as exc:
-            self.fail(exc)
+            self.fail(exc, _FATAL)
             raise
 
     def end_op(self, committed: bool) -> Op[None]:
@@ -353,7 +382,6 @@ class TransactionManager:
                     TxnState.IN_TRANSACTION,
                     TxnState.ABORTABLE_ERROR,
                     TxnState.ABORTING,
-                    TxnState.COMMITTING,
                     doing="abort the transaction",
                 )
                 self.state = TxnState.ABORTING
@@ -376,7 +404,12 @@ class TransactionManager:
             doc = yield from self._call_op(request, _code, deadline, refind="transaction")
         except TriologClientError as exc:
             with self._lock:
-                self._fail_locked(exc)
+                if isinstance(exc, BrokerConnectionError) or exc.code in _RETRY:
+                    # Out of time on an answer that passes by itself: the same call again
+                    # finishes the end (Kafka's commitTransaction after a TimeoutException).
+                    self.error = exc
+                else:
+                    self._fail_locked(exc)
             raise
         # A new epoch (and maybe id) for the next transaction: sequences start over.
         self.idempotence.new_epoch(doc["producer_id"], doc["producer_epoch"])

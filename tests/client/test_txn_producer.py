@@ -293,3 +293,71 @@ def test_the_transactions_cli_lists_describes_and_aborts_a_hanging_transaction(b
 def read_committed_end(bootstrap: str, topic: str) -> int:
     with Consumer(bootstrap, isolation_level="read_committed") as consumer:
         return consumer.end_offsets([(topic, 0)])[(topic, 0)]
+
+
+def test_a_failed_send_makes_the_transaction_abortable_and_abort_recovers(broker, bootstrap, admin, topic):
+    from triolog.client.errors import MessageTooLargeError
+
+    admin.create_topics([NewTopic(topic, 1, 1, configs={"max.message.bytes": "2000"})])
+    with Producer(bootstrap, transactional_id=f"{topic}-tx", linger_ms=1) as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        kept = producer.send(topic, b"in the aborted transaction")
+        kept.get(5)
+        too_large = producer.send(topic, b"x" * 5000)
+        with pytest.raises(MessageTooLargeError):
+            too_large.get(10)
+        assert producer._txn.state is TxnState.ABORTABLE_ERROR
+        with pytest.raises(TransactionStateError, match="must be aborted") as refused:
+            producer.commit_transaction()
+        assert isinstance(refused.value.__cause__, MessageTooLargeError)
+        with pytest.raises(TransactionStateError, match="must be aborted"):
+            producer.send(topic, b"more")
+        producer.abort_transaction()
+        producer.begin_transaction()
+        producer.send(topic, b"committed")
+        producer.commit_transaction()
+    assert read_committed(broker, topic) == [b"committed"]
+
+
+def test_admin_describes_producers_and_aborts_a_hanging_transaction_by_producer(broker, bootstrap, admin, topic):
+    """kafka-transactions.sh abort's other form: the producer id, epoch and coordinator epoch
+    (from describe-producers) instead of the start offset."""
+    import json
+
+    from triolog.client import TopicPartition
+    from triolog.protocol.records import build_batch
+    from triolog.testing import run_cli
+
+    admin.create_topics([NewTopic(topic, 1, 1)])
+    with Producer(bootstrap, linger_ms=1) as plain:
+        plain.send(topic, b"before").get(5)
+    wire = broker.client()
+    pid = wire.call(m.InitProducerIdRequest(id=wire.next_id()))["producer_id"]
+    batch = build_batch([(None, b"hanging", int(time.time() * 1000), ())], producer_id=pid, producer_epoch=0,
+                        base_sequence=0, is_transactional=True)
+    assert wire.call(m.ProduceRequest(id=wire.next_id(), acks=-1, timeout_ms=5000, topics=(
+        m.ProduceTopic(name=topic, partitions=(m.ProducePartition(partition=0, records=batch),)),)),
+    )["topics"][0]["partitions"][0]["error_code"] == 0
+    wire.close()
+    described = admin.describe_producers([(topic, 0)])[TopicPartition(topic, 0)]
+    (hanging,) = [p for p in described if p.producer_id == pid]
+    assert (hanging.producer_epoch, hanging.current_transaction_start_offset) == (0, 1)
+    assert read_committed_end(bootstrap, topic) == 1
+    usage = run_cli("transactions", "--bootstrap-server", bootstrap, "--abort", "--topic", topic,
+                    "--partition", "0", "--producer-id", str(pid))
+    assert usage.code != 0 and "--producer-epoch" in usage.stderr
+    aborted = run_cli("transactions", "--bootstrap-server", bootstrap, "--abort", "--topic", topic, "--partition", "0",
+                      "--producer-id", str(pid), "--producer-epoch", "0",
+                      "--coordinator-epoch", str(max(hanging.coordinator_epoch, 0)))
+    assert aborted.code == 0, aborted.stderr
+    assert read_committed_end(bootstrap, topic) == 3  # before, hanging, its ABORT marker
+    after = json.loads(run_cli("transactions", "--bootstrap-server", bootstrap, "--describe-producers",
+                               "--topic", topic, "--partition", "0", "-J").stdout)
+    assert [p["current_transaction_start_offset"] for p in after if p["producer_id"] == pid] == [-1]
+    consumed = run_cli("consume", "--bootstrap-server", bootstrap, "--topic", topic, "--from-beginning",
+                       "--isolation-level", "read_committed", "--timeout-ms", "500")
+    assert consumed.stdout == b"before\n"
+    uncommitted = run_cli("consume", "--bootstrap-server", bootstrap, "--topic", topic, "--from-beginning",
+                          "--isolation-level", "read_uncommitted", "--timeout-ms", "500")
+    assert uncommitted.stdout == b"before\nhanging\n"
