@@ -522,10 +522,11 @@ class TransactionApis:
         coordinator = await self._coordinator()
         if coordinator is None:
             return Error(ErrorCode.COORDINATOR_NOT_AVAILABLE, _NOT_AVAILABLE)
+        version = self._transaction_version(ctx)
         return await parked(
             ctx,
             lambda respond: coordinator.handle_add_partitions(
-                transactional_id, producer_id, producer_epoch, partitions, respond
+                transactional_id, producer_id, producer_epoch, partitions, version, respond
             ),
         )
 

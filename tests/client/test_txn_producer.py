@@ -361,3 +361,38 @@ def test_admin_describes_producers_and_aborts_a_hanging_transaction_by_producer(
     uncommitted = run_cli("consume", "--bootstrap-server", bootstrap, "--topic", topic, "--from-beginning",
                           "--isolation-level", "read_uncommitted", "--timeout-ms", "500")
     assert uncommitted.stdout == b"before\nhanging\n"
+
+
+def test_a_transaction_the_coordinator_timed_out_is_aborted_and_the_producer_goes_on(tmp_path, topic):
+    """KIP-588: the coordinator aborts a transaction past transaction.timeout.ms with a bumped
+    epoch; the producer's next send is refused (INVALID_PRODUCER_EPOCH, abortable, not fatal),
+    abort_transaction is taken as a retry of that abort, and the next transaction commits."""
+    from tests.e2e.broker_process import InProcessBroker
+    from triolog.client import AdminClient
+    from triolog.client.errors import InvalidProducerEpochError
+
+    broker = InProcessBroker(tmp_path / "data", (
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms=100",)).start()
+    try:
+        bootstrap = f"127.0.0.1:{broker.port}"
+        with AdminClient(bootstrap) as admin:
+            admin.create_topics([NewTopic(topic, 1, 1)])
+        with Producer(bootstrap, transactional_id=f"{topic}-tx", linger_ms=1, transaction_timeout_ms=300) as producer:
+            producer.init_transactions()
+            producer.begin_transaction()
+            producer.send(topic, b"timed out").get(5)
+            deadline = time.monotonic() + 10
+            while read_committed_end(bootstrap, topic) < 2 and time.monotonic() < deadline:
+                time.sleep(0.05)  # until the coordinator's abort marker is in the log
+            assert read_committed_end(bootstrap, topic) == 2
+            late = producer.send(topic, b"after the timeout")
+            with pytest.raises(InvalidProducerEpochError):
+                late.get(10)
+            assert producer._txn.state is TxnState.ABORTABLE_ERROR
+            producer.abort_transaction()
+            producer.begin_transaction()
+            producer.send(topic, b"next")
+            producer.commit_transaction()
+        assert read_committed(broker, topic) == [b"next"]
+    finally:
+        broker.stop()

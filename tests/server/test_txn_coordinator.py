@@ -107,8 +107,8 @@ class Harness:
     def init(self, timeout_ms=60000, expected=None, transactional_id=TX):
         return self.call("handle_init_producer_id", transactional_id, timeout_ms, expected)
 
-    def add(self, pid, epoch, *partitions, transactional_id=TX):
-        return self.call("handle_add_partitions", transactional_id, pid, epoch, list(partitions))
+    def add(self, pid, epoch, *partitions, transactional_id=TX, tv=0):
+        return self.call("handle_add_partitions", transactional_id, pid, epoch, list(partitions), tv)
 
     def end(self, pid, epoch, committed=True, tv=0, transactional_id=TX):
         return self.call("handle_end_txn", transactional_id, pid, epoch, committed, tv)
@@ -267,6 +267,59 @@ def test_a_timed_out_transaction_is_aborted_and_its_producer_fenced():
     assert h.meta().state == S.COMPLETE_ABORT
     late = h.end(r.producer_id, r.producer_epoch, committed=True)
     assert late.error.code == ErrorCode.PRODUCER_FENCED, "a commit after the timeout never applies"
+
+
+def test_tv2_a_timed_out_transaction_is_aborted_with_one_bump_and_its_producer_may_go_on():
+    """KIP-588 under transaction version 2: the timeout's abort bumps the epoch once (the fence
+    and the end's bump are one, KAFKA-19367); the producer's own abort with its old epoch is then
+    a retry answered with the new epoch, while its commit is fenced (KAFKA-20785)."""
+    h = Harness()
+    r = h.init(timeout_ms=1000)
+    h.add(r.producer_id, r.producer_epoch, ("t", 0), tv=2)
+    h.clock.advance(1001)
+    assert h.coordinator.abort_timed_out_transactions() == 1
+    (call,) = h.ports.markers
+    assert not call.committed and call.producer_epoch == r.producer_epoch + 1 and call.transaction_version == 2
+    assert h.code(h.add(r.producer_id, r.producer_epoch, ("t", 1), tv=2)) == ErrorCode.PRODUCER_FENCED
+    h.ports.deliver()
+    assert (h.meta().state, h.meta().producer_epoch) == (S.COMPLETE_ABORT, r.producer_epoch + 1)
+    late_commit = h.end(r.producer_id, r.producer_epoch, committed=True, tv=2)
+    assert late_commit.error.code == ErrorCode.PRODUCER_FENCED, "a commit after the timeout never applies"
+    abort = h.end(r.producer_id, r.producer_epoch, committed=False, tv=2)
+    assert abort.error is None and (abort.producer_id, abort.producer_epoch) == (r.producer_id, r.producer_epoch + 1)
+    assert h.add(r.producer_id, r.producer_epoch + 1, ("t", 0), tv=2) is None, "the next transaction begins"
+    assert h.ports.states() == [S.EMPTY, S.ONGOING, S.PREPARE_ABORT, S.COMPLETE_ABORT, S.ONGOING]
+
+
+def test_tv2_a_new_producer_aborts_the_open_transaction_with_one_bump():
+    """KAFKA-19367: InitProducerId over an open version-2 transaction bumps once for the abort
+    and once for the new producer, never twice for the abort."""
+    h = Harness()
+    old = h.init()
+    h.add(old.producer_id, old.producer_epoch, ("t", 0), tv=2)
+    assert h.code(h.init()) == ErrorCode.CONCURRENT_TRANSACTIONS
+    (call,) = h.ports.markers
+    assert call.producer_epoch == old.producer_epoch + 1
+    h.ports.deliver()
+    new = h.init()
+    assert (new.producer_id, new.producer_epoch) == (old.producer_id, old.producer_epoch + 2)
+
+
+def test_tv1_a_fence_whose_abort_was_not_written_spends_no_second_epoch():
+    """KAFKA-9666: the fenced epoch stays in memory when the abort's write fails, and the next
+    fence reuses it."""
+    h = Harness()
+    r = h.init(timeout_ms=1000)
+    h.add(r.producer_id, r.producer_epoch, ("t", 0))
+    h.clock.advance(1001)
+    h.ports.fail_with = (ErrorCode.NOT_ENOUGH_REPLICAS, "isr too small")
+    assert h.coordinator.abort_timed_out_transactions() == 1
+    assert (h.meta().state, h.meta().producer_epoch) == (S.ONGOING, r.producer_epoch + 1)
+    assert h.code(h.end(r.producer_id, r.producer_epoch)) == ErrorCode.PRODUCER_FENCED, "fenced meanwhile"
+    h.ports.fail_with = None
+    assert h.coordinator.abort_timed_out_transactions() == 1
+    (call,) = h.ports.markers
+    assert call.producer_epoch == r.producer_epoch + 1
 
 
 def test_idle_ids_expire_with_a_tombstone_but_not_with_a_transaction_open():
@@ -431,9 +484,9 @@ def test_a_transition_the_state_machine_forbids_is_a_bug_not_a_state():
     meta = TransactionMetadata("x", 1, 0, 1000)
     with pytest.raises(IllegalTransitionError):
         meta.prepare_complete(0)  # Empty cannot complete
-    meta.prepare_add_partitions({("t", 0)}, 0)
+    meta.prepare_add_partitions({("t", 0)}, 0, 0)
     with pytest.raises(IllegalTransitionError, match="pending"):
-        meta.prepare_add_partitions({("t", 1)}, 0)
+        meta.prepare_add_partitions({("t", 1)}, 0, 0)
 
 
 def test_a_failed_complete_write_is_retried_by_poll_and_the_id_waits_meanwhile():

@@ -451,6 +451,7 @@ class TransactionCoordinator:
         producer_id: int,
         producer_epoch: int,
         partitions: Iterable[TopicPartition],
+        transaction_version: int,
         respond: Callable[[Error | None], None],
     ) -> None:
         """Add partitions to the producer's transaction (it becomes Ongoing); answered once durable."""
@@ -475,7 +476,7 @@ class TransactionCoordinator:
         added = set(partitions)
         if metadata.state == S.ONGOING and added <= metadata.partitions:
             return respond(None)
-        transit = metadata.prepare_add_partitions(added, self.now())
+        transit = metadata.prepare_add_partitions(added, self.now(), transaction_version)
         self._write(partition, owned.coordinator_epoch, metadata, transit, respond)
 
     # -- EndTxn --------------------------------------------------------------------------------
@@ -568,10 +569,22 @@ class TransactionCoordinator:
         if state == S.ONGOING:
             target = S.PREPARE_COMMIT if committed else S.PREPARE_ABORT
             if not committed and fencing:
-                # The fence's bumped epoch is applied now and the abort written with it (Kafka's way).
                 metadata.pending_state = None
-                metadata.producer_epoch = producer_epoch
-                metadata.last_producer_epoch = NO_PRODUCER_EPOCH
+                if transaction_version < 2:
+                    # The fence's bumped epoch is applied now and the abort written with it; if
+                    # that write fails, the epoch stays bumped in memory and the next fence
+                    # reuses it rather than spend another (KAFKA-9666).
+                    metadata.producer_epoch = producer_epoch
+                    metadata.last_producer_epoch = NO_PRODUCER_EPOCH
+                    answer = respond
+
+                    def respond(result: EndTxnResult) -> None:
+                        if result.error is not None:
+                            metadata.has_failed_epoch_fence = True
+                        answer(result)
+
+                # Transaction version 2: the abort's own bump is the fence, once (KAFKA-19367);
+                # the fenced producer's abort with its old epoch is then a retry, as KIP-588 wants.
             if transaction_version >= 2 and not fencing and metadata.epoch_exhausted:
 
                 def allocated(failure, next_id: int) -> None:
@@ -589,6 +602,17 @@ class TransactionCoordinator:
             return
         if state == S.COMPLETE_COMMIT and committed or state == S.COMPLETE_ABORT and not committed:
             return respond(EndTxnResult(None, metadata.producer_id, metadata.producer_epoch))  # a retry
+        if tv2 and state == S.COMPLETE_ABORT and committed:
+            # The epoch of the transaction the coordinator aborted by itself (its timeout): the
+            # producer is fenced, which it can recover from, not in a bad state (KAFKA-20785).
+            return respond(
+                EndTxnResult(
+                    _error(
+                        ErrorCode.PRODUCER_FENCED,
+                        f"{transactional_id!r}'s transaction was aborted by the coordinator (it timed out)",
+                    )
+                )
+            )
         if state == S.PREPARE_COMMIT and committed or state == S.PREPARE_ABORT and not committed:
             return respond(EndTxnResult(self._concurrent(metadata)))
         if state in (S.DEAD, S.PREPARE_EPOCH_FENCE):

@@ -185,7 +185,11 @@ class TransactionMetadata:
         last = self.producer_epoch if record_last_epoch else NO_PRODUCER_EPOCH
         return self._prepare(S.EMPTY, new_producer_id, 0, last, timeout_ms, frozenset(), -1, now_ms)
 
-    def prepare_add_partitions(self, added: set[tuple[str, int]], now_ms: int) -> TxnTransitMetadata:
+    def prepare_add_partitions(
+        self, added: set[tuple[str, int]], now_ms: int, client_transaction_version: int
+    ) -> TxnTransitMetadata:
+        """-> Ongoing; the client's transaction version is recorded from the first add on, so a
+        timeout's abort and the retries after it follow the protocol the client speaks."""
         start = now_ms if self.state in (S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT) else self.txn_start_ms
         return self._prepare(
             S.ONGOING,
@@ -196,10 +200,15 @@ class TransactionMetadata:
             frozenset(self.partitions | added),
             start,
             now_ms,
+            client_transaction_version=client_transaction_version,
         )
 
     def prepare_abort_or_commit(
-        self, state: TransactionState, client_transaction_version: int, next_producer_id: int, now_ms: int
+        self,
+        state: TransactionState,
+        client_transaction_version: int,
+        next_producer_id: int,
+        now_ms: int,
     ) -> TxnTransitMetadata:
         if client_transaction_version >= 2:
             epoch, last = self.producer_epoch + 1, self.producer_epoch
@@ -261,8 +270,9 @@ class TransactionMetadata:
         now_ms: int,
         *,
         next_producer_id: int = NO_PRODUCER_ID,
-        client_transaction_version: int = 0,
+        client_transaction_version: int | None = None,
     ) -> TxnTransitMetadata:
+        """``client_transaction_version`` None: the current one is kept (Kafka's default)."""
         if self.pending_state is not None:
             raise IllegalTransitionError(
                 f"{self.transactional_id}: transition to {state.kafka_name} while {self.pending_state.kafka_name} "
@@ -286,7 +296,7 @@ class TransactionMetadata:
             partitions,
             start_ms,
             now_ms,
-            client_transaction_version,
+            self.client_transaction_version if client_transaction_version is None else client_transaction_version,
         )
 
     # -- complete ------------------------------------------------------------------------------
