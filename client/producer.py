@@ -261,6 +261,21 @@ class Producer:
         txn, conn = self._transactions()
         run_sync(txn.init_op(), conn)
 
+    def producer_id_and_epoch(self) -> tuple[int, int]:
+        """The producer id and epoch the open transaction is written with: what
+        :meth:`resume_transaction` needs to end it from another process."""
+        idempotence = self._core.idempotence
+        if idempotence is None:
+            raise TransactionStateError("this producer is not idempotent: it has no producer id")
+        return idempotence.producer_id, idempotence.producer_epoch
+
+    def resume_transaction(self, producer_id: int, producer_epoch: int) -> None:
+        """Instead of init_transactions: take over the transaction that a producer with this
+        transactional id prepared (sent and flushed) and left open, to commit_transaction or
+        abort_transaction it here; sending in it is refused. A two-phase sink's tasks prepare,
+        its coordinator ends (the Spark sink's exactly-once mode does this)."""
+        self._transactions()[0].resume(producer_id, producer_epoch)
+
     def begin_transaction(self) -> None:
         """Start a transaction: every record sent until commit_transaction or abort_transaction
         is in it (the partitions are added to it as their first batches are sent)."""

@@ -133,6 +133,8 @@ class TransactionManager:
         self.error: BaseException | None = None
         #: add_offsets_to_txn succeeded in the open transaction (so it has something to end).
         self.offsets_added = False
+        #: The open transaction was prepared by another producer and resumed here to be ended.
+        self.resumed = False
         #: Transactions committed and aborted (the producer's metrics).
         self.commits = 0
         self.aborts = 0
@@ -161,6 +163,16 @@ class TransactionManager:
             self.partitions.clear()
             self.pending.clear()
             self.offsets_added = False
+
+    def resume(self, producer_id: int, producer_epoch: int) -> None:
+        """Take over a transaction another producer with this id left open (its producer id and
+        epoch), only to commit or abort it: the two-phase sink's coordinator (Flink's
+        resumeTransaction), which ends what its tasks prepared."""
+        with self._lock:
+            self._require(TxnState.UNINITIALIZED, doing="resume a transaction after init_transactions")
+            self.idempotence.new_epoch(producer_id, producer_epoch)
+            self.state = TxnState.IN_TRANSACTION
+            self.resumed = True
 
     def begin_abort(self) -> None:
         """abort_transaction starts: no batch of the transaction is sent from now on."""
@@ -191,6 +203,8 @@ class TransactionManager:
         state = self.state
         if state is not TxnState.IN_TRANSACTION:
             self._require(TxnState.IN_TRANSACTION, doing="send a record (begin_transaction first)")
+        if self.resumed:  # (its sequences are the preparing producer's: only ending it is safe)
+            raise TransactionStateError("a resumed transaction can only be committed or aborted")
 
     def partition_ready(self, tp) -> bool:
         """The sender's question before it stamps a partition's batch: is the partition in the
@@ -385,7 +399,7 @@ class TransactionManager:
                     doing="abort the transaction",
                 )
                 self.state = TxnState.ABORTING
-            empty = not self.partitions and not self.pending and not self.offsets_added
+            empty = not self.partitions and not self.pending and not self.offsets_added and not self.resumed
         if empty:  # nothing reached the coordinator: nothing to end (as Kafka's producer)
             with self._lock:
                 self.state = TxnState.READY
@@ -419,6 +433,7 @@ class TransactionManager:
             self.partitions.clear()
             self.pending.clear()
             self.offsets_added = False
+            self.resumed = False
             if committed:
                 self.commits += 1
             else:

@@ -52,7 +52,13 @@ _READ_NAMES = [
     "includeHeaders",
     "commitOffsetsToGroup",
 ]
-_WRITE_NAMES = ["triolog.bootstrap.servers", "topic"]
+_WRITE_NAMES = ["triolog.bootstrap.servers", "topic", "deliveryGuarantee", "transactionalIdPrefix"]
+#: deliveryGuarantee's values (Flink's Kafka sink's names).
+AT_LEAST_ONCE, EXACTLY_ONCE = "at-least-once", "exactly-once"
+#: The exactly-once sink's transaction timeout unless triolog.transaction.timeout.ms says
+#: otherwise: a task's transaction stays open until the driver commits the whole micro-batch,
+#: so it must outlast the slowest task (the broker's transaction.max.timeout.ms default).
+SINK_TRANSACTION_TIMEOUT_MS = 900_000
 #: Options Spark itself may pass along with ours (load(path), writeStream's checkpoint...).
 _SPARK_GENERIC = {"path", "checkpointlocation", "queryname"}
 _CANONICAL = {name.lower(): name for name in _READ_NAMES + _WRITE_NAMES}
@@ -66,7 +72,10 @@ _READ_FIXED = {
     "consumer.timeout.ms": "the data source (it reads whole offset ranges)",
     "enable.auto.commit": "the data source (it tracks offsets itself, as Spark's Kafka source)",
 }
-_WRITE_FIXED = {"acks": "the data sink (it always produces with acks=all)"}
+_WRITE_FIXED = {
+    "acks": "the data sink (it always produces with acks=all)",
+    "transactional.id": "the data sink (exactly-once derives one per task from transactionalIdPrefix)",
+}
 #: The consumer settings a read uses (its fetches never wait: the ranges are known to exist).
 _READ_CLIENT_SETTINGS = {"client_id", "fetch_max_bytes", "max_partition_fetch_bytes", "request_timeout_ms"}
 
@@ -149,6 +158,14 @@ class WriteOptions:
     client: dict[str, Any]
     #: TLS and SASL, as ReadOptions'.
     security: SecurityConfig = PLAINTEXT
+    #: deliveryGuarantee: AT_LEAST_ONCE, or EXACTLY_ONCE (a transaction per task, committed
+    #: with the micro-batch); then transactional_id_prefix names the query's transactions.
+    delivery_guarantee: str = AT_LEAST_ONCE
+    transactional_id_prefix: str | None = None
+
+    @property
+    def exactly_once(self) -> bool:
+        return self.delivery_guarantee == EXACTLY_ONCE
 
     def producer_config(self) -> ProducerConfig:
         return ProducerConfig(**{**self.client, "acks": -1})
@@ -448,9 +465,28 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
     topic = options.get("topic")
     if topic is not None and not topic.strip():
         raise OptionError("topic", "is empty")
+    guarantee = (options.get("deliveryGuarantee") or AT_LEAST_ONCE).strip().lower()
+    if guarantee not in (AT_LEAST_ONCE, EXACTLY_ONCE):
+        raise OptionError("deliveryGuarantee", f"expected {AT_LEAST_ONCE} or {EXACTLY_ONCE}, got {guarantee!r}")
+    prefix = options.get("transactionalIdPrefix")
+    if guarantee == EXACTLY_ONCE:
+        if prefix is None or not prefix.strip():
+            raise OptionError(
+                "transactionalIdPrefix",
+                "exactly-once needs it: a name for the query's transactions, the same across its restarts "
+                "and different from every other writer's",
+            )
+        prefix = prefix.strip()
+    elif prefix is not None:
+        raise OptionError("transactionalIdPrefix", f"only means something with deliveryGuarantee={EXACTLY_ONCE}")
+    client = _client_settings(options, ProducerConfig, _WRITE_FIXED)
+    if guarantee == EXACTLY_ONCE:
+        client.setdefault("transaction_timeout_ms", SINK_TRANSACTION_TIMEOUT_MS)
     return WriteOptions(
         bootstrap=_bootstrap(options),
         topic=topic.strip() if topic else None,
-        client=_client_settings(options, ProducerConfig, _WRITE_FIXED),
+        client=client,
         security=_security(options),
+        delivery_guarantee=guarantee,
+        transactional_id_prefix=prefix,
     )

@@ -35,7 +35,8 @@ from triolog.client.types import TopicPartition
 from .fetch import data_loss, read_range
 from .options import OptionError, ReadOptions, WriteOptions, parse_read_options, parse_write_options
 from .plan import BrokerView, PartitionRange, rate_limit, split_ranges
-from .write import produce_batches
+from .transactional import PreparedTransaction, end_transactions, prepare_transaction
+from .write import WriteError, produce_batches
 
 __all__ = ["SCHEMA", "SCHEMA_WITH_HEADERS", "TriologDataSource"]
 
@@ -72,6 +73,8 @@ class TriologDataSource(DataSource):
             raise OptionError(
                 "mode", "overwrite is not supported: records are appended to the topic; use mode('append')"
             )
+        if options.exactly_once:  # (a batch job has no batch id to recognise its own replay by)
+            raise OptionError("deliveryGuarantee", "exactly-once is for streaming writes (writeStream)")
         check_write_schema(schema, options)
         return TriologBatchWriter(options)
 
@@ -282,6 +285,8 @@ def check_write_schema(schema: StructType, options: WriteOptions) -> None:
 @dataclass
 class WriteCommitMessage(WriterCommitMessage):
     records: int
+    #: exactly-once: the task's open transaction (None: nothing to commit).
+    transaction: PreparedTransaction | None = None
 
 
 class TriologBatchWriter(DataSourceArrowWriter):
@@ -292,15 +297,39 @@ class TriologBatchWriter(DataSourceArrowWriter):
         return WriteCommitMessage(produce_batches(self.options, iterator))
 
 
+#: The local property Spark's micro-batch execution sets on every task of a batch.
+_BATCH_ID_PROPERTY = "streaming.sql.batchId"
+
+
 class TriologStreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, options: WriteOptions) -> None:
         self.options = options
 
     def write(self, iterator) -> WriteCommitMessage:
-        return WriteCommitMessage(produce_batches(self.options, iterator))
+        if not self.options.exactly_once:
+            return WriteCommitMessage(produce_batches(self.options, iterator))
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        batch_id = None if context is None else context.getLocalProperty(_BATCH_ID_PROPERTY)
+        if context is None or batch_id is None:
+            raise WriteError("exactly-once writes run in a micro-batch task, which names its batch id")
+        records, transaction = prepare_transaction(self.options, iterator, int(batch_id), context.partitionId())
+        return WriteCommitMessage(records, transaction)
 
     def commit(self, messages, batchId: int) -> None:
-        """Nothing to do: every record was acknowledged (acks=all) before its task ended."""
+        """At least once: nothing to do (every record was acknowledged before its task ended).
+        Exactly once: the tasks' transactions are committed now."""
+        if self.options.exactly_once:
+            end_transactions(self.options, _transactions(messages), committed=True)
 
     def abort(self, messages, batchId: int) -> None:
-        """Nothing to undo: a log has no rollback; records of failed tasks may stay (at least once)."""
+        """At least once: nothing to undo (records of failed tasks may stay). Exactly once: the
+        transactions of the tasks that finished are aborted (those of failed tasks are ended by
+        their retry's fencing or the transaction timeout)."""
+        if self.options.exactly_once:
+            end_transactions(self.options, _transactions(messages), committed=False)
+
+
+def _transactions(messages) -> list[PreparedTransaction]:
+    return [m.transaction for m in messages if m is not None and m.transaction is not None]

@@ -7,12 +7,12 @@ not acknowledge fails the task, so Spark retries it or fails the job: a write is
 never silently short. The producer is idempotent (Kafka 3.0+'s default, which Spark's Kafka sink
 inherits): within a task, a batch resent after a lost response or a broker restart is stored
 once. A task Spark runs again is a new producer, and may store some records twice (as with
-Spark's Kafka sink: only transactions would prevent that).
+Spark's Kafka sink); the exactly-once mode (:mod:`triolog.pipeline.transactional`) prevents that.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable
 
 import pyarrow as pa
 
@@ -21,7 +21,7 @@ from triolog.client.producer import Producer
 
 from .options import WriteOptions
 
-__all__ = ["WriteError", "produce_batches"]
+__all__ = ["WriteError", "first_topic", "produce_batches", "send_batches"]
 
 
 class WriteError(RuntimeError):
@@ -52,45 +52,59 @@ def _runs(topics: list, partitions: list) -> list[tuple[int, int]]:
     return runs
 
 
-def produce_batches(options: WriteOptions, batches: Iterator[pa.RecordBatch]) -> int:
-    """Produce every row; returns how many. Each Arrow batch is flushed and checked before the
-    next is read, so a failure stops the task early and memory stays bounded. Rows go through
-    ``Producer.send_many``, one call per run of rows with the same topic and partition."""
-    written = 0
+def produce_batches(options: WriteOptions, batches: Iterable[pa.RecordBatch]) -> int:
+    """Produce every row, at least once; returns how many."""
     with Producer(options.bootstrap, **{**options.client, "acks": -1}, security=options.security) as producer:
-        for batch in batches:
-            rows = batch.num_rows
-            if not rows:
-                continue
-            values = _column(batch, "value", rows)
-            keys = _column(batch, "key", rows)
-            partitions = _column(batch, "partition", rows)
-            headers = _column(batch, "headers", rows)
-            topics = [options.topic] * rows if options.topic else _column(batch, "topic", rows)
-            if None in topics:
-                raise WriteError("a row has a null 'topic' and no 'topic' option is set")
-            results = []
-            for start, end in _runs(topics, partitions):
-                topic = topics[start]
-                run_keys = keys[start:end]
-                run_headers = headers[start:end]
-                try:
-                    results.append(
-                        producer.send_many(
-                            topic,
-                            values[start:end],
-                            keys=run_keys if any(k is not None for k in run_keys) else None,
-                            headers=[_row_headers(h) for h in run_headers] if any(run_headers) else None,
-                            partition=partitions[start],
-                        )
+        return send_batches(producer, options, batches)
+
+
+def first_topic(options: WriteOptions, batch: pa.RecordBatch) -> str:
+    """The topic of the batch's first row (the ``topic`` option, else its column)."""
+    topic = options.topic or _column(batch, "topic", batch.num_rows)[0]
+    if topic is None:
+        raise WriteError("a row has a null 'topic' and no 'topic' option is set")
+    return topic
+
+
+def send_batches(producer: Producer, options: WriteOptions, batches: Iterable[pa.RecordBatch]) -> int:
+    """Send every row with ``producer``; returns how many. Each Arrow batch is flushed and
+    checked before the next is read, so a failure stops the task early and memory stays
+    bounded. Rows go through ``Producer.send_many``, one call per run of rows with the same
+    topic and partition."""
+    written = 0
+    for batch in batches:
+        rows = batch.num_rows
+        if not rows:
+            continue
+        values = _column(batch, "value", rows)
+        keys = _column(batch, "key", rows)
+        partitions = _column(batch, "partition", rows)
+        headers = _column(batch, "headers", rows)
+        topics = [options.topic] * rows if options.topic else _column(batch, "topic", rows)
+        if None in topics:
+            raise WriteError("a row has a null 'topic' and no 'topic' option is set")
+        results = []
+        for start, end in _runs(topics, partitions):
+            topic = topics[start]
+            run_keys = keys[start:end]
+            run_headers = headers[start:end]
+            try:
+                results.append(
+                    producer.send_many(
+                        topic,
+                        values[start:end],
+                        keys=run_keys if any(k is not None for k in run_keys) else None,
+                        headers=[_row_headers(h) for h in run_headers] if any(run_headers) else None,
+                        partition=partitions[start],
                     )
-                except (TriologClientError, TypeError, ValueError) as exc:
-                    raise WriteError(f"cannot produce to topic {topic!r}: {exc}") from exc
-            producer.flush()
-            errors = [error for futures in results for _, error in futures.errors()]
-            if errors:
-                raise WriteError(
-                    f"{len(errors)} of {rows} records were not acknowledged by the broker; first error: {errors[0]}"
-                ) from errors[0]
-            written += rows
+                )
+            except (TriologClientError, TypeError, ValueError) as exc:
+                raise WriteError(f"cannot produce to topic {topic!r}: {exc}") from exc
+        producer.flush()
+        errors = [error for futures in results for _, error in futures.errors()]
+        if errors:
+            raise WriteError(
+                f"{len(errors)} of {rows} records were not acknowledged by the broker; first error: {errors[0]}"
+            ) from errors[0]
+        written += rows
     return written

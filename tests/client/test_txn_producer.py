@@ -396,3 +396,34 @@ def test_a_transaction_the_coordinator_timed_out_is_aborted_and_the_producer_goe
         assert read_committed(broker, topic) == [b"next"]
     finally:
         broker.stop()
+
+
+def test_a_transaction_prepared_by_one_producer_is_committed_by_another(broker, bootstrap, admin, topic):
+    """resume_transaction: the two-phase sink's coordinator ends what a task prepared and left
+    open (the producer that prepared it is closed by then)."""
+    admin.create_topics([NewTopic(topic, 2, 1)])
+    tid = f"{topic}-tx"
+    prepared = []
+    for values, partition in (([b"a0", b"a1"], 0), ([b"b0"], 1)):
+        with Producer(bootstrap, transactional_id=tid, linger_ms=1) as task:
+            task.init_transactions()
+            task.begin_transaction()
+            for value in values:
+                task.send(topic, value, partition=partition)
+            task.flush()
+            prepared.append(task.producer_id_and_epoch())
+        # (the second init fences the first task and aborts what it prepared)
+    with Consumer(bootstrap, isolation_level="read_committed") as consumer:
+        assert consumer.end_offsets([(topic, 1)])[(topic, 1)] == 0, "the second is open: nothing stable yet"
+    with Producer(bootstrap, transactional_id=tid) as stale:
+        stale.resume_transaction(*prepared[0])
+        with pytest.raises(ProducerFencedError):
+            stale.commit_transaction()
+    with Producer(bootstrap, transactional_id=tid) as driver:
+        driver.resume_transaction(*prepared[1])
+        with pytest.raises(TransactionStateError, match="resumed transaction can only be committed or aborted"):
+            driver.send(topic, b"more", partition=1)
+        driver.commit_transaction()
+        with pytest.raises(TransactionStateError):
+            driver.resume_transaction(*prepared[1])
+    assert sorted(read_committed(broker, topic, 2)) == [b"b0"]
