@@ -43,8 +43,9 @@ DOCUMENTS: dict[str, tuple[int, int]] = {
     "docs/security.md": (1, 3),
     # dump-log under "Inspecting segments".
     "docs/storage.md": (1, 0),
-    # pip install, the Spark fragment, the Spark job and its command, the example pipeline.
-    "docs/spark.md": (0, 5),
+    # pip install, the Spark fragment, the exactly-once fragment, the Spark job and its command,
+    # the example pipeline.
+    "docs/spark.md": (0, 6),
     # docker, docker compose, the secure profile.
     "docs/operations.md": (0, 3),
     # make bench.
