@@ -77,6 +77,7 @@ from .loader import LoadedLogOffsets, LogLoader
 from .producer_state import (
     CompletedTxn,
     ProducerStateManager,
+    VerificationGuard,
     check_append,
     check_end_txn_marker,
     check_producer_epoch,
@@ -417,7 +418,21 @@ class Log:
 
     # -- append ------------------------------------------------------------------------------
 
-    def append_as_leader(self, records, leader_epoch: int = 0, *, from_coordinator: bool = False) -> LogAppendInfo:
+    def maybe_start_txn_verification(self, producer_id: int) -> VerificationGuard:
+        """KIP-890 part 1: the guard to append ``producer_id``'s transactional batch with, once
+        its transaction coordinator confirmed this partition is in the transaction
+        (NO_VERIFICATION_NEEDED: its transaction is already open here)."""
+        with self._lock:
+            return self.producer_state_manager.maybe_start_verification(producer_id)
+
+    def append_as_leader(
+        self,
+        records,
+        leader_epoch: int = 0,
+        *,
+        from_coordinator: bool = False,
+        verification: VerificationGuard | None = None,
+    ) -> LogAppendInfo:
         """Validate a producer's batch, give it offsets and append it. Nothing is written on error.
 
         Validation walks every record, so it runs before the log's lock is taken (as Kafka's
@@ -427,6 +442,10 @@ class Log:
         ``from_coordinator``: a coordinator's own write in a producer's name (Kafka's append
         origin COORDINATOR: a TxnOffsetCommit's transactional offsets), whose sequence is not the
         producer's to check; its epoch still is.
+
+        ``verification``: the broker verifies transactions (KIP-890 part 1); a transactional
+        batch that opens the producer's transaction here needs the guard of
+        maybe_start_txn_verification, still current (INVALID_TXN_STATE otherwise).
         """
         now_ms = self._clock.milliseconds()
         validated = self._validated_ahead_for(records, leader_epoch)
@@ -435,14 +454,16 @@ class Log:
                 records, offset=0, config=self._config, now_ms=now_ms, leader_epoch=leader_epoch
             )
         with self._lock:
-            info = self._append_locked(validated, leader_epoch, now_ms, False, from_coordinator)
+            info = self._append_locked(validated, leader_epoch, now_ms, False, from_coordinator, verification)
             assert info is not None  # (only an inline append gives up)
             flush_due = info.last_offset + 1 - self._recovery_point >= self._config.flush_messages
         if flush_due:
             self.flush()
         return info
 
-    def try_append_as_leader(self, records, leader_epoch: int = 0, *, max_bytes: int) -> LogAppendInfo | None:
+    def try_append_as_leader(
+        self, records, leader_epoch: int = 0, *, max_bytes: int, verification: VerificationGuard | None = None
+    ) -> LogAppendInfo | None:
         """append_as_leader, or None (nothing written) when it could take long: a batch above
         ``max_bytes`` or one to (de)compress, the log's lock held by another thread, a roll or a
         flush (``flush.messages``) due, a new leader epoch to record. What the event loop may
@@ -466,7 +487,7 @@ class Log:
         )
         if self._lock.acquire(blocking=False):
             try:
-                info = self._append_locked(validated, leader_epoch, now_ms, True)
+                info = self._append_locked(validated, leader_epoch, now_ms, True, False, verification)
             finally:
                 self._lock.release()
             if info is not None:
@@ -489,7 +510,13 @@ class Log:
         return ahead[3]
 
     def _append_locked(
-        self, validated: ValidatedBatch, leader_epoch: int, now_ms: int, inline: bool, from_coordinator: bool = False
+        self,
+        validated: ValidatedBatch,
+        leader_epoch: int,
+        now_ms: int,
+        inline: bool,
+        from_coordinator: bool = False,
+        verification: VerificationGuard | None = None,
     ) -> LogAppendInfo | None:
         """Place a validated batch at the log end offset and write it (caller holds the lock).
         ``inline``: give up (None, nothing changed) rather than roll, flush or record an epoch."""
@@ -518,6 +545,10 @@ class Log:
             is_transactional = bool(buffers[0][ATTRIBUTES_OFFSET + 1] & TRANSACTIONAL_FLAG)
             if duplicate is None and entry is not None and entry.current_txn_first_offset >= 0:
                 check_txn_state(entry, producer_id, is_transactional, self.directory.name)
+            if duplicate is None and verification is not None:
+                self.producer_state_manager.check_verification(
+                    producer_id, verification, is_transactional, self.directory.name
+                )
             if duplicate is not None:
                 self.duplicate_batches += 1
                 return LogAppendInfo(

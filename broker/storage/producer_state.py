@@ -321,6 +321,24 @@ def check_txn_state(
         )
 
 
+class VerificationGuard:
+    """A partition leader's token for one producer's transaction verification (KIP-890 part 1,
+    Kafka's VerificationGuard): taken before the leader asks the transaction coordinator whether
+    the partition is in the producer's transaction, and still the producer's at the append only
+    if no marker or other transactional batch came in between. A batch that opens a transaction
+    needs the guard it was verified with."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return f"VerificationGuard({id(self):#x})"
+
+
+#: Verification asked, none needed: the producer's transaction was open here when asked. An
+#: append with it that would open a transaction is refused (the transaction ended meanwhile).
+NO_VERIFICATION_NEEDED = VerificationGuard()
+
+
 def check_end_txn_marker(
     entry: ProducerStateEntry | None,
     producer_id: int,
@@ -501,6 +519,9 @@ class ProducerStateManager:
         self.unreplicated_txns: dict[int, TxnMetadata] = {}
         #: Their first offsets as a min-heap (entries no longer in unreplicated_txns are skipped).
         self._unreplicated_firsts: list[int] = []
+        #: Producers whose transaction is being verified here: their VerificationGuard (in
+        #: memory only, as Kafka's verificationStateEntries: a restart makes producers verify again).
+        self.verification_guards: dict[int, VerificationGuard] = {}
         #: The offset up to which (exclusive) the state covers the log.
         self.last_map_offset = 0
         #: The offset of the newest snapshot written or loaded.
@@ -692,7 +713,38 @@ class ProducerStateManager:
         self.unreplicated_txns = {}
         self._unreplicated_firsts = []
 
+    def maybe_start_verification(self, producer_id: int) -> VerificationGuard:
+        """The guard a transactional batch of ``producer_id`` is appended with once the
+        coordinator confirmed the partition is in its transaction; NO_VERIFICATION_NEEDED when
+        the producer's transaction is already open here."""
+        entry = self.producers.get(producer_id)
+        if entry is not None and entry.current_txn_first_offset >= 0:
+            return NO_VERIFICATION_NEEDED
+        guard = self.verification_guards.get(producer_id)
+        if guard is None:
+            guard = self.verification_guards[producer_id] = VerificationGuard()
+        return guard
+
+    def check_verification(
+        self, producer_id: int, guard: VerificationGuard, is_transactional: bool, partition: str = ""
+    ) -> None:
+        """A verified append: a transactional batch that would open a transaction needs the
+        producer's current guard (else INVALID_TXN_STATE: the transaction ended, or was never
+        verified, since the leader asked)."""
+        if not is_transactional:
+            return
+        entry = self.producers.get(producer_id)
+        if entry is not None and entry.current_txn_first_offset >= 0:
+            return
+        if guard is NO_VERIFICATION_NEEDED or self.verification_guards.get(producer_id) is not guard:
+            where = f" on {partition}" if partition else ""
+            raise InvalidTxnStateError(
+                f"producer {producer_id}'s transactional batch{where} was not verified with the transaction "
+                f"coordinator, or its transaction ended meanwhile"
+            )
+
     def clear(self) -> None:
+        self.verification_guards = {}
         self.producers = {}
         self.ongoing_txns = {}
         self.unreplicated_txns = {}
@@ -715,6 +767,7 @@ class ProducerStateManager:
             entry = self.producers[producer_id] = ProducerStateEntry(producer_id)
         entry.add_batch(epoch, last_seq, last_offset, offset_delta, timestamp)
         if is_transactional and entry.current_txn_first_offset < 0:
+            self.verification_guards.pop(producer_id, None)  # (its transaction is open now)
             first_offset = last_offset - offset_delta
             entry.current_txn_first_offset = first_offset
             self.ongoing_txns[first_offset] = TxnMetadata(producer_id, first_offset)
@@ -730,6 +783,7 @@ class ProducerStateManager:
         if entry is None:
             entry = self.producers[producer_id] = ProducerStateEntry(producer_id)
         first_offset = entry.current_txn_first_offset
+        self.verification_guards.pop(producer_id, None)  # a verification begun before is stale
         entry.maybe_update_producer_epoch(epoch)
         entry.coordinator_epoch = coordinator_epoch
         entry.current_txn_first_offset = -1
