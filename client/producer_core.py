@@ -744,7 +744,13 @@ class ProducerCore:
                 m.ProducePartition(partition=batch.tp.partition, records=framed)  # type: ignore[arg-type]  # (messages says bytes)
             )
         topics = tuple(m.ProduceTopic(name=name, partitions=tuple(parts)) for name, parts in by_topic.items())
-        return m.ProduceRequest(id=0, acks=config.acks, timeout_ms=config.request_timeout_ms, topics=topics)
+        return m.ProduceRequest(
+            id=0,
+            acks=config.acks,
+            timeout_ms=config.request_timeout_ms,
+            topics=topics,
+            transactional_id=config.transactional_id,
+        )
 
     def send_op(self, batches: list[ProducerBatch]) -> Op[None]:
         """One produce round trip for ``batches`` (one per partition): every batch ends completed,

@@ -1398,6 +1398,17 @@ def _transaction_coordinator_keys() -> Iterator[BrokerConfigKey]:
         minimum=1,
     )
     yield BrokerConfigKey(
+        "transaction.partition.verification.enable",
+        "boolean",
+        True,
+        "A partition leader asks the transaction coordinator before a producer's first transactional "
+        "batch there whether the partition is in its transaction (KIP-890 part 1); a batch of a "
+        "partition never added is refused with INVALID_TXN_STATE instead of leaving a hanging "
+        "transaction. Produce requests with transactional batches must then name the transactional id.",
+        group,
+        attr="transaction_partition_verification_enable",
+    )
+    yield BrokerConfigKey(
         "transactional.id.expiration.ms",
         "int",
         604800000,
@@ -1616,6 +1627,7 @@ class BrokerConfig:
     transaction_state_log_segment_bytes: int = 104857600
     transaction_state_log_load_buffer_size: int = 5242880
     transaction_max_timeout_ms: int = 900000
+    transaction_partition_verification_enable: bool = True
     transactional_id_expiration_ms: int = 604800000
     transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10000
     transaction_remove_expired_transaction_cleanup_interval_ms: int = 3600000

@@ -367,6 +367,9 @@ class ProduceRequest(Request):
     acks: Acks
     timeout_ms: NonNegativeInt32
     topics: Annotated[tuple[ProduceTopic, ...], Unique("name")]
+    #: The transactional producer's id (Kafka's field): its transactional batches are checked
+    #: against its transaction (WRITE on the id; KIP-890 verification).
+    transactional_id: str | None = None
 
     @property
     def expects_response(self) -> bool:
@@ -1371,6 +1374,9 @@ class AddPartitionsToTxnRequest(Request):
     producer_id: Int64
     producer_epoch: Int16
     topics: Annotated[tuple[TxnTopic, ...], Unique("name")]
+    #: A partition leader's question (KIP-890 part 1; needs CLUSTER_ACTION): are these
+    #: partitions in the producer's ongoing transaction? Nothing is added.
+    verify_only: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -74,6 +74,7 @@ from .request_context import RequestContext, handling_clock
 from .security_handlers import SecurityApis
 from .txn_handlers import TransactionApis
 from .txn_partition_handlers import TxnPartitionApis
+from .txn_verification import Verified, verify_transactional_produce
 
 logger = structlog.get_logger("triolog.server")
 
@@ -880,7 +881,12 @@ class RequestHandler:
         return log
 
     def _produce_rows(
-        self, request: m.ProduceRequest, ctx: RequestContext, done: list[TopicAppends], inline: bool
+        self,
+        request: m.ProduceRequest,
+        ctx: RequestContext,
+        done: list[TopicAppends],
+        inline: bool,
+        verified: Verified | None = None,
     ) -> None:
         """Append the request's partitions in order into ``done``, from where an earlier call left
         off; ``inline`` raises _WouldBlock at the first partition that cannot be appended without
@@ -903,6 +909,10 @@ class RequestHandler:
                 if topic_error is not None:
                     rows.append(PartitionAppend(part.partition, error=topic_error))
                     continue
+                verification = None if verified is None else verified.get((topic.name, part.partition))
+                if isinstance(verification, ApiError):
+                    rows.append(PartitionAppend(part.partition, error=verification))
+                    continue
                 log = None
                 try:
                     log, epoch = self._leader(topic.name, part.partition, inline=inline)
@@ -910,11 +920,13 @@ class RequestHandler:
                         self.cluster.replicas.require_enough_replicas(topic.name, part.partition)
                     self.producers.check_producer_id(part.records, log)
                     if inline:
-                        info = log.try_append_as_leader(part.records, epoch, max_bytes=INLINE_PRODUCE_BYTES)
+                        info = log.try_append_as_leader(
+                            part.records, epoch, max_bytes=INLINE_PRODUCE_BYTES, verification=verification
+                        )
                         if info is None:
                             raise _WouldBlock
                     else:
-                        info = log.append_as_leader(part.records, epoch)
+                        info = log.append_as_leader(part.records, epoch, verification=verification)
                     rows.append(PartitionAppend(part.partition, info, log=log, leader_epoch=epoch))
                 except _WouldBlock:
                     raise
@@ -935,6 +947,7 @@ class RequestHandler:
         """Append the request's batches; the outcome once acknowledged as acks asks (for acks=0 as
         soon as appended: no answer is sent, but the Kafka listener closes when one failed)."""
         results: list[TopicAppends] = []
+        verified = await verify_transactional_produce(self, request, ctx)
         try:
             if (
                 sum(len(t.partitions) for t in request.topics) > INLINE_PARTITIONS
@@ -944,11 +957,11 @@ class RequestHandler:
                 raise _WouldBlock
             started = self.inline.start()
             try:
-                self._produce_rows(request, ctx, results, inline=True)
+                self._produce_rows(request, ctx, results, inline=True, verified=verified)
             finally:
                 self.inline.took(started)
         except _WouldBlock:  # the rest (all of it, or from the first partition that would wait)
-            await self._in_thread(self._produce_rows, request, ctx, results, False)
+            await self._in_thread(self._produce_rows, request, ctx, results, False, verified)
         self.after_appends(results)
         if request.acks == -1:
             waiting_since = handling_clock()

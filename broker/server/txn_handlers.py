@@ -28,6 +28,7 @@ import time
 import structlog
 import trio
 
+from triolog.broker.cluster.broker_channel import BrokerUnavailableError
 from triolog.broker.coordinator.group.group_coordinator import Error
 from triolog.broker.coordinator.group.group_metadata_manager import read_partition_records
 from triolog.broker.coordinator.transaction.transaction_coordinator import (
@@ -47,11 +48,15 @@ from triolog.broker.storage.filenames import validate_topic_name
 from triolog.broker.storage.topics import OFFSETS_TOPIC
 from triolog.protocol import messages as m
 from triolog.protocol.errors import ErrorCode
+from triolog.protocol.kafka.apis import ApiKey
 
 from .authorization import Op, RequestAuthorizer
 from .coordinator_topic import ClusterCoordinatorPartitions, CoordinatorRecordWriter, CoordinatorTopic
 from .request_context import RequestContext, parked
 from .txn_markers import TxnMarkerSender
+
+#: AddPartitionsToTxn v4: the first that batches transactions and carries VerifyOnly (KIP-890).
+VERIFY_VERSION = 4
 
 logger = structlog.get_logger("triolog.transactions")
 
@@ -327,6 +332,72 @@ class TransactionService:
                 internal=True,
             )
 
+    # -- verification (KIP-890 part 1) ---------------------------------------------------------
+
+    def verify_here(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, partitions
+    ) -> Error | dict[tuple[str, int], Error | None]:
+        """This broker's coordinator's answer to a partition leader's verification."""
+        coordinator = self.coordinator
+        if coordinator is None:
+            return Error(ErrorCode.COORDINATOR_NOT_AVAILABLE, _NOT_AVAILABLE)
+        return coordinator.verify_partitions(transactional_id, producer_id, producer_epoch, partitions)
+
+    async def verify(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: list[tuple[str, int]]
+    ) -> Error | dict[tuple[str, int], Error | None]:
+        """A partition leader asks the transactional id's coordinator whether ``partitions`` are
+        in the producer's ongoing transaction: this broker's coordinator directly, another's
+        with AddPartitionsToTxn v4 (VerifyOnly) over the broker channel."""
+        cluster = self.cluster
+        if cluster is None:
+            return self.verify_here(transactional_id, producer_id, producer_epoch, partitions)
+        count = cluster.topic_partitions()
+        if count is None:
+            return Error(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{TRANSACTION_STATE_TOPIC} does not exist")
+        partition = partition_for(transactional_id, count)
+        view = cluster.cache.partition(TRANSACTION_STATE_TOPIC, partition)
+        if view is None or not view.online:
+            return Error(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{TRANSACTION_STATE_TOPIC}-{partition} has no leader")
+        if view.leader == self.config.node_id:
+            return self.verify_here(transactional_id, producer_id, producer_epoch, partitions)
+        channel = self.markers.channel
+        assert channel is not None  # (a cluster member has one)
+        by_topic: dict[str, list[int]] = {}
+        for topic, p in partitions:
+            by_topic.setdefault(topic, []).append(p)
+        values = {
+            "transactions": [
+                {
+                    "transactional_id": transactional_id,
+                    "producer_id": producer_id,
+                    "producer_epoch": producer_epoch,
+                    "verify_only": True,
+                    "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()],
+                }
+            ]
+        }
+        try:
+            body = await channel.call(view.leader, ApiKey.ADD_PARTITIONS_TO_TXN, VERIFY_VERSION, values)
+        except BrokerUnavailableError as exc:
+            return Error(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"coordinator broker {view.leader}: {exc}")
+        if body.error_code:
+            return Error(ErrorCode(int(body.error_code)), "the coordinator refused the verification")
+        answers: dict[tuple[str, int], Error | None] = {}
+        for result in body.results_by_transaction:
+            for t in result.topic_results:
+                for r in t.results_by_partition:
+                    code = ErrorCode(int(r.partition_error_code))
+                    answers[(t.name, int(r.partition_index))] = (
+                        None
+                        if code == ErrorCode.NONE
+                        else Error(code, f"coordinator broker {view.leader}: {code.name}")
+                    )
+        missing = [tp for tp in partitions if tp not in answers]
+        if missing:
+            return Error(ErrorCode.UNKNOWN_SERVER_ERROR, f"the coordinator did not answer for {missing}")
+        return answers
+
     # -- timers --------------------------------------------------------------------------------
 
     async def _poll_task(self) -> None:
@@ -476,6 +547,25 @@ class TransactionApis:
             )
 
         wanted = [(t.name, p) for t in request.topics for p in t.partitions]
+        if request.verify_only:
+            # A partition leader's question (KIP-890 part 1), as Kafka authorizes broker requests.
+            if not self.authz.cluster(ctx, Op.CLUSTER_ACTION):
+                return answer(
+                    dict.fromkeys(
+                        wanted,
+                        (ErrorCode.CLUSTER_AUTHORIZATION_FAILED, f"{ctx.principal} may not verify transactions"),
+                    )
+                )
+            verified = (
+                self.service.verify_here(request.transactional_id, request.producer_id, request.producer_epoch, wanted)
+                if self.service is not None
+                else Error(ErrorCode.COORDINATOR_NOT_AVAILABLE, _NOT_AVAILABLE)
+            )
+            if isinstance(verified, dict):
+                return answer(
+                    {tp: (ErrorCode.NONE, None) if e is None else (e.code, e.message) for tp, e in verified.items()}
+                )
+            return answer(dict.fromkeys(wanted, (verified.code, verified.message)))
         denied = self._denied(ctx, request.transactional_id, Op.WRITE)
         if denied is not None:
             return answer(dict.fromkeys(wanted, (denied["error_code"], denied["error_message"])))

@@ -421,9 +421,9 @@ class Log:
     def maybe_start_txn_verification(self, producer_id: int) -> VerificationGuard:
         """KIP-890 part 1: the guard to append ``producer_id``'s transactional batch with, once
         its transaction coordinator confirmed this partition is in the transaction
-        (NO_VERIFICATION_NEEDED: its transaction is already open here)."""
-        with self._lock:
-            return self.producer_state_manager.maybe_start_verification(producer_id)
+        (NO_VERIFICATION_NEEDED: its transaction is already open here). Without the log's lock:
+        the event loop asks, and the append re-checks the guard under the lock."""
+        return self.producer_state_manager.maybe_start_verification(producer_id)
 
     def append_as_leader(
         self,

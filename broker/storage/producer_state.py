@@ -720,10 +720,9 @@ class ProducerStateManager:
         entry = self.producers.get(producer_id)
         if entry is not None and entry.current_txn_first_offset >= 0:
             return NO_VERIFICATION_NEEDED
-        guard = self.verification_guards.get(producer_id)
-        if guard is None:
-            guard = self.verification_guards[producer_id] = VerificationGuard()
-        return guard
+        # setdefault: atomic, so the request handler may call this without the log's lock (the
+        # append checks the guard under the lock, which is what makes it safe).
+        return self.verification_guards.setdefault(producer_id, VerificationGuard())
 
     def check_verification(
         self, producer_id: int, guard: VerificationGuard, is_transactional: bool, partition: str = ""

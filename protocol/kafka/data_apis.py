@@ -64,6 +64,7 @@ def produce_to_internal(req: KafkaRequest, ctx: KafkaContext):
         acks=acks,
         timeout_ms=max(0, millis(body.timeout, 0)),
         topics=tuple(topics),
+        transactional_id=body.transactional_id,
     )
 
 

@@ -2,8 +2,9 @@
 protocol's: AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit, WriteTxnMarkers,
 DescribeTransactions, ListTransactions and DescribeProducers.
 
-The versions served are the clients' (AddPartitionsToTxn up to v3: v4 and later batch several
-transactions for Kafka's brokers) of Kafka's transaction version 1: EndTxn up to v4, whose
+The versions served are the clients' (AddPartitionsToTxn up to v3; v4 and v5 batch several
+transactions for brokers, whose partition leaders verify with them) of Kafka's transaction
+version 1: EndTxn up to v4, whose
 answer carries no new epoch. A Kafka client therefore keeps one epoch across its transactions,
 as against Kafka without KIP-890's second part; triolog's own client gets an epoch per
 transaction (docs/transactions.md). WriteTxnMarkers is v1 and v2 (Kafka 4 removed v0; v2 carries
@@ -39,7 +40,21 @@ def _top_level_error(req: KafkaRequest, ctx: KafkaContext, code: int, message: s
 
 
 def add_partitions_to_internal(req: KafkaRequest, ctx: KafkaContext):
+    """v3 and below: a client's one transaction; v4 and above: a broker's batch of them (each
+    answered as its own internal request), VerifyOnly for KIP-890's verification."""
     body = req.body
+    if req.version >= 4:
+        return [
+            m.AddPartitionsToTxnRequest(
+                **_envelope(req),
+                transactional_id=txn.transactional_id,
+                producer_id=txn.producer_id,
+                producer_epoch=txn.producer_epoch,
+                topics=tuple(m.TxnTopic(name=t.name, partitions=tuple(t.partitions)) for t in txn.topics),
+                verify_only=txn.verify_only,
+            )
+            for txn in body.transactions
+        ]
     return m.AddPartitionsToTxnRequest(
         **_envelope(req),
         transactional_id=body.v3_and_below_transactional_id,
@@ -59,14 +74,44 @@ def _partition_results(topics, code_key: str) -> list[dict[str, Any]]:
     ]
 
 
-def add_partitions_to_kafka(response: m.AddPartitionsToTxnResponse, req: KafkaRequest, ctx: KafkaContext):
+def add_partitions_to_kafka(response, req: KafkaRequest, ctx: KafkaContext):
+    if req.version >= 4:
+        return _body(
+            req,
+            {
+                "error_code": 0,
+                "results_by_transaction": [
+                    {
+                        "transactional_id": txn.transactional_id,
+                        "topic_results": _partition_results(
+                            answer.topics
+                            if not answer.error_code
+                            else [
+                                m.TxnTopicResult(
+                                    name=t.name,
+                                    partitions=tuple(
+                                        m.TxnPartitionResult(partition=p, error_code=answer.error_code)
+                                        for p in t.partitions
+                                    ),
+                                )
+                                for t in txn.topics
+                            ],
+                            "partition_error_code",
+                        ),
+                    }
+                    for txn, answer in zip(req.body.transactions, response, strict=True)
+                ],
+            },
+        )
     if response.error_code:
         return add_partitions_error(req, ctx, response.error_code, response.error_message or "")
     return _body(req, {"results_by_topic_v3_and_below": _partition_results(response.topics, "partition_error_code")})
 
 
 def add_partitions_error(req: KafkaRequest, ctx: KafkaContext, code: int, message: str):
-    """A whole-request refusal: Kafka gives it in every partition."""
+    """A whole-request refusal: Kafka gives it in every partition (v4 and above: at the top)."""
+    if req.version >= 4:
+        return _body(req, {"error_code": code, "results_by_transaction": []})
     return _body(
         req,
         {
@@ -365,7 +410,7 @@ ADAPTERS = by_key(
     Adapter(
         ApiKey.ADD_PARTITIONS_TO_TXN,
         0,
-        3,
+        5,
         add_partitions_to_internal,
         add_partitions_to_kafka,
         "add_partitions_to_txn",

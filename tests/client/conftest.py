@@ -35,6 +35,17 @@ def no_autocreate_broker(tmp_path_factory) -> InProcessBroker:
     broker.stop()
 
 
+@pytest.fixture(scope="session")
+def unverified_broker(tmp_path_factory) -> InProcessBroker:
+    """A broker that does not verify transactional batches with the coordinator (Kafka before
+    3.6, or transaction.partition.verification.enable=false): where hanging transactions come
+    from, for the tests of the tools that end them."""
+    broker = InProcessBroker(tmp_path_factory.mktemp("unverified-broker") / "data",
+                             ("transaction.partition.verification.enable=false",)).start()
+    yield broker
+    broker.stop()
+
+
 @pytest.fixture
 def broker_factory_port(tmp_path):
     """(start, port): a free port now, and ``start(process=False)`` that starts a broker on it later."""

@@ -10,10 +10,11 @@ import time
 import pytest
 
 from tests.txn_reading import committed_values
-from triolog.client import Consumer, NewTopic, Producer
+from triolog.client import AdminClient, Consumer, NewTopic, Producer
 from triolog.client.errors import ProducerFencedError, TransactionAbortedError, TransactionStateError
 from triolog.client.transactions import ConsumerGroupMetadata, TxnState
 from triolog.protocol import messages as m
+from triolog.protocol.errors import ErrorCode
 
 
 def read_committed(broker, topic: str, partitions: int = 1) -> list[bytes]:
@@ -261,32 +262,74 @@ def test_the_transactions_cli_lists_describes_and_aborts_a_hanging_transaction(b
                        "--isolation-level", "read_committed", "--timeout-ms", "500")
     assert consumed.stdout == b"open\n"
 
-    # A hanging transaction: a producer's transactional batch its coordinator never heard of
-    # (an idempotent producer id, no add_partitions_to_txn) holds the last stable offset ...
-    import time
 
+def _raw_transactional_produce(wire, topic: str, pid: int, epoch: int, value: bytes,
+                               transactional_id: str | None) -> int:
     from triolog.protocol.records import build_batch
 
-    wire = broker.client()
-    pid = wire.call(m.InitProducerIdRequest(id=wire.next_id()))["producer_id"]
-    batch = build_batch([(None, b"hanging", int(time.time() * 1000), ())], producer_id=pid, producer_epoch=0,
+    batch = build_batch([(None, value, int(time.time() * 1000), ())], producer_id=pid, producer_epoch=epoch,
                         base_sequence=0, is_transactional=True)
-    wire.call(m.ProduceRequest(id=wire.next_id(), acks=-1, timeout_ms=5000, topics=(
-        m.ProduceTopic(name=topic, partitions=(m.ProducePartition(partition=0, records=batch),)),)))
+    return wire.call(m.ProduceRequest(id=wire.next_id(), acks=-1, timeout_ms=5000, topics=(
+        m.ProduceTopic(name=topic, partitions=(m.ProducePartition(partition=0, records=batch),)),),
+        transactional_id=transactional_id))["topics"][0]["partitions"][0]["error_code"]
+
+
+def test_a_batch_for_a_partition_never_added_is_refused_not_left_hanging(broker, bootstrap, admin, topic):
+    """KIP-890 part 1: a buggy producer that skips add_partitions_to_txn gets INVALID_TXN_STATE
+    from the partition leader, which asked the coordinator; no transaction is left open to hold
+    read_committed consumers back. A transactional batch must name its transactional id."""
+    admin.create_topics([NewTopic(topic, 1, 1)])
+    wire = broker.client()
+    try:
+        for _ in range(200):  # (the first use creates and loads __transaction_state)
+            init = wire.call(m.InitProducerIdRequest(id=wire.next_id(), transactional_id=f"{topic}-tx",
+                                                   transaction_timeout_ms=60_000))
+            if init["error_code"] != ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
+                break
+            time.sleep(0.02)
+        assert init["error_code"] == 0, init
+        pid, epoch = init["producer_id"], init["producer_epoch"]
+        assert _raw_transactional_produce(wire, topic, pid, epoch, b"never added", f"{topic}-tx") == \
+            ErrorCode.INVALID_TXN_STATE
+        assert _raw_transactional_produce(wire, topic, pid, epoch, b"no id", None) == \
+            ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        assert _raw_transactional_produce(wire, topic, pid, epoch, b"not its id", f"{topic}-other") == \
+            ErrorCode.INVALID_PRODUCER_ID_MAPPING
+    finally:
+        wire.close()
+    with Producer(bootstrap) as plain:
+        plain.send(topic, b"behind").get(5)
+    assert read_committed_end(bootstrap, topic) == 1, "nothing hangs: only the plain record is in the log"
+    assert read_committed(broker, topic) == [b"behind"]
+
+
+def test_the_transactions_cli_aborts_a_hanging_transaction(unverified_broker, topic):
+    """Without verification (a broker configured as Kafka before 3.6), a producer's transactional
+    batch its coordinator never heard of holds the last stable offset until kafka-transactions.sh's
+    abort, by the transaction's start offset, ends it."""
+    from triolog.testing import run_cli
+
+    bootstrap = f"127.0.0.1:{unverified_broker.port}"
+    with AdminClient(bootstrap) as admin:
+        admin.create_topics([NewTopic(topic, 1, 1)])
+    with Producer(bootstrap) as plain:
+        plain.send(topic, b"before").get(5)
+    wire = unverified_broker.client()
+    pid = wire.call(m.InitProducerIdRequest(id=wire.next_id()))["producer_id"]
+    assert _raw_transactional_produce(wire, topic, pid, 0, b"hanging", "any") == 0
     wire.close()
     with Producer(bootstrap) as plain:
         plain.send(topic, b"behind").get(5)
-    assert read_committed_end(bootstrap, topic) == 2
-    # ... until kafka-transactions.sh's abort, by the transaction's start offset.
+    assert read_committed_end(bootstrap, topic) == 1
     aborted = run_cli("transactions", "--bootstrap-server", bootstrap, "--abort", "--topic", topic,
-                      "--partition", "0", "--start-offset", "2")
+                      "--partition", "0", "--start-offset", "1")
     assert aborted.code == 0, aborted.stderr
-    assert read_committed_end(bootstrap, topic) == 5
+    assert read_committed_end(bootstrap, topic) == 4
     consumed = run_cli("consume", "--bootstrap-server", bootstrap, "--topic", topic, "--from-beginning",
                        "--isolation-level", "read_committed", "--timeout-ms", "500")
-    assert consumed.stdout == b"open\nbehind\n"
+    assert consumed.stdout == b"before\nbehind\n"
     missing = run_cli("transactions", "--bootstrap-server", bootstrap, "--abort", "--topic", topic,
-                      "--partition", "0", "--start-offset", "2")
+                      "--partition", "0", "--start-offset", "1")
     assert missing.code == 1 and "no open transaction" in missing.stderr
 
 
@@ -320,27 +363,25 @@ def test_a_failed_send_makes_the_transaction_abortable_and_abort_recovers(broker
     assert read_committed(broker, topic) == [b"committed"]
 
 
-def test_admin_describes_producers_and_aborts_a_hanging_transaction_by_producer(broker, bootstrap, admin, topic):
+def test_admin_describes_producers_and_aborts_a_hanging_transaction_by_producer(unverified_broker, topic):
     """kafka-transactions.sh abort's other form: the producer id, epoch and coordinator epoch
     (from describe-producers) instead of the start offset."""
     import json
 
     from triolog.client import TopicPartition
-    from triolog.protocol.records import build_batch
     from triolog.testing import run_cli
 
+    bootstrap = f"127.0.0.1:{unverified_broker.port}"
+    admin = AdminClient(bootstrap)
     admin.create_topics([NewTopic(topic, 1, 1)])
     with Producer(bootstrap, linger_ms=1) as plain:
         plain.send(topic, b"before").get(5)
-    wire = broker.client()
+    wire = unverified_broker.client()
     pid = wire.call(m.InitProducerIdRequest(id=wire.next_id()))["producer_id"]
-    batch = build_batch([(None, b"hanging", int(time.time() * 1000), ())], producer_id=pid, producer_epoch=0,
-                        base_sequence=0, is_transactional=True)
-    assert wire.call(m.ProduceRequest(id=wire.next_id(), acks=-1, timeout_ms=5000, topics=(
-        m.ProduceTopic(name=topic, partitions=(m.ProducePartition(partition=0, records=batch),)),)),
-    )["topics"][0]["partitions"][0]["error_code"] == 0
+    assert _raw_transactional_produce(wire, topic, pid, 0, b"hanging", "any") == 0
     wire.close()
     described = admin.describe_producers([(topic, 0)])[TopicPartition(topic, 0)]
+    admin.close()
     (hanging,) = [p for p in described if p.producer_id == pid]
     assert (hanging.producer_epoch, hanging.current_transaction_start_offset) == (0, 1)
     assert read_committed_end(bootstrap, topic) == 1

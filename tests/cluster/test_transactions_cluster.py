@@ -53,3 +53,60 @@ def test_a_transaction_spans_brokers_and_survives_its_coordinators_loss(start_br
         survivors = [b.bootstrap for node, b in brokers.items() if node != coordinator]
         values = _read_committed(survivors, "t", 3, 18)
         assert sorted(values) == sorted([b"first-%d" % n for n in range(9)] + [b"second-%d" % n for n in range(9)])
+
+
+def test_a_partition_leader_verifies_a_batch_with_a_coordinator_on_another_broker(start_brokers):
+    """KIP-890 part 1 across brokers: the leader of a partition asks the transactional id's
+    coordinator, another broker, over the broker channel (AddPartitionsToTxn v4, VerifyOnly)
+    before a producer's first batch there; a partition never added is refused."""
+    import trio
+
+    from triolog.protocol import messages as m
+    from triolog.protocol.errors import ErrorCode
+    from triolog.protocol.records import build_batch
+
+    from tests.server.inprocess import Client
+
+    brokers = start_brokers((1, 2), "transaction.state.log.num.partitions=1",
+                            "transaction.state.log.replication.factor=2", "transaction.state.log.min.isr=1")
+    bootstrap = [b.bootstrap for b in brokers.values()]
+    with Producer(bootstrap, transactional_id="tx", linger_ms=1) as producer:
+        producer.init_transactions()  # (creates __transaction_state)
+    with AdminClient(bootstrap) as admin:
+        coordinator = admin.describe_topics(["__transaction_state"])["__transaction_state"].partitions[0].leader
+        other = next(node for node in brokers if node != coordinator)
+        admin.create_topics([NewTopic("t", replica_assignment=((other,), (other,)))])
+        wait_until(lambda: all(p.leader == other for p in admin.describe_topics(["t"])["t"].partitions))
+
+    async def exchange(broker, *requests_of):
+        client = await Client.connect(int(broker.bootstrap.rsplit(":", 1)[1]))
+        try:
+            return [await client.call(request_of(client)) for request_of in requests_of]
+        finally:
+            await client.aclose()
+
+    def produce(client, partition, pid, epoch):
+        batch = build_batch([(None, b"v", int(time.time() * 1000), ())], producer_id=pid, producer_epoch=epoch,
+                            base_sequence=0, is_transactional=True)
+        return m.ProduceRequest(id=client.next_id(), acks=-1, timeout_ms=10_000, transactional_id="tx", topics=(
+            m.ProduceTopic(name="t", partitions=(m.ProducePartition(partition=partition, records=batch),)),))
+
+    (init,) = trio.run(exchange, brokers[coordinator], lambda c: m.InitProducerIdRequest(
+        id=c.next_id(), transactional_id="tx", transaction_timeout_ms=60_000))
+    pid, epoch = init["producer_id"], init["producer_epoch"]
+    (added,) = trio.run(exchange, brokers[coordinator], lambda c: m.AddPartitionsToTxnRequest(
+        id=c.next_id(), transactional_id="tx", producer_id=pid, producer_epoch=epoch,
+        topics=(m.TxnTopic(name="t", partitions=(0,)),)))
+    assert added["topics"][0]["partitions"][0]["error_code"] == 0
+    for _ in range(100):  # (until the leader has taken both partitions over)
+        never_added, in_txn = trio.run(exchange, brokers[other], lambda c: produce(c, 1, pid, epoch),
+                                       lambda c: produce(c, 0, pid, epoch))
+        codes = {never_added["topics"][0]["partitions"][0]["error_code"],
+                 in_txn["topics"][0]["partitions"][0]["error_code"]}
+        if ErrorCode.NOT_LEADER_OR_FOLLOWER not in codes:
+            break
+        time.sleep(0.05)
+    assert never_added["topics"][0]["partitions"][0]["error_code"] == ErrorCode.INVALID_TXN_STATE
+    assert in_txn["topics"][0]["partitions"][0]["error_code"] == 0
+    (stale,) = trio.run(exchange, brokers[other], lambda c: produce(c, 1, pid, epoch + 5))
+    assert stale["topics"][0]["partitions"][0]["error_code"] == ErrorCode.INVALID_PRODUCER_EPOCH

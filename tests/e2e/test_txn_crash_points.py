@@ -54,7 +54,8 @@ def _run_transaction(broker: BrokerProcess, committed: bool) -> int:
         batch = build_batch([(b"k", b"v%d" % partition, int(time.time() * 1000), ())], producer_id=pid,
                             producer_epoch=epoch, base_sequence=0, is_transactional=True)
         doc = client.call(m.ProduceRequest(id=client.next_id(), acks=-1, timeout_ms=10000, topics=(
-            m.ProduceTopic(name="t", partitions=(m.ProducePartition(partition=partition, records=batch),)),)))
+            m.ProduceTopic(name="t", partitions=(m.ProducePartition(partition=partition, records=batch),)),),
+            transactional_id="tx"))
         assert doc["topics"][0]["partitions"][0]["error_code"] == 0
     try:
         client.call(m.EndTxnRequest(id=client.next_id(), transactional_id="tx", producer_id=pid,

@@ -161,8 +161,8 @@ def slowing_inline_appends(handler, fake: FakeMeter, **attempt) -> None:
     """Every inline append of ``handler`` takes what ``attempt`` says (FakeMeter.slow_attempt)."""
     real_append = handler._produce_rows
 
-    def slow_inline(request, ctx, done, inline):
-        real_append(request, ctx, done, inline)
+    def slow_inline(request, ctx, done, inline, verified=None):
+        real_append(request, ctx, done, inline, verified)
         if inline:
             fake.slow_attempt(**attempt)
 

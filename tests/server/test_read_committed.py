@@ -19,6 +19,10 @@ from tests.kafka.kafka_wire import connect, decode_response, encode_request, rea
 from .inprocess import Client, running_broker
 
 
+#: These tests write markers themselves, with no transaction coordinator behind the batches.
+NO_VERIFICATION = {"transaction_partition_verification_enable": "false"}
+
+
 async def _producer_id(client: Client) -> int:
     answer = await client.call(m.InitProducerIdRequest(id=client.next_id()))
     assert answer["error_code"] == 0
@@ -31,7 +35,8 @@ async def _produce(client: Client, topic: str, values, *, pid: int = -1, sequenc
     batch = build_batch([(b"k", v, now, ()) for v in values], producer_id=pid, producer_epoch=0 if pid >= 0 else -1,
                         base_sequence=sequence, is_transactional=transactional)
     doc = await client.call(m.ProduceRequest(id=client.next_id(), acks=1, timeout_ms=30_000, topics=(
-        m.ProduceTopic(name=topic, partitions=(m.ProducePartition(partition=0, records=batch),)),)))
+        m.ProduceTopic(name=topic, partitions=(m.ProducePartition(partition=0, records=batch),)),),
+        transactional_id="tx" if transactional else None))
     return doc["topics"][0]["partitions"][0]
 
 
@@ -71,7 +76,7 @@ async def _write_transactions(client: Client, server, topic: str) -> tuple[int, 
 
 
 async def test_read_committed_fetch_stops_at_the_lso_and_lists_the_aborted_transactions(tmp_path):
-    async with running_broker(tmp_path) as (server, port):
+    async with running_broker(tmp_path, **NO_VERIFICATION) as (server, port):
         client = await Client.connect(port)
         a, _ = await _write_transactions(client, server, "txn")
         uncommitted = await _fetch(client, "txn", 0)
@@ -105,7 +110,7 @@ async def test_read_committed_on_the_kafka_listener_with_sendfile(tmp_path, monk
         return n
 
     monkeypatch.setattr(os, "sendfile", counting_sendfile)
-    async with running_broker(tmp_path, kafka_listeners="PLAINTEXT://127.0.0.1:0") as (server, port):
+    async with running_broker(tmp_path, kafka_listeners="PLAINTEXT://127.0.0.1:0", **NO_VERIFICATION) as (server, port):
         client = await Client.connect(port)
         a, _ = await _write_transactions(client, server, "ktxn")
         address = f"127.0.0.1:{server.kafka_context.port}"

@@ -56,7 +56,8 @@ class TxnProducer:
         batch = build_batch([(b"k", v, int(time.time() * 1000), ()) for v in values], producer_id=self.producer_id,
                             producer_epoch=self.epoch, base_sequence=sequence, is_transactional=True)
         doc = await self.client.call(m.ProduceRequest(id=self.client.next_id(), acks=-1, timeout_ms=30000, topics=(
-            m.ProduceTopic(name=topic, partitions=(m.ProducePartition(partition=partition, records=batch),)),)))
+            m.ProduceTopic(name=topic, partitions=(m.ProducePartition(partition=partition, records=batch),)),),
+            transactional_id=self.transactional_id))
         code = doc["topics"][0]["partitions"][0]["error_code"]
         if code == 0:
             self.sequences[(topic, partition)] = sequence + len(values)

@@ -322,6 +322,33 @@ def test_tv1_a_fence_whose_abort_was_not_written_spends_no_second_epoch():
     assert call.producer_epoch == r.producer_epoch + 1
 
 
+def test_verify_only_says_which_partitions_are_in_the_ongoing_transaction():
+    """KIP-890 part 1: what a partition leader asks before a producer's first batch there."""
+    h = Harness()
+    c = h.coordinator
+    r = h.init()
+    pid, epoch = r.producer_id, r.producer_epoch
+    codes = lambda answer: {tp: None if e is None else e.code for tp, e in answer.items()}  # noqa: E731
+    assert codes(c.verify_partitions(TX, pid, epoch, [("t", 0)])) == {("t", 0): ErrorCode.INVALID_TXN_STATE}
+    h.add(pid, epoch, ("t", 0), tv=2)
+    assert codes(c.verify_partitions(TX, pid, epoch, [("t", 0), ("t", 1)])) == {
+        ("t", 0): None, ("t", 1): ErrorCode.INVALID_TXN_STATE}
+    assert c.verify_partitions(TX, pid, epoch - 1 if epoch else epoch + 5, [("t", 0)]).code == ErrorCode.PRODUCER_FENCED
+    assert c.verify_partitions(TX, pid + 1, epoch, [("t", 0)]).code == ErrorCode.INVALID_PRODUCER_ID_MAPPING
+    assert c.verify_partitions("other", pid, epoch, [("t", 0)]).code == ErrorCode.INVALID_PRODUCER_ID_MAPPING
+    assert c.verify_partitions("", pid, epoch, [("t", 0)]).code == ErrorCode.INVALID_REQUEST
+    h.ports.hold = True
+    h.end(pid, epoch, committed=True, tv=2)  # Prepare* being written
+    assert c.verify_partitions(TX, pid, epoch, [("t", 0)]).code == ErrorCode.CONCURRENT_TRANSACTIONS
+    h.ports.hold = False
+    h.ports.release()
+    h.ports.deliver()
+    assert codes(c.verify_partitions(TX, pid, epoch + 1, [("t", 0)])) == {("t", 0): ErrorCode.INVALID_TXN_STATE}, \
+        "ended: the next transaction has not added it"
+    c.unload_partition(0)
+    assert c.verify_partitions(TX, pid, epoch + 1, [("t", 0)]).code == ErrorCode.NOT_COORDINATOR
+
+
 def test_idle_ids_expire_with_a_tombstone_but_not_with_a_transaction_open():
     h = Harness(id_expiration_ms=10_000)
     r = h.init()

@@ -20,6 +20,9 @@ def values_of(records: bytes) -> list[bytes]:
     return [r.value for b in iter_batches(records) if not b.header.is_control for r in b.records]
 
 
+#: These tests write markers themselves, with no transaction coordinator behind the batches.
+NO_VERIFICATION = {"transaction_partition_verification_enable": "false"}
+
 async def _producer_id(client: Client) -> int:
     answer = await client.call(m.InitProducerIdRequest(id=client.next_id()))
     assert answer["error_code"] == 0
@@ -32,7 +35,8 @@ async def _produce_txn(client: Client, topic: str, partition: int, values, pid: 
     batch = build_batch([(b"k", v, now, ()) for v in values], producer_id=pid, producer_epoch=epoch,
                         base_sequence=sequence, is_transactional=True)
     doc = await client.call(m.ProduceRequest(id=client.next_id(), acks=-1, timeout_ms=30_000, topics=(
-        m.ProduceTopic(name=topic, partitions=(m.ProducePartition(partition=partition, records=batch),)),)))
+        m.ProduceTopic(name=topic, partitions=(m.ProducePartition(partition=partition, records=batch),)),),
+        transactional_id="tx"))
     return doc["topics"][0]["partitions"][0]
 
 
@@ -60,7 +64,7 @@ async def _read_committed(client: Client, topic: str, partition: int) -> dict:
 
 
 async def test_markers_decide_a_transaction_on_every_partition_named(tmp_path):
-    async with running_broker(tmp_path) as (_, port):
+    async with running_broker(tmp_path, **NO_VERIFICATION) as (_, port):
         client = await Client.connect(port)
         await client.create("t", partitions=2)
         a, b = await _producer_id(client), await _producer_id(client)
@@ -85,7 +89,7 @@ async def test_markers_decide_a_transaction_on_every_partition_named(tmp_path):
 
 
 async def test_a_refused_marker_fails_its_partition_only(tmp_path):
-    async with running_broker(tmp_path) as (_, port):
+    async with running_broker(tmp_path, **NO_VERIFICATION) as (_, port):
         client = await Client.connect(port)
         await client.create("t", partitions=3)
         a = await _producer_id(client)
@@ -113,7 +117,7 @@ async def test_a_refused_marker_fails_its_partition_only(tmp_path):
 
 
 async def test_describe_producers_shows_an_open_transaction(tmp_path):
-    async with running_broker(tmp_path) as (_, port):
+    async with running_broker(tmp_path, **NO_VERIFICATION) as (_, port):
         client = await Client.connect(port)
         await client.create("t")
         await client.produce("t", [b"plain"])

@@ -479,6 +479,39 @@ class TransactionCoordinator:
         transit = metadata.prepare_add_partitions(added, self.now(), transaction_version)
         self._write(partition, owned.coordinator_epoch, metadata, transit, respond)
 
+    def verify_partitions(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Iterable[TopicPartition]
+    ) -> Error | dict[TopicPartition, Error | None]:
+        """KIP-890 part 1: a partition leader asks, before a producer's first transactional batch
+        there, whether the partition is in the producer's ongoing transaction (Kafka's
+        AddPartitionsToTxn with VerifyOnly). Answered at once from memory: an error for the whole
+        request, or per partition None (it is) or INVALID_TXN_STATE (it is not)."""
+        if not transactional_id:
+            return _error(ErrorCode.INVALID_REQUEST, "empty transactional_id")
+        error, _, owned = self._owned(transactional_id)
+        if owned is None:
+            assert error is not None
+            return error
+        metadata = owned.transactions.get(transactional_id)
+        if metadata is None:
+            return _error(ErrorCode.INVALID_PRODUCER_ID_MAPPING, f"transactional id {transactional_id!r} is unknown")
+        error = self._check_producer(metadata, producer_id, producer_epoch)
+        if error is not None:
+            return error
+        if metadata.pending or metadata.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
+            return self._concurrent(metadata)
+        ongoing = metadata.state == S.ONGOING
+        return {
+            tp: None
+            if ongoing and tp in metadata.partitions
+            else _error(
+                ErrorCode.INVALID_TXN_STATE,
+                f"{tp[0]}-{tp[1]} is not in {transactional_id!r}'s transaction "
+                f"({metadata.state.kafka_name}): add_partitions_to_txn first",
+            )
+            for tp in partitions
+        }
+
     # -- EndTxn --------------------------------------------------------------------------------
 
     def handle_end_txn(
