@@ -17,6 +17,8 @@ several brokers in one process, as in tests, do not collide):
   triolog_log_high_watermark     gauge   offset up to which records are acknowledged/visible
   triolog_log_recovery_point     gauge   offset up to which the log is flushed to disk
   triolog_log_producer_ids       gauge   idempotent producer ids the partition remembers
+  triolog_log_last_stable_offset gauge   offset up to which read_committed consumers read
+                                         (the first offset of the oldest open transaction)
   triolog_log_duplicate_batches_total
                                  counter idempotent batches answered as duplicates (retries
                                          after a lost response: nothing appended)
@@ -147,6 +149,18 @@ several brokers in one process, as in tests, do not collide):
                                             histogram offset_commit request to durable answer
   ========================================= ========= =========================================
 
+* **Transactions**, read from the transaction coordinator at scrape time by
+  :class:`TransactionMetrics`:
+
+  ========================================= ========= =========================================
+  triolog_transactions                      gauge     by ``state``: transactional ids coordinated
+  triolog_transaction_timed_out_aborts_total
+                                            counter   transactions aborted past their timeout
+  triolog_transaction_markers_in_flight     gauge     transactions whose markers are being written
+  triolog_transaction_verifications_total   counter   by ``result`` (verified, refused,
+                                                      unavailable): KIP-890 verifications
+  ========================================= ========= =========================================
+
 * **Cluster**, with ``zookeeper.connect`` (Kafka's ReplicaManager and KafkaController meters),
   read at scrape time from the broker's replica manager and controller by :class:`ClusterMetrics`
   (no series on a standalone broker):
@@ -216,6 +230,7 @@ __all__ = [
     "BrokerMetrics",
     "ClusterMetrics",
     "GroupMetrics",
+    "TransactionMetrics",
     "LogCollector",
     "MetricsEndpoint",
     "ServerMetrics",
@@ -523,6 +538,10 @@ class LogCollector(Collector):
         ("triolog_log_high_watermark", "Offset up to which the partition's records are visible to consumers."),
         ("triolog_log_recovery_point", "Offset up to which the partition's log is flushed to disk."),
         ("triolog_log_producer_ids", "Idempotent producer ids the partition remembers (not yet expired)."),
+        (
+            "triolog_log_last_stable_offset",
+            "Offset up to which read_committed consumers read (below the oldest open transaction).",
+        ),
     )
 
     def __init__(self, log_manager: LogManager):
@@ -635,6 +654,7 @@ class LogCollector(Collector):
                     log.high_watermark,
                     log.recovery_point,
                     len(log.producer_state_manager.producers),
+                    log.last_stable_offset,
                 )
                 # .get per known reason: iterating the Counter could meet a key added concurrently.
                 rolls = tuple(log.roll_counts.get(reason, 0) for reason in ROLL_REASONS)
@@ -813,6 +833,68 @@ class GroupMetrics(Collector):
         return families
 
 
+class TransactionMetrics(Collector):
+    """The transaction coordinator's series, from its in-memory state at scrape time (as
+    GroupMetrics reads the groups), and the partition leaders' verification counts."""
+
+    def __init__(self, registry: CollectorRegistry):
+        self._service = lambda: None
+        registry.register(self)
+
+    def watch(self, service) -> None:
+        """``service``: () -> the TransactionService, or None while there is none."""
+        self._service = service
+
+    def describe(self) -> Iterable[Metric]:
+        return self._families()
+
+    def _families(self) -> list[Metric]:
+        return [
+            GaugeMetricFamily(
+                "triolog_transactions", "Transactional ids this broker coordinates, by state.", labels=("state",)
+            ),
+            CounterMetricFamily(
+                "triolog_transaction_timed_out_aborts", "Transactions aborted past their transaction_timeout_ms."
+            ),
+            GaugeMetricFamily(
+                "triolog_transaction_markers_in_flight", "Transactions whose COMMIT/ABORT markers are being written."
+            ),
+            CounterMetricFamily(
+                "triolog_transaction_verifications",
+                "Partition leaders' verifications of a producer's first transactional batch (KIP-890), by result.",
+                labels=("result",),
+            ),
+        ]
+
+    def collect(self) -> Iterable[Metric]:
+        families = self._families()
+        service = self._service()
+        if service is None:
+            return families
+        states, timed_out, in_flight, verifications = families
+        for result, count in sorted(service.verifications.items()):
+            verifications.add_metric([result], count)
+        in_flight.add_metric([], service.markers.in_flight)
+        coordinator = service.coordinator
+        if coordinator is None:
+            return families
+        timed_out.add_metric([], coordinator.timed_out_aborts)
+        counts: dict[str, int] = {}
+        for _ in range(_READ_ATTEMPTS):
+            try:
+                counts = {}
+                for owned in list(coordinator.partitions.values()):
+                    for metadata in list(owned.transactions.values()):
+                        name = metadata.state.kafka_name
+                        counts[name] = counts.get(name, 0) + 1
+                break
+            except RuntimeError:  # (changed under the read: read again)
+                continue
+        for state, count in sorted(counts.items()):
+            states.add_metric([state], count)
+        return families
+
+
 class ClusterMetrics(Collector):
     """The cluster's series, from the replica manager and controller at scrape time (none until
     ``watch`` gives them: a standalone broker has neither)."""
@@ -921,6 +1003,7 @@ class BrokerMetrics:
         self.registry.register(LogCollector(log_manager))
         self.registry.register(CleanerCollector(log_manager))
         self.groups = GroupMetrics(self.registry, log_manager)
+        self.transactions = TransactionMetrics(self.registry)
         self.cluster = ClusterMetrics(self.registry)
         if process_collectors:
             ProcessCollector(registry=self.registry)

@@ -302,6 +302,7 @@ class BrokerServer:
                     limiter=self.limiter,
                 )
                 self.transactions = self._transaction_service()
+                self.metrics.transactions.watch(lambda: self.transactions)
                 await nursery.start(self.transactions.run)
                 self.metrics.server.watch(self)
                 async with trio.open_nursery() as connections:

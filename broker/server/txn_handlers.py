@@ -147,6 +147,10 @@ class TransactionService:
         )
         #: Seconds the last full load took (None before one ran).
         self.load_seconds: float | None = None
+        #: Partition leaders' verifications (KIP-890) by result: verified, refused (the
+        #: partition is not in the transaction, or the producer is fenced), unavailable (the
+        #: coordinator could not answer: the producer retries).
+        self.verifications: dict[str, int] = {"verified": 0, "refused": 0, "unavailable": 0}
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:

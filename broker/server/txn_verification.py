@@ -103,14 +103,14 @@ async def verify_transactional_produce(handler, request: m.ProduceRequest, ctx: 
         verified[tp] = guard
         if guard is not NO_VERIFICATION_NEEDED:
             asking.setdefault(ids, []).append(tp)
+    counts = service.verifications
     for (producer_id, epoch), partitions in asking.items():
         answer = await service.verify(transactional_id, producer_id, epoch, partitions)
-        if isinstance(answer, dict):
-            for tp in partitions:
-                error = answer.get(tp)
-                if error is not None:
-                    verified[tp] = _mapped(error.code, error.message)
-        else:
-            for tp in partitions:
-                verified[tp] = _mapped(answer.code, answer.message)
+        for tp in partitions:
+            error = answer.get(tp) if isinstance(answer, dict) else answer
+            if error is None:
+                counts["verified"] += 1
+                continue
+            verified[tp] = mapped = _mapped(error.code, error.message)
+            counts["unavailable" if mapped.code == ErrorCode.NOT_ENOUGH_REPLICAS else "refused"] += 1
     return verified

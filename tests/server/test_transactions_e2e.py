@@ -15,7 +15,7 @@ from triolog.protocol import messages as m
 from triolog.protocol.errors import ErrorCode
 from triolog.protocol.records import build_batch
 
-from .inprocess import Client, running_broker
+from .inprocess import Client, metric, running_broker, wait_until
 
 
 class TxnProducer:
@@ -172,6 +172,10 @@ async def test_stale_unknown_and_out_of_order_requests_get_kafkas_errors(tmp_pat
         stranger = TxnProducer(client, "never-initialised")
         stranger.producer_id, stranger.epoch = successor.producer_id, successor.epoch
         assert await stranger.add("t", 0) == [ErrorCode.INVALID_PRODUCER_ID_MAPPING]
+        # KIP-890 part 1: a batch for a partition its transaction never added is refused.
+        refused = metric(server, "triolog_transaction_verifications_total", result="refused")
+        assert await successor.produce("t", 0, b"never added") == ErrorCode.INVALID_TXN_STATE
+        assert metric(server, "triolog_transaction_verifications_total", result="refused") == refused + 1
         too_long = await TxnProducer(client, "greedy").init(timeout_ms=900_001)
         assert too_long["error_code"] == ErrorCode.INVALID_TRANSACTION_TIMEOUT
         # The Jepsen hazard: the previous transaction's EndTxn, delayed, meets the next one.
@@ -197,9 +201,16 @@ async def test_a_transaction_past_its_timeout_is_aborted_by_the_coordinator(tmp_
         await producer.init(timeout_ms=200)
         await producer.add("t", 0)
         assert await producer.produce("t", 0, b"never") == 0
+        assert metric(server, "triolog_log_last_stable_offset", topic="t", partition="0") == 0
+        assert metric(server, "triolog_transactions", state="Ongoing") == 1
         values, part = await until_decided(client, "t", 0)  # the coordinator's abort decides it
         assert values == [] and len(part["aborted_transactions"]) == 1
         assert (await producer.end(committed=True))["error_code"] == ErrorCode.PRODUCER_FENCED
+        assert metric(server, "triolog_transaction_timed_out_aborts_total") == 1
+        assert metric(server, "triolog_log_last_stable_offset", topic="t", partition="0") == 2
+        await wait_until(lambda: metric(server, "triolog_transactions", state="CompleteAbort") == 1)
+        assert metric(server, "triolog_transaction_markers_in_flight") == 0
+        assert metric(server, "triolog_transaction_verifications_total", result="verified") == 1
 
 
 async def test_listing_transactions_on_a_fresh_broker_creates_nothing(tmp_path):
