@@ -32,9 +32,10 @@ def kafka_bootstrap(brokers: Iterable | dict) -> str:
 
 
 @contextmanager
-def broker_processes(directory, zk_connect: str, session_ms: int, ids: Iterable[int] = (1, 2, 3)):
-    """Broker subprocesses of one cluster (Kafka listeners, followers fetching every 50 ms), by
-    id, yielded once every one is in Metadata; all killed at the end."""
+def broker_processes(directory, zk_connect: str, session_ms: int, ids: Iterable[int] = (1, 2, 3),
+                     overrides: Iterable[str] = ()):
+    """Broker subprocesses of one cluster (Kafka listeners, followers fetching every 50 ms, and
+    ``overrides``), by id, yielded once every one is in Metadata; all killed at the end."""
     from confluent_kafka.admin import AdminClient
 
     from tests.e2e.broker_process import BrokerProcess
@@ -49,6 +50,7 @@ def broker_processes(directory, zk_connect: str, session_ms: int, ids: Iterable[
                     f"zookeeper.connect={zk_connect}",
                     f"zookeeper.session.timeout.ms={session_ms}",
                     "replica.fetch.wait.max.ms=50",
+                    *overrides,
                 ),
                 kafka=True,
             ).start()

@@ -100,6 +100,7 @@ KAFKA_DEFAULTS = {
     "transaction.state.log.segment.bytes": 104857600,
     "transaction.state.log.load.buffer.size": 5242880,
     "transaction.max.timeout.ms": 900000,
+    "transaction.partition.verification.enable": True,
     "transactional.id.expiration.ms": 604800000,
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": 10000,
     "transaction.remove.expired.transaction.cleanup.interval.ms": 3600000,

@@ -37,12 +37,12 @@ def _decoded(request, body):
 
 
 def test_the_client_versions_of_kafka_transaction_version_1_are_served():
-    assert SERVED_VERSIONS[ApiKey.ADD_PARTITIONS_TO_TXN] == (0, 3)  # v4+: brokers' batched form
+    assert SERVED_VERSIONS[ApiKey.ADD_PARTITIONS_TO_TXN] == (0, 5)  # v4+: brokers' batched form (KIP-890)
     assert SERVED_VERSIONS[ApiKey.END_TXN] == (0, 4)  # v5: transaction version 2's new epoch
     assert SERVED_VERSIONS[ApiKey.WRITE_TXN_MARKERS] == (1, 2)
 
 
-@pytest.mark.parametrize("version", _versions(ApiKey.ADD_PARTITIONS_TO_TXN))
+@pytest.mark.parametrize("version", [v for v in _versions(ApiKey.ADD_PARTITIONS_TO_TXN) if v <= 3])
 def test_add_partitions_to_txn_every_version(version):
     request = _request(ApiKey.ADD_PARTITIONS_TO_TXN, version, {
         "v3_and_below_transactional_id": "tx", "v3_and_below_producer_id": 7, "v3_and_below_producer_epoch": 2,
@@ -59,6 +59,35 @@ def test_add_partitions_to_txn_every_version(version):
     decoded = _decoded(request, txn_apis.add_partitions_to_kafka(refused, request, CTX))
     (topic,) = decoded.results_by_topic_v3_and_below
     assert [int(p.partition_error_code) for p in topic.results_by_partition] == [51, 51]
+
+
+@pytest.mark.parametrize("version", [4, 5])
+def test_add_partitions_to_txn_brokers_batch_of_transactions(version):
+    """v4 and v5: a partition leader's (or a broker's) batch of transactions, each its own
+    internal request (VerifyOnly for KIP-890's verification), answered per transaction."""
+    request = _request(ApiKey.ADD_PARTITIONS_TO_TXN, version, {"transactions": [
+        {"transactional_id": "a", "producer_id": 7, "producer_epoch": 2, "verify_only": True,
+         "topics": [{"name": "t", "partitions": [0, 3]}]},
+        {"transactional_id": "b", "producer_id": 8, "producer_epoch": 0, "verify_only": False,
+         "topics": [{"name": "u", "partitions": [1]}]}]})
+    internal = txn_apis.add_partitions_to_internal(request, CTX)
+    assert internal == [
+        m.AddPartitionsToTxnRequest(id=9, client_id="cid", transactional_id="a", producer_id=7, producer_epoch=2,
+                                    topics=(m.TxnTopic(name="t", partitions=(0, 3)),), verify_only=True),
+        m.AddPartitionsToTxnRequest(id=9, client_id="cid", transactional_id="b", producer_id=8, producer_epoch=0,
+                                    topics=(m.TxnTopic(name="u", partitions=(1,)),))]
+    answers = [
+        m.AddPartitionsToTxnResponse(id=9, topics=(m.TxnTopicResult(name="t", partitions=(
+            m.TxnPartitionResult(partition=0), m.TxnPartitionResult(partition=3, error_code=ErrorCode.INVALID_TXN_STATE))),)),
+        m.AddPartitionsToTxnResponse(id=9, error_code=ErrorCode.CONCURRENT_TRANSACTIONS)]
+    decoded = _decoded(request, txn_apis.add_partitions_to_kafka(answers, request, CTX))
+    assert int(decoded.error_code) == 0
+    results = {r.transactional_id: {(t.name, p.partition_index): int(p.partition_error_code)
+                                    for t in r.topic_results for p in t.results_by_partition}
+               for r in decoded.results_by_transaction}
+    assert results == {"a": {("t", 0): 0, ("t", 3): 48}, "b": {("u", 1): 51}}
+    refused = _decoded(request, txn_apis.add_partitions_error(request, CTX, ErrorCode.CLUSTER_AUTHORIZATION_FAILED, ""))
+    assert int(refused.error_code) == 31 and refused.results_by_transaction == ()
 
 
 @pytest.mark.parametrize("version", _versions(ApiKey.ADD_OFFSETS_TO_TXN))
