@@ -131,6 +131,8 @@ class ProducerStateDescription(NamedTuple):
 
 
 #: Group-level errors that pass: the coordinator is loading or moving (retried within the timeout).
+#: A coordinated request's answers after which the coordinator is looked up again.
+_COORDINATOR_MOVED = frozenset((ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE))
 _COORDINATOR_BUSY = frozenset(
     {ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR}
 )
@@ -697,6 +699,7 @@ class AdminCore(SecurityAdminOps):
             producer_id_filters=tuple(producer_ids),
             duration_filter_ms=min_duration_ms,
         )
+        yield from self._learn_brokers_op()
         doc = yield from self._group_call_op(request)
         if doc.get("unknown_state_filters"):
             raise ValueError(f"unknown transaction states: {', '.join(doc['unknown_state_filters'])}")
@@ -704,13 +707,31 @@ class AdminCore(SecurityAdminOps):
             TransactionListing(t["transactional_id"], t["producer_id"], t["state"]) for t in doc["transactions"]
         )
 
+    def _learn_brokers_op(self) -> Op[None]:
+        """A metadata request for no topic: the connection learns every live broker, so a
+        coordinator's request can go to its coordinator (and, on a cluster, a listing to each)."""
+        yield Call(m.MetadataRequest(id=0, topics=(), allow_auto_topic_creation=False), self.timeout_s)
+
     def describe_transactions_op(self, transactional_ids) -> Op[dict[str, TransactionDescription]]:
         """Per transactional id its TransactionDescription; the first id's error is raised
         (TransactionalIdNotFoundError...)."""
-        request = m.DescribeTransactionsRequest(id=0, transactional_ids=tuple(dict.fromkeys(transactional_ids)))
-        doc = yield from self._group_call_op(request)
+        wanted = tuple(dict.fromkeys(transactional_ids))
+        answers: dict[str, dict] = {}
+        asking = wanted
+        yield from self._learn_brokers_op()
+        for attempt in range(3):
+            # Each id's coordinator first: the connection routes each id's part there.
+            for transactional_id in asking:
+                yield Call(m.FindCoordinatorRequest(id=0, key=transactional_id, key_type=1), self.timeout_s)
+            doc = yield from self._group_call_op(m.DescribeTransactionsRequest(id=0, transactional_ids=asking))
+            for t in doc["transactions"]:
+                answers[t["transactional_id"]] = t
+            asking = tuple(i for i in asking if answers.get(i, {}).get("error_code") in _COORDINATOR_MOVED)
+            if not asking:
+                break
+            yield Sleep(0.1 * (attempt + 1))
         out, errors = {}, []
-        for t in doc["transactions"]:
+        for t in (answers[i] for i in wanted if i in answers):
             if t["error_code"]:
                 errors.append(error_for(t["error_code"], t.get("error_message")))
                 continue

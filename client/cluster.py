@@ -19,6 +19,11 @@ its trio twin :class:`triolog.client.aio.AsyncClusterConnection` keep one connec
   its topic's leaders unknown (:meth:`note_response`, :meth:`note_broken`); the next request about
   it first asks a live broker for the topic's metadata, at most once per ``retry_backoff_s``
   (:meth:`refresh_due`), as Kafka's metadata updater does.
+* A request about transactional ids (describe_transactions) goes to each id's transaction
+  coordinator, as learnt from the find_coordinator answers that pass through the connection,
+  split per coordinator and merged; an id whose coordinator is not known (or answered
+  NOT_COORDINATOR) goes to any broker. list_transactions asks every broker and merges their
+  lists, as Kafka's admin client does.
 * With one broker known (a standalone broker, or a cluster with one live member) every request
   goes to the bootstrap connection: a single broker works exactly as it did before clusters.
 """
@@ -45,6 +50,24 @@ ANY: None = None
 
 #: Requests answered by each partition's leader.
 PARTITIONED = (m.ProduceRequest, m.FetchRequest, m.ListOffsetsRequest, m.DeleteRecordsRequest)
+
+#: Requests a partition leader answers that are not data requests: kafka-transactions.sh's
+#: (describe_producers; write_txn_markers, whose every partition must have one leader).
+LEADER_ADMIN = (m.DescribeProducersRequest, m.WriteTxnMarkersRequest)
+
+
+def _topic_partitions(request: m.Request) -> list[tuple[str, int]]:
+    """The partitions a leader-answered request is about."""
+    kind = type(request)
+    if kind is m.DescribeProducersRequest:
+        return [(t.name, p) for t in cast(Any, request).topics for p in t.partitions]
+    if kind is m.WriteTxnMarkersRequest:
+        return [(t.name, p) for marker in cast(Any, request).markers for t in marker.topics for p in t.partitions]
+    return [(t.name, p.partition) for t in cast(Any, request).topics for p in t.partitions]
+
+
+#: Coordinator answers after which the client's idea of the coordinator is wrong.
+STALE_COORDINATOR = frozenset((ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE))
 
 #: Partition errors after which the client's idea of the leader is wrong (Kafka's clients
 #: request a metadata update on each).
@@ -100,6 +123,8 @@ class ClusterView:
         #: node id -> (host, port), every live broker the last metadata response listed.
         self.brokers: dict[int, tuple[str, int]] = {}
         self._leaders: dict[tuple[str, int], int] = {}
+        #: (key_type, key) -> the node coordinating it (find_coordinator's answers).
+        self._coordinators: dict[tuple[int, str], int] = {}
         #: Topics whose leaders are to be asked again before their next request.
         self._stale: set[str] = set()
         self._last_refresh = float("-inf")
@@ -132,8 +157,27 @@ class ClusterView:
                     self._stale.discard(name)
 
     def note_response(self, request: m.Request, doc: dict | None) -> None:
-        """A partition request's answer: forget the leaders its partition errors prove wrong."""
-        if doc is None or type(request) not in PARTITIONED:
+        """A partition request's answer: forget the leaders its partition errors prove wrong. A
+        find_coordinator answer: remember the coordinator; a transactional id's NOT_COORDINATOR:
+        forget it."""
+        if doc is None:
+            return
+        if type(request) is m.FindCoordinatorRequest:
+            with self._lock:
+                key = (request.key_type, request.key)
+                if doc.get("error_code") or doc.get("node_id", -1) < 0:
+                    self._coordinators.pop(key, None)
+                else:
+                    self._coordinators[key] = doc["node_id"]
+                    self.brokers.setdefault(doc["node_id"], (doc["host"], doc["port"]))
+            return
+        if type(request) is m.DescribeTransactionsRequest:
+            with self._lock:
+                for t in doc.get("transactions", ()):
+                    if t.get("error_code") in STALE_COORDINATOR:
+                        self._coordinators.pop((1, t["transactional_id"]), None)
+            return
+        if type(request) not in PARTITIONED and type(request) is not m.DescribeProducersRequest:
             return
         for topic in doc.get("topics", ()):
             for part in topic["partitions"]:
@@ -177,22 +221,59 @@ class ClusterView:
     def refresh_due(self, request: m.Request, now: float) -> list[str] | None:
         """The topics of ``request`` to ask the metadata of before routing it (stale or never
         seen), or None: nothing to ask, or asked less than ``retry_backoff_s`` ago."""
-        if type(request) not in PARTITIONED or len(self.brokers) == 1:
+        if (type(request) not in PARTITIONED and type(request) not in LEADER_ADMIN) or len(self.brokers) == 1:
             return None  # (none known yet: the first lookup tells whether this is a cluster)
         with self._lock:
+            by_topic: dict[str, list[tuple[str, int]]] = {}
+            for tp in _topic_partitions(request):
+                by_topic.setdefault(tp[0], []).append(tp)
             names = [
-                t.name
-                for t in cast(Any, request).topics  # (every PARTITIONED request has topics)
-                if t.name in self._stale or not any((t.name, p.partition) in self._leaders for p in t.partitions)
+                name
+                for name, tps in by_topic.items()
+                if name in self._stale or not any(tp in self._leaders for tp in tps)
             ]
             if not names or now - self._last_refresh < self.retry_backoff_s:
                 return None
             self._last_refresh = now
             return names
 
+    def coordinator(self, key_type: int, key: str) -> int | None:
+        """The node coordinating ``key`` (as find_coordinator answered); None (any) if unknown."""
+        if len(self.brokers) <= 1:
+            return ANY
+        node = self._coordinators.get((key_type, key))
+        return node if node is not None and node in self.brokers else ANY
+
     def route(self, request: m.Request) -> list[tuple[int | None, m.Request]]:
         """(node, request) pairs to send: the request whole when it has one destination, else one
-        request per leader with that leader's partitions."""
+        request per leader (or coordinator) with that node's part."""
+        if len(self.brokers) > 1:
+            if type(request) is m.DescribeTransactionsRequest:
+                by_node: dict[int | None, list[str]] = {}
+                for transactional_id in request.transactional_ids:
+                    by_node.setdefault(self.coordinator(1, transactional_id), []).append(transactional_id)
+                return [
+                    (node, dataclasses.replace(request, transactional_ids=tuple(ids))) for node, ids in by_node.items()
+                ]
+            if type(request) is m.ListTransactionsRequest:  # every broker coordinates some
+                return [(node, request) for node in sorted(self.brokers)]
+            if type(request) is m.WriteTxnMarkersRequest:
+                leaders = {self.leader(*tp) for tp in _topic_partitions(request)}
+                return [(leaders.pop() if len(leaders) == 1 else ANY, request)]
+            if type(request) is m.DescribeProducersRequest:
+                parts: dict[int | None, dict[str, list[int]]] = {}
+                for topic, partition in _topic_partitions(request):
+                    parts.setdefault(self.leader(topic, partition), {}).setdefault(topic, []).append(partition)
+                return [
+                    (
+                        node,
+                        dataclasses.replace(
+                            request,
+                            topics=tuple(m.TxnTopic(name=t, partitions=tuple(ps)) for t, ps in named.items()),
+                        ),
+                    )
+                    for node, named in parts.items()
+                ]
         if type(request) not in PARTITIONED or len(self.brokers) <= 1:
             return [(ANY, request)]
         groups: dict[int | None, dict[str, list]] = {}
@@ -235,5 +316,10 @@ def merge(docs: list[dict]) -> dict:
                 topics[topic["name"]] = {**topic, "partitions": list(topic["partitions"])}
             else:
                 entry["partitions"].extend(topic["partitions"])
+    if "transactions" in out:  # describe_transactions / list_transactions, split per node
+        out["transactions"] = [t for doc in docs for t in doc.get("transactions", ())]
+        if "unknown_state_filters" in out:
+            out["unknown_state_filters"] = sorted({f for doc in docs for f in doc.get("unknown_state_filters", ())})
+        return out
     out["topics"] = list(topics.values())
     return out

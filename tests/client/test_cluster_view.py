@@ -80,3 +80,35 @@ def test_a_partition_without_a_leader_is_asked_again():
     assert view.refresh_due(_fetch(1), 1.0) == ["t"]
     view.learn(_metadata({0: 3, 1: 2}))
     assert view.leader("t", 0) == 3 and view.refresh_due(_fetch(0), 2.0) is None
+
+
+def _found(node: int) -> dict:
+    return {"id": 1, "error_code": 0, "node_id": node, "host": "127.0.0.1", "port": 9000 + node}
+
+
+def test_transaction_admin_requests_go_to_coordinators_and_leaders():
+    """describe_transactions to each id's coordinator (split, answers merged), list_transactions
+    to every broker, describe_producers and write_txn_markers to the partitions' leaders."""
+    view = ClusterView()
+    view.learn(_metadata({0: 1, 1: 2, 2: 3}))
+    for key, node in (("a", 2), ("b", 3)):
+        view.note_response(m.FindCoordinatorRequest(id=0, key=key, key_type=1), _found(node))
+    view.note_response(m.FindCoordinatorRequest(id=0, key="a", key_type=0), _found(1))  # a group "a": another key
+    describe = m.DescribeTransactionsRequest(id=0, transactional_ids=("a", "b", "unknown"))
+    assert {node: r.transactional_ids for node, r in view.route(describe)} == {2: ("a",), 3: ("b",), ANY: ("unknown",)}
+    listing = m.ListTransactionsRequest(id=0)
+    assert [node for node, _ in view.route(listing)] == [1, 2, 3]
+    merged = merge([{"id": 1, "error_code": 0, "transactions": [{"transactional_id": "a"}]},
+                    {"id": 1, "error_code": 0, "transactions": []},
+                    {"id": 1, "error_code": 0, "transactions": [{"transactional_id": "b"}]}])
+    assert [t["transactional_id"] for t in merged["transactions"]] == ["a", "b"]
+    producers = m.DescribeProducersRequest(id=0, topics=(m.TxnTopic(name="t", partitions=(0, 1, 2)),))
+    assert {node: r.topics[0].partitions for node, r in view.route(producers)} == {1: (0,), 2: (1,), 3: (2,)}
+    marker = m.TxnMarker(producer_id=7, producer_epoch=0, committed=False, coordinator_epoch=0,
+                         topics=(m.TxnTopic(name="t", partitions=(2,)),))
+    markers = m.WriteTxnMarkersRequest(id=0, markers=(marker,))
+    assert view.route(markers) == [(3, markers)]
+    # The coordinator moved: forgotten, and the id goes to any broker until found again.
+    view.note_response(describe, {"id": 1, "error_code": 0, "transactions": [
+        {"transactional_id": "a", "error_code": ErrorCode.NOT_COORDINATOR}]})
+    assert view.coordinator(1, "a") is ANY and view.coordinator(1, "b") == 3

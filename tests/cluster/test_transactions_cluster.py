@@ -110,3 +110,34 @@ def test_a_partition_leader_verifies_a_batch_with_a_coordinator_on_another_broke
     assert in_txn["topics"][0]["partitions"][0]["error_code"] == 0
     (stale,) = trio.run(exchange, brokers[other], lambda c: produce(c, 1, pid, epoch + 5))
     assert stale["topics"][0]["partitions"][0]["error_code"] == ErrorCode.INVALID_PRODUCER_EPOCH
+
+
+def test_the_transaction_admin_finds_coordinators_and_leaders_from_any_broker(start_brokers):
+    """kafka-transactions.sh's calls through a broker that coordinates nothing: describe goes to
+    the id's coordinator, list to every broker, describe-producers and abort to the partition's
+    leader."""
+    from triolog.client import TopicPartition
+
+    brokers = start_brokers((1, 2), "transaction.state.log.num.partitions=1",
+                            "transaction.state.log.replication.factor=2", "transaction.state.log.min.isr=1")
+    bootstrap = [b.bootstrap for b in brokers.values()]
+    with Producer(bootstrap, transactional_id="tx", linger_ms=1) as producer:
+        producer.init_transactions()
+        with AdminClient(bootstrap) as admin:
+            coordinator = admin.describe_topics(["__transaction_state"])["__transaction_state"].partitions[0].leader
+            other = next(node for node in brokers if node != coordinator)
+            admin.create_topics([NewTopic("t", replica_assignment=((coordinator,), (other,)))])
+            wait_until(lambda: all(p.leader >= 0 for p in admin.describe_topics(["t"])["t"].partitions))
+        producer.begin_transaction()
+        for partition in (0, 1):
+            producer.send("t", b"open", partition=partition).get(30)
+        with AdminClient(brokers[other].bootstrap) as admin:  # (it coordinates nothing)
+            described = admin.describe_transactions(["tx"])["tx"]
+            assert described.state == "Ongoing"
+            assert described.partitions == {TopicPartition("t", 0), TopicPartition("t", 1)}
+            assert [t.transactional_id for t in admin.list_transactions()] == ["tx"]
+            found = admin.describe_producers([("t", 0), ("t", 1)])
+            assert {tp.partition: [p.current_transaction_start_offset for p in found[tp]] for tp in found} == \
+                {0: [0], 1: [0]}
+        producer.commit_transaction()
+    assert sorted(_read_committed(bootstrap, "t", 2, 2)) == [b"open", b"open"]
