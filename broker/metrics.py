@@ -153,12 +153,18 @@ several brokers in one process, as in tests, do not collide):
   :class:`TransactionMetrics`:
 
   ========================================= ========= =========================================
-  triolog_transactions                      gauge     by ``state``: transactional ids coordinated
+  triolog_transactions                      gauge     by ``state`` (Kafka's names: Ongoing,
+                                                      PrepareCommit, CompleteAbort, ...):
+                                                      transactional ids this broker coordinates
   triolog_transaction_timed_out_aborts_total
-                                            counter   transactions aborted past their timeout
-  triolog_transaction_markers_in_flight     gauge     transactions whose markers are being written
+                                            counter   transactions the coordinator aborted past
+                                                      their transaction_timeout_ms
+  triolog_transaction_markers_in_flight     gauge     transactions whose COMMIT/ABORT markers
+                                                      are being written
   triolog_transaction_verifications_total   counter   by ``result`` (verified, refused,
-                                                      unavailable): KIP-890 verifications
+                                                      unavailable): a partition leader's checks
+                                                      of a producer's first transactional batch
+                                                      (KIP-890)
   ========================================= ========= =========================================
 
 * **Cluster**, with ``zookeeper.connect`` (Kafka's ReplicaManager and KafkaController meters),

@@ -58,3 +58,11 @@ async def follow_issued_limit(zk: KafkaZkClient, on_limit) -> None:
         if node is not None and node.data:
             on_limit(ProducerIdBlock.decode(node.data).last + 1)
         await changed.wait()
+
+
+async def read_issued_limit(zk: KafkaZkClient) -> int | None:
+    """One past the last id the cluster has reserved, read now (None: no block yet)."""
+    node = await zk.store.get(zk_data.LATEST_PRODUCER_ID_BLOCK)
+    if node is None or not node.data:
+        return None
+    return ProducerIdBlock.decode(node.data).last + 1

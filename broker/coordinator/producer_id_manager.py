@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import structlog
@@ -64,6 +64,10 @@ class ProducerIdManager:
         #: One past the last id the whole cluster has reserved (0 standalone): ids another
         #: broker handed out are issued too.
         self.cluster_issued_limit = 0
+        #: A cluster member reads cluster_issued_limit afresh (awaited on the event loop) before
+        #: it refuses an id past it: the broker that reserved the block may have answered the
+        #: producer before this one's watch saw the block.
+        self.refresh_cluster_issued_limit: Callable[[], Awaitable[None]] | None = None
 
     def load(self, seen_up_to: int = 0) -> None:
         """Read the block file. ``seen_up_to``: one past the largest producer id found in the

@@ -28,7 +28,7 @@ from triolog.broker.cluster.inter_broker_sasl import InterBrokerSasl
 from triolog.broker.cluster.membership import ClusterJoinError, ClusterMembership
 from triolog.broker.cluster.metadata_cache import ClusterMetadataCache
 from triolog.broker.cluster.metadata_store import StoreError
-from triolog.broker.cluster.producer_id_blocks import follow_issued_limit, reserve_block
+from triolog.broker.cluster.producer_id_blocks import follow_issued_limit, read_issued_limit, reserve_block
 from triolog.broker.cluster.replica_fetcher import FetchSettings, ReplicaFetcherManager
 from triolog.broker.cluster.replica_manager import ReplicaManager
 from triolog.broker.cluster.zk_security import SecurityMetadataError, ZkSecurityMetadata
@@ -409,6 +409,26 @@ class BrokerServer:
             return block.first, block.last + 1
 
         producer_ids.reserve = reserve
+
+        reading = trio.Lock()
+        last_read_started = [float("-inf")]
+
+        async def refresh_issued_limit() -> None:
+            # One read at a time; a read that began after this request arrived answers it too,
+            # so a flood of unknown ids costs ZooKeeper one read per round trip, no more.
+            arrived = trio.current_time()
+            async with reading:
+                if last_read_started[0] >= arrived:
+                    return
+                last_read_started[0] = trio.current_time()
+                try:
+                    limit = await read_issued_limit(zk)
+                except Exception:  # (ZooKeeper unreachable: the watch's value stands)
+                    return
+            if limit is not None and limit > producer_ids.cluster_issued_limit:
+                producer_ids.cluster_issued_limit = limit
+
+        producer_ids.refresh_cluster_issued_limit = refresh_issued_limit
         nursery.start_soon(follow_issued_limit, zk, partial(setattr, producer_ids, "cluster_issued_limit"))
         # Serving starts once the partitions this broker leads are known (Kafka's broker waits
         # for its first LeaderAndIsr the same way); clients retry NOT_LEADER_OR_FOLLOWER meanwhile.

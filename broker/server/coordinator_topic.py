@@ -12,15 +12,18 @@ of the partitions their broker leads. What is the same for every such coordinato
 * :class:`CoordinatorRecordWriter`: the coordinator's writes, appended in order per partition in
   a worker thread and answered once durable: on a single broker once fsynced (the group commit
   acks=all produce waits for), on a cluster once the in-sync replicas have them (as Kafka appends
-  them with acks=all).
+  them with acks=all);
+* :class:`CoordinatorService`: the coordinator inside the broker: its topic created on first
+  use, loaded at startup or as leadership comes, with retries.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Protocol
+from typing import Any, Protocol
 
 import structlog
 import trio
@@ -330,3 +333,166 @@ class CoordinatorRecordWriter:
             done(self._storage_error(exc), -1)
             return
         done(None, info.first_offset)
+
+
+# -- the coordinator inside the broker ----------------------------------------------------------
+
+#: Seconds before a partition whose load failed is read again.
+LOAD_RETRY_S = 1.0
+
+
+class CoordinatorService:
+    """What every coordinator's service inside the broker does the same way (GroupService and
+    TransactionService supply only their coordinator and how it loads a partition):
+
+    * the topic is created on first use (:meth:`ready`): on a single broker in a worker thread,
+      on a cluster through ZooKeeper (refused while too few brokers are live);
+    * at startup, an existing topic is loaded whole on a single broker (its keys answering
+      COORDINATOR_LOAD_IN_PROGRESS meanwhile); on a cluster the coordinator starts once the
+      cluster's metadata is read, and each partition is loaded when this broker comes to lead it,
+      if it still leads it (in that term) after the read;
+    * a partition whose read fails stays loading and is read again after LOAD_RETRY_S: serving
+      its keys without their state would lose it.
+    """
+
+    #: What it coordinates, in its log lines ("groups", "transactions").
+    what = "keys"
+
+    def __init__(self, topic: CoordinatorTopic, topics, workers, limiter, cluster: ClusterCoordinatorPartitions | None):
+        self.topic = topic
+        self.topics = topics
+        self.workers = workers
+        self.limiter = limiter
+        #: On a cluster member: the topic is the cluster's, and this broker coordinates the keys
+        #: of the partitions it leads; None on a single broker.
+        self.cluster = cluster
+        #: The pure coordinator, once started (each service narrows the type).
+        self.coordinator: Any = None
+        self._nursery: trio.Nursery | None = None
+        self._creating: trio.Event | None = None
+        #: Seconds the last full load took (None before one ran).
+        self.load_seconds: float | None = None
+
+    # -- what each coordinator supplies ------------------------------------------------------------
+
+    def _start_coordinator(self, existing: bool):
+        """Create the coordinator (``existing``: over a topic that was there, to be loaded), and
+        on a cluster follow this broker's leaderships with :meth:`_load_led`."""
+        raise NotImplementedError
+
+    def _local_partitions(self, coordinator) -> list[int]:
+        """The partitions a single broker's coordinator waits to have loaded."""
+        raise NotImplementedError
+
+    def _replay(self, log: Log):
+        """(worker thread) A partition's records, as the coordinator loads them."""
+        raise NotImplementedError
+
+    def _load_partition(self, coordinator, partition: int, epoch: int, loaded) -> int:
+        """Hand a partition's records to the coordinator; how many keys it loaded."""
+        raise NotImplementedError
+
+    def _create_local_topic(self) -> None:
+        """(worker thread) The topic on a single broker."""
+        raise NotImplementedError
+
+    def _begin_loading(self, partition: int, epoch: int) -> None:
+        """A partition this broker came to lead is about to be read (its keys: loading)."""
+
+    # -- startup -----------------------------------------------------------------------------------
+
+    def _start_in(self, nursery: trio.Nursery) -> None:
+        self._nursery = nursery
+        if self.cluster is not None:
+            nursery.start_soon(self._start_on_cluster)
+        elif self.topics.get(self.topic.name) is not None:
+            nursery.start_soon(self._load_all, self._start_coordinator(existing=True))
+
+    async def _start_on_cluster(self) -> None:
+        """A cluster member's coordinator starts once the cluster's metadata is read, if the
+        topic exists (else at the first request, which creates it)."""
+        assert self.cluster is not None
+        await self.cluster.cache.loaded.wait()
+        if self.coordinator is None and self.cluster.topic_partitions() is not None:
+            self._start_coordinator(existing=True)
+
+    def _load_led(self, partition: int, epoch: int) -> None:
+        assert self._nursery is not None
+        self._begin_loading(partition, epoch)
+        self._nursery.start_soon(self._load_one, partition, epoch)
+
+    def _read_partition(self, partition: int):
+        if self.cluster is not None:
+            log, _ = self.cluster.leader_log(partition)
+        else:
+            log = self.topics.log(self.topic.name, partition)
+        return self._replay(log)
+
+    async def _load_one(self, partition: int, epoch: int) -> None:
+        """Load a partition this broker came to lead, if it still leads it (in that term) after."""
+        cluster, coordinator = self.cluster, self.coordinator
+        assert cluster is not None and coordinator is not None
+        started = time.monotonic()
+        while True:
+            try:
+                loaded = await self.workers.run_sync(self._read_partition, partition, limiter=self.limiter)
+                break
+            except Exception:
+                if not cluster.still_leads(partition, epoch):
+                    return
+                logger.exception(
+                    f"{self.what}_load_failed", topic=self.topic.name, partition=partition, retry_s=LOAD_RETRY_S
+                )
+                await trio.sleep(LOAD_RETRY_S)
+        if cluster.still_leads(partition, epoch):
+            count = self._load_partition(coordinator, partition, epoch, loaded)
+            logger.info(
+                f"{self.what}_loaded",
+                topic=self.topic.name,
+                partition=partition,
+                leader_epoch=epoch,
+                count=count,
+                seconds=round(time.monotonic() - started, 3),
+            )
+
+    async def _load_all(self, coordinator) -> None:
+        started = time.monotonic()
+        total = 0
+        for partition in sorted(self._local_partitions(coordinator)):
+            while True:
+                try:
+                    loaded = await self.workers.run_sync(self._read_partition, partition, limiter=self.limiter)
+                    break
+                except Exception:
+                    logger.exception(
+                        f"{self.what}_load_failed", topic=self.topic.name, partition=partition, retry_s=LOAD_RETRY_S
+                    )
+                    await trio.sleep(LOAD_RETRY_S)
+            total += self._load_partition(coordinator, partition, 0, loaded)
+        self.load_seconds = time.monotonic() - started
+        logger.info(f"{self.what}_loaded", topic=self.topic.name, count=total, seconds=round(self.load_seconds, 3))
+
+    async def ready(self):
+        """The coordinator, creating the topic first if this is its first use (None if it
+        cannot be created now)."""
+        if self.coordinator is not None:
+            return self.coordinator
+        if self._creating is not None:
+            await self._creating.wait()
+            return self.coordinator
+        self._creating = creating = trio.Event()
+        try:
+            if self.cluster is not None:
+                why = await self.cluster.create_topic()
+                if why is not None or self.cluster.topic_partitions() is None:
+                    logger.info("coordinator_topic_not_created", topic=self.topic.name, reason=why)
+                    return None
+            else:
+                await self.workers.run_sync(self._create_local_topic, limiter=self.limiter)
+            self._start_coordinator(existing=False)
+        except Exception:
+            logger.exception("coordinator_topic_create_failed", topic=self.topic.name)
+        finally:
+            creating.set()
+            self._creating = None
+        return self.coordinator

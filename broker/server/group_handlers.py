@@ -46,14 +46,13 @@ from triolog.protocol import messages as m
 from triolog.protocol.errors import ErrorCode
 
 from .authorization import CLUSTER, Op, RequestAuthorizer
-from .coordinator_topic import ClusterCoordinatorPartitions, CoordinatorRecordWriter, CoordinatorTopic
+from .coordinator_topic import CoordinatorRecordWriter, CoordinatorService, CoordinatorTopic
 from .request_context import RequestContext, parked
 
 logger = structlog.get_logger("triolog.server")
 
 _NOT_AVAILABLE = "the group coordinator is not available on this broker"
 #: How long a __consumer_offsets partition that could not be read waits before it is read again.
-LOAD_RETRY_S = 1.0
 #: Longest the timer task sleeps without looking at the coordinator's deadlines.
 TIMER_MAX_S = 0.5
 
@@ -71,29 +70,22 @@ def offsets_topic(config) -> CoordinatorTopic:
     )
 
 
-class GroupService:
-    """The coordinator inside the running broker (see the module docstring)."""
+class GroupService(CoordinatorService):
+    """The group coordinator inside the running broker (see the module docstring)."""
+
+    what = "groups"
 
     def __init__(self, config, topics, committer, notifier, workers, limiter, clock, cluster=None):
-        #: On a cluster member: __consumer_offsets is the cluster's, and this broker coordinates
-        #: the groups of the partitions it leads (see cluster_groups); None on a single broker.
-        self.cluster: ClusterCoordinatorPartitions | None = cluster
+        super().__init__(offsets_topic(config), topics, workers, limiter, cluster)
         self.config = config
-        self.topics = topics
         self.committer = committer
         self.notifier = notifier
-        self.workers = workers
-        self.limiter = limiter
         self.clock = clock
         self.coordinator: GroupCoordinator | None = None
-        self._nursery: trio.Nursery | None = None
         self._wake = trio.Event()
-        self._creating: trio.Event | None = None
         self.writer = CoordinatorRecordWriter(
             offsets_topic(config), topics, committer, notifier, workers, limiter, clock, cluster, _NOT_AVAILABLE
         )
-        #: Seconds the last full load of __consumer_offsets took (None before one ran).
-        self.load_seconds: float | None = None
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         token = trio.lowlevel.current_trio_token()
@@ -107,14 +99,10 @@ class GroupService:
         self.topics.on_deleted.append(topic_deleted)
         try:
             async with trio.open_nursery() as nursery:
-                self._nursery = nursery
                 self.writer.start(nursery)
                 nursery.start_soon(self._timer_task)
                 nursery.start_soon(self._expiry_task)
-                if self.cluster is not None:
-                    nursery.start_soon(self._start_on_cluster)
-                elif self.topics.get(OFFSETS_TOPIC) is not None:
-                    nursery.start_soon(self._load_all, self._start_coordinator(loading=True))
+                self._start_in(nursery)
                 task_status.started()
         finally:
             self.topics.on_deleted.remove(topic_deleted)
@@ -130,9 +118,9 @@ class GroupService:
         if self.coordinator is not None:
             self.coordinator.shutdown()
 
-    # -- startup -----------------------------------------------------------------------------
+    # -- CoordinatorService's hooks ----------------------------------------------------------
 
-    def _start_coordinator(self, loading: bool) -> GroupCoordinator:
+    def _start_coordinator(self, existing: bool) -> GroupCoordinator:
         cluster = self.cluster
         if cluster is not None:
             partitions = cluster.topic_partitions()
@@ -147,98 +135,23 @@ class GroupService:
             assert self._nursery is not None
             self._nursery.start_soon(cluster.follow, coordinator, self._load_led)
         else:
-            coordinator.startup(range(partitions) if loading else ())
+            coordinator.startup(range(partitions) if existing else ())
         self.coordinator = coordinator
         self._wake.set()
         return coordinator
 
-    async def _start_on_cluster(self) -> None:
-        """A cluster member's coordinator starts once the cluster's metadata is read, if
-        __consumer_offsets exists (else at the first group request, which creates it)."""
-        assert self.cluster is not None
-        await self.cluster.cache.loaded.wait()
-        if self.coordinator is None and self.cluster.topic_partitions() is not None:
-            self._start_coordinator(loading=False)
+    def _local_partitions(self, coordinator: GroupCoordinator) -> list[int]:
+        return list(coordinator.loading)
 
-    def _load_led(self, partition: int, epoch: int) -> None:
-        assert self._nursery is not None
-        self._nursery.start_soon(self._load_one, partition, epoch)
-
-    async def _load_one(self, partition: int, epoch: int) -> None:
-        """Load a partition this broker came to lead, if it still leads it (in that term) after."""
-        cluster, coordinator = self.cluster, self.coordinator
-        assert cluster is not None and coordinator is not None
-        started = time.monotonic()
-        while True:
-            try:
-                loaded = await self.workers.run_sync(self._read_partition, partition, limiter=self.limiter)
-                break
-            except Exception:
-                if not cluster.still_leads(partition, epoch):
-                    return
-                logger.exception("offsets_load_failed", topic=OFFSETS_TOPIC, partition=partition, retry_s=LOAD_RETRY_S)
-                await trio.sleep(LOAD_RETRY_S)
-        if cluster.still_leads(partition, epoch):
-            groups = coordinator.load_partition(partition, loaded)
-            logger.info(
-                "groups_loaded",
-                topic=OFFSETS_TOPIC,
-                partition=partition,
-                leader_epoch=epoch,
-                groups=groups,
-                seconds=round(time.monotonic() - started, 3),
-            )
-
-    async def _load_all(self, coordinator: GroupCoordinator) -> None:
-        started = time.monotonic()
-        total = 0
-        for partition in sorted(coordinator.loading):
-            while True:
-                try:
-                    loaded = await self.workers.run_sync(self._read_partition, partition, limiter=self.limiter)
-                    break
-                except Exception:
-                    # Serving the partition's groups without their offsets would make consumers
-                    # reset: it stays loading (COORDINATOR_LOAD_IN_PROGRESS) and is read again.
-                    logger.exception(
-                        "offsets_load_failed", topic=OFFSETS_TOPIC, partition=partition, retry_s=LOAD_RETRY_S
-                    )
-                    await trio.sleep(LOAD_RETRY_S)
-            total += coordinator.load_partition(partition, loaded)
-        self.load_seconds = time.monotonic() - started
-        logger.info("groups_loaded", topic=OFFSETS_TOPIC, groups=total, seconds=round(self.load_seconds, 3))
-
-    def _read_partition(self, partition: int) -> LoadedPartition:
-        log = self.topics.log(OFFSETS_TOPIC, partition)
+    def _replay(self, log) -> LoadedPartition:
         loaded = LoadedPartition()
         loaded.replay(read_partition_records(log, self.config.offsets_load_buffer_size))
         return loaded
 
-    async def ready(self) -> GroupCoordinator | None:
-        """The coordinator, creating __consumer_offsets first if this is its first use."""
-        if self.coordinator is not None:
-            return self.coordinator
-        if self._creating is not None:
-            await self._creating.wait()
-            return self.coordinator
-        self._creating = creating = trio.Event()
-        try:
-            if self.cluster is not None:
-                why = await self.cluster.create_topic()
-                if why is not None or self.cluster.topic_partitions() is None:
-                    logger.info("offsets_topic_not_created", topic=OFFSETS_TOPIC, reason=why)
-                    return None
-            else:
-                await self.workers.run_sync(self._create_topic, limiter=self.limiter)
-            self._start_coordinator(loading=False)
-        except Exception:
-            logger.exception("offsets_topic_create_failed", topic=OFFSETS_TOPIC)
-        finally:
-            creating.set()
-            self._creating = None
-        return self.coordinator
+    def _load_partition(self, coordinator: GroupCoordinator, partition: int, epoch: int, loaded) -> int:
+        return coordinator.load_partition(partition, loaded)
 
-    def _create_topic(self) -> None:
+    def _create_local_topic(self) -> None:
         if self.topics.get(OFFSETS_TOPIC) is None:
             self.topics.create_offsets_topic(
                 self.config.offsets_topic_num_partitions, self.config.offsets_topic_segment_bytes

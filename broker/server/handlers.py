@@ -947,6 +947,7 @@ class RequestHandler:
         """Append the request's batches; the outcome once acknowledged as acks asks (for acks=0 as
         soon as appended: no answer is sent, but the Kafka listener closes when one failed)."""
         results: list[TopicAppends] = []
+        await self.producers.refresh_if_unknown(request)
         verified = await verify_transactional_produce(self, request, ctx)
         try:
             if (

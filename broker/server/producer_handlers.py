@@ -51,6 +51,21 @@ class ProducerIdApis:
         #: The manager was told the largest producer id found in the logs (at the first init).
         self._producer_ids_seeded = False
 
+    async def refresh_if_unknown(self, request: m.ProduceRequest) -> None:
+        """Before a produce whose batch names a producer id past the ids known to be handed out:
+        on a cluster, read the cluster's latest block afresh, since the broker that reserved it
+        may have answered the producer before this broker's watch saw it."""
+        manager = self.producer_ids
+        if manager is None or manager.refresh_cluster_issued_limit is None:
+            return
+        limit = manager.issued_limit()
+        for topic in request.topics:
+            for part in topic.partitions:
+                records = part.records
+                if len(records) >= HEADER_SIZE and _PRODUCER_ID.unpack_from(records, PRODUCER_ID_OFFSET)[0] >= limit:
+                    await manager.refresh_cluster_issued_limit()
+                    return
+
     def check_producer_id(self, records, log) -> None:
         """Refuse a producer id this broker never handed out (at or past the reserved block's
         end) unless the partition already knows it (recovered from its log or snapshot): any

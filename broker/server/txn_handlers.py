@@ -23,8 +23,6 @@ does for groups:
 
 from __future__ import annotations
 
-import time
-
 import structlog
 import trio
 
@@ -51,7 +49,12 @@ from triolog.protocol.errors import ErrorCode
 from triolog.protocol.kafka.apis import ApiKey
 
 from .authorization import Op, RequestAuthorizer
-from .coordinator_topic import ClusterCoordinatorPartitions, CoordinatorRecordWriter, CoordinatorTopic
+from .coordinator_topic import (
+    ClusterCoordinatorPartitions,
+    CoordinatorRecordWriter,
+    CoordinatorService,
+    CoordinatorTopic,
+)
 from .request_context import RequestContext, parked
 from .txn_markers import TxnMarkerSender
 
@@ -61,7 +64,6 @@ VERIFY_VERSION = 4
 logger = structlog.get_logger("triolog.transactions")
 
 _NOT_AVAILABLE = "the transaction coordinator is not available on this broker"
-LOAD_RETRY_S = 1.0
 #: Where a TransactionLogValue (v0 and v1) holds its state id: after the version, producer id,
 #: epoch and timeout.
 _STATUS_OFFSET = 2 + 8 + 2 + 4
@@ -100,8 +102,10 @@ class _Leadership:
         return 0 if coordinator is None else coordinator.unload_partition(partition)
 
 
-class TransactionService:
+class TransactionService(CoordinatorService):
     """The transaction coordinator inside the running broker (see the module docstring)."""
+
+    what = "transactions"
 
     def __init__(
         self,
@@ -117,16 +121,11 @@ class TransactionService:
         cluster: ClusterCoordinatorPartitions | None = None,
         channel=None,
     ):
+        super().__init__(transaction_state_topic(config), topics, workers, limiter, cluster)
         self.config = config
-        self.topics = topics
-        self.workers = workers
-        self.limiter = limiter
         self.clock = clock
         self.producers = producers
-        self.cluster = cluster
         self.coordinator: TransactionCoordinator | None = None
-        self._nursery: trio.Nursery | None = None
-        self._creating: trio.Event | None = None
         self._wake = trio.Event()
         self.writer = CoordinatorRecordWriter(
             transaction_state_topic(config),
@@ -145,8 +144,6 @@ class TransactionService:
             cache=None if cluster is None else cluster.cache,
             channel=channel,
         )
-        #: Seconds the last full load took (None before one ran).
-        self.load_seconds: float | None = None
         #: Partition leaders' verifications (KIP-890) by result: verified, refused (the
         #: partition is not in the transaction, or the producer is fenced), unavailable (the
         #: coordinator could not answer: the producer retries).
@@ -154,7 +151,6 @@ class TransactionService:
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
-            self._nursery = nursery
             self.writer.start(nursery)
             self.markers.start(nursery)
             nursery.start_soon(self._poll_task)
@@ -170,10 +166,7 @@ class TransactionService:
                 self.config.transaction_remove_expired_transaction_cleanup_interval_ms,
                 lambda c: c.expire_transactional_ids(),
             )
-            if self.cluster is not None:
-                nursery.start_soon(self._start_on_cluster)
-            elif self.topics.get(TRANSACTION_STATE_TOPIC) is not None:
-                nursery.start_soon(self._load_all, self._start_coordinator())
+            self._start_in(nursery)
             task_status.started()
 
     def shutdown(self) -> None:
@@ -213,9 +206,9 @@ class TransactionService:
         assert self._nursery is not None
         self._nursery.start_soon(allocate)
 
-    # -- startup -------------------------------------------------------------------------------
+    # -- CoordinatorService's hooks -----------------------------------------------------------
 
-    def _start_coordinator(self) -> TransactionCoordinator:
+    def _start_coordinator(self, existing: bool) -> TransactionCoordinator:
         cluster = self.cluster
         partitions = cluster.topic_partitions() if cluster is not None else None
         if partitions is None:
@@ -235,93 +228,24 @@ class TransactionService:
         else:
             for partition in range(partitions):
                 coordinator.begin_loading(partition, 0)
+                if not existing:  # a new topic: nothing to read
+                    coordinator.load_partition(partition, 0, {})
         return coordinator
 
-    async def _start_on_cluster(self) -> None:
-        assert self.cluster is not None
-        await self.cluster.cache.loaded.wait()
-        if self.coordinator is None and self.cluster.topic_partitions() is not None:
-            self._start_coordinator()
+    def _local_partitions(self, coordinator: TransactionCoordinator) -> list[int]:
+        return list(coordinator.partitions)
 
-    def _load_led(self, partition: int, epoch: int) -> None:
-        assert self._nursery is not None and self.coordinator is not None
+    def _begin_loading(self, partition: int, epoch: int) -> None:
+        assert self.coordinator is not None
         self.coordinator.begin_loading(partition, epoch)
-        self._nursery.start_soon(self._load_one, partition, epoch)
 
-    async def _load_one(self, partition: int, epoch: int) -> None:
-        cluster, coordinator = self.cluster, self.coordinator
-        assert cluster is not None and coordinator is not None
-        started = time.monotonic()
-        while True:
-            try:
-                values = await self.workers.run_sync(self._read_partition, partition, True, limiter=self.limiter)
-                break
-            except Exception:
-                if not cluster.still_leads(partition, epoch):
-                    return
-                logger.exception("transactions_load_failed", partition=partition, retry_s=LOAD_RETRY_S)
-                await trio.sleep(LOAD_RETRY_S)
-        if cluster.still_leads(partition, epoch):
-            loaded = coordinator.load_partition(partition, epoch, values)
-            logger.info(
-                "transactions_loaded",
-                partition=partition,
-                coordinator_epoch=epoch,
-                transactional_ids=loaded,
-                seconds=round(time.monotonic() - started, 3),
-            )
-
-    async def _load_all(self, coordinator: TransactionCoordinator) -> None:
-        started = time.monotonic()
-        total = 0
-        for partition in sorted(coordinator.partitions):
-            while True:
-                try:
-                    values = await self.workers.run_sync(self._read_partition, partition, False, limiter=self.limiter)
-                    break
-                except Exception:
-                    logger.exception("transactions_load_failed", partition=partition, retry_s=LOAD_RETRY_S)
-                    await trio.sleep(LOAD_RETRY_S)
-            total += coordinator.load_partition(partition, 0, values)
-        self.load_seconds = time.monotonic() - started
-        logger.info("transactions_loaded", transactional_ids=total, seconds=round(self.load_seconds, 3))
-
-    def _read_partition(self, partition: int, cluster: bool):
-        if cluster:
-            assert self.cluster is not None
-            log, _ = self.cluster.leader_log(partition)
-        else:
-            log = self.topics.log(TRANSACTION_STATE_TOPIC, partition)
+    def _replay(self, log):
         return load_transactions(read_partition_records(log, self.config.transaction_state_log_load_buffer_size))
 
-    async def ready(self) -> TransactionCoordinator | None:
-        """The coordinator, creating __transaction_state first if this is its first use."""
-        if self.coordinator is not None:
-            return self.coordinator
-        if self._creating is not None:
-            await self._creating.wait()
-            return self.coordinator
-        self._creating = creating = trio.Event()
-        try:
-            if self.cluster is not None:
-                why = await self.cluster.create_topic()
-                if why is not None or self.cluster.topic_partitions() is None:
-                    logger.info("transaction_state_topic_not_created", reason=why)
-                    return None
-            else:
-                await self.workers.run_sync(self._create_topic, limiter=self.limiter)
-            coordinator = self._start_coordinator()
-            if self.cluster is None:  # a new topic: nothing to read
-                for partition in list(coordinator.partitions):
-                    coordinator.load_partition(partition, 0, {})
-        except Exception:
-            logger.exception("transaction_state_topic_create_failed")
-        finally:
-            creating.set()
-            self._creating = None
-        return self.coordinator
+    def _load_partition(self, coordinator: TransactionCoordinator, partition: int, epoch: int, loaded) -> int:
+        return coordinator.load_partition(partition, epoch, loaded)
 
-    def _create_topic(self) -> None:
+    def _create_local_topic(self) -> None:
         if self.topics.get(TRANSACTION_STATE_TOPIC) is None:
             config = self.config
             self.topics.create_internal_topic(

@@ -130,10 +130,6 @@ def test_aiokafka_producer_and_consumer_across_a_leader_kill(cluster):
         consumer = AIOKafkaConsumer(
             bootstrap_servers=bootstrap,
             enable_auto_commit=False,
-            # earliest: aiokafka resets the position of a new assignment (ListOffsets) in the
-            # background, and a reset answered after seek(0), once records exist, would land on
-            # "latest" past them; the run then waits for records it skipped (a flake under load)
-            auto_offset_reset="earliest",
             group_id=None,
             metadata_max_age_ms=2000,
             request_timeout_ms=10000,

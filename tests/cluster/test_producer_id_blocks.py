@@ -11,6 +11,7 @@ from triolog.broker.cluster.zk_client import KafkaZkClient
 from triolog.broker.cluster.zk_data import LATEST_PRODUCER_ID_BLOCK, ProducerIdBlock
 from triolog.broker.cluster.zookeeper_store import ZooKeeperStore
 from triolog.broker.coordinator.producer_id_manager import ProducerIdManager
+from triolog.protocol.errors import ErrorCode
 
 
 async def test_concurrent_reservations_get_disjoint_consecutive_blocks(zk_connect):
@@ -69,3 +70,54 @@ async def test_the_event_loop_never_waits_for_a_reservation_in_progress(zk_conne
         assert manager.issued_limit() == 1000 and manager.blocks_reserved == 1
     finally:
         await store.close()
+
+
+def test_a_leader_whose_watch_lags_still_accepts_an_id_another_broker_just_handed_out(start_brokers):
+    """Broker A reserves a block and answers InitProducerId at once; the producer's first batch
+    reaches leader B before B's ZooKeeper watch has told it about the block (modelled by setting
+    B's known limit back). B reads the block afresh instead of refusing the id as never issued
+    (UNKNOWN_PRODUCER_ID), which failed a fresh idempotent producer's every record."""
+    import time
+
+    from triolog.client import AdminClient, NewTopic
+    from triolog.protocol import messages as m
+    from triolog.protocol.records import build_batch
+
+    from tests.server.inprocess import Client
+
+    from .helpers import wait_until
+
+    brokers = start_brokers((1, 2))
+    with AdminClient([b.bootstrap for b in brokers.values()]) as admin:
+        admin.create_topics([NewTopic("t", replica_assignment=((2,),))])
+        wait_until(lambda: admin.describe_topics(["t"])["t"].partitions[0].leader == 2)
+
+    async def call(broker, request_of):
+        client = await Client.connect(int(broker.bootstrap.rsplit(":", 1)[1]))
+        try:
+            return await client.call(request_of(client))
+        finally:
+            await client.aclose()
+
+    init = trio.run(call, brokers[1], lambda c: m.InitProducerIdRequest(id=c.next_id()))
+    assert init["error_code"] == 0
+    leader_ids = brokers[2].server.producer_ids
+    assert wait_until(lambda: leader_ids.issued_limit() > init["producer_id"])
+    leader_ids.cluster_issued_limit = 0  # the watch has not fired yet
+    batch = build_batch([(None, b"first", int(time.time() * 1000), ())], producer_id=init["producer_id"],
+                        producer_epoch=init["producer_epoch"], base_sequence=0)
+    for _ in range(100):  # (until broker 2 has taken its leadership over)
+        doc = trio.run(call, brokers[2], lambda c: m.ProduceRequest(id=c.next_id(), acks=-1, timeout_ms=10_000, topics=(
+            m.ProduceTopic(name="t", partitions=(m.ProducePartition(partition=0, records=batch),)),)))
+        code = doc["topics"][0]["partitions"][0]["error_code"]
+        if code != ErrorCode.NOT_LEADER_OR_FOLLOWER:
+            break
+        time.sleep(0.05)
+    assert code == 0, doc
+    assert leader_ids.issued_limit() > init["producer_id"]
+    # An id no broker handed out is still refused.
+    forged = build_batch([(None, b"forged", int(time.time() * 1000), ())], producer_id=10**12, producer_epoch=0,
+                         base_sequence=0)
+    doc = trio.run(call, brokers[2], lambda c: m.ProduceRequest(id=c.next_id(), acks=-1, timeout_ms=10_000, topics=(
+        m.ProduceTopic(name="t", partitions=(m.ProducePartition(partition=0, records=forged),)),)))
+    assert doc["topics"][0]["partitions"][0]["error_code"] == ErrorCode.UNKNOWN_PRODUCER_ID
