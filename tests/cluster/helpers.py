@@ -63,3 +63,30 @@ def broker_processes(directory, zk_connect: str, session_ms: int, ids: Iterable[
     finally:
         for broker in started.values():
             broker.kill()
+
+
+def read_committed(bootstrap, topic: str, partitions: int, expected: int, timeout: float = 60) -> list[bytes]:
+    """What a read_committed consumer reads of ``topic`` from the start: until ``expected``
+    values came (or ``timeout``), then one more poll for any past them."""
+    from triolog.client import Consumer
+
+    with Consumer(bootstrap, auto_offset_reset="earliest", isolation_level="read_committed",
+                  fetch_max_wait_ms=50) as consumer:
+        consumer.assign([(topic, p) for p in range(partitions)])
+        values: list[bytes] = []
+        deadline = time.monotonic() + timeout
+        while len(values) < expected and time.monotonic() < deadline:
+            values += [r.value for records in consumer.poll(200).values() for r in records]
+        values += [r.value for records in consumer.poll(1000).values() for r in records]
+        return values
+
+
+async def call(broker, request_of):
+    """One msgpack request to an in-process ``broker`` (``request_of(client)`` builds it)."""
+    from tests.server.inprocess import Client
+
+    client = await Client.connect(int(broker.bootstrap.rsplit(":", 1)[1]))
+    try:
+        return await client.call(request_of(client))
+    finally:
+        await client.aclose()

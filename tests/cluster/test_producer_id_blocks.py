@@ -83,21 +83,12 @@ def test_a_leader_whose_watch_lags_still_accepts_an_id_another_broker_just_hande
     from triolog.protocol import messages as m
     from triolog.protocol.records import build_batch
 
-    from tests.server.inprocess import Client
-
-    from .helpers import wait_until
+    from .helpers import call, wait_until
 
     brokers = start_brokers((1, 2))
     with AdminClient([b.bootstrap for b in brokers.values()]) as admin:
         admin.create_topics([NewTopic("t", replica_assignment=((2,),))])
         wait_until(lambda: admin.describe_topics(["t"])["t"].partitions[0].leader == 2)
-
-    async def call(broker, request_of):
-        client = await Client.connect(int(broker.bootstrap.rsplit(":", 1)[1]))
-        try:
-            return await client.call(request_of(client))
-        finally:
-            await client.aclose()
 
     init = trio.run(call, brokers[1], lambda c: m.InitProducerIdRequest(id=c.next_id()))
     assert init["error_code"] == 0

@@ -9,21 +9,9 @@ from __future__ import annotations
 
 import time
 
-from triolog.client import AdminClient, Consumer, NewTopic, Producer
+from triolog.client import AdminClient, NewTopic, Producer
 
-from .helpers import wait_until
-
-
-def _read_committed(bootstrap, topic: str, partitions: int, expected: int) -> list[bytes]:
-    with Consumer(bootstrap, auto_offset_reset="earliest", isolation_level="read_committed",
-                  fetch_max_wait_ms=50) as consumer:
-        consumer.assign([(topic, p) for p in range(partitions)])
-        values: list[bytes] = []
-        deadline = time.monotonic() + 30
-        while len(values) < expected and time.monotonic() < deadline:
-            values += [r.value for records in consumer.poll(200).values() for r in records]
-        values += [r.value for records in consumer.poll(500).values() for r in records]
-        return values
+from .helpers import read_committed, wait_until
 
 
 def test_a_transaction_spans_brokers_and_survives_its_coordinators_loss(start_brokers):
@@ -39,7 +27,7 @@ def test_a_transaction_spans_brokers_and_survives_its_coordinators_loss(start_br
         for n in range(9):
             producer.send("t", b"first-%d" % n, partition=n % 3)
         producer.commit_transaction()
-        assert sorted(_read_committed(bootstrap, "t", 3, 9)) == sorted(b"first-%d" % n for n in range(9))
+        assert sorted(read_committed(bootstrap, "t", 3, 9)) == sorted(b"first-%d" % n for n in range(9))
 
         # The coordinator is the leader of __transaction_state-0; it stops mid-transaction.
         with AdminClient(bootstrap) as admin:
@@ -51,7 +39,7 @@ def test_a_transaction_spans_brokers_and_survives_its_coordinators_loss(start_br
         brokers[coordinator].stop()
         producer.commit_transaction()  # (NOT_COORDINATOR: found again, on the new leader)
         survivors = [b.bootstrap for node, b in brokers.items() if node != coordinator]
-        values = _read_committed(survivors, "t", 3, 18)
+        values = read_committed(survivors, "t", 3, 18)
         assert sorted(values) == sorted([b"first-%d" % n for n in range(9)] + [b"second-%d" % n for n in range(9)])
 
 
@@ -140,4 +128,4 @@ def test_the_transaction_admin_finds_coordinators_and_leaders_from_any_broker(st
             assert {tp.partition: [p.current_transaction_start_offset for p in found[tp]] for tp in found} == \
                 {0: [0], 1: [0]}
         producer.commit_transaction()
-    assert sorted(_read_committed(bootstrap, "t", 2, 2)) == [b"open", b"open"]
+    assert sorted(read_committed(bootstrap, "t", 2, 2)) == [b"open", b"open"]

@@ -7,13 +7,12 @@ and every partition ends alike: all of a transaction or none of it."""
 
 from __future__ import annotations
 
-import time
 
 import pytest
 
 from triolog.client import AdminClient, Consumer, NewTopic, Producer
 
-from .helpers import broker_processes, wait_until
+from .helpers import broker_processes, read_committed, wait_until
 
 SESSION_MS = 3000
 PARTITIONS = 3
@@ -25,18 +24,6 @@ def brokers(tmp_path, zk_connect):
                  "transaction.abort.timed.out.transaction.cleanup.interval.ms=500")
     with broker_processes(tmp_path, zk_connect, SESSION_MS, overrides=overrides) as started:
         yield started
-
-
-def _read_committed(bootstrap: list[str], expected: int) -> list[bytes]:
-    with Consumer(bootstrap, auto_offset_reset="earliest", isolation_level="read_committed",
-                  fetch_max_wait_ms=50) as consumer:
-        consumer.assign([("t", p) for p in range(PARTITIONS)])
-        values: list[bytes] = []
-        deadline = time.monotonic() + 60
-        while len(values) < expected and time.monotonic() < deadline:
-            values += [r.value for records in consumer.poll(200).values() for r in records]
-        values += [r.value for records in consumer.poll(1000).values() for r in records]
-        return values
 
 
 def test_kill_9_of_the_coordinators_broker_leaves_every_transaction_whole(brokers):
@@ -69,7 +56,7 @@ def test_kill_9_of_the_coordinators_broker_leaves_every_transaction_whole(broker
         abandoned.close(1)  # (its transaction stays open: its timeout ends it)
 
     survivors = [f"127.0.0.1:{b.port}" for node, b in brokers.items() if node != coordinator]
-    values = _read_committed(survivors, 18)
+    values = read_committed(survivors, "t", PARTITIONS, 18)
     expected = [b"first-%d" % n for n in range(9)] + [b"second-%d" % n for n in range(9)]
     assert sorted(values) == sorted(expected), "the commit whole, the abandoned transaction nowhere"
     with AdminClient(survivors) as admin:

@@ -19,17 +19,7 @@ from triolog.protocol import messages as m
 from triolog.protocol.errors import ErrorCode
 from triolog.protocol.records import build_batch
 
-from tests.server.inprocess import Client
-
-from .helpers import wait_until
-
-
-async def _call(broker, request_of):
-    client = await Client.connect(int(broker.bootstrap.rsplit(":", 1)[1]))
-    try:
-        return await client.call(request_of(client))
-    finally:
-        await client.aclose()
+from .helpers import call, wait_until
 
 
 def _produce_txn(broker, topic: str, partition: int, pid: int, sequence: int) -> None:
@@ -37,7 +27,7 @@ def _produce_txn(broker, topic: str, partition: int, pid: int, sequence: int) ->
     batch = build_batch([(b"k", b"v", int(time.time() * 1000), ())], producer_id=pid, producer_epoch=0,
                         base_sequence=sequence, is_transactional=True)
     for _ in range(100):  # (a new leader may not have taken its partition over yet: retriable)
-        doc = trio.run(_call, broker, lambda client: m.ProduceRequest(
+        doc = trio.run(call, broker, lambda client: m.ProduceRequest(
             id=client.next_id(), acks=-1, timeout_ms=30_000,
             topics=(m.ProduceTopic(name=topic, partitions=(m.ProducePartition(partition=partition,
                                                                               records=batch),)),),
@@ -87,7 +77,7 @@ def test_markers_reach_local_and_remote_leaders_and_follow_a_new_leader(start_br
         # p0 led by 1 (the sender's broker), p1 by 2, p2 by 3 with 2 as its follower.
         admin.create_topics([NewTopic("t", replica_assignment=((1, 2), (2, 3), (3, 2)))])
         wait_until(lambda: all(p.leader >= 0 for p in admin.describe_topics(["t"])["t"].partitions))
-    pid = trio.run(_call, brokers[1], lambda client: m.InitProducerIdRequest(id=client.next_id()))["producer_id"]
+    pid = trio.run(call, brokers[1], lambda client: m.InitProducerIdRequest(id=client.next_id()))["producer_id"]
     leaders = {0: brokers[1], 1: brokers[2], 2: brokers[3]}
     for partition, leader in leaders.items():
         _produce_txn(leader, "t", partition, pid, 0)
