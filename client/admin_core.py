@@ -712,6 +712,12 @@ class AdminCore(SecurityAdminOps):
         coordinator's request can go to its coordinator (and, on a cluster, a listing to each)."""
         yield Call(m.MetadataRequest(id=0, topics=(), allow_auto_topic_creation=False), self.timeout_s)
 
+    def _find_coordinators_op(self, key_type: int, keys) -> Op[None]:
+        """Each key's coordinator looked up (the connection routes the request's parts there)."""
+        yield from self._learn_brokers_op()
+        for key in keys:
+            yield Call(m.FindCoordinatorRequest(id=0, key=key, key_type=key_type), self.timeout_s)
+
     def describe_transactions_op(self, transactional_ids) -> Op[dict[str, TransactionDescription]]:
         """Per transactional id its TransactionDescription; the first id's error is raised
         (TransactionalIdNotFoundError...)."""
@@ -812,13 +818,16 @@ class AdminCore(SecurityAdminOps):
 
     def list_groups_op(self, states=()) -> Op[list[ConsumerGroupListing]]:
         """Every group (of the states named, if any), sorted by id."""
+        yield from self._learn_brokers_op()
         doc = yield from self._group_call_op(m.ListGroupsRequest(id=0, states_filter=tuple(states)))
         return sorted(ConsumerGroupListing(g["group_id"], g["protocol_type"], g["group_state"]) for g in doc["groups"])
 
     def describe_groups_op(self, group_ids) -> Op[dict[str, ConsumerGroupDescription]]:
         """Per group: state, assignor and members with their partitions. An unknown group is
         described as Dead with no members (Kafka's answer)."""
-        doc = yield from self._group_call_op(m.DescribeGroupsRequest(id=0, groups=tuple(dict.fromkeys(group_ids))))
+        groups = tuple(dict.fromkeys(group_ids))
+        yield from self._find_coordinators_op(0, groups)
+        doc = yield from self._group_call_op(m.DescribeGroupsRequest(id=0, groups=groups))
         out, errors = {}, []
         for group in doc["groups"]:
             if group["error_code"]:
@@ -856,7 +865,9 @@ class AdminCore(SecurityAdminOps):
     def delete_groups_op(self, group_ids, raise_errors: bool = True) -> Op[dict[str, TriologClientError | None]]:
         """Delete empty groups with their committed offsets; per group None or its error
         (GroupIdNotFoundError, NonEmptyGroupError...), the first raised with ``raise_errors``."""
-        doc = yield from self._group_call_op(m.DeleteGroupsRequest(id=0, groups_names=tuple(dict.fromkeys(group_ids))))
+        groups = tuple(dict.fromkeys(group_ids))
+        yield from self._find_coordinators_op(0, groups)
+        doc = yield from self._group_call_op(m.DeleteGroupsRequest(id=0, groups_names=groups))
         out = {
             r["group_id"]: (error_for(r["error_code"], r.get("error_message")) if r["error_code"] else None)
             for r in doc["results"]
@@ -876,6 +887,7 @@ class AdminCore(SecurityAdminOps):
             topics = tuple(
                 m.OffsetFetchTopic(name=name, partitions=tuple(sorted(parts))) for name, parts in by_topic.items()
             )
+        yield from self._find_coordinators_op(0, (group_id,))
         doc = yield from self._group_call_op(m.OffsetFetchRequest(id=0, group_id=group_id, topics=topics))
         out, errors = {}, []
         for topic in doc["topics"]:
@@ -910,6 +922,7 @@ class AdminCore(SecurityAdminOps):
         )
         deadline = now() + self.timeout_s
         while True:
+            yield from self._find_coordinators_op(0, (group_id,))
             doc = yield from self._group_call_op(request)
             codes = {p["error_code"] for t in doc["topics"] for p in t["partitions"]}
             # The broker gives a group-level error to every partition (Kafka's OffsetCommit has no

@@ -19,11 +19,13 @@ its trio twin :class:`triolog.client.aio.AsyncClusterConnection` keep one connec
   its topic's leaders unknown (:meth:`note_response`, :meth:`note_broken`); the next request about
   it first asks a live broker for the topic's metadata, at most once per ``retry_backoff_s``
   (:meth:`refresh_due`), as Kafka's metadata updater does.
-* A request about transactional ids (describe_transactions) goes to each id's transaction
+* A request about transactional ids (describe_transactions) or groups (describe_groups,
+  delete_groups, offset_fetch and offset_commit from admin tools) goes to each key's
   coordinator, as learnt from the find_coordinator answers that pass through the connection,
-  split per coordinator and merged; an id whose coordinator is not known (or answered
-  NOT_COORDINATOR) goes to any broker. list_transactions asks every broker and merges their
-  lists, as Kafka's admin client does.
+  split per coordinator and merged; a key whose coordinator is not known (or answered
+  NOT_COORDINATOR) goes to any broker. list_transactions and list_groups ask every broker and
+  merge their lists, as Kafka's admin client does. (A consumer's own group requests use their
+  own connection to the coordinator.)
 * With one broker known (a standalone broker, or a cluster with one live member) every request
   goes to the bootstrap connection: a single broker works exactly as it did before clusters.
 """
@@ -65,6 +67,19 @@ def _topic_partitions(request: m.Request) -> list[tuple[str, int]]:
         return [(t.name, p) for marker in cast(Any, request).markers for t in marker.topics for p in t.partitions]
     return [(t.name, p.partition) for t in cast(Any, request).topics for p in t.partitions]
 
+
+#: Requests about several coordinator keys, split per coordinator: (key type, field of keys).
+_SPLIT_BY_KEY: dict[type, tuple[int, str]] = {
+    m.DescribeTransactionsRequest: (1, "transactional_ids"),
+    m.DescribeGroupsRequest: (0, "groups"),
+    m.DeleteGroupsRequest: (0, "groups_names"),
+}
+#: Their answers' entries: (key type, list of entries, the entry's key field).
+_KEYED: dict[type, tuple[int, str, str]] = {
+    m.DescribeTransactionsRequest: (1, "transactions", "transactional_id"),
+    m.DescribeGroupsRequest: (0, "groups", "group_id"),
+    m.DeleteGroupsRequest: (0, "results", "group_id"),
+}
 
 #: Coordinator answers after which the client's idea of the coordinator is wrong.
 STALE_COORDINATOR = frozenset((ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE))
@@ -171,11 +186,19 @@ class ClusterView:
                     self._coordinators[key] = doc["node_id"]
                     self.brokers.setdefault(doc["node_id"], (doc["host"], doc["port"]))
             return
-        if type(request) is m.DescribeTransactionsRequest:
+        kind = type(request)
+        if kind in _KEYED:
+            key_type, entries, key_field = _KEYED[kind]
             with self._lock:
-                for t in doc.get("transactions", ()):
-                    if t.get("error_code") in STALE_COORDINATOR:
-                        self._coordinators.pop((1, t["transactional_id"]), None)
+                for entry in doc.get(entries, ()):
+                    if entry.get("error_code") in STALE_COORDINATOR:
+                        self._coordinators.pop((key_type, entry[key_field]), None)
+            return
+        if kind is m.OffsetFetchRequest or kind is m.OffsetCommitRequest:
+            codes = {doc.get("error_code")} | {p["error_code"] for t in doc.get("topics", ()) for p in t["partitions"]}
+            if codes & STALE_COORDINATOR:
+                with self._lock:
+                    self._coordinators.pop((0, cast(Any, request).group_id), None)
             return
         if type(request) not in PARTITIONED and type(request) is not m.DescribeProducersRequest:
             return
@@ -248,14 +271,19 @@ class ClusterView:
         """(node, request) pairs to send: the request whole when it has one destination, else one
         request per leader (or coordinator) with that node's part."""
         if len(self.brokers) > 1:
-            if type(request) is m.DescribeTransactionsRequest:
+            kind = type(request)
+            if kind in _SPLIT_BY_KEY:
+                key_type, field_name = _SPLIT_BY_KEY[kind]
                 by_node: dict[int | None, list[str]] = {}
-                for transactional_id in request.transactional_ids:
-                    by_node.setdefault(self.coordinator(1, transactional_id), []).append(transactional_id)
+                for key in getattr(request, field_name):
+                    by_node.setdefault(self.coordinator(key_type, key), []).append(key)
                 return [
-                    (node, dataclasses.replace(request, transactional_ids=tuple(ids))) for node, ids in by_node.items()
+                    (node, dataclasses.replace(cast(Any, request), **{field_name: tuple(keys)}))
+                    for node, keys in by_node.items()
                 ]
-            if type(request) is m.ListTransactionsRequest:  # every broker coordinates some
+            if kind is m.OffsetFetchRequest or kind is m.OffsetCommitRequest:
+                return [(self.coordinator(0, cast(Any, request).group_id), request)]
+            if kind is m.ListTransactionsRequest or kind is m.ListGroupsRequest:  # every broker has some
                 return [(node, request) for node in sorted(self.brokers)]
             if type(request) is m.WriteTxnMarkersRequest:
                 leaders = {self.leader(*tp) for tp in _topic_partitions(request)}
@@ -316,10 +344,11 @@ def merge(docs: list[dict]) -> dict:
                 topics[topic["name"]] = {**topic, "partitions": list(topic["partitions"])}
             else:
                 entry["partitions"].extend(topic["partitions"])
-    if "transactions" in out:  # describe_transactions / list_transactions, split per node
-        out["transactions"] = [t for doc in docs for t in doc.get("transactions", ())]
-        if "unknown_state_filters" in out:
-            out["unknown_state_filters"] = sorted({f for doc in docs for f in doc.get("unknown_state_filters", ())})
-        return out
+    for entries in ("transactions", "groups", "results"):  # coordinator requests, split per node
+        if entries in out:
+            out[entries] = [entry for doc in docs for entry in doc.get(entries, ())]
+            if "unknown_state_filters" in out:
+                out["unknown_state_filters"] = sorted({f for doc in docs for f in doc.get("unknown_state_filters", ())})
+            return out
     out["topics"] = list(topics.values())
     return out

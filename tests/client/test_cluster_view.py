@@ -112,3 +112,22 @@ def test_transaction_admin_requests_go_to_coordinators_and_leaders():
     view.note_response(describe, {"id": 1, "error_code": 0, "transactions": [
         {"transactional_id": "a", "error_code": ErrorCode.NOT_COORDINATOR}]})
     assert view.coordinator(1, "a") is ANY and view.coordinator(1, "b") == 3
+
+
+def test_group_admin_requests_go_to_their_coordinators():
+    view = ClusterView()
+    view.learn(_metadata({0: 1}))
+    view.note_response(m.FindCoordinatorRequest(id=0, key="g1", key_type=0), _found(2))
+    view.note_response(m.FindCoordinatorRequest(id=0, key="g2", key_type=0), _found(3))
+    describe = m.DescribeGroupsRequest(id=0, groups=("g1", "g2"))
+    assert {node: r.groups for node, r in view.route(describe)} == {2: ("g1",), 3: ("g2",)}
+    delete = m.DeleteGroupsRequest(id=0, groups_names=("g2",))
+    assert view.route(delete) == [(3, delete)]
+    fetch = m.OffsetFetchRequest(id=0, group_id="g1")
+    assert view.route(fetch) == [(2, fetch)]
+    assert [node for node, _ in view.route(m.ListGroupsRequest(id=0))] == [1, 2, 3]
+    merged = merge([{"id": 1, "error_code": 0, "groups": [{"group_id": "g1"}]},
+                    {"id": 1, "error_code": 0, "groups": [{"group_id": "g2"}]}])
+    assert [g["group_id"] for g in merged["groups"]] == ["g1", "g2"]
+    view.note_response(fetch, {"id": 1, "error_code": ErrorCode.NOT_COORDINATOR, "topics": []})
+    assert view.coordinator(0, "g1") is ANY and view.coordinator(0, "g2") == 3

@@ -44,3 +44,31 @@ def test_a_group_reads_partitions_of_every_leader_and_resumes_from_its_commits(b
             f.get(30)
     # A new member of the group reads only what came after the commits.
     assert sorted(read(30, 40)) == list(range(90, 120))
+
+
+def test_the_group_admin_finds_the_coordinator_from_any_broker(start_brokers):
+    """kafka-consumer-groups.sh's calls through a broker that coordinates no group: each goes to
+    the group's coordinator (describe, offsets, alter, delete), a listing to every broker."""
+    from triolog.client import AdminClient, NewTopic
+
+    from .helpers import wait_until
+
+    brokers = start_brokers((1, 2), "offsets.topic.num.partitions=1", "offsets.topic.replication.factor=2")
+    bootstrap = [b.bootstrap for b in brokers.values()]
+    with AdminClient(bootstrap) as admin:
+        admin.create_topics([NewTopic("t", 1, 2)])
+        wait_until(lambda: admin.describe_topics(["t"])["t"].partitions[0].leader >= 0)
+    with Consumer(bootstrap, group_id="g") as consumer:  # (creates __consumer_offsets)
+        consumer.assign([("t", 0)])
+        consumer.commit({TopicPartition("t", 0): 0})
+    with AdminClient(bootstrap) as admin:
+        coordinator = admin.describe_topics(["__consumer_offsets"])["__consumer_offsets"].partitions[0].leader
+    other = next(node for node in brokers if node != coordinator)
+    with AdminClient(brokers[other].bootstrap) as admin:
+        assert admin.list_consumer_group_offsets("g") == {TopicPartition("t", 0): 0}
+        admin.alter_consumer_group_offsets("g", {("t", 0): 5})
+        assert admin.list_consumer_group_offsets("g") == {TopicPartition("t", 0): 5}
+        assert admin.describe_consumer_groups(["g"])["g"].state == "Empty"
+        assert [g.group_id for g in admin.list_consumer_groups()] == ["g"]
+        assert admin.delete_consumer_groups(["g"]) == {"g": None}
+        assert admin.list_consumer_groups() == []
