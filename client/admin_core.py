@@ -673,9 +673,10 @@ class AdminCore(SecurityAdminOps):
         return check_response((yield Call(m.ApiVersionsRequest(id=0), self.timeout_s)))
 
     # -- consumer groups ---------------------------------------------------------------------------
-    # triolog is one node, so the coordinator of every group is the broker we talk to; while it
-    # loads __consumer_offsets (COORDINATOR_LOAD_IN_PROGRESS) reads are asked again, within the
-    # request timeout (they change nothing).
+    # A group's (or transactional id's) coordinator is looked up first (_find_coordinators_op) and
+    # the connection sends the request there (triolog.client.cluster); while a coordinator loads
+    # its topic (COORDINATOR_LOAD_IN_PROGRESS) or moves, reads are asked again within the request
+    # timeout (they change nothing).
 
     def _group_call_op(self, request) -> Op[dict]:
         deadline = now() + self.timeout_s
