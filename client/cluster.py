@@ -182,9 +182,8 @@ class ClusterView:
                 key = (request.key_type, request.key)
                 if doc.get("error_code") or doc.get("node_id", -1) < 0:
                     self._coordinators.pop(key, None)
-                else:
+                else:  # (its address comes from metadata, as every broker's)
                     self._coordinators[key] = doc["node_id"]
-                    self.brokers.setdefault(doc["node_id"], (doc["host"], doc["port"]))
             return
         kind = type(request)
         if kind in _KEYED:
