@@ -9,6 +9,7 @@ import re
 import stat
 import tempfile
 import uuid
+from types import SimpleNamespace
 from pathlib import Path
 
 import pytest
@@ -551,7 +552,9 @@ def test_random_kafka_uuid_is_22_char_urlsafe_base64_of_v4_uuid():
 def test_random_kafka_uuid_never_returns_reserved_zero_or_one_uuid(monkeypatch):
     real = uuid.uuid4()
     sequence = iter([uuid.UUID(int=0), uuid.UUID(int=1), real])
-    monkeypatch.setattr(checkpoints.uuid, "uuid4", lambda: next(sequence))
+    # (checkpoints' own view of the uuid module, not the module itself: other threads of this
+    # worker, a running broker's, draw uuids too and would take values from the sequence)
+    monkeypatch.setattr(checkpoints, "uuid", SimpleNamespace(uuid4=lambda: next(sequence)))
     assert random_kafka_uuid() == base64.urlsafe_b64encode(real.bytes).rstrip(b"=").decode()
 
 
